@@ -1,0 +1,70 @@
+"""Threads, SIMD path and build information."""
+
+from __future__ import annotations
+
+import os
+import sys
+import warnings
+
+import numpy as np
+
+from . import _core
+from ._validate import integer
+from ._version import __version__
+
+_SIMD_CHOICES = ("", "auto", "scalar", "avx2")
+if os.environ.get("POSENC_SIMD", "") not in _SIMD_CHOICES:
+    warnings.warn(
+        f"POSENC_SIMD={os.environ['POSENC_SIMD']!r} is not one of 'auto', 'scalar', 'avx2'; "
+        "using 'auto'",
+        RuntimeWarning,
+        stacklevel=2,
+    )
+
+
+def set_num_threads(n):
+    """Use `n` threads in posenc's kernels; ``0`` goes back to OpenMP's default.
+
+    The default follows ``OMP_NUM_THREADS`` and threadpoolctl's limits, like
+    NumPy's BLAS does.  Small problems run on one thread whatever is set.
+    """
+    _core.set_num_threads(integer(n, "n", minimum=0, maximum=4096))
+
+
+def get_num_threads():
+    """The number of threads the next kernel call will use at most."""
+    return _core.get_num_threads()
+
+
+def simd_path():
+    """``'avx2'`` or ``'scalar'``: the kernels in use (``POSENC_SIMD`` chooses)."""
+    return _core.simd_path()
+
+
+def config():
+    """The build and run-time configuration, as a dict."""
+    return {
+        "posenc": __version__,
+        "simd": _core.simd_path(),
+        "simd_cpu": _core.simd_cpu(),
+        "simd_requested": os.environ.get("POSENC_SIMD", "auto") or "auto",
+        "openmp": bool(_core.openmp),
+        "threads": _core.get_num_threads(),
+        "numpy": np.__version__,
+        "python": sys.version.split()[0],
+        "platform": sys.platform,
+    }
+
+
+def show_config(file=None):
+    """Print version, SIMD path in use, threads and NumPy version."""
+    cfg = config()
+    lines = [
+        f"posenc {cfg['posenc']}",
+        f"  simd:    {cfg['simd']} (cpu supports {cfg['simd_cpu']}; "
+        f"POSENC_SIMD={cfg['simd_requested']})",
+        f"  openmp:  {'yes' if cfg['openmp'] else 'no'}, {cfg['threads']} thread(s)",
+        f"  numpy:   {cfg['numpy']}",
+        f"  python:  {cfg['python']} on {cfg['platform']}",
+    ]
+    print("\n".join(lines), file=file if file is not None else sys.stdout)

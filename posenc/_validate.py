@@ -1,0 +1,174 @@
+"""Argument checking shared by every public function.
+
+Each helper takes the value and the name of the argument it came from, and
+returns the value in the form the kernels want, or raises ``TypeError`` (the
+wrong kind of thing) or ``ValueError`` (the wrong value or shape) with a
+message that names the argument and what was expected.  All checks run
+before anything is written, so a failed call leaves ``out=`` untouched.
+"""
+
+from __future__ import annotations
+
+import operator
+from numbers import Integral, Real
+
+import numpy as np
+
+FLOAT_DTYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
+_MAX_ELEMENTS = np.iinfo(np.intp).max // 8
+
+
+def integer(value, name, *, minimum=None, maximum=None):
+    """An exact integer (Python or NumPy, not bool) within bounds."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (Integral, np.integer)):
+        raise TypeError(f"{name} must be an integer, not {type(value).__name__}")
+    value = operator.index(value)
+    if minimum is not None and value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    if maximum is not None and value > maximum:
+        raise ValueError(f"{name} must be <= {maximum}, got {value}")
+    return value
+
+
+def even_dim(value, name):
+    """A positive even integer, such as a model dimension split into pairs."""
+    value = integer(value, name)
+    if value <= 0 or value % 2:
+        raise ValueError(f"{name} must be a positive even integer, got {value}")
+    return value
+
+
+def real(value, name, *, positive=False, minimum=None):
+    """A finite real number (not bool) as a Python float."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (Real, np.integer, np.floating)):
+        raise TypeError(f"{name} must be a real number, not {type(value).__name__}")
+    value = float(value)
+    if not np.isfinite(value):
+        raise ValueError(f"{name} must be finite, got {value}")
+    if positive and value <= 0:
+        raise ValueError(f"{name} must be > 0, got {value}")
+    if minimum is not None and value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    return value
+
+
+def choice(value, name, options):
+    """One of a few strings."""
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a string, one of {options}, not {type(value).__name__}")
+    if value not in options:
+        raise ValueError(f"{name} must be one of {options}, got {value!r}")
+    return value
+
+
+def float_dtype(value, name="dtype"):
+    """float16, float32 or float64, given any way NumPy accepts a dtype."""
+    try:
+        dt = np.dtype(value)
+    except TypeError as exc:
+        raise TypeError(f"{name} must be float16, float32 or float64, not {value!r}") from exc
+    if dt.newbyteorder("=") not in FLOAT_DTYPES:
+        raise TypeError(f"{name} must be float16, float32 or float64, not {dt}")
+    return dt.newbyteorder("=")
+
+
+def shape_size(shape, name):
+    """Number of elements of `shape`; a ValueError if it cannot be allocated."""
+    size = 1
+    for n in shape:
+        size *= int(n)
+    if size > _MAX_ELEMENTS:
+        raise ValueError(f"{name}: an array of shape {tuple(shape)} is too large")
+    return size
+
+
+def real_array(value, name, *, finite=True):
+    """Any array-like of real numbers (ints or floats, not bool or complex)."""
+    arr = value if isinstance(value, np.ndarray) else np.asarray(value)
+    if arr.dtype.kind not in "iuf":
+        raise TypeError(f"{name} must hold integers or real floats, not dtype {arr.dtype}")
+    if finite and arr.dtype.kind == "f" and arr.size and not np.isfinite(arr).all():
+        raise ValueError(f"{name} must be finite (found nan or inf)")
+    return arr
+
+
+def positions(value, name="positions"):
+    """An int n (positions 0..n-1) or an array of positions.
+
+    Returns the positions as a C-contiguous float64 vector and the shape they
+    came in (``(n,)`` for an int).  Integer positions are exact up to 2**53.
+    """
+    if isinstance(value, (Integral, np.integer)) and not isinstance(value, (bool, np.bool_)):
+        n = integer(value, name, minimum=0)
+        shape_size((n,), name)
+        return np.arange(n, dtype=np.float64), (n,)
+    if isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be an int or an array of positions, not bool")
+    arr = real_array(value, name)
+    return np.ascontiguousarray(arr, dtype=np.float64).reshape(-1), arr.shape
+
+
+def out_array(out, shape, dtype, name="out"):
+    """Check a user's ``out=``: an ndarray of exactly `shape`, of `dtype` (any
+    byte order), writeable."""
+    if not isinstance(out, np.ndarray):
+        raise TypeError(f"{name} must be a numpy.ndarray, not {type(out).__name__}")
+    if out.dtype.kind != dtype.kind or out.dtype.itemsize != dtype.itemsize:
+        raise TypeError(f"{name} must have dtype {dtype}, not {out.dtype}")
+    if out.shape != tuple(shape):
+        raise ValueError(f"{name} must have shape {tuple(shape)}, not {out.shape}")
+    if not out.flags.writeable:
+        raise ValueError(f"{name} is read-only")
+    return out
+
+
+def rows_view(arr):
+    """`arr` (..., d) seen as a 2-D (rows, d) array without a copy, or None.
+
+    The kernels walk rows with one row stride and a contiguous last axis, in
+    native byte order; anything else (None returned) goes through a
+    temporary.
+    """
+    if not arr.dtype.isnative or not arr.flags.aligned:
+        return None
+    d = arr.shape[-1] if arr.ndim else 1
+    if arr.ndim == 0 or (d > 1 and arr.strides[-1] != arr.itemsize):
+        return None
+    lead = [(n, s) for n, s in zip(arr.shape[:-1], arr.strides[:-1]) if n != 1]
+    rows = 1
+    for n, _ in lead:
+        rows *= n
+    if not lead:
+        row_stride = d * arr.itemsize
+    else:
+        row_stride = lead[-1][1]
+        for (n_outer, s_outer), (n_inner, s_inner) in zip(lead[:-1], lead[1:]):
+            if s_outer != s_inner * n_inner:
+                return None
+    return np.lib.stride_tricks.as_strided(
+        arr, shape=(rows, d), strides=(row_stride, arr.itemsize), writeable=True
+    )
+
+
+def output(out, shape, dtype, name="out"):
+    """Where a kernel should write a result of `shape` and `dtype`.
+
+    Returns ``(result, rows, finish)``: `result` is what the function returns
+    (the user's `out`, or a new array), `rows` the 2-D view the kernel fills,
+    and `finish()` copies a temporary into `out` when `out` could not be
+    written directly (non-native byte order, non-collapsible strides).
+    """
+    shape_size(shape, name)
+    if out is None:
+        result = np.empty(shape, dtype)
+        return result, result.reshape(-1, shape[-1]), lambda: None
+    out_array(out, shape, dtype, name)
+    rows = rows_view(out)
+    if rows is not None:
+        return out, rows, lambda: None
+    tmp = np.empty(shape, dtype)
+
+    def finish():
+        np.copyto(out, tmp, casting="unsafe")
+
+    return out, tmp.reshape(-1, shape[-1]), finish

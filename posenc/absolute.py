@@ -1,0 +1,57 @@
+"""Absolute sinusoidal position encoding (Vaswani et al., 2017)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import _core
+from . import _validate as v
+
+_LAYOUTS = {"interleaved": 0, "concat": 1}
+
+
+def inv_frequencies(dim, base):
+    """``base ** (-2i/dim)`` for ``i < dim/2``, in float64, as transformers forms them."""
+    return 1.0 / (base ** (np.arange(0, dim, 2, dtype=np.float64) / dim))
+
+
+def sinusoid(positions, dim, *, base=10000.0, layout="interleaved", dtype="float32", out=None):
+    """The sinusoidal position table of "Attention Is All You Need".
+
+    Parameters
+    ----------
+    positions : int or array_like
+        An int ``n`` for positions ``0..n-1``, or an array of positions of any
+        shape (ints or floats, e.g. ``k * np.arange(n)`` for the
+        skip-position attack, or fractional positions to interpolate).
+        Positions must be finite.
+    dim : int
+        Width of the table, a positive even number.
+    base : float
+        The wavelength base; frequency ``i`` is ``base ** (-2i/dim)``.
+    layout : {"interleaved", "concat"}
+        ``"interleaved"`` (the paper, Hugging Face): ``PE[p, 2i] = sin(p w_i)``,
+        ``PE[p, 2i+1] = cos(p w_i)``.  ``"concat"``: all sines, then all cosines.
+    dtype : float16, float32 or float64
+    out : ndarray, optional
+        Array of shape ``positions.shape + (dim,)`` and the given dtype to write into.
+
+    Returns
+    -------
+    ndarray of shape ``positions.shape + (dim,)`` (``(n, dim)`` for an int).
+
+    Notes
+    -----
+    Angles are formed and reduced in float64 and rounded once to `dtype`:
+    float32 tables are within 1 ulp of the float64 values at positions up to
+    2**24 and beyond.
+    """
+    dim = v.even_dim(dim, "dim")
+    base = v.real(base, "base", positive=True)
+    layout_code = _LAYOUTS[v.choice(layout, "layout", tuple(_LAYOUTS))]
+    dtype = v.float_dtype(dtype, "dtype")
+    pos, shape = v.positions(positions, "positions")
+    result, rows, finish = v.output(out, shape + (dim,), dtype, "out")
+    _core.sinusoid(pos, inv_frequencies(dim, base), rows, layout_code)
+    finish()
+    return result
