@@ -13,6 +13,10 @@ from ._config import config, get_num_threads, set_num_threads, show_config, simd
 from ._version import __version__
 from .absolute import sinusoid
 
+# rotary position embedding
+
+# attention biases
+
 __all__ = [
     "__version__",
     "config",

@@ -72,6 +72,16 @@ def float_dtype(value, name="dtype"):
     return dt.newbyteorder("=")
 
 
+def result_dtype(dtype, out, default=np.float32):
+    """The dtype of a generated table: `dtype` if given, else `out`'s, else
+    `default` (as NumPy's functions take theirs from ``out=``)."""
+    if dtype is None:
+        if isinstance(out, np.ndarray) and out.dtype.kind == "f":
+            return float_dtype(out.dtype, "out")
+        return np.dtype(default)
+    return float_dtype(dtype, "dtype")
+
+
 def shape_size(shape, name):
     """Number of elements of `shape`; a ValueError if it cannot be allocated."""
     size = 1
@@ -172,3 +182,13 @@ def output(out, shape, dtype, name="out"):
         np.copyto(out, tmp, casting="unsafe")
 
     return out, tmp.reshape(-1, shape[-1]), finish
+
+
+# ---- checks used by the rotary functions ----
+
+# (end of rope checks)
+
+
+# ---- checks used by the attention biases ----
+
+# (end of bias checks)

@@ -15,7 +15,7 @@ def inv_frequencies(dim, base):
     return 1.0 / (base ** (np.arange(0, dim, 2, dtype=np.float64) / dim))
 
 
-def sinusoid(positions, dim, *, base=10000.0, layout="interleaved", dtype="float32", out=None):
+def sinusoid(positions, dim, *, base=10000.0, layout="interleaved", dtype=None, out=None):
     """The sinusoidal position table of "Attention Is All You Need".
 
     Parameters
@@ -32,7 +32,8 @@ def sinusoid(positions, dim, *, base=10000.0, layout="interleaved", dtype="float
     layout : {"interleaved", "concat"}
         ``"interleaved"`` (the paper, Hugging Face): ``PE[p, 2i] = sin(p w_i)``,
         ``PE[p, 2i+1] = cos(p w_i)``.  ``"concat"``: all sines, then all cosines.
-    dtype : float16, float32 or float64
+    dtype : float16, float32 or float64, optional
+        float32 by default, or the dtype of `out` when that is given.
     out : ndarray, optional
         Array of shape ``positions.shape + (dim,)`` and the given dtype to write into.
 
@@ -49,7 +50,7 @@ def sinusoid(positions, dim, *, base=10000.0, layout="interleaved", dtype="float
     dim = v.even_dim(dim, "dim")
     base = v.real(base, "base", positive=True)
     layout_code = _LAYOUTS[v.choice(layout, "layout", tuple(_LAYOUTS))]
-    dtype = v.float_dtype(dtype, "dtype")
+    dtype = v.result_dtype(dtype, out)
     pos, shape = v.positions(positions, "positions")
     result, rows, finish = v.output(out, shape + (dim,), dtype, "out")
     _core.sinusoid(pos, inv_frequencies(dim, base), rows, layout_code)

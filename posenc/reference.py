@@ -16,7 +16,7 @@ def _positions(positions):
     return np.asarray(positions, dtype=np.float64)
 
 
-def sinusoid(positions, dim, *, base=10000.0, layout="interleaved", dtype="float32", out=None):
+def sinusoid(positions, dim, *, base=10000.0, layout="interleaved", dtype=None, out=None):
     """PE[p, 2i] = sin(p / base**(2i/dim)), PE[p, 2i+1] = cos(same)."""
     p = _positions(positions)
     inv_freq = 1.0 / (base ** (np.arange(0, dim, 2, dtype=np.float64) / dim))
@@ -27,6 +27,16 @@ def sinusoid(positions, dim, *, base=10000.0, layout="interleaved", dtype="float
     else:
         table = np.concatenate([sin, cos], axis=-1)
     if out is None:
-        return table.astype(dtype)
+        return table.astype(dtype or np.float32)
     out[...] = table
     return out
+
+
+# ---------------------------------------------------------------- rotary (RoPE)
+
+# (end of rope references)
+
+
+# ---------------------------------------------------------------- attention biases
+
+# (end of bias references)

@@ -248,11 +248,22 @@ static PyObject *py_sinusoid(PyObject *self, PyObject *args)
     Py_END_ALLOW_THREADS Py_RETURN_NONE;
 }
 
+/* ---- rotary position embedding (rope.c) ---- */
+
+/* (end of rope glue) */
+
+/* ---- attention biases (bias.c) ---- */
+
+/* (end of bias glue) */
+
 /* ---- module ---- */
 
 static PyMethodDef methods[] = {
     {"sinusoid", py_sinusoid, METH_VARARGS,
      "sinusoid(positions, freq, out, layout): fill out[r] with the sinusoid of positions[r]."},
+    /* rope entries */
+
+    /* bias entries */
     {"set_num_threads", py_set_num_threads, METH_O,
      "set_num_threads(n): threads for the kernels; 0 follows OpenMP."},
     {"get_num_threads", py_get_num_threads, METH_NOARGS,

@@ -107,4 +107,12 @@ void pe_sincos_row(double pos, const double *freq, ptrdiff_t n, double *s, doubl
 void pe_sinusoid(const double *pos, ptrdiff_t n_pos, const double *freq, ptrdiff_t half, int layout,
                  int dtype, char *out, ptrdiff_t row_stride, int nthreads);
 
+/* ---- rotary position embedding (rope.c) ---- */
+
+/* (end of rope declarations) */
+
+/* ---- attention biases (bias.c) ---- */
+
+/* (end of bias declarations) */
+
 #endif

@@ -1,0 +1,249 @@
+"""posenc's benchmark suite.
+
+Every case times four things on the same machine in the same run:
+
+- ``posenc``: the C kernel;
+- ``numpy``: the pure-NumPy twin in ``posenc.reference``;
+- ``torch``: the same computation in PyTorch on the CPU, written the way
+  Hugging Face writes it (only when torch is importable);
+- ``memory``: the machine's limit for the bytes involved, ``ndarray.fill`` of
+  the output for a generator, ``np.copyto`` of the same bytes for a transform.
+
+Each is timed as the median of several repeats after a warm-up.  The table
+gives times in milliseconds and the ratios ``posenc / memory`` (1.0 is the
+bandwidth floor), ``numpy / posenc`` and ``torch / posenc`` (speed-ups).
+
+    python benchmarks/run.py                 # all cases, 1 and 2 threads
+    python benchmarks/run.py --quick         # smaller, well under a minute
+    python benchmarks/run.py -k rope --json out.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+import posenc
+
+try:  # the comparison only; never a dependency of posenc
+    import torch
+except ImportError:  # pragma: no cover - depends on the machine
+    torch = None
+
+
+@dataclass
+class Case:
+    """One benchmark: callables for each contender, built for a thread count."""
+
+    name: str
+    nbytes: int
+    posenc: object
+    memory: object
+    numpy: object = None
+    torch: object = None
+    note: str = ""
+    extra: dict = field(default_factory=dict)
+
+
+CASES = []
+
+
+def case(group):
+    """Register a function ``make(quick) -> list[Case]`` under `group`."""
+
+    def register(make):
+        CASES.append((group, make))
+        return make
+
+    return register
+
+
+def timeit(fn, repeats, min_time=0.2):
+    """Median seconds of `fn()`, after one warm-up call; at least `repeats`
+    calls, more for fast functions so that the total is ~`min_time`."""
+    fn()
+    t0 = time.perf_counter()
+    fn()
+    once = max(time.perf_counter() - t0, 1e-7)
+    n = max(repeats, min(200, int(min_time / once)))
+    times = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return float(np.median(times))
+
+
+def fill_of(shape, dtype):
+    out = np.empty(shape, dtype)
+    return lambda: out.fill(0.5)
+
+
+def copyto_of(shape, dtype):
+    src = np.ones(shape, dtype)
+    dst = np.empty(shape, dtype)
+    return lambda: np.copyto(dst, src)
+
+
+# ---------------------------------------------------------------- sinusoid
+
+
+@case("sinusoid")
+def sinusoid_cases(quick):
+    from posenc import reference
+
+    n, dim = (16384, 256) if quick else (65536, 256)
+    cases = []
+    for dtype in ("float32", "float16", "float64"):
+        out = np.empty((n, dim), dtype)
+        tdtype = getattr(torch, dtype) if torch is not None else None
+
+        def hf_torch(n=n, dim=dim, tdtype=tdtype):
+            # transformers' sinusoidal table (create_sinusoidal_embeddings)
+            pos = torch.arange(n, dtype=torch.float32)[:, None]
+            div = torch.exp(torch.arange(0, dim, 2, dtype=torch.float32) * (-np.log(10000.0) / dim))
+            table = torch.empty(n, dim, dtype=torch.float32)
+            table[:, 0::2] = torch.sin(pos * div)
+            table[:, 1::2] = torch.cos(pos * div)
+            return table.to(tdtype)
+
+        cases.append(
+            Case(
+                name=f"sinusoid({n}, {dim}) {dtype}, out=",
+                nbytes=out.nbytes,
+                posenc=lambda out=out, n=n, dim=dim: posenc.sinusoid(n, dim, out=out),
+                memory=lambda out=out: out.fill(0.5),
+                numpy=lambda n=n, dim=dim, dtype=dtype: reference.sinusoid(n, dim, dtype=dtype),
+                torch=hf_torch if torch is not None else None,
+            )
+        )
+    cases.append(
+        Case(
+            name=f"sinusoid({n}, {dim}) float32, new array",
+            nbytes=n * dim * 4,
+            posenc=lambda: posenc.sinusoid(n, dim),
+            memory=lambda: np.empty((n, dim), np.float32).fill(0.5),
+            note="allocation and page faults included on both sides",
+        )
+    )
+    rng = np.random.default_rng(0)
+    pos = rng.uniform(0, 2**20, n)
+    out = np.empty((n, dim), np.float32)
+    cases.append(
+        Case(
+            name=f"sinusoid(random {n} positions, {dim}) float32, out=",
+            nbytes=out.nbytes,
+            posenc=lambda: posenc.sinusoid(pos, dim, out=out),
+            memory=lambda: out.fill(0.5),
+            numpy=lambda: reference.sinusoid(pos, dim),
+            note="uneven positions: every element computed directly",
+        )
+    )
+    return cases
+
+
+# ---------------------------------------------------------------- rope
+
+# (end of rope cases)
+
+
+# ---------------------------------------------------------------- attention biases
+
+# (end of bias cases)
+
+
+# ---------------------------------------------------------------- driver
+
+
+def run(selected, threads, repeats, quick, torch_ok):
+    rows = []
+    for group, make in CASES:
+        if selected and not any(k in group for k in selected):
+            continue
+        for c in make(quick):
+            for nt in threads:
+                posenc.set_num_threads(nt)
+                if torch_ok:
+                    torch.set_num_threads(nt)
+                row = {"group": group, "case": c.name, "threads": nt, "bytes": c.nbytes,
+                       "note": c.note, **c.extra}
+                row["posenc_ms"] = timeit(c.posenc, repeats) * 1e3
+                row["memory_ms"] = timeit(c.memory, repeats) * 1e3
+                row["numpy_ms"] = (timeit(c.numpy, max(3, repeats // 4)) * 1e3
+                                   if c.numpy is not None and nt == threads[0] else None)
+                row["torch_ms"] = (timeit(c.torch, repeats) * 1e3
+                                   if c.torch is not None and torch_ok else None)
+                rows.append(row)
+                print(format_row(row), file=sys.stderr, flush=True)
+    posenc.set_num_threads(0)
+    # the NumPy reference runs on one thread whatever is set: one figure per case
+    by_case = {}
+    for row in rows:
+        by_case.setdefault(row["case"], row["numpy_ms"])
+        if row["numpy_ms"] is None:
+            row["numpy_ms"] = by_case[row["case"]]
+    for row in rows:
+        row["vs_memory"] = row["posenc_ms"] / row["memory_ms"]
+        row["numpy_speedup"] = row["numpy_ms"] / row["posenc_ms"] if row["numpy_ms"] else None
+        row["torch_speedup"] = row["torch_ms"] / row["posenc_ms"] if row["torch_ms"] else None
+    return rows
+
+
+def fmt(x, spec):
+    return "—" if x is None else format(x, spec)
+
+
+def format_row(row):
+    return (f"{row['case']} [{row['threads']} thr]: posenc {row['posenc_ms']:.2f} ms, "
+            f"memory {row['memory_ms']:.2f} ms")
+
+
+def markdown(rows):
+    head = ("| case | thr | MiB | posenc ms | memory ms | numpy ms | torch ms "
+            "| posenc/memory | numpy/posenc | torch/posenc |\n"
+            "|---|---|---|---|---|---|---|---|---|---|\n")
+    lines = []
+    for r in rows:
+        lines.append(
+            f"| {r['case']} | {r['threads']} | {r['bytes'] / 2**20:.0f} | {r['posenc_ms']:.2f} "
+            f"| {r['memory_ms']:.2f} | {fmt(r['numpy_ms'], '.1f')} | {fmt(r['torch_ms'], '.2f')} "
+            f"| {r['vs_memory']:.2f}x | {fmt(r['numpy_speedup'], '.1f')}x "
+            f"| {fmt(r['torch_speedup'], '.2f')}x |"
+        )
+    return head + "\n".join(lines) + "\n"
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="smaller sizes, fewer repeats")
+    parser.add_argument("-k", action="append", default=[], help="only groups containing this")
+    parser.add_argument("--threads", default="1,2", help="comma-separated thread counts")
+    parser.add_argument("--repeats", type=int, default=None)
+    parser.add_argument("--json", metavar="PATH", help="also write the rows as JSON")
+    parser.add_argument("--no-torch", action="store_true", help="leave PyTorch out")
+    args = parser.parse_args(argv)
+    threads = [int(t) for t in args.threads.split(",")]
+    repeats = args.repeats or (5 if args.quick else 15)
+    torch_ok = torch is not None and not args.no_torch
+    rows = run(args.k, threads, repeats, args.quick, torch_ok)
+    info = {**posenc.config(), "machine": platform.machine(), "cpus": os.cpu_count(),
+            "torch": torch.__version__ if torch_ok else None, "quick": args.quick}
+    print(f"posenc {info['posenc']}, simd {info['simd']}, numpy {info['numpy']}, "
+          f"torch {info['torch']}, {info['cpus']} cpus\n")
+    print(markdown(rows))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"config": info, "rows": rows}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,55 @@
+"""Fixtures shared by the tests: both SIMD paths, one and two threads."""
+
+import os
+
+import numpy as np
+import pytest
+
+import posenc
+from posenc import _core
+
+SIMD_PATHS = ["scalar"] + (["avx2"] if _core.simd_cpu() == "avx2" else [])
+
+
+def pytest_report_header(config):
+    cfg = posenc.config()
+    return [
+        f"posenc {cfg['posenc']} from {os.path.dirname(posenc.__file__)}",
+        f"simd {cfg['simd']} (cpu {cfg['simd_cpu']}), openmp {cfg['openmp']}, "
+        f"threads {cfg['threads']}, numpy {cfg['numpy']}",
+    ]
+
+
+@pytest.fixture(params=SIMD_PATHS)
+def simd(request):
+    """Run the test on each SIMD path this CPU has (the portable one always)."""
+    before = _core.simd_path()
+    assert _core.set_simd(request.param) == request.param
+    yield request.param
+    _core.set_simd(before)
+
+
+@pytest.fixture(params=[1, 2])
+def threads(request):
+    """Run the test with one and with two OpenMP threads."""
+    posenc.set_num_threads(request.param)
+    yield request.param
+    posenc.set_num_threads(0)
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(20201116)
+
+
+def _ulp_distance(actual, exact, dtype):
+    """|actual - exact| in units of the last place of `dtype` at `exact`."""
+    exact = np.asarray(exact, dtype=np.float64)
+    spacing = np.spacing(np.abs(exact).astype(dtype)).astype(np.float64)
+    return np.abs(np.asarray(actual, dtype=np.float64) - exact) / spacing
+
+
+@pytest.fixture
+def ulp_distance():
+    """ulp_distance(actual, exact, dtype): elementwise error in ulps of dtype."""
+    return _ulp_distance
