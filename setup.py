@@ -53,7 +53,9 @@ class BuildExt(build_ext):
             ]
             omp = ["-fopenmp"]
             if not os.environ.get("POSENC_NO_OPENMP") and _compiler_accepts(
-                self.compiler, omp, "#include <omp.h>\nint main(void){return omp_get_max_threads()<0;}\n"
+                self.compiler,
+                omp,
+                "#include <omp.h>\nint main(void){return omp_get_max_threads()<0;}\n",
             ):
                 ext.extra_compile_args += omp
                 ext.extra_link_args += omp
@@ -61,8 +63,12 @@ class BuildExt(build_ext):
                 print("posenc: building without OpenMP", file=sys.stderr)
             sanitize = os.environ.get("POSENC_SANITIZE")
             if sanitize:
-                flags = [f"-fsanitize={sanitize}", "-fno-omit-frame-pointer", "-g",
-                         "-fno-sanitize-recover=all"]
+                flags = [
+                    f"-fsanitize={sanitize}",
+                    "-fno-omit-frame-pointer",
+                    "-g",
+                    "-fno-sanitize-recover=all",
+                ]
                 ext.extra_compile_args += flags + ["-O1"]
                 ext.extra_link_args += flags
         super().build_extensions()

@@ -172,14 +172,24 @@ def run(selected, threads, repeats, quick, torch_ok):
                 posenc.set_num_threads(nt)
                 if torch_ok:
                     torch.set_num_threads(nt)
-                row = {"group": group, "case": c.name, "threads": nt, "bytes": c.nbytes,
-                       "note": c.note, **c.extra}
+                row = {
+                    "group": group,
+                    "case": c.name,
+                    "threads": nt,
+                    "bytes": c.nbytes,
+                    "note": c.note,
+                    **c.extra,
+                }
                 row["posenc_ms"] = timeit(c.posenc, repeats) * 1e3
                 row["memory_ms"] = timeit(c.memory, repeats) * 1e3
-                row["numpy_ms"] = (timeit(c.numpy, max(3, repeats // 4)) * 1e3
-                                   if c.numpy is not None and nt == threads[0] else None)
-                row["torch_ms"] = (timeit(c.torch, repeats) * 1e3
-                                   if c.torch is not None and torch_ok else None)
+                row["numpy_ms"] = (
+                    timeit(c.numpy, max(3, repeats // 4)) * 1e3
+                    if c.numpy is not None and nt == threads[0]
+                    else None
+                )
+                row["torch_ms"] = (
+                    timeit(c.torch, repeats) * 1e3 if c.torch is not None and torch_ok else None
+                )
                 rows.append(row)
                 print(format_row(row), file=sys.stderr, flush=True)
     posenc.set_num_threads(0)
@@ -201,14 +211,18 @@ def fmt(x, spec):
 
 
 def format_row(row):
-    return (f"{row['case']} [{row['threads']} thr]: posenc {row['posenc_ms']:.2f} ms, "
-            f"memory {row['memory_ms']:.2f} ms")
+    return (
+        f"{row['case']} [{row['threads']} thr]: posenc {row['posenc_ms']:.2f} ms, "
+        f"memory {row['memory_ms']:.2f} ms"
+    )
 
 
 def markdown(rows):
-    head = ("| case | thr | MiB | posenc ms | memory ms | numpy ms | torch ms "
-            "| posenc/memory | numpy/posenc | torch/posenc |\n"
-            "|---|---|---|---|---|---|---|---|---|---|\n")
+    head = (
+        "| case | thr | MiB | posenc ms | memory ms | numpy ms | torch ms "
+        "| posenc/memory | numpy/posenc | torch/posenc |\n"
+        "|---|---|---|---|---|---|---|---|---|---|\n"
+    )
     lines = []
     for r in rows:
         lines.append(
@@ -221,8 +235,9 @@ def markdown(rows):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--quick", action="store_true", help="smaller sizes, fewer repeats")
     parser.add_argument("-k", action="append", default=[], help="only groups containing this")
     parser.add_argument("--threads", default="1,2", help="comma-separated thread counts")
@@ -234,10 +249,17 @@ def main(argv=None):
     repeats = args.repeats or (5 if args.quick else 15)
     torch_ok = torch is not None and not args.no_torch
     rows = run(args.k, threads, repeats, args.quick, torch_ok)
-    info = {**posenc.config(), "machine": platform.machine(), "cpus": os.cpu_count(),
-            "torch": torch.__version__ if torch_ok else None, "quick": args.quick}
-    print(f"posenc {info['posenc']}, simd {info['simd']}, numpy {info['numpy']}, "
-          f"torch {info['torch']}, {info['cpus']} cpus\n")
+    info = {
+        **posenc.config(),
+        "machine": platform.machine(),
+        "cpus": os.cpu_count(),
+        "torch": torch.__version__ if torch_ok else None,
+        "quick": args.quick,
+    }
+    print(
+        f"posenc {info['posenc']}, simd {info['simd']}, numpy {info['numpy']}, "
+        f"torch {info['torch']}, {info['cpus']} cpus\n"
+    )
     print(markdown(rows))
     if args.json:
         with open(args.json, "w") as f:

@@ -40,7 +40,8 @@ def even_dim(value, name):
 
 def real(value, name, *, positive=False, minimum=None):
     """A finite real number (not bool) as a Python float."""
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (Real, np.integer, np.floating)):
+    real_types = (Real, np.integer, np.floating)
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, real_types):
         raise TypeError(f"{name} must be a real number, not {type(value).__name__}")
     value = float(value)
     if not np.isfinite(value):
@@ -152,7 +153,7 @@ def rows_view(arr):
         row_stride = d * arr.itemsize
     else:
         row_stride = lead[-1][1]
-        for (n_outer, s_outer), (n_inner, s_inner) in zip(lead[:-1], lead[1:]):
+        for (_, s_outer), (n_inner, s_inner) in zip(lead[:-1], lead[1:]):
             if s_outer != s_inner * n_inner:
                 return None
     return np.lib.stride_tricks.as_strided(

@@ -16,12 +16,35 @@ def _positions(positions):
     return np.asarray(positions, dtype=np.float64)
 
 
+def _split(a):
+    """Dekker's split of float64 `a` into two halves of 26 bits."""
+    t = a * 134217729.0  # 2**27 + 1
+    hi = t - (t - a)
+    return hi, a - hi
+
+
+def exact_sincos(p, w):
+    """sin and cos of the exact product p * w (broadcast), in float64.
+
+    The rounded product x = p * w can be off by half an ulp of x (1e-9 at
+    x ~ 2**24), many float32 ulps of a sine near a zero crossing.  Its error
+    e = p*w - x is exact by Dekker's two-product, and sin(x + e) =
+    sin(x) + e cos(x) to float64 precision since |e| < 1e-8.
+    """
+    p, w = np.broadcast_arrays(np.asarray(p, np.float64), np.asarray(w, np.float64))
+    x = p * w
+    ph, pl = _split(p)
+    wh, wl = _split(w)
+    e = ((ph * wh - x) + ph * wl + pl * wh) + pl * wl
+    sin, cos = np.sin(x), np.cos(x)
+    return sin + e * cos, cos - e * sin
+
+
 def sinusoid(positions, dim, *, base=10000.0, layout="interleaved", dtype=None, out=None):
-    """PE[p, 2i] = sin(p / base**(2i/dim)), PE[p, 2i+1] = cos(same)."""
+    """PE[p, 2i] = sin(p * w_i), PE[p, 2i+1] = cos(p * w_i), w_i = 1 / base**(2i/dim)."""
     p = _positions(positions)
     inv_freq = 1.0 / (base ** (np.arange(0, dim, 2, dtype=np.float64) / dim))
-    angle = p[..., None] * inv_freq
-    sin, cos = np.sin(angle), np.cos(angle)
+    sin, cos = exact_sincos(p[..., None], inv_freq)
     if layout == "interleaved":
         table = np.stack([sin, cos], axis=-1).reshape(p.shape + (dim,))
     else:

@@ -11,14 +11,17 @@
  * the rows between by rotating the previous one by the step's angle (two
  * multiplies and two multiply-adds per pair, in float64).  The rotations add
  * ~1e-16 per step to a value that is then rounded to float32 or float16, so
- * those tables stay within 1 ulp of the float64 value; float64 tables, and
- * positions that are not evenly spaced, are computed directly.
+ * those tables stay within 1 ulp of sin and cos of the exact angle (a value
+ * that comes out very small, where that would not hold, is recomputed
+ * directly); float64 tables, and positions that are not evenly spaced, are
+ * computed directly.
  *
  * The AVX2 path goes through a block row by row, so that the stores are
  * sequential, with the rotating state of a row in two small L1 buffers; the
  * portable path does the same arithmetic one column at a time, so both give
  * the same bits.  Blocks of rows are shared among OpenMP threads.
  */
+#include <math.h>
 #include <stdlib.h>
 
 #include "pe.h"
@@ -56,12 +59,19 @@ static inline void store1(char *row, ptrdiff_t j, ptrdiff_t half, int layout, in
     }
 }
 
-/* (s, c) at angle a becomes (s, c) at a + delta; sd, cd: sin, cos of delta. */
-static inline void rotate1(double *s, double *c, double sd, double cd)
+/* Rotation keeps the absolute error below ~2**-46 over PE_ANCHOR steps; a
+ * value smaller than this in magnitude would lose relative accuracy, so it
+ * is recomputed directly (a sine near a zero crossing, rarely). */
+#define PE_ROTATE_MIN 0x1p-19
+
+/* (s, c) at angle a becomes (s, c) at a + delta; sd, cd: sin, cos of delta.
+ * Returns 0 when either result is too small to keep. */
+static inline int rotate1(double *s, double *c, double sd, double cd)
 {
     double s0 = *s, c0 = *c;
     *s = fma(s0, cd, c0 * sd);
     *c = fma(c0, cd, -(s0 * sd));
+    return fabs(*s) >= PE_ROTATE_MIN && fabs(*c) >= PE_ROTATE_MIN;
 }
 
 /* Columns [j0, j1) of rows [r0, r1): direct, or rotated from row r0 by
@@ -73,10 +83,8 @@ static void block_scalar(const double *pos, ptrdiff_t r0, ptrdiff_t r1, const do
     for (ptrdiff_t j = j0; j < j1; ++j) {
         double s = 0.0, c = 1.0;
         for (ptrdiff_t r = r0; r < r1; ++r) {
-            if (r == r0 || sdv == NULL)
-                pe_sincos1(pos[r] * freq[j], &s, &c);
-            else
-                rotate1(&s, &c, sdv[j], cdv[j]);
+            if (r == r0 || sdv == NULL || !rotate1(&s, &c, sdv[j], cdv[j]))
+                pe_sincos1_prod(pos[r], freq[j], &s, &c);
             store1(out + r * row_stride, j, half, layout, dtype, s, c);
         }
     }
@@ -130,11 +138,11 @@ rotated_rows_avx2(const double *pos, ptrdiff_t r0, ptrdiff_t r1, const double *s
                   const int layout, const int dtype, char *out, ptrdiff_t row_stride, double *sbuf,
                   double *cbuf)
 {
-    const __m256d neg = _mm256_set1_pd(-0.0);
+    const __m256d neg = _mm256_set1_pd(-0.0), tiny = _mm256_set1_pd(PE_ROTATE_MIN);
     char *row = out + r0 * row_stride;
     for (ptrdiff_t j = ja; j < jb; j += 4) {
         __m256d s, c;
-        pe_sincos4(_mm256_mul_pd(_mm256_set1_pd(pos[r0]), _mm256_loadu_pd(freq + j)), &s, &c);
+        pe_sincos4_prod(_mm256_set1_pd(pos[r0]), _mm256_loadu_pd(freq + j), &s, &c);
         _mm256_storeu_pd(sbuf + j - ja, s);
         _mm256_storeu_pd(cbuf + j - ja, c);
         store4(row, j, half, layout, dtype, s, c);
@@ -146,6 +154,14 @@ rotated_rows_avx2(const double *pos, ptrdiff_t r0, ptrdiff_t r1, const double *s
             __m256d sd = _mm256_loadu_pd(sdv + j), cd = _mm256_loadu_pd(cdv + j);
             __m256d s = _mm256_fmadd_pd(s0, cd, _mm256_mul_pd(c0, sd));
             __m256d c = _mm256_fmadd_pd(c0, cd, _mm256_xor_pd(_mm256_mul_pd(s0, sd), neg));
+            __m256d small = _mm256_or_pd(_mm256_cmp_pd(_mm256_andnot_pd(neg, s), tiny, _CMP_LT_OQ),
+                                         _mm256_cmp_pd(_mm256_andnot_pd(neg, c), tiny, _CMP_LT_OQ));
+            if (_mm256_movemask_pd(small)) { /* as rotate1: those lanes directly */
+                __m256d se, ce;
+                pe_sincos4_prod(_mm256_set1_pd(pos[r]), _mm256_loadu_pd(freq + j), &se, &ce);
+                s = _mm256_blendv_pd(s, se, small);
+                c = _mm256_blendv_pd(c, ce, small);
+            }
             _mm256_storeu_pd(sbuf + j - ja, s);
             _mm256_storeu_pd(cbuf + j - ja, c);
             store4(row, j, half, layout, dtype, s, c);
@@ -165,7 +181,7 @@ block_avx2_impl(const double *pos, ptrdiff_t r0, ptrdiff_t r1, const double *sdv
         for (; j + 4 <= half; j += 4) {
             __m256d w = _mm256_loadu_pd(freq + j), s, c;
             for (ptrdiff_t r = r0; r < r1; ++r) {
-                pe_sincos4(_mm256_mul_pd(_mm256_set1_pd(pos[r]), w), &s, &c);
+                pe_sincos4_prod(_mm256_set1_pd(pos[r]), w, &s, &c);
                 store4(out + r * row_stride, j, half, layout, dtype, s, c);
             }
         }
@@ -203,16 +219,20 @@ PE_TARGET_AVX2 static void block_avx2(const double *pos, ptrdiff_t r0, ptrdiff_t
 }
 #endif
 
-/* Whether pos is an arithmetic progression (every difference the same, as
- * computed), and its step. */
+/* Whether pos is an arithmetic progression: every difference the same and
+ * exact (its rounding error, by Knuth's two-sum, is zero), so that rotating
+ * by the step's angle lands on each position exactly. */
 static int progression(const double *pos, ptrdiff_t n, double *step)
 {
     if (n < 2)
         return 0;
     double d = pos[1] - pos[0];
-    for (ptrdiff_t r = 2; r < n; ++r)
-        if (pos[r] - pos[r - 1] != d)
+    for (ptrdiff_t r = 1; r < n; ++r) {
+        double a = pos[r], b = -pos[r - 1], sum = a + b;
+        double a1 = sum - b, b1 = sum - a1;
+        if (sum != d || (a - a1) + (b - b1) != 0.0)
             return 0;
+    }
     *step = d;
     return 1;
 }
