@@ -1,0 +1,103 @@
+"""A bounded fuzzer over the argument space of every public function.
+
+    python tests/fuzz_api.py --seconds 60 [--seed 0]
+
+Each round picks a function and calls it with arguments drawn from a pool of
+awkward values (wrong types, NaN and infinities, huge and negative sizes,
+empty, zero-d, strided, byte-swapped, read-only and object arrays, ...),
+positionally and by keyword.  Every call must return or raise TypeError or
+ValueError (MemoryError only for sizes that cannot be allocated); anything
+else, or a crash of the process, is a failure.  CI runs it on the build with
+AddressSanitizer and UndefinedBehaviorSanitizer, where a memory error aborts
+the run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+import traceback
+
+import numpy as np
+
+import posenc
+
+
+def value_pool(rng):
+    """Candidate values for any argument."""
+    base = rng.standard_normal(24) * 100
+    pool = [
+        None, True, False, 0, 1, 2, 3, 4, 7, 8, 16, 64, -1, -2, 2**62, -(2**63), 2**70,
+        0.0, -0.0, 0.5, 2.5, 1e308, -1e308, float("nan"), float("inf"), float("-inf"),
+        np.int64(6), np.float32(2.0), np.float16(1.0), 1 + 2j, "", "a", "float32", "half",
+        "interleaved", "concat", "float16", "float64", "int8", b"x", [], [1, 2], [[1.0]],
+        {}, {"rope_type": "linear"}, (2, 2), object(), slice(1), np.dtype("f4"),
+        np.array(3.0), np.array([]), np.zeros((0, 4)), base, base.astype(np.float32),
+        base.astype(np.float16), base.astype(">f8"), base.astype(np.int32),
+        base.astype(np.uint8), base.astype(bool), base.astype(complex), base[::-3],
+        base.reshape(4, 6), base.reshape(4, 6).T, base.reshape(2, 3, 4),
+        base.reshape(2, 3, 4)[:, ::-1], np.broadcast_to(base[:6], (4, 6)),
+        np.full((4, 6), np.nan), np.array(["x", "y"]), np.array([1, "a"], dtype=object),
+        np.zeros((4, 6), np.float32), np.zeros((6, 4), np.float64), np.zeros((2, 4, 4)),
+        np.zeros((1, 2, 4, 8), np.float32), np.zeros((1, 2, 4, 8), np.float16),
+    ]
+    ro = np.zeros((4, 6), np.float32)
+    ro.flags.writeable = False
+    pool.append(ro)
+    return pool
+
+
+# name -> (function, positional parameter names, keyword names)
+TARGETS = {
+    "sinusoid": (posenc.sinusoid, ["positions", "dim"], ["base", "layout", "dtype", "out"]),
+    "set_num_threads": (posenc.set_num_threads, ["n"], []),
+}
+
+
+def fuzz(seconds, seed):
+    rng = np.random.default_rng(seed)
+    pool = value_pool(rng)
+    names = sorted(TARGETS)
+    deadline = time.monotonic() + seconds
+    calls = 0
+    counts = {}
+    while time.monotonic() < deadline:
+        name = names[rng.integers(len(names))]
+        fn, positional, keywords = TARGETS[name]
+        args = [pool[rng.integers(len(pool))] for _ in positional]
+        # sometimes keep the leading arguments valid, to reach deeper checks
+        if rng.random() < 0.5 and name == "sinusoid":
+            args = [int(rng.integers(0, 9)), 2 * int(rng.integers(1, 9))][: len(args)]
+        kwargs = {k: pool[rng.integers(len(pool))] for k in keywords if rng.random() < 0.3}
+        try:
+            fn(*args, **kwargs)
+            kind = "ok"
+        except (TypeError, ValueError) as exc:
+            kind = type(exc).__name__
+        except MemoryError:
+            kind = "MemoryError"
+        except Exception:
+            print(f"{name}(*{args!r}, **{kwargs!r}) raised:", file=sys.stderr)
+            traceback.print_exc()
+            return 1
+        finally:
+            posenc.set_num_threads(0)
+        calls += 1
+        counts[(name, kind)] = counts.get((name, kind), 0) + 1
+    for (name, kind), n in sorted(counts.items()):
+        print(f"{name:24s} {kind:14s} {n}")
+    print(f"{calls} calls in {seconds} s, no failure")
+    return 0
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--seconds", type=float, default=30.0)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    return fuzz(args.seconds, args.seed)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
