@@ -38,7 +38,7 @@ def strided_views(draw, dtype_strategy=NUMERIC, max_dims=3, elements=None):
         return base[tuple(slice(None, None, s) for s in steps)]
     if how == "transpose":
         return base.T
-    if how == "broadcast" and base.size:
+    if how == "broadcast" and base.ndim and base.size:
         return np.broadcast_to(base[:1], (3,) + base.shape[1:])
     return base
 
