@@ -14,8 +14,10 @@ from posenc import _core, reference
 
 DTYPES = ["float32", "float64", "float16"]
 LAYOUTS = ["interleaved", "concat"]
-# allowed error against the float64 value, in ulps of the output dtype
-ULPS = {"float16": 1, "float32": 1, "float64": 2}
+# allowed difference from the NumPy reference, in ulps of the output dtype.
+# float64: the reference's own np.sin/np.cos may be up to ~4 ulp off (NumPy 1.x
+# on AVX-512 CPUs); posenc's 2-ulp bound is checked against 200-bit values below.
+ULPS = {"float16": 1, "float32": 1, "float64": 4}
 
 
 def frequencies(dim, base=10000.0):
