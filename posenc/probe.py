@@ -931,8 +931,9 @@ def _torch_load(path):
     try:
         obj = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # torch raises many kinds for a file it cannot read
-        message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ValueError(f"source: cannot read {path} with torch.load: {message}") from exc
+        lines = str(exc).strip().splitlines()
+        message = f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
+        raise ValueError(f"source: cannot read {path} with torch.load ({message})") from exc
     if not isinstance(obj, Mapping):
         if hasattr(obj, "shape"):
             return {"": obj}
@@ -1012,11 +1013,13 @@ def _select(tensors, key, where):
         return tensors[keys[0]], keys[0]
     if found:
         raise ValueError(
-            f"{where} holds several position tables ({', '.join(found)}); pass key= to choose"
+            f"{where} holds several position tables ({', '.join(found)}); "
+            "choose one with key (--key on the command line)"
         )
     raise ValueError(
         f"no position-embedding table found in {where} (looked for keys ending in "
-        f"{', '.join(KNOWN_KEYS)}); pass key=. Keys seen: {_list_keys(keys)}"
+        f"{', '.join(KNOWN_KEYS)}); name it with key (--key on the command line). "
+        f"Keys seen: {_list_keys(keys)}"
     )
 
 
