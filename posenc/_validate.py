@@ -40,9 +40,7 @@ def even_dim(value, name):
 
 def real(value, name, *, positive=False, minimum=None):
     """A finite real number (not bool) as a Python float."""
-    if isinstance(value, (bool, np.bool_)) or not isinstance(
-        value, (Real, np.integer, np.floating)
-    ):
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (Real, np.integer, np.floating)):
         raise TypeError(f"{name} must be a real number, not {type(value).__name__}")
     value = float(value)
     if not np.isfinite(value):
