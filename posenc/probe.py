@@ -709,7 +709,7 @@ class ProbeReport:
         grid = fig.add_gridspec(2, 2)
 
         ax = fig.add_subplot(grid[0, 0])
-        im = ax.imshow(self.cosine, cmap="RdBu_r", vmin=-1, vmax=1, interpolation="nearest")
+        im = ax.imshow(self.cosine, cmap="RdBu_r", vmin=-1, vmax=1)
         ax.set_title("cosine similarity between positions")
         ax.set_xlabel("position")
         ax.set_ylabel("position")
@@ -777,8 +777,9 @@ class ProbeReport:
                 ax.scatter(seeds, values[:, f], s=10, color="C0", alpha=0.6)
             ax.plot(seeds, values.mean(axis=1), "_", color="C3", markersize=14, mew=2)
             ax.axhline(total * scale, color="C3", linewidth=0.8, linestyle="--")
-            low, high = values.min(), values.max()
-            ax.set_ylim(min(0.0, low), high * 1.08 if high > 0 else 1.0)
+            low, high = min(0.0, values.min()), values.max()
+            span = high - low if high > low else 1.0  # all zero: a scale of one unit
+            ax.set_ylim(low - 0.04 * span, max(high, low + span) + 0.08 * span)
             ax.set_title(f"per fold: {label}")
             ax.set_xlabel("seed")
             ax.set_xticks(seeds if len(seeds) <= 12 else seeds[:: max(1, len(seeds) // 10)])
