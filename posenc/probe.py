@@ -59,15 +59,15 @@ __all__ = [
 
 @dataclass(frozen=True)
 class PublishedRow:
-    """One row of Wang & Chen's Tables 1 and 2 (linear probes, 512 x 768)."""
+    """One published row of Wang & Chen's linear probes (512 positions x 768 dims)."""
 
     embedding: str
     mae: float
     error_rate: float
 
 
-#: The published figures: absolute-position MAE (Table 1, linear regression)
-#: and relative-order error rate (Table 2, logistic regression), 512 positions.
+#: The published figures: absolute-position MAE (linear regression) and
+#: relative-order error rate (logistic regression), 512 positions.
 PUBLISHED = (
     PublishedRow("BERT", 34.14, 0.1972),
     PublishedRow("RoBERTa", 6.06, 0.0723),

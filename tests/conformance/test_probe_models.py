@@ -131,11 +131,13 @@ def test_load_returns_the_position_weight_of_gpt2_bert_and_bart_models(transform
         intermediate_size=32,
         max_position_embeddings=40,
     )
+    gpt2_model, gpt2_lm = transformers.GPT2Model(gpt2), transformers.GPT2LMHeadModel(gpt2)
+    bert_model, bert_mlm = transformers.BertModel(bert), transformers.BertForMaskedLM(bert)
     for model, weight in (
-        (m := transformers.GPT2Model(gpt2), m.wpe.weight),
-        (m := transformers.GPT2LMHeadModel(gpt2), m.transformer.wpe.weight),
-        (m := transformers.BertModel(bert), m.embeddings.position_embeddings.weight),
-        (m := transformers.BertForMaskedLM(bert), m.bert.embeddings.position_embeddings.weight),
+        (gpt2_model, gpt2_model.wpe.weight),
+        (gpt2_lm, gpt2_lm.transformer.wpe.weight),
+        (bert_model, bert_model.embeddings.position_embeddings.weight),
+        (bert_mlm, bert_mlm.bert.embeddings.position_embeddings.weight),
     ):
         expected = weight.detach().numpy()
         np.testing.assert_array_equal(probe.load_position_embeddings(model), expected)
