@@ -4,11 +4,15 @@ Encodings (NumPy arrays in, NumPy arrays out):
 
 - :func:`sinusoid`: the absolute sinusoidal table of Vaswani et al.
 
+Analyses (:mod:`posenc.probe`): what a position embedding has learned, after
+Wang & Chen, "What Do Position Embeddings Learn?" (EMNLP 2020).
+
 Configuration: :func:`show_config`, :func:`set_num_threads`,
 :func:`get_num_threads`.  The pure-NumPy twin of every kernel is in
 :mod:`posenc.reference`.
 """
 
+from . import probe, reference
 from ._config import config, get_num_threads, set_num_threads, show_config, simd_path
 from ._version import __version__
 from .absolute import sinusoid
@@ -21,6 +25,8 @@ __all__ = [
     "__version__",
     "config",
     "get_num_threads",
+    "probe",
+    "reference",
     "set_num_threads",
     "show_config",
     "simd_path",
