@@ -220,12 +220,12 @@ def bias_views(arr):
     overlap; leading axes are merged into one batch axis where their strides
     allow, else the array is split along the outer leading axes.
     """
+    if arr.size == 0:
+        return []
     if not arr.dtype.isnative or not arr.flags.aligned or not arr.flags.writeable:
         return None
     if arr.shape[-1] > 1 and arr.strides[-1] != arr.itemsize:
         return None
-    if arr.size == 0:
-        return []
     if self_overlaps(arr):
         return None
     lead = [(n, s) for n, s in zip(arr.shape[:-3], arr.strides[:-3]) if n != 1]
