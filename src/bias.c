@@ -130,6 +130,26 @@ PE_TARGET_AVX2 static void add_row_avx2(char *dst, const char *src, ptrdiff_t n,
     add_row_scalar(dst + j * isz, src + j * isz, n - j, dtype);
 }
 
+/* A row copy with plain vector stores (memcpy's "rep movsb" for rows of a
+ * few KiB is slower than this on some CPUs). */
+PE_TARGET_AVX2 static void copy_row_avx2(char *dst, const char *src, size_t nbytes)
+{
+    size_t b = 0;
+    for (; b + 128 <= nbytes; b += 128) {
+        __m256i v0 = _mm256_loadu_si256((const __m256i *)(src + b));
+        __m256i v1 = _mm256_loadu_si256((const __m256i *)(src + b + 32));
+        __m256i v2 = _mm256_loadu_si256((const __m256i *)(src + b + 64));
+        __m256i v3 = _mm256_loadu_si256((const __m256i *)(src + b + 96));
+        _mm256_storeu_si256((__m256i *)(dst + b), v0);
+        _mm256_storeu_si256((__m256i *)(dst + b + 32), v1);
+        _mm256_storeu_si256((__m256i *)(dst + b + 64), v2);
+        _mm256_storeu_si256((__m256i *)(dst + b + 96), v3);
+    }
+    for (; b + 32 <= nbytes; b += 32)
+        _mm256_storeu_si256((__m256i *)(dst + b), _mm256_loadu_si256((const __m256i *)(src + b)));
+    memcpy(dst + b, src + b, nbytes - b);
+}
+
 /* memcpy with non-temporal stores for the aligned middle of the row. */
 PE_TARGET_AVX2 static void stream_row_avx2(char *dst, const char *src, size_t nbytes)
 {
@@ -167,9 +187,12 @@ static void toeplitz_rows(const struct pe_bias_dst *d, const char *vals, ptrdiff
     int parallel = nthreads > 1 && nrows > 1 && nrows * k >= PE_PARALLEL_MIN;
     int avx2 = pe_use_avx2();
     int stream = avx2 && !add && (size_t)nrows * (size_t)k * isz >= PE_STREAM_MIN;
+    /* chunks of ~64 KiB handed out dynamically: on a busy machine a thread
+     * that lost its core does not hold the others up */
+    ptrdiff_t chunk = (ptrdiff_t)(((size_t)64 << 10) / ((size_t)k * isz + 1)) + 1;
 #pragma omp parallel num_threads(nthreads) if (parallel)
     {
-#pragma omp for schedule(static)
+#pragma omp for schedule(dynamic, chunk)
         for (ptrdiff_t r = 0; r < nrows; ++r) {
             ptrdiff_t b = r / hq, h = (r / q) % d->heads, i = r % q;
             char *row = d->data + b * d->stride_b + h * d->stride_h + i * d->stride_q;
@@ -181,7 +204,7 @@ static void toeplitz_rows(const struct pe_bias_dst *d, const char *vals, ptrdiff
                 else if (stream)
                     stream_row_avx2(row, src, (size_t)k * isz);
                 else
-                    memcpy(row, src, (size_t)k * isz);
+                    copy_row_avx2(row, src, (size_t)k * isz);
                 continue;
             }
 #endif
