@@ -240,8 +240,11 @@ int pe_alibi(const double *slopes, int causal, int64_t q_offset, const struct pe
     char *vals = malloc((size_t)heads * (size_t)vlen * itemsize_of(dst->dtype));
     if (vals == NULL)
         return -1;
-    for (ptrdiff_t h = 0; h < heads; ++h) {
-        for (ptrdiff_t t = 0; t < vlen; ++t) {
+    /* long vectors (a decoding step over a long cache) are most of the work */
+    int parallel = nthreads > 1 && heads * vlen >= PE_PARALLEL_MIN;
+#pragma omp parallel for schedule(static) num_threads(nthreads) if (parallel)
+    for (ptrdiff_t t = 0; t < vlen; ++t) {
+        for (ptrdiff_t h = 0; h < heads; ++h) {
             int64_t dist = distance_at(t, dst->q_len, q_offset);
             /* slope * (j - qpos): +0.0 on the diagonal for a positive slope */
             double v;
@@ -388,6 +391,8 @@ int pe_t5_bias(const void *table, int table_dtype, ptrdiff_t num_buckets, int bi
         return -1;
     }
     /* one bucket per distinct distance, then a gather of the table's row */
+    int parallel = nthreads > 1 && heads * vlen >= PE_PARALLEL_MIN;
+#pragma omp parallel for schedule(static) num_threads(nthreads) if (parallel)
     for (ptrdiff_t t = 0; t < vlen; ++t) {
         int64_t b = t5_bucket(&p, distance_at(t, dst->q_len, q_offset));
         for (ptrdiff_t h = 0; h < heads; ++h)

@@ -66,6 +66,7 @@ ALIBI_SHAPES = [
     (4, 96, 100, None),  # queries are the newest 96 of 100 keys
     (3, 97, 97, None),
     (5, 1, 2049, None),  # one decoding step
+    (8, 2, 5000, None),  # long enough for the threads to share the per-head vectors
     (2, 40, 33, 0),  # more queries than keys, at an explicit offset
     (6, 17, 50, -9),  # queries before the first key
     (1, 64, 640, 1000),  # queries after the last key
@@ -299,6 +300,7 @@ T5_SHAPES = [
     (96, 100, 0),
     (100, 80, 0),
     (1, 3000, 2999),  # one decoding step after a cache of 2999 tokens
+    (2, 8000, 7998),  # long enough for the threads to share the per-distance work
     (40, 400, -150),
     (20, 20, 500),
 ]
