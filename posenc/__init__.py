@@ -16,6 +16,7 @@ from .absolute import sinusoid
 # rotary position embedding
 
 # attention biases
+# isort: split
 from .bias import alibi_bias as alibi_bias
 from .bias import alibi_slopes as alibi_slopes
 from .bias import relative_position_bucket as relative_position_bucket

@@ -187,8 +187,8 @@ static void toeplitz_rows(const struct pe_bias_dst *d, const char *vals, ptrdiff
     int parallel = nthreads > 1 && nrows > 1 && nrows * k >= PE_PARALLEL_MIN;
     int avx2 = pe_use_avx2();
     int stream = avx2 && !add && (size_t)nrows * (size_t)k * isz >= PE_STREAM_MIN;
-    /* chunks of ~64 KiB handed out dynamically: on a busy machine a thread
-     * that lost its core does not hold the others up */
+    /* chunks of ~64 KiB handed out as threads ask: on a busy machine a
+     * thread that loses its core for a while leaves its share to the others */
     ptrdiff_t chunk = (ptrdiff_t)(((size_t)64 << 10) / ((size_t)k * isz + 1)) + 1;
 #pragma omp parallel num_threads(nthreads) if (parallel)
     {
