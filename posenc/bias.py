@@ -295,8 +295,9 @@ def t5_bias(table, q_len, k_len=None, *, bidirectional=True, max_distance=128, q
     if arr.ndim != 2:
         raise ValueError(f"table must be 2-dimensional (num_buckets, n_heads), not {arr.shape}")
     num_buckets, n_heads = arr.shape
-    if n_heads < 1:
-        raise ValueError("table must have at least one column (head)")
+    if num_buckets < 2 or n_heads < 1:
+        raise ValueError("table must have num_buckets >= 2 rows and at least one column (head), "
+                         f"not shape {arr.shape}")
     bidirectional = v.flag(bidirectional, "bidirectional")
     num_buckets, max_distance = _check_t5(bidirectional, num_buckets, max_distance)
     q_len, k_len = _lengths(q_len, k_len)
