@@ -156,6 +156,109 @@ def sinusoid_cases(quick):
 
 # ---------------------------------------------------------------- attention biases
 
+
+def _hf_alibi(n_heads, q_len, k_len):
+    """transformers' ALiBi for a causal model: BLOOM's build_alibi_tensor
+    (slope * key position, one row per head) broadcast over the queries, plus
+    the causal mask."""
+    closest = 2 ** int(np.floor(np.log2(n_heads)))
+    base = torch.tensor(2 ** (-(2 ** -(np.log2(closest) - 3))), dtype=torch.float32)
+    slopes = torch.pow(base, torch.arange(1, 1 + closest, dtype=torch.int32))
+    if closest != n_heads:
+        extra = torch.tensor(2 ** (-(2 ** -(np.log2(2 * closest) - 3))), dtype=torch.float32)
+        rest = torch.arange(1, 1 + 2 * (n_heads - closest), 2, dtype=torch.int32)
+        slopes = torch.cat([slopes, torch.pow(extra, rest)])
+    mask = torch.ones(1, k_len, dtype=torch.long)
+    positions = ((mask.cumsum(dim=-1) - 1) * mask)[:, None, :]
+    alibi = (slopes[..., None] * positions).reshape(n_heads, 1, k_len)
+    causal = torch.full((q_len, k_len), float("-inf")).triu(k_len - q_len + 1)
+    return alibi, causal
+
+
+def _hf_t5_bias(table, q_len, k_len):
+    """transformers' T5Attention.compute_bias: bucket the (q, k) relative
+    positions, look the buckets up, heads first."""
+    from transformers.models.t5.modeling_t5 import T5Attention
+
+    context = torch.arange(q_len, dtype=torch.long)[:, None]
+    memory = torch.arange(k_len, dtype=torch.long)[None, :]
+    buckets = T5Attention._relative_position_bucket(memory - context, bidirectional=True,
+                                                    num_buckets=table.shape[0],
+                                                    max_distance=128)
+    return torch.nn.functional.embedding(buckets, table).permute([2, 0, 1])
+
+
+@case("bias")
+def bias_cases(quick):
+    from posenc import reference
+
+    n_heads, n = (16, 1024) if quick else (16, 2048)
+    rng = np.random.default_rng(0)
+    table = rng.standard_normal((32, n_heads)).astype(np.float32)
+    try:  # the T5 comparison calls transformers' own bucketing
+        import transformers  # noqa: F401
+
+        have_hf = torch is not None
+    except ImportError:  # pragma: no cover - depends on the machine
+        have_hf = False
+    cases = []
+
+    out = np.empty((n_heads, n, n), np.float32)
+    if torch is not None:
+        def torch_alibi():
+            alibi, causal = _hf_alibi(n_heads, n, n)
+            return alibi + causal
+    cases.append(Case(
+        name=f"alibi_bias({n_heads}, {n}) float32, out=",
+        nbytes=out.nbytes,
+        posenc=lambda: posenc.alibi_bias(n_heads, n, out=out),
+        memory=lambda: out.fill(0.5),
+        numpy=lambda: reference.alibi_bias(n_heads, n),
+        torch=torch_alibi if torch is not None else None,
+        note="torch: BLOOM's build_alibi_tensor + causal mask, materialised",
+    ))
+
+    ttable = torch.from_numpy(table) if torch is not None else None
+    cases.append(Case(
+        name=f"t5_bias(({table.shape[0]}, {n_heads}) table, {n}) float32, out=",
+        nbytes=out.nbytes,
+        posenc=lambda: posenc.t5_bias(table, n, out=out),
+        memory=lambda: out.fill(0.5),
+        numpy=lambda: reference.t5_bias(table, n),
+        torch=(lambda: _hf_t5_bias(ttable, n, n).contiguous()) if have_hf else None,
+        note="torch: T5Attention's bucketing + embedding lookup, made contiguous",
+    ))
+
+    scores = rng.standard_normal((1, n_heads, n, n)).astype(np.float32)
+    alibi = posenc.alibi_bias(n_heads, n)
+    tscores = torch.from_numpy(scores.copy()) if torch is not None else None
+    if torch is not None:
+        def torch_alibi_add():
+            a, causal = _hf_alibi(n_heads, n, n)
+            return tscores.add_(a[None]).add_(causal)
+    cases.append(Case(
+        name=f"alibi_bias({n_heads}, {n}, scores=) float32 (1, {n_heads}, {n}, {n})",
+        nbytes=scores.nbytes,
+        posenc=lambda: posenc.alibi_bias(n_heads, n, scores=scores),
+        memory=lambda: np.add(scores, alibi, out=scores),
+        numpy=lambda: reference.alibi_bias(n_heads, n, scores=scores),
+        torch=torch_alibi_add if torch is not None else None,
+        note="memory: scores += precomputed bias; torch: scores += alibi (broadcast) + mask",
+    ))
+
+    t5 = posenc.t5_bias(table, n)
+    cases.append(Case(
+        name=f"t5_bias(({table.shape[0]}, {n_heads}) table, {n}, scores=) float32",
+        nbytes=scores.nbytes,
+        posenc=lambda: posenc.t5_bias(table, n, scores=scores),
+        memory=lambda: np.add(scores, t5, out=scores),
+        numpy=lambda: reference.t5_bias(table, n, scores=scores),
+        torch=(lambda: tscores.add_(_hf_t5_bias(ttable, n, n))) if have_hf else None,
+        note="memory: scores += precomputed bias; torch: scores += compute_bias(...)",
+    ))
+    return cases
+
+
 # (end of bias cases)
 
 

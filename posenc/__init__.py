@@ -20,6 +20,12 @@ from .absolute import sinusoid
 # rotary position embedding
 
 # attention biases
+# isort: split
+from .bias import alibi_bias as alibi_bias
+from .bias import alibi_slopes as alibi_slopes
+from .bias import relative_position_bucket as relative_position_bucket
+from .bias import relative_positions as relative_positions
+from .bias import t5_bias as t5_bias
 
 __all__ = [
     "__version__",

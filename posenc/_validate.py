@@ -192,4 +192,56 @@ def output(out, shape, dtype, name="out"):
 
 # ---- checks used by the attention biases ----
 
+
+def flag(value, name):
+    """A bool (Python or NumPy), as a Python bool."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be True or False, not {type(value).__name__}")
+    return bool(value)
+
+
+def self_overlaps(arr):
+    """Whether two elements of `arr` may share bytes (zero or interleaved
+    strides): axes sorted by |stride| must each step past the extent of the
+    ones inside them."""
+    extent = arr.itemsize
+    for stride, n in sorted((abs(s), n) for n, s in zip(arr.shape, arr.strides) if n > 1):
+        if stride < extent:
+            return True
+        extent = stride * n
+    return False
+
+
+def bias_views(arr):
+    """`arr` (..., heads, q, k) as 4-D ``(batch, heads, q, k)`` views that the
+    bias kernels write directly, without a copy, or None when they cannot.
+
+    The kernels take any strides on the outer axes but want the last axis
+    contiguous, native byte order, alignment and elements that do not
+    overlap; leading axes are merged into one batch axis where their strides
+    allow, else the array is split along the outer leading axes.
+    """
+    if arr.size == 0:
+        return []
+    if not arr.dtype.isnative or not arr.flags.aligned or not arr.flags.writeable:
+        return None
+    if arr.shape[-1] > 1 and arr.strides[-1] != arr.itemsize:
+        return None
+    if self_overlaps(arr):
+        return None
+    lead = [(n, s) for n, s in zip(arr.shape[:-3], arr.strides[:-3]) if n != 1]
+    merged = all(so == si * ni for (_, so), (ni, si) in zip(lead[:-1], lead[1:]))
+    if merged:
+        batch = 1
+        for n, _ in lead:
+            batch *= n
+        stride = lead[-1][1] if lead else 0
+        view = np.lib.stride_tricks.as_strided(
+            arr, shape=(batch,) + arr.shape[-3:], strides=(stride,) + arr.strides[-3:],
+            writeable=True,
+        )
+        return [view]
+    return [arr[idx] for idx in np.ndindex(arr.shape[:-4])]
+
+
 # (end of bias checks)

@@ -254,6 +254,203 @@ static PyObject *py_sinusoid(PyObject *self, PyObject *args)
 
 /* ---- attention biases (bias.c) ---- */
 
+/* 4-D (batch, heads, q, k) target of a bias kernel: an ndarray of the given
+ * type (-1: float16/32/64), rest as arg_array, q and k >= 1, and elements
+ * that do not overlap one another (the kernel writes each once, from
+ * several threads).  Fills *d; returns the array or NULL with an error. */
+static PyArrayObject *bias_target(PyObject *obj, const char *name, int typenum,
+                                  struct pe_bias_dst *d)
+{
+    PyArrayObject *a =
+        typenum < 0 ? arg_float_out(obj, name, 4) : arg_array(obj, name, typenum, 4, ARG_WRITE);
+    if (a == NULL)
+        return NULL;
+    if (PyArray_DIM(a, 2) < 1 || PyArray_DIM(a, 3) < 1 || PyArray_DIM(a, 1) < 1) {
+        PyErr_Format(PyExc_ValueError, "%s must have at least one head, query and key", name);
+        return NULL;
+    }
+    /* no overlap: outer axes sorted by |stride| each step past the extent
+     * of the ones inside them */
+    npy_intp ext = PyArray_DIM(a, 3) * PyArray_ITEMSIZE(a);
+    npy_intp st[3], n[3];
+    int m = 0;
+    for (int ax = 0; ax < 3; ++ax) {
+        if (PyArray_DIM(a, ax) > 1) {
+            npy_intp s = PyArray_STRIDE(a, ax);
+            st[m] = s < 0 ? -s : s;
+            n[m++] = PyArray_DIM(a, ax);
+        }
+    }
+    for (int x = 1; x < m; ++x)
+        for (int y = x; y > 0 && st[y] < st[y - 1]; --y) {
+            npy_intp ts = st[y], tn = n[y];
+            st[y] = st[y - 1], n[y] = n[y - 1];
+            st[y - 1] = ts, n[y - 1] = tn;
+        }
+    for (int x = 0; x < m; ++x) {
+        if (st[x] < ext) {
+            PyErr_Format(PyExc_ValueError, "%s must not have overlapping elements", name);
+            return NULL;
+        }
+        ext = st[x] * n[x];
+    }
+    d->data = PyArray_BYTES(a);
+    d->batch = PyArray_DIM(a, 0);
+    d->heads = PyArray_DIM(a, 1);
+    d->q_len = PyArray_DIM(a, 2);
+    d->k_len = PyArray_DIM(a, 3);
+    d->stride_b = PyArray_STRIDE(a, 0);
+    d->stride_h = PyArray_STRIDE(a, 1);
+    d->stride_q = PyArray_STRIDE(a, 2);
+    d->dtype = typenum == NPY_INT64 ? PE_BIAS_I64 : pe_dtype_of(a);
+    return a;
+}
+
+/* |q_offset| <= 2**53: every distance is then exact in float64. */
+static int check_q_offset(long long q_offset)
+{
+    if (q_offset < -(1LL << 53) || q_offset > (1LL << 53)) {
+        PyErr_SetString(PyExc_ValueError, "q_offset must be between -2**53 and 2**53");
+        return -1;
+    }
+    return 0;
+}
+
+/* T5's bucketing parameters, as pe_t5_buckets requires them. */
+static int check_t5(long long num_buckets, long long max_distance, int bidirectional)
+{
+    if (num_buckets < 2 || num_buckets > PE_T5_MAX_BUCKETS) {
+        PyErr_Format(PyExc_ValueError, "num_buckets must be between 2 and %d, got %lld",
+                     PE_T5_MAX_BUCKETS, num_buckets);
+        return -1;
+    }
+    long long exact = (bidirectional ? num_buckets / 2 : num_buckets) / 2;
+    if (max_distance > PE_T5_MAX_DISTANCE || max_distance < 1 ||
+        (exact > 0 && max_distance <= exact)) {
+        PyErr_Format(PyExc_ValueError,
+                     "max_distance must be greater than %lld (the exact buckets) and at most "
+                     "2**62, got %lld",
+                     exact > 0 ? exact : 0, max_distance);
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *py_alibi(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *slopes_o, *dst_o;
+    long long q_offset;
+    int causal, add;
+    if (!PyArg_ParseTuple(args, "OOLpp:alibi", &slopes_o, &dst_o, &q_offset, &causal, &add))
+        return NULL;
+    struct pe_bias_dst d;
+    PyArrayObject *slopes = arg_array(slopes_o, "slopes", NPY_DOUBLE, 1, ARG_CONTIGUOUS);
+    PyArrayObject *dst = slopes ? bias_target(dst_o, add ? "scores" : "out", -1, &d) : NULL;
+    if (dst == NULL || check_q_offset(q_offset) < 0)
+        return NULL;
+    if (PyArray_DIM(slopes, 0) != d.heads) {
+        PyErr_Format(PyExc_ValueError, "slopes must have %zd elements (one per head), not %zd",
+                     (Py_ssize_t)d.heads, (Py_ssize_t)PyArray_DIM(slopes, 0));
+        return NULL;
+    }
+    if (check_no_overlap(dst, "scores", slopes, "slopes") < 0)
+        return NULL;
+    const double *s = (const double *)PyArray_DATA(slopes);
+    int rc, nthreads = effective_threads();
+    Py_BEGIN_ALLOW_THREADS rc = pe_alibi(s, causal, (int64_t)q_offset, &d, add, nthreads);
+    Py_END_ALLOW_THREADS if (rc < 0) return PyErr_NoMemory();
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_t5_bias(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *table_o, *dst_o;
+    long long max_distance, q_offset;
+    int bidirectional, add;
+    if (!PyArg_ParseTuple(args, "OOpLLp:t5_bias", &table_o, &dst_o, &bidirectional, &max_distance,
+                          &q_offset, &add))
+        return NULL;
+    if (!PyArray_Check(table_o) || pe_dtype_of((PyArrayObject *)table_o) < 0) {
+        PyErr_SetString(PyExc_TypeError, "table must be a numpy.ndarray of float16, float32 or "
+                                         "float64");
+        return NULL;
+    }
+    struct pe_bias_dst d;
+    PyArrayObject *table =
+        arg_array(table_o, "table", PyArray_TYPE((PyArrayObject *)table_o), 2, ARG_CONTIGUOUS);
+    PyArrayObject *dst = table ? bias_target(dst_o, add ? "scores" : "out", -1, &d) : NULL;
+    if (dst == NULL || check_q_offset(q_offset) < 0)
+        return NULL;
+    npy_intp nb = PyArray_DIM(table, 0);
+    if (PyArray_DIM(table, 1) != d.heads) {
+        PyErr_Format(PyExc_ValueError, "table must have %zd columns (one per head), not %zd",
+                     (Py_ssize_t)d.heads, (Py_ssize_t)PyArray_DIM(table, 1));
+        return NULL;
+    }
+    if (check_t5(nb, max_distance, bidirectional) < 0 ||
+        check_no_overlap(dst, "scores", table, "table") < 0)
+        return NULL;
+    const void *t = PyArray_DATA(table);
+    int rc, tdtype = pe_dtype_of(table), nthreads = effective_threads();
+    Py_BEGIN_ALLOW_THREADS rc = pe_t5_bias(t, tdtype, nb, bidirectional, (int64_t)max_distance,
+                                           (int64_t)q_offset, &d, add, nthreads);
+    Py_END_ALLOW_THREADS if (rc < 0) return PyErr_NoMemory();
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_t5_buckets(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *rel_o, *out_o;
+    long long num_buckets, max_distance;
+    int bidirectional;
+    if (!PyArg_ParseTuple(args, "OOpLL:t5_buckets", &rel_o, &out_o, &bidirectional, &num_buckets,
+                          &max_distance))
+        return NULL;
+    PyArrayObject *rel = arg_array(rel_o, "relative_position", NPY_INT64, 1, ARG_CONTIGUOUS);
+    PyArrayObject *out =
+        rel ? arg_array(out_o, "out", NPY_INT64, 1, ARG_CONTIGUOUS | ARG_WRITE) : NULL;
+    if (out == NULL || check_t5(num_buckets, max_distance, bidirectional) < 0)
+        return NULL;
+    if (PyArray_DIM(out, 0) != PyArray_DIM(rel, 0)) {
+        PyErr_SetString(PyExc_ValueError, "out must have the length of relative_position");
+        return NULL;
+    }
+    if (check_no_overlap(out, "out", rel, "relative_position") < 0)
+        return NULL;
+    const int64_t *r = (const int64_t *)PyArray_DATA(rel);
+    int64_t *o = (int64_t *)PyArray_DATA(out);
+    npy_intp n = PyArray_DIM(rel, 0);
+    int rc, nthreads = effective_threads();
+    Py_BEGIN_ALLOW_THREADS rc = pe_t5_buckets(r, n, bidirectional, (int64_t)num_buckets,
+                                              (int64_t)max_distance, o, nthreads);
+    Py_END_ALLOW_THREADS if (rc < 0) return PyErr_NoMemory();
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_relative_positions(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *out_o;
+    long long max_distance, q_offset;
+    if (!PyArg_ParseTuple(args, "OLL:relative_positions", &out_o, &max_distance, &q_offset))
+        return NULL;
+    struct pe_bias_dst d;
+    if (bias_target(out_o, "out", NPY_INT64, &d) == NULL || check_q_offset(q_offset) < 0)
+        return NULL;
+    if (d.heads != 1) {
+        PyErr_SetString(PyExc_ValueError, "out must have one head");
+        return NULL;
+    }
+    int rc, nthreads = effective_threads();
+    Py_BEGIN_ALLOW_THREADS rc =
+        pe_relative_positions((int64_t)max_distance, (int64_t)q_offset, &d, nthreads);
+    Py_END_ALLOW_THREADS if (rc < 0) return PyErr_NoMemory();
+    Py_RETURN_NONE;
+}
+
 /* (end of bias glue) */
 
 /* ---- module ---- */
@@ -264,6 +461,14 @@ static PyMethodDef methods[] = {
     /* rope entries */
 
     /* bias entries */
+    {"alibi", py_alibi, METH_VARARGS,
+     "alibi(slopes, dst, q_offset, causal, add): ALiBi into the 4-D dst (written, or added)."},
+    {"t5_bias", py_t5_bias, METH_VARARGS,
+     "t5_bias(table, dst, bidirectional, max_distance, q_offset, add): T5's bias into dst."},
+    {"t5_buckets", py_t5_buckets, METH_VARARGS,
+     "t5_buckets(rel, out, bidirectional, num_buckets, max_distance): T5's bucket of each rel."},
+    {"relative_positions", py_relative_positions, METH_VARARGS,
+     "relative_positions(out, max_distance, q_offset): clipped j - (q_offset + i), -1: no clip."},
     {"set_num_threads", py_set_num_threads, METH_O,
      "set_num_threads(n): threads for the kernels; 0 follows OpenMP."},
     {"get_num_threads", py_get_num_threads, METH_NOARGS,

@@ -113,6 +113,50 @@ void pe_sinusoid(const double *pos, ptrdiff_t n_pos, const double *freq, ptrdiff
 
 /* ---- attention biases (bias.c) ---- */
 
+/* A (batch, heads, q_len, k_len) array that a bias is written into (a fill,
+ * batch 1) or added into (scores).  Strides are in bytes and may be
+ * negative; the last axis is contiguous and no two elements overlap. */
+struct pe_bias_dst {
+    char *data;
+    ptrdiff_t batch, heads, q_len, k_len;
+    ptrdiff_t stride_b, stride_h, stride_q;
+    int dtype; /* enum pe_dtype, or PE_BIAS_I64 for relative positions */
+};
+
+/* Element type of relative_positions() tables (fills only). */
+#define PE_BIAS_I64 3
+
+/* T5 bucketing: the largest num_buckets and max_distance accepted. */
+#define PE_T5_MAX_BUCKETS (1 << 24)
+#define PE_T5_MAX_DISTANCE ((int64_t)1 << 62)
+
+/* ALiBi: element (i, j) of head h is slopes[h] * (j - (q_offset + i)) for
+ * keys at or before the query and -inf after it (causal), or
+ * slopes[h] * -|j - (q_offset + i)| (not causal).  add != 0: added into
+ * dst, else written.  Returns 0, or -1 if memory ran out (nothing written). */
+int pe_alibi(const double *slopes, int causal, int64_t q_offset, const struct pe_bias_dst *dst,
+             int add, int nthreads);
+
+/* T5: element (i, j) of head h is table[bucket(j - (q_offset + i)), h],
+ * table a C-contiguous (num_buckets, heads) array of table_dtype, bucket as
+ * pe_t5_buckets.  Returns 0, or -1 if memory ran out (nothing written). */
+int pe_t5_bias(const void *table, int table_dtype, ptrdiff_t num_buckets, int bidirectional,
+               int64_t max_distance, int64_t q_offset, const struct pe_bias_dst *dst, int add,
+               int nthreads);
+
+/* Shaw et al.: element (i, j) = clip(j - (q_offset + i), -max_distance,
+ * max_distance), no clipping for max_distance < 0; dst of PE_BIAS_I64,
+ * batch and heads 1.  Returns 0, or -1 if memory ran out. */
+int pe_relative_positions(int64_t max_distance, int64_t q_offset, const struct pe_bias_dst *dst,
+                          int nthreads);
+
+/* out[i] = T5's bucket of rel[i], as transformers' T5Attention computes it
+ * (its float32 arithmetic included).  2 <= num_buckets <= PE_T5_MAX_BUCKETS,
+ * and max_distance > the number of exact buckets (num_buckets / 2, or / 4
+ * when bidirectional) unless that is 0.  Returns 0, or -1 if memory ran out. */
+int pe_t5_buckets(const int64_t *rel, ptrdiff_t n, int bidirectional, int64_t num_buckets,
+                  int64_t max_distance, int64_t *out, int nthreads);
+
 /* (end of bias declarations) */
 
 #endif

@@ -1,0 +1,348 @@
+"""Attention biases: ALiBi, T5's bucketed relative biases, Shaw's clipped relative positions.
+
+Each bias depends only on the distance ``j - (q_offset + i)`` from query ``i``
+to key ``j``.  The tables are made in C: the values of the ``q_len + k_len - 1``
+distinct distances once, then every row as a slice of them, so a fill runs at
+the speed of writing memory.  With ``scores=`` the bias is added into
+existing attention scores in place, with no ``(heads, q, k)`` temporary.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import _core
+from . import _validate as v
+
+_MAX_OFFSET = 2**53
+_MAX_BUCKETS = 2**24
+_MAX_DISTANCE = 2**62
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def _lengths(q_len, k_len):
+    q_len = v.integer(q_len, "q_len", minimum=1)
+    k_len = q_len if k_len is None else v.integer(k_len, "k_len", minimum=1)
+    return q_len, k_len
+
+
+def _offset(q_offset, default=0):
+    if q_offset is None:
+        return default
+    return v.integer(q_offset, "q_offset", minimum=-_MAX_OFFSET, maximum=_MAX_OFFSET)
+
+
+def _scores(scores, shape, dtype):
+    """`scores` as an ndarray that can be added into in place, checked
+    against the trailing `shape` (and `dtype`, when one was asked for)."""
+    arr = scores if isinstance(scores, np.ndarray) else np.asarray(scores)
+    if arr is not scores and arr.base is None:
+        raise TypeError(
+            "scores must be an array that can be written in place (an ndarray or a CPU tensor), "
+            f"not {type(scores).__name__}"
+        )
+    if arr.dtype.kind != "f" or arr.dtype.newbyteorder("=") not in v.FLOAT_DTYPES:
+        raise TypeError(f"scores must have dtype float16, float32 or float64, not {arr.dtype}")
+    if arr.ndim < 3 or arr.shape[-3:] != shape:
+        raise ValueError(f"scores must have shape (..., {', '.join(map(str, shape))}), "
+                         f"not {arr.shape}")
+    if not arr.flags.writeable:
+        raise ValueError("scores is read-only")
+    if dtype is not None and v.float_dtype(dtype, "dtype") != arr.dtype.newbyteorder("="):
+        raise TypeError(f"dtype must be scores' dtype ({arr.dtype}) or None, not {np.dtype(dtype)}")
+    return arr
+
+
+def _run(kernel, arr, *, read):
+    """kernel(view) on every 4-D view of `arr` the C code can write directly;
+    arrays it cannot (byte-swapped, unaligned, a strided last axis,
+    overlapping elements) go through a native C-contiguous temporary, read
+    from `arr` first when the kernel adds into it."""
+    views = v.bias_views(arr)
+    if views is not None:
+        for view in views:
+            kernel(view)
+        return
+    native = arr.dtype.newbyteorder("=")
+    tmp = np.array(arr, dtype=native, order="C") if read else np.empty(arr.shape, native)
+    for view in v.bias_views(tmp):
+        kernel(view)
+    np.copyto(arr, tmp, casting="unsafe")
+
+
+def _fill(kernel, shape, dtype, out):
+    v.shape_size(shape, "out")
+    if out is None:
+        result = np.empty(shape, dtype)
+        kernel(result[None])
+        return result
+    v.out_array(out, shape, dtype, "out")
+    _run(kernel, out, read=False)
+    return out
+
+
+def _check_t5(bidirectional, num_buckets, max_distance):
+    num_buckets = v.integer(num_buckets, "num_buckets", minimum=2, maximum=_MAX_BUCKETS)
+    exact = (num_buckets // 2 if bidirectional else num_buckets) // 2
+    max_distance = v.integer(max_distance, "max_distance", maximum=_MAX_DISTANCE)
+    if max_distance < 1 or max_distance <= exact:
+        raise ValueError(
+            f"max_distance must be greater than the {exact} exact buckets (and >= 1) for "
+            f"num_buckets={num_buckets}, bidirectional={bidirectional}; got {max_distance}"
+        )
+    return num_buckets, max_distance
+
+
+# ---------------------------------------------------------------- ALiBi
+
+
+def alibi_slopes(n_heads, *, max_bias=8.0):
+    """The per-head slopes of ALiBi (Press et al., 2022).
+
+    Parameters
+    ----------
+    n_heads : int
+        Number of attention heads, >= 1.
+    max_bias : float
+        The exponent scale, 8 in the paper and in BLOOM, MPT, Falcon.
+
+    Returns
+    -------
+    ndarray of float64, shape ``(n_heads,)``
+        For a power of two ``n``: ``2 ** (-max_bias * (h + 1) / n)``.  For
+        other ``n``, the slopes of the closest lower power of two ``c``,
+        followed by every other slope of ``2c`` (``[0::2]``) until ``n`` are
+        filled, as BLOOM's ``build_alibi_tensor`` in transformers (which
+        rounds them to float32).
+    """
+    n = v.integer(n_heads, "n_heads", minimum=1)
+    max_bias = v.real(max_bias, "max_bias", positive=True)
+    c = 1 << (n.bit_length() - 1)  # the largest power of two <= n
+    slopes = np.exp2(-max_bias * np.arange(1, c + 1) / c)
+    if c < n:
+        halves = np.exp2(-max_bias * np.arange(1, 2 * c + 1, 2) / (2 * c))
+        slopes = np.concatenate([slopes, halves[: n - c]])
+    return slopes
+
+
+def alibi_bias(n_heads, q_len, k_len=None, *, slopes=None, max_bias=8.0, causal=True,
+               q_offset=None, dtype=None, scores=None, out=None):
+    """ALiBi's linear attention bias, or its add into attention scores.
+
+    Parameters
+    ----------
+    n_heads : int
+        Number of heads.
+    q_len, k_len : int
+        Number of queries and keys (``k_len`` defaults to ``q_len``), >= 1.
+    slopes : array_like of shape (n_heads,), optional
+        The per-head slopes; :func:`alibi_slopes` ``(n_heads, max_bias=max_bias)``
+        by default.
+    max_bias : float
+        Passed to :func:`alibi_slopes` when `slopes` is not given.
+    causal : bool
+        True: ``-slope * (qpos - j)`` for keys ``j <= qpos`` and ``-inf`` for
+        future keys, so that the bias also masks.  False: the symmetric
+        ``-slope * |qpos - j|`` of encoders.
+    q_offset : int, optional
+        Query ``i`` sits at position ``qpos = q_offset + i``; by default
+        ``k_len - q_len``, the newest tokens of a KV cache (which needs
+        ``q_len <= k_len``).  Any integer with ``|q_offset| <= 2**53``.
+    dtype : float16, float32 or float64, optional
+        Of the table: float32 by default, or `out`'s dtype.  With `scores`
+        the bias is made in `scores`' dtype and `dtype` must be that or None.
+    scores : ndarray of shape (..., n_heads, q_len, k_len), optional
+        Attention scores to add the bias into, in place (returned).  Any
+        leading batch axes and strides; float16, float32 or float64.
+    out : ndarray of shape (n_heads, q_len, k_len), optional
+        Where to write the table (not together with `scores`).
+
+    Returns
+    -------
+    ndarray
+        The ``(n_heads, q_len, k_len)`` bias, or `scores` with the bias added.
+
+    Notes
+    -----
+    Each value is formed in float64 and rounded once to the dtype; the
+    diagonal is ``+0.0``.  With `scores` the result is exactly that of
+    ``scores += alibi_bias(..., dtype=scores.dtype)``: the bias rounded to
+    the scores' dtype, then added with one rounding (float16 through
+    float32, which rounds the same).  Future keys become ``-inf`` by that
+    add, so a ``+inf`` or ``nan`` score there becomes ``nan``, as in NumPy.
+    No bias array is made: the add reads and writes the scores once.
+    """
+    n_heads = v.integer(n_heads, "n_heads", minimum=1)
+    q_len, k_len = _lengths(q_len, k_len)
+    if q_offset is None and q_len > k_len:
+        raise ValueError(
+            f"q_len ({q_len}) > k_len ({k_len}): the default q_offset = k_len - q_len would put "
+            "queries before the first key; pass q_offset"
+        )
+    q_offset = _offset(q_offset, k_len - q_len)
+    causal = v.flag(causal, "causal")
+    if slopes is None:
+        slopes = alibi_slopes(n_heads, max_bias=max_bias)
+    else:
+        if max_bias != 8.0:
+            raise ValueError("give slopes or max_bias, not both")
+        slopes = np.ascontiguousarray(v.real_array(slopes, "slopes"), dtype=np.float64)
+        if slopes.shape != (n_heads,):
+            raise ValueError(f"slopes must have shape ({n_heads},), not {slopes.shape}")
+    shape = (n_heads, q_len, k_len)
+    if scores is not None:
+        if out is not None:
+            raise ValueError("give scores (to add into) or out (to write), not both")
+        arr = _scores(scores, shape, dtype)
+        _run(lambda dst: _core.alibi(slopes, dst, q_offset, causal, True), arr, read=True)
+        return arr
+    dtype = v.result_dtype(dtype, out)
+    return _fill(lambda dst: _core.alibi(slopes, dst, q_offset, causal, False), shape, dtype, out)
+
+
+# ---------------------------------------------------------------- T5
+
+
+def relative_position_bucket(relative_position, *, bidirectional=True, num_buckets=32,
+                             max_distance=128):
+    """T5's bucket of each relative position ``key_pos - query_pos``.
+
+    Parameters
+    ----------
+    relative_position : array_like of integers
+        Any shape.
+    bidirectional : bool
+        True (encoders): half of the buckets for keys after the query.
+        False (decoders): keys after the query share bucket 0.
+    num_buckets : int
+        Number of buckets, >= 2.
+    max_distance : int
+        Distances from here on share the last bucket of their direction.
+        It must exceed the number of exact buckets (below).
+
+    Returns
+    -------
+    ndarray of int64, the shape of `relative_position`
+
+    Notes
+    -----
+    As transformers' ``T5Attention._relative_position_bucket``: of the
+    buckets of one direction (``num_buckets``, halved when bidirectional),
+    half (``max_exact``) hold one distance each, the rest grow
+    logarithmically up to `max_distance`.  The logarithmic part is computed
+    in float32 as transformers does, so distances at a bucket boundary land
+    where they land there, with the correctly rounded float32 logarithm.
+    (PyTorch takes its float32 log from the platform's vector library, which
+    can differ from the correctly rounded one by an ulp; for a few unusual
+    ``(num_buckets, max_distance)`` pairs that moves one distance across a
+    boundary.  For T5's own configurations every distance agrees.)  With two
+    or three buckets bidirectional, ``max_exact`` is 0 and each direction
+    has one bucket (transformers divides by zero there).
+    """
+    arr = np.asarray(relative_position)
+    if arr.dtype.kind not in "iu":
+        raise TypeError(f"relative_position must hold integers, not dtype {arr.dtype}")
+    bidirectional = v.flag(bidirectional, "bidirectional")
+    num_buckets, max_distance = _check_t5(bidirectional, num_buckets, max_distance)
+    if arr.dtype.kind == "u" and arr.dtype.itemsize == 8:
+        arr = np.minimum(arr, _MAX_DISTANCE)  # all of these share the last bucket
+    rel = np.ascontiguousarray(arr, dtype=np.int64).reshape(-1)
+    out = np.empty(rel.shape, np.int64)
+    _core.t5_buckets(rel, out, bidirectional, num_buckets, max_distance)
+    return out.reshape(arr.shape)
+
+
+def t5_bias(table, q_len, k_len=None, *, bidirectional=True, max_distance=128, q_offset=0,
+            scores=None, out=None):
+    """T5's relative attention bias from its learned bucket table.
+
+    Parameters
+    ----------
+    table : array_like of shape (num_buckets, n_heads)
+        The learned weights (transformers' ``relative_attention_bias.weight``),
+        float16, float32 or float64; ``num_buckets >= 2``.
+    q_len, k_len : int
+        Number of queries and keys (``k_len`` defaults to ``q_len``), >= 1.
+    bidirectional : bool
+        True for encoders, False for decoders (see :func:`relative_position_bucket`).
+    max_distance : int
+        As in :func:`relative_position_bucket`.
+    q_offset : int
+        Query ``i`` sits at position ``q_offset + i`` (the tokens already in
+        a KV cache), 0 by default.
+    scores : ndarray of shape (..., n_heads, q_len, k_len), optional
+        Attention scores to add the bias into, in place (returned).
+    out : ndarray of shape (n_heads, q_len, k_len), optional
+        Where to write the bias, of the table's dtype.
+
+    Returns
+    -------
+    ndarray
+        ``out[h, i, j] = table[bucket(j - (q_offset + i)), h]`` in the
+        table's dtype, or `scores` with the bias added.
+
+    Notes
+    -----
+    Only the ``q_len + k_len - 1`` distinct distances are bucketed; the
+    table is then a gather of those, row by row.  With `scores` the result
+    is exactly that of ``scores += t5_bias(table.astype(scores.dtype), ...)``.
+    """
+    arr = np.asarray(table)
+    if arr.dtype.kind != "f" or arr.dtype.newbyteorder("=") not in v.FLOAT_DTYPES:
+        raise TypeError(f"table must have dtype float16, float32 or float64, not {arr.dtype}")
+    if arr.ndim != 2:
+        raise ValueError(f"table must be 2-dimensional (num_buckets, n_heads), not {arr.shape}")
+    num_buckets, n_heads = arr.shape
+    if num_buckets < 2 or n_heads < 1:
+        raise ValueError("table must have num_buckets >= 2 rows and at least one column (head), "
+                         f"not shape {arr.shape}")
+    bidirectional = v.flag(bidirectional, "bidirectional")
+    num_buckets, max_distance = _check_t5(bidirectional, num_buckets, max_distance)
+    q_len, k_len = _lengths(q_len, k_len)
+    q_offset = _offset(q_offset)
+    tab = np.ascontiguousarray(arr, dtype=arr.dtype.newbyteorder("="))
+    shape = (n_heads, q_len, k_len)
+
+    def kernel(add):
+        return lambda dst: _core.t5_bias(tab, dst, bidirectional, max_distance, q_offset, add)
+
+    if scores is not None:
+        if out is not None:
+            raise ValueError("give scores (to add into) or out (to write), not both")
+        target = _scores(scores, shape, None)
+        _run(kernel(True), target, read=True)
+        return target
+    return _fill(kernel(False), shape, tab.dtype, out)
+
+
+# ---------------------------------------------------------------- Shaw et al.
+
+
+def relative_positions(q_len, k_len=None, *, max_distance=None, q_offset=0):
+    """Shaw et al.'s clipped relative positions.
+
+    Parameters
+    ----------
+    q_len, k_len : int
+        Number of queries and keys (``k_len`` defaults to ``q_len``), >= 1.
+    max_distance : int, optional
+        The clipping distance ``k`` of the paper (>= 0); None: no clipping.
+    q_offset : int
+        Query ``i`` sits at position ``q_offset + i``, 0 by default.
+
+    Returns
+    -------
+    ndarray of int64, shape ``(q_len, k_len)``
+        ``clip(j - (q_offset + i), -max_distance, max_distance)``; add
+        `max_distance` to index a table of ``2 * max_distance + 1`` embeddings.
+    """
+    q_len, k_len = _lengths(q_len, k_len)
+    q_offset = _offset(q_offset)
+    clip = -1 if max_distance is None else v.integer(max_distance, "max_distance", minimum=0)
+    clip = min(clip, _MAX_DISTANCE)  # beyond every distance there is
+    v.shape_size((q_len, k_len), "out")
+    result = np.empty((q_len, k_len), np.int64)
+    _core.relative_positions(result[None, None], clip, q_offset)
+    return result

@@ -1,0 +1,428 @@
+/*
+ * bias.c -- attention biases that depend only on the distance
+ * d = j - (q_offset + i) from query i to key j: ALiBi (Press et al.), T5's
+ * bucketed relative biases (Raffel et al.) and the clipped relative
+ * positions of Shaw et al.
+ *
+ * Such a (heads, q, k) bias is a Toeplitz matrix per head: row i is the
+ * slice [q-1-i, q-1-i+k) of one vector holding the q+k-1 values the head
+ * takes.  So every kernel here first makes those vectors, in the output's
+ * element type (rounded once, from float64, exactly as the element itself
+ * would be), and then each row is a copy of a slice (a fill) or the add of
+ * a slice into a row of attention scores (the fused add).  The vectors are
+ * heads * (q+k-1) elements, small enough to stay in L1/L2, so the rows run
+ * at the speed of memory: a fill costs the stores of its output, the fused
+ * add one read and one write of the scores, and no (heads, q, k) bias is
+ * ever materialised next to the scores.
+ *
+ * Large fills use non-temporal stores on the AVX2 path: the output is far
+ * larger than the caches and this kernel never reads it back, so skipping
+ * the read-for-ownership of each line saves up to half of the traffic.
+ * Adds into float16 scores widen to float32, add, and round once to
+ * float16, which is the correctly rounded float16 sum (float32 has more
+ * than 2 * 11 + 2 bits), so both paths agree with NumPy's float16 add.
+ *
+ * T5's bucket of a distance is computed the way transformers computes it,
+ * in float32: x = |d| / max_exact, log(x) / log(max_distance / max_exact)
+ * * (num_buckets - max_exact), truncated; at bucket boundaries (where that
+ * is an integer in exact arithmetic) the float32 roundings decide the
+ * bucket, and float64 arithmetic would pick the other one.  The logarithm
+ * is the correctly rounded float32 one.  The bucket is monotone in |d|, so
+ * the at most num_buckets thresholds where it steps are found once by
+ * bisection, and every distance after that costs a binary search.
+ */
+#include <math.h>
+#include <stdlib.h>
+
+#include "pe.h"
+#include "simd.h"
+
+/* Fills of at least this many bytes stream their stores past the caches. */
+#define PE_STREAM_MIN ((size_t)8 << 20)
+
+static size_t itemsize_of(int dtype)
+{
+    return dtype == PE_F16 ? 2 : dtype == PE_F32 ? 4 : 8;
+}
+
+/* v rounded once to dtype, stored as element idx of p. */
+static inline void store_value(char *p, ptrdiff_t idx, int dtype, double v)
+{
+    switch (dtype) {
+    case PE_F16:
+        ((uint16_t *)p)[idx] = pe_f16_from_f64(v);
+        break;
+    case PE_F32:
+        ((float *)p)[idx] = (float)v;
+        break;
+    default:
+        ((double *)p)[idx] = v;
+    }
+}
+
+/* ---- rows: copy or add a slice of the per-head vector ---- */
+
+static void add_row_scalar(char *dst, const char *src, ptrdiff_t n, int dtype)
+{
+    if (dtype == PE_F32) {
+        float *o = (float *)dst;
+        const float *s = (const float *)src;
+        for (ptrdiff_t j = 0; j < n; ++j)
+            o[j] = o[j] + s[j];
+    } else if (dtype == PE_F64) {
+        double *o = (double *)dst;
+        const double *s = (const double *)src;
+        for (ptrdiff_t j = 0; j < n; ++j)
+            o[j] = o[j] + s[j];
+    } else {
+        uint16_t *o = (uint16_t *)dst;
+        const uint16_t *s = (const uint16_t *)src;
+        for (ptrdiff_t j = 0; j < n; ++j)
+            o[j] = pe_f16_from_f32(pe_f32_from_f16(o[j]) + pe_f32_from_f16(s[j]));
+    }
+}
+
+#if PE_X86
+PE_TARGET_AVX2 static void add_row_avx2(char *dst, const char *src, ptrdiff_t n, int dtype)
+{
+    ptrdiff_t j = 0;
+    if (dtype == PE_F32) {
+        float *o = (float *)dst;
+        const float *s = (const float *)src;
+        for (; j + 32 <= n; j += 32) {
+            __m256 a0 = _mm256_add_ps(_mm256_loadu_ps(o + j), _mm256_loadu_ps(s + j));
+            __m256 a1 = _mm256_add_ps(_mm256_loadu_ps(o + j + 8), _mm256_loadu_ps(s + j + 8));
+            __m256 a2 = _mm256_add_ps(_mm256_loadu_ps(o + j + 16), _mm256_loadu_ps(s + j + 16));
+            __m256 a3 = _mm256_add_ps(_mm256_loadu_ps(o + j + 24), _mm256_loadu_ps(s + j + 24));
+            _mm256_storeu_ps(o + j, a0);
+            _mm256_storeu_ps(o + j + 8, a1);
+            _mm256_storeu_ps(o + j + 16, a2);
+            _mm256_storeu_ps(o + j + 24, a3);
+        }
+        for (; j + 8 <= n; j += 8)
+            _mm256_storeu_ps(o + j, _mm256_add_ps(_mm256_loadu_ps(o + j), _mm256_loadu_ps(s + j)));
+    } else if (dtype == PE_F64) {
+        double *o = (double *)dst;
+        const double *s = (const double *)src;
+        for (; j + 16 <= n; j += 16) {
+            __m256d a0 = _mm256_add_pd(_mm256_loadu_pd(o + j), _mm256_loadu_pd(s + j));
+            __m256d a1 = _mm256_add_pd(_mm256_loadu_pd(o + j + 4), _mm256_loadu_pd(s + j + 4));
+            __m256d a2 = _mm256_add_pd(_mm256_loadu_pd(o + j + 8), _mm256_loadu_pd(s + j + 8));
+            __m256d a3 = _mm256_add_pd(_mm256_loadu_pd(o + j + 12), _mm256_loadu_pd(s + j + 12));
+            _mm256_storeu_pd(o + j, a0);
+            _mm256_storeu_pd(o + j + 4, a1);
+            _mm256_storeu_pd(o + j + 8, a2);
+            _mm256_storeu_pd(o + j + 12, a3);
+        }
+        for (; j + 4 <= n; j += 4)
+            _mm256_storeu_pd(o + j, _mm256_add_pd(_mm256_loadu_pd(o + j), _mm256_loadu_pd(s + j)));
+    } else {
+        uint16_t *o = (uint16_t *)dst;
+        const uint16_t *s = (const uint16_t *)src;
+        for (; j + 8 <= n; j += 8) {
+            __m256 a = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(o + j)));
+            __m256 b = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(s + j)));
+            _mm_storeu_si128((__m128i *)(o + j),
+                             _mm256_cvtps_ph(_mm256_add_ps(a, b), _MM_FROUND_TO_NEAREST_INT));
+        }
+    }
+    size_t isz = itemsize_of(dtype);
+    add_row_scalar(dst + j * isz, src + j * isz, n - j, dtype);
+}
+
+/* A row copy with plain vector stores (memcpy's "rep movsb" for rows of a
+ * few KiB is slower than this on some CPUs). */
+PE_TARGET_AVX2 static void copy_row_avx2(char *dst, const char *src, size_t nbytes)
+{
+    size_t b = 0;
+    for (; b + 128 <= nbytes; b += 128) {
+        __m256i v0 = _mm256_loadu_si256((const __m256i *)(src + b));
+        __m256i v1 = _mm256_loadu_si256((const __m256i *)(src + b + 32));
+        __m256i v2 = _mm256_loadu_si256((const __m256i *)(src + b + 64));
+        __m256i v3 = _mm256_loadu_si256((const __m256i *)(src + b + 96));
+        _mm256_storeu_si256((__m256i *)(dst + b), v0);
+        _mm256_storeu_si256((__m256i *)(dst + b + 32), v1);
+        _mm256_storeu_si256((__m256i *)(dst + b + 64), v2);
+        _mm256_storeu_si256((__m256i *)(dst + b + 96), v3);
+    }
+    for (; b + 32 <= nbytes; b += 32)
+        _mm256_storeu_si256((__m256i *)(dst + b), _mm256_loadu_si256((const __m256i *)(src + b)));
+    memcpy(dst + b, src + b, nbytes - b);
+}
+
+/* memcpy with non-temporal stores for the aligned middle of the row. */
+PE_TARGET_AVX2 static void stream_row_avx2(char *dst, const char *src, size_t nbytes)
+{
+    size_t head = (32 - ((uintptr_t)dst & 31)) & 31;
+    if (head > nbytes)
+        head = nbytes;
+    memcpy(dst, src, head);
+    size_t b = head;
+    for (; b + 128 <= nbytes; b += 128) {
+        __m256i v0 = _mm256_loadu_si256((const __m256i *)(src + b));
+        __m256i v1 = _mm256_loadu_si256((const __m256i *)(src + b + 32));
+        __m256i v2 = _mm256_loadu_si256((const __m256i *)(src + b + 64));
+        __m256i v3 = _mm256_loadu_si256((const __m256i *)(src + b + 96));
+        _mm256_stream_si256((__m256i *)(dst + b), v0);
+        _mm256_stream_si256((__m256i *)(dst + b + 32), v1);
+        _mm256_stream_si256((__m256i *)(dst + b + 64), v2);
+        _mm256_stream_si256((__m256i *)(dst + b + 96), v3);
+    }
+    for (; b + 32 <= nbytes; b += 32)
+        _mm256_stream_si256((__m256i *)(dst + b), _mm256_loadu_si256((const __m256i *)(src + b)));
+    memcpy(dst + b, src + b, nbytes - b);
+}
+#endif
+
+/* Every row of dst from the per-head vectors vals (heads x vlen elements of
+ * dst's type, vlen = q_len + k_len - 1): row i of head h is the slice that
+ * starts at q_len - 1 - i.  Rows of all batches and heads are one flat
+ * range shared among the threads. */
+static void toeplitz_rows(const struct pe_bias_dst *d, const char *vals, ptrdiff_t vlen, int add,
+                          int nthreads)
+{
+    size_t isz = d->dtype == PE_BIAS_I64 ? 8 : itemsize_of(d->dtype);
+    ptrdiff_t q = d->q_len, k = d->k_len, hq = d->heads * q;
+    ptrdiff_t nrows = d->batch * hq;
+    int parallel = nthreads > 1 && nrows > 1 && nrows * k >= PE_PARALLEL_MIN;
+    int avx2 = pe_use_avx2();
+    int stream = avx2 && !add && (size_t)nrows * (size_t)k * isz >= PE_STREAM_MIN;
+    /* chunks of ~64 KiB handed out as threads ask: on a busy machine a
+     * thread that loses its core for a while leaves its share to the others */
+    ptrdiff_t chunk = (ptrdiff_t)(((size_t)64 << 10) / ((size_t)k * isz + 1)) + 1;
+#pragma omp parallel num_threads(nthreads) if (parallel)
+    {
+#pragma omp for schedule(dynamic, chunk)
+        for (ptrdiff_t r = 0; r < nrows; ++r) {
+            ptrdiff_t b = r / hq, h = (r / q) % d->heads, i = r % q;
+            char *row = d->data + b * d->stride_b + h * d->stride_h + i * d->stride_q;
+            const char *src = vals + (h * vlen + (q - 1 - i)) * (ptrdiff_t)isz;
+#if PE_X86
+            if (avx2) {
+                if (add)
+                    add_row_avx2(row, src, k, d->dtype);
+                else if (stream)
+                    stream_row_avx2(row, src, (size_t)k * isz);
+                else
+                    copy_row_avx2(row, src, (size_t)k * isz);
+                continue;
+            }
+#endif
+            if (add)
+                add_row_scalar(row, src, k, d->dtype);
+            else
+                memcpy(row, src, (size_t)k * isz);
+        }
+#if PE_X86
+        /* streamed stores are weakly ordered: make them visible before the
+         * team's barrier hands the array back */
+        if (stream)
+            _mm_sfence();
+#endif
+    }
+    (void)avx2;
+}
+
+/* Distance j - (q_offset + i) at vector index t = q_len - 1 - i + j. */
+static inline int64_t distance_at(ptrdiff_t t, ptrdiff_t q_len, int64_t q_offset)
+{
+    return (int64_t)t - (int64_t)(q_len - 1) - q_offset;
+}
+
+/* ---- ALiBi ---- */
+
+int pe_alibi(const double *slopes, int causal, int64_t q_offset, const struct pe_bias_dst *dst,
+             int add, int nthreads)
+{
+    if (dst->batch == 0)
+        return 0;
+    ptrdiff_t vlen = dst->q_len + dst->k_len - 1, heads = dst->heads;
+    char *vals = malloc((size_t)heads * (size_t)vlen * itemsize_of(dst->dtype));
+    if (vals == NULL)
+        return -1;
+    /* long vectors (a decoding step over a long cache) are most of the work */
+    int parallel = nthreads > 1 && heads * vlen >= PE_PARALLEL_MIN;
+#pragma omp parallel for schedule(static) num_threads(nthreads) if (parallel)
+    for (ptrdiff_t t = 0; t < vlen; ++t) {
+        for (ptrdiff_t h = 0; h < heads; ++h) {
+            int64_t dist = distance_at(t, dst->q_len, q_offset);
+            /* slope * (j - qpos): +0.0 on the diagonal for a positive slope */
+            double v;
+            if (causal)
+                v = dist > 0 ? -INFINITY : slopes[h] * (double)dist;
+            else
+                v = slopes[h] * (double)(dist > 0 ? -dist : dist);
+            store_value(vals, h * vlen + t, dst->dtype, v);
+        }
+    }
+    toeplitz_rows(dst, vals, vlen, add, nthreads);
+    free(vals);
+    return 0;
+}
+
+/* ---- T5 buckets ---- */
+
+struct t5_bucketing {
+    int bidirectional;
+    int64_t per_dir;   /* buckets for one direction */
+    int64_t exact;     /* distances below this have a bucket each */
+    float log_ratio;   /* log(max_distance / exact), rounded to float32 */
+    float span;        /* per_dir - exact */
+    ptrdiff_t nthresh; /* large buckets: exact + #{thresh[b] <= |d|} */
+    uint64_t *thresh;
+};
+
+/* transformers' formula for a distance a >= exact, in its float32 steps. */
+static int64_t large_bucket(const struct t5_bucketing *p, uint64_t a)
+{
+    float x = (float)a / (float)p->exact;
+    float l = (float)log((double)x); /* correctly rounded float32 log */
+    float v = l / p->log_ratio * p->span;
+    if (!(v < (float)p->per_dir)) /* includes v = inf */
+        return p->per_dir - 1;
+    int64_t b = p->exact + (int64_t)v;
+    return b < p->per_dir - 1 ? b : p->per_dir - 1;
+}
+
+/* Buckets per direction, exact buckets, and the distances where the large
+ * buckets step (found by bisection: large_bucket is monotone in a). */
+static int t5_prepare(struct t5_bucketing *p, int bidirectional, int64_t num_buckets,
+                      int64_t max_distance)
+{
+    p->bidirectional = bidirectional;
+    p->per_dir = bidirectional ? num_buckets / 2 : num_buckets;
+    p->exact = p->per_dir / 2;
+    p->nthresh = 0;
+    p->thresh = NULL;
+    if (p->exact == 0) /* one bucket per direction, nothing to step */
+        return 0;
+    p->log_ratio = (float)log((double)max_distance / (double)p->exact);
+    p->span = (float)(p->per_dir - p->exact);
+    ptrdiff_t want = (ptrdiff_t)(p->per_dir - 1 - p->exact);
+    if (want <= 0)
+        return 0;
+    p->thresh = malloc((size_t)want * sizeof *p->thresh);
+    if (p->thresh == NULL)
+        return -1;
+    uint64_t lo = (uint64_t)p->exact;
+    for (ptrdiff_t n = 0; n < want; ++n) {
+        int64_t b = p->exact + 1 + n;
+        uint64_t hi = (uint64_t)max_distance;
+        if (hi < lo || large_bucket(p, hi) < b) {
+            hi = UINT64_MAX;
+            if (large_bucket(p, hi) < b)
+                break; /* no distance reaches bucket b */
+        }
+        while (lo < hi) {
+            uint64_t mid = lo + (hi - lo) / 2;
+            if (large_bucket(p, mid) >= b)
+                hi = mid;
+            else
+                lo = mid + 1;
+        }
+        p->thresh[n] = lo;
+        p->nthresh = n + 1;
+    }
+    return 0;
+}
+
+static inline int64_t t5_bucket(const struct t5_bucketing *p, int64_t rel)
+{
+    /* |rel| in uint64, so that INT64_MIN has one too */
+    uint64_t mag = rel < 0 ? 0 - (uint64_t)rel : (uint64_t)rel;
+    int64_t base = 0;
+    uint64_t a;
+    if (p->bidirectional) {
+        base = rel > 0 ? p->per_dir : 0;
+        a = mag;
+    } else {
+        a = rel < 0 ? mag : 0;
+    }
+    if (a < (uint64_t)p->exact)
+        return base + (int64_t)a;
+    ptrdiff_t lo = 0, hi = p->nthresh; /* thresholds at or below a */
+    while (lo < hi) {
+        ptrdiff_t mid = lo + (hi - lo) / 2;
+        if (p->thresh[mid] <= a)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return base + p->exact + lo;
+}
+
+int pe_t5_buckets(const int64_t *rel, ptrdiff_t n, int bidirectional, int64_t num_buckets,
+                  int64_t max_distance, int64_t *out, int nthreads)
+{
+    struct t5_bucketing p;
+    if (t5_prepare(&p, bidirectional, num_buckets, max_distance) < 0)
+        return -1;
+    int parallel = nthreads > 1 && n >= PE_PARALLEL_MIN;
+#pragma omp parallel for schedule(static) num_threads(nthreads) if (parallel)
+    for (ptrdiff_t i = 0; i < n; ++i)
+        out[i] = t5_bucket(&p, rel[i]);
+    free(p.thresh);
+    return 0;
+}
+
+static double table_value(const void *table, int dtype, ptrdiff_t idx)
+{
+    switch (dtype) {
+    case PE_F16:
+        return (double)pe_f32_from_f16(((const uint16_t *)table)[idx]);
+    case PE_F32:
+        return (double)((const float *)table)[idx];
+    default:
+        return ((const double *)table)[idx];
+    }
+}
+
+int pe_t5_bias(const void *table, int table_dtype, ptrdiff_t num_buckets, int bidirectional,
+               int64_t max_distance, int64_t q_offset, const struct pe_bias_dst *dst, int add,
+               int nthreads)
+{
+    if (dst->batch == 0)
+        return 0;
+    ptrdiff_t vlen = dst->q_len + dst->k_len - 1, heads = dst->heads;
+    struct t5_bucketing p;
+    char *vals = malloc((size_t)heads * (size_t)vlen * itemsize_of(dst->dtype));
+    if (vals == NULL || t5_prepare(&p, bidirectional, num_buckets, max_distance) < 0) {
+        free(vals);
+        return -1;
+    }
+    /* one bucket per distinct distance, then a gather of the table's row */
+    int parallel = nthreads > 1 && heads * vlen >= PE_PARALLEL_MIN;
+#pragma omp parallel for schedule(static) num_threads(nthreads) if (parallel)
+    for (ptrdiff_t t = 0; t < vlen; ++t) {
+        int64_t b = t5_bucket(&p, distance_at(t, dst->q_len, q_offset));
+        for (ptrdiff_t h = 0; h < heads; ++h)
+            store_value(vals, h * vlen + t, dst->dtype,
+                        table_value(table, table_dtype, b * heads + h));
+    }
+    free(p.thresh);
+    toeplitz_rows(dst, vals, vlen, add, nthreads);
+    free(vals);
+    return 0;
+}
+
+/* ---- Shaw et al.'s clipped relative positions ---- */
+
+int pe_relative_positions(int64_t max_distance, int64_t q_offset, const struct pe_bias_dst *dst,
+                          int nthreads)
+{
+    if (dst->batch == 0)
+        return 0;
+    ptrdiff_t vlen = dst->q_len + dst->k_len - 1;
+    int64_t *vals = malloc((size_t)vlen * sizeof *vals);
+    if (vals == NULL)
+        return -1;
+    for (ptrdiff_t t = 0; t < vlen; ++t) {
+        int64_t dist = distance_at(t, dst->q_len, q_offset);
+        if (max_distance >= 0)
+            dist = dist > max_distance ? max_distance : dist < -max_distance ? -max_distance : dist;
+        vals[t] = dist;
+    }
+    toeplitz_rows(dst, (const char *)vals, vlen, 0, nthreads);
+    free(vals);
+    return 0;
+}
