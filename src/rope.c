@@ -12,17 +12,26 @@
  * bound by reading x and writing out, exactly the bytes np.copyto moves; the
  * design keeps everything else out of main memory:
  *
- * - cos and sin are not materialised for the whole array.  The rows of x are
- *   described by their leading dimensions (any strides, only the last axis
- *   contiguous) and the positions by an array of the same leading shape
- *   whose broadcast dimensions have stride 0.  The dimensions along which
- *   the position varies are cut into tiles; a thread computes cos/sin for
- *   the positions of one tile (at most PE_ROPE_TILE_BYTES, in L1/L2) and
- *   then rotates every row that uses them (all batches and heads), walking
- *   them in the memory order of x.  Each position's cos/sin is computed once
- *   and read from cache by every row that shares it, and the row -> table
- *   mapping costs nothing per row: it is the tile's stride.
- * - No copy of x is made: its leading strides are followed as they are.
+ * - cos and sin are never materialised for the whole array.  The rows of x
+ *   are described by their leading dimensions (any strides: only the last
+ *   axis must be contiguous, so views are not copied) and the positions by
+ *   an array of the same leading shape whose broadcast dimensions have
+ *   stride 0.  The dimensions along which the position varies are cut into
+ *   tiles; a thread computes cos/sin for the positions of one tile (at most
+ *   PE_ROPE_TILE_BYTES, kept in L2) and then rotates every row that uses
+ *   them (all batches and heads), walking them in the memory order of x.
+ *   Each position's cos/sin is computed once, and the row -> cos/sin
+ *   mapping costs nothing per row: it is a stride.
+ * - When cos/sin change from row to row (the sequence axis innermost, as in
+ *   transformers' (batch, heads, seq, dim)), PE_ROPE_LANES rows of the next
+ *   dimension out (heads) are rotated together, so each cos/sin vector is
+ *   loaded once for all of them: four sequential streams, and a quarter of
+ *   the table reads.
+ * - A large output is written with non-temporal stores: it would not stay
+ *   in cache anyway, and reading its lines before writing them would cost
+ *   half as much traffic again.  Rows of lanes are rotated into a small L1
+ *   buffer and streamed out one lane after the other, so that the
+ *   write-combining buffers fill whole lines.
  *
  * Precision.  The angle is the float64 product pos * freq[i] and its sine
  * and cosine are computed in float64 (pe_sincos_row), multiplied by the
@@ -36,7 +45,7 @@
  * (float64) elements per step; the portable path is the same arithmetic one
  * element at a time (fmaf/fma in the same order), so both give the same
  * bits.  OpenMP threads take tiles (or, when there are few, slices of the
- * outermost broadcast dimension).
+ * outermost broadcast dimension) dynamically.
  */
 #include <stdlib.h>
 #ifdef _OPENMP
@@ -46,23 +55,15 @@
 #include "pe.h"
 #include "sincos.h"
 
-/* Bytes of cos/sin a thread keeps for one tile: small enough to stay in L1
- * next to the rows streaming through. */
-#ifndef PE_ROPE_TILE_BYTES
+/* Bytes of cos/sin a thread keeps for one tile: they stay in L2 while the
+ * rows using them stream through, and a tile is long enough (256 positions
+ * of a 128-wide float32 head) for the hardware prefetchers. */
 #define PE_ROPE_TILE_BYTES 131072
-#endif
-/* Outputs from this size on are written with non-temporal stores (they
- * would not stay in cache anyway, and reading them first costs a third more
- * memory traffic). */
-#ifndef PE_ROPE_STREAM_BYTES
+/* Outputs from this size on are written with non-temporal stores. */
 #define PE_ROPE_STREAM_BYTES (8 << 20)
-#endif
 /* Rows of an outer dimension rotated together with one cos/sin row when the
- * cos/sin change along the innermost dimension (heads of a (batch, heads,
- * seq, dim) array): the cos/sin are loaded once for all of them. */
-#ifndef PE_ROPE_LANES
+ * cos/sin change along the innermost dimension. */
 #define PE_ROPE_LANES 4
-#endif
 /* Tasks per thread wanted for balance when there are few tiles. */
 #define PE_ROPE_TASKS_PER_THREAD 4
 
@@ -529,7 +530,7 @@ static int simplify(const struct pe_rope_args *a, struct plan *p)
     return 0;
 }
 
-static void make_plan(struct plan *p, ptrdiff_t rowbytes, ptrdiff_t nrows, int nthreads)
+static void make_plan(struct plan *p, ptrdiff_t rowbytes, int nthreads)
 {
     p->k = -1;
     p->n_other = 1;
@@ -570,7 +571,6 @@ static void make_plan(struct plan *p, ptrdiff_t rowbytes, ptrdiff_t nrows, int n
         }
     }
     p->ntasks = ntiles * p->nslices;
-    (void)nrows;
 }
 
 /* One task: fixed indices of the other varying dimensions, one tile along
@@ -683,7 +683,7 @@ int pe_rope_apply(const struct pe_rope_args *a, int nthreads)
     int parallel = nthreads > 1 && nrows * a->dim >= PE_PARALLEL_MIN;
     if (!parallel)
         nthreads = 1;
-    make_plan(&p, rowbytes, nrows, nthreads);
+    make_plan(&p, rowbytes, nthreads);
     p.stream = nrows * a->dim * (ptrdiff_t)elem_size(a->dtype) >= PE_ROPE_STREAM_BYTES;
 
     /* scratch per thread: the tile's table, then float64 sin and cos rows,
@@ -707,7 +707,9 @@ int pe_rope_apply(const struct pe_rope_args *a, int nthreads)
         char *mine = scratch + (ptrdiff_t)tid * per_thread;
         double *sbuf = (double *)(mine + tab_bytes), *cbuf = sbuf + a->half;
         char *bounce = mine + tab_bytes + sc_bytes;
-#pragma omp for schedule(static)
+        /* dynamic: on a busy machine a descheduled thread leaves its tiles
+         * to the others instead of holding up the whole call */
+#pragma omp for schedule(dynamic, 1)
         for (ptrdiff_t t = 0; t < p.ntasks; ++t)
             run_task(a, &p, t, run, rowbytes, mine, sbuf, cbuf, bounce);
     }
@@ -758,7 +760,7 @@ int pe_rope_table(const double *pos, ptrdiff_t n, const double *freq, ptrdiff_t 
 #endif
         double *sbuf = (double *)((char *)scratch + (ptrdiff_t)tid * per_thread);
         double *cbuf = sbuf + half;
-#pragma omp for schedule(static)
+#pragma omp for schedule(dynamic, 64)
         for (ptrdiff_t r = 0; r < n; ++r) {
             pe_sincos_row(pos[r], freq, half, sbuf, cbuf);
             char *crow = cos_out + r * cos_stride, *srow = sin_out + r * sin_stride;
