@@ -60,7 +60,7 @@ def rope_frequencies(dim, *, base=10000.0, scaling=None, seq_len=None):
     dim = v.even_dim(dim, "dim")
     base = v.real(base, "base", positive=True)
     if seq_len is not None:
-        seq_len = v.integer(seq_len, "seq_len")
+        seq_len = v.integer(seq_len, "seq_len", minimum=0)
     rotary, base, name = rope_scaling.resolve(dim, base, scaling)
     return rope_scaling.frequencies(rotary, base, scaling, seq_len, name)
 
@@ -203,11 +203,14 @@ def apply_rope(
     if out is None:
         result = target = np.empty(x.shape, dtype)
     else:
+        # written directly unless its layout is odd, or it overlaps x other
+        # than as x itself (in place): then through a temporary
         result = target = out
-        same = _same_view(out, src)
-        if not same and (not _kernel_ready(out) or not _no_internal_overlap(out)):
-            target = np.empty(x.shape, dtype)
-        elif not same and np.may_share_memory(out, src):
+        if (
+            not _kernel_ready(out)
+            or not _no_internal_overlap(out)
+            or (not _same_view(out, src) and np.may_share_memory(out, src))
+        ):
             target = np.empty(x.shape, dtype)
     if x.size:
         _core.rope_apply(
