@@ -162,6 +162,22 @@ def test_broadcast_positions_match_reference(simd, rng, layout, positions_shape,
     assert_close_to_reference(got, want, x, positions_max=4096)
 
 
+@pytest.mark.parametrize(
+    "shape,positions_shape",
+    [
+        ((4, 64, 1, 128), ()),  # one decoding step: one position, rows split among threads
+        ((16, 8, 1, 128), (16, 1, 1)),  # a step per sequence of a batch
+        ((16, 8, 3, 128), (16, 1, 3)),  # few positions per batch, many batches
+    ],
+)
+def test_decoding_steps_match_reference(simd, threads, rng, shape, positions_shape):
+    x = rng.standard_normal(shape).astype(np.float32)
+    pos = rng.integers(0, 100_000, positions_shape)
+    got = posenc.apply_rope(x, pos, layout="interleaved")
+    assert_close_to_reference(got, reference.apply_rope(x, pos, layout="interleaved"), x,
+                              positions_max=100_000)
+
+
 def test_float_positions_interpolate_like_reference(simd, rng):
     x = rng.standard_normal((4, 16, 64))
     pos = rng.uniform(-100.0, 100.0, (4, 16))
