@@ -151,6 +151,87 @@ def sinusoid_cases(quick):
 
 # ---------------------------------------------------------------- rope
 
+
+def _rope_torch(x, seq_axis):
+    """transformers' formulation, cos/sin cached outside the timed call:
+    ``q * cos + rotate_half(q) * sin`` (LlamaRotaryEmbedding + apply_rotary_pos_emb)."""
+    if torch is None:
+        return None
+    n, dim = x.shape[seq_axis], x.shape[-1]
+    inv_freq = 1.0 / (10000.0 ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim))
+    freqs = torch.arange(n, dtype=torch.float32)[:, None] * inv_freq
+    emb = torch.cat((freqs, freqs), dim=-1)
+    tdtype = getattr(torch, x.dtype.name)
+    shape = (1, 1, n, dim) if seq_axis == -2 else (1, n, 1, dim)
+    cos, sin = emb.cos().to(tdtype).reshape(shape), emb.sin().to(tdtype).reshape(shape)
+    q = torch.from_numpy(x)
+
+    def rotate_half(t):
+        t1, t2 = t[..., : t.shape[-1] // 2], t[..., t.shape[-1] // 2 :]
+        return torch.cat((-t2, t1), dim=-1)
+
+    return lambda: q * cos + rotate_half(q) * sin
+
+
+@case("rope")
+def rope_cases(quick):
+    from posenc import reference
+
+    seq = 1024 if quick else 4096
+    rng = np.random.default_rng(0)
+    cases = []
+    for dtype in ("float32", "float16"):
+        for shape, seq_axis in [((1, 32, seq, 128), -2), ((1, seq, 32, 128), -3)]:
+            x = rng.standard_normal(shape).astype(dtype)
+            out = np.empty_like(x)
+            y = x.copy()
+            label = f"apply_rope{shape} {dtype} seq_axis={seq_axis}"
+
+            def numpy_ref(x=x, a=seq_axis):
+                return reference.apply_rope(x, seq_axis=a)
+
+            torch_ref = _rope_torch(x, seq_axis)
+            cases.append(Case(
+                name=f"{label}, out=",
+                nbytes=x.nbytes,
+                posenc=lambda x=x, out=out, a=seq_axis: posenc.apply_rope(x, seq_axis=a, out=out),
+                memory=copyto_of(shape, dtype),
+                numpy=numpy_ref,
+                torch=torch_ref,
+            ))
+            cases.append(Case(
+                name=f"{label}, in place",
+                nbytes=x.nbytes,
+                posenc=lambda y=y, a=seq_axis: posenc.apply_rope(y, seq_axis=a, out=y),
+                memory=copyto_of(shape, dtype),
+                numpy=numpy_ref,
+                torch=torch_ref,
+                note="numpy and torch: out of place, as they are written",
+            ))
+    x = rng.standard_normal((1, 32, seq, 128)).astype(np.float32)
+    cases.append(Case(
+        name=f"apply_rope{x.shape} float32, new array",
+        nbytes=x.nbytes,
+        posenc=lambda: posenc.apply_rope(x),
+        memory=lambda: np.copyto(np.empty_like(x), x),
+        torch=_rope_torch(x, -2),
+        note="allocation and page faults included on all sides",
+    ))
+    # how the time grows with the number of positions
+    for n in ([1024, 4096, 16384] if quick else [1024, 4096, 16384, 65536]):
+        x = rng.standard_normal((1, 8, n, 128)).astype(np.float32)
+        out = np.empty_like(x)
+        cases.append(Case(
+            name=f"apply_rope(1, 8, {n}, 128) float32, out=",
+            nbytes=x.nbytes,
+            posenc=lambda x=x, out=out: posenc.apply_rope(x, out=out),
+            memory=copyto_of(x.shape, x.dtype),
+            torch=_rope_torch(x, -2),
+            extra={"positions": n, "ns_per_position": None},
+        ))
+    return cases
+
+
 # (end of rope cases)
 
 

@@ -18,6 +18,9 @@ from ._version import __version__
 from .absolute import sinusoid
 
 # rotary position embedding
+from .rope import apply_rope as apply_rope
+from .rope import rope_cos_sin as rope_cos_sin
+from .rope import rope_frequencies as rope_frequencies
 
 # attention biases
 # isort: split

@@ -56,6 +56,186 @@ def sinusoid(positions, dim, *, base=10000.0, layout="interleaved", dtype=None, 
 
 
 # ---------------------------------------------------------------- rotary (RoPE)
+#
+# A second, independent reading of the RoPE families: written per pair with
+# plain floats from the formulas (the library's posenc.rope_scaling uses
+# array expressions), so that the tests compare two readings.
+
+
+def _rope_theta(i, dim, base):
+    return base ** (-2.0 * i / dim)
+
+
+def _rope_default(dim, base, p, seq_len):
+    return [_rope_theta(i, dim, base) for i in range(dim // 2)], 1.0
+
+
+def _rope_linear(dim, base, p, seq_len):
+    return [_rope_theta(i, dim, base) / p["factor"] for i in range(dim // 2)], 1.0
+
+
+def _rope_dynamic(dim, base, p, seq_len):
+    trained = p.get("max_position_embeddings") or p["original_max_position_embeddings"]
+    n = trained if seq_len is None or seq_len < trained else seq_len
+    s = p["factor"]
+    grown = base * (s * n / trained - s + 1) ** (dim / (dim - 2))
+    return [_rope_theta(i, dim, grown) for i in range(dim // 2)], 1.0
+
+
+def _rope_yarn(dim, base, p, seq_len):
+    trained = p["original_max_position_embeddings"]
+    s = p.get("factor") or p["max_position_embeddings"] / trained
+
+    def m(mu):
+        return 0.1 * mu * np.log(s) + 1.0 if s > 1 else 1.0
+
+    if p.get("attention_factor") is not None:
+        attention = p["attention_factor"]
+    elif p.get("mscale") and p.get("mscale_all_dim"):
+        attention = m(p["mscale"]) / m(p["mscale_all_dim"])
+    else:
+        attention = m(1.0)
+
+    def dim_turning(rotations):  # the pair index that turns `rotations` times in `trained`
+        return dim * np.log(trained / (2 * np.pi * rotations)) / (2 * np.log(base))
+
+    lo, hi = dim_turning(p.get("beta_fast") or 32), dim_turning(p.get("beta_slow") or 1)
+    if p.get("truncate", True):
+        lo, hi = np.floor(lo), np.ceil(hi)
+    lo, hi = max(lo, 0), min(hi, dim - 1)
+    if hi == lo:
+        hi = hi + 0.001
+    out = []
+    for i in range(dim // 2):
+        gamma = min(max((i - lo) / (hi - lo), 0.0), 1.0)  # 0: keep, 1: interpolate
+        out.append(_rope_theta(i, dim, base) * (1.0 - gamma + gamma / s))
+    return out, attention
+
+
+def _rope_llama3(dim, base, p, seq_len):
+    s, trained = p["factor"], p["original_max_position_embeddings"]
+    lo_f, hi_f = p["low_freq_factor"], p["high_freq_factor"]
+    out = []
+    for i in range(dim // 2):
+        theta = _rope_theta(i, dim, base)
+        turns = trained * theta / (2 * np.pi)  # rotations over the trained length
+        if turns > hi_f:
+            out.append(theta)
+        elif turns < lo_f:
+            out.append(theta / s)
+        else:
+            mu = (turns - lo_f) / (hi_f - lo_f)
+            out.append((1 - mu) * theta / s + mu * theta)
+    return out, 1.0
+
+
+def _rope_longrope(dim, base, p, seq_len):
+    trained = p["original_max_position_embeddings"]
+    lam = p["long_factor"] if seq_len is not None and seq_len > trained else p["short_factor"]
+    if p.get("attention_factor") is not None:
+        attention = p["attention_factor"]
+    else:
+        s = p.get("factor") or p["max_position_embeddings"] / trained
+        attention = np.sqrt(1 + np.log(s) / np.log(trained)) if s > 1 else 1.0
+    return [_rope_theta(i, dim, base) / lam[i] for i in range(dim // 2)], attention
+
+
+_ROPE_FAMILIES = {
+    "default": _rope_default,
+    "linear": _rope_linear,
+    "dynamic": _rope_dynamic,
+    "yarn": _rope_yarn,
+    "llama3": _rope_llama3,
+    "longrope": _rope_longrope,
+}
+
+
+def _rope_resolve(dim, base, scaling):
+    p = dict(scaling or {})
+    kind = p.get("rope_type") or p.get("type") or "default"
+    if p.get("partial_rotary_factor") is not None:
+        dim = int(dim * p["partial_rotary_factor"])
+    if p.get("rope_theta") is not None:
+        base = p["rope_theta"]
+    return dim, base, kind, p
+
+
+def rope_frequencies(dim, *, base=10000.0, scaling=None, seq_len=None):
+    """theta_i = base**(-2i/dim) for each pair, rescaled by the family."""
+    dim, base, kind, p = _rope_resolve(dim, base, scaling)
+    inv_freq, attention = _ROPE_FAMILIES[kind](dim, base, p, seq_len)
+    return np.array(inv_freq, dtype=np.float64), float(attention)
+
+
+def _rope_seq_len(scaling, pos):
+    kind = (scaling or {}).get("rope_type") or (scaling or {}).get("type")
+    if kind in ("dynamic", "longrope") and pos.size:
+        return int(np.floor(pos.max())) + 1
+    return None
+
+
+def rope_cos_sin(positions, dim, *, base=10000.0, scaling=None, layout="half", dtype="float32"):
+    """cos/sin of positions[..., None] * theta, times the attention factor,
+    each angle twice: as two halves, or twice in a row."""
+    p = _positions(positions)
+    inv_freq, attention = rope_frequencies(
+        dim, base=base, scaling=scaling, seq_len=_rope_seq_len(scaling, p)
+    )
+    angle = p[..., None] * inv_freq
+    cos, sin = np.cos(angle) * attention, np.sin(angle) * attention
+    if layout == "half":
+        cos, sin = np.concatenate([cos, cos], axis=-1), np.concatenate([sin, sin], axis=-1)
+    else:
+        cos, sin = np.repeat(cos, 2, axis=-1), np.repeat(sin, 2, axis=-1)
+    return cos.astype(dtype), sin.astype(dtype)
+
+
+def apply_rope(
+    x,
+    positions=None,
+    *,
+    base=10000.0,
+    scaling=None,
+    layout="half",
+    rotary_dim=None,
+    offset=0,
+    seq_axis=-2,
+    inverse=False,
+    out=None,
+):
+    """x * cos + rotate(x) * sin on the first rotary_dim features, in float64,
+    with rotate_half (GPT-NeoX) or rotate_every_two (GPT-J)."""
+    x = np.asarray(x)
+    x64 = x.astype(np.float64)
+    dim = x.shape[-1]
+    if rotary_dim is None:
+        prf = (scaling or {}).get("partial_rotary_factor")
+        rotary_dim = int(dim * prf) if prf is not None else dim
+    if positions is None:
+        axis = seq_axis % x.ndim
+        pos = offset + np.arange(x.shape[axis], dtype=np.float64)
+        pos = pos.reshape(pos.shape + (1,) * (x.ndim - 2 - axis))
+    else:
+        pos = np.asarray(positions, dtype=np.float64) + offset
+    unscaled = dict(scaling or {})
+    unscaled.pop("partial_rotary_factor", None)
+    cos, sin = rope_cos_sin(
+        pos, rotary_dim, base=base, scaling=unscaled, layout=layout, dtype=np.float64
+    )
+    if inverse:
+        sin = -sin
+    xr, rest = x64[..., :rotary_dim], x64[..., rotary_dim:]
+    if layout == "half":
+        h = rotary_dim // 2
+        rotated = np.concatenate([-xr[..., h:], xr[..., :h]], axis=-1)
+    else:
+        rotated = np.stack([-xr[..., 1::2], xr[..., 0::2]], axis=-1).reshape(xr.shape)
+    y = np.concatenate([xr * cos + rotated * sin, rest], axis=-1)
+    if out is None:
+        return y.astype(x.dtype.newbyteorder("="))
+    out[...] = y
+    return out
+
 
 # (end of rope references)
 

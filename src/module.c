@@ -250,6 +250,175 @@ static PyObject *py_sinusoid(PyObject *self, PyObject *args)
 
 /* ---- rotary position embedding (rope.c) ---- */
 
+/* x as the rope kernel reads it: float16/32/64, native, aligned, rank >= 1,
+ * contiguous along its last axis; leading strides are free. */
+static PyArrayObject *rope_data_arg(PyObject *obj, const char *name, int flags)
+{
+    if (PyArray_Check(obj) && pe_dtype_of((PyArrayObject *)obj) < 0) {
+        PyErr_Format(PyExc_TypeError, "%s must have dtype float16, float32 or float64, not %R",
+                     name, (PyObject *)PyArray_DESCR((PyArrayObject *)obj));
+        return NULL;
+    }
+    if (PyArray_Check(obj) && PyArray_NDIM((PyArrayObject *)obj) < 1) {
+        PyErr_Format(PyExc_ValueError, "%s must have at least one dimension", name);
+        return NULL;
+    }
+    int type = PyArray_Check(obj) ? PyArray_TYPE((PyArrayObject *)obj) : NPY_FLOAT;
+    int ndim = PyArray_Check(obj) ? PyArray_NDIM((PyArrayObject *)obj) : 1;
+    return arg_array(obj, name, type, ndim, flags);
+}
+
+/* Whether a and b are the same elements (same start, shape and strides). */
+static int same_view(PyArrayObject *a, PyArrayObject *b)
+{
+    if (PyArray_BYTES(a) != PyArray_BYTES(b) || PyArray_NDIM(a) != PyArray_NDIM(b))
+        return 0;
+    for (int d = 0; d < PyArray_NDIM(a); ++d)
+        if (PyArray_DIM(a, d) != PyArray_DIM(b, d) ||
+            (PyArray_DIM(a, d) > 1 && PyArray_STRIDE(a, d) != PyArray_STRIDE(b, d)))
+            return 0;
+    return 1;
+}
+
+static PyObject *py_rope_apply(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *x_o, *pos_o, *freq_o, *out_o;
+    int layout, inverse;
+    double scale;
+    if (!PyArg_ParseTuple(args, "OOOOidp:rope_apply", &x_o, &pos_o, &freq_o, &out_o, &layout,
+                          &scale, &inverse))
+        return NULL;
+    PyArrayObject *x = rope_data_arg(x_o, "x", 0);
+    if (x == NULL)
+        return NULL;
+    int nd = PyArray_NDIM(x);
+    if (nd - 1 > PE_ROPE_MAXDIM) {
+        PyErr_Format(PyExc_ValueError, "x must have at most %d dimensions", PE_ROPE_MAXDIM + 1);
+        return NULL;
+    }
+    PyArrayObject *out = arg_array(out_o, "out", PyArray_TYPE(x), nd, ARG_WRITE);
+    if (out == NULL)
+        return NULL;
+    /* positions: one float64 per row of x, any strides (0 where broadcast) */
+    if (!PyArray_Check(pos_o)) {
+        PyErr_Format(PyExc_TypeError, "positions must be a numpy.ndarray, not %.200s",
+                     Py_TYPE(pos_o)->tp_name);
+        return NULL;
+    }
+    PyArrayObject *pos = (PyArrayObject *)pos_o;
+    if (PyArray_TYPE(pos) != NPY_DOUBLE || !PyArray_ISNOTSWAPPED(pos) || !PyArray_ISALIGNED(pos)) {
+        PyErr_SetString(PyExc_TypeError, "positions must be an aligned native float64 array");
+        return NULL;
+    }
+    if (PyArray_NDIM(pos) != nd - 1 ||
+        !PyArray_CompareLists(PyArray_DIMS(pos), PyArray_DIMS(x), nd - 1)) {
+        PyErr_SetString(PyExc_ValueError, "positions must have the shape x.shape[:-1]");
+        return NULL;
+    }
+    PyArrayObject *freq = arg_array(freq_o, "freq", NPY_DOUBLE, 1, ARG_CONTIGUOUS);
+    if (freq == NULL)
+        return NULL;
+    npy_intp dim = PyArray_DIM(x, nd - 1), half = PyArray_DIM(freq, 0);
+    if (!PyArray_CompareLists(PyArray_DIMS(out), PyArray_DIMS(x), nd)) {
+        PyErr_SetString(PyExc_ValueError, "out must have the shape of x");
+        return NULL;
+    }
+    if (half < 1 || 2 * half > dim) {
+        PyErr_Format(PyExc_ValueError, "freq must have between 1 and %zd elements (x.shape[-1]/2)",
+                     (Py_ssize_t)(dim / 2));
+        return NULL;
+    }
+    if (layout != PE_ROPE_HALF && layout != PE_ROPE_INTERLEAVED) {
+        PyErr_SetString(PyExc_ValueError, "layout must be 0 (half) or 1 (interleaved)");
+        return NULL;
+    }
+    if (!isfinite(scale)) {
+        PyErr_SetString(PyExc_ValueError, "scale must be finite");
+        return NULL;
+    }
+    if (!same_view(out, x) && check_no_overlap(out, "out", x, "x") < 0)
+        return NULL;
+    if (check_no_overlap(out, "out", pos, "positions") < 0 ||
+        check_no_overlap(out, "out", freq, "freq") < 0)
+        return NULL;
+
+    npy_intp lead = nd - 1;
+    npy_intp pstrides[PE_ROPE_MAXDIM];
+    for (int d = 0; d < lead; ++d)
+        pstrides[d] = PyArray_DIM(pos, d) > 1 ? PyArray_STRIDE(pos, d) : 0;
+    struct pe_rope_args a = {
+        .ndim = (int)lead,
+        .shape = PyArray_DIMS(x),
+        .x = PyArray_BYTES(x),
+        .x_strides = PyArray_STRIDES(x),
+        .out = PyArray_BYTES(out),
+        .out_strides = PyArray_STRIDES(out),
+        .pos = PyArray_BYTES(pos),
+        .pos_strides = pstrides,
+        .dim = dim,
+        .freq = (const double *)PyArray_DATA(freq),
+        .half = half,
+        .scale = scale,
+        .inverse = inverse,
+        .layout = layout,
+        .dtype = pe_dtype_of(x),
+    };
+    int nthreads = effective_threads(), rc;
+    Py_BEGIN_ALLOW_THREADS rc = pe_rope_apply(&a, nthreads);
+    Py_END_ALLOW_THREADS if (rc == -1) return PyErr_NoMemory();
+    if (rc != 0) {
+        PyErr_SetString(PyExc_ValueError, "rope_apply: arguments out of range");
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_rope_table(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *pos_o, *freq_o, *cos_o, *sin_o;
+    int layout;
+    double scale;
+    if (!PyArg_ParseTuple(args, "OOOOid:rope_table", &pos_o, &freq_o, &cos_o, &sin_o, &layout,
+                          &scale))
+        return NULL;
+    PyArrayObject *pos = arg_array(pos_o, "positions", NPY_DOUBLE, 1, ARG_CONTIGUOUS);
+    PyArrayObject *freq = pos ? arg_array(freq_o, "freq", NPY_DOUBLE, 1, ARG_CONTIGUOUS) : NULL;
+    PyArrayObject *cos = freq ? arg_float_out(cos_o, "cos", 2) : NULL;
+    PyArrayObject *sin = cos ? arg_array(sin_o, "sin", PyArray_TYPE(cos), 2, ARG_WRITE) : NULL;
+    if (sin == NULL)
+        return NULL;
+    if (layout != PE_ROPE_HALF && layout != PE_ROPE_INTERLEAVED) {
+        PyErr_SetString(PyExc_ValueError, "layout must be 0 (half) or 1 (interleaved)");
+        return NULL;
+    }
+    if (!isfinite(scale)) {
+        PyErr_SetString(PyExc_ValueError, "scale must be finite");
+        return NULL;
+    }
+    npy_intp n = PyArray_DIM(pos, 0), half = PyArray_DIM(freq, 0);
+    if (PyArray_DIM(cos, 0) != n || PyArray_DIM(cos, 1) != 2 * half || PyArray_DIM(sin, 0) != n ||
+        PyArray_DIM(sin, 1) != 2 * half) {
+        PyErr_Format(PyExc_ValueError, "cos and sin must have shape (%zd, %zd)", (Py_ssize_t)n,
+                     (Py_ssize_t)(2 * half));
+        return NULL;
+    }
+    if (check_no_overlap(cos, "cos", sin, "sin") < 0 ||
+        check_no_overlap(cos, "cos", pos, "positions") < 0 ||
+        check_no_overlap(cos, "cos", freq, "freq") < 0 ||
+        check_no_overlap(sin, "sin", pos, "positions") < 0 ||
+        check_no_overlap(sin, "sin", freq, "freq") < 0)
+        return NULL;
+    int dtype = pe_dtype_of(cos), nthreads = effective_threads(), rc;
+    Py_BEGIN_ALLOW_THREADS rc =
+        pe_rope_table((const double *)PyArray_DATA(pos), n, (const double *)PyArray_DATA(freq),
+                      half, scale, layout, dtype, PyArray_BYTES(cos), PyArray_STRIDE(cos, 0),
+                      PyArray_BYTES(sin), PyArray_STRIDE(sin, 0), nthreads);
+    Py_END_ALLOW_THREADS if (rc != 0) return PyErr_NoMemory();
+    Py_RETURN_NONE;
+}
+
 /* (end of rope glue) */
 
 /* ---- attention biases (bias.c) ---- */
@@ -459,6 +628,11 @@ static PyMethodDef methods[] = {
     {"sinusoid", py_sinusoid, METH_VARARGS,
      "sinusoid(positions, freq, out, layout): fill out[r] with the sinusoid of positions[r]."},
     /* rope entries */
+    {"rope_apply", py_rope_apply, METH_VARARGS,
+     "rope_apply(x, positions, freq, out, layout, scale, inverse): rotate the pairs of each row "
+     "of x by positions * freq into out (which may be x)."},
+    {"rope_table", py_rope_table, METH_VARARGS,
+     "rope_table(positions, freq, cos, sin, layout, scale): fill cos[r], sin[r] for positions[r]."},
 
     /* bias entries */
     {"alibi", py_alibi, METH_VARARGS,

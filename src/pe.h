@@ -109,6 +109,47 @@ void pe_sinusoid(const double *pos, ptrdiff_t n_pos, const double *freq, ptrdiff
 
 /* ---- rotary position embedding (rope.c) ---- */
 
+/* Which elements of a row form the rotated pairs: (x[i], x[i + half]) as in
+ * GPT-NeoX and Llama in transformers, or (x[2i], x[2i + 1]) as in GPT-J. */
+enum pe_rope_layout { PE_ROPE_HALF = 0, PE_ROPE_INTERLEAVED = 1 };
+
+/* Most leading dimensions an array handed to pe_rope_apply may have. */
+#define PE_ROPE_MAXDIM 64
+
+/* x and out: ndim leading dimensions of the given shape and byte strides
+ * (any sign, out may be x itself), then a contiguous last axis of dim
+ * elements of type dtype.  pos: a float64 position per row, at byte strides
+ * pos_strides over the same leading shape (0 where it is broadcast).  The
+ * first 2 * half elements of each row are rotated by pos * freq[i] (the
+ * inverse rotation if inverse), cos and sin scaled by scale; the rest are
+ * copied. */
+struct pe_rope_args {
+    int ndim;
+    const ptrdiff_t *shape;
+    const char *x;
+    const ptrdiff_t *x_strides;
+    char *out;
+    const ptrdiff_t *out_strides;
+    const char *pos;
+    const ptrdiff_t *pos_strides;
+    ptrdiff_t dim;
+    const double *freq;
+    ptrdiff_t half;
+    double scale;
+    int inverse, layout, dtype;
+};
+
+/* 0 on success, -1 if scratch memory could not be allocated (nothing is
+ * written then), -2 on arguments out of range. */
+int pe_rope_apply(const struct pe_rope_args *args, int nthreads);
+
+/* Row r of cos_out / sin_out (at byte strides cos_stride / sin_stride):
+ * scale * cos / sin of pos[r] * freq[i], each value twice in the given
+ * layout, 2 * half elements of type dtype.  0, or -1 on allocation failure. */
+int pe_rope_table(const double *pos, ptrdiff_t n, const double *freq, ptrdiff_t half, double scale,
+                  int layout, int dtype, char *cos_out, ptrdiff_t cos_stride, char *sin_out,
+                  ptrdiff_t sin_stride, int nthreads);
+
 /* (end of rope declarations) */
 
 /* ---- attention biases (bias.c) ---- */

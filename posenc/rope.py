@@ -1,0 +1,305 @@
+"""Rotary position embedding (Su et al., RoFormer, 2021).
+
+A pair of features ``(a, b)`` of a query or key at position ``p`` is rotated
+by the angle ``p * theta_i``; the dot product of a rotated query and key then
+depends on their positions only through ``m - n``.  The frequencies
+``theta_i`` and the context-extension families are in
+:mod:`posenc.rope_scaling`.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from . import _core, rope_scaling
+from . import _validate as v
+
+_LAYOUTS = {"half": 0, "interleaved": 1}
+
+
+def rope_frequencies(dim, *, base=10000.0, scaling=None, seq_len=None):
+    """Inverse frequencies and attention factor of a RoPE configuration.
+
+    Parameters
+    ----------
+    dim : int
+        Head dimension, a positive even number.  With a
+        ``partial_rotary_factor`` in `scaling` (as transformers stores it) the
+        rotary dimension is ``int(dim * partial_rotary_factor)``.
+    base : float
+        The wavelength base (``rope_theta``); ``scaling["rope_theta"]``, when
+        present, is used instead (they must agree if both are given).
+    scaling : dict, optional
+        Hugging Face's ``rope_scaling`` / ``rope_parameters`` dict as it is,
+        naming its family with ``rope_type`` (or the older ``type``):
+        ``"default"``, ``"linear"``, ``"dynamic"``, ``"yarn"``, ``"llama3"``
+        or ``"longrope"``; see :mod:`posenc.rope_scaling` for the keys each
+        reads.  Two values transformers takes from the model config go in the
+        dict too: ``max_position_embeddings`` (needed by ``dynamic``, and by
+        ``yarn`` / ``longrope`` without a ``factor``) and
+        ``partial_rotary_factor``.
+    seq_len : int, optional
+        Current sequence length, for ``dynamic`` (base growth past the trained
+        length) and ``longrope`` (long factors past it).
+
+    Returns
+    -------
+    inv_freq : ndarray of float64, shape ``(rotary_dim // 2,)``
+        ``base ** (-2i/rotary_dim)`` after scaling.
+    attention_factor : float
+        Factor on cos and sin (1.0 except for ``yarn`` and ``longrope``).
+
+    Notes
+    -----
+    The values equal those of transformers' ``ROPE_INIT_FUNCTIONS`` for the
+    same dict to float32 precision (transformers forms them in float32,
+    posenc in float64); the attention factor is the same float.
+    """
+    dim = v.even_dim(dim, "dim")
+    base = v.real(base, "base", positive=True)
+    if seq_len is not None:
+        seq_len = v.integer(seq_len, "seq_len", minimum=0)
+    rotary, base, name = rope_scaling.resolve(dim, base, scaling)
+    return rope_scaling.frequencies(rotary, base, scaling, seq_len, name)
+
+
+def _seq_len(pos, name):
+    """transformers' sequence length for the length-dependent families:
+    ``max(position_ids) + 1``."""
+    if name not in rope_scaling.SEQ_LEN_FAMILIES or pos.size == 0:
+        return None
+    return int(math.floor(float(pos.max()))) + 1
+
+
+def rope_cos_sin(positions, dim, *, base=10000.0, scaling=None, layout="half", dtype="float32"):
+    """cos and sin tables of RoPE for given positions, attention factor applied.
+
+    For feeding a torch, JAX or NumPy model of one's own: ``x * cos +
+    rotate(x) * sin`` with the rotation of the matching layout.
+
+    Parameters
+    ----------
+    positions : int or array_like
+        An int ``n`` for positions ``0..n-1``, or an array of positions of any
+        shape (ints or floats).
+    dim : int
+        Head dimension, a positive even number (see :func:`rope_frequencies`
+        for ``partial_rotary_factor``).
+    base, scaling
+        As in :func:`rope_frequencies`.  ``dynamic`` and ``longrope`` take the
+        sequence length as ``max(positions) + 1``, as transformers does.
+    layout : {"half", "interleaved"}
+        ``"half"`` (GPT-NeoX, Llama in transformers): the ``dim // 2`` angles
+        repeated as two halves.  ``"interleaved"`` (GPT-J, RoFormer, Meta's
+        Llama): each angle twice in a row.
+    dtype : float16, float32 or float64
+
+    Returns
+    -------
+    cos, sin : ndarray, each of shape ``positions.shape + (rotary_dim,)``
+
+    Notes
+    -----
+    Angles are formed and reduced in float64, multiplied by the attention
+    factor and rounded once: float32 tables are within 1 ulp of the float64
+    values at positions up to 2**24 and beyond.
+    """
+    dim = v.even_dim(dim, "dim")
+    base = v.real(base, "base", positive=True)
+    layout_code = _LAYOUTS[v.choice(layout, "layout", tuple(_LAYOUTS))]
+    dtype = v.float_dtype(dtype, "dtype")
+    rotary, base, name = rope_scaling.resolve(dim, base, scaling)
+    pos, shape = v.positions(positions, "positions")
+    inv_freq, attention = rope_scaling.frequencies(rotary, base, scaling, _seq_len(pos, name), name)
+    v.shape_size(shape + (rotary,), "positions")
+    cos = np.empty(shape + (rotary,), dtype)
+    sin = np.empty(shape + (rotary,), dtype)
+    _core.rope_table(
+        pos, inv_freq, cos.reshape(-1, rotary), sin.reshape(-1, rotary), layout_code, attention
+    )
+    return cos, sin
+
+
+def apply_rope(
+    x,
+    positions=None,
+    *,
+    base=10000.0,
+    scaling=None,
+    layout="half",
+    rotary_dim=None,
+    offset=0,
+    seq_axis=-2,
+    inverse=False,
+    out=None,
+):
+    """Rotate queries or keys by their positions (rotary position embedding).
+
+    Parameters
+    ----------
+    x : array_like of float16, float32 or float64, shape ``(..., dim)``
+        E.g. ``(batch, heads, seq, head_dim)`` as transformers lays it out, or
+        ``(batch, seq, heads, head_dim)`` with ``seq_axis=-3``.
+    positions : array_like, optional
+        Positions (ints or floats) broadcastable to ``x.shape[:-1]``: per
+        sequence ``(seq,)``, per batch ``(batch, 1, seq)`` (left padding,
+        packed sequences with restarts), a scalar for one decoding step...
+        None means ``arange(x.shape[seq_axis])`` along `seq_axis`.
+    base, scaling
+        As in :func:`rope_frequencies` (``dynamic`` and ``longrope`` take the
+        sequence length as ``max(positions) + 1``, as transformers does).
+    layout : {"half", "interleaved"}
+        Which elements form the rotated pairs: ``(x[i], x[i + r/2])`` for
+        ``"half"`` (GPT-NeoX, Llama in transformers), ``(x[2i], x[2i+1])`` for
+        ``"interleaved"`` (GPT-J, RoFormer, Meta's Llama).
+    rotary_dim : int, optional
+        The number ``r`` of leading features rotated (partial rotary, as in
+        GPT-NeoX, Phi, GLM), even and ``<= dim``; the rest pass through.  The
+        default is ``dim``, or ``int(dim * partial_rotary_factor)`` when
+        `scaling` has that key.  The frequencies are those of
+        ``rope_frequencies(r, ...)``.
+    offset : int or float
+        Added to the positions (a KV-cache offset with ``positions=None``).
+    seq_axis : int
+        Axis of `x` holding the sequence when `positions` is None.
+    inverse : bool
+        Rotate by the negative angle: undoes the rotation (and is its
+        backward pass).
+    out : ndarray, optional
+        Where to write, of x's shape and dtype; may be `x` itself.
+
+    Returns
+    -------
+    ndarray of x's shape and dtype.
+
+    Notes
+    -----
+    cos and sin are computed once per distinct entry of the (unbroadcast)
+    positions, from float64 angles, and rounded once; the rotation runs in
+    float32 for float16/float32 input and in float64 for float64 input.
+    """
+    x = x if isinstance(x, np.ndarray) else np.asarray(x)
+    if x.dtype.kind != "f" or x.dtype.itemsize not in (2, 4, 8):
+        raise TypeError(f"x must have dtype float16, float32 or float64, not {x.dtype}")
+    if x.ndim < 1:
+        raise ValueError("x must have at least one dimension (..., dim)")
+    dtype = x.dtype.newbyteorder("=")
+    dim = x.shape[-1]
+    lead = x.shape[:-1]
+    base = v.real(base, "base", positive=True)
+    layout_code = _LAYOUTS[v.choice(layout, "layout", tuple(_LAYOUTS))]
+    offset = v.real(offset, "offset")
+    if not isinstance(inverse, (bool, np.bool_)):
+        raise TypeError(f"inverse must be a bool, not {type(inverse).__name__}")
+    rotary, base, name = _rotary_dim(dim, rotary_dim, base, scaling)
+    pos = _positions(positions, lead, offset, seq_axis, x.ndim)
+    inv_freq, attention = rope_scaling.frequencies(rotary, base, scaling, _seq_len(pos, name), name)
+    if out is not None:
+        v.out_array(out, x.shape, dtype, "out")
+
+    src = x if _kernel_ready(x) else np.ascontiguousarray(x, dtype=dtype)
+    if out is None:
+        result = target = np.empty(x.shape, dtype)
+    else:
+        # written directly unless its layout is odd, or it overlaps x other
+        # than as x itself (in place): then through a temporary
+        result = target = out
+        if (
+            not _kernel_ready(out)
+            or not _no_internal_overlap(out)
+            or (not _same_view(out, src) and np.may_share_memory(out, src))
+        ):
+            target = np.empty(x.shape, dtype)
+    if x.size:
+        _core.rope_apply(
+            src, np.broadcast_to(pos, lead), inv_freq, target, layout_code, attention, bool(inverse)
+        )
+    if target is not result:
+        np.copyto(result, target, casting="unsafe")
+    return result
+
+
+def _rotary_dim(dim, rotary_dim, base, scaling):
+    """The rotary dimension r of apply_rope, its base and family."""
+    name = rope_scaling.family_name(scaling)
+    has_factor = scaling is not None and scaling.get("partial_rotary_factor") is not None
+    if rotary_dim is None:
+        if not has_factor and (dim <= 0 or dim % 2):
+            raise ValueError(
+                f"rotary_dim defaults to x.shape[-1] = {dim}, which must be a positive even "
+                "number; pass an even rotary_dim to rotate only part of it"
+            )
+        rotary = rope_scaling.rotary_dimension(dim, scaling, name)
+    else:
+        rotary = v.even_dim(rotary_dim, "rotary_dim")
+        if rotary > dim:
+            raise ValueError(f"rotary_dim must be <= x.shape[-1] = {dim}, got {rotary}")
+        if has_factor and rope_scaling.rotary_dimension(dim, scaling, name) != rotary:
+            raise ValueError(
+                f"rotary_dim = {rotary} disagrees with scaling['partial_rotary_factor'] = "
+                f"{scaling['partial_rotary_factor']} for x.shape[-1] = {dim}"
+            )
+    return rotary, rope_scaling.base_of(base, scaling, name), name
+
+
+def _positions(positions, lead, offset, seq_axis, ndim):
+    """Positions as float64 with offset added, aligned to broadcast against `lead`."""
+    if positions is None:
+        seq_axis = v.integer(seq_axis, "seq_axis")
+        if not -ndim <= seq_axis < ndim or seq_axis % ndim == ndim - 1:
+            raise ValueError(
+                f"seq_axis must be an axis of x other than the last (x has {ndim} dimensions), "
+                f"got {seq_axis}"
+            )
+        axis = seq_axis % ndim
+        n = lead[axis]
+        pos = offset + np.arange(n, dtype=np.float64)
+        return pos.reshape((n,) + (1,) * (ndim - 2 - axis))
+    if isinstance(positions, (bool, np.bool_)):
+        raise TypeError("positions must be numbers, not bool")
+    arr = v.real_array(positions, "positions")
+    try:
+        shape = np.broadcast_shapes(arr.shape, lead)
+    except ValueError:
+        shape = None
+    if shape != lead:
+        raise ValueError(
+            f"positions of shape {arr.shape} do not broadcast to x.shape[:-1] = {lead}"
+        )
+    pos = np.array(arr, dtype=np.float64)  # a native copy: the kernel reads it from threads
+    if offset:
+        pos += offset
+        if not np.isfinite(pos).all():
+            raise ValueError("positions + offset must be finite")
+    return pos
+
+
+def _kernel_ready(a):
+    """Whether the kernel can read or write `a` where it is: native byte
+    order, aligned, contiguous along the last axis."""
+    return (
+        a.dtype.isnative
+        and a.flags.aligned
+        and (a.ndim == 0 or a.shape[-1] <= 1 or a.strides[-1] == a.itemsize)
+    )
+
+
+def _same_view(a, b):
+    """Same first element, shape and strides (in-place rotation)."""
+    if a.shape != b.shape or a.__array_interface__["data"][0] != b.__array_interface__["data"][0]:
+        return False
+    return all(n <= 1 or sa == sb for n, sa, sb in zip(a.shape, a.strides, b.strides))
+
+
+def _no_internal_overlap(a):
+    """True if no two elements of `a` share memory (sufficient test: sorted
+    by stride, each dimension steps over the extent of the inner ones)."""
+    dims = sorted((abs(s), n) for n, s in zip(a.shape, a.strides) if n > 1)
+    extent = a.itemsize
+    for stride, n in dims:
+        if stride < extent:
+            return False
+        extent = stride * (n - 1) + extent
+    return True
