@@ -191,48 +191,55 @@ def rope_cases(quick):
                 return reference.apply_rope(x, seq_axis=a)
 
             torch_ref = _rope_torch(x, seq_axis)
-            cases.append(Case(
-                name=f"{label}, out=",
-                nbytes=x.nbytes,
-                posenc=lambda x=x, out=out, a=seq_axis: posenc.apply_rope(x, seq_axis=a, out=out),
-                memory=copyto_of(shape, dtype),
-                numpy=numpy_ref,
-                torch=torch_ref,
-            ))
-            cases.append(Case(
-                name=f"{label}, in place",
-                nbytes=x.nbytes,
-                posenc=lambda y=y, a=seq_axis: posenc.apply_rope(y, seq_axis=a, out=y),
-                memory=copyto_of(shape, dtype),
-                numpy=numpy_ref,
-                torch=torch_ref,
-                note="numpy and torch: out of place, as they are written",
-            ))
+            cases.append(
+                Case(
+                    name=f"{label}, out=",
+                    nbytes=x.nbytes,
+                    posenc=lambda x=x, out=out, a=seq_axis: posenc.apply_rope(
+                        x, seq_axis=a, out=out
+                    ),
+                    memory=copyto_of(shape, dtype),
+                    numpy=numpy_ref,
+                    torch=torch_ref,
+                )
+            )
+            cases.append(
+                Case(
+                    name=f"{label}, in place",
+                    nbytes=x.nbytes,
+                    posenc=lambda y=y, a=seq_axis: posenc.apply_rope(y, seq_axis=a, out=y),
+                    memory=copyto_of(shape, dtype),
+                    numpy=numpy_ref,
+                    torch=torch_ref,
+                    note="numpy and torch: out of place, as they are written",
+                )
+            )
     x = rng.standard_normal((1, 32, seq, 128)).astype(np.float32)
-    cases.append(Case(
-        name=f"apply_rope{x.shape} float32, new array",
-        nbytes=x.nbytes,
-        posenc=lambda: posenc.apply_rope(x),
-        memory=lambda: np.copyto(np.empty_like(x), x),
-        torch=_rope_torch(x, -2),
-        note="allocation and page faults included on all sides",
-    ))
+    cases.append(
+        Case(
+            name=f"apply_rope{x.shape} float32, new array",
+            nbytes=x.nbytes,
+            posenc=lambda: posenc.apply_rope(x),
+            memory=lambda: np.copyto(np.empty_like(x), x),
+            torch=_rope_torch(x, -2),
+            note="allocation and page faults included on all sides",
+        )
+    )
     # how the time grows with the number of positions
-    for n in ([1024, 4096, 16384] if quick else [1024, 4096, 16384, 65536]):
+    for n in [1024, 4096, 16384] if quick else [1024, 4096, 16384, 65536]:
         x = rng.standard_normal((1, 8, n, 128)).astype(np.float32)
         out = np.empty_like(x)
-        cases.append(Case(
-            name=f"apply_rope(1, 8, {n}, 128) float32, out=",
-            nbytes=x.nbytes,
-            posenc=lambda x=x, out=out: posenc.apply_rope(x, out=out),
-            memory=copyto_of(x.shape, x.dtype),
-            torch=_rope_torch(x, -2),
-            extra={"positions": n, "ns_per_position": None},
-        ))
+        cases.append(
+            Case(
+                name=f"apply_rope(1, 8, {n}, 128) float32, out=",
+                nbytes=x.nbytes,
+                posenc=lambda x=x, out=out: posenc.apply_rope(x, out=out),
+                memory=copyto_of(x.shape, x.dtype),
+                torch=_rope_torch(x, -2),
+                extra={"positions": n, "ns_per_position": None},
+            )
+        )
     return cases
-
-
-# (end of rope cases)
 
 
 # ---------------------------------------------------------------- attention biases
@@ -263,9 +270,9 @@ def _hf_t5_bias(table, q_len, k_len):
 
     context = torch.arange(q_len, dtype=torch.long)[:, None]
     memory = torch.arange(k_len, dtype=torch.long)[None, :]
-    buckets = T5Attention._relative_position_bucket(memory - context, bidirectional=True,
-                                                    num_buckets=table.shape[0],
-                                                    max_distance=128)
+    buckets = T5Attention._relative_position_bucket(
+        memory - context, bidirectional=True, num_buckets=table.shape[0], max_distance=128
+    )
     return torch.nn.functional.embedding(buckets, table).permute([2, 0, 1])
 
 
@@ -286,61 +293,70 @@ def bias_cases(quick):
 
     out = np.empty((n_heads, n, n), np.float32)
     if torch is not None:
+
         def torch_alibi():
             alibi, causal = _hf_alibi(n_heads, n, n)
             return alibi + causal
-    cases.append(Case(
-        name=f"alibi_bias({n_heads}, {n}) float32, out=",
-        nbytes=out.nbytes,
-        posenc=lambda: posenc.alibi_bias(n_heads, n, out=out),
-        memory=lambda: out.fill(0.5),
-        numpy=lambda: reference.alibi_bias(n_heads, n),
-        torch=torch_alibi if torch is not None else None,
-        note="torch: BLOOM's build_alibi_tensor + causal mask, materialised",
-    ))
+
+    cases.append(
+        Case(
+            name=f"alibi_bias({n_heads}, {n}) float32, out=",
+            nbytes=out.nbytes,
+            posenc=lambda: posenc.alibi_bias(n_heads, n, out=out),
+            memory=lambda: out.fill(0.5),
+            numpy=lambda: reference.alibi_bias(n_heads, n),
+            torch=torch_alibi if torch is not None else None,
+            note="torch: BLOOM's build_alibi_tensor + causal mask, materialised",
+        )
+    )
 
     ttable = torch.from_numpy(table) if torch is not None else None
-    cases.append(Case(
-        name=f"t5_bias(({table.shape[0]}, {n_heads}) table, {n}) float32, out=",
-        nbytes=out.nbytes,
-        posenc=lambda: posenc.t5_bias(table, n, out=out),
-        memory=lambda: out.fill(0.5),
-        numpy=lambda: reference.t5_bias(table, n),
-        torch=(lambda: _hf_t5_bias(ttable, n, n).contiguous()) if have_hf else None,
-        note="torch: T5Attention's bucketing + embedding lookup, made contiguous",
-    ))
+    cases.append(
+        Case(
+            name=f"t5_bias(({table.shape[0]}, {n_heads}) table, {n}) float32, out=",
+            nbytes=out.nbytes,
+            posenc=lambda: posenc.t5_bias(table, n, out=out),
+            memory=lambda: out.fill(0.5),
+            numpy=lambda: reference.t5_bias(table, n),
+            torch=(lambda: _hf_t5_bias(ttable, n, n).contiguous()) if have_hf else None,
+            note="torch: T5Attention's bucketing + embedding lookup, made contiguous",
+        )
+    )
 
     scores = rng.standard_normal((1, n_heads, n, n)).astype(np.float32)
     alibi = posenc.alibi_bias(n_heads, n)
     tscores = torch.from_numpy(scores.copy()) if torch is not None else None
     if torch is not None:
+
         def torch_alibi_add():
             a, causal = _hf_alibi(n_heads, n, n)
             return tscores.add_(a[None]).add_(causal)
-    cases.append(Case(
-        name=f"alibi_bias({n_heads}, {n}, scores=) float32 (1, {n_heads}, {n}, {n})",
-        nbytes=scores.nbytes,
-        posenc=lambda: posenc.alibi_bias(n_heads, n, scores=scores),
-        memory=lambda: np.add(scores, alibi, out=scores),
-        numpy=lambda: reference.alibi_bias(n_heads, n, scores=scores),
-        torch=torch_alibi_add if torch is not None else None,
-        note="memory: scores += precomputed bias; torch: scores += alibi (broadcast) + mask",
-    ))
+
+    cases.append(
+        Case(
+            name=f"alibi_bias({n_heads}, {n}, scores=) float32 (1, {n_heads}, {n}, {n})",
+            nbytes=scores.nbytes,
+            posenc=lambda: posenc.alibi_bias(n_heads, n, scores=scores),
+            memory=lambda: np.add(scores, alibi, out=scores),
+            numpy=lambda: reference.alibi_bias(n_heads, n, scores=scores),
+            torch=torch_alibi_add if torch is not None else None,
+            note="memory: scores += precomputed bias; torch: scores += alibi (broadcast) + mask",
+        )
+    )
 
     t5 = posenc.t5_bias(table, n)
-    cases.append(Case(
-        name=f"t5_bias(({table.shape[0]}, {n_heads}) table, {n}, scores=) float32",
-        nbytes=scores.nbytes,
-        posenc=lambda: posenc.t5_bias(table, n, scores=scores),
-        memory=lambda: np.add(scores, t5, out=scores),
-        numpy=lambda: reference.t5_bias(table, n, scores=scores),
-        torch=(lambda: tscores.add_(_hf_t5_bias(ttable, n, n))) if have_hf else None,
-        note="memory: scores += precomputed bias; torch: scores += compute_bias(...)",
-    ))
+    cases.append(
+        Case(
+            name=f"t5_bias(({table.shape[0]}, {n_heads}) table, {n}, scores=) float32",
+            nbytes=scores.nbytes,
+            posenc=lambda: posenc.t5_bias(table, n, scores=scores),
+            memory=lambda: np.add(scores, t5, out=scores),
+            numpy=lambda: reference.t5_bias(table, n, scores=scores),
+            torch=(lambda: tscores.add_(_hf_t5_bias(ttable, n, n))) if have_hf else None,
+            note="memory: scores += precomputed bias; torch: scores += compute_bias(...)",
+        )
+    )
     return cases
-
-
-# (end of bias cases)
 
 
 # ---------------------------------------------------------------- driver

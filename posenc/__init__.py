@@ -3,6 +3,13 @@
 Encodings (NumPy arrays in, NumPy arrays out):
 
 - :func:`sinusoid`: the absolute sinusoidal table of Vaswani et al.
+- :func:`apply_rope`, :func:`rope_cos_sin`, :func:`rope_frequencies`: rotary
+  embeddings in the half-split and interleaved layouts, partial rotary,
+  arbitrary position ids, and the context-extension families (linear,
+  dynamic NTK, YaRN, Llama 3, LongRoPE).
+- :func:`alibi_bias`, :func:`alibi_slopes`: ALiBi; :func:`t5_bias`,
+  :func:`relative_position_bucket`: T5's bucketed relative bias;
+  :func:`relative_positions`: Shaw et al.'s clipped relative positions.
 
 Analyses (:mod:`posenc.probe`): what a position embedding has learned, after
 Wang & Chen, "What Do Position Embeddings Learn?" (EMNLP 2020).
@@ -16,28 +23,25 @@ from . import probe, reference
 from ._config import config, get_num_threads, set_num_threads, show_config, simd_path
 from ._version import __version__
 from .absolute import sinusoid
-
-# rotary position embedding
-from .rope import apply_rope as apply_rope
-from .rope import rope_cos_sin as rope_cos_sin
-from .rope import rope_frequencies as rope_frequencies
-
-# attention biases
-# isort: split
-from .bias import alibi_bias as alibi_bias
-from .bias import alibi_slopes as alibi_slopes
-from .bias import relative_position_bucket as relative_position_bucket
-from .bias import relative_positions as relative_positions
-from .bias import t5_bias as t5_bias
+from .bias import alibi_bias, alibi_slopes, relative_position_bucket, relative_positions, t5_bias
+from .rope import apply_rope, rope_cos_sin, rope_frequencies
 
 __all__ = [
     "__version__",
+    "alibi_bias",
+    "alibi_slopes",
+    "apply_rope",
     "config",
     "get_num_threads",
     "probe",
     "reference",
+    "relative_position_bucket",
+    "relative_positions",
+    "rope_cos_sin",
+    "rope_frequencies",
     "set_num_threads",
     "show_config",
     "simd_path",
     "sinusoid",
+    "t5_bias",
 ]

@@ -187,9 +187,6 @@ def output(out, shape, dtype, name="out"):
 
 # ---- checks used by the rotary functions ----
 
-# (end of rope checks)
-
-
 # ---- checks used by the attention biases ----
 
 
@@ -237,11 +234,10 @@ def bias_views(arr):
             batch *= n
         stride = lead[-1][1] if lead else 0
         view = np.lib.stride_tricks.as_strided(
-            arr, shape=(batch,) + arr.shape[-3:], strides=(stride,) + arr.strides[-3:],
+            arr,
+            shape=(batch,) + arr.shape[-3:],
+            strides=(stride,) + arr.strides[-3:],
             writeable=True,
         )
         return [view]
     return [arr[idx] for idx in np.ndindex(arr.shape[:-4])]
-
-
-# (end of bias checks)

@@ -46,8 +46,9 @@ def _scores(scores, shape, dtype):
     if arr.dtype.kind != "f" or arr.dtype.newbyteorder("=") not in v.FLOAT_DTYPES:
         raise TypeError(f"scores must have dtype float16, float32 or float64, not {arr.dtype}")
     if arr.ndim < 3 or arr.shape[-3:] != shape:
-        raise ValueError(f"scores must have shape (..., {', '.join(map(str, shape))}), "
-                         f"not {arr.shape}")
+        raise ValueError(
+            f"scores must have shape (..., {', '.join(map(str, shape))}), not {arr.shape}"
+        )
     if not arr.flags.writeable:
         raise ValueError("scores is read-only")
     if dtype is not None and v.float_dtype(dtype, "dtype") != arr.dtype.newbyteorder("="):
@@ -127,8 +128,19 @@ def alibi_slopes(n_heads, *, max_bias=8.0):
     return slopes
 
 
-def alibi_bias(n_heads, q_len, k_len=None, *, slopes=None, max_bias=8.0, causal=True,
-               q_offset=None, dtype=None, scores=None, out=None):
+def alibi_bias(
+    n_heads,
+    q_len,
+    k_len=None,
+    *,
+    slopes=None,
+    max_bias=8.0,
+    causal=True,
+    q_offset=None,
+    dtype=None,
+    scores=None,
+    out=None,
+):
     """ALiBi's linear attention bias, or its add into attention scores.
 
     Parameters
@@ -205,8 +217,9 @@ def alibi_bias(n_heads, q_len, k_len=None, *, slopes=None, max_bias=8.0, causal=
 # ---------------------------------------------------------------- T5
 
 
-def relative_position_bucket(relative_position, *, bidirectional=True, num_buckets=32,
-                             max_distance=128):
+def relative_position_bucket(
+    relative_position, *, bidirectional=True, num_buckets=32, max_distance=128
+):
     """T5's bucket of each relative position ``key_pos - query_pos``.
 
     Parameters
@@ -254,8 +267,17 @@ def relative_position_bucket(relative_position, *, bidirectional=True, num_bucke
     return out.reshape(arr.shape)
 
 
-def t5_bias(table, q_len, k_len=None, *, bidirectional=True, max_distance=128, q_offset=0,
-            scores=None, out=None):
+def t5_bias(
+    table,
+    q_len,
+    k_len=None,
+    *,
+    bidirectional=True,
+    max_distance=128,
+    q_offset=0,
+    scores=None,
+    out=None,
+):
     """T5's relative attention bias from its learned bucket table.
 
     Parameters
@@ -296,8 +318,10 @@ def t5_bias(table, q_len, k_len=None, *, bidirectional=True, max_distance=128, q
         raise ValueError(f"table must be 2-dimensional (num_buckets, n_heads), not {arr.shape}")
     num_buckets, n_heads = arr.shape
     if num_buckets < 2 or n_heads < 1:
-        raise ValueError("table must have num_buckets >= 2 rows and at least one column (head), "
-                         f"not shape {arr.shape}")
+        raise ValueError(
+            "table must have num_buckets >= 2 rows and at least one column (head), "
+            f"not shape {arr.shape}"
+        )
     bidirectional = v.flag(bidirectional, "bidirectional")
     num_buckets, max_distance = _check_t5(bidirectional, num_buckets, max_distance)
     q_len, k_len = _lengths(q_len, k_len)

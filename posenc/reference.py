@@ -16,35 +16,12 @@ def _positions(positions):
     return np.asarray(positions, dtype=np.float64)
 
 
-def _split(a):
-    """Dekker's split of float64 `a` into two halves of 26 bits."""
-    t = a * 134217729.0  # 2**27 + 1
-    hi = t - (t - a)
-    return hi, a - hi
-
-
-def exact_sincos(p, w):
-    """sin and cos of the exact product p * w (broadcast), in float64.
-
-    The rounded product x = p * w can be off by half an ulp of x (1e-9 at
-    x ~ 2**24), many float32 ulps of a sine near a zero crossing.  Its error
-    e = p*w - x is exact by Dekker's two-product, and sin(x + e) =
-    sin(x) + e cos(x) to float64 precision since |e| < 1e-8.
-    """
-    p, w = np.broadcast_arrays(np.asarray(p, np.float64), np.asarray(w, np.float64))
-    x = p * w
-    ph, pl = _split(p)
-    wh, wl = _split(w)
-    e = ((ph * wh - x) + ph * wl + pl * wh) + pl * wl
-    sin, cos = np.sin(x), np.cos(x)
-    return sin + e * cos, cos - e * sin
-
-
 def sinusoid(positions, dim, *, base=10000.0, layout="interleaved", dtype=None, out=None):
     """PE[p, 2i] = sin(p * w_i), PE[p, 2i+1] = cos(p * w_i), w_i = 1 / base**(2i/dim)."""
     p = _positions(positions)
     inv_freq = 1.0 / (base ** (np.arange(0, dim, 2, dtype=np.float64) / dim))
-    sin, cos = exact_sincos(p[..., None], inv_freq)
+    angle = p[..., None] * inv_freq
+    sin, cos = np.sin(angle), np.cos(angle)
     if layout == "interleaved":
         table = np.stack([sin, cos], axis=-1).reshape(p.shape + (dim,))
     else:
@@ -237,9 +214,6 @@ def apply_rope(
     return out
 
 
-# (end of rope references)
-
-
 # ---------------------------------------------------------------- attention biases
 
 
@@ -273,8 +247,19 @@ def _key_minus_query(q_len, k_len, q_offset):
     return np.arange(k_len)[None, :] - (q_offset + np.arange(q_len)[:, None])
 
 
-def alibi_bias(n_heads, q_len, k_len=None, *, slopes=None, max_bias=8.0, causal=True,
-               q_offset=None, dtype=None, scores=None, out=None):
+def alibi_bias(
+    n_heads,
+    q_len,
+    k_len=None,
+    *,
+    slopes=None,
+    max_bias=8.0,
+    causal=True,
+    q_offset=None,
+    dtype=None,
+    scores=None,
+    out=None,
+):
     """bias[h, i, j] = slope_h * (j - qpos) for j <= qpos, -inf after (causal),
     or -slope_h * |j - qpos|, with qpos = q_offset + i."""
     k_len = q_len if k_len is None else k_len
@@ -290,8 +275,9 @@ def alibi_bias(n_heads, q_len, k_len=None, *, slopes=None, max_bias=8.0, causal=
     return _add_or_return(bias, dtype or np.float32, scores, out)
 
 
-def relative_position_bucket(relative_position, *, bidirectional=True, num_buckets=32,
-                             max_distance=128):
+def relative_position_bucket(
+    relative_position, *, bidirectional=True, num_buckets=32, max_distance=128
+):
     """T5's bucket of key_pos - query_pos, the logarithmic part in float32."""
     rel = np.asarray(relative_position, dtype=np.int64)
     bucket = np.zeros_like(rel)
@@ -314,14 +300,25 @@ def relative_position_bucket(relative_position, *, bidirectional=True, num_bucke
     return bucket + np.where(is_small, rel, large)
 
 
-def t5_bias(table, q_len, k_len=None, *, bidirectional=True, max_distance=128, q_offset=0,
-            scores=None, out=None):
+def t5_bias(
+    table,
+    q_len,
+    k_len=None,
+    *,
+    bidirectional=True,
+    max_distance=128,
+    q_offset=0,
+    scores=None,
+    out=None,
+):
     """bias[h, i, j] = table[bucket(j - (q_offset + i)), h]."""
     table = np.asarray(table)
     k_len = q_len if k_len is None else k_len
     buckets = relative_position_bucket(
-        _key_minus_query(q_len, k_len, q_offset), bidirectional=bidirectional,
-        num_buckets=table.shape[0], max_distance=max_distance,
+        _key_minus_query(q_len, k_len, q_offset),
+        bidirectional=bidirectional,
+        num_buckets=table.shape[0],
+        max_distance=max_distance,
     )
     bias = np.moveaxis(table[buckets], -1, 0)
     return _add_or_return(bias, table.dtype, scores, out)
@@ -334,5 +331,3 @@ def relative_positions(q_len, k_len=None, *, max_distance=None, q_offset=0):
     if max_distance is not None:
         rel = np.clip(rel, -max_distance, max_distance)
     return rel.astype(np.int64)
-
-# (end of bias references)

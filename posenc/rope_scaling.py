@@ -66,9 +66,7 @@ def _factor_list(params, key, family, n):
     except (TypeError, ValueError) as exc:
         raise TypeError(f"scaling[{key!r}] must be a list of numbers") from exc
     if arr.ndim != 1 or arr.shape[0] != n:
-        raise ValueError(
-            f"scaling[{key!r}] must have dim // 2 = {n} values, got shape {arr.shape}"
-        )
+        raise ValueError(f"scaling[{key!r}] must have dim // 2 = {n} values, got shape {arr.shape}")
     if not (np.isfinite(arr).all() and (arr > 0).all()):
         raise ValueError(f"scaling[{key!r}] must hold finite values > 0")
     return arr
@@ -295,8 +293,10 @@ def rotary_dimension(dim, scaling, name):
 def base_of(base, scaling, name, *, default_base=DEFAULT_BASE):
     """`base`, or ``scaling["rope_theta"]`` when present; a ValueError when
     `base` was given another value than its default and the two disagree."""
-    theta = None if scaling is None else _number(
-        scaling, "rope_theta", name, required=False, positive=True
+    theta = (
+        None
+        if scaling is None
+        else _number(scaling, "rope_theta", name, required=False, positive=True)
     )
     if theta is None:
         return base

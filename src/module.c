@@ -419,8 +419,6 @@ static PyObject *py_rope_table(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
-/* (end of rope glue) */
-
 /* ---- attention biases (bias.c) ---- */
 
 /* 4-D (batch, heads, q, k) target of a bias kernel: an ndarray of the given
@@ -620,21 +618,17 @@ static PyObject *py_relative_positions(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
-/* (end of bias glue) */
-
 /* ---- module ---- */
 
 static PyMethodDef methods[] = {
     {"sinusoid", py_sinusoid, METH_VARARGS,
      "sinusoid(positions, freq, out, layout): fill out[r] with the sinusoid of positions[r]."},
-    /* rope entries */
     {"rope_apply", py_rope_apply, METH_VARARGS,
      "rope_apply(x, positions, freq, out, layout, scale, inverse): rotate the pairs of each row "
      "of x by positions * freq into out (which may be x)."},
     {"rope_table", py_rope_table, METH_VARARGS,
      "rope_table(positions, freq, cos, sin, layout, scale): fill cos[r], sin[r] for positions[r]."},
 
-    /* bias entries */
     {"alibi", py_alibi, METH_VARARGS,
      "alibi(slopes, dst, q_offset, causal, add): ALiBi into the 4-D dst (written, or added)."},
     {"t5_bias", py_t5_bias, METH_VARARGS,

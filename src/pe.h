@@ -150,8 +150,6 @@ int pe_rope_table(const double *pos, ptrdiff_t n, const double *freq, ptrdiff_t 
                   int layout, int dtype, char *cos_out, ptrdiff_t cos_stride, char *sin_out,
                   ptrdiff_t sin_stride, int nthreads);
 
-/* (end of rope declarations) */
-
 /* ---- attention biases (bias.c) ---- */
 
 /* A (batch, heads, q_len, k_len) array that a bias is written into (a fill,
@@ -197,7 +195,5 @@ int pe_relative_positions(int64_t max_distance, int64_t q_offset, const struct p
  * when bidirectional) unless that is 0.  Returns 0, or -1 if memory ran out. */
 int pe_t5_buckets(const int64_t *rel, ptrdiff_t n, int bidirectional, int64_t num_buckets,
                   int64_t max_distance, int64_t *out, int nthreads);
-
-/* (end of bias declarations) */
 
 #endif

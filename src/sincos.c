@@ -1,6 +1,5 @@
 /*
- * sincos.c -- rows of sin and cos of pos * freq[i] (the exact product) in
- * float64.
+ * sincos.c -- rows of sin and cos of pos * freq[i] in float64.
  *
  * Every table posenc writes (sinusoid, RoPE cos/sin) is a row of sin and cos
  * of the same angles.  One range reduction serves both, and a vector of four
@@ -14,7 +13,7 @@
 static void sincos_row_scalar(double pos, const double *freq, ptrdiff_t n, double *s, double *c)
 {
     for (ptrdiff_t i = 0; i < n; ++i)
-        pe_sincos1_prod(pos, freq[i], &s[i], &c[i]);
+        pe_sincos1(pos * freq[i], &s[i], &c[i]);
 }
 
 #if PE_X86
@@ -25,12 +24,12 @@ PE_TARGET_AVX2 static void sincos_row_avx2(double pos, const double *freq, ptrdi
     ptrdiff_t i = 0;
     for (; i + 4 <= n; i += 4) {
         __m256d vs, vc;
-        pe_sincos4_prod(vpos, _mm256_loadu_pd(freq + i), &vs, &vc);
+        pe_sincos4(_mm256_mul_pd(vpos, _mm256_loadu_pd(freq + i)), &vs, &vc);
         _mm256_storeu_pd(s + i, vs);
         _mm256_storeu_pd(c + i, vc);
     }
     for (; i < n; ++i)
-        pe_sincos1_prod(pos, freq[i], &s[i], &c[i]);
+        pe_sincos1(pos * freq[i], &s[i], &c[i]);
 }
 #endif
 

@@ -2,14 +2,14 @@
  * sincos.h -- sine and cosine of a float64 angle, both at once, as inline
  * functions for the kernels that make tables (sinusoid.c, rope.c).
  *
- * Precision: the angle p * w is taken exactly, as the rounded product plus
- * its rounding error (one FMA).  It is reduced by n * pi/2 with pi/2 split
- * into three doubles and FMA: the first step is exact (both terms are multiples of
- * 2**-53 and the difference is below 1), so the remainder carries ~1 ulp of
- * error for any angle below 2**50 (far past 2**24 positions).  The
+ * Precision: the angle (a float64 product pos * freq) is reduced by
+ * n * pi/2 with pi/2 split into three doubles and FMA: the first step is
+ * exact (both terms are multiples of 2**-53 and the difference is below 1),
+ * so the remainder carries ~1 ulp of error for any angle below 2**50 (far
+ * past 2**24 positions).  The
  * polynomials on [-pi/4, pi/4] are the classic minimax ones (error below
- * 2**-58).  The results are within ~1.5 ulp of sin and cos of the exact
- * angle, so float32 values rounded from them are within 1 ulp.
+ * 2**-58).  The results are within ~1.5 ulp of sin and cos of the float64
+ * angle, so float32 values rounded from them are within 1 ulp of it.
  *
  * The scalar function is written with fma() in the order of the vector one,
  * so both paths give the same bits.
@@ -37,13 +37,10 @@ static const double PE_C1 = 4.16666666666666019037e-02, PE_C2 = -1.3888888888874
                     PE_C3 = 2.48015872894767294178e-05, PE_C4 = -2.75573143513906633035e-07,
                     PE_C5 = 2.08757232129817482790e-09, PE_C6 = -1.13596475577881948265e-11;
 
-/* sin and cos of the angle x + xlo, where |xlo| <= ulp(x) carries the
- * rounding error of the product that formed x (see pe_sincos1_prod). */
-static inline void pe_sincos1_dd(double x, double xlo, double *sp, double *cp)
+static inline void pe_sincos1(double x, double *sp, double *cp)
 {
     double n = nearbyint(x * PE_2_OVER_PI);
     double r = fma(-n, PE_PIO2_1, x);
-    r = r + xlo;
     r = fma(-n, PE_PIO2_2, r);
     r = fma(-n, PE_PIO2_3, r);
 
@@ -66,31 +63,14 @@ static inline void pe_sincos1_dd(double x, double xlo, double *sp, double *cp)
     *cp = ((quad + 1u) & 2u) ? -cv : cv;
 }
 
-/* sin and cos of the exact product p * w: the product's rounding error,
- * recovered with one FMA, joins the reduced argument.  At position 2**24 the
- * rounded product is up to 1e-9 off, which is many float32 ulps of a sine
- * near a zero crossing; with the error term the result does not depend on
- * how the angle was formed (direct, or by rotation from an anchor). */
-static inline void pe_sincos1_prod(double p, double w, double *sp, double *cp)
-{
-    double x = p * w;
-    pe_sincos1_dd(x, fma(p, w, -x), sp, cp);
-}
-
-static inline void pe_sincos1(double x, double *sp, double *cp)
-{
-    pe_sincos1_dd(x, 0.0, sp, cp);
-}
-
 #if PE_X86
 /* The same steps on four doubles. */
-PE_TARGET_AVX2 static inline void pe_sincos4_dd(__m256d x, __m256d xlo, __m256d *sp, __m256d *cp)
+PE_TARGET_AVX2 static inline void pe_sincos4(__m256d x, __m256d *sp, __m256d *cp)
 {
     const __m256i one = _mm256_set1_epi64x(1), two = _mm256_set1_epi64x(2);
     __m256d nq = _mm256_round_pd(_mm256_mul_pd(x, _mm256_set1_pd(PE_2_OVER_PI)),
                                  _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     __m256d r = _mm256_fnmadd_pd(nq, _mm256_set1_pd(PE_PIO2_1), x);
-    r = _mm256_add_pd(r, xlo);
     r = _mm256_fnmadd_pd(nq, _mm256_set1_pd(PE_PIO2_2), r);
     r = _mm256_fnmadd_pd(nq, _mm256_set1_pd(PE_PIO2_3), r);
 
@@ -124,16 +104,6 @@ PE_TARGET_AVX2 static inline void pe_sincos4_dd(__m256d x, __m256d xlo, __m256d 
     *cp = co;
 }
 
-PE_TARGET_AVX2 static inline void pe_sincos4_prod(__m256d p, __m256d w, __m256d *sp, __m256d *cp)
-{
-    __m256d x = _mm256_mul_pd(p, w);
-    pe_sincos4_dd(x, _mm256_fmsub_pd(p, w, x), sp, cp);
-}
-
-PE_TARGET_AVX2 static inline void pe_sincos4(__m256d x, __m256d *sp, __m256d *cp)
-{
-    pe_sincos4_dd(x, _mm256_setzero_pd(), sp, cp);
-}
 #endif
 
 #endif

@@ -9,12 +9,13 @@
  * machine.  Tables of evenly spaced positions (an int n, k * arange(n)) are
  * therefore made by rotation: an exact anchor row every PE_ANCHOR rows, and
  * the rows between by rotating the previous one by the step's angle (two
- * multiplies and two multiply-adds per pair, in float64).  The rotations add
- * ~1e-16 per step to a value that is then rounded to float32 or float16, so
- * those tables stay within 1 ulp of sin and cos of the exact angle (a value
- * that comes out very small, where that would not hold, is recomputed
- * directly); float64 tables, and positions that are not evenly spaced, are
- * computed directly.
+ * multiplies and two multiply-adds per pair, in float64).  A rotated value
+ * differs from sin/cos of the float64 angle fl(p * w) by the rounding of
+ * that angle (up to 2**-53 of it) plus ~2**-46 of rotation error: far below
+ * a float32 ulp of the value, except for values close to zero; those (below
+ * the threshold of rotation_floor) are recomputed directly, so float32 and
+ * float16 tables are within 1 ulp of the float64 value everywhere.  float64
+ * tables, and positions that are not evenly spaced, are computed directly.
  *
  * The AVX2 path goes through a block row by row, so that the stores are
  * sequential, with the rotating state of a row in two small L1 buffers; the
@@ -59,19 +60,24 @@ static inline void store1(char *row, ptrdiff_t j, ptrdiff_t half, int layout, in
     }
 }
 
-/* Rotation keeps the absolute error below ~2**-46 over PE_ANCHOR steps; a
- * value smaller than this in magnitude would lose relative accuracy, so it
- * is recomputed directly (a sine near a zero crossing, rarely). */
-#define PE_ROTATE_MIN 0x1p-19
+/* The smallest |value| a rotation may produce at angle ~ |pos| * w and keep.
+ * It differs from sin/cos of fl(pos * w) by at most |pos| w 2**-51 (the
+ * roundings of the anchor's angle, of the step's and of the target's) plus
+ * 2**-46 (arithmetic over PE_ANCHOR steps); a value 2**25 times that size
+ * is within half a float32 ulp, which rounding turns into at most one. */
+static inline double rotation_floor(double pos, double w)
+{
+    return fma(fabs(pos) * 0x1p-26, w, 0x1p-21);
+}
 
 /* (s, c) at angle a becomes (s, c) at a + delta; sd, cd: sin, cos of delta.
- * Returns 0 when either result is too small to keep. */
-static inline int rotate1(double *s, double *c, double sd, double cd)
+ * Returns 0 when either result is below `floor` and must be recomputed. */
+static inline int rotate1(double *s, double *c, double sd, double cd, double floor)
 {
     double s0 = *s, c0 = *c;
     *s = fma(s0, cd, c0 * sd);
     *c = fma(c0, cd, -(s0 * sd));
-    return fabs(*s) >= PE_ROTATE_MIN && fabs(*c) >= PE_ROTATE_MIN;
+    return fabs(*s) >= floor && fabs(*c) >= floor;
 }
 
 /* Columns [j0, j1) of rows [r0, r1): direct, or rotated from row r0 by
@@ -83,8 +89,9 @@ static void block_scalar(const double *pos, ptrdiff_t r0, ptrdiff_t r1, const do
     for (ptrdiff_t j = j0; j < j1; ++j) {
         double s = 0.0, c = 1.0;
         for (ptrdiff_t r = r0; r < r1; ++r) {
-            if (r == r0 || sdv == NULL || !rotate1(&s, &c, sdv[j], cdv[j]))
-                pe_sincos1_prod(pos[r], freq[j], &s, &c);
+            if (r == r0 || sdv == NULL ||
+                !rotate1(&s, &c, sdv[j], cdv[j], rotation_floor(pos[r], freq[j])))
+                pe_sincos1(pos[r] * freq[j], &s, &c);
             store1(out + r * row_stride, j, half, layout, dtype, s, c);
         }
     }
@@ -156,27 +163,33 @@ rotated_rows_avx2(const double *pos, ptrdiff_t r0, ptrdiff_t r1, const double *s
                   const int layout, const int dtype, char *out, ptrdiff_t row_stride, double *sbuf,
                   double *cbuf)
 {
-    const __m256d neg = _mm256_set1_pd(-0.0), tiny = _mm256_set1_pd(PE_ROTATE_MIN);
+    const __m256d neg = _mm256_set1_pd(-0.0);
     char *row = out + r0 * row_stride;
     for (ptrdiff_t j = ja; j < jb; j += 4) {
         __m256d s, c;
-        pe_sincos4_prod(_mm256_set1_pd(pos[r0]), _mm256_loadu_pd(freq + j), &s, &c);
+        pe_sincos4(_mm256_mul_pd(_mm256_set1_pd(pos[r0]), _mm256_loadu_pd(freq + j)), &s, &c);
         _mm256_storeu_pd(sbuf + j - ja, s);
         _mm256_storeu_pd(cbuf + j - ja, c);
         store4(row, j, half, layout, dtype, s, c);
     }
     for (ptrdiff_t r = r0 + 1; r < r1; ++r) {
+        const __m256d p = _mm256_set1_pd(pos[r]);
+        /* rotation_floor: |pos| * 2**-26 * w + 2**-21 */
+        const __m256d scaled = _mm256_set1_pd(fabs(pos[r]) * 0x1p-26);
         row = out + r * row_stride;
         for (ptrdiff_t j = ja; j < jb; j += 4) {
             __m256d s0 = _mm256_loadu_pd(sbuf + j - ja), c0 = _mm256_loadu_pd(cbuf + j - ja);
             __m256d sd = _mm256_loadu_pd(sdv + j), cd = _mm256_loadu_pd(cdv + j);
             __m256d s = _mm256_fmadd_pd(s0, cd, _mm256_mul_pd(c0, sd));
             __m256d c = _mm256_fmadd_pd(c0, cd, _mm256_xor_pd(_mm256_mul_pd(s0, sd), neg));
-            __m256d small = _mm256_or_pd(_mm256_cmp_pd(_mm256_andnot_pd(neg, s), tiny, _CMP_LT_OQ),
-                                         _mm256_cmp_pd(_mm256_andnot_pd(neg, c), tiny, _CMP_LT_OQ));
+            __m256d w = _mm256_loadu_pd(freq + j);
+            __m256d floor = _mm256_fmadd_pd(scaled, w, _mm256_set1_pd(0x1p-21));
+            __m256d small =
+                _mm256_or_pd(_mm256_cmp_pd(_mm256_andnot_pd(neg, s), floor, _CMP_LT_OQ),
+                             _mm256_cmp_pd(_mm256_andnot_pd(neg, c), floor, _CMP_LT_OQ));
             if (_mm256_movemask_pd(small)) { /* as rotate1: those lanes directly */
                 __m256d se, ce;
-                pe_sincos4_prod(_mm256_set1_pd(pos[r]), _mm256_loadu_pd(freq + j), &se, &ce);
+                pe_sincos4(_mm256_mul_pd(p, w), &se, &ce);
                 s = _mm256_blendv_pd(s, se, small);
                 c = _mm256_blendv_pd(c, ce, small);
             }
@@ -199,7 +212,7 @@ block_avx2_impl(const double *pos, ptrdiff_t r0, ptrdiff_t r1, const double *sdv
         for (; j + 4 <= half; j += 4) {
             __m256d w = _mm256_loadu_pd(freq + j), s, c;
             for (ptrdiff_t r = r0; r < r1; ++r) {
-                pe_sincos4_prod(_mm256_set1_pd(pos[r]), w, &s, &c);
+                pe_sincos4(_mm256_mul_pd(_mm256_set1_pd(pos[r]), w), &s, &c);
                 store4(out + r * row_stride, j, half, layout, dtype, s, c);
             }
         }

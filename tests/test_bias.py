@@ -77,10 +77,10 @@ ALIBI_SHAPES = [
 @pytest.mark.parametrize("causal", [True, False])
 def test_alibi_bias_equals_reference_for_every_option(simd, threads, dtype, causal):
     for n_heads, q_len, k_len, q_offset in ALIBI_SHAPES:
-        got = posenc.alibi_bias(n_heads, q_len, k_len, causal=causal, q_offset=q_offset,
-                                dtype=dtype)
-        want = ref.alibi_bias(n_heads, q_len, k_len, causal=causal, q_offset=q_offset,
-                              dtype=dtype)
+        got = posenc.alibi_bias(
+            n_heads, q_len, k_len, causal=causal, q_offset=q_offset, dtype=dtype
+        )
+        want = ref.alibi_bias(n_heads, q_len, k_len, causal=causal, q_offset=q_offset, dtype=dtype)
         assert_same_bits(got, want)
 
 
@@ -114,8 +114,9 @@ def test_alibi_rows_are_linear_in_distance_with_the_heads_slope():
         left = np.diff(bias[:, i, : qpos + 1], axis=-1)
         right = np.diff(bias[:, i, qpos:], axis=-1)
         np.testing.assert_allclose(left, np.broadcast_to(slopes[:, None], left.shape), rtol=1e-12)
-        np.testing.assert_allclose(right, np.broadcast_to(-slopes[:, None], right.shape),
-                                   rtol=1e-12)
+        np.testing.assert_allclose(
+            right, np.broadcast_to(-slopes[:, None], right.shape), rtol=1e-12
+        )
         assert (bias[:, i, qpos] == 0).all()
 
 
@@ -233,14 +234,17 @@ BUCKET_CONFIGS = [
 @pytest.mark.parametrize("config", BUCKET_CONFIGS)
 def test_relative_position_bucket_equals_reference(threads, config, rng):
     bidirectional, num_buckets, max_distance = config
-    rel = np.concatenate([
-        np.arange(-5000, 5001),
-        rng.integers(-(2**40), 2**40, 40000),
-        [2**62, -(2**62), 2**63 - 1, -(2**63) + 1],
-    ])
+    rel = np.concatenate(
+        [
+            np.arange(-5000, 5001),
+            rng.integers(-(2**40), 2**40, 40000),
+            [2**62, -(2**62), 2**63 - 1, -(2**63) + 1],
+        ]
+    )
     kw = dict(bidirectional=bidirectional, num_buckets=num_buckets, max_distance=max_distance)
-    assert_same_bits(posenc.relative_position_bucket(rel, **kw),
-                     ref.relative_position_bucket(rel, **kw))
+    assert_same_bits(
+        posenc.relative_position_bucket(rel, **kw), ref.relative_position_bucket(rel, **kw)
+    )
 
 
 def test_relative_position_bucket_keeps_shape_and_takes_any_integer_dtype():
@@ -259,7 +263,8 @@ def test_relative_position_bucket_of_huge_unsigned_distances_is_the_last_bucket(
     rel = np.array([2**64 - 1, 2**63, 200], np.uint64)
     np.testing.assert_array_equal(posenc.relative_position_bucket(rel), [31, 31, 31])
     np.testing.assert_array_equal(
-        posenc.relative_position_bucket(np.array([-(2**63)]), bidirectional=False), [31])
+        posenc.relative_position_bucket(np.array([-(2**63)]), bidirectional=False), [31]
+    )
 
 
 def test_t5_small_distances_have_a_bucket_each():
@@ -270,8 +275,9 @@ def test_t5_small_distances_have_a_bucket_each():
     # decoder: all 32 buckets look back, 16 exact; keys ahead share bucket 0
     rel = np.arange(-15, 10)
     expected = np.where(rel > 0, 0, -rel)
-    np.testing.assert_array_equal(posenc.relative_position_bucket(rel, bidirectional=False),
-                                  expected)
+    np.testing.assert_array_equal(
+        posenc.relative_position_bucket(rel, bidirectional=False), expected
+    )
 
 
 @pytest.mark.parametrize("config", BUCKET_CONFIGS)
@@ -320,8 +326,12 @@ def test_t5_bias_equals_reference_for_every_option(simd, threads, dtype, bidirec
 def test_t5_bias_takes_any_table_layout_and_bucketing(simd, rng):
     table = rng.standard_normal((48, 5))
     want = ref.t5_bias(table, 50, 70, max_distance=300, q_offset=7)
-    for tab in (np.asfortranarray(table), table.astype(">f8"), table.tolist(),
-                np.repeat(table, 2, axis=1)[:, ::2]):
+    for tab in (
+        np.asfortranarray(table),
+        table.astype(">f8"),
+        table.tolist(),
+        np.repeat(table, 2, axis=1)[:, ::2],
+    ):
         assert_same_bits(posenc.t5_bias(tab, 50, 70, max_distance=300, q_offset=7), want)
 
 
@@ -340,8 +350,9 @@ def test_t5_bias_gathers_the_tables_row_of_each_bucket():
 
 @pytest.mark.parametrize("scores_dtype", DTYPES)
 @pytest.mark.parametrize("table_dtype", ["float32", "float64"])
-def test_t5_scores_add_equals_reference_on_every_layout(simd, threads, scores_dtype,
-                                                        table_dtype, rng):
+def test_t5_scores_add_equals_reference_on_every_layout(
+    simd, threads, scores_dtype, table_dtype, rng
+):
     table = rng.standard_normal((32, 4)).astype(table_dtype)
     for name, scores in score_layouts(rng, (2, 2), (4, 31, 280), scores_dtype):
         want = ref.t5_bias(table, 31, 280, q_offset=5, scores=scores.copy())
@@ -353,9 +364,11 @@ def test_t5_scores_add_equals_reference_on_every_layout(simd, threads, scores_dt
 def test_t5_out_in_any_layout_gets_the_same_values(simd, rng):
     table = rng.standard_normal((32, 3)).astype(np.float32)
     want = ref.t5_bias(table, 30, 40)
-    for out in (np.empty((3, 30, 40), np.float32, order="F"),
-                np.empty((3, 30, 40), ">f4"),
-                np.empty((3, 35, 40), np.float32)[:, 5:]):
+    for out in (
+        np.empty((3, 30, 40), np.float32, order="F"),
+        np.empty((3, 30, 40), ">f4"),
+        np.empty((3, 35, 40), np.float32)[:, 5:],
+    ):
         assert posenc.t5_bias(table, 30, 40, out=out) is out
         assert_same_bits(out, want)
 
@@ -366,10 +379,8 @@ def test_t5_out_in_any_layout_gets_the_same_values(simd, rng):
 @pytest.mark.parametrize("max_distance", [None, 0, 1, 4, 300])
 def test_relative_positions_equal_reference(threads, max_distance):
     for q_len, k_len, q_offset in [(200, 300, 0), (5, 5, 0), (64, 1000, 936), (300, 200, -50)]:
-        got = posenc.relative_positions(q_len, k_len, max_distance=max_distance,
-                                        q_offset=q_offset)
-        want = ref.relative_positions(q_len, k_len, max_distance=max_distance,
-                                      q_offset=q_offset)
+        got = posenc.relative_positions(q_len, k_len, max_distance=max_distance, q_offset=q_offset)
+        want = ref.relative_positions(q_len, k_len, max_distance=max_distance, q_offset=q_offset)
         assert_same_bits(got, want)
 
 
@@ -384,16 +395,19 @@ def test_relative_positions_hand_derived():
 # ---------------------------------------------------------------- bad input
 
 
-@pytest.mark.parametrize("call", [
-    lambda: posenc.alibi_bias(0, 4),
-    lambda: posenc.alibi_bias(4, 0),
-    lambda: posenc.alibi_bias(4, 3, -1),
-    lambda: posenc.alibi_slopes(0),
-    lambda: posenc.t5_bias(np.zeros((32, 4)), 0),
-    lambda: posenc.t5_bias(np.zeros((32, 4)), 3, 0),
-    lambda: posenc.relative_positions(0),
-    lambda: posenc.relative_positions(3, -2),
-])
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda: posenc.alibi_bias(0, 4),
+        lambda: posenc.alibi_bias(4, 0),
+        lambda: posenc.alibi_bias(4, 3, -1),
+        lambda: posenc.alibi_slopes(0),
+        lambda: posenc.t5_bias(np.zeros((32, 4)), 0),
+        lambda: posenc.t5_bias(np.zeros((32, 4)), 3, 0),
+        lambda: posenc.relative_positions(0),
+        lambda: posenc.relative_positions(3, -2),
+    ],
+)
 def test_non_positive_sizes_raise_value_error(call):
     with pytest.raises(ValueError, match="q_len|k_len|n_heads"):
         call()

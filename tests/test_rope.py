@@ -72,8 +72,9 @@ CASES = [
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("shape,seq_axis,rotary_dim", CASES)
-def test_apply_rope_matches_reference(simd, threads, rng, layout, dtype, shape, seq_axis,
-                                      rotary_dim):
+def test_apply_rope_matches_reference(
+    simd, threads, rng, layout, dtype, shape, seq_axis, rotary_dim
+):
     x = rng.standard_normal(shape).astype(dtype)
     kw = dict(layout=layout, seq_axis=seq_axis, rotary_dim=rotary_dim, offset=5)
     got = posenc.apply_rope(x, **kw)
@@ -174,8 +175,9 @@ def test_decoding_steps_match_reference(simd, threads, rng, shape, positions_sha
     x = rng.standard_normal(shape).astype(np.float32)
     pos = rng.integers(0, 100_000, positions_shape)
     got = posenc.apply_rope(x, pos, layout="interleaved")
-    assert_close_to_reference(got, reference.apply_rope(x, pos, layout="interleaved"), x,
-                              positions_max=100_000)
+    assert_close_to_reference(
+        got, reference.apply_rope(x, pos, layout="interleaved"), x, positions_max=100_000
+    )
 
 
 def test_float_positions_interpolate_like_reference(simd, rng):
@@ -333,8 +335,9 @@ def test_inverse_undoes_the_rotation(rng, dtype, layout):
     af = posenc.rope_frequencies(64, scaling=YARN)[1]
     tol = {np.float16: 4e-3, np.float32: 1e-6, np.float64: 1e-14}[dtype]
     np.testing.assert_allclose(back / af**2, x, atol=tol * np.abs(x).max() * 4)
-    plain = posenc.apply_rope(posenc.apply_rope(x, pos, layout=layout), pos, layout=layout,
-                              inverse=True)
+    plain = posenc.apply_rope(
+        posenc.apply_rope(x, pos, layout=layout), pos, layout=layout, inverse=True
+    )
     np.testing.assert_allclose(plain, x, atol=tol * np.abs(x).max() * 4)
 
 
@@ -388,8 +391,7 @@ def test_a_hand_rotated_pair(simd):
     half = [1 * c0 - 3 * s0, 2 * c1 - 4 * s1, 3 * c0 + 1 * s0, 4 * c1 + 2 * s1]
     inter = [1 * c0 - 2 * s0, 2 * c0 + 1 * s0, 3 * c1 - 4 * s1, 4 * c1 + 3 * s1]
     np.testing.assert_allclose(posenc.apply_rope(x, 3)[0], half, rtol=1e-15)
-    np.testing.assert_allclose(posenc.apply_rope(x, 3, layout="interleaved")[0], inter,
-                               rtol=1e-15)
+    np.testing.assert_allclose(posenc.apply_rope(x, 3, layout="interleaved")[0], inter, rtol=1e-15)
 
 
 # ---------------------------------------------------------------- accuracy at long positions
@@ -397,8 +399,9 @@ def test_a_hand_rotated_pair(simd):
 
 @pytest.mark.parametrize("center", [10**6, 2**24])
 @pytest.mark.parametrize("layout", LAYOUTS)
-def test_cos_sin_float32_within_one_ulp_of_float64_at_long_positions(simd, ulp_distance, center,
-                                                                     layout):
+def test_cos_sin_float32_within_one_ulp_of_float64_at_long_positions(
+    simd, ulp_distance, center, layout
+):
     # "the float64 value": cos and sin in float64 (NumPy's) of the same float64
     # angles, pos * inv_freq; at 2**24 a one-ulp change of inv_freq moves the
     # angle by more than a float32 ulp of a value near zero
@@ -432,7 +435,7 @@ def _float32_phase_rope(x, pos, base=10000.0):
     angle = pos.astype(np.float32)[:, None] * inv_freq
     cos, sin = np.cos(angle), np.sin(angle)
     cos, sin = np.concatenate([cos, cos], -1), np.concatenate([sin, sin], -1)
-    rot = np.concatenate([-x[..., dim // 2:], x[..., : dim // 2]], -1)
+    rot = np.concatenate([-x[..., dim // 2 :], x[..., : dim // 2]], -1)
     return x * cos + rot * sin
 
 
@@ -456,8 +459,7 @@ def test_float64_phase_beats_a_float32_phase_by_orders_of_magnitude(rng, center)
 def test_rope_cos_sin_matches_reference(simd, threads, ulp_distance, layout, dtype, scaling):
     pos = np.arange(3000).reshape(30, 100)
     cos, sin = posenc.rope_cos_sin(pos, 96, layout=layout, dtype=dtype, scaling=scaling)
-    rcos, rsin = reference.rope_cos_sin(pos, 96, layout=layout, dtype=np.float64,
-                                        scaling=scaling)
+    rcos, rsin = reference.rope_cos_sin(pos, 96, layout=layout, dtype=np.float64, scaling=scaling)
     assert cos.shape == sin.shape == (30, 100, 96) and cos.dtype == np.dtype(dtype)
     # within 1 ulp, except where the two readings' last-bit difference in
     # theta (times positions up to 3000) is larger than an ulp of a value near 0
@@ -483,8 +485,9 @@ def test_rope_cos_sin_rebuilds_apply_rope(rng):
     pos = rng.integers(0, 10_000, (5, 30))
     cos, sin = posenc.rope_cos_sin(pos, 64, dtype=np.float64, scaling=YARN)
     rotated = np.concatenate([-x[..., 32:], x[..., :32]], -1)
-    np.testing.assert_allclose(posenc.apply_rope(x, pos, scaling=YARN), x * cos + rotated * sin,
-                               rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(
+        posenc.apply_rope(x, pos, scaling=YARN), x * cos + rotated * sin, rtol=1e-12, atol=1e-12
+    )
 
 
 # ---------------------------------------------------------------- rope_frequencies
@@ -514,8 +517,9 @@ FAMILY_CASES = [
 ]
 
 
-@pytest.mark.parametrize("scaling", FAMILY_CASES, ids=lambda s: str(s and s.get("rope_type",
-                                                                              s.get("type"))))
+@pytest.mark.parametrize(
+    "scaling", FAMILY_CASES, ids=lambda s: str(s and s.get("rope_type", s.get("type")))
+)
 @pytest.mark.parametrize("dim,base", [(64, 10000.0), (128, 500000.0), (96, 1e6), (32, 10.0)])
 @pytest.mark.parametrize("seq_len", [None, 1000, 20000])
 def test_frequencies_match_the_second_reading(scaling, dim, base, seq_len):
@@ -561,8 +565,12 @@ def test_attention_factors_by_hand():
     implied["max_position_embeddings"] = 8192
     assert posenc.rope_frequencies(64, scaling=implied)[1] == 0.1 * math.log(4.0) + 1.0
     for family in ["linear", "dynamic", "llama3"]:
-        assert posenc.rope_frequencies(64, scaling=dict(LLAMA3, rope_type=family,
-                                                        max_position_embeddings=10))[1] == 1.0
+        assert (
+            posenc.rope_frequencies(
+                64, scaling=dict(LLAMA3, rope_type=family, max_position_embeddings=10)
+            )[1]
+            == 1.0
+        )
 
 
 def test_linear_divides_every_frequency_by_the_factor():
@@ -620,8 +628,7 @@ def test_apply_rope_takes_the_sequence_length_from_the_positions(rng):
     cos, sin = posenc.rope_cos_sin(np.arange(1000), 32, scaling=s, dtype=np.float64)
     np.testing.assert_allclose(cos[:, :16], np.cos(np.arange(1000)[:, None] * inv), atol=1e-12)
     rotated = np.concatenate([-x[..., 16:], x[..., :16]], -1)
-    np.testing.assert_allclose(posenc.apply_rope(x, scaling=s), x * cos + rotated * sin,
-                               atol=1e-12)
+    np.testing.assert_allclose(posenc.apply_rope(x, scaling=s), x * cos + rotated * sin, atol=1e-12)
 
 
 # ---------------------------------------------------------------- bad input
@@ -642,14 +649,30 @@ def _check_untouched(out, before):
         (dict(layout=None), TypeError, "layout"),
         (dict(scaling={"rope_type": "ntk"}), ValueError, "rope_type"),
         (dict(scaling={"rope_type": "linear"}), ValueError, "factor"),
-        (dict(scaling={"rope_type": "yarn", "factor": 2.0}), ValueError,
-         "original_max_position_embeddings"),
+        (
+            dict(scaling={"rope_type": "yarn", "factor": 2.0}),
+            ValueError,
+            "original_max_position_embeddings",
+        ),
         (dict(scaling={"rope_type": "llama3", "factor": 8.0}), ValueError, "low_freq_factor"),
-        (dict(scaling={"rope_type": "dynamic", "factor": 8.0}), ValueError,
-         "max_position_embeddings"),
-        (dict(scaling={"rope_type": "longrope", "original_max_position_embeddings": 4,
-                       "short_factor": [1.0] * 16, "long_factor": [1.0] * 15,
-                       "factor": 2.0}), ValueError, "long_factor"),
+        (
+            dict(scaling={"rope_type": "dynamic", "factor": 8.0}),
+            ValueError,
+            "max_position_embeddings",
+        ),
+        (
+            dict(
+                scaling={
+                    "rope_type": "longrope",
+                    "original_max_position_embeddings": 4,
+                    "short_factor": [1.0] * 16,
+                    "long_factor": [1.0] * 15,
+                    "factor": 2.0,
+                }
+            ),
+            ValueError,
+            "long_factor",
+        ),
         (dict(scaling={"rope_type": "linear", "factor": "2"}), TypeError, "factor"),
         (dict(scaling={"rope_type": "linear", "factor": -2.0}), ValueError, "factor"),
         (dict(scaling="linear"), TypeError, "scaling"),
@@ -693,8 +716,10 @@ def test_a_wrong_out_raises(out, exc, match):
         posenc.apply_rope(np.ones((2, 10, 32), np.float32), out=out)
 
 
-@pytest.mark.parametrize("x", [np.ones((3, 8), np.int64), np.ones((3, 8), np.complex64),
-                               np.ones((3, 8), bool), [["a"] * 8]])
+@pytest.mark.parametrize(
+    "x",
+    [np.ones((3, 8), np.int64), np.ones((3, 8), np.complex64), np.ones((3, 8), bool), [["a"] * 8]],
+)
 def test_non_float_x_raises_type_error(x):
     with pytest.raises(TypeError, match="x must have dtype"):
         posenc.apply_rope(x)
@@ -721,9 +746,13 @@ def test_scalar_x_raises():
         (lambda: posenc.rope_frequencies(8.0), TypeError, "dim"),
         (lambda: posenc.rope_frequencies(8, seq_len=1.5), TypeError, "seq_len"),
         (lambda: posenc.rope_frequencies(8, seq_len=-1), ValueError, "seq_len"),
-        (lambda: posenc.rope_frequencies(2, scaling={"rope_type": "dynamic", "factor": 2,
-                                                     "max_position_embeddings": 8}),
-         ValueError, "dim"),
+        (
+            lambda: posenc.rope_frequencies(
+                2, scaling={"rope_type": "dynamic", "factor": 2, "max_position_embeddings": 8}
+            ),
+            ValueError,
+            "dim",
+        ),
         (lambda: posenc.rope_frequencies(8, scaling={"type": "su"}), ValueError, "rope_type"),
         (lambda: posenc.rope_cos_sin(10, 9), ValueError, "dim"),
         (lambda: posenc.rope_cos_sin(-1, 8), ValueError, "positions"),
@@ -742,23 +771,40 @@ def test_bad_arguments_of_the_tables_raise(call, exc, match):
     [
         ((np.ones((2, 8)), np.zeros(2), np.ones(4), np.ones((2, 8)), 0, 1.0, False), None),
         (([[1.0] * 8], np.zeros(1), np.ones(4), np.ones((1, 8)), 0, 1.0, False), TypeError),
-        ((np.ones((2, 8), np.int32), np.zeros(2), np.ones(4), np.ones((2, 8)), 0, 1.0, False),
-         TypeError),
+        (
+            (np.ones((2, 8), np.int32), np.zeros(2), np.ones(4), np.ones((2, 8)), 0, 1.0, False),
+            TypeError,
+        ),
         ((np.ones((2, 8)), np.zeros(3), np.ones(4), np.ones((2, 8)), 0, 1.0, False), ValueError),
-        ((np.ones((2, 8)), np.zeros(2, np.float32), np.ones(4), np.ones((2, 8)), 0, 1.0, False),
-         TypeError),
+        (
+            (np.ones((2, 8)), np.zeros(2, np.float32), np.ones(4), np.ones((2, 8)), 0, 1.0, False),
+            TypeError,
+        ),
         ((np.ones((2, 8)), np.zeros(2), np.ones(5), np.ones((2, 8)), 0, 1.0, False), ValueError),
         ((np.ones((2, 8)), np.zeros(2), np.ones(0), np.ones((2, 8)), 0, 1.0, False), ValueError),
-        ((np.ones((2, 8)), np.zeros(2), np.ones(4), np.ones((2, 8), np.float32), 0, 1.0, False),
-         TypeError),
+        (
+            (np.ones((2, 8)), np.zeros(2), np.ones(4), np.ones((2, 8), np.float32), 0, 1.0, False),
+            TypeError,
+        ),
         ((np.ones((2, 8)), np.zeros(2), np.ones(4), np.ones((2, 9)), 0, 1.0, False), ValueError),
         ((np.ones((2, 8)), np.zeros(2), np.ones(4), np.ones((2, 8)), 2, 1.0, False), ValueError),
-        ((np.ones((2, 8)), np.zeros(2), np.ones(4), np.ones((2, 8)), 0, np.inf, False),
-         ValueError),
-        ((np.ones((2, 8)), np.zeros(2), np.ones(4), np.ones((2, 16))[:, ::2], 0, 1.0, False),
-         ValueError),
-        ((np.ones((2, 8)), np.zeros(2), np.ones(4), np.ones((2, 8)).astype(">f8"), 0, 1.0,
-          False), TypeError),
+        ((np.ones((2, 8)), np.zeros(2), np.ones(4), np.ones((2, 8)), 0, np.inf, False), ValueError),
+        (
+            (np.ones((2, 8)), np.zeros(2), np.ones(4), np.ones((2, 16))[:, ::2], 0, 1.0, False),
+            ValueError,
+        ),
+        (
+            (
+                np.ones((2, 8)),
+                np.zeros(2),
+                np.ones(4),
+                np.ones((2, 8)).astype(">f8"),
+                0,
+                1.0,
+                False,
+            ),
+            TypeError,
+        ),
         ((np.ones(()), np.zeros(()), np.ones(1), np.ones(()), 0, 1.0, False), ValueError),
     ],
 )
@@ -782,8 +828,10 @@ def test_the_c_glue_of_the_tables_checks_what_it_is_given():
     ok = (np.zeros(3), np.ones(4), np.empty((3, 8)), np.empty((3, 8)), 0, 1.0)
     _core.rope_table(*ok)
     bad = [
-        ((np.zeros(3), np.ones(4), np.empty((3, 8)), np.empty((3, 8), np.float32), 0, 1.0),
-         TypeError),
+        (
+            (np.zeros(3), np.ones(4), np.empty((3, 8)), np.empty((3, 8), np.float32), 0, 1.0),
+            TypeError,
+        ),
         ((np.zeros(3), np.ones(4), np.empty((3, 6)), np.empty((3, 6)), 0, 1.0), ValueError),
         ((np.zeros(3), np.ones(4), np.empty((3, 8)), np.empty((3, 8)), 5, 1.0), ValueError),
         ((np.zeros((3, 1)), np.ones(4), np.empty((3, 8)), np.empty((3, 8)), 0, 1.0), ValueError),

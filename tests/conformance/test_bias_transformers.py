@@ -49,8 +49,9 @@ def test_causal_alibi_rows_differ_from_blooms_by_a_constant_per_row(torch, trans
     slopes = posenc.alibi_slopes(n_heads)
     for i in range(n):
         shift = ours[:, i, : i + 1] - theirs[:, : i + 1]
-        np.testing.assert_allclose(shift, np.broadcast_to(-slopes[:, None] * i, shift.shape),
-                                   rtol=0, atol=1e-5 * n)
+        np.testing.assert_allclose(
+            shift, np.broadcast_to(-slopes[:, None] * i, shift.shape), rtol=0, atol=1e-5 * n
+        )
 
 
 BUCKET_CONFIGS = [
@@ -70,18 +71,22 @@ BUCKET_CONFIGS = [
 
 
 @pytest.mark.parametrize("config", BUCKET_CONFIGS)
-def test_relative_position_bucket_equals_t5s_for_every_distance_up_to_4096(torch, transformers,
-                                                                          config):
+def test_relative_position_bucket_equals_t5s_for_every_distance_up_to_4096(
+    torch, transformers, config
+):
     from transformers.models.t5.modeling_t5 import T5Attention
 
     bidirectional, num_buckets, max_distance = config
     rel = np.arange(-4096, 4097)
     theirs = T5Attention._relative_position_bucket(
-        torch.from_numpy(rel), bidirectional=bidirectional, num_buckets=num_buckets,
+        torch.from_numpy(rel),
+        bidirectional=bidirectional,
+        num_buckets=num_buckets,
         max_distance=max_distance,
     ).numpy()
-    ours = posenc.relative_position_bucket(rel, bidirectional=bidirectional,
-                                           num_buckets=num_buckets, max_distance=max_distance)
+    ours = posenc.relative_position_bucket(
+        rel, bidirectional=bidirectional, num_buckets=num_buckets, max_distance=max_distance
+    )
     np.testing.assert_array_equal(ours, theirs)
 
 
@@ -90,8 +95,13 @@ def t5_attention(torch, is_decoder, num_buckets, max_distance, table):
     from transformers.models.t5.modeling_t5 import T5Attention
 
     config = T5Config(
-        d_model=16, d_kv=4, d_ff=32, num_layers=1, num_heads=table.shape[1],
-        relative_attention_num_buckets=num_buckets, relative_attention_max_distance=max_distance,
+        d_model=16,
+        d_kv=4,
+        d_ff=32,
+        num_layers=1,
+        num_heads=table.shape[1],
+        relative_attention_num_buckets=num_buckets,
+        relative_attention_max_distance=max_distance,
         is_decoder=is_decoder,
     )
     attention = T5Attention(config, has_relative_attention_bias=True, layer_idx=0)
@@ -102,15 +112,22 @@ def t5_attention(torch, is_decoder, num_buckets, max_distance, table):
 
 @pytest.mark.parametrize("is_decoder", [False, True])
 @pytest.mark.parametrize("num_buckets, max_distance", [(32, 128), (64, 300)])
-def test_t5_bias_equals_t5_attention_compute_bias(torch, transformers, is_decoder, num_buckets,
-                                                  max_distance):
+def test_t5_bias_equals_t5_attention_compute_bias(
+    torch, transformers, is_decoder, num_buckets, max_distance
+):
     table = np.random.default_rng(3).standard_normal((num_buckets, 6)).astype(np.float32)
     attention = t5_attention(torch, is_decoder, num_buckets, max_distance, table)
     for q_len, k_len, past in [(50, 50, 0), (1, 700, 699), (37, 300, 263), (200, 120, 0)]:
         with torch.no_grad():
             theirs = attention.compute_bias(q_len, k_len, past_seen_tokens=past)[0].numpy()
-        ours = posenc.t5_bias(table, q_len, k_len, bidirectional=not is_decoder,
-                              max_distance=max_distance, q_offset=past)
+        ours = posenc.t5_bias(
+            table,
+            q_len,
+            k_len,
+            bidirectional=not is_decoder,
+            max_distance=max_distance,
+            q_offset=past,
+        )
         np.testing.assert_array_equal(ours, theirs)
 
 

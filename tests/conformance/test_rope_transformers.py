@@ -188,7 +188,10 @@ def test_apply_rope_equals_llama_apply_rotary_pos_emb_in_float64(hf, seq_axis, n
     cos, sin = _cos_sin64(inv_freq, position_ids, af)
     unsqueeze = 1 if seq_axis == -2 else 2
     q_hf, k_hf = hf.llama.apply_rotary_pos_emb(
-        torch.from_numpy(q), torch.from_numpy(k), torch.from_numpy(cos), torch.from_numpy(sin),
+        torch.from_numpy(q),
+        torch.from_numpy(k),
+        torch.from_numpy(cos),
+        torch.from_numpy(sin),
         unsqueeze_dim=unsqueeze,
     )
     pos = position_ids[:, None, :] if seq_axis == -2 else position_ids[:, :, None]
@@ -271,10 +274,15 @@ def test_float32_differs_from_transformers_within_its_float32_phase_error(hf, na
     scaling = _scaling(name, d)
     config = _llama_config(hf, d, 500000.0, scaling)
     want = _hf_float32_rope(hf, config, q, position_ids)
-    got = posenc.apply_rope(q, position_ids[:, None, :], base=500000.0,
-                            scaling=_posenc_scaling(scaling))
-    exact = posenc.apply_rope(q.astype(np.float64), position_ids[:, None, :], base=500000.0,
-                              scaling=_posenc_scaling(scaling)).astype(np.float64)
+    got = posenc.apply_rope(
+        q, position_ids[:, None, :], base=500000.0, scaling=_posenc_scaling(scaling)
+    )
+    exact = posenc.apply_rope(
+        q.astype(np.float64),
+        position_ids[:, None, :],
+        base=500000.0,
+        scaling=_posenc_scaling(scaling),
+    ).astype(np.float64)
     scale = np.abs(q).max()
     err_hf = np.abs(want - exact).max() / scale  # transformers' own float32 error
     err_posenc = np.abs(got - exact).max() / scale
@@ -286,10 +294,16 @@ def test_float32_partial_rotary_gpt_neox_within_its_float32_phase_error(hf):
     rng = np.random.default_rng(5)
     q = rng.standard_normal((1, 4, 64, 96)).astype(np.float32)
     position_ids = np.arange(10_000, 10_064)[None]
-    config = hf.GPTNeoXConfig(hidden_size=384, num_attention_heads=4,
-                              max_position_embeddings=MAX_POS,
-                              rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
-                                               "partial_rotary_factor": 0.25})
+    config = hf.GPTNeoXConfig(
+        hidden_size=384,
+        num_attention_heads=4,
+        max_position_embeddings=MAX_POS,
+        rope_parameters={
+            "rope_type": "default",
+            "rope_theta": 10000.0,
+            "partial_rotary_factor": 0.25,
+        },
+    )
     want = _hf_float32_rope(hf, config, q, position_ids, module="neox")
     scaling = dict(config.rope_parameters)
     got = posenc.apply_rope(q, position_ids[:, None, :], scaling=scaling)
