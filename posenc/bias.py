@@ -121,10 +121,11 @@ def alibi_slopes(n_heads, *, max_bias=8.0):
     n = v.integer(n_heads, "n_heads", minimum=1)
     max_bias = v.real(max_bias, "max_bias", positive=True)
     c = 1 << (n.bit_length() - 1)  # the largest power of two <= n
-    slopes = np.exp2(-max_bias * np.arange(1, c + 1) / c)
-    if c < n:
-        halves = np.exp2(-max_bias * np.arange(1, 2 * c + 1, 2) / (2 * c))
-        slopes = np.concatenate([slopes, halves[: n - c]])
+    with np.errstate(over="ignore"):  # a huge max_bias: slopes of 0, as in the limit
+        slopes = np.exp2(-max_bias * np.arange(1, c + 1) / c)
+        if c < n:
+            halves = np.exp2(-max_bias * np.arange(1, 2 * c + 1, 2) / (2 * c))
+            slopes = np.concatenate([slopes, halves[: n - c]])
     return slopes
 
 

@@ -478,9 +478,10 @@ def skip_positions(n, k):
     -------
     ndarray of shape (n,), int64
     """
-    n = v.integer(n, "n", minimum=0)
-    k = v.integer(k, "k", minimum=1)
-    if n > 1 and (n - 1) * k > np.iinfo(np.int64).max:
+    largest = int(np.iinfo(np.int64).max)
+    n = v.integer(n, "n", minimum=0, maximum=largest)
+    k = v.integer(k, "k", minimum=1, maximum=largest)
+    if n > 1 and (n - 1) * k > largest:
         raise ValueError(f"skip_positions: (n-1)*k = {(n - 1) * k} overflows int64")
     return np.arange(n, dtype=np.int64) * k
 

@@ -270,7 +270,8 @@ def _positions(positions, lead, offset, seq_axis, ndim):
         )
     pos = np.array(arr, dtype=np.float64)  # a native copy: the kernel reads it from threads
     if offset:
-        pos += offset
+        with np.errstate(over="ignore"):  # an overflow is reported just below
+            pos += offset
         if not np.isfinite(pos).all():
             raise ValueError("positions + offset must be finite")
     return pos

@@ -6,8 +6,9 @@ Each round picks a function and calls it with arguments drawn from a pool of
 awkward values (wrong types, NaN and infinities, huge and negative sizes,
 empty, zero-d, strided, byte-swapped, read-only and object arrays, ...),
 positionally and by keyword.  Every call must return or raise TypeError or
-ValueError (MemoryError only for sizes that cannot be allocated); anything
-else, or a crash of the process, is a failure.  CI runs it on the build with
+ValueError (MemoryError only for sizes that cannot be allocated) without a
+NumPy RuntimeWarning; anything else, or a crash of the process, is a
+failure.  CI runs it on the build with
 AddressSanitizer and UndefinedBehaviorSanitizer, where a memory error aborts
 the run.
 """
@@ -18,10 +19,12 @@ import argparse
 import sys
 import time
 import traceback
+import warnings
 
 import numpy as np
 
 import posenc
+from posenc import probe
 
 
 def value_pool(rng):
@@ -112,11 +115,59 @@ def value_pool(rng):
 # name -> (function, positional parameter names, keyword names)
 TARGETS = {
     "sinusoid": (posenc.sinusoid, ["positions", "dim"], ["base", "layout", "dtype", "out"]),
+    "rope_frequencies": (posenc.rope_frequencies, ["dim"], ["base", "scaling", "seq_len"]),
+    "rope_cos_sin": (
+        posenc.rope_cos_sin,
+        ["positions", "dim"],
+        ["base", "scaling", "layout", "dtype"],
+    ),
+    "apply_rope": (
+        posenc.apply_rope,
+        ["x", "positions"],
+        ["base", "scaling", "layout", "rotary_dim", "offset", "seq_axis", "inverse", "out"],
+    ),
+    "alibi_slopes": (posenc.alibi_slopes, ["n_heads"], ["max_bias"]),
+    "alibi_bias": (
+        posenc.alibi_bias,
+        ["n_heads", "q_len", "k_len"],
+        ["slopes", "max_bias", "causal", "q_offset", "dtype", "scores", "out"],
+    ),
+    "relative_position_bucket": (
+        posenc.relative_position_bucket,
+        ["relative_position"],
+        ["bidirectional", "num_buckets", "max_distance"],
+    ),
+    "t5_bias": (
+        posenc.t5_bias,
+        ["table", "q_len", "k_len"],
+        ["bidirectional", "max_distance", "q_offset", "scores", "out"],
+    ),
+    "relative_positions": (
+        posenc.relative_positions,
+        ["q_len", "k_len"],
+        ["max_distance", "q_offset"],
+    ),
     "set_num_threads": (posenc.set_num_threads, ["n"], []),
+    "cosine_similarity": (probe.cosine_similarity, ["E"], []),
+    "informativeness": (probe.informativeness, ["E"], ["center"]),
+    "skip_positions": (probe.skip_positions, ["n", "k"], []),
+    "rope_long_term_decay": (probe.rope_long_term_decay, ["dim", "max_distance"], ["base"]),
+}
+
+# valid leading arguments, drawn half of the time to reach the deeper checks
+VALID = {
+    "sinusoid": lambda rng: [int(rng.integers(0, 9)), 2 * int(rng.integers(1, 9))],
+    "apply_rope": lambda rng: [np.ones((1, 2, 3, 8), rng.choice(["f2", "f4", "f8"]))],
+    "alibi_bias": lambda rng: [int(rng.integers(1, 5)), int(rng.integers(1, 6))],
+    "t5_bias": lambda rng: [np.ones((8, 3), np.float32), int(rng.integers(1, 6))],
+    "relative_positions": lambda rng: [int(rng.integers(1, 6))],
+    "rope_cos_sin": lambda rng: [int(rng.integers(0, 6)), 2 * int(rng.integers(1, 6))],
 }
 
 
 def fuzz(seconds, seed):
+    # a NumPy RuntimeWarning (overflow, invalid) marks an edge not handled
+    warnings.simplefilter("error", RuntimeWarning)
     rng = np.random.default_rng(seed)
     pool = value_pool(rng)
     names = sorted(TARGETS)
@@ -127,9 +178,9 @@ def fuzz(seconds, seed):
         name = names[rng.integers(len(names))]
         fn, positional, keywords = TARGETS[name]
         args = [pool[rng.integers(len(pool))] for _ in positional]
-        # sometimes keep the leading arguments valid, to reach deeper checks
-        if rng.random() < 0.5 and name == "sinusoid":
-            args = [int(rng.integers(0, 9)), 2 * int(rng.integers(1, 9))][: len(args)]
+        if name in VALID and rng.random() < 0.5:
+            valid = VALID[name](rng)
+            args[: len(valid)] = valid
         kwargs = {k: pool[rng.integers(len(pool))] for k in keywords if rng.random() < 0.3}
         try:
             fn(*args, **kwargs)

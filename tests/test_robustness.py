@@ -14,48 +14,96 @@ import numpy as np
 import pytest
 
 import posenc
+from posenc import probe
 
-# name -> (function, args, kwargs, out shape, out dtype): a valid call whose
-# result can also be written to an `out=` array of that shape and dtype.
+_X = np.random.default_rng(0).standard_normal((2, 4, 16, 32)).astype(np.float32)
+_TABLE = np.random.default_rng(1).standard_normal((32, 4)).astype(np.float32)
+_SCORES = np.zeros((2, 4, 16, 24), np.float32)
+_E = np.random.default_rng(2).standard_normal((64, 16))
+
+# name -> (function, args, kwargs, out shape, out dtype): a valid call; when a
+# shape is given, its result can also be written to such an `out=` array.
 CALLS = {
     "sinusoid": (posenc.sinusoid, (np.arange(37.0), 24), {}, (37, 24), np.float32),
+    "apply_rope": (posenc.apply_rope, (_X,), {"offset": 5}, _X.shape, np.float32),
+    "apply_rope positions": (
+        posenc.apply_rope,
+        (_X, np.arange(32.0).reshape(2, 1, 16)),
+        {"layout": "interleaved", "rotary_dim": 16},
+        _X.shape,
+        np.float32,
+    ),
+    "rope_cos_sin": (posenc.rope_cos_sin, (np.arange(20.0), 32), {}, None, None),
+    "rope_frequencies": (
+        posenc.rope_frequencies,
+        (64,),
+        {"scaling": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64}},
+        None,
+        None,
+    ),
+    "alibi_bias": (posenc.alibi_bias, (4, 16, 24), {}, (4, 16, 24), np.float32),
+    "alibi_bias scores": (posenc.alibi_bias, (4, 16, 24), {"scores": _SCORES}, None, None),
+    "alibi_slopes": (posenc.alibi_slopes, (12,), {}, None, None),
+    "t5_bias": (posenc.t5_bias, (_TABLE, 16, 24), {"q_offset": 3}, (4, 16, 24), np.float32),
+    "t5_bias scores": (posenc.t5_bias, (_TABLE, 16, 24), {"scores": _SCORES}, None, None),
+    "relative_position_bucket": (
+        posenc.relative_position_bucket,
+        (np.arange(-300, 300),),
+        {},
+        None,
+        None,
+    ),
+    "relative_positions": (posenc.relative_positions, (16, 24), {"max_distance": 5}, None, None),
+    "cosine_similarity": (probe.cosine_similarity, (_E,), {}, None, None),
+    "informativeness": (probe.informativeness, (_E,), {}, None, None),
 }
 
 # name -> a call that does a lot of work in one kernel invocation
 LONG_CALLS = {
     "sinusoid": lambda: posenc.sinusoid(np.linspace(0, 1e6, 1 << 16), 512, dtype="float64"),
+    "apply_rope": lambda: posenc.apply_rope(
+        np.ones((1, 8, 8192, 128)), np.random.default_rng(0).uniform(0, 1e6, 8192)
+    ),
+    "alibi_bias": lambda: posenc.alibi_bias(16, 1024, 4096, dtype="float64"),
+    "t5_bias": lambda: posenc.t5_bias(_TABLE.astype(np.float64), 2048, 4096),
 }
 
 
 @pytest.mark.parametrize("name", sorted(CALLS))
 def test_reference_counts_unchanged_after_many_calls(name):
     fn, args, kwargs, shape, dtype = CALLS[name]
-    arrays = [a for a in args if isinstance(a, np.ndarray)]
-    out = np.empty(shape, dtype)
-    before = [sys.getrefcount(a) for a in arrays] + [sys.getrefcount(out)]
+    arrays = [a for a in list(args) + list(kwargs.values()) if isinstance(a, np.ndarray)]
+    out = np.empty(shape, dtype) if shape is not None else None
+    watched = arrays + ([out] if out is not None else [])
+    before = [sys.getrefcount(a) for a in watched]
     for _ in range(200):
         fn(*args, **kwargs)
-        assert fn(*args, out=out, **kwargs) is out
+        if out is not None:
+            assert fn(*args, out=out, **kwargs) is out
     gc.collect()
-    after = [sys.getrefcount(a) for a in arrays] + [sys.getrefcount(out)]
-    assert after == before
+    assert [sys.getrefcount(a) for a in watched] == before
 
 
 @pytest.mark.parametrize("name", sorted(CALLS))
 def test_no_memory_growth_over_repeated_calls(name):
     fn, args, kwargs, shape, dtype = CALLS[name]
-    out = np.empty(shape, dtype)
-    for _ in range(50):  # warm caches (interned strings, dtype objects)
+    out = np.empty(shape, dtype) if shape is not None else None
+
+    def call():
         fn(*args, **kwargs)
+        if out is not None:
+            fn(*args, out=out, **kwargs)
+
+    for _ in range(50):  # warm caches (interned strings, dtype objects)
+        call()
     tracemalloc.start()
     try:
-        first = None
-        for i in range(2000):
-            fn(*args, **kwargs)
-            fn(*args, out=out, **kwargs)
-            if i == 99:
-                gc.collect()
-                first = tracemalloc.get_traced_memory()[0]
+        for _ in range(100):
+            call()
+        gc.collect()
+        first = tracemalloc.get_traced_memory()[0]
+        for _ in range(1000):
+            call()
         gc.collect()
         last = tracemalloc.get_traced_memory()[0]
     finally:
@@ -90,16 +138,29 @@ def test_kernel_releases_the_gil(name):
     assert count > 20
 
 
-@pytest.mark.parametrize("name", sorted(CALLS))
+def _arrays(result):
+    """The arrays of a result: an array, a tuple, or a small result object."""
+    if isinstance(result, tuple):
+        return [np.asarray(r) for r in result]
+    if isinstance(result, np.ndarray):
+        return [result]
+    return [np.asarray(v) for v in vars(result).values()]
+
+
+# calls that add into `scores` in place give a new result each time
+PURE_CALLS = sorted(name for name, call in CALLS.items() if "scores" not in call[2])
+
+
+@pytest.mark.parametrize("name", PURE_CALLS)
 def test_concurrent_callers_get_the_single_thread_result(name):
     fn, args, kwargs, shape, dtype = CALLS[name]
-    want = fn(*args, **kwargs)
+    want = _arrays(fn(*args, **kwargs))
     results = [None] * 4
     errors = []
 
     def worker(i):
         try:
-            for _ in range(50):
+            for _ in range(30):
                 results[i] = fn(*args, **kwargs)
         except Exception as exc:  # reported below
             errors.append(exc)
@@ -111,4 +172,5 @@ def test_concurrent_callers_get_the_single_thread_result(name):
         t.join()
     assert not errors
     for r in results:
-        np.testing.assert_array_equal(r, want)
+        for got, exp in zip(_arrays(r), want):
+            np.testing.assert_array_equal(got, exp)

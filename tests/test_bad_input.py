@@ -1,0 +1,226 @@
+"""Bad input across the whole public API, one row per argument and kind of
+mistake: each raises TypeError or ValueError, and the message names the
+argument.  A row with `out=` also checks that the failed call left it as it
+was."""
+
+import numpy as np
+import pytest
+
+import posenc
+from posenc import probe
+
+X = np.ones((1, 2, 4, 8), np.float32)
+TABLE = np.ones((32, 4), np.float32)
+E = np.random.default_rng(0).standard_normal((40, 8))
+
+
+def sentinel(shape, dtype=np.float32):
+    return np.full(shape, 7.0, dtype)
+
+
+# (id, call, exception, words the message must contain)
+ROWS = [
+    # sinusoid
+    ("sinusoid dim odd", lambda: posenc.sinusoid(4, 7), ValueError, "dim"),
+    ("sinusoid dim str", lambda: posenc.sinusoid(4, "8"), TypeError, "dim"),
+    ("sinusoid positions neg", lambda: posenc.sinusoid(-3, 8), ValueError, "positions"),
+    ("sinusoid positions str", lambda: posenc.sinusoid("abc", 8), TypeError, "positions"),
+    ("sinusoid positions nan", lambda: posenc.sinusoid([np.nan], 8), ValueError, "positions"),
+    ("sinusoid base neg", lambda: posenc.sinusoid(4, 8, base=-1.0), ValueError, "base"),
+    ("sinusoid layout", lambda: posenc.sinusoid(4, 8, layout="half"), ValueError, "layout"),
+    ("sinusoid dtype", lambda: posenc.sinusoid(4, 8, dtype=np.int16), TypeError, "dtype"),
+    ("sinusoid out shape", lambda: posenc.sinusoid(4, 8, out=sentinel((4, 6))), ValueError, "out"),
+    # rope_frequencies
+    ("rope_frequencies dim odd", lambda: posenc.rope_frequencies(7), ValueError, "dim"),
+    ("rope_frequencies dim neg", lambda: posenc.rope_frequencies(-8), ValueError, "dim"),
+    ("rope_frequencies base", lambda: posenc.rope_frequencies(8, base=0.0), ValueError, "base"),
+    (
+        "rope_frequencies scaling type",
+        lambda: posenc.rope_frequencies(8, scaling={"rope_type": "nope"}),
+        ValueError,
+        "nope",
+    ),
+    (
+        "rope_frequencies scaling missing key",
+        lambda: posenc.rope_frequencies(8, scaling={"rope_type": "linear"}),
+        ValueError,
+        "factor",
+    ),
+    (
+        "rope_frequencies scaling not a dict",
+        lambda: posenc.rope_frequencies(8, scaling="linear"),
+        TypeError,
+        "scaling",
+    ),
+    # rope_cos_sin
+    ("rope_cos_sin dim odd", lambda: posenc.rope_cos_sin(4, 7), ValueError, "dim"),
+    ("rope_cos_sin layout", lambda: posenc.rope_cos_sin(4, 8, layout="x"), ValueError, "layout"),
+    ("rope_cos_sin dtype", lambda: posenc.rope_cos_sin(4, 8, dtype="int8"), TypeError, "dtype"),
+    ("rope_cos_sin positions", lambda: posenc.rope_cos_sin("a", 8), TypeError, "positions"),
+    # apply_rope
+    ("apply_rope x int", lambda: posenc.apply_rope(X.astype(int)), TypeError, "x"),
+    ("apply_rope x 0-d", lambda: posenc.apply_rope(np.float32(1)), ValueError, "x"),
+    ("apply_rope x odd dim", lambda: posenc.apply_rope(np.ones((4, 7))), ValueError, "dim"),
+    ("apply_rope rotary odd", lambda: posenc.apply_rope(X, rotary_dim=3), ValueError, "rotary_dim"),
+    (
+        "apply_rope rotary big",
+        lambda: posenc.apply_rope(X, rotary_dim=10),
+        ValueError,
+        "rotary_dim",
+    ),
+    ("apply_rope layout", lambda: posenc.apply_rope(X, layout="neox"), ValueError, "layout"),
+    ("apply_rope seq_axis", lambda: posenc.apply_rope(X, seq_axis=-1), ValueError, "seq_axis"),
+    ("apply_rope seq_axis 9", lambda: posenc.apply_rope(X, seq_axis=9), ValueError, "seq_axis"),
+    (
+        "apply_rope positions shape",
+        lambda: posenc.apply_rope(X, np.arange(5)),
+        ValueError,
+        "positions",
+    ),
+    (
+        "apply_rope positions nan",
+        lambda: posenc.apply_rope(X, [np.nan] * 4),
+        ValueError,
+        "positions",
+    ),
+    ("apply_rope offset", lambda: posenc.apply_rope(X, offset="1"), TypeError, "offset"),
+    (
+        "apply_rope out shape",
+        lambda: posenc.apply_rope(X, out=sentinel((1, 2, 4, 6))),
+        ValueError,
+        "out",
+    ),
+    (
+        "apply_rope out dtype",
+        lambda: posenc.apply_rope(X, out=sentinel(X.shape, np.float64)),
+        TypeError,
+        "out",
+    ),
+    # alibi
+    ("alibi_slopes zero", lambda: posenc.alibi_slopes(0), ValueError, "n_heads"),
+    ("alibi_slopes float", lambda: posenc.alibi_slopes(2.5), TypeError, "n_heads"),
+    (
+        "alibi_slopes max_bias",
+        lambda: posenc.alibi_slopes(8, max_bias=np.inf),
+        ValueError,
+        "max_bias",
+    ),
+    ("alibi_bias heads", lambda: posenc.alibi_bias(0, 4), ValueError, "n_heads"),
+    ("alibi_bias q_len", lambda: posenc.alibi_bias(2, 0), ValueError, "q_len"),
+    ("alibi_bias q > k", lambda: posenc.alibi_bias(2, 8, 4), ValueError, "q_len"),
+    ("alibi_bias slopes len", lambda: posenc.alibi_bias(2, 4, slopes=[1.0]), ValueError, "slopes"),
+    ("alibi_bias dtype", lambda: posenc.alibi_bias(2, 4, dtype="int32"), TypeError, "dtype"),
+    (
+        "alibi_bias scores shape",
+        lambda: posenc.alibi_bias(2, 4, scores=sentinel((2, 4, 5))),
+        ValueError,
+        "scores",
+    ),
+    (
+        "alibi_bias scores int",
+        lambda: posenc.alibi_bias(2, 4, scores=np.zeros((2, 4, 4), np.int32)),
+        TypeError,
+        "scores",
+    ),
+    ("alibi_bias out", lambda: posenc.alibi_bias(2, 4, out=sentinel((2, 4, 5))), ValueError, "out"),
+    # T5 and Shaw
+    (
+        "bucket num_buckets",
+        lambda: posenc.relative_position_bucket([1, 2], num_buckets=1),
+        ValueError,
+        "num_buckets",
+    ),
+    (
+        "bucket max_distance",
+        lambda: posenc.relative_position_bucket([1], max_distance=0),
+        ValueError,
+        "max_distance",
+    ),
+    (
+        "bucket float",
+        lambda: posenc.relative_position_bucket([1.5]),
+        TypeError,
+        "relative_position",
+    ),
+    ("t5_bias table rank", lambda: posenc.t5_bias(np.ones(32), 4), ValueError, "table"),
+    ("t5_bias table int", lambda: posenc.t5_bias(np.ones((32, 4), int), 4), TypeError, "table"),
+    ("t5_bias q_len", lambda: posenc.t5_bias(TABLE, -1), ValueError, "q_len"),
+    (
+        "t5_bias scores shape",
+        lambda: posenc.t5_bias(TABLE, 4, scores=sentinel((3, 4, 4))),
+        ValueError,
+        "scores",
+    ),
+    ("relative_positions q_len", lambda: posenc.relative_positions(0), ValueError, "q_len"),
+    (
+        "relative_positions max_distance",
+        lambda: posenc.relative_positions(4, max_distance=-1),
+        ValueError,
+        "max_distance",
+    ),
+    # probes
+    ("absolute E 1-D", lambda: probe.absolute_position_regression(np.ones(10)), ValueError, "E"),
+    (
+        "absolute E nan",
+        lambda: probe.absolute_position_regression(np.full((20, 4), np.nan)),
+        ValueError,
+        "E",
+    ),
+    ("absolute folds", lambda: probe.absolute_position_regression(E, folds=1), ValueError, "folds"),
+    ("order pairs", lambda: probe.relative_order_classification(E, pairs=0), ValueError, "pairs"),
+    ("cosine E str", lambda: probe.cosine_similarity(np.array([["a"]])), TypeError, "E"),
+    ("skip k", lambda: probe.skip_positions(10, 0), ValueError, "k"),
+    ("decay dim", lambda: probe.rope_long_term_decay(7, 100), ValueError, "dim"),
+    (
+        "load missing file",
+        lambda: probe.load_position_embeddings("/nonexistent.npy"),
+        FileNotFoundError,  # as numpy.load
+        "source",
+    ),
+]
+
+
+@pytest.mark.parametrize("call, exc, words", [r[1:] for r in ROWS], ids=[r[0] for r in ROWS])
+def test_bad_input_raises_a_clear_error(call, exc, words):
+    with pytest.raises(exc, match=words):
+        call()
+
+
+# (id, call with the given out/scores array, its shape and dtype)
+OUT_ROWS = [
+    ("sinusoid nan", lambda o: posenc.sinusoid([0.0, np.nan], 4, out=o), (2, 4), np.float32),
+    (
+        "apply_rope bad positions",
+        lambda o: posenc.apply_rope(X, np.arange(9), out=o),
+        X.shape,
+        np.float32,
+    ),
+    (
+        "alibi bad slopes",
+        lambda o: posenc.alibi_bias(2, 4, slopes=[np.nan, 1.0], out=o),
+        (2, 4, 4),
+        np.float32,
+    ),
+    (
+        "alibi scores bad slopes",
+        lambda o: posenc.alibi_bias(2, 4, slopes=[1.0], scores=o),
+        (2, 4, 4),
+        np.float32,
+    ),
+    (
+        "t5 bad max_distance",
+        lambda o: posenc.t5_bias(TABLE, 4, max_distance=0, out=o),
+        (4, 4, 4),
+        np.float32,
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    "call, shape, dtype", [r[1:] for r in OUT_ROWS], ids=[r[0] for r in OUT_ROWS]
+)
+def test_failed_call_leaves_out_untouched(call, shape, dtype):
+    out = sentinel(shape, dtype)
+    with pytest.raises((TypeError, ValueError)):
+        call(out)
+    assert (out == 7.0).all()
