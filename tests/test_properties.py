@@ -1,6 +1,8 @@
 """Property tests: random shapes, strides (negative and zero), orders, byte
 orders and dtypes give the numbers of the NumPy reference."""
 
+import os
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -11,7 +13,8 @@ import posenc
 from posenc import reference
 
 settings.register_profile("ci", max_examples=60, deadline=None)
-settings.load_profile("ci")
+settings.register_profile("thorough", max_examples=2000, deadline=None)
+settings.load_profile(os.environ.get("POSENC_HYPOTHESIS_PROFILE", "ci"))
 
 NUMERIC = st.sampled_from(
     ["<i1", "<i2", ">i4", "<i8", "<u1", ">u2", "<u4", "<f2", ">f4", "<f4", ">f8", "<f8"]
@@ -93,3 +96,164 @@ def test_sinusoid_read_only_broadcast_positions(dtype):
     np.testing.assert_array_equal(
         got, np.broadcast_to(posenc.sinusoid(5, 8, dtype=dtype), (4, 5, 8))
     )
+
+
+# ---------------------------------------------------------------- rotary
+
+FLOATS = st.sampled_from(["<f2", ">f2", "<f4", ">f4", "<f8", ">f8"])
+
+
+def _close(got, want, dtype, scale, positions_max):
+    """Within the rounding of the compute precision (see test_rope)."""
+    kind = np.dtype(dtype).newbyteorder("=")
+    if kind == np.float64:
+        tol = 8e-16 * scale * (1.0 + positions_max)
+    elif kind == np.float32:
+        tol = 4 * 2.0**-24 * scale
+    else:
+        tol = 2.0**-10 * scale
+    err = np.abs(np.asarray(got, np.float64) - np.asarray(want, np.float64))
+    assert err.max(initial=0.0) <= tol
+
+
+@st.composite
+def rope_inputs(draw):
+    dtype = draw(FLOATS)
+    lead = draw(hnp.array_shapes(min_dims=1, max_dims=3, min_side=1, max_side=5))
+    dim = 2 * draw(st.integers(1, 10))
+    base = draw(
+        hnp.arrays(
+            dtype, lead + (dim,), elements=st.floats(-4, 4, width=8 * np.dtype(dtype).itemsize)
+        )
+    )
+    how = draw(st.sampled_from(["plain", "reversed", "fortran", "padded"]))
+    if how == "reversed":
+        x = base[::-1]
+    elif how == "fortran":
+        x = np.asfortranarray(base)
+    elif how == "padded":
+        wide = np.zeros(lead + (dim + 2,), dtype)
+        wide[..., 1 : dim + 1] = base
+        x = wide[..., 1 : dim + 1]
+    else:
+        x = base
+    return x
+
+
+@given(
+    x=rope_inputs(),
+    layout=st.sampled_from(["half", "interleaved"]),
+    partial=st.booleans(),
+    inverse=st.booleans(),
+    offset=st.integers(0, 1000),
+    explicit=st.booleans(),
+    data=st.data(),
+)
+def test_apply_rope_any_layout_matches_reference(
+    x, layout, partial, inverse, offset, explicit, data
+):
+    dim = x.shape[-1]
+    rotary_dim = 2 * data.draw(st.integers(1, dim // 2)) if partial else None
+    kwargs = dict(layout=layout, rotary_dim=rotary_dim, inverse=inverse, offset=offset)
+    if explicit:  # positions broadcast along some leading axes
+        pshape = tuple(n if data.draw(st.booleans()) else 1 for n in x.shape[:-1])
+        positions = data.draw(hnp.arrays(np.int32, pshape, elements=st.integers(0, 5000)))
+        args = (x, positions)
+    else:  # offset + arange along the sequence axis
+        args = (x,)
+        kwargs["seq_axis"] = -2
+    before = x.copy()
+    got = posenc.apply_rope(*args, **kwargs)
+    want = reference.apply_rope(np.array(x, dtype=x.dtype.newbyteorder("=")), *args[1:], **kwargs)
+    np.testing.assert_array_equal(x, before)  # the input is not touched
+    assert got.shape == x.shape and got.dtype.itemsize == x.dtype.itemsize
+    scale = float(np.abs(x.astype(np.float64)).max(initial=1e-30))
+    _close(got, want, x.dtype, scale, 6000.0)
+
+
+# ---------------------------------------------------------------- attention biases
+
+
+@given(
+    n_heads=st.integers(1, 6),
+    q_len=st.integers(1, 12),
+    extra=st.integers(0, 12),
+    causal=st.booleans(),
+    q_offset=st.one_of(st.none(), st.integers(-5, 30)),
+    dtype=st.sampled_from(["f2", "f4", "f8"]),
+    batch=st.sampled_from([(), (2,), (2, 1)]),
+    layout=st.sampled_from(["C", "F", "swapped", "reversed"]),
+)
+def test_alibi_scores_any_layout_match_reference(
+    n_heads, q_len, extra, causal, q_offset, dtype, batch, layout
+):
+    k_len = q_len + extra
+    shape = batch + (n_heads, q_len, k_len)
+    base = np.random.default_rng(q_len).standard_normal(shape).astype(dtype)
+    if layout == "F":
+        scores = np.asfortranarray(base)
+    elif layout == "swapped":
+        scores = base.astype(np.dtype(dtype).newbyteorder())
+    elif layout == "reversed":
+        scores = base[..., ::-1, :].copy()[..., ::-1, :]
+    else:
+        scores = base.copy()
+    want = reference.alibi_bias(
+        n_heads, q_len, k_len, causal=causal, q_offset=q_offset, scores=base.copy()
+    )
+    got = posenc.alibi_bias(n_heads, q_len, k_len, causal=causal, q_offset=q_offset, scores=scores)
+    assert got is scores
+    np.testing.assert_array_equal(np.asarray(got, np.float64), np.asarray(want, np.float64))
+
+
+@given(
+    num_buckets=st.integers(2, 40),
+    n_heads=st.integers(1, 4),
+    q_len=st.integers(1, 10),
+    k_len=st.integers(1, 10),
+    bidirectional=st.booleans(),
+    max_distance=st.integers(41, 300),
+    q_offset=st.integers(-20, 20),
+    table_dtype=st.sampled_from(["<f4", ">f4", "<f8", "<f2"]),
+    transpose=st.booleans(),
+)
+def test_t5_bias_any_table_layout_matches_reference(
+    num_buckets,
+    n_heads,
+    q_len,
+    k_len,
+    bidirectional,
+    max_distance,
+    q_offset,
+    table_dtype,
+    transpose,
+):
+    values = np.random.default_rng(num_buckets).standard_normal((num_buckets, n_heads))
+    table = values.astype(table_dtype)
+    if transpose:
+        table = np.asfortranarray(table)
+    kw = dict(bidirectional=bidirectional, max_distance=max_distance, q_offset=q_offset)
+    got = posenc.t5_bias(table, q_len, k_len, **kw)
+    want = reference.t5_bias(
+        np.array(table, dtype=table.dtype.newbyteorder("=")), q_len, k_len, **kw
+    )
+    np.testing.assert_array_equal(got, want)
+
+
+@given(
+    rel=strided_views(
+        st.sampled_from(["<i8", ">i4", "<i2", ">i8"]),
+        elements=st.integers(-5000, 5000),
+    ),
+    bidirectional=st.booleans(),
+    num_buckets=st.integers(2, 64),
+    max_distance=st.integers(65, 2000),
+)
+def test_relative_position_bucket_any_layout_matches_reference(
+    rel, bidirectional, num_buckets, max_distance
+):
+    kw = dict(bidirectional=bidirectional, num_buckets=num_buckets, max_distance=max_distance)
+    got = posenc.relative_position_bucket(rel, **kw)
+    want = reference.relative_position_bucket(np.ascontiguousarray(rel, dtype=np.int64), **kw)
+    assert got.dtype == np.int64 and got.shape == rel.shape
+    np.testing.assert_array_equal(got, want)
