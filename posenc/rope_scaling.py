@@ -26,9 +26,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from numbers import Real
 
 import numpy as np
+
+from . import _validate as v
 
 DEFAULT_BASE = 10000.0
 
@@ -46,15 +47,7 @@ def _number(params, key, family, *, required=True, default=None, positive=False)
         if required:
             raise ValueError(f"scaling: rope_type {family!r} requires the key {key!r}")
         return default
-    real_types = (Real, np.integer, np.floating)
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, real_types):
-        raise TypeError(f"scaling[{key!r}] must be a real number, not {type(value).__name__}")
-    value = float(value)
-    if not math.isfinite(value):
-        raise ValueError(f"scaling[{key!r}] must be finite, got {value}")
-    if positive and value <= 0:
-        raise ValueError(f"scaling[{key!r}] must be > 0, got {value}")
-    return value
+    return v.real(value, f"scaling[{key!r}]", positive=positive)
 
 
 def _factor_list(params, key, family, n):

@@ -250,6 +250,20 @@ static PyObject *py_sinusoid(PyObject *self, PyObject *args)
 
 /* ---- rotary position embedding (rope.c) ---- */
 
+/* The options both rope entry points take. */
+static int check_rope_options(int layout, double scale)
+{
+    if (layout != PE_ROPE_HALF && layout != PE_ROPE_INTERLEAVED) {
+        PyErr_SetString(PyExc_ValueError, "layout must be 0 (half) or 1 (interleaved)");
+        return -1;
+    }
+    if (!isfinite(scale)) {
+        PyErr_SetString(PyExc_ValueError, "scale must be finite");
+        return -1;
+    }
+    return 0;
+}
+
 /* x as the rope kernel reads it: float16/32/64, native, aligned, rank >= 1,
  * contiguous along its last axis; leading strides are free. */
 static PyArrayObject *rope_data_arg(PyObject *obj, const char *name, int flags)
@@ -329,14 +343,8 @@ static PyObject *py_rope_apply(PyObject *self, PyObject *args)
                      (Py_ssize_t)(dim / 2));
         return NULL;
     }
-    if (layout != PE_ROPE_HALF && layout != PE_ROPE_INTERLEAVED) {
-        PyErr_SetString(PyExc_ValueError, "layout must be 0 (half) or 1 (interleaved)");
+    if (check_rope_options(layout, scale) < 0)
         return NULL;
-    }
-    if (!isfinite(scale)) {
-        PyErr_SetString(PyExc_ValueError, "scale must be finite");
-        return NULL;
-    }
     if (!same_view(out, x) && check_no_overlap(out, "out", x, "x") < 0)
         return NULL;
     if (check_no_overlap(out, "out", pos, "positions") < 0 ||
@@ -389,14 +397,8 @@ static PyObject *py_rope_table(PyObject *self, PyObject *args)
     PyArrayObject *sin = cos ? arg_array(sin_o, "sin", PyArray_TYPE(cos), 2, ARG_WRITE) : NULL;
     if (sin == NULL)
         return NULL;
-    if (layout != PE_ROPE_HALF && layout != PE_ROPE_INTERLEAVED) {
-        PyErr_SetString(PyExc_ValueError, "layout must be 0 (half) or 1 (interleaved)");
+    if (check_rope_options(layout, scale) < 0)
         return NULL;
-    }
-    if (!isfinite(scale)) {
-        PyErr_SetString(PyExc_ValueError, "scale must be finite");
-        return NULL;
-    }
     npy_intp n = PyArray_DIM(pos, 0), half = PyArray_DIM(freq, 0);
     if (PyArray_DIM(cos, 0) != n || PyArray_DIM(cos, 1) != 2 * half || PyArray_DIM(sin, 0) != n ||
         PyArray_DIM(sin, 1) != 2 * half) {
