@@ -121,6 +121,7 @@ def test_simd_paths_and_thread_counts_give_identical_bits(rng, layout, dtype):
     x = rng.standard_normal((2, 6, 700, 72)).astype(dtype)
     pos = rng.uniform(0, 5e5, (2, 1, 700))
     results = []
+    before = _core.simd_path()
     for path in ["scalar", _core.simd_cpu()]:
         for n in (1, 2):
             _core.set_simd(path)
@@ -129,7 +130,7 @@ def test_simd_paths_and_thread_counts_give_identical_bits(rng, layout, dtype):
                 results.append(posenc.apply_rope(x, pos, layout=layout, rotary_dim=64))
                 results.append(posenc.rope_cos_sin(pos, 72, layout=layout, dtype=dtype))
             finally:
-                _core.set_simd("auto")
+                _core.set_simd(before)
                 posenc.set_num_threads(0)
     for r in results[2::2]:
         np.testing.assert_array_equal(r, results[0])
