@@ -207,6 +207,8 @@ static void toeplitz_rows(const struct pe_bias_dst *d, const char *vals, ptrdiff
                     copy_row_avx2(row, src, (size_t)k * isz);
                 continue;
             }
+#else
+            (void)stream;
 #endif
             if (add)
                 add_row_scalar(row, src, k, d->dtype);

@@ -12,7 +12,7 @@
 #ifndef PE_SIMD_H
 #define PE_SIMD_H
 
-#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
+#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__) && !defined(PE_FORCE_PORTABLE)
 #define PE_X86 1
 #include <immintrin.h>
 #define PE_TARGET_AVX2 __attribute__((target("avx2,fma,f16c")))
