@@ -37,8 +37,18 @@ static const double PE_C1 = 4.16666666666666019037e-02, PE_C2 = -1.3888888888874
                     PE_C3 = 2.48015872894767294178e-05, PE_C4 = -2.75573143513906633035e-07,
                     PE_C5 = 2.08757232129817482790e-09, PE_C6 = -1.13596475577881948265e-11;
 
+/* Below this the reduction is exact and the quadrant trick holds.  Larger
+ * angles (positions past 10**15 or so, or a non-finite angle) go to the C
+ * library's sin and cos, which reduce any argument correctly. */
+#define PE_REDUCE_MAX 0x1p50
+
 static inline void pe_sincos1(double x, double *sp, double *cp)
 {
+    if (!(fabs(x) < PE_REDUCE_MAX)) {
+        *sp = sin(x);
+        *cp = cos(x);
+        return;
+    }
     double n = nearbyint(x * PE_2_OVER_PI);
     double r = fma(-n, PE_PIO2_1, x);
     r = fma(-n, PE_PIO2_2, r);
@@ -64,6 +74,24 @@ static inline void pe_sincos1(double x, double *sp, double *cp)
 }
 
 #if PE_X86
+/* The lanes of x at or past PE_REDUCE_MAX (or NaN), through the C library,
+ * as pe_sincos1 does them; kept out of line, it almost never runs. */
+PE_TARGET_AVX2 static __attribute__((noinline)) void pe_sincos4_large(__m256d x, __m256d *sp,
+                                                                      __m256d *cp)
+{
+    double xv[4], sv[4], cv[4];
+    _mm256_storeu_pd(xv, x);
+    _mm256_storeu_pd(sv, *sp);
+    _mm256_storeu_pd(cv, *cp);
+    for (int k = 0; k < 4; ++k)
+        if (!(fabs(xv[k]) < PE_REDUCE_MAX)) {
+            sv[k] = sin(xv[k]);
+            cv[k] = cos(xv[k]);
+        }
+    *sp = _mm256_loadu_pd(sv);
+    *cp = _mm256_loadu_pd(cv);
+}
+
 /* The same steps on four doubles. */
 PE_TARGET_AVX2 static inline void pe_sincos4(__m256d x, __m256d *sp, __m256d *cp)
 {
@@ -102,6 +130,9 @@ PE_TARGET_AVX2 static inline void pe_sincos4(__m256d x, __m256d *sp, __m256d *cp
     __m256d co = _mm256_xor_pd(_mm256_blendv_pd(cv, sv, swap), sign_c);
     *sp = so;
     *cp = co;
+    __m256d ax = _mm256_andnot_pd(_mm256_set1_pd(-0.0), x);
+    if (_mm256_movemask_pd(_mm256_cmp_pd(ax, _mm256_set1_pd(PE_REDUCE_MAX), _CMP_NLT_UQ)))
+        pe_sincos4_large(x, sp, cp);
 }
 
 #endif

@@ -316,3 +316,19 @@ def test_show_config_and_info_command(capsys):
         [sys.executable, "-m", "posenc", "info"], capture_output=True, text=True, check=True
     )
     assert res.stdout == text
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_huge_positions_still_reduce_correctly(simd, dtype, ulp_distance):
+    # Past 2**50 radians the fast reduction gives way to the C library's:
+    # the values stay sines and cosines of the float64 angle, never garbage.
+    huge = [2.0**50, 2.0**52, 1e17, 1e20, 1e300, -3e18]
+    runs = [np.array(huge), 2.0**52 + np.arange(40.0)]  # scattered, and evenly spaced
+    for pos in runs:
+        got = posenc.sinusoid(pos, 8, dtype=dtype)
+        w = frequencies(8)
+        angle = pos[:, None] * w
+        exact = np.stack(
+            [np.vectorize(math.sin)(angle), np.vectorize(math.cos)(angle)], axis=-1
+        ).reshape(len(pos), 8)
+        assert ulp_distance(got, exact, dtype).max() <= ULPS[dtype]
