@@ -81,11 +81,6 @@ def timeit(fn, repeats, min_time=0.2):
     return float(np.median(times))
 
 
-def fill_of(shape, dtype):
-    out = np.empty(shape, dtype)
-    return lambda: out.fill(0.5)
-
-
 def copyto_of(shape, dtype):
     src = np.ones(shape, dtype)
     dst = np.empty(shape, dtype)

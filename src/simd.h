@@ -37,28 +37,6 @@ static inline int pe_simd_cpu_best(void)
     return PE_SIMD_SCALAR;
 }
 
-#if PE_X86
-/* Four doubles to four floats rounded to odd (see pe_f32_round_odd), the
- * first step of an exact float64 -> float16 conversion. */
-PE_TARGET_AVX2 static inline __m128 pe_cvtpd_ps_odd(__m256d d)
-{
-    __m128 f = _mm256_cvtpd_ps(d);
-    __m256d b = _mm256_cvtps_pd(f);
-    __m256d sign = _mm256_set1_pd(-0.0);
-    __m256d inexact = _mm256_cmp_pd(b, d, _CMP_NEQ_OQ);
-    __m256d away = _mm256_cmp_pd(_mm256_andnot_pd(sign, b), _mm256_andnot_pd(sign, d), _CMP_GT_OQ);
-    /* the low 32 bits of each 64-bit mask lane, packed into four lanes */
-    const __m256i pack = _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6);
-    __m128i in32 =
-        _mm256_castsi256_si128(_mm256_permutevar8x32_epi32(_mm256_castpd_si256(inexact), pack));
-    __m128i aw32 =
-        _mm256_castsi256_si128(_mm256_permutevar8x32_epi32(_mm256_castpd_si256(away), pack));
-    __m128i one = _mm_set1_epi32(1);
-    __m128i u = _mm_sub_epi32(_mm_castps_si128(f), _mm_and_si128(aw32, one));
-    return _mm_castsi128_ps(_mm_or_si128(u, _mm_and_si128(in32, one)));
-}
-#endif
-
 static inline int pe_use_avx2(void)
 {
     return PE_X86 && pe_simd_level == PE_SIMD_AVX2;
