@@ -100,6 +100,34 @@ static inline uint16_t pe_f16_from_f64(double d)
  * |angle| < 2**50. */
 void pe_sincos_row(double pos, const double *freq, ptrdiff_t n, double *s, double *c);
 
+/* Advances a row of (s[i], c[i]) = sin, cos of some angle a_i to a_i + d_i,
+ * given sd[i], cd[i] = sin, cos of d_i, with products and sums in float64
+ * (no FMA, so every path gives the same bits).  Returns nonzero when some
+ * new |s[i]| or |c[i]| is below m * freq[i] + 2**-20: those values carry
+ * too large a relative error and must be recomputed by the caller. */
+int pe_sincos_rotate_row(double *s, double *c, const double *sd, const double *cd,
+                         const double *freq, double m, ptrdiff_t n);
+
+/* Whether the n doubles at p, p + stride, ... (bytes) are an arithmetic
+ * progression whose every difference is exact (its rounding error, by
+ * Knuth's two-sum, is zero), so that stepping by the difference lands on
+ * each value exactly; the difference goes to *step. */
+static inline int pe_progression(const char *p, ptrdiff_t stride, ptrdiff_t n, double *step)
+{
+    if (n < 2)
+        return 0;
+    double prev = *(const double *)p, d = *(const double *)(p + stride) - prev;
+    for (ptrdiff_t r = 1; r < n; ++r) {
+        double a = *(const double *)(p + r * stride), b = -prev, sum = a + b;
+        double a1 = sum - b, b1 = sum - a1;
+        if (sum != d || (a - a1) + (b - b1) != 0.0)
+            return 0;
+        prev = a;
+    }
+    *step = d;
+    return 1;
+}
+
 /* ---- sinusoid tables (sinusoid.c) ---- */
 
 /* out row r (at out + r * row_stride bytes) = PE(pos[r]) for r < n_pos:

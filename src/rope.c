@@ -39,7 +39,10 @@
  * float16/float32 data, float64 for float64 data.  The rotation is then one
  * multiply and one FMA per output in that precision.  Forming the phase in
  * float32 instead, as many implementations do, loses most of its digits at
- * positions near 2**24; here cos and sin are within 1 ulp there.
+ * positions near 2**24; here cos and sin are within 1 ulp there.  For
+ * float32 tables, runs of evenly spaced positions get their sin and cos by
+ * rotating an exact anchor row (see fill_table), a few times cheaper than
+ * a sincos and just as accurate after rounding to float32.
  *
  * Paths.  The AVX2 path does 8 (float32, float16 through F16C) or 4
  * (float64) elements per step; the portable path is the same arithmetic one
@@ -430,27 +433,84 @@ static run_fn choose_run(int layout, int dtype)
 
 /* ---- cos/sin of a tile ---- */
 
+/* Rows of a tile whose positions are evenly spaced (the usual arange, with
+ * or without an offset) are made by rotation, as in sinusoid.c: an exact
+ * anchor row every PE_ROPE_ANCHOR rows of the global index along the tiled
+ * dimension (tiles are whole groups, so the bits do not depend on the
+ * tiling or the thread count), the rows between rotated by the step's
+ * angle in float64.  A rotated value differs from sin/cos of the float64
+ * angle fl(p * w) by at most 3 M w 2**-53 (the roundings of the anchor's,
+ * the steps' and the target's angles, M the largest |position| of the
+ * group) plus ~2**-46 of arithmetic; one of magnitude at least
+ * M w 2**-26 + 2**-20 is then within half a float32 ulp, so the float32
+ * table stays within 1 ulp of the float64 value.  Smaller values are
+ * recomputed directly.  float64 tables are always direct. */
+#define PE_ROPE_ANCHOR 32
+/* Rotation is not used once M * max(w) * 2**-26 passes this: too many
+ * values would fall below the floor and be recomputed. */
+#define PE_ROPE_ROTATE_MAX 0x1p-4
+
+/* A thread's float64 scratch for the table: sin and cos of the current row,
+ * and of the step last rotated by. */
+struct table_scratch {
+    double *s, *c, *sd, *cd;
+    double step; /* NaN: sd, cd not computed yet */
+};
+
+static inline double tile_pos(const char *pos, ptrdiff_t stride, ptrdiff_t j)
+{
+    return *(const double *)(pos + j * stride);
+}
+
 /* Rows j < n of the table: cos then sin of pos_j * freq, times scale (sin
  * negated for the inverse rotation), rounded once to float32 or float64.
- * pos_j is at pos + j * pos_stride bytes. */
+ * pos_j is at pos + j * pos_stride bytes; row 0 is a multiple of
+ * PE_ROPE_ANCHOR along its dimension.  wmax: the largest |freq[i]|, or
+ * infinity to compute every row directly. */
 static void fill_table(const char *pos, ptrdiff_t pos_stride, ptrdiff_t n, const double *freq,
-                       ptrdiff_t half, double scale, int inverse, int tab_f64, char *tab,
-                       double *sbuf, double *cbuf)
+                       ptrdiff_t half, double wmax, double scale, int inverse, int tab_f64,
+                       char *tab, struct table_scratch *sc)
 {
     double sscale = inverse ? -scale : scale;
-    for (ptrdiff_t j = 0; j < n; ++j) {
-        pe_sincos_row(*(const double *)(pos + j * pos_stride), freq, half, sbuf, cbuf);
-        if (tab_f64) {
-            double *t = (double *)tab + j * 2 * half;
-            for (ptrdiff_t i = 0; i < half; ++i) {
-                t[i] = cbuf[i] * scale;
-                t[half + i] = sbuf[i] * sscale;
+    double *sbuf = sc->s, *cbuf = sc->c;
+    for (ptrdiff_t g0 = 0; g0 < n; g0 += PE_ROPE_ANCHOR) {
+        ptrdiff_t g1 = n - g0 < PE_ROPE_ANCHOR ? n : g0 + PE_ROPE_ANCHOR;
+        double step = 0.0, m = 0.0;
+        int rotate = !tab_f64 && g1 - g0 > 2 &&
+                     pe_progression(pos + g0 * pos_stride, pos_stride, g1 - g0, &step);
+        if (rotate) {
+            double a = fabs(tile_pos(pos, pos_stride, g0)),
+                   b = fabs(tile_pos(pos, pos_stride, g1 - 1));
+            m = (a > b ? a : b) * 0x1p-26;
+            rotate = m * wmax <= PE_ROPE_ROTATE_MAX; /* false for infinity, even if m is 0 */
+        }
+        if (rotate && !(step == sc->step)) {
+            pe_sincos_row(step, freq, half, sc->sd, sc->cd);
+            sc->step = step;
+        }
+        for (ptrdiff_t j = g0; j < g1; ++j) {
+            double p = tile_pos(pos, pos_stride, j);
+            if (!rotate || j == g0) {
+                pe_sincos_row(p, freq, half, sbuf, cbuf);
+            } else if (pe_sincos_rotate_row(sbuf, cbuf, sc->sd, sc->cd, freq, m, half)) {
+                for (ptrdiff_t i = 0; i < half; ++i) {
+                    double floor = m * freq[i] + 0x1p-20;
+                    if (fabs(sbuf[i]) < floor || fabs(cbuf[i]) < floor)
+                        pe_sincos1(p * freq[i], &sbuf[i], &cbuf[i]);
+                }
             }
-        } else {
-            float *t = (float *)tab + j * 2 * half;
-            for (ptrdiff_t i = 0; i < half; ++i) {
-                t[i] = (float)(cbuf[i] * scale);
-                t[half + i] = (float)(sbuf[i] * sscale);
+            if (tab_f64) {
+                double *t = (double *)tab + j * 2 * half;
+                for (ptrdiff_t i = 0; i < half; ++i) {
+                    t[i] = cbuf[i] * scale;
+                    t[half + i] = sbuf[i] * sscale;
+                }
+            } else {
+                float *t = (float *)tab + j * 2 * half;
+                for (ptrdiff_t i = 0; i < half; ++i) {
+                    t[i] = (float)(cbuf[i] * scale);
+                    t[half + i] = (float)(sbuf[i] * sscale);
+                }
             }
         }
     }
@@ -474,6 +534,7 @@ struct plan {
     ptrdiff_t slice;   /* their length */
     ptrdiff_t ntasks;
     int stream; /* output too large for the caches: non-temporal stores */
+    int rotate; /* tiles start at multiples of PE_ROPE_ANCHOR: tables may rotate */
 };
 
 static ptrdiff_t abs_pd(ptrdiff_t v)
@@ -542,18 +603,20 @@ static void make_plan(struct plan *p, ptrdiff_t rowbytes, int nthreads)
         }
     }
     ptrdiff_t nk = p->k >= 0 ? p->d[p->k].n : 1;
+    /* whole groups of rotated rows per tile, unless rows are very long */
     ptrdiff_t tile = PE_ROPE_TILE_BYTES / rowbytes;
-    if (tile < 1)
-        tile = 1;
+    ptrdiff_t unit = tile >= PE_ROPE_ANCHOR ? PE_ROPE_ANCHOR : 1;
+    tile = tile < 1 ? 1 : tile - tile % unit;
     ptrdiff_t target = nthreads > 1 ? (ptrdiff_t)nthreads * PE_ROPE_TASKS_PER_THREAD : 1;
     /* few tiles: shorter ones, before slicing the broadcast rows */
     if (p->n_other * ceil_div(nk, tile) < target) {
         ptrdiff_t want = ceil_div(target, p->n_other);
-        ptrdiff_t t = ceil_div(nk, want);
+        ptrdiff_t t = ceil_div(ceil_div(nk, want), unit) * unit;
         tile = t < tile ? t : tile;
     }
     p->tile = tile > nk ? nk : tile;
     p->nchunks = ceil_div(nk, p->tile);
+    p->rotate = p->nchunks == 1 || p->tile % PE_ROPE_ANCHOR == 0;
     p->split = -1;
     p->nslices = 1;
     p->slice = 1;
@@ -576,7 +639,8 @@ static void make_plan(struct plan *p, ptrdiff_t rowbytes, int nthreads)
 /* One task: fixed indices of the other varying dimensions, one tile along
  * k, one slice of the split dimension; every row in that box. */
 static void run_task(const struct pe_rope_args *a, const struct plan *p, ptrdiff_t task, run_fn run,
-                     ptrdiff_t rowbytes, char *tab, double *sbuf, double *cbuf, char *bounce)
+                     ptrdiff_t rowbytes, double wmax, char *tab, struct table_scratch *sc,
+                     char *bounce)
 {
     const char *xb = a->x, *pb = a->pos;
     char *ob = a->out;
@@ -599,8 +663,8 @@ static void run_task(const struct pe_rope_args *a, const struct plan *p, ptrdiff
         xb += j0 * dk->xs, ob += j0 * dk->os, pb += j0 * dk->ps;
         pstride = dk->ps;
     }
-    fill_table(pb, pstride, ntab, a->freq, a->half, a->scale, a->inverse, a->dtype == PE_F64, tab,
-               sbuf, cbuf);
+    fill_table(pb, pstride, ntab, a->freq, a->half, p->rotate ? wmax : INFINITY, a->scale,
+               a->inverse, a->dtype == PE_F64, tab, sc);
 
     /* the box: broadcast dimensions and k, in memory order */
     struct pe_dimension box[PE_ROPE_MAXDIM];
@@ -686,10 +750,14 @@ int pe_rope_apply(const struct pe_rope_args *a, int nthreads)
     make_plan(&p, rowbytes, nthreads);
     p.stream = nrows * a->dim * (ptrdiff_t)elem_size(a->dtype) >= PE_ROPE_STREAM_BYTES;
 
+    double wmax = 0.0;
+    for (ptrdiff_t i = 0; i < a->half; ++i)
+        wmax = fabs(a->freq[i]) > wmax ? fabs(a->freq[i]) : wmax;
+
     /* scratch per thread: the tile's table, then float64 sin and cos rows,
      * allocated here so that a failure happens before anything is written */
     ptrdiff_t tab_bytes = (p.tile * rowbytes + 63) / 64 * 64;
-    ptrdiff_t sc_bytes = (2 * a->half * 8 + 63) / 64 * 64;
+    ptrdiff_t sc_bytes = (4 * a->half * 8 + 63) / 64 * 64;
     ptrdiff_t bounce_bytes =
         (PE_ROPE_LANES * 2 * a->half * (ptrdiff_t)elem_size(a->dtype) + 63) / 64 * 64;
     ptrdiff_t per_thread = tab_bytes + sc_bytes + bounce_bytes;
@@ -705,13 +773,14 @@ int pe_rope_apply(const struct pe_rope_args *a, int nthreads)
         tid = omp_get_thread_num();
 #endif
         char *mine = scratch + (ptrdiff_t)tid * per_thread;
-        double *sbuf = (double *)(mine + tab_bytes), *cbuf = sbuf + a->half;
+        double *buf = (double *)(mine + tab_bytes);
+        struct table_scratch sc = {buf, buf + a->half, buf + 2 * a->half, buf + 3 * a->half, NAN};
         char *bounce = mine + tab_bytes + sc_bytes;
         /* dynamic: on a busy machine a descheduled thread leaves its tiles
          * to the others instead of holding up the whole call */
 #pragma omp for schedule(dynamic, 1)
         for (ptrdiff_t t = 0; t < p.ntasks; ++t)
-            run_task(a, &p, t, run, rowbytes, mine, sbuf, cbuf, bounce);
+            run_task(a, &p, t, run, rowbytes, wmax, mine, &sc, bounce);
     }
     free(scratch);
     return 0;

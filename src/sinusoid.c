@@ -250,31 +250,13 @@ PE_TARGET_AVX2 static void block_avx2(const double *pos, ptrdiff_t r0, ptrdiff_t
 }
 #endif
 
-/* Whether pos is an arithmetic progression: every difference the same and
- * exact (its rounding error, by Knuth's two-sum, is zero), so that rotating
- * by the step's angle lands on each position exactly. */
-static int progression(const double *pos, ptrdiff_t n, double *step)
-{
-    if (n < 2)
-        return 0;
-    double d = pos[1] - pos[0];
-    for (ptrdiff_t r = 1; r < n; ++r) {
-        double a = pos[r], b = -pos[r - 1], sum = a + b;
-        double a1 = sum - b, b1 = sum - a1;
-        if (sum != d || (a - a1) + (b - b1) != 0.0)
-            return 0;
-    }
-    *step = d;
-    return 1;
-}
-
 void pe_sinusoid(const double *pos, ptrdiff_t n_pos, const double *freq, ptrdiff_t half, int layout,
                  int dtype, char *out, ptrdiff_t row_stride, int nthreads)
 {
     /* sin and cos of the step's angles, shared by every block; without them
      * (float64 output, uneven positions, no memory) rows are direct. */
     double step, *sdv = NULL, *cdv = NULL;
-    if (dtype != PE_F64 && progression(pos, n_pos, &step) &&
+    if (dtype != PE_F64 && pe_progression((const char *)pos, sizeof *pos, n_pos, &step) &&
         (sdv = malloc(2 * (size_t)half * sizeof *sdv)) != NULL) {
         cdv = sdv + half;
         pe_sincos_row(step, freq, half, sdv, cdv);

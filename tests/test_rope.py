@@ -419,6 +419,68 @@ def test_cos_sin_float32_within_one_ulp_of_float64_at_long_positions(
     assert ulp_distance(sin, ref_sin, np.float32).max() <= 1.0
 
 
+def _cos_sin_seen_by_apply_rope(pos, dim, layout, **kw):
+    """cos and sin as apply_rope rounds them for float32 data: rotating the
+    pair (1, 0) gives (cos, sin) exactly."""
+    half = dim // 2
+    x = np.zeros((2, len(pos), dim), np.float32)
+    if layout == "half":
+        x[..., :half] = 1.0
+        y = posenc.apply_rope(x, pos, layout=layout, **kw)
+        return y[..., :half], y[..., half:]
+    x[..., 0::2] = 1.0
+    y = posenc.apply_rope(x, pos, layout=layout, **kw)
+    return y[..., 0::2], y[..., 1::2]
+
+
+@pytest.mark.parametrize("start", [0, 355 - 40, 2**20 - 7, 10**6, 3 * 10**6 + 1, -(10**5) - 3])
+@pytest.mark.parametrize("step", [1, 3, -2])
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_apply_rope_evenly_spaced_positions_within_one_ulp(
+    simd, threads, ulp_distance, start, step, layout
+):
+    # evenly spaced positions take the rotation path: the float32 cos and sin
+    # applied are still within 1 ulp of float64 cos/sin of the same angles
+    # (355 is within 3e-5 of a multiple of pi: values near zero)
+    pos = start + step * np.arange(300)
+    scaling = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 4096}
+    inv_freq, factor = posenc.rope_frequencies(128, scaling=scaling)
+    angle = pos[:, None] * inv_freq
+    cos, sin = _cos_sin_seen_by_apply_rope(pos, 128, layout, scaling=scaling)
+    for got in (cos[0], cos[1]):
+        assert ulp_distance(got, np.cos(angle) * factor, np.float32).max() <= 1.0
+    for got in (sin[0], sin[1]):
+        assert ulp_distance(got, np.sin(angle) * factor, np.float32).max() <= 1.0
+
+
+def test_evenly_spaced_positions_give_the_same_bits_on_every_path_and_layout(rng):
+    # the rotation's anchors sit on a fixed grid of the sequence index,
+    # whatever the tiling: both SIMD paths, 1 and 2 threads, both memory
+    # layouts and any subset of heads agree
+    x = rng.standard_normal((1, 8, 1000, 128)).astype(np.float32)
+    xt = np.ascontiguousarray(x.transpose(0, 2, 1, 3))
+    pos = 12345 + np.arange(1000)
+    results = []
+    before = _core.simd_path()
+    for path in ["scalar", _core.simd_cpu()]:
+        for n in (1, 2):
+            _core.set_simd(path)
+            posenc.set_num_threads(n)
+            try:
+                results.append(posenc.apply_rope(x, pos))
+                results.append(
+                    posenc.apply_rope(xt, pos[:, None], seq_axis=-3).transpose(0, 2, 1, 3)
+                )
+                results.append(
+                    np.concatenate([posenc.apply_rope(x[:, h : h + 1], pos) for h in range(8)], 1)
+                )
+            finally:
+                _core.set_simd(before)
+                posenc.set_num_threads(0)
+    for r in results[1:]:
+        np.testing.assert_array_equal(r, results[0])
+
+
 @pytest.mark.parametrize("center", [10**6, 2**24])
 def test_apply_rope_float32_within_1e_6_of_float64_at_long_positions(simd, rng, center):
     pos = center + np.arange(-128, 128)
