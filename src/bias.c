@@ -37,6 +37,8 @@
 #include "pe.h"
 #include "simd.h"
 
+/* Elements of a head's vector per OpenMP task. */
+#define PE_VECTOR_BLOCK 4096
 /* Fills of at least this many bytes stream their stores past the caches. */
 #define PE_STREAM_MIN ((size_t)8 << 20)
 
@@ -233,30 +235,90 @@ static inline int64_t distance_at(ptrdiff_t t, ptrdiff_t q_len, int64_t q_offset
 
 /* ---- ALiBi ---- */
 
+/* slope * (j - qpos) for keys at or before the query and -inf after it
+ * (causal), or slope * -|j - qpos|: +0.0 on the diagonal for a positive
+ * slope. */
+static inline double alibi_value(double dist, double slope, int causal)
+{
+    double below = slope * dist, above = causal ? -INFINITY : slope * -dist;
+    return dist > 0 ? above : below;
+}
+
+#if PE_X86
+/* The first n - n % 4 elements of alibi_block's exact case, float32 or
+ * float64, four at a time: the same products and selects, the same bits. */
+PE_TARGET_AVX2 static ptrdiff_t alibi_avx2(char *o, int dtype, ptrdiff_t n, double base,
+                                           double slope, int causal)
+{
+    const __m256d vs = _mm256_set1_pd(slope), four = _mm256_set1_pd(4.0);
+    const __m256d zero = _mm256_setzero_pd(), neg = _mm256_set1_pd(-0.0);
+    const __m256d ninf = _mm256_set1_pd(-INFINITY);
+    __m256d d = _mm256_add_pd(_mm256_set1_pd(base), _mm256_setr_pd(0.0, 1.0, 2.0, 3.0));
+    ptrdiff_t t = 0;
+    for (; t + 4 <= n; t += 4) {
+        __m256d below = _mm256_mul_pd(vs, d);
+        __m256d above = causal ? ninf : _mm256_mul_pd(vs, _mm256_xor_pd(d, neg));
+        __m256d v = _mm256_blendv_pd(below, above, _mm256_cmp_pd(d, zero, _CMP_GT_OQ));
+        if (dtype == PE_F32)
+            _mm_storeu_ps((float *)o + t, _mm256_cvtpd_ps(v));
+        else
+            _mm256_storeu_pd((double *)o + t, v);
+        d = _mm256_add_pd(d, four);
+    }
+    return t;
+}
+#endif
+
+/* Elements [t0, t1) of a head's vector, the distance at t0 being d0.  While
+ * distances are far below 2**53 they are exact in float64, so the loop can
+ * count in float64. */
+static void alibi_block(char *o, int dtype, ptrdiff_t t0, ptrdiff_t t1, int64_t d0, double slope,
+                        int causal)
+{
+    ptrdiff_t n = t1 - t0, t = 0;
+    if (d0 > -((int64_t)1 << 52) && d0 < ((int64_t)1 << 52) - PE_VECTOR_BLOCK) {
+        double base = (double)d0;
+#if PE_X86
+        if (dtype != PE_F16 && pe_use_avx2())
+            t = alibi_avx2(o + t0 * (ptrdiff_t)itemsize_of(dtype), dtype, n, base, slope, causal);
+#endif
+        for (; t < n; ++t)
+            store_value(o, t0 + t, dtype, alibi_value(base + (double)t, slope, causal));
+        return;
+    }
+    for (; t < n; ++t)
+        store_value(o, t0 + t, dtype, alibi_value((double)(d0 + t), slope, causal));
+}
+
 int pe_alibi(const double *slopes, int causal, int64_t q_offset, const struct pe_bias_dst *dst,
              int add, int nthreads)
 {
     if (dst->batch == 0)
         return 0;
     ptrdiff_t vlen = dst->q_len + dst->k_len - 1, heads = dst->heads;
-    char *vals = malloc((size_t)heads * (size_t)vlen * itemsize_of(dst->dtype));
+    /* one query of one batch (a decoding step): each head's vector is its
+     * row of the output, written there directly */
+    int direct = dst->q_len == 1 && dst->batch == 1 && !add;
+    char *vals =
+        direct ? dst->data : malloc((size_t)heads * (size_t)vlen * itemsize_of(dst->dtype));
+    ptrdiff_t head_stride = direct ? dst->stride_h : vlen * (ptrdiff_t)itemsize_of(dst->dtype);
     if (vals == NULL)
         return -1;
-    /* long vectors (a decoding step over a long cache) are most of the work */
+    /* long vectors (a decoding step over a long cache) are most of the
+     * work: each head's vector is written in order, in blocks shared among
+     * the threads */
+    ptrdiff_t nblk = (vlen + PE_VECTOR_BLOCK - 1) / PE_VECTOR_BLOCK;
     int parallel = nthreads > 1 && heads * vlen >= PE_PARALLEL_MIN;
 #pragma omp parallel for schedule(static) num_threads(nthreads) if (parallel)
-    for (ptrdiff_t t = 0; t < vlen; ++t) {
-        for (ptrdiff_t h = 0; h < heads; ++h) {
-            int64_t dist = distance_at(t, dst->q_len, q_offset);
-            /* slope * (j - qpos): +0.0 on the diagonal for a positive slope */
-            double v;
-            if (causal)
-                v = dist > 0 ? -INFINITY : slopes[h] * (double)dist;
-            else
-                v = slopes[h] * (double)(dist > 0 ? -dist : dist);
-            store_value(vals, h * vlen + t, dst->dtype, v);
-        }
+    for (ptrdiff_t task = 0; task < heads * nblk; ++task) {
+        ptrdiff_t h = task / nblk, t0 = task % nblk * PE_VECTOR_BLOCK;
+        ptrdiff_t t1 = vlen - t0 < PE_VECTOR_BLOCK ? vlen : t0 + PE_VECTOR_BLOCK;
+        char *o = vals + h * head_stride;
+        alibi_block(o, dst->dtype, t0, t1, distance_at(t0, dst->q_len, q_offset), slopes[h],
+                    causal);
     }
+    if (direct)
+        return 0;
     toeplitz_rows(dst, vals, vlen, add, nthreads);
     free(vals);
     return 0;
@@ -342,6 +404,9 @@ static inline int64_t t5_bucket(const struct t5_bucketing *p, int64_t rel)
     }
     if (a < (uint64_t)p->exact)
         return base + (int64_t)a;
+    if (p->nthresh == 0 ||
+        a >= p->thresh[p->nthresh - 1]) /* the last bucket: most of a long cache */
+        return base + p->exact + p->nthresh;
     ptrdiff_t lo = 0, hi = p->nthresh; /* thresholds at or below a */
     while (lo < hi) {
         ptrdiff_t mid = lo + (hi - lo) / 2;
@@ -387,21 +452,44 @@ int pe_t5_bias(const void *table, int table_dtype, ptrdiff_t num_buckets, int bi
         return 0;
     ptrdiff_t vlen = dst->q_len + dst->k_len - 1, heads = dst->heads;
     struct t5_bucketing p;
-    char *vals = malloc((size_t)heads * (size_t)vlen * itemsize_of(dst->dtype));
-    if (vals == NULL || t5_prepare(&p, bidirectional, num_buckets, max_distance) < 0) {
-        free(vals);
+    /* a decoding step: each head's vector is its row of the output */
+    int direct = dst->q_len == 1 && dst->batch == 1 && !add;
+    char *vals =
+        direct ? dst->data : malloc((size_t)heads * (size_t)vlen * itemsize_of(dst->dtype));
+    ptrdiff_t head_stride = direct ? dst->stride_h : vlen * (ptrdiff_t)itemsize_of(dst->dtype);
+    int64_t *buckets = malloc((size_t)vlen * sizeof *buckets);
+    if (vals == NULL || buckets == NULL ||
+        t5_prepare(&p, bidirectional, num_buckets, max_distance) < 0) {
+        if (!direct)
+            free(vals);
+        free(buckets);
         return -1;
     }
-    /* one bucket per distinct distance, then a gather of the table's row */
+    /* one bucket per distinct distance, then each head's vector in order,
+     * gathered from its column of the table */
     int parallel = nthreads > 1 && heads * vlen >= PE_PARALLEL_MIN;
 #pragma omp parallel for schedule(static) num_threads(nthreads) if (parallel)
-    for (ptrdiff_t t = 0; t < vlen; ++t) {
-        int64_t b = t5_bucket(&p, distance_at(t, dst->q_len, q_offset));
-        for (ptrdiff_t h = 0; h < heads; ++h)
-            store_value(vals, h * vlen + t, dst->dtype,
-                        table_value(table, table_dtype, b * heads + h));
+    for (ptrdiff_t t = 0; t < vlen; ++t)
+        buckets[t] = t5_bucket(&p, distance_at(t, dst->q_len, q_offset));
+    ptrdiff_t nblk = (vlen + PE_VECTOR_BLOCK - 1) / PE_VECTOR_BLOCK;
+#pragma omp parallel for schedule(static) num_threads(nthreads) if (parallel)
+    for (ptrdiff_t task = 0; task < heads * nblk; ++task) {
+        ptrdiff_t h = task / nblk, t0 = task % nblk * PE_VECTOR_BLOCK;
+        ptrdiff_t t1 = vlen - t0 < PE_VECTOR_BLOCK ? vlen : t0 + PE_VECTOR_BLOCK;
+        char *o = vals + h * head_stride;
+        if (table_dtype == PE_F32 && dst->dtype == PE_F32) { /* the usual case, without switches */
+            const float *tb = (const float *)table + h;
+            for (ptrdiff_t t = t0; t < t1; ++t)
+                ((float *)o)[t] = tb[buckets[t] * heads];
+            continue;
+        }
+        for (ptrdiff_t t = t0; t < t1; ++t)
+            store_value(o, t, dst->dtype, table_value(table, table_dtype, buckets[t] * heads + h));
     }
     free(p.thresh);
+    free(buckets);
+    if (direct)
+        return 0;
     toeplitz_rows(dst, vals, vlen, add, nthreads);
     free(vals);
     return 0;

@@ -70,6 +70,10 @@ ALIBI_SHAPES = [
     (2, 40, 33, 0),  # more queries than keys, at an explicit offset
     (6, 17, 50, -9),  # queries before the first key
     (1, 64, 640, 1000),  # queries after the last key
+    (8, 1, 10001, None),  # a decoding step written straight into the rows, by both threads
+    (3, 1, 9000, 5000),  # a decoding step with keys ahead of the query
+    (2, 3, 50, 2**53 - 5),  # distances too large for float64 to count exactly
+    (2, 1, 70, -(2**53) + 3),
 ]
 
 
@@ -80,7 +84,10 @@ def test_alibi_bias_equals_reference_for_every_option(simd, threads, dtype, caus
         got = posenc.alibi_bias(
             n_heads, q_len, k_len, causal=causal, q_offset=q_offset, dtype=dtype
         )
-        want = ref.alibi_bias(n_heads, q_len, k_len, causal=causal, q_offset=q_offset, dtype=dtype)
+        with np.errstate(over="ignore"):  # float16 of slope * 2**53 is inf
+            want = ref.alibi_bias(
+                n_heads, q_len, k_len, causal=causal, q_offset=q_offset, dtype=dtype
+            )
         assert_same_bits(got, want)
 
 
@@ -88,6 +95,17 @@ def test_alibi_bias_with_user_slopes_equals_reference(simd):
     slopes = [0.3, -0.25, 1e-3, 7.0]
     got = posenc.alibi_bias(4, 30, 45, slopes=slopes, causal=False)
     assert_same_bits(got, ref.alibi_bias(4, 30, 45, slopes=slopes, causal=False))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_alibi_decoding_step_into_strided_out(simd, threads, dtype):
+    # one query: each head's row is written directly, wherever it lies
+    want = ref.alibi_bias(6, 1, 5003, dtype=dtype)
+    base = np.full((6, 1, 2 * 5003), 7, dtype)
+    out = base[::-1, :, 1::2]
+    assert posenc.alibi_bias(6, 1, 5003, dtype=dtype, out=out) is out
+    assert_same_bits(out, want)
+    np.testing.assert_array_equal(base[..., 0::2], 7)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
@@ -306,6 +324,7 @@ T5_SHAPES = [
     (96, 100, 0),
     (100, 80, 0),
     (1, 3000, 2999),  # one decoding step after a cache of 2999 tokens
+    (1, 10001, 6000),  # a decoding step in several blocks, keys on both sides
     (2, 8000, 7998),  # long enough for the threads to share the per-distance work
     (40, 400, -150),
     (20, 20, 500),
@@ -321,6 +340,18 @@ def test_t5_bias_equals_reference_for_every_option(simd, threads, dtype, bidirec
         got = posenc.t5_bias(table, q_len, k_len, **kw)
         assert got.dtype == np.dtype(dtype)
         assert_same_bits(got, ref.t5_bias(table, q_len, k_len, **kw))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_t5_decoding_step_into_strided_out(simd, threads, dtype, rng):
+    # one query: each head's row is written directly, wherever it lies
+    table = rng.standard_normal((32, 6)).astype(dtype)
+    want = ref.t5_bias(table, 1, 5003, bidirectional=False)
+    base = np.full((6, 1, 2 * 5003), 7, dtype)
+    out = base[::-1, :, 1::2]
+    assert posenc.t5_bias(table, 1, 5003, bidirectional=False, out=out) is out
+    assert_same_bits(out, want)
+    np.testing.assert_array_equal(base[..., 0::2], 7)
 
 
 def test_t5_bias_takes_any_table_layout_and_bucketing(simd, rng):
