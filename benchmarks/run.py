@@ -260,10 +260,11 @@ def _hf_alibi(n_heads, q_len, k_len):
 
 def _hf_t5_bias(table, q_len, k_len):
     """transformers' T5Attention.compute_bias: bucket the (q, k) relative
-    positions, look the buckets up, heads first."""
+    positions (the queries the newest q of the k positions), look the
+    buckets up, heads first."""
     from transformers.models.t5.modeling_t5 import T5Attention
 
-    context = torch.arange(q_len, dtype=torch.long)[:, None]
+    context = torch.arange(k_len - q_len, k_len, dtype=torch.long)[:, None]
     memory = torch.arange(k_len, dtype=torch.long)[None, :]
     buckets = T5Attention._relative_position_bucket(
         memory - context, bidirectional=True, num_buckets=table.shape[0], max_distance=128
@@ -336,6 +337,38 @@ def bias_cases(quick):
             numpy=lambda: reference.alibi_bias(n_heads, n, scores=scores),
             torch=torch_alibi_add if torch is not None else None,
             note="memory: scores += precomputed bias; torch: scores += alibi (broadcast) + mask",
+        )
+    )
+
+    # one decoding step over a long cache: the bias of one query, per head
+    k = 8192 if quick else 32768
+    step = np.empty((n_heads, 1, k), np.float32)
+    if torch is not None:
+
+        def torch_alibi_step():
+            a, causal = _hf_alibi(n_heads, 1, k)
+            return a + causal
+
+    cases.append(
+        Case(
+            name=f"alibi_bias({n_heads}, 1, {k}) float32, out= (decoding)",
+            nbytes=step.nbytes,
+            posenc=lambda: posenc.alibi_bias(n_heads, 1, k, out=step),
+            memory=lambda: step.fill(0.5),
+            numpy=lambda: reference.alibi_bias(n_heads, 1, k),
+            torch=torch_alibi_step if torch is not None else None,
+            note="torch: BLOOM's build_alibi_tensor + causal mask",
+        )
+    )
+    cases.append(
+        Case(
+            name=f"t5_bias(({table.shape[0]}, {n_heads}) table, 1, {k}) float32, out= (decoding)",
+            nbytes=step.nbytes,
+            posenc=lambda: posenc.t5_bias(table, 1, k, out=step),
+            memory=lambda: step.fill(0.5),
+            numpy=lambda: reference.t5_bias(table, 1, k),
+            torch=(lambda: _hf_t5_bias(ttable, 1, k).contiguous()) if have_hf else None,
+            note="torch: T5Attention's bucketing + embedding lookup",
         )
     )
 

@@ -444,6 +444,24 @@ static double table_value(const void *table, int dtype, ptrdiff_t idx)
     }
 }
 
+/* Elements [a, b) of o, of type dtype, set to v rounded once. */
+static void fill_run(char *o, int dtype, ptrdiff_t a, ptrdiff_t b, double v)
+{
+    if (dtype == PE_F32) {
+        float f = (float)v, *p = (float *)o;
+        for (ptrdiff_t t = a; t < b; ++t)
+            p[t] = f;
+    } else if (dtype == PE_F64) {
+        double *p = (double *)o;
+        for (ptrdiff_t t = a; t < b; ++t)
+            p[t] = v;
+    } else {
+        uint16_t h = pe_f16_from_f64(v), *p = (uint16_t *)o;
+        for (ptrdiff_t t = a; t < b; ++t)
+            p[t] = h;
+    }
+}
+
 int pe_t5_bias(const void *table, int table_dtype, ptrdiff_t num_buckets, int bidirectional,
                int64_t max_distance, int64_t q_offset, const struct pe_bias_dst *dst, int add,
                int nthreads)
@@ -458,36 +476,51 @@ int pe_t5_bias(const void *table, int table_dtype, ptrdiff_t num_buckets, int bi
         direct ? dst->data : malloc((size_t)heads * (size_t)vlen * itemsize_of(dst->dtype));
     ptrdiff_t head_stride = direct ? dst->stride_h : vlen * (ptrdiff_t)itemsize_of(dst->dtype);
     int64_t *buckets = malloc((size_t)vlen * sizeof *buckets);
-    if (vals == NULL || buckets == NULL ||
+    ptrdiff_t *run_start = malloc(((size_t)vlen + 1) * sizeof *run_start);
+    if (vals == NULL || buckets == NULL || run_start == NULL ||
         t5_prepare(&p, bidirectional, num_buckets, max_distance) < 0) {
         if (!direct)
             free(vals);
         free(buckets);
+        free(run_start);
         return -1;
     }
-    /* one bucket per distinct distance, then each head's vector in order,
-     * gathered from its column of the table */
+    /* one bucket per distinct distance; the bucket is constant over long
+     * runs of distances (all of those past max_distance, for one), so the
+     * runs are found once and each head's vector is a fill per run */
     int parallel = nthreads > 1 && heads * vlen >= PE_PARALLEL_MIN;
 #pragma omp parallel for schedule(static) num_threads(nthreads) if (parallel)
     for (ptrdiff_t t = 0; t < vlen; ++t)
         buckets[t] = t5_bucket(&p, distance_at(t, dst->q_len, q_offset));
+    ptrdiff_t nruns = 0;
+    for (ptrdiff_t t = 0; t < vlen; ++t)
+        if (t == 0 || buckets[t] != buckets[t - 1])
+            run_start[nruns++] = t;
+    run_start[nruns] = vlen;
     ptrdiff_t nblk = (vlen + PE_VECTOR_BLOCK - 1) / PE_VECTOR_BLOCK;
 #pragma omp parallel for schedule(static) num_threads(nthreads) if (parallel)
     for (ptrdiff_t task = 0; task < heads * nblk; ++task) {
         ptrdiff_t h = task / nblk, t0 = task % nblk * PE_VECTOR_BLOCK;
         ptrdiff_t t1 = vlen - t0 < PE_VECTOR_BLOCK ? vlen : t0 + PE_VECTOR_BLOCK;
-        char *o = vals + h * head_stride;
-        if (table_dtype == PE_F32 && dst->dtype == PE_F32) { /* the usual case, without switches */
-            const float *tb = (const float *)table + h;
-            for (ptrdiff_t t = t0; t < t1; ++t)
-                ((float *)o)[t] = tb[buckets[t] * heads];
-            continue;
+        /* the run holding t0: the last start at or before it */
+        ptrdiff_t lo = 0, hi = nruns - 1;
+        while (lo < hi) {
+            ptrdiff_t mid = hi - (hi - lo) / 2;
+            if (run_start[mid] <= t0)
+                lo = mid;
+            else
+                hi = mid - 1;
         }
-        for (ptrdiff_t t = t0; t < t1; ++t)
-            store_value(o, t, dst->dtype, table_value(table, table_dtype, buckets[t] * heads + h));
+        for (ptrdiff_t r = lo; r < nruns && run_start[r] < t1; ++r) {
+            ptrdiff_t a = run_start[r] > t0 ? run_start[r] : t0;
+            ptrdiff_t b = run_start[r + 1] < t1 ? run_start[r + 1] : t1;
+            fill_run(vals + h * head_stride, dst->dtype, a, b,
+                     table_value(table, table_dtype, buckets[run_start[r]] * heads + h));
+        }
     }
     free(p.thresh);
     free(buckets);
+    free(run_start);
     if (direct)
         return 0;
     toeplitz_rows(dst, vals, vlen, add, nthreads);
