@@ -13,7 +13,10 @@
  * heads * (q+k-1) elements, small enough to stay in L1/L2, so the rows run
  * at the speed of memory: a fill costs the stores of its output, the fused
  * add one read and one write of the scores, and no (heads, q, k) bias is
- * ever materialised next to the scores.
+ * ever materialised next to the scores.  A single query (a decoding step)
+ * has one row per head, which is its vector: it is written in place.  T5's
+ * bucket is constant over long runs of distances, so its vectors are
+ * filled run by run rather than gathered element by element.
  *
  * Large fills use non-temporal stores on the AVX2 path: the output is far
  * larger than the caches and this kernel never reads it back, so skipping
