@@ -115,11 +115,8 @@ def test_apply_rope_large_arrays_match_reference_out_of_place_and_in_place(
     np.testing.assert_array_equal(y, got)
 
 
-@pytest.mark.parametrize("layout", LAYOUTS)
-@pytest.mark.parametrize("dtype", DTYPES)
-def test_simd_paths_and_thread_counts_give_identical_bits(rng, layout, dtype):
-    x = rng.standard_normal((2, 6, 700, 72)).astype(dtype)
-    pos = rng.uniform(0, 5e5, (2, 1, 700))
+def _on_every_path(make):
+    """make() on the portable and the best SIMD path, with 1 and 2 threads."""
     results = []
     before = _core.simd_path()
     for path in ["scalar", _core.simd_cpu()]:
@@ -127,16 +124,28 @@ def test_simd_paths_and_thread_counts_give_identical_bits(rng, layout, dtype):
             _core.set_simd(path)
             posenc.set_num_threads(n)
             try:
-                results.append(posenc.apply_rope(x, pos, layout=layout, rotary_dim=64))
-                results.append(posenc.rope_cos_sin(pos, 72, layout=layout, dtype=dtype))
+                results.append(make())
             finally:
                 _core.set_simd(before)
                 posenc.set_num_threads(0)
-    for r in results[2::2]:
-        np.testing.assert_array_equal(r, results[0])
-    for r in results[3::2]:
-        np.testing.assert_array_equal(r[0], results[1][0])
-        np.testing.assert_array_equal(r[1], results[1][1])
+    return results
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_simd_paths_and_thread_counts_give_identical_bits(rng, layout, dtype):
+    x = rng.standard_normal((2, 6, 700, 72)).astype(dtype)
+    pos = rng.uniform(0, 5e5, (2, 1, 700))
+    results = _on_every_path(
+        lambda: (
+            posenc.apply_rope(x, pos, layout=layout, rotary_dim=64),
+            posenc.rope_cos_sin(pos, 72, layout=layout, dtype=dtype),
+        )
+    )
+    for rotated, (cos, sin) in results[1:]:
+        np.testing.assert_array_equal(rotated, results[0][0])
+        np.testing.assert_array_equal(cos, results[0][1][0])
+        np.testing.assert_array_equal(sin, results[0][1][1])
 
 
 # ---------------------------------------------------------------- positions
@@ -461,22 +470,14 @@ def test_evenly_spaced_positions_give_the_same_bits_on_every_path_and_layout(rng
     xt = np.ascontiguousarray(x.transpose(0, 2, 1, 3))
     pos = 12345 + np.arange(1000)
     results = []
-    before = _core.simd_path()
-    for path in ["scalar", _core.simd_cpu()]:
-        for n in (1, 2):
-            _core.set_simd(path)
-            posenc.set_num_threads(n)
-            try:
-                results.append(posenc.apply_rope(x, pos))
-                results.append(
-                    posenc.apply_rope(xt, pos[:, None], seq_axis=-3).transpose(0, 2, 1, 3)
-                )
-                results.append(
-                    np.concatenate([posenc.apply_rope(x[:, h : h + 1], pos) for h in range(8)], 1)
-                )
-            finally:
-                _core.set_simd(before)
-                posenc.set_num_threads(0)
+    for group in _on_every_path(
+        lambda: (
+            posenc.apply_rope(x, pos),
+            posenc.apply_rope(xt, pos[:, None], seq_axis=-3).transpose(0, 2, 1, 3),
+            np.concatenate([posenc.apply_rope(x[:, h : h + 1], pos) for h in range(8)], 1),
+        )
+    ):
+        results.extend(group)
     for r in results[1:]:
         np.testing.assert_array_equal(r, results[0])
 
