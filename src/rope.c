@@ -72,41 +72,39 @@
 
 /* ---- one run of rows: portable path ---- */
 
-/* Rotate pairs [i0, half) of one row.  c, s: cos and sin of the row's
- * angles (already scaled, sin negated for the inverse). */
-static inline void rotate_f32(const float *x, float *o, const float *c, const float *s,
-                              ptrdiff_t half, ptrdiff_t i0, int layout)
+/* Rotate pairs [i0, half) of one row of type dtype.  tab: the row's cos
+ * then sin (already scaled, sin negated for the inverse), float64 for
+ * float64 data and float32 otherwise: float16 is rotated in float32. */
+static inline __attribute__((always_inline)) void rotate_row(const char *x, char *o,
+                                                             const char *tab, ptrdiff_t half,
+                                                             ptrdiff_t i0, const int layout,
+                                                             const int dtype)
 {
     for (ptrdiff_t i = i0; i < half; ++i) {
         ptrdiff_t ia = layout == PE_ROPE_HALF ? i : 2 * i;
         ptrdiff_t ib = layout == PE_ROPE_HALF ? i + half : 2 * i + 1;
-        float a = x[ia], b = x[ib];
-        o[ia] = fmaf(a, c[i], -(b * s[i]));
-        o[ib] = fmaf(b, c[i], a * s[i]);
-    }
-}
-
-static inline void rotate_f64(const double *x, double *o, const double *c, const double *s,
-                              ptrdiff_t half, ptrdiff_t i0, int layout)
-{
-    for (ptrdiff_t i = i0; i < half; ++i) {
-        ptrdiff_t ia = layout == PE_ROPE_HALF ? i : 2 * i;
-        ptrdiff_t ib = layout == PE_ROPE_HALF ? i + half : 2 * i + 1;
-        double a = x[ia], b = x[ib];
-        o[ia] = fma(a, c[i], -(b * s[i]));
-        o[ib] = fma(b, c[i], a * s[i]);
-    }
-}
-
-static inline void rotate_f16(const uint16_t *x, uint16_t *o, const float *c, const float *s,
-                              ptrdiff_t half, ptrdiff_t i0, int layout)
-{
-    for (ptrdiff_t i = i0; i < half; ++i) {
-        ptrdiff_t ia = layout == PE_ROPE_HALF ? i : 2 * i;
-        ptrdiff_t ib = layout == PE_ROPE_HALF ? i + half : 2 * i + 1;
-        float a = pe_f32_from_f16(x[ia]), b = pe_f32_from_f16(x[ib]);
-        o[ia] = pe_f16_from_f32(fmaf(a, c[i], -(b * s[i])));
-        o[ib] = pe_f16_from_f32(fmaf(b, c[i], a * s[i]));
+        if (dtype == PE_F64) {
+            const double *c = (const double *)tab, *s = c + half, *xd = (const double *)x;
+            double a = xd[ia], b = xd[ib];
+            ((double *)o)[ia] = fma(a, c[i], -(b * s[i]));
+            ((double *)o)[ib] = fma(b, c[i], a * s[i]);
+            continue;
+        }
+        const float *c = (const float *)tab, *s = c + half;
+        float a, b;
+        if (dtype == PE_F32) {
+            a = ((const float *)x)[ia], b = ((const float *)x)[ib];
+        } else {
+            a = pe_f32_from_f16(((const uint16_t *)x)[ia]);
+            b = pe_f32_from_f16(((const uint16_t *)x)[ib]);
+        }
+        float ra = fmaf(a, c[i], -(b * s[i])), rb = fmaf(b, c[i], a * s[i]);
+        if (dtype == PE_F32) {
+            ((float *)o)[ia] = ra, ((float *)o)[ib] = rb;
+        } else {
+            ((uint16_t *)o)[ia] = pe_f16_from_f32(ra);
+            ((uint16_t *)o)[ib] = pe_f16_from_f32(rb);
+        }
     }
 }
 
@@ -149,15 +147,7 @@ static inline __attribute__((always_inline)) void run_scalar_impl(const struct r
         for (ptrdiff_t g = 0; g < r->lanes; ++g) {
             const char *xr = r->x + m * r->xs + g * r->lxs;
             char *orow = r->o + m * r->os + g * r->los;
-            if (dtype == PE_F64)
-                rotate_f64((const double *)xr, (double *)orow, (const double *)t,
-                           (const double *)t + half, half, 0, layout);
-            else if (dtype == PE_F32)
-                rotate_f32((const float *)xr, (float *)orow, (const float *)t,
-                           (const float *)t + half, half, 0, layout);
-            else
-                rotate_f16((const uint16_t *)xr, (uint16_t *)orow, (const float *)t,
-                           (const float *)t + half, half, 0, layout);
+            rotate_row(xr, orow, t, half, 0, layout, dtype);
             pass_through(xr, orow, half, r->dim, dtype);
         }
     }
@@ -291,14 +281,8 @@ rows_avx2(const char *x0, ptrdiff_t lxs, char *o0, ptrdiff_t los, ptrdiff_t lane
                 }
             }
         }
-        for (ptrdiff_t g = 0; g < lanes; ++g) {
-            if (dtype == PE_F32)
-                rotate_f32((const float *)(x0 + g * lxs), (float *)(o0 + g * los), c, s, half, i,
-                           layout);
-            else
-                rotate_f16((const uint16_t *)(x0 + g * lxs), (uint16_t *)(o0 + g * los), c, s, half,
-                           i, layout);
-        }
+        for (ptrdiff_t g = 0; g < lanes; ++g)
+            rotate_row(x0 + g * lxs, o0 + g * los, t, half, i, layout, dtype);
     } else {
         const double *c = (const double *)t, *s = c + half;
         if (layout == PE_ROPE_HALF) {
@@ -328,8 +312,7 @@ rows_avx2(const char *x0, ptrdiff_t lxs, char *o0, ptrdiff_t los, ptrdiff_t lane
             }
         }
         for (ptrdiff_t g = 0; g < lanes; ++g)
-            rotate_f64((const double *)(x0 + g * lxs), (double *)(o0 + g * los), c, s, half, i,
-                       layout);
+            rotate_row(x0 + g * lxs, o0 + g * los, t, half, i, layout, dtype);
     }
 }
 
