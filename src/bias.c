@@ -94,31 +94,11 @@ PE_TARGET_AVX2 static void add_row_avx2(char *dst, const char *src, ptrdiff_t n,
     if (dtype == PE_F32) {
         float *o = (float *)dst;
         const float *s = (const float *)src;
-        for (; j + 32 <= n; j += 32) {
-            __m256 a0 = _mm256_add_ps(_mm256_loadu_ps(o + j), _mm256_loadu_ps(s + j));
-            __m256 a1 = _mm256_add_ps(_mm256_loadu_ps(o + j + 8), _mm256_loadu_ps(s + j + 8));
-            __m256 a2 = _mm256_add_ps(_mm256_loadu_ps(o + j + 16), _mm256_loadu_ps(s + j + 16));
-            __m256 a3 = _mm256_add_ps(_mm256_loadu_ps(o + j + 24), _mm256_loadu_ps(s + j + 24));
-            _mm256_storeu_ps(o + j, a0);
-            _mm256_storeu_ps(o + j + 8, a1);
-            _mm256_storeu_ps(o + j + 16, a2);
-            _mm256_storeu_ps(o + j + 24, a3);
-        }
         for (; j + 8 <= n; j += 8)
             _mm256_storeu_ps(o + j, _mm256_add_ps(_mm256_loadu_ps(o + j), _mm256_loadu_ps(s + j)));
     } else if (dtype == PE_F64) {
         double *o = (double *)dst;
         const double *s = (const double *)src;
-        for (; j + 16 <= n; j += 16) {
-            __m256d a0 = _mm256_add_pd(_mm256_loadu_pd(o + j), _mm256_loadu_pd(s + j));
-            __m256d a1 = _mm256_add_pd(_mm256_loadu_pd(o + j + 4), _mm256_loadu_pd(s + j + 4));
-            __m256d a2 = _mm256_add_pd(_mm256_loadu_pd(o + j + 8), _mm256_loadu_pd(s + j + 8));
-            __m256d a3 = _mm256_add_pd(_mm256_loadu_pd(o + j + 12), _mm256_loadu_pd(s + j + 12));
-            _mm256_storeu_pd(o + j, a0);
-            _mm256_storeu_pd(o + j + 4, a1);
-            _mm256_storeu_pd(o + j + 8, a2);
-            _mm256_storeu_pd(o + j + 12, a3);
-        }
         for (; j + 4 <= n; j += 4)
             _mm256_storeu_pd(o + j, _mm256_add_pd(_mm256_loadu_pd(o + j), _mm256_loadu_pd(s + j)));
     } else {
