@@ -475,6 +475,19 @@ static PyArrayObject *bias_target(PyObject *obj, const char *name, int typenum,
     return a;
 }
 
+/* An argument with one entry per head along `axis` (what: "elements" or
+ * "columns") that must not overlap the target; 0, or -1 with an error. */
+static int check_per_head(PyArrayObject *a, int axis, const char *name, const char *what,
+                          PyArrayObject *dst, const struct pe_bias_dst *d)
+{
+    if (PyArray_DIM(a, axis) != d->heads) {
+        PyErr_Format(PyExc_ValueError, "%s must have %zd %s (one per head), not %zd", name,
+                     (Py_ssize_t)d->heads, what, (Py_ssize_t)PyArray_DIM(a, axis));
+        return -1;
+    }
+    return check_no_overlap(dst, "scores", a, name);
+}
+
 /* |q_offset| <= 2**53: every distance is then exact in float64. */
 static int check_q_offset(long long q_offset)
 {
@@ -518,12 +531,7 @@ static PyObject *py_alibi(PyObject *self, PyObject *args)
     PyArrayObject *dst = slopes ? bias_target(dst_o, add ? "scores" : "out", -1, &d) : NULL;
     if (dst == NULL || check_q_offset(q_offset) < 0)
         return NULL;
-    if (PyArray_DIM(slopes, 0) != d.heads) {
-        PyErr_Format(PyExc_ValueError, "slopes must have %zd elements (one per head), not %zd",
-                     (Py_ssize_t)d.heads, (Py_ssize_t)PyArray_DIM(slopes, 0));
-        return NULL;
-    }
-    if (check_no_overlap(dst, "scores", slopes, "slopes") < 0)
+    if (check_per_head(slopes, 0, "slopes", "elements", dst, &d) < 0)
         return NULL;
     const double *s = (const double *)PyArray_DATA(slopes);
     int rc, nthreads = effective_threads();
@@ -553,13 +561,8 @@ static PyObject *py_t5_bias(PyObject *self, PyObject *args)
     if (dst == NULL || check_q_offset(q_offset) < 0)
         return NULL;
     npy_intp nb = PyArray_DIM(table, 0);
-    if (PyArray_DIM(table, 1) != d.heads) {
-        PyErr_Format(PyExc_ValueError, "table must have %zd columns (one per head), not %zd",
-                     (Py_ssize_t)d.heads, (Py_ssize_t)PyArray_DIM(table, 1));
-        return NULL;
-    }
-    if (check_t5(nb, max_distance, bidirectional) < 0 ||
-        check_no_overlap(dst, "scores", table, "table") < 0)
+    if (check_per_head(table, 1, "table", "columns", dst, &d) < 0 ||
+        check_t5(nb, max_distance, bidirectional) < 0)
         return NULL;
     const void *t = PyArray_DATA(table);
     int rc, tdtype = pe_dtype_of(table), nthreads = effective_threads();
