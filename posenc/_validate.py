@@ -133,6 +133,28 @@ def out_array(out, shape, dtype, name="out"):
     return out
 
 
+def kernel_ready(arr):
+    """Whether a kernel can read or write `arr` where it is: native byte
+    order, aligned, contiguous along the last axis."""
+    return (
+        arr.dtype.isnative
+        and arr.flags.aligned
+        and (arr.ndim == 0 or arr.shape[-1] <= 1 or arr.strides[-1] == arr.itemsize)
+    )
+
+
+def _merged_axes(shape, strides):
+    """Axes (`shape`, `strides`) as one: ``(length, stride)``, the stride
+    None when every length is 1; None when the strides do not allow it."""
+    lead = [(n, s) for n, s in zip(shape, strides) if n != 1]
+    if any(so != si * ni for (_, so), (ni, si) in zip(lead[:-1], lead[1:])):
+        return None
+    length = 1
+    for n, _ in lead:
+        length *= n
+    return length, (lead[-1][1] if lead else None)
+
+
 def rows_view(arr):
     """`arr` (..., d) seen as a 2-D (rows, d) array without a copy, or None.
 
@@ -140,22 +162,15 @@ def rows_view(arr):
     native byte order; anything else (None returned) goes through a
     temporary.
     """
-    if not arr.dtype.isnative or not arr.flags.aligned:
+    if arr.ndim == 0 or not kernel_ready(arr):
         return None
-    d = arr.shape[-1] if arr.ndim else 1
-    if arr.ndim == 0 or (d > 1 and arr.strides[-1] != arr.itemsize):
+    merged = _merged_axes(arr.shape[:-1], arr.strides[:-1])
+    if merged is None:
         return None
-    lead = [(n, s) for n, s in zip(arr.shape[:-1], arr.strides[:-1]) if n != 1]
-    rows = 1
-    for n, _ in lead:
-        rows *= n
-    if not lead:
+    rows, row_stride = merged
+    d = arr.shape[-1]
+    if row_stride is None:
         row_stride = d * arr.itemsize
-    else:
-        row_stride = lead[-1][1]
-        for (_, s_outer), (n_inner, s_inner) in zip(lead[:-1], lead[1:]):
-            if s_outer != s_inner * n_inner:
-                return None
     return np.lib.stride_tricks.as_strided(
         arr, shape=(rows, d), strides=(row_stride, arr.itemsize), writeable=True
     )
@@ -220,23 +235,15 @@ def bias_views(arr):
     """
     if arr.size == 0:
         return []
-    if not arr.dtype.isnative or not arr.flags.aligned or not arr.flags.writeable:
+    if not kernel_ready(arr) or not arr.flags.writeable or self_overlaps(arr):
         return None
-    if arr.shape[-1] > 1 and arr.strides[-1] != arr.itemsize:
-        return None
-    if self_overlaps(arr):
-        return None
-    lead = [(n, s) for n, s in zip(arr.shape[:-3], arr.strides[:-3]) if n != 1]
-    merged = all(so == si * ni for (_, so), (ni, si) in zip(lead[:-1], lead[1:]))
-    if merged:
-        batch = 1
-        for n, _ in lead:
-            batch *= n
-        stride = lead[-1][1] if lead else 0
+    merged = _merged_axes(arr.shape[:-3], arr.strides[:-3])
+    if merged is not None:
+        batch, stride = merged
         view = np.lib.stride_tricks.as_strided(
             arr,
             shape=(batch,) + arr.shape[-3:],
-            strides=(stride,) + arr.strides[-3:],
+            strides=(stride or 0,) + arr.strides[-3:],
             writeable=True,
         )
         return [view]

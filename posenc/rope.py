@@ -203,7 +203,7 @@ def apply_rope(
     if out is not None:
         v.out_array(out, x.shape, dtype, "out")
 
-    src = x if _kernel_ready(x) else np.ascontiguousarray(x, dtype=dtype)
+    src = x if v.kernel_ready(x) else np.ascontiguousarray(x, dtype=dtype)
     if out is None:
         result = target = np.empty(x.shape, dtype)
     else:
@@ -211,8 +211,8 @@ def apply_rope(
         # than as x itself (in place): then through a temporary
         result = target = out
         if (
-            not _kernel_ready(out)
-            or not _no_internal_overlap(out)
+            not v.kernel_ready(out)
+            or v.self_overlaps(out)
             or (not _same_view(out, src) and np.may_share_memory(out, src))
         ):
             target = np.empty(x.shape, dtype)
@@ -281,30 +281,8 @@ def _positions(positions, lead, offset, seq_axis, ndim):
     return pos
 
 
-def _kernel_ready(a):
-    """Whether the kernel can read or write `a` where it is: native byte
-    order, aligned, contiguous along the last axis."""
-    return (
-        a.dtype.isnative
-        and a.flags.aligned
-        and (a.ndim == 0 or a.shape[-1] <= 1 or a.strides[-1] == a.itemsize)
-    )
-
-
 def _same_view(a, b):
     """Same first element, shape and strides (in-place rotation)."""
     if a.shape != b.shape or a.__array_interface__["data"][0] != b.__array_interface__["data"][0]:
         return False
     return all(n <= 1 or sa == sb for n, sa, sb in zip(a.shape, a.strides, b.strides))
-
-
-def _no_internal_overlap(a):
-    """True if no two elements of `a` share memory (sufficient test: sorted
-    by stride, each dimension steps over the extent of the inner ones)."""
-    dims = sorted((abs(s), n) for n, s in zip(a.shape, a.strides) if n > 1)
-    extent = a.itemsize
-    for stride, n in dims:
-        if stride < extent:
-            return False
-        extent = stride * (n - 1) + extent
-    return True
