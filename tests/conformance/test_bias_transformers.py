@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import posenc
+from posenc import reference
 
 
 def bloom_slopes(torch, n_heads):
@@ -144,5 +145,5 @@ def test_t5_scores_add_equals_adding_compute_bias(torch, transformers):
 def test_alibi_scores_add_writes_into_a_cpu_tensor_in_place(torch):
     scores = torch.zeros(1, 2, 3, 3)
     posenc.alibi_bias(2, 3, scores=scores)
-    expected = torch.from_numpy(posenc.alibi_bias(2, 3))[None]
+    expected = torch.from_numpy(reference.alibi_bias(2, 3))[None]
     assert torch.equal(scores, expected)
