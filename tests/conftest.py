@@ -29,6 +29,27 @@ def simd(request):
     _core.set_simd(before)
 
 
+def _on_every_path(make):
+    results = []
+    before = _core.simd_path()
+    for path in SIMD_PATHS:
+        for n in (1, 2):
+            assert _core.set_simd(path) == path
+            posenc.set_num_threads(n)
+            try:
+                results.append(make())
+            finally:
+                _core.set_simd(before)
+                posenc.set_num_threads(0)
+    return results
+
+
+@pytest.fixture(scope="session")
+def on_every_path():
+    """on_every_path(make): make() on each SIMD path with 1 and 2 threads."""
+    return _on_every_path
+
+
 @pytest.fixture(params=[1, 2])
 def threads(request):
     """Run the test with one and with two OpenMP threads."""

@@ -115,28 +115,12 @@ def test_apply_rope_large_arrays_match_reference_out_of_place_and_in_place(
     np.testing.assert_array_equal(y, got)
 
 
-def _on_every_path(make):
-    """make() on the portable and the best SIMD path, with 1 and 2 threads."""
-    results = []
-    before = _core.simd_path()
-    for path in ["scalar", _core.simd_cpu()]:
-        for n in (1, 2):
-            _core.set_simd(path)
-            posenc.set_num_threads(n)
-            try:
-                results.append(make())
-            finally:
-                _core.set_simd(before)
-                posenc.set_num_threads(0)
-    return results
-
-
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_simd_paths_and_thread_counts_give_identical_bits(rng, layout, dtype):
+def test_simd_paths_and_thread_counts_give_identical_bits(rng, on_every_path, layout, dtype):
     x = rng.standard_normal((2, 6, 700, 72)).astype(dtype)
     pos = rng.uniform(0, 5e5, (2, 1, 700))
-    results = _on_every_path(
+    results = on_every_path(
         lambda: (
             posenc.apply_rope(x, pos, layout=layout, rotary_dim=64),
             posenc.rope_cos_sin(pos, 72, layout=layout, dtype=dtype),
@@ -462,7 +446,7 @@ def test_apply_rope_evenly_spaced_positions_within_one_ulp(
         assert ulp_distance(got, np.sin(angle) * factor, np.float32).max() <= 1.0
 
 
-def test_evenly_spaced_positions_give_the_same_bits_on_every_path_and_layout(rng):
+def test_evenly_spaced_positions_give_the_same_bits_on_every_path_and_layout(rng, on_every_path):
     # the rotation's anchors sit on a fixed grid of the sequence index,
     # whatever the tiling: both SIMD paths, 1 and 2 threads, both memory
     # layouts and any subset of heads agree
@@ -470,7 +454,7 @@ def test_evenly_spaced_positions_give_the_same_bits_on_every_path_and_layout(rng
     xt = np.ascontiguousarray(x.transpose(0, 2, 1, 3))
     pos = 12345 + np.arange(1000)
     results = []
-    for group in _on_every_path(
+    for group in on_every_path(
         lambda: (
             posenc.apply_rope(x, pos),
             posenc.apply_rope(xt, pos[:, None], seq_axis=-3).transpose(0, 2, 1, 3),
