@@ -38,7 +38,7 @@ def even_dim(value, name):
     return value
 
 
-def real(value, name, *, positive=False, minimum=None):
+def real(value, name, *, positive=False):
     """A finite real number (not bool) as a Python float."""
     real_types = (Real, np.integer, np.floating)
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, real_types):
@@ -48,8 +48,6 @@ def real(value, name, *, positive=False, minimum=None):
         raise ValueError(f"{name} must be finite, got {value}")
     if positive and value <= 0:
         raise ValueError(f"{name} must be > 0, got {value}")
-    if minimum is not None and value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
     return value
 
 
@@ -73,13 +71,21 @@ def float_dtype(value, name="dtype"):
     return dt.newbyteorder("=")
 
 
-def result_dtype(dtype, out, default=np.float32):
+def float_array_dtype(arr, name):
+    """The native float16/32/64 dtype of the array `arr`, else TypeError."""
+    native = arr.dtype.newbyteorder("=")
+    if arr.dtype.kind != "f" or native not in FLOAT_DTYPES:
+        raise TypeError(f"{name} must have dtype float16, float32 or float64, not {arr.dtype}")
+    return native
+
+
+def result_dtype(dtype, out):
     """The dtype of a generated table: `dtype` if given, else `out`'s, else
-    `default` (as NumPy's functions take theirs from ``out=``)."""
+    float32 (as NumPy's functions take theirs from ``out=``)."""
     if dtype is None:
         if isinstance(out, np.ndarray) and out.dtype.kind == "f":
             return float_dtype(out.dtype, "out")
-        return np.dtype(default)
+        return np.dtype(np.float32)
     return float_dtype(dtype, "dtype")
 
 
@@ -93,12 +99,13 @@ def shape_size(shape, name):
     return size
 
 
-def real_array(value, name, *, finite=True):
-    """Any array-like of real numbers (ints or floats, not bool or complex)."""
+def real_array(value, name):
+    """Any array-like of finite real numbers (ints or floats, not bool or
+    complex)."""
     arr = value if isinstance(value, np.ndarray) else np.asarray(value)
     if arr.dtype.kind not in "iuf":
         raise TypeError(f"{name} must hold integers or real floats, not dtype {arr.dtype}")
-    if finite and arr.dtype.kind == "f" and arr.size and not np.isfinite(arr).all():
+    if arr.dtype.kind == "f" and arr.size and not np.isfinite(arr).all():
         raise ValueError(f"{name} must be finite (found nan or inf)")
     return arr
 
@@ -198,11 +205,6 @@ def output(out, shape, dtype, name="out"):
         np.copyto(out, tmp, casting="unsafe")
 
     return out, tmp.reshape(-1, shape[-1]), finish
-
-
-# ---- checks used by the rotary functions ----
-
-# ---- checks used by the attention biases ----
 
 
 def flag(value, name):

@@ -10,9 +10,14 @@ from . import _validate as v
 _LAYOUTS = {"interleaved": 0, "concat": 1}
 
 
+def frequency_powers(dim, base):
+    """``base ** (2i/dim)`` for ``i < dim/2``, in float64."""
+    return base ** (np.arange(0, dim, 2, dtype=np.float64) / dim)
+
+
 def inv_frequencies(dim, base):
     """``base ** (-2i/dim)`` for ``i < dim/2``, in float64, as transformers forms them."""
-    return 1.0 / (base ** (np.arange(0, dim, 2, dtype=np.float64) / dim))
+    return 1.0 / frequency_powers(dim, base)
 
 
 def sinusoid(positions, dim, *, base=10000.0, layout="interleaved", dtype=None, out=None):

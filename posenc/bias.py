@@ -43,8 +43,7 @@ def _scores(scores, shape, dtype):
             "scores must be an array that can be written in place (an ndarray or a CPU tensor), "
             f"not {type(scores).__name__}"
         )
-    if arr.dtype.kind != "f" or arr.dtype.newbyteorder("=") not in v.FLOAT_DTYPES:
-        raise TypeError(f"scores must have dtype float16, float32 or float64, not {arr.dtype}")
+    v.float_array_dtype(arr, "scores")
     if arr.ndim < 3 or arr.shape[-3:] != shape:
         raise ValueError(
             f"scores must have shape (..., {', '.join(map(str, shape))}), not {arr.shape}"
@@ -313,8 +312,7 @@ def t5_bias(
     is exactly that of ``scores += t5_bias(table.astype(scores.dtype), ...)``.
     """
     arr = np.asarray(table)
-    if arr.dtype.kind != "f" or arr.dtype.newbyteorder("=") not in v.FLOAT_DTYPES:
-        raise TypeError(f"table must have dtype float16, float32 or float64, not {arr.dtype}")
+    v.float_array_dtype(arr, "table")
     if arr.ndim != 2:
         raise ValueError(f"table must be 2-dimensional (num_buckets, n_heads), not {arr.shape}")
     num_buckets, n_heads = arr.shape

@@ -445,8 +445,7 @@ def informativeness(E, *, center=False):
         ``rank_for(share)``.
     """
     table = _table(E, min_rows=1)
-    if not isinstance(center, (bool, np.bool_)):
-        raise TypeError(f"center must be True or False, not {type(center).__name__}")
+    center = v.flag(center, "center")
     if center:
         table = table - table.mean(axis=0)
     s = np.linalg.svd(table, compute_uv=False)
@@ -455,7 +454,7 @@ def informativeness(E, *, center=False):
         raise ValueError("E is all zeros" + (" after centring" if center else ""))
     # Dividing by the last partial sum (not a separately rounded total) ends
     # the curve at exactly 1.
-    return Informativeness(s, energy / energy[-1], bool(center))
+    return Informativeness(s, energy / energy[-1], center)
 
 
 def skip_positions(n, k):
@@ -958,8 +957,6 @@ def _open_path(path):
         if tensors:
             return _ShardedTensors([_SafetensorsFile(os.path.join(path, e)) for e in tensors])
         torch_files = [e for e in entries if e.endswith(_TORCH_SUFFIXES)]
-        if len(torch_files) == 1:
-            return _torch_load(os.path.join(path, torch_files[0]))
         if torch_files:
             merged = {}
             for e in torch_files:

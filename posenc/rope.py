@@ -185,11 +185,9 @@ def apply_rope(
     neighbours in the call (never on threads, SIMD path or memory layout).
     """
     x = x if isinstance(x, np.ndarray) else np.asarray(x)
-    if x.dtype.kind != "f" or x.dtype.itemsize not in (2, 4, 8):
-        raise TypeError(f"x must have dtype float16, float32 or float64, not {x.dtype}")
+    dtype = v.float_array_dtype(x, "x")
     if x.ndim < 1:
         raise ValueError("x must have at least one dimension (..., dim)")
-    dtype = x.dtype.newbyteorder("=")
     dim = x.shape[-1]
     lead = x.shape[:-1]
     base = v.real(base, "base", positive=True)

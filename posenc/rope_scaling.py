@@ -30,23 +30,20 @@ from collections.abc import Mapping
 import numpy as np
 
 from . import _validate as v
+from .absolute import frequency_powers, inv_frequencies
 
 DEFAULT_BASE = 10000.0
 
 
-def _angles(dim, base):
-    """``base ** (-2i/dim)`` for ``i < dim/2``, in float64."""
-    return 1.0 / (base ** (np.arange(0, dim, 2, dtype=np.float64) / dim))
-
-
-def _number(params, key, family, *, required=True, default=None, positive=False):
-    """``params[key]`` as a float; a ValueError naming the key when it is
-    required and missing, a TypeError when it is not a real number."""
+def _number(params, key, family, *, required=True, positive=False):
+    """``params[key]`` as a float (None when it is missing and not
+    required); a ValueError naming the key when it is required and missing,
+    a TypeError when it is not a real number."""
     value = params.get(key)
     if value is None:
         if required:
             raise ValueError(f"scaling: rope_type {family!r} requires the key {key!r}")
-        return default
+        return None
     return v.real(value, f"scaling[{key!r}]", positive=positive)
 
 
@@ -81,7 +78,7 @@ def _implied_factor(params, family, original):
 
 def default(dim, base, params, seq_len):
     r"""Original RoPE (Su et al., 2021): :math:`\theta_i = b^{-2i/d}`, attention factor 1."""
-    return _angles(dim, base), 1.0
+    return inv_frequencies(dim, base), 1.0
 
 
 def linear(dim, base, params, seq_len):
@@ -91,7 +88,7 @@ def linear(dim, base, params, seq_len):
     Keys: ``factor``.
     """
     factor = _number(params, "factor", "linear", positive=True)
-    return _angles(dim, base) / factor, 1.0
+    return inv_frequencies(dim, base) / factor, 1.0
 
 
 def dynamic(dim, base, params, seq_len):
@@ -123,7 +120,7 @@ def dynamic(dim, base, params, seq_len):
         raise ValueError(f"dim must be >= 4 for rope_type 'dynamic' (d/(d-2)), got {dim}")
     n = length if seq_len is None else max(seq_len, length)
     grown = base * ((factor * n / length) - (factor - 1)) ** (dim / (dim - 2))
-    return _angles(dim, grown), 1.0
+    return inv_frequencies(dim, grown), 1.0
 
 
 def yarn(dim, base, params, seq_len):
@@ -177,7 +174,7 @@ def yarn(dim, base, params, seq_len):
     if low == high:
         high += 0.001  # transformers' guard against a zero-width ramp
     ramp = np.clip((np.arange(dim // 2, dtype=np.float64) - low) / (high - low), 0.0, 1.0)
-    theta = _angles(dim, base)
+    theta = inv_frequencies(dim, base)
     extrapolation = 1.0 - ramp
     inv_freq = (theta / factor) * (1.0 - extrapolation) + theta * extrapolation
     return inv_freq, attention
@@ -200,7 +197,7 @@ def llama3(dim, base, params, seq_len):
     low_ff = _number(params, "low_freq_factor", "llama3", positive=True)
     high_ff = _number(params, "high_freq_factor", "llama3", positive=True)
     original = _number(params, "original_max_position_embeddings", "llama3", positive=True)
-    theta = _angles(dim, base)
+    theta = inv_frequencies(dim, base)
     low_wavelen, high_wavelen = original / low_ff, original / high_ff
     wavelen = 2 * math.pi / theta
     scaled = np.where(wavelen > low_wavelen, theta / factor, theta)
@@ -234,7 +231,7 @@ def longrope(dim, base, params, seq_len):
         factor = _implied_factor(params, "longrope", original)
         attention = 1.0 if factor <= 1.0 else math.sqrt(1 + math.log(factor) / math.log(original))
     ext = long if seq_len and seq_len > original else short
-    return 1.0 / (ext * base ** (np.arange(0, dim, 2, dtype=np.float64) / dim)), attention
+    return 1.0 / (ext * frequency_powers(dim, base)), attention
 
 
 FAMILIES = {
@@ -283,7 +280,7 @@ def rotary_dimension(dim, scaling, name):
     return rotary
 
 
-def base_of(base, scaling, name, *, default_base=DEFAULT_BASE):
+def base_of(base, scaling, name):
     """`base`, or ``scaling["rope_theta"]`` when present; a ValueError when
     `base` was given another value than its default and the two disagree."""
     theta = (
@@ -293,7 +290,7 @@ def base_of(base, scaling, name, *, default_base=DEFAULT_BASE):
     )
     if theta is None:
         return base
-    if base != default_base and base != theta:
+    if base != DEFAULT_BASE and base != theta:
         raise ValueError(f"base = {base} disagrees with scaling['rope_theta'] = {theta}")
     return theta
 
@@ -305,9 +302,8 @@ def resolve(dim, base, scaling):
     return rotary_dimension(dim, scaling, name), base_of(base, scaling, name), name
 
 
-def frequencies(dim, base, scaling, seq_len, name=None):
-    """``(inv_freq, attention_factor)`` of family `name` (read from `scaling`
-    when not given) for rotary dimension `dim` and base `base`."""
-    name = name or family_name(scaling)
+def frequencies(dim, base, scaling, seq_len, name):
+    """``(inv_freq, attention_factor)`` of family `name` (see
+    :func:`family_name`) for rotary dimension `dim` and base `base`."""
     inv_freq, attention = FAMILIES[name](dim, base, scaling if scaling is not None else {}, seq_len)
     return np.ascontiguousarray(inv_freq, dtype=np.float64), float(attention)
