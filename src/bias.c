@@ -45,26 +45,6 @@
 /* Fills of at least this many bytes stream their stores past the caches. */
 #define PE_STREAM_MIN ((size_t)8 << 20)
 
-static size_t itemsize_of(int dtype)
-{
-    return dtype == PE_F16 ? 2 : dtype == PE_F32 ? 4 : 8;
-}
-
-/* v rounded once to dtype, stored as element idx of p. */
-static inline void store_value(char *p, ptrdiff_t idx, int dtype, double v)
-{
-    switch (dtype) {
-    case PE_F16:
-        ((uint16_t *)p)[idx] = pe_f16_from_f64(v);
-        break;
-    case PE_F32:
-        ((float *)p)[idx] = (float)v;
-        break;
-    default:
-        ((double *)p)[idx] = v;
-    }
-}
-
 /* ---- rows: copy or add a slice of the per-head vector ---- */
 
 static void add_row_scalar(char *dst, const char *src, ptrdiff_t n, int dtype)
@@ -111,7 +91,7 @@ PE_TARGET_AVX2 static void add_row_avx2(char *dst, const char *src, ptrdiff_t n,
                              _mm256_cvtps_ph(_mm256_add_ps(a, b), _MM_FROUND_TO_NEAREST_INT));
         }
     }
-    size_t isz = itemsize_of(dtype);
+    size_t isz = pe_itemsize(dtype);
     add_row_scalar(dst + j * isz, src + j * isz, n - j, dtype);
 }
 
@@ -166,7 +146,7 @@ PE_TARGET_AVX2 static void stream_row_avx2(char *dst, const char *src, size_t nb
 static void toeplitz_rows(const struct pe_bias_dst *d, const char *vals, ptrdiff_t vlen, int add,
                           int nthreads)
 {
-    size_t isz = d->dtype == PE_BIAS_I64 ? 8 : itemsize_of(d->dtype);
+    size_t isz = pe_itemsize(d->dtype);
     ptrdiff_t q = d->q_len, k = d->k_len, hq = d->heads * q;
     ptrdiff_t nrows = d->batch * hq;
     int parallel = nthreads > 1 && nrows > 1 && nrows * k >= PE_PARALLEL_MIN;
@@ -263,14 +243,14 @@ static void alibi_block(char *o, int dtype, ptrdiff_t t0, ptrdiff_t t1, int64_t 
         double base = (double)d0;
 #if PE_X86
         if (dtype != PE_F16 && pe_use_avx2())
-            t = alibi_avx2(o + t0 * (ptrdiff_t)itemsize_of(dtype), dtype, n, base, slope, causal);
+            t = alibi_avx2(o + t0 * (ptrdiff_t)pe_itemsize(dtype), dtype, n, base, slope, causal);
 #endif
         for (; t < n; ++t)
-            store_value(o, t0 + t, dtype, alibi_value(base + (double)t, slope, causal));
+            pe_store(o, t0 + t, dtype, alibi_value(base + (double)t, slope, causal));
         return;
     }
     for (; t < n; ++t)
-        store_value(o, t0 + t, dtype, alibi_value((double)(d0 + t), slope, causal));
+        pe_store(o, t0 + t, dtype, alibi_value((double)(d0 + t), slope, causal));
 }
 
 int pe_alibi(const double *slopes, int causal, int64_t q_offset, const struct pe_bias_dst *dst,
@@ -283,8 +263,8 @@ int pe_alibi(const double *slopes, int causal, int64_t q_offset, const struct pe
      * row of the output, written there directly */
     int direct = dst->q_len == 1 && dst->batch == 1 && !add;
     char *vals =
-        direct ? dst->data : malloc((size_t)heads * (size_t)vlen * itemsize_of(dst->dtype));
-    ptrdiff_t head_stride = direct ? dst->stride_h : vlen * (ptrdiff_t)itemsize_of(dst->dtype);
+        direct ? dst->data : malloc((size_t)heads * (size_t)vlen * pe_itemsize(dst->dtype));
+    ptrdiff_t head_stride = direct ? dst->stride_h : vlen * (ptrdiff_t)pe_itemsize(dst->dtype);
     if (vals == NULL)
         return -1;
     /* long vectors (a decoding step over a long cache) are most of the
@@ -456,8 +436,8 @@ int pe_t5_bias(const void *table, int table_dtype, ptrdiff_t num_buckets, int bi
     /* a decoding step: each head's vector is its row of the output */
     int direct = dst->q_len == 1 && dst->batch == 1 && !add;
     char *vals =
-        direct ? dst->data : malloc((size_t)heads * (size_t)vlen * itemsize_of(dst->dtype));
-    ptrdiff_t head_stride = direct ? dst->stride_h : vlen * (ptrdiff_t)itemsize_of(dst->dtype);
+        direct ? dst->data : malloc((size_t)heads * (size_t)vlen * pe_itemsize(dst->dtype));
+    ptrdiff_t head_stride = direct ? dst->stride_h : vlen * (ptrdiff_t)pe_itemsize(dst->dtype);
     int64_t *buckets = malloc((size_t)vlen * sizeof *buckets);
     ptrdiff_t *run_start = malloc(((size_t)vlen + 1) * sizeof *run_start);
     if (vals == NULL || buckets == NULL || run_start == NULL ||

@@ -92,6 +92,26 @@ static inline uint16_t pe_f16_from_f64(double d)
     return pe_f16_from_f32(pe_f32_round_odd(d));
 }
 
+/* ---- elements of any type ---- */
+
+/* Bytes of an element of type dtype (an enum pe_dtype; 8 for any other
+ * 8-byte type). */
+static inline size_t pe_itemsize(int dtype)
+{
+    return dtype == PE_F16 ? 2 : dtype == PE_F32 ? 4 : 8;
+}
+
+/* v rounded once to dtype, stored as element i of p. */
+static inline void pe_store(char *p, ptrdiff_t i, int dtype, double v)
+{
+    if (dtype == PE_F64)
+        ((double *)p)[i] = v;
+    else if (dtype == PE_F32)
+        ((float *)p)[i] = (float)v;
+    else
+        ((uint16_t *)p)[i] = pe_f16_from_f64(v);
+}
+
 /* ---- sine and cosine in float64 (sincos.c) ---- */
 
 /* s[i] = sin(pos * freq[i]), c[i] = cos(pos * freq[i]) for i < n.

@@ -108,15 +108,10 @@ static inline __attribute__((always_inline)) void rotate_row(const char *x, char
     }
 }
 
-static inline size_t elem_size(int dtype)
-{
-    return dtype == PE_F64 ? 8 : dtype == PE_F32 ? 4 : 2;
-}
-
 /* The columns past the rotary part are copied (nothing to do in place). */
 static inline void pass_through(const char *x, char *o, ptrdiff_t half, ptrdiff_t dim, int dtype)
 {
-    size_t es = elem_size(dtype);
+    size_t es = pe_itemsize(dtype);
     if (x != o && dim > 2 * half)
         memcpy(o + 2 * half * es, x + 2 * half * es, (size_t)(dim - 2 * half) * es);
 }
@@ -350,7 +345,7 @@ PE_TARGET_AVX2 static inline void stream_copy(char *dst, const char *src, ptrdif
 PE_TARGET_AVX2 static inline __attribute__((always_inline)) void
 run_avx2_bounced(const struct run *r, const int layout, const int dtype)
 {
-    ptrdiff_t rb = 2 * r->half * (ptrdiff_t)elem_size(dtype);
+    ptrdiff_t rb = 2 * r->half * (ptrdiff_t)pe_itemsize(dtype);
     for (ptrdiff_t m = 0; m < r->n; ++m) {
         const char *x = r->x + m * r->xs;
         char *o = r->o + m * r->os;
@@ -368,7 +363,7 @@ run_avx2_impl(const struct run *r, const int layout, const int dtype)
 {
     /* non-temporal stores need every vector store 16-byte aligned; the
      * bounced copy of whole rows needs rows of a multiple of 16 bytes */
-    ptrdiff_t half_bytes = r->half * (ptrdiff_t)elem_size(dtype);
+    ptrdiff_t half_bytes = r->half * (ptrdiff_t)pe_itemsize(dtype);
     int stream = r->stream && r->x != r->o && (uintptr_t)r->o % 16 == 0 &&
                  (r->n == 1 || r->os % 16 == 0) && (r->lanes == 1 || r->los % 16 == 0) &&
                  (layout == PE_ROPE_INTERLEAVED || half_bytes % 16 == 0);
@@ -731,7 +726,7 @@ int pe_rope_apply(const struct pe_rope_args *a, int nthreads)
     if (!parallel)
         nthreads = 1;
     make_plan(&p, rowbytes, nthreads);
-    p.stream = nrows * a->dim * (ptrdiff_t)elem_size(a->dtype) >= PE_ROPE_STREAM_BYTES;
+    p.stream = nrows * a->dim * (ptrdiff_t)pe_itemsize(a->dtype) >= PE_ROPE_STREAM_BYTES;
 
     double wmax = 0.0;
     for (ptrdiff_t i = 0; i < a->half; ++i)
@@ -742,7 +737,7 @@ int pe_rope_apply(const struct pe_rope_args *a, int nthreads)
     ptrdiff_t tab_bytes = (p.tile * rowbytes + 63) / 64 * 64;
     ptrdiff_t sc_bytes = (4 * a->half * 8 + 63) / 64 * 64;
     ptrdiff_t bounce_bytes =
-        (PE_ROPE_LANES * 2 * a->half * (ptrdiff_t)elem_size(a->dtype) + 63) / 64 * 64;
+        (PE_ROPE_LANES * 2 * a->half * (ptrdiff_t)pe_itemsize(a->dtype) + 63) / 64 * 64;
     ptrdiff_t per_thread = tab_bytes + sc_bytes + bounce_bytes;
     char *scratch = malloc((size_t)(per_thread * nthreads));
     if (scratch == NULL)
@@ -771,25 +766,15 @@ int pe_rope_apply(const struct pe_rope_args *a, int nthreads)
 
 /* ---- cos/sin tables (rope_cos_sin) ---- */
 
-static inline void store_value(char *row, ptrdiff_t i, int dtype, double v)
-{
-    if (dtype == PE_F64)
-        ((double *)row)[i] = v;
-    else if (dtype == PE_F32)
-        ((float *)row)[i] = (float)v;
-    else
-        ((uint16_t *)row)[i] = pe_f16_from_f64(v);
-}
-
 /* Column i of a row and the column of its second copy. */
 static inline void put_pair(char *row, ptrdiff_t i, ptrdiff_t half, int layout, int dtype, double v)
 {
     if (layout == PE_ROPE_HALF) {
-        store_value(row, i, dtype, v);
-        store_value(row, half + i, dtype, v);
+        pe_store(row, i, dtype, v);
+        pe_store(row, half + i, dtype, v);
     } else {
-        store_value(row, 2 * i, dtype, v);
-        store_value(row, 2 * i + 1, dtype, v);
+        pe_store(row, 2 * i, dtype, v);
+        pe_store(row, 2 * i + 1, dtype, v);
     }
 }
 

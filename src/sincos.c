@@ -29,8 +29,7 @@ PE_TARGET_AVX2 static void sincos_row_avx2(double pos, const double *freq, ptrdi
         _mm256_storeu_pd(s + i, vs);
         _mm256_storeu_pd(c + i, vc);
     }
-    for (; i < n; ++i)
-        pe_sincos1(pos * freq[i], &s[i], &c[i]);
+    sincos_row_scalar(pos, freq + i, n - i, s + i, c + i);
 }
 #endif
 

@@ -44,20 +44,8 @@ static inline ptrdiff_t cos_index(ptrdiff_t j, ptrdiff_t half, int layout)
 static inline void store1(char *row, ptrdiff_t j, ptrdiff_t half, int layout, int dtype, double s,
                           double c)
 {
-    ptrdiff_t si = sin_index(j, layout), ci = cos_index(j, half, layout);
-    switch (dtype) {
-    case PE_F64:
-        ((double *)row)[si] = s;
-        ((double *)row)[ci] = c;
-        break;
-    case PE_F32:
-        ((float *)row)[si] = (float)s;
-        ((float *)row)[ci] = (float)c;
-        break;
-    default:
-        ((uint16_t *)row)[si] = pe_f16_from_f64(s);
-        ((uint16_t *)row)[ci] = pe_f16_from_f64(c);
-    }
+    pe_store(row, sin_index(j, layout), dtype, s);
+    pe_store(row, cos_index(j, half, layout), dtype, c);
 }
 
 /* The smallest |value| a rotation may produce at angle ~ |pos| * w and keep.
@@ -216,8 +204,7 @@ block_avx2_impl(const double *pos, ptrdiff_t r0, ptrdiff_t r1, const double *sdv
                 store4(out + r * row_stride, j, half, layout, dtype, s, c);
             }
         }
-    }
-    if (sdv != NULL) {
+    } else {
         /* state of the rotation, for the columns done in vectors */
         double sbuf[PE_ROW_CHUNK], cbuf[PE_ROW_CHUNK];
         while (j + 4 <= half) {
