@@ -114,19 +114,23 @@ static inline void pe_store(char *p, ptrdiff_t i, int dtype, double v)
 
 /* ---- sine and cosine in float64 (sincos.c) ---- */
 
+/* Tables made by rotation (sinusoid.c, rope.c) compute every PE_ANCHOR-th
+ * row exactly and rotate the rows between. */
+#define PE_ANCHOR 32
+
 /* s[i] = sin(pos * freq[i]), c[i] = cos(pos * freq[i]) for i < n.
  * The angle is the float64 product, reduced with a three-part pi/2 and FMA,
  * so the result is within ~1 ulp of sin/cos of that product for
  * |angle| < 2**50. */
 void pe_sincos_row(double pos, const double *freq, ptrdiff_t n, double *s, double *c);
 
-/* Advances a row of (s[i], c[i]) = sin, cos of some angle a_i to a_i + d_i,
- * given sd[i], cd[i] = sin, cos of d_i, with products and sums in float64
- * (no FMA, so every path gives the same bits).  Returns nonzero when some
- * new |s[i]| or |c[i]| is below m * freq[i] + 2**-20: those values carry
- * too large a relative error and must be recomputed by the caller. */
-int pe_sincos_rotate_row(double *s, double *c, const double *sd, const double *cd,
-                         const double *freq, double m, ptrdiff_t n);
+/* Advances a row of (s[i], c[i]) = sin, cos of some angle a_i to a_i + d_i
+ * = pos * freq[i], given sd[i], cd[i] = sin, cos of d_i, with products and
+ * sums in float64 (no FMA, so every path gives the same bits).  A new value
+ * whose magnitude is below m * freq[i] + 2**-20 carries too large a
+ * relative error: that pair is recomputed from pos * freq[i] directly. */
+void pe_sincos_rotate_row(double *s, double *c, const double *sd, const double *cd,
+                          const double *freq, double pos, double m, ptrdiff_t n);
 
 /* Whether the n doubles at p, p + stride, ... (bytes) are an arithmetic
  * progression whose every difference is exact (its rounding error, by

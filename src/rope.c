@@ -50,13 +50,13 @@
  * bits.  OpenMP threads take tiles (or, when there are few, slices of the
  * outermost broadcast dimension) dynamically.
  */
+#include <math.h>
 #include <stdlib.h>
 #ifdef _OPENMP
 #include <omp.h>
 #endif
 
 #include "pe.h"
-#include "sincos.h"
 
 /* Bytes of cos/sin a thread keeps for one tile: they stay in L2 while the
  * rows using them stream through, and a tile is long enough (256 positions
@@ -413,7 +413,7 @@ static run_fn choose_run(int layout, int dtype)
 
 /* Rows of a tile whose positions are evenly spaced (the usual arange, with
  * or without an offset) are made by rotation, as in sinusoid.c: an exact
- * anchor row every PE_ROPE_ANCHOR rows of the global index along the tiled
+ * anchor row every PE_ANCHOR rows of the global index along the tiled
  * dimension (tiles are whole groups, so the bits do not depend on the
  * tiling or the thread count), the rows between rotated by the step's
  * angle in float64.  A rotated value differs from sin/cos of the float64
@@ -422,9 +422,10 @@ static run_fn choose_run(int layout, int dtype)
  * group) plus ~2**-46 of arithmetic; one of magnitude at least
  * M w 2**-26 + 2**-20 is then within half a float32 ulp, so the float32
  * table stays within 1 ulp of the float64 value.  Smaller values are
- * recomputed directly.  float64 tables are always direct. */
-#define PE_ROPE_ANCHOR 32
-/* Rotation is not used once M * max(w) * 2**-26 passes this: too many
+ * recomputed directly (pe_sincos_rotate_row).  float64 tables are always
+ * direct.
+ *
+ * Rotation is not used once M * max(w) * 2**-26 passes this: too many
  * values would fall below the floor and be recomputed. */
 #define PE_ROPE_ROTATE_MAX 0x1p-4
 
@@ -443,7 +444,7 @@ static inline double tile_pos(const char *pos, ptrdiff_t stride, ptrdiff_t j)
 /* Rows j < n of the table: cos then sin of pos_j * freq, times scale (sin
  * negated for the inverse rotation), rounded once to float32 or float64.
  * pos_j is at pos + j * pos_stride bytes; row 0 is a multiple of
- * PE_ROPE_ANCHOR along its dimension.  wmax: the largest |freq[i]|, or
+ * PE_ANCHOR along its dimension.  wmax: the largest |freq[i]|, or
  * infinity to compute every row directly. */
 static void fill_table(const char *pos, ptrdiff_t pos_stride, ptrdiff_t n, const double *freq,
                        ptrdiff_t half, double wmax, double scale, int inverse, int tab_f64,
@@ -451,8 +452,8 @@ static void fill_table(const char *pos, ptrdiff_t pos_stride, ptrdiff_t n, const
 {
     double sscale = inverse ? -scale : scale;
     double *sbuf = sc->s, *cbuf = sc->c;
-    for (ptrdiff_t g0 = 0; g0 < n; g0 += PE_ROPE_ANCHOR) {
-        ptrdiff_t g1 = n - g0 < PE_ROPE_ANCHOR ? n : g0 + PE_ROPE_ANCHOR;
+    for (ptrdiff_t g0 = 0; g0 < n; g0 += PE_ANCHOR) {
+        ptrdiff_t g1 = n - g0 < PE_ANCHOR ? n : g0 + PE_ANCHOR;
         double step = 0.0, m = 0.0;
         int rotate = !tab_f64 && g1 - g0 > 2 &&
                      pe_progression(pos + g0 * pos_stride, pos_stride, g1 - g0, &step);
@@ -468,15 +469,10 @@ static void fill_table(const char *pos, ptrdiff_t pos_stride, ptrdiff_t n, const
         }
         for (ptrdiff_t j = g0; j < g1; ++j) {
             double p = tile_pos(pos, pos_stride, j);
-            if (!rotate || j == g0) {
+            if (!rotate || j == g0)
                 pe_sincos_row(p, freq, half, sbuf, cbuf);
-            } else if (pe_sincos_rotate_row(sbuf, cbuf, sc->sd, sc->cd, freq, m, half)) {
-                for (ptrdiff_t i = 0; i < half; ++i) {
-                    double floor = m * freq[i] + 0x1p-20;
-                    if (fabs(sbuf[i]) < floor || fabs(cbuf[i]) < floor)
-                        pe_sincos1(p * freq[i], &sbuf[i], &cbuf[i]);
-                }
-            }
+            else
+                pe_sincos_rotate_row(sbuf, cbuf, sc->sd, sc->cd, freq, p, m, half);
             if (tab_f64) {
                 double *t = (double *)tab + j * 2 * half;
                 for (ptrdiff_t i = 0; i < half; ++i) {
@@ -512,7 +508,7 @@ struct plan {
     ptrdiff_t slice;   /* their length */
     ptrdiff_t ntasks;
     int stream; /* output too large for the caches: non-temporal stores */
-    int rotate; /* tiles start at multiples of PE_ROPE_ANCHOR: tables may rotate */
+    int rotate; /* tiles start at multiples of PE_ANCHOR: tables may rotate */
 };
 
 static ptrdiff_t abs_pd(ptrdiff_t v)
@@ -583,7 +579,7 @@ static void make_plan(struct plan *p, ptrdiff_t rowbytes, int nthreads)
     ptrdiff_t nk = p->k >= 0 ? p->d[p->k].n : 1;
     /* whole groups of rotated rows per tile, unless rows are very long */
     ptrdiff_t tile = PE_ROPE_TILE_BYTES / rowbytes;
-    ptrdiff_t unit = tile >= PE_ROPE_ANCHOR ? PE_ROPE_ANCHOR : 1;
+    ptrdiff_t unit = tile >= PE_ANCHOR ? PE_ANCHOR : 1;
     tile = tile < 1 ? 1 : tile - tile % unit;
     ptrdiff_t target = nthreads > 1 ? (ptrdiff_t)nthreads * PE_ROPE_TASKS_PER_THREAD : 1;
     /* few tiles: shorter ones, before slicing the broadcast rows */
@@ -594,7 +590,7 @@ static void make_plan(struct plan *p, ptrdiff_t rowbytes, int nthreads)
     }
     p->tile = tile > nk ? nk : tile;
     p->nchunks = ceil_div(nk, p->tile);
-    p->rotate = p->nchunks == 1 || p->tile % PE_ROPE_ANCHOR == 0;
+    p->rotate = p->nchunks == 1 || p->tile % PE_ANCHOR == 0;
     p->split = -1;
     p->nslices = 1;
     p->slice = 1;

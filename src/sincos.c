@@ -45,49 +45,58 @@ void pe_sincos_row(double pos, const double *freq, ptrdiff_t n, double *s, doubl
 }
 
 /* The rotation (s, c) -> (s cd + c sd, c cd - s sd): two products and a sum
- * each, rounded in that order on both paths. */
-static int rotate_row_scalar(double *s, double *c, const double *sd, const double *cd,
-                             const double *freq, double m, ptrdiff_t i, ptrdiff_t n)
+ * each, rounded in that order on both paths; values that come out below
+ * the floor are recomputed from the angle pos * freq[i]. */
+static void rotate_row_scalar(double *s, double *c, const double *sd, const double *cd,
+                              const double *freq, double pos, double m, ptrdiff_t i, ptrdiff_t n)
 {
-    int low = 0;
     for (; i < n; ++i) {
         double s0 = s[i], c0 = c[i], floor = m * freq[i] + 0x1p-20;
-        s[i] = s0 * cd[i] + c0 * sd[i];
-        c[i] = c0 * cd[i] - s0 * sd[i];
-        low |= fabs(s[i]) < floor || fabs(c[i]) < floor;
+        double s1 = s0 * cd[i] + c0 * sd[i], c1 = c0 * cd[i] - s0 * sd[i];
+        if (fabs(s1) < floor || fabs(c1) < floor)
+            pe_sincos1(pos * freq[i], &s1, &c1);
+        s[i] = s1;
+        c[i] = c1;
     }
-    return low;
 }
 
 #if PE_X86
-PE_TARGET_AVX2 static int rotate_row_avx2(double *s, double *c, const double *sd, const double *cd,
-                                          const double *freq, double m, ptrdiff_t n)
+PE_TARGET_AVX2 static void rotate_row_avx2(double *s, double *c, const double *sd, const double *cd,
+                                           const double *freq, double pos, double m, ptrdiff_t n)
 {
     const __m256d vm = _mm256_set1_pd(m), tiny = _mm256_set1_pd(0x1p-20);
-    const __m256d neg = _mm256_set1_pd(-0.0);
-    __m256d low = _mm256_setzero_pd();
+    const __m256d neg = _mm256_set1_pd(-0.0), vpos = _mm256_set1_pd(pos);
     ptrdiff_t i = 0;
     for (; i + 4 <= n; i += 4) {
         __m256d s0 = _mm256_loadu_pd(s + i), c0 = _mm256_loadu_pd(c + i);
         __m256d vsd = _mm256_loadu_pd(sd + i), vcd = _mm256_loadu_pd(cd + i);
-        __m256d floor = _mm256_add_pd(_mm256_mul_pd(vm, _mm256_loadu_pd(freq + i)), tiny);
+        __m256d w = _mm256_loadu_pd(freq + i);
+        __m256d floor = _mm256_add_pd(_mm256_mul_pd(vm, w), tiny);
         __m256d s1 = _mm256_add_pd(_mm256_mul_pd(s0, vcd), _mm256_mul_pd(c0, vsd));
         __m256d c1 = _mm256_sub_pd(_mm256_mul_pd(c0, vcd), _mm256_mul_pd(s0, vsd));
+        __m256d low = _mm256_or_pd(_mm256_cmp_pd(_mm256_andnot_pd(neg, s1), floor, _CMP_LT_OQ),
+                                   _mm256_cmp_pd(_mm256_andnot_pd(neg, c1), floor, _CMP_LT_OQ));
+        if (_mm256_movemask_pd(low)) { /* as the scalar path: those lanes directly */
+            __m256d se, ce;
+            pe_sincos4(_mm256_mul_pd(vpos, w), &se, &ce);
+            s1 = _mm256_blendv_pd(s1, se, low);
+            c1 = _mm256_blendv_pd(c1, ce, low);
+        }
         _mm256_storeu_pd(s + i, s1);
         _mm256_storeu_pd(c + i, c1);
-        low = _mm256_or_pd(low, _mm256_cmp_pd(_mm256_andnot_pd(neg, s1), floor, _CMP_LT_OQ));
-        low = _mm256_or_pd(low, _mm256_cmp_pd(_mm256_andnot_pd(neg, c1), floor, _CMP_LT_OQ));
     }
-    return _mm256_movemask_pd(low) | rotate_row_scalar(s, c, sd, cd, freq, m, i, n);
+    rotate_row_scalar(s, c, sd, cd, freq, pos, m, i, n);
 }
 #endif
 
-int pe_sincos_rotate_row(double *s, double *c, const double *sd, const double *cd,
-                         const double *freq, double m, ptrdiff_t n)
+void pe_sincos_rotate_row(double *s, double *c, const double *sd, const double *cd,
+                          const double *freq, double pos, double m, ptrdiff_t n)
 {
 #if PE_X86
-    if (pe_use_avx2())
-        return rotate_row_avx2(s, c, sd, cd, freq, m, n);
+    if (pe_use_avx2()) {
+        rotate_row_avx2(s, c, sd, cd, freq, pos, m, n);
+        return;
+    }
 #endif
-    return rotate_row_scalar(s, c, sd, cd, freq, m, 0, n);
+    rotate_row_scalar(s, c, sd, cd, freq, pos, m, 0, n);
 }

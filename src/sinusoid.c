@@ -28,7 +28,6 @@
 #include "pe.h"
 #include "sincos.h"
 
-#define PE_ANCHOR 32
 #define PE_ROW_CHUNK 256
 
 /* Element index of sin and cos of column j in a row. */
