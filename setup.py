@@ -46,6 +46,7 @@ class BuildExt(build_ext):
                 "-ffp-contract=off",  # same bits on every path: FMA only where written
                 "-fno-math-errno",
                 "-Wall",
+                "-Wundef",
                 "-Wextra",
                 "-Wno-unused-parameter",
                 "-Wno-missing-field-initializers",

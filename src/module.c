@@ -11,7 +11,12 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
+/* posenc builds with -Wundef (a kernel file that forgets simd.h would
+ * silently lose its AVX2 path); NumPy's headers are not written for it */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wundef"
 #include <numpy/arrayobject.h>
+#pragma GCC diagnostic pop
 
 #include <stdlib.h>
 #include <string.h>
