@@ -431,11 +431,10 @@ static run_fn choose_run(int layout, int dtype)
 #define PE_ROPE_ROTATE_MAX 0x1p-4
 
 /* A thread's float64 scratch for the table: sin and cos of the current row,
- * and of the step last rotated by; and which tile its table holds. */
+ * and of the step last rotated by. */
 struct table_scratch {
     double *s, *c, *sd, *cd;
-    double step;    /* NaN: sd, cd not computed yet */
-    ptrdiff_t tile; /* task / nslices of the table in the buffer, or -1 */
+    double step; /* NaN: sd, cd not computed yet */
 };
 
 static inline double tile_pos(const char *pos, ptrdiff_t stride, ptrdiff_t j)
@@ -639,12 +638,8 @@ static void run_task(const struct pe_rope_args *a, const struct plan *p, ptrdiff
         xb += j0 * dk->xs, ob += j0 * dk->os, pb += j0 * dk->ps;
         pstride = dk->ps;
     }
-    /* the slices of one tile share its table: made once per thread */
-    if (sc->tile != task / p->nslices) {
-        fill_table(pb, pstride, ntab, a->freq, a->half, p->rotate ? wmax : INFINITY, a->scale,
-                   a->inverse, a->dtype == PE_F64, tab, sc);
-        sc->tile = task / p->nslices;
-    }
+    fill_table(pb, pstride, ntab, a->freq, a->half, p->rotate ? wmax : INFINITY, a->scale,
+               a->inverse, a->dtype == PE_F64, tab, sc);
 
     /* the box: broadcast dimensions and k, in memory order */
     struct pe_dimension box[PE_ROPE_MAXDIM];
@@ -745,7 +740,6 @@ int pe_rope_apply(const struct pe_rope_args *a, int nthreads)
     if (scratch == NULL)
         return -1;
     run_fn run = choose_run(a->layout, a->dtype);
-    ptrdiff_t chunk = p.nslices / nthreads > 1 ? p.nslices / nthreads : 1;
 
 #pragma omp parallel num_threads(nthreads) if (parallel)
     {
@@ -755,13 +749,11 @@ int pe_rope_apply(const struct pe_rope_args *a, int nthreads)
 #endif
         char *mine = scratch + (ptrdiff_t)tid * per_thread;
         double *buf = (double *)(mine + tab_bytes);
-        struct table_scratch sc = {buf, buf + a->half, buf + 2 * a->half, buf + 3 * a->half, NAN,
-                                   -1};
+        struct table_scratch sc = {buf, buf + a->half, buf + 2 * a->half, buf + 3 * a->half, NAN};
         char *bounce = mine + tab_bytes + sc_bytes;
         /* dynamic: on a busy machine a descheduled thread leaves its tiles
-         * to the others instead of holding up the whole call; a thread takes
-         * its share of a tile's slices at once, to make its table once */
-#pragma omp for schedule(dynamic, chunk)
+         * to the others instead of holding up the whole call */
+#pragma omp for schedule(dynamic, 1)
         for (ptrdiff_t t = 0; t < p.ntasks; ++t)
             run_task(a, &p, t, run, rowbytes, wmax, mine, &sc, bounce);
     }
