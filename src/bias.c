@@ -95,47 +95,50 @@ PE_TARGET_AVX2 static void add_row_avx2(char *dst, const char *src, ptrdiff_t n,
     add_row_scalar(dst + j * isz, src + j * isz, n - j, dtype);
 }
 
-/* A row copy with plain vector stores (memcpy's "rep movsb" for rows of a
- * few KiB is slower than this on some CPUs). */
-PE_TARGET_AVX2 static void copy_row_avx2(char *dst, const char *src, size_t nbytes)
+static inline __attribute__((always_inline)) PE_TARGET_AVX2 void store256(char *p, __m256i v,
+                                                                          const int stream)
+{
+    if (stream)
+        _mm256_stream_si256((__m256i *)p, v);
+    else
+        _mm256_storeu_si256((__m256i *)p, v);
+}
+
+/* A row copy with vector stores: plain ones (memcpy's "rep movsb" for rows
+ * of a few KiB is slower than this on some CPUs), or non-temporal ones for
+ * the 32-byte-aligned middle of the row. */
+PE_TARGET_AVX2 static inline __attribute__((always_inline)) void
+copy_row_impl(char *dst, const char *src, size_t nbytes, const int stream)
 {
     size_t b = 0;
+    if (stream) {
+        b = (32 - ((uintptr_t)dst & 31)) & 31;
+        b = b > nbytes ? nbytes : b;
+        memcpy(dst, src, b);
+    }
     for (; b + 128 <= nbytes; b += 128) {
         __m256i v0 = _mm256_loadu_si256((const __m256i *)(src + b));
         __m256i v1 = _mm256_loadu_si256((const __m256i *)(src + b + 32));
         __m256i v2 = _mm256_loadu_si256((const __m256i *)(src + b + 64));
         __m256i v3 = _mm256_loadu_si256((const __m256i *)(src + b + 96));
-        _mm256_storeu_si256((__m256i *)(dst + b), v0);
-        _mm256_storeu_si256((__m256i *)(dst + b + 32), v1);
-        _mm256_storeu_si256((__m256i *)(dst + b + 64), v2);
-        _mm256_storeu_si256((__m256i *)(dst + b + 96), v3);
+        store256(dst + b, v0, stream);
+        store256(dst + b + 32, v1, stream);
+        store256(dst + b + 64, v2, stream);
+        store256(dst + b + 96, v3, stream);
     }
     for (; b + 32 <= nbytes; b += 32)
-        _mm256_storeu_si256((__m256i *)(dst + b), _mm256_loadu_si256((const __m256i *)(src + b)));
+        store256(dst + b, _mm256_loadu_si256((const __m256i *)(src + b)), stream);
     memcpy(dst + b, src + b, nbytes - b);
 }
 
-/* memcpy with non-temporal stores for the aligned middle of the row. */
+PE_TARGET_AVX2 static void copy_row_avx2(char *dst, const char *src, size_t nbytes)
+{
+    copy_row_impl(dst, src, nbytes, 0);
+}
+
 PE_TARGET_AVX2 static void stream_row_avx2(char *dst, const char *src, size_t nbytes)
 {
-    size_t head = (32 - ((uintptr_t)dst & 31)) & 31;
-    if (head > nbytes)
-        head = nbytes;
-    memcpy(dst, src, head);
-    size_t b = head;
-    for (; b + 128 <= nbytes; b += 128) {
-        __m256i v0 = _mm256_loadu_si256((const __m256i *)(src + b));
-        __m256i v1 = _mm256_loadu_si256((const __m256i *)(src + b + 32));
-        __m256i v2 = _mm256_loadu_si256((const __m256i *)(src + b + 64));
-        __m256i v3 = _mm256_loadu_si256((const __m256i *)(src + b + 96));
-        _mm256_stream_si256((__m256i *)(dst + b), v0);
-        _mm256_stream_si256((__m256i *)(dst + b + 32), v1);
-        _mm256_stream_si256((__m256i *)(dst + b + 64), v2);
-        _mm256_stream_si256((__m256i *)(dst + b + 96), v3);
-    }
-    for (; b + 32 <= nbytes; b += 32)
-        _mm256_stream_si256((__m256i *)(dst + b), _mm256_loadu_si256((const __m256i *)(src + b)));
-    memcpy(dst + b, src + b, nbytes - b);
+    copy_row_impl(dst, src, nbytes, 1);
 }
 #endif
 
@@ -196,6 +199,43 @@ static inline int64_t distance_at(ptrdiff_t t, ptrdiff_t q_len, int64_t q_offset
     return (int64_t)t - (int64_t)(q_len - 1) - q_offset;
 }
 
+/* Writes elements [t0, t1) of head h's vector, which starts at o. */
+typedef void (*vector_block_fn)(const void *ctx, char *o, int dtype, ptrdiff_t h, ptrdiff_t t0,
+                                ptrdiff_t t1);
+
+/* A bias from its per-head vectors: block() makes them, in blocks of
+ * PE_VECTOR_BLOCK elements shared among the threads (long vectors, as in a
+ * decoding step over a long cache, are most of the work), and every row is
+ * then a slice of them (toeplitz_rows).  A single query of a single batch
+ * (a decoding step) has one row per head, which is its vector: block()
+ * writes it there directly.  0, or -1 if memory ran out (nothing written). */
+static int bias_from_vectors(const struct pe_bias_dst *dst, int add, int nthreads,
+                             vector_block_fn block, const void *ctx)
+{
+    if (dst->batch == 0)
+        return 0;
+    ptrdiff_t vlen = dst->q_len + dst->k_len - 1, heads = dst->heads;
+    size_t isz = pe_itemsize(dst->dtype);
+    int direct = dst->q_len == 1 && dst->batch == 1 && !add;
+    char *vals = direct ? dst->data : malloc((size_t)heads * (size_t)vlen * isz);
+    ptrdiff_t head_stride = direct ? dst->stride_h : vlen * (ptrdiff_t)isz;
+    if (vals == NULL)
+        return -1;
+    ptrdiff_t nblk = (vlen + PE_VECTOR_BLOCK - 1) / PE_VECTOR_BLOCK;
+    int parallel = nthreads > 1 && heads * vlen >= PE_PARALLEL_MIN;
+#pragma omp parallel for schedule(static) num_threads(nthreads) if (parallel)
+    for (ptrdiff_t task = 0; task < heads * nblk; ++task) {
+        ptrdiff_t h = task / nblk, t0 = task % nblk * PE_VECTOR_BLOCK;
+        ptrdiff_t t1 = vlen - t0 < PE_VECTOR_BLOCK ? vlen : t0 + PE_VECTOR_BLOCK;
+        block(ctx, vals + h * head_stride, dst->dtype, h, t0, t1);
+    }
+    if (!direct) {
+        toeplitz_rows(dst, vals, vlen, add, nthreads);
+        free(vals);
+    }
+    return 0;
+}
+
 /* ---- ALiBi ---- */
 
 /* slope * (j - qpos) for keys at or before the query and -inf after it
@@ -253,38 +293,25 @@ static void alibi_block(char *o, int dtype, ptrdiff_t t0, ptrdiff_t t1, int64_t 
         pe_store(o, t0 + t, dtype, alibi_value((double)(d0 + t), slope, causal));
 }
 
+struct alibi_ctx {
+    const double *slopes;
+    int causal;
+    ptrdiff_t q_len;
+    int64_t q_offset;
+};
+
+static void alibi_vector_block(const void *ctx, char *o, int dtype, ptrdiff_t h, ptrdiff_t t0,
+                               ptrdiff_t t1)
+{
+    const struct alibi_ctx *c = ctx;
+    alibi_block(o, dtype, t0, t1, distance_at(t0, c->q_len, c->q_offset), c->slopes[h], c->causal);
+}
+
 int pe_alibi(const double *slopes, int causal, int64_t q_offset, const struct pe_bias_dst *dst,
              int add, int nthreads)
 {
-    if (dst->batch == 0)
-        return 0;
-    ptrdiff_t vlen = dst->q_len + dst->k_len - 1, heads = dst->heads;
-    /* one query of one batch (a decoding step): each head's vector is its
-     * row of the output, written there directly */
-    int direct = dst->q_len == 1 && dst->batch == 1 && !add;
-    char *vals =
-        direct ? dst->data : malloc((size_t)heads * (size_t)vlen * pe_itemsize(dst->dtype));
-    ptrdiff_t head_stride = direct ? dst->stride_h : vlen * (ptrdiff_t)pe_itemsize(dst->dtype);
-    if (vals == NULL)
-        return -1;
-    /* long vectors (a decoding step over a long cache) are most of the
-     * work: each head's vector is written in order, in blocks shared among
-     * the threads */
-    ptrdiff_t nblk = (vlen + PE_VECTOR_BLOCK - 1) / PE_VECTOR_BLOCK;
-    int parallel = nthreads > 1 && heads * vlen >= PE_PARALLEL_MIN;
-#pragma omp parallel for schedule(static) num_threads(nthreads) if (parallel)
-    for (ptrdiff_t task = 0; task < heads * nblk; ++task) {
-        ptrdiff_t h = task / nblk, t0 = task % nblk * PE_VECTOR_BLOCK;
-        ptrdiff_t t1 = vlen - t0 < PE_VECTOR_BLOCK ? vlen : t0 + PE_VECTOR_BLOCK;
-        char *o = vals + h * head_stride;
-        alibi_block(o, dst->dtype, t0, t1, distance_at(t0, dst->q_len, q_offset), slopes[h],
-                    causal);
-    }
-    if (direct)
-        return 0;
-    toeplitz_rows(dst, vals, vlen, add, nthreads);
-    free(vals);
-    return 0;
+    struct alibi_ctx c = {slopes, causal, dst->q_len, q_offset};
+    return bias_from_vectors(dst, add, nthreads, alibi_vector_block, &c);
 }
 
 /* ---- T5 buckets ---- */
@@ -425,70 +452,73 @@ static void fill_run(char *o, int dtype, ptrdiff_t a, ptrdiff_t b, double v)
     }
 }
 
+struct t5_ctx {
+    const void *table;
+    int table_dtype;
+    ptrdiff_t heads, nruns;
+    const ptrdiff_t *run_start; /* nruns + 1 entries, the last vlen */
+    const int64_t *run_bucket;
+};
+
+static void t5_vector_block(const void *ctx, char *o, int dtype, ptrdiff_t h, ptrdiff_t t0,
+                            ptrdiff_t t1)
+{
+    const struct t5_ctx *c = ctx;
+    /* the run holding t0: the last start at or before it */
+    ptrdiff_t lo = 0, hi = c->nruns - 1;
+    while (lo < hi) {
+        ptrdiff_t mid = hi - (hi - lo) / 2;
+        if (c->run_start[mid] <= t0)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    for (ptrdiff_t r = lo; r < c->nruns && c->run_start[r] < t1; ++r) {
+        ptrdiff_t a = c->run_start[r] > t0 ? c->run_start[r] : t0;
+        ptrdiff_t b = c->run_start[r + 1] < t1 ? c->run_start[r + 1] : t1;
+        fill_run(o, dtype, a, b,
+                 table_value(c->table, c->table_dtype, c->run_bucket[r] * c->heads + h));
+    }
+}
+
 int pe_t5_bias(const void *table, int table_dtype, ptrdiff_t num_buckets, int bidirectional,
                int64_t max_distance, int64_t q_offset, const struct pe_bias_dst *dst, int add,
                int nthreads)
 {
     if (dst->batch == 0)
         return 0;
-    ptrdiff_t vlen = dst->q_len + dst->k_len - 1, heads = dst->heads;
+    ptrdiff_t vlen = dst->q_len + dst->k_len - 1;
     struct t5_bucketing p;
-    /* a decoding step: each head's vector is its row of the output */
-    int direct = dst->q_len == 1 && dst->batch == 1 && !add;
-    char *vals =
-        direct ? dst->data : malloc((size_t)heads * (size_t)vlen * pe_itemsize(dst->dtype));
-    ptrdiff_t head_stride = direct ? dst->stride_h : vlen * (ptrdiff_t)pe_itemsize(dst->dtype);
     int64_t *buckets = malloc((size_t)vlen * sizeof *buckets);
     ptrdiff_t *run_start = malloc(((size_t)vlen + 1) * sizeof *run_start);
-    if (vals == NULL || buckets == NULL || run_start == NULL ||
+    if (buckets == NULL || run_start == NULL ||
         t5_prepare(&p, bidirectional, num_buckets, max_distance) < 0) {
-        if (!direct)
-            free(vals);
         free(buckets);
         free(run_start);
         return -1;
     }
     /* one bucket per distinct distance; the bucket is constant over long
-     * runs of distances (all of those past max_distance, for one), so the
-     * runs are found once and each head's vector is a fill per run */
-    int parallel = nthreads > 1 && heads * vlen >= PE_PARALLEL_MIN;
+     * runs of distances (all of those past max_distance, for one), so each
+     * head's vector is a fill per run; buckets[] is reused for the runs' */
+    int parallel = nthreads > 1 && dst->heads * vlen >= PE_PARALLEL_MIN;
 #pragma omp parallel for schedule(static) num_threads(nthreads) if (parallel)
     for (ptrdiff_t t = 0; t < vlen; ++t)
         buckets[t] = t5_bucket(&p, distance_at(t, dst->q_len, q_offset));
+    free(p.thresh);
     ptrdiff_t nruns = 0;
-    for (ptrdiff_t t = 0; t < vlen; ++t)
-        if (t == 0 || buckets[t] != buckets[t - 1])
-            run_start[nruns++] = t;
-    run_start[nruns] = vlen;
-    ptrdiff_t nblk = (vlen + PE_VECTOR_BLOCK - 1) / PE_VECTOR_BLOCK;
-#pragma omp parallel for schedule(static) num_threads(nthreads) if (parallel)
-    for (ptrdiff_t task = 0; task < heads * nblk; ++task) {
-        ptrdiff_t h = task / nblk, t0 = task % nblk * PE_VECTOR_BLOCK;
-        ptrdiff_t t1 = vlen - t0 < PE_VECTOR_BLOCK ? vlen : t0 + PE_VECTOR_BLOCK;
-        /* the run holding t0: the last start at or before it */
-        ptrdiff_t lo = 0, hi = nruns - 1;
-        while (lo < hi) {
-            ptrdiff_t mid = hi - (hi - lo) / 2;
-            if (run_start[mid] <= t0)
-                lo = mid;
-            else
-                hi = mid - 1;
-        }
-        for (ptrdiff_t r = lo; r < nruns && run_start[r] < t1; ++r) {
-            ptrdiff_t a = run_start[r] > t0 ? run_start[r] : t0;
-            ptrdiff_t b = run_start[r + 1] < t1 ? run_start[r + 1] : t1;
-            fill_run(vals + h * head_stride, dst->dtype, a, b,
-                     table_value(table, table_dtype, buckets[run_start[r]] * heads + h));
+    for (ptrdiff_t t = 0; t < vlen; ++t) {
+        int64_t b = buckets[t];
+        if (nruns == 0 || b != buckets[nruns - 1]) {
+            run_start[nruns] = t;
+            buckets[nruns++] = b;
         }
     }
-    free(p.thresh);
+    run_start[nruns] = vlen;
+    struct t5_ctx c = {table, table_dtype, dst->heads, nruns, run_start, buckets};
+    int rc = bias_from_vectors(dst, add, nthreads, t5_vector_block, &c);
     free(buckets);
     free(run_start);
-    if (direct)
-        return 0;
-    toeplitz_rows(dst, vals, vlen, add, nthreads);
-    free(vals);
-    return 0;
+    return rc;
 }
 
 /* ---- Shaw et al.'s clipped relative positions ---- */
