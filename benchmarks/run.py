@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 import posenc
+from posenc import reference
 
 try:  # the comparison only; never a dependency of posenc
     import torch
@@ -92,8 +93,6 @@ def copyto_of(shape, dtype):
 
 @case("sinusoid")
 def sinusoid_cases(quick):
-    from posenc import reference
-
     n, dim = (16384, 256) if quick else (65536, 256)
     cases = []
     for dtype in ("float32", "float16", "float64"):
@@ -170,8 +169,6 @@ def _rope_torch(x, seq_axis):
 
 @case("rope")
 def rope_cases(quick):
-    from posenc import reference
-
     seq = 1024 if quick else 4096
     rng = np.random.default_rng(0)
     cases = []
@@ -231,7 +228,7 @@ def rope_cases(quick):
                 posenc=lambda x=x, out=out: posenc.apply_rope(x, out=out),
                 memory=copyto_of(x.shape, x.dtype),
                 torch=_rope_torch(x, -2),
-                extra={"positions": n, "ns_per_position": None},
+                extra={"positions": n},
             )
         )
     return cases
@@ -274,8 +271,6 @@ def _hf_t5_bias(table, q_len, k_len):
 
 @case("bias")
 def bias_cases(quick):
-    from posenc import reference
-
     n_heads, n = (16, 1024) if quick else (16, 2048)
     rng = np.random.default_rng(0)
     table = rng.standard_normal((32, n_heads)).astype(np.float32)

@@ -9,6 +9,7 @@ import math
 
 import numpy as np
 import pytest
+from rope_checks import assert_close_to_reference
 
 import posenc
 from posenc import _core, reference
@@ -24,31 +25,6 @@ LLAMA3 = {
     "high_freq_factor": 4.0,
     "original_max_position_embeddings": 8192,
 }
-
-
-def _tolerance(x, dtype, positions_max=1.0):
-    """Largest |kernel - float64 reference| allowed, elementwise.
-
-    float32 computes with cos/sin rounded to float32 and two roundings per
-    output (a few ulp of max|x|); float16 adds the rounding of the result to
-    float16 (one float16 ulp of the value); float64 differs from the
-    reference by ulps of the angle, which grow with the position (the two
-    readings of theta differ in their last bit).
-    """
-    scale = float(np.max(np.abs(np.asarray(x, dtype=np.float64)), initial=1e-30))
-    if dtype == np.float64:
-        return 8e-16 * scale * (1.0 + positions_max)
-    if dtype == np.float32:
-        return 4 * 2.0**-24 * scale * (1.0 + positions_max * 2.0**-26)
-    return 2.0**-10 * scale
-
-
-def assert_close_to_reference(actual, expected, x, positions_max=1.0):
-    dtype = np.asarray(actual).dtype.type
-    assert np.asarray(actual).dtype == np.asarray(expected).dtype
-    tol = _tolerance(x, dtype, positions_max)
-    err = np.abs(np.asarray(actual, np.float64) - np.asarray(expected, np.float64))
-    assert err.max(initial=0.0) <= tol, f"max error {err.max()} > {tol}"
 
 
 # ---------------------------------------------------------------- kernel vs reference
@@ -595,7 +571,7 @@ def _longrope(n):
 def test_longrope_matches_the_second_reading_and_switches_past_the_trained_length(seq_len):
     scaling = _longrope(48)
     got, af = posenc.rope_frequencies(96, scaling=scaling, seq_len=seq_len)
-    want, raf = reference.rope_frequencies(96, scaling=scaling, seq_len=seq_len)
+    want, _ = reference.rope_frequencies(96, scaling=scaling, seq_len=seq_len)
     np.testing.assert_allclose(got, want, rtol=1e-13)
     factors = scaling["long_factor"] if seq_len == 4097 else scaling["short_factor"]
     np.testing.assert_allclose(got, posenc.rope_frequencies(96)[0] / factors, rtol=1e-15)
@@ -682,10 +658,6 @@ def test_apply_rope_takes_the_sequence_length_from_the_positions(rng):
 # ---------------------------------------------------------------- bad input
 
 
-def _check_untouched(out, before):
-    np.testing.assert_array_equal(out, before)
-
-
 @pytest.mark.parametrize(
     "kwargs,exc,match",
     [
@@ -747,7 +719,7 @@ def test_bad_arguments_raise_and_leave_out_untouched(kwargs, exc, match):
     out = np.full_like(x, 7.0)
     with pytest.raises(exc, match=match):
         posenc.apply_rope(x, out=out, **kwargs)
-    _check_untouched(out, np.full_like(x, 7.0))
+    np.testing.assert_array_equal(out, np.full_like(x, 7.0))
 
 
 @pytest.mark.parametrize(
