@@ -7,10 +7,8 @@ writes, and one-line errors without a traceback.
 """
 
 import json
-import os
-import subprocess
-import sys
 
+import child_process
 import numpy as np
 import pytest
 
@@ -22,12 +20,7 @@ PREFIX = "python -m posenc probe: error: "
 
 def run_module(*args):
     """`python -m posenc ...` in a child process, importing this posenc."""
-    env = dict(os.environ)
-    root = os.path.dirname(os.path.dirname(posenc.__file__))
-    env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
-    return subprocess.run(
-        [sys.executable, "-m", "posenc", *args], capture_output=True, text=True, env=env
-    )
+    return child_process.run("-m", "posenc", *args)
 
 
 @pytest.fixture(scope="module")

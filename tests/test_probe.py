@@ -7,9 +7,9 @@ hand-derived values.
 """
 
 import json
-import subprocess
 import sys
 
+import child_process
 import numpy as np
 import pytest
 from sklearn.linear_model import LinearRegression, LogisticRegression
@@ -426,19 +426,8 @@ def test_importing_posenc_and_probe_imports_neither_sklearn_nor_matplotlib():
         "import sys, posenc, posenc.probe; "
         "print(sorted(m for m in ('sklearn', 'matplotlib') if m in sys.modules))"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=_env()
-    )
+    out = child_process.run("-c", code, check=True)
     assert out.stdout.strip() == "[]"
-
-
-def _env():
-    import os
-
-    env = dict(os.environ)
-    root = os.path.dirname(os.path.dirname(posenc.__file__))
-    env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
-    return env
 
 
 def test_missing_sklearn_raises_import_error_naming_the_probe_extra(monkeypatch):

@@ -2,10 +2,8 @@
 float64 at long positions, and bad input."""
 
 import math
-import os
-import subprocess
-import sys
 
+import child_process
 import numpy as np
 import pytest
 
@@ -264,10 +262,7 @@ def test_core_checks_its_arguments():
 
 
 def run_python(code, **env):
-    full_env = {**os.environ, **env}
-    return subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, env=full_env, check=True
-    )
+    return child_process.run("-c", code, check=True, **env)
 
 
 def test_posenc_simd_scalar_forces_portable_path():
@@ -312,9 +307,7 @@ def test_show_config_and_info_command(capsys):
     text = capsys.readouterr().out
     assert posenc.__version__ in text and np.__version__ in text
     assert posenc.simd_path() in text and "thread" in text
-    res = subprocess.run(
-        [sys.executable, "-m", "posenc", "info"], capture_output=True, text=True, check=True
-    )
+    res = child_process.run("-m", "posenc", "info", check=True)
     assert res.stdout == text
 
 
