@@ -15,40 +15,12 @@ import json
 import numpy as np
 import pytest
 from conftest import require
+from probe_protocol import direct_absolute, direct_order
 
 from posenc import probe
 
 # The README's figures for all-MiniLM-L6-v2 (seeds 0-9).
 MINILM_MAE, MINILM_ERROR = 58.03, 0.1457
-
-
-def direct_absolute(E, seed):
-    from sklearn.linear_model import LinearRegression
-    from sklearn.metrics import make_scorer
-    from sklearn.model_selection import KFold, cross_val_score
-    from threadpoolctl import threadpool_limits
-
-    order = np.random.default_rng(seed).permutation(len(E))
-    scorer = make_scorer(lambda y, p: np.mean(np.abs(np.rint(p) - y)), greater_is_better=False)
-    with threadpool_limits(1):
-        return -cross_val_score(
-            LinearRegression(), E[order], order.astype(float), cv=KFold(5), scoring=scorer
-        )
-
-
-def direct_order(E, seed):
-    from sklearn.linear_model import LogisticRegression
-    from sklearn.model_selection import KFold, cross_val_score
-    from threadpoolctl import threadpool_limits
-
-    n = len(E)
-    cells = np.random.default_rng(seed).choice(n * n, size=n, replace=False)
-    i, j = cells // n, cells % n
-    with threadpool_limits(1):
-        accuracy = cross_val_score(
-            LogisticRegression(max_iter=1000), np.hstack([E[i], E[j]]), j > i, cv=KFold(5)
-        )
-    return 1 - accuracy
 
 
 @pytest.fixture(scope="module")
