@@ -214,12 +214,7 @@ PE_TARGET_AVX2 static inline __attribute__((always_inline)) void store_ps(float 
 PE_TARGET_AVX2 static inline __attribute__((always_inline)) void store_pd(double *p, __m256d v,
                                                                           const int stream)
 {
-    if (stream) {
-        _mm_stream_pd(p, _mm256_castpd256_pd128(v));
-        _mm_stream_pd(p + 2, _mm256_extractf128_pd(v, 1));
-    } else {
-        _mm256_storeu_pd(p, v);
-    }
+    store_ps((float *)p, _mm256_castpd_ps(v), stream); /* the same 32 bytes */
 }
 
 PE_TARGET_AVX2 static inline __attribute__((always_inline)) void store_h8(uint16_t *p, __m256 v,
