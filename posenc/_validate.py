@@ -113,17 +113,32 @@ def real_array(value, name):
 def positions(value, name="positions"):
     """An int n (positions 0..n-1) or an array of positions.
 
-    Returns the positions as a C-contiguous float64 vector and the shape they
-    came in (``(n,)`` for an int).  Integer positions are exact up to 2**53.
+    A 0-d integer array or tensor (``np.array(8)``, ``torch.tensor(8)``) is a
+    length like a Python int; a float scalar is one position.  Returns the
+    positions as a C-contiguous float64 vector and the shape they came in
+    (``(n,)`` for a length).  Integer positions are exact up to 2**53.
     """
-    if isinstance(value, (Integral, np.integer)) and not isinstance(value, (bool, np.bool_)):
+    if isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be an int or an array of positions, not bool")
+    if not isinstance(value, (Integral, np.integer)):
+        arr = value if isinstance(value, np.ndarray) else np.asarray(value)
+        if arr.ndim == 0 and arr.dtype.kind == "b":
+            raise TypeError(f"{name} must be an int or an array of positions, not bool")
+        if arr.ndim == 0 and arr.dtype.kind in "iu":
+            value = arr[()]
+    if isinstance(value, (Integral, np.integer)):
         n = integer(value, name, minimum=0)
         shape_size((n,), name)
         return np.arange(n, dtype=np.float64), (n,)
-    if isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"{name} must be an int or an array of positions, not bool")
-    arr = real_array(value, name)
-    return np.ascontiguousarray(arr, dtype=np.float64).reshape(-1), arr.shape
+    arr = real_array(arr, name)
+    return native_copy(arr, np.float64).reshape(-1), arr.shape
+
+
+def native_copy(arr, dtype):
+    """`arr` as a C-contiguous, aligned, native-order array of `dtype`:
+    `arr` itself when it is one, else a copy (an unaligned buffer, such as
+    ``np.frombuffer(buf, offset=1)``, is copied, not refused)."""
+    return np.require(arr, dtype=np.dtype(dtype).newbyteorder("="), requirements=("C", "A"))
 
 
 def out_array(out, shape, dtype, name="out"):

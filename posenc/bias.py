@@ -200,7 +200,7 @@ def alibi_bias(
     else:
         if max_bias != 8.0:
             raise ValueError("give slopes or max_bias, not both")
-        slopes = np.ascontiguousarray(v.real_array(slopes, "slopes"), dtype=np.float64)
+        slopes = v.native_copy(v.real_array(slopes, "slopes"), np.float64)
         if slopes.shape != (n_heads,):
             raise ValueError(f"slopes must have shape ({n_heads},), not {slopes.shape}")
     shape = (n_heads, q_len, k_len)
@@ -261,7 +261,7 @@ def relative_position_bucket(
     num_buckets, max_distance = _check_t5(bidirectional, num_buckets, max_distance)
     if arr.dtype.kind == "u" and arr.dtype.itemsize == 8:
         arr = np.minimum(arr, _MAX_DISTANCE)  # all of these share the last bucket
-    rel = np.ascontiguousarray(arr, dtype=np.int64).reshape(-1)
+    rel = v.native_copy(arr, np.int64).reshape(-1)
     out = np.empty(rel.shape, np.int64)
     _core.t5_buckets(rel, out, bidirectional, num_buckets, max_distance)
     return out.reshape(arr.shape)
@@ -325,7 +325,7 @@ def t5_bias(
     num_buckets, max_distance = _check_t5(bidirectional, num_buckets, max_distance)
     q_len, k_len = _lengths(q_len, k_len)
     q_offset = _offset(q_offset)
-    tab = np.ascontiguousarray(arr, dtype=arr.dtype.newbyteorder("="))
+    tab = v.native_copy(arr, arr.dtype)
     shape = (n_heads, q_len, k_len)
 
     def kernel(add):

@@ -11,9 +11,10 @@ import numpy as np
 
 
 def _positions(positions):
-    if isinstance(positions, (int, np.integer)):
-        return np.arange(positions, dtype=np.float64)
-    return np.asarray(positions, dtype=np.float64)
+    arr = np.asarray(positions)
+    if arr.ndim == 0 and arr.dtype.kind in "iu":  # a length: int, 0-d integer array or tensor
+        return np.arange(int(arr), dtype=np.float64)
+    return arr.astype(np.float64)
 
 
 def sinusoid(positions, dim, *, base=10000.0, layout="interleaved", dtype=None, out=None):
@@ -57,6 +58,12 @@ def _rope_dynamic(dim, base, p, seq_len):
     s = p["factor"]
     grown = base * (s * n / trained - s + 1) ** (dim / (dim - 2))
     return [_rope_theta(i, dim, grown) for i in range(dim // 2)], 1.0
+
+
+def _rope_ntk_alpha(dim, base, p, seq_len):
+    return [
+        _rope_theta(i, dim, base * p["alpha"] ** (dim / (dim - 2))) for i in range(dim // 2)
+    ], 1.0
 
 
 def _rope_yarn(dim, base, p, seq_len):
@@ -121,6 +128,7 @@ _ROPE_FAMILIES = {
     "default": _rope_default,
     "linear": _rope_linear,
     "dynamic": _rope_dynamic,
+    "ntk_alpha": _rope_ntk_alpha,
     "yarn": _rope_yarn,
     "llama3": _rope_llama3,
     "longrope": _rope_longrope,
@@ -130,6 +138,10 @@ _ROPE_FAMILIES = {
 def _rope_resolve(dim, base, scaling):
     p = dict(scaling or {})
     kind = p.get("rope_type") or p.get("type") or "default"
+    if kind == "su" or (kind == "yarn" and "short_factor" in p):  # Phi-3's legacy names
+        kind = "longrope"
+    if kind == "dynamic" and p.get("alpha"):  # HunYuan
+        kind = "ntk_alpha"
     if p.get("partial_rotary_factor") is not None:
         dim = int(dim * p["partial_rotary_factor"])
     if p.get("rope_theta") is not None:
@@ -145,7 +157,7 @@ def rope_frequencies(dim, *, base=10000.0, scaling=None, seq_len=None):
 
 
 def _rope_seq_len(scaling, pos):
-    kind = (scaling or {}).get("rope_type") or (scaling or {}).get("type")
+    kind = _rope_resolve(2, 1.0, scaling)[2]
     if kind in ("dynamic", "longrope") and pos.size:
         return int(np.floor(pos.max())) + 1
     return None
@@ -194,6 +206,11 @@ def apply_rope(
         pos = pos.reshape(pos.shape + (1,) * (x.ndim - 2 - axis))
     else:
         pos = np.asarray(positions, dtype=np.float64) + offset
+        if 0 < pos.ndim < x.ndim - 1:  # last axis on seq_axis, leading ones on x's leading axes
+            axis = seq_axis % x.ndim
+            pos = np.expand_dims(
+                pos, tuple(range(pos.ndim - 1, axis)) + tuple(range(axis + 1, x.ndim - 1))
+            )
     unscaled = dict(scaling or {})
     unscaled.pop("partial_rotary_factor", None)
     cos, sin = rope_cos_sin(

@@ -19,7 +19,7 @@ from . import _validate as v
 _LAYOUTS = {"half": 0, "interleaved": 1}
 
 
-def rope_frequencies(dim, *, base=10000.0, scaling=None, seq_len=None):
+def rope_frequencies(dim, *, base=10000.0, scaling=None, seq_len=None, layer_type=None):
     """Inverse frequencies and attention factor of a RoPE configuration.
 
     Parameters
@@ -31,18 +31,32 @@ def rope_frequencies(dim, *, base=10000.0, scaling=None, seq_len=None):
     base : float
         The wavelength base (``rope_theta``); ``scaling["rope_theta"]``, when
         present, is used instead (they must agree if both are given).
-    scaling : dict, optional
-        Hugging Face's ``rope_scaling`` / ``rope_parameters`` dict as it is,
+    scaling : transformers config, or dict, optional
+        The model's config as transformers loads it (``model.config``: its
+        ``rope_parameters``, or ``rope_scaling`` and ``rope_theta``, with
+        ``max_position_embeddings``, ``partial_rotary_factor`` and
+        ``head_dim`` read from it as transformers reads them), a config.json
+        dict, or a ``rope_scaling`` / ``rope_parameters`` dict as it is,
         naming its family with ``rope_type`` (or the older ``type``):
-        ``"default"``, ``"linear"``, ``"dynamic"``, ``"yarn"``, ``"llama3"``
-        or ``"longrope"``; see :mod:`posenc.rope_scaling` for the keys each
-        reads.  Two values transformers takes from the model config go in the
-        dict too: ``max_position_embeddings`` (needed by ``dynamic``, and by
-        ``yarn`` / ``longrope`` without a ``factor``) and
-        ``partial_rotary_factor``.
+        ``"default"``, ``"linear"``, ``"dynamic"``, ``"yarn"``, ``"llama3"``,
+        ``"longrope"``, or ``"ntk_alpha"``; see :mod:`posenc.rope_scaling` for
+        the keys each reads.  A bare dict carries the values transformers
+        takes from the model config itself: ``max_position_embeddings``
+        (needed by ``dynamic``, and by ``yarn`` / ``longrope`` without a
+        ``factor``) and ``partial_rotary_factor``.  The dialects transformers
+        rewrites on load are read as it reads them: Phi-3's ``"su"`` and
+        ``"yarn"`` (with short and long factors) are LongRoPE, HunYuan's
+        ``"dynamic"`` with ``alpha`` is NTK-alpha.  Parameters that change
+        transformers' numbers in ways posenc does not implement (M-RoPE's
+        ``mrope_section``, other families) raise ValueError; unknown keys
+        give a warning naming them.
     seq_len : int, optional
         Current sequence length, for ``dynamic`` (base growth past the trained
         length) and ``longrope`` (long factors past it).
+    layer_type : str, optional
+        For configs with parameters per layer type (Gemma 3's
+        ``"full_attention"`` and ``"sliding_attention"``): which to use.
+        Required there, refused elsewhere.
 
     Returns
     -------
@@ -61,19 +75,21 @@ def rope_frequencies(dim, *, base=10000.0, scaling=None, seq_len=None):
     base = v.real(base, "base", positive=True)
     if seq_len is not None:
         seq_len = v.integer(seq_len, "seq_len", minimum=0)
-    rotary, base, name = rope_scaling.resolve(dim, base, scaling)
-    return rope_scaling.frequencies(rotary, base, scaling, seq_len, name)
+    rotary, base, rope = rope_scaling.resolve(dim, base, scaling, layer_type)
+    return rope_scaling.frequencies(rotary, base, rope, seq_len)
 
 
-def _seq_len(pos, name):
+def _seq_len(pos, rope):
     """transformers' sequence length for the length-dependent families:
     ``max(position_ids) + 1``."""
-    if name not in rope_scaling.SEQ_LEN_FAMILIES or pos.size == 0:
+    if not rope.family.needs_seq_len or pos.size == 0:
         return None
     return int(math.floor(float(pos.max()))) + 1
 
 
-def rope_cos_sin(positions, dim, *, base=10000.0, scaling=None, layout="half", dtype="float32"):
+def rope_cos_sin(
+    positions, dim, *, base=10000.0, scaling=None, layout="half", dtype="float32", layer_type=None
+):
     """cos and sin tables of RoPE for given positions, attention factor applied.
 
     For feeding a torch, JAX or NumPy model of one's own: ``x * cos +
@@ -82,12 +98,12 @@ def rope_cos_sin(positions, dim, *, base=10000.0, scaling=None, layout="half", d
     Parameters
     ----------
     positions : int or array_like
-        An int ``n`` for positions ``0..n-1``, or an array of positions of any
-        shape (ints or floats).
+        An int ``n`` (or a 0-d integer array) for positions ``0..n-1``, or an
+        array of positions of any shape (ints or floats).
     dim : int
         Head dimension, a positive even number (see :func:`rope_frequencies`
         for ``partial_rotary_factor``).
-    base, scaling
+    base, scaling, layer_type
         As in :func:`rope_frequencies`.  ``dynamic`` and ``longrope`` take the
         sequence length as ``max(positions) + 1``, as transformers does.
     layout : {"half", "interleaved"}
@@ -110,9 +126,9 @@ def rope_cos_sin(positions, dim, *, base=10000.0, scaling=None, layout="half", d
     base = v.real(base, "base", positive=True)
     layout_code = _LAYOUTS[v.choice(layout, "layout", tuple(_LAYOUTS))]
     dtype = v.float_dtype(dtype, "dtype")
-    rotary, base, name = rope_scaling.resolve(dim, base, scaling)
+    rotary, base, rope = rope_scaling.resolve(dim, base, scaling, layer_type)
     pos, shape = v.positions(positions, "positions")
-    inv_freq, attention = rope_scaling.frequencies(rotary, base, scaling, _seq_len(pos, name), name)
+    inv_freq, attention = rope_scaling.frequencies(rotary, base, rope, _seq_len(pos, rope))
     v.shape_size(shape + (rotary,), "positions")
     cos = np.empty(shape + (rotary,), dtype)
     sin = np.empty(shape + (rotary,), dtype)
@@ -134,6 +150,7 @@ def apply_rope(
     seq_axis=-2,
     inverse=False,
     out=None,
+    layer_type=None,
 ):
     """Rotate queries or keys by their positions (rotary position embedding).
 
@@ -143,13 +160,22 @@ def apply_rope(
         E.g. ``(batch, heads, seq, head_dim)`` as transformers lays it out, or
         ``(batch, seq, heads, head_dim)`` with ``seq_axis=-3``.
     positions : array_like, optional
-        Positions (ints or floats) broadcastable to ``x.shape[:-1]``: per
-        sequence ``(seq,)``, per batch ``(batch, 1, seq)`` (left padding,
-        packed sequences with restarts), a scalar for one decoding step...
-        None means ``arange(x.shape[seq_axis])`` along `seq_axis`.
-    base, scaling
+        Positions (ints or floats).  None means ``offset +
+        arange(x.shape[seq_axis])`` along `seq_axis`.  An array with as many
+        dimensions as ``x.shape[:-1]`` broadcasts against it.  One with
+        fewer dimensions puts its last axis on `seq_axis` and its leading
+        axes on the leading (batch) axes of `x`, broadcasting over the axes
+        in between: transformers' ``position_ids`` of shape ``(batch, seq)``
+        work as they are for ``(batch, heads, seq, head_dim)`` and, with
+        ``seq_axis=-3``, for ``(batch, seq, heads, head_dim)`` (per-batch
+        ids, left padding, packed sequences with restarts); ``(seq,)`` is
+        one sequence for every batch and head, a scalar one position for
+        all.  A shape this rule cannot place raises ValueError naming the
+        shape it expected.
+    base, scaling, layer_type
         As in :func:`rope_frequencies` (``dynamic`` and ``longrope`` take the
         sequence length as ``max(positions) + 1``, as transformers does).
+        With a config, its head dimension must be ``x.shape[-1]``.
     layout : {"half", "interleaved"}
         Which elements form the rotated pairs: ``(x[i], x[i + r/2])`` for
         ``"half"`` (GPT-NeoX, Llama in transformers), ``(x[2i], x[2i+1])`` for
@@ -163,7 +189,7 @@ def apply_rope(
     offset : int or float
         Added to the positions (a KV-cache offset with ``positions=None``).
     seq_axis : int
-        Axis of `x` holding the sequence when `positions` is None.
+        Axis of `x` holding the sequence (not the last).
     inverse : bool
         Rotate by the negative angle: undoes the rotation (and is its
         backward pass).
@@ -195,13 +221,13 @@ def apply_rope(
     offset = v.real(offset, "offset")
     if not isinstance(inverse, (bool, np.bool_)):
         raise TypeError(f"inverse must be a bool, not {type(inverse).__name__}")
-    rotary, base, name = _rotary_dim(dim, rotary_dim, base, scaling)
-    pos = _positions(positions, lead, offset, seq_axis, x.ndim)
-    inv_freq, attention = rope_scaling.frequencies(rotary, base, scaling, _seq_len(pos, name), name)
+    rotary, base, rope = _rotary_dim(dim, rotary_dim, base, scaling, layer_type)
+    pos = _positions(positions, lead, offset, seq_axis)
+    inv_freq, attention = rope_scaling.frequencies(rotary, base, rope, _seq_len(pos, rope))
     if out is not None:
         v.out_array(out, x.shape, dtype, "out")
 
-    src = x if v.kernel_ready(x) else np.ascontiguousarray(x, dtype=dtype)
+    src = x if v.kernel_ready(x) else v.native_copy(x, dtype)
     if out is None:
         result = target = np.empty(x.shape, dtype)
     else:
@@ -223,54 +249,89 @@ def apply_rope(
     return result
 
 
-def _rotary_dim(dim, rotary_dim, base, scaling):
-    """The rotary dimension r of apply_rope, its base and family."""
-    name = rope_scaling.family_name(scaling)
-    has_factor = scaling is not None and scaling.get("partial_rotary_factor") is not None
+def _rotary_dim(dim, rotary_dim, base, scaling, layer_type):
+    """The rotary dimension r of apply_rope, its base and configuration."""
+    rope = rope_scaling.read(scaling, layer_type)
+    rope_scaling.check_head_dim(dim, rope, "x.shape[-1]")
+    has_factor = rope.params.get("partial_rotary_factor") is not None
     if rotary_dim is None:
         if not has_factor and (dim <= 0 or dim % 2):
             raise ValueError(
                 f"rotary_dim defaults to x.shape[-1] = {dim}, which must be a positive even "
                 "number; pass an even rotary_dim to rotate only part of it"
             )
-        rotary = rope_scaling.rotary_dimension(dim, scaling, name)
+        rotary = rope_scaling.rotary_dimension(dim, rope)
     else:
         rotary = v.even_dim(rotary_dim, "rotary_dim")
         if rotary > dim:
             raise ValueError(f"rotary_dim must be <= x.shape[-1] = {dim}, got {rotary}")
-        if has_factor and rope_scaling.rotary_dimension(dim, scaling, name) != rotary:
+        if has_factor and rope_scaling.rotary_dimension(dim, rope) != rotary:
             raise ValueError(
-                f"rotary_dim = {rotary} disagrees with scaling['partial_rotary_factor'] = "
-                f"{scaling['partial_rotary_factor']} for x.shape[-1] = {dim}"
+                f"rotary_dim = {rotary} disagrees with scaling's partial_rotary_factor = "
+                f"{rope.params['partial_rotary_factor']} for x.shape[-1] = {dim}"
             )
-    return rotary, rope_scaling.base_of(base, scaling, name), name
+    return rotary, rope_scaling.base_of(base, rope), rope
 
 
-def _positions(positions, lead, offset, seq_axis, ndim):
-    """Positions as float64 with offset added, aligned to broadcast against `lead`."""
+def _seq_axis(seq_axis, ndim):
+    """`seq_axis` as a non-negative axis of x other than the last."""
+    seq_axis = v.integer(seq_axis, "seq_axis")
+    if not -ndim <= seq_axis < ndim or seq_axis % ndim == ndim - 1:
+        raise ValueError(
+            f"seq_axis must be an axis of x other than the last (x has {ndim} dimensions), "
+            f"got {seq_axis}"
+        )
+    return seq_axis % ndim
+
+
+def place_positions(shape, lead, axis):
+    """The shape positions of `shape` take to broadcast against `lead`
+    (``x.shape[:-1]``) with the sequence on `axis`, or a ValueError.
+
+    As many dimensions as `lead`: as they are.  Fewer: the last on `axis`,
+    the leading ones on the leading axes of `lead`, 1 (broadcast) between.
+    """
+    if axis is None:  # x is one vector
+        expected = "a scalar"
+    else:
+        expected = f"(seq,) = ({lead[axis]},)"
+        if axis > 0:
+            expected += f" or (batch, seq) = ({lead[0]}, {lead[axis]})"
+    k = len(shape)
+    if k == 0 or k == len(lead):
+        placed = shape
+    elif k > len(lead) or k - 1 > axis:
+        placed = None
+    else:
+        placed = shape[:-1] + (1,) * (axis - (k - 1)) + shape[-1:] + (1,) * (len(lead) - 1 - axis)
+    try:
+        if placed is None or np.broadcast_shapes(placed, lead) != lead:
+            raise ValueError
+    except ValueError:
+        raise ValueError(
+            f"positions of shape {shape} cannot be placed on x.shape[:-1] = {lead} with the "
+            f"sequence on axis {axis}: expected {expected} (the last axis on seq_axis, "
+            f"leading axes on x's leading axes), or a shape that broadcasts to {lead}"
+        ) from None
+    return placed
+
+
+def _positions(positions, lead, offset, seq_axis):
+    """Positions as float64 with offset added, shaped to broadcast against `lead`."""
+    if not lead and positions is not None:  # one vector: seq_axis does not apply
+        axis = None
+    else:
+        axis = _seq_axis(seq_axis, len(lead) + 1)
     if positions is None:
-        seq_axis = v.integer(seq_axis, "seq_axis")
-        if not -ndim <= seq_axis < ndim or seq_axis % ndim == ndim - 1:
-            raise ValueError(
-                f"seq_axis must be an axis of x other than the last (x has {ndim} dimensions), "
-                f"got {seq_axis}"
-            )
-        axis = seq_axis % ndim
         n = lead[axis]
         pos = offset + np.arange(n, dtype=np.float64)
-        return pos.reshape((n,) + (1,) * (ndim - 2 - axis))
+        return pos.reshape((n,) + (1,) * (len(lead) - 1 - axis))
     if isinstance(positions, (bool, np.bool_)):
         raise TypeError("positions must be numbers, not bool")
     arr = v.real_array(positions, "positions")
-    try:
-        shape = np.broadcast_shapes(arr.shape, lead)
-    except ValueError:
-        shape = None
-    if shape != lead:
-        raise ValueError(
-            f"positions of shape {arr.shape} do not broadcast to x.shape[:-1] = {lead}"
-        )
-    pos = np.array(arr, dtype=np.float64)  # a native copy: the kernel reads it from threads
+    placed = place_positions(arr.shape, lead, axis)
+    # a native copy: the kernel reads it from threads
+    pos = np.array(arr, dtype=np.float64).reshape(placed)
     if offset:
         with np.errstate(over="ignore"):  # an overflow is reported just below
             pos += offset

@@ -1,23 +1,29 @@
-"""RoPE frequencies and their context-extension families.
+"""RoPE frequencies, their context-extension families, and how a
+transformers configuration names them.
 
 Each family is one small function ``family(dim, base, params, seq_len)`` that
 returns ``(inv_freq, attention_factor)``: `inv_freq` a float64 array of
 ``dim // 2`` inverse frequencies for a rotary dimension `dim`, and the factor
-by which cos and sin are multiplied.  :data:`FAMILIES` maps the names used in
-Hugging Face's ``rope_scaling`` / ``rope_parameters`` dicts to them; adding a
-family is adding a function and an entry.
+by which cos and sin are multiplied.  A :class:`Family` record holds the
+function, whether it depends on the sequence length, and the keys it reads;
+:data:`FAMILIES` maps the names used in Hugging Face's ``rope_scaling`` /
+``rope_parameters`` dicts to them.  Adding a family is adding a function and
+a record.
 
-`params` is such a dict as it is (``rope_type`` or the older ``type``, and
-the keys transformers reads).  The numbers are those of transformers'
-``modeling_rope_utils`` init functions for the same dict, formed in float64
-where transformers uses float32; the attention factors are the same Python
-floats.  Two values transformers takes from the model config rather than the
-dict are read from the dict here:
+:func:`read` turns what a user hands over into one plain parameter dict:
+such a dict as it is (``rope_type`` or the older ``type``), a whole config
+(a transformers ``PretrainedConfig`` object, duck-typed, or a config.json
+dict), per-layer-type parameters with ``layer_type``, and the dialects
+transformers rewrites when it loads a checkpoint.  The numbers are those of
+transformers' ``modeling_rope_utils`` init functions for the same
+parameters, formed in float64 where transformers uses float32; the
+attention factors are the same Python floats.  Two values transformers
+takes from the model config rather than the dict are read from the config
+(or, for a bare dict, from the dict):
 
-- ``max_position_embeddings`` (``config.max_position_embeddings``): the
-  context length at which ``dynamic`` starts to grow the base, and the
-  numerator of the implied ``factor`` of ``yarn`` and ``longrope`` when the
-  dict has none;
+- ``max_position_embeddings``: the context length at which ``dynamic``
+  starts to grow the base, and the numerator of the implied ``factor`` of
+  ``yarn`` and ``longrope`` when the dict has none;
 - ``partial_rotary_factor``: the rotary dimension is
   ``int(head_dim * partial_rotary_factor)``, handled by :func:`resolve`.
 """
@@ -25,7 +31,10 @@ dict are read from the dict here:
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
@@ -121,6 +130,23 @@ def dynamic(dim, base, params, seq_len):
     n = length if seq_len is None else max(seq_len, length)
     grown = base * ((factor * n / length) - (factor - 1)) ** (dim / (dim - 2))
     return inv_frequencies(dim, grown), 1.0
+
+
+def ntk_alpha(dim, base, params, seq_len):
+    r"""NTK-aware scaling with a fixed :math:`\alpha` (HunYuan): the base is
+    stretched once, :math:`b' = b\,\alpha^{d/(d-2)}`, whatever the sequence
+    length, and :math:`\theta_i = b'^{-2i/d}`.
+
+    HunYuan's checkpoints write it as ``{"type": "dynamic", "alpha": ...}``;
+    transformers' HunYuan models read such a dict this way (not as
+    ``dynamic``), and so does :func:`read`.
+
+    Keys: ``alpha``.
+    """
+    alpha = _number(params, "alpha", "ntk_alpha", positive=True)
+    if dim < 4:
+        raise ValueError(f"dim must be >= 4 for rope_type 'ntk_alpha' (d/(d-2)), got {dim}")
+    return inv_frequencies(dim, base * alpha ** (dim / (dim - 2))), 1.0
 
 
 def yarn(dim, base, params, seq_len):
@@ -234,41 +260,245 @@ def longrope(dim, base, params, seq_len):
     return 1.0 / (ext * frequency_powers(dim, base)), attention
 
 
-FAMILIES = {
-    "default": default,
-    "linear": linear,
-    "dynamic": dynamic,
-    "yarn": yarn,
-    "llama3": llama3,
-    "longrope": longrope,
+@dataclass(frozen=True)
+class Family:
+    """A RoPE family: its function, whether its frequencies depend on the
+    sequence length, and the parameter keys it reads."""
+
+    name: str
+    function: Callable
+    keys: frozenset
+    needs_seq_len: bool = False
+
+
+_TRAINED = "original_max_position_embeddings"
+_FAMILY_LIST = (
+    Family("default", default, frozenset()),
+    Family("linear", linear, frozenset({"factor"})),
+    Family(
+        "dynamic",
+        dynamic,
+        frozenset({"factor", "max_position_embeddings", _TRAINED}),
+        needs_seq_len=True,
+    ),
+    Family("ntk_alpha", ntk_alpha, frozenset({"alpha"})),
+    Family(
+        "yarn",
+        yarn,
+        frozenset(
+            {"factor", "max_position_embeddings", _TRAINED, "beta_fast", "beta_slow", "mscale"}
+            | {"mscale_all_dim", "attention_factor", "truncate"}
+        ),
+    ),
+    Family(
+        "llama3", llama3, frozenset({"factor", "low_freq_factor", "high_freq_factor", _TRAINED})
+    ),
+    Family(
+        "longrope",
+        longrope,
+        frozenset(
+            {"short_factor", "long_factor", _TRAINED, "factor", "max_position_embeddings"}
+            | {"attention_factor"}
+        ),
+        needs_seq_len=True,
+    ),
+)
+FAMILIES = {f.name: f for f in _FAMILY_LIST}
+
+# keys every family may carry: the family's name, the base, the rotary part
+_COMMON_KEYS = frozenset({"rope_type", "type", "rope_theta", "partial_rotary_factor"})
+
+# keys that change transformers' numbers in ways posenc does not implement:
+# refused, never ignored
+_UNSUPPORTED_KEYS = {
+    "mrope_section": "multimodal RoPE (Qwen2-VL's M-RoPE sections)",
+    "mrope_interleaved": "multimodal RoPE (Qwen3-VL's interleaved M-RoPE)",
+    "short_mscale": "PhiMoE's attention scale of the short factors",
+    "long_mscale": "PhiMoE's attention scale of the long factors",
+    "llama_4_scaling_beta": "Llama 4's position-dependent query scaling",
 }
 
-# the families whose frequencies depend on the sequence length
-SEQ_LEN_FAMILIES = frozenset({"dynamic", "longrope"})
+# every key posenc knows; others get a warning naming them (as transformers gives)
+_KNOWN_KEYS = frozenset().union(_COMMON_KEYS, _UNSUPPORTED_KEYS, *(f.keys for f in _FAMILY_LIST))
+
+# legacy family names whose checkpoints only one reading fits
+_LONGROPE_ONLY = frozenset({"short_factor", "long_factor"})
+_YARN_ONLY = frozenset({"beta_fast", "beta_slow", "mscale", "mscale_all_dim", "truncate"})
 
 
-def family_name(scaling):
-    """The family a ``rope_scaling`` dict names (``rope_type``, else ``type``,
-    else ``"default"``, as transformers reads it); a ValueError if unknown."""
-    if scaling is None:
-        return "default"
-    if not isinstance(scaling, Mapping):
-        raise TypeError(
-            f"scaling must be None or a dict like transformers' rope_scaling, "
-            f"not {type(scaling).__name__}"
+@dataclass(frozen=True)
+class Rope:
+    """A RoPE configuration as posenc reads it: the family, its parameters
+    (a plain dict, the config's values merged in) and the head dimension
+    the config states (None when it states none)."""
+
+    family: Family
+    params: dict
+    head_dim: int | None = None
+
+    @property
+    def name(self):
+        return self.family.name
+
+
+def _config_value(config, key):
+    if isinstance(config, Mapping):
+        return config.get(key)
+    return getattr(config, key, None)
+
+
+def _is_config(scaling):
+    """A whole model config (object or config.json dict), not a rope dict."""
+    if isinstance(scaling, Mapping):
+        return any(k in scaling for k in ("rope_parameters", "rope_scaling", "model_type"))
+    return any(hasattr(scaling, k) for k in ("rope_parameters", "rope_scaling", "rope_theta"))
+
+
+def _is_nested(params):
+    """Per-layer-type parameters: ``{"full_attention": {...}, ...}``."""
+    return bool(params) and all(
+        isinstance(value, Mapping) or value is None for value in params.values()
+    )
+
+
+def _head_dim(config):
+    """The head dimension a config states, as transformers derives it."""
+    head_dim = _config_value(config, "head_dim")
+    if head_dim is None:
+        hidden = _config_value(config, "hidden_size")
+        heads = _config_value(config, "num_attention_heads")
+        if hidden is None or not heads:
+            return None
+        head_dim = hidden // heads
+    return v.integer(head_dim, "scaling.head_dim", minimum=1)
+
+
+def _select_layer(params, layer_type, where):
+    """The parameters of `layer_type` when `params` are given per layer type."""
+    if not _is_nested(params):
+        if layer_type is not None:
+            raise ValueError(
+                f"layer_type = {layer_type!r} was given, but {where} holds one set of RoPE "
+                "parameters for every layer, not one per layer type"
+            )
+        return params
+    types = tuple(params)
+    if layer_type is None:
+        raise ValueError(
+            f"{where} holds RoPE parameters per layer type {types}; pass layer_type= one of them"
         )
-    name = scaling.get("rope_type", scaling.get("type", "default"))
+    if not isinstance(layer_type, str):
+        raise TypeError(f"layer_type must be a string, not {type(layer_type).__name__}")
+    if layer_type not in params:
+        raise ValueError(f"layer_type must be one of {types}, got {layer_type!r}")
+    if params[layer_type] is None:
+        raise ValueError(f"{where} has no RoPE parameters for layer_type {layer_type!r}")
+    return params[layer_type]
+
+
+def _from_config(config, layer_type):
+    """The parameter dict of a whole config, with the values transformers
+    reads from the config itself merged in as transformers merges them."""
+    rope = _config_value(config, "rope_parameters")
+    if rope is None:
+        rope = _config_value(config, "rope_scaling")
+    if rope is not None and not isinstance(rope, Mapping):
+        raise TypeError(f"scaling.rope_parameters must be a dict, not {type(rope).__name__}")
+    params = dict(_select_layer(dict(rope or {}), layer_type, "the config"))
+    for key in ("rope_theta", "partial_rotary_factor"):
+        value = _config_value(config, key)
+        if value is not None:
+            params.setdefault(key, value)
+    length = _config_value(config, "max_position_embeddings")
+    if length is not None:
+        params["max_position_embeddings"] = length
+    trained = _config_value(config, _TRAINED)
+    if trained is not None:
+        # Phi-3 keeps the pretraining length beside its rope dict; transformers
+        # gives it priority over the dict's
+        params[_TRAINED] = trained
+    return params, _head_dim(config)
+
+
+def _family_of(params):
+    """The family a parameter dict names, after transformers' dialects."""
+    name = params.get("rope_type", params.get("type", "default"))
+    if name is None:
+        name = "default"
+    if not isinstance(name, str):
+        raise TypeError(f"scaling['rope_type'] must be a string, not {type(name).__name__}")
+    present = {k for k, value in params.items() if value is not None}
+    if name == "su":  # Phi-3's first checkpoints
+        name = "longrope"
+    elif name == "yarn" and present & _LONGROPE_ONLY:
+        # Phi-3's legacy "yarn" is LongRoPE (transformers' Phi3Config rewrites it)
+        if present & _YARN_ONLY:
+            raise ValueError(
+                "scaling: rope_type 'yarn' with both LongRoPE keys "
+                f"{sorted(present & _LONGROPE_ONLY)} and YaRN keys {sorted(present & _YARN_ONLY)} "
+                "is neither Phi-3's legacy LongRoPE nor YaRN; give rope_type explicitly"
+            )
+        name = "longrope"
+    elif name == "dynamic" and params.get("alpha"):
+        name = "ntk_alpha"  # HunYuan's fixed-alpha NTK, as transformers' HunYuan reads it
     if name not in FAMILIES:
-        raise ValueError(f"scaling: unknown rope_type {name!r}; expected one of {tuple(FAMILIES)}")
-    return name
+        raise ValueError(
+            f"scaling: rope_type {name!r} is not implemented by posenc (it implements "
+            f"{tuple(FAMILIES)}); its numbers would be wrong, so it is refused"
+        )
+    for key in sorted(present & set(_UNSUPPORTED_KEYS)):
+        raise ValueError(
+            f"scaling[{key!r}] ({_UNSUPPORTED_KEYS[key]}) changes the numbers in transformers "
+            "and is not implemented by posenc; it is refused rather than ignored"
+        )
+    unknown = sorted(k for k in params if not isinstance(k, str) or k not in _KNOWN_KEYS)
+    if unknown:
+        warnings.warn(
+            f"scaling: unknown RoPE parameter(s) {unknown} ignored (rope_type {name!r} reads "
+            f"{sorted(FAMILIES[name].keys | {'rope_theta', 'partial_rotary_factor'})})",
+            UserWarning,
+            stacklevel=4,
+        )
+    return FAMILIES[name]
 
 
-def rotary_dimension(dim, scaling, name):
+def read(scaling, layer_type=None):
+    """What `scaling` means, as a :class:`Rope`.
+
+    `scaling` is None, a ``rope_scaling`` / ``rope_parameters`` dict (flat,
+    or per layer type with `layer_type`), or a whole config: a transformers
+    config object (any object with ``rope_parameters``, ``rope_scaling`` or
+    ``rope_theta``; transformers is not imported) or a config.json dict
+    (one with ``rope_parameters``, ``rope_scaling`` or ``model_type``).
+    """
+    if scaling is None:
+        if layer_type is not None:
+            raise ValueError("layer_type was given without scaling (a config to choose from)")
+        return Rope(FAMILIES["default"], {})
+    if _is_config(scaling):
+        params, head_dim = _from_config(scaling, layer_type)
+    elif isinstance(scaling, Mapping):
+        params, head_dim = dict(_select_layer(scaling, layer_type, "scaling")), None
+    else:
+        raise TypeError(
+            "scaling must be None, a dict like transformers' rope_scaling / rope_parameters, "
+            f"or a transformers config, not {type(scaling).__name__}"
+        )
+    family = _family_of(params)
+    if family.name in ("llama3", "yarn", "longrope") and params.get(_TRAINED) is None:
+        # transformers' default for the pretraining length
+        if params.get("max_position_embeddings") is not None:
+            params[_TRAINED] = params["max_position_embeddings"]
+    return Rope(family, params, head_dim)
+
+
+def rotary_dimension(dim, rope):
     """``int(dim * partial_rotary_factor)`` (transformers' expression) when
-    `scaling` has that key, else `dim`; a ValueError unless positive and even."""
-    if scaling is None or scaling.get("partial_rotary_factor") is None:
+    the parameters have that key, else `dim`; a ValueError unless positive
+    and even."""
+    if rope.params.get("partial_rotary_factor") is None:
         return dim
-    factor = _number(scaling, "partial_rotary_factor", name, positive=True)
+    factor = _number(rope.params, "partial_rotary_factor", rope.name, positive=True)
     if factor > 1:
         raise ValueError(f"scaling['partial_rotary_factor'] must be <= 1, got {factor}")
     rotary = int(dim * factor)
@@ -280,14 +510,11 @@ def rotary_dimension(dim, scaling, name):
     return rotary
 
 
-def base_of(base, scaling, name):
-    """`base`, or ``scaling["rope_theta"]`` when present; a ValueError when
-    `base` was given another value than its default and the two disagree."""
-    theta = (
-        None
-        if scaling is None
-        else _number(scaling, "rope_theta", name, required=False, positive=True)
-    )
+def base_of(base, rope):
+    """`base`, or ``rope_theta`` when the parameters have it; a ValueError
+    when `base` was given another value than its default and the two
+    disagree."""
+    theta = _number(rope.params, "rope_theta", rope.name, required=False, positive=True)
     if theta is None:
         return base
     if base != DEFAULT_BASE and base != theta:
@@ -295,15 +522,25 @@ def base_of(base, scaling, name):
     return theta
 
 
-def resolve(dim, base, scaling):
-    """``(rotary_dim, base, family)`` that a call with head dimension `dim`,
-    `base` and `scaling` means (see :func:`rotary_dimension`, :func:`base_of`)."""
-    name = family_name(scaling)
-    return rotary_dimension(dim, scaling, name), base_of(base, scaling, name), name
+def check_head_dim(dim, rope, name):
+    """A ValueError when the config states another head dimension than `dim`."""
+    if rope.head_dim is not None and rope.head_dim != dim:
+        raise ValueError(
+            f"{name} = {dim} disagrees with the config's head dimension {rope.head_dim}"
+        )
 
 
-def frequencies(dim, base, scaling, seq_len, name):
-    """``(inv_freq, attention_factor)`` of family `name` (see
-    :func:`family_name`) for rotary dimension `dim` and base `base`."""
-    inv_freq, attention = FAMILIES[name](dim, base, scaling if scaling is not None else {}, seq_len)
+def resolve(dim, base, scaling, layer_type=None):
+    """``(rotary_dim, base, rope)`` that a call with head dimension `dim`,
+    `base`, `scaling` and `layer_type` means (see :func:`read`,
+    :func:`rotary_dimension`, :func:`base_of`)."""
+    rope = read(scaling, layer_type)
+    check_head_dim(dim, rope, "dim")
+    return rotary_dimension(dim, rope), base_of(base, rope), rope
+
+
+def frequencies(dim, base, rope, seq_len):
+    """``(inv_freq, attention_factor)`` of `rope` (see :func:`read`) for
+    rotary dimension `dim` and base `base`."""
+    inv_freq, attention = rope.family.function(dim, base, rope.params, seq_len)
     return np.ascontiguousarray(inv_freq, dtype=np.float64), float(attention)

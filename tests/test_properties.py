@@ -55,6 +55,8 @@ def strided_views(draw, dtype_strategy=NUMERIC, elements=None):
 )
 def test_sinusoid_any_positions_layout_match_reference(positions, half, layout, dtype):
     dim = 2 * half
+    if positions.ndim == 0 and positions.dtype.kind in "iu":
+        positions = positions.astype(np.float64)  # a 0-d integer is a length (test_inputs.py)
     got = posenc.sinusoid(positions, dim, layout=layout, dtype=dtype)
     contiguous = np.ascontiguousarray(positions, dtype=np.float64)
     want = reference.sinusoid(contiguous, dim, layout=layout, dtype="float64")

@@ -118,7 +118,9 @@ def test_simd_paths_and_thread_counts_give_identical_bits(rng, on_every_path, la
         ((9,), -2),  # per sequence
         ((2, 1, 9), -2),  # per batch: left padding
         ((2, 3, 9), -2),  # every row its own
-        ((9, 1), -3),  # (batch, seq, heads) layout
+        ((2, 9), -2),  # transformers' (batch, seq) position_ids
+        ((9,), -3),  # (batch, seq, heads) layout
+        ((2, 9), -3),
         ((2, 9, 1), -3),
         ((1, 1, 1), -2),
     ],
@@ -128,8 +130,8 @@ def test_broadcast_positions_match_reference(simd, rng, layout, positions_shape,
     shape = (2, 3, 9, 32) if seq_axis == -2 else (2, 9, 3, 32)
     x = rng.standard_normal(shape).astype(np.float32)
     pos = rng.integers(0, 4096, positions_shape)
-    got = posenc.apply_rope(x, pos, layout=layout)
-    want = reference.apply_rope(x, pos, layout=layout)
+    got = posenc.apply_rope(x, pos, layout=layout, seq_axis=seq_axis)
+    want = reference.apply_rope(x, pos, layout=layout, seq_axis=seq_axis)
     assert_close_to_reference(got, want, x, positions_max=4096)
 
 
@@ -433,7 +435,7 @@ def test_evenly_spaced_positions_give_the_same_bits_on_every_path_and_layout(rng
     for group in on_every_path(
         lambda: (
             posenc.apply_rope(x, pos),
-            posenc.apply_rope(xt, pos[:, None], seq_axis=-3).transpose(0, 2, 1, 3),
+            posenc.apply_rope(xt, pos, seq_axis=-3).transpose(0, 2, 1, 3),
             np.concatenate([posenc.apply_rope(x[:, h : h + 1], pos) for h in range(8)], 1),
         )
     ):
