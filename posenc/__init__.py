@@ -19,6 +19,25 @@ Configuration: :func:`show_config`, :func:`set_num_threads`,
 :mod:`posenc.reference`.
 """
 
+try:
+    from . import _core
+except ImportError as _exc:  # as NumPy does: say what to do, not only what failed
+    import os as _os
+
+    _tree = _os.path.dirname(_os.path.dirname(_os.path.abspath(__file__)))
+    if _os.path.isfile(_os.path.join(_tree, "setup.py")) and _os.path.isfile(
+        _os.path.join(_tree, "src", "module.c")
+    ):
+        raise ImportError(
+            f"posenc is being imported from its source tree ({_tree}), where its C extension "
+            "posenc._core has not been built.  Install it (pip install . ; pip install -e . to "
+            "develop) and run Python, a notebook or pytest from another directory, or use the "
+            "installed command: posenc probe"
+        ) from _exc
+    raise ImportError(
+        f"posenc's C extension posenc._core cannot be imported ({_exc}); reinstall posenc"
+    ) from _exc
+
 from . import probe, reference
 from ._config import config, get_num_threads, set_num_threads, show_config, simd_path
 from ._version import __version__
