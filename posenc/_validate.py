@@ -204,14 +204,15 @@ def output(out, shape, dtype, name="out"):
     Returns ``(result, rows, finish)``: `result` is what the function returns
     (the user's `out`, or a new array), `rows` the 2-D view the kernel fills,
     and `finish()` copies a temporary into `out` when `out` could not be
-    written directly (non-native byte order, non-collapsible strides).
+    written directly (non-native byte order, non-collapsible strides,
+    elements that share bytes, which threads would write in any order).
     """
     shape_size(shape, name)
     if out is None:
         result = np.empty(shape, dtype)
         return result, result.reshape(-1, shape[-1]), lambda: None
     out_array(out, shape, dtype, name)
-    rows = rows_view(out)
+    rows = None if self_overlaps(out) else rows_view(out)
     if rows is not None:
         return out, rows, lambda: None
     tmp = np.empty(shape, dtype)

@@ -72,6 +72,15 @@ def _run(kernel, arr, *, read):
     np.copyto(arr, tmp, casting="unsafe")
 
 
+def _apart(values, target):
+    """`values`, or a copy of them when they share memory with `target` (the
+    array written), so that they are read as they were before the call (as
+    NumPy's ufuncs read overlapping inputs)."""
+    if isinstance(target, np.ndarray) and np.may_share_memory(values, target):
+        return values.copy()
+    return values
+
+
 def _fill(kernel, shape, dtype, out):
     v.shape_size(shape, "out")
     if out is None:
@@ -204,6 +213,7 @@ def alibi_bias(
         if slopes.shape != (n_heads,):
             raise ValueError(f"slopes must have shape ({n_heads},), not {slopes.shape}")
     shape = (n_heads, q_len, k_len)
+    slopes = _apart(slopes, scores if scores is not None else out)
     if scores is not None:
         if out is not None:
             raise ValueError("give scores (to add into) or out (to write), not both")
@@ -325,7 +335,7 @@ def t5_bias(
     num_buckets, max_distance = _check_t5(bidirectional, num_buckets, max_distance)
     q_len, k_len = _lengths(q_len, k_len)
     q_offset = _offset(q_offset)
-    tab = v.native_copy(arr, arr.dtype)
+    tab = _apart(v.native_copy(arr, arr.dtype), scores if scores is not None else out)
     shape = (n_heads, q_len, k_len)
 
     def kernel(add):
