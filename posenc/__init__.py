@@ -20,7 +20,7 @@ Configuration: :func:`show_config`, :func:`set_num_threads`,
 """
 
 try:
-    from . import _core
+    from . import _core  # noqa: F401  (first, so that a missing build is reported here)
 except ImportError as _exc:  # as NumPy does: say what to do, not only what failed
     import os as _os
 
@@ -41,9 +41,9 @@ except ImportError as _exc:  # as NumPy does: say what to do, not only what fail
 from . import probe, reference
 from ._config import config, get_num_threads, set_num_threads, show_config, simd_path
 from ._version import __version__
-from .absolute import sinusoid
 from .bias import alibi_bias, alibi_slopes, relative_position_bucket, relative_positions, t5_bias
 from .rope import apply_rope, rope_cos_sin, rope_frequencies
+from .sinusoid import sinusoid
 
 __all__ = [
     "__version__",

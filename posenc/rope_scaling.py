@@ -39,7 +39,7 @@ from typing import Callable
 import numpy as np
 
 from . import _validate as v
-from .absolute import frequency_powers, inv_frequencies
+from ._frequencies import frequency_powers, inv_frequencies
 
 DEFAULT_BASE = 10000.0
 

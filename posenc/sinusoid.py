@@ -1,23 +1,13 @@
-"""Absolute sinusoidal position encoding (Vaswani et al., 2017)."""
+"""Absolute sinusoidal position encoding (Vaswani et al., 2017): the Python
+side of src/sinusoid.c."""
 
 from __future__ import annotations
 
-import numpy as np
-
 from . import _core
 from . import _validate as v
+from ._frequencies import inv_frequencies
 
 _LAYOUTS = {"interleaved": 0, "concat": 1}
-
-
-def frequency_powers(dim, base):
-    """``base ** (2i/dim)`` for ``i < dim/2``, in float64."""
-    return base ** (np.arange(0, dim, 2, dtype=np.float64) / dim)
-
-
-def inv_frequencies(dim, base):
-    """``base ** (-2i/dim)`` for ``i < dim/2``, in float64, as transformers forms them."""
-    return 1.0 / frequency_powers(dim, base)
 
 
 def sinusoid(positions, dim, *, base=10000.0, layout="interleaved", dtype=None, out=None):
