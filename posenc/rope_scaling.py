@@ -441,15 +441,15 @@ def _family_of(params):
         name = "longrope"
     elif name == "dynamic" and params.get("alpha"):
         name = "ntk_alpha"  # HunYuan's fixed-alpha NTK, as transformers' HunYuan reads it
-    if name not in FAMILIES:
-        raise ValueError(
-            f"scaling: rope_type {name!r} is not implemented by posenc (it implements "
-            f"{tuple(FAMILIES)}); its numbers would be wrong, so it is refused"
-        )
     for key in sorted(present & set(_UNSUPPORTED_KEYS)):
         raise ValueError(
             f"scaling[{key!r}] ({_UNSUPPORTED_KEYS[key]}) changes the numbers in transformers "
             "and is not implemented by posenc; it is refused rather than ignored"
+        )
+    if name not in FAMILIES:
+        raise ValueError(
+            f"scaling: rope_type {name!r} is not implemented by posenc (it implements "
+            f"{tuple(FAMILIES)}); its numbers would be wrong, so it is refused"
         )
     unknown = sorted(k for k in params if not isinstance(k, str) or k not in _KNOWN_KEYS)
     if unknown:

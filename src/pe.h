@@ -132,6 +132,46 @@ void pe_sincos_row(double pos, const double *freq, ptrdiff_t n, double *s, doubl
 void pe_sincos_rotate_row(double *s, double *c, const double *sd, const double *cd,
                           const double *freq, double pos, double m, ptrdiff_t n);
 
+/* A group of rows of sin and cos made by pe_sincos_group: the rows of one
+ * cell of the anchor grid (PE_ANCHOR consecutive indices along the axis the
+ * positions vary on, counted from index 0 of the caller's array, never from
+ * a tile or a thread's share), so that which rows are rotated, and their
+ * bits, do not depend on tiling, threads or memory layout. */
+struct pe_rotor {
+    double *s, *c;   /* the current row (half each) */
+    double *sd, *cd; /* sin and cos of the step last rotated by (half each) */
+    double step;     /* that step; NaN: none yet */
+};
+
+/* Called with each row of a group, in order: j its index in the group. */
+typedef void (*pe_row_fn)(void *ctx, ptrdiff_t j, const double *s, const double *c);
+
+/* Rows j < n of sin and cos of pos_j * freq[i] (pos_j the double at pos + j
+ * * stride bytes), handed to emit one after the other.  If rotate is set,
+ * the positions are an exact arithmetic progression (pe_progression), n > 2
+ * and M wmax 2**-26 <= PE_ROTATE_MAX (M the largest |pos_j|, wmax the
+ * largest freq[i]), row 0 is computed directly and the others by rotation
+ * with the floor of pe_sincos_rotate_row at m = M 2**-26: within half a
+ * float32 ulp of the direct values before rounding, so float32 and float16
+ * tables stay within 1 ulp.  Otherwise every row is direct (float64 tables
+ * ask for that). */
+void pe_sincos_group(struct pe_rotor *rt, const char *pos, ptrdiff_t stride, ptrdiff_t n,
+                     const double *freq, ptrdiff_t half, double wmax, int rotate, pe_row_fn emit,
+                     void *ctx);
+
+/* Rotation is not used once M * max(w) * 2**-26 passes this: too many values
+ * would fall below the floor and be recomputed. */
+#define PE_ROTATE_MAX 0x1p-4
+
+/* The largest |freq[i]|, i < n. */
+static inline double pe_max_abs(const double *freq, ptrdiff_t n)
+{
+    double m = 0.0;
+    for (ptrdiff_t i = 0; i < n; ++i)
+        m = (freq[i] > m ? freq[i] : -freq[i] > m ? -freq[i] : m);
+    return m;
+}
+
 /* Whether the n doubles at p, p + stride, ... (bytes) are an arithmetic
  * progression whose every difference is exact (its rounding error, by
  * Knuth's two-sum, is zero), so that stepping by the difference lands on
@@ -155,9 +195,11 @@ static inline int pe_progression(const char *p, ptrdiff_t stride, ptrdiff_t n, d
 /* ---- sinusoid tables (sinusoid.c) ---- */
 
 /* out row r (at out + r * row_stride bytes) = PE(pos[r]) for r < n_pos:
- * 2 * half elements of type dtype, contiguous, in the given layout. */
-void pe_sinusoid(const double *pos, ptrdiff_t n_pos, const double *freq, ptrdiff_t half, int layout,
-                 int dtype, char *out, ptrdiff_t row_stride, int nthreads);
+ * 2 * half elements of type dtype, contiguous, in the given layout.
+ * Returns 0, or -1 if scratch memory could not be allocated (nothing is
+ * written then). */
+int pe_sinusoid(const double *pos, ptrdiff_t n_pos, const double *freq, ptrdiff_t half, int layout,
+                int dtype, char *out, ptrdiff_t row_stride, int nthreads);
 
 /* ---- rotary position embedding (rope.c) ---- */
 

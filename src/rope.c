@@ -408,81 +408,54 @@ static run_fn choose_run(int layout, int dtype)
 /* ---- cos/sin of a tile ---- */
 
 /* Rows of a tile whose positions are evenly spaced (the usual arange, with
- * or without an offset) are made by rotation, as in sinusoid.c: an exact
- * anchor row every PE_ANCHOR rows of the global index along the tiled
- * dimension (tiles are whole groups, so the bits do not depend on the
- * tiling or the thread count), the rows between rotated by the step's
- * angle in float64.  A rotated value differs from sin/cos of the float64
- * angle fl(p * w) by at most 3 M w 2**-53 (the roundings of the anchor's,
- * the steps' and the target's angles, M the largest |position| of the
- * group) plus ~2**-46 of arithmetic; one of magnitude at least
- * M w 2**-26 + 2**-20 is then within half a float32 ulp, so the float32
- * table stays within 1 ulp of the float64 value.  Smaller values are
- * recomputed directly (pe_sincos_rotate_row).  float64 tables are always
- * direct.
- *
- * Rotation is not used once M * max(w) * 2**-26 passes this: too many
- * values would fall below the floor and be recomputed. */
-#define PE_ROPE_ROTATE_MAX 0x1p-4
+ * or without an offset) are made by rotation (pe_sincos_group): an exact
+ * anchor row every PE_ANCHOR rows of the index along the tiled dimension,
+ * which is always an axis of the caller's array (never merged with another
+ * along which the positions vary), and tiles are whole cells of that grid,
+ * so the bits depend neither on the tiling, the thread count nor the memory
+ * layout.  float64 tables are always direct. */
 
-/* A thread's float64 scratch for the table: sin and cos of the current row,
- * and of the step last rotated by. */
-struct table_scratch {
-    double *s, *c, *sd, *cd;
-    double step; /* NaN: sd, cd not computed yet */
+/* Where a tile's rows go: row j of tab, cos then sin of the angles, times
+ * scale (sin times sscale: negated for the inverse rotation), rounded once
+ * to float32 or float64. */
+struct table_sink {
+    char *tab;
+    ptrdiff_t half;
+    double scale, sscale;
+    int f64;
 };
 
-static inline double tile_pos(const char *pos, ptrdiff_t stride, ptrdiff_t j)
+static void emit_table_row(void *ctx, ptrdiff_t j, const double *s, const double *c)
 {
-    return *(const double *)(pos + j * stride);
+    const struct table_sink *k = ctx;
+    ptrdiff_t half = k->half;
+    if (k->f64) {
+        double *t = (double *)k->tab + j * 2 * half;
+        for (ptrdiff_t i = 0; i < half; ++i) {
+            t[i] = c[i] * k->scale;
+            t[half + i] = s[i] * k->sscale;
+        }
+    } else {
+        float *t = (float *)k->tab + j * 2 * half;
+        for (ptrdiff_t i = 0; i < half; ++i) {
+            t[i] = (float)(c[i] * k->scale);
+            t[half + i] = (float)(s[i] * k->sscale);
+        }
+    }
 }
 
-/* Rows j < n of the table: cos then sin of pos_j * freq, times scale (sin
- * negated for the inverse rotation), rounded once to float32 or float64.
- * pos_j is at pos + j * pos_stride bytes; row 0 is a multiple of
- * PE_ANCHOR along its dimension.  wmax: the largest |freq[i]|, or
- * infinity to compute every row directly. */
+/* Rows j < n of the table for the positions at pos + j * pos_stride bytes;
+ * row 0 is a multiple of PE_ANCHOR along its dimension. */
 static void fill_table(const char *pos, ptrdiff_t pos_stride, ptrdiff_t n, const double *freq,
                        ptrdiff_t half, double wmax, double scale, int inverse, int tab_f64,
-                       char *tab, struct table_scratch *sc)
+                       char *tab, struct pe_rotor *rt)
 {
-    double sscale = inverse ? -scale : scale;
-    double *sbuf = sc->s, *cbuf = sc->c;
     for (ptrdiff_t g0 = 0; g0 < n; g0 += PE_ANCHOR) {
-        ptrdiff_t g1 = n - g0 < PE_ANCHOR ? n : g0 + PE_ANCHOR;
-        double step = 0.0, m = 0.0;
-        int rotate = !tab_f64 && g1 - g0 > 2 &&
-                     pe_progression(pos + g0 * pos_stride, pos_stride, g1 - g0, &step);
-        if (rotate) {
-            double a = fabs(tile_pos(pos, pos_stride, g0)),
-                   b = fabs(tile_pos(pos, pos_stride, g1 - 1));
-            m = (a > b ? a : b) * 0x1p-26;
-            rotate = m * wmax <= PE_ROPE_ROTATE_MAX; /* false for infinity, even if m is 0 */
-        }
-        if (rotate && !(step == sc->step)) {
-            pe_sincos_row(step, freq, half, sc->sd, sc->cd);
-            sc->step = step;
-        }
-        for (ptrdiff_t j = g0; j < g1; ++j) {
-            double p = tile_pos(pos, pos_stride, j);
-            if (!rotate || j == g0)
-                pe_sincos_row(p, freq, half, sbuf, cbuf);
-            else
-                pe_sincos_rotate_row(sbuf, cbuf, sc->sd, sc->cd, freq, p, m, half);
-            if (tab_f64) {
-                double *t = (double *)tab + j * 2 * half;
-                for (ptrdiff_t i = 0; i < half; ++i) {
-                    t[i] = cbuf[i] * scale;
-                    t[half + i] = sbuf[i] * sscale;
-                }
-            } else {
-                float *t = (float *)tab + j * 2 * half;
-                for (ptrdiff_t i = 0; i < half; ++i) {
-                    t[i] = (float)(cbuf[i] * scale);
-                    t[half + i] = (float)(sbuf[i] * sscale);
-                }
-            }
-        }
+        ptrdiff_t len = n - g0 < PE_ANCHOR ? n - g0 : PE_ANCHOR;
+        struct table_sink k = {tab + g0 * 2 * half * (tab_f64 ? 8 : 4), half, scale,
+                               inverse ? -scale : scale, tab_f64};
+        pe_sincos_group(rt, pos + g0 * pos_stride, pos_stride, len, freq, half, wmax, !tab_f64,
+                        emit_table_row, &k);
     }
 }
 
@@ -504,7 +477,6 @@ struct plan {
     ptrdiff_t slice;   /* their length */
     ptrdiff_t ntasks;
     int stream; /* output too large for the caches: non-temporal stores */
-    int rotate; /* tiles start at multiples of PE_ANCHOR: tables may rotate */
 };
 
 static ptrdiff_t abs_pd(ptrdiff_t v)
@@ -518,7 +490,9 @@ static ptrdiff_t ceil_div(ptrdiff_t a, ptrdiff_t b)
 }
 
 /* Dimensions of length > 1, outermost first in x's memory (so that rows are
- * visited as they lie), adjacent ones merged where all three strides allow. */
+ * visited as they lie), adjacent ones merged where all three strides allow
+ * and the positions do not vary along them: the anchor grid of the tables
+ * stays on an axis of the caller's array, whatever its layout. */
 static int simplify(const struct pe_rope_args *a, struct plan *p)
 {
     int nd = 0;
@@ -549,7 +523,7 @@ static int simplify(const struct pe_rope_args *a, struct plan *p)
     for (int i = 0; i < nd; ++i) {
         if (m > 0) {
             struct pe_dimension *o = &p->d[m - 1], *in = &p->d[i];
-            if (o->xs == in->xs * in->n && o->os == in->os * in->n && o->ps == in->ps * in->n) {
+            if (o->ps == 0 && in->ps == 0 && o->xs == in->xs * in->n && o->os == in->os * in->n) {
                 o->n *= in->n;
                 o->xs = in->xs, o->os = in->os, o->ps = in->ps;
                 continue;
@@ -573,10 +547,10 @@ static void make_plan(struct plan *p, ptrdiff_t rowbytes, int nthreads)
         }
     }
     ptrdiff_t nk = p->k >= 0 ? p->d[p->k].n : 1;
-    /* whole groups of rotated rows per tile, unless rows are very long */
+    /* whole cells of the anchor grid per tile, even when rows are long */
     ptrdiff_t tile = PE_ROPE_TILE_BYTES / rowbytes;
-    ptrdiff_t unit = tile >= PE_ANCHOR ? PE_ANCHOR : 1;
-    tile = tile < 1 ? 1 : tile - tile % unit;
+    ptrdiff_t unit = PE_ANCHOR;
+    tile = tile < unit ? unit : tile - tile % unit;
     ptrdiff_t target = nthreads > 1 ? (ptrdiff_t)nthreads * PE_ROPE_TASKS_PER_THREAD : 1;
     /* few tiles: shorter ones, before slicing the broadcast rows */
     if (p->n_other * ceil_div(nk, tile) < target) {
@@ -586,7 +560,6 @@ static void make_plan(struct plan *p, ptrdiff_t rowbytes, int nthreads)
     }
     p->tile = tile > nk ? nk : tile;
     p->nchunks = ceil_div(nk, p->tile);
-    p->rotate = p->nchunks == 1 || p->tile % PE_ANCHOR == 0;
     p->split = -1;
     p->nslices = 1;
     p->slice = 1;
@@ -609,8 +582,7 @@ static void make_plan(struct plan *p, ptrdiff_t rowbytes, int nthreads)
 /* One task: fixed indices of the other varying dimensions, one tile along
  * k, one slice of the split dimension; every row in that box. */
 static void run_task(const struct pe_rope_args *a, const struct plan *p, ptrdiff_t task, run_fn run,
-                     ptrdiff_t rowbytes, double wmax, char *tab, struct table_scratch *sc,
-                     char *bounce)
+                     ptrdiff_t rowbytes, double wmax, char *tab, struct pe_rotor *rt, char *bounce)
 {
     const char *xb = a->x, *pb = a->pos;
     char *ob = a->out;
@@ -633,8 +605,8 @@ static void run_task(const struct pe_rope_args *a, const struct plan *p, ptrdiff
         xb += j0 * dk->xs, ob += j0 * dk->os, pb += j0 * dk->ps;
         pstride = dk->ps;
     }
-    fill_table(pb, pstride, ntab, a->freq, a->half, p->rotate ? wmax : INFINITY, a->scale,
-               a->inverse, a->dtype == PE_F64, tab, sc);
+    fill_table(pb, pstride, ntab, a->freq, a->half, wmax, a->scale, a->inverse, a->dtype == PE_F64,
+               tab, rt);
 
     /* the box: broadcast dimensions and k, in memory order */
     struct pe_dimension box[PE_ROPE_MAXDIM];
@@ -720,9 +692,7 @@ int pe_rope_apply(const struct pe_rope_args *a, int nthreads)
     make_plan(&p, rowbytes, nthreads);
     p.stream = nrows * a->dim * (ptrdiff_t)pe_itemsize(a->dtype) >= PE_ROPE_STREAM_BYTES;
 
-    double wmax = 0.0;
-    for (ptrdiff_t i = 0; i < a->half; ++i)
-        wmax = fabs(a->freq[i]) > wmax ? fabs(a->freq[i]) : wmax;
+    double wmax = pe_max_abs(a->freq, a->half);
 
     /* scratch per thread: the tile's table, then float64 sin and cos rows,
      * allocated here so that a failure happens before anything is written */
@@ -744,13 +714,13 @@ int pe_rope_apply(const struct pe_rope_args *a, int nthreads)
 #endif
         char *mine = scratch + (ptrdiff_t)tid * per_thread;
         double *buf = (double *)(mine + tab_bytes);
-        struct table_scratch sc = {buf, buf + a->half, buf + 2 * a->half, buf + 3 * a->half, NAN};
+        struct pe_rotor rt = {buf, buf + a->half, buf + 2 * a->half, buf + 3 * a->half, NAN};
         char *bounce = mine + tab_bytes + sc_bytes;
         /* dynamic: on a busy machine a descheduled thread leaves its tiles
          * to the others instead of holding up the whole call */
 #pragma omp for schedule(dynamic, 1)
         for (ptrdiff_t t = 0; t < p.ntasks; ++t)
-            run_task(a, &p, t, run, rowbytes, wmax, mine, &sc, bounce);
+            run_task(a, &p, t, run, rowbytes, wmax, mine, &rt, bounce);
     }
     free(scratch);
     return 0;
@@ -770,33 +740,53 @@ static inline void put_pair(char *row, ptrdiff_t i, ptrdiff_t half, int layout, 
     }
 }
 
+/* Where rows of rope_cos_sin go: rows r0 + j of cos_out and sin_out. */
+struct pair_sink {
+    char *cos_out, *sin_out;
+    ptrdiff_t cos_stride, sin_stride, r0, half;
+    double scale;
+    int layout, dtype;
+};
+
+static void emit_pair_row(void *ctx, ptrdiff_t j, const double *s, const double *c)
+{
+    const struct pair_sink *k = ctx;
+    char *crow = k->cos_out + (k->r0 + j) * k->cos_stride;
+    char *srow = k->sin_out + (k->r0 + j) * k->sin_stride;
+    for (ptrdiff_t i = 0; i < k->half; ++i) {
+        put_pair(crow, i, k->half, k->layout, k->dtype, c[i] * k->scale);
+        put_pair(srow, i, k->half, k->layout, k->dtype, s[i] * k->scale);
+    }
+}
+
 int pe_rope_table(const double *pos, ptrdiff_t n, const double *freq, ptrdiff_t half, double scale,
                   int layout, int dtype, char *cos_out, ptrdiff_t cos_stride, char *sin_out,
                   ptrdiff_t sin_stride, int nthreads)
 {
-    int parallel = nthreads > 1 && n * half * 4 >= PE_PARALLEL_MIN;
+    ptrdiff_t ncells = (n + PE_ANCHOR - 1) / PE_ANCHOR;
+    int parallel = nthreads > 1 && ncells > 1 && n * half * 4 >= PE_PARALLEL_MIN;
     if (!parallel)
         nthreads = 1;
-    ptrdiff_t per_thread = (2 * half * 8 + 63) / 64 * 64;
-    double *scratch = malloc((size_t)(per_thread * nthreads));
+    ptrdiff_t per_thread = 4 * half;
+    double *scratch = malloc((size_t)(per_thread * nthreads) * sizeof *scratch);
     if (scratch == NULL)
         return -1;
+    double wmax = pe_max_abs(freq, half);
 #pragma omp parallel num_threads(nthreads) if (parallel)
     {
         int tid = 0;
 #ifdef _OPENMP
         tid = omp_get_thread_num();
 #endif
-        double *sbuf = (double *)((char *)scratch + (ptrdiff_t)tid * per_thread);
-        double *cbuf = sbuf + half;
-#pragma omp for schedule(dynamic, 64)
-        for (ptrdiff_t r = 0; r < n; ++r) {
-            pe_sincos_row(pos[r], freq, half, sbuf, cbuf);
-            char *crow = cos_out + r * cos_stride, *srow = sin_out + r * sin_stride;
-            for (ptrdiff_t i = 0; i < half; ++i) {
-                put_pair(crow, i, half, layout, dtype, cbuf[i] * scale);
-                put_pair(srow, i, half, layout, dtype, sbuf[i] * scale);
-            }
+        double *buf = scratch + tid * per_thread;
+        struct pe_rotor rt = {buf, buf + half, buf + 2 * half, buf + 3 * half, NAN};
+#pragma omp for schedule(dynamic, 2)
+        for (ptrdiff_t t = 0; t < ncells; ++t) {
+            ptrdiff_t r0 = t * PE_ANCHOR, len = n - r0 < PE_ANCHOR ? n - r0 : PE_ANCHOR;
+            struct pair_sink k = {cos_out, sin_out, cos_stride, sin_stride, r0,
+                                  half,    scale,   layout,     dtype};
+            pe_sincos_group(&rt, (const char *)(pos + r0), sizeof *pos, len, freq, half, wmax,
+                            dtype != PE_F64, emit_pair_row, &k);
         }
     }
     free(scratch);

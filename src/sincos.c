@@ -6,7 +6,9 @@
  * of the same angles.  One range reduction serves both, and a vector of four
  * doubles does four angles per step, so the tables are bound by the stores,
  * not by the C library's scalar sin() and cos().  The arithmetic is in
- * sincos.h.
+ * sincos.h.  Evenly spaced positions take the cheaper route of
+ * pe_sincos_group: one row in PE_ANCHOR directly, the others rotated from
+ * it, the one primitive both sinusoid.c and rope.c build their tables on.
  */
 #include "pe.h"
 #include "sincos.h"
@@ -99,4 +101,30 @@ void pe_sincos_rotate_row(double *s, double *c, const double *sd, const double *
     }
 #endif
     rotate_row_scalar(s, c, sd, cd, freq, pos, m, 0, n);
+}
+
+void pe_sincos_group(struct pe_rotor *rt, const char *pos, ptrdiff_t stride, ptrdiff_t n,
+                     const double *freq, ptrdiff_t half, double wmax, int rotate, pe_row_fn emit,
+                     void *ctx)
+{
+    double step = 0.0, m = 0.0;
+    rotate = rotate && n > 2 && pe_progression(pos, stride, n, &step);
+    if (rotate) {
+        /* the largest |position| of a progression is at one of its ends */
+        double a = fabs(*(const double *)pos), b = fabs(*(const double *)(pos + (n - 1) * stride));
+        m = (a > b ? a : b) * 0x1p-26;
+        rotate = m * wmax <= PE_ROTATE_MAX; /* false for an infinite or NaN product */
+    }
+    if (rotate && !(step == rt->step)) {
+        pe_sincos_row(step, freq, half, rt->sd, rt->cd);
+        rt->step = step;
+    }
+    for (ptrdiff_t j = 0; j < n; ++j) {
+        double p = *(const double *)(pos + j * stride);
+        if (!rotate || j == 0)
+            pe_sincos_row(p, freq, half, rt->s, rt->c);
+        else
+            pe_sincos_rotate_row(rt->s, rt->c, rt->sd, rt->cd, freq, p, m, half);
+        emit(ctx, j, rt->s, rt->c);
+    }
 }

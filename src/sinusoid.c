@@ -6,29 +6,27 @@
  *
  * Computing sin and cos of every element directly (sincos.h) costs about 40
  * vector operations per four angles, more than the stores on this kind of
- * machine.  Tables of evenly spaced positions (an int n, k * arange(n)) are
- * therefore made by rotation: an exact anchor row every PE_ANCHOR rows, and
- * the rows between by rotating the previous one by the step's angle (two
- * multiplies and two multiply-adds per pair, in float64).  A rotated value
- * differs from sin/cos of the float64 angle fl(p * w) by the rounding of
- * that angle (up to 2**-53 of it) plus ~2**-46 of rotation error: far below
- * a float32 ulp of the value, except for values close to zero; those (below
- * the threshold of rotation_floor) are recomputed directly, so float32 and
- * float16 tables are within 1 ulp of the float64 value everywhere.  float64
- * tables, and positions that are not evenly spaced, are computed directly.
+ * machine.  The rows are therefore made by pe_sincos_group (sincos.c), one
+ * cell of the anchor grid (PE_ANCHOR rows) at a time: for evenly spaced
+ * positions (an int n, k * arange(n)) an exact row every PE_ANCHOR rows and
+ * the rows between rotated from it in float64, values too close to zero
+ * recomputed, so float32 and float16 tables are within 1 ulp of the float64
+ * value; float64 tables, and positions that are not evenly spaced, are
+ * computed directly.  Each row is then rounded and stored in its layout.
  *
- * The AVX2 path goes through a block row by row, so that the stores are
- * sequential, with the rotating state of a row in two small L1 buffers; the
- * portable path does the same arithmetic one column at a time, so both give
- * the same bits.  Blocks of rows are shared among OpenMP threads.
+ * The AVX2 store does four columns per step; the portable one the same
+ * roundings one column at a time, so both give the same bits.  Cells of
+ * rows are shared among OpenMP threads; a cell is never split, so the bits
+ * do not depend on the thread count either.
  */
 #include <math.h>
 #include <stdlib.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 #include "pe.h"
-#include "sincos.h"
-
-#define PE_ROW_CHUNK 256
+#include "simd.h"
 
 /* Element index of sin and cos of column j in a row. */
 static inline ptrdiff_t sin_index(ptrdiff_t j, int layout)
@@ -45,43 +43,6 @@ static inline void store1(char *row, ptrdiff_t j, ptrdiff_t half, int layout, in
 {
     pe_store(row, sin_index(j, layout), dtype, s);
     pe_store(row, cos_index(j, half, layout), dtype, c);
-}
-
-/* The smallest |value| a rotation may produce at angle ~ |pos| * w and keep.
- * It differs from sin/cos of fl(pos * w) by at most |pos| w 2**-51 (the
- * roundings of the anchor's angle, of the step's and of the target's) plus
- * 2**-46 (arithmetic over PE_ANCHOR steps); a value 2**25 times that size
- * is within half a float32 ulp, which rounding turns into at most one. */
-static inline double rotation_floor(double pos, double w)
-{
-    return fma(fabs(pos) * 0x1p-26, w, 0x1p-21);
-}
-
-/* (s, c) at angle a becomes (s, c) at a + delta; sd, cd: sin, cos of delta.
- * Returns 0 when either result is below `floor` and must be recomputed. */
-static inline int rotate1(double *s, double *c, double sd, double cd, double floor)
-{
-    double s0 = *s, c0 = *c;
-    *s = fma(s0, cd, c0 * sd);
-    *c = fma(c0, cd, -(s0 * sd));
-    return fabs(*s) >= floor && fabs(*c) >= floor;
-}
-
-/* Columns [j0, j1) of rows [r0, r1): direct, or rotated from row r0 by
- * the step's (sdv, cdv) when those are given. */
-static void block_scalar(const double *pos, ptrdiff_t r0, ptrdiff_t r1, const double *sdv,
-                         const double *cdv, const double *freq, ptrdiff_t j0, ptrdiff_t j1,
-                         ptrdiff_t half, int layout, int dtype, char *out, ptrdiff_t row_stride)
-{
-    for (ptrdiff_t j = j0; j < j1; ++j) {
-        double s = 0.0, c = 1.0;
-        for (ptrdiff_t r = r0; r < r1; ++r) {
-            if (r == r0 || sdv == NULL ||
-                !rotate1(&s, &c, sdv[j], cdv[j], rotation_floor(pos[r], freq[j])))
-                pe_sincos1(pos[r] * freq[j], &s, &c);
-            store1(out + r * row_stride, j, half, layout, dtype, s, c);
-        }
-    }
 }
 
 #if PE_X86
@@ -141,127 +102,71 @@ PE_TARGET_AVX2 static inline
     }
 }
 
-/* Columns [ja, jb) of rows [r0, r1), rotated from row r0, one row after the
- * other so that the stores are sequential; the rotating state of the row
- * lives in two small buffers in L1. */
-PE_TARGET_AVX2 static inline __attribute__((always_inline)) void
-rotated_rows_avx2(const double *pos, ptrdiff_t r0, ptrdiff_t r1, const double *sdv,
-                  const double *cdv, const double *freq, ptrdiff_t ja, ptrdiff_t jb, ptrdiff_t half,
-                  const int layout, const int dtype, char *out, ptrdiff_t row_stride, double *sbuf,
-                  double *cbuf)
-{
-    const __m256d neg = _mm256_set1_pd(-0.0);
-    char *row = out + r0 * row_stride;
-    for (ptrdiff_t j = ja; j < jb; j += 4) {
-        __m256d s, c;
-        pe_sincos4(_mm256_mul_pd(_mm256_set1_pd(pos[r0]), _mm256_loadu_pd(freq + j)), &s, &c);
-        _mm256_storeu_pd(sbuf + j - ja, s);
-        _mm256_storeu_pd(cbuf + j - ja, c);
-        store4(row, j, half, layout, dtype, s, c);
-    }
-    for (ptrdiff_t r = r0 + 1; r < r1; ++r) {
-        const __m256d p = _mm256_set1_pd(pos[r]);
-        /* rotation_floor: |pos| * 2**-26 * w + 2**-21 */
-        const __m256d scaled = _mm256_set1_pd(fabs(pos[r]) * 0x1p-26);
-        row = out + r * row_stride;
-        for (ptrdiff_t j = ja; j < jb; j += 4) {
-            __m256d s0 = _mm256_loadu_pd(sbuf + j - ja), c0 = _mm256_loadu_pd(cbuf + j - ja);
-            __m256d sd = _mm256_loadu_pd(sdv + j), cd = _mm256_loadu_pd(cdv + j);
-            __m256d s = _mm256_fmadd_pd(s0, cd, _mm256_mul_pd(c0, sd));
-            __m256d c = _mm256_fmadd_pd(c0, cd, _mm256_xor_pd(_mm256_mul_pd(s0, sd), neg));
-            __m256d w = _mm256_loadu_pd(freq + j);
-            __m256d floor = _mm256_fmadd_pd(scaled, w, _mm256_set1_pd(0x1p-21));
-            __m256d small =
-                _mm256_or_pd(_mm256_cmp_pd(_mm256_andnot_pd(neg, s), floor, _CMP_LT_OQ),
-                             _mm256_cmp_pd(_mm256_andnot_pd(neg, c), floor, _CMP_LT_OQ));
-            if (_mm256_movemask_pd(small)) { /* as rotate1: those lanes directly */
-                __m256d se, ce;
-                pe_sincos4(_mm256_mul_pd(p, w), &se, &ce);
-                s = _mm256_blendv_pd(s, se, small);
-                c = _mm256_blendv_pd(c, ce, small);
-            }
-            _mm256_storeu_pd(sbuf + j - ja, s);
-            _mm256_storeu_pd(cbuf + j - ja, c);
-            store4(row, j, half, layout, dtype, s, c);
-        }
-    }
-}
-
-/* Inlined with constant layout and dtype below, so the inner loops have no
- * branch but their own. */
-PE_TARGET_AVX2 static inline __attribute__((always_inline)) void
-block_avx2_impl(const double *pos, ptrdiff_t r0, ptrdiff_t r1, const double *sdv, const double *cdv,
-                const double *freq, ptrdiff_t half, const int layout, const int dtype, char *out,
-                ptrdiff_t row_stride)
-{
-    ptrdiff_t j = 0;
-    if (sdv == NULL) {
-        for (; j + 4 <= half; j += 4) {
-            __m256d w = _mm256_loadu_pd(freq + j), s, c;
-            for (ptrdiff_t r = r0; r < r1; ++r) {
-                pe_sincos4(_mm256_mul_pd(_mm256_set1_pd(pos[r]), w), &s, &c);
-                store4(out + r * row_stride, j, half, layout, dtype, s, c);
-            }
-        }
-    } else {
-        /* state of the rotation, for the columns done in vectors */
-        double sbuf[PE_ROW_CHUNK], cbuf[PE_ROW_CHUNK];
-        while (j + 4 <= half) {
-            ptrdiff_t n = half - j < PE_ROW_CHUNK ? (half - j) & ~(ptrdiff_t)3 : PE_ROW_CHUNK;
-            rotated_rows_avx2(pos, r0, r1, sdv, cdv, freq, j, j + n, half, layout, dtype, out,
-                              row_stride, sbuf, cbuf);
-            j += n;
-        }
-    }
-    block_scalar(pos, r0, r1, sdv, cdv, freq, j, half, half, layout, dtype, out, row_stride);
-}
-
-PE_TARGET_AVX2 static void block_avx2(const double *pos, ptrdiff_t r0, ptrdiff_t r1,
-                                      const double *sdv, const double *cdv, const double *freq,
-                                      ptrdiff_t half, int layout, int dtype, char *out,
-                                      ptrdiff_t row_stride)
-{
-#define PE_BLOCK_CASE(L, D)                                                                        \
-    if (layout == L && dtype == D) {                                                               \
-        block_avx2_impl(pos, r0, r1, sdv, cdv, freq, half, L, D, out, row_stride);                 \
-        return;                                                                                    \
-    }
-    PE_BLOCK_CASE(PE_INTERLEAVED, PE_F32)
-    PE_BLOCK_CASE(PE_CONCAT, PE_F32)
-    PE_BLOCK_CASE(PE_INTERLEAVED, PE_F16)
-    PE_BLOCK_CASE(PE_CONCAT, PE_F16)
-    PE_BLOCK_CASE(PE_INTERLEAVED, PE_F64)
-    PE_BLOCK_CASE(PE_CONCAT, PE_F64)
-#undef PE_BLOCK_CASE
-}
 #endif
 
-void pe_sinusoid(const double *pos, ptrdiff_t n_pos, const double *freq, ptrdiff_t half, int layout,
-                 int dtype, char *out, ptrdiff_t row_stride, int nthreads)
+/* Where a group's rows go: rows r0 + j of out. */
+struct sink {
+    char *out;
+    ptrdiff_t row_stride, r0, half;
+    int layout, dtype;
+};
+
+static void emit_scalar(void *ctx, ptrdiff_t j, const double *s, const double *c)
 {
-    /* sin and cos of the step's angles, shared by every block; without them
-     * (float64 output, uneven positions, no memory) rows are direct. */
-    double step, *sdv = NULL, *cdv = NULL;
-    if (dtype != PE_F64 && pe_progression((const char *)pos, sizeof *pos, n_pos, &step) &&
-        (sdv = malloc(2 * (size_t)half * sizeof *sdv)) != NULL) {
-        cdv = sdv + half;
-        pe_sincos_row(step, freq, half, sdv, cdv);
-    }
-    ptrdiff_t ntasks = (n_pos + PE_ANCHOR - 1) / PE_ANCHOR;
-    int parallel = ntasks > 1 && n_pos * half * 2 >= PE_PARALLEL_MIN && nthreads > 1;
-    int avx2 = pe_use_avx2();
-#pragma omp parallel for schedule(static) num_threads(nthreads) if (parallel)
-    for (ptrdiff_t t = 0; t < ntasks; ++t) {
-        ptrdiff_t r0 = t * PE_ANCHOR;
-        ptrdiff_t r1 = r0 + PE_ANCHOR < n_pos ? r0 + PE_ANCHOR : n_pos;
+    const struct sink *k = ctx;
+    char *row = k->out + (k->r0 + j) * k->row_stride;
+    for (ptrdiff_t i = 0; i < k->half; ++i)
+        store1(row, i, k->half, k->layout, k->dtype, s[i], c[i]);
+}
+
 #if PE_X86
-        if (avx2) {
-            block_avx2(pos, r0, r1, sdv, cdv, freq, half, layout, dtype, out, row_stride);
-            continue;
-        }
+PE_TARGET_AVX2 static void emit_avx2(void *ctx, ptrdiff_t j, const double *s, const double *c)
+{
+    const struct sink *k = ctx;
+    char *row = k->out + (k->r0 + j) * k->row_stride;
+    ptrdiff_t i = 0, half = k->half;
+    for (; i + 4 <= half; i += 4)
+        store4(row, i, half, k->layout, k->dtype, _mm256_loadu_pd(s + i), _mm256_loadu_pd(c + i));
+    for (; i < half; ++i)
+        store1(row, i, half, k->layout, k->dtype, s[i], c[i]);
+}
 #endif
-        block_scalar(pos, r0, r1, sdv, cdv, freq, 0, half, half, layout, dtype, out, row_stride);
+
+int pe_sinusoid(const double *pos, ptrdiff_t n_pos, const double *freq, ptrdiff_t half, int layout,
+                int dtype, char *out, ptrdiff_t row_stride, int nthreads)
+{
+    ptrdiff_t ncells = (n_pos + PE_ANCHOR - 1) / PE_ANCHOR;
+    int parallel = ncells > 1 && n_pos * half * 2 >= PE_PARALLEL_MIN && nthreads > 1;
+    if (!parallel)
+        nthreads = 1;
+    /* a thread's rotor: the current row and the step's sin and cos */
+    ptrdiff_t per_thread = 4 * half;
+    double *scratch = malloc((size_t)(per_thread * nthreads) * sizeof *scratch);
+    if (scratch == NULL)
+        return -1;
+    double wmax = pe_max_abs(freq, half);
+    pe_row_fn emit = emit_scalar;
+#if PE_X86
+    if (pe_use_avx2())
+        emit = emit_avx2;
+#endif
+#pragma omp parallel num_threads(nthreads) if (parallel)
+    {
+        int tid = 0;
+#ifdef _OPENMP
+        tid = omp_get_thread_num();
+#endif
+        double *buf = scratch + tid * per_thread;
+        struct pe_rotor rt = {buf, buf + half, buf + 2 * half, buf + 3 * half, NAN};
+#pragma omp for schedule(static)
+        for (ptrdiff_t t = 0; t < ncells; ++t) {
+            ptrdiff_t r0 = t * PE_ANCHOR;
+            ptrdiff_t n = n_pos - r0 < PE_ANCHOR ? n_pos - r0 : PE_ANCHOR;
+            struct sink k = {out, row_stride, r0, half, layout, dtype};
+            pe_sincos_group(&rt, (const char *)(pos + r0), sizeof *pos, n, freq, half, wmax,
+                            dtype != PE_F64, emit, &k);
+        }
     }
-    free(sdv);
-    (void)avx2;
+    free(scratch);
+    return 0;
 }

@@ -5,7 +5,7 @@ import os
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 from rope_checks import tolerance
@@ -248,3 +248,108 @@ def test_relative_position_bucket_any_layout_matches_reference(
     want = reference.relative_position_bucket(np.ascontiguousarray(rel, dtype=np.int64), **kw)
     assert got.dtype == np.int64 and got.shape == rel.shape
     np.testing.assert_array_equal(got, want)
+
+
+@st.composite
+def evenly_spaced_rope_calls(draw):
+    """An evenly spaced run of positions (default arange, an offset, a step,
+    per-batch ids) on a (batch, heads, seq, dim) array, head dims up to 2050
+    (rows past 4 KiB), and one way of laying the same values out."""
+    dim = 2 * draw(st.sampled_from([4, 32, 64, 513, 1024, 1025]))
+    batch, heads = draw(st.integers(1, 3)), draw(st.integers(1, 5))
+    seq = draw(st.integers(1, 100))
+    start = draw(st.sampled_from([0, 7, 12345, 3_000_000, -100_000]))
+    step = draw(st.sampled_from([1, 3, -2]))
+    ids = draw(st.sampled_from(["none", "seq", "batch_seq"]))
+    how = draw(st.sampled_from(["contiguous", "cache_view", "reversed_batch", "seq_major", "out"]))
+    dtype = draw(st.sampled_from(["float32", "float16"]))
+    return dim, batch, heads, seq, start, step, ids, how, dtype
+
+
+@given(
+    call=evenly_spaced_rope_calls(),
+    layout=st.sampled_from(["half", "interleaved"]),
+    seed=st.integers(0, 2**32 - 1),
+)
+# rows past 4 KiB once made tiles that were not whole cells of the grid
+@example(
+    call=(2048, 1, 4, 10, 3_000_000, 1, "none", "contiguous", "float32"), layout="half", seed=0
+)
+# (batch, seq) ids on one head: batch and seq were merged into one axis (and
+# its grid) when the strides allowed it, not in a view or into a cache
+@example(call=(256, 2, 1, 100, 3_000_000, 1, "batch_seq", "out", "float32"), layout="half", seed=1)
+@example(
+    call=(256, 2, 1, 100, 1_000_000, 3, "batch_seq", "cache_view", "float32"), layout="half", seed=2
+)
+@example(
+    call=(256, 3, 1, 90, 3_000_000, 1, "batch_seq", "reversed_batch", "float16"),
+    layout="interleaved",
+    seed=3,
+)
+def test_apply_rope_bits_do_not_depend_on_threads_paths_or_layout(call, layout, seed):
+    # float32 cos/sin of evenly spaced positions come from an anchor grid on
+    # the sequence index: the same bits whatever the threads, the SIMD path,
+    # the memory layout, merged axes or a view into a longer buffer
+    dim, batch, heads, seq, start, step, ids, how, dtype = call
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((batch, heads, seq, dim)).astype(dtype)
+    pos = start + step * np.arange(seq)
+    positions = {"none": None, "seq": pos, "batch_seq": np.tile(pos, (batch, 1))}[ids]
+    offset = start if ids == "none" else 0
+    if ids == "none" and step != 1:
+        positions = pos
+        offset = 0
+    want = posenc.apply_rope(x, positions, offset=offset, layout=layout)
+
+    def call_once():
+        if how == "contiguous":
+            return posenc.apply_rope(x, positions, offset=offset, layout=layout)
+        if how == "cache_view":
+            cache = np.zeros((batch, heads, seq + 37, dim), dtype)
+            cache[:, :, :seq] = x
+            return posenc.apply_rope(cache[:, :, :seq], positions, offset=offset, layout=layout)
+        if how == "reversed_batch":
+            p = positions if positions is None or positions.ndim == 1 else positions[::-1]
+            got = posenc.apply_rope(x[::-1], p, offset=offset, layout=layout)
+            return got[::-1]
+        if how == "seq_major":
+            xt = np.ascontiguousarray(x.transpose(0, 2, 1, 3))
+            got = posenc.apply_rope(xt, positions, offset=offset, layout=layout, seq_axis=-3)
+            return got.transpose(0, 2, 1, 3)
+        cache = np.zeros((batch, heads, seq + 5, dim), dtype)
+        posenc.apply_rope(x, positions, offset=offset, layout=layout, out=cache[:, :, :seq])
+        return cache[:, :, :seq]
+
+    paths = ["scalar"] + (["avx2"] if posenc._core.simd_cpu() == "avx2" else [])
+    before = posenc._core.simd_path()
+    try:
+        for path in paths:
+            posenc._core.set_simd(path)
+            for threads in (1, 2):
+                posenc.set_num_threads(threads)
+                np.testing.assert_array_equal(call_once(), want)
+    finally:
+        posenc._core.set_simd(before)
+        posenc.set_num_threads(0)
+
+
+@given(
+    start=st.sampled_from([0, 1000, 3_100_000, 16_777_215, 2**24 + 17]),
+    step=st.sampled_from([1, -1, 7, -97, 1000, -100_000, 1_000_000, -3_000_000]),
+    n=st.integers(2, 200),
+    half=st.sampled_from([1, 4, 64, 257]),
+    dtype=st.sampled_from(["float32", "float16"]),
+)
+@example(start=3_100_000, step=-100_000, n=64, half=64, dtype="float32")
+@example(start=0, step=1_000_000, n=64, half=64, dtype="float32")
+def test_sinusoid_evenly_spaced_positions_within_1_ulp(start, step, n, half, dtype):
+    # runs toward zero and across it, and large steps: the rotation's floor
+    # must come from the largest |position| of the group, not the target's
+    dim = 2 * half
+    pos = start + step * np.arange(n, dtype=np.float64)
+    got = posenc.sinusoid(pos, dim, dtype=dtype).astype(np.float64)
+    w = 1.0 / 10000.0 ** (np.arange(0, dim, 2, dtype=np.float64) / dim)
+    angle = pos[:, None] * w
+    exact = np.stack([np.sin(angle), np.cos(angle)], -1).reshape(n, dim)
+    spacing = np.spacing(np.abs(exact).astype(dtype)).astype(np.float64)
+    assert (np.abs(got - exact) <= spacing).all(), np.max(np.abs(got - exact) / spacing)
