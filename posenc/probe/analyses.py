@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import _validate as v
+from .. import _validate as v
 
 __all__ = [
     "PUBLISHED",
