@@ -1,29 +1,53 @@
 """What has a position embedding learned?  The probes of Wang & Chen (2020).
 
-The analyses are in :mod:`posenc.probe.analyses`; this package re-exports them.
+Wang & Chen, "What Do Position Embeddings Learn?  An Empirical Study of
+Pre-Trained Language Model Positional Encoding" (EMNLP 2020), ask of a
+position-embedding matrix ``E`` of shape ``(n_positions, dim)``:
+
+- can a linear map read the absolute position back from ``E[p]``?
+  (:func:`absolute_position_regression`, mean absolute error in positions);
+- can a linear classifier tell the order of two positions from
+  ``[E[i], E[j]]``?  (:func:`relative_order_classification`, error rate);
+- how alike are the positions (:func:`cosine_similarity`), and how many
+  directions carry the table (:func:`informativeness`)?
+
+:func:`report` runs all of them over several seeds and sets the figures
+beside the published ones (:data:`PUBLISHED`); :func:`load_position_embeddings`
+finds the table in a checkpoint file or a model.  Two helpers come from the
+same line of work: :func:`skip_positions` (the skip-position attack) and
+:func:`rope_long_term_decay` (RoFormer's bound on the rotary inner product).
+
+The probes follow the published protocol exactly, so that a figure computed
+here can be set beside the paper's: the linear models are scikit-learn's
+(``LinearRegression``; ``LogisticRegression`` with its defaults), fitted in
+float64.  scikit-learn and matplotlib are needed only by the probes and the
+plot, and are imported when those run: ``pip install "posenc[probe]"``.
+
+The modules: :mod:`.analyses` (the probes and their result classes),
+:mod:`.report` (:func:`report`, :class:`ProbeReport`, its plot),
+:mod:`.checkpoints` (the file formats and :func:`load_position_embeddings`);
+every public name is here.
 """
 
-# Not in __all__ (as before): KNOWN_KEYS, and the private helpers the command line uses.
-from .analyses import KNOWN_KEYS as KNOWN_KEYS
+# KNOWN_KEYS is public but not in __all__ (as before the split); _load, _table
+# and _to_numpy are the private helpers the command line (posenc.__main__) uses.
 from .analyses import (
-    PUBLISHED,
     AbsolutePositionResult,
     Informativeness,
-    ProbeReport,
-    PublishedRow,
     RelativeOrderResult,
     absolute_position_regression,
     cosine_similarity,
     informativeness,
-    load_position_embeddings,
     relative_order_classification,
-    report,
     rope_long_term_decay,
     skip_positions,
 )
-from .analyses import _load as _load
 from .analyses import _table as _table
 from .analyses import _to_numpy as _to_numpy
+from .checkpoints import KNOWN_KEYS as KNOWN_KEYS
+from .checkpoints import _load as _load
+from .checkpoints import load_position_embeddings
+from .report import PUBLISHED, ProbeReport, PublishedRow, report
 
 __all__ = [
     "PUBLISHED",
