@@ -125,8 +125,9 @@ static inline void pe_store(char *p, ptrdiff_t i, int dtype, double v)
 void pe_sincos_row(double pos, const double *freq, ptrdiff_t n, double *s, double *c);
 
 /* Advances a row of (s[i], c[i]) = sin, cos of some angle a_i to a_i + d_i
- * = pos * freq[i], given sd[i], cd[i] = sin, cos of d_i, with products and
- * sums in float64 (no FMA, so every path gives the same bits).  A new value
+ * = pos * freq[i], given sd[i], cd[i] = sin, cos of d_i, with a product
+ * and an FMA in float64 for each (in the same order on every path, so every
+ * path gives the same bits).  A new value
  * whose magnitude is below m * freq[i] + 2**-20 carries too large a
  * relative error: that pair is recomputed from pos * freq[i] directly. */
 void pe_sincos_rotate_row(double *s, double *c, const double *sd, const double *cd,
@@ -155,6 +156,13 @@ typedef void (*pe_row_fn)(void *ctx, ptrdiff_t j, const double *s, const double 
  * float32 ulp of the direct values before rounding, so float32 and float16
  * tables stay within 1 ulp.  Otherwise every row is direct (float64 tables
  * ask for that). */
+/* Whether the rows of such a group are rotated (the test pe_sincos_group
+ * applies), with *m = M 2**-26 then and rt->sd, rt->cd holding sin and cos
+ * of the step.  For kernels that fuse the rotation (pe_rotate4) with their
+ * stores. */
+int pe_group_rotates(struct pe_rotor *rt, const char *pos, ptrdiff_t stride, ptrdiff_t n,
+                     const double *freq, ptrdiff_t half, double wmax, int rotate, double *m);
+
 void pe_sincos_group(struct pe_rotor *rt, const char *pos, ptrdiff_t stride, ptrdiff_t n,
                      const double *freq, ptrdiff_t half, double wmax, int rotate, pe_row_fn emit,
                      void *ctx);
@@ -191,6 +199,19 @@ static inline int pe_progression(const char *p, ptrdiff_t stride, ptrdiff_t n, d
     *step = d;
     return 1;
 }
+
+/* ---- streamed stores (sincos.c; AVX2 path only) ---- */
+
+/* Outputs from this size on are written with non-temporal stores: they
+ * would not stay in cache, and reading their lines before writing them
+ * would cost half as much traffic again. */
+#define PE_STREAM_BYTES (8 << 20)
+
+/* bytes (a multiple of 16) from src to 16-byte aligned dst, with
+ * non-temporal stores; pe_stream_fence() orders them before the call
+ * returns.  Only where pe_use_avx2(). */
+void pe_stream_copy(char *dst, const char *src, ptrdiff_t bytes);
+void pe_stream_fence(void);
 
 /* ---- sinusoid tables (sinusoid.c) ---- */
 

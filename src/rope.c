@@ -63,8 +63,6 @@
  * rows using them stream through, and a tile is long enough (256 positions
  * of a 128-wide float32 head) for the hardware prefetchers. */
 #define PE_ROPE_TILE_BYTES 131072
-/* Outputs from this size on are written with non-temporal stores. */
-#define PE_ROPE_STREAM_BYTES (8 << 20)
 /* Rows of an outer dimension rotated together with one cos/sin row when the
  * cos/sin change along the innermost dimension. */
 #define PE_ROPE_LANES 4
@@ -320,19 +318,6 @@ run_avx2_loop(const struct run *r, const int layout, const int dtype, const int 
     }
 }
 
-/* bytes (a multiple of 16) from src to 16-byte aligned dst, non-temporal */
-PE_TARGET_AVX2 static inline void stream_copy(char *dst, const char *src, ptrdiff_t bytes)
-{
-    ptrdiff_t k = 0;
-    for (; k + 32 <= bytes; k += 32) {
-        __m256i v = _mm256_loadu_si256((const __m256i *)(src + k));
-        _mm_stream_si128((__m128i *)(dst + k), _mm256_castsi256_si128(v));
-        _mm_stream_si128((__m128i *)(dst + k + 16), _mm256_extracti128_si256(v, 1));
-    }
-    for (; k < bytes; k += 16)
-        _mm_stream_si128((__m128i *)(dst + k), _mm_loadu_si128((const __m128i *)(src + k)));
-}
-
 /* Lanes written straight to memory with non-temporal stores would fill
  * several partial cache lines at once, and the write-combining buffers
  * would flush them half empty.  So each row of all lanes is rotated into a
@@ -348,7 +333,7 @@ run_avx2_bounced(const struct run *r, const int layout, const int dtype)
         rows_avx2(x, r->lxs, r->bounce, rb, r->lanes, r->tab + m * r->ts, r->half, layout, dtype,
                   0);
         for (ptrdiff_t g = 0; g < r->lanes; ++g) {
-            stream_copy(o + g * r->los, r->bounce + g * rb, rb);
+            pe_stream_copy(o + g * r->los, r->bounce + g * rb, rb);
             pass_through(x + g * r->lxs, o + g * r->los, r->half, r->dim, dtype);
         }
     }
@@ -690,7 +675,7 @@ int pe_rope_apply(const struct pe_rope_args *a, int nthreads)
     if (!parallel)
         nthreads = 1;
     make_plan(&p, rowbytes, nthreads);
-    p.stream = nrows * a->dim * (ptrdiff_t)pe_itemsize(a->dtype) >= PE_ROPE_STREAM_BYTES;
+    p.stream = nrows * a->dim * (ptrdiff_t)pe_itemsize(a->dtype) >= PE_STREAM_BYTES;
 
     double wmax = pe_max_abs(a->freq, a->half);
 

@@ -137,4 +137,49 @@ PE_TARGET_AVX2 static inline void pe_sincos4(__m256d x, __m256d *sp, __m256d *cp
 
 #endif
 
+/* ---- rotation of a row from the previous one (the anchor grid) ----
+ *
+ * (s, c) at angle a becomes (s, c) at a + d, given sd, cd = sin, cos of d:
+ * one product and one FMA each, in the same order on both paths (so the
+ * same bits).  A result below floor = m * w + 2**-20 (m: M 2**-26 for the
+ * largest |position| M of the group, w: the frequency) carries too large a
+ * relative error for a float32 ulp and is recomputed from the angle pos * w
+ * directly.  These two are the only definition of that arithmetic: the
+ * rows of pe_sincos_rotate_row and sinusoid's fused stores call them. */
+
+static inline void pe_rotate1(double *s, double *c, double sd, double cd, double w, double m,
+                              double pos)
+{
+    double s0 = *s, c0 = *c, floor = m * w + 0x1p-20;
+    double s1 = fma(s0, cd, c0 * sd), c1 = fma(c0, cd, -(s0 * sd));
+    if (fabs(s1) < floor || fabs(c1) < floor)
+        pe_sincos1(pos * w, &s1, &c1);
+    *s = s1;
+    *c = c1;
+}
+
+#if PE_X86
+/* Four columns at once: (*s, *c) rotated by (sd, cd), w the frequencies, vm
+ * and vpos m and pos in every lane. */
+PE_TARGET_AVX2 static inline __attribute__((always_inline)) void
+pe_rotate4(__m256d *s, __m256d *c, __m256d sd, __m256d cd, __m256d w, __m256d vm, __m256d vpos)
+{
+    const __m256d neg = _mm256_set1_pd(-0.0);
+    __m256d s0 = *s, c0 = *c;
+    __m256d floor = _mm256_add_pd(_mm256_mul_pd(vm, w), _mm256_set1_pd(0x1p-20));
+    __m256d s1 = _mm256_fmadd_pd(s0, cd, _mm256_mul_pd(c0, sd));
+    __m256d c1 = _mm256_fmadd_pd(c0, cd, _mm256_xor_pd(_mm256_mul_pd(s0, sd), neg));
+    __m256d low = _mm256_or_pd(_mm256_cmp_pd(_mm256_andnot_pd(neg, s1), floor, _CMP_LT_OQ),
+                               _mm256_cmp_pd(_mm256_andnot_pd(neg, c1), floor, _CMP_LT_OQ));
+    if (_mm256_movemask_pd(low)) { /* as pe_rotate1: those lanes directly */
+        __m256d se, ce;
+        pe_sincos4(_mm256_mul_pd(vpos, w), &se, &ce);
+        s1 = _mm256_blendv_pd(s1, se, low);
+        c1 = _mm256_blendv_pd(c1, ce, low);
+    }
+    *s = s1;
+    *c = c1;
+}
+#endif
+
 #endif

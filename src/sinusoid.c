@@ -26,7 +26,7 @@
 #endif
 
 #include "pe.h"
-#include "simd.h"
+#include "sincos.h"
 
 /* Element index of sin and cos of column j in a row. */
 static inline ptrdiff_t sin_index(ptrdiff_t j, int layout)
@@ -104,7 +104,7 @@ PE_TARGET_AVX2 static inline
 
 #endif
 
-/* Where a group's rows go: rows r0 + j of out. */
+/* Where a cell's rows go (portable path): rows r0 + j of out. */
 struct sink {
     char *out;
     ptrdiff_t row_stride, r0, half;
@@ -119,17 +119,81 @@ static void emit_scalar(void *ctx, ptrdiff_t j, const double *s, const double *c
         store1(row, i, k->half, k->layout, k->dtype, s[i], c[i]);
 }
 
-#if PE_X86
-PE_TARGET_AVX2 static void emit_avx2(void *ctx, ptrdiff_t j, const double *s, const double *c)
+static void cell_scalar(struct pe_rotor *rt, const double *pos, ptrdiff_t r0, ptrdiff_t n,
+                        const double *freq, ptrdiff_t half, double wmax, char *out,
+                        ptrdiff_t row_stride, int layout, int dtype)
 {
-    const struct sink *k = ctx;
-    char *row = k->out + (k->r0 + j) * k->row_stride;
-    ptrdiff_t i = 0, half = k->half;
-    for (; i + 4 <= half; i += 4)
-        store4(row, i, half, k->layout, k->dtype, _mm256_loadu_pd(s + i), _mm256_loadu_pd(c + i));
-    for (; i < half; ++i)
-        store1(row, i, half, k->layout, k->dtype, s[i], c[i]);
+    struct sink k = {out, row_stride, r0, half, layout, dtype};
+    pe_sincos_group(rt, (const char *)(pos + r0), sizeof *pos, n, freq, half, wmax, dtype != PE_F64,
+                    emit_scalar, &k);
 }
+
+#if PE_X86
+/* The same cell with the rotation (pe_rotate4) fused with the stores: the
+ * rotating row stays in rt->s, rt->c (L1), each row is stored as it is
+ * made.  Inlined with constant layout and dtype below. */
+PE_TARGET_AVX2 static inline __attribute__((always_inline)) void
+cell_avx2_impl(struct pe_rotor *rt, const double *pos, ptrdiff_t r0, ptrdiff_t n,
+               const double *freq, ptrdiff_t half, double wmax, char *out, ptrdiff_t row_stride,
+               const int layout, const int dtype)
+{
+    double m = 0.0;
+    int rotate = pe_group_rotates(rt, (const char *)(pos + r0), sizeof *pos, n, freq, half, wmax,
+                                  dtype != PE_F64, &m);
+    double *s = rt->s, *c = rt->c;
+    for (ptrdiff_t r = 0; r < n; ++r) {
+        double p = pos[r0 + r];
+        char *row = out + (r0 + r) * row_stride;
+        const __m256d vpos = _mm256_set1_pd(p), vm = _mm256_set1_pd(m);
+        ptrdiff_t j = 0;
+        if (!rotate || r == 0) {
+            for (; j + 4 <= half; j += 4) {
+                __m256d vs, vc;
+                pe_sincos4(_mm256_mul_pd(vpos, _mm256_loadu_pd(freq + j)), &vs, &vc);
+                _mm256_storeu_pd(s + j, vs);
+                _mm256_storeu_pd(c + j, vc);
+                store4(row, j, half, layout, dtype, vs, vc);
+            }
+            for (; j < half; ++j) {
+                pe_sincos1(p * freq[j], &s[j], &c[j]);
+                store1(row, j, half, layout, dtype, s[j], c[j]);
+            }
+            continue;
+        }
+        for (; j + 4 <= half; j += 4) {
+            __m256d vs = _mm256_loadu_pd(s + j), vc = _mm256_loadu_pd(c + j);
+            pe_rotate4(&vs, &vc, _mm256_loadu_pd(rt->sd + j), _mm256_loadu_pd(rt->cd + j),
+                       _mm256_loadu_pd(freq + j), vm, vpos);
+            _mm256_storeu_pd(s + j, vs);
+            _mm256_storeu_pd(c + j, vc);
+            store4(row, j, half, layout, dtype, vs, vc);
+        }
+        for (; j < half; ++j) {
+            pe_rotate1(&s[j], &c[j], rt->sd[j], rt->cd[j], freq[j], m, p);
+            store1(row, j, half, layout, dtype, s[j], c[j]);
+        }
+    }
+}
+
+typedef void (*cell_fn)(struct pe_rotor *rt, const double *pos, ptrdiff_t r0, ptrdiff_t n,
+                        const double *freq, ptrdiff_t half, double wmax, char *out,
+                        ptrdiff_t row_stride, int layout, int dtype);
+
+#define PE_CELL_AVX2(name, L, D)                                                                   \
+    PE_TARGET_AVX2 static void name(struct pe_rotor *rt, const double *pos, ptrdiff_t r0,          \
+                                    ptrdiff_t n, const double *freq, ptrdiff_t half, double wmax,  \
+                                    char *out, ptrdiff_t row_stride, int layout, int dtype)        \
+    {                                                                                              \
+        (void)layout, (void)dtype;                                                                 \
+        cell_avx2_impl(rt, pos, r0, n, freq, half, wmax, out, row_stride, L, D);                   \
+    }
+PE_CELL_AVX2(cell_avx2_inter_f16, PE_INTERLEAVED, PE_F16)
+PE_CELL_AVX2(cell_avx2_inter_f32, PE_INTERLEAVED, PE_F32)
+PE_CELL_AVX2(cell_avx2_inter_f64, PE_INTERLEAVED, PE_F64)
+PE_CELL_AVX2(cell_avx2_concat_f16, PE_CONCAT, PE_F16)
+PE_CELL_AVX2(cell_avx2_concat_f32, PE_CONCAT, PE_F32)
+PE_CELL_AVX2(cell_avx2_concat_f64, PE_CONCAT, PE_F64)
+#undef PE_CELL_AVX2
 #endif
 
 int pe_sinusoid(const double *pos, ptrdiff_t n_pos, const double *freq, ptrdiff_t half, int layout,
@@ -145,10 +209,15 @@ int pe_sinusoid(const double *pos, ptrdiff_t n_pos, const double *freq, ptrdiff_
     if (scratch == NULL)
         return -1;
     double wmax = pe_max_abs(freq, half);
-    pe_row_fn emit = emit_scalar;
 #if PE_X86
-    if (pe_use_avx2())
-        emit = emit_avx2;
+    static const cell_fn avx2[2][3] = {
+        {cell_avx2_inter_f16, cell_avx2_inter_f32, cell_avx2_inter_f64},
+        {cell_avx2_concat_f16, cell_avx2_concat_f32, cell_avx2_concat_f64},
+    };
+    cell_fn cell = pe_use_avx2() ? avx2[layout][dtype] : cell_scalar;
+#else
+    void (*cell)(struct pe_rotor *, const double *, ptrdiff_t, ptrdiff_t, const double *, ptrdiff_t,
+                 double, char *, ptrdiff_t, int, int) = cell_scalar;
 #endif
 #pragma omp parallel num_threads(nthreads) if (parallel)
     {
@@ -162,9 +231,7 @@ int pe_sinusoid(const double *pos, ptrdiff_t n_pos, const double *freq, ptrdiff_
         for (ptrdiff_t t = 0; t < ncells; ++t) {
             ptrdiff_t r0 = t * PE_ANCHOR;
             ptrdiff_t n = n_pos - r0 < PE_ANCHOR ? n_pos - r0 : PE_ANCHOR;
-            struct sink k = {out, row_stride, r0, half, layout, dtype};
-            pe_sincos_group(&rt, (const char *)(pos + r0), sizeof *pos, n, freq, half, wmax,
-                            dtype != PE_F64, emit, &k);
+            cell(&rt, pos, r0, n, freq, half, wmax, out, row_stride, layout, dtype);
         }
     }
     free(scratch);
