@@ -45,8 +45,10 @@ static inline uint16_t pe_f16_from_f32(float f)
     uint16_t sign = (uint16_t)((x >> 16) & 0x8000u);
     uint32_t ax = x & 0x7fffffffu;
 
-    if (ax >= 0x7f800000u) /* inf or nan: keep nan quiet */
-        return sign | (ax > 0x7f800000u ? 0x7e00u : 0x7c00u);
+    if (ax > 0x7f800000u) /* nan: the top payload bits, quiet, as F16C's vcvtps2ph */
+        return sign | 0x7e00u | (uint16_t)((ax >> 13) & 0x3ffu);
+    if (ax == 0x7f800000u)
+        return sign | 0x7c00u;
     if (ax >= 0x477ff000u) /* rounds to >= 65520: overflow to inf */
         return sign | 0x7c00u;
     if (ax < 0x38800000u) { /* below the smallest normal half: subnormal */

@@ -71,3 +71,42 @@ def test_apply_rope_into_overlapping_out_is_written_in_order(threads, rng):
             np.testing.assert_array_equal(out, want)
     finally:
         posenc.set_num_threads(0)
+
+
+NAN_BITS = np.array([0x7E00, 0x7E01, 0xFE23, 0x7FFF, 0x7C01, 0xFD55, 0x3C00, 0x7C00], np.uint16)
+
+
+def _on_each_path(make):
+    paths = ["scalar"] + (["avx2"] if posenc._core.simd_cpu() == "avx2" else [])
+    before = posenc._core.simd_path()
+    try:
+        results = []
+        for path in paths:
+            posenc._core.set_simd(path)
+            results.append(make())
+        return results
+    finally:
+        posenc._core.set_simd(before)
+
+
+def test_float16_nan_payloads_equal_numpys_add_on_every_path():
+    # NumPy's float16 add keeps a NaN's top payload bits (and quiets it);
+    # so do F16C's conversions, and so must the portable path
+    def add():
+        scores = np.broadcast_to(NAN_BITS.view(np.float16), (1, 2, 8, 8)).copy()
+        posenc.alibi_bias(2, 8, scores=scores)
+        return scores.view(np.uint16)
+
+    start = np.broadcast_to(NAN_BITS.view(np.float16), (1, 2, 8, 8))
+    with np.errstate(invalid="ignore"):
+        want = (start + posenc.alibi_bias(2, 8, dtype="float16")).view(np.uint16)
+    for got in _on_each_path(add):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_float16_nan_payloads_of_apply_rope_are_the_same_on_every_path():
+    x = np.broadcast_to(NAN_BITS.view(np.float16), (1, 2, 8, 8)).copy()
+    results = _on_each_path(lambda: posenc.apply_rope(x).view(np.uint16))
+    for r in results[1:]:
+        np.testing.assert_array_equal(r, results[0])
+    assert (results[0][..., 1] == 0x7E01).all()  # a payload kept through the rotation
