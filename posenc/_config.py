@@ -23,16 +23,40 @@ if os.environ.get("POSENC_SIMD", "") not in _SIMD_CHOICES:
 
 
 def set_num_threads(n):
-    """Use `n` threads in posenc's kernels; ``0`` goes back to OpenMP's default.
+    """Use at most `n` threads in posenc's kernels; ``0`` goes back to OpenMP's default.
 
     The default follows ``OMP_NUM_THREADS`` and threadpoolctl's limits, like
-    NumPy's BLAS does.  Small problems run on one thread whatever is set.
+    NumPy's BLAS does.  Whatever `n` or that default asks, the kernels use
+    at most as many threads as there are CPUs this process may run on (its
+    CPU affinity, as ``os.sched_getaffinity`` reports it; all CPUs where
+    there is none): a larger `n` is accepted and clamped to that number,
+    and `get_num_threads` reports the clamped value.  Small problems run on
+    one thread whatever is set.
+
+    OpenMP's threads do not survive ``fork()``.  In a child process forked
+    after posenc ran a kernel on several threads (``os.fork``,
+    ``multiprocessing`` with the ``"fork"`` start method, torch
+    ``DataLoader`` workers), posenc starts at one thread, and ``0`` means
+    one thread there.  ``set_num_threads(n)`` in the child gives it `n`
+    threads again; each call large enough for threads then starts them
+    anew, which costs a fraction of a millisecond, so this pays off for
+    large calls only.
+
+    Raises ``TypeError`` if `n` is not an integer and ``ValueError`` if it
+    is negative.
     """
-    _core.set_num_threads(integer(n, "n", minimum=0, maximum=4096))
+    _core.set_num_threads(integer(n, "n", minimum=0))
 
 
 def get_num_threads():
-    """The number of threads the next kernel call will use at most."""
+    """The number of threads the next kernel call will use at most.
+
+    That is the number `set_num_threads` asked for (or OpenMP's default),
+    bounded by the number of CPUs this process may run on; ``1`` when posenc
+    was built without OpenMP, and ``1`` in a child process forked after
+    posenc ran a kernel on several threads, until `set_num_threads` is
+    called there (see `set_num_threads`).
+    """
     return _core.get_num_threads()
 
 

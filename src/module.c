@@ -33,29 +33,117 @@ static const char *const simd_names[] = {"scalar", "avx2"};
 
 /* ---- threads ---- */
 
+#include <limits.h>
+#if defined(_OPENMP) && (defined(__unix__) || defined(__APPLE__))
+#include <pthread.h>
+#define PE_FORK_AWARE 1
+#else
+#define PE_FORK_AWARE 0
+#endif
+
 /* 0: follow OpenMP (OMP_NUM_THREADS, threadpoolctl); > 0: set by the user. */
 static int threads_requested = 0;
+
+/* libgomp's threads do not survive fork(): in the child, the thread that
+ * forked still holds a pool of threads that no longer exist, and the next
+ * parallel region it starts with more than one thread waits for them
+ * forever.  A region of one thread never touches the pool, and a thread
+ * started after the fork gets a pool of its own.  So team_started records
+ * that a kernel may have started a team of threads on a caller's thread;
+ * in a child forked after that (forked_child), the kernels run on one
+ * thread, and if set_num_threads asks for more there, each call large
+ * enough for threads runs its kernel on a thread started for it
+ * (fresh_call).  Both flags are written with the GIL held or in the
+ * child's only thread. */
+#if PE_FORK_AWARE
+static int team_started = 0;
+static int forked_child = 0;
+#else
+enum { forked_child = 0 };
+#endif
 
 static int effective_threads(void)
 {
 #ifdef _OPENMP
-    return threads_requested > 0 ? threads_requested : omp_get_max_threads();
+    int n = threads_requested;
+    if (n == 0)
+        n = forked_child ? 1 : omp_get_max_threads();
+    /* no more threads than CPUs this process may run on (its affinity) */
+    int cpus = omp_get_num_procs();
+    if (n > cpus)
+        n = cpus;
+    return n > 1 ? n : 1;
 #else
     return 1;
 #endif
 }
 
+/* A kernel behind a uniform signature: args points to its arguments. */
+typedef int (*kernel_fn)(void *args, int nthreads);
+
+#if PE_FORK_AWARE
+static void after_fork_in_child(void)
+{
+    if (team_started || forked_child) {
+        forked_child = 1;
+        threads_requested = 0; /* such a child starts at one thread */
+    }
+}
+
+struct fresh_call {
+    kernel_fn fn;
+    void *args;
+    int nthreads, rc;
+};
+
+static void *fresh_call_main(void *p)
+{
+    struct fresh_call *c = p;
+    c->rc = c->fn(c->args, c->nthreads);
+    return NULL;
+}
+#endif
+
+/* fn(args, nthreads) with the GIL released, on effective_threads()
+ * threads; returns what fn returns.  `size` is the number of elements the
+ * kernel writes: below PE_PARALLEL_MIN every kernel runs on one thread. */
+static int run_kernel(kernel_fn fn, void *args, npy_intp size)
+{
+    int nthreads = size < PE_PARALLEL_MIN ? 1 : effective_threads(), rc;
+#if PE_FORK_AWARE
+    if (forked_child && nthreads > 1) {
+        struct fresh_call c = {fn, args, nthreads, 0};
+        pthread_t t;
+        PyThreadState *save = PyEval_SaveThread();
+        if (pthread_create(&t, NULL, fresh_call_main, &c) == 0)
+            pthread_join(t, NULL);
+        else
+            c.rc = fn(args, 1); /* no thread to be had: one thread here */
+        PyEval_RestoreThread(save);
+        return c.rc;
+    }
+    if (nthreads > 1)
+        team_started = 1;
+#endif
+    PyThreadState *save = PyEval_SaveThread();
+    rc = fn(args, nthreads);
+    PyEval_RestoreThread(save);
+    return rc;
+}
+
 static PyObject *py_set_num_threads(PyObject *self, PyObject *arg)
 {
     (void)self;
-    long n = PyLong_AsLong(arg);
+    int overflow;
+    long n = PyLong_AsLongAndOverflow(arg, &overflow);
     if (n == -1 && PyErr_Occurred())
         return NULL;
-    if (n < 0 || n > 4096) {
-        PyErr_SetString(PyExc_ValueError, "n must be between 0 and 4096 (0 follows OpenMP)");
+    if (overflow < 0 || (overflow == 0 && n < 0)) {
+        PyErr_SetString(PyExc_ValueError, "n must be >= 0 (0 follows OpenMP)");
         return NULL;
     }
-    threads_requested = (int)n;
+    /* above the CPU count: kept, and clamped to it when a kernel runs */
+    threads_requested = (overflow > 0 || n > INT_MAX) ? INT_MAX : (int)n;
     Py_RETURN_NONE;
 }
 
@@ -219,6 +307,21 @@ static PyArrayObject *arg_float_out(PyObject *obj, const char *name, int ndim)
 
 /* ---- sinusoid ---- */
 
+struct sinusoid_call {
+    const double *pos, *freq;
+    npy_intp n, half, row_stride;
+    int layout, dtype;
+    char *out;
+};
+
+static int sinusoid_kernel(void *args, int nthreads)
+{
+    const struct sinusoid_call *c = args;
+    pe_sinusoid(c->pos, c->n, c->freq, c->half, c->layout, c->dtype, c->out, c->row_stride,
+                nthreads);
+    return 0;
+}
+
 static PyObject *py_sinusoid(PyObject *self, PyObject *args)
 {
     (void)self;
@@ -245,12 +348,18 @@ static PyObject *py_sinusoid(PyObject *self, PyObject *args)
         check_no_overlap(out, "out", freq, "freq") < 0)
         return NULL;
 
-    const double *p = (const double *)PyArray_DATA(pos), *f = (const double *)PyArray_DATA(freq);
-    char *o = PyArray_BYTES(out);
-    npy_intp row_stride = PyArray_STRIDE(out, 0);
-    int dtype = pe_dtype_of(out), nthreads = effective_threads();
-    Py_BEGIN_ALLOW_THREADS pe_sinusoid(p, n, f, half, layout, dtype, o, row_stride, nthreads);
-    Py_END_ALLOW_THREADS Py_RETURN_NONE;
+    struct sinusoid_call c = {
+        .pos = (const double *)PyArray_DATA(pos),
+        .freq = (const double *)PyArray_DATA(freq),
+        .n = n,
+        .half = half,
+        .row_stride = PyArray_STRIDE(out, 0),
+        .layout = layout,
+        .dtype = pe_dtype_of(out),
+        .out = PyArray_BYTES(out),
+    };
+    run_kernel(sinusoid_kernel, &c, PyArray_SIZE(out));
+    Py_RETURN_NONE;
 }
 
 /* ---- rotary position embedding (rope.c) ---- */
@@ -297,6 +406,11 @@ static int same_view(PyArrayObject *a, PyArrayObject *b)
             (PyArray_DIM(a, d) > 1 && PyArray_STRIDE(a, d) != PyArray_STRIDE(b, d)))
             return 0;
     return 1;
+}
+
+static int rope_apply_kernel(void *args, int nthreads)
+{
+    return pe_rope_apply(args, nthreads);
 }
 
 static PyObject *py_rope_apply(PyObject *self, PyObject *args)
@@ -377,14 +491,29 @@ static PyObject *py_rope_apply(PyObject *self, PyObject *args)
         .layout = layout,
         .dtype = pe_dtype_of(x),
     };
-    int nthreads = effective_threads(), rc;
-    Py_BEGIN_ALLOW_THREADS rc = pe_rope_apply(&a, nthreads);
-    Py_END_ALLOW_THREADS if (rc == -1) return PyErr_NoMemory();
+    int rc = run_kernel(rope_apply_kernel, &a, PyArray_SIZE(out));
+    if (rc == -1)
+        return PyErr_NoMemory();
     if (rc != 0) {
         PyErr_SetString(PyExc_ValueError, "rope_apply: arguments out of range");
         return NULL;
     }
     Py_RETURN_NONE;
+}
+
+struct rope_table_call {
+    const double *pos, *freq;
+    npy_intp n, half, cos_stride, sin_stride;
+    double scale;
+    int layout, dtype;
+    char *cos, *sin;
+};
+
+static int rope_table_kernel(void *args, int nthreads)
+{
+    const struct rope_table_call *c = args;
+    return pe_rope_table(c->pos, c->n, c->freq, c->half, c->scale, c->layout, c->dtype, c->cos,
+                         c->cos_stride, c->sin, c->sin_stride, nthreads);
 }
 
 static PyObject *py_rope_table(PyObject *self, PyObject *args)
@@ -417,12 +546,21 @@ static PyObject *py_rope_table(PyObject *self, PyObject *args)
         check_no_overlap(sin, "sin", pos, "positions") < 0 ||
         check_no_overlap(sin, "sin", freq, "freq") < 0)
         return NULL;
-    int dtype = pe_dtype_of(cos), nthreads = effective_threads(), rc;
-    Py_BEGIN_ALLOW_THREADS rc =
-        pe_rope_table((const double *)PyArray_DATA(pos), n, (const double *)PyArray_DATA(freq),
-                      half, scale, layout, dtype, PyArray_BYTES(cos), PyArray_STRIDE(cos, 0),
-                      PyArray_BYTES(sin), PyArray_STRIDE(sin, 0), nthreads);
-    Py_END_ALLOW_THREADS if (rc != 0) return PyErr_NoMemory();
+    struct rope_table_call c = {
+        .pos = (const double *)PyArray_DATA(pos),
+        .freq = (const double *)PyArray_DATA(freq),
+        .n = n,
+        .half = half,
+        .cos_stride = PyArray_STRIDE(cos, 0),
+        .sin_stride = PyArray_STRIDE(sin, 0),
+        .scale = scale,
+        .layout = layout,
+        .dtype = pe_dtype_of(cos),
+        .cos = PyArray_BYTES(cos),
+        .sin = PyArray_BYTES(sin),
+    };
+    if (run_kernel(rope_table_kernel, &c, 2 * PyArray_SIZE(cos)) != 0)
+        return PyErr_NoMemory();
     Py_RETURN_NONE;
 }
 
@@ -523,6 +661,19 @@ static int check_t5(long long num_buckets, long long max_distance, int bidirecti
     return 0;
 }
 
+struct alibi_call {
+    const double *slopes;
+    int causal, add;
+    int64_t q_offset;
+    const struct pe_bias_dst *dst;
+};
+
+static int alibi_kernel(void *args, int nthreads)
+{
+    const struct alibi_call *c = args;
+    return pe_alibi(c->slopes, c->causal, c->q_offset, c->dst, c->add, nthreads);
+}
+
 static PyObject *py_alibi(PyObject *self, PyObject *args)
 {
     (void)self;
@@ -538,11 +689,26 @@ static PyObject *py_alibi(PyObject *self, PyObject *args)
         return NULL;
     if (check_per_head(slopes, 0, "slopes", "elements", dst, &d) < 0)
         return NULL;
-    const double *s = (const double *)PyArray_DATA(slopes);
-    int rc, nthreads = effective_threads();
-    Py_BEGIN_ALLOW_THREADS rc = pe_alibi(s, causal, (int64_t)q_offset, &d, add, nthreads);
-    Py_END_ALLOW_THREADS if (rc < 0) return PyErr_NoMemory();
+    struct alibi_call c = {(const double *)PyArray_DATA(slopes), causal, add, (int64_t)q_offset,
+                           &d};
+    if (run_kernel(alibi_kernel, &c, PyArray_SIZE(dst)) < 0)
+        return PyErr_NoMemory();
     Py_RETURN_NONE;
+}
+
+struct t5_bias_call {
+    const void *table;
+    int table_dtype, bidirectional, add;
+    npy_intp num_buckets;
+    int64_t max_distance, q_offset;
+    const struct pe_bias_dst *dst;
+};
+
+static int t5_bias_kernel(void *args, int nthreads)
+{
+    const struct t5_bias_call *c = args;
+    return pe_t5_bias(c->table, c->table_dtype, c->num_buckets, c->bidirectional, c->max_distance,
+                      c->q_offset, c->dst, c->add, nthreads);
 }
 
 static PyObject *py_t5_bias(PyObject *self, PyObject *args)
@@ -569,12 +735,34 @@ static PyObject *py_t5_bias(PyObject *self, PyObject *args)
     if (check_per_head(table, 1, "table", "columns", dst, &d) < 0 ||
         check_t5(nb, max_distance, bidirectional) < 0)
         return NULL;
-    const void *t = PyArray_DATA(table);
-    int rc, tdtype = pe_dtype_of(table), nthreads = effective_threads();
-    Py_BEGIN_ALLOW_THREADS rc = pe_t5_bias(t, tdtype, nb, bidirectional, (int64_t)max_distance,
-                                           (int64_t)q_offset, &d, add, nthreads);
-    Py_END_ALLOW_THREADS if (rc < 0) return PyErr_NoMemory();
+    struct t5_bias_call c = {
+        .table = PyArray_DATA(table),
+        .table_dtype = pe_dtype_of(table),
+        .bidirectional = bidirectional,
+        .add = add,
+        .num_buckets = nb,
+        .max_distance = (int64_t)max_distance,
+        .q_offset = (int64_t)q_offset,
+        .dst = &d,
+    };
+    if (run_kernel(t5_bias_kernel, &c, PyArray_SIZE(dst)) < 0)
+        return PyErr_NoMemory();
     Py_RETURN_NONE;
+}
+
+struct t5_buckets_call {
+    const int64_t *rel;
+    npy_intp n;
+    int bidirectional;
+    int64_t num_buckets, max_distance;
+    int64_t *out;
+};
+
+static int t5_buckets_kernel(void *args, int nthreads)
+{
+    const struct t5_buckets_call *c = args;
+    return pe_t5_buckets(c->rel, c->n, c->bidirectional, c->num_buckets, c->max_distance, c->out,
+                         nthreads);
 }
 
 static PyObject *py_t5_buckets(PyObject *self, PyObject *args)
@@ -597,14 +785,28 @@ static PyObject *py_t5_buckets(PyObject *self, PyObject *args)
     }
     if (check_no_overlap(out, "out", rel, "relative_position") < 0)
         return NULL;
-    const int64_t *r = (const int64_t *)PyArray_DATA(rel);
-    int64_t *o = (int64_t *)PyArray_DATA(out);
-    npy_intp n = PyArray_DIM(rel, 0);
-    int rc, nthreads = effective_threads();
-    Py_BEGIN_ALLOW_THREADS rc = pe_t5_buckets(r, n, bidirectional, (int64_t)num_buckets,
-                                              (int64_t)max_distance, o, nthreads);
-    Py_END_ALLOW_THREADS if (rc < 0) return PyErr_NoMemory();
+    struct t5_buckets_call c = {
+        .rel = (const int64_t *)PyArray_DATA(rel),
+        .n = PyArray_DIM(rel, 0),
+        .bidirectional = bidirectional,
+        .num_buckets = (int64_t)num_buckets,
+        .max_distance = (int64_t)max_distance,
+        .out = (int64_t *)PyArray_DATA(out),
+    };
+    if (run_kernel(t5_buckets_kernel, &c, PyArray_SIZE(out)) < 0)
+        return PyErr_NoMemory();
     Py_RETURN_NONE;
+}
+
+struct relative_positions_call {
+    int64_t max_distance, q_offset;
+    const struct pe_bias_dst *dst;
+};
+
+static int relative_positions_kernel(void *args, int nthreads)
+{
+    const struct relative_positions_call *c = args;
+    return pe_relative_positions(c->max_distance, c->q_offset, c->dst, nthreads);
 }
 
 static PyObject *py_relative_positions(PyObject *self, PyObject *args)
@@ -615,16 +817,16 @@ static PyObject *py_relative_positions(PyObject *self, PyObject *args)
     if (!PyArg_ParseTuple(args, "OLL:relative_positions", &out_o, &max_distance, &q_offset))
         return NULL;
     struct pe_bias_dst d;
-    if (bias_target(out_o, "out", NPY_INT64, &d) == NULL || check_q_offset(q_offset) < 0)
+    PyArrayObject *out = bias_target(out_o, "out", NPY_INT64, &d);
+    if (out == NULL || check_q_offset(q_offset) < 0)
         return NULL;
     if (d.heads != 1) {
         PyErr_SetString(PyExc_ValueError, "out must have one head");
         return NULL;
     }
-    int rc, nthreads = effective_threads();
-    Py_BEGIN_ALLOW_THREADS rc =
-        pe_relative_positions((int64_t)max_distance, (int64_t)q_offset, &d, nthreads);
-    Py_END_ALLOW_THREADS if (rc < 0) return PyErr_NoMemory();
+    struct relative_positions_call c = {(int64_t)max_distance, (int64_t)q_offset, &d};
+    if (run_kernel(relative_positions_kernel, &c, PyArray_SIZE(out)) < 0)
+        return PyErr_NoMemory();
     Py_RETURN_NONE;
 }
 
@@ -679,5 +881,9 @@ PyMODINIT_FUNC PyInit__core(void)
         Py_DECREF(m);
         return NULL;
     }
+#if PE_FORK_AWARE
+    /* without the handler (out of memory) a forked child may hang as before */
+    (void)pthread_atfork(NULL, NULL, after_fork_in_child);
+#endif
     return m;
 }

@@ -1,0 +1,321 @@
+"""posenc in processes forked after a parallel call, and the bound on threads.
+
+OpenMP's threads do not survive fork(): without care, a child forked after
+a parallel posenc call hangs on its first parallel call.  Each test runs a
+script in a child Python (its own session, killed with all it forked after
+TIMEOUT seconds, so that a hang fails the test instead of hanging the run).
+The script makes a parallel call in the parent, forks in one of the ways
+users do, repeats the call in the child and checks that the child's result
+equals the parent's bit for bit; its exit code carries the verdict.
+"""
+
+import importlib.util
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import posenc
+
+TIMEOUT = 60
+
+ROOT = os.path.dirname(os.path.dirname(posenc.__file__))
+
+
+def _cpus():
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+needs_fork = pytest.mark.skipif(not hasattr(os, "fork"), reason="no os.fork on this platform")
+needs_threads = pytest.mark.skipif(
+    not posenc.config()["openmp"] or _cpus() < 2,
+    reason="needs OpenMP and two CPUs for a parallel call",
+)
+
+# What the scripts share: compute() is a call large enough for two threads,
+# same() compares results bit for bit.
+COMMON = """
+import os, sys, warnings
+import numpy as np
+import posenc
+
+# Python 3.12+ warns that fork() in a process with threads may deadlock:
+# that is what is tested here.
+warnings.filterwarnings("ignore", ".*fork.*", DeprecationWarning)
+
+X = np.random.default_rng(0).standard_normal((1, 32, 2048, 128)).astype(np.float32)
+
+
+def compute():
+    return posenc.apply_rope(X), posenc.alibi_bias(16, 1024)
+
+
+def same(a, b):
+    return all(
+        u.shape == v.shape and u.dtype == v.dtype and u.tobytes() == v.tobytes()
+        for u, v in zip(a, b)
+    )
+"""
+
+# The parent's parallel call, before the script's body forks.
+PARALLEL_PARENT = """
+posenc.set_num_threads(2)
+assert posenc.get_num_threads() == 2, posenc.get_num_threads()
+PARENT = compute()
+"""
+
+
+def run_script(cwd, body, prelude=COMMON + PARALLEL_PARENT, **env):
+    """Runs prelude + body in a child Python in the directory cwd; returns
+    its CompletedProcess, or fails the test if it has not finished after
+    TIMEOUT seconds (then it is killed with every process it forked)."""
+    full_env = {**os.environ, **env}
+    full_env["PYTHONPATH"] = ROOT + os.pathsep + full_env.get("PYTHONPATH", "")
+    if "OMP_NUM_THREADS" not in env:
+        full_env.pop("OMP_NUM_THREADS", None)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", prelude + textwrap.dedent(body)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=full_env,
+        cwd=cwd,
+        start_new_session=True,
+    )
+    try:
+        out, err = proc.communicate(timeout=TIMEOUT)
+    except subprocess.TimeoutExpired:
+        if hasattr(os, "killpg"):
+            os.killpg(proc.pid, signal.SIGKILL)  # the script's session: all it forked
+        else:
+            proc.kill()
+        out, err = proc.communicate()
+        pytest.fail(f"hung for {TIMEOUT} s\nstdout:\n{out}\nstderr:\n{err}")
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def check(res):
+    assert res.returncode == 0, f"exit code {res.returncode}\n{res.stdout}\n{res.stderr}"
+    assert "ok" in res.stdout.split(), res.stdout + res.stderr
+
+
+@needs_fork
+@needs_threads
+def test_os_fork_child_gets_the_parents_result(tmp_path):
+    res = run_script(
+        tmp_path,
+        """
+        pid = os.fork()
+        if pid == 0:
+            ok = same(compute(), PARENT) and posenc.get_num_threads() == 1
+            os._exit(0 if ok else 3)
+        _, status = os.waitpid(pid, 0)
+        assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+        assert same(compute(), PARENT)  # and the parent still has its threads
+        print("ok")
+        """,
+    )
+    check(res)
+
+
+@needs_fork
+@needs_threads
+def test_multiprocessing_fork_process(tmp_path):
+    res = run_script(
+        tmp_path,
+        """
+        import multiprocessing
+
+
+        def child():
+            sys.exit(0 if same(compute(), PARENT) else 3)
+
+
+        p = multiprocessing.get_context("fork").Process(target=child)
+        p.start()
+        p.join()
+        assert p.exitcode == 0, p.exitcode
+        print("ok")
+        """,
+    )
+    check(res)
+
+
+@needs_fork
+@needs_threads
+def test_multiprocessing_fork_pool_map(tmp_path):
+    res = run_script(
+        tmp_path,
+        """
+        import multiprocessing
+
+
+        def task(i):
+            return same(compute(), PARENT)
+
+
+        with multiprocessing.get_context("fork").Pool(2) as pool:
+            results = pool.map(task, range(4))
+        assert results == [True] * 4, results
+        print("ok")
+        """,
+    )
+    check(res)
+
+
+def _require_torch():
+    """Skip without torch, except under POSENC_REQUIRE_CONFORMANCE=1 (as CI
+    sets it), where a missing torch is an error (as in tests/conformance)."""
+    if importlib.util.find_spec("torch") is None:
+        if os.environ.get("POSENC_REQUIRE_CONFORMANCE") == "1":
+            raise RuntimeError("torch is required (POSENC_REQUIRE_CONFORMANCE=1)")
+        pytest.skip("torch is not installed")
+
+
+@needs_fork
+@needs_threads
+def test_torch_dataloader_fork_workers(tmp_path):
+    _require_torch()
+    res = run_script(
+        tmp_path,
+        """
+        import torch
+        from torch.utils.data import DataLoader, Dataset
+
+
+        class Positional(Dataset):
+            def __len__(self):
+                return 4
+
+            def __getitem__(self, i):
+                return torch.tensor(same(compute(), PARENT))
+
+
+        loader = DataLoader(
+            Positional(), batch_size=None, num_workers=2, multiprocessing_context="fork"
+        )
+        results = [bool(r) for r in loader]
+        assert results == [True] * 4, results
+        print("ok")
+        """,
+    )
+    check(res)
+
+
+@needs_fork
+@needs_threads
+def test_set_num_threads_in_forked_child_brings_threads_back(tmp_path):
+    # the child starts at one thread; set_num_threads(2) there gives it two
+    # that work, and so does its own forked child once it asks again
+    res = run_script(
+        tmp_path,
+        """
+        pid = os.fork()
+        if pid == 0:
+            try:
+                assert same(compute(), PARENT)
+                assert posenc.get_num_threads() == 1
+                posenc.set_num_threads(0)
+                assert posenc.get_num_threads() == 1
+                posenc.set_num_threads(2)
+                assert same(compute(), PARENT)
+                assert posenc.get_num_threads() == 2
+                assert same(compute(), PARENT)
+                grandchild = os.fork()
+                if grandchild == 0:
+                    ok = posenc.get_num_threads() == 1 and same(compute(), PARENT)
+                    posenc.set_num_threads(2)
+                    ok = ok and posenc.get_num_threads() == 2 and same(compute(), PARENT)
+                    os._exit(0 if ok else 3)
+                _, status = os.waitpid(grandchild, 0)
+                assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+            except BaseException:
+                import traceback
+
+                traceback.print_exc()
+                os._exit(3)
+            os._exit(0)
+        _, status = os.waitpid(pid, 0)
+        assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+        print("ok")
+        """,
+    )
+    check(res)
+
+
+@needs_fork
+@needs_threads
+def test_child_forked_before_any_parallel_call_keeps_its_threads(tmp_path):
+    # nothing to work around there: the child has its threads and its
+    # setting, and its results are the parent's
+    res = run_script(
+        tmp_path,
+        """
+        posenc.set_num_threads(2)
+        pid = os.fork()
+        if pid == 0:
+            ok = posenc.get_num_threads() == 2
+            os._exit(0 if ok and same(compute(), compute()) else 3)
+        _, status = os.waitpid(pid, 0)
+        assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+        print("ok")
+        """,
+        prelude=COMMON,
+    )
+    check(res)
+
+
+# The bound: never more threads than CPUs this process may run on.
+BOUND = """
+cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+posenc.set_num_threads(1)
+ONE = compute()
+"""
+
+
+def test_set_num_threads_above_the_cpu_count_is_clamped(tmp_path):
+    res = run_script(
+        tmp_path,
+        """
+        posenc.set_num_threads(4096)
+        assert 1 <= posenc.get_num_threads() <= cpus, (posenc.get_num_threads(), cpus)
+        assert same(compute(), ONE)
+        posenc.set_num_threads(2**100)
+        assert 1 <= posenc.get_num_threads() <= cpus, (posenc.get_num_threads(), cpus)
+        assert same(compute(), ONE)
+        print("ok")
+        """,
+        prelude=COMMON + BOUND,
+    )
+    check(res)
+
+
+def test_omp_num_threads_above_the_cpu_count_is_clamped(tmp_path):
+    res = run_script(
+        tmp_path,
+        """
+        posenc.set_num_threads(0)
+        assert 1 <= posenc.get_num_threads() <= cpus, (posenc.get_num_threads(), cpus)
+        assert same(compute(), ONE)
+        print("ok")
+        """,
+        prelude=COMMON + BOUND,
+        OMP_NUM_THREADS="4096",
+    )
+    check(res)
+
+
+def test_set_num_threads_rejects_negative_and_non_integer_n():
+    with pytest.raises(ValueError, match="n"):
+        posenc.set_num_threads(-1)
+    with pytest.raises(ValueError, match="n"):
+        posenc.set_num_threads(-(2**100))
+    with pytest.raises(TypeError, match="n"):
+        posenc.set_num_threads(2.0)
+    with pytest.raises(TypeError, match="n"):
+        posenc.set_num_threads(True)
