@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import _core
+from . import _core, _t5
 from . import _validate as v
 
 _MAX_OFFSET = 2**53
@@ -254,15 +254,19 @@ def relative_position_bucket(
     As transformers' ``T5Attention._relative_position_bucket``: of the
     buckets of one direction (``num_buckets``, halved when bidirectional),
     half (``max_exact``) hold one distance each, the rest grow
-    logarithmically up to `max_distance`.  The logarithmic part is computed
-    in float32 as transformers does, so distances at a bucket boundary land
-    where they land there, with the correctly rounded float32 logarithm.
-    (PyTorch takes its float32 log from the platform's vector library, which
-    can differ from the correctly rounded one by an ulp; for a few unusual
-    ``(num_buckets, max_distance)`` pairs that moves one distance across a
-    boundary.  For T5's own configurations every distance agrees.)  With two
-    or three buckets bidirectional, ``max_exact`` is 0 and each direction
-    has one bucket (transformers divides by zero there).
+    logarithmically up to `max_distance`: a distance ``a >= max_exact`` has
+    bucket ``max_exact + floor(N ln(a / max_exact) / ln(max_distance /
+    max_exact))``, ``N`` the number of logarithmic buckets, clipped to the
+    last.  posenc decides that floor in exact arithmetic (the distances
+    where the bucket steps are computed once per configuration and
+    cached).  transformers evaluates the same formula in float32: on T5's
+    configurations every distance agrees; in rare unusual configurations a
+    distance whose exact value sits just below a bucket boundary (e.g. 926
+    buckets, max_distance 31706, distance 20743, where the exact value is
+    211.99998854 buckets past the exact ones) can land on the other side in
+    float32, and posenc gives the exact bucket.  With two or three buckets
+    bidirectional, ``max_exact`` is 0 and each direction has one bucket
+    (transformers divides by zero there).
     """
     arr = np.asarray(relative_position)
     if arr.dtype.kind not in "iu":
@@ -273,7 +277,9 @@ def relative_position_bucket(
         arr = np.minimum(arr, _MAX_DISTANCE)  # all of these share the last bucket
     rel = v.native_copy(arr, np.int64).reshape(-1)
     out = np.empty(rel.shape, np.int64)
-    _core.t5_buckets(rel, out, bidirectional, num_buckets, max_distance)
+    largest = max(int(rel.max()), -int(rel.min())) if rel.size else 0
+    thresholds = _t5.thresholds(bidirectional, num_buckets, max_distance, largest)
+    _core.t5_buckets(rel, out, bidirectional, num_buckets, thresholds)
     return out.reshape(arr.shape)
 
 
@@ -338,8 +344,13 @@ def t5_bias(
     tab = _apart(v.native_copy(arr, arr.dtype), scores if scores is not None else out)
     shape = (n_heads, q_len, k_len)
 
+    # the largest |distance|: the first key from the last query, or the last
+    # key from the first
+    largest = max(abs(q_offset + q_len - 1), abs(k_len - 1 - q_offset))
+    thresholds = _t5.thresholds(bidirectional, num_buckets, max_distance, largest)
+
     def kernel(add):
-        return lambda dst: _core.t5_bias(tab, dst, bidirectional, max_distance, q_offset, add)
+        return lambda dst: _core.t5_bias(tab, dst, bidirectional, thresholds, q_offset, add)
 
     if scores is not None:
         if out is not None:

@@ -7,6 +7,9 @@ do not check their arguments beyond what NumPy does.
 
 from __future__ import annotations
 
+import math
+from decimal import Decimal, localcontext
+
 import numpy as np
 
 
@@ -292,29 +295,49 @@ def alibi_bias(
     return _add_or_return(bias, dtype or np.float32, scores, out)
 
 
+def _log_bucket_exact(a, n, exact, max_distance):
+    """floor(n ln(a / exact) / ln(max_distance / exact)) for one distance, in
+    60-digit decimals, settled by integers when it is an integer itself."""
+    with localcontext() as ctx:
+        ctx.prec = 60
+        v = n * (Decimal(a) / exact).ln() / (Decimal(max_distance) / exact).ln()
+        k = int(v.to_integral_value())
+        if abs(v - k) > Decimal(10) ** -40:
+            return int(v.to_integral_value(rounding="ROUND_FLOOR"))
+    # a**n vs exact**(n-k) * max_distance**k, exponents divided by gcd(k, n)
+    g = math.gcd(k, n)
+    if n // g <= 64 and a ** (n // g) == exact ** ((n - k) // g) * max_distance ** (k // g):
+        return k
+    return k if v > k else k - 1
+
+
 def relative_position_bucket(
     relative_position, *, bidirectional=True, num_buckets=32, max_distance=128
 ):
-    """T5's bucket of key_pos - query_pos, the logarithmic part in float32."""
+    """T5's bucket of key_pos - query_pos: exact + floor(N ln(a / exact) /
+    ln(max_distance / exact)) in exact arithmetic for a distance a past the
+    exact buckets (float64, and decimals where float64 is too close to call)."""
     rel = np.asarray(relative_position, dtype=np.int64)
     bucket = np.zeros_like(rel)
     if bidirectional:
         num_buckets //= 2
         bucket += (rel > 0) * num_buckets
-        rel = np.abs(rel)
+        mag = [abs(int(r)) for r in rel.flat]
     else:
-        rel = -np.minimum(rel, 0)
+        mag = [max(-int(r), 0) for r in rel.flat]
     max_exact = num_buckets // 2
     if max_exact == 0:  # one bucket per direction
         return bucket
-    is_small = rel < max_exact
-    x = np.maximum(rel, max_exact).astype(np.float32) / np.float32(max_exact)
-    log_x = np.log(x.astype(np.float64)).astype(np.float32)  # correctly rounded float32 log
-    scale = np.float32(np.log(max_distance / max_exact))
-    steps = log_x / scale * np.float32(num_buckets - max_exact)
-    steps = np.minimum(steps, np.float32(num_buckets))  # beyond the last bucket anyway
+    n = num_buckets - max_exact
+    a = np.maximum(np.array(mag, dtype=np.float64), max_exact)
+    v = n * (np.log(a) - np.log(max_exact)) / (np.log(max_distance) - np.log(max_exact))
+    steps = np.floor(np.minimum(v, n))
+    for i in np.flatnonzero(np.abs(v - np.round(v)) < 1e-9 * np.maximum(v, 1.0)):
+        if max_exact <= mag[i] < max_distance:
+            steps[i] = _log_bucket_exact(mag[i], n, max_exact, max_distance)
     large = np.minimum(max_exact + steps.astype(np.int64), num_buckets - 1)
-    return bucket + np.where(is_small, rel, large)
+    small = np.array([min(m, max_exact) for m in mag], dtype=np.int64)
+    return bucket + np.where(small < max_exact, small, large).reshape(rel.shape)
 
 
 def t5_bias(

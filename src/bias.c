@@ -25,14 +25,11 @@
  * float16, which is the correctly rounded float16 sum (float32 has more
  * than 2 * 11 + 2 bits), so both paths agree with NumPy's float16 add.
  *
- * T5's bucket of a distance is computed the way transformers computes it,
- * in float32: x = |d| / max_exact, log(x) / log(max_distance / max_exact)
- * * (num_buckets - max_exact), truncated; at bucket boundaries (where that
- * is an integer in exact arithmetic) the float32 roundings decide the
- * bucket, and float64 arithmetic would pick the other one.  The logarithm
- * is the correctly rounded float32 one.  The bucket is monotone in |d|, so
- * the at most num_buckets thresholds where it steps are found once by
- * bisection, and every distance after that costs a binary search.
+ * T5's bucket of a distance is decided in exact arithmetic: the distances
+ * where the logarithmic buckets step are computed once per configuration
+ * on the Python side (posenc/_t5.py) and passed in, and a distance's bucket
+ * counts the thresholds at or below it (a binary search; distances past
+ * the last threshold, most of a long cache, need none).
  */
 #include <math.h>
 #include <stdlib.h>
@@ -316,68 +313,24 @@ int pe_alibi(const double *slopes, int causal, int64_t q_offset, const struct pe
 
 /* ---- T5 buckets ---- */
 
+/* One direction of T5's buckets: distances below `exact` have a bucket
+ * each, a larger one has exact + #{k : thresh[k] <= |d|} (thresh from the
+ * caller, non-decreasing, covering every distance it passes). */
 struct t5_bucketing {
     int bidirectional;
-    int64_t per_dir;   /* buckets for one direction */
-    int64_t exact;     /* distances below this have a bucket each */
-    float log_ratio;   /* log(max_distance / exact), rounded to float32 */
-    float span;        /* per_dir - exact */
-    ptrdiff_t nthresh; /* large buckets: exact + #{thresh[b] <= |d|} */
-    uint64_t *thresh;
+    int64_t per_dir; /* buckets for one direction */
+    int64_t exact;   /* distances below this have a bucket each */
+    const int64_t *thresh;
+    ptrdiff_t nthresh;
 };
 
-/* transformers' formula for a distance a >= exact, in its float32 steps. */
-static int64_t large_bucket(const struct t5_bucketing *p, uint64_t a)
+static struct t5_bucketing t5_layout(int bidirectional, int64_t num_buckets, const int64_t *thresh,
+                                     ptrdiff_t nthresh)
 {
-    float x = (float)a / (float)p->exact;
-    float l = (float)log((double)x); /* correctly rounded float32 log */
-    float v = l / p->log_ratio * p->span;
-    if (!(v < (float)p->per_dir)) /* includes v = inf */
-        return p->per_dir - 1;
-    int64_t b = p->exact + (int64_t)v;
-    return b < p->per_dir - 1 ? b : p->per_dir - 1;
-}
-
-/* Buckets per direction, exact buckets, and the distances where the large
- * buckets step (found by bisection: large_bucket is monotone in a). */
-static int t5_prepare(struct t5_bucketing *p, int bidirectional, int64_t num_buckets,
-                      int64_t max_distance)
-{
-    p->bidirectional = bidirectional;
-    p->per_dir = bidirectional ? num_buckets / 2 : num_buckets;
-    p->exact = p->per_dir / 2;
-    p->nthresh = 0;
-    p->thresh = NULL;
-    if (p->exact == 0) /* one bucket per direction, nothing to step */
-        return 0;
-    p->log_ratio = (float)log((double)max_distance / (double)p->exact);
-    p->span = (float)(p->per_dir - p->exact);
-    ptrdiff_t want = (ptrdiff_t)(p->per_dir - 1 - p->exact);
-    if (want <= 0)
-        return 0;
-    p->thresh = malloc((size_t)want * sizeof *p->thresh);
-    if (p->thresh == NULL)
-        return -1;
-    uint64_t lo = (uint64_t)p->exact;
-    for (ptrdiff_t n = 0; n < want; ++n) {
-        int64_t b = p->exact + 1 + n;
-        uint64_t hi = (uint64_t)max_distance;
-        if (hi < lo || large_bucket(p, hi) < b) {
-            hi = UINT64_MAX;
-            if (large_bucket(p, hi) < b)
-                break; /* no distance reaches bucket b */
-        }
-        while (lo < hi) {
-            uint64_t mid = lo + (hi - lo) / 2;
-            if (large_bucket(p, mid) >= b)
-                hi = mid;
-            else
-                lo = mid + 1;
-        }
-        p->thresh[n] = lo;
-        p->nthresh = n + 1;
-    }
-    return 0;
+    struct t5_bucketing p = {bidirectional, bidirectional ? num_buckets / 2 : num_buckets, 0,
+                             thresh, nthresh};
+    p.exact = p.per_dir / 2;
+    return p;
 }
 
 static inline int64_t t5_bucket(const struct t5_bucketing *p, int64_t rel)
@@ -395,12 +348,12 @@ static inline int64_t t5_bucket(const struct t5_bucketing *p, int64_t rel)
     if (a < (uint64_t)p->exact)
         return base + (int64_t)a;
     if (p->nthresh == 0 ||
-        a >= p->thresh[p->nthresh - 1]) /* the last bucket: most of a long cache */
+        a >= (uint64_t)p->thresh[p->nthresh - 1]) /* the last bucket: most of a long cache */
         return base + p->exact + p->nthresh;
     ptrdiff_t lo = 0, hi = p->nthresh; /* thresholds at or below a */
     while (lo < hi) {
         ptrdiff_t mid = lo + (hi - lo) / 2;
-        if (p->thresh[mid] <= a)
+        if ((uint64_t)p->thresh[mid] <= a)
             lo = mid + 1;
         else
             hi = mid;
@@ -409,16 +362,13 @@ static inline int64_t t5_bucket(const struct t5_bucketing *p, int64_t rel)
 }
 
 int pe_t5_buckets(const int64_t *rel, ptrdiff_t n, int bidirectional, int64_t num_buckets,
-                  int64_t max_distance, int64_t *out, int nthreads)
+                  const int64_t *thresh, ptrdiff_t nthresh, int64_t *out, int nthreads)
 {
-    struct t5_bucketing p;
-    if (t5_prepare(&p, bidirectional, num_buckets, max_distance) < 0)
-        return -1;
+    struct t5_bucketing p = t5_layout(bidirectional, num_buckets, thresh, nthresh);
     int parallel = nthreads > 1 && n >= PE_PARALLEL_MIN;
 #pragma omp parallel for schedule(static) num_threads(nthreads) if (parallel)
     for (ptrdiff_t i = 0; i < n; ++i)
         out[i] = t5_bucket(&p, rel[i]);
-    free(p.thresh);
     return 0;
 }
 
@@ -482,17 +432,16 @@ static void t5_vector_block(const void *ctx, char *o, int dtype, ptrdiff_t h, pt
 }
 
 int pe_t5_bias(const void *table, int table_dtype, ptrdiff_t num_buckets, int bidirectional,
-               int64_t max_distance, int64_t q_offset, const struct pe_bias_dst *dst, int add,
-               int nthreads)
+               const int64_t *thresh, ptrdiff_t nthresh, int64_t q_offset,
+               const struct pe_bias_dst *dst, int add, int nthreads)
 {
     if (dst->batch == 0)
         return 0;
     ptrdiff_t vlen = dst->q_len + dst->k_len - 1;
-    struct t5_bucketing p;
+    struct t5_bucketing p = t5_layout(bidirectional, num_buckets, thresh, nthresh);
     int64_t *buckets = malloc((size_t)vlen * sizeof *buckets);
     ptrdiff_t *run_start = malloc(((size_t)vlen + 1) * sizeof *run_start);
-    if (buckets == NULL || run_start == NULL ||
-        t5_prepare(&p, bidirectional, num_buckets, max_distance) < 0) {
+    if (buckets == NULL || run_start == NULL) {
         free(buckets);
         free(run_start);
         return -1;
@@ -504,7 +453,6 @@ int pe_t5_bias(const void *table, int table_dtype, ptrdiff_t num_buckets, int bi
 #pragma omp parallel for schedule(static) num_threads(nthreads) if (parallel)
     for (ptrdiff_t t = 0; t < vlen; ++t)
         buckets[t] = t5_bucket(&p, distance_at(t, dst->q_len, q_offset));
-    free(p.thresh);
     ptrdiff_t nruns = 0;
     for (ptrdiff_t t = 0; t < vlen; ++t) {
         int64_t b = buckets[t];

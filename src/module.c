@@ -317,9 +317,8 @@ struct sinusoid_call {
 static int sinusoid_kernel(void *args, int nthreads)
 {
     const struct sinusoid_call *c = args;
-    pe_sinusoid(c->pos, c->n, c->freq, c->half, c->layout, c->dtype, c->out, c->row_stride,
-                nthreads);
-    return 0;
+    return pe_sinusoid(c->pos, c->n, c->freq, c->half, c->layout, c->dtype, c->out, c->row_stride,
+                       nthreads);
 }
 
 static PyObject *py_sinusoid(PyObject *self, PyObject *args)
@@ -358,7 +357,8 @@ static PyObject *py_sinusoid(PyObject *self, PyObject *args)
         .dtype = pe_dtype_of(out),
         .out = PyArray_BYTES(out),
     };
-    run_kernel(sinusoid_kernel, &c, PyArray_SIZE(out));
+    if (run_kernel(sinusoid_kernel, &c, PyArray_SIZE(out)) < 0)
+        return PyErr_NoMemory();
     Py_RETURN_NONE;
 }
 
@@ -641,24 +641,32 @@ static int check_q_offset(long long q_offset)
     return 0;
 }
 
-/* T5's bucketing parameters, as pe_t5_buckets requires them. */
-static int check_t5(long long num_buckets, long long max_distance, int bidirectional)
+/* T5's num_buckets, and the thresholds of its logarithmic buckets (from
+ * posenc/_t5.py): a C-contiguous int64 vector of non-decreasing distances,
+ * past the exact buckets, no more of them than there are logarithmic
+ * buckets.  Returns the thresholds' array, or NULL with an error. */
+static PyArrayObject *check_t5(long long num_buckets, int bidirectional, PyObject *thresh_o)
 {
     if (num_buckets < 2 || num_buckets > PE_T5_MAX_BUCKETS) {
         PyErr_Format(PyExc_ValueError, "num_buckets must be between 2 and %d, got %lld",
                      PE_T5_MAX_BUCKETS, num_buckets);
-        return -1;
+        return NULL;
     }
-    long long exact = (bidirectional ? num_buckets / 2 : num_buckets) / 2;
-    if (max_distance > PE_T5_MAX_DISTANCE || max_distance < 1 ||
-        (exact > 0 && max_distance <= exact)) {
-        PyErr_Format(PyExc_ValueError,
-                     "max_distance must be greater than %lld (the exact buckets) and at most "
-                     "2**62, got %lld",
-                     exact > 0 ? exact : 0, max_distance);
-        return -1;
+    PyArrayObject *thresh = arg_array(thresh_o, "thresholds", NPY_INT64, 1, ARG_CONTIGUOUS);
+    if (thresh == NULL)
+        return NULL;
+    long long per_dir = bidirectional ? num_buckets / 2 : num_buckets, exact = per_dir / 2;
+    npy_intp n = PyArray_DIM(thresh, 0);
+    const int64_t *t = (const int64_t *)PyArray_DATA(thresh);
+    int ok = n == 0 || (exact > 0 && n <= per_dir - 1 - exact && t[0] > exact);
+    for (npy_intp k = 1; ok && k < n; ++k)
+        ok = t[k] >= t[k - 1]; /* two buckets may step at one distance */
+    if (!ok) {
+        PyErr_SetString(PyExc_ValueError, "thresholds must be non-decreasing distances past the "
+                                          "exact buckets, one per logarithmic bucket at most");
+        return NULL;
     }
-    return 0;
+    return thresh;
 }
 
 struct alibi_call {
@@ -699,25 +707,26 @@ static PyObject *py_alibi(PyObject *self, PyObject *args)
 struct t5_bias_call {
     const void *table;
     int table_dtype, bidirectional, add;
-    npy_intp num_buckets;
-    int64_t max_distance, q_offset;
+    npy_intp num_buckets, nthresh;
+    const int64_t *thresh;
+    int64_t q_offset;
     const struct pe_bias_dst *dst;
 };
 
 static int t5_bias_kernel(void *args, int nthreads)
 {
     const struct t5_bias_call *c = args;
-    return pe_t5_bias(c->table, c->table_dtype, c->num_buckets, c->bidirectional, c->max_distance,
-                      c->q_offset, c->dst, c->add, nthreads);
+    return pe_t5_bias(c->table, c->table_dtype, c->num_buckets, c->bidirectional, c->thresh,
+                      c->nthresh, c->q_offset, c->dst, c->add, nthreads);
 }
 
 static PyObject *py_t5_bias(PyObject *self, PyObject *args)
 {
     (void)self;
-    PyObject *table_o, *dst_o;
-    long long max_distance, q_offset;
+    PyObject *table_o, *dst_o, *thresh_o;
+    long long q_offset;
     int bidirectional, add;
-    if (!PyArg_ParseTuple(args, "OOpLLp:t5_bias", &table_o, &dst_o, &bidirectional, &max_distance,
+    if (!PyArg_ParseTuple(args, "OOpOLp:t5_bias", &table_o, &dst_o, &bidirectional, &thresh_o,
                           &q_offset, &add))
         return NULL;
     if (!PyArray_Check(table_o) || pe_dtype_of((PyArrayObject *)table_o) < 0) {
@@ -732,8 +741,9 @@ static PyObject *py_t5_bias(PyObject *self, PyObject *args)
     if (dst == NULL || check_q_offset(q_offset) < 0)
         return NULL;
     npy_intp nb = PyArray_DIM(table, 0);
+    PyArrayObject *thresh = NULL;
     if (check_per_head(table, 1, "table", "columns", dst, &d) < 0 ||
-        check_t5(nb, max_distance, bidirectional) < 0)
+        (thresh = check_t5(nb, bidirectional, thresh_o)) == NULL)
         return NULL;
     struct t5_bias_call c = {
         .table = PyArray_DATA(table),
@@ -741,7 +751,8 @@ static PyObject *py_t5_bias(PyObject *self, PyObject *args)
         .bidirectional = bidirectional,
         .add = add,
         .num_buckets = nb,
-        .max_distance = (int64_t)max_distance,
+        .nthresh = PyArray_DIM(thresh, 0),
+        .thresh = (const int64_t *)PyArray_DATA(thresh),
         .q_offset = (int64_t)q_offset,
         .dst = &d,
     };
@@ -751,33 +762,34 @@ static PyObject *py_t5_bias(PyObject *self, PyObject *args)
 }
 
 struct t5_buckets_call {
-    const int64_t *rel;
-    npy_intp n;
+    const int64_t *rel, *thresh;
+    npy_intp n, nthresh;
     int bidirectional;
-    int64_t num_buckets, max_distance;
+    int64_t num_buckets;
     int64_t *out;
 };
 
 static int t5_buckets_kernel(void *args, int nthreads)
 {
     const struct t5_buckets_call *c = args;
-    return pe_t5_buckets(c->rel, c->n, c->bidirectional, c->num_buckets, c->max_distance, c->out,
-                         nthreads);
+    return pe_t5_buckets(c->rel, c->n, c->bidirectional, c->num_buckets, c->thresh, c->nthresh,
+                         c->out, nthreads);
 }
 
 static PyObject *py_t5_buckets(PyObject *self, PyObject *args)
 {
     (void)self;
-    PyObject *rel_o, *out_o;
-    long long num_buckets, max_distance;
+    PyObject *rel_o, *out_o, *thresh_o;
+    long long num_buckets;
     int bidirectional;
-    if (!PyArg_ParseTuple(args, "OOpLL:t5_buckets", &rel_o, &out_o, &bidirectional, &num_buckets,
-                          &max_distance))
+    if (!PyArg_ParseTuple(args, "OOpLO:t5_buckets", &rel_o, &out_o, &bidirectional, &num_buckets,
+                          &thresh_o))
         return NULL;
     PyArrayObject *rel = arg_array(rel_o, "relative_position", NPY_INT64, 1, ARG_CONTIGUOUS);
     PyArrayObject *out =
         rel ? arg_array(out_o, "out", NPY_INT64, 1, ARG_CONTIGUOUS | ARG_WRITE) : NULL;
-    if (out == NULL || check_t5(num_buckets, max_distance, bidirectional) < 0)
+    PyArrayObject *thresh = out ? check_t5(num_buckets, bidirectional, thresh_o) : NULL;
+    if (thresh == NULL)
         return NULL;
     if (PyArray_DIM(out, 0) != PyArray_DIM(rel, 0)) {
         PyErr_SetString(PyExc_ValueError, "out must have the length of relative_position");
@@ -790,7 +802,8 @@ static PyObject *py_t5_buckets(PyObject *self, PyObject *args)
         .n = PyArray_DIM(rel, 0),
         .bidirectional = bidirectional,
         .num_buckets = (int64_t)num_buckets,
-        .max_distance = (int64_t)max_distance,
+        .nthresh = PyArray_DIM(thresh, 0),
+        .thresh = (const int64_t *)PyArray_DATA(thresh),
         .out = (int64_t *)PyArray_DATA(out),
     };
     if (run_kernel(t5_buckets_kernel, &c, PyArray_SIZE(out)) < 0)
@@ -844,9 +857,9 @@ static PyMethodDef methods[] = {
     {"alibi", py_alibi, METH_VARARGS,
      "alibi(slopes, dst, q_offset, causal, add): ALiBi into the 4-D dst (written, or added)."},
     {"t5_bias", py_t5_bias, METH_VARARGS,
-     "t5_bias(table, dst, bidirectional, max_distance, q_offset, add): T5's bias into dst."},
+     "t5_bias(table, dst, bidirectional, thresholds, q_offset, add): T5's bias into dst."},
     {"t5_buckets", py_t5_buckets, METH_VARARGS,
-     "t5_buckets(rel, out, bidirectional, num_buckets, max_distance): T5's bucket of each rel."},
+     "t5_buckets(rel, out, bidirectional, num_buckets, thresholds): T5's bucket of each rel."},
     {"relative_positions", py_relative_positions, METH_VARARGS,
      "relative_positions(out, max_distance, q_offset): clipped j - (q_offset + i), -1: no clip."},
     {"set_num_threads", py_set_num_threads, METH_O,

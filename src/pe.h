@@ -297,8 +297,8 @@ int pe_alibi(const double *slopes, int causal, int64_t q_offset, const struct pe
  * table a C-contiguous (num_buckets, heads) array of table_dtype, bucket as
  * pe_t5_buckets.  Returns 0, or -1 if memory ran out (nothing written). */
 int pe_t5_bias(const void *table, int table_dtype, ptrdiff_t num_buckets, int bidirectional,
-               int64_t max_distance, int64_t q_offset, const struct pe_bias_dst *dst, int add,
-               int nthreads);
+               const int64_t *thresh, ptrdiff_t nthresh, int64_t q_offset,
+               const struct pe_bias_dst *dst, int add, int nthreads);
 
 /* Shaw et al.: element (i, j) = clip(j - (q_offset + i), -max_distance,
  * max_distance), no clipping for max_distance < 0; dst of PE_BIAS_I64,
@@ -306,11 +306,13 @@ int pe_t5_bias(const void *table, int table_dtype, ptrdiff_t num_buckets, int bi
 int pe_relative_positions(int64_t max_distance, int64_t q_offset, const struct pe_bias_dst *dst,
                           int nthreads);
 
-/* out[i] = T5's bucket of rel[i], as transformers' T5Attention computes it
- * (its float32 arithmetic included).  2 <= num_buckets <= PE_T5_MAX_BUCKETS,
- * and max_distance > the number of exact buckets (num_buckets / 2, or / 4
- * when bidirectional) unless that is 0.  Returns 0, or -1 if memory ran out. */
+/* out[i] = T5's bucket of rel[i]: per direction (num_buckets, halved when
+ * bidirectional, positive distances in the upper half) the first half of
+ * the buckets hold one distance each (exact = per_dir / 2), a distance
+ * a >= exact has bucket exact + #{k : thresh[k] <= a}.  thresh: nthresh
+ * non-decreasing distances, exact arithmetic's steps (posenc/_t5.py), covering
+ * every |rel| given.  2 <= num_buckets <= PE_T5_MAX_BUCKETS.  Returns 0. */
 int pe_t5_buckets(const int64_t *rel, ptrdiff_t n, int bidirectional, int64_t num_buckets,
-                  int64_t max_distance, int64_t *out, int nthreads);
+                  const int64_t *thresh, ptrdiff_t nthresh, int64_t *out, int nthreads);
 
 #endif

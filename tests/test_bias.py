@@ -564,14 +564,18 @@ def test_the_c_glue_checks_what_it_is_given():
         _core.alibi(slopes, overlapping, 0, True, True)
     with pytest.raises(ValueError, match="q_offset"):
         _core.alibi(slopes, good, 2**60, True, True)
+    none = np.zeros(0, np.int64)
     with pytest.raises(ValueError, match="columns"):
-        _core.t5_bias(np.zeros((32, 3)), good, True, 128, 0, True)
-    with pytest.raises(ValueError, match="max_distance"):
-        _core.t5_bias(np.zeros((32, 2)), good, True, 8, 0, True)
+        _core.t5_bias(np.zeros((32, 3)), good, True, none, 0, True)
+    for bad in ([8, 9], [9, 8], list(range(9, 17))):  # past the exact buckets, ordered, <= 7
+        with pytest.raises(ValueError, match="thresholds"):
+            _core.t5_bias(np.zeros((32, 2)), good, True, np.array(bad, np.int64), 0, True)
+    with pytest.raises(TypeError, match="thresholds"):
+        _core.t5_bias(np.zeros((32, 2)), good, True, np.zeros(2, np.int32), 0, True)
     with pytest.raises(ValueError, match="num_buckets"):
-        _core.t5_buckets(np.zeros(3, np.int64), np.zeros(3, np.int64), True, 1, 128)
+        _core.t5_buckets(np.zeros(3, np.int64), np.zeros(3, np.int64), True, 1, none)
     with pytest.raises(ValueError, match="length"):
-        _core.t5_buckets(np.zeros(3, np.int64), np.zeros(2, np.int64), True, 32, 128)
+        _core.t5_buckets(np.zeros(3, np.int64), np.zeros(2, np.int64), True, 32, none)
     with pytest.raises(ValueError, match="one head"):
         _core.relative_positions(np.zeros((1, 2, 3, 3), np.int64), -1, 0)
     assert not good.any()
