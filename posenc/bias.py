@@ -14,9 +14,9 @@ import numpy as np
 from . import _core, _t5
 from . import _validate as v
 
-_MAX_OFFSET = 2**53
-_MAX_BUCKETS = 2**24
-_MAX_DISTANCE = 2**62
+_MAX_OFFSET = _core.MAX_Q_OFFSET
+_MAX_BUCKETS = _core.T5_MAX_BUCKETS
+_MAX_DISTANCE = _core.T5_MAX_DISTANCE
 
 
 # ---------------------------------------------------------------- helpers

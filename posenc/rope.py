@@ -16,7 +16,7 @@ import numpy as np
 from . import _core, rope_scaling
 from . import _validate as v
 
-_LAYOUTS = {"half": 0, "interleaved": 1}
+_LAYOUTS = _core.ROPE_LAYOUTS
 
 
 def rope_frequencies(dim, *, base=10000.0, scaling=None, seq_len=None, layer_type=None):

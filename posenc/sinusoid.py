@@ -7,7 +7,7 @@ from . import _core
 from . import _validate as v
 from ._frequencies import inv_frequencies
 
-_LAYOUTS = {"interleaved": 0, "concat": 1}
+_LAYOUTS = _core.SINUSOID_LAYOUTS
 
 
 def sinusoid(positions, dim, *, base=10000.0, layout="interleaved", dtype=None, out=None):

@@ -634,7 +634,7 @@ static int check_per_head(PyArrayObject *a, int axis, const char *name, const ch
 /* |q_offset| <= 2**53: every distance is then exact in float64. */
 static int check_q_offset(long long q_offset)
 {
-    if (q_offset < -(1LL << 53) || q_offset > (1LL << 53)) {
+    if (q_offset < -PE_MAX_Q_OFFSET || q_offset > PE_MAX_Q_OFFSET) {
         PyErr_SetString(PyExc_ValueError, "q_offset must be between -2**53 and 2**53");
         return -1;
     }
@@ -877,6 +877,19 @@ static struct PyModuleDef moduledef = {
     PyModuleDef_HEAD_INIT, "_core", "posenc's C kernels on NumPy buffers.", -1, methods,
 };
 
+/* m.name = {k1: v1, k2: v2}; 0, or -1 with an error. */
+static int add_codes(PyObject *m, const char *name, const char *k1, int v1, const char *k2, int v2)
+{
+    PyObject *d = Py_BuildValue("{s:i,s:i}", k1, v1, k2, v2);
+    if (d == NULL)
+        return -1;
+    if (PyModule_AddObject(m, name, d) < 0) {
+        Py_DECREF(d);
+        return -1;
+    }
+    return 0;
+}
+
 PyMODINIT_FUNC PyInit__core(void)
 {
     import_array();
@@ -890,7 +903,14 @@ PyMODINIT_FUNC PyInit__core(void)
 #else
     int has_openmp = 0;
 #endif
-    if (PyModule_AddIntConstant(m, "openmp", has_openmp) < 0) {
+    /* the limits and codes the Python layer checks and passes, written once */
+    if (PyModule_AddIntConstant(m, "openmp", has_openmp) < 0 ||
+        PyModule_AddObject(m, "MAX_Q_OFFSET", PyLong_FromLongLong(PE_MAX_Q_OFFSET)) < 0 ||
+        PyModule_AddIntConstant(m, "T5_MAX_BUCKETS", PE_T5_MAX_BUCKETS) < 0 ||
+        PyModule_AddObject(m, "T5_MAX_DISTANCE", PyLong_FromLongLong(PE_T5_MAX_DISTANCE)) < 0 ||
+        add_codes(m, "SINUSOID_LAYOUTS", "interleaved", PE_INTERLEAVED, "concat", PE_CONCAT) < 0 ||
+        add_codes(m, "ROPE_LAYOUTS", "half", PE_ROPE_HALF, "interleaved", PE_ROPE_INTERLEAVED) <
+            0) {
         Py_DECREF(m);
         return NULL;
     }

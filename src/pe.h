@@ -282,6 +282,10 @@ struct pe_bias_dst {
 /* Element type of relative_positions() tables (fills only). */
 #define PE_BIAS_I64 3
 
+/* The largest |q_offset| of the bias kernels: distances stay exact in
+ * float64 (ALiBi's slope times distance) below it. */
+#define PE_MAX_Q_OFFSET ((int64_t)1 << 53)
+
 /* T5 bucketing: the largest num_buckets and max_distance accepted. */
 #define PE_T5_MAX_BUCKETS (1 << 24)
 #define PE_T5_MAX_DISTANCE ((int64_t)1 << 62)
