@@ -311,6 +311,31 @@ def test_report_plot_writes_one_png_and_leaves_the_global_backend_alone(sinusoid
     assert ("matplotlib.pyplot" in sys.modules) == had_pyplot
 
 
+def test_report_plot_refuses_a_format_matplotlib_cannot_write_before_drawing(
+    sinusoid_report, tmp_path
+):
+    with pytest.raises(ValueError, match=r"plot: matplotlib cannot write \.xyz files .*\.png"):
+        sinusoid_report.plot(tmp_path / "p.xyz")
+    assert list(tmp_path.iterdir()) == []
+    assert sinusoid_report.plot(tmp_path / "p.pdf").read_bytes().startswith(b"%PDF")
+    assert sinusoid_report.plot(tmp_path / "p").read_bytes().startswith(b"\x89PNG")  # as named
+
+
+def test_report_plot_of_a_tall_table_draws_every_kth_position_of_the_heatmap(tmp_path, monkeypatch):
+    from matplotlib.axes import Axes
+
+    E = np.cumsum(np.random.default_rng(3).standard_normal((2100, 4)), axis=0)
+    report = probe.report(E, name="tall", seeds=1, progress=False)
+    assert report.cosine.shape == (2100, 2100)  # the report keeps the whole map
+    shown = []
+    imshow = Axes.imshow
+    monkeypatch.setattr(
+        Axes, "imshow", lambda ax, X, **kw: shown.append(X.shape) or imshow(ax, X, **kw)
+    )
+    report.plot(tmp_path / "tall.png")
+    assert shown == [(700, 700)]  # every 3rd of 2100 positions: at most 1024 a side
+
+
 def test_report_draws_a_progress_bar_on_stderr_while_the_seeds_run(capsys):
     E = posenc.sinusoid(30, 8, dtype="float64")
     probe.report(E, name="tiny", seeds=3)

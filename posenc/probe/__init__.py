@@ -23,15 +23,20 @@ here can be set beside the paper's: the linear models are scikit-learn's
 float64.  scikit-learn and matplotlib are needed only by the probes and the
 plot, and are imported when those run: ``pip install "posenc[probe]"``.
 
+:func:`cosine_similarity` and :func:`report` build an ``n x n`` matrix and
+take tables of at most :data:`MAX_POSITIONS` (8192) rows; probe a slice of a
+taller one.
+
 The modules: :mod:`.analyses` (the probes and their result classes),
 :mod:`.report` (:func:`report`, :class:`ProbeReport`, its plot),
 :mod:`.checkpoints` (the file formats and :func:`load_position_embeddings`);
 every public name is here.
 """
 
-# KNOWN_KEYS is public but not in __all__ (as before the split); _load, _table
-# and _to_numpy are the private helpers the command line (posenc.__main__) uses.
+# KNOWN_KEYS is public but not in __all__ (as before the split); the private
+# names are the helpers the command line (posenc.__main__) uses.
 from .analyses import (
+    MAX_POSITIONS,
     AbsolutePositionResult,
     Informativeness,
     RelativeOrderResult,
@@ -44,12 +49,15 @@ from .analyses import (
 )
 from .analyses import _table as _table
 from .analyses import _to_numpy as _to_numpy
+from .analyses import _TooManyPositions as _TooManyPositions
 from .checkpoints import KNOWN_KEYS as KNOWN_KEYS
 from .checkpoints import _load as _load
 from .checkpoints import load_position_embeddings
 from .report import PUBLISHED, ProbeReport, PublishedRow, report
+from .report import _plot_format as _plot_format
 
 __all__ = [
+    "MAX_POSITIONS",
     "PUBLISHED",
     "AbsolutePositionResult",
     "Informativeness",

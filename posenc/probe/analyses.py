@@ -64,8 +64,34 @@ def _to_numpy(value):
     return np.asarray(value)
 
 
-def _table(E, name="E", *, min_rows=2):
-    """A finite 2-D real table as C-contiguous float64."""
+#: The most positions (rows) :func:`cosine_similarity` and :func:`report` take.
+#: The cosine map is an ``n x n`` float64 matrix: 512 MiB at 8192 rows, 2 GiB at
+#: 16384.  The paper probes 512 positions, and the learned tables of common
+#: checkpoints have at most a few thousand (GPT-2 1024, BigBird 4096, Longformer
+#: 4098); probe a slice (``E[:8192]``) or every k-th row (``E[::k]``) of a taller
+#: one, such as LED's 16386 rows.
+MAX_POSITIONS = 8192
+
+
+class _TooManyPositions(ValueError):
+    """A table taller than :data:`MAX_POSITIONS` where an n x n matrix is built."""
+
+
+def _check_rows(n, name, max_rows):
+    """Refuse `n` rows above `max_rows` (None: no bound), before any n x n work."""
+    if max_rows is not None and n > max_rows:
+        gib = n * n * 8 / 2**30
+        raise _TooManyPositions(
+            f"{name} has {n} rows (positions), more than {max_rows}, the most that "
+            f"cosine_similarity and report take (the {n} x {n} cosine map alone would be "
+            f"{gib:.1f} GiB): probe at most {max_rows} rows, e.g. the slice E[:{max_rows}] "
+            "or every k-th row E[::k]"
+        )
+
+
+def _table(E, name="E", *, min_rows=2, max_rows=None):
+    """A finite 2-D real table as aligned, C-contiguous float64 (copied when
+    it is not one already: unaligned or strided inputs are copied, not refused)."""
     try:
         arr = _to_numpy(E)
     except (TypeError, ValueError, RuntimeError) as exc:
@@ -78,9 +104,12 @@ def _table(E, name="E", *, min_rows=2):
         raise ValueError(
             f"{name} must have at least {min_rows} rows (positions), got {arr.shape[0]}"
         )
+    _check_rows(arr.shape[0], name, max_rows)
     if arr.shape[1] < 1:
         raise ValueError(f"{name} must have at least one column, got shape {arr.shape}")
     arr = np.ascontiguousarray(arr, dtype=np.float64)
+    if not arr.flags.aligned:  # ascontiguousarray keeps an unaligned float64 buffer
+        arr = arr.copy()
     if not np.isfinite(arr).all():
         raise ValueError(f"{name} must be finite (found nan or inf)")
     return arr
@@ -310,14 +339,22 @@ def cosine_similarity(E):
     Parameters
     ----------
     E : array_like of shape (n_positions, dim)
+        At most :data:`MAX_POSITIONS` (8192) rows: the result is ``n x n``
+        float64, 512 MiB at 8192.  Slice a taller table (``E[:8192]``,
+        ``E[::k]``).
 
     Returns
     -------
     ndarray of shape (n_positions, n_positions), float64
         ``S[i, j] = <E[i], E[j]> / (|E[i]| |E[j]|)``; a row of zeros has
         cosine 0 with everything (as scikit-learn's ``cosine_similarity``).
+
+    Raises
+    ------
+    ValueError
+        More than :data:`MAX_POSITIONS` rows (before any memory is taken).
     """
-    table = _table(E, min_rows=1)
+    table = _table(E, min_rows=1, max_rows=MAX_POSITIONS)
     norms = np.linalg.norm(table, axis=1)
     norms[norms == 0] = 1.0
     unit = table / norms[:, None]

@@ -13,6 +13,7 @@ import numpy as np
 
 from .. import _validate as v
 from .analyses import (
+    MAX_POSITIONS,
     Informativeness,
     _require,
     _table,
@@ -203,15 +204,20 @@ class ProbeReport:
         return "\n".join(lines)
 
     def plot(self, path, *, dpi=110):
-        """Write one PNG: cosine heatmap, informativeness, predictions, fold errors.
+        """Write one figure: cosine heatmap, informativeness, predictions, fold errors.
 
         Uses matplotlib's Agg canvas directly (no ``pyplot``), so the global
-        backend and any open figures are left alone.
+        backend and any open figures are left alone.  Above
+        ``_HEATMAP_POSITIONS`` (1024) positions the heatmap shows every k-th
+        position, which is all a panel of a few hundred pixels can show.
 
         Parameters
         ----------
         path : str or os.PathLike
-            Where to write the PNG.
+            Where to write the figure, in the format its extension names
+            (``.png``, ``.pdf``, ``.svg``, ...: any that matplotlib writes);
+            a PNG when it has none.  An unknown extension is refused before
+            anything is drawn.
         dpi : int
             Resolution.
 
@@ -219,6 +225,7 @@ class ProbeReport:
         -------
         path
         """
+        fmt = _plot_format(path)
         figure_mod = _require("matplotlib.figure", "ProbeReport.plot")
         agg = _require("matplotlib.backends.backend_agg", "ProbeReport.plot")
         fig = figure_mod.Figure(figsize=(12, 9.6), layout="constrained")
@@ -228,8 +235,16 @@ class ProbeReport:
         grid = fig.add_gridspec(2, 2)
 
         ax = fig.add_subplot(grid[0, 0])
-        im = ax.imshow(self.cosine, cmap="RdBu_r", vmin=-1, vmax=1)
-        ax.set_title("cosine similarity between positions")
+        step = -(-n // _HEATMAP_POSITIONS)  # ceil: at most _HEATMAP_POSITIONS shown a side
+        im = ax.imshow(
+            self.cosine[::step, ::step],
+            cmap="RdBu_r",
+            vmin=-1,
+            vmax=1,
+            extent=(-0.5, n - 0.5, n - 0.5, -0.5),  # axes in positions, whatever the step
+        )
+        title = "cosine similarity between positions"
+        ax.set_title(title if step == 1 else f"{title} (one position in {step})")
         ax.set_xlabel("position")
         ax.set_ylabel("position")
         fig.colorbar(im, ax=ax, shrink=0.85)
@@ -304,8 +319,36 @@ class ProbeReport:
             ax.set_xticks(seeds if len(seeds) <= 12 else seeds[:: max(1, len(seeds) // 10)])
             if col == 0:
                 ax.set_ylabel("dots: folds, bars: seed mean, dashed: mean")
-        fig.savefig(os.fspath(path), dpi=dpi)
+        fig.savefig(os.fspath(path), dpi=dpi, format=fmt)
         return path
+
+
+#: The most positions a side of the plotted cosine heatmap shows.
+_HEATMAP_POSITIONS = 1024
+
+
+def _plot_formats():
+    """The file formats matplotlib can write (its canvas's list), lower case."""
+    figure_mod = _require("matplotlib.figure", "ProbeReport.plot")
+    return sorted(figure_mod.Figure().canvas.get_supported_filetypes())
+
+
+def _plot_format(path, what="plot"):
+    """The format of the plot file `path`, from its extension (``png`` when it
+    has none); a ValueError naming the formats matplotlib writes when it is
+    not one of them."""
+    name = os.fspath(path)
+    extension = os.path.splitext(name)[1]
+    if extension in ("", "."):
+        return "png"
+    fmt = extension[1:].lower()
+    formats = _plot_formats()
+    if fmt not in formats:
+        raise ValueError(
+            f"{what}: matplotlib cannot write {extension} files ({name}); "
+            f"name a file ending in one of: {', '.join('.' + f for f in formats)}"
+        )
+    return fmt
 
 
 def report(E, *, name, seeds=10, progress=True):
@@ -314,7 +357,10 @@ def report(E, *, name, seeds=10, progress=True):
     Parameters
     ----------
     E : array_like of shape (n_positions, dim)
-        The table (learned or generated), row ``p`` for position ``p``.
+        The table (learned or generated), row ``p`` for position ``p``: at
+        least 5 and at most :data:`MAX_POSITIONS` (8192) rows, as the report
+        holds the ``n x n`` cosine map (512 MiB of float64 at 8192).  Slice a
+        taller table (``E[:8192]``, ``E[::k]``).
     name : str
         What it is (shown in the table and the plot).
     seeds : int
@@ -327,11 +373,17 @@ def report(E, *, name, seeds=10, progress=True):
     -------
     ProbeReport
         With ``.to_dict()``, ``.to_markdown()`` and ``.plot(path)``.
+
+    Raises
+    ------
+    ValueError
+        Fewer than 5 or more than :data:`MAX_POSITIONS` rows (checked before
+        any probe runs), or a table that is not finite.
     """
     if not isinstance(name, str):
         raise TypeError(f"name must be a string, not {type(name).__name__}")
     seeds = v.integer(seeds, "seeds", minimum=1)
-    table = _table(E, min_rows=5)
+    table = _table(E, min_rows=5, max_rows=MAX_POSITIONS)
     bar = _Progress(f"probing {name}", seeds, bool(progress))
     absolute, order = [], []
     try:
