@@ -3,7 +3,8 @@
 python -m posenc info                       version, SIMD path, threads, NumPy
 python -m posenc probe                      probe the 512 x 768 sinusoid
 python -m posenc probe --source FILE        probe a table in a .npy, .npz,
-                                            .safetensors or torch file
+                                            .safetensors or torch file, or a
+                                            model directory
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ import json
 import os
 import sys
 
+from .probe import MAX_POSITIONS
+
 _PROG = "python -m posenc"
 
 _PROBE_HELP = """\
@@ -21,7 +24,14 @@ on a position-embedding table and print the figures beside the published
 ones: absolute position by linear regression (MAE, in positions) and
 relative order by logistic regression (error rate), mean and standard
 deviation over seeds, with the table's informativeness.  Without --source,
-the built-in 512 x 768 sinusoid of Vaswani et al. is probed."""
+the built-in 512 x 768 sinusoid of Vaswani et al. is probed.
+
+Tables of up to {max_positions} positions (rows) are probed: the report holds
+their n x n cosine map ({cosine_mib} MiB at {max_positions}).  For a taller table, save
+a slice (numpy.save("part.npy", E[:{max_positions}]) or every k-th row E[::k])
+and probe that file.  --source must be a regular file or a model directory
+(sharded checkpoints are read through their .index.json, one shard); FIFOs,
+devices and sockets are refused without being opened."""
 
 
 def _build_parser():
@@ -35,13 +45,16 @@ def _build_parser():
     probe = sub.add_parser(
         "probe",
         help="probe a position-embedding table (default: the 512 x 768 sinusoid)",
-        description=_PROBE_HELP,
+        description=_PROBE_HELP.format(
+            max_positions=MAX_POSITIONS, cosine_mib=MAX_POSITIONS**2 * 8 // 2**20
+        ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     probe.add_argument(
         "--source",
         metavar="FILE",
-        help="a .npy/.npz/.safetensors/torch file or a model directory holding the table",
+        help="a .npy/.npz/.safetensors/torch file, a checkpoint index (.index.json) or a "
+        f"model directory holding the table (at most {MAX_POSITIONS} rows)",
     )
     probe.add_argument(
         "--key",
@@ -53,12 +66,23 @@ def _build_parser():
     probe.add_argument(
         "--seeds", type=int, default=10, metavar="N", help="run the probes with seeds 0..N-1"
     )
-    probe.add_argument("--plot", metavar="PNG", help="write the figure to this PNG file")
+    probe.add_argument(
+        "--plot",
+        metavar="FILE",
+        help="write the figure to this file, in the format its extension names (.png, .pdf, "
+        ".svg, ...: those matplotlib writes; PNG without one); checked before the probes run",
+    )
     probe.add_argument("--json", metavar="FILE", help="write the figures to this JSON file")
     probe.add_argument(
         "--no-progress", action="store_true", help="no progress bar on stderr while probing"
     )
     return parser
+
+
+# Checkpoint files a model directory is read from: --json and --plot may not
+# overwrite one.
+_CHECKPOINT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".npz", ".npy")
+_CHECKPOINT_SUFFIXES += (".index.json",)
 
 
 class _Failure(Exception):
@@ -73,6 +97,44 @@ def _check_writable(path, what):
         raise _Failure(f"{what}: {path} is a directory")
 
 
+def _same_file(a, b):
+    """Whether paths `a` and `b` name the same file (``os.path.samefile`` when
+    both exist, else the same path once links are resolved)."""
+    if os.path.exists(a) and os.path.exists(b):
+        return os.path.samefile(a, b)
+    return os.path.realpath(a) == os.path.realpath(b)
+
+
+def _check_not_source(path, what, source):
+    """`path` (an output) must not overwrite the source or a checkpoint file
+    of a source directory."""
+    if source is None:
+        return
+    if _same_file(path, source):
+        raise _Failure(f"{what}: {path} is the --source file; write the output elsewhere")
+    if (
+        os.path.isdir(source)
+        and os.path.isfile(path)
+        and _same_file(os.path.dirname(os.path.abspath(path)), source)
+        and path.lower().endswith(_CHECKPOINT_SUFFIXES)
+    ):
+        raise _Failure(
+            f"{what}: {path} is a file of the --source directory; write the output elsewhere"
+        )
+
+
+def _check_plot_format(path):
+    """The --plot extension, checked before the probes run (they take seconds)."""
+    from . import probe
+
+    try:
+        fmt = probe._plot_format(path, "--plot")
+    except ValueError as exc:
+        raise _Failure(str(exc)) from exc
+    if fmt == "pgf":
+        raise _Failure(f"--plot: {path}: .pgf needs LaTeX; write a .pdf or .svg file instead")
+
+
 def _probe(args):
     from . import probe, sinusoid
 
@@ -83,18 +145,28 @@ def _probe(args):
     for path, what in ((args.plot, "--plot"), (args.json, "--json")):
         if path is not None:
             _check_writable(path, what)
+            _check_not_source(path, what, args.source)
+    if args.plot is not None and args.json is not None and _same_file(args.plot, args.json):
+        raise _Failure(f"--plot and --json name the same file ({args.plot})")
+    if args.plot is not None:
+        _check_plot_format(args.plot)
 
     if args.source is None:
         table = sinusoid(512, 768, dtype="float64")
         name = args.name or "sinusoid 512x768"
         where = "built in: posenc.sinusoid(512, 768), base 10000, interleaved"
         key = None
-    else:
-        loaded, key = probe._load(args.source, args.key)
-        table = probe._to_numpy(loaded)
-        where = args.source + (f" [{key}]" if key else "")
-        name = args.name or os.path.basename(os.path.normpath(args.source))
-    table = probe._table(table, f"the table in {where}", min_rows=5)
+    try:
+        if args.source is not None:
+            loaded, key = probe._load(args.source, args.key, max_rows=probe.MAX_POSITIONS)
+            table = probe._to_numpy(loaded)
+            where = args.source + (f" [{key}]" if key else "")
+            name = args.name or os.path.basename(os.path.normpath(args.source))
+        table = probe._table(
+            table, f"the table in {where}", min_rows=5, max_rows=probe.MAX_POSITIONS
+        )
+    except probe._TooManyPositions as exc:
+        raise _Failure(f"{exc} (numpy.save the slice to a .npy file and probe that)") from exc
 
     result = probe.report(table, name=name, seeds=args.seeds, progress=not args.no_progress)
     print(f"{name}: {where}")
@@ -118,6 +190,9 @@ def _one_line(exc):
     text = str(exc).strip() or type(exc).__name__
     if isinstance(exc, KeyError) and len(exc.args) == 1:
         text = str(exc.args[0])
+    name = type(exc).__name__
+    if isinstance(exc, (MemoryError, RecursionError, AttributeError)) and text != name:
+        text = f"{name}: {text}"  # not self-explanatory without the name
     return " ".join(text.split())
 
 
@@ -130,7 +205,19 @@ def main(argv=None):
         return 0
     try:
         return _probe(args)
-    except (_Failure, OSError, ValueError, TypeError, KeyError, ImportError) as exc:
+    except (
+        _Failure,
+        OSError,
+        ValueError,
+        TypeError,
+        KeyError,
+        ImportError,
+        # not expected from any input (the loader and the bound on rows keep
+        # them away), but a one-line error is better than a traceback
+        MemoryError,
+        RecursionError,
+        AttributeError,
+    ) as exc:
         print(f"{_PROG} probe: error: {_one_line(exc)}", file=sys.stderr)
         return 1
 

@@ -7,6 +7,8 @@ writes, and one-line errors without a traceback.
 """
 
 import json
+import os
+import time
 
 import child_process
 import numpy as np
@@ -100,6 +102,10 @@ def _bad_inputs(tmp_path):
         (["--seeds", "0"], "--seeds must be >= 1"),
         (["--plot", str(tmp_path / "no" / "p.png")], "--plot: no such directory"),
         (["--json", str(tmp_path)], "is a directory"),
+        (["--plot", str(tmp_path / "p.xyz")], "--plot: matplotlib cannot write .xyz files"),
+        (["--plot", str(tmp_path / "p.pgf")], ".pgf needs LaTeX"),
+        (["--source", str(tmp_path / "nan.npy"), "--json", str(tmp_path / "nan.npy")], "is the"),
+        (["--plot", str(tmp_path / "o.png"), "--json", str(tmp_path / "o.png")], "the same file"),
     ]
 
 
@@ -113,9 +119,106 @@ def test_bad_inputs_give_a_one_line_error_and_a_nonzero_exit(tmp_path, capsys):
 
 
 def test_bad_inputs_in_a_child_process_print_no_traceback(tmp_path):
-    for args, words in _bad_inputs(tmp_path)[:4]:
+    cases = _bad_inputs(tmp_path)
+    for args, words in cases[:4] + cases[-4:]:
         result = run_module("probe", *args)
         assert result.returncode == 1
         assert result.stdout == ""
         assert result.stderr.startswith(PREFIX) and result.stderr.count("\n") == 1
         assert words in result.stderr
+
+
+# ---------------------------------------------------------------- outputs checked before the run
+
+
+def test_json_or_plot_naming_the_source_is_refused_and_the_source_kept(small_npy, tmp_path, capsys):
+    before = small_npy.read_bytes()
+    link = tmp_path / "link.npy"
+    link.symlink_to(small_npy)
+    spellings = [
+        str(small_npy),
+        str(small_npy.parent / "." / small_npy.name),
+        os.path.relpath(small_npy),
+        str(link),
+    ]
+    for spelling in spellings:
+        for option in ("--json", "--plot"):
+            assert main(["probe", "--source", str(small_npy), option, spelling]) == 1
+            out, err = capsys.readouterr()
+            assert out == "" and err.count("\n") == 1
+            assert err.startswith(f"{PREFIX}{option}: ") and "is the --source file" in err, err
+    # the same through the link the other way round
+    assert main(["probe", "--source", str(link), "--json", str(small_npy)]) == 1
+    assert "is the --source file" in capsys.readouterr().err
+    assert small_npy.read_bytes() == before
+
+
+def test_outputs_may_not_overwrite_a_checkpoint_of_a_source_directory(tmp_path, capsys):
+    model = tmp_path / "model"
+    model.mkdir()
+    np.save(model / "pe.npy", np.zeros((3, 3)))
+    (model / "model.safetensors").write_bytes(b"x")
+    for name in ("model.safetensors", "pe.npy"):
+        assert main(["probe", "--source", str(model), "--json", str(model / name)]) == 1
+        assert "is a file of the --source directory" in capsys.readouterr().err
+    assert (model / "model.safetensors").read_bytes() == b"x"
+
+
+def test_a_plot_format_matplotlib_cannot_write_is_refused_before_the_probes_run(
+    small_npy, tmp_path, capsys
+):
+    start = time.perf_counter()
+    args = ["probe", "--source", str(small_npy), "--seeds", "50", "--plot", str(tmp_path / "p.jpq")]
+    assert main(args) == 1
+    assert time.perf_counter() - start < 5  # 50 seeds would take far longer
+    out, err = capsys.readouterr()
+    assert out == ""  # no table printed: nothing ran
+    assert err.count("\n") == 1 and "--plot: matplotlib cannot write .jpq files" in err
+    for fmt in (".png", ".pdf", ".svg"):
+        assert fmt in err
+    assert not (tmp_path / "p.jpq").exists()
+
+
+@pytest.mark.parametrize(
+    "name,magic", [("p.pdf", b"%PDF"), ("p.SVG", b"<?xml"), ("plot", b"\x89PNG")]
+)
+def test_plot_writes_the_format_its_extension_names_at_exactly_that_path(
+    small_npy, tmp_path, capsys, name, magic
+):
+    path = tmp_path / name
+    assert main(["probe", "--source", str(small_npy), "--seeds", "1", "--plot", str(path)]) == 0
+    assert path.read_bytes().startswith(magic)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [name]  # nothing appended to the name
+    assert f"plot written to {path}" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "exc",
+    [
+        MemoryError("Unable to allocate 3.00 GiB for an array"),
+        MemoryError(),
+        RecursionError("maximum recursion depth exceeded"),
+        AttributeError("'list' object has no attribute 'get'"),
+    ],
+)
+def test_errors_no_input_should_raise_still_give_one_line(small_npy, monkeypatch, capsys, exc):
+    from posenc import probe
+
+    def fail(*args, **kwargs):
+        raise exc
+
+    monkeypatch.setattr(probe, "_load", fail)
+    assert main(["probe", "--source", str(small_npy)]) == 1
+    out, err = capsys.readouterr()
+    assert out == "" and err.startswith(PREFIX) and err.count("\n") == 1
+    assert type(exc).__name__ in err
+
+
+def test_help_states_the_row_bound():
+    from posenc import probe
+
+    result = run_module("probe", "--help")
+    assert result.returncode == 0
+    text = " ".join(result.stdout.split())
+    assert f"Tables of up to {probe.MAX_POSITIONS} positions (rows)" in text
+    assert f"(at most {probe.MAX_POSITIONS} rows)" in text
