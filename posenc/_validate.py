@@ -9,6 +9,7 @@ before anything is written, so a failed call leaves ``out=`` untouched.
 
 from __future__ import annotations
 
+import math
 import operator
 from numbers import Integral, Real
 
@@ -20,9 +21,10 @@ _MAX_ELEMENTS = np.iinfo(np.intp).max // 8
 
 def integer(value, name, *, minimum=None, maximum=None):
     """An exact integer (Python or NumPy, not bool) within bounds."""
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (Integral, np.integer)):
-        raise TypeError(f"{name} must be an integer, not {type(value).__name__}")
-    value = operator.index(value)
+    if type(value) is not int:  # the common case skips the abstract-class checks
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (Integral, np.integer)):
+            raise TypeError(f"{name} must be an integer, not {type(value).__name__}")
+        value = operator.index(value)
     if minimum is not None and value < minimum:
         raise ValueError(f"{name} must be >= {minimum}, got {value}")
     if maximum is not None and value > maximum:
@@ -40,11 +42,12 @@ def even_dim(value, name):
 
 def real(value, name, *, positive=False):
     """A finite real number (not bool) as a Python float."""
-    real_types = (Real, np.integer, np.floating)
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, real_types):
-        raise TypeError(f"{name} must be a real number, not {type(value).__name__}")
+    if type(value) is not float and type(value) is not int:  # the common cases skip these
+        real_types = (Real, np.integer, np.floating)
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, real_types):
+            raise TypeError(f"{name} must be a real number, not {type(value).__name__}")
     value = float(value)
-    if not np.isfinite(value):
+    if not math.isfinite(value):
         raise ValueError(f"{name} must be finite, got {value}")
     if positive and value <= 0:
         raise ValueError(f"{name} must be > 0, got {value}")
@@ -138,7 +141,10 @@ def native_copy(arr, dtype):
     """`arr` as a C-contiguous, aligned, native-order array of `dtype`:
     `arr` itself when it is one, else a copy (an unaligned buffer, such as
     ``np.frombuffer(buf, offset=1)``, is copied, not refused)."""
-    return np.require(arr, dtype=np.dtype(dtype).newbyteorder("="), requirements=("C", "A"))
+    dtype = np.dtype(dtype).newbyteorder("=")
+    if arr.dtype == dtype and arr.flags.c_contiguous and arr.flags.aligned:
+        return arr  # the common case, without np.require's cost
+    return np.require(arr, dtype=dtype, requirements=("C", "A"))
 
 
 def out_array(out, shape, dtype, name="out"):
@@ -253,6 +259,8 @@ def bias_views(arr):
     """
     if arr.size == 0:
         return []
+    if arr.flags.c_contiguous and arr.flags.writeable and kernel_ready(arr):
+        return [arr.reshape((-1,) + arr.shape[-3:])]  # the common case, quickly
     if not kernel_ready(arr) or not arr.flags.writeable or self_overlaps(arr):
         return None
     merged = _merged_axes(arr.shape[:-3], arr.strides[:-3])

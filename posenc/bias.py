@@ -9,6 +9,8 @@ existing attention scores in place, with no ``(heads, q, k)`` temporary.
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import numpy as np
 
 from . import _core, _t5
@@ -128,12 +130,20 @@ def alibi_slopes(n_heads, *, max_bias=8.0):
     """
     n = v.integer(n_heads, "n_heads", minimum=1)
     max_bias = v.real(max_bias, "max_bias", positive=True)
+    return _slopes(n, max_bias).copy()
+
+
+@lru_cache(maxsize=64)
+def _slopes(n, max_bias):
+    """alibi_slopes, made once per (n, max_bias) and kept read-only (a
+    decoding step asks for the same ones every time)."""
     c = 1 << (n.bit_length() - 1)  # the largest power of two <= n
     with np.errstate(over="ignore"):  # a huge max_bias: slopes of 0, as in the limit
         slopes = np.exp2(-max_bias * np.arange(1, c + 1) / c)
         if c < n:
             halves = np.exp2(-max_bias * np.arange(1, 2 * c + 1, 2) / (2 * c))
             slopes = np.concatenate([slopes, halves[: n - c]])
+    slopes.setflags(write=False)
     return slopes
 
 
@@ -205,7 +215,7 @@ def alibi_bias(
     q_offset = _offset(q_offset, k_len - q_len)
     causal = v.flag(causal, "causal")
     if slopes is None:
-        slopes = alibi_slopes(n_heads, max_bias=max_bias)
+        slopes = _slopes(n_heads, v.real(max_bias, "max_bias", positive=True))
     else:
         if max_bias != 8.0:
             raise ValueError("give slopes or max_bias, not both")

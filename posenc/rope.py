@@ -234,15 +234,15 @@ def apply_rope(
         # written directly unless its layout is odd, or it overlaps x other
         # than as x itself (in place): then through a temporary
         result = target = out
-        if (
+        if out is not src and (
             not v.kernel_ready(out)
-            or v.self_overlaps(out)
-            or (not _same_view(out, src) and np.may_share_memory(out, src))
+            or (not out.flags.c_contiguous and v.self_overlaps(out))
+            or (np.may_share_memory(out, src) and not _same_view(out, src))
         ):
             target = np.empty(x.shape, dtype)
     if x.size:
         _core.rope_apply(
-            src, np.broadcast_to(pos, lead), inv_freq, target, layout_code, attention, bool(inverse)
+            src, _broadcast(pos, lead), inv_freq, target, layout_code, attention, bool(inverse)
         )
     if target is not result:
         np.copyto(result, target, casting="unsafe")
@@ -338,6 +338,15 @@ def _positions(positions, lead, offset, seq_axis):
         if not np.isfinite(pos).all():
             raise ValueError("positions + offset must be finite")
     return pos
+
+
+def _broadcast(pos, lead):
+    """`pos` (C-contiguous float64, each dimension 1 or lead's, aligned to
+    the right) seen with `lead`'s shape: what np.broadcast_to makes, a few
+    times faster."""
+    pad = len(lead) - pos.ndim
+    strides = (0,) * pad + tuple(0 if n == 1 else s for n, s in zip(pos.shape, pos.strides))
+    return np.ndarray(lead, np.float64, pos, 0, strides)
 
 
 def _same_view(a, b):

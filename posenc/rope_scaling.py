@@ -34,6 +34,7 @@ import math
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Callable
 
 import numpy as np
@@ -474,7 +475,7 @@ def read(scaling, layer_type=None):
     if scaling is None:
         if layer_type is not None:
             raise ValueError("layer_type was given without scaling (a config to choose from)")
-        return Rope(FAMILIES["default"], {})
+        return _DEFAULT
     if _is_config(scaling):
         params, head_dim = _from_config(scaling, layer_type)
     elif isinstance(scaling, Mapping):
@@ -539,8 +540,22 @@ def resolve(dim, base, scaling, layer_type=None):
     return rotary_dimension(dim, rope), base_of(base, rope), rope
 
 
+_DEFAULT = Rope(FAMILIES["default"], {})
+
+
+@lru_cache(maxsize=256)
+def _plain_frequencies(dim, base):
+    """The frequencies without scaling, made once per (dim, base): a decoding
+    step calls for the same ones every time."""
+    inv_freq = np.ascontiguousarray(inv_frequencies(dim, base), dtype=np.float64)
+    inv_freq.setflags(write=False)
+    return inv_freq
+
+
 def frequencies(dim, base, rope, seq_len):
     """``(inv_freq, attention_factor)`` of `rope` (see :func:`read`) for
-    rotary dimension `dim` and base `base`."""
+    rotary dimension `dim` and base `base` (a read-only array)."""
+    if rope.family.name == "default":
+        return _plain_frequencies(dim, base), 1.0
     inv_freq, attention = rope.family.function(dim, base, rope.params, seq_len)
     return np.ascontiguousarray(inv_freq, dtype=np.float64), float(attention)
