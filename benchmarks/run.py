@@ -217,6 +217,19 @@ def rope_cases(quick):
             note="allocation and page faults included on all sides",
         )
     )
+    # one decoding step: the fixed cost of a call shows
+    x = rng.standard_normal((1, 32, 1, 128)).astype(np.float32)
+    out = np.empty_like(x)
+    cases.append(
+        Case(
+            name="apply_rope(1, 32, 1, 128) float32, offset=4096, out= (decoding)",
+            nbytes=x.nbytes,
+            posenc=lambda: posenc.apply_rope(x, offset=4096, out=out),
+            memory=copyto_of(x.shape, x.dtype),
+            torch=_rope_torch(x, -2),
+            note="torch: the cached cos/sin of one position, as a KV-cache step uses them",
+        )
+    )
     # how the time grows with the number of positions
     for n in [1024, 4096, 16384] if quick else [1024, 4096, 16384, 65536]:
         x = rng.standard_normal((1, 8, n, 128)).astype(np.float32)
