@@ -211,8 +211,8 @@ def rope_cases(quick):
         Case(
             name=f"apply_rope{x.shape} float32, new array",
             nbytes=x.nbytes,
-            posenc=lambda: posenc.apply_rope(x),
-            memory=lambda: np.copyto(np.empty_like(x), x),
+            posenc=lambda x=x: posenc.apply_rope(x),
+            memory=lambda x=x: np.copyto(np.empty_like(x), x),
             torch=_rope_torch(x, -2),
             note="allocation and page faults included on all sides",
         )
@@ -224,7 +224,7 @@ def rope_cases(quick):
         Case(
             name="apply_rope(1, 32, 1, 128) float32, offset=4096, out= (decoding)",
             nbytes=x.nbytes,
-            posenc=lambda: posenc.apply_rope(x, offset=4096, out=out),
+            posenc=lambda x=x, out=out: posenc.apply_rope(x, offset=4096, out=out),
             memory=copyto_of(x.shape, x.dtype),
             torch=_rope_torch(x, -2),
             note="torch: the cached cos/sin of one position, as a KV-cache step uses them",
