@@ -1,10 +1,9 @@
-"""Command line of posenc.
+"""Command line of posenc (the installed ``posenc`` command, or ``python -m posenc``).
 
-python -m posenc info                       version, SIMD path, threads, NumPy
-python -m posenc probe                      probe the 512 x 768 sinusoid
-python -m posenc probe --source FILE        probe a table in a .npy, .npz,
-                                            .safetensors or torch file, or a
-                                            model directory
+posenc info                       version, SIMD path, threads, NumPy
+posenc probe                      probe the 512 x 768 sinusoid
+posenc probe --source FILE        probe a table in a .npy, .npz, .safetensors
+                                  or torch file, or a model directory
 """
 
 from __future__ import annotations
@@ -16,7 +15,7 @@ import sys
 
 from .probe import MAX_POSITIONS
 
-_PROG = "python -m posenc"
+_PROG = "posenc"
 
 _PROBE_HELP = """\
 Run Wang & Chen's probes ("What Do Position Embeddings Learn?", EMNLP 2020)

@@ -17,7 +17,7 @@ import pytest
 import posenc
 from posenc.__main__ import main
 
-PREFIX = "python -m posenc probe: error: "
+PREFIX = "posenc probe: error: "
 
 
 def run_module(*args):

@@ -25,7 +25,7 @@ import pytest
 
 from posenc import probe
 
-PREFIX = "python -m posenc probe: error: "
+PREFIX = "posenc probe: error: "
 posix_only = pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs (POSIX)")
 
 
