@@ -18,9 +18,11 @@
  * bucket is constant over long runs of distances, so its vectors are
  * filled run by run rather than gathered element by element.
  *
- * Large fills use non-temporal stores on the AVX2 path: the output is far
- * larger than the caches and this kernel never reads it back, so skipping
- * the read-for-ownership of each line saves up to half of the traffic.
+ * Large fills use non-temporal stores on the AVX2 path (bias_avx2.c, which
+ * also makes ALiBi's vectors and adds rows four or eight elements at a
+ * time): the output is far larger than the caches and this kernel never
+ * reads it back, so skipping the read-for-ownership of each line saves up
+ * to half of the traffic.
  * Adds into float16 scores widen to float32, add, and round once to
  * float16, which is the correctly rounded float16 sum (float32 has more
  * than 2 * 11 + 2 bits), so both paths agree with NumPy's float16 add.
@@ -34,160 +36,59 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "bias.h"
 #include "pe.h"
 #include "simd.h"
 
-/* Elements of a head's vector per OpenMP task. */
-#define PE_VECTOR_BLOCK 4096
-/* Fills of at least this many bytes stream their stores past the caches. */
-#define PE_STREAM_MIN ((size_t)8 << 20)
-
 /* ---- rows: copy or add a slice of the per-head vector ---- */
 
-static void add_row_scalar(char *dst, const char *src, ptrdiff_t n, int dtype)
+PE_INLINE void rows_scalar(const struct pe_toeplitz *t, ptrdiff_t r0, ptrdiff_t r1, const int op,
+                           const int dtype)
 {
-    if (dtype == PE_F32) {
-        float *o = (float *)dst;
-        const float *s = (const float *)src;
-        for (ptrdiff_t j = 0; j < n; ++j)
-            o[j] = o[j] + s[j];
-    } else if (dtype == PE_F64) {
-        double *o = (double *)dst;
-        const double *s = (const double *)src;
-        for (ptrdiff_t j = 0; j < n; ++j)
-            o[j] = o[j] + s[j];
-    } else {
-        uint16_t *o = (uint16_t *)dst;
-        const uint16_t *s = (const uint16_t *)src;
-        for (ptrdiff_t j = 0; j < n; ++j)
-            o[j] = pe_f16_from_f32(pe_f32_from_f16(o[j]) + pe_f32_from_f16(s[j]));
+    const size_t isz = pe_itemsize(dtype);
+    ptrdiff_t k = t->d->k_len;
+    for (ptrdiff_t r = r0; r < r1; ++r) {
+        const char *src;
+        char *row = pe_toeplitz_row(t, r, isz, &src);
+        if (op == PE_BIAS_ADD)
+            pe_add_row(row, src, k, dtype);
+        else
+            memcpy(row, src, (size_t)k * isz);
     }
 }
 
-#if PE_X86
-PE_TARGET_AVX2 static void add_row_avx2(char *dst, const char *src, ptrdiff_t n, int dtype)
-{
-    ptrdiff_t j = 0;
-    if (dtype == PE_F32) {
-        float *o = (float *)dst;
-        const float *s = (const float *)src;
-        for (; j + 8 <= n; j += 8)
-            _mm256_storeu_ps(o + j, _mm256_add_ps(_mm256_loadu_ps(o + j), _mm256_loadu_ps(s + j)));
-    } else if (dtype == PE_F64) {
-        double *o = (double *)dst;
-        const double *s = (const double *)src;
-        for (; j + 4 <= n; j += 4)
-            _mm256_storeu_pd(o + j, _mm256_add_pd(_mm256_loadu_pd(o + j), _mm256_loadu_pd(s + j)));
-    } else {
-        uint16_t *o = (uint16_t *)dst;
-        const uint16_t *s = (const uint16_t *)src;
-        for (; j + 8 <= n; j += 8) {
-            __m256 a = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(o + j)));
-            __m256 b = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(s + j)));
-            _mm_storeu_si128((__m128i *)(o + j),
-                             _mm256_cvtps_ph(_mm256_add_ps(a, b), _MM_FROUND_TO_NEAREST_INT));
-        }
-    }
-    size_t isz = pe_itemsize(dtype);
-    add_row_scalar(dst + j * isz, src + j * isz, n - j, dtype);
-}
+PE_SPECIALISE(const pe_bias_rows_fn, pe_bias_rows_scalar, rows_scalar,
+              (const struct pe_toeplitz *t, ptrdiff_t r0, ptrdiff_t r1), (t, r0, r1));
 
-static inline __attribute__((always_inline)) PE_TARGET_AVX2 void store256(char *p, __m256i v,
-                                                                          const int stream)
-{
-    if (stream)
-        _mm256_stream_si256((__m256i *)p, v);
-    else
-        _mm256_storeu_si256((__m256i *)p, v);
-}
-
-/* A row copy with vector stores: plain ones (memcpy's "rep movsb" for rows
- * of a few KiB is slower than this on some CPUs), or non-temporal ones for
- * the 32-byte-aligned middle of the row. */
-PE_TARGET_AVX2 static inline __attribute__((always_inline)) void
-copy_row_impl(char *dst, const char *src, size_t nbytes, const int stream)
-{
-    size_t b = 0;
-    if (stream) {
-        b = (32 - ((uintptr_t)dst & 31)) & 31;
-        b = b > nbytes ? nbytes : b;
-        memcpy(dst, src, b);
-    }
-    for (; b + 128 <= nbytes; b += 128) {
-        __m256i v0 = _mm256_loadu_si256((const __m256i *)(src + b));
-        __m256i v1 = _mm256_loadu_si256((const __m256i *)(src + b + 32));
-        __m256i v2 = _mm256_loadu_si256((const __m256i *)(src + b + 64));
-        __m256i v3 = _mm256_loadu_si256((const __m256i *)(src + b + 96));
-        store256(dst + b, v0, stream);
-        store256(dst + b + 32, v1, stream);
-        store256(dst + b + 64, v2, stream);
-        store256(dst + b + 96, v3, stream);
-    }
-    for (; b + 32 <= nbytes; b += 32)
-        store256(dst + b, _mm256_loadu_si256((const __m256i *)(src + b)), stream);
-    memcpy(dst + b, src + b, nbytes - b);
-}
-
-PE_TARGET_AVX2 static void copy_row_avx2(char *dst, const char *src, size_t nbytes)
-{
-    copy_row_impl(dst, src, nbytes, 0);
-}
-
-PE_TARGET_AVX2 static void stream_row_avx2(char *dst, const char *src, size_t nbytes)
-{
-    copy_row_impl(dst, src, nbytes, 1);
-}
-#endif
-
-/* Every row of dst from the per-head vectors vals (heads x vlen elements of
- * dst's type, vlen = q_len + k_len - 1): row i of head h is the slice that
- * starts at q_len - 1 - i.  Rows of all batches and heads are one flat
- * range shared among the threads. */
-static void toeplitz_rows(const struct pe_bias_dst *d, const char *vals, ptrdiff_t vlen, int add,
-                          int nthreads)
+/* Every row of dst from the per-head vectors vals (struct pe_toeplitz), in
+ * chunks of rows shared among the threads. */
+static void toeplitz_rows(const struct pe_kernels *k, const struct pe_bias_dst *d, const char *vals,
+                          ptrdiff_t vlen, int add, int nthreads)
 {
     size_t isz = pe_itemsize(d->dtype);
-    ptrdiff_t q = d->q_len, k = d->k_len, hq = d->heads * q;
-    ptrdiff_t nrows = d->batch * hq;
-    int parallel = nthreads > 1 && nrows > 1 && nrows * k >= PE_PARALLEL_MIN;
-    int avx2 = pe_use_avx2();
-    int stream = avx2 && !add && (size_t)nrows * (size_t)k * isz >= PE_STREAM_MIN;
+    ptrdiff_t klen = d->k_len, nrows = d->batch * d->heads * d->q_len;
+    struct pe_toeplitz t = {d, vals, vlen,
+                            !add && (size_t)nrows * (size_t)klen * isz >= (size_t)PE_STREAM_BYTES};
+    /* a write copies bytes: int64 rows (relative positions) go as float64's */
+    int dtype = d->dtype == PE_BIAS_I64 ? PE_F64 : d->dtype;
+    pe_bias_rows_fn rows = k->bias_rows[add ? PE_BIAS_ADD : PE_BIAS_WRITE][dtype];
     /* chunks of ~64 KiB handed out as threads ask: on a busy machine a
      * thread that loses its core for a while leaves its share to the others */
-    ptrdiff_t chunk = (ptrdiff_t)(((size_t)64 << 10) / ((size_t)k * isz + 1)) + 1;
+    ptrdiff_t chunk = (ptrdiff_t)(((size_t)64 << 10) / ((size_t)klen * isz + 1)) + 1;
+    ptrdiff_t nchunks = (nrows + chunk - 1) / chunk;
+    int parallel = nthreads > 1 && nrows > 1 && nrows * klen >= PE_PARALLEL_MIN;
 #pragma omp parallel num_threads(nthreads) if (parallel)
     {
-#pragma omp for schedule(dynamic, chunk)
-        for (ptrdiff_t r = 0; r < nrows; ++r) {
-            ptrdiff_t b = r / hq, h = (r / q) % d->heads, i = r % q;
-            char *row = d->data + b * d->stride_b + h * d->stride_h + i * d->stride_q;
-            const char *src = vals + (h * vlen + (q - 1 - i)) * (ptrdiff_t)isz;
-#if PE_X86
-            if (avx2) {
-                if (add)
-                    add_row_avx2(row, src, k, d->dtype);
-                else if (stream)
-                    stream_row_avx2(row, src, (size_t)k * isz);
-                else
-                    copy_row_avx2(row, src, (size_t)k * isz);
-                continue;
-            }
-#else
-            (void)stream;
-#endif
-            if (add)
-                add_row_scalar(row, src, k, d->dtype);
-            else
-                memcpy(row, src, (size_t)k * isz);
+#pragma omp for schedule(dynamic, 1)
+        for (ptrdiff_t c = 0; c < nchunks; ++c) {
+            ptrdiff_t r0 = c * chunk;
+            rows(&t, r0, nrows - r0 < chunk ? nrows : r0 + chunk);
         }
-#if PE_X86
         /* streamed stores are weakly ordered: make them visible before the
          * team's barrier hands the array back */
-        if (stream)
-            _mm_sfence();
-#endif
+        if (t.stream)
+            k->store_fence();
     }
-    (void)avx2;
 }
 
 /* Distance j - (q_offset + i) at vector index t = q_len - 1 - i + j. */
@@ -206,8 +107,8 @@ typedef void (*vector_block_fn)(const void *ctx, char *o, int dtype, ptrdiff_t h
  * then a slice of them (toeplitz_rows).  A single query of a single batch
  * (a decoding step) has one row per head, which is its vector: block()
  * writes it there directly.  0, or -1 if memory ran out (nothing written). */
-static int bias_from_vectors(const struct pe_bias_dst *dst, int add, int nthreads,
-                             vector_block_fn block, const void *ctx)
+static int bias_from_vectors(const struct pe_kernels *k, const struct pe_bias_dst *dst, int add,
+                             int nthreads, vector_block_fn block, const void *ctx)
 {
     if (dst->batch == 0)
         return 0;
@@ -227,7 +128,7 @@ static int bias_from_vectors(const struct pe_bias_dst *dst, int add, int nthread
         block(ctx, vals + h * head_stride, dst->dtype, h, t0, t1);
     }
     if (!direct) {
-        toeplitz_rows(dst, vals, vlen, add, nthreads);
+        toeplitz_rows(k, dst, vals, vlen, add, nthreads);
         free(vals);
     }
     return 0;
@@ -235,80 +136,42 @@ static int bias_from_vectors(const struct pe_bias_dst *dst, int add, int nthread
 
 /* ---- ALiBi ---- */
 
-/* slope * (j - qpos) for keys at or before the query and -inf after it
- * (causal), or slope * -|j - qpos|: +0.0 on the diagonal for a positive
- * slope. */
-static inline double alibi_value(double dist, double slope, int causal)
-{
-    double below = slope * dist, above = causal ? -INFINITY : slope * -dist;
-    return dist > 0 ? above : below;
-}
-
-#if PE_X86
-/* The first n - n % 4 elements of alibi_block's exact case, float32 or
- * float64, four at a time: the same products and selects, the same bits. */
-PE_TARGET_AVX2 static ptrdiff_t alibi_avx2(char *o, int dtype, ptrdiff_t n, double base,
-                                           double slope, int causal)
-{
-    const __m256d vs = _mm256_set1_pd(slope), four = _mm256_set1_pd(4.0);
-    const __m256d zero = _mm256_setzero_pd(), neg = _mm256_set1_pd(-0.0);
-    const __m256d ninf = _mm256_set1_pd(-INFINITY);
-    __m256d d = _mm256_add_pd(_mm256_set1_pd(base), _mm256_setr_pd(0.0, 1.0, 2.0, 3.0));
-    ptrdiff_t t = 0;
-    for (; t + 4 <= n; t += 4) {
-        __m256d below = _mm256_mul_pd(vs, d);
-        __m256d above = causal ? ninf : _mm256_mul_pd(vs, _mm256_xor_pd(d, neg));
-        __m256d v = _mm256_blendv_pd(below, above, _mm256_cmp_pd(d, zero, _CMP_GT_OQ));
-        if (dtype == PE_F32)
-            _mm_storeu_ps((float *)o + t, _mm256_cvtpd_ps(v));
-        else
-            _mm256_storeu_pd((double *)o + t, v);
-        d = _mm256_add_pd(d, four);
-    }
-    return t;
-}
-#endif
-
 /* Elements [t0, t1) of a head's vector, the distance at t0 being d0.  While
  * distances are far below 2**53 they are exact in float64, so the loop can
  * count in float64. */
-static void alibi_block(char *o, int dtype, ptrdiff_t t0, ptrdiff_t t1, int64_t d0, double slope,
-                        int causal)
+PE_INLINE void alibi_scalar(char *o, ptrdiff_t t0, ptrdiff_t t1, int64_t d0, double slope,
+                            const int causal, const int dtype)
 {
-    ptrdiff_t n = t1 - t0, t = 0;
-    if (d0 > -((int64_t)1 << 52) && d0 < ((int64_t)1 << 52) - PE_VECTOR_BLOCK) {
-        double base = (double)d0;
-#if PE_X86
-        if (dtype != PE_F16 && pe_use_avx2())
-            t = alibi_avx2(o + t0 * (ptrdiff_t)pe_itemsize(dtype), dtype, n, base, slope, causal);
-#endif
-        for (; t < n; ++t)
-            pe_store(o, t0 + t, dtype, alibi_value(base + (double)t, slope, causal));
-        return;
-    }
-    for (; t < n; ++t)
-        pe_store(o, t0 + t, dtype, alibi_value((double)(d0 + t), slope, causal));
+    if (pe_alibi_counts(d0))
+        pe_alibi_tail(o, t0, 0, t1 - t0, d0, slope, 1, causal, dtype);
+    else
+        pe_alibi_tail(o, t0, 0, t1 - t0, d0, slope, 0, causal, dtype);
 }
+
+PE_SPECIALISE(const pe_alibi_block_fn, pe_alibi_block_scalar, alibi_scalar,
+              (char *o, ptrdiff_t t0, ptrdiff_t t1, int64_t d0, double slope),
+              (o, t0, t1, d0, slope));
 
 struct alibi_ctx {
     const double *slopes;
-    int causal;
     ptrdiff_t q_len;
     int64_t q_offset;
+    pe_alibi_block_fn block; /* the table's, for the causality and dtype */
 };
 
 static void alibi_vector_block(const void *ctx, char *o, int dtype, ptrdiff_t h, ptrdiff_t t0,
                                ptrdiff_t t1)
 {
     const struct alibi_ctx *c = ctx;
-    alibi_block(o, dtype, t0, t1, distance_at(t0, c->q_len, c->q_offset), c->slopes[h], c->causal);
+    (void)dtype;
+    c->block(o, t0, t1, distance_at(t0, c->q_len, c->q_offset), c->slopes[h]);
 }
 
-int pe_alibi(const double *slopes, int causal, int64_t q_offset, const struct pe_bias_dst *dst,
-             int add, int nthreads)
+int pe_alibi(const struct pe_kernels *k, const double *slopes, int causal, int64_t q_offset,
+             const struct pe_bias_dst *dst, int add, int nthreads)
 {
-    struct alibi_ctx c = {slopes, causal, dst->q_len, q_offset};
-    return bias_from_vectors(dst, add, nthreads, alibi_vector_block, &c);
+    struct alibi_ctx c = {slopes, dst->q_len, q_offset, k->alibi_block[causal != 0][dst->dtype]};
+    return bias_from_vectors(k, dst, add, nthreads, alibi_vector_block, &c);
 }
 
 /* ---- T5 buckets ---- */
@@ -431,9 +294,9 @@ static void t5_vector_block(const void *ctx, char *o, int dtype, ptrdiff_t h, pt
     }
 }
 
-int pe_t5_bias(const void *table, int table_dtype, ptrdiff_t num_buckets, int bidirectional,
-               const int64_t *thresh, ptrdiff_t nthresh, int64_t q_offset,
-               const struct pe_bias_dst *dst, int add, int nthreads)
+int pe_t5_bias(const struct pe_kernels *k, const void *table, int table_dtype,
+               ptrdiff_t num_buckets, int bidirectional, const int64_t *thresh, ptrdiff_t nthresh,
+               int64_t q_offset, const struct pe_bias_dst *dst, int add, int nthreads)
 {
     if (dst->batch == 0)
         return 0;
@@ -463,7 +326,7 @@ int pe_t5_bias(const void *table, int table_dtype, ptrdiff_t num_buckets, int bi
     }
     run_start[nruns] = vlen;
     struct t5_ctx c = {table, table_dtype, dst->heads, nruns, run_start, buckets};
-    int rc = bias_from_vectors(dst, add, nthreads, t5_vector_block, &c);
+    int rc = bias_from_vectors(k, dst, add, nthreads, t5_vector_block, &c);
     free(buckets);
     free(run_start);
     return rc;
@@ -471,8 +334,8 @@ int pe_t5_bias(const void *table, int table_dtype, ptrdiff_t num_buckets, int bi
 
 /* ---- Shaw et al.'s clipped relative positions ---- */
 
-int pe_relative_positions(int64_t max_distance, int64_t q_offset, const struct pe_bias_dst *dst,
-                          int nthreads)
+int pe_relative_positions(const struct pe_kernels *k, int64_t max_distance, int64_t q_offset,
+                          const struct pe_bias_dst *dst, int nthreads)
 {
     if (dst->batch == 0)
         return 0;
@@ -486,7 +349,10 @@ int pe_relative_positions(int64_t max_distance, int64_t q_offset, const struct p
             dist = dist > max_distance ? max_distance : dist < -max_distance ? -max_distance : dist;
         vals[t] = dist;
     }
-    toeplitz_rows(dst, (const char *)vals, vlen, 0, nthreads);
+    toeplitz_rows(k, dst, (const char *)vals, vlen, 0, nthreads);
     free(vals);
     return 0;
 }
+
+/* The portable path has no non-temporal stores to order. */
+void pe_store_fence_scalar(void) {}

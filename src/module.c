@@ -13,10 +13,14 @@
 #define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
 /* posenc builds with -Wundef (a kernel file that forgets simd.h would
  * silently lose its AVX2 path); NumPy's headers are not written for it */
+#if defined(__GNUC__)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wundef"
+#endif
 #include <numpy/arrayobject.h>
+#if defined(__GNUC__)
 #pragma GCC diagnostic pop
+#endif
 
 #include <stdlib.h>
 #include <string.h>
@@ -27,7 +31,11 @@
 #include "pe.h"
 #include "simd.h"
 
-int pe_simd_level = PE_SIMD_SCALAR;
+/* The kernels of the SIMD path in use (simd.h).  Read and written only
+ * with the GIL held: run_kernel hands it to the kernel before releasing the
+ * GIL, so a call keeps the path it started on whatever set_simd does
+ * meanwhile on another thread. */
+static const struct pe_kernels *kernels = &pe_kernels_scalar;
 
 static const char *const simd_names[] = {"scalar", "avx2"};
 
@@ -78,8 +86,9 @@ static int effective_threads(void)
 #endif
 }
 
-/* A kernel behind a uniform signature: args points to its arguments. */
-typedef int (*kernel_fn)(void *args, int nthreads);
+/* A kernel behind a uniform signature: k the table of the path to run,
+ * args points to its arguments. */
+typedef int (*kernel_fn)(const struct pe_kernels *k, void *args, int nthreads);
 
 #if PE_FORK_AWARE
 static void after_fork_in_child(void)
@@ -92,6 +101,7 @@ static void after_fork_in_child(void)
 
 struct fresh_call {
     kernel_fn fn;
+    const struct pe_kernels *k;
     void *args;
     int nthreads, rc;
 };
@@ -99,26 +109,28 @@ struct fresh_call {
 static void *fresh_call_main(void *p)
 {
     struct fresh_call *c = p;
-    c->rc = c->fn(c->args, c->nthreads);
+    c->rc = c->fn(c->k, c->args, c->nthreads);
     return NULL;
 }
 #endif
 
-/* fn(args, nthreads) with the GIL released, on effective_threads()
- * threads; returns what fn returns.  `size` is the number of elements the
- * kernel writes: below PE_PARALLEL_MIN every kernel runs on one thread. */
+/* fn(k, args, nthreads) with the GIL released, on effective_threads()
+ * threads, k the kernels of the path in use now; returns what fn returns.
+ * `size` is the number of elements the kernel writes: below
+ * PE_PARALLEL_MIN every kernel runs on one thread. */
 static int run_kernel(kernel_fn fn, void *args, npy_intp size)
 {
+    const struct pe_kernels *k = kernels; /* once, with the GIL held */
     int nthreads = size < PE_PARALLEL_MIN ? 1 : effective_threads(), rc;
 #if PE_FORK_AWARE
     if (forked_child && nthreads > 1) {
-        struct fresh_call c = {fn, args, nthreads, 0};
+        struct fresh_call c = {fn, k, args, nthreads, 0};
         pthread_t t;
         PyThreadState *save = PyEval_SaveThread();
         if (pthread_create(&t, NULL, fresh_call_main, &c) == 0)
             pthread_join(t, NULL);
         else
-            c.rc = fn(args, 1); /* no thread to be had: one thread here */
+            c.rc = fn(k, args, 1); /* no thread to be had: one thread here */
         PyEval_RestoreThread(save);
         return c.rc;
     }
@@ -126,7 +138,7 @@ static int run_kernel(kernel_fn fn, void *args, npy_intp size)
         team_started = 1;
 #endif
     PyThreadState *save = PyEval_SaveThread();
-    rc = fn(args, nthreads);
+    rc = fn(k, args, nthreads);
     PyEval_RestoreThread(save);
     return rc;
 }
@@ -158,7 +170,7 @@ static PyObject *py_get_num_threads(PyObject *self, PyObject *unused)
 static PyObject *py_simd_path(PyObject *self, PyObject *unused)
 {
     (void)self, (void)unused;
-    return PyUnicode_FromString(simd_names[pe_simd_level]);
+    return PyUnicode_FromString(kernels->name);
 }
 
 static PyObject *py_simd_cpu(PyObject *self, PyObject *unused)
@@ -172,15 +184,16 @@ static PyObject *py_simd_cpu(PyObject *self, PyObject *unused)
  * import; tests call it to run both paths in one process. */
 static int select_simd(const char *name)
 {
-    int best = pe_simd_cpu_best();
+    int best = pe_simd_cpu_best(), level;
     if (name == NULL || name[0] == '\0' || strcmp(name, "auto") == 0)
-        pe_simd_level = best;
+        level = best;
     else if (strcmp(name, "scalar") == 0)
-        pe_simd_level = PE_SIMD_SCALAR;
+        level = PE_SIMD_SCALAR;
     else if (strcmp(name, "avx2") == 0)
-        pe_simd_level = best >= PE_SIMD_AVX2 ? PE_SIMD_AVX2 : PE_SIMD_SCALAR;
+        level = best >= PE_SIMD_AVX2 ? PE_SIMD_AVX2 : PE_SIMD_SCALAR;
     else
         return -1;
+    kernels = pe_kernels_for(level);
     return 0;
 }
 
@@ -194,7 +207,7 @@ static PyObject *py_set_simd(PyObject *self, PyObject *arg)
         PyErr_Format(PyExc_ValueError, "simd must be 'auto', 'scalar' or 'avx2', not '%s'", name);
         return NULL;
     }
-    return PyUnicode_FromString(simd_names[pe_simd_level]);
+    return PyUnicode_FromString(kernels->name);
 }
 
 /* ---- argument checks ---- */
@@ -314,11 +327,11 @@ struct sinusoid_call {
     char *out;
 };
 
-static int sinusoid_kernel(void *args, int nthreads)
+static int sinusoid_kernel(const struct pe_kernels *k, void *args, int nthreads)
 {
     const struct sinusoid_call *c = args;
-    return pe_sinusoid(c->pos, c->n, c->freq, c->half, c->layout, c->dtype, c->out, c->row_stride,
-                       nthreads);
+    return pe_sinusoid(k, c->pos, c->n, c->freq, c->half, c->layout, c->dtype, c->out,
+                       c->row_stride, nthreads);
 }
 
 static PyObject *py_sinusoid(PyObject *self, PyObject *args)
@@ -408,9 +421,9 @@ static int same_view(PyArrayObject *a, PyArrayObject *b)
     return 1;
 }
 
-static int rope_apply_kernel(void *args, int nthreads)
+static int rope_apply_kernel(const struct pe_kernels *k, void *args, int nthreads)
 {
-    return pe_rope_apply(args, nthreads);
+    return pe_rope_apply(k, args, nthreads);
 }
 
 static PyObject *py_rope_apply(PyObject *self, PyObject *args)
@@ -509,10 +522,10 @@ struct rope_table_call {
     char *cos, *sin;
 };
 
-static int rope_table_kernel(void *args, int nthreads)
+static int rope_table_kernel(const struct pe_kernels *k, void *args, int nthreads)
 {
     const struct rope_table_call *c = args;
-    return pe_rope_table(c->pos, c->n, c->freq, c->half, c->scale, c->layout, c->dtype, c->cos,
+    return pe_rope_table(k, c->pos, c->n, c->freq, c->half, c->scale, c->layout, c->dtype, c->cos,
                          c->cos_stride, c->sin, c->sin_stride, nthreads);
 }
 
@@ -676,10 +689,10 @@ struct alibi_call {
     const struct pe_bias_dst *dst;
 };
 
-static int alibi_kernel(void *args, int nthreads)
+static int alibi_kernel(const struct pe_kernels *k, void *args, int nthreads)
 {
     const struct alibi_call *c = args;
-    return pe_alibi(c->slopes, c->causal, c->q_offset, c->dst, c->add, nthreads);
+    return pe_alibi(k, c->slopes, c->causal, c->q_offset, c->dst, c->add, nthreads);
 }
 
 static PyObject *py_alibi(PyObject *self, PyObject *args)
@@ -713,10 +726,10 @@ struct t5_bias_call {
     const struct pe_bias_dst *dst;
 };
 
-static int t5_bias_kernel(void *args, int nthreads)
+static int t5_bias_kernel(const struct pe_kernels *k, void *args, int nthreads)
 {
     const struct t5_bias_call *c = args;
-    return pe_t5_bias(c->table, c->table_dtype, c->num_buckets, c->bidirectional, c->thresh,
+    return pe_t5_bias(k, c->table, c->table_dtype, c->num_buckets, c->bidirectional, c->thresh,
                       c->nthresh, c->q_offset, c->dst, c->add, nthreads);
 }
 
@@ -769,9 +782,10 @@ struct t5_buckets_call {
     int64_t *out;
 };
 
-static int t5_buckets_kernel(void *args, int nthreads)
+static int t5_buckets_kernel(const struct pe_kernels *k, void *args, int nthreads)
 {
     const struct t5_buckets_call *c = args;
+    (void)k;
     return pe_t5_buckets(c->rel, c->n, c->bidirectional, c->num_buckets, c->thresh, c->nthresh,
                          c->out, nthreads);
 }
@@ -816,10 +830,10 @@ struct relative_positions_call {
     const struct pe_bias_dst *dst;
 };
 
-static int relative_positions_kernel(void *args, int nthreads)
+static int relative_positions_kernel(const struct pe_kernels *k, void *args, int nthreads)
 {
     const struct relative_positions_call *c = args;
-    return pe_relative_positions(c->max_distance, c->q_offset, c->dst, nthreads);
+    return pe_relative_positions(k, c->max_distance, c->q_offset, c->dst, nthreads);
 }
 
 static PyObject *py_relative_positions(PyObject *self, PyObject *args)
@@ -894,7 +908,7 @@ PyMODINIT_FUNC PyInit__core(void)
 {
     import_array();
     if (select_simd(getenv("POSENC_SIMD")) < 0)
-        pe_simd_level = pe_simd_cpu_best(); /* unknown value: the Python layer warns */
+        select_simd("auto"); /* unknown value: the Python layer warns */
     PyObject *m = PyModule_Create(&moduledef);
     if (m == NULL)
         return NULL;

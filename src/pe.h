@@ -1,11 +1,12 @@
 /*
- * pe.h -- what the kernel files share: element types (float16 conversion
- * in half.h), the float64 sine/cosine kernel and the entry points the glue
- * calls.
+ * pe.h -- what the kernel files share with each other and with the glue:
+ * element types and layouts, the limits both sides check, and the entry
+ * points module.c calls.
  *
  * Kernels take plain pointers, lengths and strides.  They never see a
  * Python object, so they can run with the GIL released and be called from
- * C tests as they are.
+ * C tests as they are.  Each entry point that has a SIMD path takes the
+ * table of kernels of the path to run (simd.h) as its first argument.
  */
 #ifndef PE_H
 #define PE_H
@@ -45,106 +46,13 @@ static inline void pe_store(char *p, ptrdiff_t i, int dtype, double v)
         ((uint16_t *)p)[i] = pe_f16_from_f64(v);
 }
 
-/* ---- sine and cosine in float64 (sincos.c) ---- */
-
-/* Tables made by rotation (sinusoid.c, rope.c) compute every PE_ANCHOR-th
- * row exactly and rotate the rows between. */
-#define PE_ANCHOR 32
-
-/* s[i] = sin(pos * freq[i]), c[i] = cos(pos * freq[i]) for i < n.
- * The angle is the float64 product, reduced with a three-part pi/2 and FMA,
- * so the result is within ~1 ulp of sin/cos of that product for
- * |angle| < 2**50. */
-void pe_sincos_row(double pos, const double *freq, ptrdiff_t n, double *s, double *c);
-
-/* Advances a row of (s[i], c[i]) = sin, cos of some angle a_i to a_i + d_i
- * = pos * freq[i], given sd[i], cd[i] = sin, cos of d_i, with a product
- * and an FMA in float64 for each (in the same order on every path, so every
- * path gives the same bits).  A new value
- * whose magnitude is below m * freq[i] + 2**-20 carries too large a
- * relative error: that pair is recomputed from pos * freq[i] directly. */
-void pe_sincos_rotate_row(double *s, double *c, const double *sd, const double *cd,
-                          const double *freq, double pos, double m, ptrdiff_t n);
-
-/* A group of rows of sin and cos made by pe_sincos_group: the rows of one
- * cell of the anchor grid (PE_ANCHOR consecutive indices along the axis the
- * positions vary on, counted from index 0 of the caller's array, never from
- * a tile or a thread's share), so that which rows are rotated, and their
- * bits, do not depend on tiling, threads or memory layout. */
-struct pe_rotor {
-    double *s, *c;   /* the current row (half each) */
-    double *sd, *cd; /* sin and cos of the step last rotated by (half each) */
-    double step;     /* that step; NaN: none yet */
-};
-
-/* Called with each row of a group, in order: j its index in the group. */
-typedef void (*pe_row_fn)(void *ctx, ptrdiff_t j, const double *s, const double *c);
-
-/* Rows j < n of sin and cos of pos_j * freq[i] (pos_j the double at pos + j
- * * stride bytes), handed to emit one after the other.  If rotate is set,
- * the positions are an exact arithmetic progression (pe_progression), n > 2
- * and M wmax 2**-26 <= PE_ROTATE_MAX (M the largest |pos_j|, wmax the
- * largest freq[i]), row 0 is computed directly and the others by rotation
- * with the floor of pe_sincos_rotate_row at m = M 2**-26: within half a
- * float32 ulp of the direct values before rounding, so float32 and float16
- * tables stay within 1 ulp.  Otherwise every row is direct (float64 tables
- * ask for that). */
-/* Whether the rows of such a group are rotated (the test pe_sincos_group
- * applies), with *m = M 2**-26 then and rt->sd, rt->cd holding sin and cos
- * of the step.  For kernels that fuse the rotation (pe_rotate4) with their
- * stores. */
-int pe_group_rotates(struct pe_rotor *rt, const char *pos, ptrdiff_t stride, ptrdiff_t n,
-                     const double *freq, ptrdiff_t half, double wmax, int rotate, double *m);
-
-void pe_sincos_group(struct pe_rotor *rt, const char *pos, ptrdiff_t stride, ptrdiff_t n,
-                     const double *freq, ptrdiff_t half, double wmax, int rotate, pe_row_fn emit,
-                     void *ctx);
-
-/* Rotation is not used once M * max(w) * 2**-26 passes this: too many values
- * would fall below the floor and be recomputed. */
-#define PE_ROTATE_MAX 0x1p-4
-
-/* The largest |freq[i]|, i < n. */
-static inline double pe_max_abs(const double *freq, ptrdiff_t n)
-{
-    double m = 0.0;
-    for (ptrdiff_t i = 0; i < n; ++i)
-        m = (freq[i] > m ? freq[i] : -freq[i] > m ? -freq[i] : m);
-    return m;
-}
-
-/* Whether the n doubles at p, p + stride, ... (bytes) are an arithmetic
- * progression whose every difference is exact (its rounding error, by
- * Knuth's two-sum, is zero), so that stepping by the difference lands on
- * each value exactly; the difference goes to *step. */
-static inline int pe_progression(const char *p, ptrdiff_t stride, ptrdiff_t n, double *step)
-{
-    if (n < 2)
-        return 0;
-    double prev = *(const double *)p, d = *(const double *)(p + stride) - prev;
-    for (ptrdiff_t r = 1; r < n; ++r) {
-        double a = *(const double *)(p + r * stride), b = -prev, sum = a + b;
-        double a1 = sum - b, b1 = sum - a1;
-        if (sum != d || (a - a1) + (b - b1) != 0.0)
-            return 0;
-        prev = a;
-    }
-    *step = d;
-    return 1;
-}
-
-/* ---- streamed stores (sincos.c; AVX2 path only) ---- */
-
-/* Outputs from this size on are written with non-temporal stores: they
- * would not stay in cache, and reading their lines before writing them
- * would cost half as much traffic again. */
+/* Outputs from this size on are written with non-temporal stores on the
+ * AVX2 path: they would not stay in cache, and reading their lines before
+ * writing them would cost half as much traffic again. */
 #define PE_STREAM_BYTES (8 << 20)
 
-/* bytes (a multiple of 16) from src to 16-byte aligned dst, with
- * non-temporal stores; pe_stream_fence() orders them before the call
- * returns.  Only where pe_use_avx2(). */
-void pe_stream_copy(char *dst, const char *src, ptrdiff_t bytes);
-void pe_stream_fence(void);
+/* The table of kernels of one SIMD path (simd.h). */
+struct pe_kernels;
 
 /* ---- sinusoid tables (sinusoid.c) ---- */
 
@@ -152,8 +60,9 @@ void pe_stream_fence(void);
  * 2 * half elements of type dtype, contiguous, in the given layout.
  * Returns 0, or -1 if scratch memory could not be allocated (nothing is
  * written then). */
-int pe_sinusoid(const double *pos, ptrdiff_t n_pos, const double *freq, ptrdiff_t half, int layout,
-                int dtype, char *out, ptrdiff_t row_stride, int nthreads);
+int pe_sinusoid(const struct pe_kernels *k, const double *pos, ptrdiff_t n_pos, const double *freq,
+                ptrdiff_t half, int layout, int dtype, char *out, ptrdiff_t row_stride,
+                int nthreads);
 
 /* ---- rotary position embedding (rope.c) ---- */
 
@@ -189,14 +98,14 @@ struct pe_rope_args {
 
 /* 0 on success, -1 if scratch memory could not be allocated (nothing is
  * written then), -2 on arguments out of range. */
-int pe_rope_apply(const struct pe_rope_args *args, int nthreads);
+int pe_rope_apply(const struct pe_kernels *k, const struct pe_rope_args *args, int nthreads);
 
 /* Row r of cos_out / sin_out (at byte strides cos_stride / sin_stride):
  * scale * cos / sin of pos[r] * freq[i], each value twice in the given
  * layout, 2 * half elements of type dtype.  0, or -1 on allocation failure. */
-int pe_rope_table(const double *pos, ptrdiff_t n, const double *freq, ptrdiff_t half, double scale,
-                  int layout, int dtype, char *cos_out, ptrdiff_t cos_stride, char *sin_out,
-                  ptrdiff_t sin_stride, int nthreads);
+int pe_rope_table(const struct pe_kernels *k, const double *pos, ptrdiff_t n, const double *freq,
+                  ptrdiff_t half, double scale, int layout, int dtype, char *cos_out,
+                  ptrdiff_t cos_stride, char *sin_out, ptrdiff_t sin_stride, int nthreads);
 
 /* ---- attention biases (bias.c) ---- */
 
@@ -225,21 +134,21 @@ struct pe_bias_dst {
  * keys at or before the query and -inf after it (causal), or
  * slopes[h] * -|j - (q_offset + i)| (not causal).  add != 0: added into
  * dst, else written.  Returns 0, or -1 if memory ran out (nothing written). */
-int pe_alibi(const double *slopes, int causal, int64_t q_offset, const struct pe_bias_dst *dst,
-             int add, int nthreads);
+int pe_alibi(const struct pe_kernels *k, const double *slopes, int causal, int64_t q_offset,
+             const struct pe_bias_dst *dst, int add, int nthreads);
 
 /* T5: element (i, j) of head h is table[bucket(j - (q_offset + i)), h],
  * table a C-contiguous (num_buckets, heads) array of table_dtype, bucket as
  * pe_t5_buckets.  Returns 0, or -1 if memory ran out (nothing written). */
-int pe_t5_bias(const void *table, int table_dtype, ptrdiff_t num_buckets, int bidirectional,
-               const int64_t *thresh, ptrdiff_t nthresh, int64_t q_offset,
-               const struct pe_bias_dst *dst, int add, int nthreads);
+int pe_t5_bias(const struct pe_kernels *k, const void *table, int table_dtype,
+               ptrdiff_t num_buckets, int bidirectional, const int64_t *thresh, ptrdiff_t nthresh,
+               int64_t q_offset, const struct pe_bias_dst *dst, int add, int nthreads);
 
 /* Shaw et al.: element (i, j) = clip(j - (q_offset + i), -max_distance,
  * max_distance), no clipping for max_distance < 0; dst of PE_BIAS_I64,
  * batch and heads 1.  Returns 0, or -1 if memory ran out. */
-int pe_relative_positions(int64_t max_distance, int64_t q_offset, const struct pe_bias_dst *dst,
-                          int nthreads);
+int pe_relative_positions(const struct pe_kernels *k, int64_t max_distance, int64_t q_offset,
+                          const struct pe_bias_dst *dst, int nthreads);
 
 /* out[i] = T5's bucket of rel[i]: per direction (num_buckets, halved when
  * bidirectional, positive distances in the upper half) the first half of

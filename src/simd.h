@@ -1,45 +1,144 @@
 /*
- * simd.h -- the one dispatch point between the portable kernels and the
- * AVX2+FMA ones.
+ * simd.h -- how the kernels are compiled and chosen: the one dispatch point
+ * between the portable kernels and the AVX2+FMA+F16C ones.
  *
- * Every kernel family is compiled twice from the same C: once for the
- * baseline of the target (SSE2 on x86-64, anything elsewhere) and once with
- * a function target attribute for AVX2+FMA+F16C.  No global -mavx2 is used,
- * so a wheel built on one x86-64 machine imports on any.  Which version runs
- * is decided once, at import, from the CPU's features and the POSENC_SIMD
- * environment variable, and kept in pe_simd_level.
+ * Every path-specific piece of work is a function in struct pe_kernels, a
+ * table with one instance per path: pe_kernels_scalar (the portable files)
+ * and pe_kernels_avx2 (the *_avx2.c files, compiled with a target pragma,
+ * avx2.h; no global -mavx2, so a wheel built on one x86-64 machine imports
+ * on any).  The glue picks the instance at import and in set_simd, with the
+ * GIL held, and hands it to every entry point, which takes it once at the
+ * start of the call and passes it down: a call never mixes the paths, and
+ * a concurrent set_simd cannot change the path under a running kernel.
+ *
+ * Kernels specialised by layout and element type are written once, as a
+ * PE_INLINE body taking `const int layout, const int dtype` last, and made
+ * into a table of functions indexed [layout][dtype] by PE_SPECIALISE.
  */
 #ifndef PE_SIMD_H
 #define PE_SIMD_H
 
+#include <stddef.h>
+#include <stdint.h>
+
+#include "pe.h"
+
+/* ---- the compiler ---- */
+
+#if defined(_MSC_VER) && !defined(__clang__)
+#define PE_INLINE static __forceinline
+#define PE_NOINLINE __declspec(noinline)
+#elif defined(__GNUC__)
+#define PE_INLINE static inline __attribute__((always_inline))
+#define PE_NOINLINE __attribute__((noinline))
+#else
+#define PE_INLINE static inline
+#define PE_NOINLINE
+#endif
+
+/* The AVX2 kernels are built with GCC and clang on x86 (64 and 32 bit);
+ * elsewhere (ARM, MSVC) and with -DPE_FORCE_PORTABLE only the portable
+ * path exists. */
 #if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__) && !defined(PE_FORCE_PORTABLE)
 #define PE_X86 1
-#include <immintrin.h>
-#define PE_TARGET_AVX2 __attribute__((target("avx2,fma,f16c")))
 #else
 #define PE_X86 0
 #endif
 
+/* ---- one way to specialise a kernel ----
+ *
+ * PE_SPECIALISE(type, table, body, (params), (args)) defines a function
+ * `static void f(params) { body(args, layout, dtype); }` for each layout
+ * 0, 1 and dtype PE_F16, PE_F32, PE_F64 (body inlined with both constant,
+ * so its branches on them fold away), and `type table[2][3]` holding them,
+ * indexed [layout][dtype].  type is the table's element type with its
+ * qualifiers (`const pe_rope_run_fn`, or `static const ...` for a table of
+ * one file). */
+#define PE_UNPAREN(...) __VA_ARGS__
+#define PE_SPECIALISE_ONE(name, body, params, args, layout, dtype)                                 \
+    static void name params                                                                        \
+    {                                                                                              \
+        body(PE_UNPAREN args, layout, dtype);                                                      \
+    }
+#define PE_SPECIALISE(type, table, body, params, args)                                             \
+    PE_SPECIALISE_ONE(table##_0_f16, body, params, args, 0, PE_F16)                                \
+    PE_SPECIALISE_ONE(table##_0_f32, body, params, args, 0, PE_F32)                                \
+    PE_SPECIALISE_ONE(table##_0_f64, body, params, args, 0, PE_F64)                                \
+    PE_SPECIALISE_ONE(table##_1_f16, body, params, args, 1, PE_F16)                                \
+    PE_SPECIALISE_ONE(table##_1_f32, body, params, args, 1, PE_F32)                                \
+    PE_SPECIALISE_ONE(table##_1_f64, body, params, args, 1, PE_F64)                                \
+    type table[2][3] = {{table##_0_f16, table##_0_f32, table##_0_f64},                             \
+                        {table##_1_f16, table##_1_f32, table##_1_f64}}
+
+/* ---- the table of kernels ---- */
+
+struct pe_rotor;
+struct pe_rope_run;
+struct pe_toeplitz;
+
+/* sincos.c: s[i], c[i] = sin, cos of pos * freq[i], i < n. */
+typedef void (*pe_sincos_row_fn)(double pos, const double *freq, ptrdiff_t n, double *s, double *c);
+/* sincos.c: a row rotated by the step whose sin and cos are sd, cd. */
+typedef void (*pe_rotate_row_fn)(double *s, double *c, const double *sd, const double *cd,
+                                 const double *freq, double pos, double m, ptrdiff_t n);
+/* sinusoid.c: rows [r0, r0 + n) of a table, one cell of the anchor grid
+ * (row r at out + r * row_stride: sin and cos of pos[r] * freq[i], i < half;
+ * wmax the largest |freq[i]|). */
+typedef void (*pe_sinusoid_cell_fn)(struct pe_rotor *rt, const double *pos, ptrdiff_t r0,
+                                    ptrdiff_t n, const double *freq, ptrdiff_t half, double wmax,
+                                    char *out, ptrdiff_t row_stride);
+/* rope_rows.c: one run of rows of apply_rope. */
+typedef void (*pe_rope_run_fn)(const struct pe_rope_run *r);
+/* bias.c: rows [r0, r1) of a bias, each a slice of its head's vector. */
+typedef void (*pe_bias_rows_fn)(const struct pe_toeplitz *t, ptrdiff_t r0, ptrdiff_t r1);
+/* bias.c: elements [t0, t1) of a head's ALiBi vector, d0 the distance at t0. */
+typedef void (*pe_alibi_block_fn)(char *o, ptrdiff_t t0, ptrdiff_t t1, int64_t d0, double slope);
+
+struct pe_kernels {
+    const char *name; /* "scalar" or "avx2", as set_simd takes it */
+    pe_sincos_row_fn sincos_row;
+    pe_rotate_row_fn rotate_row;
+    const pe_sinusoid_cell_fn (*sinusoid_cell)[3]; /* [enum pe_layout][enum pe_dtype] */
+    const pe_rope_run_fn (*rope_run)[3];           /* [enum pe_rope_layout][enum pe_dtype] */
+    const pe_bias_rows_fn (*bias_rows)[3];         /* [PE_BIAS_WRITE or _ADD][enum pe_dtype] */
+    const pe_alibi_block_fn (*alibi_block)[3];     /* [causal][enum pe_dtype] */
+    /* orders the calling thread's non-temporal stores (bias_rows') before
+     * what it does next; nothing on the portable path */
+    void (*store_fence)(void);
+};
+
 enum pe_simd { PE_SIMD_SCALAR = 0, PE_SIMD_AVX2 = 1 };
 
-/* Set by the module at import (module.c); read by the kernels. */
-extern int pe_simd_level;
+/* The best path the CPU running us has (simd.c). */
+int pe_simd_cpu_best(void);
 
-/* What the CPU running us can do, independent of any request. */
-static inline int pe_simd_cpu_best(void)
-{
+/* The table of a path; the portable one for a path this build lacks. */
+const struct pe_kernels *pe_kernels_for(int level);
+
+extern const struct pe_kernels pe_kernels_scalar;
 #if PE_X86
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-        __builtin_cpu_supports("f16c"))
-        return PE_SIMD_AVX2;
+extern const struct pe_kernels pe_kernels_avx2;
 #endif
-    return PE_SIMD_SCALAR;
-}
 
-static inline int pe_use_avx2(void)
-{
-    return PE_X86 && pe_simd_level == PE_SIMD_AVX2;
-}
+/* The pieces of the two instances, defined in the kernel files. */
+void pe_sincos_row_scalar(double pos, const double *freq, ptrdiff_t n, double *s, double *c);
+void pe_rotate_row_scalar(double *s, double *c, const double *sd, const double *cd,
+                          const double *freq, double pos, double m, ptrdiff_t n);
+extern const pe_sinusoid_cell_fn pe_sinusoid_cell_scalar[2][3];
+extern const pe_rope_run_fn pe_rope_run_scalar[2][3];
+extern const pe_bias_rows_fn pe_bias_rows_scalar[2][3];
+extern const pe_alibi_block_fn pe_alibi_block_scalar[2][3];
+void pe_store_fence_scalar(void);
+
+#if PE_X86
+void pe_sincos_row_avx2(double pos, const double *freq, ptrdiff_t n, double *s, double *c);
+void pe_rotate_row_avx2(double *s, double *c, const double *sd, const double *cd,
+                        const double *freq, double pos, double m, ptrdiff_t n);
+extern const pe_sinusoid_cell_fn pe_sinusoid_cell_avx2[2][3];
+extern const pe_rope_run_fn pe_rope_run_avx2[2][3];
+extern const pe_bias_rows_fn pe_bias_rows_avx2[2][3];
+extern const pe_alibi_block_fn pe_alibi_block_avx2[2][3];
+void pe_store_fence_avx2(void);
+#endif
 
 #endif

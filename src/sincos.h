@@ -1,6 +1,9 @@
 /*
  * sincos.h -- sine and cosine of a float64 angle, both at once, as inline
- * functions for the kernels that make tables (sinusoid.c, rope.c).
+ * functions for the kernels that make tables (sinusoid, RoPE), the rotation
+ * of a row of them to the next, and the groups of rows made by rotation
+ * (sincos.c).  The same steps on four doubles, for the AVX2 kernels, are in
+ * avx2.h.
  *
  * Precision: the angle (a float64 product pos * freq) is reduced by
  * n * pi/2 with pi/2 split into three doubles and FMA: the first step is
@@ -11,13 +14,15 @@
  * 2**-58).  The results are within ~1.5 ulp of sin and cos of the float64
  * angle, so float32 values rounded from them are within 1 ulp of it.
  *
- * The scalar function is written with fma() in the order of the vector one,
- * so both paths give the same bits.
+ * The scalar functions are written with fma() in the order of the vector
+ * ones (pe_sincos4, pe_rotate4 in avx2.h), so both paths give the same
+ * bits.
  */
 #ifndef PE_SINCOS_H
 #define PE_SINCOS_H
 
 #include <math.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "simd.h"
@@ -73,70 +78,6 @@ static inline void pe_sincos1(double x, double *sp, double *cp)
     *cp = ((quad + 1u) & 2u) ? -cv : cv;
 }
 
-#if PE_X86
-/* The lanes of x at or past PE_REDUCE_MAX (or NaN), through the C library,
- * as pe_sincos1 does them; kept out of line, it almost never runs. */
-PE_TARGET_AVX2 static __attribute__((noinline)) void pe_sincos4_large(__m256d x, __m256d *sp,
-                                                                      __m256d *cp)
-{
-    double xv[4], sv[4], cv[4];
-    _mm256_storeu_pd(xv, x);
-    _mm256_storeu_pd(sv, *sp);
-    _mm256_storeu_pd(cv, *cp);
-    for (int k = 0; k < 4; ++k)
-        if (!(fabs(xv[k]) < PE_REDUCE_MAX)) {
-            sv[k] = sin(xv[k]);
-            cv[k] = cos(xv[k]);
-        }
-    *sp = _mm256_loadu_pd(sv);
-    *cp = _mm256_loadu_pd(cv);
-}
-
-/* The same steps on four doubles. */
-PE_TARGET_AVX2 static inline void pe_sincos4(__m256d x, __m256d *sp, __m256d *cp)
-{
-    const __m256i one = _mm256_set1_epi64x(1), two = _mm256_set1_epi64x(2);
-    __m256d nq = _mm256_round_pd(_mm256_mul_pd(x, _mm256_set1_pd(PE_2_OVER_PI)),
-                                 _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256d r = _mm256_fnmadd_pd(nq, _mm256_set1_pd(PE_PIO2_1), x);
-    r = _mm256_fnmadd_pd(nq, _mm256_set1_pd(PE_PIO2_2), r);
-    r = _mm256_fnmadd_pd(nq, _mm256_set1_pd(PE_PIO2_3), r);
-
-    __m256d z = _mm256_mul_pd(r, r);
-    __m256d ps = _mm256_fmadd_pd(z, _mm256_set1_pd(PE_S6), _mm256_set1_pd(PE_S5));
-    ps = _mm256_fmadd_pd(z, ps, _mm256_set1_pd(PE_S4));
-    ps = _mm256_fmadd_pd(z, ps, _mm256_set1_pd(PE_S3));
-    ps = _mm256_fmadd_pd(z, ps, _mm256_set1_pd(PE_S2));
-    ps = _mm256_fmadd_pd(z, ps, _mm256_set1_pd(PE_S1));
-    __m256d sv = _mm256_fmadd_pd(_mm256_mul_pd(r, z), ps, r);
-
-    __m256d pc = _mm256_fmadd_pd(z, _mm256_set1_pd(PE_C6), _mm256_set1_pd(PE_C5));
-    pc = _mm256_fmadd_pd(z, pc, _mm256_set1_pd(PE_C4));
-    pc = _mm256_fmadd_pd(z, pc, _mm256_set1_pd(PE_C3));
-    pc = _mm256_fmadd_pd(z, pc, _mm256_set1_pd(PE_C2));
-    pc = _mm256_fmadd_pd(z, pc, _mm256_set1_pd(PE_C1));
-    pc = _mm256_mul_pd(_mm256_mul_pd(z, z), pc);
-    __m256d hz = _mm256_mul_pd(_mm256_set1_pd(0.5), z);
-    __m256d w = _mm256_sub_pd(_mm256_set1_pd(1.0), hz);
-    __m256d cv = _mm256_add_pd(
-        w, _mm256_add_pd(_mm256_sub_pd(_mm256_sub_pd(_mm256_set1_pd(1.0), w), hz), pc));
-
-    __m256i q = _mm256_castpd_si256(_mm256_add_pd(nq, _mm256_set1_pd(PE_ROUND_MAGIC)));
-    __m256d swap = _mm256_castsi256_pd(_mm256_cmpeq_epi64(_mm256_and_si256(q, one), one));
-    __m256d sign_s = _mm256_castsi256_pd(_mm256_slli_epi64(_mm256_and_si256(q, two), 62));
-    __m256d sign_c =
-        _mm256_castsi256_pd(_mm256_slli_epi64(_mm256_and_si256(_mm256_add_epi64(q, one), two), 62));
-    __m256d so = _mm256_xor_pd(_mm256_blendv_pd(sv, cv, swap), sign_s);
-    __m256d co = _mm256_xor_pd(_mm256_blendv_pd(cv, sv, swap), sign_c);
-    *sp = so;
-    *cp = co;
-    __m256d ax = _mm256_andnot_pd(_mm256_set1_pd(-0.0), x);
-    if (_mm256_movemask_pd(_mm256_cmp_pd(ax, _mm256_set1_pd(PE_REDUCE_MAX), _CMP_NLT_UQ)))
-        pe_sincos4_large(x, sp, cp);
-}
-
-#endif
-
 /* ---- rotation of a row from the previous one (the anchor grid) ----
  *
  * (s, c) at angle a becomes (s, c) at a + d, given sd, cd = sin, cos of d:
@@ -144,8 +85,9 @@ PE_TARGET_AVX2 static inline void pe_sincos4(__m256d x, __m256d *sp, __m256d *cp
  * same bits).  A result below floor = m * w + 2**-20 (m: M 2**-26 for the
  * largest |position| M of the group, w: the frequency) carries too large a
  * relative error for a float32 ulp and is recomputed from the angle pos * w
- * directly.  These two are the only definition of that arithmetic: the
- * rows of pe_sincos_rotate_row and sinusoid's fused stores call them. */
+ * directly.  These two (and pe_rotate4, their four-lane twin in avx2.h) are
+ * the only definition of that arithmetic: the kernels' rotate_row and
+ * sinusoid's cells call them. */
 
 static inline void pe_rotate1(double *s, double *c, double sd, double cd, double w, double m,
                               double pos)
@@ -158,28 +100,87 @@ static inline void pe_rotate1(double *s, double *c, double sd, double cd, double
     *c = c1;
 }
 
-#if PE_X86
-/* Four columns at once: (*s, *c) rotated by (sd, cd), w the frequencies, vm
- * and vpos m and pos in every lane. */
-PE_TARGET_AVX2 static inline __attribute__((always_inline)) void
-pe_rotate4(__m256d *s, __m256d *c, __m256d sd, __m256d cd, __m256d w, __m256d vm, __m256d vpos)
+/* ---- groups of rows (sincos.c) ---- */
+
+/* Tables made by rotation (sinusoid, RoPE) compute every PE_ANCHOR-th
+ * row exactly and rotate the rows between. */
+#define PE_ANCHOR 32
+
+/* The rows themselves are the kernels' sincos_row and rotate_row (simd.h):
+ *
+ * sincos_row: s[i] = sin(pos * freq[i]), c[i] = cos(pos * freq[i]) for
+ * i < n, the angle the float64 product (pe_sincos1 on each).
+ *
+ * rotate_row: advances a row of (s[i], c[i]) = sin, cos of some angle a_i
+ * to a_i + d_i = pos * freq[i], given sd[i], cd[i] = sin, cos of d_i
+ * (pe_rotate1 on each). */
+
+/* A group of rows of sin and cos made by pe_sincos_group: the rows of one
+ * cell of the anchor grid (PE_ANCHOR consecutive indices along the axis the
+ * positions vary on, counted from index 0 of the caller's array, never from
+ * a tile or a thread's share), so that which rows are rotated, and their
+ * bits, do not depend on tiling, threads or memory layout. */
+struct pe_rotor {
+    double *s, *c;   /* the current row (half each) */
+    double *sd, *cd; /* sin and cos of the step last rotated by (half each) */
+    double step;     /* that step; NaN: none yet */
+};
+
+/* Called with each row of a group, in order: j its index in the group. */
+typedef void (*pe_row_fn)(void *ctx, ptrdiff_t j, const double *s, const double *c);
+
+/* Rows j < n of sin and cos of pos_j * freq[i] (pos_j the double at pos + j
+ * * stride bytes), made by k's rows and handed to emit one after the other.
+ * If rotate is set, the positions are an exact arithmetic progression
+ * (pe_progression), n > 2 and M wmax 2**-26 <= PE_ROTATE_MAX (M the largest
+ * |pos_j|, wmax the largest freq[i]), row 0 is computed directly and the
+ * others by rotation with the floor of pe_rotate1 at m = M 2**-26: within
+ * half a float32 ulp of the direct values before rounding, so float32 and
+ * float16 tables stay within 1 ulp.  Otherwise every row is direct
+ * (float64 tables ask for that). */
+void pe_sincos_group(const struct pe_kernels *k, struct pe_rotor *rt, const char *pos,
+                     ptrdiff_t stride, ptrdiff_t n, const double *freq, ptrdiff_t half, double wmax,
+                     int rotate, pe_row_fn emit, void *ctx);
+
+/* Whether the rows of such a group are rotated (the test pe_sincos_group
+ * applies), with *m = M 2**-26 then and rt->sd, rt->cd holding sin and cos
+ * of the step (made by row).  For kernels that fuse the rotation with their
+ * stores (sinusoid's cells). */
+int pe_group_rotates(pe_sincos_row_fn row, struct pe_rotor *rt, const char *pos, ptrdiff_t stride,
+                     ptrdiff_t n, const double *freq, ptrdiff_t half, double wmax, int rotate,
+                     double *m);
+
+/* Rotation is not used once M * max(w) * 2**-26 passes this: too many values
+ * would fall below the floor and be recomputed. */
+#define PE_ROTATE_MAX 0x1p-4
+
+/* The largest |freq[i]|, i < n. */
+static inline double pe_max_abs(const double *freq, ptrdiff_t n)
 {
-    const __m256d neg = _mm256_set1_pd(-0.0);
-    __m256d s0 = *s, c0 = *c;
-    __m256d floor = _mm256_add_pd(_mm256_mul_pd(vm, w), _mm256_set1_pd(0x1p-20));
-    __m256d s1 = _mm256_fmadd_pd(s0, cd, _mm256_mul_pd(c0, sd));
-    __m256d c1 = _mm256_fmadd_pd(c0, cd, _mm256_xor_pd(_mm256_mul_pd(s0, sd), neg));
-    __m256d low = _mm256_or_pd(_mm256_cmp_pd(_mm256_andnot_pd(neg, s1), floor, _CMP_LT_OQ),
-                               _mm256_cmp_pd(_mm256_andnot_pd(neg, c1), floor, _CMP_LT_OQ));
-    if (_mm256_movemask_pd(low)) { /* as pe_rotate1: those lanes directly */
-        __m256d se, ce;
-        pe_sincos4(_mm256_mul_pd(vpos, w), &se, &ce);
-        s1 = _mm256_blendv_pd(s1, se, low);
-        c1 = _mm256_blendv_pd(c1, ce, low);
-    }
-    *s = s1;
-    *c = c1;
+    double m = 0.0;
+    for (ptrdiff_t i = 0; i < n; ++i)
+        m = (freq[i] > m ? freq[i] : -freq[i] > m ? -freq[i] : m);
+    return m;
 }
-#endif
+
+/* Whether the n doubles at p, p + stride, ... (bytes) are an arithmetic
+ * progression whose every difference is exact (its rounding error, by
+ * Knuth's two-sum, is zero), so that stepping by the difference lands on
+ * each value exactly; the difference goes to *step. */
+static inline int pe_progression(const char *p, ptrdiff_t stride, ptrdiff_t n, double *step)
+{
+    if (n < 2)
+        return 0;
+    double prev = *(const double *)p, d = *(const double *)(p + stride) - prev;
+    for (ptrdiff_t r = 1; r < n; ++r) {
+        double a = *(const double *)(p + r * stride), b = -prev, sum = a + b;
+        double a1 = sum - b, b1 = sum - a1;
+        if (sum != d || (a - a1) + (b - b1) != 0.0)
+            return 0;
+        prev = a;
+    }
+    *step = d;
+    return 1;
+}
 
 #endif

@@ -1,0 +1,135 @@
+/*
+ * avx2.h -- included by the *_avx2.c files only, after their other headers:
+ * turns on the AVX2+FMA+F16C target for the rest of the file (GCC's target
+ * pragma, clang's attribute pragma; PE_AVX2_END at the end of the file
+ * turns it off), so the portable files carry no attributes or intrinsics
+ * and no global -mavx2 is needed.  Also the inline helpers those files
+ * share: sine and cosine of four doubles (pe_sincos4, the steps of
+ * pe_sincos1 in sincos.h), the rotation of four columns (pe_rotate4, as
+ * pe_rotate1) and a copy with non-temporal stores (pe_stream_copy).
+ */
+#ifndef PE_AVX2_H
+#define PE_AVX2_H
+
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "simd.h"
+#include "sincos.h"
+
+#if PE_X86
+#include <immintrin.h>
+
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx2,fma,f16c"))), apply_to = function)
+#define PE_AVX2_END _Pragma("clang attribute pop")
+#else
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c")
+#define PE_AVX2_END _Pragma("GCC pop_options")
+#endif
+
+/* The lanes of x at or past PE_REDUCE_MAX (or NaN), through the C library,
+ * as pe_sincos1 does them; kept out of line, it almost never runs (and in
+ * the file that calls it, the compiler knows which registers it uses). */
+static __attribute__((noinline, unused)) void pe_sincos4_large(__m256d x, __m256d *sp, __m256d *cp)
+{
+    double xv[4], sv[4], cv[4];
+    _mm256_storeu_pd(xv, x);
+    _mm256_storeu_pd(sv, *sp);
+    _mm256_storeu_pd(cv, *cp);
+    for (int k = 0; k < 4; ++k)
+        if (!(fabs(xv[k]) < PE_REDUCE_MAX)) {
+            sv[k] = sin(xv[k]);
+            cv[k] = cos(xv[k]);
+        }
+    *sp = _mm256_loadu_pd(sv);
+    *cp = _mm256_loadu_pd(cv);
+}
+
+/* The same steps on four doubles. */
+static inline void pe_sincos4(__m256d x, __m256d *sp, __m256d *cp)
+{
+    const __m256i one = _mm256_set1_epi64x(1), two = _mm256_set1_epi64x(2);
+    __m256d nq = _mm256_round_pd(_mm256_mul_pd(x, _mm256_set1_pd(PE_2_OVER_PI)),
+                                 _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256d r = _mm256_fnmadd_pd(nq, _mm256_set1_pd(PE_PIO2_1), x);
+    r = _mm256_fnmadd_pd(nq, _mm256_set1_pd(PE_PIO2_2), r);
+    r = _mm256_fnmadd_pd(nq, _mm256_set1_pd(PE_PIO2_3), r);
+
+    __m256d z = _mm256_mul_pd(r, r);
+    __m256d ps = _mm256_fmadd_pd(z, _mm256_set1_pd(PE_S6), _mm256_set1_pd(PE_S5));
+    ps = _mm256_fmadd_pd(z, ps, _mm256_set1_pd(PE_S4));
+    ps = _mm256_fmadd_pd(z, ps, _mm256_set1_pd(PE_S3));
+    ps = _mm256_fmadd_pd(z, ps, _mm256_set1_pd(PE_S2));
+    ps = _mm256_fmadd_pd(z, ps, _mm256_set1_pd(PE_S1));
+    __m256d sv = _mm256_fmadd_pd(_mm256_mul_pd(r, z), ps, r);
+
+    __m256d pc = _mm256_fmadd_pd(z, _mm256_set1_pd(PE_C6), _mm256_set1_pd(PE_C5));
+    pc = _mm256_fmadd_pd(z, pc, _mm256_set1_pd(PE_C4));
+    pc = _mm256_fmadd_pd(z, pc, _mm256_set1_pd(PE_C3));
+    pc = _mm256_fmadd_pd(z, pc, _mm256_set1_pd(PE_C2));
+    pc = _mm256_fmadd_pd(z, pc, _mm256_set1_pd(PE_C1));
+    pc = _mm256_mul_pd(_mm256_mul_pd(z, z), pc);
+    __m256d hz = _mm256_mul_pd(_mm256_set1_pd(0.5), z);
+    __m256d w = _mm256_sub_pd(_mm256_set1_pd(1.0), hz);
+    __m256d cv = _mm256_add_pd(
+        w, _mm256_add_pd(_mm256_sub_pd(_mm256_sub_pd(_mm256_set1_pd(1.0), w), hz), pc));
+
+    __m256i q = _mm256_castpd_si256(_mm256_add_pd(nq, _mm256_set1_pd(PE_ROUND_MAGIC)));
+    __m256d swap = _mm256_castsi256_pd(_mm256_cmpeq_epi64(_mm256_and_si256(q, one), one));
+    __m256d sign_s = _mm256_castsi256_pd(_mm256_slli_epi64(_mm256_and_si256(q, two), 62));
+    __m256d sign_c =
+        _mm256_castsi256_pd(_mm256_slli_epi64(_mm256_and_si256(_mm256_add_epi64(q, one), two), 62));
+    __m256d so = _mm256_xor_pd(_mm256_blendv_pd(sv, cv, swap), sign_s);
+    __m256d co = _mm256_xor_pd(_mm256_blendv_pd(cv, sv, swap), sign_c);
+    *sp = so;
+    *cp = co;
+    __m256d ax = _mm256_andnot_pd(_mm256_set1_pd(-0.0), x);
+    if (_mm256_movemask_pd(_mm256_cmp_pd(ax, _mm256_set1_pd(PE_REDUCE_MAX), _CMP_NLT_UQ)))
+        pe_sincos4_large(x, sp, cp);
+}
+
+/* Four columns at once: (*s, *c) rotated by (sd, cd), w the frequencies, vm
+ * and vpos m and pos in every lane. */
+PE_INLINE void pe_rotate4(__m256d *s, __m256d *c, __m256d sd, __m256d cd, __m256d w, __m256d vm,
+                          __m256d vpos)
+{
+    const __m256d neg = _mm256_set1_pd(-0.0);
+    __m256d s0 = *s, c0 = *c;
+    __m256d floor = _mm256_add_pd(_mm256_mul_pd(vm, w), _mm256_set1_pd(0x1p-20));
+    __m256d s1 = _mm256_fmadd_pd(s0, cd, _mm256_mul_pd(c0, sd));
+    __m256d c1 = _mm256_fmadd_pd(c0, cd, _mm256_xor_pd(_mm256_mul_pd(s0, sd), neg));
+    __m256d low = _mm256_or_pd(_mm256_cmp_pd(_mm256_andnot_pd(neg, s1), floor, _CMP_LT_OQ),
+                               _mm256_cmp_pd(_mm256_andnot_pd(neg, c1), floor, _CMP_LT_OQ));
+    if (_mm256_movemask_pd(low)) { /* as pe_rotate1: those lanes directly */
+        __m256d se, ce;
+        pe_sincos4(_mm256_mul_pd(vpos, w), &se, &ce);
+        s1 = _mm256_blendv_pd(s1, se, low);
+        c1 = _mm256_blendv_pd(c1, ce, low);
+    }
+    *s = s1;
+    *c = c1;
+}
+
+/* bytes (a multiple of 16) from src to 16-byte aligned dst, with
+ * non-temporal stores; the caller orders them with _mm_sfence() before it
+ * returns. */
+static inline void pe_stream_copy(char *dst, const char *src, ptrdiff_t bytes)
+{
+    ptrdiff_t k = 0;
+    for (; k + 32 <= bytes; k += 32) {
+        __m256i v = _mm256_loadu_si256((const __m256i *)(src + k));
+        _mm_stream_si128((__m128i *)(dst + k), _mm256_castsi256_si128(v));
+        _mm_stream_si128((__m128i *)(dst + k + 16), _mm256_extracti128_si256(v, 1));
+    }
+    for (; k < bytes; k += 16)
+        _mm_stream_si128((__m128i *)(dst + k), _mm_loadu_si128((const __m128i *)(src + k)));
+}
+
+#endif /* PE_X86 */
+
+#endif

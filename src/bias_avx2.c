@@ -1,0 +1,157 @@
+/*
+ * bias_avx2.c -- the rows and the ALiBi vectors of bias.c on the AVX2 path:
+ * adds eight floats (float16 through F16C) or four doubles at a time, row
+ * copies with vector stores, non-temporal ones for large fills, and ALiBi's
+ * products and selects four at a time: the arithmetic of the portable
+ * kernels, so the same bits.
+ */
+#include "bias.h"
+#include "pe.h"
+#include "simd.h"
+
+#include "avx2.h"
+
+#if PE_X86
+/* ---- rows: copy or add a slice of the per-head vector ---- */
+
+PE_INLINE void add_row(char *dst, const char *src, ptrdiff_t n, const int dtype)
+{
+    ptrdiff_t j = 0;
+    if (dtype == PE_F32) {
+        float *o = (float *)dst;
+        const float *s = (const float *)src;
+        for (; j + 8 <= n; j += 8)
+            _mm256_storeu_ps(o + j, _mm256_add_ps(_mm256_loadu_ps(o + j), _mm256_loadu_ps(s + j)));
+    } else if (dtype == PE_F64) {
+        double *o = (double *)dst;
+        const double *s = (const double *)src;
+        for (; j + 4 <= n; j += 4)
+            _mm256_storeu_pd(o + j, _mm256_add_pd(_mm256_loadu_pd(o + j), _mm256_loadu_pd(s + j)));
+    } else {
+        uint16_t *o = (uint16_t *)dst;
+        const uint16_t *s = (const uint16_t *)src;
+        for (; j + 8 <= n; j += 8) {
+            __m256 a = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(o + j)));
+            __m256 b = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(s + j)));
+            _mm_storeu_si128((__m128i *)(o + j),
+                             _mm256_cvtps_ph(_mm256_add_ps(a, b), _MM_FROUND_TO_NEAREST_INT));
+        }
+    }
+    size_t isz = pe_itemsize(dtype);
+    pe_add_row(dst + j * isz, src + j * isz, n - j, dtype);
+}
+
+PE_INLINE void store256(char *p, __m256i v, const int stream)
+{
+    if (stream)
+        _mm256_stream_si256((__m256i *)p, v);
+    else
+        _mm256_storeu_si256((__m256i *)p, v);
+}
+
+/* A row copy with vector stores: plain ones (memcpy's "rep movsb" for rows
+ * of a few KiB is slower than this on some CPUs), or non-temporal ones for
+ * the 32-byte-aligned middle of the row. */
+PE_INLINE void copy_row(char *dst, const char *src, size_t nbytes, const int stream)
+{
+    size_t b = 0;
+    if (stream) {
+        b = (32 - ((uintptr_t)dst & 31)) & 31;
+        b = b > nbytes ? nbytes : b;
+        memcpy(dst, src, b);
+    }
+    for (; b + 128 <= nbytes; b += 128) {
+        __m256i v0 = _mm256_loadu_si256((const __m256i *)(src + b));
+        __m256i v1 = _mm256_loadu_si256((const __m256i *)(src + b + 32));
+        __m256i v2 = _mm256_loadu_si256((const __m256i *)(src + b + 64));
+        __m256i v3 = _mm256_loadu_si256((const __m256i *)(src + b + 96));
+        store256(dst + b, v0, stream);
+        store256(dst + b + 32, v1, stream);
+        store256(dst + b + 64, v2, stream);
+        store256(dst + b + 96, v3, stream);
+    }
+    for (; b + 32 <= nbytes; b += 32)
+        store256(dst + b, _mm256_loadu_si256((const __m256i *)(src + b)), stream);
+    memcpy(dst + b, src + b, nbytes - b);
+}
+
+/* Rows [r0, r1) (bias.c's rows_scalar); streamed stores are ordered by the
+ * caller (store_fence) before its threads hand the array back. */
+PE_INLINE void rows_avx2(const struct pe_toeplitz *t, ptrdiff_t r0, ptrdiff_t r1, const int op,
+                         const int dtype)
+{
+    const size_t isz = pe_itemsize(dtype);
+    ptrdiff_t k = t->d->k_len;
+    const char *src;
+    if (op == PE_BIAS_ADD) {
+        for (ptrdiff_t r = r0; r < r1; ++r) {
+            char *row = pe_toeplitz_row(t, r, isz, &src);
+            add_row(row, src, k, dtype);
+        }
+    } else if (t->stream) {
+        for (ptrdiff_t r = r0; r < r1; ++r) {
+            char *row = pe_toeplitz_row(t, r, isz, &src);
+            copy_row(row, src, (size_t)k * isz, 1);
+        }
+    } else {
+        for (ptrdiff_t r = r0; r < r1; ++r) {
+            char *row = pe_toeplitz_row(t, r, isz, &src);
+            copy_row(row, src, (size_t)k * isz, 0);
+        }
+    }
+}
+
+PE_SPECIALISE(const pe_bias_rows_fn, pe_bias_rows_avx2, rows_avx2,
+              (const struct pe_toeplitz *t, ptrdiff_t r0, ptrdiff_t r1), (t, r0, r1));
+
+void pe_store_fence_avx2(void)
+{
+    _mm_sfence();
+}
+
+/* ---- ALiBi ---- */
+
+/* The first n - n % 4 elements of a counted block, float32 or float64, four
+ * at a time: the products and selects of pe_alibi_value, the same bits. */
+PE_INLINE ptrdiff_t alibi_vector(char *o, ptrdiff_t n, double base, double slope, const int causal,
+                                 const int dtype)
+{
+    const __m256d vs = _mm256_set1_pd(slope), four = _mm256_set1_pd(4.0);
+    const __m256d zero = _mm256_setzero_pd(), neg = _mm256_set1_pd(-0.0);
+    const __m256d ninf = _mm256_set1_pd(-INFINITY);
+    __m256d d = _mm256_add_pd(_mm256_set1_pd(base), _mm256_setr_pd(0.0, 1.0, 2.0, 3.0));
+    ptrdiff_t t = 0;
+    for (; t + 4 <= n; t += 4) {
+        __m256d below = _mm256_mul_pd(vs, d);
+        __m256d above = causal ? ninf : _mm256_mul_pd(vs, _mm256_xor_pd(d, neg));
+        __m256d v = _mm256_blendv_pd(below, above, _mm256_cmp_pd(d, zero, _CMP_GT_OQ));
+        if (dtype == PE_F32)
+            _mm_storeu_ps((float *)o + t, _mm256_cvtpd_ps(v));
+        else
+            _mm256_storeu_pd((double *)o + t, v);
+        d = _mm256_add_pd(d, four);
+    }
+    return t;
+}
+
+/* bias.c's alibi_scalar, float32 and float64 four at a time. */
+PE_INLINE void alibi_avx2(char *o, ptrdiff_t t0, ptrdiff_t t1, int64_t d0, double slope,
+                          const int causal, const int dtype)
+{
+    ptrdiff_t n = t1 - t0, t = 0;
+    if (!pe_alibi_counts(d0)) {
+        pe_alibi_tail(o, t0, 0, n, d0, slope, 0, causal, dtype);
+        return;
+    }
+    if (dtype != PE_F16)
+        t = alibi_vector(o + t0 * (ptrdiff_t)pe_itemsize(dtype), n, (double)d0, slope, causal,
+                         dtype);
+    pe_alibi_tail(o, t0, t, n, d0, slope, 1, causal, dtype);
+}
+
+PE_SPECIALISE(const pe_alibi_block_fn, pe_alibi_block_avx2, alibi_avx2,
+              (char *o, ptrdiff_t t0, ptrdiff_t t1, int64_t d0, double slope),
+              (o, t0, t1, d0, slope));
+
+PE_AVX2_END
+#endif

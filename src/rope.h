@@ -1,0 +1,90 @@
+/*
+ * rope.h -- what the files of apply_rope share: a run of rows (the unit the
+ * row kernels of rope_rows.c and rope_avx2.c rotate), the rotation of one
+ * row's pairs in portable C (the portable kernels, and the tails of the
+ * AVX2 ones), and the cos/sin table of a tile (rope_table.c).  The plan of
+ * the iteration, and the entry point, are in rope.c.
+ */
+#ifndef PE_ROPE_H
+#define PE_ROPE_H
+
+#include <math.h>
+#include <string.h>
+
+#include "pe.h"
+#include "simd.h"
+#include "sincos.h"
+
+/* Rows of an outer dimension rotated together with one cos/sin row when the
+ * cos/sin change along the innermost dimension. */
+#define PE_ROPE_LANES 4
+
+/* A run of rows that the innermost loop rotates: n rows (row m at x +
+ * m*xs, out at o + m*os, its cos/sin at tab + m*ts: cos[half] then
+ * sin[half], float32 or float64), each together with `lanes` rows of an
+ * outer dimension that share its cos/sin (lane g at + g*lxs, + g*los).
+ * The layout and dtype are those of the kernel (the table entry) it is
+ * handed to. */
+struct pe_rope_run {
+    const char *x;
+    char *o;
+    const char *tab;
+    ptrdiff_t xs, os, ts, n;
+    ptrdiff_t lanes, lxs, los;
+    ptrdiff_t half, dim;
+    int stream;   /* the output is large: non-temporal stores where aligned */
+    char *bounce; /* a thread's buffer of one row per lane (rope_avx2.c) */
+};
+
+/* Rotate pairs [i0, half) of one row of type dtype.  tab: the row's cos
+ * then sin (already scaled, sin negated for the inverse), float64 for
+ * float64 data and float32 otherwise: float16 is rotated in float32. */
+PE_INLINE void pe_rope_rotate_row(const char *x, char *o, const char *tab, ptrdiff_t half,
+                                  ptrdiff_t i0, const int layout, const int dtype)
+{
+    for (ptrdiff_t i = i0; i < half; ++i) {
+        ptrdiff_t ia = layout == PE_ROPE_HALF ? i : 2 * i;
+        ptrdiff_t ib = layout == PE_ROPE_HALF ? i + half : 2 * i + 1;
+        if (dtype == PE_F64) {
+            const double *c = (const double *)tab, *s = c + half, *xd = (const double *)x;
+            double a = xd[ia], b = xd[ib];
+            ((double *)o)[ia] = fma(a, c[i], -(b * s[i]));
+            ((double *)o)[ib] = fma(b, c[i], a * s[i]);
+            continue;
+        }
+        const float *c = (const float *)tab, *s = c + half;
+        float a, b;
+        if (dtype == PE_F32) {
+            a = ((const float *)x)[ia], b = ((const float *)x)[ib];
+        } else {
+            a = pe_f32_from_f16(((const uint16_t *)x)[ia]);
+            b = pe_f32_from_f16(((const uint16_t *)x)[ib]);
+        }
+        float ra = fmaf(a, c[i], -(b * s[i])), rb = fmaf(b, c[i], a * s[i]);
+        if (dtype == PE_F32) {
+            ((float *)o)[ia] = ra, ((float *)o)[ib] = rb;
+        } else {
+            ((uint16_t *)o)[ia] = pe_f16_from_f32(ra);
+            ((uint16_t *)o)[ib] = pe_f16_from_f32(rb);
+        }
+    }
+}
+
+/* The columns past the rotary part are copied (nothing to do in place). */
+PE_INLINE void pe_rope_pass_through(const char *x, char *o, ptrdiff_t half, ptrdiff_t dim,
+                                    const int dtype)
+{
+    size_t es = pe_itemsize(dtype);
+    if (x != o && dim > 2 * half)
+        memcpy(o + 2 * half * es, x + 2 * half * es, (size_t)(dim - 2 * half) * es);
+}
+
+/* Rows j < n of a tile's table for the positions at pos + j * pos_stride
+ * bytes: cos then sin of pos * freq[i], times scale (sin negated if
+ * inverse), rounded once to float64 (tab_f64) or float32.  Row 0 is a
+ * multiple of PE_ANCHOR along its dimension (rope_table.c). */
+void pe_rope_fill_table(const struct pe_kernels *k, const char *pos, ptrdiff_t pos_stride,
+                        ptrdiff_t n, const double *freq, ptrdiff_t half, double wmax, double scale,
+                        int inverse, int tab_f64, char *tab, struct pe_rotor *rt);
+
+#endif

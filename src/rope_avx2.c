@@ -1,0 +1,207 @@
+/*
+ * rope_avx2.c -- the row kernels of apply_rope on the AVX2 path: 8
+ * elements (float32, float16 through F16C) or 4 (float64) per step, the
+ * arithmetic of rope_rows.c (the same bits), each cos/sin vector loaded
+ * once for the PE_ROPE_LANES rows that share it, and large outputs written
+ * with non-temporal stores.
+ */
+#include "pe.h"
+#include "rope.h"
+#include "simd.h"
+
+#include "avx2.h"
+
+#if PE_X86
+/* (a, b) -> (a c - b s, b c + a s) on eight pairs held in two vectors. */
+PE_INLINE void rot8(__m256 a, __m256 b, __m256 c, __m256 s, __m256 *ra, __m256 *rb)
+{
+    *ra = _mm256_fmsub_ps(a, c, _mm256_mul_ps(b, s));
+    *rb = _mm256_fmadd_ps(b, c, _mm256_mul_ps(a, s));
+}
+
+/* Eight interleaved elements (four pairs) with cos/sin already duplicated
+ * into pairs: fmaddsub subtracts in the even lanes and adds in the odd
+ * ones, which is the rotation once the pairs are swapped for the second
+ * product. */
+PE_INLINE __m256 rot_inter8(__m256 v, __m256 cc, __m256 ss)
+{
+    __m256 sw = _mm256_permute_ps(v, 0xB1);
+    return _mm256_fmaddsub_ps(v, cc, _mm256_mul_ps(sw, ss));
+}
+
+/* Four floats at p as (p0, p0, p1, p1, p2, p2, p3, p3). */
+PE_INLINE __m256 dup4(const float *p)
+{
+    const __m256i idx = _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3);
+    return _mm256_permutevar8x32_ps(_mm256_castps128_ps256(_mm_loadu_ps(p)), idx);
+}
+
+PE_INLINE __m256 load_h8(const uint16_t *p)
+{
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+}
+
+/* Stores of eight floats, four doubles or eight halves; with stream, as
+ * non-temporal stores (16-byte aligned p): an output that does not fit in
+ * cache then goes to memory without being read first, so that rotating out
+ * of place moves the bytes np.copyto moves, not half as many again. */
+PE_INLINE void store_ps(float *p, __m256 v, const int stream)
+{
+    if (stream) {
+        _mm_stream_ps(p, _mm256_castps256_ps128(v));
+        _mm_stream_ps(p + 4, _mm256_extractf128_ps(v, 1));
+    } else {
+        _mm256_storeu_ps(p, v);
+    }
+}
+
+PE_INLINE void store_pd(double *p, __m256d v, const int stream)
+{
+    store_ps((float *)p, _mm256_castpd_ps(v), stream); /* the same 32 bytes */
+}
+
+PE_INLINE void store_h8(uint16_t *p, __m256 v, const int stream)
+{
+    __m128i h = _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT);
+    if (stream)
+        _mm_stream_si128((__m128i *)p, h);
+    else
+        _mm_storeu_si128((__m128i *)p, h);
+}
+
+/* One row's cos/sin applied to the `lanes` rows that share it: each vector
+ * of cos/sin is loaded (and, interleaved, duplicated) once for all of them. */
+PE_INLINE void rows_avx2(const char *x0, ptrdiff_t lxs, char *o0, ptrdiff_t los, ptrdiff_t lanes,
+                         const char *t, ptrdiff_t half, const int layout, const int dtype,
+                         const int stream)
+{
+    ptrdiff_t i = 0;
+    if (dtype == PE_F32 || dtype == PE_F16) {
+        const float *c = (const float *)t, *s = c + half;
+        if (layout == PE_ROPE_HALF) {
+            for (; i + 8 <= half; i += 8) {
+                __m256 cv = _mm256_loadu_ps(c + i), sv = _mm256_loadu_ps(s + i), ra, rb;
+                for (ptrdiff_t g = 0; g < lanes; ++g) {
+                    if (dtype == PE_F32) {
+                        const float *x = (const float *)(x0 + g * lxs);
+                        float *o = (float *)(o0 + g * los);
+                        rot8(_mm256_loadu_ps(x + i), _mm256_loadu_ps(x + half + i), cv, sv, &ra,
+                             &rb);
+                        store_ps(o + i, ra, stream);
+                        store_ps(o + half + i, rb, stream);
+                    } else {
+                        const uint16_t *x = (const uint16_t *)(x0 + g * lxs);
+                        uint16_t *o = (uint16_t *)(o0 + g * los);
+                        rot8(load_h8(x + i), load_h8(x + half + i), cv, sv, &ra, &rb);
+                        store_h8(o + i, ra, stream);
+                        store_h8(o + half + i, rb, stream);
+                    }
+                }
+            }
+        } else {
+            for (; i + 4 <= half; i += 4) {
+                __m256 cc = dup4(c + i), ss = dup4(s + i);
+                for (ptrdiff_t g = 0; g < lanes; ++g) {
+                    if (dtype == PE_F32) {
+                        const float *x = (const float *)(x0 + g * lxs);
+                        float *o = (float *)(o0 + g * los);
+                        store_ps(o + 2 * i, rot_inter8(_mm256_loadu_ps(x + 2 * i), cc, ss), stream);
+                    } else {
+                        const uint16_t *x = (const uint16_t *)(x0 + g * lxs);
+                        uint16_t *o = (uint16_t *)(o0 + g * los);
+                        store_h8(o + 2 * i, rot_inter8(load_h8(x + 2 * i), cc, ss), stream);
+                    }
+                }
+            }
+        }
+        for (ptrdiff_t g = 0; g < lanes; ++g)
+            pe_rope_rotate_row(x0 + g * lxs, o0 + g * los, t, half, i, layout, dtype);
+    } else {
+        const double *c = (const double *)t, *s = c + half;
+        if (layout == PE_ROPE_HALF) {
+            for (; i + 4 <= half; i += 4) {
+                __m256d cv = _mm256_loadu_pd(c + i), sv = _mm256_loadu_pd(s + i);
+                for (ptrdiff_t g = 0; g < lanes; ++g) {
+                    const double *x = (const double *)(x0 + g * lxs);
+                    double *o = (double *)(o0 + g * los);
+                    __m256d a = _mm256_loadu_pd(x + i), b = _mm256_loadu_pd(x + half + i);
+                    store_pd(o + i, _mm256_fmsub_pd(a, cv, _mm256_mul_pd(b, sv)), stream);
+                    store_pd(o + half + i, _mm256_fmadd_pd(b, cv, _mm256_mul_pd(a, sv)), stream);
+                }
+            }
+        } else {
+            for (; i + 2 <= half; i += 2) {
+                __m256d cc =
+                    _mm256_permute4x64_pd(_mm256_castpd128_pd256(_mm_loadu_pd(c + i)), 0x50);
+                __m256d ss =
+                    _mm256_permute4x64_pd(_mm256_castpd128_pd256(_mm_loadu_pd(s + i)), 0x50);
+                for (ptrdiff_t g = 0; g < lanes; ++g) {
+                    const double *x = (const double *)(x0 + g * lxs);
+                    double *o = (double *)(o0 + g * los);
+                    __m256d v = _mm256_loadu_pd(x + 2 * i);
+                    __m256d sw = _mm256_permute_pd(v, 0x5);
+                    store_pd(o + 2 * i, _mm256_fmaddsub_pd(v, cc, _mm256_mul_pd(sw, ss)), stream);
+                }
+            }
+        }
+        for (ptrdiff_t g = 0; g < lanes; ++g)
+            pe_rope_rotate_row(x0 + g * lxs, o0 + g * los, t, half, i, layout, dtype);
+    }
+}
+
+PE_INLINE void run_avx2_loop(const struct pe_rope_run *r, const int layout, const int dtype,
+                             const int stream)
+{
+    for (ptrdiff_t m = 0; m < r->n; ++m) {
+        const char *x = r->x + m * r->xs;
+        char *o = r->o + m * r->os;
+        rows_avx2(x, r->lxs, o, r->los, r->lanes, r->tab + m * r->ts, r->half, layout, dtype,
+                  stream);
+        for (ptrdiff_t g = 0; g < r->lanes; ++g)
+            pe_rope_pass_through(x + g * r->lxs, o + g * r->los, r->half, r->dim, dtype);
+    }
+}
+
+/* Lanes written straight to memory with non-temporal stores would fill
+ * several partial cache lines at once, and the write-combining buffers
+ * would flush them half empty.  So each row of all lanes is rotated into a
+ * buffer in L1, then streamed out one lane after the other: every lane
+ * leaves at most the one line shared with its next row open. */
+PE_INLINE void run_avx2_bounced(const struct pe_rope_run *r, const int layout, const int dtype)
+{
+    ptrdiff_t rb = 2 * r->half * (ptrdiff_t)pe_itemsize(dtype);
+    for (ptrdiff_t m = 0; m < r->n; ++m) {
+        const char *x = r->x + m * r->xs;
+        char *o = r->o + m * r->os;
+        rows_avx2(x, r->lxs, r->bounce, rb, r->lanes, r->tab + m * r->ts, r->half, layout, dtype,
+                  0);
+        for (ptrdiff_t g = 0; g < r->lanes; ++g) {
+            pe_stream_copy(o + g * r->los, r->bounce + g * rb, rb);
+            pe_rope_pass_through(x + g * r->lxs, o + g * r->los, r->half, r->dim, dtype);
+        }
+    }
+}
+
+PE_INLINE void run_avx2(const struct pe_rope_run *r, const int layout, const int dtype)
+{
+    /* non-temporal stores need every vector store 16-byte aligned; the
+     * bounced copy of whole rows needs rows of a multiple of 16 bytes */
+    ptrdiff_t half_bytes = r->half * (ptrdiff_t)pe_itemsize(dtype);
+    int stream = r->stream && r->x != r->o && (uintptr_t)r->o % 16 == 0 &&
+                 (r->n == 1 || r->os % 16 == 0) && (r->lanes == 1 || r->los % 16 == 0) &&
+                 (layout == PE_ROPE_INTERLEAVED || half_bytes % 16 == 0);
+    if (stream && r->lanes > 1 && half_bytes % 8 == 0) {
+        run_avx2_bounced(r, layout, dtype);
+        _mm_sfence();
+    } else if (stream && r->lanes == 1) {
+        run_avx2_loop(r, layout, dtype, 1);
+        _mm_sfence();
+    } else {
+        run_avx2_loop(r, layout, dtype, 0);
+    }
+}
+
+PE_SPECIALISE(const pe_rope_run_fn, pe_rope_run_avx2, run_avx2, (const struct pe_rope_run *r), (r));
+
+PE_AVX2_END
+#endif

@@ -1,0 +1,27 @@
+/*
+ * rope_rows.c -- the portable row kernels of apply_rope: each pair of a
+ * row rotated by its cos/sin with one multiply and one FMA per output in
+ * the compute precision (float32 for float16/float32 data, float64 for
+ * float64), in the order the AVX2 kernels (rope_avx2.c) use, so both give
+ * the same bits.
+ */
+#include "pe.h"
+#include "rope.h"
+#include "simd.h"
+
+PE_INLINE void run_scalar(const struct pe_rope_run *r, const int layout, const int dtype)
+{
+    ptrdiff_t half = r->half;
+    for (ptrdiff_t m = 0; m < r->n; ++m) {
+        const char *t = r->tab + m * r->ts;
+        for (ptrdiff_t g = 0; g < r->lanes; ++g) {
+            const char *xr = r->x + m * r->xs + g * r->lxs;
+            char *orow = r->o + m * r->os + g * r->los;
+            pe_rope_rotate_row(xr, orow, t, half, 0, layout, dtype);
+            pe_rope_pass_through(xr, orow, half, r->dim, dtype);
+        }
+    }
+}
+
+PE_SPECIALISE(const pe_rope_run_fn, pe_rope_run_scalar, run_scalar, (const struct pe_rope_run *r),
+              (r));

@@ -1,0 +1,75 @@
+/*
+ * simd.c -- the two tables of kernels (simd.h) and the choice between them:
+ * what the CPU running us can do.
+ */
+#include "simd.h"
+
+#if PE_X86
+#include <cpuid.h>
+#endif
+
+const struct pe_kernels pe_kernels_scalar = {
+    .name = "scalar",
+    .sincos_row = pe_sincos_row_scalar,
+    .rotate_row = pe_rotate_row_scalar,
+    .sinusoid_cell = pe_sinusoid_cell_scalar,
+    .rope_run = pe_rope_run_scalar,
+    .bias_rows = pe_bias_rows_scalar,
+    .alibi_block = pe_alibi_block_scalar,
+    .store_fence = pe_store_fence_scalar,
+};
+
+#if PE_X86
+const struct pe_kernels pe_kernels_avx2 = {
+    .name = "avx2",
+    .sincos_row = pe_sincos_row_avx2,
+    .rotate_row = pe_rotate_row_avx2,
+    .sinusoid_cell = pe_sinusoid_cell_avx2,
+    .rope_run = pe_rope_run_avx2,
+    .bias_rows = pe_bias_rows_avx2,
+    .alibi_block = pe_alibi_block_avx2,
+    .store_fence = pe_store_fence_avx2,
+};
+
+/* AVX2, FMA and F16C, and an operating system that saves the YMM registers
+ * (cpuid and xgetbv, as GCC's and clang's cpu_supports builtins do; clang's
+ * builtin does not know "f16c"). */
+static int cpu_has_avx2(void)
+{
+    unsigned a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d))
+        return 0;
+    /* leaf 1, ecx: FMA (bit 12), OSXSAVE (27), AVX (28), F16C (29) */
+    const unsigned want = 1u << 12 | 1u << 27 | 1u << 28 | 1u << 29;
+    if ((c & want) != want)
+        return 0;
+    unsigned xcr0_lo, xcr0_hi;
+    __asm__ volatile("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
+    (void)xcr0_hi;
+    if ((xcr0_lo & 6u) != 6u) /* XMM and YMM state */
+        return 0;
+    if (__get_cpuid_max(0, NULL) < 7)
+        return 0;
+    __cpuid_count(7, 0, a, b, c, d);
+    return (b >> 5) & 1u; /* leaf 7, ebx: AVX2 (bit 5) */
+}
+#endif
+
+int pe_simd_cpu_best(void)
+{
+#if PE_X86
+    if (cpu_has_avx2())
+        return PE_SIMD_AVX2;
+#endif
+    return PE_SIMD_SCALAR;
+}
+
+const struct pe_kernels *pe_kernels_for(int level)
+{
+#if PE_X86
+    if (level == PE_SIMD_AVX2)
+        return &pe_kernels_avx2;
+#endif
+    (void)level;
+    return &pe_kernels_scalar;
+}
