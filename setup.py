@@ -1,11 +1,14 @@
 """Build of posenc._core: C11, -O3, OpenMP where the compiler has it.
 
-The AVX2+FMA kernels are chosen at run time (src/simd.h), so no -mavx2 or
--march flag is passed and a wheel built on one x86-64 machine runs on any.
+The AVX2+FMA kernels are chosen at run time (src/simd.h) and compiled with a
+target pragma in their own files (src/*_avx2.c), so no -mavx2 or -march flag
+is passed and a wheel built on one x86-64 machine runs on any.  A release
+build carries no debug information (-g0, symbols stripped on Linux).
 
 Environment knobs for special builds:
   POSENC_NO_OPENMP=1            build without OpenMP (one thread)
-  POSENC_SANITIZE=address,undefined  build with those sanitizers (CI)
+  POSENC_SANITIZE=address,undefined  build with those sanitizers (CI), -g kept
+  POSENC_DEBUG=1                keep the debug information of CFLAGS (-g)
 """
 
 import os
@@ -17,18 +20,54 @@ import numpy as np
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
+# The warnings of every GCC or clang build; .ci/run reads these lists (as
+# literals) to compile the sources for -m32 and with clang, -Werror added.
+WARNINGS = [
+    "-Wall",
+    "-Wundef",
+    "-Wextra",
+    "-Wno-unused-parameter",
+    "-Wno-missing-field-initializers",
+    "-Wno-cast-function-type",
+]
+# Without OpenMP its pragmas are unknown to GCC, on purpose.
+NO_OPENMP_WARNINGS = ["-Wno-unknown-pragmas"]
+# 32-bit x86: double arithmetic in SSE2 registers, as on x86-64 and in the
+# AVX2 kernels, not in the x87's extended precision (which rounds twice):
+# the same bits on every path.
+I386_FLAGS = ["-msse2", "-mfpmath=sse"]
+
 
 def _compiler_accepts(compiler, args, source="int main(void) { return 0; }\n"):
+    """Whether source compiles and links with args (the compiler's messages
+    about a probe that fails are not shown)."""
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "probe.c")
         with open(path, "w") as f:
             f.write(source)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        saved = os.dup(1), os.dup(2)
+        devnull = os.open(os.devnull, os.O_WRONLY)
         try:
+            os.dup2(devnull, 1)
+            os.dup2(devnull, 2)
             objs = compiler.compile([path], output_dir=tmp, extra_postargs=args)
             compiler.link_executable(objs, os.path.join(tmp, "probe"), extra_postargs=args)
         except Exception:
             return False
+        finally:
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            for fd in (*saved, devnull):
+                os.close(fd)
     return True
+
+
+def _targets(compiler, macro):
+    """Whether the compiler's target defines `macro` (e.g. __i386__)."""
+    probe = f"#ifndef {macro}\n#error\n#endif\nint main(void) {{ return 0; }}\n"
+    return _compiler_accepts(compiler, [], probe)
 
 
 class BuildExt(build_ext):
@@ -45,13 +84,10 @@ class BuildExt(build_ext):
                 "-O3",
                 "-ffp-contract=off",  # same bits on every path: FMA only where written
                 "-fno-math-errno",
-                "-Wall",
-                "-Wundef",
-                "-Wextra",
-                "-Wno-unused-parameter",
-                "-Wno-missing-field-initializers",
-                "-Wno-cast-function-type",
+                *WARNINGS,
             ]
+            if _targets(self.compiler, "__i386__"):
+                ext.extra_compile_args += I386_FLAGS
             omp = ["-fopenmp"]
             if not os.environ.get("POSENC_NO_OPENMP") and _compiler_accepts(
                 self.compiler,
@@ -61,7 +97,9 @@ class BuildExt(build_ext):
                 ext.extra_compile_args += omp
                 ext.extra_link_args += omp
             else:
+                # Apple's clang, for one, has no -fopenmp
                 print("posenc: building without OpenMP", file=sys.stderr)
+                ext.extra_compile_args += NO_OPENMP_WARNINGS
             sanitize = os.environ.get("POSENC_SANITIZE")
             if sanitize:
                 flags = [
@@ -72,6 +110,11 @@ class BuildExt(build_ext):
                 ]
                 ext.extra_compile_args += flags + ["-O1"]
                 ext.extra_link_args += flags
+            elif not os.environ.get("POSENC_DEBUG"):
+                # a release build: no debug information (Python's CFLAGS has -g)
+                ext.extra_compile_args.append("-g0")
+                if sys.platform.startswith("linux"):
+                    ext.extra_link_args.append("-s")
         super().build_extensions()
 
 

@@ -76,8 +76,7 @@ static void toeplitz_rows(const struct pe_kernels *k, const struct pe_bias_dst *
      * thread that loses its core for a while leaves its share to the others */
     ptrdiff_t chunk = (ptrdiff_t)(((size_t)64 << 10) / ((size_t)klen * isz + 1)) + 1;
     ptrdiff_t nchunks = (nrows + chunk - 1) / chunk;
-    int parallel = nthreads > 1 && nrows > 1 && nrows * klen >= PE_PARALLEL_MIN;
-#pragma omp parallel num_threads(nthreads) if (parallel)
+#pragma omp parallel num_threads(pe_team(nthreads, nrows > 1 ? nrows * klen : 0))
     {
 #pragma omp for schedule(dynamic, 1)
         for (ptrdiff_t c = 0; c < nchunks; ++c) {
@@ -120,8 +119,7 @@ static int bias_from_vectors(const struct pe_kernels *k, const struct pe_bias_ds
     if (vals == NULL)
         return -1;
     ptrdiff_t nblk = (vlen + PE_VECTOR_BLOCK - 1) / PE_VECTOR_BLOCK;
-    int parallel = nthreads > 1 && heads * vlen >= PE_PARALLEL_MIN;
-#pragma omp parallel for schedule(static) num_threads(nthreads) if (parallel)
+#pragma omp parallel for schedule(static) num_threads(pe_team(nthreads, (heads * vlen)))
     for (ptrdiff_t task = 0; task < heads * nblk; ++task) {
         ptrdiff_t h = task / nblk, t0 = task % nblk * PE_VECTOR_BLOCK;
         ptrdiff_t t1 = vlen - t0 < PE_VECTOR_BLOCK ? vlen : t0 + PE_VECTOR_BLOCK;
@@ -228,8 +226,7 @@ int pe_t5_buckets(const int64_t *rel, ptrdiff_t n, int bidirectional, int64_t nu
                   const int64_t *thresh, ptrdiff_t nthresh, int64_t *out, int nthreads)
 {
     struct t5_bucketing p = t5_layout(bidirectional, num_buckets, thresh, nthresh);
-    int parallel = nthreads > 1 && n >= PE_PARALLEL_MIN;
-#pragma omp parallel for schedule(static) num_threads(nthreads) if (parallel)
+#pragma omp parallel for schedule(static) num_threads(pe_team(nthreads, n))
     for (ptrdiff_t i = 0; i < n; ++i)
         out[i] = t5_bucket(&p, rel[i]);
     return 0;
@@ -312,8 +309,7 @@ int pe_t5_bias(const struct pe_kernels *k, const void *table, int table_dtype,
     /* one bucket per distinct distance; the bucket is constant over long
      * runs of distances (all of those past max_distance, for one), so each
      * head's vector is a fill per run; buckets[] is reused for the runs' */
-    int parallel = nthreads > 1 && dst->heads * vlen >= PE_PARALLEL_MIN;
-#pragma omp parallel for schedule(static) num_threads(nthreads) if (parallel)
+#pragma omp parallel for schedule(static) num_threads(pe_team(nthreads, (dst->heads * vlen)))
     for (ptrdiff_t t = 0; t < vlen; ++t)
         buckets[t] = t5_bucket(&p, distance_at(t, dst->q_len, q_offset));
     ptrdiff_t nruns = 0;

@@ -26,6 +26,13 @@ enum pe_layout { PE_INTERLEAVED = 0, PE_CONCAT = 1 };
  * OpenMP team costs more than the work. */
 #define PE_PARALLEL_MIN 32768
 
+/* The threads of a parallel region doing `work` elements: nthreads, or 1
+ * below PE_PARALLEL_MIN. */
+static inline int pe_team(int nthreads, ptrdiff_t work)
+{
+    return work >= PE_PARALLEL_MIN ? nthreads : 1;
+}
+
 /* ---- elements of any type ---- */
 
 /* Bytes of an element of type dtype (an enum pe_dtype; 8 for any other
