@@ -25,15 +25,14 @@
 
 /* ---- the compiler ---- */
 
+/* A function always inlined (the bodies of specialised kernels and their
+ * helpers); static. */
 #if defined(_MSC_VER) && !defined(__clang__)
 #define PE_INLINE static __forceinline
-#define PE_NOINLINE __declspec(noinline)
 #elif defined(__GNUC__)
 #define PE_INLINE static inline __attribute__((always_inline))
-#define PE_NOINLINE __attribute__((noinline))
 #else
 #define PE_INLINE static inline
-#define PE_NOINLINE
 #endif
 
 /* The AVX2 kernels are built with GCC and clang on x86 (64 and 32 bit);
