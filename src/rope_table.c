@@ -20,10 +20,6 @@
  * after rounding to float32.  float64 tables are always direct.
  */
 #include <math.h>
-#include <stdlib.h>
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
 #include "pe.h"
 #include "rope.h"
@@ -105,36 +101,34 @@ PE_INLINE void emit_pair(void *ctx, ptrdiff_t j, const double *s, const double *
 PE_SPECIALISE(static const pe_row_fn, emit_pair_row, emit_pair,
               (void *ctx, ptrdiff_t j, const double *s, const double *c), (ctx, j, s, c));
 
+struct table_job {
+    const struct pe_kernels *k;
+    const double *pos, *freq;
+    double wmax;
+    int dtype;
+    pe_row_fn emit;
+    struct pair_sink sink; /* its r0 set per cell */
+};
+
+static void table_cell(void *ctx, struct pe_rotor *rt, ptrdiff_t r0, ptrdiff_t n)
+{
+    const struct table_job *j = ctx;
+    struct pair_sink sink = j->sink;
+    sink.r0 = r0;
+    pe_sincos_group(j->k, rt, (const char *)(j->pos + r0), sizeof *j->pos, n, j->freq, sink.half,
+                    j->wmax, j->dtype != PE_F64, j->emit, &sink);
+}
+
 int pe_rope_table(const struct pe_kernels *k, const double *pos, ptrdiff_t n, const double *freq,
                   ptrdiff_t half, double scale, int layout, int dtype, char *cos_out,
                   ptrdiff_t cos_stride, char *sin_out, ptrdiff_t sin_stride, int nthreads)
 {
-    ptrdiff_t ncells = (n + PE_ANCHOR - 1) / PE_ANCHOR;
-    int parallel = nthreads > 1 && ncells > 1 && n * half * 4 >= PE_PARALLEL_MIN;
-    if (!parallel)
-        nthreads = 1;
-    ptrdiff_t per_thread = 4 * half;
-    double *scratch = malloc((size_t)(per_thread * nthreads) * sizeof *scratch);
-    if (scratch == NULL)
-        return -1;
-    double wmax = pe_max_abs(freq, half);
-    pe_row_fn emit = emit_pair_row[layout][dtype];
-#pragma omp parallel num_threads(nthreads) if (parallel)
-    {
-        int tid = 0;
-#ifdef _OPENMP
-        tid = omp_get_thread_num();
-#endif
-        double *buf = scratch + tid * per_thread;
-        struct pe_rotor rt = {buf, buf + half, buf + 2 * half, buf + 3 * half, NAN};
-#pragma omp for schedule(dynamic, 2)
-        for (ptrdiff_t t = 0; t < ncells; ++t) {
-            ptrdiff_t r0 = t * PE_ANCHOR, len = n - r0 < PE_ANCHOR ? n - r0 : PE_ANCHOR;
-            struct pair_sink sink = {cos_out, sin_out, cos_stride, sin_stride, r0, half, scale};
-            pe_sincos_group(k, &rt, (const char *)(pos + r0), sizeof *pos, len, freq, half, wmax,
-                            dtype != PE_F64, emit, &sink);
-        }
-    }
-    free(scratch);
-    return 0;
+    struct table_job job = {k,
+                            pos,
+                            freq,
+                            pe_max_abs(freq, half),
+                            dtype,
+                            emit_pair_row[layout][dtype],
+                            {cos_out, sin_out, cos_stride, sin_stride, 0, half, scale}};
+    return pe_for_each_cell(n, half, n * half * 4 >= PE_PARALLEL_MIN, nthreads, table_cell, &job);
 }

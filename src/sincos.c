@@ -11,6 +11,12 @@
  * PE_ANCHOR directly, the others rotated from it, the one primitive both
  * sinusoid.c and rope_table.c build their tables on.
  */
+#include <math.h>
+#include <stdlib.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
 #include "pe.h"
 #include "simd.h"
 #include "sincos.h"
@@ -61,4 +67,34 @@ void pe_sincos_group(const struct pe_kernels *k, struct pe_rotor *rt, const char
             k->rotate_row(rt->s, rt->c, rt->sd, rt->cd, freq, p, m, half);
         emit(ctx, j, rt->s, rt->c);
     }
+}
+
+int pe_for_each_cell(ptrdiff_t n_rows, ptrdiff_t half, int parallel, int nthreads, pe_cell_fn cell,
+                     void *ctx)
+{
+    ptrdiff_t ncells = (n_rows + PE_ANCHOR - 1) / PE_ANCHOR;
+    parallel = parallel && nthreads > 1 && ncells > 1;
+    if (!parallel)
+        nthreads = 1;
+    /* a thread's rotor: the current row and the step's sin and cos */
+    ptrdiff_t per_thread = 4 * half;
+    double *scratch = malloc((size_t)(per_thread * nthreads) * sizeof *scratch);
+    if (scratch == NULL)
+        return -1;
+#pragma omp parallel num_threads(nthreads) if (parallel)
+    {
+        int tid = 0;
+#ifdef _OPENMP
+        tid = omp_get_thread_num();
+#endif
+        double *buf = scratch + tid * per_thread;
+        struct pe_rotor rt = {buf, buf + half, buf + 2 * half, buf + 3 * half, NAN};
+#pragma omp for schedule(static)
+        for (ptrdiff_t t = 0; t < ncells; ++t) {
+            ptrdiff_t r0 = t * PE_ANCHOR;
+            cell(ctx, &rt, r0, n_rows - r0 < PE_ANCHOR ? n_rows - r0 : PE_ANCHOR);
+        }
+    }
+    free(scratch);
+    return 0;
 }

@@ -150,6 +150,17 @@ int pe_group_rotates(pe_sincos_row_fn row, struct pe_rotor *rt, const char *pos,
                      ptrdiff_t n, const double *freq, ptrdiff_t half, double wmax, int rotate,
                      double *m);
 
+/* Called with each cell of the anchor grid: rows [r0, r0 + n), n <= PE_ANCHOR,
+ * and the calling thread's rotor. */
+typedef void (*pe_cell_fn)(void *ctx, struct pe_rotor *rt, ptrdiff_t r0, ptrdiff_t n);
+
+/* The table of n_rows rows of 2 * half values made cell by cell: cells are
+ * shared among nthreads OpenMP threads when parallel is set, each with a
+ * rotor of its own; a cell is never split, so the bits do not depend on the
+ * thread count.  Returns -1 when the rotors cannot be allocated. */
+int pe_for_each_cell(ptrdiff_t n_rows, ptrdiff_t half, int parallel, int nthreads, pe_cell_fn cell,
+                     void *ctx);
+
 /* Rotation is not used once M * max(w) * 2**-26 passes this: too many values
  * would fall below the floor and be recomputed. */
 #define PE_ROTATE_MAX 0x1p-4

@@ -23,10 +23,6 @@
  * do not depend on the thread count either.
  */
 #include <math.h>
-#include <stdlib.h>
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
 #include "pe.h"
 #include "simd.h"
@@ -65,36 +61,26 @@ PE_SPECIALISE(const pe_sinusoid_cell_fn, pe_sinusoid_cell_scalar, cell_scalar,
                const double *freq, ptrdiff_t half, double wmax, char *out, ptrdiff_t row_stride),
               (rt, pos, r0, n, freq, half, wmax, out, row_stride));
 
+struct sinusoid_job {
+    pe_sinusoid_cell_fn cell;
+    const double *pos, *freq;
+    ptrdiff_t half, row_stride;
+    double wmax;
+    char *out;
+};
+
+static void sinusoid_cell(void *ctx, struct pe_rotor *rt, ptrdiff_t r0, ptrdiff_t n)
+{
+    const struct sinusoid_job *j = ctx;
+    j->cell(rt, j->pos, r0, n, j->freq, j->half, j->wmax, j->out, j->row_stride);
+}
+
 int pe_sinusoid(const struct pe_kernels *k, const double *pos, ptrdiff_t n_pos, const double *freq,
                 ptrdiff_t half, int layout, int dtype, char *out, ptrdiff_t row_stride,
                 int nthreads)
 {
-    ptrdiff_t ncells = (n_pos + PE_ANCHOR - 1) / PE_ANCHOR;
-    int parallel = ncells > 1 && n_pos * half * 2 >= PE_PARALLEL_MIN && nthreads > 1;
-    if (!parallel)
-        nthreads = 1;
-    /* a thread's rotor: the current row and the step's sin and cos */
-    ptrdiff_t per_thread = 4 * half;
-    double *scratch = malloc((size_t)(per_thread * nthreads) * sizeof *scratch);
-    if (scratch == NULL)
-        return -1;
-    double wmax = pe_max_abs(freq, half);
-    pe_sinusoid_cell_fn cell = k->sinusoid_cell[layout][dtype];
-#pragma omp parallel num_threads(nthreads) if (parallel)
-    {
-        int tid = 0;
-#ifdef _OPENMP
-        tid = omp_get_thread_num();
-#endif
-        double *buf = scratch + tid * per_thread;
-        struct pe_rotor rt = {buf, buf + half, buf + 2 * half, buf + 3 * half, NAN};
-#pragma omp for schedule(static)
-        for (ptrdiff_t t = 0; t < ncells; ++t) {
-            ptrdiff_t r0 = t * PE_ANCHOR;
-            ptrdiff_t n = n_pos - r0 < PE_ANCHOR ? n_pos - r0 : PE_ANCHOR;
-            cell(&rt, pos, r0, n, freq, half, wmax, out, row_stride);
-        }
-    }
-    free(scratch);
-    return 0;
+    struct sinusoid_job job = {k->sinusoid_cell[layout][dtype], pos, freq, half, row_stride,
+                               pe_max_abs(freq, half),          out};
+    return pe_for_each_cell(n_pos, half, n_pos * half * 2 >= PE_PARALLEL_MIN, nthreads,
+                            sinusoid_cell, &job);
 }

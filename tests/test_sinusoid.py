@@ -287,7 +287,8 @@ def test_set_num_threads_round_trip():
     try:
         posenc.set_num_threads(3)  # at most the CPUs this process may run on
         cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-        assert posenc.get_num_threads() == min(3, cpus)
+        # a build without OpenMP runs every kernel on the calling thread
+        assert posenc.get_num_threads() == (min(3, cpus) if _core.openmp else 1)
     finally:
         posenc.set_num_threads(0)
     with pytest.raises(ValueError, match="n"):
