@@ -15,6 +15,7 @@ import numpy as np
 
 from . import _core, _t5
 from . import _validate as v
+from ._interop import foreign
 
 _MAX_OFFSET = _core.MAX_Q_OFFSET
 _MAX_BUCKETS = _core.T5_MAX_BUCKETS
@@ -109,6 +110,7 @@ def _check_t5(bidirectional, num_buckets, max_distance):
 # ---------------------------------------------------------------- ALiBi
 
 
+@foreign
 def alibi_slopes(n_heads, *, max_bias=8.0):
     """The per-head slopes of ALiBi (Press et al., 2022).
 
@@ -147,6 +149,7 @@ def _slopes(n, max_bias):
     return slopes
 
 
+@foreign
 def alibi_bias(
     n_heads,
     q_len,
@@ -237,6 +240,7 @@ def alibi_bias(
 # ---------------------------------------------------------------- T5
 
 
+@foreign
 def relative_position_bucket(
     relative_position, *, bidirectional=True, num_buckets=32, max_distance=128
 ):
@@ -293,6 +297,7 @@ def relative_position_bucket(
     return out.reshape(arr.shape)
 
 
+@foreign
 def t5_bias(
     table,
     q_len,
@@ -374,6 +379,7 @@ def t5_bias(
 # ---------------------------------------------------------------- Shaw et al.
 
 
+@foreign
 def relative_positions(q_len, k_len=None, *, max_distance=None, q_offset=0):
     """Shaw et al.'s clipped relative positions.
 

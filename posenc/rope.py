@@ -15,10 +15,12 @@ import numpy as np
 
 from . import _core, rope_scaling
 from . import _validate as v
+from ._interop import foreign
 
 _LAYOUTS = _core.ROPE_LAYOUTS
 
 
+@foreign
 def rope_frequencies(dim, *, base=10000.0, scaling=None, seq_len=None, layer_type=None):
     """Inverse frequencies and attention factor of a RoPE configuration.
 
@@ -87,6 +89,7 @@ def _seq_len(pos, rope):
     return int(math.floor(float(pos.max()))) + 1
 
 
+@foreign
 def rope_cos_sin(
     positions, dim, *, base=10000.0, scaling=None, layout="half", dtype="float32", layer_type=None
 ):
@@ -138,6 +141,7 @@ def rope_cos_sin(
     return cos, sin
 
 
+@foreign
 def apply_rope(
     x,
     positions=None,

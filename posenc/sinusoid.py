@@ -6,10 +6,12 @@ from __future__ import annotations
 from . import _core
 from . import _validate as v
 from ._frequencies import inv_frequencies
+from ._interop import foreign
 
 _LAYOUTS = _core.SINUSOID_LAYOUTS
 
 
+@foreign
 def sinusoid(positions, dim, *, base=10000.0, layout="interleaved", dtype=None, out=None):
     """The sinusoidal position table of "Attention Is All You Need".
 

@@ -1,0 +1,49 @@
+"""bfloat16 in NumPy, with or without ml_dtypes.
+
+NumPy has no bfloat16.  The arrays of one that users hold are of
+``ml_dtypes.bfloat16`` (JAX's type; ``pip install posenc[bfloat16]``).  A
+torch bfloat16 tensor reaches the NumPy functions as an array of
+:data:`BFLOAT16_BITS` instead, a private two-byte dtype that views the same
+bits, so torch users need no ml_dtypes; such arrays never leave posenc.
+Either way the C kernels see the bits as ``uint16``.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+
+# posenc's own name for bfloat16 bits, used only between posenc._torch and
+# the NumPy functions
+BFLOAT16_BITS = np.dtype([("bfloat16", "<u2")])
+
+_NAMES = ("bfloat16", "bf16")
+
+
+def is_bfloat16(dtype):
+    """Whether `dtype` (a NumPy dtype) is bfloat16: ml_dtypes' or posenc's."""
+    return dtype.itemsize == 2 and (dtype == BFLOAT16_BITS or dtype.name == "bfloat16")
+
+
+def is_bfloat16_name(value):
+    return isinstance(value, str) and value in _NAMES
+
+
+def ml_bfloat16(name="dtype"):
+    """ml_dtypes' bfloat16 dtype, the one NumPy arrays of bfloat16 have."""
+    module = sys.modules.get("ml_dtypes")
+    if module is None:
+        try:
+            import ml_dtypes as module
+        except ImportError as exc:
+            raise TypeError(
+                f"{name}: bfloat16 NumPy arrays need ml_dtypes (pip install 'posenc[bfloat16]'); "
+                "torch tensors of bfloat16 need nothing more"
+            ) from exc
+    return np.dtype(module.bfloat16)
+
+
+def bits(arr):
+    """A bfloat16 array's bits as uint16, for the C kernels (no copy)."""
+    return arr.view(np.uint16)

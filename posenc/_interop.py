@@ -1,0 +1,78 @@
+"""Where a call goes when it is handed a PyTorch or JAX object.
+
+Every public function is written for NumPy.  :func:`foreign` wraps it so
+that a call whose arguments include a torch tensor, a torch dtype or
+``device=`` goes to :mod:`posenc._torch`, and one with a JAX array (or a
+tracer of ``jax.jit``) to :mod:`posenc._jax`; those modules convert the
+arguments, run the NumPy function and convert its result back.  A call with
+NumPy arrays and Python values only costs one type check per argument, and
+neither torch nor JAX is ever imported by posenc itself: an object of theirs
+can only reach a call once the caller has imported them.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+
+import numpy as np
+
+# the top-level packages whose objects a call is routed for; a JAX array's
+# type lives in jaxlib, a tracer's in jax
+_TORCH = ("torch",)
+_JAX = ("jax", "jaxlib")
+_PLAIN = (np.ndarray, int, float, str, bool, type(None), np.dtype)
+
+
+def library(value):
+    """'torch', 'jax' or None: which foreign library `value` belongs to."""
+    module = type(value).__module__
+    top = module.partition(".")[0]
+    if top in _TORCH:
+        return "torch"
+    if top in _JAX:
+        return "jax"
+    return None
+
+
+def _route(args, kwargs):
+    found = None
+    for value in (*args, *kwargs.values()):
+        if isinstance(value, _PLAIN):
+            continue
+        lib = library(value)
+        if lib is not None and found is not None and lib != found:
+            raise TypeError(
+                "arguments mix PyTorch and JAX objects; convert them to one library first"
+            )
+        found = lib or found
+    if found is None and kwargs.get("device") is not None:
+        found = "torch"
+    return found
+
+
+def foreign(fn):
+    """`fn`, taking torch tensors and JAX arrays as well as NumPy arrays.
+
+    The wrapper's signature is `fn`'s, so help() and inspect see the NumPy
+    function's parameters.
+    """
+    signature = inspect.signature(fn)
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        lib = _route(args, kwargs)
+        if lib is None:
+            if "device" in kwargs:
+                kwargs.pop("device")
+            return fn(*args, **kwargs)
+        if lib == "torch":
+            from . import _torch
+
+            return _torch.call(fn, signature, args, kwargs)
+        from . import _jax
+
+        return _jax.call(fn, signature, args, kwargs)
+
+    wrapper.__wrapped_numpy__ = fn
+    return wrapper
