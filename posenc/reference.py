@@ -127,6 +127,15 @@ def _rope_longrope(dim, base, p, seq_len):
     return [_rope_theta(i, dim, base) / lam[i] for i in range(dim // 2)], attention
 
 
+def _rope_proportional(dim, base, p, seq_len):
+    # the head's own frequencies for the first floor(fraction * dim / 2) pairs, angle 0 after
+    fraction = p.get("partial_rotary_factor")
+    fraction = 1.0 if fraction is None else fraction
+    kept = int(np.floor(fraction * dim / 2))
+    s = p.get("factor") or 1.0
+    return [(_rope_theta(i, dim, base) if i < kept else 0.0) / s for i in range(dim // 2)], 1.0
+
+
 _ROPE_FAMILIES = {
     "default": _rope_default,
     "linear": _rope_linear,
@@ -135,6 +144,7 @@ _ROPE_FAMILIES = {
     "yarn": _rope_yarn,
     "llama3": _rope_llama3,
     "longrope": _rope_longrope,
+    "proportional": _rope_proportional,
 }
 
 
@@ -145,7 +155,7 @@ def _rope_resolve(dim, base, scaling):
         kind = "longrope"
     if kind == "dynamic" and p.get("alpha"):  # HunYuan
         kind = "ntk_alpha"
-    if p.get("partial_rotary_factor") is not None:
+    if p.get("partial_rotary_factor") is not None and kind != "proportional":
         dim = int(dim * p["partial_rotary_factor"])
     if p.get("rope_theta") is not None:
         base = p["rope_theta"]
@@ -202,7 +212,8 @@ def apply_rope(
     dim = x.shape[-1]
     if rotary_dim is None:
         prf = (scaling or {}).get("partial_rotary_factor")
-        rotary_dim = int(dim * prf) if prf is not None else dim
+        whole = _rope_resolve(dim, base, scaling)[2] == "proportional"
+        rotary_dim = int(dim * prf) if prf is not None and not whole else dim
     if positions is None:
         axis = seq_axis % x.ndim
         pos = offset + np.arange(x.shape[axis], dtype=np.float64)
@@ -215,7 +226,8 @@ def apply_rope(
                 pos, tuple(range(pos.ndim - 1, axis)) + tuple(range(axis + 1, x.ndim - 1))
             )
     unscaled = dict(scaling or {})
-    unscaled.pop("partial_rotary_factor", None)
+    if rotary_dim != dim:
+        unscaled.pop("partial_rotary_factor", None)
     cos, sin = rope_cos_sin(
         pos, rotary_dim, base=base, scaling=unscaled, layout=layout, dtype=np.float64
     )

@@ -41,8 +41,10 @@ def rope_frequencies(dim, *, base=10000.0, scaling=None, seq_len=None, layer_typ
         dict, or a ``rope_scaling`` / ``rope_parameters`` dict as it is,
         naming its family with ``rope_type`` (or the older ``type``):
         ``"default"``, ``"linear"``, ``"dynamic"``, ``"yarn"``, ``"llama3"``,
-        ``"longrope"``, or ``"ntk_alpha"``; see :mod:`posenc.rope_scaling` for
-        the keys each reads.  A bare dict carries the values transformers
+        ``"longrope"``, ``"ntk_alpha"`` (HunYuan) or ``"proportional"``
+        (Gemma 4: the whole head is rotated, its pairs past
+        ``partial_rotary_factor`` by angle 0); see :mod:`posenc.rope_scaling`
+        for the keys each reads.  A bare dict carries the values transformers
         takes from the model config itself: ``max_position_embeddings``
         (needed by ``dynamic``, and by ``yarn`` / ``longrope`` without a
         ``factor``) and ``partial_rotary_factor``.  The dialects transformers
@@ -58,7 +60,9 @@ def rope_frequencies(dim, *, base=10000.0, scaling=None, seq_len=None, layer_typ
     layer_type : str, optional
         For configs with parameters per layer type (Gemma 3's
         ``"full_attention"`` and ``"sliding_attention"``): which to use.
-        Required there, refused elsewhere.
+        Required there, refused elsewhere.  A config object whose values
+        differ per layer (Gemma 4's ``per_layer_config``) is read for that
+        layer type (its own ``head_dim``).
 
     Returns
     -------

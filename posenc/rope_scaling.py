@@ -261,15 +261,40 @@ def longrope(dim, base, params, seq_len):
     return 1.0 / (ext * frequency_powers(dim, base)), attention
 
 
+def proportional(dim, base, params, seq_len):
+    r"""Proportional RoPE (p-RoPE; Gemma 4's full-attention layers): the
+    whole head is rotated in the half layout's pairs :math:`(i, i + d/2)`,
+    the first :math:`k = \lfloor p\,d / 2 \rfloor` pairs with the frequencies
+    of the full head, :math:`\theta_i = b^{-2i/d} / s`, the others by angle 0
+    (passed through unchanged).  Unlike partial rotary, the frequencies are
+    those of :math:`d`, not of :math:`p\,d`.  Attention factor 1.
+
+    Keys: ``partial_rotary_factor`` (:math:`p`, 1 by default), optional
+    ``factor`` (:math:`s`, 1).
+    """
+    fraction = _number(params, "partial_rotary_factor", "proportional", required=False)
+    fraction = 1.0 if fraction is None else fraction
+    if not 0 <= fraction <= 1:
+        raise ValueError(f"scaling['partial_rotary_factor'] must be in [0, 1], got {fraction}")
+    factor = _number(params, "factor", "proportional", required=False, positive=True) or 1.0
+    rotated = int(fraction * dim // 2)  # transformers' expression
+    inv_freq = np.zeros(dim // 2, dtype=np.float64)
+    inv_freq[:rotated] = inv_frequencies(dim, base)[:rotated]
+    return inv_freq / factor, 1.0
+
+
 @dataclass(frozen=True)
 class Family:
     """A RoPE family: its function, whether its frequencies depend on the
-    sequence length, and the parameter keys it reads."""
+    sequence length, the parameter keys it reads, and whether it reads
+    ``partial_rotary_factor`` itself (rotating the whole head) instead of
+    rotating only ``int(dim * partial_rotary_factor)`` features."""
 
     name: str
     function: Callable
     keys: frozenset
     needs_seq_len: bool = False
+    whole_head: bool = False
 
 
 _TRAINED = "original_max_position_embeddings"
@@ -303,6 +328,7 @@ _FAMILY_LIST = (
         ),
         needs_seq_len=True,
     ),
+    Family("proportional", proportional, frozenset({"factor"}), whole_head=True),
 )
 FAMILIES = {f.name: f for f in _FAMILY_LIST}
 
@@ -345,7 +371,25 @@ class Rope:
 def _config_value(config, key):
     if isinstance(config, Mapping):
         return config.get(key)
-    return getattr(config, key, None)
+    try:
+        return getattr(config, key, None)
+    except Exception as exc:  # e.g. a per-layer attribute read from a heterogeneous config
+        raise ValueError(
+            f"scaling.{key} cannot be read from the config ({exc}); pass layer_type= to read "
+            "the values of one layer type"
+        ) from exc
+
+
+def _layer_config(config, layer_type):
+    """The config of one layer type: transformers' per-layer view of a
+    heterogeneous config (Gemma 4's full-attention layers have their own
+    head_dim), else `config` itself."""
+    if layer_type is None or isinstance(config, Mapping):
+        return config
+    try:
+        return config.per_layer_config[layer_type]
+    except Exception:  # no per-layer configs, or none for this layer type
+        return config
 
 
 def _is_config(scaling):
@@ -406,6 +450,7 @@ def _from_config(config, layer_type):
     if rope is not None and not isinstance(rope, Mapping):
         raise TypeError(f"scaling.rope_parameters must be a dict, not {type(rope).__name__}")
     params = dict(_select_layer(dict(rope or {}), layer_type, "the config"))
+    config = _layer_config(config, layer_type)
     for key in ("rope_theta", "partial_rotary_factor"):
         value = _config_value(config, key)
         if value is not None:
@@ -495,9 +540,9 @@ def read(scaling, layer_type=None):
 
 def rotary_dimension(dim, rope):
     """``int(dim * partial_rotary_factor)`` (transformers' expression) when
-    the parameters have that key, else `dim`; a ValueError unless positive
-    and even."""
-    if rope.params.get("partial_rotary_factor") is None:
+    the parameters have that key and the family does not read it itself,
+    else `dim`; a ValueError unless positive and even."""
+    if rope.params.get("partial_rotary_factor") is None or rope.family.whole_head:
         return dim
     factor = _number(rope.params, "partial_rotary_factor", rope.name, positive=True)
     if factor > 1:

@@ -262,7 +262,6 @@ def test_hunyuan_dynamic_with_alpha_is_ntk_alpha():
     [
         ({"rope_type": "default", "mrope_section": [16, 24, 24]}, "mrope_section"),
         ({"rope_type": "default", "mrope_interleaved": True}, "mrope_interleaved"),
-        ({"rope_type": "proportional", "partial_rotary_factor": 0.25}, "proportional"),
         ({"rope_type": "axial"}, "axial"),
         ({"type": "mrope", "mrope_section": [16, 24, 24]}, "mrope"),
         ({"rope_type": "longrope", "short_factor": PHI3_SHORT, "long_factor": PHI3_LONG,

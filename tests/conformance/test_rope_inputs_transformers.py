@@ -13,7 +13,7 @@
 - the dialects transformers rewrites on load (Phi-3's "su" and "yarn" with
   short/long factors are LongRoPE, HunYuan's "dynamic" with `alpha` is
   NTK-alpha), given as config objects, as rope dicts and as config.json dicts;
-- refusals: M-RoPE's `mrope_section` and the "proportional" family raise,
+- refusals: M-RoPE's `mrope_section` raises,
   a misspelt key warns and is ignored as transformers ignores it.
 
 transformers forms the phase in float32 (`position_ids.float() * inv_freq`,
@@ -826,20 +826,6 @@ def test_mrope_section_is_refused(hf, form):
     ):
         with pytest.raises(ValueError, match="mrope_section"):
             call()
-
-
-def test_proportional_rope_is_refused(hf):
-    params = {"rope_type": "proportional", "rope_theta": 1e6, "partial_rotary_factor": 0.25}
-    config = _llama_config(hf, 64, rope_parameters=dict(params))
-    # transformers' proportional family keeps head_dim // 2 frequencies (the
-    # unrotated ones zero) with exponents over the whole head_dim: not partial rotary
-    inv, _ = hf.init_functions["proportional"](config)
-    assert inv.shape == (32,) and int((inv == 0).sum()) == 24
-    for scaling in (dict(params), config):
-        with pytest.raises(ValueError, match="proportional"):
-            posenc.rope_frequencies(64, scaling=scaling)
-        with pytest.raises(ValueError, match="proportional"):
-            posenc.apply_rope(np.zeros((1, 2, 16, 64)), scaling=scaling)
 
 
 def test_misspelt_key_warns_and_is_ignored_as_transformers_ignores_it(hf):
