@@ -6,7 +6,9 @@ Encodings (NumPy arrays in, NumPy arrays out):
 - :func:`apply_rope`, :func:`rope_cos_sin`, :func:`rope_frequencies`: rotary
   embeddings in the half-split and interleaved layouts, partial rotary,
   arbitrary position ids, and the context-extension families (linear,
-  dynamic NTK, YaRN, Llama 3, LongRoPE).
+  dynamic NTK, YaRN, Llama 3, LongRoPE, NTK-alpha, proportional);
+  :func:`positions_from_cu_seqlens`, :func:`permute_rope_weight`,
+  :func:`attention_temperature` around them.
 - :func:`alibi_bias`, :func:`alibi_slopes`: ALiBi; :func:`t5_bias`,
   :func:`relative_position_bucket`: T5's bucketed relative bias;
   :func:`relative_positions`: Shaw et al.'s clipped relative positions.
@@ -43,6 +45,7 @@ from ._config import config, get_num_threads, set_num_threads, show_config, simd
 from ._version import __version__
 from .bias import alibi_bias, alibi_slopes, relative_position_bucket, relative_positions, t5_bias
 from .rope import apply_rope, rope_cos_sin, rope_frequencies
+from .rope_tools import attention_temperature, permute_rope_weight, positions_from_cu_seqlens
 from .sinusoid import sinusoid
 
 __all__ = [
@@ -50,8 +53,11 @@ __all__ = [
     "alibi_bias",
     "alibi_slopes",
     "apply_rope",
+    "attention_temperature",
     "config",
     "get_num_threads",
+    "permute_rope_weight",
+    "positions_from_cu_seqlens",
     "probe",
     "reference",
     "relative_position_bucket",

@@ -155,3 +155,97 @@ def test_proportional_rotary_dim_must_be_the_whole_head(hf):
         posenc.apply_rope(x, scaling=params, rotary_dim=16)
     with pytest.raises(ValueError, match="partial_rotary_factor"):
         posenc.rope_frequencies(64, scaling=dict(params, partial_rotary_factor=1.5))
+
+
+# ---------------------------------------------------------------- around RoPE
+
+
+@pytest.mark.parametrize("n_heads,head_dim,cols", [(1, 2, 3), (4, 16, 8), (2, 64, 0)])
+def test_permute_rope_weight_equals_transformers_conversion(hf, n_heads, head_dim, cols):
+    from transformers.core_model_loading import PermuteForRope
+
+    rng = np.random.default_rng(7)
+    shape = (n_heads * head_dim, cols) if cols else (n_heads * head_dim,)
+    w = rng.standard_normal(shape)
+    config = types.SimpleNamespace(num_attention_heads=n_heads)
+    to_half = PermuteForRope()._permute_for_rope(hf.torch.from_numpy(w), config).numpy()
+    back = PermuteForRope(inverse=True)._permute_for_rope(hf.torch.from_numpy(to_half), config)
+    np.testing.assert_array_equal(posenc.permute_rope_weight(w, n_heads), to_half)
+    np.testing.assert_array_equal(
+        posenc.permute_rope_weight(to_half, n_heads, to="interleaved"), back.numpy()
+    )
+    np.testing.assert_array_equal(back.numpy(), w)
+
+
+def test_a_permuted_checkpoint_gives_the_same_scores_in_the_half_layout():
+    # scores of q and k rotated in the interleaved layout with the original
+    # weights equal those rotated in the half layout with permuted weights
+    rng = np.random.default_rng(8)
+    n_heads, head_dim, hidden, seq = 3, 8, 12, 5
+    wq, wk = rng.standard_normal((2, n_heads * head_dim, hidden))
+    h = rng.standard_normal((seq, hidden))
+
+    def scores(wq, wk, layout):
+        q = (h @ wq.T).reshape(seq, n_heads, head_dim).transpose(1, 0, 2)
+        k = (h @ wk.T).reshape(seq, n_heads, head_dim).transpose(1, 0, 2)
+        q, k = posenc.apply_rope(q, layout=layout), posenc.apply_rope(k, layout=layout)
+        return q @ k.transpose(0, 2, 1)
+
+    want = scores(wq, wk, "interleaved")
+    got = scores(
+        posenc.permute_rope_weight(wq, n_heads), posenc.permute_rope_weight(wk, n_heads), "half"
+    )
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+
+
+def test_permute_rope_weight_refuses_what_it_cannot_split():
+    with pytest.raises(ValueError, match="n_heads"):
+        posenc.permute_rope_weight(np.zeros((12, 4)), 4)  # head_dim 3 is odd
+    with pytest.raises(ValueError, match="to"):
+        posenc.permute_rope_weight(np.zeros((8, 4)), 2, to="meta")
+    with pytest.raises(ValueError, match="weight"):
+        posenc.permute_rope_weight(np.zeros((2, 8, 4)), 2)
+
+
+def test_positions_from_cu_seqlens_give_transformers_boundaries_back(hf):
+    from transformers.modeling_flash_attention_utils import prepare_fa_kwargs_from_position_ids
+
+    cu = np.array([0, 5, 6, 13, 20], dtype=np.int32)
+    pos = posenc.positions_from_cu_seqlens(cu)
+    np.testing.assert_array_equal(pos, [0, 1, 2, 3, 4, 0, 0, 1, 2, 3, 4, 5, 6, 0, 1, 2, 3, 4, 5, 6])
+    (cu_q, cu_k), _ = prepare_fa_kwargs_from_position_ids(hf.torch.from_numpy(pos)[None])
+    np.testing.assert_array_equal(cu_q.numpy(), cu)
+    np.testing.assert_array_equal(posenc.positions_from_cu_seqlens(cu, start=2), pos + 2)
+    # a packed row rotates as its sequences would apart
+    x = np.random.default_rng(9).standard_normal((2, 20, 16))
+    packed = posenc.apply_rope(x, pos)
+    for a, b in zip(cu[:-1], cu[1:]):
+        np.testing.assert_array_equal(packed[:, a:b], posenc.apply_rope(x[:, a:b]))
+
+
+def test_positions_from_cu_seqlens_refuses_bad_boundaries():
+    with pytest.raises(ValueError, match="start at 0"):
+        posenc.positions_from_cu_seqlens([1, 4])
+    with pytest.raises(ValueError, match="non-decreasing"):
+        posenc.positions_from_cu_seqlens([0, 4, 2])
+    with pytest.raises(TypeError, match="cu_seqlens"):
+        posenc.positions_from_cu_seqlens([0.0, 4.0])
+    assert posenc.positions_from_cu_seqlens([0]).shape == (0,)
+
+
+def test_attention_temperature_equals_llama4s_formula(hf):
+    torch = hf.torch
+    from transformers import Llama4TextConfig
+
+    config = Llama4TextConfig()
+    positions = np.array([0, 1, 8190, 8191, 8192, 20000, 2**20 - 1, 10**7])
+    # Llama4TextAttention's expression, in float64
+    p = torch.from_numpy(positions).double()
+    want = torch.log1p(torch.floor((p + 1.0) / config.floor_scale)) * config.attn_scale + 1.0
+    got = posenc.attention_temperature(
+        positions, floor_scale=config.floor_scale, attn_scale=config.attn_scale
+    )
+    np.testing.assert_allclose(got, want.numpy(), rtol=1e-15)
+    # hand-derived: 1 below floor_scale - 1, 1 + 0.1 log 2 from there
+    assert got[0] == got[2] == 1.0 and got[3] == 1.0 + 0.1 * np.log(2.0)
+    assert posenc.attention_temperature(4).shape == (4,)
