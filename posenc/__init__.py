@@ -8,7 +8,7 @@ Encodings (NumPy arrays in, NumPy arrays out):
   arbitrary position ids, and the context-extension families (linear,
   dynamic NTK, YaRN, Llama 3, LongRoPE, NTK-alpha, proportional);
   :func:`positions_from_cu_seqlens`, :func:`permute_rope_weight`,
-  :func:`attention_temperature` around them.
+  :func:`attention_temperature`, :func:`mrope_position_ids` around them.
 - :func:`alibi_bias`, :func:`alibi_slopes`: ALiBi; :func:`t5_bias`,
   :func:`relative_position_bucket`: T5's bucketed relative bias;
   :func:`relative_positions`: Shaw et al.'s clipped relative positions.
@@ -45,7 +45,12 @@ from ._config import config, get_num_threads, set_num_threads, show_config, simd
 from ._version import __version__
 from .bias import alibi_bias, alibi_slopes, relative_position_bucket, relative_positions, t5_bias
 from .rope import apply_rope, rope_cos_sin, rope_frequencies
-from .rope_tools import attention_temperature, permute_rope_weight, positions_from_cu_seqlens
+from .rope_tools import (
+    attention_temperature,
+    mrope_position_ids,
+    permute_rope_weight,
+    positions_from_cu_seqlens,
+)
 from .sinusoid import sinusoid
 
 __all__ = [
@@ -56,6 +61,7 @@ __all__ = [
     "attention_temperature",
     "config",
     "get_num_threads",
+    "mrope_position_ids",
     "permute_rope_weight",
     "positions_from_cu_seqlens",
     "probe",

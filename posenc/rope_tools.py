@@ -119,3 +119,146 @@ def attention_temperature(positions, *, floor_scale=8192, attn_scale=0.1):
     attn_scale = v.real(attn_scale, "attn_scale")
     scale = np.log1p(np.floor((pos + 1.0) / floor_scale)) * attn_scale + 1.0
     return scale.reshape(shape)
+
+
+def _grids(value, name):
+    if value is None:
+        return np.zeros((0, 3), dtype=np.int64)
+    arr = np.asarray(value)
+    if arr.dtype.kind not in "iu":
+        raise TypeError(f"{name} must hold integers (t, h, w), not dtype {arr.dtype}")
+    if arr.ndim != 2 or arr.shape[1] != 3:
+        raise ValueError(f"{name} must have shape (n, 3): (t, h, w) of each, not {arr.shape}")
+    if (arr < 1).any():
+        raise ValueError(f"{name} must hold sizes >= 1")
+    return arr.astype(np.int64)
+
+
+@foreign
+def mrope_position_ids(
+    token_types,
+    *,
+    image_grids=None,
+    video_grids=None,
+    spatial_merge_size=2,
+    video_time_intervals=None,
+    video_frames_apart=False,
+    attention_mask=None,
+):
+    """The (temporal, height, width) position ids of a Qwen-VL prompt (M-RoPE).
+
+    Text tokens count up by one on all three rows.  The tokens of an image
+    or a video, a grid of ``t x (h / m) x (w / m)`` merged patches (``m`` the
+    spatial merge size), take ``start + frame * interval``, ``start + row``
+    and ``start + column``, and the text after them resumes at ``start +
+    max(h, w) / m``: the rule of transformers' Qwen2-VL ``get_rope_index``.
+
+    Parameters
+    ----------
+    token_types : array_like of int, shape (batch, seq) or (seq,)
+        0 for text, 1 for image, 2 for video tokens (transformers'
+        ``mm_token_type_ids``).  Each run of consecutive image (video) tokens
+        is one image (video), and must hold exactly its grid's number of
+        tokens: a prompt that does not add up raises ValueError.
+    image_grids, video_grids : array_like of int, shape (n, 3), optional
+        ``(t, h, w)`` of each image / video in patches, in order of
+        appearance over the batch (``image_grid_thw``, ``video_grid_thw``).
+    spatial_merge_size : int
+        The vision tower's ``spatial_merge_size`` (2 in Qwen2-VL to Qwen3-VL).
+    video_time_intervals : array_like of float, shape (n_videos,), optional
+        The temporal step of each video: 1 (Qwen2-VL, the default), or
+        Qwen2.5-VL's ``tokens_per_second * second_per_grid_ts``; the
+        temporal index is ``trunc(frame * interval)`` in float32, as there.
+    video_frames_apart : bool
+        Qwen3-VL: every frame of a video is its own grid of ``t = 1`` (the
+        frames are separated by timestamp text).
+    attention_mask : array_like of 0/1, shape of token_types, optional
+        Padding (0) is skipped and gets position 0 on all rows.
+
+    Returns
+    -------
+    positions : ndarray of int64, shape (3, batch, seq) (or (3, seq))
+    deltas : ndarray of int64, shape (batch, 1) (or (1,))
+        ``max(positions) + 1 - n_tokens`` per sequence: where decoding
+        resumes (``positions = n_tokens_so_far + delta``).
+    """
+    types = np.asarray(token_types)
+    if types.dtype.kind not in "iub":
+        raise TypeError(f"token_types must hold integers 0, 1, 2, not dtype {types.dtype}")
+    single = types.ndim == 1
+    types = np.atleast_2d(types)
+    if types.ndim != 2:
+        raise ValueError(f"token_types must have shape (batch, seq) or (seq,), not {types.shape}")
+    if not np.isin(types, (0, 1, 2)).all():
+        raise ValueError("token_types must hold 0 (text), 1 (image) or 2 (video) only")
+    mask = np.ones(types.shape, dtype=bool)
+    if attention_mask is not None:
+        mask = np.asarray(attention_mask)
+        if mask.shape != np.asarray(token_types).shape:
+            raise ValueError(
+                f"attention_mask must have token_types' shape {np.asarray(token_types).shape}, "
+                f"not {mask.shape}"
+            )
+        mask = np.atleast_2d(mask).astype(bool)
+    merge = v.integer(spatial_merge_size, "spatial_merge_size", minimum=1)
+    images = _grids(image_grids, "image_grids")
+    videos = _grids(video_grids, "video_grids")
+    if video_time_intervals is None:
+        intervals = np.ones(len(videos), dtype=np.float32)
+    else:
+        intervals = np.asarray(video_time_intervals, dtype=np.float32).reshape(-1)
+        if intervals.shape[0] != len(videos):
+            raise ValueError(
+                f"video_time_intervals must have one value per video ({len(videos)}), "
+                f"not {intervals.shape[0]}"
+            )
+    if v.flag(video_frames_apart, "video_frames_apart"):
+        frames = videos[:, 0]
+        videos = np.repeat(videos, frames, axis=0)
+        videos[:, 0] = 1
+        intervals = np.repeat(intervals, frames)
+    for grids, name in ((images, "image_grids"), (videos, "video_grids")):
+        if (grids[:, 1:] % merge).any():
+            raise ValueError(f"{name}: h and w must be multiples of spatial_merge_size = {merge}")
+    queues = {1: (images, intervals[:0], "image"), 2: (videos, intervals, "video")}
+    used = {1: 0, 2: 0}
+    positions = np.zeros((3, *types.shape), dtype=np.int64)
+    deltas = np.zeros((types.shape[0], 1), dtype=np.int64)
+    for b in range(types.shape[0]):
+        kept = types[b][mask[b]]
+        pieces, current = [], 0
+        edges = np.flatnonzero(np.diff(kept)) + 1
+        for run in np.split(kept, edges) if kept.size else []:
+            kind, length = int(run[0]), run.shape[0]
+            if kind == 0:
+                pieces.append(np.broadcast_to(np.arange(length) + current, (3, length)))
+                current += length
+                continue
+            grids, steps, what = queues[kind]
+            k = used[kind]
+            if k >= len(grids):
+                raise ValueError(f"token_types has more {what}s than {what}_grids gives ({k})")
+            t, h, w = grids[k]
+            h, w = h // merge, w // merge
+            if t * h * w != length:
+                raise ValueError(
+                    f"{what} {k} has {length} tokens in token_types, but its grid (t, h, w) = "
+                    f"{tuple(grids[k])} with spatial_merge_size {merge} makes {t * h * w}"
+                )
+            step = steps[k] if kind == 2 else np.float32(1)
+            temporal = np.trunc(np.arange(t, dtype=np.float32) * step).astype(np.int64)
+            tt, hh, ww = np.meshgrid(temporal, np.arange(h), np.arange(w), indexing="ij")
+            pieces.append(np.stack([tt, hh, ww]).reshape(3, -1) + current)
+            current += max(h, w)
+            used[kind] = k + 1
+        seq = np.concatenate(pieces, axis=1) if pieces else np.zeros((3, 0), np.int64)
+        positions[:, b, mask[b]] = seq
+        deltas[b, 0] = (seq.max() + 1 if seq.size else 0) - kept.shape[0]
+    for kind, (grids, _, what) in queues.items():
+        if used[kind] != len(grids):
+            raise ValueError(
+                f"{what}_grids gives {len(grids)} {what}s, token_types holds {used[kind]}"
+            )
+    if single:
+        return positions[:, 0], deltas[0]
+    return positions, deltas

@@ -249,3 +249,115 @@ def test_attention_temperature_equals_llama4s_formula(hf):
     # hand-derived: 1 below floor_scale - 1, 1 + 0.1 log 2 from there
     assert got[0] == got[2] == 1.0 and got[3] == 1.0 + 0.1 * np.log(2.0)
     assert posenc.attention_temperature(4).shape == (4,)
+
+
+# ---------------------------------------------------------------- M-RoPE position ids
+
+
+def _qwen_index(hf, module, cls, merge, tokens_per_second=None):
+    """transformers' get_rope_index of `cls`, on a stand-in with the config
+    values it reads (no weights)."""
+    torch = hf.torch
+    vision = types.SimpleNamespace(spatial_merge_size=merge, tokens_per_second=tokens_per_second)
+    fake = types.SimpleNamespace(config=types.SimpleNamespace(vision_config=vision))
+    fake.get_vision_position_ids = types.MethodType(cls.get_vision_position_ids, fake)
+
+    def index(types_, images=None, videos=None, mask=None, **kw):
+        t = torch.from_numpy(np.asarray(types_, dtype=np.int64))
+        pos, delta = cls.get_rope_index(
+            fake,
+            torch.zeros_like(t),
+            t,
+            image_grid_thw=None if images is None else torch.tensor(images),
+            video_grid_thw=None if videos is None else torch.tensor(videos),
+            attention_mask=None if mask is None else torch.from_numpy(np.asarray(mask)),
+            **kw,
+        )
+        return pos.numpy(), delta.numpy()
+
+    return index
+
+
+def _prompt(parts):
+    """token types of text runs (int) and vision items ((kind, t, h, w), merge 2)."""
+    out = []
+    for part in parts:
+        if isinstance(part, int):
+            out += [0] * part
+        else:
+            kind, t, h, w = part
+            out += [kind] * (t * h * w // 4)
+    return out
+
+
+def test_mrope_position_ids_equal_qwen2_vl(hf):
+    from transformers.models.qwen2_vl.modeling_qwen2_vl import Qwen2VLModel
+
+    index = _qwen_index(hf, None, Qwen2VLModel, 2)
+    a = _prompt([3, (1, 1, 4, 6), 5, (2, 3, 4, 4), 2])
+    b = _prompt([1, (1, 1, 6, 2), 4])
+    b = [0] * (len(a) - len(b)) + b  # left padding
+    mask = [
+        [1] * len(a),
+        [0] * (len(a) - len(_prompt([1, (1, 1, 6, 2), 4])))
+        + [1] * len(_prompt([1, (1, 1, 6, 2), 4])),
+    ]
+    images, videos = [[1, 4, 6], [1, 6, 2]], [[3, 4, 4]]
+    want, want_delta = index([a, b], images, videos, mask)
+    got, delta = posenc.mrope_position_ids(
+        [a, b], image_grids=images, video_grids=videos, attention_mask=mask
+    )
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(delta, want_delta)
+    # one sequence, hand-checked start: text 0..2, then an image at 3
+    one, d = posenc.mrope_position_ids(_prompt([3, (1, 1, 4, 4), 1]), image_grids=[[1, 4, 4]])
+    np.testing.assert_array_equal(
+        one, [[0, 1, 2, 3, 3, 3, 3, 5], [0, 1, 2, 3, 3, 4, 4, 5], [0, 1, 2, 3, 4, 3, 4, 5]]
+    )
+    assert d.tolist() == [6 - 8]
+
+
+def test_mrope_position_ids_equal_qwen2_5_vl_time_intervals(hf):
+    from transformers.models.qwen2_5_vl.modeling_qwen2_5_vl import Qwen2_5_VLModel
+
+    index = _qwen_index(hf, None, Qwen2_5_VLModel, 2, tokens_per_second=25)
+    a = _prompt([2, (2, 3, 4, 2), 3, (1, 1, 2, 2), 1, (2, 2, 2, 2), 2])
+    seconds = hf.torch.tensor([0.5, 1 / 3], dtype=hf.torch.float32)
+    want, want_delta = index([a], [[1, 2, 2]], [[3, 4, 2], [2, 2, 2]], second_per_grid_ts=seconds)
+    got, delta = posenc.mrope_position_ids(
+        [a],
+        image_grids=[[1, 2, 2]],
+        video_grids=[[3, 4, 2], [2, 2, 2]],
+        video_time_intervals=25 * seconds.numpy(),
+    )
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(delta, want_delta)
+
+
+def test_mrope_position_ids_equal_qwen3_vl_frames_apart(hf):
+    from transformers.models.qwen3_vl.modeling_qwen3_vl import Qwen3VLModel
+
+    index = _qwen_index(hf, None, Qwen3VLModel, 2)
+    # a video of 3 frames, each frame its own run after a timestamp
+    a = _prompt([2, (2, 1, 4, 4), 1, (2, 1, 4, 4), 1, (2, 1, 4, 4), 3])
+    want, want_delta = index([a], None, [[3, 4, 4]])
+    got, delta = posenc.mrope_position_ids([a], video_grids=[[3, 4, 4]], video_frames_apart=True)
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(delta, want_delta)
+
+
+def test_mrope_position_ids_refuse_prompts_that_do_not_add_up():
+    with pytest.raises(ValueError, match="makes 4"):
+        posenc.mrope_position_ids([0, 1, 1, 1, 0], image_grids=[[1, 4, 4]])
+    with pytest.raises(ValueError, match="image_grids gives 2"):
+        posenc.mrope_position_ids(_prompt([1, (1, 1, 4, 4)]), image_grids=[[1, 4, 4], [1, 2, 2]])
+    with pytest.raises(ValueError, match="more images"):
+        posenc.mrope_position_ids(
+            _prompt([1, (1, 1, 4, 4), 1, (1, 1, 2, 2)]), image_grids=[[1, 4, 4]]
+        )
+    with pytest.raises(ValueError, match="0 \\(text\\)"):
+        posenc.mrope_position_ids([0, 3])
+    with pytest.raises(ValueError, match="spatial_merge_size"):
+        posenc.mrope_position_ids([1] * 3, image_grids=[[1, 1, 3]])
+    with pytest.raises(ValueError, match="video_time_intervals"):
+        posenc.mrope_position_ids([2] * 4, video_grids=[[1, 4, 4]], video_time_intervals=[1, 2])
