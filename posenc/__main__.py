@@ -12,6 +12,7 @@ import argparse
 import json
 import os
 import sys
+from typing import Optional, Sequence, Tuple
 
 from .probe import MAX_POSITIONS
 
@@ -80,7 +81,15 @@ def _build_parser():
 
 # Checkpoint files a model directory is read from: --json and --plot may not
 # overwrite one.
-_CHECKPOINT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".npz", ".npy")
+_CHECKPOINT_SUFFIXES: Tuple[str, ...] = (
+    ".safetensors",
+    ".bin",
+    ".pt",
+    ".pth",
+    ".ckpt",
+    ".npz",
+    ".npy",
+)
 _CHECKPOINT_SUFFIXES += (".index.json",)
 
 
@@ -195,7 +204,7 @@ def _one_line(exc):
     return " ".join(text.split())
 
 
-def main(argv=None):
+def main(argv: Optional[Sequence[str]] = None) -> int:
     args = _build_parser().parse_args(argv)
     if args.command == "info":
         from . import show_config

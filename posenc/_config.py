@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 import warnings
+from typing import Any, Dict, Optional, TextIO
 
 import numpy as np
 
@@ -22,7 +23,7 @@ if os.environ.get("POSENC_SIMD", "") not in _SIMD_CHOICES:
     )
 
 
-def set_num_threads(n):
+def set_num_threads(n: int) -> None:
     """Use at most `n` threads in posenc's kernels; ``0`` goes back to OpenMP's default.
 
     The default follows ``OMP_NUM_THREADS`` and threadpoolctl's limits, like
@@ -48,7 +49,7 @@ def set_num_threads(n):
     _core.set_num_threads(integer(n, "n", minimum=0))
 
 
-def get_num_threads():
+def get_num_threads() -> int:
     """The number of threads the next kernel call will use at most.
 
     That is the number `set_num_threads` asked for (or OpenMP's default),
@@ -60,12 +61,12 @@ def get_num_threads():
     return _core.get_num_threads()
 
 
-def simd_path():
+def simd_path() -> str:
     """``'avx2'`` or ``'scalar'``: the kernels in use (``POSENC_SIMD`` chooses)."""
     return _core.simd_path()
 
 
-def config():
+def config() -> Dict[str, Any]:
     """The build and run-time configuration, as a dict."""
     return {
         "posenc": __version__,
@@ -80,7 +81,7 @@ def config():
     }
 
 
-def show_config(file=None):
+def show_config(file: Optional[TextIO] = None) -> None:
     """Print version, SIMD path in use, threads and NumPy version."""
     cfg = config()
     lines = [

@@ -9,18 +9,33 @@ from __future__ import annotations
 
 import math
 from decimal import Decimal, localcontext
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
+from numpy.typing import ArrayLike, DTypeLike, NDArray
+
+# the reference reads NumPy arrays and plain dicts only
+_Params = Dict[str, Any]
+_Scaling = Optional[Mapping[str, Any]]
+_Frequencies = Tuple[ArrayLike, float]
 
 
-def _positions(positions):
+def _positions(positions: ArrayLike) -> NDArray[np.float64]:
     arr = np.asarray(positions)
     if arr.ndim == 0 and arr.dtype.kind in "iu":  # a length: int, 0-d integer array or tensor
         return np.arange(int(arr), dtype=np.float64)
     return arr.astype(np.float64)
 
 
-def sinusoid(positions, dim, *, base=10000.0, layout="interleaved", dtype=None, out=None):
+def sinusoid(
+    positions: ArrayLike,
+    dim: int,
+    *,
+    base: float = 10000.0,
+    layout: str = "interleaved",
+    dtype: Optional[DTypeLike] = None,
+    out: Optional[NDArray[Any]] = None,
+) -> NDArray[Any]:
     """PE[p, 2i] = sin(p * w_i), PE[p, 2i+1] = cos(p * w_i), w_i = 1 / base**(2i/dim)."""
     p = _positions(positions)
     inv_freq = 1.0 / (base ** (np.arange(0, dim, 2, dtype=np.float64) / dim))
@@ -43,19 +58,19 @@ def sinusoid(positions, dim, *, base=10000.0, layout="interleaved", dtype=None, 
 # array expressions), so that the tests compare two readings.
 
 
-def _rope_theta(i, dim, base):
+def _rope_theta(i: Any, dim: int, base: float) -> Any:
     return base ** (-2.0 * i / dim)
 
 
-def _rope_default(dim, base, p, seq_len):
+def _rope_default(dim: int, base: float, p: _Params, seq_len: Optional[int]) -> _Frequencies:
     return [_rope_theta(i, dim, base) for i in range(dim // 2)], 1.0
 
 
-def _rope_linear(dim, base, p, seq_len):
+def _rope_linear(dim: int, base: float, p: _Params, seq_len: Optional[int]) -> _Frequencies:
     return [_rope_theta(i, dim, base) / p["factor"] for i in range(dim // 2)], 1.0
 
 
-def _rope_dynamic(dim, base, p, seq_len):
+def _rope_dynamic(dim: int, base: float, p: _Params, seq_len: Optional[int]) -> _Frequencies:
     trained = p.get("max_position_embeddings") or p["original_max_position_embeddings"]
     n = trained if seq_len is None or seq_len < trained else seq_len
     s = p["factor"]
@@ -63,17 +78,17 @@ def _rope_dynamic(dim, base, p, seq_len):
     return [_rope_theta(i, dim, grown) for i in range(dim // 2)], 1.0
 
 
-def _rope_ntk_alpha(dim, base, p, seq_len):
+def _rope_ntk_alpha(dim: int, base: float, p: _Params, seq_len: Optional[int]) -> _Frequencies:
     return [
         _rope_theta(i, dim, base * p["alpha"] ** (dim / (dim - 2))) for i in range(dim // 2)
     ], 1.0
 
 
-def _rope_yarn(dim, base, p, seq_len):
+def _rope_yarn(dim: int, base: float, p: _Params, seq_len: Optional[int]) -> _Frequencies:
     trained = p["original_max_position_embeddings"]
     s = p.get("factor") or p["max_position_embeddings"] / trained
 
-    def m(mu):
+    def m(mu: float) -> float:
         return 0.1 * mu * np.log(s) + 1.0 if s > 1 else 1.0
 
     if p.get("attention_factor") is not None:
@@ -83,7 +98,8 @@ def _rope_yarn(dim, base, p, seq_len):
     else:
         attention = m(1.0)
 
-    def dim_turning(rotations):  # the pair index that turns `rotations` times in `trained`
+    # the pair index that turns `rotations` times in `trained`
+    def dim_turning(rotations: float) -> float:
         return dim * np.log(trained / (2 * np.pi * rotations)) / (2 * np.log(base))
 
     lo, hi = dim_turning(p.get("beta_fast") or 32), dim_turning(p.get("beta_slow") or 1)
@@ -99,7 +115,7 @@ def _rope_yarn(dim, base, p, seq_len):
     return out, attention
 
 
-def _rope_llama3(dim, base, p, seq_len):
+def _rope_llama3(dim: int, base: float, p: _Params, seq_len: Optional[int]) -> _Frequencies:
     s, trained = p["factor"], p["original_max_position_embeddings"]
     lo_f, hi_f = p["low_freq_factor"], p["high_freq_factor"]
     out = []
@@ -116,7 +132,7 @@ def _rope_llama3(dim, base, p, seq_len):
     return out, 1.0
 
 
-def _rope_longrope(dim, base, p, seq_len):
+def _rope_longrope(dim: int, base: float, p: _Params, seq_len: Optional[int]) -> _Frequencies:
     trained = p["original_max_position_embeddings"]
     lam = p["long_factor"] if seq_len is not None and seq_len > trained else p["short_factor"]
     if p.get("attention_factor") is not None:
@@ -127,7 +143,7 @@ def _rope_longrope(dim, base, p, seq_len):
     return [_rope_theta(i, dim, base) / lam[i] for i in range(dim // 2)], attention
 
 
-def _rope_proportional(dim, base, p, seq_len):
+def _rope_proportional(dim: int, base: float, p: _Params, seq_len: Optional[int]) -> _Frequencies:
     # the head's own frequencies for the first floor(fraction * dim / 2) pairs, angle 0 after
     fraction = p.get("partial_rotary_factor")
     fraction = 1.0 if fraction is None else fraction
@@ -148,7 +164,7 @@ _ROPE_FAMILIES = {
 }
 
 
-def _rope_resolve(dim, base, scaling):
+def _rope_resolve(dim: int, base: float, scaling: Any) -> Tuple[int, float, str, _Params]:
     p = dict(scaling or {})
     kind = p.get("rope_type") or p.get("type") or "default"
     if kind == "su" or (kind == "yarn" and "short_factor" in p):  # Phi-3's legacy names
@@ -162,21 +178,35 @@ def _rope_resolve(dim, base, scaling):
     return dim, base, kind, p
 
 
-def rope_frequencies(dim, *, base=10000.0, scaling=None, seq_len=None):
+def rope_frequencies(
+    dim: int,
+    *,
+    base: float = 10000.0,
+    scaling: _Scaling = None,
+    seq_len: Optional[int] = None,
+) -> Tuple[NDArray[np.float64], float]:
     """theta_i = base**(-2i/dim) for each pair, rescaled by the family."""
     dim, base, kind, p = _rope_resolve(dim, base, scaling)
     inv_freq, attention = _ROPE_FAMILIES[kind](dim, base, p, seq_len)
     return np.array(inv_freq, dtype=np.float64), float(attention)
 
 
-def _rope_seq_len(scaling, pos):
+def _rope_seq_len(scaling: Any, pos: NDArray[Any]) -> Optional[int]:
     kind = _rope_resolve(2, 1.0, scaling)[2]
     if kind in ("dynamic", "longrope") and pos.size:
         return int(np.floor(pos.max())) + 1
     return None
 
 
-def rope_cos_sin(positions, dim, *, base=10000.0, scaling=None, layout="half", dtype="float32"):
+def rope_cos_sin(
+    positions: ArrayLike,
+    dim: int,
+    *,
+    base: float = 10000.0,
+    scaling: _Scaling = None,
+    layout: str = "half",
+    dtype: DTypeLike = "float32",
+) -> Tuple[NDArray[Any], NDArray[Any]]:
     """cos/sin of positions[..., None] * theta, times the attention factor,
     each angle twice: as two halves, or twice in a row."""
     p = _positions(positions)
@@ -193,18 +223,18 @@ def rope_cos_sin(positions, dim, *, base=10000.0, scaling=None, layout="half", d
 
 
 def apply_rope(
-    x,
-    positions=None,
+    x: ArrayLike,
+    positions: Optional[ArrayLike] = None,
     *,
-    base=10000.0,
-    scaling=None,
-    layout="half",
-    rotary_dim=None,
-    offset=0,
-    seq_axis=-2,
-    inverse=False,
-    out=None,
-):
+    base: float = 10000.0,
+    scaling: _Scaling = None,
+    layout: str = "half",
+    rotary_dim: Optional[int] = None,
+    offset: float = 0,
+    seq_axis: int = -2,
+    inverse: bool = False,
+    out: Optional[NDArray[Any]] = None,
+) -> NDArray[Any]:
     """x * cos + rotate(x) * sin on the first rotary_dim features, in float64,
     with rotate_half (GPT-NeoX) or rotate_every_two (GPT-J)."""
     x = np.asarray(x)
@@ -249,11 +279,11 @@ def apply_rope(
 # ---------------------------------------------------------------- attention biases
 
 
-def alibi_slopes(n_heads, *, max_bias=8.0):
+def alibi_slopes(n_heads: int, *, max_bias: float = 8.0) -> NDArray[np.float64]:
     """Press et al.: 2 ** (-max_bias * (h+1) / n) for n a power of two; else those of
     the closest lower power of two c, then every other slope of 2c."""
 
-    def power_of_two(n):
+    def power_of_two(n: int) -> List[float]:
         return [2.0 ** (-max_bias * (h + 1) / n) for h in range(n)]
 
     c = 1 << (n_heads.bit_length() - 1)
@@ -263,7 +293,12 @@ def alibi_slopes(n_heads, *, max_bias=8.0):
     return np.array(slopes)
 
 
-def _add_or_return(bias, dtype, scores, out):
+def _add_or_return(
+    bias: NDArray[Any],
+    dtype: Optional[DTypeLike],
+    scores: Optional[NDArray[Any]],
+    out: Optional[NDArray[Any]],
+) -> NDArray[Any]:
     """The bias as a new array of `dtype`, written into `out`, or added into `scores`."""
     if scores is not None:
         scores += bias.astype(scores.dtype)
@@ -274,24 +309,24 @@ def _add_or_return(bias, dtype, scores, out):
     return bias.astype(dtype)
 
 
-def _key_minus_query(q_len, k_len, q_offset):
+def _key_minus_query(q_len: int, k_len: int, q_offset: int) -> NDArray[np.int64]:
     """(q_len, k_len) int64: j - (q_offset + i)."""
     return np.arange(k_len)[None, :] - (q_offset + np.arange(q_len)[:, None])
 
 
 def alibi_bias(
-    n_heads,
-    q_len,
-    k_len=None,
+    n_heads: int,
+    q_len: int,
+    k_len: Optional[int] = None,
     *,
-    slopes=None,
-    max_bias=8.0,
-    causal=True,
-    q_offset=None,
-    dtype=None,
-    scores=None,
-    out=None,
-):
+    slopes: Optional[ArrayLike] = None,
+    max_bias: float = 8.0,
+    causal: bool = True,
+    q_offset: Optional[int] = None,
+    dtype: Optional[DTypeLike] = None,
+    scores: Optional[NDArray[Any]] = None,
+    out: Optional[NDArray[Any]] = None,
+) -> NDArray[Any]:
     """bias[h, i, j] = slope_h * (j - qpos) for j <= qpos, -inf after (causal),
     or -slope_h * |j - qpos|, with qpos = q_offset + i."""
     k_len = q_len if k_len is None else k_len
@@ -307,7 +342,7 @@ def alibi_bias(
     return _add_or_return(bias, dtype or np.float32, scores, out)
 
 
-def _log_bucket_exact(a, n, exact, max_distance):
+def _log_bucket_exact(a: int, n: int, exact: int, max_distance: int) -> int:
     """floor(n ln(a / exact) / ln(max_distance / exact)) for one distance, in
     60-digit decimals, settled by integers when it is an integer itself."""
     with localcontext() as ctx:
@@ -324,8 +359,12 @@ def _log_bucket_exact(a, n, exact, max_distance):
 
 
 def relative_position_bucket(
-    relative_position, *, bidirectional=True, num_buckets=32, max_distance=128
-):
+    relative_position: ArrayLike,
+    *,
+    bidirectional: bool = True,
+    num_buckets: int = 32,
+    max_distance: int = 128,
+) -> NDArray[np.int64]:
     """T5's bucket of key_pos - query_pos: exact + floor(N ln(a / exact) /
     ln(max_distance / exact)) in exact arithmetic for a distance a past the
     exact buckets (float64, and decimals where float64 is too close to call)."""
@@ -353,16 +392,16 @@ def relative_position_bucket(
 
 
 def t5_bias(
-    table,
-    q_len,
-    k_len=None,
+    table: ArrayLike,
+    q_len: int,
+    k_len: Optional[int] = None,
     *,
-    bidirectional=True,
-    max_distance=128,
-    q_offset=0,
-    scores=None,
-    out=None,
-):
+    bidirectional: bool = True,
+    max_distance: int = 128,
+    q_offset: int = 0,
+    scores: Optional[NDArray[Any]] = None,
+    out: Optional[NDArray[Any]] = None,
+) -> NDArray[Any]:
     """bias[h, i, j] = table[bucket(j - (q_offset + i)), h]."""
     table = np.asarray(table)
     k_len = q_len if k_len is None else k_len
@@ -376,10 +415,17 @@ def t5_bias(
     return _add_or_return(bias, table.dtype, scores, out)
 
 
-def relative_positions(q_len, k_len=None, *, max_distance=None, q_offset=0):
+def relative_positions(
+    q_len: int,
+    k_len: Optional[int] = None,
+    *,
+    max_distance: Optional[int] = None,
+    q_offset: int = 0,
+) -> NDArray[np.int64]:
     """clip(j - (q_offset + i), -max_distance, max_distance)."""
     k_len = q_len if k_len is None else k_len
     rel = _key_minus_query(q_len, k_len, q_offset)
     if max_distance is not None:
         rel = np.clip(rel, -max_distance, max_distance)
     return rel.astype(np.int64)
+

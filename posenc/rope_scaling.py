@@ -35,17 +35,25 @@ import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Callable
+from typing import Any, Callable, Dict, FrozenSet, Optional, Tuple
 
 import numpy as np
 
 from . import _validate as v
 from ._frequencies import frequency_powers, inv_frequencies
+from ._typing import Float64Array, RopeScaling
+
+#: A family's parameters: a ``rope_scaling`` / ``rope_parameters`` dict.
+Params = Mapping[str, Any]
+#: What a family's function returns: ``(inv_freq, attention_factor)``.
+Frequencies = Tuple[Float64Array, float]
 
 DEFAULT_BASE = 10000.0
 
 
-def _number(params, key, family, *, required=True, positive=False):
+def _number(
+    params: Params, key: str, family: str, *, required: bool = True, positive: bool = False
+) -> Any:
     """``params[key]`` as a float (None when it is missing and not
     required); a ValueError naming the key when it is required and missing,
     a TypeError when it is not a real number."""
@@ -57,7 +65,7 @@ def _number(params, key, family, *, required=True, positive=False):
     return v.real(value, f"scaling[{key!r}]", positive=positive)
 
 
-def _factor_list(params, key, family, n):
+def _factor_list(params: Params, key: str, family: str, n: int) -> Float64Array:
     """A list of `n` positive real numbers, as a float64 array."""
     if params.get(key) is None:
         raise ValueError(f"scaling: rope_type {family!r} requires the key {key!r}")
@@ -72,7 +80,7 @@ def _factor_list(params, key, family, n):
     return arr
 
 
-def _implied_factor(params, family, original):
+def _implied_factor(params: Params, family: str, original: float) -> float:
     """``factor``, or ``max_position_embeddings / original`` when the dict has
     no factor (transformers takes the numerator from the model config)."""
     factor = _number(params, "factor", family, required=False, positive=True)
@@ -86,12 +94,12 @@ def _implied_factor(params, family, original):
     return _number(params, "max_position_embeddings", family, positive=True) / original
 
 
-def default(dim, base, params, seq_len):
+def default(dim: int, base: float, params: Params, seq_len: Optional[int]) -> Frequencies:
     r"""Original RoPE (Su et al., 2021): :math:`\theta_i = b^{-2i/d}`, attention factor 1."""
     return inv_frequencies(dim, base), 1.0
 
 
-def linear(dim, base, params, seq_len):
+def linear(dim: int, base: float, params: Params, seq_len: Optional[int]) -> Frequencies:
     r"""Position interpolation (Chen et al., 2023; kaiokendev): positions divided by
     the factor :math:`s`, i.e. :math:`\theta_i = b^{-2i/d} / s`.
 
@@ -101,7 +109,7 @@ def linear(dim, base, params, seq_len):
     return inv_frequencies(dim, base) / factor, 1.0
 
 
-def dynamic(dim, base, params, seq_len):
+def dynamic(dim: int, base: float, params: Params, seq_len: Optional[int]) -> Frequencies:
     r"""Dynamic NTK-aware scaling (bloc97, emozilla): the base grows with the
     sequence length :math:`n` once it exceeds the trained length :math:`L`,
 
@@ -133,7 +141,7 @@ def dynamic(dim, base, params, seq_len):
     return inv_frequencies(dim, grown), 1.0
 
 
-def ntk_alpha(dim, base, params, seq_len):
+def ntk_alpha(dim: int, base: float, params: Params, seq_len: Optional[int]) -> Frequencies:
     r"""NTK-aware scaling with a fixed :math:`\alpha` (HunYuan): the base is
     stretched once, :math:`b' = b\,\alpha^{d/(d-2)}`, whatever the sequence
     length, and :math:`\theta_i = b'^{-2i/d}`.
@@ -150,7 +158,7 @@ def ntk_alpha(dim, base, params, seq_len):
     return inv_frequencies(dim, base * alpha ** (dim / (dim - 2))), 1.0
 
 
-def yarn(dim, base, params, seq_len):
+def yarn(dim: int, base: float, params: Params, seq_len: Optional[int]) -> Frequencies:
     r"""YaRN (Peng et al., 2023): NTK-by-parts interpolation plus an attention factor.
 
     For a pair :math:`i` with :math:`\theta_i = b^{-2i/d}`, the dimension that
@@ -176,7 +184,7 @@ def yarn(dim, base, params, seq_len):
     original = _number(params, "original_max_position_embeddings", "yarn", positive=True)
     factor = _implied_factor(params, "yarn", original)
 
-    def mscale_of(scale, m=1.0):
+    def mscale_of(scale: float, m: float = 1.0) -> float:
         return 1.0 if scale <= 1 else 0.1 * m * math.log(scale) + 1.0
 
     attention = _number(params, "attention_factor", "yarn", required=False)
@@ -191,7 +199,7 @@ def yarn(dim, base, params, seq_len):
     beta_fast = _number(params, "beta_fast", "yarn", required=False) or 32
     beta_slow = _number(params, "beta_slow", "yarn", required=False) or 1
 
-    def correction_dim(rotations):
+    def correction_dim(rotations: float) -> float:
         return (dim * math.log(original / (rotations * 2 * math.pi))) / (2 * math.log(base))
 
     low, high = correction_dim(beta_fast), correction_dim(beta_slow)
@@ -207,7 +215,7 @@ def yarn(dim, base, params, seq_len):
     return inv_freq, attention
 
 
-def llama3(dim, base, params, seq_len):
+def llama3(dim: int, base: float, params: Params, seq_len: Optional[int]) -> Frequencies:
     r"""Llama 3.1's frequency-dependent interpolation.
 
     With wavelength :math:`\lambda_i = 2\pi / \theta_i`, trained length
@@ -235,7 +243,7 @@ def llama3(dim, base, params, seq_len):
     return scaled, 1.0
 
 
-def longrope(dim, base, params, seq_len):
+def longrope(dim: int, base: float, params: Params, seq_len: Optional[int]) -> Frequencies:
     r"""LongRoPE (Ding et al., 2024; Phi-3): a rescale factor per pair,
     :math:`\theta_i = 1 / (\lambda_i\, b^{2i/d})`, with :math:`\lambda` the
     ``long_factor`` list when the sequence length exceeds the trained length
@@ -261,7 +269,7 @@ def longrope(dim, base, params, seq_len):
     return 1.0 / (ext * frequency_powers(dim, base)), attention
 
 
-def proportional(dim, base, params, seq_len):
+def proportional(dim: int, base: float, params: Params, seq_len: Optional[int]) -> Frequencies:
     r"""Proportional RoPE (p-RoPE; Gemma 4's full-attention layers): the
     whole head is rotated in the half layout's pairs :math:`(i, i + d/2)`,
     the first :math:`k = \lfloor p\,d / 2 \rfloor` pairs with the frequencies
@@ -291,8 +299,8 @@ class Family:
     rotating only ``int(dim * partial_rotary_factor)`` features."""
 
     name: str
-    function: Callable
-    keys: frozenset
+    function: Callable[[int, float, Params, Optional[int]], Frequencies]
+    keys: FrozenSet[str]
     needs_seq_len: bool = False
     whole_head: bool = False
 
@@ -360,15 +368,15 @@ class Rope:
     the config states (None when it states none)."""
 
     family: Family
-    params: dict
-    head_dim: int | None = None
+    params: Dict[str, Any]
+    head_dim: Optional[int] = None
 
     @property
-    def name(self):
+    def name(self) -> str:
         return self.family.name
 
 
-def _config_value(config, key):
+def _config_value(config: Any, key: str) -> Any:
     if isinstance(config, Mapping):
         return config.get(key)
     try:
@@ -380,7 +388,7 @@ def _config_value(config, key):
         ) from exc
 
 
-def _layer_config(config, layer_type):
+def _layer_config(config: Any, layer_type: Optional[str]) -> Any:
     """The config of one layer type: transformers' per-layer view of a
     heterogeneous config (Gemma 4's full-attention layers have their own
     head_dim), else `config` itself."""
@@ -392,21 +400,21 @@ def _layer_config(config, layer_type):
         return config
 
 
-def _is_config(scaling):
+def _is_config(scaling: object) -> bool:
     """A whole model config (object or config.json dict), not a rope dict."""
     if isinstance(scaling, Mapping):
         return any(k in scaling for k in ("rope_parameters", "rope_scaling", "model_type"))
     return any(hasattr(scaling, k) for k in ("rope_parameters", "rope_scaling", "rope_theta"))
 
 
-def _is_nested(params):
+def _is_nested(params: Params) -> bool:
     """Per-layer-type parameters: ``{"full_attention": {...}, ...}``."""
     return bool(params) and all(
         isinstance(value, Mapping) or value is None for value in params.values()
     )
 
 
-def _head_dim(config):
+def _head_dim(config: Any) -> Optional[int]:
     """The head dimension a config states, as transformers derives it."""
     head_dim = _config_value(config, "head_dim")
     if head_dim is None:
@@ -418,7 +426,7 @@ def _head_dim(config):
     return v.integer(head_dim, "scaling.head_dim", minimum=1)
 
 
-def _select_layer(params, layer_type, where):
+def _select_layer(params: Params, layer_type: Optional[str], where: str) -> Params:
     """The parameters of `layer_type` when `params` are given per layer type."""
     if not _is_nested(params):
         if layer_type is not None:
@@ -441,7 +449,7 @@ def _select_layer(params, layer_type, where):
     return params[layer_type]
 
 
-def _from_config(config, layer_type):
+def _from_config(config: Any, layer_type: Optional[str]) -> Tuple[Dict[str, Any], Optional[int]]:
     """The parameter dict of a whole config, with the values transformers
     reads from the config itself merged in as transformers merges them."""
     rope = _config_value(config, "rope_parameters")
@@ -466,7 +474,7 @@ def _from_config(config, layer_type):
     return params, _head_dim(config)
 
 
-def _family_of(params):
+def _family_of(params: Params) -> Family:
     """The family a parameter dict names, after transformers' dialects."""
     name = params.get("rope_type", params.get("type", "default"))
     if name is None:
@@ -508,7 +516,7 @@ def _family_of(params):
     return FAMILIES[name]
 
 
-def read(scaling, layer_type=None):
+def read(scaling: Optional[RopeScaling], layer_type: Optional[str] = None) -> Rope:
     """What `scaling` means, as a :class:`Rope`.
 
     `scaling` is None, a ``rope_scaling`` / ``rope_parameters`` dict (flat,
@@ -538,7 +546,7 @@ def read(scaling, layer_type=None):
     return Rope(family, params, head_dim)
 
 
-def rotary_dimension(dim, rope):
+def rotary_dimension(dim: int, rope: Rope) -> int:
     """``int(dim * partial_rotary_factor)`` (transformers' expression) when
     the parameters have that key and the family does not read it itself,
     else `dim`; a ValueError unless positive and even."""
@@ -556,7 +564,7 @@ def rotary_dimension(dim, rope):
     return rotary
 
 
-def base_of(base, rope):
+def base_of(base: float, rope: Rope) -> float:
     """`base`, or ``rope_theta`` when the parameters have it; a ValueError
     when `base` was given another value than its default and the two
     disagree."""
@@ -568,7 +576,7 @@ def base_of(base, rope):
     return theta
 
 
-def check_head_dim(dim, rope, name):
+def check_head_dim(dim: int, rope: Rope, name: str) -> None:
     """A ValueError when the config states another head dimension than `dim`."""
     if rope.head_dim is not None and rope.head_dim != dim:
         raise ValueError(
@@ -576,7 +584,9 @@ def check_head_dim(dim, rope, name):
         )
 
 
-def resolve(dim, base, scaling, layer_type=None):
+def resolve(
+    dim: int, base: float, scaling: Optional[RopeScaling], layer_type: Optional[str] = None
+) -> Tuple[int, float, Rope]:
     """``(rotary_dim, base, rope)`` that a call with head dimension `dim`,
     `base`, `scaling` and `layer_type` means (see :func:`read`,
     :func:`rotary_dimension`, :func:`base_of`)."""
@@ -589,7 +599,7 @@ _DEFAULT = Rope(FAMILIES["default"], {})
 
 
 @lru_cache(maxsize=256)
-def _plain_frequencies(dim, base):
+def _plain_frequencies(dim: int, base: float) -> Float64Array:
     """The frequencies without scaling, made once per (dim, base): a decoding
     step calls for the same ones every time."""
     inv_freq = np.ascontiguousarray(inv_frequencies(dim, base), dtype=np.float64)
@@ -597,7 +607,7 @@ def _plain_frequencies(dim, base):
     return inv_freq
 
 
-def frequencies(dim, base, rope, seq_len):
+def frequencies(dim: int, base: float, rope: Rope, seq_len: Optional[int]) -> Frequencies:
     """``(inv_freq, attention_factor)`` of `rope` (see :func:`read`) for
     rotary dimension `dim` and base `base` (a read-only array)."""
     if rope.family.name == "default":

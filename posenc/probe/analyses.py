@@ -13,15 +13,18 @@ from __future__ import annotations
 import contextlib
 import importlib
 from dataclasses import dataclass
+from types import ModuleType
+from typing import Any, ContextManager, List, Optional
 
 import numpy as np
 
 from .. import _validate as v
+from .._typing import ArrayLike, NDArray
 
 # ---------------------------------------------------------------- optional dependencies
 
 
-def _require(module, purpose):
+def _require(module: str, purpose: str) -> ModuleType:
     """Import `module` (part of the ``probe`` extra) or say how to get it."""
     try:
         return importlib.import_module(module)
@@ -33,7 +36,7 @@ def _require(module, purpose):
         ) from exc
 
 
-def _one_thread():
+def _one_thread() -> ContextManager[Any]:
     """BLAS and OpenMP on one thread while the probes fit.
 
     The problems are small (a few hundred rows of ``2 * dim`` features):
@@ -52,7 +55,7 @@ def _one_thread():
 # ---------------------------------------------------------------- argument checks
 
 
-def _to_numpy(value):
+def _to_numpy(value: Any) -> np.ndarray:
     """`value` as a NumPy array; torch tensors (with grad, bfloat16) included."""
     if isinstance(value, np.ndarray):
         return value
@@ -70,14 +73,14 @@ def _to_numpy(value):
 #: checkpoints have at most a few thousand (GPT-2 1024, BigBird 4096, Longformer
 #: 4098); probe a slice (``E[:8192]``) or every k-th row (``E[::k]``) of a taller
 #: one, such as LED's 16386 rows.
-MAX_POSITIONS = 8192
+MAX_POSITIONS: int = 8192
 
 
 class _TooManyPositions(ValueError):
     """A table taller than :data:`MAX_POSITIONS` where an n x n matrix is built."""
 
 
-def _check_rows(n, name, max_rows):
+def _check_rows(n: int, name: str, max_rows: Optional[int]) -> None:
     """Refuse `n` rows above `max_rows` (None: no bound), before any n x n work."""
     if max_rows is not None and n > max_rows:
         gib = n * n * 8 / 2**30
@@ -89,7 +92,9 @@ def _check_rows(n, name, max_rows):
         )
 
 
-def _table(E, name="E", *, min_rows=2, max_rows=None):
+def _table(
+    E: Any, name: str = "E", *, min_rows: int = 2, max_rows: Optional[int] = None
+) -> NDArray[np.float64]:
     """A finite 2-D real table as aligned, C-contiguous float64 (copied when
     it is not one already: unaligned or strided inputs are copied, not refused)."""
     try:
@@ -115,14 +120,14 @@ def _table(E, name="E", *, min_rows=2, max_rows=None):
     return arr
 
 
-def _folds(folds, n, what):
+def _folds(folds: int, n: int, what: str) -> int:
     folds = v.integer(folds, "folds", minimum=2)
     if folds > n:
         raise ValueError(f"folds must be <= the number of {what} ({n}), got {folds}")
     return folds
 
 
-def _fold_slices(n, folds):
+def _fold_slices(n: int, folds: int) -> List[slice]:
     """Contiguous folds as scikit-learn's ``KFold(folds)`` (no shuffle) cuts
     them: the first ``n % folds`` folds one longer."""
     sizes = np.full(folds, n // folds)
@@ -131,13 +136,13 @@ def _fold_slices(n, folds):
     return [slice(int(b - s), int(b)) for s, b in zip(sizes, stops)]
 
 
-def _train_mask(n, test):
+def _train_mask(n: int, test: slice) -> NDArray[np.bool_]:
     mask = np.ones(n, dtype=bool)
     mask[test] = False
     return mask
 
 
-def _short(values, fmt):
+def _short(values: NDArray[np.float64], fmt: str) -> str:
     return "[" + ", ".join(format(float(x), fmt) for x in values) + "]"
 
 
@@ -163,11 +168,11 @@ class AbsolutePositionResult:
     """
 
     mae: float
-    fold_mae: np.ndarray
-    predictions: np.ndarray
+    fold_mae: NDArray[np.float64]
+    predictions: NDArray[np.float64]
     seed: int
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return (
             f"AbsolutePositionResult(mae={self.mae:.4g}, "
             f"fold_mae={_short(self.fold_mae, '.4g')}, seed={self.seed})"
@@ -191,11 +196,11 @@ class RelativeOrderResult:
     """
 
     error_rate: float
-    fold_errors: np.ndarray
-    pairs: np.ndarray
+    fold_errors: NDArray[np.float64]
+    pairs: NDArray[np.int64]
     seed: int
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return (
             f"RelativeOrderResult(error_rate={self.error_rate:.4f}, "
             f"fold_errors={_short(self.fold_errors, '.4f')}, "
@@ -203,7 +208,9 @@ class RelativeOrderResult:
         )
 
 
-def absolute_position_regression(E, *, folds=5, seed=0):
+def absolute_position_regression(
+    E: ArrayLike, *, folds: int = 5, seed: int = 0
+) -> AbsolutePositionResult:
     """Can a linear map read the absolute position back from its embedding?
 
     Wang & Chen's first probe, with their protocol: the rows of `E` are
@@ -258,13 +265,15 @@ def absolute_position_regression(E, *, folds=5, seed=0):
     )
 
 
-def _draw_pairs(n, count, seed):
+def _draw_pairs(n: int, count: int, seed: int) -> NDArray[np.int64]:
     """`count` distinct cells of the n x n grid, uniformly, as (i, j) rows."""
     cells = np.random.default_rng(seed).choice(n * n, size=count, replace=False)
     return np.stack(np.divmod(cells, n), axis=1)
 
 
-def relative_order_classification(E, *, pairs=None, folds=5, seed=0):
+def relative_order_classification(
+    E: ArrayLike, *, pairs: Optional[int] = None, folds: int = 5, seed: int = 0
+) -> RelativeOrderResult:
     """Can a linear classifier tell which of two positions comes first?
 
     Wang & Chen's second probe, with their protocol: `pairs` distinct
@@ -333,7 +342,7 @@ def relative_order_classification(E, *, pairs=None, folds=5, seed=0):
 # ---------------------------------------------------------------- geometry of the table
 
 
-def cosine_similarity(E):
+def cosine_similarity(E: ArrayLike) -> NDArray[np.float64]:
     """Cosine similarity between every two positions.
 
     Parameters
@@ -376,11 +385,11 @@ class Informativeness:
         Whether the column means were removed first.
     """
 
-    singular_values: np.ndarray
-    cumulative_share: np.ndarray
+    singular_values: NDArray[np.float64]
+    cumulative_share: NDArray[np.float64]
     centered: bool
 
-    def rank_for(self, share):
+    def rank_for(self, share: float) -> int:
         """Smallest number of components ``k`` whose share reaches `share`.
 
         Parameters
@@ -392,7 +401,7 @@ class Informativeness:
             raise ValueError(f"share must be in (0, 1], got {share}")
         return int(np.searchsorted(self.cumulative_share, share, side="left")) + 1
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return (
             f"Informativeness(rank_for(0.9)={self.rank_for(0.9)}, "
             f"rank_for(0.99)={self.rank_for(0.99)}, of {len(self.singular_values)} components, "
@@ -400,7 +409,7 @@ class Informativeness:
         )
 
 
-def informativeness(E, *, center=False):
+def informativeness(E: ArrayLike, *, center: bool = False) -> Informativeness:
     """How many directions carry the table: its spectrum, as a cumulative share.
 
     Wang & Chen's informativeness analysis: the singular values ``s`` of `E`,
@@ -425,7 +434,7 @@ def informativeness(E, *, center=False):
     center = v.flag(center, "center")
     if center:
         table = table - table.mean(axis=0)
-    s = np.linalg.svd(table, compute_uv=False)
+    s = np.linalg.svd(table, compute_uv=False).astype(np.float64, copy=False)
     energy = np.cumsum(s**2)
     if energy[-1] == 0:
         raise ValueError("E is all zeros" + (" after centring" if center else ""))
@@ -434,7 +443,7 @@ def informativeness(E, *, center=False):
     return Informativeness(s, energy / energy[-1], center)
 
 
-def skip_positions(n, k):
+def skip_positions(n: int, k: int) -> NDArray[np.int64]:
     """Positions ``0, k, 2k, ..., (n-1)k`` of the skip-position attack.
 
     Wang & Chen feed a model ``z_i = WE(x_i) + PE(i*k)`` to ask whether it
@@ -462,7 +471,9 @@ def skip_positions(n, k):
     return np.arange(n, dtype=np.int64) * k
 
 
-def rope_long_term_decay(dim, max_distance, *, base=10000.0):
+def rope_long_term_decay(
+    dim: int, max_distance: int, *, base: float = 10000.0
+) -> NDArray[np.float64]:
     """RoFormer's upper bound on the rotary inner product against distance.
 
     Su et al. (RoFormer, section 3.4.3) write the rotary score of a query and

@@ -15,9 +15,11 @@ import struct
 import zipfile
 import zlib
 from collections.abc import Mapping
+from typing import Any, Optional, Tuple
 
 import numpy as np
 
+from .._typing import NDArray
 from .analyses import _check_rows, _to_numpy
 
 # ---------------------------------------------------------------- loading a table
@@ -25,7 +27,11 @@ from .analyses import _check_rows, _to_numpy
 #: Names of position-embedding tables in Hugging Face checkpoints: GPT-2
 #: (``wpe``), BERT/RoBERTa/ELECTRA (``embeddings.position_embeddings``),
 #: BART/OPT/Whisper/XGLM (``embed_positions``); any prefix before them.
-KNOWN_KEYS = ("wpe.weight", "embeddings.position_embeddings.weight", "embed_positions.weight")
+KNOWN_KEYS: Tuple[str, ...] = (
+    "wpe.weight",
+    "embeddings.position_embeddings.weight",
+    "embed_positions.weight",
+)
 
 _TORCH_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt")
 _INDEX_SUFFIX = ".index.json"  # model.safetensors.index.json, pytorch_model.bin.index.json
@@ -681,7 +687,9 @@ def _choose(keys, key, where):
     )
 
 
-def _load(source, key=None, *, max_rows=None):
+def _load(
+    source: Any, key: Optional[str] = None, *, max_rows: Optional[int] = None
+) -> Tuple[Any, Optional[str]]:
     """``(table, key_used)``; `key_used` is None for a bare array.
 
     With `max_rows`, a file whose header gives the table's shape (``.npy``,
@@ -720,7 +728,7 @@ def _check_declared_rows(shape, name, max_rows):
         _check_rows(shape[0], name, max_rows)
 
 
-def load_position_embeddings(source, *, key=None):
+def load_position_embeddings(source: object, *, key: Optional[str] = None) -> NDArray[Any]:
     """Find the position-embedding table in a file, a state dict or a model.
 
     Parameters

@@ -5,16 +5,33 @@ progress bar drawn while the seeds run.
 
 from __future__ import annotations
 
+import html
+import io
 import os
 import sys
 from dataclasses import dataclass, field
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Callable,
+    Dict,
+    Iterable,
+    List,
+    Optional,
+    Tuple,
+    TypeVar,
+    overload,
+)
 
 import numpy as np
 
 from .. import _validate as v
+from .._typing import ArrayLike, PathLike
 from .analyses import (
     MAX_POSITIONS,
+    AbsolutePositionResult,
     Informativeness,
+    RelativeOrderResult,
     _require,
     _table,
     absolute_position_regression,
@@ -22,6 +39,11 @@ from .analyses import (
     informativeness,
     relative_order_classification,
 )
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+_PathT = TypeVar("_PathT", bound=PathLike)
 
 
 @dataclass(frozen=True)
@@ -35,7 +57,7 @@ class PublishedRow:
 
 #: The published figures: absolute-position MAE (linear regression) and
 #: relative-order error rate (logistic regression), 512 positions.
-PUBLISHED = (
+PUBLISHED: Tuple[PublishedRow, ...] = (
     PublishedRow("BERT", 34.14, 0.1972),
     PublishedRow("RoBERTa", 6.06, 0.0723),
     PublishedRow("GPT-2", 1.03, 0.0156),
@@ -44,6 +66,11 @@ PUBLISHED = (
 
 _CITATION = "Wang & Chen 2020"
 
+#: What :func:`report` calls a table given no ``name``.
+DEFAULT_NAME = "embedding"
+
+_COLUMNS = ("embedding", "absolute MAE", "order error")
+
 
 # ---------------------------------------------------------------- the report
 
@@ -51,12 +78,12 @@ _CITATION = "Wang & Chen 2020"
 class _Progress:
     """A one-line progress bar on stderr, redrawn with carriage returns."""
 
-    def __init__(self, label, total, enabled):
+    def __init__(self, label: str, total: int, enabled: bool) -> None:
         self.label, self.total, self.enabled = label, total, enabled
         self.stream = sys.stderr
         self.draw(0)
 
-    def draw(self, done):
+    def draw(self, done: int) -> None:
         if not self.enabled:
             return
         width = 24
@@ -65,20 +92,23 @@ class _Progress:
         self.stream.write(f"\r{self.label}: [{bar}] seed {done}/{self.total}")
         self.stream.flush()
 
-    def close(self):
+    def close(self) -> None:
         if self.enabled:
             self.stream.write("\n")
             self.stream.flush()
 
 
-def _mean_std(values):
-    values = np.asarray(values, dtype=np.float64)
+def _mean_std(values: Iterable[float]) -> Tuple[float, float]:
+    values = np.asarray(list(values), dtype=np.float64)
     return float(values.mean()), float(values.std())
 
 
 @dataclass(frozen=True, repr=False)
 class ProbeReport:
     """Every analysis of one table: the result of :func:`report`.
+
+    In a notebook a report shows itself as its table (``_repr_html_``,
+    ``_repr_markdown_``), and ``plot()`` returns the figure.
 
     Attributes
     ----------
@@ -99,9 +129,9 @@ class ProbeReport:
     """
 
     name: str
-    shape: tuple
-    absolute: tuple
-    order: tuple
+    shape: Tuple[int, int]
+    absolute: Tuple[AbsolutePositionResult, ...]
+    order: Tuple[RelativeOrderResult, ...]
     cosine: np.ndarray
     informativeness: Informativeness
     mae: float = field(init=False)
@@ -109,7 +139,7 @@ class ProbeReport:
     error_rate: float = field(init=False)
     error_rate_std: float = field(init=False)
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         mae, mae_std = _mean_std([r.mae for r in self.absolute])
         err, err_std = _mean_std([r.error_rate for r in self.order])
         object.__setattr__(self, "mae", mae)
@@ -118,11 +148,11 @@ class ProbeReport:
         object.__setattr__(self, "error_rate_std", err_std)
 
     @property
-    def seeds(self):
+    def seeds(self) -> Tuple[int, ...]:
         """The seeds the probes ran with."""
         return tuple(r.seed for r in self.absolute)
 
-    def _headline(self):
+    def _headline(self) -> str:
         n, d = self.shape
         return (
             f"absolute MAE {self.mae:.2f} ± {self.mae_std:.2f}, "
@@ -130,10 +160,10 @@ class ProbeReport:
             f"({n} positions x {d} dims, {len(self.seeds)} seeds)"
         )
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"ProbeReport({self.name!r}: {self._headline()})"
 
-    def __str__(self):
+    def __str__(self) -> str:
         info = self.informativeness
         return (
             f"{self.name}: {self._headline()}; "
@@ -141,7 +171,7 @@ class ProbeReport:
             f"99% in {info.rank_for(0.99)}"
         )
 
-    def to_dict(self):
+    def to_dict(self) -> Dict[str, Any]:
         """The figures as plain Python values (``json.dumps`` takes it)."""
         info = self.informativeness
         return {
@@ -177,59 +207,120 @@ class ProbeReport:
             ],
         }
 
-    def to_markdown(self, *, published=True):
-        """A Markdown table of the two probes, with the paper's rows below."""
+    def _rows(self, published: bool) -> List[Tuple[str, str, str, str]]:
+        """The table's rows, as text: the name, where the figures come from,
+        absolute MAE, order error."""
         seeds = self.seeds
         span = f"seed {seeds[0]}" if len(seeds) == 1 else f"seeds {seeds[0]}-{seeds[-1]}"
-        lines = [
-            "| embedding | absolute MAE | order error |",
-            "|---|---:|---:|",
-            f"| {self.name} (posenc, {span}) | {self.mae:.2f} ± {self.mae_std:.2f} | "
-            f"{100 * self.error_rate:.2f}% ± {100 * self.error_rate_std:.2f}% |",
+        rows = [
+            (
+                self.name,
+                f"posenc, {span}",
+                f"{self.mae:.2f} ± {self.mae_std:.2f}",
+                f"{100 * self.error_rate:.2f}% ± {100 * self.error_rate_std:.2f}%",
+            )
         ]
         if published:
-            lines += [
-                f"| {r.embedding} ({_CITATION}) | {r.mae:.2f} | {100 * r.error_rate:.2f}% |"
+            rows += [
+                (r.embedding, _CITATION, f"{r.mae:.2f}", f"{100 * r.error_rate:.2f}%")
                 for r in PUBLISHED
             ]
+        return rows
+
+    def _note(self) -> str:
+        """The line under the table: the table's size, the protocol, informativeness."""
         n, d = self.shape
         info = self.informativeness
-        lines += [
-            "",
+        seeds = len(self.seeds)
+        return (
             f"{n} positions x {d} dims; linear probes, 5-fold cross-validation, "
-            f"mean ± std over {len(seeds)} seed{'s' if len(seeds) > 1 else ''}. "
+            f"mean ± std over {seeds} seed{'s' if seeds > 1 else ''}. "
             f"Informativeness: 90% of sum(s**2) in the top {info.rank_for(0.9)} "
-            f"components, 99% in {info.rank_for(0.99)}.",
+            f"components, 99% in {info.rank_for(0.99)}."
+        )
+
+    def _markdown(self, published: bool, name_cell: Callable[[str], str]) -> str:
+        """The Markdown table, the names written by `name_cell`."""
+        lines = [
+            "| " + " | ".join(_COLUMNS) + " |",
+            "|---|---:|---:|",
+            *(
+                f"| {name_cell(name)} ({source}) | {mae} | {err} |"
+                for name, source, mae, err in self._rows(published)
+            ),
+            "",
+            self._note(),
         ]
         return "\n".join(lines)
 
-    def plot(self, path, *, dpi=110):
-        """Write one figure: cosine heatmap, informativeness, predictions, fold errors.
+    def to_markdown(self, *, published: bool = True) -> str:
+        """A Markdown table of the two probes, with the paper's rows below.
 
-        Uses matplotlib's Agg canvas directly (no ``pyplot``), so the global
-        backend and any open figures are left alone.  Above
-        ``_HEATMAP_POSITIONS`` (1024) positions the heatmap shows every k-th
-        position, which is all a panel of a few hundred pixels can show.
+        The name is written as it is, but for ``|`` (written ``\\|``, which
+        would end the cell) and line breaks (spaces).
+        """
+        return self._markdown(published, _table_cell)
+
+    def _repr_markdown_(self) -> str:
+        """The table in Markdown for a notebook: every punctuation mark of the
+        name escaped, so that it renders as it is."""
+        return self._markdown(True, _markdown_cell)
+
+    def to_html(self, *, published: bool = True) -> str:
+        """An HTML table of the two probes, with the paper's rows below (the
+        text escaped, so the name shows as it is)."""
+        head = "".join(
+            f'<th style="text-align: {align}">{html.escape(c)}</th>'
+            for c, align in zip(_COLUMNS, ("left", "right", "right"))
+        )
+        body = "".join(
+            f'<tr><td style="text-align: left">{html.escape(f"{name} ({source})")}</td>'
+            f'<td style="text-align: right">{html.escape(mae)}</td>'
+            f'<td style="text-align: right">{html.escape(err)}</td></tr>'
+            for name, source, mae, err in self._rows(published)
+        )
+        return (
+            f'<div class="posenc-probe-report"><table><thead><tr>{head}</tr></thead>'
+            f"<tbody>{body}</tbody></table><p>{html.escape(self._note())}</p></div>"
+        )
+
+    def _repr_html_(self) -> str:
+        return self.to_html()
+
+    @overload
+    def plot(self, path: None = None, *, dpi: float = 110) -> Figure: ...
+
+    @overload
+    def plot(self, path: _PathT, *, dpi: float = 110) -> _PathT: ...
+
+    def plot(self, path: Optional[PathLike] = None, *, dpi: float = 110) -> Any:
+        """One figure: cosine heatmap, informativeness, predictions, fold errors.
+
+        Drawn on matplotlib's Agg canvas directly (no ``pyplot``), so the
+        global backend and pyplot's open figures are left alone, and a
+        notebook shows a returned figure once.  Above ``_HEATMAP_POSITIONS``
+        (1024) positions the heatmap shows every k-th position, which is all
+        a panel of a few hundred pixels can show.
 
         Parameters
         ----------
-        path : str or os.PathLike
+        path : str or os.PathLike, optional
             Where to write the figure, in the format its extension names
             (``.png``, ``.pdf``, ``.svg``, ...: any that matplotlib writes);
             a PNG when it has none.  An unknown extension is refused before
-            anything is drawn.
-        dpi : int
-            Resolution.
+            anything is drawn.  Without it the figure is returned.
+        dpi : float
+            Resolution (of the file, and of the figure returned).
 
         Returns
         -------
-        path
+        path, or matplotlib.figure.Figure without one
+            The figure, not registered with pyplot: a notebook shows it as a
+            PNG (it has ``_repr_png_``, with or without pyplot imported);
+            ``fig.savefig(...)`` writes it.
         """
-        fmt = _plot_format(path)
-        figure_mod = _require("matplotlib.figure", "ProbeReport.plot")
-        agg = _require("matplotlib.backends.backend_agg", "ProbeReport.plot")
-        fig = figure_mod.Figure(figsize=(12, 9.6), layout="constrained")
-        agg.FigureCanvasAgg(fig)
+        fmt = None if path is None else _plot_format(path)
+        fig = _new_figure(figsize=(12, 9.6), dpi=dpi)
         n, d = self.shape
         fig.suptitle(f"{self.name}: {n} positions x {d} dims", fontsize=14)
         grid = fig.add_gridspec(2, 2)
@@ -299,14 +390,14 @@ class ProbeReport:
 
         inner = grid[1, 1].subgridspec(1, 2)
         seeds = np.array(self.seeds)
-        for col, (values, label, scale, total) in enumerate(
+        for col, (per_seed, label, scale, total) in enumerate(
             (
                 ([r.fold_mae for r in self.absolute], "absolute MAE", 1.0, self.mae),
                 ([r.fold_errors for r in self.order], "order error (%)", 100.0, self.error_rate),
             )
         ):
             ax = fig.add_subplot(inner[0, col])
-            values = np.asarray(values) * scale
+            values = np.asarray(per_seed) * scale
             for f in range(values.shape[1]):
                 ax.scatter(seeds, values[:, f], s=10, color="C0", alpha=0.6)
             ax.plot(seeds, values.mean(axis=1), "_", color="C3", markersize=14, mew=2)
@@ -319,6 +410,8 @@ class ProbeReport:
             ax.set_xticks(seeds if len(seeds) <= 12 else seeds[:: max(1, len(seeds) // 10)])
             if col == 0:
                 ax.set_ylabel("dots: folds, bars: seed mean, dashed: mean")
+        if path is None:
+            return fig
         fig.savefig(os.fspath(path), dpi=dpi, format=fmt)
         return path
 
@@ -326,14 +419,74 @@ class ProbeReport:
 #: The most positions a side of the plotted cosine heatmap shows.
 _HEATMAP_POSITIONS = 1024
 
+# the markdown cells: "|" would end one (GFM tables), a line break the row
+_TABLE_CELL = str.maketrans({"|": "\\|", "\n": " ", "\r": " "})
+# CommonMark: any ASCII punctuation may be backslash-escaped, and then stands for itself
+_MARKDOWN_CELL = str.maketrans(
+    {c: "\\" + c for c in "!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~"} | {"\n": " ", "\r": " "}
+)
 
-def _plot_formats():
+
+def _table_cell(text: str) -> str:
+    return text.translate(_TABLE_CELL)
+
+
+def _markdown_cell(text: str) -> str:
+    return text.translate(_MARKDOWN_CELL)
+
+
+_FIGURE_CLASS: Any = None
+
+
+def _figure_class() -> Any:
+    """matplotlib's Figure with ``_repr_png_``, made once matplotlib is imported.
+
+    A Figure made without pyplot has no canvas manager, so IPython shows it
+    through its formatter for Figure only once pyplot's inline backend has
+    registered that; ``_repr_png_`` shows it either way (the formatter, where
+    registered, takes precedence: one image).
+    """
+    global _FIGURE_CLASS
+    if _FIGURE_CLASS is None:
+        figure_mod = _require("matplotlib.figure", "ProbeReport.plot")
+
+        class ProbeFigure(figure_mod.Figure):  # type: ignore[name-defined]
+            """A matplotlib Figure of a :class:`ProbeReport` that a notebook shows as a PNG."""
+
+            def _repr_png_(self) -> bytes:
+                buffer = io.BytesIO()
+                self.savefig(buffer, format="png")
+                return buffer.getvalue()
+
+        ProbeFigure.__module__ = __name__
+        ProbeFigure.__qualname__ = "ProbeFigure"
+        _FIGURE_CLASS = ProbeFigure
+    return _FIGURE_CLASS
+
+
+def __getattr__(name: str) -> Any:
+    # the figure class is made on first use (matplotlib is optional); found
+    # here by that name too, so that pickle finds it
+    if name == "ProbeFigure":
+        return _figure_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _new_figure(figsize: Tuple[float, float], dpi: float) -> Any:
+    """A Figure on an Agg canvas, not known to pyplot."""
+    agg = _require("matplotlib.backends.backend_agg", "ProbeReport.plot")
+    fig = _figure_class()(figsize=figsize, dpi=dpi, layout="constrained")
+    agg.FigureCanvasAgg(fig)
+    return fig
+
+
+def _plot_formats() -> List[str]:
     """The file formats matplotlib can write (its canvas's list), lower case."""
     figure_mod = _require("matplotlib.figure", "ProbeReport.plot")
     return sorted(figure_mod.Figure().canvas.get_supported_filetypes())
 
 
-def _plot_format(path, what="plot"):
+def _plot_format(path: PathLike, what: str = "plot") -> str:
     """The format of the plot file `path`, from its extension (``png`` when it
     has none); a ValueError naming the formats matplotlib writes when it is
     not one of them."""
@@ -351,7 +504,9 @@ def _plot_format(path, what="plot"):
     return fmt
 
 
-def report(E, *, name, seeds=10, progress=True):
+def report(
+    E: ArrayLike, *, name: Optional[str] = None, seeds: int = 10, progress: bool = True
+) -> ProbeReport:
     """Every analysis of one position-embedding table, the probes over seeds.
 
     Parameters
@@ -361,8 +516,9 @@ def report(E, *, name, seeds=10, progress=True):
         least 5 and at most :data:`MAX_POSITIONS` (8192) rows, as the report
         holds the ``n x n`` cosine map (512 MiB of float64 at 8192).  Slice a
         taller table (``E[:8192]``, ``E[::k]``).
-    name : str
-        What it is (shown in the table and the plot).
+    name : str, optional
+        What it is (shown in the table and the plot); ``"embedding"`` by
+        default.
     seeds : int
         The probes run with seeds ``0 .. seeds-1``; the report gives the mean
         and standard deviation over them.
@@ -372,7 +528,9 @@ def report(E, *, name, seeds=10, progress=True):
     Returns
     -------
     ProbeReport
-        With ``.to_dict()``, ``.to_markdown()`` and ``.plot(path)``.
+        With ``.to_dict()``, ``.to_markdown()``, ``.to_html()`` and
+        ``.plot(path)``; a notebook shows it as its table, and ``.plot()``
+        returns the figure.
 
     Raises
     ------
@@ -380,12 +538,15 @@ def report(E, *, name, seeds=10, progress=True):
         Fewer than 5 or more than :data:`MAX_POSITIONS` rows (checked before
         any probe runs), or a table that is not finite.
     """
-    if not isinstance(name, str):
-        raise TypeError(f"name must be a string, not {type(name).__name__}")
+    if name is None:
+        name = DEFAULT_NAME
+    elif not isinstance(name, str):
+        raise TypeError(f"name must be a string or None, not {type(name).__name__}")
     seeds = v.integer(seeds, "seeds", minimum=1)
     table = _table(E, min_rows=5, max_rows=MAX_POSITIONS)
     bar = _Progress(f"probing {name}", seeds, bool(progress))
-    absolute, order = [], []
+    absolute: List[AbsolutePositionResult] = []
+    order: List[RelativeOrderResult] = []
     try:
         for s in range(seeds):
             absolute.append(absolute_position_regression(table, seed=s))
@@ -395,7 +556,7 @@ def report(E, *, name, seeds=10, progress=True):
         bar.close()
     return ProbeReport(
         name=name,
-        shape=table.shape,
+        shape=(int(table.shape[0]), int(table.shape[1])),
         absolute=tuple(absolute),
         order=tuple(order),
         cosine=cosine_similarity(table),
