@@ -14,8 +14,11 @@ from __future__ import annotations
 
 import functools
 import inspect
+from typing import Any, Callable, TypeVar
 
 import numpy as np
+
+_F = TypeVar("_F", bound=Callable[..., Any])
 
 # the top-level packages whose objects a call is routed for; a JAX array's
 # type lives in jaxlib, a tracer's in jax
@@ -51,11 +54,11 @@ def _route(args, kwargs):
     return found
 
 
-def foreign(fn):
+def foreign(fn: _F) -> _F:
     """`fn`, taking torch tensors and JAX arrays as well as NumPy arrays.
 
     The wrapper's signature is `fn`'s, so help() and inspect see the NumPy
-    function's parameters.
+    function's parameters, and type checkers `fn`'s annotations.
     """
     signature = inspect.signature(fn)
 
@@ -74,5 +77,5 @@ def foreign(fn):
 
         return _jax.call(fn, signature, args, kwargs)
 
-    wrapper.__wrapped_numpy__ = fn
-    return wrapper
+    wrapper.__wrapped_numpy__ = fn  # type: ignore[attr-defined]
+    return wrapper  # type: ignore[return-value]
