@@ -42,6 +42,7 @@ __all__ = [
     "NDArray",
     "PathLike",
     "RopeScaling",
+    "ScalarT",
     "TorchDType",
 ]
 
@@ -62,6 +63,9 @@ class Array(Protocol):
 
 #: The type of an argument that the result follows (``apply_rope``'s ``x``).
 ArrayT = TypeVar("ArrayT", bound=Array)
+
+#: The scalar type of a NumPy array whose result keeps its dtype.
+ScalarT = TypeVar("ScalarT", bound=np.generic)
 
 
 class TorchDType(Protocol):

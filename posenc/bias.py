@@ -10,12 +10,14 @@ existing attention scores in place, with no ``(heads, q, k)`` temporary.
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import Any, Optional, overload
 
 import numpy as np
 
 from . import _core, _t5
 from . import _validate as v
 from ._interop import foreign
+from ._typing import Array, ArrayLike, ArrayT, DTypeLike, NDArray, ScalarT
 
 _MAX_OFFSET = _core.MAX_Q_OFFSET
 _MAX_BUCKETS = _core.T5_MAX_BUCKETS
@@ -111,7 +113,7 @@ def _check_t5(bidirectional, num_buckets, max_distance):
 
 
 @foreign
-def alibi_slopes(n_heads, *, max_bias=8.0):
+def alibi_slopes(n_heads: int, *, max_bias: float = 8.0) -> NDArray[np.float64]:
     """The per-head slopes of ALiBi (Press et al., 2022).
 
     Parameters
@@ -147,6 +149,54 @@ def _slopes(n, max_bias):
             slopes = np.concatenate([slopes, halves[: n - c]])
     slopes.setflags(write=False)
     return slopes
+
+
+@overload
+def alibi_bias(
+    n_heads: int,
+    q_len: int,
+    k_len: Optional[int] = None,
+    *,
+    slopes: Optional[ArrayLike] = None,
+    max_bias: float = 8.0,
+    causal: bool = True,
+    q_offset: Optional[int] = None,
+    dtype: Optional[DTypeLike] = None,
+    scores: ArrayT,
+    out: None = None,
+) -> ArrayT: ...
+
+
+@overload
+def alibi_bias(
+    n_heads: int,
+    q_len: int,
+    k_len: Optional[int] = None,
+    *,
+    slopes: Optional[ArrayLike] = None,
+    max_bias: float = 8.0,
+    causal: bool = True,
+    q_offset: Optional[int] = None,
+    dtype: Optional[DTypeLike] = None,
+    scores: None = None,
+    out: ArrayT,
+) -> ArrayT: ...
+
+
+@overload
+def alibi_bias(
+    n_heads: int,
+    q_len: int,
+    k_len: Optional[int] = None,
+    *,
+    slopes: Optional[ArrayLike] = None,
+    max_bias: float = 8.0,
+    causal: bool = True,
+    q_offset: Optional[int] = None,
+    dtype: Optional[DTypeLike] = None,
+    scores: None = None,
+    out: None = None,
+) -> NDArray[Any]: ...
 
 
 @foreign
@@ -240,6 +290,36 @@ def alibi_bias(
 # ---------------------------------------------------------------- T5
 
 
+@overload
+def relative_position_bucket(
+    relative_position: np.ndarray,
+    *,
+    bidirectional: bool = True,
+    num_buckets: int = 32,
+    max_distance: int = 128,
+) -> NDArray[np.int64]: ...
+
+
+@overload
+def relative_position_bucket(
+    relative_position: ArrayT,
+    *,
+    bidirectional: bool = True,
+    num_buckets: int = 32,
+    max_distance: int = 128,
+) -> ArrayT: ...
+
+
+@overload
+def relative_position_bucket(
+    relative_position: ArrayLike,
+    *,
+    bidirectional: bool = True,
+    num_buckets: int = 32,
+    max_distance: int = 128,
+) -> NDArray[np.int64]: ...
+
+
 @foreign
 def relative_position_bucket(
     relative_position, *, bidirectional=True, num_buckets=32, max_distance=128
@@ -295,6 +375,48 @@ def relative_position_bucket(
     thresholds = _t5.thresholds(bidirectional, num_buckets, max_distance, largest)
     _core.t5_buckets(rel, out, bidirectional, num_buckets, thresholds)
     return out.reshape(arr.shape)
+
+
+@overload
+def t5_bias(
+    table: NDArray[ScalarT],
+    q_len: int,
+    k_len: Optional[int] = None,
+    *,
+    bidirectional: bool = True,
+    max_distance: int = 128,
+    q_offset: int = 0,
+    scores: Optional[Array] = None,
+    out: Optional[Array] = None,
+) -> NDArray[ScalarT]: ...
+
+
+@overload
+def t5_bias(
+    table: ArrayT,
+    q_len: int,
+    k_len: Optional[int] = None,
+    *,
+    bidirectional: bool = True,
+    max_distance: int = 128,
+    q_offset: int = 0,
+    scores: Optional[Array] = None,
+    out: Optional[ArrayT] = None,
+) -> ArrayT: ...
+
+
+@overload
+def t5_bias(
+    table: ArrayLike,
+    q_len: int,
+    k_len: Optional[int] = None,
+    *,
+    bidirectional: bool = True,
+    max_distance: int = 128,
+    q_offset: int = 0,
+    scores: Optional[Array] = None,
+    out: Optional[Array] = None,
+) -> NDArray[Any]: ...
 
 
 @foreign
@@ -380,7 +502,13 @@ def t5_bias(
 
 
 @foreign
-def relative_positions(q_len, k_len=None, *, max_distance=None, q_offset=0):
+def relative_positions(
+    q_len: int,
+    k_len: Optional[int] = None,
+    *,
+    max_distance: Optional[int] = None,
+    q_offset: int = 0,
+) -> NDArray[np.int64]:
     """Shaw et al.'s clipped relative positions.
 
     Parameters

@@ -10,18 +10,27 @@ depends on their positions only through ``m - n``.  The frequencies
 from __future__ import annotations
 
 import math
+from typing import Any, Literal, Optional, Tuple, overload
 
 import numpy as np
 
 from . import _core, rope_scaling
 from . import _validate as v
 from ._interop import foreign
+from ._typing import Array, ArrayLike, ArrayT, DTypeLike, NDArray, RopeScaling, ScalarT
 
 _LAYOUTS = _core.ROPE_LAYOUTS
 
 
 @foreign
-def rope_frequencies(dim, *, base=10000.0, scaling=None, seq_len=None, layer_type=None):
+def rope_frequencies(
+    dim: int,
+    *,
+    base: float = 10000.0,
+    scaling: Optional[RopeScaling] = None,
+    seq_len: Optional[int] = None,
+    layer_type: Optional[str] = None,
+) -> Tuple[NDArray[np.float64], float]:
     """Inverse frequencies and attention factor of a RoPE configuration.
 
     Parameters
@@ -93,6 +102,45 @@ def _seq_len(pos, rope):
     return int(math.floor(float(pos.max()))) + 1
 
 
+@overload
+def rope_cos_sin(
+    positions: np.ndarray,
+    dim: int,
+    *,
+    base: float = 10000.0,
+    scaling: Optional[RopeScaling] = None,
+    layout: Literal["half", "interleaved"] = "half",
+    dtype: DTypeLike = "float32",
+    layer_type: Optional[str] = None,
+) -> Tuple[NDArray[Any], NDArray[Any]]: ...
+
+
+@overload
+def rope_cos_sin(
+    positions: ArrayT,
+    dim: int,
+    *,
+    base: float = 10000.0,
+    scaling: Optional[RopeScaling] = None,
+    layout: Literal["half", "interleaved"] = "half",
+    dtype: DTypeLike = "float32",
+    layer_type: Optional[str] = None,
+) -> Tuple[ArrayT, ArrayT]: ...
+
+
+@overload
+def rope_cos_sin(
+    positions: ArrayLike,
+    dim: int,
+    *,
+    base: float = 10000.0,
+    scaling: Optional[RopeScaling] = None,
+    layout: Literal["half", "interleaved"] = "half",
+    dtype: DTypeLike = "float32",
+    layer_type: Optional[str] = None,
+) -> Tuple[NDArray[Any], NDArray[Any]]: ...
+
+
 @foreign
 def rope_cos_sin(
     positions, dim, *, base=10000.0, scaling=None, layout="half", dtype="float32", layer_type=None
@@ -143,6 +191,57 @@ def rope_cos_sin(
         pos, inv_freq, cos.reshape(-1, rotary), sin.reshape(-1, rotary), layout_code, attention
     )
     return cos, sin
+
+
+@overload
+def apply_rope(
+    x: NDArray[ScalarT],
+    positions: Optional[ArrayLike] = None,
+    *,
+    base: float = 10000.0,
+    scaling: Optional[RopeScaling] = None,
+    layout: Literal["half", "interleaved"] = "half",
+    rotary_dim: Optional[int] = None,
+    offset: float = 0,
+    seq_axis: int = -2,
+    inverse: bool = False,
+    out: Optional[Array] = None,
+    layer_type: Optional[str] = None,
+) -> NDArray[ScalarT]: ...
+
+
+@overload
+def apply_rope(
+    x: ArrayT,
+    positions: Optional[ArrayLike] = None,
+    *,
+    base: float = 10000.0,
+    scaling: Optional[RopeScaling] = None,
+    layout: Literal["half", "interleaved"] = "half",
+    rotary_dim: Optional[int] = None,
+    offset: float = 0,
+    seq_axis: int = -2,
+    inverse: bool = False,
+    out: Optional[ArrayT] = None,
+    layer_type: Optional[str] = None,
+) -> ArrayT: ...
+
+
+@overload
+def apply_rope(
+    x: ArrayLike,
+    positions: Optional[ArrayLike] = None,
+    *,
+    base: float = 10000.0,
+    scaling: Optional[RopeScaling] = None,
+    layout: Literal["half", "interleaved"] = "half",
+    rotary_dim: Optional[int] = None,
+    offset: float = 0,
+    seq_axis: int = -2,
+    inverse: bool = False,
+    out: Optional[Array] = None,
+    layer_type: Optional[str] = None,
+) -> NDArray[Any]: ...
 
 
 @foreign

@@ -4,12 +4,27 @@ Llama 4's attention temperature on its layers without RoPE."""
 
 from __future__ import annotations
 
+from typing import Any, Literal, Optional, Tuple, overload
+
 import numpy as np
 
 from . import _validate as v
 from ._interop import foreign
+from ._typing import ArrayLike, ArrayT, NDArray, ScalarT
 
 _LAYOUTS = ("half", "interleaved")
+
+
+@overload
+def positions_from_cu_seqlens(cu_seqlens: np.ndarray, *, start: int = 0) -> NDArray[np.int64]: ...
+
+
+@overload
+def positions_from_cu_seqlens(cu_seqlens: ArrayT, *, start: int = 0) -> ArrayT: ...
+
+
+@overload
+def positions_from_cu_seqlens(cu_seqlens: ArrayLike, *, start: int = 0) -> NDArray[np.int64]: ...
 
 
 @foreign
@@ -50,6 +65,33 @@ def positions_from_cu_seqlens(cu_seqlens, *, start=0):
     v.shape_size((total,), "cu_seqlens[-1]")
     # each token's index minus the start of its sequence
     return np.arange(total, dtype=np.int64) - np.repeat(cu[:-1], lengths) + start
+
+
+@overload
+def permute_rope_weight(
+    weight: NDArray[ScalarT],
+    n_heads: int,
+    *,
+    to: Literal["half", "interleaved"] = "half",
+) -> NDArray[ScalarT]: ...
+
+
+@overload
+def permute_rope_weight(
+    weight: ArrayT,
+    n_heads: int,
+    *,
+    to: Literal["half", "interleaved"] = "half",
+) -> ArrayT: ...
+
+
+@overload
+def permute_rope_weight(
+    weight: ArrayLike,
+    n_heads: int,
+    *,
+    to: Literal["half", "interleaved"] = "half",
+) -> NDArray[Any]: ...
 
 
 @foreign
@@ -95,6 +137,33 @@ def permute_rope_weight(weight, n_heads, *, to="half"):
     return np.ascontiguousarray(np.swapaxes(heads, 1, 2)).reshape(w.shape)
 
 
+@overload
+def attention_temperature(
+    positions: np.ndarray,
+    *,
+    floor_scale: float = 8192,
+    attn_scale: float = 0.1,
+) -> NDArray[np.float64]: ...
+
+
+@overload
+def attention_temperature(
+    positions: ArrayT,
+    *,
+    floor_scale: float = 8192,
+    attn_scale: float = 0.1,
+) -> ArrayT: ...
+
+
+@overload
+def attention_temperature(
+    positions: ArrayLike,
+    *,
+    floor_scale: float = 8192,
+    attn_scale: float = 0.1,
+) -> NDArray[np.float64]: ...
+
+
 @foreign
 def attention_temperature(positions, *, floor_scale=8192, attn_scale=0.1):
     """Llama 4's query scale on its layers without RoPE (attention
@@ -132,6 +201,45 @@ def _grids(value, name):
     if (arr < 1).any():
         raise ValueError(f"{name} must hold sizes >= 1")
     return arr.astype(np.int64)
+
+
+@overload
+def mrope_position_ids(
+    token_types: np.ndarray,
+    *,
+    image_grids: Optional[ArrayLike] = None,
+    video_grids: Optional[ArrayLike] = None,
+    spatial_merge_size: int = 2,
+    video_time_intervals: Optional[ArrayLike] = None,
+    video_frames_apart: bool = False,
+    attention_mask: Optional[ArrayLike] = None,
+) -> Tuple[NDArray[np.int64], NDArray[np.int64]]: ...
+
+
+@overload
+def mrope_position_ids(
+    token_types: ArrayT,
+    *,
+    image_grids: Optional[ArrayLike] = None,
+    video_grids: Optional[ArrayLike] = None,
+    spatial_merge_size: int = 2,
+    video_time_intervals: Optional[ArrayLike] = None,
+    video_frames_apart: bool = False,
+    attention_mask: Optional[ArrayLike] = None,
+) -> Tuple[ArrayT, ArrayT]: ...
+
+
+@overload
+def mrope_position_ids(
+    token_types: ArrayLike,
+    *,
+    image_grids: Optional[ArrayLike] = None,
+    video_grids: Optional[ArrayLike] = None,
+    spatial_merge_size: int = 2,
+    video_time_intervals: Optional[ArrayLike] = None,
+    video_frames_apart: bool = False,
+    attention_mask: Optional[ArrayLike] = None,
+) -> Tuple[NDArray[np.int64], NDArray[np.int64]]: ...
 
 
 @foreign

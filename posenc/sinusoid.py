@@ -3,12 +3,53 @@ side of src/sinusoid.c."""
 
 from __future__ import annotations
 
+from typing import Any, Literal, Optional, overload
+
+import numpy as np
+
 from . import _core
 from . import _validate as v
 from ._frequencies import inv_frequencies
 from ._interop import foreign
+from ._typing import Array, ArrayLike, ArrayT, DTypeLike, NDArray
 
 _LAYOUTS = _core.SINUSOID_LAYOUTS
+
+
+@overload
+def sinusoid(
+    positions: np.ndarray,
+    dim: int,
+    *,
+    base: float = 10000.0,
+    layout: Literal["interleaved", "concat"] = "interleaved",
+    dtype: Optional[DTypeLike] = None,
+    out: Optional[Array] = None,
+) -> NDArray[Any]: ...
+
+
+@overload
+def sinusoid(
+    positions: ArrayT,
+    dim: int,
+    *,
+    base: float = 10000.0,
+    layout: Literal["interleaved", "concat"] = "interleaved",
+    dtype: Optional[DTypeLike] = None,
+    out: Optional[ArrayT] = None,
+) -> ArrayT: ...
+
+
+@overload
+def sinusoid(
+    positions: ArrayLike,
+    dim: int,
+    *,
+    base: float = 10000.0,
+    layout: Literal["interleaved", "concat"] = "interleaved",
+    dtype: Optional[DTypeLike] = None,
+    out: Optional[Array] = None,
+) -> NDArray[Any]: ...
 
 
 @foreign
