@@ -12,6 +12,13 @@ Encodings (NumPy arrays in, NumPy arrays out):
 - :func:`alibi_bias`, :func:`alibi_slopes`: ALiBi; :func:`t5_bias`,
   :func:`relative_position_bucket`: T5's bucketed relative bias;
   :func:`relative_positions`: Shaw et al.'s clipped relative positions.
+- The relative encodings inside attention (:mod:`posenc.relative`):
+  Transformer-XL / XLNet (:func:`xl_relative_table`, :func:`xl_position_term`,
+  :func:`xl_content_bias`), TENER (:func:`tener_relative_table`,
+  :func:`tener_position_term`, :func:`tener_scores`), DeBERTa
+  (:func:`deberta_log_bucket`, :func:`deberta_relative_positions`,
+  :func:`deberta_attention_bias`), Shaw et al. (:func:`shaw_key_term`,
+  :func:`shaw_value_term`) and TUPE (:func:`tupe_bias`).
 
 Analyses (:mod:`posenc.probe`): what a position embedding has learned, after
 Wang & Chen, "What Do Position Embeddings Learn?" (EMNLP 2020).
@@ -44,6 +51,20 @@ from . import probe, reference
 from ._config import config, get_num_threads, set_num_threads, show_config, simd_path
 from ._version import __version__
 from .bias import alibi_bias, alibi_slopes, relative_position_bucket, relative_positions, t5_bias
+from .relative import (
+    deberta_attention_bias,
+    deberta_log_bucket,
+    deberta_relative_positions,
+    shaw_key_term,
+    shaw_value_term,
+    tener_position_term,
+    tener_relative_table,
+    tener_scores,
+    tupe_bias,
+    xl_content_bias,
+    xl_position_term,
+    xl_relative_table,
+)
 from .rope import apply_rope, rope_cos_sin, rope_frequencies
 from .rope_tools import (
     attention_temperature,
@@ -60,6 +81,9 @@ __all__ = [
     "apply_rope",
     "attention_temperature",
     "config",
+    "deberta_attention_bias",
+    "deberta_log_bucket",
+    "deberta_relative_positions",
     "get_num_threads",
     "mrope_position_ids",
     "permute_rope_weight",
@@ -71,8 +95,17 @@ __all__ = [
     "rope_cos_sin",
     "rope_frequencies",
     "set_num_threads",
+    "shaw_key_term",
+    "shaw_value_term",
     "show_config",
     "simd_path",
     "sinusoid",
     "t5_bias",
+    "tener_position_term",
+    "tener_relative_table",
+    "tener_scores",
+    "tupe_bias",
+    "xl_content_bias",
+    "xl_position_term",
+    "xl_relative_table",
 ]

@@ -429,3 +429,244 @@ def relative_positions(
         rel = np.clip(rel, -max_distance, max_distance)
     return rel.astype(np.int64)
 
+
+# ---------------------------------------------------------------- relative terms inside attention
+#
+# The products of queries (or keys) with the relative tables are formed as
+# posenc.relative forms them (NumPy's matmul, in float32, or float64 for
+# float64 inputs), so that the twins differ from the kernels only in the
+# gather: here an index array of the full (q, k) grid and take_along_axis.
+
+
+def _rel_work(*arrays):
+    return np.float64 if any(np.asarray(a).dtype == np.float64 for a in arrays) else np.float32
+
+
+def _rel_gather(products, col, by_key):
+    """products[..., i, col[i, j]] (or [..., j, col[i, j]]): the (q, k) grid."""
+    if by_key:  # row j of the products for column j of the scores
+        products = np.swapaxes(products, -1, -2)  # (..., width, k)
+        return np.take_along_axis(
+            products, np.broadcast_to(col, products.shape[:-2] + col.shape), -2
+        )
+    return np.take_along_axis(products, np.broadcast_to(col, products.shape[:-2] + col.shape), -1)
+
+
+def _rel_result(terms, scores, dtype):
+    """Each term rounded to the scores' dtype and added in turn; or their sum
+    in the working precision, rounded once to dtype."""
+    if scores is not None:
+        for term in terms:
+            scores += term.astype(scores.dtype)
+        return scores
+    total = terms[0] + 0.0  # -0.0 + 0.0 is +0.0, as the kernel's sum onto zeros
+    for term in terms[1:]:
+        total = total + term
+    return total.astype(dtype)
+
+
+def xl_relative_table(
+    q_len,
+    k_len=None,
+    dim=None,
+    *,
+    attn_type="bi",
+    bi_data=False,
+    clamp_len=None,
+    base=10000.0,
+    dtype=None,
+):
+    """Rows of distances k_len, k_len - 1, ... down to 1 - q_len ("bi") or 0
+    ("uni"): [sin(d w), cos(d w)], w_i = base**(-2i/dim); bi_data: the
+    forward table and the backward one (-d), stacked."""
+    k_len = q_len if k_len is None else k_len
+    d = np.arange(k_len, -q_len if attn_type == "bi" else -1, -1, dtype=np.float64)
+    tables = [d, -d] if bi_data else [d]
+    if clamp_len is not None and clamp_len > 0:
+        tables = [np.clip(t, -clamp_len, clamp_len) for t in tables]
+    out = [sinusoid(t, dim, base=base, layout="concat", dtype=dtype or np.float32) for t in tables]
+    return np.stack(out) if bi_data else out[0]
+
+
+def xl_position_term(q, r, *, bias=None, k_len=None, q_offset=None, causal=False, scores=None):
+    """(q_i + v) . r[k_len - (qpos - j)], qpos = q_offset + i (future keys skipped if causal)."""
+    q, r = np.asarray(q), np.asarray(r)
+    q_len, rows = q.shape[-2], r.shape[-2]
+    if k_len is None:
+        k_len = scores.shape[-1] if scores is not None else rows - q_len
+    q_offset = k_len - q_len if q_offset is None else q_offset
+    work = _rel_work(q, r, *([] if scores is None else [scores]))
+    qb = q.astype(work) + (0 if bias is None else np.asarray(bias, work)[:, None, :])
+    products = qb @ np.swapaxes(r.astype(work), -1, -2)
+    dist = -_key_minus_query(q_len, k_len, q_offset)  # query - key
+    term = _rel_gather(products, np.clip(k_len - dist, 0, rows - 1), False)
+    if causal:  # future keys: nothing added
+        term = np.where(dist >= 0, term, 0.0 if scores is None else -0.0)
+    return _rel_result([term], scores, np.result_type(q, r))
+
+
+def xl_content_bias(k, bias, *, scores=None):
+    """u . k_j for every query: (..., heads, 1, k_len)."""
+    k = np.asarray(k)
+    work = _rel_work(k, bias)
+    term = np.einsum("hd,...hkd->...hk", np.asarray(bias, work), k.astype(work))[..., None, :]
+    return _rel_result([term], scores, np.result_type(k, np.asarray(bias)))
+
+
+def tener_relative_table(length, dim, *, base=10000.0, dtype=None):
+    """Row t: position p = t - length, [sin(p w), cos(p w)], w_i = base**(-i/(dim/2 - 1))."""
+    half = dim // 2
+    w = np.array([base ** (-i / (half - 1)) for i in range(half)])
+    p = np.arange(-length, length, dtype=np.float64)[:, None] * w
+    return np.concatenate([np.sin(p), np.cos(p)], axis=1).astype(dtype or np.float32)
+
+
+def tener_position_term(q, k, table, *, v=None, key_term=True, scores=None):
+    """(q_i + v) . R[j - i] + k_j . R[i - j], R[p] at row M + p."""
+    q, k, table = np.asarray(q), np.asarray(k), np.asarray(table)
+    length, m = q.shape[-2], table.shape[0] // 2
+    work = _rel_work(q, k, table, *([] if scores is None else [scores]))
+    rel = _key_minus_query(length, length, 0)  # j - i
+    Rt = table.astype(work).T
+    qb = q.astype(work) + (0 if v is None else np.asarray(v, work)[:, None, :])
+    terms = [_rel_gather(qb @ Rt, m + rel, False)]
+    if key_term:
+        terms.append(_rel_gather(k.astype(work) @ Rt, m - rel, True))
+    return _rel_result(terms, scores, np.result_type(q, k, table))
+
+
+def tener_scores(q, k, table, *, u=None, v=None, scale=False, key_term=True):
+    """((q + u) . k + the position terms) / sqrt(head_dim) if scale."""
+    q, k, table = np.asarray(q), np.asarray(k), np.asarray(table)
+    work = _rel_work(q, k, table)
+    qu = q.astype(work) + (0 if u is None else np.asarray(u, work)[:, None, :])
+    scores = qu @ np.swapaxes(k.astype(work), -1, -2)
+    tener_position_term(q, k, table, v=v, key_term=key_term, scores=scores)
+    if scale:
+        scores /= np.sqrt(work(q.shape[-1]))
+    return scores.astype(np.result_type(q, k, table))
+
+
+def deberta_log_bucket(relative_pos, bucket_size, max_position, *, precision="float32"):
+    """d for |d| <= mid, else sign(d) (mid + ceil(ln(|d|/mid) / ln((max_position-1)/mid) (mid-1))),
+    mid = bucket_size // 2; in float32 (as transformers), or float64 (as the authors)."""
+    rel = np.asarray(relative_pos, dtype=np.int64)
+    mid = bucket_size // 2
+    a = np.where(np.abs(rel) < mid, mid - 1, np.abs(rel))
+    if precision == "float32":
+        f = np.float32
+        ratio = (a.astype(f) / f(mid)).astype(np.float64)
+        num = np.log(ratio).astype(f)
+        den = f(math.log(f((max_position - 1) / mid)))
+        log_pos = np.ceil(num / den * f(mid - 1)) + f(mid)
+    else:
+        log_pos = np.ceil(np.log(a / mid) / np.log((max_position - 1) / mid) * (mid - 1)) + mid
+    return np.where(a <= mid, rel, np.sign(rel) * log_pos.astype(np.int64)).astype(np.int64)
+
+
+def deberta_relative_positions(
+    q_len, k_len=None, *, bucket_size=-1, max_position=-1, q_offset=0, precision="float32"
+):
+    """(q_offset + i) - j, log-bucketed when both sizes are > 0."""
+    k_len = q_len if k_len is None else k_len
+    rel = -_key_minus_query(q_len, k_len, q_offset)
+    if bucket_size > 0 and max_position > 0:
+        rel = deberta_log_bucket(rel, bucket_size, max_position, precision=precision)
+    return rel.astype(np.int64)
+
+
+def deberta_attention_bias(
+    q,
+    k,
+    pos_key=None,
+    pos_query=None,
+    *,
+    position_buckets=-1,
+    max_relative_positions=512,
+    q_offset=0,
+    scale_factor=None,
+    precision="float32",
+    scores=None,
+):
+    """c2p: q_i . pos_key[c(i, j)] / s, p2c: k_j . pos_query[c(i, j)] / s,
+    c = clip(span + bucket(qpos - j), 0, 2 span - 1), s = sqrt(head_dim * scale_factor)."""
+    q, k = np.asarray(q), np.asarray(k)
+    span = position_buckets if position_buckets > 0 else max_relative_positions
+    terms = [t for t in (pos_key, pos_query) if t is not None]
+    scale_factor = 1 + len(terms) if scale_factor is None else scale_factor
+    work = _rel_work(q, k, *terms, *([] if scores is None else [scores]))
+    s = np.sqrt(work(q.shape[-1]) * work(scale_factor))
+    rel = deberta_relative_positions(
+        q.shape[-2],
+        k.shape[-2],
+        bucket_size=position_buckets,
+        max_position=max_relative_positions,
+        q_offset=q_offset,
+        precision=precision,
+    )
+    col = np.clip(rel + span, 0, 2 * span - 1)
+    parts = []
+    if pos_key is not None:
+        c2p = q.astype(work) @ np.swapaxes(np.asarray(pos_key, work), -1, -2) / s
+        parts.append(_rel_gather(c2p, col, False))
+    if pos_query is not None:
+        p2c = k.astype(work) @ np.swapaxes(np.asarray(pos_query, work), -1, -2) / s
+        parts.append(_rel_gather(p2c, col, True))
+    return _rel_result(parts, scores, np.result_type(q, k, *[np.asarray(t) for t in terms]))
+
+
+def _shaw_col(q_len, k_len, q_offset, max_distance):
+    if q_offset is None:
+        q_offset = k_len - q_len
+    return (
+        np.clip(_key_minus_query(q_len, k_len, q_offset), -max_distance, max_distance)
+        + max_distance
+    )
+
+
+def shaw_key_term(q, rel_keys, *, max_distance, k_len=None, q_offset=None, scores=None):
+    """q_i . a^K[clip(j - qpos, -k, k) + k], qpos = q_offset + i (k_len - q_len by default)."""
+    q, rel_keys = np.asarray(q), np.asarray(rel_keys)
+    q_len = q.shape[-2]
+    k_len = (scores.shape[-1] if scores is not None else q_len) if k_len is None else k_len
+    work = _rel_work(q, rel_keys, *([] if scores is None else [scores]))
+    products = q.astype(work) @ np.swapaxes(rel_keys.astype(work), -1, -2)
+    term = _rel_gather(products, _shaw_col(q_len, k_len, q_offset, max_distance), False)
+    return _rel_result([term], scores, np.result_type(q, rel_keys))
+
+
+def shaw_value_term(weights, rel_values, *, max_distance, q_offset=None):
+    """sum_j w[i, j] a^V[clip(j - qpos, -k, k) + k]."""
+    w, rel_values = np.asarray(weights), np.asarray(rel_values)
+    q_len, k_len = w.shape[-2:]
+    work = _rel_work(w, rel_values)
+    col = _shaw_col(q_len, k_len, q_offset, max_distance)
+    onehot = (col[..., None] == np.arange(2 * max_distance + 1)).astype(work)  # (q, k, 2k+1)
+    summed = np.einsum("...qk,qkr->...qr", w.astype(work), onehot)
+    return (summed @ rel_values.astype(work)).astype(np.result_type(w, rel_values))
+
+
+def tupe_bias(pos_q, pos_k, *, rel_table=None, max_distance=128, untie_cls=True, scores=None):
+    """(p_i U_Q)(p_j U_K)^T / sqrt(2 d) + b[bucket(j - i)], [CLS] untied (row 0, column 0)."""
+    pq, pk = np.asarray(pos_q), np.asarray(pos_k)
+    work = _rel_work(pq, pk, *([] if rel_table is None else [rel_table]))
+    d = pq.shape[-1]
+    a = (pq.astype(work) * work(1.0 / math.sqrt(2 * d))) @ np.swapaxes(pk.astype(work), -1, -2)
+    if untie_cls:
+        cls_to_others, others_to_cls = a[:, 0, 0].copy(), a[:, 1, 1].copy()
+        a = a[:, 1:, 1:].copy()
+        a[:, :, 0] = others_to_cls[:, None]
+        a[:, 0, :] = cls_to_others[:, None]
+    if rel_table is not None:
+        table = np.asarray(rel_table, work)
+        n = a.shape[-1]
+        nb = table.shape[0] - (1 if untie_cls else 0)
+        buckets = relative_position_bucket(
+            _key_minus_query(n, n, 0), num_buckets=nb, max_distance=max_distance
+        )
+        if untie_cls:
+            buckets[:, 0] = nb
+            buckets[0, :] = nb // 2
+        a = a + np.moveaxis(table[buckets], -1, 0)
+    dtypes = [pq, pk] + ([] if rel_table is None else [np.asarray(rel_table)])
+    return _rel_result([a], scores, np.result_type(*dtypes))

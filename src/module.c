@@ -29,6 +29,7 @@
 #endif
 
 #include "pe.h"
+#include "relative.h"
 #include "simd.h"
 
 /* The kernels of the SIMD path in use (simd.h).  Read and written only
@@ -857,6 +858,152 @@ static PyObject *py_relative_positions(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* ---- relative terms inside attention (relative.c) ---- */
+
+/* The column of products each distance reads: a C-contiguous int64 vector
+ * of q_len + k_len - 1 entries in [-1, width).  NULL with an error if not. */
+static PyArrayObject *rel_map_arg(PyObject *obj, npy_intp n, npy_intp width)
+{
+    PyArrayObject *map = arg_array(obj, "map", NPY_INT64, 1, ARG_CONTIGUOUS);
+    if (map == NULL)
+        return NULL;
+    if (PyArray_DIM(map, 0) != n) {
+        PyErr_Format(PyExc_ValueError, "map must have q_len + k_len - 1 = %zd entries",
+                     (Py_ssize_t)n);
+        return NULL;
+    }
+    const int64_t *m = (const int64_t *)PyArray_DATA(map);
+    for (npy_intp t = 0; t < n; ++t)
+        if (m[t] < -1 || m[t] >= width) {
+            PyErr_Format(PyExc_ValueError, "map entries must be in [-1, %zd)", (Py_ssize_t)width);
+            return NULL;
+        }
+    return map;
+}
+
+struct rel_gather_call {
+    struct pe_rel_src src;
+    const int64_t *map;
+    const struct pe_bias_dst *dst;
+};
+
+static int rel_gather_kernel(const struct pe_kernels *k, void *args, int nthreads)
+{
+    const struct rel_gather_call *c = args;
+    (void)k;
+    return pe_rel_gather_add(&c->src, c->map, c->dst, nthreads);
+}
+
+static PyObject *py_rel_gather_add(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *src_o, *map_o, *dst_o;
+    int by_key;
+    if (!PyArg_ParseTuple(args, "OOOp:rel_gather_add", &src_o, &map_o, &dst_o, &by_key))
+        return NULL;
+    struct pe_bias_dst d;
+    PyArrayObject *dst = bias_target(dst_o, "scores", -1, &d);
+    if (dst == NULL)
+        return NULL;
+    PyArrayObject *src =
+        arg_array(src_o, "products", d.dtype == PE_F64 ? NPY_DOUBLE : NPY_FLOAT, 4, 0);
+    if (src == NULL)
+        return NULL;
+    npy_intp rows = by_key ? d.k_len : d.q_len, width = PyArray_DIM(src, 3);
+    npy_intp sb = PyArray_DIM(src, 0);
+    if ((sb != 1 && sb != d.batch) || PyArray_DIM(src, 1) != d.heads ||
+        PyArray_DIM(src, 2) != rows || width < 1) {
+        PyErr_Format(PyExc_ValueError, "products must have shape (1 or %zd, %zd, %zd, width >= 1)",
+                     (Py_ssize_t)d.batch, (Py_ssize_t)d.heads, (Py_ssize_t)rows);
+        return NULL;
+    }
+    for (int ax = 0; ax < 3; ++ax)
+        if (PyArray_STRIDE(src, ax) % PyArray_ITEMSIZE(src) != 0) {
+            PyErr_SetString(PyExc_ValueError, "products must have strides of whole elements");
+            return NULL;
+        }
+    PyArrayObject *map = rel_map_arg(map_o, d.q_len + d.k_len - 1, width);
+    if (map == NULL || check_no_overlap(dst, "scores", src, "products") < 0 ||
+        check_no_overlap(dst, "scores", map, "map") < 0)
+        return NULL;
+    struct rel_gather_call c = {
+        .src = {PyArray_BYTES(src), sb, rows, width, PyArray_STRIDE(src, 0), PyArray_STRIDE(src, 1),
+                PyArray_STRIDE(src, 2), by_key},
+        .map = (const int64_t *)PyArray_DATA(map),
+        .dst = &d,
+    };
+    if (run_kernel(rel_gather_kernel, &c, PyArray_SIZE(dst)) < 0)
+        return PyErr_NoMemory();
+    Py_RETURN_NONE;
+}
+
+struct rel_scatter_call {
+    const char *w;
+    char *out;
+    const int64_t *map;
+    npy_intp batch, heads, q_len, k_len, width;
+    int w_dtype, out_dtype;
+};
+
+static int rel_scatter_kernel(const struct pe_kernels *k, void *args, int nthreads)
+{
+    const struct rel_scatter_call *c = args;
+    (void)k;
+    return pe_rel_scatter_add(c->w, c->w_dtype, c->batch, c->heads, c->q_len, c->k_len, c->map,
+                              c->out, c->out_dtype, c->width, nthreads);
+}
+
+static PyObject *py_rel_scatter_add(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *w_o, *map_o, *out_o;
+    if (!PyArg_ParseTuple(args, "OOO:rel_scatter_add", &w_o, &map_o, &out_o))
+        return NULL;
+    if (!PyArray_Check(w_o) || pe_dtype_of((PyArrayObject *)w_o) < 0) {
+        PyErr_SetString(PyExc_TypeError, "weights must be a numpy.ndarray of float16, float32 or "
+                                         "float64");
+        return NULL;
+    }
+    PyArrayObject *w =
+        arg_array(w_o, "weights", PyArray_TYPE((PyArrayObject *)w_o), 4, ARG_CONTIGUOUS);
+    PyArrayObject *out =
+        w ? arg_array(out_o, "out", PyArray_TYPE(w) == NPY_DOUBLE ? NPY_DOUBLE : NPY_FLOAT, 4,
+                      ARG_CONTIGUOUS | ARG_WRITE)
+          : NULL;
+    if (out == NULL)
+        return NULL;
+    npy_intp width = PyArray_DIM(out, 3);
+    for (int ax = 0; ax < 3; ++ax)
+        if (PyArray_DIM(out, ax) != PyArray_DIM(w, ax)) {
+            PyErr_SetString(PyExc_ValueError,
+                            "out must have the shape of weights but the last axis");
+            return NULL;
+        }
+    if (width < 1) {
+        PyErr_SetString(PyExc_ValueError, "out must have a last axis of at least one element");
+        return NULL;
+    }
+    PyArrayObject *map = rel_map_arg(map_o, PyArray_DIM(w, 2) + PyArray_DIM(w, 3) - 1, width);
+    if (map == NULL || check_no_overlap(out, "out", w, "weights") < 0 ||
+        check_no_overlap(out, "out", map, "map") < 0)
+        return NULL;
+    struct rel_scatter_call c = {
+        .w = PyArray_BYTES(w),
+        .out = PyArray_BYTES(out),
+        .map = (const int64_t *)PyArray_DATA(map),
+        .batch = PyArray_DIM(w, 0),
+        .heads = PyArray_DIM(w, 1),
+        .q_len = PyArray_DIM(w, 2),
+        .k_len = PyArray_DIM(w, 3),
+        .width = width,
+        .w_dtype = pe_dtype_of(w),
+        .out_dtype = PyArray_TYPE(out) == NPY_DOUBLE ? PE_F64 : PE_F32,
+    };
+    if (run_kernel(rel_scatter_kernel, &c, PyArray_SIZE(w)) < 0)
+        return PyErr_NoMemory();
+    Py_RETURN_NONE;
+}
+
 /* ---- module ---- */
 
 static PyMethodDef methods[] = {
@@ -876,6 +1023,12 @@ static PyMethodDef methods[] = {
      "t5_buckets(rel, out, bidirectional, num_buckets, thresholds): T5's bucket of each rel."},
     {"relative_positions", py_relative_positions, METH_VARARGS,
      "relative_positions(out, max_distance, q_offset): clipped j - (q_offset + i), -1: no clip."},
+    {"rel_gather_add", py_rel_gather_add, METH_VARARGS,
+     "rel_gather_add(products, map, scores, by_key): scores[b, h, i, j] += products[b, h, i or j, "
+     "map[q_len - 1 - i + j]] (-1: left as is)."},
+    {"rel_scatter_add", py_rel_scatter_add, METH_VARARGS,
+     "rel_scatter_add(weights, map, out): out[b, h, i, map[q_len - 1 - i + j]] += "
+     "weights[b, h, i, j]."},
     {"set_num_threads", py_set_num_threads, METH_O,
      "set_num_threads(n): threads for the kernels; 0 follows OpenMP."},
     {"get_num_threads", py_get_num_threads, METH_NOARGS,

@@ -1,0 +1,927 @@
+"""The relative encodings that live inside attention.
+
+Transformer-XL / XLNet (relative sinusoid table, the position term with the
+relative shift, the content bias), TENER (direction-aware relative
+sinusoid), DeBERTa (log buckets, c2p and p2c), Shaw et al. (relative keys
+and values, tensor2tensor's convention) and TUPE (untied positional
+correlation, untied [CLS], T5 buckets).
+
+Each position term is a product of queries (or keys) with a small table of
+relative embeddings -- ``(rows, width)`` per head, done by NumPy's matmul
+(BLAS) -- followed by a gather: score ``(i, j)`` takes the column its
+distance names.  The gather and the add into the scores are one C kernel
+(src/relative.c) that reads the products where they are: no shifted copy
+and no ``(q, k)`` temporary of the term is made.
+
+Distances: Transformer-XL, XLNet and DeBERTa count ``query - key`` (the
+opposite sign of :func:`posenc.relative_positions`); Shaw, TENER's query
+term and T5 count ``key - query``.  Each function says which.  Query ``i``
+sits at position ``q_offset + i`` and key ``j`` at ``j``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from . import _core
+from . import _validate as v
+from ._interop import foreign
+from .bias import _check_t5, t5_bias
+from .sinusoid import sinusoid
+
+_check = v  # for the TENER functions, whose argument v (the position bias) hides the module
+_MAX_OFFSET = _core.MAX_Q_OFFSET
+# the element types the gather kernel adds into
+_KERNEL_DTYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def _float(x, name, ndim=None):
+    """`x` as a float ndarray (float16/32/64), with at least `ndim` axes."""
+    arr = x if isinstance(x, np.ndarray) else np.asarray(x)
+    v.float_array_dtype(arr, name)
+    if ndim is not None and arr.ndim < ndim:
+        raise ValueError(f"{name} must have at least {ndim} dimensions, not shape {arr.shape}")
+    return arr
+
+
+def _work(*dtypes):
+    """The dtype products are formed in: float64 if any input is, else float32."""
+    return np.dtype(np.float64) if any(d == np.float64 for d in dtypes) else np.dtype(np.float32)
+
+
+def _result(*arrays):
+    """The dtype of a new result: NumPy's promotion of the inputs' (native)."""
+    return np.result_type(*[a.dtype.newbyteorder("=") for a in arrays])
+
+
+def _bias_vector(bias, heads, d, name):
+    """A per-head vector (heads, d) (or None), broadcast as (heads, 1, d)."""
+    if bias is None:
+        return None
+    arr = _float(bias, name)
+    if arr.shape != (heads, d):
+        raise ValueError(
+            f"{name} must have shape ({heads}, {d}) (heads, head_dim), not {arr.shape}"
+        )
+    return arr[:, None, :]
+
+
+def _heads_table(table, heads, d, name, rows=None):
+    """A relative table shared by the heads (rows, d) or one per head
+    (..., heads, rows, d); returned with a heads axis."""
+    arr = _float(table, name, 2)
+    if arr.shape[-1] != d:
+        raise ValueError(
+            f"{name} must have {d} columns (the head_dim of the queries), not {arr.shape[-1]}"
+        )
+    if arr.ndim >= 3 and arr.shape[-3] != heads:
+        raise ValueError(f"{name} must have {heads} heads on axis -3, not shape {arr.shape}")
+    if rows is not None and arr.shape[-2] != rows:
+        raise ValueError(f"{name} must have {rows} rows, not {arr.shape[-2]}")
+    if arr.shape[-2] < 1:
+        raise ValueError(f"{name} must have at least one row")
+    return arr if arr.ndim >= 3 else arr[None]
+
+
+def _qk(x, name, heads=None, d=None):
+    arr = _float(x, name, 3)
+    if heads is not None and arr.shape[-3] != heads:
+        raise ValueError(f"{name} must have {heads} heads on axis -3, not shape {arr.shape}")
+    if d is not None and arr.shape[-1] != d:
+        raise ValueError(f"{name} must have head_dim {d} on its last axis, not {arr.shape[-1]}")
+    return arr
+
+
+def _lead(*shapes, names):
+    """The broadcast of the leading (batch) shapes, or a ValueError."""
+    try:
+        return np.broadcast_shapes(*shapes)
+    except ValueError:
+        raise ValueError(
+            f"the leading (batch) axes of {', '.join(names)} do not broadcast: {shapes}"
+        ) from None
+
+
+def _offset(q_offset, q_len, k_len, default):
+    if q_offset is None:
+        if default < 0:
+            raise ValueError(
+                f"q_len ({q_len}) > k_len ({k_len}): the default q_offset = k_len - q_len would "
+                "put queries before the first key; pass q_offset"
+            )
+        return default
+    return v.integer(q_offset, "q_offset", minimum=-_MAX_OFFSET, maximum=_MAX_OFFSET)
+
+
+def _distances(q_len, k_len, q_offset):
+    """key - query at t = q_len - 1 - i + j, the index the kernel's map takes."""
+    return np.arange(q_len + k_len - 1, dtype=np.int64) - (q_len - 1) - q_offset
+
+
+def _scores_array(scores, name="scores"):
+    """`scores` as a float ndarray that can be written in place, else TypeError."""
+    arr = scores if isinstance(scores, np.ndarray) else np.asarray(scores)
+    if arr is not scores and arr.base is None:
+        raise TypeError(
+            f"{name} must be an array that can be written in place (an ndarray or a CPU tensor), "
+            f"not {type(scores).__name__}"
+        )
+    v.float_array_dtype(arr, name)
+    return arr
+
+
+def _target(scores, lead, shape, name="scores"):
+    """`scores` checked: a writeable float ndarray of shape (..., *shape)
+    whose leading axes the inputs' (`lead`) broadcast to."""
+    arr = _scores_array(scores, name)
+    n = len(shape)
+    if arr.ndim < n or arr.shape[arr.ndim - n :] != tuple(shape):
+        raise ValueError(
+            f"{name} must have shape (..., {', '.join(map(str, shape))}), not {arr.shape}"
+        )
+    own = arr.shape[: arr.ndim - n]
+    try:
+        fits = np.broadcast_shapes(own, lead) == own
+    except ValueError:
+        fits = False
+    if not fits:
+        raise ValueError(
+            f"{name} has leading (batch) axes {own}, which the inputs' {lead} must broadcast to"
+        )
+    if not arr.flags.writeable:
+        raise ValueError(f"{name} is read-only")
+    return arr
+
+
+def _gather_into(target, parts):
+    """target (..., heads, q, k) += each part's gathered products, in place.
+
+    parts: (products (..., heads, rows, width), map, by_key) with the
+    products' leading axes broadcasting to the target's.  A target the
+    kernel cannot add into where it is (byte-swapped, unaligned, strided
+    last axis, leading axes that do not merge, a dtype it does not know)
+    goes through a native C-contiguous temporary."""
+    native = target.dtype.newbyteorder("=")
+    views = v.bias_views(target) if native in _KERNEL_DTYPES else None
+    if views == []:
+        return
+    direct = views is not None and len(views) == 1
+    if direct:
+        work = views[0]
+    else:
+        kind = native if native in _KERNEL_DTYPES else np.dtype(np.float32)
+        work = np.array(target, dtype=kind, order="C").reshape((-1,) + target.shape[-3:])
+    wdt = np.float64 if work.dtype == np.float64 else np.float32
+    batch = work.shape[0]
+    for products, index, by_key in parts:
+        p = products.astype(wdt, copy=False)
+        inner = p.shape[-3:]
+        if math.prod(p.shape[:-3]) == 1:
+            p = p.reshape((1,) + inner)
+        else:
+            p = np.broadcast_to(p, target.shape[:-3] + inner).reshape((batch,) + inner)
+        if p.strides[-1] != p.itemsize or not p.flags.aligned:
+            p = np.ascontiguousarray(p)
+        _core.rel_gather_add(p, index, work, by_key)
+    if not direct:
+        np.copyto(target, work.reshape(target.shape), casting="unsafe")
+
+
+def _finish(scores, lead, shape, dtype, parts):
+    """The terms added into `scores` (returned; each term rounded to the
+    scores' dtype, then added), or, without scores, summed in the working
+    precision (float32, or float64) into a new array rounded once to `dtype`."""
+    if scores is not None:
+        _gather_into(scores, parts)
+        return scores
+    v.shape_size(lead + shape, "result")
+    kind = np.dtype(np.float64) if dtype == np.float64 else np.dtype(np.float32)
+    result = np.zeros(lead + shape, kind)
+    _gather_into(result, parts)
+    return result if kind == dtype else result.astype(dtype)
+
+
+# ---------------------------------------------------------------- Transformer-XL / XLNet
+
+
+@foreign
+def xl_relative_table(
+    q_len,
+    k_len=None,
+    dim=None,
+    *,
+    attn_type="bi",
+    bi_data=False,
+    clamp_len=None,
+    base=10000.0,
+    dtype=None,
+):
+    """Transformer-XL / XLNet's relative sinusoid table.
+
+    Parameters
+    ----------
+    q_len, k_len : int
+        Queries and keys (``k_len = mem_len + q_len`` with a memory;
+        ``q_len`` by default).
+    dim : int
+        The model dimension (even).
+    attn_type : {"bi", "uni"}
+        As XLNet: ``"bi"`` gives the rows of distances ``k_len`` down to
+        ``1 - q_len`` (``k_len + q_len`` rows, every key of every query),
+        ``"uni"`` those of ``k_len`` down to 0 (past keys only).
+    bi_data : bool
+        XLNet's bidirectional data pipeline: the table of the forward order
+        and that of the backward order (positions negated), stacked as
+        ``(2, rows, dim)``; XLNet gives the first half of a batch the first.
+    clamp_len : int, optional
+        Distances clipped to ``[-clamp_len, clamp_len]`` when ``clamp_len > 0``
+        (XLNet's ``clamp_len``; 0, negative or None: no clipping).
+    base : float
+        Wavelength base, 10000 in both models.
+    dtype : float16, float32 (default) or float64
+
+    Returns
+    -------
+    ndarray of shape ``(rows, dim)`` (``(2, rows, dim)`` with `bi_data`)
+        Row ``t`` holds distance ``d = k_len - t`` (query minus key):
+        ``[sin(d w_0), ..., sin(d w_{dim/2-1}), cos(d w_0), ..., cos(d w_{dim/2-1})]``,
+        ``w_i = base ** (-2i / dim)`` -- the sines then the cosines.
+        Transformers' ``XLNetModel.relative_positional_encoding`` forms it in
+        float32; posenc forms every angle in float64 and rounds once.
+    """
+    q_len = v.integer(q_len, "q_len", minimum=1)
+    k_len = q_len if k_len is None else v.integer(k_len, "k_len", minimum=1)
+    if dim is None:
+        raise TypeError("xl_relative_table() needs dim, the model dimension")
+    dim = v.even_dim(dim, "dim")
+    attn_type = v.choice(attn_type, "attn_type", ("bi", "uni"))
+    bi_data = v.flag(bi_data, "bi_data")
+    clamp = 0 if clamp_len is None else v.integer(clamp_len, "clamp_len")
+    dtype = v.result_dtype(dtype, None)
+    end = -q_len if attn_type == "bi" else -1
+    fwd = np.arange(k_len, end, -1, dtype=np.float64)
+    tables = [fwd, -fwd] if bi_data else [fwd]
+    if clamp > 0:
+        tables = [np.clip(t, -clamp, clamp) for t in tables]
+    out = [sinusoid(t, dim, base=base, layout="concat", dtype=dtype) for t in tables]
+    return np.stack(out) if bi_data else out[0]
+
+
+@foreign
+def xl_position_term(q, r, *, bias=None, k_len=None, q_offset=None, causal=False, scores=None):
+    """Transformer-XL / XLNet's position term ``(q_i + v) . r[i - j]``, shifted by indexing.
+
+    Parameters
+    ----------
+    q : array_like (..., heads, q_len, head_dim)
+        The queries (XLNet's ``q_head``, heads before positions).
+    r : array_like (..., heads, rows, head_dim)
+        The projected relative table (XLNet's ``k_head_r``: the table of
+        :func:`xl_relative_table` times ``W_R``, per head); row ``t`` holds
+        distance ``k_len - t``.  Leading axes broadcast against `q`'s (with
+        ``bi_data`` each half of the batch has its own).
+    bias : array_like (heads, head_dim), optional
+        The position bias ``v`` (XLNet's ``r_r_bias``, Transformer-XL's
+        ``r_r_bias``).
+    k_len : int, optional
+        Number of keys: `scores`' last axis, else ``rows - q_len`` (the
+        ``"bi"`` table).
+    q_offset : int, optional
+        Query ``i`` sits at ``q_offset + i``; ``k_len - q_len`` by default
+        (the newest tokens after a memory).
+    causal : bool
+        Skip the keys after each query (they are masked), as the ``"uni"``
+        table, which has no rows for them, requires; their scores are left
+        as they are.
+    scores : ndarray (..., heads, q_len, k_len), optional
+        Scores to add the term into, in place (returned).
+
+    Returns
+    -------
+    ndarray (..., heads, q_len, k_len)
+        ``(q_i + v) . r[k_len - (q_offset + i - j)]``, or `scores` with it added.
+
+    Notes
+    -----
+    ``(q + v) @ r^T`` is one BLAS product per head, ``(q_len, rows)``; its
+    row ``i`` read from column ``k_len - q_offset - i`` on is row ``i`` of
+    XLNet's ``rel_shift_bnij`` (Transformer-XL's ``_rel_shift`` for past
+    keys).  The C kernel adds that slice into the scores directly.
+    """
+    q = _qk(q, "q")
+    heads, q_len, d = q.shape[-3:]
+    r = _heads_table(r, heads, d, "r")
+    rows = r.shape[-2]
+    lead = _lead(q.shape[:-3], r.shape[:-3], names=("q", "r"))
+    b = _bias_vector(bias, heads, d, "bias")
+    causal = v.flag(causal, "causal")
+    if scores is not None:
+        sc = _scores_array(scores)
+        if sc.ndim < 3:
+            raise ValueError(
+                f"scores must have shape (..., {heads}, {q_len}, k_len), not {sc.shape}"
+            )
+        k_len = sc.shape[-1] if k_len is None else v.integer(k_len, "k_len", minimum=1)
+    elif k_len is None:
+        k_len = rows - q_len
+        if k_len < 1:
+            raise ValueError(f"r has {rows} rows: pass k_len (the bi table has k_len + q_len rows)")
+    else:
+        k_len = v.integer(k_len, "k_len", minimum=1)
+    q_offset = _offset(q_offset, q_len, k_len, k_len - q_len)
+    target = None if scores is None else _target(scores, lead, (heads, q_len, k_len))
+    dist = q_offset + (q_len - 1) - np.arange(q_len + k_len - 1, dtype=np.int64)  # query - key
+    index = k_len - dist
+    need = dist >= 0 if causal else np.ones(dist.shape, bool)
+    # each row reads the keys of its own query only: every t is read by some row
+    missing = need & ((index < 0) | (index >= rows))
+    if missing.any():
+        lo, hi = int(dist[need].min()), int(dist[need].max())
+        hint = "" if causal else " (causal=True skips future keys)"
+        raise ValueError(
+            f"r has {rows} rows (distances {k_len} down to {k_len - rows + 1}), but the scores "
+            f"need distances {hi} down to {lo}{hint}"
+        )
+    index = np.where(need, index, -1)
+    work = _work(q.dtype, r.dtype, *(() if target is None else (target.dtype,)))
+    qb = q.astype(work) if b is None else q.astype(work) + b.astype(work)
+    products = qb @ np.swapaxes(r.astype(work, copy=False), -1, -2)
+    return _finish(target, lead, (heads, q_len, k_len), _result(q, r), [(products, index, False)])
+
+
+@foreign
+def xl_content_bias(k, bias, *, scores=None):
+    """Transformer-XL / XLNet's content bias ``u . k_j``, the same for every query.
+
+    Parameters
+    ----------
+    k : array_like (..., heads, k_len, head_dim)
+        The content keys (XLNet's ``k_head_h``).
+    bias : array_like (heads, head_dim)
+        ``u`` (XLNet's and Transformer-XL's ``r_w_bias``).
+    scores : ndarray (..., heads, q_len, k_len), optional
+        Scores to add it into, in place (returned).
+
+    Returns
+    -------
+    ndarray (..., heads, 1, k_len)
+        ``u . k_j``, which broadcasts over the queries; or `scores` with it
+        added.  With the content product ``q @ k^T`` it makes XLNet's
+        ``ac = (q + u) . k``.
+    """
+    k = _qk(k, "k")
+    heads, k_len, d = k.shape[-3:]
+    u = _bias_vector(bias, heads, d, "bias")
+    work = _work(k.dtype, u.dtype)
+    term = u.astype(work) @ np.swapaxes(k.astype(work, copy=False), -1, -2)  # (..., h, 1, k)
+    if scores is None:
+        return term.astype(_result(k, u), copy=False)
+    sc = _scores_array(scores)
+    q_len = sc.shape[-2] if sc.ndim >= 3 else 0
+    target = _target(scores, k.shape[:-3], (heads, q_len, k_len))
+    np.add(target, term, out=target, casting="unsafe")
+    return target
+
+
+# ---------------------------------------------------------------- TENER
+
+
+def _tener_frequencies(dim, base):
+    half = dim // 2
+    return np.exp(-np.arange(half, dtype=np.float64) * (math.log(base) / (half - 1)))
+
+
+@foreign
+def tener_relative_table(length, dim, *, base=10000.0, dtype=None):
+    """TENER's direction-aware relative sinusoid table.
+
+    Parameters
+    ----------
+    length : int
+        The sequence length ``L``.
+    dim : int
+        The head dimension, even and >= 4.
+    base : float
+    dtype : float16, float32 (default) or float64
+
+    Returns
+    -------
+    ndarray (2 * length, dim)
+        Row ``t`` holds position ``p = t - length`` (``-L .. L-1``):
+        ``[sin(p w_0), ..., sin(p w_{h-1}), cos(p w_0), ..., cos(p w_{h-1})]``
+        with ``h = dim / 2`` and ``w_i = base ** (-i / (h - 1))`` (the
+        tensor2tensor spacing TENER's code uses, not ``-2i/dim``).  The sines
+        change sign with the direction, the cosines do not: ``R[-p]`` and
+        ``R[p]`` tell before from after.
+    """
+    length = v.integer(length, "length", minimum=1)
+    dim = v.integer(dim, "dim")
+    if dim < 4 or dim % 2:
+        raise ValueError(f"dim must be an even integer >= 4, got {dim}")
+    base = v.real(base, "base", positive=True)
+    dtype = v.result_dtype(dtype, None)
+    v.shape_size((2 * length, dim), "result")
+    pos = np.arange(-length, length, dtype=np.float64)
+    out = np.empty((2 * length, dim), dtype)
+    _core.sinusoid(pos, _tener_frequencies(dim, base), out, _core.SINUSOID_LAYOUTS["concat"])
+    return out
+
+
+def _tener_table(table, d, length):
+    arr = _float(table, "table", 2)
+    if arr.ndim != 2 or arr.shape[1] != d or arr.shape[0] % 2:
+        raise ValueError(
+            f"table must have shape (2 * M, {d}) (tener_relative_table(M, {d})), not {arr.shape}"
+        )
+    if arr.shape[0] // 2 < length:
+        raise ValueError(
+            f"table covers positions -{arr.shape[0] // 2} .. {arr.shape[0] // 2 - 1}, too few "
+            f"for a length of {length} (needs 2 * {length} rows or more)"
+        )
+    return arr
+
+
+@foreign
+def tener_position_term(q, k, table, *, v=None, key_term=True, scores=None):
+    """TENER's position terms ``(q_i + v) . R[j - i] + k_j . R[i - j]``.
+
+    Parameters
+    ----------
+    q, k : array_like (..., heads, L, head_dim)
+        Queries and keys of one sequence (self-attention).
+    table : array_like (2 * M, head_dim), M >= L
+        :func:`tener_relative_table` ``(M, head_dim)``: row ``M + p`` holds
+        position ``p``.
+    v : array_like (heads, head_dim), optional
+        The position bias (TENER's code calls it ``r_w_bias``).
+    key_term : bool
+        Include the key's term ``k_j . R[i - j]`` that TENER's code adds
+        (its ``E_``, the ``_transpose_shift``); the paper's formula has
+        only the query's.
+    scores : ndarray (..., heads, L, L), optional
+        Scores to add into, in place (returned).
+
+    Returns
+    -------
+    ndarray (..., heads, L, L), or `scores` with the terms added.
+    """
+    q = _qk(q, "q")
+    heads, length, d = q.shape[-3:]
+    k = _qk(k, "k", heads, d)
+    if k.shape[-2] != length:
+        raise ValueError(
+            f"k must have the {length} positions of q (self-attention), not {k.shape[-2]}"
+        )
+    key_term = _check.flag(key_term, "key_term")
+    R = _tener_table(table, d, length)
+    m = R.shape[0] // 2
+    lead = _lead(q.shape[:-3], k.shape[:-3], names=("q", "k"))
+    bias = _bias_vector(v, heads, d, "v")
+    target = None if scores is None else _target(scores, lead, (heads, length, length))
+    work = _work(q.dtype, k.dtype, R.dtype, *(() if target is None else (target.dtype,)))
+    rel = _distances(length, length, 0)  # j - i
+    Rt = R.astype(work, copy=False).T
+    qb = q.astype(work) if bias is None else q.astype(work) + bias.astype(work)
+    parts = [(qb @ Rt, m + rel, False)]
+    if key_term:
+        parts.append((k.astype(work, copy=False) @ Rt, m - rel, True))
+    return _finish(target, lead, (heads, length, length), _result(q, k, R), parts)
+
+
+@foreign
+def tener_scores(q, k, table, *, u=None, v=None, scale=False, key_term=True):
+    """TENER's attention scores (before the mask and softmax).
+
+    ``((q_i + u) . k_j + (q_i + v) . R[j - i] + k_j . R[i - j]) / s`` with
+    ``s = sqrt(head_dim)`` when `scale`, else 1 (TENER drops the scale for
+    NER); see :func:`tener_position_term` for the arguments.  `u` is the
+    content bias (TENER's code: ``r_r_bias``), `v` the position bias
+    (``r_w_bias``).
+
+    Returns
+    -------
+    ndarray (..., heads, L, L) of the inputs' promoted dtype.
+    """
+    q = _qk(q, "q")
+    heads, length, d = q.shape[-3:]
+    k = _qk(k, "k", heads, d)
+    scale = _check.flag(scale, "scale")
+    bias_u = _bias_vector(u, heads, d, "u")
+    R = _tener_table(table, d, length)
+    work = _work(q.dtype, k.dtype, R.dtype)
+    qu = q.astype(work) if bias_u is None else q.astype(work) + bias_u.astype(work)
+    if k.shape[-2] != length:
+        raise ValueError(
+            f"k must have the {length} positions of q (self-attention), not {k.shape[-2]}"
+        )
+    _bias_vector(v, heads, d, "v")  # checked before the product
+    scores = qu @ np.swapaxes(k.astype(work, copy=False), -1, -2)
+    tener_position_term.__wrapped_numpy__(q, k, R, v=v, key_term=key_term, scores=scores)
+    if scale:
+        scores /= np.sqrt(work.type(d))
+    return scores.astype(_result(q, k, R), copy=False)
+
+
+# ---------------------------------------------------------------- DeBERTa
+
+
+_PRECISIONS = ("float32", "float64")
+
+
+def _log_bucket(rel, bucket_size, max_position, precision):
+    """make_log_bucket_position on int64 distances."""
+    mid = bucket_size // 2
+    a = np.abs(rel)
+    small = (rel < mid) & (rel > -mid)
+    a = np.where(small, mid - 1, a)
+    if precision == "float32":
+        # transformers: float32 throughout; the logarithms correctly rounded
+        f = np.float32
+        x = a.astype(f) / f(mid)
+        lx = np.log(x.astype(np.float64)).astype(f)
+        den = f(np.log(np.float64(f((max_position - 1) / mid))))
+        val = np.ceil(lx / den * f(mid - 1)) + f(mid)
+    else:  # the authors' code: NumPy float64
+        val = np.ceil(np.log(a / mid) / np.log((max_position - 1) / mid) * (mid - 1)) + mid
+    with np.errstate(invalid="ignore"):
+        bucket = np.where(a <= mid, rel, (val * np.sign(rel)).astype(np.int64))
+    return bucket.astype(np.int64)
+
+
+def _check_buckets(bucket_size, max_position):
+    bucket_size = v.integer(bucket_size, "bucket_size", minimum=-(2**62), maximum=2**31)
+    max_position = v.integer(max_position, "max_position", minimum=-(2**62), maximum=2**62)
+    if bucket_size > 0 and max_position > 0:
+        if bucket_size < 4:
+            raise ValueError(f"bucket_size must be >= 4 (or <= 0: no buckets), got {bucket_size}")
+        if max_position - 1 <= bucket_size // 2:
+            raise ValueError(
+                f"max_position must exceed bucket_size // 2 + 1 = {bucket_size // 2 + 1}, "
+                f"got {max_position}"
+            )
+    return bucket_size, max_position
+
+
+@foreign
+def deberta_log_bucket(relative_pos, bucket_size, max_position, *, precision="float32"):
+    """DeBERTa's logarithmic buckets of relative positions (``make_log_bucket_position``).
+
+    Parameters
+    ----------
+    relative_pos : array_like of integers
+        Relative positions (DeBERTa's are query - key).
+    bucket_size : int
+        ``position_buckets`` (256 in DeBERTa-v3), >= 4.
+    max_position : int
+        ``max_relative_positions`` (512), > bucket_size // 2 + 1.
+    precision : {"float32", "float64"}
+        The arithmetic of the logarithmic part: float32 as transformers'
+        ``make_log_bucket_position`` (the default, so that posenc gives the
+        buckets the models in transformers use), or float64 as the authors'
+        code (NumPy).  They differ at some large distances, e.g. from
+        ``|d| = 65317`` for (256, 512).
+
+    Returns
+    -------
+    ndarray of int64, the shape of `relative_pos`
+        ``d`` itself for ``|d| <= bucket_size // 2``, else
+        ``sign(d) * (mid + ceil(ln(|d| / mid) / ln((max_position - 1) / mid) * (mid - 1)))``,
+        ``mid = bucket_size // 2``.
+    """
+    arr = np.asarray(relative_pos)
+    if arr.dtype.kind not in "iu":
+        raise TypeError(f"relative_pos must hold integers, not dtype {arr.dtype}")
+    bucket_size = v.integer(bucket_size, "bucket_size")
+    max_position = v.integer(max_position, "max_position")
+    if bucket_size <= 0 or max_position <= 0:
+        raise ValueError("bucket_size and max_position must be > 0")
+    _check_buckets(bucket_size, max_position)
+    precision = v.choice(precision, "precision", _PRECISIONS)
+    if arr.size and (arr.max() > 2**62 or arr.min() < -(2**62)):
+        raise ValueError("relative_pos must be within +-2**62")
+    return _log_bucket(arr.astype(np.int64), bucket_size, max_position, precision)
+
+
+@foreign
+def deberta_relative_positions(
+    q_len, k_len=None, *, bucket_size=-1, max_position=-1, q_offset=0, precision="float32"
+):
+    """DeBERTa's relative positions ``query - key`` (``build_relative_position``).
+
+    Parameters
+    ----------
+    q_len, k_len : int
+        Queries and keys (``k_len`` defaults to ``q_len``).
+    bucket_size, max_position : int
+        With both > 0 the positions go through :func:`deberta_log_bucket`
+        (DeBERTa-v2/v3); otherwise they are returned as they are (v1).
+    q_offset : int
+        Query ``i`` sits at ``q_offset + i``.
+    precision : {"float32", "float64"}
+        As in :func:`deberta_log_bucket`.
+
+    Returns
+    -------
+    ndarray of int64 (q_len, k_len)
+        ``(q_offset + i) - j``, bucketed: the opposite sign of
+        :func:`posenc.relative_positions`.
+    """
+    q_len = v.integer(q_len, "q_len", minimum=1)
+    k_len = q_len if k_len is None else v.integer(k_len, "k_len", minimum=1)
+    q_offset = _offset(q_offset, q_len, k_len, 0)
+    bucket_size, max_position = _check_buckets(bucket_size, max_position)
+    precision = v.choice(precision, "precision", _PRECISIONS)
+    v.shape_size((q_len, k_len), "result")
+    dist = -_distances(q_len, k_len, q_offset)  # query - key at t
+    if bucket_size > 0 and max_position > 0:
+        dist = _log_bucket(dist, bucket_size, max_position, precision)
+    t = (q_len - 1) - np.arange(q_len)[:, None] + np.arange(k_len)[None, :]
+    return dist[t]
+
+
+@foreign
+def deberta_attention_bias(
+    q,
+    k,
+    pos_key=None,
+    pos_query=None,
+    *,
+    position_buckets=-1,
+    max_relative_positions=512,
+    q_offset=0,
+    scale_factor=None,
+    precision="float32",
+    scores=None,
+):
+    """DeBERTa's disentangled attention bias: content-to-position and position-to-content.
+
+    Parameters
+    ----------
+    q, k : array_like (..., heads, q_len | k_len, head_dim)
+        Queries and keys (DeBERTa's ``query_layer``, ``key_layer``).
+    pos_key : array_like (heads, 2 * span, head_dim), optional
+        The relative embeddings through ``pos_key_proj`` (or ``key_proj``
+        with ``share_att_key``), per head: the c2p term.  None: no c2p.
+    pos_query : array_like (heads, 2 * span, head_dim), optional
+        Through ``pos_query_proj`` (or ``query_proj``): the p2c term.
+    position_buckets, max_relative_positions : int
+        The config's values: ``span = position_buckets`` when > 0, else
+        ``max_relative_positions``; with both > 0 the distances are
+        log-bucketed (:func:`deberta_log_bucket`).
+    q_offset : int
+        Query ``i`` sits at ``q_offset + i``.
+    scale_factor : int, optional
+        ``1 +`` the number of terms given (3 with both, as DeBERTa's
+        ``pos_att_type = ["c2p", "p2c"]``); each term is divided by
+        ``sqrt(head_dim * scale_factor)``.
+    precision : {"float32", "float64"}
+        Of the log buckets (:func:`deberta_log_bucket`).
+    scores : ndarray (..., heads, q_len, k_len), optional
+        Scores to add the bias into, in place (returned).
+
+    Returns
+    -------
+    ndarray (..., heads, q_len, k_len), or `scores` with the bias added
+        ``c2p[i, j] = q_i . pos_key[c(i, j)] / s`` and
+        ``p2c[i, j] = k_j . pos_query[c(i, j)] / s`` with
+        ``c(i, j) = clip(span + bucket((q_offset + i) - j), 0, 2 span - 1)``,
+        as transformers' ``DisentangledSelfAttention.disentangled_attention_bias``
+        (whose p2c index, ``span - bucket(j - i)``, is the same column
+        since the buckets are odd).
+    """
+    q = _qk(q, "q")
+    heads, q_len, d = q.shape[-3:]
+    k = _qk(k, "k", heads, d)
+    k_len = k.shape[-2]
+    position_buckets, max_relative_positions = _check_buckets(
+        position_buckets, max_relative_positions
+    )
+    span = position_buckets if position_buckets > 0 else max_relative_positions
+    if span < 1:
+        raise ValueError("max_relative_positions must be >= 1 when position_buckets <= 0")
+    terms = [t for t in (pos_key, pos_query) if t is not None]
+    if not terms:
+        raise ValueError("give pos_key (c2p), pos_query (p2c) or both")
+    pk = None if pos_key is None else _heads_table(pos_key, heads, d, "pos_key", 2 * span)
+    pq = None if pos_query is None else _heads_table(pos_query, heads, d, "pos_query", 2 * span)
+    q_offset = _offset(q_offset, q_len, k_len, 0)
+    precision = v.choice(precision, "precision", _PRECISIONS)
+    if scale_factor is None:
+        scale_factor = 1 + len(terms)
+    scale_factor = v.real(scale_factor, "scale_factor", positive=True)
+    shapes = [q.shape[:-3], k.shape[:-3]] + [t.shape[:-3] for t in (pk, pq) if t is not None]
+    lead = _lead(*shapes, names=("q", "k", "pos_key/pos_query"))
+    target = None if scores is None else _target(scores, lead, (heads, q_len, k_len))
+    dist = -_distances(q_len, k_len, q_offset)  # query - key
+    if position_buckets > 0 and max_relative_positions > 0:
+        dist = _log_bucket(dist, position_buckets, max_relative_positions, precision)
+    index = np.clip(dist + span, 0, 2 * span - 1)
+    dtypes = [x.dtype for x in (q, k, pk, pq) if x is not None]
+    work = _work(*dtypes, *(() if target is None else (target.dtype,)))
+    scale = np.sqrt(work.type(d) * work.type(scale_factor))
+    parts = []
+    if pk is not None:
+        c2p = q.astype(work, copy=False) @ np.swapaxes(pk.astype(work, copy=False), -1, -2)
+        parts.append((np.divide(c2p, scale, out=c2p), index, False))
+    if pq is not None:
+        p2c = k.astype(work, copy=False) @ np.swapaxes(pq.astype(work, copy=False), -1, -2)
+        parts.append((np.divide(p2c, scale, out=p2c), index, True))
+    return _finish(target, lead, (heads, q_len, k_len), np.result_type(*dtypes), parts)
+
+
+# ---------------------------------------------------------------- Shaw et al.
+
+
+def _shaw_index(q_len, k_len, q_offset, max_distance):
+    rel = np.clip(_distances(q_len, k_len, q_offset), -max_distance, max_distance)
+    return rel + max_distance
+
+
+@foreign
+def shaw_key_term(q, rel_keys, *, max_distance, k_len=None, q_offset=None, scores=None):
+    """Shaw et al.'s relative key term ``q_i . a^K[clip(j - qpos, -k, k)]``.
+
+    Parameters
+    ----------
+    q : array_like (..., heads, q_len, head_dim)
+    rel_keys : array_like (2k + 1, head_dim), or (..., heads, 2k + 1, head_dim)
+        The relative key embeddings ``a^K``, row ``k + d`` for distance
+        ``d = j - qpos`` (shared by the heads, as in tensor2tensor, or one
+        table per head).
+    max_distance : int
+        The clipping distance ``k`` (tensor2tensor's ``max_relative_position``).
+    k_len : int, optional
+        Number of keys: `scores`' last axis, else `q_len`.
+    q_offset : int, optional
+        Query ``i`` sits at ``qpos = q_offset + i``; by default
+        ``k_len - q_len``, tensor2tensor's convention (the queries are the
+        last ``q_len`` of the keys).
+    scores : ndarray (..., heads, q_len, k_len), optional
+        Scores to add into, in place (returned).
+
+    Returns
+    -------
+    ndarray (..., heads, q_len, k_len), or `scores` with the term added.
+    """
+    q = _qk(q, "q")
+    heads, q_len, d = q.shape[-3:]
+    max_distance = v.integer(max_distance, "max_distance", minimum=0, maximum=2**40)
+    table = _heads_table(rel_keys, heads, d, "rel_keys", 2 * max_distance + 1)
+    if scores is not None and k_len is None:
+        sc = _scores_array(scores)
+        k_len = sc.shape[-1] if sc.ndim >= 3 else q_len
+    k_len = q_len if k_len is None else v.integer(k_len, "k_len", minimum=1)
+    q_offset = _offset(q_offset, q_len, k_len, k_len - q_len)
+    lead = _lead(q.shape[:-3], table.shape[:-3], names=("q", "rel_keys"))
+    target = None if scores is None else _target(scores, lead, (heads, q_len, k_len))
+    work = _work(q.dtype, table.dtype, *(() if target is None else (target.dtype,)))
+    products = q.astype(work, copy=False) @ np.swapaxes(table.astype(work, copy=False), -1, -2)
+    index = _shaw_index(q_len, k_len, q_offset, max_distance)
+    return _finish(
+        target, lead, (heads, q_len, k_len), _result(q, table), [(products, index, False)]
+    )
+
+
+@foreign
+def shaw_value_term(weights, rel_values, *, max_distance, q_offset=None):
+    """Shaw et al.'s relative value term ``sum_j w_ij a^V[clip(j - qpos, -k, k)]``.
+
+    Parameters
+    ----------
+    weights : array_like (..., heads, q_len, k_len)
+        The attention weights (after the softmax).
+    rel_values : array_like (2k + 1, head_dim), or (heads, 2k + 1, head_dim)
+        The relative value embeddings ``a^V``, row ``k + d`` for distance
+        ``d = j - qpos``.
+    max_distance : int
+        The clipping distance ``k``.
+    q_offset : int, optional
+        As in :func:`shaw_key_term` (``k_len - q_len`` by default).
+
+    Returns
+    -------
+    ndarray (..., heads, q_len, head_dim)
+        To be added to ``weights @ values``.  The weights are first summed
+        per distance bucket (a C scatter, ``(q_len, 2k + 1)`` per head),
+        then one BLAS product with the table.
+    """
+    w = _float(weights, "weights", 3)
+    heads, q_len, k_len = w.shape[-3:]
+    max_distance = v.integer(max_distance, "max_distance", minimum=0, maximum=2**40)
+    width = 2 * max_distance + 1
+    rv = _float(rel_values, "rel_values", 2)
+    if rv.ndim > 3 or rv.shape[-2] != width or (rv.ndim == 3 and rv.shape[0] != heads):
+        raise ValueError(
+            f"rel_values must have shape ({width}, head_dim) or ({heads}, {width}, head_dim), "
+            f"not {rv.shape}"
+        )
+    q_offset = _offset(q_offset, q_len, k_len, k_len - q_len)
+    work = _work(w.dtype, rv.dtype)
+    native = w.dtype.newbyteorder("=")
+    if work == np.float64:
+        wk = v.native_copy(w, np.float64)
+    else:  # float16 or float32 weights, summed in float32
+        wk = v.native_copy(w, native if native in _KERNEL_DTYPES else np.float32)
+    wk = wk.reshape((-1,) + w.shape[-3:])
+    v.shape_size(wk.shape[:-1] + (width,), "result")
+    summed = np.zeros(wk.shape[:-1] + (width,), work)
+    _core.rel_scatter_add(wk, _shaw_index(q_len, k_len, q_offset, max_distance), summed)
+    summed = summed.reshape(w.shape[:-1] + (width,))
+    result = summed @ rv.astype(work, copy=False)
+    return result.astype(_result(w, rv), copy=False)
+
+
+# ---------------------------------------------------------------- TUPE
+
+
+@foreign
+def tupe_bias(
+    pos_q,
+    pos_k,
+    *,
+    rel_table=None,
+    max_distance=128,
+    untie_cls=True,
+    scores=None,
+):
+    """TUPE's positional attention bias, computed once and shared by the layers.
+
+    Parameters
+    ----------
+    pos_q, pos_k : array_like (heads, n + 1, head_dim) (or (heads, n, head_dim))
+        The position embeddings after TUPE's positional LayerNorm, through
+        its positional projections ``U_Q`` and ``U_K``, per head: row 0 is
+        the [CLS] slot, rows 1..n the positions of tokens 0..n-1 (TUPE's
+        fairseq encoder: ``pos_ln(pos.weight[:n + 1])`` through ``pos_proj``).
+        Without `untie_cls`, the ``n`` positions only.
+    rel_table : array_like (num_buckets + 1, heads), optional
+        TUPE's relative bias (``relative_attention_bias.weight``): rows
+        0..num_buckets-1 by T5's bidirectional bucket of ``j - i``
+        (:func:`posenc.relative_position_bucket`), the last row for
+        others-to-[CLS]; [CLS]-to-others takes row ``num_buckets // 2``.
+        Without `untie_cls`, ``(num_buckets, heads)``.  None: no relative term.
+    max_distance : int
+        TUPE's ``max_rel_pos``.
+    untie_cls : bool
+        Untie [CLS] (TUPE's default).
+    scores : ndarray (..., heads, n, n), optional
+        Scores to add the bias into, in place (returned).
+
+    Returns
+    -------
+    ndarray (heads, n, n), or `scores` with it added
+        ``(p_i U_Q)(p_j U_K)^T / sqrt(2 head_dim) + b[bucket(j - i)]``; with
+        `untie_cls` row 0 is ``(p_0 U_Q)(p_0 U_K)^T / sqrt(2 d) + b[nb // 2]``
+        ([CLS] to others) and column 0 of the other rows
+        ``(p_1 U_Q)(p_1 U_K)^T / sqrt(2 d) + b[nb]`` (others to [CLS]).
+    """
+    pq = _float(pos_q, "pos_q", 3)
+    pk = _float(pos_k, "pos_k", 3)
+    if pq.ndim != 3 or pq.shape != pk.shape:
+        raise ValueError(
+            f"pos_q and pos_k must have the same shape (heads, positions, head_dim), not "
+            f"{pq.shape} and {pk.shape}"
+        )
+    untie_cls = v.flag(untie_cls, "untie_cls")
+    heads, rows, d = pq.shape
+    n = rows - 1 if untie_cls else rows
+    if n < 1 or (untie_cls and rows < 2):
+        raise ValueError(f"pos_q must have at least {2 if untie_cls else 1} rows, not {rows}")
+    table = None
+    if rel_table is not None:
+        table = _float(rel_table, "rel_table", 2)
+        extra = 1 if untie_cls else 0
+        if table.ndim != 2 or table.shape[1] != heads or table.shape[0] < 2 + extra:
+            raise ValueError(
+                f"rel_table must have shape (num_buckets{' + 1' if untie_cls else ''}, {heads}), "
+                f"not {table.shape}"
+            )
+        nb = table.shape[0] - extra
+        if nb % 2:
+            raise ValueError(f"rel_table must have an even number of buckets, not {nb}")
+        nb, max_distance = _check_t5(True, nb, max_distance)
+    dtypes = [pq.dtype, pk.dtype] + ([] if table is None else [table.dtype])
+    target = None if scores is None else _target(scores, (), (heads, n, n))
+    work = _work(*dtypes, *(() if target is None else (target.dtype,)))
+    qs = pq.astype(work) * work.type(1.0 / math.sqrt(2 * d))
+    bias = qs @ np.swapaxes(pk.astype(work, copy=False), -1, -2)
+    if untie_cls:
+        cls_to_others, others_to_cls = bias[:, 0, 0].copy(), bias[:, 1, 1].copy()
+        bias = bias[:, 1:, 1:]
+        bias[:, :, 0] = others_to_cls[:, None]
+        bias[:, 0, :] = cls_to_others[:, None]
+    if table is not None:
+        rel = t5_bias(table[:nb].astype(work), n, max_distance=max_distance)
+        if untie_cls:
+            rel[:, :, 0] = table[nb].astype(work)[:, None]
+            rel[:, 0, :] = table[nb // 2].astype(work)[:, None]
+        bias += rel
+    if target is None:
+        return np.ascontiguousarray(bias).astype(np.result_type(*dtypes), copy=False)
+    np.add(target, bias, out=target, casting="unsafe")
+    return target

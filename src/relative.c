@@ -1,0 +1,318 @@
+/*
+ * relative.c -- the relative terms that live inside attention: the gather
+ * of products by relative distance into attention scores (Transformer-XL /
+ * XLNet's relative shift, TENER's two shifts, DeBERTa's c2p and p2c, Shaw's
+ * relative keys), and its transpose, the scatter of attention weights by
+ * distance (Shaw's relative values).
+ *
+ * Each of these terms is a product of queries (or keys) with a small table
+ * of relative embeddings, done by BLAS on the Python side into a
+ * (rows, width) matrix per head, followed by a gather: score (i, j) takes
+ * the column of row i (or of row j) that its distance names.  The shifted
+ * or gathered (q, k) matrix that the models' own code materialises is never
+ * made here: the gather reads the products where they are and adds them
+ * straight into the scores, so the scores are read and written once.
+ *
+ * The column depends on the distance only, through map[t] for
+ * t = q_len - 1 - i + j.  Such a map is made of runs: a run of slope 1 (the
+ * relative shift: consecutive keys read consecutive columns, so a row is
+ * the add of a contiguous slice, which the compiler vectorises), a run of
+ * slope 0 (clipped or bucketed distances: the add of one value), a run of
+ * slope -1 (a table in the other direction, as TENER's key term reads
+ * it), or a run to leave alone (-1).  The runs are found once per call, and a row walks
+ * the runs its distances cross; an arbitrary map degrades to runs of one.
+ *
+ * By key (p2c, TENER's key term) score (i, j) reads row j: consecutive keys
+ * read consecutive rows, one element each.  Scores are then walked in
+ * tiles of TILE_Q queries by TILE_K keys, so that the rows of products a
+ * tile reads (TILE_K rows, about TILE_Q columns each) stay in cache while
+ * the tile's queries reuse them.
+ *
+ * Into float16 scores each product is rounded to float16 and added as
+ * NumPy adds two float16 arrays (a float32 sum rounded once), so that
+ * `scores=` gives the bits of scores += the term made in float16.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "relative.h"
+
+#define TILE_Q 32
+#define TILE_K 256
+
+/* A run of the map: for t in [start, next run's start), column
+ * base + slope * (t - start), slope -1, 0 or 1; base < 0: nothing to add. */
+struct run {
+    ptrdiff_t start;
+    int64_t base;
+    int slope;
+};
+
+/* The runs of map (n entries) into runs (room for n + 1, the last a
+ * sentinel at n); returns their number. */
+static ptrdiff_t find_runs(const int64_t *map, ptrdiff_t n, struct run *runs)
+{
+    ptrdiff_t nruns = 0, t = 0;
+    while (t < n) {
+        struct run r = {t, map[t] < 0 ? -1 : map[t], 0};
+        ptrdiff_t e = t + 1;
+        if (r.base < 0) {
+            while (e < n && map[e] < 0)
+                ++e;
+        } else if (e < n && map[e] >= 0 && map[e] - map[t] >= -1 && map[e] - map[t] <= 1) {
+            r.slope = (int)(map[e] - map[t]);
+            while (e < n && map[e] >= 0 && map[e] == map[e - 1] + r.slope)
+                ++e;
+        }
+        runs[nruns++] = r;
+        t = e;
+    }
+    runs[nruns].start = n;
+    return nruns;
+}
+
+/* The run holding t. */
+static ptrdiff_t run_at(const struct run *runs, ptrdiff_t nruns, ptrdiff_t t)
+{
+    ptrdiff_t lo = 0, hi = nruns - 1;
+    while (lo < hi) {
+        ptrdiff_t mid = hi - (hi - lo) / 2;
+        if (runs[mid].start <= t)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    return lo;
+}
+
+/* ---- adds of one segment of a row ---- */
+
+static inline float f16_value(const char *p, ptrdiff_t j)
+{
+    return pe_f32_from_f16(((const uint16_t *)p)[j]);
+}
+
+/* o + x for a float16 score o and a float32 product x: the product rounded
+ * to float16, then the sum of the two, correctly rounded (float32 holds it
+ * exactly enough: more than 2 * 11 + 2 bits) -- scores += term in float16. */
+static inline uint16_t f16_add(float o, float x)
+{
+    return pe_f16_from_f32(o + pe_f32_from_f16(pe_f16_from_f32(x)));
+}
+
+/* o[j] += s[j], j < n: a contiguous slice of products. */
+static void add_slice(char *o, const char *s, ptrdiff_t n, int dtype)
+{
+    if (dtype == PE_F32) {
+        float *d = (float *)o;
+        const float *x = (const float *)s;
+        for (ptrdiff_t j = 0; j < n; ++j)
+            d[j] = d[j] + x[j];
+    } else if (dtype == PE_F64) {
+        double *d = (double *)o;
+        const double *x = (const double *)s;
+        for (ptrdiff_t j = 0; j < n; ++j)
+            d[j] = d[j] + x[j];
+    } else {
+        uint16_t *d = (uint16_t *)o;
+        const float *x = (const float *)s;
+        for (ptrdiff_t j = 0; j < n; ++j)
+            d[j] = f16_add(f16_value(o, j), x[j]);
+    }
+}
+
+/* o[j] += *s, j < n: one product for a run of clipped distances. */
+static void add_value(char *o, const char *s, ptrdiff_t n, int dtype)
+{
+    if (dtype == PE_F32) {
+        float *d = (float *)o, x = *(const float *)s;
+        for (ptrdiff_t j = 0; j < n; ++j)
+            d[j] = d[j] + x;
+    } else if (dtype == PE_F64) {
+        double *d = (double *)o, x = *(const double *)s;
+        for (ptrdiff_t j = 0; j < n; ++j)
+            d[j] = d[j] + x;
+    } else {
+        uint16_t *d = (uint16_t *)o;
+        float x = *(const float *)s;
+        for (ptrdiff_t j = 0; j < n; ++j)
+            d[j] = f16_add(f16_value(o, j), x);
+    }
+}
+
+/* o[j] += s[j * step], j < n: products read down a column (by key). */
+static void add_strided(char *o, const char *s, ptrdiff_t step, ptrdiff_t n, int dtype)
+{
+    if (dtype == PE_F32) {
+        float *d = (float *)o;
+        const float *x = (const float *)s;
+        for (ptrdiff_t j = 0; j < n; ++j)
+            d[j] = d[j] + x[j * step];
+    } else if (dtype == PE_F64) {
+        double *d = (double *)o;
+        const double *x = (const double *)s;
+        for (ptrdiff_t j = 0; j < n; ++j)
+            d[j] = d[j] + x[j * step];
+    } else {
+        uint16_t *d = (uint16_t *)o;
+        const float *x = (const float *)s;
+        for (ptrdiff_t j = 0; j < n; ++j)
+            d[j] = f16_add(f16_value(o, j), x[j * step]);
+    }
+}
+
+/* ---- the gather ---- */
+
+struct gather {
+    const struct pe_rel_src *src;
+    const struct pe_bias_dst *dst;
+    const struct run *runs;
+    ptrdiff_t nruns;
+    size_t isz, ssz; /* bytes of a score and of a product */
+};
+
+/* Keys [j0, j1) of row i of scores (b, h): each segment of a run added. */
+static void gather_row(const struct gather *g, ptrdiff_t b, ptrdiff_t h, ptrdiff_t i, ptrdiff_t j0,
+                       ptrdiff_t j1)
+{
+    const struct pe_bias_dst *d = g->dst;
+    const struct pe_rel_src *s = g->src;
+    char *row = d->data + b * d->stride_b + h * d->stride_h + i * d->stride_q;
+    const char *prod = s->data + (s->batch == 1 ? 0 : b) * s->stride_b + h * s->stride_h;
+    ptrdiff_t t0 = d->q_len - 1 - i; /* t of key 0 */
+    ptrdiff_t ssz = (ptrdiff_t)g->ssz, isz = (ptrdiff_t)g->isz;
+    for (ptrdiff_t r = run_at(g->runs, g->nruns, t0 + j0); r < g->nruns; ++r) {
+        const struct run *run = &g->runs[r];
+        ptrdiff_t a = run->start > t0 + j0 ? run->start : t0 + j0;
+        ptrdiff_t e = run[1].start < t0 + j1 ? run[1].start : t0 + j1;
+        if (a >= t0 + j1)
+            break;
+        if (run->base < 0)
+            continue;
+        ptrdiff_t col = (ptrdiff_t)run->base + run->slope * (a - run->start), n = e - a;
+        char *o = row + (a - t0) * isz;
+        if (!s->by_key) {
+            const char *p = prod + i * s->stride_r + col * ssz;
+            if (run->slope == 1)
+                add_slice(o, p, n, d->dtype);
+            else if (run->slope == 0)
+                add_value(o, p, n, d->dtype);
+            else
+                add_strided(o, p, -1, n, d->dtype);
+        } else {
+            /* key j = a - t0 + m reads row j, column col + slope * m */
+            const char *p = prod + (a - t0) * s->stride_r + col * ssz;
+            add_strided(o, p, s->stride_r / ssz + run->slope, n, d->dtype);
+        }
+    }
+}
+
+int pe_rel_gather_add(const struct pe_rel_src *src, const int64_t *map,
+                      const struct pe_bias_dst *dst, int nthreads)
+{
+    if (dst->batch == 0)
+        return 0;
+    ptrdiff_t n = dst->q_len + dst->k_len - 1;
+    struct run *runs = malloc(((size_t)n + 1) * sizeof *runs);
+    if (runs == NULL)
+        return -1;
+    struct gather g = {src,
+                       dst,
+                       runs,
+                       find_runs(map, n, runs),
+                       pe_itemsize(dst->dtype),
+                       dst->dtype == PE_F64 ? 8 : 4};
+    ptrdiff_t q = dst->q_len, k = dst->k_len, bh = dst->batch * dst->heads;
+    if (!src->by_key) {
+        /* one row per task: the products of a row are one short vector */
+#pragma omp parallel for schedule(static) num_threads(pe_team(nthreads, bh * q * k))
+        for (ptrdiff_t r = 0; r < bh * q; ++r)
+            gather_row(&g, r / q / dst->heads, r / q % dst->heads, r % q, 0, k);
+    } else {
+        ptrdiff_t tq = (q + TILE_Q - 1) / TILE_Q, tk = (k + TILE_K - 1) / TILE_K;
+#pragma omp parallel for schedule(static) num_threads(pe_team(nthreads, bh * q * k))
+        for (ptrdiff_t task = 0; task < bh * tq; ++task) {
+            ptrdiff_t p = task / tq, i0 = task % tq * TILE_Q;
+            ptrdiff_t i1 = q - i0 < TILE_Q ? q : i0 + TILE_Q;
+            for (ptrdiff_t c = 0; c < tk; ++c) {
+                ptrdiff_t j0 = c * TILE_K, j1 = k - j0 < TILE_K ? k : j0 + TILE_K;
+                for (ptrdiff_t i = i0; i < i1; ++i)
+                    gather_row(&g, p / dst->heads, p % dst->heads, i, j0, j1);
+            }
+        }
+    }
+    free(runs);
+    return 0;
+}
+
+/* ---- the scatter ---- */
+
+static inline double weight_at(const char *w, int dtype, ptrdiff_t j)
+{
+    if (dtype == PE_F32)
+        return (double)((const float *)w)[j];
+    if (dtype == PE_F64)
+        return ((const double *)w)[j];
+    return (double)f16_value(w, j);
+}
+
+/* out[col + slope * m] += w[m], m < n, summed in out's type. */
+static void scatter_segment(char *out, int out_dtype, int64_t col, int slope, const char *w,
+                            int w_dtype, ptrdiff_t n)
+{
+    if (out_dtype == PE_F64) {
+        double *o = (double *)out + col;
+        if (slope) {
+            for (ptrdiff_t m = 0; m < n; ++m)
+                o[slope * m] = o[slope * m] + weight_at(w, w_dtype, m);
+        } else {
+            double acc = *o;
+            for (ptrdiff_t m = 0; m < n; ++m)
+                acc = acc + weight_at(w, w_dtype, m);
+            *o = acc;
+        }
+    } else {
+        float *o = (float *)out + col;
+        if (slope) {
+            for (ptrdiff_t m = 0; m < n; ++m)
+                o[slope * m] = o[slope * m] + (float)weight_at(w, w_dtype, m);
+        } else {
+            float acc = *o;
+            for (ptrdiff_t m = 0; m < n; ++m)
+                acc = acc + (float)weight_at(w, w_dtype, m);
+            *o = acc;
+        }
+    }
+}
+
+int pe_rel_scatter_add(const char *w, int w_dtype, ptrdiff_t batch, ptrdiff_t heads,
+                       ptrdiff_t q_len, ptrdiff_t k_len, const int64_t *map, char *out,
+                       int out_dtype, ptrdiff_t width, int nthreads)
+{
+    ptrdiff_t rows = batch * heads * q_len;
+    if (rows == 0)
+        return 0;
+    ptrdiff_t n = q_len + k_len - 1;
+    struct run *runs = malloc(((size_t)n + 1) * sizeof *runs);
+    if (runs == NULL)
+        return -1;
+    ptrdiff_t nruns = find_runs(map, n, runs);
+    size_t wsz = pe_itemsize(w_dtype), osz = pe_itemsize(out_dtype);
+#pragma omp parallel for schedule(static) num_threads(pe_team(nthreads, rows *k_len))
+    for (ptrdiff_t r = 0; r < rows; ++r) {
+        ptrdiff_t i = r % q_len, t0 = q_len - 1 - i;
+        const char *wrow = w + (size_t)r * (size_t)k_len * wsz;
+        char *orow = out + (size_t)r * (size_t)width * osz;
+        for (ptrdiff_t x = run_at(runs, nruns, t0); x < nruns && runs[x].start < t0 + k_len; ++x) {
+            ptrdiff_t a = runs[x].start > t0 ? runs[x].start : t0;
+            ptrdiff_t e = runs[x + 1].start < t0 + k_len ? runs[x + 1].start : t0 + k_len;
+            if (runs[x].base < 0)
+                continue;
+            int64_t col = runs[x].base + runs[x].slope * (a - runs[x].start);
+            scatter_segment(orow, out_dtype, col, runs[x].slope, wrow + (a - t0) * (ptrdiff_t)wsz,
+                            w_dtype, e - a);
+        }
+    }
+    free(runs);
+    return 0;
+}

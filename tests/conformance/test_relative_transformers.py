@@ -1,0 +1,252 @@
+"""posenc.relative against transformers' XLNet and DeBERTa, on random weights.
+
+- XLNet: ``XLNetModel.relative_positional_encoding`` (bi and uni attention,
+  bi_data, clamp_len), ``XLNetRelativeAttention.rel_shift_bnij`` of the
+  position scores, and ``rel_attn_core`` end to end (content term with
+  ``r_w_bias``, position term with ``r_r_bias``, the scale, the softmax).
+- DeBERTa v2/v3: ``make_log_bucket_position`` over every distance up to
+  2**17 (float32, as transformers; the float64 option against the authors'
+  formula, including the (256, 512) divergence from |d| = 65317),
+  ``build_relative_position``, ``DisentangledSelfAttention.
+  disentangled_attention_bias`` (c2p and p2c, shared and separate position
+  projections, with and without buckets); DeBERTa v1's
+  ``build_relative_position``.
+"""
+
+import math
+
+import numpy as np
+import pytest
+
+import posenc
+
+
+def _nn_init(torch, module, seed):
+    torch.manual_seed(seed)
+    for p in module.parameters():
+        torch.nn.init.normal_(p, std=0.5)
+    return module.eval()
+
+
+# ---------------------------------------------------------------- XLNet
+
+
+@pytest.mark.parametrize(
+    "attn_type, bi_data, clamp_len",
+    [("bi", False, -1), ("bi", True, -1), ("uni", False, -1), ("bi", True, 4)],
+)
+def test_xl_table_equals_xlnet_relative_positional_encoding(
+    transformers, torch, attn_type, bi_data, clamp_len
+):
+    cfg = transformers.XLNetConfig(
+        d_model=32,
+        n_head=2,
+        d_inner=16,
+        n_layer=1,
+        vocab_size=10,
+        attn_type=attn_type,
+        bi_data=bi_data,
+        clamp_len=clamp_len,
+    )
+    model = transformers.XLNetModel(cfg)
+    for q_len, k_len in [(5, 5), (6, 19), (1, 40)]:
+        want = model.relative_positional_encoding(q_len, k_len, bsz=2 if bi_data else None).numpy()
+        want = np.stack([want[:, 0], want[:, 1]]) if bi_data else want[:, 0]
+        got = posenc.xl_relative_table(
+            q_len, k_len, 32, attn_type=attn_type, bi_data=bi_data, clamp_len=clamp_len
+        )
+        assert got.shape == want.shape and got.dtype == np.float32
+        # transformers forms the angles in float32: its own precision at these positions
+        np.testing.assert_allclose(got, want, rtol=0, atol=4e-6)
+        # its positional_embedding in float64, on the same positions, to 1e-15
+        pos = torch.arange(k_len, -q_len if attn_type == "bi" else -1, -1.0, dtype=torch.float64)
+        if clamp_len > 0:
+            pos = pos.clamp(-clamp_len, clamp_len)
+        inv = 1 / torch.pow(10000, torch.arange(0, 32, 2.0, dtype=torch.float64) / 32)
+        exact = model.positional_embedding(pos, inv)[:, 0].numpy()
+        got64 = posenc.xl_relative_table(
+            q_len,
+            k_len,
+            32,
+            attn_type=attn_type,
+            bi_data=bi_data,
+            clamp_len=clamp_len,
+            dtype="float64",
+        )
+        np.testing.assert_allclose(got64[0] if bi_data else got64, exact, rtol=0, atol=1e-15)
+
+
+def _xlnet_attention(transformers, torch, dtype):
+    cfg = transformers.XLNetConfig(d_model=24, n_head=3, d_inner=16, dropout=0.0)
+    att = transformers.models.xlnet.modeling_xlnet.XLNetRelativeAttention(cfg).to(dtype)
+    return _nn_init(torch, att, 3)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("q_len, mem_len", [(6, 0), (4, 7), (1, 12)])
+def test_xl_position_term_equals_xlnet_rel_shift(transformers, torch, dtype, q_len, mem_len):
+    tdtype = getattr(torch, dtype)
+    att = _xlnet_attention(transformers, torch, tdtype)
+    k_len, b, n, d = q_len + mem_len, 2, 3, 8
+    torch.manual_seed(4)
+    q_head = torch.randn(q_len, b, n, d, dtype=tdtype)
+    k_head_r = torch.randn(k_len + q_len, b, n, d, dtype=tdtype)
+    with torch.no_grad():
+        bd = torch.einsum("ibnd,jbnd->bnij", q_head + att.r_r_bias, k_head_r)
+        want = att.rel_shift_bnij(bd, klen=k_len).numpy()
+    got = posenc.xl_position_term(
+        q_head.permute(1, 2, 0, 3).numpy(),
+        k_head_r.permute(1, 2, 0, 3).numpy(),
+        bias=att.r_r_bias.detach().numpy(),
+    )
+    tol = 1e-12 if dtype == "float64" else 2e-5
+    np.testing.assert_allclose(got, want, rtol=0, atol=tol * np.abs(want).max())
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_xl_terms_give_xlnet_rel_attn_core(transformers, torch, dtype):
+    tdtype = getattr(torch, dtype)
+    att = _xlnet_attention(transformers, torch, tdtype)
+    q_len, mem_len, b, n, d = 5, 6, 2, 3, 8
+    k_len = q_len + mem_len
+    torch.manual_seed(5)
+    q_head = torch.randn(q_len, b, n, d, dtype=tdtype)
+    k_head_h = torch.randn(k_len, b, n, d, dtype=tdtype)
+    v_head_h = torch.randn(k_len, b, n, d, dtype=tdtype)
+    k_head_r = torch.randn(k_len + q_len, b, n, d, dtype=tdtype)
+    with torch.no_grad():
+        vec, prob = att.rel_attn_core(q_head, k_head_h, v_head_h, k_head_r, output_attentions=True)
+    q, k, v = (x.permute(1, 2, 0, 3).numpy() for x in (q_head, k_head_h, v_head_h))
+    r = k_head_r.permute(1, 2, 0, 3).numpy()
+    scores = q @ np.swapaxes(k, -1, -2)
+    posenc.xl_content_bias(k, att.r_w_bias.detach().numpy(), scores=scores)
+    posenc.xl_position_term(q, r, bias=att.r_r_bias.detach().numpy(), scores=scores)
+    scores *= 1 / math.sqrt(d)
+    p = np.exp(scores - scores.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    tol = 1e-12 if dtype == "float64" else 2e-6
+    np.testing.assert_allclose(p, prob.permute(2, 3, 0, 1).numpy(), rtol=0, atol=tol)
+    np.testing.assert_allclose(
+        np.transpose(p @ v, (2, 0, 1, 3)), vec.numpy(), rtol=0, atol=tol * 10
+    )
+
+
+# ---------------------------------------------------------------- DeBERTa
+
+
+@pytest.fixture(scope="module")
+def deberta_v2(transformers):
+    return transformers.models.deberta_v2.modeling_deberta_v2
+
+
+def authors_log_bucket(relative_pos, bucket_size, max_position):
+    """DeBERTa's own make_log_bucket_position (NumPy, float64)."""
+    sign = np.sign(relative_pos)
+    mid = bucket_size // 2
+    abs_pos = np.where((relative_pos < mid) & (relative_pos > -mid), mid - 1, np.abs(relative_pos))
+    log_pos = np.ceil(np.log(abs_pos / mid) / np.log((max_position - 1) / mid) * (mid - 1)) + mid
+    return np.where(abs_pos <= mid, relative_pos, log_pos * sign).astype(np.int64)
+
+
+@pytest.mark.parametrize(
+    "bucket_size, max_position", [(256, 512), (32, 128), (64, 512), (10, 20), (256, 1024)]
+)
+def test_deberta_log_buckets_equal_transformers_and_the_authors(
+    torch, deberta_v2, bucket_size, max_position
+):
+    rel = np.arange(-(2**17), 2**17 + 1)
+    want = deberta_v2.make_log_bucket_position(torch.from_numpy(rel), bucket_size, max_position)
+    want = want.to(torch.long).numpy()
+    np.testing.assert_array_equal(posenc.deberta_log_bucket(rel, bucket_size, max_position), want)
+    authors = authors_log_bucket(rel, bucket_size, max_position)
+    np.testing.assert_array_equal(
+        posenc.deberta_log_bucket(rel, bucket_size, max_position, precision="float64"), authors
+    )
+
+
+def test_deberta_float32_and_float64_buckets_part_at_65317_for_256_512(torch, deberta_v2):
+    rel = np.arange(0, 2**17)
+    f32 = posenc.deberta_log_bucket(rel, 256, 512)
+    f64 = posenc.deberta_log_bucket(rel, 256, 512, precision="float64")
+    first = int(np.flatnonzero(f32 != f64)[0])
+    assert first == 65317
+    t = deberta_v2.make_log_bucket_position(torch.tensor([first, -first]), 256, 512)
+    np.testing.assert_array_equal(t.to(torch.long).numpy(), f32[[first, first]] * [1, -1])
+    np.testing.assert_array_equal(authors_log_bucket(np.array([first]), 256, 512), f64[[first]])
+
+
+@pytest.mark.parametrize(
+    "q_len, k_len, buckets, max_pos", [(9, 9, -1, -1), (7, 12, 8, 32), (30, 30, 256, 512)]
+)
+def test_deberta_relative_positions_equal_build_relative_position(
+    torch, transformers, deberta_v2, q_len, k_len, buckets, max_pos
+):
+    q, k = torch.zeros(1, q_len, 4), torch.zeros(1, k_len, 4)
+    want = deberta_v2.build_relative_position(q, k, bucket_size=buckets, max_position=max_pos)
+    got = posenc.deberta_relative_positions(q_len, k_len, bucket_size=buckets, max_position=max_pos)
+    np.testing.assert_array_equal(got, want[0].numpy())
+    if buckets < 0:  # DeBERTa v1
+        v1 = transformers.models.deberta.modeling_deberta.build_relative_position(q, k)
+        np.testing.assert_array_equal(got, v1[0].numpy())
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize(
+    "buckets, max_rel, share, terms",
+    [
+        (8, 16, False, ("c2p", "p2c")),
+        (-1, 6, False, ("c2p", "p2c")),
+        (4, 20, True, ("c2p", "p2c")),
+        (256, 512, False, ("c2p", "p2c")),
+        (8, 16, False, ("c2p",)),
+        (8, 16, False, ("p2c",)),
+    ],
+)
+def test_deberta_attention_bias_equals_disentangled_attention_bias(
+    transformers, torch, deberta_v2, dtype, buckets, max_rel, share, terms
+):
+    tdtype = getattr(torch, dtype)
+    cfg = transformers.DebertaV2Config(
+        hidden_size=16,
+        num_attention_heads=2,
+        intermediate_size=32,
+        relative_attention=True,
+        position_buckets=buckets,
+        max_relative_positions=max_rel,
+        pos_att_type=list(terms),
+        share_att_key=share,
+        max_position_embeddings=64,
+    )
+    att = _nn_init(torch, deberta_v2.DisentangledSelfAttention(cfg).to(tdtype), 1)
+    batch, length, heads = 2, 37, 2
+    span = att.pos_ebd_size
+    torch.manual_seed(2)
+    hidden = torch.randn(batch, length, 16, dtype=tdtype)
+    rel_emb = torch.randn(2 * span, 16, dtype=tdtype)
+    with torch.no_grad():
+        ql = att.transpose_for_scores(att.query_proj(hidden), heads)
+        kl = att.transpose_for_scores(att.key_proj(hidden), heads)
+        rel_pos = deberta_v2.build_relative_position(
+            ql, kl, bucket_size=att.position_buckets, max_position=att.max_relative_positions
+        )
+        want = att.disentangled_attention_bias(ql, kl, rel_pos, rel_emb, 1 + len(terms))
+        want = want.numpy().reshape(batch, heads, length, length)
+
+        def per_head(proj):
+            return proj(rel_emb).reshape(2 * span, heads, -1).permute(1, 0, 2).numpy()
+
+        pk = per_head(att.key_proj if share else att.pos_key_proj) if "c2p" in terms else None
+        pq = per_head(att.query_proj if share else att.pos_query_proj) if "p2c" in terms else None
+    q = ql.numpy().reshape(batch, heads, length, -1)
+    k = kl.numpy().reshape(batch, heads, length, -1)
+    got = posenc.deberta_attention_bias(
+        q, k, pk, pq, position_buckets=buckets, max_relative_positions=max_rel
+    )
+    assert got.dtype == np.dtype(dtype)
+    d = q.shape[-1]
+    # transformers rounds its scale sqrt(d * factor) to float32 even in float64
+    # models; posenc forms it in the working precision
+    exact = math.sqrt(d * (1 + len(terms)))
+    rescale = exact / float(np.float32(exact)) if dtype == "float64" else 1.0
+    tol = 1e-12 if dtype == "float64" else 2e-6
+    np.testing.assert_allclose(got * rescale, want, rtol=0, atol=tol * np.abs(want).max())

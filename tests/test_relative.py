@@ -1,0 +1,537 @@
+"""The relative encodings inside attention: Transformer-XL / XLNet, TENER,
+DeBERTa, Shaw et al. and TUPE (posenc.relative).
+
+Each function is checked against its pure-NumPy twin in posenc.reference bit
+for bit (one and two threads, every dtype, offsets, broadcasting), against
+hand-derived values, and against its authors' formulas written here
+independently from their code: TENER's ``_shift`` / ``_transpose_shift``
+(pad and reshape), tensor2tensor's ``_generate_relative_positions_matrix``
+and ``_relative_attention_inner``, and TUPE's fairseq encoder.  transformers'
+XLNet and DeBERTa are the witnesses in tests/conformance.
+"""
+
+import math
+
+import numpy as np
+import pytest
+
+import posenc
+from posenc import reference as ref
+from posenc import relative as rel
+
+DTYPES = ["float16", "float32", "float64"]
+
+
+def same_bits(actual, expected):
+    actual, expected = np.asarray(actual), np.asarray(expected)
+    assert actual.shape == expected.shape
+    assert actual.dtype == expected.dtype
+    np.testing.assert_array_equal(
+        actual.view(f"u{actual.itemsize}"), expected.view(f"u{expected.itemsize}")
+    )
+
+
+def randn(rng, shape, dtype="float64"):
+    return rng.standard_normal(shape).astype(dtype)
+
+
+# ---------------------------------------------------------------- Transformer-XL / XLNet
+
+
+def test_xl_table_rows_are_the_sines_then_cosines_of_their_distance():
+    table = posenc.xl_relative_table(3, 5, 8, dtype="float64")
+    assert table.shape == (8, 8)  # distances 5 down to -2
+    w = 10000.0 ** (-np.arange(4) * 2 / 8)
+    for t, d in enumerate(range(5, -3, -1)):
+        np.testing.assert_allclose(table[t], np.r_[np.sin(d * w), np.cos(d * w)], atol=1e-15)
+
+
+def test_xl_uni_table_stops_at_distance_zero_and_bi_data_negates():
+    uni = posenc.xl_relative_table(3, 5, 8, attn_type="uni", dtype="float64")
+    assert uni.shape == (6, 8)
+    np.testing.assert_array_equal(uni[-1], np.r_[np.zeros(4), np.ones(4)])
+    both = posenc.xl_relative_table(3, 5, 8, bi_data=True, dtype="float64")
+    assert both.shape == (2, 8, 8)
+    np.testing.assert_array_equal(both[1, :, :4], -both[0, :, :4])
+    np.testing.assert_array_equal(both[1, :, 4:], both[0, :, 4:])
+
+
+def test_xl_clamp_len_repeats_the_clamped_rows():
+    table = posenc.xl_relative_table(4, 6, 8, clamp_len=2, dtype="float64")
+    np.testing.assert_array_equal(table[:5], np.broadcast_to(table[4], (5, 8)))  # 6..2 -> 2
+    np.testing.assert_array_equal(table[-2:], np.broadcast_to(table[-2], (2, 8)))  # -2, -3 -> -2
+
+
+@pytest.mark.parametrize("kw", [{}, {"attn_type": "uni"}, {"bi_data": True, "clamp_len": 3}])
+def test_xl_table_equals_reference(kw):
+    got = posenc.xl_relative_table(7, 19, 16, **kw)
+    want = ref.xl_relative_table(7, 19, 16, **kw)
+    np.testing.assert_allclose(got, want, rtol=0, atol=6e-8)
+
+
+def test_xl_position_term_by_hand():
+    # one head, head_dim 1: q_i = i + 1, r[t] = 10 ** t; the bi table of q=2, k=3
+    # (rows t = 0..4 hold distances 3..-1).  Query 0 sits at 1: distances 1, 0, -1
+    # to the keys, rows 2, 3, 4; query 1 at 2: distances 2, 1, 0, rows 1, 2, 3.
+    q = np.array([[[1.0], [2.0]]])
+    r = 10.0 ** np.arange(5)[None, :, None]
+    got = posenc.xl_position_term(q, r)
+    want = np.array([[[100, 1000, 10000], [2 * 10, 2 * 100, 2 * 1000]]])
+    np.testing.assert_array_equal(got, want)
+    # with v = 0.5: (q + v) . r
+    got = posenc.xl_position_term(q, r, bias=[[0.5]])
+    np.testing.assert_array_equal(got, (want / q[..., :1]) * (q[..., :1] + 0.5))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize(
+    "q_len, k_len, kw",
+    [(5, 5, {}), (4, 11, {}), (1, 300, {}), (6, 9, {"q_offset": 1}), (7, 40, {"causal": True})],
+)
+def test_xl_position_term_equals_reference(threads, rng, dtype, q_len, k_len, kw):
+    rows = k_len + (1 if kw.get("causal") else q_len) if "q_offset" not in kw else k_len + q_len + 4
+    q = randn(rng, (2, 3, q_len, 8), dtype)
+    r = randn(rng, (3, rows, 8), dtype)
+    bias = randn(rng, (3, 8), dtype)
+    got = posenc.xl_position_term(q, r, bias=bias, k_len=k_len, **kw)
+    want = ref.xl_position_term(q, r, bias=bias, k_len=k_len, **kw)
+    same_bits(got, want)
+    scores = randn(rng, (2, 3, q_len, k_len), dtype)
+    expected = ref.xl_position_term(q, r, bias=bias, k_len=k_len, scores=scores.copy(), **kw)
+    assert posenc.xl_position_term(q, r, bias=bias, scores=scores, **kw) is scores
+    same_bits(scores, expected)
+
+
+def test_xl_position_term_causal_leaves_future_keys_alone(rng):
+    q, r = randn(rng, (2, 4, 8)), randn(rng, (2, 7, 8))  # uni table of k_len 6
+    scores = randn(rng, (2, 4, 6))
+    before = scores.copy()
+    posenc.xl_position_term(q, r, causal=True, scores=scores)
+    qpos = 2 + np.arange(4)[:, None]
+    future = np.arange(6)[None, :] > qpos
+    np.testing.assert_array_equal(scores[:, future], before[:, future])
+    assert (scores[:, ~future] != before[:, ~future]).all()
+
+
+def test_xl_position_term_per_batch_tables_for_bi_data(rng):
+    q, r = randn(rng, (2, 3, 4, 8)), randn(rng, (2, 3, 9, 8))  # one table per batch entry
+    got = posenc.xl_position_term(q, r)
+    for b in range(2):
+        np.testing.assert_array_equal(got[b], posenc.xl_position_term(q[b], r[b]))
+
+
+def test_xl_content_bias_is_u_dot_k_for_every_query(rng):
+    k, u = randn(rng, (2, 3, 6, 4)), randn(rng, (3, 4))
+    term = posenc.xl_content_bias(k, u)
+    assert term.shape == (2, 3, 1, 6)
+    np.testing.assert_allclose(term[..., 0, :], np.einsum("hd,bhkd->bhk", u, k), rtol=1e-14)
+    scores = randn(rng, (2, 3, 5, 6))
+    want = scores + term
+    posenc.xl_content_bias(k, u, scores=scores)
+    np.testing.assert_array_equal(scores, want)
+
+
+# ---------------------------------------------------------------- TENER, against its code's shifts
+
+
+def tener_embedding(num_embeddings, dim):
+    """TENER's get_embedding, read from its code: positions (-num) // 2 ..
+    num // 2 - 1, frequencies exp(-i ln(10000) / (half - 1)), sines then
+    cosines; its origin_shift is num // 2 + 1."""
+    half = dim // 2
+    freq = np.exp(np.arange(half) * -(math.log(10000) / (half - 1)))
+    pos = np.arange(-num_embeddings // 2, num_embeddings // 2)[:, None] * freq[None, :]
+    return np.concatenate([np.sin(pos), np.cos(pos)], axis=1)
+
+
+def tener_shift(bd):
+    """TENER's _shift: pad a zero column, view as (2L + 1, L), drop the last
+    row, view as (L, 2L), keep the last L columns."""
+    *lead, n, two_n = bd.shape
+    x = np.concatenate([bd, np.zeros((*lead, n, 1))], axis=-1).reshape(*lead, -1, n)
+    return x[..., :-1, :].reshape(*lead, n, two_n)[..., n:]
+
+
+def tener_transpose_shift(e):
+    """TENER's _transpose_shift: pad, view as (2L + 1, L), rows 1, 3, 5, ...,
+    transposed."""
+    *lead, n, _ = e.shape
+    x = np.concatenate([e, np.zeros((*lead, n, 1))], axis=-1).reshape(*lead, -1, n)
+    return np.swapaxes(x[..., np.arange(n) * 2 + 1, :], -1, -2)
+
+
+@pytest.mark.parametrize("scale", [False, True])
+def test_tener_scores_equal_tener_code_semantics(rng, scale):
+    batch, heads, length, d = 2, 3, 9, 8
+    q, k = randn(rng, (batch, heads, length, d)), randn(rng, (batch, heads, length, d))
+    u, v = randn(rng, (heads, d)), randn(rng, (heads, d))
+    # TENER's forward: the module's 1200-position table, rows -length .. length - 1
+    weights = tener_embedding(1201, d)  # init_size 1200 + 1 rows
+    pos_embed = weights[np.arange(-length, length) + 1201 // 2 + 1]
+    ac = (q + u[:, None]) @ np.swapaxes(k, -1, -2)
+    b_ = q @ pos_embed.T
+    d_ = (v @ pos_embed.T)[None, :, None]
+    e_ = k @ pos_embed.T
+    want = (ac + tener_shift(b_ + d_) + tener_transpose_shift(e_)) / (math.sqrt(d) if scale else 1)
+    table = posenc.tener_relative_table(length, d, dtype="float64")
+    np.testing.assert_allclose(table, pos_embed, rtol=0, atol=1e-14)
+    got = posenc.tener_scores(q, k, table, u=u, v=v, scale=scale)
+    np.testing.assert_allclose(got, want, rtol=1e-13, atol=1e-12)
+    got32 = posenc.tener_scores(
+        q.astype("f4"), k.astype("f4"), table.astype("f4"), u=u, v=v, scale=scale
+    )
+    assert got32.dtype == np.float32
+    np.testing.assert_allclose(got32, want, rtol=2e-5, atol=2e-5 * np.abs(want).max())
+
+
+def test_tener_table_sines_flip_with_direction():
+    table = posenc.tener_relative_table(6, 8, dtype="float64")
+    for p in range(1, 6):
+        np.testing.assert_array_equal(table[6 - p, :4], -table[6 + p, :4])
+        np.testing.assert_array_equal(table[6 - p, 4:], table[6 + p, 4:])
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_tener_equals_reference(threads, rng, dtype):
+    q, k = randn(rng, (2, 2, 33, 8), dtype), randn(rng, (2, 2, 33, 8), dtype)
+    table = posenc.tener_relative_table(40, 8, dtype=dtype)  # more rows than needed
+    v = randn(rng, (2, 8), dtype)
+    same_bits(
+        posenc.tener_position_term(q, k, table, v=v), ref.tener_position_term(q, k, table, v=v)
+    )
+    same_bits(
+        posenc.tener_position_term(q, k, table, key_term=False),
+        ref.tener_position_term(q, k, table, key_term=False),
+    )
+    same_bits(
+        posenc.tener_scores(q, k, table, u=v, v=v, scale=True),
+        ref.tener_scores(q, k, table, u=v, v=v, scale=True),
+    )
+
+
+# ---------------------------------------------------------------- DeBERTa
+
+
+def test_deberta_log_bucket_by_hand():
+    # mid 4, max_position 16: |d| <= 4 stays; else 4 + ceil(ln(|d|/4) / ln(15/4) * 3)
+    d = np.array([-20, -5, -4, -1, 0, 3, 4, 5, 6, 20, 100])
+    want = np.array([-8, -5, -4, -1, 0, 3, 4, 5, 5, 8, 12])
+    np.testing.assert_array_equal(posenc.deberta_log_bucket(d, 8, 16), want)
+    np.testing.assert_array_equal(posenc.deberta_log_bucket(d, 8, 16, precision="float64"), want)
+
+
+def test_deberta_relative_positions_are_query_minus_key():
+    got = posenc.deberta_relative_positions(2, 4, q_offset=1)
+    np.testing.assert_array_equal(got, [[1, 0, -1, -2], [2, 1, 0, -1]])
+    np.testing.assert_array_equal(
+        posenc.deberta_relative_positions(5, 7), -posenc.relative_positions(5, 7)
+    )
+
+
+@pytest.mark.parametrize("precision", ["float32", "float64"])
+def test_deberta_buckets_equal_reference(precision):
+    d = np.arange(-70000, 70001, 7)
+    for size, top in [(256, 512), (32, 128), (10, 20)]:
+        np.testing.assert_array_equal(
+            posenc.deberta_log_bucket(d, size, top, precision=precision),
+            ref.deberta_log_bucket(d, size, top, precision=precision),
+        )
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize(
+    "q_len, k_len, kw",
+    [
+        (12, 12, {"position_buckets": 4, "max_relative_positions": 10}),
+        (7, 30, {"position_buckets": -1, "max_relative_positions": 6, "q_offset": 23}),
+        (40, 40, {"position_buckets": 8, "max_relative_positions": 64}),
+    ],
+)
+def test_deberta_attention_bias_equals_reference(threads, rng, dtype, q_len, k_len, kw):
+    span = kw["position_buckets"] if kw["position_buckets"] > 0 else kw["max_relative_positions"]
+    q, k = randn(rng, (2, 3, q_len, 8), dtype), randn(rng, (2, 3, k_len, 8), dtype)
+    pk, pq = randn(rng, (3, 2 * span, 8), dtype), randn(rng, (3, 2 * span, 8), dtype)
+    same_bits(
+        posenc.deberta_attention_bias(q, k, pk, pq, **kw),
+        ref.deberta_attention_bias(q, k, pk, pq, **kw),
+    )
+    same_bits(
+        posenc.deberta_attention_bias(q, k, None, pq, **kw),
+        ref.deberta_attention_bias(q, k, None, pq, **kw),
+    )
+    scores = randn(rng, (2, 3, q_len, k_len), dtype)
+    want = ref.deberta_attention_bias(q, k, pk, None, scores=scores.copy(), **kw)
+    posenc.deberta_attention_bias(q, k, pk, None, scores=scores, **kw)
+    same_bits(scores, want)
+
+
+def test_deberta_c2p_and_p2c_by_hand():
+    # one head, head_dim 1, span 2 (no buckets): column c = clip(2 + (i - j), 0, 3)
+    q = np.array([[[1.0], [2.0], [3.0]]])
+    k = np.array([[[10.0], [20.0], [30.0]]])
+    pk = np.array([[[1.0], [2.0], [3.0], [4.0]]])
+    got = posenc.deberta_attention_bias(q, k, pk, None, max_relative_positions=2, scale_factor=1)
+    c = np.clip(2 + np.arange(3)[:, None] - np.arange(3)[None, :], 0, 3)
+    np.testing.assert_array_equal(got[0], q[0] * pk[0, c, 0])
+    got = posenc.deberta_attention_bias(q, k, None, pk, max_relative_positions=2, scale_factor=1)
+    np.testing.assert_array_equal(got[0], k[0, :, 0][None, :] * pk[0, c, 0])
+    both = posenc.deberta_attention_bias(q, k, pk, pk, max_relative_positions=2)
+    np.testing.assert_allclose(
+        both[0], (q[0] * pk[0, c, 0] + k[0, :, 0][None, :] * pk[0, c, 0]) / math.sqrt(3), rtol=1e-15
+    )
+
+
+# ---------------------------------------------------------------- Shaw et al. (tensor2tensor)
+
+
+def t2t_relative_positions_matrix(length_q, length_k, max_relative_position):
+    """_generate_relative_positions_matrix without the cache: the queries are
+    the last length_q of the keys."""
+    range_k = np.arange(length_k)
+    range_q = range_k[-length_q:]
+    distance = range_k[None, :] - range_q[:, None]
+    return np.clip(distance, -max_relative_position, max_relative_position) + max_relative_position
+
+
+def t2t_relative_attention_inner(x, y, z, transpose):
+    """_relative_attention_inner: x (b, h, L, .), y (b, h, m, .), z (L, m, .)."""
+    xy = x @ (np.swapaxes(y, -1, -2) if transpose else y)
+    b, h, length = x.shape[:3]
+    x_t = np.transpose(x, (2, 0, 1, 3)).reshape(length, b * h, -1)
+    x_tz = x_t @ (np.swapaxes(z, -1, -2) if transpose else z)
+    return xy + np.transpose(x_tz.reshape(length, b, h, -1), (1, 2, 0, 3))
+
+
+@pytest.mark.parametrize("q_len, k_len, clip", [(6, 6, 2), (3, 9, 4), (1, 12, 3), (8, 8, 20)])
+def test_shaw_terms_equal_tensor2tensor(rng, q_len, k_len, clip):
+    b, h, d = 2, 3, 5
+    q, k, values = (
+        randn(rng, (b, h, q_len, d)),
+        randn(rng, (b, h, k_len, d)),
+        randn(rng, (b, h, k_len, d)),
+    )
+    a_k, a_v = randn(rng, (2 * clip + 1, d)), randn(rng, (2 * clip + 1, d))
+    idx = t2t_relative_positions_matrix(q_len, k_len, clip)
+    logits = t2t_relative_attention_inner(q, k, a_k[idx], True)
+    got = q @ np.swapaxes(k, -1, -2)
+    posenc.shaw_key_term(q, a_k, max_distance=clip, scores=got)
+    np.testing.assert_allclose(got, logits, rtol=1e-13, atol=1e-13)
+    w = np.exp(logits - logits.max(-1, keepdims=True))
+    w /= w.sum(-1, keepdims=True)
+    out = t2t_relative_attention_inner(w, values, a_v[idx], False)
+    mine = w @ values + posenc.shaw_value_term(w, a_v, max_distance=clip)
+    np.testing.assert_allclose(mine, out, rtol=1e-13, atol=1e-14)
+    w32 = w.astype(np.float32)
+    got32 = posenc.shaw_value_term(w32, a_v.astype(np.float32), max_distance=clip)
+    np.testing.assert_allclose(got32, out - w @ values, rtol=1e-5, atol=2e-6)
+
+
+def test_shaw_key_term_by_hand():
+    # q_len 2 of k_len 4 (queries at 2 and 3), clip 1, one head, head_dim 1
+    q = np.array([[[1.0], [10.0]]])
+    a_k = np.array([[100.0], [200.0], [300.0]])  # distances -1, 0, 1
+    got = posenc.shaw_key_term(q, a_k, max_distance=1, k_len=4)
+    want = np.array([[[100, 100, 200, 300], [1000, 1000, 1000, 2000]]])
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_shaw_equals_reference(threads, rng, dtype):
+    q = randn(rng, (2, 4, 17, 8), dtype)
+    a_k = randn(rng, (4, 7, 8), dtype)  # a table per head
+    same_bits(
+        posenc.shaw_key_term(q, a_k, max_distance=3, k_len=40),
+        ref.shaw_key_term(q, a_k, max_distance=3, k_len=40),
+    )
+    w = rng.random((2, 4, 17, 40)).astype(dtype)
+    a_v = randn(rng, (7, 8), dtype)
+    got = posenc.shaw_value_term(w, a_v, max_distance=3, q_offset=5)
+    want = ref.shaw_value_term(w, a_v, max_distance=3, q_offset=5)
+    assert got.dtype == want.dtype
+    tol = {"float16": 2e-3, "float32": 2e-6, "float64": 1e-14}[dtype]
+    np.testing.assert_allclose(got.astype("f8"), want.astype("f8"), rtol=tol, atol=tol * 8)
+
+
+# ---------------------------------------------------------------- TUPE, against its fairseq encoder
+
+
+def tupe_bucket(relative_position, num_buckets, max_distance):
+    """TUPE's relative_position_bucket (T5's), float32 logarithms as its code."""
+    n = -relative_position
+    num_buckets //= 2
+    ret = (n < 0).astype(np.int64) * num_buckets
+    n = np.abs(n)
+    max_exact = num_buckets // 2
+    with np.errstate(divide="ignore", invalid="ignore"):  # n = 0 is a small distance
+        large = max_exact + (
+            np.log(n.astype(np.float32) / max_exact)
+            / np.float32(math.log(max_distance / max_exact))
+            * np.float32(num_buckets - max_exact)
+        ).astype(np.int64)
+    large = np.minimum(large, num_buckets - 1)
+    return ret + np.where(n < max_exact, n, large)
+
+
+def layer_norm(x, gamma, beta, eps=1e-5):
+    mu = x.mean(-1, keepdims=True)
+    var = ((x - mu) ** 2).mean(-1, keepdims=True)
+    return (x - mu) / np.sqrt(var + eps) * gamma + beta
+
+
+def test_tupe_bias_equals_tupe_encoder(rng):
+    n, dim, heads, bins, max_rel = 40, 24, 3, 32, 128
+    table = randn(rng, (n + 7, dim))  # TUPE's pos embedding (max_seq_len + 1 rows)
+    gamma, beta = 1 + 0.1 * randn(rng, dim), 0.1 * randn(rng, dim)
+    w, bias = randn(rng, (2 * dim, dim)) * 0.2, randn(rng, 2 * dim) * 0.1  # pos_proj
+    rel_weight = randn(rng, (bins + 1, heads))  # relative_attention_bias
+    # the encoder's forward
+    weight = layer_norm(table[: n + 1], gamma, beta)
+    proj = (weight @ w.T + bias).reshape(n + 1, 2, heads, -1).transpose(1, 2, 0, 3)
+    pos_q, pos_k = proj[0], proj[1]
+    scaling = float(dim / heads * 2) ** -0.5
+    abs_bias = (pos_q * scaling) @ np.swapaxes(pos_k, 1, 2)
+    cls_2_other, other_2_cls = abs_bias[:, 0, 0].copy(), abs_bias[:, 1, 1].copy()
+    abs_bias = abs_bias[:, 1:, 1:].copy()
+    abs_bias[:, :, 0] = other_2_cls[:, None]
+    abs_bias[:, 0, :] = cls_2_other[:, None]
+    ctx, mem = np.arange(n)[:, None], np.arange(n)[None, :]
+    bucket = tupe_bucket(mem - ctx, bins, max_rel)
+    bucket[:, 0] = bins
+    bucket[0, :] = bins // 2
+    want = abs_bias + np.transpose(rel_weight[bucket], (2, 0, 1))
+    got = posenc.tupe_bias(pos_q, pos_k, rel_table=rel_weight, max_distance=max_rel)
+    np.testing.assert_allclose(got, want, rtol=1e-13, atol=1e-13)
+    got32 = posenc.tupe_bias(
+        pos_q.astype("f4"), pos_k.astype("f4"), rel_table=rel_weight.astype("f4")
+    )
+    np.testing.assert_allclose(got32, want, rtol=1e-5, atol=1e-5)
+    # added into the scores of every layer, once computed
+    scores = randn(rng, (2, heads, n, n))
+    expected = scores + want
+    posenc.tupe_bias(pos_q, pos_k, rel_table=rel_weight, scores=scores)
+    np.testing.assert_allclose(scores, expected, rtol=1e-13, atol=1e-13)
+
+
+@pytest.mark.parametrize("untie", [True, False])
+def test_tupe_equals_reference(rng, untie):
+    pq, pk = randn(rng, (4, 21, 16), "f4"), randn(rng, (4, 21, 16), "f4")
+    table = randn(rng, (33 if untie else 32, 4), "f4")
+    same_bits(
+        posenc.tupe_bias(pq, pk, rel_table=table, untie_cls=untie),
+        ref.tupe_bias(pq, pk, rel_table=table, untie_cls=untie),
+    )
+    same_bits(posenc.tupe_bias(pq, pk, untie_cls=untie), ref.tupe_bias(pq, pk, untie_cls=untie))
+
+
+# ---------------------------------------------------------------- layouts, dtypes, bad input
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_any_scores_layout_gives_the_contiguous_result(rng, dtype):
+    q, r = randn(rng, (2, 3, 5, 8), dtype), randn(rng, (3, 12, 8), dtype)
+    base = randn(rng, (2, 3, 5, 7), dtype)
+    want = posenc.xl_position_term(q, r, scores=base.copy())
+    layouts = [
+        np.asfortranarray(base),
+        base.astype(base.dtype.newbyteorder(">")),
+        np.swapaxes(np.swapaxes(base, 0, 1).copy(), 0, 1),
+    ]
+    big = np.zeros((2, 3, 5, 14), dtype)
+    big[..., ::2] = base
+    layouts.append(big[..., ::2])
+    for scores in layouts:
+        posenc.xl_position_term(q, r, scores=scores)
+        np.testing.assert_array_equal(np.asarray(scores, dtype), want)
+    np.testing.assert_array_equal(big[..., 1::2], 0)
+
+
+def test_float16_scores_get_the_term_rounded_to_float16_then_added(rng):
+    q, r = randn(rng, (3, 5, 8), "f2"), randn(rng, (3, 12, 8), "f2")
+    scores = randn(rng, (3, 5, 7), "f2")
+    term = posenc.xl_position_term(q, r, k_len=7)
+    assert term.dtype == np.float16
+    want = scores + term  # NumPy's float16 add: the float32 sum rounded once
+    posenc.xl_position_term(q, r, scores=scores)
+    np.testing.assert_array_equal(scores, want)
+
+
+def test_bad_input_is_refused_naming_the_argument(rng):
+    q, r = randn(rng, (2, 4, 8)), randn(rng, (2, 10, 8))
+    scores = randn(rng, (2, 4, 6))
+    before = scores.copy()
+    cases = [
+        (lambda: posenc.xl_position_term(q.astype(int), r), TypeError, "q"),
+        (lambda: posenc.xl_position_term(q, r[..., :5]), ValueError, "r must have 8 columns"),
+        (lambda: posenc.xl_position_term(q, r, bias=np.ones((3, 8))), ValueError, "bias"),
+        (lambda: posenc.xl_position_term(q, r[:, :6], scores=scores), ValueError, "r has 6 rows"),
+        (lambda: posenc.xl_position_term(q, r, scores=np.zeros((3, 4, 6))), ValueError, "scores"),
+        (lambda: posenc.xl_position_term(q[None], r, scores=scores), ValueError, "scores"),
+        (lambda: posenc.xl_position_term(q, r, scores=scores.astype(int)), TypeError, "scores"),
+        (lambda: posenc.xl_position_term(q, r, scores=[[1.0]]), TypeError, "scores"),
+        (lambda: posenc.xl_position_term(q, r, causal=1), TypeError, "causal"),
+        (lambda: posenc.xl_relative_table(3, 4, 7), ValueError, "dim"),
+        (lambda: posenc.xl_relative_table(3, 4, 8, attn_type="both"), ValueError, "attn_type"),
+        (lambda: posenc.deberta_log_bucket([1.5], 8, 16), TypeError, "relative_pos"),
+        (lambda: posenc.deberta_log_bucket([1], 8, 4), ValueError, "max_position"),
+        (lambda: posenc.deberta_log_bucket([1], 8, 16, precision="half"), ValueError, "precision"),
+        (
+            lambda: posenc.deberta_attention_bias(q, q, max_relative_positions=4),
+            ValueError,
+            "pos_key",
+        ),
+        (
+            lambda: posenc.deberta_attention_bias(q, q, r, max_relative_positions=4),
+            ValueError,
+            "pos_key must have 8 rows",
+        ),
+        (lambda: posenc.shaw_key_term(q, r, max_distance=2), ValueError, "rel_keys"),
+        (lambda: posenc.shaw_key_term(q, r[0, :5], max_distance=-1), ValueError, "max_distance"),
+        (
+            lambda: posenc.shaw_value_term(scores, r[0, :5], max_distance=1),
+            ValueError,
+            "rel_values",
+        ),
+        (lambda: posenc.tener_relative_table(4, 2), ValueError, "dim"),
+        (lambda: posenc.tener_position_term(q, q, r[0, :6]), ValueError, "table"),
+        (lambda: posenc.tener_position_term(q, q[:, :3], r[0]), ValueError, "k must have"),
+        (lambda: posenc.tupe_bias(q, r), ValueError, "pos_q and pos_k"),
+        (lambda: posenc.tupe_bias(q, q, rel_table=np.ones((5, 3))), ValueError, "rel_table"),
+    ]
+    for call, kind, words in cases:
+        with pytest.raises(kind, match=words):
+            call()
+            pytest.fail(f"no error for the case about {words!r}")
+    np.testing.assert_array_equal(scores, before)
+    readonly = scores.copy()
+    readonly.flags.writeable = False
+    with pytest.raises(ValueError, match="read-only"):
+        posenc.xl_position_term(q, r, scores=readonly)
+
+
+def test_inputs_are_left_as_they_were(rng):
+    q, k = randn(rng, (2, 9, 8)), randn(rng, (2, 9, 8))
+    table = posenc.tener_relative_table(9, 8, dtype="float64")
+    copies = [x.copy() for x in (q, k, table)]
+    posenc.tener_scores(q, k, table, u=np.ones((2, 8)), v=np.ones((2, 8)))
+    for x, c in zip((q, k, table), copies):
+        np.testing.assert_array_equal(x, c)
+
+
+def test_relative_functions_are_exported_and_wrapped_for_torch_and_jax():
+    for name in [
+        "xl_relative_table",
+        "xl_position_term",
+        "xl_content_bias",
+        "tener_relative_table",
+        "tener_position_term",
+        "tener_scores",
+        "deberta_log_bucket",
+        "deberta_relative_positions",
+        "deberta_attention_bias",
+        "shaw_key_term",
+        "shaw_value_term",
+        "tupe_bias",
+    ]:
+        fn = getattr(posenc, name)
+        assert name in posenc.__all__ and fn is getattr(rel, name)
+        assert hasattr(fn, "__wrapped_numpy__")
