@@ -1,0 +1,143 @@
+"""The type information posenc ships: every public function is annotated
+(its own signature, or each of its overloads) with annotations that resolve
+at run time on every Python posenc supports, and the installed package holds
+the py.typed marker and the stub of its C extension.
+
+What the annotations say is checked by mypy on tests/typing_usage.py (in
+.ci/run); here, that they are there, complete and resolvable.  The witnesses:
+the modules' source read with ``ast`` and ``inspect.signature``.
+"""
+
+import ast
+import importlib.resources
+import inspect
+import sys
+import typing
+
+import pytest
+
+import posenc
+from posenc import probe
+
+SOURCE_READABLE = all(
+    getattr(sys.modules[m], "__file__", "").endswith(".py")
+    for m in ("posenc.rope", "posenc.probe.report")
+)
+
+
+def public_functions():
+    """(qualified name, function) of every public callable: posenc.__all__,
+    posenc.probe.__all__, and the public methods of the probe's classes."""
+    found = []
+    for module in (posenc, probe):
+        for name in module.__all__:
+            obj = getattr(module, name)
+            if inspect.isfunction(obj):
+                found.append((f"{module.__name__}.{name}", obj))
+            elif inspect.isclass(obj):
+                for attr, member in vars(obj).items():
+                    if inspect.isfunction(member) and not attr.startswith("_"):
+                        found.append((f"{module.__name__}.{name}.{attr}", member))
+    return found
+
+
+FUNCTIONS = public_functions()
+
+
+def definitions(fn):
+    """The ``def`` nodes of `fn` in its module's source: its overloads when
+    it has them, else its own definition."""
+    fn = inspect.unwrap(fn)
+    tree = ast.parse(inspect.getsource(sys.modules[fn.__module__]))
+    owner = fn.__qualname__.split(".")[0] if "." in fn.__qualname__ else None
+    scope = tree.body
+    if owner is not None:
+        scope = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == owner).body
+    nodes = [n for n in scope if isinstance(n, ast.FunctionDef) and n.name == fn.__name__]
+    overloads = [
+        n
+        for n in nodes
+        if any(getattr(d, "id", getattr(d, "attr", None)) == "overload" for d in n.decorator_list)
+    ]
+    return overloads or nodes
+
+
+def unannotated(node):
+    args = node.args
+    params = args.posonlyargs + args.args + args.kwonlyargs
+    params += [a for a in (args.vararg, args.kwarg) if a is not None]
+    missing = [a.arg for a in params if a.annotation is None and a.arg != "self"]
+    if node.returns is None:
+        missing.append("return")
+    return missing
+
+
+def namespace(fn):
+    """The names an annotation of `fn` may use: its module's, and those its
+    module imports for type checkers only."""
+    names = dict(vars(sys.modules[inspect.unwrap(fn).__module__]))
+    from matplotlib.figure import Figure
+
+    names["Figure"] = Figure
+    return names
+
+
+def test_the_public_api_is_all_there():
+    names = {name for name, _ in FUNCTIONS}
+    for name in ("posenc.apply_rope", "posenc.sinusoid", "posenc.t5_bias", "posenc.probe.report"):
+        assert name in names
+    assert "posenc.probe.ProbeReport.plot" in names
+    assert "posenc.probe.Informativeness.rank_for" in names
+    assert len(FUNCTIONS) >= 30
+
+
+@pytest.mark.skipif(not SOURCE_READABLE, reason="posenc's sources are not beside it")
+@pytest.mark.parametrize("name,fn", FUNCTIONS, ids=[n for n, _ in FUNCTIONS])
+def test_every_public_function_is_annotated_throughout(name, fn):
+    nodes = definitions(fn)
+    assert nodes, f"{name}: no definition found"
+    params = set(inspect.signature(fn).parameters) - {"self"}
+    for node in nodes:
+        assert unannotated(node) == [], (
+            f"{name} (line {node.lineno}) lacks annotations of {unannotated(node)}: annotate it "
+            "(the types are in posenc/_typing.py)"
+        )
+        args = node.args
+        declared = {a.arg for a in args.posonlyargs + args.args + args.kwonlyargs} - {"self"}
+        assert declared == params, f"{name} (line {node.lineno}) differs from the function"
+
+
+@pytest.mark.skipif(not SOURCE_READABLE, reason="posenc's sources are not beside it")
+@pytest.mark.parametrize("name,fn", FUNCTIONS, ids=[n for n, _ in FUNCTIONS])
+def test_every_annotation_resolves_at_run_time(name, fn):
+    names = namespace(fn)
+    for node in definitions(fn):
+        args = node.args
+        for a in args.posonlyargs + args.args + args.kwonlyargs:
+            if a.annotation is not None:
+                eval(ast.unparse(a.annotation), names)  # noqa: S307 - our own source
+        if node.returns is not None:
+            eval(ast.unparse(node.returns), names)  # noqa: S307
+
+
+def test_functions_without_overloads_resolve_with_get_type_hints():
+    checked = 0
+    for name, fn in FUNCTIONS:
+        hints = typing.get_type_hints(inspect.unwrap(fn), namespace(fn))
+        if hints:
+            params = set(inspect.signature(fn).parameters) - {"self"}
+            assert set(hints) == params | {"return"}, name
+            checked += 1
+    assert checked >= 15
+
+
+def test_the_installed_package_is_marked_typed_and_ships_the_extension_stub():
+    root = importlib.resources.files("posenc")
+    assert (root / "py.typed").is_file()
+    stub = (root / "_core.pyi").read_text()
+    from posenc import _core
+
+    for name in ("set_num_threads", "get_num_threads", "simd_path", "simd_cpu", "set_simd"):
+        assert f"def {name}(" in stub and callable(getattr(_core, name))
+    for name in ("SINUSOID_LAYOUTS", "ROPE_LAYOUTS", "MAX_Q_OFFSET", "T5_MAX_BUCKETS", "openmp"):
+        assert f"{name}:" in stub and hasattr(_core, name)
