@@ -22,12 +22,14 @@ sits at position ``q_offset + i`` and key ``j`` at ``j``.
 from __future__ import annotations
 
 import math
+from typing import Any, Optional, overload
 
 import numpy as np
 
 from . import _core
 from . import _validate as v
 from ._interop import foreign
+from ._typing import Array, ArrayLike, ArrayT, DTypeLike, NDArray
 from .bias import _check_t5, t5_bias
 from .sinusoid import sinusoid
 
@@ -211,16 +213,16 @@ def _finish(scores, lead, shape, dtype, parts):
 
 @foreign
 def xl_relative_table(
-    q_len,
-    k_len=None,
-    dim=None,
+    q_len: int,
+    k_len: Optional[int] = None,
+    dim: Optional[int] = None,
     *,
-    attn_type="bi",
-    bi_data=False,
-    clamp_len=None,
-    base=10000.0,
-    dtype=None,
-):
+    attn_type: str = "bi",
+    bi_data: bool = False,
+    clamp_len: Optional[int] = None,
+    base: float = 10000.0,
+    dtype: Optional[DTypeLike] = None,
+) -> NDArray[Any]:
     """Transformer-XL / XLNet's relative sinusoid table.
 
     Parameters
@@ -270,6 +272,45 @@ def xl_relative_table(
         tables = [np.clip(t, -clamp, clamp) for t in tables]
     out = [sinusoid(t, dim, base=base, layout="concat", dtype=dtype) for t in tables]
     return np.stack(out) if bi_data else out[0]
+
+
+@overload
+def xl_position_term(
+    q: np.ndarray,
+    r: ArrayLike,
+    *,
+    bias: Optional[ArrayLike] = None,
+    k_len: Optional[int] = None,
+    q_offset: Optional[int] = None,
+    causal: bool = False,
+    scores: Optional[Array] = None,
+) -> NDArray[Any]: ...
+
+
+@overload
+def xl_position_term(
+    q: ArrayT,
+    r: ArrayLike,
+    *,
+    bias: Optional[ArrayLike] = None,
+    k_len: Optional[int] = None,
+    q_offset: Optional[int] = None,
+    causal: bool = False,
+    scores: Optional[Array] = None,
+) -> ArrayT: ...
+
+
+@overload
+def xl_position_term(
+    q: ArrayLike,
+    r: ArrayLike,
+    *,
+    bias: Optional[ArrayLike] = None,
+    k_len: Optional[int] = None,
+    q_offset: Optional[int] = None,
+    causal: bool = False,
+    scores: Optional[Array] = None,
+) -> NDArray[Any]: ...
 
 
 @foreign
@@ -354,6 +395,28 @@ def xl_position_term(q, r, *, bias=None, k_len=None, q_offset=None, causal=False
     return _finish(target, lead, (heads, q_len, k_len), _result(q, r), [(products, index, False)])
 
 
+@overload
+def xl_content_bias(
+    k: np.ndarray,
+    bias: ArrayLike,
+    *,
+    scores: Optional[Array] = None,
+) -> NDArray[Any]: ...
+
+
+@overload
+def xl_content_bias(k: ArrayT, bias: ArrayLike, *, scores: Optional[Array] = None) -> ArrayT: ...
+
+
+@overload
+def xl_content_bias(
+    k: ArrayLike,
+    bias: ArrayLike,
+    *,
+    scores: Optional[Array] = None,
+) -> NDArray[Any]: ...
+
+
 @foreign
 def xl_content_bias(k, bias, *, scores=None):
     """Transformer-XL / XLNet's content bias ``u . k_j``, the same for every query.
@@ -397,7 +460,13 @@ def _tener_frequencies(dim, base):
 
 
 @foreign
-def tener_relative_table(length, dim, *, base=10000.0, dtype=None):
+def tener_relative_table(
+    length: int,
+    dim: int,
+    *,
+    base: float = 10000.0,
+    dtype: Optional[DTypeLike] = None,
+) -> NDArray[Any]:
     """TENER's direction-aware relative sinusoid table.
 
     Parameters
@@ -446,6 +515,42 @@ def _tener_table(table, d, length):
     return arr
 
 
+@overload
+def tener_position_term(
+    q: np.ndarray,
+    k: ArrayLike,
+    table: ArrayLike,
+    *,
+    v: Optional[ArrayLike] = None,
+    key_term: bool = True,
+    scores: Optional[Array] = None,
+) -> NDArray[Any]: ...
+
+
+@overload
+def tener_position_term(
+    q: ArrayT,
+    k: ArrayLike,
+    table: ArrayLike,
+    *,
+    v: Optional[ArrayLike] = None,
+    key_term: bool = True,
+    scores: Optional[Array] = None,
+) -> ArrayT: ...
+
+
+@overload
+def tener_position_term(
+    q: ArrayLike,
+    k: ArrayLike,
+    table: ArrayLike,
+    *,
+    v: Optional[ArrayLike] = None,
+    key_term: bool = True,
+    scores: Optional[Array] = None,
+) -> NDArray[Any]: ...
+
+
 @foreign
 def tener_position_term(q, k, table, *, v=None, key_term=True, scores=None):
     """TENER's position terms ``(q_i + v) . R[j - i] + k_j . R[i - j]``.
@@ -491,6 +596,45 @@ def tener_position_term(q, k, table, *, v=None, key_term=True, scores=None):
     if key_term:
         parts.append((k.astype(work, copy=False) @ Rt, m - rel, True))
     return _finish(target, lead, (heads, length, length), _result(q, k, R), parts)
+
+
+@overload
+def tener_scores(
+    q: np.ndarray,
+    k: ArrayLike,
+    table: ArrayLike,
+    *,
+    u: Optional[ArrayLike] = None,
+    v: Optional[ArrayLike] = None,
+    scale: bool = False,
+    key_term: bool = True,
+) -> NDArray[Any]: ...
+
+
+@overload
+def tener_scores(
+    q: ArrayT,
+    k: ArrayLike,
+    table: ArrayLike,
+    *,
+    u: Optional[ArrayLike] = None,
+    v: Optional[ArrayLike] = None,
+    scale: bool = False,
+    key_term: bool = True,
+) -> ArrayT: ...
+
+
+@overload
+def tener_scores(
+    q: ArrayLike,
+    k: ArrayLike,
+    table: ArrayLike,
+    *,
+    u: Optional[ArrayLike] = None,
+    v: Optional[ArrayLike] = None,
+    scale: bool = False,
+    key_term: bool = True,
+) -> NDArray[Any]: ...
 
 
 @foreign
@@ -567,6 +711,36 @@ def _check_buckets(bucket_size, max_position):
     return bucket_size, max_position
 
 
+@overload
+def deberta_log_bucket(
+    relative_pos: np.ndarray,
+    bucket_size: int,
+    max_position: int,
+    *,
+    precision: str = "float32",
+) -> NDArray[np.int64]: ...
+
+
+@overload
+def deberta_log_bucket(
+    relative_pos: ArrayT,
+    bucket_size: int,
+    max_position: int,
+    *,
+    precision: str = "float32",
+) -> ArrayT: ...
+
+
+@overload
+def deberta_log_bucket(
+    relative_pos: ArrayLike,
+    bucket_size: int,
+    max_position: int,
+    *,
+    precision: str = "float32",
+) -> NDArray[np.int64]: ...
+
+
 @foreign
 def deberta_log_bucket(relative_pos, bucket_size, max_position, *, precision="float32"):
     """DeBERTa's logarithmic buckets of relative positions (``make_log_bucket_position``).
@@ -609,8 +783,14 @@ def deberta_log_bucket(relative_pos, bucket_size, max_position, *, precision="fl
 
 @foreign
 def deberta_relative_positions(
-    q_len, k_len=None, *, bucket_size=-1, max_position=-1, q_offset=0, precision="float32"
-):
+    q_len: int,
+    k_len: Optional[int] = None,
+    *,
+    bucket_size: int = -1,
+    max_position: int = -1,
+    q_offset: int = 0,
+    precision: str = "float32",
+) -> NDArray[np.int64]:
     """DeBERTa's relative positions ``query - key`` (``build_relative_position``).
 
     Parameters
@@ -642,6 +822,54 @@ def deberta_relative_positions(
         dist = _log_bucket(dist, bucket_size, max_position, precision)
     t = (q_len - 1) - np.arange(q_len)[:, None] + np.arange(k_len)[None, :]
     return dist[t]
+
+
+@overload
+def deberta_attention_bias(
+    q: np.ndarray,
+    k: ArrayLike,
+    pos_key: Optional[ArrayLike] = None,
+    pos_query: Optional[ArrayLike] = None,
+    *,
+    position_buckets: int = -1,
+    max_relative_positions: int = 512,
+    q_offset: int = 0,
+    scale_factor: Optional[float] = None,
+    precision: str = "float32",
+    scores: Optional[Array] = None,
+) -> NDArray[Any]: ...
+
+
+@overload
+def deberta_attention_bias(
+    q: ArrayT,
+    k: ArrayLike,
+    pos_key: Optional[ArrayLike] = None,
+    pos_query: Optional[ArrayLike] = None,
+    *,
+    position_buckets: int = -1,
+    max_relative_positions: int = 512,
+    q_offset: int = 0,
+    scale_factor: Optional[float] = None,
+    precision: str = "float32",
+    scores: Optional[Array] = None,
+) -> ArrayT: ...
+
+
+@overload
+def deberta_attention_bias(
+    q: ArrayLike,
+    k: ArrayLike,
+    pos_key: Optional[ArrayLike] = None,
+    pos_query: Optional[ArrayLike] = None,
+    *,
+    position_buckets: int = -1,
+    max_relative_positions: int = 512,
+    q_offset: int = 0,
+    scale_factor: Optional[float] = None,
+    precision: str = "float32",
+    scores: Optional[Array] = None,
+) -> NDArray[Any]: ...
 
 
 @foreign
@@ -742,6 +970,42 @@ def _shaw_index(q_len, k_len, q_offset, max_distance):
     return rel + max_distance
 
 
+@overload
+def shaw_key_term(
+    q: np.ndarray,
+    rel_keys: ArrayLike,
+    *,
+    max_distance: int,
+    k_len: Optional[int] = None,
+    q_offset: Optional[int] = None,
+    scores: Optional[Array] = None,
+) -> NDArray[Any]: ...
+
+
+@overload
+def shaw_key_term(
+    q: ArrayT,
+    rel_keys: ArrayLike,
+    *,
+    max_distance: int,
+    k_len: Optional[int] = None,
+    q_offset: Optional[int] = None,
+    scores: Optional[Array] = None,
+) -> ArrayT: ...
+
+
+@overload
+def shaw_key_term(
+    q: ArrayLike,
+    rel_keys: ArrayLike,
+    *,
+    max_distance: int,
+    k_len: Optional[int] = None,
+    q_offset: Optional[int] = None,
+    scores: Optional[Array] = None,
+) -> NDArray[Any]: ...
+
+
 @foreign
 def shaw_key_term(q, rel_keys, *, max_distance, k_len=None, q_offset=None, scores=None):
     """Shaw et al.'s relative key term ``q_i . a^K[clip(j - qpos, -k, k)]``.
@@ -785,6 +1049,36 @@ def shaw_key_term(q, rel_keys, *, max_distance, k_len=None, q_offset=None, score
     return _finish(
         target, lead, (heads, q_len, k_len), _result(q, table), [(products, index, False)]
     )
+
+
+@overload
+def shaw_value_term(
+    weights: np.ndarray,
+    rel_values: ArrayLike,
+    *,
+    max_distance: int,
+    q_offset: Optional[int] = None,
+) -> NDArray[Any]: ...
+
+
+@overload
+def shaw_value_term(
+    weights: ArrayT,
+    rel_values: ArrayLike,
+    *,
+    max_distance: int,
+    q_offset: Optional[int] = None,
+) -> ArrayT: ...
+
+
+@overload
+def shaw_value_term(
+    weights: ArrayLike,
+    rel_values: ArrayLike,
+    *,
+    max_distance: int,
+    q_offset: Optional[int] = None,
+) -> NDArray[Any]: ...
 
 
 @foreign
@@ -837,6 +1131,42 @@ def shaw_value_term(weights, rel_values, *, max_distance, q_offset=None):
 
 
 # ---------------------------------------------------------------- TUPE
+
+
+@overload
+def tupe_bias(
+    pos_q: np.ndarray,
+    pos_k: ArrayLike,
+    *,
+    rel_table: Optional[ArrayLike] = None,
+    max_distance: int = 128,
+    untie_cls: bool = True,
+    scores: Optional[Array] = None,
+) -> NDArray[Any]: ...
+
+
+@overload
+def tupe_bias(
+    pos_q: ArrayT,
+    pos_k: ArrayLike,
+    *,
+    rel_table: Optional[ArrayLike] = None,
+    max_distance: int = 128,
+    untie_cls: bool = True,
+    scores: Optional[Array] = None,
+) -> ArrayT: ...
+
+
+@overload
+def tupe_bias(
+    pos_q: ArrayLike,
+    pos_k: ArrayLike,
+    *,
+    rel_table: Optional[ArrayLike] = None,
+    max_distance: int = 128,
+    untie_cls: bool = True,
+    scores: Optional[Array] = None,
+) -> NDArray[Any]: ...
 
 
 @foreign
