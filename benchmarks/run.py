@@ -395,6 +395,172 @@ def bias_cases(quick):
     return cases
 
 
+# ---------------------------------------------------------------- relative terms inside attention
+
+
+def _rel_case(name, scores, parts, term, numpy, torch_fn, note):
+    """Two cases for one term: the C gather alone (its products made
+    beforehand) against one read-modify-write of the scores per product
+    array it adds, and the whole term (BLAS products + gather) against the
+    NumPy twin and torch as transformers writes it."""
+    from posenc import _core
+
+    views = scores.reshape((-1,) + scores.shape[-3:])
+    pre = np.ones_like(scores)
+
+    def gather():
+        for products, index, by_key in parts:
+            _core.rel_gather_add(products, index, views, by_key)
+
+    def rmw():
+        for _ in parts:
+            np.add(scores, pre, out=scores)
+
+    return [
+        Case(
+            name=f"{name}: C gather into scores {scores.shape}",
+            nbytes=scores.nbytes * len(parts),
+            posenc=gather,
+            memory=rmw,
+            note=f"memory: {len(parts)} x (scores += array); the target is <= 1.3x",
+        ),
+        Case(
+            name=f"{name}: whole term, scores=",
+            nbytes=scores.nbytes,
+            posenc=term,
+            memory=rmw,
+            numpy=numpy,
+            torch=torch_fn,
+            note=note,
+        ),
+    ]
+
+
+@case("relative")
+def relative_cases(quick):
+    from posenc import relative as rel
+
+    rng = np.random.default_rng(0)
+    n, heads, d = (512, 12, 64) if quick else (1024, 16, 64)
+    f4 = np.float32
+    scores = rng.standard_normal((1, heads, n, n)).astype(f4)
+    q = rng.standard_normal((1, heads, n, d)).astype(f4)
+    k = rng.standard_normal((1, heads, n, d)).astype(f4)
+    bias = rng.standard_normal((heads, d)).astype(f4)
+    have_torch = torch is not None
+    tq, tk, tscores = (torch.from_numpy(x) for x in (q, k, scores)) if have_torch else (None,) * 3
+    cases = []
+
+    # Transformer-XL / XLNet: the bi table of 2n rows, shifted by indexing
+    r = rng.standard_normal((heads, 2 * n, d)).astype(f4)
+    xl_index = np.arange(1, 2 * n, dtype=np.int64)  # row k_len - (i - j) at t = n - 1 - i + j
+    products = (q + bias[:, None]) @ np.swapaxes(r, -1, -2)
+
+    def torch_xl():
+        # XLNet's rel_attn_core: bd = einsum(q + r_r_bias, k_head_r), rel_shift_bnij
+        from transformers.models.xlnet.modeling_xlnet import XLNetRelativeAttention
+
+        bd = torch.einsum("bnid,njd->bnij", tq + tbias[:, None], tr)
+        return tscores.add_(XLNetRelativeAttention.rel_shift_bnij(bd, klen=n))
+
+    tbias = torch.from_numpy(bias) if have_torch else None
+    tr = torch.from_numpy(r) if have_torch else None
+    cases += _rel_case(
+        "xl_position_term",
+        scores,
+        [(products, xl_index, False)],
+        lambda: rel.xl_position_term(q, r, bias=bias, scores=scores),
+        lambda: reference.xl_position_term(q, r, bias=bias, scores=scores),
+        torch_xl if have_torch else None,
+        "torch: einsum + XLNet's rel_shift_bnij + add",
+    )
+
+    # DeBERTa v3: 256 buckets, 512 positions, c2p and p2c
+    span = 256
+    pk = rng.standard_normal((heads, 2 * span, d)).astype(f4)
+    pq = rng.standard_normal((heads, 2 * span, d)).astype(f4)
+    dist = -(np.arange(2 * n - 1, dtype=np.int64) - (n - 1))
+    index = np.clip(posenc.deberta_log_bucket(dist, span, 512) + span, 0, 2 * span - 1)
+    c2p, p2c = q @ np.swapaxes(pk, -1, -2), k @ np.swapaxes(pq, -1, -2)
+
+    def torch_deberta():
+        # DisentangledSelfAttention.disentangled_attention_bias (heads folded into the batch)
+        from transformers.models.deberta_v2 import modeling_deberta_v2 as m
+
+        ql, kl = tq.reshape(heads, n, d), tk.reshape(heads, n, d)
+        rp = m.build_relative_position(ql, kl, bucket_size=span, max_position=512)
+        scale = m.scaled_size_sqrt(ql, 3)
+        pos = torch.clamp(rp + span, 0, 2 * span - 1).squeeze(0).expand(heads, n, n)
+        c2p_att = torch.gather(torch.bmm(ql, tpk.transpose(-1, -2)), -1, pos)
+        p2c_att = torch.gather(torch.bmm(kl, tpq.transpose(-1, -2)), -1, pos).transpose(-1, -2)
+        return tscores.add_((c2p_att / scale + p2c_att / scale).reshape(1, heads, n, n))
+
+    tpk = torch.from_numpy(pk) if have_torch else None
+    tpq = torch.from_numpy(pq) if have_torch else None
+    cases += _rel_case(
+        "deberta_attention_bias (256 buckets)",
+        scores,
+        [(c2p, index, False), (p2c, index, True)],
+        lambda: rel.deberta_attention_bias(
+            q, k, pk, pq, position_buckets=span, max_relative_positions=512, scores=scores
+        ),
+        lambda: reference.deberta_attention_bias(
+            q, k, pk, pq, position_buckets=span, max_relative_positions=512, scores=scores
+        ),
+        torch_deberta if have_torch else None,
+        "torch: transformers' c2p and p2c gathers + add",
+    )
+
+    # Shaw et al.: clip 16, a table shared by the heads
+    a_k = rng.standard_normal((33, d)).astype(f4)
+    shaw_index = np.clip(np.arange(2 * n - 1, dtype=np.int64) - (n - 1), -16, 16) + 16
+    ta_k = torch.from_numpy(a_k) if have_torch else None
+
+    def torch_shaw():
+        # tensor2tensor's _relative_attention_inner: embeddings (n, n, d), then x_t z^T
+        idx = torch.clamp(torch.arange(n)[None, :] - torch.arange(n)[:, None], -16, 16) + 16
+        z = ta_k[idx]
+        x_t = tq[0].permute(1, 0, 2)
+        return tscores.add_(torch.matmul(x_t, z.transpose(1, 2)).permute(1, 0, 2)[None])
+
+    cases += _rel_case(
+        "shaw_key_term (clip 16)",
+        scores,
+        [(q @ a_k.T, shaw_index, False)],
+        lambda: rel.shaw_key_term(q, a_k, max_distance=16, scores=scores),
+        lambda: reference.shaw_key_term(q, a_k, max_distance=16, scores=scores),
+        torch_shaw if have_torch else None,
+        "torch: tensor2tensor's relations_keys gather + matmul",
+    )
+
+    # TENER: both shifted terms
+    table = posenc.tener_relative_table(n, d)
+    ten = np.arange(2 * n - 1, dtype=np.int64) - (n - 1)
+    ttable = torch.from_numpy(table) if have_torch else None
+
+    def torch_tener():
+        # TENER's RelativeMultiHeadAttn: B_ + D_, _shift, E_, _transpose_shift
+        bd = torch.einsum("bnqd,ld->bnql", tq + tbias[:, None], ttable)
+        e = torch.einsum("bnqd,ld->bnql", tk, ttable)
+        b_, h_, m_, _ = bd.shape
+        pad = bd.new_zeros(b_, h_, m_, 1)
+        bd = torch.cat([bd, pad], dim=-1).view(b_, h_, -1, m_)[:, :, :-1].view(b_, h_, m_, -1)
+        e = torch.cat([e, pad], dim=-1).view(b_, h_, -1, m_)
+        e = e.index_select(index=torch.arange(m_) * 2 + 1, dim=-2).transpose(-1, -2)
+        return tscores.add_(bd[:, :, :, m_:] + e)
+
+    cases += _rel_case(
+        "tener_position_term",
+        scores,
+        [((q + bias[:, None]) @ table.T, n + ten, False), (k @ table.T, n - ten, True)],
+        lambda: rel.tener_position_term(q, k, table, v=bias, scores=scores),
+        lambda: reference.tener_position_term(q, k, table, v=bias, scores=scores),
+        torch_tener if have_torch else None,
+        "torch: TENER's einsums, _shift and _transpose_shift + add",
+    )
+    return cases
+
+
 # ---------------------------------------------------------------- driver
 
 
