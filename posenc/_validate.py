@@ -15,6 +15,8 @@ from numbers import Integral, Real
 
 import numpy as np
 
+from ._dtypes import is_bfloat16, is_bfloat16_name, ml_bfloat16
+
 FLOAT_DTYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
 _MAX_ELEMENTS = np.iinfo(np.intp).max // 8
 
@@ -63,33 +65,69 @@ def choice(value, name, options):
     return value
 
 
-def float_dtype(value, name="dtype"):
-    """float16, float32 or float64, given any way NumPy accepts a dtype."""
+def _floats(bfloat16):
+    return "float16, bfloat16, float32 or float64" if bfloat16 else "float16, float32 or float64"
+
+
+def names_bfloat16(value):
+    """Whether the dtype-like `value` is bfloat16: the names "bfloat16" and
+    "bf16", ml_dtypes' type or dtype, or posenc's BFLOAT16_BITS."""
+    if isinstance(value, str):
+        return is_bfloat16_name(value)
+    if isinstance(value, type) and issubclass(value, np.generic):
+        value = np.dtype(value)
+    return isinstance(value, np.dtype) and is_bfloat16(value)
+
+
+def float_dtype(value, name="dtype", *, bfloat16=False):
+    """float16, float32 or float64, given any way NumPy accepts a dtype; and
+    with `bfloat16`, bfloat16 too: a name ("bfloat16", "bf16") gives
+    ml_dtypes' dtype (a TypeError saying how to install it when it is
+    missing), a bfloat16 dtype itself."""
+    if bfloat16 and names_bfloat16(value):
+        return ml_bfloat16(name) if isinstance(value, str) else np.dtype(value)
     try:
         dt = np.dtype(value)
     except TypeError as exc:
-        raise TypeError(f"{name} must be float16, float32 or float64, not {value!r}") from exc
+        raise TypeError(f"{name} must be {_floats(bfloat16)}, not {value!r}") from exc
     if dt.newbyteorder("=") not in FLOAT_DTYPES:
-        raise TypeError(f"{name} must be float16, float32 or float64, not {dt}")
+        raise TypeError(f"{name} must be {_floats(bfloat16)}, not {dt}")
     return dt.newbyteorder("=")
 
 
-def float_array_dtype(arr, name):
-    """The native float16/32/64 dtype of the array `arr`, else TypeError."""
-    native = arr.dtype.newbyteorder("=")
-    if arr.dtype.kind != "f" or native not in FLOAT_DTYPES:
-        raise TypeError(f"{name} must have dtype float16, float32 or float64, not {arr.dtype}")
-    return native
+def float_array_dtype(arr, name, *, bfloat16=False):
+    """The native float16/32/64 dtype of the array `arr` (or with
+    `bfloat16`, its bfloat16 dtype), else TypeError."""
+    if arr.dtype.kind == "f":
+        native = arr.dtype.newbyteorder("=")
+        if native in FLOAT_DTYPES:
+            return native
+    elif bfloat16 and is_bfloat16(arr.dtype):
+        return arr.dtype
+    raise TypeError(f"{name} must have dtype {_floats(bfloat16)}, not {arr.dtype}")
 
 
-def result_dtype(dtype, out):
+def result_dtype(dtype, out, *, bfloat16=False):
     """The dtype of a generated table: `dtype` if given, else `out`'s, else
-    float32 (as NumPy's functions take theirs from ``out=``)."""
+    float32 (as NumPy's functions take theirs from ``out=``).  With
+    `bfloat16`, bfloat16 is one; a bfloat16 `out` keeps its own kind of
+    bfloat16 (ml_dtypes' or posenc's bits) whichever way `dtype` names it."""
+    out_bf16 = bfloat16 and isinstance(out, np.ndarray) and is_bfloat16(out.dtype)
     if dtype is None:
         if isinstance(out, np.ndarray) and out.dtype.kind == "f":
             return float_dtype(out.dtype, "out")
-        return np.dtype(np.float32)
-    return float_dtype(dtype, "dtype")
+        return out.dtype if out_bf16 else np.dtype(np.float32)
+    if out_bf16 and names_bfloat16(dtype):
+        return out.dtype
+    return float_dtype(dtype, "dtype", bfloat16=bfloat16)
+
+
+def for_kernel(arr):
+    """`arr` as the C kernels take it: a bfloat16 array as a uint16 view of
+    its bits (NumPy has no bfloat16 type of its own), others as they are."""
+    if arr.dtype.kind == "V" and is_bfloat16(arr.dtype):
+        return arr.view(np.uint16)
+    return arr
 
 
 def shape_size(shape, name):
@@ -152,7 +190,11 @@ def out_array(out, shape, dtype, name="out"):
     byte order), writeable."""
     if not isinstance(out, np.ndarray):
         raise TypeError(f"{name} must be a numpy.ndarray, not {type(out).__name__}")
-    if out.dtype.kind != dtype.kind or out.dtype.itemsize != dtype.itemsize:
+    if (
+        out.dtype.kind != dtype.kind
+        or out.dtype.itemsize != dtype.itemsize
+        or (dtype.kind == "V" and out.dtype != dtype)  # bfloat16: the same kind of it
+    ):
         raise TypeError(f"{name} must have dtype {dtype}, not {out.dtype}")
     if out.shape != tuple(shape):
         raise ValueError(f"{name} must have shape {tuple(shape)}, not {out.shape}")

@@ -48,15 +48,16 @@ def _scores(scores, shape, dtype):
             "scores must be an array that can be written in place (an ndarray or a CPU tensor), "
             f"not {type(scores).__name__}"
         )
-    v.float_array_dtype(arr, "scores")
+    own = v.float_array_dtype(arr, "scores", bfloat16=True)
     if arr.ndim < 3 or arr.shape[-3:] != shape:
         raise ValueError(
             f"scores must have shape (..., {', '.join(map(str, shape))}), not {arr.shape}"
         )
     if not arr.flags.writeable:
         raise ValueError("scores is read-only")
-    if dtype is not None and v.float_dtype(dtype, "dtype") != arr.dtype.newbyteorder("="):
-        raise TypeError(f"dtype must be scores' dtype ({arr.dtype}) or None, not {np.dtype(dtype)}")
+    if dtype is not None and not (own.kind == "V" and v.names_bfloat16(dtype)):
+        if v.float_dtype(dtype, "dtype", bfloat16=True) != own:
+            raise TypeError(f"dtype must be scores' dtype ({arr.dtype}) or None, not {dtype!r}")
     return arr
 
 
@@ -234,12 +235,15 @@ def alibi_bias(
         Query ``i`` sits at position ``qpos = q_offset + i``; by default
         ``k_len - q_len``, the newest tokens of a KV cache (which needs
         ``q_len <= k_len``).  Any integer with ``|q_offset| <= 2**53``.
-    dtype : float16, float32 or float64, optional
+    dtype : float16, bfloat16, float32 or float64, optional
         Of the table: float32 by default, or `out`'s dtype.  With `scores`
         the bias is made in `scores`' dtype and `dtype` must be that or None.
+        ``"bfloat16"`` (or ``"bf16"``) gives an array of ml_dtypes'
+        bfloat16 (``pip install 'posenc[bfloat16]'``).
     scores : ndarray of shape (..., n_heads, q_len, k_len), optional
         Attention scores to add the bias into, in place (returned).  Any
-        leading batch axes and strides; float16, float32 or float64.
+        leading batch axes and strides; float16, bfloat16, float32 or
+        float64.
     out : ndarray of shape (n_heads, q_len, k_len), optional
         Where to write the table (not together with `scores`).
 
@@ -253,8 +257,8 @@ def alibi_bias(
     Each value is formed in float64 and rounded once to the dtype; the
     diagonal is ``+0.0``.  With `scores` the result is exactly that of
     ``scores += alibi_bias(..., dtype=scores.dtype)``: the bias rounded to
-    the scores' dtype, then added with one rounding (float16 through
-    float32, which rounds the same).  Future keys become ``-inf`` by that
+    the scores' dtype, then added with one rounding (float16 and bfloat16
+    through float32, which rounds the same).  Future keys become ``-inf`` by that
     add, so a ``+inf`` or ``nan`` score there becomes ``nan``, as in NumPy.
     No bias array is made: the add reads and writes the scores once.
     """
@@ -281,10 +285,19 @@ def alibi_bias(
         if out is not None:
             raise ValueError("give scores (to add into) or out (to write), not both")
         arr = _scores(scores, shape, dtype)
-        _run(lambda dst: _core.alibi(slopes, dst, q_offset, causal, True), arr, read=True)
+        _run(
+            lambda dst: _core.alibi(slopes, v.for_kernel(dst), q_offset, causal, True),
+            arr,
+            read=True,
+        )
         return arr
-    dtype = v.result_dtype(dtype, out)
-    return _fill(lambda dst: _core.alibi(slopes, dst, q_offset, causal, False), shape, dtype, out)
+    dtype = v.result_dtype(dtype, out, bfloat16=True)
+    return _fill(
+        lambda dst: _core.alibi(slopes, v.for_kernel(dst), q_offset, causal, False),
+        shape,
+        dtype,
+        out,
+    )
 
 
 # ---------------------------------------------------------------- T5
@@ -437,7 +450,7 @@ def t5_bias(
     ----------
     table : array_like of shape (num_buckets, n_heads)
         The learned weights (transformers' ``relative_attention_bias.weight``),
-        float16, float32 or float64; ``num_buckets >= 2``.
+        float16, bfloat16, float32 or float64; ``num_buckets >= 2``.
     q_len, k_len : int
         Number of queries and keys (``k_len`` defaults to ``q_len``), >= 1.
     bidirectional : bool
@@ -465,7 +478,7 @@ def t5_bias(
     is exactly that of ``scores += t5_bias(table.astype(scores.dtype), ...)``.
     """
     arr = np.asarray(table)
-    v.float_array_dtype(arr, "table")
+    v.float_array_dtype(arr, "table", bfloat16=True)
     if arr.ndim != 2:
         raise ValueError(f"table must be 2-dimensional (num_buckets, n_heads), not {arr.shape}")
     num_buckets, n_heads = arr.shape
@@ -486,8 +499,12 @@ def t5_bias(
     largest = max(abs(q_offset + q_len - 1), abs(k_len - 1 - q_offset))
     thresholds = _t5.thresholds(bidirectional, num_buckets, max_distance, largest)
 
+    bits = v.for_kernel(tab)
+
     def kernel(add):
-        return lambda dst: _core.t5_bias(tab, dst, bidirectional, thresholds, q_offset, add)
+        return lambda dst: _core.t5_bias(
+            bits, v.for_kernel(dst), bidirectional, thresholds, q_offset, add
+        )
 
     if scores is not None:
         if out is not None:
@@ -496,6 +513,76 @@ def t5_bias(
         _run(kernel(True), target, read=True)
         return target
     return _fill(kernel(False), shape, tab.dtype, out)
+
+
+def t5_bias_table_grad(grad, num_buckets, *, bidirectional=True, max_distance=128, q_offset=0):
+    """The gradient of :func:`t5_bias` with respect to its table: its backward pass.
+
+    Parameters
+    ----------
+    grad : array_like of shape (..., n_heads, q_len, k_len)
+        The gradient of the loss with respect to t5_bias's result (or to the
+        scores it was added into: leading axes are summed over); float16,
+        bfloat16, float32 or float64.
+    num_buckets : int
+        Rows of the table (>= 2).
+    bidirectional, max_distance, q_offset
+        As given to :func:`t5_bias`.
+
+    Returns
+    -------
+    ndarray of shape (num_buckets, n_heads)
+        ``out[b, h]`` = the sum of ``grad[..., h, i, j]`` over the ``(i, j)``
+        whose distance ``j - (q_offset + i)`` has bucket ``b`` (0 for a
+        bucket no distance reaches).  float64 for float64 `grad`, float32
+        for the others: float16 and bfloat16 too, whose own precision would
+        lose the sums (cast to the table's dtype as needed).
+
+    Notes
+    -----
+    Summed in float64 for float64 `grad` and in float32 for the others:
+    each head's rows are added into its ``q_len + k_len - 1`` diagonal sums
+    (one per distance) in the order of the leading axes and of the queries,
+    and those sums into their buckets in the order of distance.  The order
+    is fixed, so the result has the same bits for any thread count and SIMD
+    path; the float32 sums carry the rounding of that order (relative error
+    of the order of ``(batch * q_len + k_len) * 2**-24`` of the sum of
+    ``|grad|``).  One read of `grad`, no ``(q, k)`` index array.
+    """
+    arr = grad if isinstance(grad, np.ndarray) else np.asarray(grad)
+    dtype = v.float_array_dtype(arr, "grad", bfloat16=True)
+    if arr.ndim < 3:
+        raise ValueError(f"grad must have shape (..., n_heads, q_len, k_len), not {arr.shape}")
+    n_heads, q_len, k_len = arr.shape[-3:]
+    if min(n_heads, q_len, k_len) < 1:
+        raise ValueError(f"grad must have at least one head, query and key, not shape {arr.shape}")
+    bidirectional = v.flag(bidirectional, "bidirectional")
+    num_buckets, max_distance = _check_t5(bidirectional, num_buckets, max_distance)
+    q_offset = _offset(q_offset)
+    largest = max(abs(q_offset + q_len - 1), abs(k_len - 1 - q_offset))
+    thresholds = _t5.thresholds(bidirectional, num_buckets, max_distance, largest)
+    out = np.empty((num_buckets, n_heads), np.float64 if dtype == np.float64 else np.float32)
+    _core.t5_table_grad(
+        v.for_kernel(_grad_rows(arr, dtype)), out, bidirectional, thresholds, q_offset
+    )
+    return out
+
+
+def _grad_rows(arr, dtype):
+    """`arr` (..., heads, q, k) as the 4-D (batch, heads, q, k) array the
+    gradient kernel reads: a view where the leading axes merge and the
+    layout suits the kernel (any outer strides, 0 included), else a copy."""
+    if v.kernel_ready(arr):
+        merged = v._merged_axes(arr.shape[:-3], arr.strides[:-3])
+        if merged is not None:
+            batch, stride = merged
+            return np.lib.stride_tricks.as_strided(
+                arr,
+                shape=(batch,) + arr.shape[-3:],
+                strides=(stride or 0,) + arr.strides[-3:],
+                writeable=False,
+            )
+    return v.native_copy(arr, dtype).reshape((-1,) + arr.shape[-3:])
 
 
 # ---------------------------------------------------------------- Shaw et al.

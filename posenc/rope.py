@@ -165,7 +165,9 @@ def rope_cos_sin(
         ``"half"`` (GPT-NeoX, Llama in transformers): the ``dim // 2`` angles
         repeated as two halves.  ``"interleaved"`` (GPT-J, RoFormer, Meta's
         Llama): each angle twice in a row.
-    dtype : float16, float32 or float64
+    dtype : float16, bfloat16, float32 or float64
+        ``"bfloat16"`` (or ``"bf16"``, or ml_dtypes' ``bfloat16``) gives
+        arrays of ml_dtypes' bfloat16 (``pip install 'posenc[bfloat16]'``).
 
     Returns
     -------
@@ -175,12 +177,13 @@ def rope_cos_sin(
     -----
     Angles are formed and reduced in float64, multiplied by the attention
     factor and rounded once: float32 tables are within 1 ulp of the float64
-    values at positions up to 2**24 and beyond.
+    values at positions up to 2**24 and beyond (float16 and bfloat16 tables
+    too, in their own ulps).
     """
     dim = v.even_dim(dim, "dim")
     base = v.real(base, "base", positive=True)
     layout_code = _LAYOUTS[v.choice(layout, "layout", tuple(_LAYOUTS))]
-    dtype = v.float_dtype(dtype, "dtype")
+    dtype = v.float_dtype(dtype, "dtype", bfloat16=True)
     rotary, base, rope = rope_scaling.resolve(dim, base, scaling, layer_type)
     pos, shape = v.positions(positions, "positions")
     inv_freq, attention = rope_scaling.frequencies(rotary, base, rope, _seq_len(pos, rope))
@@ -188,7 +191,12 @@ def rope_cos_sin(
     cos = np.empty(shape + (rotary,), dtype)
     sin = np.empty(shape + (rotary,), dtype)
     _core.rope_table(
-        pos, inv_freq, cos.reshape(-1, rotary), sin.reshape(-1, rotary), layout_code, attention
+        pos,
+        inv_freq,
+        v.for_kernel(cos.reshape(-1, rotary)),
+        v.for_kernel(sin.reshape(-1, rotary)),
+        layout_code,
+        attention,
     )
     return cos, sin
 
@@ -263,9 +271,10 @@ def apply_rope(
 
     Parameters
     ----------
-    x : array_like of float16, float32 or float64, shape ``(..., dim)``
+    x : array_like of float16, bfloat16, float32 or float64, shape ``(..., dim)``
         E.g. ``(batch, heads, seq, head_dim)`` as transformers lays it out, or
-        ``(batch, seq, heads, head_dim)`` with ``seq_axis=-3``.
+        ``(batch, seq, heads, head_dim)`` with ``seq_axis=-3``.  bfloat16:
+        a NumPy array of ml_dtypes' ``bfloat16`` (JAX's type).
     positions : array_like, optional
         Positions (ints or floats).  None means ``offset +
         arange(x.shape[seq_axis])`` along `seq_axis`.  An array with as many
@@ -311,14 +320,18 @@ def apply_rope(
     -----
     cos and sin are computed once per distinct entry of the (unbroadcast)
     positions, from float64 angles, and rounded once; the rotation runs in
-    float32 for float16/float32 input and in float64 for float64 input.
-    For float16/float32 input, runs of evenly spaced positions get cos and
+    float32 for float16, bfloat16 and float32 input and in float64 for
+    float64 input, and is rounded once to x's dtype: a bfloat16 result is
+    within one bfloat16 rounding of the exact rotation of its input at any
+    position (at 2**20 too, where a float32 phase ``pos * inv_freq`` is
+    off by tenths of a radian).
+    For float16, bfloat16 and float32 input, runs of evenly spaced positions get cos and
     sin by rotating an exact value every 32 positions: still within 1 ulp
     of the float64 value, but a position's last bit may depend on its
     neighbours in the call (never on threads, SIMD path or memory layout).
     """
     x = x if isinstance(x, np.ndarray) else np.asarray(x)
-    dtype = v.float_array_dtype(x, "x")
+    dtype = v.float_array_dtype(x, "x", bfloat16=True)
     if x.ndim < 1:
         raise ValueError("x must have at least one dimension (..., dim)")
     dim = x.shape[-1]
@@ -349,7 +362,13 @@ def apply_rope(
             target = np.empty(x.shape, dtype)
     if x.size:
         _core.rope_apply(
-            src, _broadcast(pos, lead), inv_freq, target, layout_code, attention, bool(inverse)
+            v.for_kernel(src),
+            _broadcast(pos, lead),
+            inv_freq,
+            v.for_kernel(target),
+            layout_code,
+            attention,
+            bool(inverse),
         )
     if target is not result:
         np.copyto(result, target, casting="unsafe")

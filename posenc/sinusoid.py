@@ -70,8 +70,10 @@ def sinusoid(positions, dim, *, base=10000.0, layout="interleaved", dtype=None, 
     layout : {"interleaved", "concat"}
         ``"interleaved"`` (the paper, Hugging Face): ``PE[p, 2i] = sin(p w_i)``,
         ``PE[p, 2i+1] = cos(p w_i)``.  ``"concat"``: all sines, then all cosines.
-    dtype : float16, float32 or float64, optional
+    dtype : float16, bfloat16, float32 or float64, optional
         float32 by default, or the dtype of `out` when that is given.
+        ``"bfloat16"`` (or ``"bf16"``, or ml_dtypes' ``bfloat16``) gives an
+        array of ml_dtypes' bfloat16 (``pip install 'posenc[bfloat16]'``).
     out : ndarray, optional
         Array of shape ``positions.shape + (dim,)`` and the given dtype to write into.
 
@@ -83,14 +85,14 @@ def sinusoid(positions, dim, *, base=10000.0, layout="interleaved", dtype=None, 
     -----
     Angles are formed and reduced in float64 and rounded once to `dtype`:
     float32 tables are within 1 ulp of the float64 values at positions up to
-    2**24 and beyond.
+    2**24 and beyond (float16 and bfloat16 tables too, in their own ulps).
     """
     dim = v.even_dim(dim, "dim")
     base = v.real(base, "base", positive=True)
     layout_code = _LAYOUTS[v.choice(layout, "layout", tuple(_LAYOUTS))]
-    dtype = v.result_dtype(dtype, out)
+    dtype = v.result_dtype(dtype, out, bfloat16=True)
     pos, shape = v.positions(positions, "positions")
     result, rows, finish = v.output(out, shape + (dim,), dtype, "out")
-    _core.sinusoid(pos, inv_frequencies(dim, base), rows, layout_code)
+    _core.sinusoid(pos, inv_frequencies(dim, base), v.for_kernel(rows), layout_code)
     finish()
     return result

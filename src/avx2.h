@@ -6,7 +6,10 @@
  * and no global -mavx2 is needed.  Also the inline helpers those files
  * share: sine and cosine of four doubles (pe_sincos4, the steps of
  * pe_sincos1 in sincos.h), the rotation of four columns (pe_rotate4, as
- * pe_rotate1) and a copy with non-temporal stores (pe_stream_copy).
+ * pe_rotate1), a copy with non-temporal stores (pe_stream_copy), and eight
+ * 16-bit elements to and from float32 (pe_ps_from_half8, pe_half8_from_ps:
+ * F16C for float16, integer shifts and the rounding of half.h for
+ * bfloat16, which AVX2 has no instruction for).
  */
 #ifndef PE_AVX2_H
 #define PE_AVX2_H
@@ -113,6 +116,30 @@ PE_INLINE void pe_rotate4(__m256d *s, __m256d *c, __m256d sd, __m256d cd, __m256
     }
     *s = s1;
     *c = c1;
+}
+
+/* Eight float16 or bfloat16 elements (enum pe_dtype) widened to float32. */
+PE_INLINE __m256 pe_ps_from_half8(__m128i h, const int dtype)
+{
+    if (dtype == PE_BF16)
+        return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+    return _mm256_cvtph_ps(h);
+}
+
+/* Eight floats rounded to float16 or bfloat16, as pe_f16_from_f32 and
+ * pe_bf16_from_f32 round each (half.h). */
+PE_INLINE __m128i pe_half8_from_ps(__m256 v, const int dtype)
+{
+    if (dtype != PE_BF16)
+        return _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT);
+    __m256i x = _mm256_castps_si256(v);
+    __m256i odd = _mm256_and_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(1));
+    __m256i r = _mm256_add_epi32(x, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), odd));
+    __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(x, _mm256_set1_epi32(0x7fffffff)),
+                                     _mm256_set1_epi32(0x7f800000));
+    r = _mm256_blendv_epi8(r, _mm256_or_si256(x, _mm256_set1_epi32(0x400000)), nan);
+    r = _mm256_srli_epi32(r, 16); /* 0 .. 0xffff: packs without saturating */
+    return _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
 }
 
 /* bytes (a multiple of 16) from src to 16-byte aligned dst, with

@@ -23,18 +23,31 @@
  * time): the output is far larger than the caches and this kernel never
  * reads it back, so skipping the read-for-ownership of each line saves up
  * to half of the traffic.
- * Adds into float16 scores widen to float32, add, and round once to
- * float16, which is the correctly rounded float16 sum (float32 has more
- * than 2 * 11 + 2 bits), so both paths agree with NumPy's float16 add.
+ * Adds into float16 or bfloat16 scores widen to float32, add, and round
+ * once, which is the correctly rounded sum (float32 has more than 2 * 11 +
+ * 2 bits), so both paths agree with NumPy's float16 add and ml_dtypes'
+ * bfloat16 add.
  *
  * T5's bucket of a distance is decided in exact arithmetic: the distances
  * where the logarithmic buckets step are computed once per configuration
  * on the Python side (posenc/_t5.py) and passed in, and a distance's bucket
  * counts the thresholds at or below it (a binary search; distances past
  * the last threshold, most of a long cache, need none).
+ *
+ * T5's backward pass, the gradient of the loss with respect to the table,
+ * is the transpose: every element of the incoming gradient added into the
+ * table entry its distance's bucket read.  The bucket depends only on the
+ * diagonal j - i, so each head's rows are first added into its q+k-1
+ * diagonal sums (one read of the gradient, a vector add per row into a
+ * slice that stays in cache: as memory-bound as the forward add), and the
+ * diagonal sums then into their buckets, run by run.  Each head is one
+ * thread's, summed in a fixed order (rows in the order b, i; diagonals in
+ * the order of t), so the bits depend neither on the thread count nor on
+ * the SIMD path; no atomics.
  */
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "bias.h"
 #include "pe.h"
@@ -232,18 +245,6 @@ int pe_t5_buckets(const int64_t *rel, ptrdiff_t n, int bidirectional, int64_t nu
     return 0;
 }
 
-static double table_value(const void *table, int dtype, ptrdiff_t idx)
-{
-    switch (dtype) {
-    case PE_F16:
-        return (double)pe_f32_from_f16(((const uint16_t *)table)[idx]);
-    case PE_F32:
-        return (double)((const float *)table)[idx];
-    default:
-        return ((const double *)table)[idx];
-    }
-}
-
 /* Elements [a, b) of o, of type dtype, set to v rounded once. */
 static void fill_run(char *o, int dtype, ptrdiff_t a, ptrdiff_t b, double v)
 {
@@ -256,7 +257,8 @@ static void fill_run(char *o, int dtype, ptrdiff_t a, ptrdiff_t b, double v)
         for (ptrdiff_t t = a; t < b; ++t)
             p[t] = v;
     } else {
-        uint16_t h = pe_f16_from_f64(v), *p = (uint16_t *)o;
+        uint16_t h = dtype == PE_BF16 ? pe_bf16_from_f64(v) : pe_f16_from_f64(v);
+        uint16_t *p = (uint16_t *)o;
         for (ptrdiff_t t = a; t < b; ++t)
             p[t] = h;
     }
@@ -287,8 +289,54 @@ static void t5_vector_block(const void *ctx, char *o, int dtype, ptrdiff_t h, pt
         ptrdiff_t a = c->run_start[r] > t0 ? c->run_start[r] : t0;
         ptrdiff_t b = c->run_start[r + 1] < t1 ? c->run_start[r + 1] : t1;
         fill_run(o, dtype, a, b,
-                 table_value(c->table, c->table_dtype, c->run_bucket[r] * c->heads + h));
+                 pe_load(c->table, c->run_bucket[r] * c->heads + h, c->table_dtype));
     }
+}
+
+/* The runs of equal buckets along the q_len + k_len - 1 distances of a
+ * (q_len, k_len) bias: run r covers t in [start[r], start[r + 1]) and reads
+ * bucket[r]; start has n + 1 entries, the last vlen. */
+struct t5_runs {
+    int64_t *bucket;
+    ptrdiff_t *start;
+    ptrdiff_t n;
+};
+
+static void t5_runs_free(struct t5_runs *r)
+{
+    free(r->bucket);
+    free(r->start);
+}
+
+/* 0, or -1 if memory ran out (nothing to free then). */
+static int t5_runs_make(struct t5_runs *r, int bidirectional, ptrdiff_t num_buckets,
+                        const int64_t *thresh, ptrdiff_t nthresh, ptrdiff_t q_len, ptrdiff_t vlen,
+                        int64_t q_offset, int nthreads)
+{
+    struct t5_bucketing p = t5_layout(bidirectional, num_buckets, thresh, nthresh);
+    r->bucket = malloc((size_t)vlen * sizeof *r->bucket);
+    r->start = malloc(((size_t)vlen + 1) * sizeof *r->start);
+    if (r->bucket == NULL || r->start == NULL) {
+        t5_runs_free(r);
+        return -1;
+    }
+    /* one bucket per distinct distance; the bucket is constant over long
+     * runs of distances (all of those past max_distance, for one), so a
+     * head's vector is a fill per run; bucket[] is reused for the runs' */
+#pragma omp parallel for schedule(static) num_threads(pe_team(nthreads, vlen))
+    for (ptrdiff_t t = 0; t < vlen; ++t)
+        r->bucket[t] = t5_bucket(&p, distance_at(t, q_len, q_offset));
+    ptrdiff_t n = 0;
+    for (ptrdiff_t t = 0; t < vlen; ++t) {
+        int64_t b = r->bucket[t];
+        if (n == 0 || b != r->bucket[n - 1]) {
+            r->start[n] = t;
+            r->bucket[n++] = b;
+        }
+    }
+    r->start[n] = vlen;
+    r->n = n;
+    return 0;
 }
 
 int pe_t5_bias(const struct pe_kernels *k, const void *table, int table_dtype,
@@ -297,35 +345,88 @@ int pe_t5_bias(const struct pe_kernels *k, const void *table, int table_dtype,
 {
     if (dst->batch == 0)
         return 0;
-    ptrdiff_t vlen = dst->q_len + dst->k_len - 1;
-    struct t5_bucketing p = t5_layout(bidirectional, num_buckets, thresh, nthresh);
-    int64_t *buckets = malloc((size_t)vlen * sizeof *buckets);
-    ptrdiff_t *run_start = malloc(((size_t)vlen + 1) * sizeof *run_start);
-    if (buckets == NULL || run_start == NULL) {
-        free(buckets);
-        free(run_start);
+    struct t5_runs runs;
+    if (t5_runs_make(&runs, bidirectional, num_buckets, thresh, nthresh, dst->q_len,
+                     dst->q_len + dst->k_len - 1, q_offset, nthreads) < 0)
         return -1;
-    }
-    /* one bucket per distinct distance; the bucket is constant over long
-     * runs of distances (all of those past max_distance, for one), so each
-     * head's vector is a fill per run; buckets[] is reused for the runs' */
-#pragma omp parallel for schedule(static) num_threads(pe_team(nthreads, (dst->heads * vlen)))
-    for (ptrdiff_t t = 0; t < vlen; ++t)
-        buckets[t] = t5_bucket(&p, distance_at(t, dst->q_len, q_offset));
-    ptrdiff_t nruns = 0;
-    for (ptrdiff_t t = 0; t < vlen; ++t) {
-        int64_t b = buckets[t];
-        if (nruns == 0 || b != buckets[nruns - 1]) {
-            run_start[nruns] = t;
-            buckets[nruns++] = b;
+    struct t5_ctx c = {table, table_dtype, dst->heads, runs.n, runs.start, runs.bucket};
+    int rc = bias_from_vectors(k, dst, add, nthreads, t5_vector_block, &c);
+    t5_runs_free(&runs);
+    return rc;
+}
+
+/* ---- T5's backward pass ---- */
+
+/* Every row of head h added into its diagonal sums (struct pe_diagonals). */
+PE_INLINE void diagonals_scalar(const struct pe_diagonals *s, ptrdiff_t h, const int acc64,
+                                const int dtype)
+{
+    const struct pe_bias_dst *g = s->g;
+    for (ptrdiff_t b = 0; b < g->batch; ++b)
+        for (ptrdiff_t i = 0; i < g->q_len; ++i) {
+            char *acc;
+            const char *row = pe_diagonal_row(s, b, h, i, acc64, &acc);
+            pe_diagonal_add(acc, row, 0, g->k_len, acc64, dtype);
+        }
+}
+
+PE_SPECIALISE(const pe_diagonals_fn, pe_diagonals_scalar, diagonals_scalar,
+              (const struct pe_diagonals *s, ptrdiff_t h), (s, h));
+
+/* out[bucket, h] = the sum of head h's diagonal sums over the distances of
+ * that bucket, in the order of t, in float64 (acc64) or float32. */
+static void diagonals_to_buckets(const struct pe_diagonals *s, const struct t5_runs *runs,
+                                 ptrdiff_t h, int acc64, char *out)
+{
+    ptrdiff_t heads = s->g->heads;
+    for (ptrdiff_t r = 0; r < runs->n; ++r) {
+        ptrdiff_t idx = runs->bucket[r] * heads + h;
+        if (acc64) {
+            const double *d = (const double *)s->sums + h * s->vlen;
+            double sum = ((double *)out)[idx];
+            for (ptrdiff_t t = runs->start[r]; t < runs->start[r + 1]; ++t)
+                sum = sum + d[t];
+            ((double *)out)[idx] = sum;
+        } else {
+            const float *d = (const float *)s->sums + h * s->vlen;
+            float sum = ((float *)out)[idx];
+            for (ptrdiff_t t = runs->start[r]; t < runs->start[r + 1]; ++t)
+                sum = sum + d[t];
+            ((float *)out)[idx] = sum;
         }
     }
-    run_start[nruns] = vlen;
-    struct t5_ctx c = {table, table_dtype, dst->heads, nruns, run_start, buckets};
-    int rc = bias_from_vectors(k, dst, add, nthreads, t5_vector_block, &c);
-    free(buckets);
-    free(run_start);
-    return rc;
+}
+
+int pe_t5_table_grad(const struct pe_kernels *k, const struct pe_bias_dst *grad,
+                     ptrdiff_t num_buckets, int bidirectional, const int64_t *thresh,
+                     ptrdiff_t nthresh, int64_t q_offset, int acc64, char *out, int nthreads)
+{
+    ptrdiff_t heads = grad->heads, vlen = grad->q_len + grad->k_len - 1;
+    size_t asz = acc64 ? 8 : 4;
+    memset(out, 0, (size_t)num_buckets * (size_t)heads * asz);
+    if (grad->batch == 0)
+        return 0;
+    struct t5_runs runs;
+    if (t5_runs_make(&runs, bidirectional, num_buckets, thresh, nthresh, grad->q_len, vlen,
+                     q_offset, nthreads) < 0)
+        return -1;
+    char *sums = malloc((size_t)heads * (size_t)vlen * asz);
+    if (sums == NULL) {
+        t5_runs_free(&runs);
+        return -1;
+    }
+    struct pe_diagonals s = {grad, sums, vlen};
+    pe_diagonals_fn rows = k->diagonals[acc64 != 0][grad->dtype];
+#pragma omp parallel for schedule(dynamic, 1) num_threads(                                         \
+        pe_team(nthreads, heads > 1 ? grad->batch * heads * grad->q_len * grad->k_len : 0))
+    for (ptrdiff_t h = 0; h < heads; ++h) {
+        memset(sums + (size_t)h * (size_t)vlen * asz, 0, (size_t)vlen * asz);
+        rows(&s, h);
+        diagonals_to_buckets(&s, &runs, h, acc64, out);
+    }
+    free(sums);
+    t5_runs_free(&runs);
+    return 0;
 }
 
 /* ---- Shaw et al.'s clipped relative positions ---- */

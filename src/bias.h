@@ -41,8 +41,9 @@ PE_INLINE char *pe_toeplitz_row(const struct pe_toeplitz *t, ptrdiff_t r, size_t
     return d->data + b * d->stride_b + h * d->stride_h + i * d->stride_q;
 }
 
-/* dst[j] += src[j] for j < n; float16 widened to float32, added and rounded
- * once, the correctly rounded float16 sum. */
+/* dst[j] += src[j] for j < n; float16 and bfloat16 widened to float32,
+ * added and rounded once: the correctly rounded float16 or bfloat16 sum
+ * (float32 has more than twice their bits, plus two). */
 PE_INLINE void pe_add_row(char *dst, const char *src, ptrdiff_t n, const int dtype)
 {
     if (dtype == PE_F32) {
@@ -59,8 +60,48 @@ PE_INLINE void pe_add_row(char *dst, const char *src, ptrdiff_t n, const int dty
         uint16_t *o = (uint16_t *)dst;
         const uint16_t *s = (const uint16_t *)src;
         for (ptrdiff_t j = 0; j < n; ++j)
-            o[j] = pe_f16_from_f32(pe_f32_from_f16(o[j]) + pe_f32_from_f16(s[j]));
+            o[j] = pe_store16(pe_load16(o[j], dtype) + pe_load16(s[j], dtype), dtype);
     }
+}
+
+/* ---- T5's backward pass: a gradient summed along its diagonals ---- */
+
+/* Element (b, h, i, j) of a gradient g (read only) lies on the diagonal
+ * t = q_len - 1 - i + j of head h: sums + (h * vlen + t) elements, of
+ * float32 or float64 (the first index of the table's diagonals).  A row of
+ * g is added into a slice of them, rows of head h in the order b, i. */
+struct pe_diagonals {
+    const struct pe_bias_dst *g;
+    char *sums;
+    ptrdiff_t vlen;
+};
+
+/* acc[j] += row[j] for j in [j0, n), in float64 (acc64) or float32: each
+ * sum its own chain of additions, so the vector kernels, which do eight
+ * or four of them side by side, give the same bits. */
+PE_INLINE void pe_diagonal_add(char *acc, const char *row, ptrdiff_t j0, ptrdiff_t n,
+                               const int acc64, const int dtype)
+{
+    if (acc64) {
+        double *a = (double *)acc;
+        for (ptrdiff_t j = j0; j < n; ++j)
+            a[j] = a[j] + pe_load(row, j, dtype);
+    } else {
+        float *a = (float *)acc;
+        for (ptrdiff_t j = j0; j < n; ++j)
+            a[j] = a[j] + (float)pe_load(row, j, dtype);
+    }
+}
+
+/* Row i of batch b of head h in g, and (*acc) the slice of sums it is
+ * added into. */
+PE_INLINE const char *pe_diagonal_row(const struct pe_diagonals *s, ptrdiff_t b, ptrdiff_t h,
+                                      ptrdiff_t i, const int acc64, char **acc)
+{
+    const struct pe_bias_dst *g = s->g;
+    ptrdiff_t asz = acc64 ? 8 : 4;
+    *acc = s->sums + (h * s->vlen + (g->q_len - 1 - i)) * asz;
+    return g->data + b * g->stride_b + h * g->stride_h + i * g->stride_q;
 }
 
 /* ---- ALiBi ---- */

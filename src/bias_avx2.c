@@ -1,9 +1,10 @@
 /*
  * bias_avx2.c -- the rows and the ALiBi vectors of bias.c on the AVX2 path:
- * adds eight floats (float16 through F16C) or four doubles at a time, row
- * copies with vector stores, non-temporal ones for large fills, and ALiBi's
- * products and selects four at a time: the arithmetic of the portable
- * kernels, so the same bits.
+ * adds eight floats (float16 through F16C, bfloat16 through shifts) or four
+ * doubles at a time, row copies with vector stores, non-temporal ones for
+ * large fills, ALiBi's products and selects four at a time, and the rows of
+ * a T5 gradient added into its diagonal sums eight or four at a time: the
+ * arithmetic of the portable kernels, so the same bits.
  */
 #include "bias.h"
 #include "pe.h"
@@ -31,10 +32,9 @@ PE_INLINE void add_row(char *dst, const char *src, ptrdiff_t n, const int dtype)
         uint16_t *o = (uint16_t *)dst;
         const uint16_t *s = (const uint16_t *)src;
         for (; j + 8 <= n; j += 8) {
-            __m256 a = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(o + j)));
-            __m256 b = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(s + j)));
-            _mm_storeu_si128((__m128i *)(o + j),
-                             _mm256_cvtps_ph(_mm256_add_ps(a, b), _MM_FROUND_TO_NEAREST_INT));
+            __m256 a = pe_ps_from_half8(_mm_loadu_si128((const __m128i *)(o + j)), dtype);
+            __m256 b = pe_ps_from_half8(_mm_loadu_si128((const __m128i *)(s + j)), dtype);
+            _mm_storeu_si128((__m128i *)(o + j), pe_half8_from_ps(_mm256_add_ps(a, b), dtype));
         }
     }
     size_t isz = pe_itemsize(dtype);
@@ -109,6 +109,47 @@ void pe_store_fence_avx2(void)
     _mm_sfence();
 }
 
+/* ---- T5's backward pass ---- */
+
+/* bias.c's diagonals_scalar: float32 sums of float16, bfloat16 or float32
+ * rows eight at a time, float64 sums of float64 rows four at a time (the
+ * other pairs, which T5's backward pass does not use, one at a time). */
+PE_INLINE void diagonals_avx2(const struct pe_diagonals *s, ptrdiff_t h, const int acc64,
+                              const int dtype)
+{
+    const struct pe_bias_dst *g = s->g;
+    ptrdiff_t k = g->k_len;
+    for (ptrdiff_t b = 0; b < g->batch; ++b)
+        for (ptrdiff_t i = 0; i < g->q_len; ++i) {
+            char *acc;
+            const char *row = pe_diagonal_row(s, b, h, i, acc64, &acc);
+            ptrdiff_t j = 0;
+            if (acc64 && dtype == PE_F64) {
+                double *a = (double *)acc;
+                for (; j + 4 <= k; j += 4)
+                    _mm256_storeu_pd(a + j,
+                                     _mm256_add_pd(_mm256_loadu_pd(a + j),
+                                                   _mm256_loadu_pd((const double *)row + j)));
+            } else if (!acc64 && dtype == PE_F32) {
+                float *a = (float *)acc;
+                for (; j + 8 <= k; j += 8)
+                    _mm256_storeu_ps(a + j, _mm256_add_ps(_mm256_loadu_ps(a + j),
+                                                          _mm256_loadu_ps((const float *)row + j)));
+            } else if (!acc64 && dtype != PE_F64) {
+                float *a = (float *)acc;
+                const uint16_t *r = (const uint16_t *)row;
+                for (; j + 8 <= k; j += 8) {
+                    __m256 v = pe_ps_from_half8(_mm_loadu_si128((const __m128i *)(r + j)), dtype);
+                    _mm256_storeu_ps(a + j, _mm256_add_ps(_mm256_loadu_ps(a + j), v));
+                }
+            }
+            pe_diagonal_add(acc, row, j, k, acc64, dtype);
+        }
+}
+
+PE_SPECIALISE(const pe_diagonals_fn, pe_diagonals_avx2, diagonals_avx2,
+              (const struct pe_diagonals *s, ptrdiff_t h), (s, h));
+
 /* ---- ALiBi ---- */
 
 /* The first n - n % 4 elements of a counted block, float32 or float64, four
@@ -143,7 +184,7 @@ PE_INLINE void alibi_avx2(char *o, ptrdiff_t t0, ptrdiff_t t1, int64_t d0, doubl
         pe_alibi_tail(o, t0, 0, n, d0, slope, 0, causal, dtype);
         return;
     }
-    if (dtype != PE_F16)
+    if (dtype == PE_F32 || dtype == PE_F64)
         t = alibi_vector(o + t0 * (ptrdiff_t)pe_itemsize(dtype), n, (double)d0, slope, causal,
                          dtype);
     pe_alibi_tail(o, t0, t, n, d0, slope, 1, causal, dtype);

@@ -2,8 +2,10 @@
  * half.h -- float16 (IEEE binary16) to and from float32 and float64, in
  * portable C: round to nearest even, NaNs keeping their top payload bits
  * and made quiet, as F16C's vcvtps2ph / vcvtph2ps and NumPy do, so that
- * the portable path and the AVX2 one give the same bits.  Other 16-bit
- * formats (bfloat16) belong here too.
+ * the portable path and the AVX2 one give the same bits; and bfloat16
+ * (float32's sign, exponent and top 7 mantissa bits) the same way: loads
+ * are a shift, stores round to nearest even, a NaN stays a NaN (quiet, its
+ * top payload bits and sign kept, as AVX512-BF16's vcvtneps2bf16 does).
  */
 #ifndef PE_HALF_H
 #define PE_HALF_H
@@ -78,6 +80,33 @@ static inline float pe_f32_round_odd(double d)
 static inline uint16_t pe_f16_from_f64(double d)
 {
     return pe_f16_from_f32(pe_f32_round_odd(d));
+}
+
+/* bfloat16 has float32's exponent range, so subnormals, overflow to
+ * infinity and signed zeros all fall out of rounding the low 16 bits:
+ * adding 0x7fff plus the lowest kept bit carries into the kept bits exactly
+ * when the dropped half is above one half, or one half with an odd kept
+ * part.  A NaN could carry into the sign or become infinity that way, so
+ * it is made quiet instead. */
+static inline uint16_t pe_bf16_from_f32(float f)
+{
+    uint32_t x = pe_f32_bits(f);
+    if ((x & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t)((x >> 16) | 0x40u);
+    x += 0x7fffu + ((x >> 16) & 1u);
+    return (uint16_t)(x >> 16);
+}
+
+static inline float pe_f32_from_bf16(uint16_t h)
+{
+    return pe_f32_from_bits((uint32_t)h << 16);
+}
+
+/* Rounded to odd at float32's 24 bits first (at least two more than
+ * bfloat16's 8), as for float16: the bfloat16 nearest the float64 value. */
+static inline uint16_t pe_bf16_from_f64(double d)
+{
+    return pe_bf16_from_f32(pe_f32_round_odd(d));
 }
 
 #endif

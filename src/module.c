@@ -307,14 +307,25 @@ static int pe_dtype_of(PyArrayObject *a)
     }
 }
 
-/* An output array: float16/32/64, rank ndim, rest as arg_array. */
-static PyArrayObject *arg_float_out(PyObject *obj, const char *name, int ndim)
+/* As pe_dtype_of, and PE_BF16 for uint16: NumPy has no bfloat16 type, so
+ * the kernels that take bfloat16 are handed its bits, as uint16 views
+ * (posenc/_dtypes.py). */
+static int pe_dtype_bf16_of(PyArrayObject *a)
 {
-    if (PyArray_Check(obj) && pe_dtype_of((PyArrayObject *)obj) >= 0)
+    return PyArray_TYPE(a) == NPY_UINT16 ? PE_BF16 : pe_dtype_of(a);
+}
+
+/* An output array: float16/32/64 (and with bf16 set, uint16 holding
+ * bfloat16), rank ndim, rest as arg_array. */
+static PyArrayObject *arg_float_out(PyObject *obj, const char *name, int ndim, int bf16)
+{
+    if (PyArray_Check(obj) &&
+        (bf16 ? pe_dtype_bf16_of((PyArrayObject *)obj) : pe_dtype_of((PyArrayObject *)obj)) >= 0)
         return arg_array(obj, name, PyArray_TYPE((PyArrayObject *)obj), ndim, ARG_WRITE);
     if (!PyArray_Check(obj))
         return arg_array(obj, name, NPY_DOUBLE, ndim, ARG_WRITE);
-    PyErr_Format(PyExc_TypeError, "%s must have dtype float16, float32 or float64, not %R", name,
+    PyErr_Format(PyExc_TypeError, "%s must have dtype float16, float32 or float64%s, not %R", name,
+                 bf16 ? " (or uint16, the bits of bfloat16)" : "",
                  (PyObject *)PyArray_DESCR((PyArrayObject *)obj));
     return NULL;
 }
@@ -344,7 +355,7 @@ static PyObject *py_sinusoid(PyObject *self, PyObject *args)
         return NULL;
     PyArrayObject *pos = arg_array(pos_o, "positions", NPY_DOUBLE, 1, ARG_CONTIGUOUS);
     PyArrayObject *freq = pos ? arg_array(freq_o, "freq", NPY_DOUBLE, 1, ARG_CONTIGUOUS) : NULL;
-    PyArrayObject *out = freq ? arg_float_out(out_o, "out", 2) : NULL;
+    PyArrayObject *out = freq ? arg_float_out(out_o, "out", 2, 1) : NULL;
     if (out == NULL)
         return NULL;
     if (layout != PE_INTERLEAVED && layout != PE_CONCAT) {
@@ -368,7 +379,7 @@ static PyObject *py_sinusoid(PyObject *self, PyObject *args)
         .half = half,
         .row_stride = PyArray_STRIDE(out, 0),
         .layout = layout,
-        .dtype = pe_dtype_of(out),
+        .dtype = pe_dtype_bf16_of(out),
         .out = PyArray_BYTES(out),
     };
     if (run_kernel(sinusoid_kernel, &c, PyArray_SIZE(out)) < 0)
@@ -392,12 +403,15 @@ static int check_rope_options(int layout, double scale)
     return 0;
 }
 
-/* x as the rope kernel reads it: float16/32/64, native, aligned, rank >= 1,
- * contiguous along its last axis; leading strides are free. */
+/* x as the rope kernel reads it: float16/32/64 or bfloat16 bits (uint16),
+ * native, aligned, rank >= 1, contiguous along its last axis; leading
+ * strides are free. */
 static PyArrayObject *rope_data_arg(PyObject *obj, const char *name, int flags)
 {
-    if (PyArray_Check(obj) && pe_dtype_of((PyArrayObject *)obj) < 0) {
-        PyErr_Format(PyExc_TypeError, "%s must have dtype float16, float32 or float64, not %R",
+    if (PyArray_Check(obj) && pe_dtype_bf16_of((PyArrayObject *)obj) < 0) {
+        PyErr_Format(PyExc_TypeError,
+                     "%s must have dtype float16, float32, float64 or uint16 (the bits of "
+                     "bfloat16), not %R",
                      name, (PyObject *)PyArray_DESCR((PyArrayObject *)obj));
         return NULL;
     }
@@ -503,7 +517,7 @@ static PyObject *py_rope_apply(PyObject *self, PyObject *args)
         .scale = scale,
         .inverse = inverse,
         .layout = layout,
-        .dtype = pe_dtype_of(x),
+        .dtype = pe_dtype_bf16_of(x),
     };
     int rc = run_kernel(rope_apply_kernel, &a, PyArray_SIZE(out));
     if (rc == -1)
@@ -541,7 +555,7 @@ static PyObject *py_rope_table(PyObject *self, PyObject *args)
         return NULL;
     PyArrayObject *pos = arg_array(pos_o, "positions", NPY_DOUBLE, 1, ARG_CONTIGUOUS);
     PyArrayObject *freq = pos ? arg_array(freq_o, "freq", NPY_DOUBLE, 1, ARG_CONTIGUOUS) : NULL;
-    PyArrayObject *cos = freq ? arg_float_out(cos_o, "cos", 2) : NULL;
+    PyArrayObject *cos = freq ? arg_float_out(cos_o, "cos", 2, 1) : NULL;
     PyArrayObject *sin = cos ? arg_array(sin_o, "sin", PyArray_TYPE(cos), 2, ARG_WRITE) : NULL;
     if (sin == NULL)
         return NULL;
@@ -569,7 +583,7 @@ static PyObject *py_rope_table(PyObject *self, PyObject *args)
         .sin_stride = PyArray_STRIDE(sin, 0),
         .scale = scale,
         .layout = layout,
-        .dtype = pe_dtype_of(cos),
+        .dtype = pe_dtype_bf16_of(cos),
         .cos = PyArray_BYTES(cos),
         .sin = PyArray_BYTES(sin),
     };
@@ -580,15 +594,20 @@ static PyObject *py_rope_table(PyObject *self, PyObject *args)
 
 /* ---- attention biases (bias.c) ---- */
 
+/* The typenum of bias_target for float16/32/64 or bfloat16 bits (-1:
+ * float16/32/64 only). */
+#define FLOAT_OR_BF16 (-2)
+
 /* 4-D (batch, heads, q, k) target of a bias kernel: an ndarray of the given
- * type (-1: float16/32/64), rest as arg_array, q and k >= 1, and elements
- * that do not overlap one another (the kernel writes each once, from
- * several threads).  Fills *d; returns the array or NULL with an error. */
+ * type (-1: float16/32/64, FLOAT_OR_BF16), rest as arg_array, q and k >= 1,
+ * and elements that do not overlap one another (the kernel writes each
+ * once, from several threads).  Fills *d; returns the array or NULL with an
+ * error. */
 static PyArrayObject *bias_target(PyObject *obj, const char *name, int typenum,
                                   struct pe_bias_dst *d)
 {
-    PyArrayObject *a =
-        typenum < 0 ? arg_float_out(obj, name, 4) : arg_array(obj, name, typenum, 4, ARG_WRITE);
+    PyArrayObject *a = typenum < 0 ? arg_float_out(obj, name, 4, typenum == FLOAT_OR_BF16)
+                                   : arg_array(obj, name, typenum, 4, ARG_WRITE);
     if (a == NULL)
         return NULL;
     if (PyArray_DIM(a, 2) < 1 || PyArray_DIM(a, 3) < 1 || PyArray_DIM(a, 1) < 1) {
@@ -628,7 +647,7 @@ static PyArrayObject *bias_target(PyObject *obj, const char *name, int typenum,
     d->stride_b = PyArray_STRIDE(a, 0);
     d->stride_h = PyArray_STRIDE(a, 1);
     d->stride_q = PyArray_STRIDE(a, 2);
-    d->dtype = typenum == NPY_INT64 ? PE_BIAS_I64 : pe_dtype_of(a);
+    d->dtype = typenum == NPY_INT64 ? PE_BIAS_I64 : pe_dtype_bf16_of(a);
     return a;
 }
 
@@ -706,7 +725,8 @@ static PyObject *py_alibi(PyObject *self, PyObject *args)
         return NULL;
     struct pe_bias_dst d;
     PyArrayObject *slopes = arg_array(slopes_o, "slopes", NPY_DOUBLE, 1, ARG_CONTIGUOUS);
-    PyArrayObject *dst = slopes ? bias_target(dst_o, add ? "scores" : "out", -1, &d) : NULL;
+    PyArrayObject *dst =
+        slopes ? bias_target(dst_o, add ? "scores" : "out", FLOAT_OR_BF16, &d) : NULL;
     if (dst == NULL || check_q_offset(q_offset) < 0)
         return NULL;
     if (check_per_head(slopes, 0, "slopes", "elements", dst, &d) < 0)
@@ -743,15 +763,16 @@ static PyObject *py_t5_bias(PyObject *self, PyObject *args)
     if (!PyArg_ParseTuple(args, "OOpOLp:t5_bias", &table_o, &dst_o, &bidirectional, &thresh_o,
                           &q_offset, &add))
         return NULL;
-    if (!PyArray_Check(table_o) || pe_dtype_of((PyArrayObject *)table_o) < 0) {
-        PyErr_SetString(PyExc_TypeError, "table must be a numpy.ndarray of float16, float32 or "
-                                         "float64");
+    if (!PyArray_Check(table_o) || pe_dtype_bf16_of((PyArrayObject *)table_o) < 0) {
+        PyErr_SetString(PyExc_TypeError, "table must be a numpy.ndarray of float16, float32, "
+                                         "float64 or uint16 (the bits of bfloat16)");
         return NULL;
     }
     struct pe_bias_dst d;
     PyArrayObject *table =
         arg_array(table_o, "table", PyArray_TYPE((PyArrayObject *)table_o), 2, ARG_CONTIGUOUS);
-    PyArrayObject *dst = table ? bias_target(dst_o, add ? "scores" : "out", -1, &d) : NULL;
+    PyArrayObject *dst =
+        table ? bias_target(dst_o, add ? "scores" : "out", FLOAT_OR_BF16, &d) : NULL;
     if (dst == NULL || check_q_offset(q_offset) < 0)
         return NULL;
     npy_intp nb = PyArray_DIM(table, 0);
@@ -761,7 +782,7 @@ static PyObject *py_t5_bias(PyObject *self, PyObject *args)
         return NULL;
     struct t5_bias_call c = {
         .table = PyArray_DATA(table),
-        .table_dtype = pe_dtype_of(table),
+        .table_dtype = pe_dtype_bf16_of(table),
         .bidirectional = bidirectional,
         .add = add,
         .num_buckets = nb,
@@ -771,6 +792,76 @@ static PyObject *py_t5_bias(PyObject *self, PyObject *args)
         .dst = &d,
     };
     if (run_kernel(t5_bias_kernel, &c, PyArray_SIZE(dst)) < 0)
+        return PyErr_NoMemory();
+    Py_RETURN_NONE;
+}
+
+struct t5_grad_call {
+    struct pe_bias_dst grad;
+    npy_intp num_buckets, nthresh;
+    const int64_t *thresh;
+    int64_t q_offset;
+    int bidirectional, acc64;
+    char *out;
+};
+
+static int t5_grad_kernel(const struct pe_kernels *k, void *args, int nthreads)
+{
+    const struct t5_grad_call *c = args;
+    return pe_t5_table_grad(k, &c->grad, c->num_buckets, c->bidirectional, c->thresh, c->nthresh,
+                            c->q_offset, c->acc64, c->out, nthreads);
+}
+
+static PyObject *py_t5_table_grad(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *grad_o, *out_o, *thresh_o;
+    long long q_offset;
+    int bidirectional;
+    if (!PyArg_ParseTuple(args, "OOpOL:t5_table_grad", &grad_o, &out_o, &bidirectional, &thresh_o,
+                          &q_offset))
+        return NULL;
+    if (!PyArray_Check(grad_o) || pe_dtype_bf16_of((PyArrayObject *)grad_o) < 0) {
+        PyErr_SetString(PyExc_TypeError, "grad must be a numpy.ndarray of float16, float32, "
+                                         "float64 or uint16 (the bits of bfloat16)");
+        return NULL;
+    }
+    /* read only: any outer strides, elements that share bytes included */
+    PyArrayObject *grad = arg_array(grad_o, "grad", PyArray_TYPE((PyArrayObject *)grad_o), 4, 0);
+    if (grad == NULL || check_q_offset(q_offset) < 0)
+        return NULL;
+    int dtype = pe_dtype_bf16_of(grad), acc64 = dtype == PE_F64;
+    PyArrayObject *out =
+        arg_array(out_o, "out", acc64 ? NPY_DOUBLE : NPY_FLOAT, 2, ARG_CONTIGUOUS | ARG_WRITE);
+    if (out == NULL)
+        return NULL;
+    if (PyArray_DIM(grad, 1) < 1 || PyArray_DIM(grad, 2) < 1 || PyArray_DIM(grad, 3) < 1) {
+        PyErr_SetString(PyExc_ValueError, "grad must have at least one head, query and key");
+        return NULL;
+    }
+    if (PyArray_DIM(out, 1) != PyArray_DIM(grad, 1)) {
+        PyErr_Format(PyExc_ValueError, "out must have %zd columns (one per head of grad), not %zd",
+                     (Py_ssize_t)PyArray_DIM(grad, 1), (Py_ssize_t)PyArray_DIM(out, 1));
+        return NULL;
+    }
+    npy_intp nb = PyArray_DIM(out, 0);
+    PyArrayObject *thresh = check_t5(nb, bidirectional, thresh_o);
+    if (thresh == NULL || check_no_overlap(out, "out", grad, "grad") < 0 ||
+        check_no_overlap(out, "out", thresh, "thresholds") < 0)
+        return NULL;
+    struct t5_grad_call c = {
+        .grad = {PyArray_BYTES(grad), PyArray_DIM(grad, 0), PyArray_DIM(grad, 1),
+                 PyArray_DIM(grad, 2), PyArray_DIM(grad, 3), PyArray_STRIDE(grad, 0),
+                 PyArray_STRIDE(grad, 1), PyArray_STRIDE(grad, 2), dtype},
+        .num_buckets = nb,
+        .nthresh = PyArray_DIM(thresh, 0),
+        .thresh = (const int64_t *)PyArray_DATA(thresh),
+        .q_offset = (int64_t)q_offset,
+        .bidirectional = bidirectional,
+        .acc64 = acc64,
+        .out = PyArray_BYTES(out),
+    };
+    if (run_kernel(t5_grad_kernel, &c, PyArray_SIZE(grad)) < 0)
         return PyErr_NoMemory();
     Py_RETURN_NONE;
 }
@@ -1019,6 +1110,10 @@ static PyMethodDef methods[] = {
      "alibi(slopes, dst, q_offset, causal, add): ALiBi into the 4-D dst (written, or added)."},
     {"t5_bias", py_t5_bias, METH_VARARGS,
      "t5_bias(table, dst, bidirectional, thresholds, q_offset, add): T5's bias into dst."},
+    {"t5_table_grad", py_t5_table_grad, METH_VARARGS,
+     "t5_table_grad(grad, out, bidirectional, thresholds, q_offset): out[b, h] = the sum of "
+     "grad[:, h, i, j] over bucket(j - (q_offset + i)) == b (float64 for float64 grad, else "
+     "float32)."},
     {"t5_buckets", py_t5_buckets, METH_VARARGS,
      "t5_buckets(rel, out, bidirectional, num_buckets, thresholds): T5's bucket of each rel."},
     {"relative_positions", py_relative_positions, METH_VARARGS,

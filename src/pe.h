@@ -16,8 +16,12 @@
 
 #include "half.h"
 
-/* Element type of a table written or an array transformed. */
-enum pe_dtype { PE_F16 = 0, PE_F32 = 1, PE_F64 = 2 };
+/* Element type of a table written or an array transformed.  bfloat16
+ * arrays reach the kernels as their bits, uint16. */
+enum pe_dtype { PE_F16 = 0, PE_F32 = 1, PE_F64 = 2, PE_BF16 = 3 };
+
+/* The number of element types: the extent of the kernels' tables. */
+#define PE_NDTYPES 4
 
 /* Layout of a sinusoid row: sin/cos pairs, or all sines then all cosines. */
 enum pe_layout { PE_INTERLEAVED = 0, PE_CONCAT = 1 };
@@ -39,7 +43,7 @@ static inline int pe_team(int nthreads, ptrdiff_t work)
  * 8-byte type). */
 static inline size_t pe_itemsize(int dtype)
 {
-    return dtype == PE_F16 ? 2 : dtype == PE_F32 ? 4 : 8;
+    return dtype == PE_F16 || dtype == PE_BF16 ? 2 : dtype == PE_F32 ? 4 : 8;
 }
 
 /* v rounded once to dtype, stored as element i of p. */
@@ -49,8 +53,34 @@ static inline void pe_store(char *p, ptrdiff_t i, int dtype, double v)
         ((double *)p)[i] = v;
     else if (dtype == PE_F32)
         ((float *)p)[i] = (float)v;
+    else if (dtype == PE_BF16)
+        ((uint16_t *)p)[i] = pe_bf16_from_f64(v);
     else
         ((uint16_t *)p)[i] = pe_f16_from_f64(v);
+}
+
+/* Element i of p, of type dtype, as a double (exact). */
+static inline double pe_load(const char *p, ptrdiff_t i, int dtype)
+{
+    if (dtype == PE_F64)
+        return ((const double *)p)[i];
+    if (dtype == PE_F32)
+        return (double)((const float *)p)[i];
+    if (dtype == PE_BF16)
+        return (double)pe_f32_from_bf16(((const uint16_t *)p)[i]);
+    return (double)pe_f32_from_f16(((const uint16_t *)p)[i]);
+}
+
+/* A 16-bit element (float16 or bfloat16) widened to float32, exactly. */
+static inline float pe_load16(uint16_t h, int dtype)
+{
+    return dtype == PE_BF16 ? pe_f32_from_bf16(h) : pe_f32_from_f16(h);
+}
+
+/* A float32 rounded to a 16-bit element (float16 or bfloat16). */
+static inline uint16_t pe_store16(float f, int dtype)
+{
+    return dtype == PE_BF16 ? pe_bf16_from_f32(f) : pe_f16_from_f32(f);
 }
 
 /* Outputs from this size on are written with non-temporal stores on the
@@ -127,7 +157,7 @@ struct pe_bias_dst {
 };
 
 /* Element type of relative_positions() tables (fills only). */
-#define PE_BIAS_I64 3
+#define PE_BIAS_I64 PE_NDTYPES
 
 /* The largest |q_offset| of the bias kernels: distances stay exact in
  * float64 (ALiBi's slope times distance) below it. */
@@ -150,6 +180,17 @@ int pe_alibi(const struct pe_kernels *k, const double *slopes, int causal, int64
 int pe_t5_bias(const struct pe_kernels *k, const void *table, int table_dtype,
                ptrdiff_t num_buckets, int bidirectional, const int64_t *thresh, ptrdiff_t nthresh,
                int64_t q_offset, const struct pe_bias_dst *dst, int add, int nthreads);
+
+/* T5's backward pass: out[b, h] = the sum of grad[., h, i, j] over the
+ * (i, j) whose distance j - (q_offset + i) has bucket b (as pe_t5_bias).
+ * grad: the dst of the bias it is the gradient of (read only; any
+ * pe_dtype); out: a C-contiguous (num_buckets, heads) array of float64
+ * (acc64) or float32, in which the sums are made, each in a fixed order
+ * (the same bits for any thread count and either path).  Returns 0, or -1
+ * if memory ran out. */
+int pe_t5_table_grad(const struct pe_kernels *k, const struct pe_bias_dst *grad,
+                     ptrdiff_t num_buckets, int bidirectional, const int64_t *thresh,
+                     ptrdiff_t nthresh, int64_t q_offset, int acc64, char *out, int nthreads);
 
 /* Shaw et al.: element (i, j) = clip(j - (q_offset + i), -max_distance,
  * max_distance), no clipping for max_distance < 0; dst of PE_BIAS_I64,

@@ -38,7 +38,8 @@ struct pe_rope_run {
 
 /* Rotate pairs [i0, half) of one row of type dtype.  tab: the row's cos
  * then sin (already scaled, sin negated for the inverse), float64 for
- * float64 data and float32 otherwise: float16 is rotated in float32. */
+ * float64 data and float32 otherwise: float16 and bfloat16 are rotated in
+ * float32 and rounded once. */
 PE_INLINE void pe_rope_rotate_row(const char *x, char *o, const char *tab, ptrdiff_t half,
                                   ptrdiff_t i0, const int layout, const int dtype)
 {
@@ -57,15 +58,15 @@ PE_INLINE void pe_rope_rotate_row(const char *x, char *o, const char *tab, ptrdi
         if (dtype == PE_F32) {
             a = ((const float *)x)[ia], b = ((const float *)x)[ib];
         } else {
-            a = pe_f32_from_f16(((const uint16_t *)x)[ia]);
-            b = pe_f32_from_f16(((const uint16_t *)x)[ib]);
+            a = pe_load16(((const uint16_t *)x)[ia], dtype);
+            b = pe_load16(((const uint16_t *)x)[ib], dtype);
         }
         float ra = fmaf(a, c[i], -(b * s[i])), rb = fmaf(b, c[i], a * s[i]);
         if (dtype == PE_F32) {
             ((float *)o)[ia] = ra, ((float *)o)[ib] = rb;
         } else {
-            ((uint16_t *)o)[ia] = pe_f16_from_f32(ra);
-            ((uint16_t *)o)[ib] = pe_f16_from_f32(rb);
+            ((uint16_t *)o)[ia] = pe_store16(ra, dtype);
+            ((uint16_t *)o)[ib] = pe_store16(rb, dtype);
         }
     }
 }

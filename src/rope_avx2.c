@@ -1,6 +1,7 @@
 /*
  * rope_avx2.c -- the row kernels of apply_rope on the AVX2 path: 8
- * elements (float32, float16 through F16C) or 4 (float64) per step, the
+ * elements (float32, float16 through F16C, bfloat16 through shifts) or 4
+ * (float64) per step, the
  * arithmetic of rope_rows.c (the same bits), each cos/sin vector loaded
  * once for the PE_ROPE_LANES rows that share it, and large outputs written
  * with non-temporal stores.
@@ -36,12 +37,13 @@ PE_INLINE __m256 dup4(const float *p)
     return _mm256_permutevar8x32_ps(_mm256_castps128_ps256(_mm_loadu_ps(p)), idx);
 }
 
-PE_INLINE __m256 load_h8(const uint16_t *p)
+/* Eight float16 or bfloat16 elements as floats. */
+PE_INLINE __m256 load_h8(const uint16_t *p, const int dtype)
 {
-    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+    return pe_ps_from_half8(_mm_loadu_si128((const __m128i *)p), dtype);
 }
 
-/* Stores of eight floats, four doubles or eight halves; with stream, as
+/* Stores of eight floats, four doubles or eight 16-bit elements; with stream, as
  * non-temporal stores (16-byte aligned p): an output that does not fit in
  * cache then goes to memory without being read first, so that rotating out
  * of place moves the bytes np.copyto moves, not half as many again. */
@@ -60,9 +62,9 @@ PE_INLINE void store_pd(double *p, __m256d v, const int stream)
     store_ps((float *)p, _mm256_castpd_ps(v), stream); /* the same 32 bytes */
 }
 
-PE_INLINE void store_h8(uint16_t *p, __m256 v, const int stream)
+PE_INLINE void store_h8(uint16_t *p, __m256 v, const int dtype, const int stream)
 {
-    __m128i h = _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT);
+    __m128i h = pe_half8_from_ps(v, dtype);
     if (stream)
         _mm_stream_si128((__m128i *)p, h);
     else
@@ -76,7 +78,7 @@ PE_INLINE void rows_avx2(const char *x0, ptrdiff_t lxs, char *o0, ptrdiff_t los,
                          const int stream)
 {
     ptrdiff_t i = 0;
-    if (dtype == PE_F32 || dtype == PE_F16) {
+    if (dtype != PE_F64) {
         const float *c = (const float *)t, *s = c + half;
         if (layout == PE_ROPE_HALF) {
             for (; i + 8 <= half; i += 8) {
@@ -92,9 +94,9 @@ PE_INLINE void rows_avx2(const char *x0, ptrdiff_t lxs, char *o0, ptrdiff_t los,
                     } else {
                         const uint16_t *x = (const uint16_t *)(x0 + g * lxs);
                         uint16_t *o = (uint16_t *)(o0 + g * los);
-                        rot8(load_h8(x + i), load_h8(x + half + i), cv, sv, &ra, &rb);
-                        store_h8(o + i, ra, stream);
-                        store_h8(o + half + i, rb, stream);
+                        rot8(load_h8(x + i, dtype), load_h8(x + half + i, dtype), cv, sv, &ra, &rb);
+                        store_h8(o + i, ra, dtype, stream);
+                        store_h8(o + half + i, rb, dtype, stream);
                     }
                 }
             }
@@ -109,7 +111,8 @@ PE_INLINE void rows_avx2(const char *x0, ptrdiff_t lxs, char *o0, ptrdiff_t los,
                     } else {
                         const uint16_t *x = (const uint16_t *)(x0 + g * lxs);
                         uint16_t *o = (uint16_t *)(o0 + g * los);
-                        store_h8(o + 2 * i, rot_inter8(load_h8(x + 2 * i), cc, ss), stream);
+                        store_h8(o + 2 * i, rot_inter8(load_h8(x + 2 * i, dtype), cc, ss), dtype,
+                                 stream);
                     }
                 }
             }

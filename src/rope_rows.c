@@ -1,8 +1,8 @@
 /*
  * rope_rows.c -- the portable row kernels of apply_rope: each pair of a
  * row rotated by its cos/sin with one multiply and one FMA per output in
- * the compute precision (float32 for float16/float32 data, float64 for
- * float64), in the order the AVX2 kernels (rope_avx2.c) use, so both give
+ * the compute precision (float32 for float16, bfloat16 and float32 data,
+ * float64 for float64), in the order the AVX2 kernels (rope_avx2.c) use, so both give
  * the same bits.
  */
 #include "pe.h"

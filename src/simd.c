@@ -16,6 +16,7 @@ const struct pe_kernels pe_kernels_scalar = {
     .rope_run = pe_rope_run_scalar,
     .bias_rows = pe_bias_rows_scalar,
     .alibi_block = pe_alibi_block_scalar,
+    .diagonals = pe_diagonals_scalar,
     .store_fence = pe_store_fence_scalar,
 };
 
@@ -28,6 +29,7 @@ const struct pe_kernels pe_kernels_avx2 = {
     .rope_run = pe_rope_run_avx2,
     .bias_rows = pe_bias_rows_avx2,
     .alibi_block = pe_alibi_block_avx2,
+    .diagonals = pe_diagonals_avx2,
     .store_fence = pe_store_fence_avx2,
 };
 

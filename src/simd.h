@@ -48,11 +48,11 @@
  *
  * PE_SPECIALISE(type, table, body, (params), (args)) defines a function
  * `static void f(params) { body(args, layout, dtype); }` for each layout
- * 0, 1 and dtype PE_F16, PE_F32, PE_F64 (body inlined with both constant,
- * so its branches on them fold away), and `type table[2][3]` holding them,
- * indexed [layout][dtype].  type is the table's element type with its
- * qualifiers (`const pe_rope_run_fn`, or `static const ...` for a table of
- * one file). */
+ * 0, 1 and dtype PE_F16, PE_F32, PE_F64, PE_BF16 (body inlined with both
+ * constant, so its branches on them fold away), and
+ * `type table[2][PE_NDTYPES]` holding them, indexed [layout][dtype].  type
+ * is the table's element type with its qualifiers (`const pe_rope_run_fn`,
+ * or `static const ...` for a table of one file). */
 #define PE_UNPAREN(...) __VA_ARGS__
 #define PE_SPECIALISE_ONE(name, body, params, args, layout, dtype)                                 \
     static void name params                                                                        \
@@ -63,17 +63,20 @@
     PE_SPECIALISE_ONE(table##_0_f16, body, params, args, 0, PE_F16)                                \
     PE_SPECIALISE_ONE(table##_0_f32, body, params, args, 0, PE_F32)                                \
     PE_SPECIALISE_ONE(table##_0_f64, body, params, args, 0, PE_F64)                                \
+    PE_SPECIALISE_ONE(table##_0_bf16, body, params, args, 0, PE_BF16)                              \
     PE_SPECIALISE_ONE(table##_1_f16, body, params, args, 1, PE_F16)                                \
     PE_SPECIALISE_ONE(table##_1_f32, body, params, args, 1, PE_F32)                                \
     PE_SPECIALISE_ONE(table##_1_f64, body, params, args, 1, PE_F64)                                \
-    type table[2][3] = {{table##_0_f16, table##_0_f32, table##_0_f64},                             \
-                        {table##_1_f16, table##_1_f32, table##_1_f64}}
+    PE_SPECIALISE_ONE(table##_1_bf16, body, params, args, 1, PE_BF16)                              \
+    type table[2][PE_NDTYPES] = {{table##_0_f16, table##_0_f32, table##_0_f64, table##_0_bf16},    \
+                                 {table##_1_f16, table##_1_f32, table##_1_f64, table##_1_bf16}}
 
 /* ---- the table of kernels ---- */
 
 struct pe_rotor;
 struct pe_rope_run;
 struct pe_toeplitz;
+struct pe_diagonals;
 
 /* sincos.c: s[i], c[i] = sin, cos of pos * freq[i], i < n. */
 typedef void (*pe_sincos_row_fn)(double pos, const double *freq, ptrdiff_t n, double *s, double *c);
@@ -92,15 +95,20 @@ typedef void (*pe_rope_run_fn)(const struct pe_rope_run *r);
 typedef void (*pe_bias_rows_fn)(const struct pe_toeplitz *t, ptrdiff_t r0, ptrdiff_t r1);
 /* bias.c: elements [t0, t1) of a head's ALiBi vector, d0 the distance at t0. */
 typedef void (*pe_alibi_block_fn)(char *o, ptrdiff_t t0, ptrdiff_t t1, int64_t d0, double slope);
+/* bias.c: every row of head h of a gradient added into that head's
+ * diagonal sums (T5's backward pass). */
+typedef void (*pe_diagonals_fn)(const struct pe_diagonals *s, ptrdiff_t h);
 
 struct pe_kernels {
     const char *name; /* "scalar" or "avx2", as set_simd takes it */
     pe_sincos_row_fn sincos_row;
     pe_rotate_row_fn rotate_row;
-    const pe_sinusoid_cell_fn (*sinusoid_cell)[3]; /* [enum pe_layout][enum pe_dtype] */
-    const pe_rope_run_fn (*rope_run)[3];           /* [enum pe_rope_layout][enum pe_dtype] */
-    const pe_bias_rows_fn (*bias_rows)[3];         /* [PE_BIAS_WRITE or _ADD][enum pe_dtype] */
-    const pe_alibi_block_fn (*alibi_block)[3];     /* [causal][enum pe_dtype] */
+    const pe_sinusoid_cell_fn (*sinusoid_cell)[PE_NDTYPES]; /* [enum pe_layout][enum pe_dtype] */
+    const pe_rope_run_fn (*rope_run)[PE_NDTYPES];       /* [enum pe_rope_layout][enum pe_dtype] */
+    const pe_bias_rows_fn (*bias_rows)[PE_NDTYPES];     /* [PE_BIAS_WRITE or _ADD][enum pe_dtype] */
+    const pe_alibi_block_fn (*alibi_block)[PE_NDTYPES]; /* [causal][enum pe_dtype] */
+    /* [sums in float64][enum pe_dtype of the gradient] */
+    const pe_diagonals_fn (*diagonals)[PE_NDTYPES];
     /* orders the calling thread's non-temporal stores (bias_rows') before
      * what it does next; nothing on the portable path */
     void (*store_fence)(void);
@@ -123,20 +131,22 @@ extern const struct pe_kernels pe_kernels_avx2;
 void pe_sincos_row_scalar(double pos, const double *freq, ptrdiff_t n, double *s, double *c);
 void pe_rotate_row_scalar(double *s, double *c, const double *sd, const double *cd,
                           const double *freq, double pos, double m, ptrdiff_t n);
-extern const pe_sinusoid_cell_fn pe_sinusoid_cell_scalar[2][3];
-extern const pe_rope_run_fn pe_rope_run_scalar[2][3];
-extern const pe_bias_rows_fn pe_bias_rows_scalar[2][3];
-extern const pe_alibi_block_fn pe_alibi_block_scalar[2][3];
+extern const pe_sinusoid_cell_fn pe_sinusoid_cell_scalar[2][PE_NDTYPES];
+extern const pe_rope_run_fn pe_rope_run_scalar[2][PE_NDTYPES];
+extern const pe_bias_rows_fn pe_bias_rows_scalar[2][PE_NDTYPES];
+extern const pe_alibi_block_fn pe_alibi_block_scalar[2][PE_NDTYPES];
+extern const pe_diagonals_fn pe_diagonals_scalar[2][PE_NDTYPES];
 void pe_store_fence_scalar(void);
 
 #if PE_X86
 void pe_sincos_row_avx2(double pos, const double *freq, ptrdiff_t n, double *s, double *c);
 void pe_rotate_row_avx2(double *s, double *c, const double *sd, const double *cd,
                         const double *freq, double pos, double m, ptrdiff_t n);
-extern const pe_sinusoid_cell_fn pe_sinusoid_cell_avx2[2][3];
-extern const pe_rope_run_fn pe_rope_run_avx2[2][3];
-extern const pe_bias_rows_fn pe_bias_rows_avx2[2][3];
-extern const pe_alibi_block_fn pe_alibi_block_avx2[2][3];
+extern const pe_sinusoid_cell_fn pe_sinusoid_cell_avx2[2][PE_NDTYPES];
+extern const pe_rope_run_fn pe_rope_run_avx2[2][PE_NDTYPES];
+extern const pe_bias_rows_fn pe_bias_rows_avx2[2][PE_NDTYPES];
+extern const pe_alibi_block_fn pe_alibi_block_avx2[2][PE_NDTYPES];
+extern const pe_diagonals_fn pe_diagonals_avx2[2][PE_NDTYPES];
 void pe_store_fence_avx2(void);
 #endif
 

@@ -36,33 +36,39 @@ PE_INLINE void store4(char *row, ptrdiff_t j, ptrdiff_t half, const int layout, 
             _mm_storeu_ps(o + half + j, fc);
         }
     } else {
-        /* float64 -> float32 -> float16 rounds twice, which misses the nearest
-         * float16 only when the float32 lands exactly half-way between two
-         * float16 values (13 low bits 0x1000) or is below the normal float16
-         * range; those rare vectors take the exact scalar conversion. */
+        /* float64 -> float32 -> 16 bits rounds twice, which misses the nearest
+         * 16-bit value only when the float32 lands exactly half-way between
+         * two of them (the 13 low bits 0x1000 for float16, the 16 low bits
+         * 0x8000 for bfloat16) or, for float16, is below its normal range
+         * (bfloat16's range is float32's); those rare vectors take the exact
+         * scalar conversion. */
         __m128 fs = _mm256_cvtpd_ps(vs), fc = _mm256_cvtpd_ps(vc);
         __m256 v = _mm256_set_m128(fc, fs);
         __m256i bits = _mm256_castps_si256(v);
-        __m256i tie = _mm256_cmpeq_epi32(_mm256_and_si256(bits, _mm256_set1_epi32(0x1fff)),
-                                         _mm256_set1_epi32(0x1000));
-        __m256 tiny = _mm256_cmp_ps(_mm256_andnot_ps(_mm256_set1_ps(-0.0f), v),
-                                    _mm256_set1_ps(0x1p-14f), _CMP_LT_OQ);
-        if (_mm256_movemask_ps(_mm256_or_ps(_mm256_castsi256_ps(tie), tiny))) {
+        const int bf = dtype == PE_BF16;
+        __m256i tie =
+            _mm256_cmpeq_epi32(_mm256_and_si256(bits, _mm256_set1_epi32(bf ? 0xffff : 0x1fff)),
+                               _mm256_set1_epi32(bf ? 0x8000 : 0x1000));
+        __m256 exact = _mm256_castsi256_ps(tie);
+        if (!bf)
+            exact = _mm256_or_ps(exact, _mm256_cmp_ps(_mm256_andnot_ps(_mm256_set1_ps(-0.0f), v),
+                                                      _mm256_set1_ps(0x1p-14f), _CMP_LT_OQ));
+        if (_mm256_movemask_ps(exact)) {
             double sv[4], cv[4];
             _mm256_storeu_pd(sv, vs);
             _mm256_storeu_pd(cv, vc);
             for (int k = 0; k < 4; ++k)
-                pe_sinusoid_store1(row, j + k, half, layout, PE_F16, sv[k], cv[k]);
+                pe_sinusoid_store1(row, j + k, half, layout, dtype, sv[k], cv[k]);
             return;
         }
         uint16_t *o = (uint16_t *)row;
         if (layout == PE_INTERLEAVED) {
             __m256 w = _mm256_set_m128(_mm_unpackhi_ps(fs, fc), _mm_unpacklo_ps(fs, fc));
-            _mm_storeu_si128((__m128i *)(o + 2 * j), _mm256_cvtps_ph(w, _MM_FROUND_TO_NEAREST_INT));
+            _mm_storeu_si128((__m128i *)(o + 2 * j), pe_half8_from_ps(w, dtype));
         } else {
-            _mm_storel_epi64((__m128i *)(o + j), _mm_cvtps_ph(fs, _MM_FROUND_TO_NEAREST_INT));
-            _mm_storel_epi64((__m128i *)(o + half + j),
-                             _mm_cvtps_ph(fc, _MM_FROUND_TO_NEAREST_INT));
+            __m128i h = pe_half8_from_ps(v, dtype);
+            _mm_storel_epi64((__m128i *)(o + j), h);
+            _mm_storel_epi64((__m128i *)(o + half + j), _mm_unpackhi_epi64(h, h));
         }
     }
 }
