@@ -16,6 +16,9 @@ beside the published ones (:data:`PUBLISHED`); :func:`load_position_embeddings`
 finds the table in a checkpoint file or a model.  Two helpers come from the
 same line of work: :func:`skip_positions` (the skip-position attack) and
 :func:`rope_long_term_decay` (RoFormer's bound on the rotary inner product).
+:func:`logit_decomposition` splits a BERT-family encoder's first-layer
+attention logits into TUPE's four terms (word-word, word-position,
+position-word, position-position).
 
 The probes follow the published protocol exactly, so that a figure computed
 here can be set beside the paper's: the linear models are scikit-learn's
@@ -28,7 +31,8 @@ take tables of at most :data:`MAX_POSITIONS` (8192) rows; probe a slice of a
 taller one.
 
 The modules: :mod:`.analyses` (the probes and their result classes),
-:mod:`.report` (:func:`report`, :class:`ProbeReport`, its plot),
+:mod:`.report` (:func:`report`, :class:`ProbeReport`, its plot), :mod:`.attention`
+(:func:`logit_decomposition`, :class:`LogitDecomposition`),
 :mod:`.checkpoints` (the file formats and :func:`load_position_embeddings`);
 every public name is here.
 """
@@ -50,6 +54,7 @@ from .analyses import (
 from .analyses import _table as _table
 from .analyses import _to_numpy as _to_numpy
 from .analyses import _TooManyPositions as _TooManyPositions
+from .attention import TERMS, LogitDecomposition, logit_decomposition
 from .checkpoints import KNOWN_KEYS as KNOWN_KEYS
 from .checkpoints import _load as _load
 from .checkpoints import load_position_embeddings
@@ -61,13 +66,16 @@ __all__ = [
     "PUBLISHED",
     "AbsolutePositionResult",
     "Informativeness",
+    "LogitDecomposition",
     "ProbeReport",
     "PublishedRow",
     "RelativeOrderResult",
+    "TERMS",
     "absolute_position_regression",
     "cosine_similarity",
     "informativeness",
     "load_position_embeddings",
+    "logit_decomposition",
     "relative_order_classification",
     "report",
     "rope_long_term_decay",
