@@ -24,11 +24,14 @@ _F = TypeVar("_F", bound=Callable[..., Any])
 # type lives in jaxlib, a tracer's in jax
 _TORCH = ("torch",)
 _JAX = ("jax", "jaxlib")
-_PLAIN = (np.ndarray, int, float, str, bool, type(None), np.dtype)
+# values never routed (containers are read by NumPy, or are scaling dicts)
+_PLAIN = (np.ndarray, int, float, str, bool, type(None), np.dtype, dict, list, tuple)
 
 
 def library(value):
     """'torch', 'jax' or None: which foreign library `value` belongs to."""
+    if hasattr(value, "__torch_function__"):  # tensors (also as torch.compile traces them)
+        return "torch"
     module = type(value).__module__
     top = module.partition(".")[0]
     if top in _TORCH:
@@ -54,6 +57,18 @@ def _route(args, kwargs):
     return found
 
 
+_torch_call = None
+
+
+def _load_torch():
+    """posenc._torch.call, imported on the first call that needs it."""
+    global _torch_call
+    from . import _torch
+
+    _torch_call = _torch.call
+    return _torch_call
+
+
 def foreign(fn: _F) -> _F:
     """`fn`, taking torch tensors and JAX arrays as well as NumPy arrays.
 
@@ -70,9 +85,7 @@ def foreign(fn: _F) -> _F:
                 kwargs.pop("device")
             return fn(*args, **kwargs)
         if lib == "torch":
-            from . import _torch
-
-            return _torch.call(fn, signature, args, kwargs)
+            return (_torch_call or _load_torch())(fn, signature, args, kwargs)
         from . import _jax
 
         return _jax.call(fn, signature, args, kwargs)
