@@ -14,10 +14,61 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 import numpy as np
 from numpy.typing import ArrayLike, DTypeLike, NDArray
 
+from ._dtypes import is_bfloat16, is_bfloat16_name, ml_bfloat16
+
 # the reference reads NumPy arrays and plain dicts only
 _Params = Dict[str, Any]
 _Scaling = Optional[Mapping[str, Any]]
 _Frequencies = Tuple[ArrayLike, float]
+
+
+# ---------------------------------------------------------------- bfloat16
+#
+# NumPy has no bfloat16: arrays of one are ml_dtypes' (or posenc's bits).  The
+# twins widen them exactly and round results to them themselves, in float64,
+# because NumPy's and ml_dtypes' casts from float64 round twice (through
+# float32), which misses the nearest bfloat16 now and then.
+
+
+def _dtype(dtype: Any) -> np.dtype:
+    return ml_bfloat16() if is_bfloat16_name(dtype) else np.dtype(dtype)
+
+
+def _widen(arr: Any) -> NDArray[Any]:
+    """`arr`, a bfloat16 array as float32 (exact), others as they are."""
+    arr = np.asarray(arr)
+    if is_bfloat16(arr.dtype):
+        return (arr.view(np.uint16).astype(np.uint32) << 16).view(np.float32)
+    return arr
+
+
+def _bfloat16_bits(x: Any) -> NDArray[np.uint16]:
+    """The bits of the bfloat16 nearest each value (ties to even): x = m 2**e
+    with m in [0.5, 1) has the spacing 2**(e - 8) (8 significant bits), or
+    2**-133 below the normal range; rint rounds to a multiple of it.  Past
+    the largest finite bfloat16 (after rounding): infinity; NaN: a quiet NaN
+    with its sign and top payload bits."""
+    x = np.asarray(x, dtype=np.float64)
+    _, e = np.frexp(x)
+    q = np.maximum(e, -125) - 8
+    with np.errstate(over="ignore", invalid="ignore"):
+        r = np.ldexp(np.rint(np.ldexp(x, -q)), q)
+        r = np.where(np.abs(r) > (2.0 - 2.0**-7) * 2.0**127, np.copysign(np.inf, x), r)
+        bits = (r.astype(np.float32).view(np.uint32) >> 16).astype(np.uint16)
+        nan = np.isnan(x)
+        if nan.any():
+            top = x[nan].astype(np.float32).view(np.uint32) >> 16
+            bits[nan] = (top | 0x40).astype(np.uint16)
+    return bits
+
+
+def _cast(values: Any, dtype: Any) -> NDArray[Any]:
+    """`values` rounded once to `dtype` (bfloat16 by _bfloat16_bits)."""
+    dtype = _dtype(dtype)
+    values = _widen(values)
+    if is_bfloat16(dtype):
+        return _bfloat16_bits(values).view(dtype)
+    return values.astype(dtype)
 
 
 def _positions(positions: ArrayLike) -> NDArray[np.float64]:
@@ -46,8 +97,8 @@ def sinusoid(
     else:
         table = np.concatenate([sin, cos], axis=-1)
     if out is None:
-        return table.astype(dtype or np.float32)
-    out[...] = table
+        return _cast(table, dtype or np.float32)
+    out[...] = _cast(table, out.dtype)
     return out
 
 
@@ -219,7 +270,7 @@ def rope_cos_sin(
         cos, sin = np.concatenate([cos, cos], axis=-1), np.concatenate([sin, sin], axis=-1)
     else:
         cos, sin = np.repeat(cos, 2, axis=-1), np.repeat(sin, 2, axis=-1)
-    return cos.astype(dtype), sin.astype(dtype)
+    return _cast(cos, dtype), _cast(sin, dtype)
 
 
 def apply_rope(
@@ -238,7 +289,7 @@ def apply_rope(
     """x * cos + rotate(x) * sin on the first rotary_dim features, in float64,
     with rotate_half (GPT-NeoX) or rotate_every_two (GPT-J)."""
     x = np.asarray(x)
-    x64 = x.astype(np.float64)
+    x64 = _widen(x).astype(np.float64)
     dim = x.shape[-1]
     if rotary_dim is None:
         prf = (scaling or {}).get("partial_rotary_factor")
@@ -271,8 +322,8 @@ def apply_rope(
         rotated = np.stack([-xr[..., 1::2], xr[..., 0::2]], axis=-1).reshape(xr.shape)
     y = np.concatenate([xr * cos + rotated * sin, rest], axis=-1)
     if out is None:
-        return y.astype(x.dtype.newbyteorder("="))
-    out[...] = y
+        return _cast(y, x.dtype.newbyteorder("="))
+    out[...] = _cast(y, out.dtype)
     return out
 
 
@@ -299,14 +350,19 @@ def _add_or_return(
     scores: Optional[NDArray[Any]],
     out: Optional[NDArray[Any]],
 ) -> NDArray[Any]:
-    """The bias as a new array of `dtype`, written into `out`, or added into `scores`."""
+    """The bias as a new array of `dtype`, written into `out`, or added into
+    `scores` (rounded to their dtype, then added with one rounding)."""
     if scores is not None:
-        scores += bias.astype(scores.dtype)
+        if is_bfloat16(scores.dtype):
+            total = _widen(scores).astype(np.float64) + _widen(_cast(bias, scores.dtype))
+            scores[...] = _cast(total, scores.dtype)
+        else:
+            scores += bias.astype(scores.dtype)
         return scores
     if out is not None:
-        out[...] = bias
+        out[...] = _cast(bias, out.dtype)
         return out
-    return bias.astype(dtype)
+    return _cast(bias, dtype)
 
 
 def _key_minus_query(q_len: int, k_len: int, q_offset: int) -> NDArray[np.int64]:
@@ -413,6 +469,33 @@ def t5_bias(
     )
     bias = np.moveaxis(table[buckets], -1, 0)
     return _add_or_return(bias, table.dtype, scores, out)
+
+
+def t5_bias_table_grad(
+    grad: ArrayLike,
+    num_buckets: int,
+    *,
+    bidirectional: bool = True,
+    max_distance: int = 128,
+    q_offset: int = 0,
+) -> NDArray[Any]:
+    """table_grad[b, h] = the sum of grad[..., h, i, j] over the (i, j) with
+    bucket(j - (q_offset + i)) == b: every element added into its bucket by
+    np.add.at, in float64; float64 for float64 grad, else float32."""
+    grad = np.asarray(grad)
+    g = _widen(grad).astype(np.float64)
+    n_heads, q_len, k_len = g.shape[-3:]
+    g = g.reshape((-1, n_heads, q_len, k_len))
+    buckets = relative_position_bucket(
+        _key_minus_query(q_len, k_len, q_offset),
+        bidirectional=bidirectional,
+        num_buckets=num_buckets,
+        max_distance=max_distance,
+    )
+    heads = np.arange(n_heads)[:, None, None]
+    out = np.zeros((num_buckets, n_heads))
+    np.add.at(out, (np.broadcast_to(buckets, g.shape), np.broadcast_to(heads, g.shape)), g)
+    return out.astype(np.float64 if grad.dtype == np.float64 else np.float32)
 
 
 def relative_positions(

@@ -13,21 +13,24 @@
 #include "avx2.h"
 
 #if PE_X86
-/* (a, b) -> (a c - b s, b c + a s) on eight pairs held in two vectors. */
+/* (a, b) -> (a c - b s, b c + a s) on eight pairs held in two vectors.
+ * b s is negated by its sign bit and added, as the portable fmaf(a, c,
+ * -(b s)) does: the same rounding as a subtracting FMA, and the same sign
+ * for a NaN (which fmsub would pass through unnegated). */
 PE_INLINE void rot8(__m256 a, __m256 b, __m256 c, __m256 s, __m256 *ra, __m256 *rb)
 {
-    *ra = _mm256_fmsub_ps(a, c, _mm256_mul_ps(b, s));
+    *ra = _mm256_fmadd_ps(a, c, _mm256_xor_ps(_mm256_mul_ps(b, s), _mm256_set1_ps(-0.0f)));
     *rb = _mm256_fmadd_ps(b, c, _mm256_mul_ps(a, s));
 }
 
 /* Eight interleaved elements (four pairs) with cos/sin already duplicated
- * into pairs: fmaddsub subtracts in the even lanes and adds in the odd
- * ones, which is the rotation once the pairs are swapped for the second
- * product. */
+ * into pairs: the product with the swapped pairs is negated in the even
+ * lanes (by its sign bit, as rot8) and added, which is the rotation. */
 PE_INLINE __m256 rot_inter8(__m256 v, __m256 cc, __m256 ss)
 {
+    const __m256 even = _mm256_setr_ps(-0.0f, 0.0f, -0.0f, 0.0f, -0.0f, 0.0f, -0.0f, 0.0f);
     __m256 sw = _mm256_permute_ps(v, 0xB1);
-    return _mm256_fmaddsub_ps(v, cc, _mm256_mul_ps(sw, ss));
+    return _mm256_fmadd_ps(v, cc, _mm256_xor_ps(_mm256_mul_ps(sw, ss), even));
 }
 
 /* Four floats at p as (p0, p0, p1, p1, p2, p2, p3, p3). */
@@ -128,7 +131,8 @@ PE_INLINE void rows_avx2(const char *x0, ptrdiff_t lxs, char *o0, ptrdiff_t los,
                     const double *x = (const double *)(x0 + g * lxs);
                     double *o = (double *)(o0 + g * los);
                     __m256d a = _mm256_loadu_pd(x + i), b = _mm256_loadu_pd(x + half + i);
-                    store_pd(o + i, _mm256_fmsub_pd(a, cv, _mm256_mul_pd(b, sv)), stream);
+                    __m256d bs = _mm256_xor_pd(_mm256_mul_pd(b, sv), _mm256_set1_pd(-0.0));
+                    store_pd(o + i, _mm256_fmadd_pd(a, cv, bs), stream);
                     store_pd(o + half + i, _mm256_fmadd_pd(b, cv, _mm256_mul_pd(a, sv)), stream);
                 }
             }
@@ -143,7 +147,9 @@ PE_INLINE void rows_avx2(const char *x0, ptrdiff_t lxs, char *o0, ptrdiff_t los,
                     double *o = (double *)(o0 + g * los);
                     __m256d v = _mm256_loadu_pd(x + 2 * i);
                     __m256d sw = _mm256_permute_pd(v, 0x5);
-                    store_pd(o + 2 * i, _mm256_fmaddsub_pd(v, cc, _mm256_mul_pd(sw, ss)), stream);
+                    __m256d t =
+                        _mm256_xor_pd(_mm256_mul_pd(sw, ss), _mm256_setr_pd(-0.0, 0.0, -0.0, 0.0));
+                    store_pd(o + 2 * i, _mm256_fmadd_pd(v, cc, t), stream);
                 }
             }
         }
