@@ -23,10 +23,11 @@
  * the runs its distances cross; an arbitrary map degrades to runs of one.
  *
  * By key (p2c, TENER's key term) score (i, j) reads row j: consecutive keys
- * read consecutive rows, one element each.  Scores are then walked in
- * tiles of TILE_Q queries by TILE_K keys, so that the rows of products a
- * tile reads (TILE_K rows, about TILE_Q columns each) stay in cache while
- * the tile's queries reuse them.
+ * read consecutive rows, one element each, a cache line per score if read
+ * in the scores' order.  Scores are then walked in tiles of TILE x TILE,
+ * each gathered row by row of the products (the tile's queries read a few
+ * neighbouring columns of row j) into a small buffer in the scores' layout
+ * -- a transpose through L1 -- and added a row of scores at a time.
  *
  * Into float16 scores each product is rounded to float16 and added as
  * NumPy adds two float16 arrays (a float32 sum rounded once), so that
@@ -37,8 +38,7 @@
 
 #include "relative.h"
 
-#define TILE_Q 32
-#define TILE_K 256
+#define TILE 64
 
 /* A run of the map: for t in [start, next run's start), column
  * base + slope * (t - start), slope -1, 0 or 1; base < 0: nothing to add. */
@@ -168,7 +168,9 @@ struct gather {
     const struct pe_bias_dst *dst;
     const struct run *runs;
     ptrdiff_t nruns;
-    size_t isz, ssz; /* bytes of a score and of a product */
+    size_t isz, ssz;      /* bytes of a score and of a product */
+    const int64_t *map;   /* the map itself (by key) */
+    const ptrdiff_t *neg; /* neg[t]: entries < 0 among map[0 .. t), or NULL: none */
 };
 
 /* Keys [j0, j1) of row i of scores (b, h): each segment of a run added. */
@@ -207,6 +209,83 @@ static void gather_row(const struct gather *g, ptrdiff_t b, ptrdiff_t h, ptrdiff
     }
 }
 
+/* Rows of products read this far ahead of the one being gathered. */
+#define AHEAD 8
+
+/* A hint to fetch the cache lines of row j of the products that queries
+ * [i0, i1) read (between the columns of the range's two ends: the maps are
+ * monotone; for another map the hint is merely less useful). */
+static inline void prefetch_row(const struct gather *g, const char *prod, ptrdiff_t j, ptrdiff_t i0,
+                                ptrdiff_t i1)
+{
+#if defined(__GNUC__) || defined(__clang__)
+    ptrdiff_t q = g->dst->q_len;
+    int64_t a = g->map[q - 1 - i0 + j], e = g->map[q - i1 + j];
+    int64_t lo = a < e ? a : e, hi = a < e ? e : a;
+    if (lo < 0 || hi - lo > 64 * 16)
+        return;
+    const char *row = prod + j * g->src->stride_r;
+    for (int64_t c = lo * (int64_t)g->ssz; c <= hi * (int64_t)g->ssz; c += 64)
+        __builtin_prefetch(row + c);
+    __builtin_prefetch(row + hi * (int64_t)g->ssz);
+#else
+    (void)g, (void)prod, (void)j, (void)i0, (void)i1;
+#endif
+}
+
+/* Scores [i0, i1) x [j0, j1) of (b, h), by key: score (i, j) reads row j
+ * of the products, so the tile is gathered row by row of the products
+ * (reads along a row, a few cache lines per key) into a buffer laid out
+ * as the scores are, and added a row of scores at a time.  Every score
+ * takes the same one add of the same product as gather_row gives it; a
+ * tile whose distances meet a map entry < 0 goes through gather_row. */
+static void gather_tile(const struct gather *g, ptrdiff_t b, ptrdiff_t h, ptrdiff_t i0,
+                        ptrdiff_t i1, ptrdiff_t j0, ptrdiff_t j1)
+{
+    const struct pe_bias_dst *d = g->dst;
+    const struct pe_rel_src *s = g->src;
+    ptrdiff_t q = d->q_len, ni = i1 - i0, nj = j1 - j0;
+    ptrdiff_t tlo = q - i1 + j0, thi = q - 1 - i0 + j1; /* the tile's t: [tlo, thi) */
+    if (g->neg != NULL && g->neg[thi] != g->neg[tlo]) {
+        for (ptrdiff_t i = i0; i < i1; ++i)
+            gather_row(g, b, h, i, j0, j1);
+        return;
+    }
+    const char *prod = s->data + (s->batch == 1 ? 0 : b) * s->stride_b + h * s->stride_h;
+    char *out = d->data + b * d->stride_b + h * d->stride_h;
+    if (g->ssz == 8) {
+        double buf[TILE * TILE];
+        for (ptrdiff_t jj = 0; jj < nj; ++jj) {
+            const double *p = (const double *)(prod + (j0 + jj) * s->stride_r);
+            const int64_t *m = g->map + (q - 1 - i0 + j0 + jj); /* t of (i0, j) */
+            if (j0 + jj + AHEAD < d->k_len)
+                prefetch_row(g, prod, j0 + jj + AHEAD, i0, i1);
+            for (ptrdiff_t ii = 0; ii < ni; ++ii)
+                buf[ii * TILE + jj] = p[m[-ii]];
+        }
+        for (ptrdiff_t ii = 0; ii < ni; ++ii) {
+            double *o = (double *)(out + (i0 + ii) * d->stride_q) + j0;
+            const double *x = buf + ii * TILE;
+            for (ptrdiff_t jj = 0; jj < nj; ++jj)
+                o[jj] = o[jj] + x[jj];
+        }
+        return;
+    }
+    float buf[TILE * TILE];
+    for (ptrdiff_t jj = 0; jj < nj; ++jj) {
+        const float *p = (const float *)(prod + (j0 + jj) * s->stride_r);
+        const int64_t *m = g->map + (q - 1 - i0 + j0 + jj);
+        if (j0 + jj + AHEAD < d->k_len)
+            prefetch_row(g, prod, j0 + jj + AHEAD, i0, i1);
+        for (ptrdiff_t ii = 0; ii < ni; ++ii)
+            buf[ii * TILE + jj] = p[m[-ii]];
+    }
+    for (ptrdiff_t ii = 0; ii < ni; ++ii) {
+        char *o = out + (i0 + ii) * d->stride_q + j0 * (ptrdiff_t)g->isz;
+        add_slice(o, (const char *)(buf + ii * TILE), nj, d->dtype);
+    }
+}
+
 int pe_rel_gather_add(const struct pe_rel_src *src, const int64_t *map,
                       const struct pe_bias_dst *dst, int nthreads)
 {
@@ -221,7 +300,9 @@ int pe_rel_gather_add(const struct pe_rel_src *src, const int64_t *map,
                        runs,
                        find_runs(map, n, runs),
                        pe_itemsize(dst->dtype),
-                       dst->dtype == PE_F64 ? 8 : 4};
+                       dst->dtype == PE_F64 ? 8 : 4,
+                       map,
+                       NULL};
     ptrdiff_t q = dst->q_len, k = dst->k_len, bh = dst->batch * dst->heads;
     if (!src->by_key) {
         /* one row per task: the products of a row are one short vector */
@@ -229,17 +310,32 @@ int pe_rel_gather_add(const struct pe_rel_src *src, const int64_t *map,
         for (ptrdiff_t r = 0; r < bh * q; ++r)
             gather_row(&g, r / q / dst->heads, r / q % dst->heads, r % q, 0, k);
     } else {
-        ptrdiff_t tq = (q + TILE_Q - 1) / TILE_Q, tk = (k + TILE_K - 1) / TILE_K;
-#pragma omp parallel for schedule(static) num_threads(pe_team(nthreads, bh * q * k))
-        for (ptrdiff_t task = 0; task < bh * tq; ++task) {
-            ptrdiff_t p = task / tq, i0 = task % tq * TILE_Q;
-            ptrdiff_t i1 = q - i0 < TILE_Q ? q : i0 + TILE_Q;
-            for (ptrdiff_t c = 0; c < tk; ++c) {
-                ptrdiff_t j0 = c * TILE_K, j1 = k - j0 < TILE_K ? k : j0 + TILE_K;
-                for (ptrdiff_t i = i0; i < i1; ++i)
-                    gather_row(&g, p / dst->heads, p % dst->heads, i, j0, j1);
+        ptrdiff_t *neg = NULL;
+        for (ptrdiff_t t = 0; t < n && neg == NULL; ++t) {
+            if (map[t] < 0) {
+                neg = malloc(((size_t)n + 1) * sizeof *neg);
+                if (neg == NULL) {
+                    free(runs);
+                    return -1;
+                }
+                neg[0] = 0;
+                for (ptrdiff_t u = 0; u < n; ++u)
+                    neg[u + 1] = neg[u] + (map[u] < 0);
             }
         }
+        g.map = map;
+        g.neg = neg;
+        ptrdiff_t tq = (q + TILE - 1) / TILE, tk = (k + TILE - 1) / TILE;
+#pragma omp parallel for schedule(static) num_threads(pe_team(nthreads, bh * q * k))
+        for (ptrdiff_t task = 0; task < bh * tq; ++task) {
+            ptrdiff_t p = task / tq, i0 = task % tq * TILE;
+            ptrdiff_t i1 = q - i0 < TILE ? q : i0 + TILE;
+            for (ptrdiff_t c = 0; c < tk; ++c) {
+                ptrdiff_t j0 = c * TILE, j1 = k - j0 < TILE ? k : j0 + TILE;
+                gather_tile(&g, p / dst->heads, p % dst->heads, i0, i1, j0, j1);
+            }
+        }
+        free(neg);
     }
     free(runs);
     return 0;

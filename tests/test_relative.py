@@ -535,3 +535,42 @@ def test_relative_functions_are_exported_and_wrapped_for_torch_and_jax():
         fn = getattr(posenc, name)
         assert name in posenc.__all__ and fn is getattr(rel, name)
         assert hasattr(fn, "__wrapped_numpy__")
+
+
+# ---------------------------------------------------------------- the gather kernel itself
+
+
+def numpy_gather(scores, products, index, by_key):
+    """scores[b, h, i, j] + products[b, h, i or j, index[q - 1 - i + j]],
+    left as it was where the index is < 0: NumPy's own indexing and add."""
+    q, k = scores.shape[-2:]
+    t = q - 1 - np.arange(q)[:, None] + np.arange(k)[None, :]
+    col = index[t]
+    rows = np.broadcast_to(np.arange(k)[None, :] if by_key else np.arange(q)[:, None], (q, k))
+    gathered = products[:, :, rows, np.maximum(col, 0)]
+    out = scores.copy()
+    np.add(scores, gathered, out=out, where=col >= 0)
+    return out
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("by_key", [False, True])
+@pytest.mark.parametrize("q_len, k_len", [(150, 200), (200, 70), (64, 128)])
+def test_gather_kernel_equals_numpy_across_tiles(threads, rng, dtype, by_key, q_len, k_len):
+    # several tiles, partial ones at the edges; log-bucket, shift and clipped
+    # runs, and a map with entries < 0 (left alone) in some tiles only
+    width = 40
+    t = np.arange(q_len + k_len - 1) - (q_len - 1)
+    maps = [
+        np.clip(posenc.deberta_log_bucket(-t, 16, 64) + 16, 0, 31),
+        np.clip(t + 20, 0, width - 1)[::-1].copy(),
+        np.where((t > 30) & (t < 90), -1, np.abs(t) % width),
+    ]
+    rows = k_len if by_key else q_len
+    for index in maps:
+        index = index.astype(np.int64)
+        products = randn(rng, (2, 3, rows, width), dtype)
+        scores = randn(rng, (2, 3, q_len, k_len), dtype)
+        want = numpy_gather(scores, products, index, by_key)
+        rel._core.rel_gather_add(products, index, scores, by_key)
+        same_bits(scores, want)
