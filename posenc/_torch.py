@@ -337,14 +337,17 @@ def call(fn, signature, args, kwargs):
     if torch.compiler.is_compiling():
         builder = BUILDERS.get(fn.__name__)
         if builder is None:
-            # no operator for this function: Dynamo runs it eagerly
-            torch._dynamo.graph_break()
-            return _plan(fn, signature)(args, kwargs)
+            # no operator for this function: a graph break, and it runs eagerly
+            return torch.compiler.disable(_direct)(fn, signature, args, kwargs)
         return builder(*args, **kwargs)
     plan = _PLANS.get(fn)
     if plan is None:
         plan = _plan(fn, signature)
     return plan(args, kwargs)
+
+
+def _direct(fn, signature, args, kwargs):
+    return _plan(fn, signature)(args, kwargs)
 
 
 def _plan(fn, signature):

@@ -1,0 +1,933 @@
+"""posenc with PyTorch tensors: types, devices, dtypes, autograd, torch.compile.
+
+The witnesses are NumPy float64 formulas written here, posenc.reference, and
+transformers' own functions (Llama's rotary embedding, GPT-J's interleaved
+rotation, T5Attention.compute_bias), with autograd through them for the
+gradients.  torch and transformers are required under
+POSENC_REQUIRE_CONFORMANCE=1 (as CI sets it) and the tests are skipped
+without them otherwise, as the conformance tests are.
+"""
+
+import importlib
+import inspect
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import posenc
+from posenc import reference
+
+
+def _require(name):
+    try:
+        return importlib.import_module(name)
+    except ImportError as exc:
+        if os.environ.get("POSENC_REQUIRE_CONFORMANCE") == "1":
+            raise RuntimeError(f"{name} is required (POSENC_REQUIRE_CONFORMANCE=1)") from exc
+        pytest.skip(f"{name} is not installed", allow_module_level=True)
+
+
+torch = _require("torch")
+
+from posenc import _torch as pt  # noqa: E402  (imports torch)
+
+ROOT = os.path.dirname(os.path.dirname(posenc.__file__))
+
+
+@pytest.fixture(scope="module")
+def transformers():
+    return _require("transformers")
+
+
+def randn(*shape, dtype=torch.float32, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, generator=g, dtype=torch.float64).to(dtype)
+
+
+def rope64(x, positions, *, base=10000.0, layout="half", rotary_dim=None, inverse=False):
+    """The rotation in float64, written out: x (..., dim) float64 NumPy,
+    positions broadcasting against x.shape[:-1]."""
+    x = np.asarray(x, dtype=np.float64)
+    dim = x.shape[-1]
+    r = rotary_dim or dim
+    inv = base ** (-np.arange(0, r, 2, dtype=np.float64) / r)
+    angle = np.asarray(positions, dtype=np.float64)[..., None] * inv
+    if inverse:
+        angle = -angle
+    c, s = np.cos(angle), np.sin(angle)
+    out = x.copy()
+    if layout == "half":
+        a, b = x[..., : r // 2], x[..., r // 2 : r]
+        out[..., : r // 2] = a * c - b * s
+        out[..., r // 2 : r] = b * c + a * s
+    else:
+        a, b = x[..., 0:r:2], x[..., 1:r:2]
+        out[..., 0:r:2] = a * c - b * s
+        out[..., 1:r:2] = b * c + a * s
+    return out
+
+
+def bf16_round(values):
+    """float64 values rounded once to the nearest bfloat16 (ties to even), as float64."""
+    v = np.asarray(values, dtype=np.float64)
+    m, e = np.frexp(v)
+    return np.ldexp(np.round(m * 256.0) / 256.0, e)
+
+
+def bf16_ulp(values):
+    v = np.abs(np.asarray(values, dtype=np.float64))
+    _, e = np.frexp(np.maximum(v, 2.0**-126))
+    return np.ldexp(1.0, e - 8)
+
+
+def meta(*shape, dtype=torch.float32):
+    return torch.empty(*shape, dtype=dtype, device="meta")
+
+
+# ---------------------------------------------------------------- same type out as in
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32, torch.float64])
+@pytest.mark.parametrize("layout", ["half", "interleaved"])
+def test_apply_rope_tensor_in_tensor_out_with_the_numbers_of_the_float64_formula(dtype, layout):
+    x = randn(2, 3, 17, 16, dtype=dtype)
+    ids = torch.tensor([[0, 0, 0] + list(range(14)), list(range(100, 117))])  # (batch, seq)
+    y = posenc.apply_rope(x, ids, layout=layout)
+    assert type(y) is torch.Tensor and y.dtype == dtype and y.shape == x.shape
+    assert y.device.type == "cpu"
+    exact = rope64(x.double().numpy(), ids.numpy()[:, None, :], layout=layout)
+    tol = {torch.float16: 2e-3, torch.float32: 2e-6, torch.float64: 1e-12}[dtype]
+    np.testing.assert_allclose(y.double().numpy(), exact, rtol=0, atol=tol * 4)
+    assert torch.equal(x, randn(2, 3, 17, 16, dtype=dtype))  # the input is left as it was
+
+
+def test_the_tensor_is_read_where_it_is_and_the_result_shares_numpys_memory():
+    x = randn(2, 8, 6, 32)
+    arr = pt.array(x, "x")
+    assert arr.__array_interface__["data"][0] == x.data_ptr()
+    view = x.transpose(1, 2)  # strided: still no copy
+    assert pt.array(view, "x").__array_interface__["data"][0] == view.data_ptr()
+    result = np.ones((3, 4), np.float32)
+    t = pt.tensor(result)
+    assert t.data_ptr() == result.__array_interface__["data"][0]
+    bf = x.to(torch.bfloat16)
+    assert pt.array(bf, "x").__array_interface__["data"][0] == bf.data_ptr()
+
+
+def test_strided_tensors_give_the_numbers_of_contiguous_ones():
+    x = randn(2, 6, 8, 32)  # (batch, seq, heads, dim)
+    view = x.transpose(1, 2)  # (batch, heads, seq, dim), not contiguous
+    assert not view.is_contiguous()
+    np.testing.assert_array_equal(
+        posenc.apply_rope(view, offset=5).numpy(), posenc.apply_rope(view.contiguous(), offset=5)
+    )
+    np.testing.assert_array_equal(
+        posenc.apply_rope(x, offset=5, seq_axis=-3).transpose(1, 2).numpy(),
+        posenc.apply_rope(view, offset=5).numpy(),
+    )
+
+
+def test_every_function_gives_tensors_for_tensors():
+    table = randn(32, 4)
+    assert posenc.t5_bias(table, 3, 5).dtype == torch.float32
+    np.testing.assert_array_equal(
+        posenc.t5_bias(table, 3, 5).numpy(), reference.t5_bias(table.numpy(), 3, 5)
+    )
+    buckets = posenc.relative_position_bucket(torch.arange(-300, 300))
+    assert buckets.dtype == torch.int64
+    np.testing.assert_array_equal(
+        buckets.numpy(), reference.relative_position_bucket(np.arange(-300, 300))
+    )
+    table = posenc.sinusoid(torch.arange(6), 8)
+    assert table.dtype == torch.float32
+    np.testing.assert_allclose(
+        table.numpy(), reference.sinusoid(6, 8, dtype="float64"), rtol=0, atol=1e-7
+    )
+    cos, sin = posenc.rope_cos_sin(torch.tensor([3, 1, 4]), 8)
+    assert cos.dtype == sin.dtype == torch.float32
+    angle = np.array([3, 1, 4])[:, None] * 10000.0 ** (-np.arange(0, 8, 2) / 8)
+    np.testing.assert_allclose(cos.numpy(), np.cos(np.tile(angle, 2)), rtol=0, atol=1e-7)
+    np.testing.assert_allclose(sin.numpy(), np.sin(np.tile(angle, 2)), rtol=0, atol=1e-7)
+    slopes = torch.tensor([0.5, 0.25], dtype=torch.float64)
+    bias = posenc.alibi_bias(2, 3, slopes=slopes)
+    np.testing.assert_array_equal(
+        bias.numpy(), reference.alibi_bias(2, 3, slopes=np.array([0.5, 0.25]))
+    )
+
+
+def test_table_functions_return_tensors_for_a_torch_dtype_or_a_device():
+    for call in [
+        lambda: posenc.sinusoid(8, 4, dtype=torch.float64),
+        lambda: posenc.sinusoid(8, 4, device="cpu"),
+        lambda: posenc.alibi_bias(4, 3, 5, dtype=torch.float16),
+        lambda: posenc.alibi_slopes(6, device=torch.device("cpu")),
+        lambda: posenc.relative_positions(3, 4, device="cpu"),
+        lambda: posenc.rope_cos_sin(8, 16, dtype=torch.float32)[0],
+        lambda: posenc.rope_frequencies(16, device="cpu")[0],
+    ]:
+        assert type(call()) is torch.Tensor
+    assert posenc.sinusoid(8, 4, dtype=torch.float64).dtype == torch.float64
+    np.testing.assert_array_equal(
+        posenc.sinusoid(8, 4, dtype=torch.float64).numpy(), posenc.sinusoid(8, 4, dtype="float64")
+    )
+    np.testing.assert_array_equal(
+        posenc.alibi_slopes(6, device="cpu").numpy(), reference.alibi_slopes(6)
+    )
+    inv_freq, factor = posenc.rope_frequencies(16, device="cpu")
+    assert inv_freq.dtype == torch.float64 and factor == 1.0
+    np.testing.assert_allclose(inv_freq.numpy(), 10000.0 ** (-np.arange(0, 16, 2) / 16), rtol=1e-15)
+    # the NumPy path is as it was: device=None changes nothing
+    assert type(posenc.sinusoid(8, 4, device=None)) is np.ndarray
+
+
+def test_integer_position_tensors_and_0d_lengths_work_as_numpy_ones():
+    x = randn(2, 4, 5, 8)
+    ids = torch.tensor([[4, 3, 2, 1, 0], [7, 8, 9, 10, 11]], dtype=torch.int64)
+    np.testing.assert_array_equal(
+        posenc.apply_rope(x, ids).numpy(), posenc.apply_rope(x.numpy(), ids.numpy())
+    )
+    np.testing.assert_array_equal(
+        posenc.apply_rope(x, torch.tensor(7)).numpy(), posenc.apply_rope(x.numpy(), np.array(7))
+    )
+    assert posenc.sinusoid(torch.tensor(8), 4).shape == (8, 4)
+    assert posenc.sinusoid(torch.tensor(2.5), 4).shape == (4,)
+    assert posenc.alibi_bias(torch.tensor(4), torch.tensor(3), torch.tensor(6)).shape == (4, 3, 6)
+    assert posenc.t5_bias(randn(32, 2), torch.tensor(3), q_offset=torch.tensor(2)).shape == (
+        2,
+        3,
+        3,
+    )
+    np.testing.assert_array_equal(
+        posenc.t5_bias(randn(32, 2), torch.tensor(3), q_offset=torch.tensor(2)).numpy(),
+        reference.t5_bias(randn(32, 2).numpy(), 3, q_offset=2),
+    )
+    with pytest.raises(TypeError, match="q_len"):
+        posenc.alibi_bias(4, torch.tensor(True))
+
+
+# ---------------------------------------------------------------- out= and scores=
+
+
+def test_out_tensors_are_written_in_place_and_returned():
+    x = randn(1, 4, 6, 16)
+    out = torch.empty_like(x)
+    version = out._version
+    result = posenc.apply_rope(x, offset=9, out=out)
+    assert result is out and out._version > version
+    np.testing.assert_allclose(
+        out.double().numpy(), rope64(x.double().numpy(), 9 + np.arange(6)), atol=2e-6
+    )
+    y = x.clone()
+    assert posenc.apply_rope(y, offset=9, out=y) is y
+    assert torch.equal(y, out)
+    strided = torch.empty(1, 6, 4, 16).transpose(1, 2)  # not contiguous
+    assert posenc.apply_rope(x, offset=9, out=strided) is strided
+    assert torch.equal(strided, out)
+    table = torch.empty(8, 4, dtype=torch.float64)
+    assert posenc.sinusoid(8, 4, out=table) is table
+    np.testing.assert_array_equal(table.numpy(), posenc.sinusoid(8, 4, dtype="float64"))
+
+
+def test_scores_tensors_receive_the_bias_in_place():
+    scores = randn(2, 4, 3, 7)
+    before = scores.clone()
+    version = scores._version
+    assert posenc.alibi_bias(4, 3, 7, scores=scores) is scores
+    assert scores._version > version
+    np.testing.assert_array_equal(
+        scores.numpy(), before.numpy() + reference.alibi_bias(4, 3, 7).astype(np.float32)
+    )
+    table = randn(32, 4, seed=1)
+    scores = before.clone()
+    assert posenc.t5_bias(table, 3, 7, scores=scores) is scores
+    np.testing.assert_array_equal(
+        scores.numpy(), before.numpy() + reference.t5_bias(table.numpy(), 3, 7)
+    )
+
+
+def test_a_tensor_saved_for_backward_and_then_written_in_place_is_caught_by_autograd():
+    # the direct path bumps the version counter as torch's in-place ops do,
+    # so a backward that needs the old values refuses to run
+    w = torch.ones(1, 2, 3, 8, requires_grad=True)
+    x = randn(1, 2, 3, 8)
+    y = (x * w).sum()  # saves x for the gradient of w
+    posenc.apply_rope(x, out=x)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        y.backward()
+    scores = randn(1, 2, 3, 3)
+    loss = (scores * w[..., :3]).sum()
+    posenc.alibi_bias(2, 3, scores=scores)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        loss.backward()
+
+
+def test_inference_tensors_are_written_only_in_inference_mode():
+    with torch.inference_mode():
+        x = randn(1, 2, 3, 8).clone()
+        assert posenc.apply_rope(x, out=x) is x  # allowed there
+    before = x.clone()
+    with pytest.raises(ValueError, match="inference tensor"):
+        posenc.apply_rope(x, out=x)
+    assert torch.equal(x, before)
+
+
+def test_bad_out_and_scores_raise_naming_them_and_leave_the_tensors_untouched():
+    x = randn(1, 2, 3, 8)
+    for out, error, match in [
+        (torch.zeros(1, 2, 3, 8, dtype=torch.float64), TypeError, "out must have dtype"),
+        (torch.zeros(1, 2, 3, 6), ValueError, "out must have shape"),
+    ]:
+        before = out.clone()
+        with pytest.raises(error, match=match):
+            posenc.apply_rope(x, out=out)
+        assert torch.equal(out, before)
+    scores = torch.zeros(2, 4, 3, 5)
+    with pytest.raises(ValueError, match="scores must have shape"):
+        posenc.alibi_bias(4, 3, 6, scores=scores)
+    with pytest.raises(TypeError, match="scores must have dtype"):
+        posenc.t5_bias(randn(32, 4), 3, 5, scores=torch.zeros(2, 4, 3, 5, dtype=torch.int32))
+    assert not scores.any()
+
+
+# ---------------------------------------------------------------- devices
+
+
+@pytest.mark.parametrize(
+    "name, call",
+    [
+        ("x", lambda: posenc.apply_rope(meta(1, 2, 3, 8))),
+        ("positions", lambda: posenc.apply_rope(randn(1, 2, 3, 8), meta(3, dtype=torch.int64))),
+        ("positions", lambda: posenc.sinusoid(meta(5), 8)),
+        ("positions", lambda: posenc.sinusoid(meta((), dtype=torch.int64), 8)),
+        ("table", lambda: posenc.t5_bias(meta(32, 4), 3)),
+        ("slopes", lambda: posenc.alibi_bias(2, 3, slopes=meta(2))),
+        ("relative_position", lambda: posenc.relative_position_bucket(meta(4, dtype=torch.int64))),
+    ],
+)
+def test_tensors_on_another_device_are_refused_naming_the_argument_and_device(name, call):
+    with pytest.raises(TypeError, match=rf"^{name} is on device meta: posenc computes on the CPU"):
+        call()
+
+
+def test_out_and_scores_on_another_device_are_refused_and_cpu_tensors_left_untouched():
+    x = randn(1, 2, 3, 8)
+    before = x.clone()
+    with pytest.raises(TypeError, match="^out is on device meta"):
+        posenc.apply_rope(x, out=meta(1, 2, 3, 8))
+    with pytest.raises(TypeError, match="^scores is on device meta"):
+        posenc.alibi_bias(2, 3, scores=meta(1, 2, 3, 3))
+    out = torch.zeros(1, 2, 3, 8)
+    with pytest.raises(TypeError, match="^x is on device meta"):
+        posenc.apply_rope(meta(1, 2, 3, 8), out=out)
+    assert not out.any() and torch.equal(x, before)
+    # with autograd recording the call, too
+    xg = randn(1, 2, 3, 8).requires_grad_()
+    with pytest.raises(TypeError, match="^out is on device meta"):
+        posenc.apply_rope(xg, out=meta(1, 2, 3, 8))
+
+
+@pytest.mark.parametrize("device", ["meta", "cuda", torch.device("meta"), "cuda:1"])
+def test_device_other_than_cpu_is_refused_for_tables(device):
+    with pytest.raises(TypeError, match="^device = .*posenc computes on the CPU"):
+        posenc.sinusoid(8, 4, device=device)
+    with pytest.raises(TypeError, match="^device = "):
+        posenc.apply_rope(randn(1, 1, 2, 4), device=device)
+
+
+def test_device_that_is_no_device_is_refused():
+    with pytest.raises(TypeError, match="^device must be a torch.device"):
+        posenc.sinusoid(8, 4, device="gpu please")
+    with pytest.raises(TypeError, match="^device must be a torch.device"):
+        posenc.sinusoid(8, 4, device=1.5)
+
+
+# ---------------------------------------------------------------- dtypes
+
+
+@pytest.mark.parametrize(
+    "torch_dtype, name",
+    [(torch.float16, "float16"), (torch.float32, "float32"), (torch.float64, "float64")],
+)
+def test_torch_dtypes_are_numpy_dtypes(torch_dtype, name):
+    assert posenc.sinusoid(16, 8, dtype=torch_dtype).dtype == torch_dtype
+    np.testing.assert_array_equal(
+        posenc.sinusoid(16, 8, dtype=torch_dtype).numpy(), posenc.sinusoid(16, 8, dtype=name)
+    )
+    np.testing.assert_array_equal(
+        posenc.alibi_bias(3, 4, dtype=torch_dtype).numpy(), posenc.alibi_bias(3, 4, dtype=name)
+    )
+    cos, _ = posenc.rope_cos_sin(9, 8, dtype=torch_dtype)
+    np.testing.assert_array_equal(cos.numpy(), posenc.rope_cos_sin(9, 8, dtype=name)[0])
+
+
+def test_dtypes_other_than_floats_are_refused_naming_dtype():
+    with pytest.raises(TypeError, match="^dtype must be float16, bfloat16, float32 or float64"):
+        posenc.sinusoid(8, 4, dtype=torch.int64)
+    with pytest.raises(TypeError, match="^dtype must be float16, bfloat16, float32 or float64"):
+        posenc.sinusoid(8, 4, dtype=torch.float8_e4m3fn)
+    with pytest.raises(TypeError, match="^x must have dtype"):
+        posenc.apply_rope(torch.zeros(1, 2, 4, dtype=torch.int32))
+
+
+def test_bfloat16_tables_are_the_float64_values_rounded_once():
+    table = posenc.sinusoid(4096, 64, dtype=torch.bfloat16)
+    assert table.dtype == torch.bfloat16
+    exact = reference.sinusoid(4096, 64, dtype="float64")
+    np.testing.assert_array_equal(table.double().numpy(), bf16_round(exact))
+    assert torch.equal(posenc.sinusoid(4096, 64, dtype="bfloat16", device="cpu"), table)
+    cos, sin = posenc.rope_cos_sin(torch.arange(0, 2**20, 97), 64, dtype=torch.bfloat16)
+    angle = np.arange(0, 2**20, 97)[:, None] * 10000.0 ** (-np.arange(0, 64, 2) / 64)
+    np.testing.assert_array_equal(cos.double().numpy(), bf16_round(np.cos(np.tile(angle, 2))))
+    np.testing.assert_array_equal(sin.double().numpy(), bf16_round(np.sin(np.tile(angle, 2))))
+
+
+def test_bfloat16_apply_rope_is_within_one_rounding_of_the_float64_rotation_at_long_positions():
+    x = randn(1, 4, 64, 64, dtype=torch.bfloat16)
+    positions = torch.arange(2**20 - 64, 2**20)
+    y = posenc.apply_rope(x, positions)
+    assert y.dtype == torch.bfloat16
+    exact = rope64(x.double().numpy(), positions.numpy())
+    err = np.abs(y.double().numpy() - exact)
+    assert (err <= bf16_ulp(exact)).all(), err.max()
+    out = torch.empty_like(x)
+    assert posenc.apply_rope(x, positions, out=out) is out and torch.equal(out, y)
+
+
+def test_bfloat16_scores_receive_the_bias_rounded_then_added():
+    scores = randn(2, 4, 5, 9, dtype=torch.bfloat16)
+    expected = (
+        scores.float()
+        + torch.from_numpy(bf16_round(reference.alibi_bias(4, 5, 9, dtype="float64"))).float()
+    )
+    assert posenc.alibi_bias(4, 5, 9, scores=scores) is scores
+    assert torch.equal(scores, expected.to(torch.bfloat16))
+
+
+# ---------------------------------------------------------------- torch is not imported by posenc
+
+
+def test_numpy_calls_do_not_import_torch():
+    code = (
+        "import sys, posenc, numpy as np\n"
+        "posenc.sinusoid(8, 4); posenc.apply_rope(np.ones((1, 2, 3, 4)))\n"
+        "posenc.t5_bias(np.ones((32, 2)), 3); posenc.sinusoid(8, 4, device=None)\n"
+        "print('torch' in sys.modules)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=env, check=True
+    )
+    assert done.stdout.strip() == "False", done.stdout + done.stderr
+
+
+# ---------------------------------------------------------------- autograd
+
+
+ROPE_CASES = {
+    "default": {},
+    "interleaved": {"layout": "interleaved"},
+    "partial": {"rotary_dim": 4},
+    "seq-axis": {"seq_axis": -3},
+    "inverse": {"inverse": True, "offset": 3},
+    "yarn": {
+        "scaling": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 8}
+    },
+    "dynamic": {"scaling": {"rope_type": "dynamic", "factor": 2.0, "max_position_embeddings": 4}},
+}
+
+
+@pytest.mark.parametrize("case", ROPE_CASES)
+def test_apply_rope_passes_gradcheck_and_gradgradcheck(case):
+    kwargs = ROPE_CASES[case]
+    x = randn(2, 3, 5, 8, dtype=torch.float64).requires_grad_()
+    positions = torch.tensor([[0, 1, 2, 3, 4], [7, 3, 9, 1, 2]])
+    if kwargs.get("seq_axis") == -3:
+        x = randn(2, 5, 3, 8, dtype=torch.float64).requires_grad_()
+
+    def f(t):
+        return posenc.apply_rope(t, positions, **kwargs)
+
+    assert torch.autograd.gradcheck(f, (x,))
+    assert torch.autograd.gradgradcheck(f, (x,))
+
+
+def test_the_gradient_of_apply_rope_is_the_inverse_rotation():
+    x = randn(1, 2, 6, 8, dtype=torch.float64).requires_grad_()
+    g = randn(1, 2, 6, 8, dtype=torch.float64, seed=3)
+    posenc.apply_rope(x, offset=11).backward(g)
+    np.testing.assert_allclose(
+        x.grad.numpy(), rope64(g.numpy(), 11 + np.arange(6), inverse=True), atol=1e-13
+    )
+
+
+@pytest.mark.parametrize("bidirectional", [True, False])
+def test_t5_bias_passes_gradcheck_for_the_table(bidirectional):
+    table = randn(16, 3, dtype=torch.float64).requires_grad_()
+
+    def f(t):
+        return posenc.t5_bias(t, 6, 40, bidirectional=bidirectional, max_distance=20, q_offset=3)
+
+    assert torch.autograd.gradcheck(f, (table,))
+    assert torch.autograd.gradgradcheck(f, (table,))
+
+
+def test_t5_bias_table_gradient_sums_the_incoming_gradient_by_bucket():
+    table = randn(32, 4, dtype=torch.float64).requires_grad_()
+    g = randn(4, 7, 11, dtype=torch.float64, seed=5)
+    posenc.t5_bias(table, 7, 11, q_offset=2).backward(g)
+    rel = np.arange(11)[None, :] - (2 + np.arange(7))[:, None]
+    buckets = reference.relative_position_bucket(rel)
+    expected = np.zeros((32, 4))
+    for h in range(4):
+        np.add.at(expected[:, h], buckets, g[h].numpy())
+    np.testing.assert_allclose(table.grad.numpy(), expected, rtol=1e-13, atol=1e-13)
+
+
+def test_scores_get_the_incoming_gradient_unchanged_and_the_table_its_own():
+    table = randn(32, 2, dtype=torch.float64).requires_grad_()
+    scores = randn(3, 2, 4, 5, dtype=torch.float64).requires_grad_()
+
+    def f(t, s):
+        return posenc.t5_bias(t, 4, 5, scores=s.clone())
+
+    assert torch.autograd.gradcheck(f, (table, scores))
+    g = randn(3, 2, 4, 5, dtype=torch.float64, seed=9)
+    f(table, scores).backward(g)
+    assert torch.equal(scores.grad, g)
+    s = scores.detach().clone().requires_grad_()
+    posenc.alibi_bias(2, 4, 5, scores=s * 1.0).backward(g)
+    assert torch.equal(s.grad, g)
+
+
+def test_scores_in_float16_get_the_table_in_float16_as_numpy_does():
+    table = randn(32, 2).requires_grad_()
+    scores = randn(1, 2, 4, 5, dtype=torch.float16)
+    result = posenc.t5_bias(table, 4, 5, scores=scores.clone())
+    expected = scores.numpy() + reference.t5_bias(table.detach().numpy(), 4, 5).astype(np.float16)
+    np.testing.assert_array_equal(result.detach().numpy(), expected)
+    result.float().sum().backward()
+    assert table.grad.dtype == torch.float32 and table.grad.abs().sum() > 0
+
+
+def test_positions_get_no_gradient():
+    x = randn(1, 2, 4, 8).requires_grad_()
+    positions = torch.tensor([0.0, 1.5, 2.0, 7.25], requires_grad=True)
+    posenc.apply_rope(x, positions).sum().backward()
+    assert positions.grad is None and x.grad is not None
+    table = posenc.sinusoid(positions, 8)
+    assert not table.requires_grad
+
+
+def test_tensors_requiring_grad_that_posenc_does_not_differentiate_are_refused():
+    slopes = torch.tensor([0.5, 0.25], requires_grad=True)
+    with pytest.raises(TypeError, match="^slopes requires grad, and posenc.alibi_bias"):
+        posenc.alibi_bias(2, 3, slopes=slopes)
+    weight = randn(16, 8).requires_grad_()
+    with pytest.raises(TypeError, match="^weight requires grad, and posenc.permute_rope_weight"):
+        posenc.permute_rope_weight(weight, 2)
+    with torch.no_grad():  # nothing recorded: read as it is
+        assert posenc.alibi_bias(2, 3, slopes=slopes).shape == (2, 3, 3)
+        np.testing.assert_array_equal(
+            posenc.permute_rope_weight(weight, 2).numpy(),
+            posenc.permute_rope_weight(weight.detach().numpy(), 2),
+        )
+
+
+def test_out_with_autograd_is_torchs_in_place_copy():
+    w = randn(1, 2, 3, 8, dtype=torch.float64).requires_grad_()
+    x = w * 2.0  # not a leaf
+    y = x * 1.0
+    result = posenc.apply_rope(x, offset=4, out=y)
+    assert result is y and y.grad_fn is not None
+    g = randn(1, 2, 3, 8, dtype=torch.float64, seed=1)
+    y.backward(g)
+    expected = 2.0 * rope64(g.numpy(), 4 + np.arange(3), inverse=True)
+    np.testing.assert_allclose(w.grad.numpy(), expected, atol=1e-13)
+    # in place, out=x, as well
+    w.grad = None
+    x = w * 2.0
+    posenc.apply_rope(x, offset=4, out=x).backward(g)
+    np.testing.assert_allclose(w.grad.numpy(), expected, atol=1e-13)
+    # a leaf that requires grad cannot be written in place while grad mode is on
+    leaf = randn(1, 2, 3, 8).requires_grad_()
+    before = leaf.detach().clone()
+    with pytest.raises(ValueError, match="^out is a leaf tensor that requires grad"):
+        posenc.apply_rope(randn(1, 2, 3, 8), out=leaf)
+    with pytest.raises(ValueError, match="^scores is a leaf tensor that requires grad"):
+        posenc.alibi_bias(2, 3, 8, scores=leaf)
+    assert torch.equal(leaf.detach(), before)
+    with torch.no_grad():  # as torch allows
+        assert posenc.apply_rope(randn(1, 2, 3, 8), out=leaf) is leaf
+
+
+def test_llama_rotation_and_its_gradient_equal_transformers_in_float32(transformers):
+    from transformers import LlamaConfig
+    from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding, apply_rotary_pos_emb
+
+    config = LlamaConfig(
+        hidden_size=256,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=4096,
+        rope_parameters={"rope_type": "default", "rope_theta": 500000.0},
+    )
+    rotary = LlamaRotaryEmbedding(config)
+    position_ids = torch.tensor([[0, 0, 0, 0, 1, 2, 3, 4, 5, 6], list(range(40, 50))])
+    q0 = randn(2, 4, 10, 64)
+    w = randn(2, 4, 10, 64, seed=7)
+
+    q = q0.clone().requires_grad_()
+    cos, sin = rotary(q, position_ids)
+    theirs, _ = apply_rotary_pos_emb(q, q, cos, sin)
+    (theirs * w).sum().backward()
+
+    p = q0.clone().requires_grad_()
+    ours = posenc.apply_rope(p, position_ids, scaling=config)
+    (ours * w).sum().backward()
+
+    torch.testing.assert_close(ours, theirs, rtol=0, atol=2e-5)
+    torch.testing.assert_close(p.grad, q.grad, rtol=0, atol=2e-5)
+
+
+def test_gptj_interleaved_rotation_and_its_gradient_equal_transformers_in_float32(transformers):
+    from transformers.models.gptj import modeling_gptj as gptj
+
+    rotary_dim = 16
+    position_ids = torch.tensor([list(range(12)), list(range(30, 42))])
+    x0 = randn(2, 12, 3, 32)  # (batch, seq, heads, head_dim)
+    w = randn(2, 12, 3, 32, seed=2)
+
+    x = x0.clone().requires_grad_()
+    sincos = gptj.create_sinusoidal_positions(64, rotary_dim)[position_ids]
+    sin, cos = torch.split(sincos, rotary_dim // 2, dim=-1)
+    rotated = gptj.apply_rotary_pos_emb(x[..., :rotary_dim], sin, cos)
+    theirs = torch.cat([rotated, x[..., rotary_dim:]], dim=-1)
+    (theirs * w).sum().backward()
+
+    p = x0.clone().requires_grad_()
+    ours = posenc.apply_rope(
+        p, position_ids, layout="interleaved", rotary_dim=rotary_dim, seq_axis=-3
+    )
+    (ours * w).sum().backward()
+
+    torch.testing.assert_close(ours, theirs, rtol=0, atol=2e-5)
+    torch.testing.assert_close(p.grad, x.grad, rtol=0, atol=2e-5)
+
+
+@pytest.mark.parametrize("is_decoder", [False, True])
+def test_t5_bias_and_its_table_gradient_equal_t5_attentions_in_float32(transformers, is_decoder):
+    from transformers import T5Config
+    from transformers.models.t5.modeling_t5 import T5Attention
+
+    config = T5Config(
+        d_model=16,
+        d_kv=4,
+        d_ff=32,
+        num_layers=1,
+        num_heads=4,
+        relative_attention_num_buckets=32,
+        relative_attention_max_distance=128,
+        is_decoder=is_decoder,
+    )
+    attention = T5Attention(config, has_relative_attention_bias=True, layer_idx=0)
+    q_len, k_len, past = 9, 300, 291
+    w = randn(1, 4, q_len, k_len, seed=4)
+    theirs = attention.compute_bias(q_len, k_len, past_seen_tokens=past)
+    (theirs * w).sum().backward()
+
+    table = attention.relative_attention_bias.weight.detach().clone().requires_grad_()
+    ours = posenc.t5_bias(table, q_len, k_len, bidirectional=not is_decoder, q_offset=past)
+    (ours * w[0]).sum().backward()
+
+    torch.testing.assert_close(ours, theirs[0], rtol=0, atol=0)
+    torch.testing.assert_close(
+        table.grad, attention.relative_attention_bias.weight.grad, rtol=1e-5, atol=1e-4
+    )
+
+
+# ---------------------------------------------------------------- the operators
+
+
+def _options(**kwargs):
+    return pt.encode(kwargs)
+
+
+def test_the_operators_pass_torchs_opcheck():
+    x = randn(2, 3, 5, 8, dtype=torch.float64).requires_grad_()
+    rope = _options(
+        base=10000.0, layout="half", rotary_dim=None, offset=3, seq_axis=-2, inverse=False,
+        scaling=None, layer_type=None,
+    )  # fmt: skip
+    t5 = _options(bidirectional=True, max_distance=128)
+    table = randn(32, 3, dtype=torch.float64).requires_grad_()
+    grad = randn(3, 5, 9, dtype=torch.float64).requires_grad_()
+    tables = _options(base=10000.0, layout="interleaved", dtype="float32")
+    cos_sin = _options(
+        base=10000.0, layout="half", dtype="float64", layer_type=None,
+        scaling={"rope_type": "linear", "factor": 2.0, "partial_rotary_factor": 0.5},
+    )  # fmt: skip
+    cases = [
+        (torch.ops.posenc.apply_rope, (x, None, *rope)),
+        (torch.ops.posenc.apply_rope, (x, torch.tensor([[3, 1, 4, 1, 5]]), *rope)),
+        (torch.ops.posenc.t5_bias, (table, 5, 9, 2, *t5)),
+        (torch.ops.posenc.t5_bias_table_grad, (grad, 32, 2, *t5)),
+        (torch.ops.posenc.alibi_bias, (None, 4, 3, 7, None, *_options(
+            max_bias=8.0, causal=True, dtype="float32"))),
+        (torch.ops.posenc.sinusoid, (None, 7, 8, *tables)),
+        (torch.ops.posenc.sinusoid, (torch.arange(6.0).reshape(2, 3), 0, 8, *tables)),
+        (torch.ops.posenc.rope_cos_sin, (torch.arange(6), 0, 8, *cos_sin)),
+    ]  # fmt: skip
+    for op, args in cases:
+        result = torch.library.opcheck(op.default, args)
+        assert set(result.values()) == {"SUCCESS"}, (op, result)
+    cos, sin = torch.ops.posenc.rope_cos_sin(torch.arange(6), 0, 8, *cos_sin)
+    assert cos.shape == (6, 4)  # partial_rotary_factor 0.5
+
+
+def test_options_round_trip_through_the_operators_encoding():
+    options = {
+        "base": 500000.0,
+        "layout": 'a "quoted" \\ name',
+        "rotary_dim": None,
+        "inverse": True,
+        "scaling": {"rope_type": "longrope", "short_factor": [1.0, 2.5], "n": 3, "flag": False},
+        "dtype": torch.bfloat16,
+        "big": 2**60 + 1,
+        "numpy": [np.float32(0.5), np.int64(7), np.bool_(True)],
+    }
+    spec, floats, ints = pt.encode(options)
+    decoded = pt.decode(spec, floats, ints)
+    expected = dict(options, dtype="bfloat16", numpy=[0.5, 7, True])
+    assert decoded == expected
+    assert type(decoded["scaling"]["n"]) is int and type(decoded["big"]) is int
+    with pytest.raises(TypeError, match="cannot be an option"):
+        pt.encode({"scaling": object()})
+
+
+def test_a_config_object_is_carried_as_its_rope_parameters(transformers):
+    from transformers import LlamaConfig
+
+    config = LlamaConfig(
+        hidden_size=256,
+        num_attention_heads=4,
+        max_position_embeddings=131072,
+        rope_parameters={
+            "rope_type": "llama3",
+            "rope_theta": 500000.0,
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 8192,
+        },
+    )
+    import json
+
+    plain = json.loads(pt.config_text(config, None))
+    for dim in (64,):
+        np.testing.assert_array_equal(
+            posenc.rope_frequencies(dim, scaling=plain)[0],
+            posenc.rope_frequencies(dim, scaling=config)[0],
+        )
+    with pytest.raises(ValueError, match="disagrees with the config's head dimension"):
+        posenc.rope_frequencies(32, scaling=plain)
+
+
+def test_config_text_is_marked_as_torch_compiles_decorator_marks_it():
+    import torch._dynamo
+
+    def f(config, layer_type):
+        return ""
+
+    marked = torch.compiler.assume_constant_result(f)
+    flags = {k: v for k, v in vars(marked).items() if not k.startswith("__")}
+    assert flags and all(getattr(pt.config_text, k, None) == v for k, v in flags.items())
+
+
+def test_the_builders_have_the_public_signatures_and_device():
+    for name, builder in pt.BUILDERS.items():
+        public = inspect.signature(getattr(posenc, name))
+        params = list(public.parameters.values())
+        params.append(inspect.Parameter("device", inspect.Parameter.KEYWORD_ONLY, default=None))
+        expected = [(p.name, p.kind, p.default) for p in params]
+        got = [(p.name, p.kind, p.default) for p in inspect.signature(builder).parameters.values()]
+        assert got == expected, name
+
+
+@pytest.mark.parametrize("name", sorted(pt.BUILDERS))
+def test_the_operator_path_gives_the_numbers_of_the_direct_path(name):
+    # the same call, once directly and once through the operators (a tensor
+    # that requires grad sends a call there)
+    table = randn(32, 4)
+    calls = {
+        "apply_rope": lambda: (
+            posenc.apply_rope,
+            (randn(2, 4, 5, 16), torch.tensor([[1, 2, 3, 4, 5], [9, 8, 7, 6, 5]])),
+            {
+                "scaling": {
+                    "rope_type": "yarn",
+                    "factor": 4.0,
+                    "original_max_position_embeddings": 4,
+                }
+            },
+            "x",
+        ),
+        "rope_cos_sin": lambda: (posenc.rope_cos_sin, (torch.arange(7), 16), {}, None),
+        "sinusoid": lambda: (posenc.sinusoid, (9, 8), {"dtype": torch.float64}, None),
+        "alibi_bias": lambda: (
+            posenc.alibi_bias,
+            (4, 3, 6),
+            {"causal": False, "dtype": torch.float64},
+            None,
+        ),
+        "t5_bias": lambda: (posenc.t5_bias, (table, 3, 6), {"q_offset": 5}, "table"),
+    }
+    fn, args, kwargs, grad_arg = calls[name]()
+    direct = fn(*args, **kwargs)
+    built = pt.BUILDERS[name](*args, **kwargs)
+    for a, b in zip(direct if isinstance(direct, tuple) else (direct,),
+                    built if isinstance(built, tuple) else (built,)):  # fmt: skip
+        assert a.dtype == b.dtype
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    if grad_arg is not None:
+        args = tuple(a.clone().requires_grad_() if i == 0 else a for i, a in enumerate(args))
+        recorded = fn(*args, **kwargs)
+        assert recorded.grad_fn is not None
+        torch.testing.assert_close(recorded.detach(), direct, rtol=0, atol=0)
+
+
+# ---------------------------------------------------------------- torch.compile
+
+
+class _Block(torch.nn.Module):
+    """A small attention block calling each function that has an operator."""
+
+    def __init__(self, scaling):
+        super().__init__()
+        self.table = torch.nn.Parameter(randn(32, 4, seed=11))
+        self.proj = torch.nn.Linear(16, 16, dtype=torch.float64)
+        self.scaling = scaling
+
+    def forward(self, x, position_ids):
+        b, s, _ = x.shape
+        q = self.proj(x).view(b, s, 4, 4).transpose(1, 2)  # (batch, heads, seq, 4)
+        q = posenc.apply_rope(q, position_ids, scaling=self.scaling)
+        k = posenc.apply_rope(q * 0.5, position_ids, scaling=self.scaling)
+        scores = q @ k.transpose(-1, -2)
+        scores = posenc.t5_bias(self.table.double(), s, s, scores=scores)
+        scores = posenc.alibi_bias(4, s, scores=scores, causal=False)
+        pe = posenc.sinusoid(position_ids, 16, dtype=torch.float64)
+        cos, sin = posenc.rope_cos_sin(position_ids, 4, dtype=torch.float64)
+        y = scores.softmax(-1) @ q
+        return y.sum(1) @ torch.ones(4, 16, dtype=torch.float64) * pe + cos.sum() - sin.sum()
+
+
+def _run(model, x, ids):
+    model.zero_grad()
+    y = model(x, ids)
+    y.pow(2).sum().backward()
+    return y.detach(), model.table.grad.clone(), model.proj.weight.grad.clone()
+
+
+@pytest.mark.parametrize("scaling", ["dict", "config"])
+def test_torch_compile_fullgraph_traces_a_model_and_gives_the_eager_numbers(transformers, scaling):
+    from transformers import LlamaConfig
+
+    if scaling == "dict":
+        scaling = {"rope_type": "linear", "factor": 2.0}
+    else:
+        scaling = LlamaConfig(
+            hidden_size=16,
+            num_attention_heads=4,
+            rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+                             "original_max_position_embeddings": 8},
+        )  # fmt: skip
+    torch.manual_seed(0)
+    model = _Block(scaling)
+    x = randn(2, 6, 16, dtype=torch.float64)
+    ids = torch.tensor([[0, 1, 2, 3, 4, 5], [0, 0, 1, 2, 3, 4]])
+    eager = _run(model, x, ids)
+    compiled = torch.compile(model, fullgraph=True)
+    traced = _run(compiled, x, ids)
+    for a, b in zip(eager, traced):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+    assert eager[1].abs().sum() > 0  # the table did get a gradient
+
+
+def test_torch_compile_follows_changing_lengths_and_offsets():
+    def step(q, table, k_len):
+        q = posenc.apply_rope(q, offset=k_len - 1)
+        bias = posenc.t5_bias(table, 1, k_len, q_offset=k_len - 1)
+        return q.sum() + bias.sum() + posenc.alibi_bias(4, 1, k_len, device="cpu").sum()
+
+    compiled = torch.compile(step, fullgraph=True, dynamic=True)
+    table = randn(32, 4)
+    for k_len in (5, 9, 130):
+        q = randn(1, 4, 1, 8, seed=k_len)
+        torch.testing.assert_close(compiled(q, table, k_len), step(q, table, k_len))
+
+
+def test_functions_without_an_operator_break_the_graph_and_still_run():
+    def f(x):
+        return x + posenc.alibi_slopes(4, device="cpu")
+
+    def g(x):
+        return x - posenc.relative_positions(4, device="cpu")[0]
+
+    x = torch.ones(4, dtype=torch.float64)
+    torch.testing.assert_close(torch.compile(f)(x), f(x))
+    with pytest.raises(Exception, match="skipped"):
+        torch.compile(g, fullgraph=True)(x)
+
+
+# ---------------------------------------------------------------- forked DataLoader workers
+
+
+def test_dataloader_workers_forked_from_a_parent_call_rotate_tensors(tmp_path):
+    if not hasattr(os, "fork"):
+        pytest.skip("no os.fork on this platform")
+    script = textwrap.dedent(
+        """
+        import warnings
+        import torch
+        import posenc
+        from torch.utils.data import DataLoader, Dataset
+
+        warnings.filterwarnings("ignore", ".*fork.*", DeprecationWarning)
+        posenc.set_num_threads(2)
+        X = torch.randn(4, 8, 512, 64, generator=torch.Generator().manual_seed(0))
+        PARENT = posenc.apply_rope(X)  # a parallel call before the fork
+
+
+        class Rotated(Dataset):
+            def __len__(self):
+                return 4
+
+            def __getitem__(self, i):
+                y = posenc.apply_rope(X[i : i + 1])
+                out = torch.empty_like(y)
+                posenc.apply_rope(X[i : i + 1], out=out)
+                return y, out
+
+
+        loader = DataLoader(Rotated(), batch_size=None, num_workers=2,
+                            multiprocessing_context="fork")
+        for i, (y, out) in enumerate(loader):
+            assert type(y) is torch.Tensor and torch.equal(y, PARENT[i : i + 1]), i
+            assert torch.equal(out, y), i
+        print("ok")
+        """
+    )
+    env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        timeout=120,
+    )
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stdout + done.stderr
