@@ -608,7 +608,14 @@ _np_t5_bias = _t5_bias.__wrapped_numpy__
 
 
 def _np_options(spec, floats, ints):
-    """Decoded options for a NumPy function (dtype names as NumPy dtypes)."""
+    """Decoded options for a NumPy function (dtype names as NumPy dtypes),
+    made once per distinct options (a compiled decoding loop asks for the
+    same ones every step): a fresh dict each time, its values shared."""
+    return dict(_np_options_of(spec, tuple(floats), tuple(ints)))
+
+
+@functools.lru_cache(maxsize=256)
+def _np_options_of(spec, floats, ints):
     options = decode(spec, floats, ints)
     if "dtype" in options:
         options["dtype"] = _numpy_dtype_of_name(options["dtype"])
