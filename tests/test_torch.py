@@ -870,6 +870,29 @@ def test_torch_compile_follows_changing_lengths_and_offsets():
         torch.testing.assert_close(compiled(q, table, k_len), step(q, table, k_len))
 
 
+def test_torch_export_records_the_operators_and_the_exported_program_gives_the_numbers():
+    class Model(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.table = torch.nn.Parameter(randn(32, 4))
+
+        def forward(self, q, ids):
+            n = q.shape[2]
+            q = posenc.apply_rope(q, ids)
+            s = posenc.t5_bias(self.table, n, n, scores=q @ q.transpose(-1, -2))
+            s = posenc.alibi_bias(4, n, scores=s)
+            s = s + posenc.sinusoid(n, n, dtype=torch.float32)
+            return s + posenc.rope_cos_sin(ids[0], n, dtype=torch.float32)[0]
+
+    model = Model()
+    q, ids = randn(2, 4, 6, 6), torch.arange(6).expand(2, 6)
+    program = torch.export.export(model, (q, ids))
+    ops = {str(node.target) for node in program.graph.nodes if "posenc" in str(node.target)}
+    expected = {"apply_rope", "t5_bias", "alibi_bias", "sinusoid", "rope_cos_sin"}
+    assert ops == {f"posenc.{name}.default" for name in expected}
+    torch.testing.assert_close(program.module()(q, ids), model(q, ids), rtol=0, atol=0)
+
+
 def test_functions_without_an_operator_break_the_graph_and_still_run():
     def f(x):
         return x + posenc.alibi_slopes(4, device="cpu")
