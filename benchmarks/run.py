@@ -6,12 +6,17 @@ Every case times four things on the same machine in the same run:
 - ``numpy``: the pure-NumPy twin in ``posenc.reference``;
 - ``torch``: the same computation in PyTorch on the CPU, written the way
   Hugging Face writes it (only when torch is importable);
+- ``compiled``: that PyTorch code under ``torch.compile`` (Inductor, its
+  default settings): what a user would otherwise compile;
 - ``memory``: the machine's limit for the bytes involved, ``ndarray.fill`` of
   the output for a generator, ``np.copyto`` of the same bytes for a transform.
 
 Each is timed as the median of several repeats after a warm-up.  The table
 gives times in milliseconds and the ratios ``posenc / memory`` (1.0 is the
-bandwidth floor), ``numpy / posenc`` and ``torch / posenc`` (speed-ups).
+bandwidth floor), ``numpy / posenc``, ``torch / posenc`` and
+``compiled / posenc`` (speed-ups).  The ``torch`` group calls posenc with
+torch tensors: a decoding step (the round trip through posenc included),
+posenc's operators under torch.compile, and autograd.
 
     python benchmarks/run.py                 # all cases, 1 and 2 threads
     python benchmarks/run.py --quick         # smaller, well under a minute
@@ -49,6 +54,7 @@ class Case:
     memory: object
     numpy: object = None
     torch: object = None
+    compiled: object = None  # None: torch.compile of `torch`
     note: str = ""
     extra: dict = field(default_factory=dict)
 
@@ -561,15 +567,170 @@ def relative_cases(quick):
     return cases
 
 
+# ---------------------------------------------------------------- torch tensors
+
+
+def _hf_rope_step(q, position):
+    """transformers' formula on the tensor q (batch, heads, seq, dim), with
+    the cos/sin of `position` (+ arange(seq)) computed beforehand, as a
+    KV-cache step finds them."""
+    n, dim = q.shape[-2], q.shape[-1]
+    inv_freq = 1.0 / (10000.0 ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim))
+    freqs = (position + torch.arange(n, dtype=torch.float32))[:, None] * inv_freq
+    emb = torch.cat((freqs, freqs), dim=-1)
+    cos, sin = emb.cos().to(q.dtype), emb.sin().to(q.dtype)
+
+    def rotate_half(t):
+        t1, t2 = t[..., : t.shape[-1] // 2], t[..., t.shape[-1] // 2 :]
+        return torch.cat((-t2, t1), dim=-1)
+
+    return lambda q: q * cos + rotate_half(q) * sin
+
+
+@case("torch")
+def torch_cases(quick):
+    if torch is None:
+        print("torch: torch is not installed, cases left out", file=sys.stderr)
+        return []
+    cases = []
+    gen = torch.Generator().manual_seed(0)
+
+    # one decoding step: a tensor in, a tensor out
+    q = torch.randn(1, 32, 1, 128, generator=gen)
+    out = torch.empty_like(q)
+    step = _hf_rope_step(q, 4096)
+    cases.append(
+        Case(
+            name="apply_rope(1, 32, 1, 128) float32 tensor, offset=4096 (decoding)",
+            nbytes=q.numel() * 4,
+            posenc=lambda: posenc.apply_rope(q, offset=4096),
+            memory=copyto_of(tuple(q.shape), np.float32),
+            torch=lambda: step(q),
+            note="posenc: tensor in, tensor out; torch: cos/sin of the position cached",
+        )
+    )
+    cases.append(
+        Case(
+            name="apply_rope(1, 32, 1, 128) float32 tensor, offset=4096, out= (decoding)",
+            nbytes=q.numel() * 4,
+            posenc=lambda: posenc.apply_rope(q, offset=4096, out=out),
+            memory=copyto_of(tuple(q.shape), np.float32),
+            torch=lambda: step(q),
+            note="torch: out of place, as it is written",
+        )
+    )
+    traced = torch.compile(lambda: posenc.apply_rope(q, offset=4096), fullgraph=True)
+    cases.append(
+        Case(
+            name="apply_rope(1, 32, 1, 128) float32 under torch.compile (decoding)",
+            nbytes=q.numel() * 4,
+            posenc=traced,
+            memory=copyto_of(tuple(q.shape), np.float32),
+            torch=lambda: step(q),
+            note="posenc: the operator torch.ops.posenc.apply_rope in a compiled graph",
+        )
+    )
+
+    seq = 1024 if quick else 4096
+    x = torch.randn(1, 32, seq, 128, generator=gen)
+    whole = _hf_rope_step(x, 0)
+    cases.append(
+        Case(
+            name=f"apply_rope(1, 32, {seq}, 128) float32 tensor, new tensor",
+            nbytes=x.numel() * 4,
+            posenc=lambda: posenc.apply_rope(x),
+            memory=lambda: torch.empty_like(x).copy_(x),
+            torch=lambda: whole(x),
+            note="allocation and page faults included on all sides",
+        )
+    )
+
+    # autograd: the forward and backward of a training step's rotation
+    xg = x.clone().requires_grad_()
+    grad = torch.randn(x.shape, generator=gen)
+
+    def posenc_train():
+        posenc.apply_rope(xg).backward(grad)
+        xg.grad = None
+
+    def torch_train(rotate=whole):
+        rotate(xg).backward(grad)
+        xg.grad = None
+
+    compiled_rotate = torch.compile(whole)
+
+    def two_copies():  # a forward's and a backward's new tensor, each written once
+        torch.empty_like(x).copy_(x)
+        torch.empty_like(x).copy_(x)
+
+    def compiled_train():
+        torch_train(compiled_rotate)
+
+    cases.append(
+        Case(
+            name=f"apply_rope(1, 32, {seq}, 128) float32, forward + backward",
+            nbytes=2 * x.numel() * 4,
+            posenc=posenc_train,
+            memory=two_copies,
+            torch=torch_train,
+            compiled=compiled_train,
+            note="backward: posenc the inverse rotation; torch autograd through the formula",
+        )
+    )
+
+    n_heads, n = (16, 512) if quick else (16, 1024)
+    table = torch.randn(32, n_heads, generator=gen, requires_grad=True)
+    tgrad = torch.randn(n_heads, n, n, generator=gen)
+
+    def posenc_t5_train():
+        posenc.t5_bias(table, n).backward(tgrad)
+        table.grad = None
+
+    def torch_t5_train(bias=_hf_t5_bias):
+        bias(table, n, n).backward(tgrad)
+        table.grad = None
+
+    compiled_bias = torch.compile(_hf_t5_bias)
+    try:
+        import transformers  # noqa: F401
+
+        have_hf = True
+    except ImportError:  # pragma: no cover - depends on the machine
+        have_hf = False
+    cases.append(
+        Case(
+            name=f"t5_bias((32, {n_heads}) table, {n}) float32, forward + backward",
+            nbytes=2 * n_heads * n * n * 4,
+            posenc=posenc_t5_train,
+            memory=lambda: tgrad.clone(),
+            torch=torch_t5_train if have_hf else None,
+            compiled=(lambda: torch_t5_train(compiled_bias)) if have_hf else None,
+            note="backward: posenc a scatter-add by bucket; torch embedding's backward",
+        )
+    )
+    return cases
+
+
+def _compile_column(case, torch_ok, compile_ok):
+    """The callable timed in the compiled column: the case's own, else
+    torch.compile of its torch callable (compiled on its first call)."""
+    if not (torch_ok and compile_ok):
+        return None
+    if case.compiled is not None:
+        return case.compiled
+    return torch.compile(case.torch) if case.torch is not None else None
+
+
 # ---------------------------------------------------------------- driver
 
 
-def run(selected, threads, repeats, quick, torch_ok):
+def run(selected, threads, repeats, quick, torch_ok, compile_ok=True):
     rows = []
     for group, make in CASES:
         if selected and not any(k in group for k in selected):
             continue
         for c in make(quick):
+            compiled = _compile_column(c, torch_ok, compile_ok)
             for nt in threads:
                 posenc.set_num_threads(nt)
                 if torch_ok:
@@ -592,6 +753,7 @@ def run(selected, threads, repeats, quick, torch_ok):
                 row["torch_ms"] = (
                     timeit(c.torch, repeats) * 1e3 if c.torch is not None and torch_ok else None
                 )
+                row["compiled_ms"] = timeit(compiled, repeats) * 1e3 if compiled else None
                 rows.append(row)
                 print(format_row(row), file=sys.stderr, flush=True)
     posenc.set_num_threads(0)
@@ -605,6 +767,9 @@ def run(selected, threads, repeats, quick, torch_ok):
         row["vs_memory"] = row["posenc_ms"] / row["memory_ms"]
         row["numpy_speedup"] = row["numpy_ms"] / row["posenc_ms"] if row["numpy_ms"] else None
         row["torch_speedup"] = row["torch_ms"] / row["posenc_ms"] if row["torch_ms"] else None
+        row["compiled_speedup"] = (
+            row["compiled_ms"] / row["posenc_ms"] if row["compiled_ms"] else None
+        )
     return rows
 
 
@@ -621,17 +786,18 @@ def format_row(row):
 
 def markdown(rows):
     head = (
-        "| case | thr | MiB | posenc ms | memory ms | numpy ms | torch ms "
-        "| posenc/memory | numpy/posenc | torch/posenc |\n"
-        "|---|---|---|---|---|---|---|---|---|---|\n"
+        "| case | thr | MiB | posenc ms | memory ms | numpy ms | torch ms | compiled ms "
+        "| posenc/memory | numpy/posenc | torch/posenc | compiled/posenc |\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|---|\n"
     )
     lines = []
     for r in rows:
         lines.append(
             f"| {r['case']} | {r['threads']} | {r['bytes'] / 2**20:.0f} | {r['posenc_ms']:.2f} "
             f"| {r['memory_ms']:.2f} | {fmt(r['numpy_ms'], '.1f')} | {fmt(r['torch_ms'], '.2f')} "
+            f"| {fmt(r['compiled_ms'], '.2f')} "
             f"| {r['vs_memory']:.2f}x | {fmt(r['numpy_speedup'], '.1f')}x "
-            f"| {fmt(r['torch_speedup'], '.2f')}x |"
+            f"| {fmt(r['torch_speedup'], '.2f')}x | {fmt(r['compiled_speedup'], '.2f')}x |"
         )
     return head + "\n".join(lines) + "\n"
 
@@ -646,11 +812,14 @@ def main(argv=None):
     parser.add_argument("--repeats", type=int, default=None)
     parser.add_argument("--json", metavar="PATH", help="also write the rows as JSON")
     parser.add_argument("--no-torch", action="store_true", help="leave PyTorch out")
+    parser.add_argument(
+        "--no-compile", action="store_true", help="leave the torch.compile column out"
+    )
     args = parser.parse_args(argv)
     threads = [int(t) for t in args.threads.split(",")]
     repeats = args.repeats or (5 if args.quick else 15)
     torch_ok = torch is not None and not args.no_torch
-    rows = run(args.k, threads, repeats, args.quick, torch_ok)
+    rows = run(args.k, threads, repeats, args.quick, torch_ok, not args.no_compile)
     info = {
         **posenc.config(),
         "machine": platform.machine(),
