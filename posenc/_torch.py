@@ -40,7 +40,7 @@ device; nothing is copied between devices behind the caller's back.
 import functools
 import inspect
 import json
-from typing import List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 import torch
@@ -329,7 +329,7 @@ def _written(sink):
 _PASS = frozenset({int, float, str, bool, type(None)})
 
 
-_PLANS = {}
+_PLANS: Dict[Any, _Plan] = {}
 
 
 def call(fn, signature, args, kwargs):
@@ -600,11 +600,17 @@ from .rope import apply_rope as _apply_rope  # noqa: E402
 from .rope import rope_cos_sin as _rope_cos_sin  # noqa: E402
 from .sinusoid import sinusoid as _sinusoid  # noqa: E402
 
-_np_apply_rope = _apply_rope.__wrapped_numpy__
-_np_rope_cos_sin = _rope_cos_sin.__wrapped_numpy__
-_np_sinusoid = _sinusoid.__wrapped_numpy__
-_np_alibi_bias = _alibi_bias.__wrapped_numpy__
-_np_t5_bias = _t5_bias.__wrapped_numpy__
+
+def _numpy_function(fn: Any) -> Callable[..., Any]:
+    """The NumPy function a public function wraps (see posenc._interop)."""
+    return fn.__wrapped_numpy__
+
+
+_np_apply_rope = _numpy_function(_apply_rope)
+_np_rope_cos_sin = _numpy_function(_rope_cos_sin)
+_np_sinusoid = _numpy_function(_sinusoid)
+_np_alibi_bias = _numpy_function(_alibi_bias)
+_np_t5_bias = _numpy_function(_t5_bias)
 
 
 def _np_options(spec, floats, ints):
