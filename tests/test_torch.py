@@ -407,6 +407,23 @@ def test_bfloat16_scores_receive_the_bias_rounded_then_added():
     assert torch.equal(scores, expected.to(torch.bfloat16))
 
 
+def test_bfloat16_tensors_need_no_ml_dtypes():
+    code = (
+        "import sys; sys.modules['ml_dtypes'] = None  # as if it were not installed\n"
+        "import torch, posenc\n"
+        "x = torch.randn(1, 2, 3, 8).to(torch.bfloat16)\n"
+        "y = posenc.apply_rope(x, out=torch.empty_like(x))\n"
+        "t = posenc.sinusoid(4, 8, dtype=torch.bfloat16)\n"
+        "s = posenc.alibi_bias(2, 3, scores=torch.zeros(1, 2, 3, 3, dtype=torch.bfloat16))\n"
+        "print(y.dtype, t.dtype, s.dtype)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=env
+    )
+    assert done.stdout.split() == ["torch.bfloat16"] * 3, done.stdout + done.stderr
+
+
 # ---------------------------------------------------------------- torch is not imported by posenc
 
 
@@ -855,6 +872,24 @@ def test_torch_compile_fullgraph_traces_a_model_and_gives_the_eager_numbers(tran
     for a, b in zip(eager, traced):
         torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
     assert eager[1].abs().sum() > 0  # the table did get a gradient
+
+
+def test_a_compiled_call_follows_the_config_object_it_is_given(transformers):
+    from transformers import LlamaConfig
+
+    def rotate(q, config):
+        return posenc.apply_rope(q, scaling=config)
+
+    compiled = torch.compile(rotate, fullgraph=True)
+    q = randn(1, 2, 5, 8)
+    for theta in (10000.0, 500.0, 10000.0):
+        config = LlamaConfig(
+            hidden_size=16,
+            num_attention_heads=2,
+            rope_parameters={"rope_type": "default", "rope_theta": theta},
+        )
+        expected = rope64(q.double().numpy(), np.arange(5), base=theta)
+        np.testing.assert_allclose(compiled(q, config).double().numpy(), expected, atol=2e-6)
 
 
 def test_torch_compile_follows_changing_lengths_and_offsets():
