@@ -152,6 +152,13 @@ def sinusoid_cases(quick):
 # ---------------------------------------------------------------- rope
 
 
+def _torch_of(x):
+    """A NumPy array as a torch tensor sharing its memory; bfloat16 (ml_dtypes') by its bits."""
+    if x.dtype.name == "bfloat16":
+        return torch.from_numpy(x.view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(x)
+
+
 def _rope_torch(x, seq_axis):
     """transformers' formulation, cos/sin cached outside the timed call:
     ``q * cos + rotate_half(q) * sin`` (LlamaRotaryEmbedding + apply_rotary_pos_emb)."""
@@ -164,7 +171,7 @@ def _rope_torch(x, seq_axis):
     tdtype = getattr(torch, x.dtype.name)
     shape = (1, 1, n, dim) if seq_axis == -2 else (1, n, 1, dim)
     cos, sin = emb.cos().to(tdtype).reshape(shape), emb.sin().to(tdtype).reshape(shape)
-    q = torch.from_numpy(x)
+    q = _torch_of(x)
 
     def rotate_half(t):
         t1, t2 = t[..., : t.shape[-1] // 2], t[..., t.shape[-1] // 2 :]
@@ -399,6 +406,132 @@ def bias_cases(quick):
         )
     )
     return cases
+
+
+# ---------------------------------------------------------------- bfloat16
+
+
+def _rmw_of(arr):
+    """The read-modify-write of `arr`'s bytes in place (as uint64 += 0): one
+    read and one write, what an add into it cannot go below."""
+    words = arr.reshape(-1).view(np.uint64)
+    return lambda: np.add(words, np.uint64(0), out=words)
+
+
+@case("bfloat16")
+def bfloat16_cases(quick):
+    try:
+        import ml_dtypes
+    except ImportError:  # pragma: no cover - depends on the machine
+        print("bfloat16: ml_dtypes is not installed, cases left out", file=sys.stderr)
+        return []
+    bf16 = np.dtype(ml_dtypes.bfloat16)
+    seq = 1024 if quick else 4096
+    rng = np.random.default_rng(0)
+    cases = []
+    shape = (1, 32, seq, 128)
+    x = rng.standard_normal(shape).astype(bf16)
+    out, y = np.empty_like(x), x.copy()
+    cases.append(
+        Case(
+            name=f"apply_rope{shape} bfloat16, out=",
+            nbytes=x.nbytes,
+            posenc=lambda: posenc.apply_rope(x, out=out),
+            memory=copyto_of(shape, np.float16),  # the same bytes
+            numpy=lambda: reference.apply_rope(x),
+            torch=_rope_torch(x, -2),
+            note="torch: transformers' formula in bfloat16, cos/sin cached",
+        )
+    )
+    cases.append(
+        Case(
+            name=f"apply_rope{shape} bfloat16, in place",
+            nbytes=x.nbytes,
+            posenc=lambda: posenc.apply_rope(y, out=y),
+            memory=copyto_of(shape, np.float16),
+            torch=_rope_torch(x, -2),
+            note="torch: out of place",
+        )
+    )
+
+    n_heads, n = (16, 1024) if quick else (16, 2048)
+    scores = rng.standard_normal((1, n_heads, n, n)).astype(bf16)
+    table = rng.standard_normal((32, n_heads)).astype(np.float32)
+    tscores = _torch_of(scores.copy()) if torch is not None else None
+    if torch is not None:
+
+        def torch_alibi_add():
+            a, causal = _hf_alibi(n_heads, n, n)
+            return tscores.add_((a[None] + causal).to(torch.bfloat16))
+
+    cases.append(
+        Case(
+            name=f"alibi_bias({n_heads}, {n}, scores=) bfloat16 (1, {n_heads}, {n}, {n})",
+            nbytes=scores.nbytes,
+            posenc=lambda: posenc.alibi_bias(n_heads, n, scores=scores),
+            memory=_rmw_of(scores),
+            torch=torch_alibi_add if torch is not None else None,
+            note="memory: one read and one write of the scores; torch: + alibi + mask",
+        )
+    )
+    try:  # the T5 comparison calls transformers' own bucketing
+        import transformers  # noqa: F401
+
+        have_hf = torch is not None
+    except ImportError:  # pragma: no cover - depends on the machine
+        have_hf = False
+    ttable = torch.from_numpy(table).to(torch.bfloat16) if have_hf else None
+    cases.append(
+        Case(
+            name=f"t5_bias((32, {n_heads}) table, {n}, scores=) bfloat16",
+            nbytes=scores.nbytes,
+            posenc=lambda: posenc.t5_bias(table, n, scores=scores),
+            memory=_rmw_of(scores),
+            torch=(lambda: tscores.add_(_hf_t5_bias(ttable, n, n))) if have_hf else None,
+            note="memory: one read and one write of the scores; torch: + compute_bias(...)",
+        )
+    )
+    return cases
+
+
+# ---------------------------------------------------------------- T5's backward pass
+
+
+@case("t5_grad")
+def t5_grad_cases(quick):
+    from posenc.bias import t5_bias_table_grad
+
+    n_heads, n = (16, 512) if quick else (16, 1024)
+    grad = np.random.default_rng(0).standard_normal((1, n_heads, n, n)).astype(np.float32)
+    words = grad.reshape(-1).view(np.uint64)
+    torch_grad = None
+    try:
+        from transformers import T5Config
+        from transformers.models.t5.modeling_t5 import T5Attention
+
+        config = T5Config(d_model=16, d_kv=4, num_heads=n_heads, num_layers=1)
+        attention = T5Attention(config, has_relative_attention_bias=True, layer_idx=0)
+        weight = attention.relative_attention_bias.weight
+        bias = attention.compute_bias(n, n)  # the graph of the forward, kept
+        tgrad = torch.from_numpy(grad)
+
+        def torch_grad():
+            return torch.autograd.grad(bias, weight, tgrad, retain_graph=True)
+
+    except ImportError:  # pragma: no cover - depends on the machine
+        pass
+    return [
+        Case(
+            name=f"t5_bias_table_grad((1, {n_heads}, {n}, {n}) float32, 32 buckets)",
+            nbytes=grad.nbytes,
+            posenc=lambda: t5_bias_table_grad(grad, 32),
+            memory=lambda: np.max(words),
+            numpy=lambda: reference.t5_bias_table_grad(grad, 32),
+            torch=torch_grad if torch is not None else None,
+            note="memory: one read of the gradient; numpy: np.add.at; "
+            "torch: autograd through T5Attention.compute_bias (backward only)",
+        )
+    ]
 
 
 # ---------------------------------------------------------------- relative terms inside attention

@@ -6,10 +6,14 @@
  * and no global -mavx2 is needed.  Also the inline helpers those files
  * share: sine and cosine of four doubles (pe_sincos4, the steps of
  * pe_sincos1 in sincos.h), the rotation of four columns (pe_rotate4, as
- * pe_rotate1), a copy with non-temporal stores (pe_stream_copy), and eight
- * 16-bit elements to and from float32 (pe_ps_from_half8, pe_half8_from_ps:
- * F16C for float16, integer shifts and the rounding of half.h for
- * bfloat16, which AVX2 has no instruction for).
+ * pe_rotate1), a copy with non-temporal stores (pe_stream_copy), and
+ * 16-bit elements to and from float32: eight at a time (pe_ps_from_half8,
+ * pe_half8_from_ps: F16C for float16, integer shifts and the rounding of
+ * half.h for bfloat16, which AVX2 has no instruction for), and bfloat16
+ * sixteen at a time as even and odd elements (pe_ps_from_bf16x16,
+ * pe_bf16x16_from_ps), shifts and masks without shuffles: the kernels that
+ * are memory-bound in float16 would otherwise be bound by these
+ * conversions in bfloat16.
  */
 #ifndef PE_AVX2_H
 #define PE_AVX2_H
@@ -118,6 +122,50 @@ PE_INLINE void pe_rotate4(__m256d *s, __m256d *c, __m256d sd, __m256d cd, __m256
     *c = c1;
 }
 
+/* The bits of each float plus half a bfloat16 spacing, less one unless the
+ * kept part is odd: their top halves are the floats rounded to nearest
+ * even (pe_bf16_from_f32), NaNs aside. */
+PE_INLINE __m256i pe_bf16_round_up(__m256 v)
+{
+    __m256i x = _mm256_castps_si256(v);
+    __m256i odd = _mm256_and_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(1));
+    return _mm256_add_epi32(x, _mm256_add_epi32(odd, _mm256_set1_epi32(0x7fff)));
+}
+
+/* r (pe_bf16_round_up of v) with NaN lanes of v made quiet instead, their
+ * top payload bits and sign kept. */
+PE_INLINE __m256i pe_bf16_quiet_nans(__m256i r, __m256 v)
+{
+    __m256 nan = _mm256_cmp_ps(v, v, _CMP_UNORD_Q);
+    __m256 quiet = _mm256_or_ps(v, _mm256_castsi256_ps(_mm256_set1_epi32(0x400000)));
+    return _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(r), quiet, nan));
+}
+
+/* Sixteen bfloat16 elements (32 bytes) widened to float32: the even ones
+ * (0, 2, .., 14) in *ev, the odd ones in *od.  Each 32-bit word holds an
+ * even element in its low half and the next one in its high half, so a
+ * shift and a mask widen them, without shuffles. */
+PE_INLINE void pe_ps_from_bf16x16(__m256i h, __m256 *ev, __m256 *od)
+{
+    *ev = _mm256_castsi256_ps(_mm256_slli_epi32(h, 16));
+    *od = _mm256_castsi256_ps(_mm256_and_si256(h, _mm256_set1_epi32((int)0xffff0000u)));
+}
+
+/* The even and odd floats of pe_ps_from_bf16x16 rounded to bfloat16 as
+ * pe_bf16_from_f32 rounds each, back in one vector of sixteen.  NaNs,
+ * rare, take a second pass. */
+PE_INLINE __m256i pe_bf16x16_from_ps(__m256 ev, __m256 od)
+{
+    __m256i re = pe_bf16_round_up(ev), ro = pe_bf16_round_up(od);
+    /* unordered: a NaN in either */
+    if (_mm256_movemask_ps(_mm256_cmp_ps(ev, od, _CMP_UNORD_Q))) {
+        re = pe_bf16_quiet_nans(re, ev);
+        ro = pe_bf16_quiet_nans(ro, od);
+    }
+    /* the even elements' top halves into the low halves of the words */
+    return _mm256_blend_epi16(_mm256_srli_epi32(re, 16), ro, 0xAA);
+}
+
 /* Eight float16 or bfloat16 elements (enum pe_dtype) widened to float32. */
 PE_INLINE __m256 pe_ps_from_half8(__m128i h, const int dtype)
 {
@@ -132,12 +180,7 @@ PE_INLINE __m128i pe_half8_from_ps(__m256 v, const int dtype)
 {
     if (dtype != PE_BF16)
         return _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT);
-    __m256i x = _mm256_castps_si256(v);
-    __m256i odd = _mm256_and_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(1));
-    __m256i r = _mm256_add_epi32(x, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), odd));
-    __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(x, _mm256_set1_epi32(0x7fffffff)),
-                                     _mm256_set1_epi32(0x7f800000));
-    r = _mm256_blendv_epi8(r, _mm256_or_si256(x, _mm256_set1_epi32(0x400000)), nan);
+    __m256i r = pe_bf16_quiet_nans(pe_bf16_round_up(v), v);
     r = _mm256_srli_epi32(r, 16); /* 0 .. 0xffff: packs without saturating */
     return _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
 }

@@ -28,6 +28,16 @@ PE_INLINE void add_row(char *dst, const char *src, ptrdiff_t n, const int dtype)
         const double *s = (const double *)src;
         for (; j + 4 <= n; j += 4)
             _mm256_storeu_pd(o + j, _mm256_add_pd(_mm256_loadu_pd(o + j), _mm256_loadu_pd(s + j)));
+    } else if (dtype == PE_BF16) {
+        uint16_t *o = (uint16_t *)dst;
+        const uint16_t *s = (const uint16_t *)src;
+        for (; j + 16 <= n; j += 16) {
+            __m256 ae, ao, be, bo;
+            pe_ps_from_bf16x16(_mm256_loadu_si256((const __m256i *)(o + j)), &ae, &ao);
+            pe_ps_from_bf16x16(_mm256_loadu_si256((const __m256i *)(s + j)), &be, &bo);
+            _mm256_storeu_si256((__m256i *)(o + j),
+                                pe_bf16x16_from_ps(_mm256_add_ps(ae, be), _mm256_add_ps(ao, bo)));
+        }
     } else {
         uint16_t *o = (uint16_t *)dst;
         const uint16_t *s = (const uint16_t *)src;

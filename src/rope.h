@@ -39,7 +39,10 @@ struct pe_rope_run {
 /* Rotate pairs [i0, half) of one row of type dtype.  tab: the row's cos
  * then sin (already scaled, sin negated for the inverse), float64 for
  * float64 data and float32 otherwise: float16 and bfloat16 are rotated in
- * float32 and rounded once. */
+ * float32 and rounded once.  a c - b s is fma(a, c, b (-s)): b (-s) is
+ * -(b s) exactly, and a NaN b passes through with its own sign whether or
+ * not the compiler turns this into a subtracting FMA (as the vector kernels
+ * subtract), where negating the product would flip it on one path only. */
 PE_INLINE void pe_rope_rotate_row(const char *x, char *o, const char *tab, ptrdiff_t half,
                                   ptrdiff_t i0, const int layout, const int dtype)
 {
@@ -49,7 +52,7 @@ PE_INLINE void pe_rope_rotate_row(const char *x, char *o, const char *tab, ptrdi
         if (dtype == PE_F64) {
             const double *c = (const double *)tab, *s = c + half, *xd = (const double *)x;
             double a = xd[ia], b = xd[ib];
-            ((double *)o)[ia] = fma(a, c[i], -(b * s[i]));
+            ((double *)o)[ia] = fma(a, c[i], b * -s[i]);
             ((double *)o)[ib] = fma(b, c[i], a * s[i]);
             continue;
         }
@@ -61,7 +64,7 @@ PE_INLINE void pe_rope_rotate_row(const char *x, char *o, const char *tab, ptrdi
             a = pe_load16(((const uint16_t *)x)[ia], dtype);
             b = pe_load16(((const uint16_t *)x)[ib], dtype);
         }
-        float ra = fmaf(a, c[i], -(b * s[i])), rb = fmaf(b, c[i], a * s[i]);
+        float ra = fmaf(a, c[i], b * -s[i]), rb = fmaf(b, c[i], a * s[i]);
         if (dtype == PE_F32) {
             ((float *)o)[ia] = ra, ((float *)o)[ib] = rb;
         } else {

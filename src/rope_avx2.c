@@ -14,23 +14,22 @@
 
 #if PE_X86
 /* (a, b) -> (a c - b s, b c + a s) on eight pairs held in two vectors.
- * b s is negated by its sign bit and added, as the portable fmaf(a, c,
- * -(b s)) does: the same rounding as a subtracting FMA, and the same sign
- * for a NaN (which fmsub would pass through unnegated). */
+ * The subtracting FMA passes a NaN of b s through as it is, as the
+ * portable rotation does (it negates s, never a product). */
 PE_INLINE void rot8(__m256 a, __m256 b, __m256 c, __m256 s, __m256 *ra, __m256 *rb)
 {
-    *ra = _mm256_fmadd_ps(a, c, _mm256_xor_ps(_mm256_mul_ps(b, s), _mm256_set1_ps(-0.0f)));
+    *ra = _mm256_fmsub_ps(a, c, _mm256_mul_ps(b, s));
     *rb = _mm256_fmadd_ps(b, c, _mm256_mul_ps(a, s));
 }
 
 /* Eight interleaved elements (four pairs) with cos/sin already duplicated
- * into pairs: the product with the swapped pairs is negated in the even
- * lanes (by its sign bit, as rot8) and added, which is the rotation. */
+ * into pairs: fmaddsub subtracts in the even lanes and adds in the odd
+ * ones, which is the rotation once the pairs are swapped for the second
+ * product. */
 PE_INLINE __m256 rot_inter8(__m256 v, __m256 cc, __m256 ss)
 {
-    const __m256 even = _mm256_setr_ps(-0.0f, 0.0f, -0.0f, 0.0f, -0.0f, 0.0f, -0.0f, 0.0f);
     __m256 sw = _mm256_permute_ps(v, 0xB1);
-    return _mm256_fmadd_ps(v, cc, _mm256_xor_ps(_mm256_mul_ps(sw, ss), even));
+    return _mm256_fmaddsub_ps(v, cc, _mm256_mul_ps(sw, ss));
 }
 
 /* Four floats at p as (p0, p0, p1, p1, p2, p2, p3, p3). */
@@ -74,6 +73,71 @@ PE_INLINE void store_h8(uint16_t *p, __m256 v, const int dtype, const int stream
         _mm_storeu_si128((__m128i *)p, h);
 }
 
+/* Sixteen bfloat16 elements (pe_bf16x16_from_ps), stored as store_h8 does. */
+PE_INLINE void store_h16(uint16_t *p, __m256i h, const int stream)
+{
+    if (stream) {
+        _mm_stream_si128((__m128i *)p, _mm256_castsi256_si128(h));
+        _mm_stream_si128((__m128i *)(p + 8), _mm256_extracti128_si256(h, 1));
+    } else {
+        _mm256_storeu_si256((__m256i *)p, h);
+    }
+}
+
+/* Eight floats of p and eight of p + 8 as their even and odd elements. */
+PE_INLINE void split16(const float *p, __m256 *ev, __m256 *od)
+{
+    __m256 a = _mm256_loadu_ps(p), b = _mm256_loadu_ps(p + 8);
+    /* in-lane shuffles leave 64-bit pieces out of order: 0, 2, 1, 3 */
+    *ev = _mm256_castpd_ps(
+        _mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(a, b, 0x88)), 0xD8));
+    *od = _mm256_castpd_ps(
+        _mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(a, b, 0xDD)), 0xD8));
+}
+
+/* The first columns of bfloat16 rows sixteen at a time, as even and odd
+ * elements (pe_ps_from_bf16x16): in the "half" layout cos and sin are split
+ * to match, once for all the lanes; in the interleaved one the even
+ * elements are the a of the pairs and the odd ones the b, which takes cos
+ * and sin as they are.  Returns where the other kernels of rows_avx2 go on. */
+PE_INLINE ptrdiff_t rows_bf16x16(const char *x0, ptrdiff_t lxs, char *o0, ptrdiff_t los,
+                                 ptrdiff_t lanes, const float *c, const float *s, ptrdiff_t half,
+                                 const int layout, const int stream)
+{
+    ptrdiff_t i = 0;
+    if (layout == PE_ROPE_HALF) {
+        for (; i + 16 <= half; i += 16) {
+            __m256 ce, co, se, so;
+            split16(c + i, &ce, &co);
+            split16(s + i, &se, &so);
+            for (ptrdiff_t g = 0; g < lanes; ++g) {
+                const uint16_t *x = (const uint16_t *)(x0 + g * lxs);
+                uint16_t *o = (uint16_t *)(o0 + g * los);
+                __m256 ae, ao, be, bo, rae, rao, rbe, rbo;
+                pe_ps_from_bf16x16(_mm256_loadu_si256((const __m256i *)(x + i)), &ae, &ao);
+                pe_ps_from_bf16x16(_mm256_loadu_si256((const __m256i *)(x + half + i)), &be, &bo);
+                rot8(ae, be, ce, se, &rae, &rbe);
+                rot8(ao, bo, co, so, &rao, &rbo);
+                store_h16(o + i, pe_bf16x16_from_ps(rae, rao), stream);
+                store_h16(o + half + i, pe_bf16x16_from_ps(rbe, rbo), stream);
+            }
+        }
+    } else {
+        for (; i + 8 <= half; i += 8) {
+            __m256 cv = _mm256_loadu_ps(c + i), sv = _mm256_loadu_ps(s + i);
+            for (ptrdiff_t g = 0; g < lanes; ++g) {
+                const uint16_t *x = (const uint16_t *)(x0 + g * lxs);
+                uint16_t *o = (uint16_t *)(o0 + g * los);
+                __m256 a, b, ra, rb;
+                pe_ps_from_bf16x16(_mm256_loadu_si256((const __m256i *)(x + 2 * i)), &a, &b);
+                rot8(a, b, cv, sv, &ra, &rb);
+                store_h16(o + 2 * i, pe_bf16x16_from_ps(ra, rb), stream);
+            }
+        }
+    }
+    return i;
+}
+
 /* One row's cos/sin applied to the `lanes` rows that share it: each vector
  * of cos/sin is loaded (and, interleaved, duplicated) once for all of them. */
 PE_INLINE void rows_avx2(const char *x0, ptrdiff_t lxs, char *o0, ptrdiff_t los, ptrdiff_t lanes,
@@ -83,6 +147,8 @@ PE_INLINE void rows_avx2(const char *x0, ptrdiff_t lxs, char *o0, ptrdiff_t los,
     ptrdiff_t i = 0;
     if (dtype != PE_F64) {
         const float *c = (const float *)t, *s = c + half;
+        if (dtype == PE_BF16)
+            i = rows_bf16x16(x0, lxs, o0, los, lanes, c, s, half, layout, stream);
         if (layout == PE_ROPE_HALF) {
             for (; i + 8 <= half; i += 8) {
                 __m256 cv = _mm256_loadu_ps(c + i), sv = _mm256_loadu_ps(s + i), ra, rb;
@@ -131,8 +197,7 @@ PE_INLINE void rows_avx2(const char *x0, ptrdiff_t lxs, char *o0, ptrdiff_t los,
                     const double *x = (const double *)(x0 + g * lxs);
                     double *o = (double *)(o0 + g * los);
                     __m256d a = _mm256_loadu_pd(x + i), b = _mm256_loadu_pd(x + half + i);
-                    __m256d bs = _mm256_xor_pd(_mm256_mul_pd(b, sv), _mm256_set1_pd(-0.0));
-                    store_pd(o + i, _mm256_fmadd_pd(a, cv, bs), stream);
+                    store_pd(o + i, _mm256_fmsub_pd(a, cv, _mm256_mul_pd(b, sv)), stream);
                     store_pd(o + half + i, _mm256_fmadd_pd(b, cv, _mm256_mul_pd(a, sv)), stream);
                 }
             }
@@ -147,9 +212,7 @@ PE_INLINE void rows_avx2(const char *x0, ptrdiff_t lxs, char *o0, ptrdiff_t los,
                     double *o = (double *)(o0 + g * los);
                     __m256d v = _mm256_loadu_pd(x + 2 * i);
                     __m256d sw = _mm256_permute_pd(v, 0x5);
-                    __m256d t =
-                        _mm256_xor_pd(_mm256_mul_pd(sw, ss), _mm256_setr_pd(-0.0, 0.0, -0.0, 0.0));
-                    store_pd(o + 2 * i, _mm256_fmadd_pd(v, cc, t), stream);
+                    store_pd(o + 2 * i, _mm256_fmaddsub_pd(v, cc, _mm256_mul_pd(sw, ss)), stream);
                 }
             }
         }
