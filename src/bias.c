@@ -37,13 +37,14 @@
  * T5's backward pass, the gradient of the loss with respect to the table,
  * is the transpose: every element of the incoming gradient added into the
  * table entry its distance's bucket read.  The bucket depends only on the
- * diagonal j - i, so each head's rows are first added into its q+k-1
- * diagonal sums (one read of the gradient, a vector add per row into a
- * slice that stays in cache: as memory-bound as the forward add), and the
- * diagonal sums then into their buckets, run by run.  Each head is one
- * thread's, summed in a fixed order (rows in the order b, i; diagonals in
- * the order of t), so the bits depend neither on the thread count nor on
- * the SIMD path; no atomics.
+ * diagonal j - i, so each head's rows are first summed along its q+k-1
+ * diagonals (one read of the gradient: a tile of rows at a time, eight
+ * diagonals of it summed in registers from shifted loads of its rows, the
+ * diagonal sums read and written once per tile; as memory-bound as the
+ * forward add), and the diagonal sums then into their buckets, run by run.
+ * Each head is one thread's, summed in a fixed order (struct pe_diagonals;
+ * diagonals in the order of t), so the bits depend neither on the thread
+ * count nor on the SIMD path; no atomics.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -363,10 +364,14 @@ PE_INLINE void diagonals_scalar(const struct pe_diagonals *s, ptrdiff_t h, const
 {
     const struct pe_bias_dst *g = s->g;
     for (ptrdiff_t b = 0; b < g->batch; ++b)
-        for (ptrdiff_t i = 0; i < g->q_len; ++i) {
-            char *acc;
-            const char *row = pe_diagonal_row(s, b, h, i, acc64, &acc);
-            pe_diagonal_add(acc, row, 0, g->k_len, acc64, dtype);
+        for (ptrdiff_t i0 = 0; i0 < g->q_len; i0 += PE_DIAG_TILE) {
+            struct pe_diag_tile w = pe_diagonal_tile(s, b, h, i0, acc64);
+            /* the diagonals every row of the tile reaches: base .. base + k - r */
+            ptrdiff_t t = w.base, end = w.base + w.k - w.r + 1;
+            pe_diagonal_sums(&w, w.base - w.r + 1, w.base, acc64, dtype);
+            for (; t + 8 <= end; t += 8)
+                pe_diagonal_block8(&w, t, acc64, dtype);
+            pe_diagonal_sums(&w, t, w.base + w.k, acc64, dtype);
         }
 }
 

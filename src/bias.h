@@ -66,42 +66,96 @@ PE_INLINE void pe_add_row(char *dst, const char *src, ptrdiff_t n, const int dty
 
 /* ---- T5's backward pass: a gradient summed along its diagonals ---- */
 
+/* Rows of a gradient whose elements are summed along each diagonal before
+ * the sum is added into the diagonal's: the sums are read and written once
+ * per tile of rows, not once per row. */
+#define PE_DIAG_TILE 8
+
 /* Element (b, h, i, j) of a gradient g (read only) lies on the diagonal
- * t = q_len - 1 - i + j of head h: sums + (h * vlen + t) elements, of
- * float32 or float64 (the first index of the table's diagonals).  A row of
- * g is added into a slice of them, rows of head h in the order b, i. */
+ * t = q_len - 1 - i + j of head h, whose sum is element h * vlen + t of
+ * sums, float32 or float64 (the first index of the table's diagonals).  The
+ * rows of a head are taken PE_DIAG_TILE at a time, batch after batch,
+ * queries in order; for each diagonal, the elements of a tile on it are
+ * summed in the order of i, starting from 0, and that added into its sum:
+ * a fixed order, the same on every path. */
 struct pe_diagonals {
     const struct pe_bias_dst *g;
     char *sums;
     ptrdiff_t vlen;
 };
 
-/* acc[j] += row[j] for j in [j0, n), in float64 (acc64) or float32: each
- * sum its own chain of additions, so the vector kernels, which do eight
- * or four of them side by side, give the same bits. */
-PE_INLINE void pe_diagonal_add(char *acc, const char *row, ptrdiff_t j0, ptrdiff_t n,
-                               const int acc64, const int dtype)
+/* A tile of rows: row m (query i0 + m, m < r) at row0 + m * stride, its
+ * element j on the diagonal base - m + j (base = q_len - 1 - i0), whose sum
+ * is at sums (the head's) + that many elements. */
+struct pe_diag_tile {
+    const char *row0;
+    ptrdiff_t stride, r, k, base;
+    char *sums;
+};
+
+PE_INLINE struct pe_diag_tile pe_diagonal_tile(const struct pe_diagonals *s, ptrdiff_t b,
+                                               ptrdiff_t h, ptrdiff_t i0, const int acc64)
 {
-    if (acc64) {
-        double *a = (double *)acc;
-        for (ptrdiff_t j = j0; j < n; ++j)
-            a[j] = a[j] + pe_load(row, j, dtype);
-    } else {
-        float *a = (float *)acc;
-        for (ptrdiff_t j = j0; j < n; ++j)
-            a[j] = a[j] + (float)pe_load(row, j, dtype);
+    const struct pe_bias_dst *g = s->g;
+    struct pe_diag_tile w = {
+        g->data + b * g->stride_b + h * g->stride_h + i0 * g->stride_q,
+        g->stride_q,
+        g->q_len - i0 < PE_DIAG_TILE ? g->q_len - i0 : PE_DIAG_TILE,
+        g->k_len,
+        g->q_len - 1 - i0,
+        s->sums + h * s->vlen * (acc64 ? 8 : 4),
+    };
+    return w;
+}
+
+/* Diagonals [t, t + 8) of a tile, which every row of it reaches, as
+ * pe_diagonal_sums sums each (eight side by side, the rows read in runs). */
+PE_INLINE void pe_diagonal_block8(const struct pe_diag_tile *w, ptrdiff_t t, const int acc64,
+                                  const int dtype)
+{
+    double acc[8] = {0.0};
+    float accf[8] = {0.0f};
+    for (ptrdiff_t m = 0; m < w->r; ++m) {
+        const char *row = w->row0 + m * w->stride;
+        ptrdiff_t j = t - w->base + m;
+        for (int l = 0; l < 8; ++l) {
+            if (acc64)
+                acc[l] = acc[l] + pe_load(row, j + l, dtype);
+            else
+                accf[l] = accf[l] + (float)pe_load(row, j + l, dtype);
+        }
+    }
+    for (int l = 0; l < 8; ++l) {
+        if (acc64)
+            ((double *)w->sums)[t + l] = ((double *)w->sums)[t + l] + acc[l];
+        else
+            ((float *)w->sums)[t + l] = ((float *)w->sums)[t + l] + accf[l];
     }
 }
 
-/* Row i of batch b of head h in g, and (*acc) the slice of sums it is
- * added into. */
-PE_INLINE const char *pe_diagonal_row(const struct pe_diagonals *s, ptrdiff_t b, ptrdiff_t h,
-                                      ptrdiff_t i, const int acc64, char **acc)
+/* Diagonals [t0, t1) of a tile one at a time, as struct pe_diagonals says:
+ * the portable kernels, and the diagonals that the vector kernels' blocks
+ * do not cover (those that only some rows of the tile reach). */
+PE_INLINE void pe_diagonal_sums(const struct pe_diag_tile *w, ptrdiff_t t0, ptrdiff_t t1,
+                                const int acc64, const int dtype)
 {
-    const struct pe_bias_dst *g = s->g;
-    ptrdiff_t asz = acc64 ? 8 : 4;
-    *acc = s->sums + (h * s->vlen + (g->q_len - 1 - i)) * asz;
-    return g->data + b * g->stride_b + h * g->stride_h + i * g->stride_q;
+    for (ptrdiff_t t = t0; t < t1; ++t) {
+        double acc = 0.0;
+        float accf = 0.0f;
+        for (ptrdiff_t m = 0; m < w->r; ++m) {
+            ptrdiff_t j = t - w->base + m;
+            if (j < 0 || j >= w->k)
+                continue;
+            if (acc64)
+                acc = acc + pe_load(w->row0 + m * w->stride, j, dtype);
+            else
+                accf = accf + (float)pe_load(w->row0 + m * w->stride, j, dtype);
+        }
+        if (acc64)
+            ((double *)w->sums)[t] = ((double *)w->sums)[t] + acc;
+        else
+            ((float *)w->sums)[t] = ((float *)w->sums)[t] + accf;
+    }
 }
 
 /* ---- ALiBi ---- */

@@ -2,9 +2,9 @@
  * bias_avx2.c -- the rows and the ALiBi vectors of bias.c on the AVX2 path:
  * adds eight floats (float16 through F16C, bfloat16 through shifts) or four
  * doubles at a time, row copies with vector stores, non-temporal ones for
- * large fills, ALiBi's products and selects four at a time, and the rows of
- * a T5 gradient added into its diagonal sums eight or four at a time: the
- * arithmetic of the portable kernels, so the same bits.
+ * large fills, ALiBi's products and selects four at a time, and a T5
+ * gradient summed along eight or four diagonals at a time: the arithmetic
+ * of the portable kernels, so the same bits.
  */
 #include "bias.h"
 #include "pe.h"
@@ -121,39 +121,53 @@ void pe_store_fence_avx2(void)
 
 /* ---- T5's backward pass ---- */
 
-/* bias.c's diagonals_scalar: float32 sums of float16, bfloat16 or float32
- * rows eight at a time, float64 sums of float64 rows four at a time (the
- * other pairs, which T5's backward pass does not use, one at a time). */
+/* The eight elements of row m of a tile that lie on the diagonals t ..
+ * t + 7, which that row reaches, as float32 (float16, bfloat16 exactly). */
+PE_INLINE __m256 tile_load8(const struct pe_diag_tile *w, ptrdiff_t m, ptrdiff_t t, const int dtype)
+{
+    const char *row = w->row0 + m * w->stride;
+    ptrdiff_t j = t - w->base + m;
+    if (dtype == PE_F32)
+        return _mm256_loadu_ps((const float *)row + j);
+    return pe_ps_from_half8(_mm_loadu_si128((const __m128i *)((const uint16_t *)row + j)), dtype);
+}
+
+/* bias.c's diagonals_scalar, eight diagonals at a time in float32 (four of
+ * float64 in float64) wherever every row of the tile reaches them: the
+ * tile's rows summed in registers in the order of i, from 0, then added
+ * into the diagonals' sums, as pe_diagonal_sums does one diagonal at a
+ * time.  (The pairs T5's backward pass does not use, float64 rows in
+ * float32 and the others in float64, go one diagonal at a time.) */
 PE_INLINE void diagonals_avx2(const struct pe_diagonals *s, ptrdiff_t h, const int acc64,
                               const int dtype)
 {
     const struct pe_bias_dst *g = s->g;
-    ptrdiff_t k = g->k_len;
+    const int vector = acc64 == (dtype == PE_F64);
+    const ptrdiff_t step = acc64 ? 4 : 8;
     for (ptrdiff_t b = 0; b < g->batch; ++b)
-        for (ptrdiff_t i = 0; i < g->q_len; ++i) {
-            char *acc;
-            const char *row = pe_diagonal_row(s, b, h, i, acc64, &acc);
-            ptrdiff_t j = 0;
-            if (acc64 && dtype == PE_F64) {
-                double *a = (double *)acc;
-                for (; j + 4 <= k; j += 4)
-                    _mm256_storeu_pd(a + j,
-                                     _mm256_add_pd(_mm256_loadu_pd(a + j),
-                                                   _mm256_loadu_pd((const double *)row + j)));
-            } else if (!acc64 && dtype == PE_F32) {
-                float *a = (float *)acc;
-                for (; j + 8 <= k; j += 8)
-                    _mm256_storeu_ps(a + j, _mm256_add_ps(_mm256_loadu_ps(a + j),
-                                                          _mm256_loadu_ps((const float *)row + j)));
-            } else if (!acc64 && dtype != PE_F64) {
-                float *a = (float *)acc;
-                const uint16_t *r = (const uint16_t *)row;
-                for (; j + 8 <= k; j += 8) {
-                    __m256 v = pe_ps_from_half8(_mm_loadu_si128((const __m128i *)(r + j)), dtype);
-                    _mm256_storeu_ps(a + j, _mm256_add_ps(_mm256_loadu_ps(a + j), v));
+        for (ptrdiff_t i0 = 0; i0 < g->q_len; i0 += PE_DIAG_TILE) {
+            struct pe_diag_tile w = pe_diagonal_tile(s, b, h, i0, acc64);
+            /* the diagonals every row of the tile reaches: base .. base + k - r */
+            ptrdiff_t t = w.base, end = vector ? w.base + w.k - w.r + 1 : w.base;
+            pe_diagonal_sums(&w, w.base - w.r + 1, w.base, acc64, dtype);
+            for (; t + step <= end; t += step) {
+                if (acc64) {
+                    __m256d acc = _mm256_setzero_pd();
+                    for (ptrdiff_t m = 0; m < w.r; ++m) {
+                        const double *row = (const double *)(w.row0 + m * w.stride);
+                        acc = _mm256_add_pd(acc, _mm256_loadu_pd(row + (t - w.base + m)));
+                    }
+                    double *d = (double *)w.sums + t;
+                    _mm256_storeu_pd(d, _mm256_add_pd(_mm256_loadu_pd(d), acc));
+                } else {
+                    __m256 acc = _mm256_setzero_ps();
+                    for (ptrdiff_t m = 0; m < w.r; ++m)
+                        acc = _mm256_add_ps(acc, tile_load8(&w, m, t, dtype));
+                    float *d = (float *)w.sums + t;
+                    _mm256_storeu_ps(d, _mm256_add_ps(_mm256_loadu_ps(d), acc));
                 }
             }
-            pe_diagonal_add(acc, row, j, k, acc64, dtype);
+            pe_diagonal_sums(&w, t, w.base + w.k, acc64, dtype);
         }
 }
 
