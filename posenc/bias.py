@@ -541,13 +541,14 @@ def t5_bias_table_grad(grad, num_buckets, *, bidirectional=True, max_distance=12
     Notes
     -----
     Summed in float64 for float64 `grad` and in float32 for the others:
-    each head's rows are added into its ``q_len + k_len - 1`` diagonal sums
-    (one per distance) in the order of the leading axes and of the queries,
-    and those sums into their buckets in the order of distance.  The order
-    is fixed, so the result has the same bits for any thread count and SIMD
-    path.  Each entry's error is at most ``(batch * q_len + q_len + k_len)
-    * 2**-24`` (``2**-53`` in float64) times the sum of ``|grad|`` over its
-    bucket.  One read of `grad`, no ``(q, k)`` index array.
+    each head's ``q_len + k_len - 1`` diagonals (one per distance) are
+    summed eight queries at a time, in the order of the leading axes and
+    of the queries, and the diagonal sums into their buckets in the order
+    of distance.  The order is fixed, so the result has the same bits for
+    any thread count and SIMD path.  Each entry's error is at most
+    ``(batch * q_len + q_len + k_len) * 2**-24`` (``2**-53`` in float64)
+    times the sum of ``|grad|`` over its bucket.  One read of `grad`, no
+    ``(q, k)`` index array.
     """
     arr = grad if isinstance(grad, np.ndarray) else np.asarray(grad)
     dtype = v.float_array_dtype(arr, "grad", bfloat16=True)
