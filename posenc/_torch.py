@@ -44,7 +44,15 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 import torch
-from torch.autograd.graph import increment_version
+
+if not (hasattr(torch.library, "custom_op") and hasattr(torch.compiler, "is_compiling")):
+    raise ImportError(
+        f"posenc takes torch tensors from torch 2.4 on (torch {torch.__version__} is installed); "
+        "with this one, hand it NumPy arrays (tensor.numpy()) and wrap its results "
+        "(torch.from_numpy)"
+    )
+
+from torch.autograd.graph import increment_version  # noqa: E402
 
 from . import _dtypes
 from . import rope_scaling as _rope_scaling

@@ -441,6 +441,24 @@ def test_numpy_calls_do_not_import_torch():
     assert done.stdout.strip() == "False", done.stdout + done.stderr
 
 
+def test_a_torch_without_custom_operators_gets_an_error_that_says_what_to_do():
+    code = (
+        "import torch, posenc\n"
+        "del torch.library.custom_op  # as in torch < 2.4\n"
+        "try:\n"
+        "    posenc.sinusoid(4, 8, dtype=torch.float32)\n"
+        "except ImportError as exc:\n"
+        "    print(exc)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=env
+    )
+    assert "from torch 2.4 on" in done.stdout and "tensor.numpy()" in done.stdout, (
+        done.stdout + done.stderr
+    )
+
+
 # ---------------------------------------------------------------- autograd
 
 
