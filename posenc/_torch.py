@@ -89,6 +89,7 @@ _NAME_OF_TORCH = {dtype: name for name, dtype in _TORCH_BY_NAME.items()}
 _Tensor = torch.Tensor
 _BFLOAT16 = torch.bfloat16
 _is_grad_enabled = torch.is_grad_enabled
+_inference_mode = torch.is_inference_mode_enabled
 
 # tensors read directly; any other class (FakeTensor, FunctionalTensor of a
 # tracing mode, a subclass) goes to the operators when the function has one
@@ -242,15 +243,17 @@ class _Plan:
 
     def arg(self, name, value, grad):
         """`value` of argument `name` as the NumPy function takes it."""
-        if (
+        if (  # the common cases, quickly
             type(value) is _Tensor
             and not (grad and value.requires_grad)
             and value.is_cpu
-            and value.ndim
             and value.dtype is not _BFLOAT16
-            and name not in SINKS
         ):
-            return value.numpy()  # the common case, quickly
+            if name in SINKS:
+                if not value.is_inference() or _inference_mode():
+                    return value.numpy()
+            elif value.ndim:
+                return value.numpy()
         if isinstance(value, torch.Tensor):
             if type(value) not in _PLAIN_TENSORS and self.builder is not None:
                 raise _UseOperators  # a tensor of a tracing mode (fake, functional)
