@@ -652,3 +652,19 @@ def test_t5_table_grad_bad_input_names_the_argument(grad, kwargs, exc, words):
 def test_t5_table_grad_of_an_empty_batch_is_zero():
     got = t5_bias_table_grad(np.zeros((0, 3, 4, 5), np.float32), 32)
     np.testing.assert_array_equal(got, np.zeros((32, 3), np.float32))
+
+
+@pytest.mark.parametrize("dtype", [BF16, BFLOAT16_BITS])
+def test_bfloat16_tables_written_into_strided_out(dtype):
+    # an out= the kernels cannot write directly goes through a temporary
+    big = np.zeros((10, 16), dtype)
+    assert posenc.sinusoid(5, 8, out=big[::2, ::2]) is not None
+    np.testing.assert_array_equal(bits(big[::2, ::2]), bits(posenc.sinusoid(5, 8, dtype=dtype)))
+    assert not bits(big[1::2]).any() and not bits(big[:, 1::2]).any()
+    out = np.zeros((3, 5, 12), dtype)[:, :, ::2]
+    posenc.alibi_bias(3, 5, 6, out=out)
+    np.testing.assert_array_equal(bits(out), bits(posenc.alibi_bias(3, 5, 6, dtype=dtype)))
+    table = np.random.default_rng(17).standard_normal((32, 3)).astype(BF16).view(dtype)
+    out = np.zeros((3, 5, 12), dtype)[:, ::-1, ::2]
+    posenc.t5_bias(table, 5, 6, out=out)
+    np.testing.assert_array_equal(bits(out), bits(posenc.t5_bias(table, 5, 6)))
