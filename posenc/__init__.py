@@ -1,6 +1,7 @@
 """posenc: positional encodings of Transformer models as fast NumPy kernels.
 
-Encodings (NumPy arrays in, NumPy arrays out):
+Encodings (NumPy arrays in, NumPy arrays out; torch tensors and JAX arrays in,
+their own kind out, see the README's "With PyTorch and JAX"):
 
 - :func:`sinusoid`: the absolute sinusoidal table of Vaswani et al.
 - :func:`apply_rope`, :func:`rope_cos_sin`, :func:`rope_frequencies`: rotary
