@@ -249,11 +249,14 @@ class _Plan:
             and value.is_cpu
             and value.dtype is not _BFLOAT16
         ):
-            if name in SINKS:
-                if not value.is_inference() or _inference_mode():
+            try:
+                if name in SINKS:
+                    if not value.is_inference() or _inference_mode():
+                        return value.numpy()
+                elif value.ndim:
                     return value.numpy()
-            elif value.ndim:
-                return value.numpy()
+            except (TypeError, RuntimeError):  # a sparse tensor, ...: said below
+                pass
         if isinstance(value, torch.Tensor):
             if type(value) not in _PLAIN_TENSORS and self.builder is not None:
                 raise _UseOperators  # a tensor of a tracing mode (fake, functional)

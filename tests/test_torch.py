@@ -371,6 +371,10 @@ def test_dtypes_other_than_floats_are_refused_naming_dtype():
         posenc.sinusoid(8, 4, dtype=torch.float8_e4m3fn)
     with pytest.raises(TypeError, match="^x must have dtype"):
         posenc.apply_rope(torch.zeros(1, 2, 4, dtype=torch.int32))
+    with pytest.raises(
+        TypeError, match="^x: a tensor of dtype torch.float32 and layout torch.sparse"
+    ):
+        posenc.apply_rope(torch.zeros(3, 8).to_sparse())
 
 
 def test_bfloat16_tables_are_the_float64_values_rounded_once():
