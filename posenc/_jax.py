@@ -1,12 +1,639 @@
-"""Calls with JAX objects (see posenc._interop)."""
+"""JAX arrays in, JAX arrays out (calls routed by posenc._interop).
+
+posenc._interop sends here every call whose arguments include a JAX object:
+a ``jax.Array``, a tracer of ``jax.jit`` / ``jax.vmap`` / ``jax.grad``, or
+a JAX dtype (``jnp.bfloat16``).  This module is imported only then, so
+``import posenc`` never imports jax or jaxlib.
+
+What runs where.  posenc's kernels are C on the host CPU; JAX does not see
+inside them.  A call takes one of two paths:
+
+- **Eager** (concrete arrays, nothing traced): each array is read where it
+  lies as a NumPy array (``np.asarray`` of a CPU array: no copy), the NumPy
+  function runs, and its result becomes a JAX array on the CPU with
+  ``jax.device_put``: without a copy when the array is large (posenc then
+  writes into a 64-byte aligned buffer, which XLA adopts as it is), with
+  one small copy otherwise.  An array on another device (a GPU, a TPU) is
+  refused with a TypeError naming the argument and the device: nothing is
+  moved between devices behind the caller's back.
+- **Traced** (under ``jax.jit``, ``jax.vmap``, ``jax.grad``): the call
+  becomes a ``jax.pure_callback`` whose result shape and dtype come from
+  running the NumPy function once, at trace time, on stand-ins of the
+  traced arguments (zero-filled arrays of their shapes and dtypes that take
+  no memory: every check of the arguments runs then, and a bad call fails
+  while tracing, with posenc's own message).  When the compiled program
+  runs, XLA calls back into Python on the host, the C kernel runs on the
+  callback's input buffers, and XLA copies the result into its own buffer.
+  Checks that depend on values (a NaN position) run in the callback and
+  surface as the error JAX raises for a failed callback, with posenc's
+  message inside.  Under a jit that runs on a GPU, XLA moves the callback's
+  inputs and outputs between the device and the host itself.
+
+Under ``jax.vmap`` the callback is called once per batch (``vmap_method=
+"expand_dims"``) and loops over the batch on the host, one call of the
+NumPy function per element: the same numbers as calling it on each element
+(a batched ``apply_rope``, ``sinusoid`` or ``rope_cos_sin`` whose options
+do not depend on other elements is one call).
+
+Gradients (reverse mode: ``jax.grad``, ``jax.vjp``): ``apply_rope`` with
+respect to ``x`` (its backward is the inverse rotation by the same
+positions, itself a posenc call) and ``t5_bias`` with respect to
+``table`` (a scatter-add of the incoming gradient by bucket).  Any other
+argument that JAX differentiates (float positions, ALiBi slopes, a
+sinusoid's positions) raises a TypeError naming it, never a silent zero;
+forward mode (``jax.jvp``, ``jax.jacfwd``) is refused by JAX itself.
+
+Values that must be static under tracing: lengths and sizes (``dim``,
+``n_heads``, ``q_len``...), options and dtypes.  Traced values may be the
+arrays, ``offset`` and ``q_offset`` (a decoding position inside a jitted
+loop), and a single position.  ``out=`` and ``scores=`` cannot take a JAX
+array (JAX arrays are immutable): use the return value.
+"""
 
 from __future__ import annotations
 
+import warnings
+from typing import Any, Callable, Dict, Tuple
+
+import jax
+import jax.numpy as jnp
 import numpy as np
+from jax.custom_derivatives import SymbolicZero
+
+from . import _dtypes
+from . import _validate as v
+from . import rope_scaling as _rope_scaling
+from .bias import t5_bias_table_grad
+
+_Tracer = jax.core.Tracer
+_Array = jax.Array
+
+#: arguments a NumPy function writes into
+SINKS = ("out", "scores")
+
+#: 0-d arguments that may be traced: values that do not decide a shape
+_TRACED_SCALARS = frozenset({"offset", "q_offset", "relative_position", "relative_pos"})
+
+#: functions whose result's shape depends on the values of their arguments
+_VALUE_SHAPED = frozenset({"positions_from_cu_seqlens", "mrope_position_ids"})
+
+#: results at least this large are handed to XLA without a copy (smaller
+#: ones are copied: jnp.asarray of a small array costs less than adopting it)
+ZERO_COPY_BYTES = 1 << 18
+_ALIGN = 64  # XLA adopts a host buffer without a copy when it is this aligned
+
+
+# ---------------------------------------------------------------- conversions
+
+
+def _is_bfloat16(dtype):
+    return dtype.kind == "V" and _dtypes.is_bfloat16(dtype)
+
+
+def device_error(name, device):
+    return TypeError(
+        f"{name} is on device {device} ({device.platform}): posenc computes on the CPU and does "
+        f"not copy arrays between devices; move it with jax.device_put({name}, "
+        f"jax.devices('cpu')[0]) (and the result back with jax.device_put(result, device))"
+    )
+
+
+def check_cpu(value, name):
+    """The devices of the concrete JAX array `value`, all CPUs, else TypeError."""
+    devices = value.devices()
+    for device in devices:
+        if device.platform != "cpu":
+            raise device_error(name, device)
+    return devices
+
+
+def _sink_error(fn_name, name):
+    if name == "scores":
+        return TypeError(
+            f"scores is a JAX array, which cannot be written in place (JAX arrays are immutable): "
+            f"add the bias yourself, scores + posenc.{fn_name}(...) without scores=, or use the "
+            f"value posenc.{fn_name}(..., scores=numpy_array) returns"
+        )
+    return TypeError(
+        f"{name} is a JAX array, which cannot be written in place (JAX arrays are immutable): "
+        f"call posenc.{fn_name} without {name}= and use the array it returns"
+    )
+
+
+def _traced_sink_error(fn_name, name):
+    return TypeError(
+        f"{name}= cannot be written under jax.jit, jax.vmap or jax.grad (posenc.{fn_name} is "
+        f"traced there): call it without {name}= and use the array it returns"
+        + (" (scores + the bias)" if name == "scores" else "")
+    )
+
+
+def _numpy_dtype(value, name):
+    """A JAX dtype argument (``jnp.float32``, ``jnp.bfloat16``) as NumPy's dtype."""
+    try:
+        return np.dtype(value)
+    except TypeError as exc:
+        raise TypeError(
+            f"{name} must be float16, bfloat16, float32 or float64, not {value!r}"
+        ) from exc
+
+
+def _aligned_empty(shape, dtype):
+    """An uninitialised C-contiguous array whose data is _ALIGN-byte aligned."""
+    nbytes = dtype.itemsize
+    for n in shape:
+        nbytes *= n
+    raw = np.empty(nbytes + _ALIGN, np.uint8)
+    start = -raw.ctypes.data % _ALIGN
+    return raw[start : start + nbytes].view(dtype).reshape(shape)
+
+
+def to_jax(result, device):
+    """A NumPy result of posenc's as a JAX array (on `device`, or JAX's
+    default device when None).  64-bit values follow JAX's rules: without
+    ``jax_enable_x64`` they become 32-bit, as ``jnp.asarray`` makes them."""
+    if isinstance(result, np.ndarray):
+        if device is None and result.nbytes < ZERO_COPY_BYTES:
+            return jnp.asarray(result)
+        return jax.device_put(result, device)
+    if isinstance(result, tuple):
+        return tuple(to_jax(r, device) for r in result)
+    return result
+
+
+def x64_enabled():
+    return jax.dtypes.canonicalize_dtype(np.float64) == np.float64
+
+
+def _canonical(dtype):
+    return np.dtype(jax.dtypes.canonicalize_dtype(dtype))
+
+
+# ---------------------------------------------------------------- results XLA adopts
+
+
+def _float_array(value):
+    return isinstance(value, np.ndarray) and (
+        value.dtype in v.FLOAT_DTYPES or _is_bfloat16(value.dtype)
+    )
+
+
+def _table_dtype(a):
+    dtype = a.get("dtype")
+    return np.dtype(np.float32) if dtype is None else v.float_dtype(dtype, bfloat16=True)
+
+
+def _length(value):
+    if isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)):
+        return int(value)
+    raise TypeError
+
+
+def _sinusoid_out(a):
+    positions, dim = a["positions"], _length(a["dim"])
+    if isinstance(positions, np.ndarray) and positions.ndim and positions.dtype.kind in "iuf":
+        shape = positions.shape
+    else:
+        shape = (_length(positions),)
+    return shape + (dim,), _table_dtype(a)
+
+
+def _alibi_out(a):
+    q_len = _length(a["q_len"])
+    k_len = a.get("k_len")
+    return (_length(a["n_heads"]), q_len, q_len if k_len is None else _length(k_len)), _table_dtype(
+        a
+    )
+
+
+def _t5_out(a):
+    table = a["table"]
+    if not (_float_array(table) and table.ndim == 2):
+        raise TypeError
+    q_len = _length(a["q_len"])
+    k_len = a.get("k_len")
+    return (table.shape[1], q_len, q_len if k_len is None else _length(k_len)), table.dtype
+
+
+def _rope_out(a):
+    x = a["x"]
+    if not _float_array(x):
+        raise TypeError
+    return x.shape, x.dtype
+
+
+#: the shape and dtype of a function's result, from its NumPy arguments
+#: (raising when they do not say: the function then allocates its own)
+_OUT_RULES: Dict[str, Callable[[Dict[str, Any]], Tuple[tuple, np.dtype]]] = {
+    "apply_rope": _rope_out,
+    "sinusoid": _sinusoid_out,
+    "alibi_bias": _alibi_out,
+    "t5_bias": _t5_out,
+}
+
+
+def _run_eager(fn, rule, arguments):
+    """fn(**arguments); a large result written into a buffer XLA can adopt."""
+    if rule is not None and arguments.get("out") is None and arguments.get("scores") is None:
+        try:
+            shape, dtype = rule(arguments)
+            nbytes = dtype.itemsize * int(np.prod(shape, dtype=np.float64))
+        except Exception:  # the arguments do not say: fn allocates (or reports them)
+            nbytes = 0
+        if ZERO_COPY_BYTES <= nbytes < 1 << 62:
+            buffer = _aligned_empty(shape, dtype)
+            try:
+                return fn(**arguments, out=buffer)
+            except (TypeError, ValueError):
+                pass  # reported by the call as the user made it, below
+    return fn(**arguments)
+
+
+# ---------------------------------------------------------------- the eager path
+
+
+class _Plan:
+    """What posenc._jax knows of one public function."""
+
+    def __init__(self, fn, signature):
+        self.fn = fn
+        self.name = fn.__name__
+        self.signature = signature
+        self.rule = _OUT_RULES.get(self.name)
+        self.grads = _GRADIENTS.get(self.name, {})
+
+    def bind(self, args, kwargs):
+        try:
+            return dict(self.signature.bind(*args, **kwargs).arguments)
+        except TypeError as exc:
+            raise TypeError(f"{self.name}(): {exc}") from None
+
+
+_PLANS: Dict[Any, _Plan] = {}
 
 
 def call(fn, signature, args, kwargs):
-    # CPU tensors read through NumPy; the result is NumPy
-    kwargs.pop("device", None)
-    convert = lambda a: np.asarray(a) if type(a).__module__.startswith("jax") else a  # noqa: E731
-    return fn(*map(convert, args), **{k: convert(a) for k, a in kwargs.items()})
+    """`fn` (a NumPy function of posenc's) called with JAX objects."""
+    plan = _PLANS.get(fn)
+    if plan is None:
+        plan = _PLANS[fn] = _Plan(fn, signature)
+    device = kwargs.pop("device", None) if "device" in kwargs else None
+    arguments = plan.bind(args, kwargs)
+    if device is not None:
+        device = _device_argument(device)
+    for value in arguments.values():
+        if isinstance(value, _Tracer):
+            return _traced(plan, arguments)
+    return _eager(plan, arguments, device)
+
+
+def _device_argument(device):
+    if isinstance(device, str) and device == "cpu":
+        return jax.devices("cpu")[0]
+    if isinstance(device, jax.Device):
+        if device.platform != "cpu":
+            raise TypeError(
+                f"device = {device} ({device.platform}): posenc computes on the CPU and does not "
+                "copy arrays between devices; make the result on the CPU and move it with "
+                "jax.device_put(result, device)"
+            )
+        return device
+    raise TypeError(f"device must be a jax.Device or 'cpu', not {device!r}")
+
+
+def _eager(plan, arguments, device):
+    place = None  # the one device the JAX arrays given are committed to, if any
+    placed = True
+    for name, value in arguments.items():
+        if isinstance(value, _Array):
+            if name in SINKS:
+                raise _sink_error(plan.name, name)
+            devices = check_cpu(value, name)
+            if placed and value.committed and len(devices) == 1:
+                (d,) = devices
+                if place is None or place == d:
+                    place = d
+                else:
+                    placed = False
+            arr = np.asarray(value)
+            if arr.ndim == 0 and not _is_bfloat16(arr.dtype):
+                arguments[name] = arr.item()  # a length, an offset: a Python number
+            else:
+                arguments[name] = arr
+        elif name == "dtype" and value is not None and type(value).__module__.startswith("jax"):
+            arguments[name] = _numpy_dtype(value, name)
+    if "dtype" in arguments and not x64_enabled():
+        _warn_x64(plan.name, arguments["dtype"])
+    if device is None and placed:
+        device = place
+    result = _run_eager(plan.fn, plan.rule, arguments)
+    for sink in SINKS:
+        if arguments.get(sink) is not None and result is arguments[sink]:
+            return result  # a NumPy out= or scores=, written in place
+    return to_jax(result, device)
+
+
+def _warn_x64(fn_name, dtype):
+    try:
+        wide = dtype is not None and v.float_dtype(dtype, bfloat16=True) == np.float64
+    except TypeError:
+        return  # reported by the function
+    if wide:
+        warnings.warn(
+            f"posenc.{fn_name}: dtype float64 was asked for, and JAX without jax_enable_x64 "
+            "holds float32: the float64 table is rounded to float32 (set "
+            "jax.config.update('jax_enable_x64', True) to keep float64)",
+            UserWarning,
+            stacklevel=4,
+        )
+
+
+# ---------------------------------------------------------------- the traced path
+
+
+def _stand_in(tracer):
+    """A zero-filled stand-in of a traced argument that takes no memory."""
+    dtype = np.dtype(tracer.dtype)
+    if tracer.ndim == 0:
+        zero = np.zeros((), dtype)
+        return zero if _is_bfloat16(dtype) else zero.item()
+    return np.broadcast_to(np.zeros((), dtype), tracer.shape)
+
+
+def _check_traced_scalar(plan, name, tracer):
+    dtype = np.dtype(tracer.dtype)
+    if name in _TRACED_SCALARS:
+        return
+    if name == "positions" and (plan.name == "apply_rope" or dtype.kind == "f"):
+        return
+    raise TypeError(
+        f"{name} is traced (posenc.{plan.name} under jax.jit, jax.vmap or jax.grad), and it must "
+        f"be a static value there: it decides a shape or an option. Pass a Python value, or mark "
+        f"it static (jax.jit(..., static_argnums=...)); the arrays and offset / q_offset may be "
+        f"traced"
+    )
+
+
+class _Op:
+    """One traced call: the NumPy function, its static arguments, the names
+    of its traced ones, and the shapes and dtypes of its result."""
+
+    def __init__(self, plan, static, names, shapes, leaves, tree):
+        self.plan = plan
+        self.static = static
+        self.names = names
+        self.shapes = shapes  # each traced argument's shape when traced (vmap adds axes)
+        self.ndims = tuple(len(s) for s in shapes)
+        self.spec = leaves[0] if tree is None else leaves
+        self.leaves = leaves  # the result's ShapeDtypeStructs, flattened
+        self.tree = tree  # None: one array; else the tuple's length
+
+    def run(self, values):
+        arguments = dict(self.static)
+        for name, value in zip(self.names, values):
+            if value.ndim == 0 and not _is_bfloat16(value.dtype):
+                value = value.item()
+            arguments[name] = value
+        result = self.plan.fn(**arguments)
+        leaves = (result,) if self.tree is None else result
+        return [np.asarray(r, dtype=s.dtype) for r, s in zip(leaves, self.leaves)]
+
+    def host(self, *arrays):
+        """The callback: runs on the host with the traced arguments' values."""
+        arrays = [np.asarray(a) for a in arrays]
+        extra = arrays[0].ndim - self.ndims[0] if arrays else 0
+        if extra == 0:
+            outs = self.run(arrays)
+        else:
+            outs = self.batched(arrays, extra)
+        return outs[0] if self.tree is None else tuple(outs)
+
+    def batched(self, arrays, extra):
+        """Under jax.vmap: `extra` leading batch axes on every argument (of
+        size 1 on those not batched)."""
+        batch = np.broadcast_shapes(*(a.shape[:extra] for a in arrays))
+        whole = self.whole_batch(arrays, extra, batch)
+        if whole is not None:
+            return whole
+        outs = [np.empty(batch + s.shape, s.dtype) for s in self.leaves]
+        for index in np.ndindex(*batch):
+            one = [
+                a[tuple(i if n != 1 else 0 for i, n in zip(index, a.shape[:extra]))] for a in arrays
+            ]
+            for out, r in zip(outs, self.run(one)):
+                out[index] = r
+        return outs
+
+    def whole_batch(self, arrays, extra, batch):
+        """The batch in one call, where the function's own broadcasting
+        gives each element's result: apply_rope on batched data, sinusoid
+        and rope_cos_sin on batched positions."""
+        name = self.plan.name
+        traced = dict(zip(self.names, arrays))
+        if name == "apply_rope":
+            if set(traced) - {"x", "positions"} or not _seq_free(self.static):
+                return None
+            positions = traced.get("positions")
+            x = np.broadcast_to(traced["x"], batch + traced["x"].shape[extra:])
+            if positions is not None and positions.ndim - extra < 1:
+                return None  # a scalar position per element: no axis to place it on
+            arguments = dict(self.static, x=x)
+            if positions is not None:
+                arguments["positions"] = positions
+            axis = arguments.get("seq_axis", -2)
+            if isinstance(axis, (int, np.integer)) and axis >= 0:
+                arguments["seq_axis"] = axis + extra
+            result = self.plan.fn(**arguments)
+            return [np.asarray(result, dtype=self.leaves[0].dtype)]
+        if name in ("sinusoid", "rope_cos_sin") and set(traced) == {"positions"}:
+            if name == "rope_cos_sin" and not _seq_free(self.static):
+                return None
+            shape = self.shapes[self.names.index("positions")]
+            positions = np.broadcast_to(traced["positions"], batch + shape)
+            result = self.plan.fn(**dict(self.static, positions=positions))
+            leaves = (result,) if self.tree is None else result
+            return [np.asarray(r, dtype=s.dtype) for r, s in zip(leaves, self.leaves)]
+        return None
+
+    def __call__(self, *values):
+        return jax.pure_callback(self.host, self.spec, *values, vmap_method="expand_dims")
+
+
+def _seq_free(static):
+    """Whether the RoPE options give frequencies that do not depend on the
+    positions' values (dynamic and longrope take max(positions) + 1): then a
+    batch of elements is one call."""
+    scaling = static.get("scaling")
+    if scaling is None:
+        return True
+    try:
+        rope = _rope_scaling.read(scaling, static.get("layer_type"))
+    except Exception:
+        return False
+    return not rope.family.needs_seq_len
+
+
+_SPECS: Dict[Any, Any] = {}
+
+
+def _result_spec(plan, static, names, tracers):
+    """The ShapeDtypeStructs of the result, from a call on stand-ins (cached
+    when the static arguments are hashable)."""
+    key = (
+        plan.fn,
+        tuple((n, t.shape, np.dtype(t.dtype)) for n, t in zip(names, tracers)),
+        tuple((n, type(s), s) for n, s in static.items()),
+    )
+    try:
+        hit = _SPECS.get(key)
+    except TypeError:  # an unhashable option (a dict, an array): not cached
+        key = hit = None
+    if hit is not None:
+        return hit
+    stand_ins = {name: _stand_in(t) for name, t in zip(names, tracers)}
+    result = plan.fn(**static, **stand_ins)
+    if isinstance(result, np.ndarray):
+        leaves, tree = (result,), None
+    elif isinstance(result, tuple) and all(isinstance(r, np.ndarray) for r in result):
+        leaves, tree = result, len(result)
+    else:
+        raise TypeError(
+            f"posenc.{plan.name} cannot be traced by JAX: it returns {type(result).__name__}, "
+            "not arrays; call it outside the traced function"
+        )
+    structs = tuple(jax.ShapeDtypeStruct(r.shape, _canonical(r.dtype)) for r in leaves)
+    found = (structs, tree)
+    if key is not None:
+        if len(_SPECS) > 512:
+            _SPECS.clear()
+        _SPECS[key] = found
+    return found
+
+
+def _traced(plan, arguments):
+    if plan.name in _VALUE_SHAPED:
+        raise TypeError(
+            f"posenc.{plan.name} cannot be traced by jax.jit, jax.vmap or jax.grad: the shape of "
+            "its result depends on the values of its arguments; call it on concrete arrays "
+            "outside the traced function and pass its result in"
+        )
+    static = {}
+    names = []
+    tracers = []
+    for name, value in arguments.items():
+        if isinstance(value, _Tracer):
+            if name in SINKS:
+                raise _sink_error(plan.name, name)
+            if value.ndim == 0:
+                _check_traced_scalar(plan, name, value)
+            names.append(name)
+            tracers.append(value)
+        elif isinstance(value, _Array):
+            if name in SINKS:
+                raise _sink_error(plan.name, name)
+            check_cpu(value, name)
+            arr = np.asarray(value)
+            static[name] = arr.item() if arr.ndim == 0 and not _is_bfloat16(arr.dtype) else arr
+        elif name in SINKS and value is not None:
+            raise _traced_sink_error(plan.name, name)
+        elif name == "dtype" and value is not None and type(value).__module__.startswith("jax"):
+            static[name] = _numpy_dtype(value, name)
+        elif isinstance(value, np.ndarray):
+            static[name] = value.copy()  # its values as of tracing, as jit keeps constants
+        else:
+            static[name] = value
+    return _apply(plan, static, tuple(names), tracers)
+
+
+def _apply(plan, static, names, values):
+    """The traced call of `plan` with `values` for the arguments `names`."""
+    (structs, tree) = _result_spec(plan, static, names, values)
+    op = _Op(plan, static, names, tuple(tuple(np.shape(t)) for t in values), structs, tree)
+    return _differentiable(plan, op, static, names)(*values)
+
+
+def _differentiable(plan, op, static, names):
+    """`op` as a function JAX can differentiate where posenc can (a
+    custom_vjp), and refuses to elsewhere."""
+
+    def fwd(*primals):
+        for name, p in zip(names, primals):
+            if p.perturbed and name not in plan.grads:
+                raise TypeError(_grad_error(plan, name))
+        values = tuple(p.value for p in primals)
+        return op(*values), values
+
+    def bwd(values, cotangent):
+        cotangents = []
+        for name in names:
+            if name in plan.grads and not isinstance(cotangent, SymbolicZero):
+                cotangents.append(plan.grads[name](plan, static, names, values, cotangent))
+            else:
+                cotangents.append(None)
+        return tuple(cotangents)
+
+    def traced(*values):
+        return op(*values)
+
+    f = jax.custom_vjp(traced)
+    f.defvjp(fwd, bwd, symbolic_zeros=True)
+    return f
+
+
+def _grad_error(plan, name):
+    which = ", ".join(sorted(plan.grads))
+    return (
+        f"jax.grad through posenc.{plan.name} with respect to {name}: posenc does not compute "
+        f"that gradient"
+        + (f" (only with respect to {which})" if which else "")
+        + f"; wrap it in jax.lax.stop_gradient({name}) if it needs none"
+    )
+
+
+# ---------------------------------------------------------------- gradients
+
+
+def _rope_grad(plan, static, names, values, cotangent):
+    """apply_rope's backward: the inverse rotation of the incoming gradient."""
+    backward = dict(static, inverse=not static.get("inverse", False))
+    traced = dict(zip(names, values))
+    traced["x"] = cotangent
+    return _apply(plan, backward, tuple(traced), list(traced.values()))
+
+
+def _t5_grad(plan, static, names, values, cotangent):
+    """t5_bias's backward with respect to its table: by bucket, in C."""
+    traced = dict(zip(names, values))
+    table = traced["table"]
+    grad_static = {
+        "num_buckets": table.shape[0],
+        "bidirectional": static.get("bidirectional", True),
+        "max_distance": static.get("max_distance", 128),
+    }
+    grad_names = ["grad"]
+    grad_values = [cotangent]
+    if "q_offset" in traced:
+        grad_names.append("q_offset")
+        grad_values.append(traced["q_offset"])
+    else:
+        grad_static["q_offset"] = static.get("q_offset", 0)
+    result = _apply(_GRAD_PLAN, grad_static, tuple(grad_names), grad_values)
+    return result.astype(table.dtype)
+
+
+#: for each function, the arguments JAX may differentiate and their backward
+_GRADIENTS: Dict[str, Dict[str, Callable[..., Any]]] = {
+    "apply_rope": {"x": _rope_grad},
+    "t5_bias": {"table": _t5_grad},
+}
+
+
+class _GradPlan(_Plan):
+    def __init__(self):
+        self.fn = t5_bias_table_grad
+        self.name = "t5_bias_table_grad"
+        self.rule = None
+        self.grads = {}
+
+
+_GRAD_PLAN = _GradPlan()
