@@ -52,6 +52,7 @@ array (JAX arrays are immutable): use the return value.
 
 from __future__ import annotations
 
+import inspect
 import warnings
 from typing import Any, Callable, Dict, Tuple
 
@@ -232,21 +233,25 @@ _OUT_RULES: Dict[str, Callable[[Dict[str, Any]], Tuple[tuple, np.dtype]]] = {
 }
 
 
-def _run_eager(fn, rule, arguments):
-    """fn(**arguments); a large result written into a buffer XLA can adopt."""
-    if rule is not None and arguments.get("out") is None and arguments.get("scores") is None:
+def _run_eager(plan, args, kwargs):
+    """The NumPy function on NumPy arguments; a large result written into a
+    buffer that XLA can adopt."""
+    fn = plan.fn
+    if plan.rule is not None and kwargs.get("out") is None and kwargs.get("scores") is None:
+        named = dict(zip(plan.positional, args))
+        named.update(kwargs)
         try:
-            shape, dtype = rule(arguments)
+            shape, dtype = plan.rule(named)
             nbytes = dtype.itemsize * int(np.prod(shape, dtype=np.float64))
         except Exception:  # the arguments do not say: fn allocates (or reports them)
             nbytes = 0
         if ZERO_COPY_BYTES <= nbytes < 1 << 62:
             buffer = _aligned_empty(shape, dtype)
             try:
-                return fn(**arguments, out=buffer)
+                return fn(*args, **kwargs, out=buffer)
             except (TypeError, ValueError):
                 pass  # reported by the call as the user made it, below
-    return fn(**arguments)
+    return fn(*args, **kwargs)
 
 
 # ---------------------------------------------------------------- the eager path
@@ -259,6 +264,10 @@ class _Plan:
         self.fn = fn
         self.name = fn.__name__
         self.signature = signature
+        positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+        self.positional = tuple(
+            p.name for p in signature.parameters.values() if p.kind in positional
+        )
         self.rule = _OUT_RULES.get(self.name)
         self.grads = _GRADIENTS.get(self.name, {})
 
@@ -267,6 +276,9 @@ class _Plan:
             return dict(self.signature.bind(*args, **kwargs).arguments)
         except TypeError as exc:
             raise TypeError(f"{self.name}(): {exc}") from None
+
+    def name_of(self, i):
+        return self.positional[i] if i < len(self.positional) else f"argument {i + 1}"
 
 
 _PLANS: Dict[Any, _Plan] = {}
@@ -277,14 +289,11 @@ def call(fn, signature, args, kwargs):
     plan = _PLANS.get(fn)
     if plan is None:
         plan = _PLANS[fn] = _Plan(fn, signature)
-    device = kwargs.pop("device", None) if "device" in kwargs else None
-    arguments = plan.bind(args, kwargs)
-    if device is not None:
-        device = _device_argument(device)
-    for value in arguments.values():
+    device = _device_argument(kwargs.pop("device")) if "device" in kwargs else None
+    for value in (*args, *kwargs.values()):
         if isinstance(value, _Tracer):
-            return _traced(plan, arguments)
-    return _eager(plan, arguments, device)
+            return _traced(plan, plan.bind(args, kwargs))
+    return _eager(plan, args, kwargs, device)
 
 
 def _device_argument(device):
@@ -301,34 +310,51 @@ def _device_argument(device):
     raise TypeError(f"device must be a jax.Device or 'cpu', not {device!r}")
 
 
-def _eager(plan, arguments, device):
-    place = None  # the one device the JAX arrays given are committed to, if any
-    placed = True
-    for name, value in arguments.items():
-        if isinstance(value, _Array):
-            if name in SINKS:
-                raise _sink_error(plan.name, name)
-            devices = check_cpu(value, name)
-            if placed and value.committed and len(devices) == 1:
-                (d,) = devices
-                if place is None or place == d:
-                    place = d
-                else:
-                    placed = False
-            arr = np.asarray(value)
-            if arr.ndim == 0 and not _is_bfloat16(arr.dtype):
-                arguments[name] = arr.item()  # a length, an offset: a Python number
+class _Placement:
+    """The one device the JAX arrays of a call are committed to, if any."""
+
+    __slots__ = ("device", "one")
+
+    def __init__(self):
+        self.device = None
+        self.one = True
+
+    def add(self, value, name):
+        devices = check_cpu(value, name)
+        if self.one and value.committed and len(devices) == 1:
+            (device,) = devices
+            if self.device is None or self.device == device:
+                self.device = device
             else:
-                arguments[name] = arr
-        elif name == "dtype" and value is not None and type(value).__module__.startswith("jax"):
-            arguments[name] = _numpy_dtype(value, name)
-    if "dtype" in arguments and not x64_enabled():
-        _warn_x64(plan.name, arguments["dtype"])
-    if device is None and placed:
-        device = place
-    result = _run_eager(plan.fn, plan.rule, arguments)
+                self.one = False
+
+
+def _eager_arg(plan, name, value, placement):
+    """One argument of an eager call as the NumPy function takes it."""
+    if isinstance(value, _Array):
+        if name in SINKS:
+            raise _sink_error(plan.name, name)
+        placement.add(value, name)
+        arr = np.asarray(value)  # a CPU array: its buffer, read-only, no copy
+        if arr.ndim == 0 and not _is_bfloat16(arr.dtype):
+            return arr.item()  # a length, an offset: a Python number
+        return arr
+    if name == "dtype" and value is not None and type(value).__module__.startswith("jax"):
+        return _numpy_dtype(value, name)
+    return value
+
+
+def _eager(plan, args, kwargs, device):
+    placement = _Placement()
+    np_args = [_eager_arg(plan, plan.name_of(i), a, placement) for i, a in enumerate(args)]
+    np_kwargs = {k: _eager_arg(plan, k, a, placement) for k, a in kwargs.items()}
+    if "dtype" in np_kwargs and not x64_enabled():
+        _warn_x64(plan.name, np_kwargs["dtype"])
+    if device is None and placement.one:
+        device = placement.device
+    result = _run_eager(plan, np_args, np_kwargs)
     for sink in SINKS:
-        if arguments.get(sink) is not None and result is arguments[sink]:
+        if np_kwargs.get(sink) is not None and result is np_kwargs[sink]:
             return result  # a NumPy out= or scores=, written in place
     return to_jax(result, device)
 
@@ -378,7 +404,7 @@ class _Op:
     """One traced call: the NumPy function, its static arguments, the names
     of its traced ones, and the shapes and dtypes of its result."""
 
-    def __init__(self, plan, static, names, shapes, leaves, tree):
+    def __init__(self, plan, static, names, shapes, leaves, tree, direct):
         self.plan = plan
         self.static = static
         self.names = names
@@ -387,76 +413,111 @@ class _Op:
         self.spec = leaves[0] if tree is None else leaves
         self.leaves = leaves  # the result's ShapeDtypeStructs, flattened
         self.tree = tree  # None: one array; else the tuple's length
+        self.direct = direct  # the function writes its result into XLA's buffer (out=)
 
-    def run(self, values):
+    def __call__(self, *values):
+        if _buffer_callback() is not None:
+            return _buffer_callback()(self.in_buffers, self.spec, vmap_method="expand_dims")(
+                *values
+            )
+        return jax.pure_callback(self.host, self.spec, *values, vmap_method="expand_dims")
+
+    def in_buffers(self, ctx, out, *buffers):
+        """The callback of buffer_callback: XLA's input and output buffers,
+        seen as NumPy arrays where they are (no copy either way)."""
+        outs = [np.asarray(out)] if self.tree is None else [np.asarray(o) for o in out]
+        self.compute([np.asarray(b) for b in buffers], outs)
+
+    def host(self, *arrays):
+        """The callback of pure_callback: the inputs' values in, the result out."""
+        arrays = [np.asarray(a) for a in arrays]
+        extra = arrays[0].ndim - self.ndims[0] if arrays else 0
+        batch = np.broadcast_shapes(*(a.shape[:extra] for a in arrays)) if extra else ()
+        outs = [np.empty(batch + s.shape, s.dtype) for s in self.leaves]
+        self.compute(arrays, outs)
+        return outs[0] if self.tree is None else tuple(outs)
+
+    def compute(self, arrays, outs):
+        """The result into `outs`.  Under jax.vmap (expand_dims) every
+        argument has the same number of leading batch axes, of size 1 where
+        it is not batched, and `outs` the whole batch's."""
+        extra = arrays[0].ndim - self.ndims[0] if arrays else 0
+        if extra == 0:
+            self.run(arrays, outs)
+            return
+        batch = outs[0].shape[:extra]
+        if self.whole_batch(arrays, extra, batch, outs):
+            return
+        for index in np.ndindex(*batch):
+            one = [
+                a[tuple(i if n != 1 else 0 for i, n in zip(index, a.shape[:extra]))] for a in arrays
+            ]
+            self.run(one, [o[index + (Ellipsis,)] for o in outs])  # views, 0-d too
+
+    def run(self, values, outs, **changed):
         arguments = dict(self.static)
         for name, value in zip(self.names, values):
             if value.ndim == 0 and not _is_bfloat16(value.dtype):
                 value = value.item()
             arguments[name] = value
+        arguments.update(changed)
+        if self.direct:
+            self.plan.fn(**arguments, out=outs[0])
+            return
         result = self.plan.fn(**arguments)
-        leaves = (result,) if self.tree is None else result
-        return [np.asarray(r, dtype=s.dtype) for r, s in zip(leaves, self.leaves)]
+        for out, r in zip(outs, (result,) if self.tree is None else result):
+            out[...] = r  # cast where JAX holds a narrower dtype (int64 -> int32)
 
-    def host(self, *arrays):
-        """The callback: runs on the host with the traced arguments' values."""
-        arrays = [np.asarray(a) for a in arrays]
-        extra = arrays[0].ndim - self.ndims[0] if arrays else 0
-        if extra == 0:
-            outs = self.run(arrays)
-        else:
-            outs = self.batched(arrays, extra)
-        return outs[0] if self.tree is None else tuple(outs)
-
-    def batched(self, arrays, extra):
-        """Under jax.vmap: `extra` leading batch axes on every argument (of
-        size 1 on those not batched)."""
-        batch = np.broadcast_shapes(*(a.shape[:extra] for a in arrays))
-        whole = self.whole_batch(arrays, extra, batch)
-        if whole is not None:
-            return whole
-        outs = [np.empty(batch + s.shape, s.dtype) for s in self.leaves]
-        for index in np.ndindex(*batch):
-            one = [
-                a[tuple(i if n != 1 else 0 for i, n in zip(index, a.shape[:extra]))] for a in arrays
-            ]
-            for out, r in zip(outs, self.run(one)):
-                out[index] = r
-        return outs
-
-    def whole_batch(self, arrays, extra, batch):
+    def whole_batch(self, arrays, extra, batch, outs):
         """The batch in one call, where the function's own broadcasting
         gives each element's result: apply_rope on batched data, sinusoid
-        and rope_cos_sin on batched positions."""
+        and rope_cos_sin on batched positions.  False: call per element."""
         name = self.plan.name
         traced = dict(zip(self.names, arrays))
         if name == "apply_rope":
             if set(traced) - {"x", "positions"} or not _seq_free(self.static):
-                return None
+                return False
             positions = traced.get("positions")
-            x = np.broadcast_to(traced["x"], batch + traced["x"].shape[extra:])
             if positions is not None and positions.ndim - extra < 1:
-                return None  # a scalar position per element: no axis to place it on
-            arguments = dict(self.static, x=x)
-            if positions is not None:
-                arguments["positions"] = positions
-            axis = arguments.get("seq_axis", -2)
-            if isinstance(axis, (int, np.integer)) and axis >= 0:
-                arguments["seq_axis"] = axis + extra
-            result = self.plan.fn(**arguments)
-            return [np.asarray(result, dtype=self.leaves[0].dtype)]
+                return False  # a scalar position per element: no axis to place it on
+            if "x" in traced:
+                x = traced["x"]
+                shape = batch + x.shape[extra:]
+            else:
+                x = np.asarray(self.static["x"])
+                shape = batch + x.shape
+            changed = {"x": np.broadcast_to(x, shape)}
+            axis = self.static.get("seq_axis", -2)
+            if isinstance(axis, (int, np.integer)) and not isinstance(axis, bool) and axis >= 0:
+                changed["seq_axis"] = axis + extra
+            self.run([traced.get(n) for n in self.names], outs, **changed)
+            return True
         if name in ("sinusoid", "rope_cos_sin") and set(traced) == {"positions"}:
             if name == "rope_cos_sin" and not _seq_free(self.static):
-                return None
-            shape = self.shapes[self.names.index("positions")]
-            positions = np.broadcast_to(traced["positions"], batch + shape)
-            result = self.plan.fn(**dict(self.static, positions=positions))
-            leaves = (result,) if self.tree is None else result
-            return [np.asarray(r, dtype=s.dtype) for r, s in zip(leaves, self.leaves)]
-        return None
+                return False
+            shape = batch + self.shapes[0]
+            self.run([traced["positions"]], outs, positions=np.broadcast_to(arrays[0], shape))
+            return True
+        return False
 
-    def __call__(self, *values):
-        return jax.pure_callback(self.host, self.spec, *values, vmap_method="expand_dims")
+
+_BUFFER_CALLBACK: list = []
+
+
+def _buffer_callback():
+    """jax.experimental.buffer_callback.buffer_callback where JAX has it and
+    computes on the CPU (the callback then reads and writes XLA's buffers in
+    place), else None (jax.pure_callback: a copy of the inputs and of the
+    result)."""
+    if not _BUFFER_CALLBACK:
+        try:
+            from jax.experimental.buffer_callback import buffer_callback
+        except ImportError:
+            buffer_callback = None
+        if jax.default_backend() != "cpu":
+            buffer_callback = None
+        _BUFFER_CALLBACK.append(buffer_callback)
+    return _BUFFER_CALLBACK[0]
 
 
 def _seq_free(static):
@@ -502,7 +563,11 @@ def _result_spec(plan, static, names, tracers):
             "not arrays; call it outside the traced function"
         )
     structs = tuple(jax.ShapeDtypeStruct(r.shape, _canonical(r.dtype)) for r in leaves)
-    found = (structs, tree)
+    # the function can write into XLA's buffer when JAX holds its own dtype
+    direct = (
+        tree is None and "out" in plan.signature.parameters and structs[0].dtype == result.dtype
+    )
+    found = (structs, tree, direct)
     if key is not None:
         if len(_SPECS) > 512:
             _SPECS.clear()
@@ -547,8 +612,9 @@ def _traced(plan, arguments):
 
 def _apply(plan, static, names, values):
     """The traced call of `plan` with `values` for the arguments `names`."""
-    (structs, tree) = _result_spec(plan, static, names, values)
-    op = _Op(plan, static, names, tuple(tuple(np.shape(t)) for t in values), structs, tree)
+    structs, tree, direct = _result_spec(plan, static, names, values)
+    shapes = tuple(tuple(np.shape(t)) for t in values)
+    op = _Op(plan, static, names, shapes, structs, tree, direct)
     return _differentiable(plan, op, static, names)(*values)
 
 
@@ -632,6 +698,7 @@ class _GradPlan(_Plan):
     def __init__(self):
         self.fn = t5_bias_table_grad
         self.name = "t5_bias_table_grad"
+        self.signature = inspect.signature(t5_bias_table_grad)
         self.rule = None
         self.grads = {}
 
