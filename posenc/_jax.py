@@ -370,7 +370,7 @@ def _warn_x64(fn_name, dtype):
             "holds float32: the float64 table is rounded to float32 (set "
             "jax.config.update('jax_enable_x64', True) to keep float64)",
             UserWarning,
-            stacklevel=4,
+            stacklevel=5,  # the line that called posenc
         )
 
 
@@ -542,6 +542,7 @@ def _result_spec(plan, static, names, tracers):
     when the static arguments are hashable)."""
     key = (
         plan.fn,
+        x64_enabled(),  # the dtypes JAX holds
         tuple((n, t.shape, np.dtype(t.dtype)) for n, t in zip(names, tracers)),
         tuple((n, type(s), s) for n, s in static.items()),
     )
@@ -607,6 +608,8 @@ def _traced(plan, arguments):
             static[name] = value.copy()  # its values as of tracing, as jit keeps constants
         else:
             static[name] = value
+    if static.get("dtype") is not None and not x64_enabled():
+        _warn_x64(plan.name, static["dtype"])
     return _apply(plan, static, tuple(names), tracers)
 
 
@@ -627,7 +630,9 @@ def _differentiable(plan, op, static, names):
             if p.perturbed and name not in plan.grads:
                 raise TypeError(_grad_error(plan, name))
         values = tuple(p.value for p in primals)
-        return op(*values), values
+        # f itself, not op: differentiated again (a gradient's gradient), it
+        # is f's rule that applies
+        return f(*values), values
 
     def bwd(values, cotangent):
         cotangents = []
