@@ -66,6 +66,12 @@ from . import _validate as v
 from . import rope_scaling as _rope_scaling
 from .bias import t5_bias_table_grad
 
+if "vmap_method" not in inspect.signature(jax.pure_callback).parameters:
+    raise ImportError(
+        f"posenc takes JAX arrays from jax 0.4.36 on (jax {jax.__version__} is installed); with "
+        "this one, hand it NumPy arrays (np.asarray(x)) and wrap its results (jnp.asarray)"
+    )
+
 _Tracer = jax.core.Tracer
 _Array = jax.Array
 

@@ -39,6 +39,24 @@ from posenc import _jax as pjx  # noqa: E402  (imports jax)
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 
+# float64 in JAX, as a context (jax.enable_x64 in newer JAX)
+if hasattr(jax, "enable_x64"):
+    x64 = jax.enable_x64
+else:  # pragma: no cover - depends on the JAX version
+    from jax.experimental import enable_x64 as x64
+
+
+@pytest.fixture(params=["buffer_callback", "pure_callback"])
+def callback(request, monkeypatch):
+    """Traced calls through each of posenc's two callbacks: XLA's buffers in
+    place where JAX has buffer_callback, pure_callback (copies) elsewhere."""
+    if request.param == "buffer_callback":
+        if pjx._buffer_callback() is None:
+            pytest.skip("this JAX has no buffer_callback")
+    else:
+        monkeypatch.setattr(pjx, "_BUFFER_CALLBACK", [None])
+    return request.param
+
 
 def randn(*shape, dtype=np.float32, seed=0):
     return np.random.default_rng(seed).standard_normal(shape).astype(dtype)
@@ -231,7 +249,7 @@ def test_float64_without_x64_warns_and_gives_float32():
 
 def test_float64_with_x64():
     x = randn(2, 3, 20, 16, dtype=np.float64, seed=4)
-    with jax.enable_x64(True):
+    with x64(True):
         got = posenc.apply_rope(jnp.asarray(x), offset=1000)
         jitted = jax.jit(lambda x: posenc.apply_rope(x, offset=1000))(jnp.asarray(x))
         pe = posenc.sinusoid(jnp.arange(7.0), 8, dtype="float64")
@@ -376,7 +394,7 @@ def test_results_stay_on_the_device_of_their_input():
 # ---------------------------------------------------------------- jax.jit
 
 
-def test_jit_traces_the_encodings_and_gives_the_eager_numbers():
+def test_jit_traces_the_encodings_and_gives_the_eager_numbers(callback):
     x = jnp.asarray(randn(2, 4, 16, 8))
     table = jnp.asarray(randn(32, 4))
     ids = jnp.asarray(np.arange(32).reshape(2, 16) % 11)
@@ -465,14 +483,14 @@ def test_bad_input_raises_the_numpy_error_eagerly_and_while_tracing(call):
     assert str(tracer_error.value) == str(numpy_error.value)
 
 
-def test_a_bad_value_inside_jit_fails_with_posencs_message():
+def test_a_bad_value_inside_jit_fails_with_posencs_message(callback):
     f = jax.jit(lambda p: posenc.sinusoid(p, 8))
     with pytest.raises(Exception, match="positions must be finite"):
         f(jnp.array([0.0, np.nan])).block_until_ready()
     same(f(jnp.array([0.0, 1.0])), posenc.sinusoid(np.array([0.0, 1.0], np.float32), 8))
 
 
-def test_zero_size_arrays():
+def test_zero_size_arrays(callback):
     x = jnp.zeros((2, 0, 8))
     same(posenc.apply_rope(x), np.zeros((2, 0, 8), np.float32))
     same(jax.jit(posenc.apply_rope)(x), np.zeros((2, 0, 8), np.float32))
@@ -486,7 +504,7 @@ def _stack(fn, n):
     return np.stack([np.asarray(fn(i)) for i in range(n)])
 
 
-def test_vmap_gives_each_elements_numbers():
+def test_vmap_gives_each_elements_numbers(callback):
     x = randn(3, 4, 16, 8)
     jx = jnp.asarray(x)
     ids = np.arange(48).reshape(3, 16) % 13
@@ -523,7 +541,7 @@ def test_vmap_gives_each_elements_numbers():
     )
 
 
-def test_vmap_of_tables_and_biases():
+def test_vmap_of_tables_and_biases(callback):
     pos = np.arange(12.0).reshape(3, 4) * 1.5
     same(
         jax.vmap(lambda p: posenc.sinusoid(p, 8))(jnp.asarray(pos)),
@@ -555,7 +573,7 @@ def test_grad_of_apply_rope_is_jaxs_own_through_the_formula():
     x = randn(2, 3, 10, 16, dtype=np.float64, seed=5)
     w = randn(2, 3, 10, 16, dtype=np.float64, seed=6)
     positions = np.arange(10) + 123
-    with jax.enable_x64(True):
+    with x64(True):
         x, w = jnp.asarray(x), jnp.asarray(w)
         got = jax.grad(lambda x: jnp.sum(w * posenc.apply_rope(x, jnp.asarray(positions))))(x)
         want = jax.grad(lambda x: jnp.sum(w * rope_jnp(x, positions)))(x)
@@ -565,7 +583,7 @@ def test_grad_of_apply_rope_is_jaxs_own_through_the_formula():
     same(jitted, got)
 
 
-def test_grad_of_a_norm_and_its_second_derivative():
+def test_grad_of_a_norm_and_its_second_derivative(callback):
     # |R x|^2 = |x|^2: its gradient is 2x, and the derivative of <v, 2x> is 2v
     x = jnp.asarray(randn(2, 4, 16, 32, seed=7))
     v = jnp.asarray(randn(2, 4, 16, 32, seed=8))
@@ -581,7 +599,7 @@ def test_grad_of_a_norm_and_its_second_derivative():
     np.testing.assert_allclose(np.asarray(per), 2 * np.asarray(x), rtol=1e-5, atol=1e-5)
 
 
-def test_grad_of_t5_bias_is_jaxs_own_through_the_lookup():
+def test_grad_of_t5_bias_is_jaxs_own_through_the_lookup(callback):
     table = jnp.asarray(randn(32, 4, seed=9))
     w = jnp.asarray(randn(2, 4, 6, 9, seed=10))
     buckets = reference.relative_position_bucket(
