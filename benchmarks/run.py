@@ -8,15 +8,19 @@ Every case times four things on the same machine in the same run:
   Hugging Face writes it (only when torch is importable);
 - ``compiled``: that PyTorch code under ``torch.compile`` (Inductor, its
   default settings): what a user would otherwise compile;
+- ``jit``: the same formulas written in ``jax.numpy`` under ``jax.jit`` (XLA
+  on the CPU, its own threads), on JAX arrays: what a JAX user would
+  otherwise compile (only when jax is importable);
 - ``memory``: the machine's limit for the bytes involved, ``ndarray.fill`` of
   the output for a generator, ``np.copyto`` of the same bytes for a transform.
 
 Each is timed as the median of several repeats after a warm-up.  The table
 gives times in milliseconds and the ratios ``posenc / memory`` (1.0 is the
 bandwidth floor), ``numpy / posenc``, ``torch / posenc`` and
-``compiled / posenc`` (speed-ups).  The ``torch`` group calls posenc with
-torch tensors: a decoding step (the round trip through posenc included),
-posenc's operators under torch.compile, and autograd.
+``compiled / posenc``, ``jit / posenc`` (speed-ups).  The ``torch`` group calls
+posenc with torch tensors: a decoding step (the round trip through posenc
+included), posenc's operators under torch.compile, and autograd; the ``jax``
+group with JAX arrays: eagerly, under jax.jit, and under jax.grad.
 
     python benchmarks/run.py                 # all cases, 1 and 2 threads
     python benchmarks/run.py --quick         # smaller, well under a minute
@@ -43,6 +47,12 @@ try:  # the comparison only; never a dependency of posenc
 except ImportError:  # pragma: no cover - depends on the machine
     torch = None
 
+try:  # likewise
+    import jax
+    import jax.numpy as jnp
+except ImportError:  # pragma: no cover - depends on the machine
+    jax = jnp = None
+
 
 @dataclass
 class Case:
@@ -55,6 +65,7 @@ class Case:
     numpy: object = None
     torch: object = None
     compiled: object = None  # None: torch.compile of `torch`
+    jit: object = None  # the jax.numpy formula under jax.jit
     note: str = ""
     extra: dict = field(default_factory=dict)
 
@@ -94,6 +105,109 @@ def copyto_of(shape, dtype):
     return lambda: np.copyto(dst, src)
 
 
+# ---------------------------------------------------------------- the jax.numpy formulas
+#
+# Each returns a callable timing one call of the jitted function on JAX
+# arrays, result ready; the arrays it computes from are arguments (not
+# constants XLA could fold while compiling).
+
+
+def _ready(fn, *args):
+    return lambda: fn(*args).block_until_ready()
+
+
+def _jax_sinusoid(n, dim, dtype):
+    """The sinusoid as transformers and most JAX code write it: float32
+    angles, sines and cosines interleaved.  Not float64: JAX holds 32 bits
+    unless jax_enable_x64 is set."""
+    if jax is None or np.dtype(dtype) == np.float64:
+        return None
+
+    @jax.jit
+    def table(positions):
+        div = jnp.exp(jnp.arange(0, dim, 2, dtype=jnp.float32) * (-np.log(10000.0) / dim))
+        angle = positions[:, None] * div
+        return jnp.stack([jnp.sin(angle), jnp.cos(angle)], axis=-1).reshape(n, dim).astype(dtype)
+
+    return _ready(table, jnp.arange(n, dtype=jnp.float32))
+
+
+def _jax_rope(x, seq_axis=-2):
+    """``q * cos + rotate_half(q) * sin`` with cos/sin cached outside the
+    timed call, as for torch."""
+    if jax is None:
+        return None
+    n, dim = x.shape[seq_axis], x.shape[-1]
+    inv_freq = 1.0 / 10000.0 ** (np.arange(0, dim, 2, dtype=np.float32) / dim)
+    freqs = np.arange(n, dtype=np.float32)[:, None] * inv_freq
+    emb = np.concatenate([freqs, freqs], axis=-1)
+    shape = (n, dim) if seq_axis == -2 else (n, 1, dim)
+    cos = jnp.asarray(np.cos(emb).reshape(shape), dtype=x.dtype)
+    sin = jnp.asarray(np.sin(emb).reshape(shape), dtype=x.dtype)
+
+    @jax.jit
+    def rotate(q, cos, sin):
+        half = q.shape[-1] // 2
+        return q * cos + jnp.concatenate([-q[..., half:], q[..., :half]], axis=-1) * sin
+
+    return _ready(rotate, jnp.asarray(x), cos, sin)
+
+
+def _jax_alibi_of(n_heads, q_len, k_len):
+    """ALiBi as BLOOM builds it (slope x key position, one row per head),
+    broadcast over the queries, plus the causal mask: a jitted function of
+    the slopes."""
+
+    def bias(slopes):
+        alibi = slopes[:, None, None] * jnp.arange(k_len, dtype=jnp.float32)[None, None, :]
+        qpos = k_len - q_len + jnp.arange(q_len)[:, None]
+        future = jnp.arange(k_len)[None, :] > qpos
+        return jnp.where(future[None], -jnp.inf, alibi)
+
+    return bias
+
+
+def _jax_alibi(n_heads, q_len, k_len, scores=None):
+    if jax is None:
+        return None
+    slopes = jnp.asarray(posenc.alibi_slopes(n_heads), dtype=jnp.float32)
+    bias = _jax_alibi_of(n_heads, q_len, k_len)
+    if scores is None:
+        return _ready(jax.jit(bias), slopes)
+    return _ready(jax.jit(lambda s, slopes: s + bias(slopes)), jnp.asarray(scores), slopes)
+
+
+def _jax_t5_bias_of(num_buckets, q_len, k_len, max_distance=128):
+    """T5's bias written from its definition in jax.numpy (bidirectional:
+    half of the buckets per direction, half of those exact distances, the
+    rest logarithmic up to max_distance), the table gathered by bucket."""
+
+    def bias(table):
+        rel = jnp.arange(k_len)[None, :] - jnp.arange(q_len)[:, None]  # posenc's q_offset=0
+        half = num_buckets // 2
+        exact = half // 2
+        side = jnp.where(rel > 0, half, 0)
+        dist = jnp.abs(rel)
+        log = exact + (
+            jnp.log(jnp.maximum(dist, 1).astype(jnp.float32) / exact)
+            / np.log(max_distance / exact)
+            * (half - exact)
+        ).astype(jnp.int32)
+        buckets = side + jnp.where(dist < exact, dist, jnp.minimum(log, half - 1))
+        return jnp.moveaxis(table[buckets], -1, 0)
+
+    return bias
+
+
+def _jax_t5(table, q_len, k_len, scores=None):
+    if jax is None:
+        return None
+    bias = _jax_t5_bias_of(table.shape[0], q_len, k_len)
+    if scores is None:
+        return _ready(jax.jit(bias), jnp.asarray(table))
+    return _ready(jax.jit(lambda s, t: s + bias(t)), jnp.asarray(scores), jnp.asarray(table))
+
+
 # ---------------------------------------------------------------- sinusoid
 
 
@@ -122,6 +236,7 @@ def sinusoid_cases(quick):
                 memory=lambda out=out: out.fill(0.5),
                 numpy=lambda n=n, dim=dim, dtype=dtype: reference.sinusoid(n, dim, dtype=dtype),
                 torch=hf_torch if torch is not None else None,
+                jit=_jax_sinusoid(n, dim, dtype),
             )
         )
     cases.append(
@@ -206,6 +321,7 @@ def rope_cases(quick):
                     memory=copyto_of(shape, dtype),
                     numpy=numpy_ref,
                     torch=torch_ref,
+                    jit=_jax_rope(x, seq_axis),
                 )
             )
             cases.append(
@@ -216,7 +332,8 @@ def rope_cases(quick):
                     memory=copyto_of(shape, dtype),
                     numpy=numpy_ref,
                     torch=torch_ref,
-                    note="numpy and torch: out of place, as they are written",
+                    jit=_jax_rope(x, seq_axis),
+                    note="numpy, torch and jit: out of place, as they are written",
                 )
             )
     x = rng.standard_normal((1, 32, seq, 128)).astype(np.float32)
@@ -227,6 +344,7 @@ def rope_cases(quick):
             posenc=lambda x=x: posenc.apply_rope(x),
             memory=lambda x=x: np.copyto(np.empty_like(x), x),
             torch=_rope_torch(x, -2),
+            jit=_jax_rope(x),
             note="allocation and page faults included on all sides",
         )
     )
@@ -240,7 +358,8 @@ def rope_cases(quick):
             posenc=lambda x=x, out=out: posenc.apply_rope(x, offset=4096, out=out),
             memory=copyto_of(x.shape, x.dtype),
             torch=_rope_torch(x, -2),
-            note="torch: the cached cos/sin of one position, as a KV-cache step uses them",
+            jit=_jax_rope(x),
+            note="torch, jit: the cached cos/sin of one position, as a KV-cache step uses them",
         )
     )
     # how the time grows with the number of positions
@@ -323,7 +442,8 @@ def bias_cases(quick):
             memory=lambda: out.fill(0.5),
             numpy=lambda: reference.alibi_bias(n_heads, n),
             torch=torch_alibi if torch is not None else None,
-            note="torch: BLOOM's build_alibi_tensor + causal mask, materialised",
+            jit=_jax_alibi(n_heads, n, n),
+            note="torch, jit: BLOOM's build_alibi_tensor + causal mask, materialised",
         )
     )
 
@@ -336,7 +456,9 @@ def bias_cases(quick):
             memory=lambda: out.fill(0.5),
             numpy=lambda: reference.t5_bias(table, n),
             torch=(lambda: _hf_t5_bias(ttable, n, n).contiguous()) if have_hf else None,
-            note="torch: T5Attention's bucketing + embedding lookup, made contiguous",
+            jit=_jax_t5(table, n, n),
+            note="torch: T5Attention's bucketing + embedding lookup, made contiguous; "
+            "jit: the same in jax.numpy",
         )
     )
 
@@ -357,7 +479,9 @@ def bias_cases(quick):
             memory=lambda: np.add(scores, alibi, out=scores),
             numpy=lambda: reference.alibi_bias(n_heads, n, scores=scores),
             torch=torch_alibi_add if torch is not None else None,
-            note="memory: scores += precomputed bias; torch: scores += alibi (broadcast) + mask",
+            jit=_jax_alibi(n_heads, n, n, scores=scores),
+            note="memory: scores += precomputed bias; torch: scores += alibi (broadcast) + mask; "
+            "jit: scores + bias, a new array",
         )
     )
 
@@ -378,6 +502,7 @@ def bias_cases(quick):
             memory=lambda: step.fill(0.5),
             numpy=lambda: reference.alibi_bias(n_heads, 1, k),
             torch=torch_alibi_step if torch is not None else None,
+            jit=_jax_alibi(n_heads, 1, k),
             note="torch: BLOOM's build_alibi_tensor + causal mask",
         )
     )
@@ -389,6 +514,7 @@ def bias_cases(quick):
             memory=lambda: step.fill(0.5),
             numpy=lambda: reference.t5_bias(table, 1, k),
             torch=(lambda: _hf_t5_bias(ttable, 1, k).contiguous()) if have_hf else None,
+            jit=_jax_t5(table, 1, k),
             note="torch: T5Attention's bucketing + embedding lookup",
         )
     )
@@ -402,7 +528,9 @@ def bias_cases(quick):
             memory=lambda: np.add(scores, t5, out=scores),
             numpy=lambda: reference.t5_bias(table, n, scores=scores),
             torch=(lambda: tscores.add_(_hf_t5_bias(ttable, n, n))) if have_hf else None,
-            note="memory: scores += precomputed bias; torch: scores += compute_bias(...)",
+            jit=_jax_t5(table, n, n, scores=scores),
+            note="memory: scores += precomputed bias; torch: scores += compute_bias(...); "
+            "jit: scores + bias, a new array",
         )
     )
     return cases
@@ -844,6 +972,111 @@ def torch_cases(quick):
     return cases
 
 
+# ---------------------------------------------------------------- JAX arrays
+
+
+def _xla_fill(x):
+    """The floor of a host kernel inside a jitted function: a callback that
+    fills XLA's new output buffer (ndarray.fill), where JAX has
+    buffer_callback; else a jitted x * 1.5, XLA's own pass."""
+    try:
+        from jax.experimental.buffer_callback import buffer_callback
+    except ImportError:  # pragma: no cover - depends on the JAX version
+        return _ready(jax.jit(lambda q: q * 1.5), x)
+
+    def fill(ctx, out, q):
+        np.asarray(out).fill(0.5)
+
+    return _ready(jax.jit(buffer_callback(fill, jax.ShapeDtypeStruct(x.shape, x.dtype))), x)
+
+
+@case("jax")
+def jax_cases(quick):
+    if jax is None:
+        print("jax: jax is not installed, cases left out", file=sys.stderr)
+        return []
+    cases = []
+    rng = np.random.default_rng(0)
+
+    # one decoding step: a JAX array in, a JAX array out
+    x = rng.standard_normal((1, 32, 1, 128)).astype(np.float32)
+    q = jnp.asarray(x)
+    cos_sin_step = _jax_rope(x)  # cos/sin of the one position cached
+
+    cases.append(
+        Case(
+            name="apply_rope(1, 32, 1, 128) float32 JAX array, offset=4096 (decoding)",
+            nbytes=x.nbytes,
+            posenc=lambda: posenc.apply_rope(q, offset=4096).block_until_ready(),
+            memory=copyto_of(x.shape, x.dtype),
+            jit=cos_sin_step,
+            note="posenc: array in, array out, eagerly; jit: the formula, cos/sin cached",
+        )
+    )
+    step = jax.jit(lambda q, o: posenc.apply_rope(q, offset=o))
+    cases.append(
+        Case(
+            name="apply_rope(1, 32, 1, 128) float32 under jax.jit, traced offset (decoding)",
+            nbytes=x.nbytes,
+            posenc=_ready(step, q, 4096),
+            memory=copyto_of(x.shape, x.dtype),
+            jit=cos_sin_step,
+            note="posenc: a callback of the compiled function into the C kernel",
+        )
+    )
+
+    seq = 1024 if quick else 4096
+    x = rng.standard_normal((1, 32, seq, 128)).astype(np.float32)
+    whole = jnp.asarray(x)
+    formula = _jax_rope(x)
+    cases.append(
+        Case(
+            name=f"apply_rope(1, 32, {seq}, 128) float32 JAX array, new array",
+            nbytes=x.nbytes,
+            posenc=lambda: posenc.apply_rope(whole).block_until_ready(),
+            memory=lambda: np.copyto(np.empty_like(x), x),
+            jit=formula,
+            note="posenc: read in place, the result adopted by XLA without a copy",
+        )
+    )
+    cases.append(
+        Case(
+            name=f"apply_rope(1, 32, {seq}, 128) float32 under jax.jit",
+            nbytes=x.nbytes,
+            posenc=_ready(jax.jit(lambda q: posenc.apply_rope(q)), whole),
+            memory=_xla_fill(whole),
+            jit=formula,
+            note="posenc: the kernel on XLA's buffers in place (buffer_callback); "
+            "memory: the host filling XLA's new output buffer from the same kind of callback",
+        )
+    )
+
+    # the forward and backward of a training step's rotation
+    n = whole.shape[-2]
+    inv_freq = 1.0 / 10000.0 ** (np.arange(0, 128, 2, dtype=np.float32) / 128)
+    emb = np.concatenate([np.arange(n, dtype=np.float32)[:, None] * inv_freq] * 2, axis=-1)
+    cos, sin = jnp.asarray(np.cos(emb)), jnp.asarray(np.sin(emb))
+    weight = jnp.asarray(rng.standard_normal(x.shape).astype(np.float32))
+
+    def rotate(q):
+        return q * cos + jnp.concatenate([-q[..., 64:], q[..., :64]], axis=-1) * sin
+
+    posenc_grad = jax.jit(jax.grad(lambda q: jnp.vdot(weight, posenc.apply_rope(q))))
+    formula_grad = jax.jit(jax.grad(lambda q: jnp.vdot(weight, rotate(q))))
+    cases.append(
+        Case(
+            name=f"apply_rope(1, 32, {seq}, 128) float32, jax.jit(jax.grad(...))",
+            nbytes=2 * x.nbytes,
+            posenc=_ready(posenc_grad, whole),
+            memory=lambda: np.copyto(np.empty_like(x), x),
+            jit=_ready(formula_grad, whole),
+            note="the loss <w, rope(q)>: forward + backward; posenc's backward the inverse "
+            "rotation; jit: JAX's autodiff through the formula",
+        )
+    )
+    return cases
+
+
 def _compile_column(case, torch_ok, compile_ok):
     """The callable timed in the compiled column: the case's own, else
     torch.compile of its torch callable (compiled on its first call)."""
@@ -857,7 +1090,7 @@ def _compile_column(case, torch_ok, compile_ok):
 # ---------------------------------------------------------------- driver
 
 
-def run(selected, threads, repeats, quick, torch_ok, compile_ok=True):
+def run(selected, threads, repeats, quick, torch_ok, compile_ok=True, jax_ok=True):
     rows = []
     for group, make in CASES:
         if selected and not any(k in group for k in selected):
@@ -887,6 +1120,7 @@ def run(selected, threads, repeats, quick, torch_ok, compile_ok=True):
                     timeit(c.torch, repeats) * 1e3 if c.torch is not None and torch_ok else None
                 )
                 row["compiled_ms"] = timeit(compiled, repeats) * 1e3 if compiled else None
+                row["jit_ms"] = timeit(c.jit, repeats) * 1e3 if c.jit and jax_ok else None
                 rows.append(row)
                 print(format_row(row), file=sys.stderr, flush=True)
     posenc.set_num_threads(0)
@@ -903,6 +1137,7 @@ def run(selected, threads, repeats, quick, torch_ok, compile_ok=True):
         row["compiled_speedup"] = (
             row["compiled_ms"] / row["posenc_ms"] if row["compiled_ms"] else None
         )
+        row["jit_speedup"] = row["jit_ms"] / row["posenc_ms"] if row["jit_ms"] else None
     return rows
 
 
@@ -919,18 +1154,19 @@ def format_row(row):
 
 def markdown(rows):
     head = (
-        "| case | thr | MiB | posenc ms | memory ms | numpy ms | torch ms | compiled ms "
-        "| posenc/memory | numpy/posenc | torch/posenc | compiled/posenc |\n"
-        "|---|---|---|---|---|---|---|---|---|---|---|---|\n"
+        "| case | thr | MiB | posenc ms | memory ms | numpy ms | torch ms | compiled ms | jit ms "
+        "| posenc/memory | numpy/posenc | torch/posenc | compiled/posenc | jit/posenc |\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n"
     )
     lines = []
     for r in rows:
         lines.append(
             f"| {r['case']} | {r['threads']} | {r['bytes'] / 2**20:.0f} | {r['posenc_ms']:.2f} "
             f"| {r['memory_ms']:.2f} | {fmt(r['numpy_ms'], '.1f')} | {fmt(r['torch_ms'], '.2f')} "
-            f"| {fmt(r['compiled_ms'], '.2f')} "
+            f"| {fmt(r['compiled_ms'], '.2f')} | {fmt(r['jit_ms'], '.2f')} "
             f"| {r['vs_memory']:.2f}x | {fmt(r['numpy_speedup'], '.1f')}x "
-            f"| {fmt(r['torch_speedup'], '.2f')}x | {fmt(r['compiled_speedup'], '.2f')}x |"
+            f"| {fmt(r['torch_speedup'], '.2f')}x | {fmt(r['compiled_speedup'], '.2f')}x "
+            f"| {fmt(r['jit_speedup'], '.2f')}x |"
         )
     return head + "\n".join(lines) + "\n"
 
@@ -948,21 +1184,24 @@ def main(argv=None):
     parser.add_argument(
         "--no-compile", action="store_true", help="leave the torch.compile column out"
     )
+    parser.add_argument("--no-jax", action="store_true", help="leave the jax.jit column out")
     args = parser.parse_args(argv)
     threads = [int(t) for t in args.threads.split(",")]
     repeats = args.repeats or (5 if args.quick else 15)
     torch_ok = torch is not None and not args.no_torch
-    rows = run(args.k, threads, repeats, args.quick, torch_ok, not args.no_compile)
+    jax_ok = jax is not None and not args.no_jax
+    rows = run(args.k, threads, repeats, args.quick, torch_ok, not args.no_compile, jax_ok)
     info = {
         **posenc.config(),
         "machine": platform.machine(),
         "cpus": os.cpu_count(),
         "torch": torch.__version__ if torch_ok else None,
+        "jax": jax.__version__ if jax_ok else None,
         "quick": args.quick,
     }
     print(
         f"posenc {info['posenc']}, simd {info['simd']}, numpy {info['numpy']}, "
-        f"torch {info['torch']}, {info['cpus']} cpus\n"
+        f"torch {info['torch']}, jax {info['jax']}, {info['cpus']} cpus\n"
     )
     print(markdown(rows))
     if args.json:
