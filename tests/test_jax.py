@@ -282,6 +282,31 @@ def test_eager_reads_the_array_in_place_and_xla_adopts_a_large_result(monkeypatc
     same(y, numpy_fn(np.asarray(x)))
 
 
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda: posenc.sinusoid(jnp.arange(4096.0), 64),
+        lambda: posenc.sinusoid(4096, 64, dtype=jnp.float16),
+        lambda: posenc.alibi_bias(4, 128, 256, slopes=jnp.ones(4)),
+        lambda: posenc.t5_bias(jnp.ones((32, 4)), 128, 256),
+        lambda: posenc.apply_rope(jnp.ones((1, 4, 512, 64), jnp.bfloat16)),
+    ],
+)
+def test_large_results_are_adopted_by_xla_without_a_copy(call, monkeypatch):
+    buffers = []
+    real = pjx._aligned_empty
+
+    def recording(shape, dtype):
+        buffers.append(real(shape, dtype))
+        return buffers[-1]
+
+    monkeypatch.setattr(pjx, "_aligned_empty", recording)
+    result = call()
+    assert len(buffers) == 1 and buffers[0].nbytes >= pjx.ZERO_COPY_BYTES
+    assert result.unsafe_buffer_pointer() == buffers[0].ctypes.data
+    same(result, buffers[0])
+
+
 def test_jit_reads_and_writes_xla_buffers_in_place(monkeypatch):
     if pjx._buffer_callback() is None:
         pytest.skip("this JAX has no buffer_callback: pure_callback copies")
@@ -371,6 +396,8 @@ def test_an_array_on_another_device_is_refused_naming_it(monkeypatch):
 def test_device_argument():
     pe = posenc.sinusoid(4, 8, device=jax.devices("cpu")[0])
     assert isinstance(pe, jax.Array) and pe.devices() == {jax.devices("cpu")[0]}
+    cos, sin = posenc.rope_cos_sin(jnp.arange(4), 8, device="cpu")
+    assert isinstance(cos, jax.Array) and isinstance(sin, jax.Array)
     with pytest.raises(TypeError, match="device must be a jax.Device or 'cpu'"):
         posenc.sinusoid(jnp.arange(4.0), 8, device="cuda")
 
@@ -539,6 +566,36 @@ def test_vmap_gives_each_elements_numbers(callback):
         ),
         np.stack([_stack(lambda i, o=o: A(x[i], offset=o), 3) for o in range(2)]),
     )
+
+
+def test_vmap_makes_one_call_per_batch_where_the_function_broadcasts(monkeypatch):
+    x = jnp.asarray(randn(4, 2, 8, 16))
+    calls = []
+    posenc.apply_rope(x)
+    posenc.sinusoid(jnp.arange(3.0), 8)
+    for plan in pjx._PLANS.values():
+        if plan.name in ("apply_rope", "sinusoid"):
+            numpy_fn = plan.fn
+
+            def counting(*args, _fn=numpy_fn, **kwargs):
+                calls.append(kwargs.get("x", kwargs.get("positions")))
+                return _fn(*args, **kwargs)
+
+            monkeypatch.setattr(plan, "fn", counting)
+
+    def ran():  # the calls made when the compiled function ran (not the tracing's)
+        return [c for c in calls if isinstance(c, np.ndarray) and all(c.strides)]
+
+    jax.jit(jax.vmap(posenc.apply_rope))(x).block_until_ready()
+    assert len(ran()) == 1
+    calls.clear()
+    jax.jit(jax.vmap(lambda p: posenc.sinusoid(p, 8)))(jnp.ones((4, 3))).block_until_ready()
+    assert len(ran()) == 1
+    calls.clear()
+    jax.jit(jax.vmap(lambda o: posenc.apply_rope(x[0], offset=o)))(
+        jnp.arange(4)
+    ).block_until_ready()
+    assert len(calls) == 1 + 4  # one on the stand-ins while tracing, then one per element
 
 
 def test_vmap_of_tables_and_biases(callback):
