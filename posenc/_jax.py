@@ -17,17 +17,19 @@ inside them.  A call takes one of two paths:
   refused with a TypeError naming the argument and the device: nothing is
   moved between devices behind the caller's back.
 - **Traced** (under ``jax.jit``, ``jax.vmap``, ``jax.grad``): the call
-  becomes a ``jax.pure_callback`` whose result shape and dtype come from
-  running the NumPy function once, at trace time, on stand-ins of the
-  traced arguments (zero-filled arrays of their shapes and dtypes that take
-  no memory: every check of the arguments runs then, and a bad call fails
-  while tracing, with posenc's own message).  When the compiled program
-  runs, XLA calls back into Python on the host, the C kernel runs on the
-  callback's input buffers, and XLA copies the result into its own buffer.
-  Checks that depend on values (a NaN position) run in the callback and
-  surface as the error JAX raises for a failed callback, with posenc's
-  message inside.  Under a jit that runs on a GPU, XLA moves the callback's
-  inputs and outputs between the device and the host itself.
+  becomes a callback whose result shape and dtype come from running the
+  NumPy function once, at trace time, on stand-ins of the traced arguments
+  (zero-filled arrays of their shapes and dtypes that take no memory: every
+  check of the arguments runs then, and a bad call fails while tracing,
+  with posenc's own message).  When the compiled program runs, XLA calls
+  back into Python on the host.  With ``buffer_callback``
+  (``jax.experimental``, where JAX has it, and a CPU backend) the C kernel
+  reads XLA's input buffers and writes into XLA's output buffer in place
+  (``out=``); otherwise it is a ``jax.pure_callback``, whose inputs JAX
+  copies to the host and whose result it copies back (and, for a jit that
+  runs on a GPU, moves between the device and the host).  Checks that
+  depend on values (a NaN position) run in the callback and surface as the
+  error JAX raises for a failed callback, with posenc's message inside.
 
 Under ``jax.vmap`` the callback is called once per batch (``vmap_method=
 "expand_dims"``) and loops over the batch on the host, one call of the
@@ -207,10 +209,8 @@ def _sinusoid_out(a):
 
 def _alibi_out(a):
     q_len = _length(a["q_len"])
-    k_len = a.get("k_len")
-    return (_length(a["n_heads"]), q_len, q_len if k_len is None else _length(k_len)), _table_dtype(
-        a
-    )
+    k_len = q_len if a.get("k_len") is None else _length(a["k_len"])
+    return (_length(a["n_heads"]), q_len, k_len), _table_dtype(a)
 
 
 def _t5_out(a):
@@ -218,8 +218,8 @@ def _t5_out(a):
     if not (_float_array(table) and table.ndim == 2):
         raise TypeError
     q_len = _length(a["q_len"])
-    k_len = a.get("k_len")
-    return (table.shape[1], q_len, q_len if k_len is None else _length(k_len)), table.dtype
+    k_len = q_len if a.get("k_len") is None else _length(a["k_len"])
+    return (table.shape[1], q_len, k_len), table.dtype
 
 
 def _rope_out(a):
