@@ -324,7 +324,7 @@ def apply_rope(
     float64 input, and is rounded once to x's dtype: a bfloat16 result is
     within one bfloat16 rounding of the exact rotation of its input at any
     position (at 2**20 too, where a float32 phase ``pos * inv_freq`` is
-    off by up to 0.06 radian).  For float16, bfloat16 and float32 input,
+    off by about 0.06 radian).  For float16, bfloat16 and float32 input,
     runs of evenly spaced positions get cos and sin by rotating an exact
     value every 32 positions: still within 1 ulp
     of the float64 value, but a position's last bit may depend on its
