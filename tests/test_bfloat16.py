@@ -671,3 +671,32 @@ def test_bfloat16_tables_written_into_strided_out(dtype):
     out = np.zeros((3, 5, 12), dtype)[:, ::-1, ::2]
     posenc.t5_bias(table, 5, 6, out=out)
     np.testing.assert_array_equal(bits(out), bits(posenc.t5_bias(table, 5, 6)))
+
+
+def test_the_numpy_twins_take_bfloat16_as_the_kernels_do():
+    rng = np.random.default_rng(18)
+    pos = rng.uniform(0, 5000, 300)
+    for fast, slow in [
+        (posenc.sinusoid(pos, 64, dtype="bf16"), reference.sinusoid(pos, 64, dtype="bf16")),
+        (
+            posenc.rope_cos_sin(pos, 64, dtype="bf16")[1],
+            reference.rope_cos_sin(pos, 64, dtype="bf16")[1],
+        ),
+        (posenc.alibi_bias(6, 40, 90, dtype="bf16"), reference.alibi_bias(6, 40, 90, dtype="bf16")),
+    ]:
+        assert fast.dtype == slow.dtype == BF16
+        np.testing.assert_array_equal(bits(fast), bits(slow))
+    table = rng.standard_normal((32, 6)).astype(BF16)
+    scores = rng.standard_normal((2, 6, 40, 90)).astype(BF16)
+    np.testing.assert_array_equal(
+        bits(posenc.t5_bias(table, 40, 90, scores=scores.copy())),
+        bits(reference.t5_bias(table, 40, 90, scores=scores.copy())),
+    )
+    x = rng.standard_normal((2, 6, 40, 64)).astype(BF16).view(BFLOAT16_BITS)
+    fast, slow = posenc.apply_rope(x, offset=3), reference.apply_rope(x, offset=3)
+    assert fast.dtype == slow.dtype == BFLOAT16_BITS
+    assert np.mean(bits(fast) == bits(slow)) > 0.999  # the twin rounds the exact rotation
+    grad = rng.standard_normal((2, 6, 40, 90)).astype(BF16)
+    np.testing.assert_allclose(
+        t5_bias_table_grad(grad, 32), reference.t5_bias_table_grad(grad, 32), rtol=1e-5, atol=1e-4
+    )
