@@ -10,6 +10,7 @@ from typing import Any, Dict
 openmp: int
 MAX_Q_OFFSET: int
 T5_MAX_BUCKETS: int
+ROPE_MAX_CHANNELS: int
 T5_MAX_DISTANCE: int
 SINUSOID_LAYOUTS: Dict[str, int]
 ROPE_LAYOUTS: Dict[str, int]

@@ -10,7 +10,8 @@ depends on their positions only through ``m - n``.  The frequencies
 from __future__ import annotations
 
 import math
-from typing import Any, Literal, Optional, Tuple, overload
+from numbers import Integral
+from typing import Any, Literal, Optional, Sequence, Tuple, Union, overload
 
 import numpy as np
 
@@ -112,6 +113,9 @@ def rope_cos_sin(
     layout: Literal["half", "interleaved"] = "half",
     dtype: DTypeLike = "float32",
     layer_type: Optional[str] = None,
+    mrope_section: Optional[Sequence[int]] = None,
+    mrope_interleaved: Optional[bool] = None,
+    axial: Union[int, Sequence[int], None] = None,
 ) -> Tuple[NDArray[Any], NDArray[Any]]: ...
 
 
@@ -125,6 +129,9 @@ def rope_cos_sin(
     layout: Literal["half", "interleaved"] = "half",
     dtype: DTypeLike = "float32",
     layer_type: Optional[str] = None,
+    mrope_section: Optional[Sequence[int]] = None,
+    mrope_interleaved: Optional[bool] = None,
+    axial: Union[int, Sequence[int], None] = None,
 ) -> Tuple[ArrayT, ArrayT]: ...
 
 
@@ -138,12 +145,25 @@ def rope_cos_sin(
     layout: Literal["half", "interleaved"] = "half",
     dtype: DTypeLike = "float32",
     layer_type: Optional[str] = None,
+    mrope_section: Optional[Sequence[int]] = None,
+    mrope_interleaved: Optional[bool] = None,
+    axial: Union[int, Sequence[int], None] = None,
 ) -> Tuple[NDArray[Any], NDArray[Any]]: ...
 
 
 @foreign
 def rope_cos_sin(
-    positions, dim, *, base=10000.0, scaling=None, layout="half", dtype="float32", layer_type=None
+    positions,
+    dim,
+    *,
+    base=10000.0,
+    scaling=None,
+    layout="half",
+    dtype="float32",
+    layer_type=None,
+    mrope_section=None,
+    mrope_interleaved=None,
+    axial=None,
 ):
     """cos and sin tables of RoPE for given positions, attention factor applied.
 
@@ -185,12 +205,19 @@ def rope_cos_sin(
     layout_code = _LAYOUTS[v.choice(layout, "layout", tuple(_LAYOUTS))]
     dtype = v.float_dtype(dtype, "dtype", bfloat16=True)
     rotary, base, rope = rope_scaling.resolve(dim, base, scaling, layer_type)
-    pos, shape = v.positions(positions, "positions")
-    inv_freq, attention = rope_scaling.frequencies(rotary, base, rope, _seq_len(pos, rope))
+    chan = _channel_plan(rotary, base, rope, mrope_section, mrope_interleaved, axial)
+    if chan is None:
+        pos, shape = v.positions(positions, "positions")
+        inv_freq, attention = rope_scaling.frequencies(rotary, base, rope, _seq_len(pos, rope))
+    else:
+        arr = _channel_positions(positions, chan)
+        shape = arr.shape[1:]
+        pos = np.array(arr, dtype=np.float64).reshape(chan.n, -1)
+        inv_freq, attention = chan.frequencies(rotary, base, rope, _seq_len(pos, rope))
     v.shape_size(shape + (rotary,), "positions")
     cos = np.empty(shape + (rotary,), dtype)
     sin = np.empty(shape + (rotary,), dtype)
-    _core.rope_table(
+    args = (
         pos,
         inv_freq,
         v.for_kernel(cos.reshape(-1, rotary)),
@@ -198,6 +225,10 @@ def rope_cos_sin(
         layout_code,
         attention,
     )
+    if chan is None:
+        _core.rope_table(*args)
+    else:
+        _core.rope_table(*args, chan.channel)
     return cos, sin
 
 
@@ -215,6 +246,9 @@ def apply_rope(
     inverse: bool = False,
     out: Optional[Array] = None,
     layer_type: Optional[str] = None,
+    mrope_section: Optional[Sequence[int]] = None,
+    mrope_interleaved: Optional[bool] = None,
+    axial: Union[int, Sequence[int], None] = None,
 ) -> NDArray[ScalarT]: ...
 
 
@@ -232,6 +266,9 @@ def apply_rope(
     inverse: bool = False,
     out: Optional[ArrayT] = None,
     layer_type: Optional[str] = None,
+    mrope_section: Optional[Sequence[int]] = None,
+    mrope_interleaved: Optional[bool] = None,
+    axial: Union[int, Sequence[int], None] = None,
 ) -> ArrayT: ...
 
 
@@ -249,6 +286,9 @@ def apply_rope(
     inverse: bool = False,
     out: Optional[Array] = None,
     layer_type: Optional[str] = None,
+    mrope_section: Optional[Sequence[int]] = None,
+    mrope_interleaved: Optional[bool] = None,
+    axial: Union[int, Sequence[int], None] = None,
 ) -> NDArray[Any]: ...
 
 
@@ -266,6 +306,9 @@ def apply_rope(
     inverse=False,
     out=None,
     layer_type=None,
+    mrope_section=None,
+    mrope_interleaved=None,
+    axial=None,
 ):
     """Rotate queries or keys by their positions (rotary position embedding).
 
@@ -342,8 +385,13 @@ def apply_rope(
     if not isinstance(inverse, (bool, np.bool_)):
         raise TypeError(f"inverse must be a bool, not {type(inverse).__name__}")
     rotary, base, rope = _rotary_dim(dim, rotary_dim, base, scaling, layer_type)
-    pos = _positions(positions, lead, offset, seq_axis)
-    inv_freq, attention = rope_scaling.frequencies(rotary, base, rope, _seq_len(pos, rope))
+    chan = _channel_plan(rotary, base, rope, mrope_section, mrope_interleaved, axial)
+    if chan is None:
+        pos = _positions(positions, lead, offset, seq_axis)
+        inv_freq, attention = rope_scaling.frequencies(rotary, base, rope, _seq_len(pos, rope))
+    else:
+        pos = _positions(positions, lead, offset, seq_axis, chan)
+        inv_freq, attention = chan.frequencies(rotary, base, rope, _seq_len(pos, rope))
     if out is not None:
         v.out_array(out, x.shape, dtype, "out")
 
@@ -361,18 +409,166 @@ def apply_rope(
         ):
             target = np.empty(x.shape, dtype)
     if x.size:
-        _core.rope_apply(
+        args = (
             v.for_kernel(src),
-            _broadcast(pos, lead),
+            _broadcast(pos, lead, chan is not None),
             inv_freq,
             v.for_kernel(target),
             layout_code,
             attention,
             bool(inverse),
         )
+        if chan is None:
+            _core.rope_apply(*args)
+        else:
+            _core.rope_apply(*args, chan.channel)
     if target is not result:
         np.copyto(result, target, casting="unsafe")
     return result
+
+
+class _Channels:
+    """Positions in channels: `n` rows of positions, pair i of the rotary
+    part rotated by row ``channel[i]`` (int32), the frequencies those of the
+    rotary dimension (M-RoPE) or a ladder of their own per channel
+    (`ladders`: axial RoPE, each channel's pairs as a rotary part of twice
+    their number)."""
+
+    __slots__ = ("n", "channel", "ladders", "what")
+
+    def __init__(self, n, channel, ladders, what):
+        self.n = n
+        self.channel = channel
+        self.ladders = ladders
+        self.what = what
+
+    def frequencies(self, rotary, base, rope, seq_len):
+        if self.ladders is None:
+            return rope_scaling.frequencies(rotary, base, rope, seq_len)
+        parts = [rope_scaling.frequencies(2 * s, base, rope, None)[0] for s in self.ladders if s]
+        return np.ascontiguousarray(np.concatenate(parts), dtype=np.float64), 1.0
+
+
+def mrope_channels(sections, interleaved, half):
+    """The channel of each of `half` pairs for M-RoPE's sections: runs of
+    ``sections[c]`` pairs in turn (Qwen2-VL, Qwen2.5-VL), or interleaved
+    (Qwen3-VL): channel ``c >= 1`` on pairs ``c, c + n, c + 2n, ...``
+    (``sections[c]`` of them, n the number of channels), channel 0 on the
+    rest; a ValueError unless they add up to `half`."""
+    n = len(sections)
+    if sum(sections) != half:
+        raise ValueError(
+            f"mrope_section {list(sections)} must add up to rotary_dim // 2 = {half} pairs, "
+            f"not {sum(sections)}"
+        )
+    if not interleaved:
+        return np.repeat(np.arange(n, dtype=np.int32), sections)
+    channel = np.zeros(half, dtype=np.int32)
+    for c in range(1, n):
+        if sections[c] and c + n * (sections[c] - 1) >= half:
+            raise ValueError(
+                f"interleaved mrope_section {list(sections)}: channel {c} takes pairs "
+                f"{c}, {c + n}, ... {c + n * (sections[c] - 1)}, past the {half} pairs"
+            )
+        channel[c : c + n * sections[c] : n] = c
+    return channel
+
+
+_AXIAL_ONLY = ("default",)
+
+
+def _channel_plan(rotary, base, rope, mrope_section, mrope_interleaved, axial):
+    """A :class:`_Channels` for M-RoPE or axial RoPE, or None for one
+    position per row."""
+    interleaved = rope_scaling.flag(mrope_interleaved, "mrope_interleaved")
+    from_config = rope_scaling.sections(rope)
+    if mrope_section is not None:
+        sections = rope_scaling.section_list(mrope_section, "mrope_section")
+        if from_config is not None and from_config[0] != sections:
+            raise ValueError(
+                f"mrope_section = {list(sections)} disagrees with scaling's mrope_section "
+                f"{list(from_config[0])}"
+            )
+        if from_config is not None and mrope_interleaved is None:
+            interleaved = from_config[1]
+        elif from_config is not None and interleaved != from_config[1]:
+            raise ValueError(
+                f"mrope_interleaved = {interleaved} disagrees with scaling's mrope_interleaved "
+                f"{from_config[1]}"
+            )
+    elif from_config is not None:
+        sections = from_config[0]
+        if mrope_interleaved is not None and interleaved != from_config[1]:
+            raise ValueError(
+                f"mrope_interleaved = {interleaved} disagrees with scaling's mrope_interleaved "
+                f"{from_config[1]}"
+            )
+        interleaved = from_config[1]
+    else:
+        sections = None
+        if interleaved:
+            raise ValueError("mrope_interleaved=True needs mrope_section= (the pairs of each row)")
+    half = rotary // 2
+    if sections is not None:
+        if axial is not None:
+            raise ValueError("axial= and M-RoPE's mrope_section cannot be combined")
+        if len(sections) > _core.ROPE_MAX_CHANNELS:
+            raise ValueError(
+                f"mrope_section must have at most {_core.ROPE_MAX_CHANNELS} sections, got "
+                f"{len(sections)}"
+            )
+        channel = mrope_channels(sections, interleaved, half)
+        return _Channels(len(sections), channel, None, f"M-RoPE's mrope_section {list(sections)}")
+    if axial is None:
+        return None
+    if isinstance(axial, (bool, np.bool_)):
+        raise TypeError("axial must be an int (the number of axes) or a list of pair counts")
+    if isinstance(axial, (int, np.integer)):
+        n = v.integer(axial, "axial", minimum=1, maximum=_core.ROPE_MAX_CHANNELS)
+        if half % n:
+            raise ValueError(
+                f"axial = {n} axes cannot share rotary_dim // 2 = {half} pairs equally; pass "
+                "the pairs of each axis as a list"
+            )
+        sections = (half // n,) * n
+    else:
+        sections = rope_scaling.section_list(axial, "axial")
+        if len(sections) > _core.ROPE_MAX_CHANNELS:
+            raise ValueError(
+                f"axial must have at most {_core.ROPE_MAX_CHANNELS} axes, got {len(sections)}"
+            )
+        if sum(sections) != half:
+            raise ValueError(
+                f"axial {list(sections)} must add up to rotary_dim // 2 = {half} pairs, not "
+                f"{sum(sections)}"
+            )
+    if rope.family.name not in _AXIAL_ONLY:
+        raise ValueError(
+            f"axial RoPE takes the plain frequencies of each axis; scaling's rope_type "
+            f"{rope.family.name!r} is not defined for it"
+        )
+    channel = np.repeat(np.arange(len(sections), dtype=np.int32), sections)
+    return _Channels(len(sections), channel, sections, f"axial {list(sections)}")
+
+
+def _channel_positions(positions, chan):
+    """Positions of M-RoPE or axial RoPE: an array whose first axis holds one
+    row per channel, or a ValueError saying so."""
+    if positions is None or isinstance(positions, (Integral, np.integer)):
+        raise ValueError(
+            f"{chan.what} needs positions with a leading axis of {chan.n} rows (e.g. "
+            f"transformers' ({chan.n}, batch, seq)), not "
+            f"{'None' if positions is None else 'a length'}"
+        )
+    if isinstance(positions, (bool, np.bool_)):
+        raise TypeError("positions must be numbers, not bool")
+    arr = v.real_array(positions, "positions")
+    if arr.ndim == 0 or arr.shape[0] != chan.n:
+        raise ValueError(
+            f"{chan.what} needs positions with a leading axis of {chan.n} rows (e.g. "
+            f"transformers' ({chan.n}, batch, seq)), got shape {arr.shape}"
+        )
+    return arr
 
 
 def _rotary_dim(dim, rotary_dim, base, scaling, layer_type):
@@ -442,20 +638,35 @@ def place_positions(shape, lead, axis):
     return placed
 
 
-def _positions(positions, lead, offset, seq_axis):
-    """Positions as float64 with offset added, shaped to broadcast against `lead`."""
+def _positions(positions, lead, offset, seq_axis, chan=None):
+    """Positions as float64 with offset added, shaped to broadcast against
+    `lead` (after a leading axis of channels with `chan`)."""
     if not lead and positions is not None:  # one vector: seq_axis does not apply
         axis = None
     else:
         axis = _seq_axis(seq_axis, len(lead) + 1)
-    if positions is None:
+    if chan is not None:
+        arr = _channel_positions(positions, chan)
+        placed = place_positions(arr.shape[1:], lead, axis)
+        placed = (chan.n,) + (1,) * (len(lead) - len(placed)) + placed
+    elif positions is None:
         n = lead[axis]
         pos = offset + np.arange(n, dtype=np.float64)
         return pos.reshape((n,) + (1,) * (len(lead) - 1 - axis))
-    if isinstance(positions, (bool, np.bool_)):
-        raise TypeError("positions must be numbers, not bool")
-    arr = v.real_array(positions, "positions")
-    placed = place_positions(arr.shape, lead, axis)
+    else:
+        if isinstance(positions, (bool, np.bool_)):
+            raise TypeError("positions must be numbers, not bool")
+        arr = v.real_array(positions, "positions")
+        try:
+            placed = place_positions(arr.shape, lead, axis)
+        except ValueError as exc:
+            if arr.ndim >= 2 and arr.shape[0] in (2, 3):
+                raise ValueError(
+                    f"{exc}; if the first axis of positions holds M-RoPE's (temporal, height, "
+                    "width) rows or the (row, column) coordinates of patches, pass "
+                    "mrope_section= (or a config that has it) or axial="
+                ) from None
+            raise
     # a native copy: the kernel reads it from threads
     pos = np.array(arr, dtype=np.float64).reshape(placed)
     if offset:
@@ -466,10 +677,16 @@ def _positions(positions, lead, offset, seq_axis):
     return pos
 
 
-def _broadcast(pos, lead):
+def _broadcast(pos, lead, channels=False):
     """`pos` (C-contiguous float64, each dimension 1 or lead's, aligned to
     the right) seen with `lead`'s shape: what np.broadcast_to makes, a few
-    times faster."""
+    times faster.  With `channels`, its first axis (the channels) is kept
+    before `lead`."""
+    if channels:
+        strides = (pos.strides[0],) + tuple(
+            0 if n == 1 else s for n, s in zip(pos.shape[1:], pos.strides[1:])
+        )
+        return np.ndarray((pos.shape[0],) + lead, np.float64, pos, 0, strides)
     pad = len(lead) - pos.ndim
     strides = (0,) * pad + tuple(0 if n == 1 else s for n, s in zip(pos.shape, pos.strides))
     return np.ndarray(lead, np.float64, pos, 0, strides)

@@ -340,14 +340,16 @@ _FAMILY_LIST = (
 )
 FAMILIES = {f.name: f for f in _FAMILY_LIST}
 
-# keys every family may carry: the family's name, the base, the rotary part
-_COMMON_KEYS = frozenset({"rope_type", "type", "rope_theta", "partial_rotary_factor"})
+# keys every family may carry: the family's name, the base, the rotary part,
+# M-RoPE's sections (which choose positions, not frequencies: see sections())
+_COMMON_KEYS = frozenset(
+    {"rope_type", "type", "rope_theta", "partial_rotary_factor"}
+    | {"mrope_section", "mrope_interleaved"}
+)
 
 # keys that change transformers' numbers in ways posenc does not implement:
 # refused, never ignored
 _UNSUPPORTED_KEYS = {
-    "mrope_section": "multimodal RoPE (Qwen2-VL's M-RoPE sections)",
-    "mrope_interleaved": "multimodal RoPE (Qwen3-VL's interleaved M-RoPE)",
     "short_mscale": "PhiMoE's attention scale of the short factors",
     "long_mscale": "PhiMoE's attention scale of the long factors",
     "llama_4_scaling_beta": "Llama 4's position-dependent query scaling",
@@ -493,6 +495,10 @@ def _family_of(params: Params) -> Family:
                 "is neither Phi-3's legacy LongRoPE nor YaRN; give rope_type explicitly"
             )
         name = "longrope"
+    elif name == "mrope":
+        # Qwen2-VL's checkpoints: "mrope" with its sections is the default
+        # frequencies (transformers' Qwen2VLConfig rewrites it)
+        name = "default"
     elif name == "dynamic" and params.get("alpha"):
         name = "ntk_alpha"  # HunYuan's fixed-alpha NTK, as transformers' HunYuan reads it
     for key in sorted(present & set(_UNSUPPORTED_KEYS)):
@@ -539,11 +545,50 @@ def read(scaling: Optional[RopeScaling], layer_type: Optional[str] = None) -> Ro
             f"or a transformers config, not {type(scaling).__name__}"
         )
     family = _family_of(params)
+    sections(Rope(family, params))  # M-RoPE's keys are checked whoever reads them
     if family.name in ("llama3", "yarn", "longrope") and params.get(_TRAINED) is None:
         # transformers' default for the pretraining length
         if params.get("max_position_embeddings") is not None:
             params[_TRAINED] = params["max_position_embeddings"]
     return Rope(family, params, head_dim)
+
+
+def sections(rope: Rope) -> Optional[Tuple[Tuple[int, ...], bool]]:
+    """M-RoPE's ``(mrope_section, mrope_interleaved)`` of the parameters
+    (checked by :func:`mrope_channels` where they are used), or None."""
+    section = rope.params.get("mrope_section")
+    interleaved = rope.params.get("mrope_interleaved")
+    if section is None:
+        if interleaved:
+            raise ValueError(
+                "scaling['mrope_interleaved'] is set without scaling['mrope_section'] "
+                "(the pairs of each of M-RoPE's position rows)"
+            )
+        return None
+    return section_list(section, "scaling['mrope_section']"), flag(
+        interleaved, "scaling['mrope_interleaved']"
+    )
+
+
+def section_list(value: Any, name: str) -> Tuple[int, ...]:
+    """A list of pair counts (non-negative integers, at least one)."""
+    if isinstance(value, (str, bytes, Mapping)) or not hasattr(value, "__len__"):
+        raise TypeError(f"{name} must be a list of integers, not {type(value).__name__}")
+    if isinstance(value, np.ndarray) and value.ndim != 1:
+        raise ValueError(f"{name} must be a flat list of integers, got shape {value.shape}")
+    out = tuple(v.integer(item, f"{name}[{i}]", minimum=0) for i, item in enumerate(value))
+    if not out:
+        raise ValueError(f"{name} must hold at least one section")
+    return out
+
+
+def flag(value: Any, name: str) -> bool:
+    """A bool option (None: False)."""
+    if value is None:
+        return False
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be a bool, not {type(value).__name__}")
+    return bool(value)
 
 
 def rotary_dimension(dim: int, rope: Rope) -> int:

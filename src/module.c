@@ -444,11 +444,11 @@ static int rope_apply_kernel(const struct pe_kernels *k, void *args, int nthread
 static PyObject *py_rope_apply(PyObject *self, PyObject *args)
 {
     (void)self;
-    PyObject *x_o, *pos_o, *freq_o, *out_o;
+    PyObject *x_o, *pos_o, *freq_o, *out_o, *chan_o = Py_None;
     int layout, inverse;
     double scale;
-    if (!PyArg_ParseTuple(args, "OOOOidp:rope_apply", &x_o, &pos_o, &freq_o, &out_o, &layout,
-                          &scale, &inverse))
+    if (!PyArg_ParseTuple(args, "OOOOidp|O:rope_apply", &x_o, &pos_o, &freq_o, &out_o, &layout,
+                          &scale, &inverse, &chan_o))
         return NULL;
     PyArrayObject *x = rope_data_arg(x_o, "x", 0);
     if (x == NULL)
@@ -472,15 +472,32 @@ static PyObject *py_rope_apply(PyObject *self, PyObject *args)
         PyErr_SetString(PyExc_TypeError, "positions must be an aligned native float64 array");
         return NULL;
     }
-    if (PyArray_NDIM(pos) != nd - 1 ||
-        !PyArray_CompareLists(PyArray_DIMS(pos), PyArray_DIMS(x), nd - 1)) {
-        PyErr_SetString(PyExc_ValueError, "positions must have the shape x.shape[:-1]");
+    /* positions in channels: a leading axis of channels before x.shape[:-1] */
+    int chans = chan_o != Py_None;
+    if (PyArray_NDIM(pos) != nd - 1 + chans ||
+        !PyArray_CompareLists(PyArray_DIMS(pos) + chans, PyArray_DIMS(x), nd - 1)) {
+        PyErr_SetString(PyExc_ValueError,
+                        chans ? "positions must have the shape (channels,) + x.shape[:-1]"
+                              : "positions must have the shape x.shape[:-1]");
         return NULL;
     }
     PyArrayObject *freq = arg_array(freq_o, "freq", NPY_DOUBLE, 1, ARG_CONTIGUOUS);
     if (freq == NULL)
         return NULL;
     npy_intp dim = PyArray_DIM(x, nd - 1), half = PyArray_DIM(freq, 0);
+    PyArrayObject *chan = NULL;
+    if (chans) {
+        chan = arg_array(chan_o, "channel", NPY_INT32, 1, ARG_CONTIGUOUS);
+        if (chan == NULL)
+            return NULL;
+        if (PyArray_DIM(chan, 0) != half || PyArray_DIM(pos, 0) < 1 ||
+            PyArray_DIM(pos, 0) > PE_ROPE_MAXCHAN) {
+            PyErr_Format(PyExc_ValueError,
+                         "channel must have one entry per pair and positions 1 to %d channels",
+                         PE_ROPE_MAXCHAN);
+            return NULL;
+        }
+    }
     if (!PyArray_CompareLists(PyArray_DIMS(out), PyArray_DIMS(x), nd)) {
         PyErr_SetString(PyExc_ValueError, "out must have the shape of x");
         return NULL;
@@ -495,13 +512,14 @@ static PyObject *py_rope_apply(PyObject *self, PyObject *args)
     if (!same_view(out, x) && check_no_overlap(out, "out", x, "x") < 0)
         return NULL;
     if (check_no_overlap(out, "out", pos, "positions") < 0 ||
-        check_no_overlap(out, "out", freq, "freq") < 0)
+        check_no_overlap(out, "out", freq, "freq") < 0 ||
+        (chan != NULL && check_no_overlap(out, "out", chan, "channel") < 0))
         return NULL;
 
     npy_intp lead = nd - 1;
     npy_intp pstrides[PE_ROPE_MAXDIM];
     for (int d = 0; d < lead; ++d)
-        pstrides[d] = PyArray_DIM(pos, d) > 1 ? PyArray_STRIDE(pos, d) : 0;
+        pstrides[d] = PyArray_DIM(pos, d + chans) > 1 ? PyArray_STRIDE(pos, d + chans) : 0;
     struct pe_rope_args a = {
         .ndim = (int)lead,
         .shape = PyArray_DIMS(x),
@@ -518,6 +536,9 @@ static PyObject *py_rope_apply(PyObject *self, PyObject *args)
         .inverse = inverse,
         .layout = layout,
         .dtype = pe_dtype_bf16_of(x),
+        .channel = chans ? (const int32_t *)PyArray_DATA(chan) : NULL,
+        .nchan = chans ? (int)PyArray_DIM(pos, 0) : 0,
+        .chan_stride = chans ? PyArray_STRIDE(pos, 0) : 0,
     };
     int rc = run_kernel(rope_apply_kernel, &a, PyArray_SIZE(out));
     if (rc == -1)
@@ -535,25 +556,29 @@ struct rope_table_call {
     double scale;
     int layout, dtype;
     char *cos, *sin;
+    const int32_t *channel;
+    int nchan;
 };
 
 static int rope_table_kernel(const struct pe_kernels *k, void *args, int nthreads)
 {
     const struct rope_table_call *c = args;
     return pe_rope_table(k, c->pos, c->n, c->freq, c->half, c->scale, c->layout, c->dtype, c->cos,
-                         c->cos_stride, c->sin, c->sin_stride, nthreads);
+                         c->cos_stride, c->sin, c->sin_stride, c->channel, c->nchan, nthreads);
 }
 
 static PyObject *py_rope_table(PyObject *self, PyObject *args)
 {
     (void)self;
-    PyObject *pos_o, *freq_o, *cos_o, *sin_o;
+    PyObject *pos_o, *freq_o, *cos_o, *sin_o, *chan_o = Py_None;
     int layout;
     double scale;
-    if (!PyArg_ParseTuple(args, "OOOOid:rope_table", &pos_o, &freq_o, &cos_o, &sin_o, &layout,
-                          &scale))
+    if (!PyArg_ParseTuple(args, "OOOOid|O:rope_table", &pos_o, &freq_o, &cos_o, &sin_o, &layout,
+                          &scale, &chan_o))
         return NULL;
-    PyArrayObject *pos = arg_array(pos_o, "positions", NPY_DOUBLE, 1, ARG_CONTIGUOUS);
+    /* positions in channels: (channels, n) */
+    int chans = chan_o != Py_None;
+    PyArrayObject *pos = arg_array(pos_o, "positions", NPY_DOUBLE, 1 + chans, ARG_CONTIGUOUS);
     PyArrayObject *freq = pos ? arg_array(freq_o, "freq", NPY_DOUBLE, 1, ARG_CONTIGUOUS) : NULL;
     PyArrayObject *cos = freq ? arg_float_out(cos_o, "cos", 2, 1) : NULL;
     PyArrayObject *sin = cos ? arg_array(sin_o, "sin", PyArray_TYPE(cos), 2, ARG_WRITE) : NULL;
@@ -561,7 +586,20 @@ static PyObject *py_rope_table(PyObject *self, PyObject *args)
         return NULL;
     if (check_rope_options(layout, scale) < 0)
         return NULL;
-    npy_intp n = PyArray_DIM(pos, 0), half = PyArray_DIM(freq, 0);
+    npy_intp n = PyArray_DIM(pos, chans), half = PyArray_DIM(freq, 0);
+    PyArrayObject *chan = NULL;
+    if (chans) {
+        chan = arg_array(chan_o, "channel", NPY_INT32, 1, ARG_CONTIGUOUS);
+        if (chan == NULL)
+            return NULL;
+        if (PyArray_DIM(chan, 0) != half || PyArray_DIM(pos, 0) < 1 ||
+            PyArray_DIM(pos, 0) > PE_ROPE_MAXCHAN) {
+            PyErr_Format(PyExc_ValueError,
+                         "channel must have one entry per pair and positions 1 to %d channels",
+                         PE_ROPE_MAXCHAN);
+            return NULL;
+        }
+    }
     if (PyArray_DIM(cos, 0) != n || PyArray_DIM(cos, 1) != 2 * half || PyArray_DIM(sin, 0) != n ||
         PyArray_DIM(sin, 1) != 2 * half) {
         PyErr_Format(PyExc_ValueError, "cos and sin must have shape (%zd, %zd)", (Py_ssize_t)n,
@@ -572,7 +610,9 @@ static PyObject *py_rope_table(PyObject *self, PyObject *args)
         check_no_overlap(cos, "cos", pos, "positions") < 0 ||
         check_no_overlap(cos, "cos", freq, "freq") < 0 ||
         check_no_overlap(sin, "sin", pos, "positions") < 0 ||
-        check_no_overlap(sin, "sin", freq, "freq") < 0)
+        check_no_overlap(sin, "sin", freq, "freq") < 0 ||
+        (chan != NULL && (check_no_overlap(cos, "cos", chan, "channel") < 0 ||
+                          check_no_overlap(sin, "sin", chan, "channel") < 0)))
         return NULL;
     struct rope_table_call c = {
         .pos = (const double *)PyArray_DATA(pos),
@@ -586,9 +626,16 @@ static PyObject *py_rope_table(PyObject *self, PyObject *args)
         .dtype = pe_dtype_bf16_of(cos),
         .cos = PyArray_BYTES(cos),
         .sin = PyArray_BYTES(sin),
+        .channel = chans ? (const int32_t *)PyArray_DATA(chan) : NULL,
+        .nchan = chans ? (int)PyArray_DIM(pos, 0) : 0,
     };
-    if (run_kernel(rope_table_kernel, &c, 2 * PyArray_SIZE(cos)) != 0)
+    int rc = run_kernel(rope_table_kernel, &c, 2 * PyArray_SIZE(cos));
+    if (rc == -1)
         return PyErr_NoMemory();
+    if (rc != 0) {
+        PyErr_SetString(PyExc_ValueError, "rope_table: channel out of range");
+        return NULL;
+    }
     Py_RETURN_NONE;
 }
 
@@ -1101,10 +1148,12 @@ static PyMethodDef methods[] = {
     {"sinusoid", py_sinusoid, METH_VARARGS,
      "sinusoid(positions, freq, out, layout): fill out[r] with the sinusoid of positions[r]."},
     {"rope_apply", py_rope_apply, METH_VARARGS,
-     "rope_apply(x, positions, freq, out, layout, scale, inverse): rotate the pairs of each row "
-     "of x by positions * freq into out (which may be x)."},
+     "rope_apply(x, positions, freq, out, layout, scale, inverse[, channel]): rotate the pairs of "
+     "each row of x by positions * freq into out (which may be x); with channel (int32, one per "
+     "pair), positions has a leading axis of channels and pair i takes channel[i]'s."},
     {"rope_table", py_rope_table, METH_VARARGS,
-     "rope_table(positions, freq, cos, sin, layout, scale): fill cos[r], sin[r] for positions[r]."},
+     "rope_table(positions, freq, cos, sin, layout, scale[, channel]): fill cos[r], sin[r] for "
+     "positions[r] (positions[channel[i], r] for pair i with channel)."},
 
     {"alibi", py_alibi, METH_VARARGS,
      "alibi(slopes, dst, q_offset, causal, add): ALiBi into the 4-D dst (written, or added)."},
@@ -1169,6 +1218,7 @@ PyMODINIT_FUNC PyInit__core(void)
     if (PyModule_AddIntConstant(m, "openmp", has_openmp) < 0 ||
         PyModule_AddObject(m, "MAX_Q_OFFSET", PyLong_FromLongLong(PE_MAX_Q_OFFSET)) < 0 ||
         PyModule_AddIntConstant(m, "T5_MAX_BUCKETS", PE_T5_MAX_BUCKETS) < 0 ||
+        PyModule_AddIntConstant(m, "ROPE_MAX_CHANNELS", PE_ROPE_MAXCHAN) < 0 ||
         PyModule_AddObject(m, "T5_MAX_DISTANCE", PyLong_FromLongLong(PE_T5_MAX_DISTANCE)) < 0 ||
         add_codes(m, "SINUSOID_LAYOUTS", "interleaved", PE_INTERLEAVED, "concat", PE_CONCAT) < 0 ||
         add_codes(m, "ROPE_LAYOUTS", "half", PE_ROPE_HALF, "interleaved", PE_ROPE_INTERLEAVED) <

@@ -131,7 +131,17 @@ struct pe_rope_args {
     ptrdiff_t half;
     double scale;
     int inverse, layout, dtype;
+    /* Positions in channels (M-RoPE, axial RoPE), or channel NULL for one
+     * position per row: pair i of a row is rotated by the position of
+     * channel[i] (0 <= channel[i] < nchan <= PE_ROPE_MAXCHAN), found
+     * chan_stride bytes times channel[i] past the row's position. */
+    const int32_t *channel;
+    int nchan;
+    ptrdiff_t chan_stride;
 };
+
+/* Most position channels (rows of M-RoPE or axial positions). */
+#define PE_ROPE_MAXCHAN 16
 
 /* 0 on success, -1 if scratch memory could not be allocated (nothing is
  * written then), -2 on arguments out of range. */
@@ -139,10 +149,14 @@ int pe_rope_apply(const struct pe_kernels *k, const struct pe_rope_args *args, i
 
 /* Row r of cos_out / sin_out (at byte strides cos_stride / sin_stride):
  * scale * cos / sin of pos[r] * freq[i], each value twice in the given
- * layout, 2 * half elements of type dtype.  0, or -1 on allocation failure. */
+ * layout, 2 * half elements of type dtype.  With channel (not NULL), pair i
+ * takes the position pos[channel[i] * n + r] instead (nchan rows of n
+ * positions, as in struct pe_rope_args).  0, or -1 on allocation failure,
+ * -2 on arguments out of range. */
 int pe_rope_table(const struct pe_kernels *k, const double *pos, ptrdiff_t n, const double *freq,
                   ptrdiff_t half, double scale, int layout, int dtype, char *cos_out,
-                  ptrdiff_t cos_stride, char *sin_out, ptrdiff_t sin_stride, int nthreads);
+                  ptrdiff_t cos_stride, char *sin_out, ptrdiff_t sin_stride, const int32_t *channel,
+                  int nchan, int nthreads);
 
 /* ---- attention biases (bias.c) ---- */
 

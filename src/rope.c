@@ -40,6 +40,11 @@
  * data, float64 for float64 data (rope_table.c).  The rotation is then one
  * multiply and one FMA per output in that precision.
  *
+ * Positions in channels (M-RoPE, axial RoPE) change only the tables: pair
+ * i takes the position of its channel, chan_stride bytes past the row's,
+ * and the channels' positions share the strides of the leading dimensions,
+ * so the plan above is the same; the row kernels never know.
+ *
  * Paths.  The row kernels are the table's rope_run, indexed by layout and
  * dtype: the AVX2 ones (rope_avx2.c) do 8 (float32, float16 through F16C)
  * or 4 (float64) elements per step; the portable ones (rope_rows.c) the
@@ -188,8 +193,8 @@ static void make_plan(struct plan *p, ptrdiff_t rowbytes, int nthreads)
 /* One task: fixed indices of the other varying dimensions, one tile along
  * k, one slice of the split dimension; every row in that box. */
 static void run_task(const struct pe_kernels *k, const struct pe_rope_args *a, const struct plan *p,
-                     ptrdiff_t task, pe_rope_run_fn run, ptrdiff_t rowbytes, double wmax, char *tab,
-                     struct pe_rotor *rt, char *bounce)
+                     const struct pe_rope_chan *chan, ptrdiff_t task, pe_rope_run_fn run,
+                     ptrdiff_t rowbytes, double wmax, char *tab, struct pe_rotor *rt, char *bounce)
 {
     const char *xb = a->x, *pb = a->pos;
     char *ob = a->out;
@@ -212,8 +217,12 @@ static void run_task(const struct pe_kernels *k, const struct pe_rope_args *a, c
         xb += j0 * dk->xs, ob += j0 * dk->os, pb += j0 * dk->ps;
         pstride = dk->ps;
     }
-    pe_rope_fill_table(k, pb, pstride, ntab, a->freq, a->half, wmax, a->scale, a->inverse,
-                       a->dtype == PE_F64, tab, rt);
+    if (chan != NULL)
+        pe_rope_fill_table_chan(k, chan, pb, pstride, ntab, a->half, a->scale, a->inverse,
+                                a->dtype == PE_F64, tab, rt);
+    else
+        pe_rope_fill_table(k, pb, pstride, ntab, a->freq, a->half, wmax, a->scale, a->inverse,
+                           a->dtype == PE_F64, tab, rt);
 
     /* the box: broadcast dimensions and k, in memory order */
     struct pe_dimension box[PE_ROPE_MAXDIM];
@@ -300,6 +309,15 @@ int pe_rope_apply(const struct pe_kernels *k, const struct pe_rope_args *a, int 
     p.stream = nrows * a->dim * (ptrdiff_t)pe_itemsize(a->dtype) >= PE_STREAM_BYTES;
 
     double wmax = pe_max_abs(a->freq, a->half);
+    struct pe_rope_chan chan, *chp = NULL;
+    if (a->channel != NULL) {
+        int rc = pe_rope_chan_init(&chan, a->channel, a->nchan, a->chan_stride, a->freq, a->half);
+        if (rc != 0) {
+            pe_rope_chan_free(&chan);
+            return rc;
+        }
+        chp = &chan;
+    }
 
     /* scratch per thread: the tile's table, then float64 sin and cos rows,
      * allocated here so that a failure happens before anything is written */
@@ -309,8 +327,11 @@ int pe_rope_apply(const struct pe_kernels *k, const struct pe_rope_args *a, int 
         (PE_ROPE_LANES * 2 * a->half * (ptrdiff_t)pe_itemsize(a->dtype) + 63) / 64 * 64;
     ptrdiff_t per_thread = tab_bytes + sc_bytes + bounce_bytes;
     char *scratch = malloc((size_t)(per_thread * nthreads));
-    if (scratch == NULL)
+    if (scratch == NULL) {
+        if (chp != NULL)
+            pe_rope_chan_free(chp);
         return -1;
+    }
     pe_rope_run_fn run = k->rope_run[a->layout][a->dtype];
 
 #pragma omp parallel num_threads(nthreads) if (parallel)
@@ -327,8 +348,10 @@ int pe_rope_apply(const struct pe_kernels *k, const struct pe_rope_args *a, int 
          * to the others instead of holding up the whole call */
 #pragma omp for schedule(dynamic, 1)
         for (ptrdiff_t t = 0; t < p.ntasks; ++t)
-            run_task(k, a, &p, t, run, rowbytes, wmax, mine, &rt, bounce);
+            run_task(k, a, &p, chp, t, run, rowbytes, wmax, mine, &rt, bounce);
     }
     free(scratch);
+    if (chp != NULL)
+        pe_rope_chan_free(chp);
     return 0;
 }

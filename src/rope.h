@@ -91,4 +91,34 @@ void pe_rope_fill_table(const struct pe_kernels *k, const char *pos, ptrdiff_t p
                         ptrdiff_t n, const double *freq, ptrdiff_t half, double wmax, double scale,
                         int inverse, int tab_f64, char *tab, struct pe_rotor *rt);
 
+/* The pairs of a row grouped by the channel of their position (M-RoPE,
+ * axial RoPE): channel c holds the pairs idx[start[c]] .. idx[start[c+1]-1]
+ * in increasing order, with their frequencies freq[start[c]] .. and the
+ * largest of them wmax[c]; its positions are stride bytes times c past
+ * a row's. */
+struct pe_rope_chan {
+    int n;
+    ptrdiff_t stride;
+    ptrdiff_t start[PE_ROPE_MAXCHAN + 1];
+    double wmax[PE_ROPE_MAXCHAN];
+    ptrdiff_t *idx;
+    double *freq;
+};
+
+/* Groups the half pairs by channel[i] (0 <= channel[i] < nchan <=
+ * PE_ROPE_MAXCHAN).  0, -1 if memory ran out, -2 on a channel out of range;
+ * pe_rope_chan_free releases it in every case. */
+int pe_rope_chan_init(struct pe_rope_chan *ch, const int32_t *channel, int nchan, ptrdiff_t stride,
+                      const double *freq, ptrdiff_t half);
+void pe_rope_chan_free(struct pe_rope_chan *ch);
+
+/* pe_rope_fill_table with positions in channels: each channel's pairs are
+ * made from its own positions as a group of their own (rotated along the
+ * anchor grid where that channel's positions are evenly spaced, direct
+ * otherwise), rt's buffers shared out among them. */
+void pe_rope_fill_table_chan(const struct pe_kernels *k, const struct pe_rope_chan *ch,
+                             const char *pos, ptrdiff_t pos_stride, ptrdiff_t n, ptrdiff_t half,
+                             double scale, int inverse, int tab_f64, char *tab,
+                             const struct pe_rotor *rt);
+
 #endif

@@ -18,8 +18,19 @@
  * so the bits depend neither on the tiling, the thread count nor the
  * memory layout; a few times cheaper than a sincos and just as accurate
  * after rounding to float32.  float64 tables are always direct.
+ *
+ * Positions in channels (M-RoPE's temporal, height and width rows, the rows
+ * and columns of axial RoPE): each pair takes the position of its channel.
+ * The pairs of one channel are made as a group of their own from that
+ * channel's positions, with the same anchor grid, so the promises above
+ * hold per channel: the bits of a pair depend on its channel's positions in
+ * its cell of the grid, never on tiling, threads or layout.  The sin and cos
+ * of a pair are those of the float64 product of its position and frequency,
+ * whatever the channel, so positions that agree across channels (text
+ * tokens of M-RoPE) give the rotation of one position per row.
  */
 #include <math.h>
+#include <stdlib.h>
 
 #include "pe.h"
 #include "rope.h"
@@ -70,6 +81,114 @@ void pe_rope_fill_table(const struct pe_kernels *k, const char *pos, ptrdiff_t p
     }
 }
 
+/* ---- positions in channels ---- */
+
+int pe_rope_chan_init(struct pe_rope_chan *ch, const int32_t *channel, int nchan, ptrdiff_t stride,
+                      const double *freq, ptrdiff_t half)
+{
+    ch->n = nchan;
+    ch->stride = stride;
+    ch->idx = NULL;
+    ch->freq = NULL;
+    if (nchan < 1 || nchan > PE_ROPE_MAXCHAN)
+        return -2;
+    ptrdiff_t count[PE_ROPE_MAXCHAN] = {0};
+    for (ptrdiff_t i = 0; i < half; ++i) {
+        if (channel[i] < 0 || channel[i] >= nchan)
+            return -2;
+        ++count[channel[i]];
+    }
+    ch->idx = malloc((size_t)(half > 0 ? half : 1) * sizeof *ch->idx);
+    ch->freq = malloc((size_t)(half > 0 ? half : 1) * sizeof *ch->freq);
+    if (ch->idx == NULL || ch->freq == NULL)
+        return -1;
+    ch->start[0] = 0;
+    for (int c = 0; c < nchan; ++c)
+        ch->start[c + 1] = ch->start[c] + count[c];
+    ptrdiff_t fill[PE_ROPE_MAXCHAN];
+    for (int c = 0; c < nchan; ++c)
+        fill[c] = ch->start[c];
+    for (ptrdiff_t i = 0; i < half; ++i) {
+        ptrdiff_t q = fill[channel[i]]++;
+        ch->idx[q] = i;
+        ch->freq[q] = freq[i];
+    }
+    for (int c = 0; c < nchan; ++c)
+        ch->wmax[c] = pe_max_abs(ch->freq + ch->start[c], count[c]);
+    return 0;
+}
+
+void pe_rope_chan_free(struct pe_rope_chan *ch)
+{
+    free(ch->idx);
+    free(ch->freq);
+    ch->idx = NULL;
+    ch->freq = NULL;
+}
+
+/* A channel's rotor: its share of rt's buffers (the pairs of the channel
+ * occupy [start, start + count) of each), no step yet. */
+static struct pe_rotor chan_rotor(const struct pe_rotor *rt, ptrdiff_t start)
+{
+    struct pe_rotor r = {rt->s + start, rt->c + start, rt->sd + start, rt->cd + start, NAN};
+    return r;
+}
+
+/* Where a channel's pairs of a tile's rows go: pair idx[q] of row j. */
+struct chan_table_sink {
+    char *tab;
+    const ptrdiff_t *idx;
+    ptrdiff_t count, half;
+    double scale, sscale;
+    int f64;
+};
+
+static void emit_chan_table_row(void *ctx, ptrdiff_t j, const double *s, const double *c)
+{
+    const struct chan_table_sink *k = ctx;
+    ptrdiff_t half = k->half;
+    if (k->f64) {
+        double *t = (double *)k->tab + j * 2 * half;
+        for (ptrdiff_t q = 0; q < k->count; ++q) {
+            t[k->idx[q]] = c[q] * k->scale;
+            t[half + k->idx[q]] = s[q] * k->sscale;
+        }
+    } else {
+        float *t = (float *)k->tab + j * 2 * half;
+        for (ptrdiff_t q = 0; q < k->count; ++q) {
+            t[k->idx[q]] = (float)(c[q] * k->scale);
+            t[half + k->idx[q]] = (float)(s[q] * k->sscale);
+        }
+    }
+}
+
+void pe_rope_fill_table_chan(const struct pe_kernels *k, const struct pe_rope_chan *ch,
+                             const char *pos, ptrdiff_t pos_stride, ptrdiff_t n, ptrdiff_t half,
+                             double scale, int inverse, int tab_f64, char *tab,
+                             const struct pe_rotor *rt)
+{
+    struct pe_rotor sub[PE_ROPE_MAXCHAN];
+    for (int c = 0; c < ch->n; ++c)
+        sub[c] = chan_rotor(rt, ch->start[c]);
+    for (ptrdiff_t g0 = 0; g0 < n; g0 += PE_ANCHOR) {
+        ptrdiff_t len = n - g0 < PE_ANCHOR ? n - g0 : PE_ANCHOR;
+        for (int c = 0; c < ch->n; ++c) {
+            ptrdiff_t s0 = ch->start[c], cnt = ch->start[c + 1] - s0;
+            if (cnt == 0)
+                continue;
+            struct chan_table_sink sink = {tab + g0 * 2 * half * (tab_f64 ? 8 : 4),
+                                           ch->idx + s0,
+                                           cnt,
+                                           half,
+                                           scale,
+                                           inverse ? -scale : scale,
+                                           tab_f64};
+            pe_sincos_group(k, &sub[c], pos + c * ch->stride + g0 * pos_stride, pos_stride, len,
+                            ch->freq + s0, cnt, ch->wmax[c], !tab_f64, emit_chan_table_row, &sink);
+        }
+    }
+}
+
 /* ---- cos/sin tables (rope_cos_sin) ---- */
 
 /* Where rows of rope_cos_sin go: rows r0 + j of cos_out and sin_out. */
@@ -77,6 +196,8 @@ struct pair_sink {
     char *cos_out, *sin_out;
     ptrdiff_t cos_stride, sin_stride, r0, half;
     double scale;
+    const ptrdiff_t *idx; /* positions in channels: the pairs of one channel */
+    ptrdiff_t count;
 };
 
 /* Row j: each value twice, in the layout, rounded once to dtype. */
@@ -101,13 +222,37 @@ PE_INLINE void emit_pair(void *ctx, ptrdiff_t j, const double *s, const double *
 PE_SPECIALISE(static const pe_row_fn, emit_pair_row, emit_pair,
               (void *ctx, ptrdiff_t j, const double *s, const double *c), (ctx, j, s, c));
 
+/* The same for the pairs idx[q] of one channel. */
+PE_INLINE void emit_chan_pair(void *ctx, ptrdiff_t j, const double *s, const double *c,
+                              const int layout, const int dtype)
+{
+    const struct pair_sink *k = ctx;
+    char *crow = k->cos_out + (k->r0 + j) * k->cos_stride;
+    char *srow = k->sin_out + (k->r0 + j) * k->sin_stride;
+    ptrdiff_t half = k->half;
+    for (ptrdiff_t q = 0; q < k->count; ++q) {
+        ptrdiff_t i = k->idx[q];
+        double cv = c[q] * k->scale, sv = s[q] * k->scale;
+        ptrdiff_t a = layout == PE_ROPE_HALF ? i : 2 * i;
+        ptrdiff_t b = layout == PE_ROPE_HALF ? half + i : 2 * i + 1;
+        pe_store(crow, a, dtype, cv);
+        pe_store(crow, b, dtype, cv);
+        pe_store(srow, a, dtype, sv);
+        pe_store(srow, b, dtype, sv);
+    }
+}
+
+PE_SPECIALISE(static const pe_row_fn, emit_chan_pair_row, emit_chan_pair,
+              (void *ctx, ptrdiff_t j, const double *s, const double *c), (ctx, j, s, c));
+
 struct table_job {
     const struct pe_kernels *k;
     const double *pos, *freq;
     double wmax;
     int dtype;
     pe_row_fn emit;
-    struct pair_sink sink; /* its r0 set per cell */
+    struct pair_sink sink;           /* its r0 set per cell */
+    const struct pe_rope_chan *chan; /* or NULL */
 };
 
 static void table_cell(void *ctx, struct pe_rotor *rt, ptrdiff_t r0, ptrdiff_t n)
@@ -115,20 +260,49 @@ static void table_cell(void *ctx, struct pe_rotor *rt, ptrdiff_t r0, ptrdiff_t n
     const struct table_job *j = ctx;
     struct pair_sink sink = j->sink;
     sink.r0 = r0;
-    pe_sincos_group(j->k, rt, (const char *)(j->pos + r0), sizeof *j->pos, n, j->freq, sink.half,
-                    j->wmax, j->dtype != PE_F64, j->emit, &sink);
+    const struct pe_rope_chan *ch = j->chan;
+    if (ch == NULL) {
+        pe_sincos_group(j->k, rt, (const char *)(j->pos + r0), sizeof *j->pos, n, j->freq,
+                        sink.half, j->wmax, j->dtype != PE_F64, j->emit, &sink);
+        return;
+    }
+    for (int c = 0; c < ch->n; ++c) {
+        ptrdiff_t s0 = ch->start[c];
+        sink.idx = ch->idx + s0;
+        sink.count = ch->start[c + 1] - s0;
+        if (sink.count == 0)
+            continue;
+        struct pe_rotor sub = chan_rotor(rt, s0);
+        pe_sincos_group(j->k, &sub, (const char *)(j->pos + r0) + c * ch->stride, sizeof *j->pos, n,
+                        ch->freq + s0, sink.count, ch->wmax[c], j->dtype != PE_F64, j->emit, &sink);
+    }
 }
 
 int pe_rope_table(const struct pe_kernels *k, const double *pos, ptrdiff_t n, const double *freq,
                   ptrdiff_t half, double scale, int layout, int dtype, char *cos_out,
-                  ptrdiff_t cos_stride, char *sin_out, ptrdiff_t sin_stride, int nthreads)
+                  ptrdiff_t cos_stride, char *sin_out, ptrdiff_t sin_stride, const int32_t *channel,
+                  int nchan, int nthreads)
 {
+    struct pe_rope_chan chan;
     struct table_job job = {k,
                             pos,
                             freq,
                             pe_max_abs(freq, half),
                             dtype,
                             emit_pair_row[layout][dtype],
-                            {cos_out, sin_out, cos_stride, sin_stride, 0, half, scale}};
-    return pe_for_each_cell(n, half, n * half * 4 >= PE_PARALLEL_MIN, nthreads, table_cell, &job);
+                            {cos_out, sin_out, cos_stride, sin_stride, 0, half, scale, NULL, 0},
+                            NULL};
+    if (channel != NULL) {
+        int rc = pe_rope_chan_init(&chan, channel, nchan, n * (ptrdiff_t)sizeof *pos, freq, half);
+        if (rc != 0) {
+            pe_rope_chan_free(&chan);
+            return rc;
+        }
+        job.chan = &chan;
+        job.emit = emit_chan_pair_row[layout][dtype];
+    }
+    int rc = pe_for_each_cell(n, half, n * half * 4 >= PE_PARALLEL_MIN, nthreads, table_cell, &job);
+    if (channel != NULL)
+        pe_rope_chan_free(&chan);
+    return rc;
 }

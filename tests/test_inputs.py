@@ -260,10 +260,8 @@ def test_hunyuan_dynamic_with_alpha_is_ntk_alpha():
 @pytest.mark.parametrize(
     "params,name",
     [
-        ({"rope_type": "default", "mrope_section": [16, 24, 24]}, "mrope_section"),
         ({"rope_type": "default", "mrope_interleaved": True}, "mrope_interleaved"),
         ({"rope_type": "axial"}, "axial"),
-        ({"type": "mrope", "mrope_section": [16, 24, 24]}, "mrope"),
         ({"rope_type": "longrope", "short_factor": PHI3_SHORT, "long_factor": PHI3_LONG,
           "original_max_position_embeddings": 4096, "short_mscale": 1.1}, "short_mscale"),
     ],
@@ -274,6 +272,35 @@ def test_parameters_posenc_does_not_implement_are_refused_by_name(params, name):
     config = SimpleNamespace(rope_parameters=params, head_dim=32, max_position_embeddings=8192)
     with pytest.raises(ValueError, match=name):
         posenc.apply_rope(np.zeros((1, 4, 32)), scaling=config)
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"rope_type": "default", "mrope_section": [4, 6, 6]},
+        {"type": "mrope", "mrope_section": [4, 6, 6]},  # Qwen2-VL's config.json
+        {"rope_type": "default", "mrope_section": [8, 4, 4], "mrope_interleaved": True},
+    ],
+)
+def test_mrope_configs_need_positions_in_three_rows(params):
+    # the frequencies are the plain ones of the head: M-RoPE only chooses positions
+    inv, att = posenc.rope_frequencies(32, scaling=params)
+    np.testing.assert_allclose(inv, 10000.0 ** (-np.arange(16) / 16), rtol=1e-15)
+    assert att == 1.0
+    config = SimpleNamespace(rope_parameters=params, head_dim=32, max_position_embeddings=8192)
+    x = np.zeros((2, 4, 5, 32))
+    for scaling in (params, config):
+        for positions in (None, np.arange(5), np.zeros((2, 5)), np.zeros((2, 2, 5))):
+            with pytest.raises(ValueError, match="mrope_section .* leading axis of 3 rows"):
+                posenc.apply_rope(x, positions, scaling=scaling)
+        for positions in (5, np.arange(5), np.zeros((2, 5))):
+            with pytest.raises(ValueError, match="mrope_section .* leading axis of 3 rows"):
+                posenc.rope_cos_sin(positions, 32, scaling=scaling)
+        # three rows are read as M-RoPE's
+        ids = np.tile(np.arange(5), (3, 2, 1))
+        np.testing.assert_array_equal(
+            posenc.apply_rope(x + 1, ids, scaling=scaling), posenc.apply_rope(x + 1)
+        )
 
 
 def test_unknown_keys_give_a_warning_naming_them():
