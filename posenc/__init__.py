@@ -9,7 +9,8 @@ their own kind out, see the README's "With PyTorch and JAX"):
   arbitrary position ids, and the context-extension families (linear,
   dynamic NTK, YaRN, Llama 3, LongRoPE, NTK-alpha, proportional);
   :func:`positions_from_cu_seqlens`, :func:`permute_rope_weight`,
-  :func:`attention_temperature`, :func:`mrope_position_ids` around them.
+  :func:`attention_temperature`, :func:`mrope_position_ids`,
+  :func:`vision_position_ids` around them.
 - :func:`alibi_bias`, :func:`alibi_slopes`: ALiBi; :func:`t5_bias`,
   :func:`relative_position_bucket`: T5's bucketed relative bias;
   :func:`relative_positions`: Shaw et al.'s clipped relative positions.
@@ -72,6 +73,7 @@ from .rope_tools import (
     mrope_position_ids,
     permute_rope_weight,
     positions_from_cu_seqlens,
+    vision_position_ids,
 )
 from .sinusoid import sinusoid
 
@@ -89,6 +91,7 @@ __all__ = [
     "mrope_position_ids",
     "permute_rope_weight",
     "positions_from_cu_seqlens",
+    "vision_position_ids",
     "probe",
     "reference",
     "relative_position_bucket",
@@ -106,6 +109,7 @@ __all__ = [
     "tener_relative_table",
     "tener_scores",
     "tupe_bias",
+    "vision_position_ids",
     "xl_content_bias",
     "xl_position_term",
     "xl_relative_table",

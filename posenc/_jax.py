@@ -84,7 +84,9 @@ SINKS = ("out", "scores")
 _TRACED_SCALARS = frozenset({"offset", "q_offset", "relative_position", "relative_pos"})
 
 #: functions whose result's shape depends on the values of their arguments
-_VALUE_SHAPED = frozenset({"positions_from_cu_seqlens", "mrope_position_ids"})
+_VALUE_SHAPED = frozenset(
+    {"positions_from_cu_seqlens", "mrope_position_ids", "vision_position_ids"}
+)
 
 #: results at least this large are handed to XLA without a copy (smaller
 #: ones are copied: jnp.asarray of a small array costs less than adopting it)

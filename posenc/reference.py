@@ -222,6 +222,8 @@ def _rope_resolve(dim: int, base: float, scaling: Any) -> Tuple[int, float, str,
         kind = "longrope"
     if kind == "dynamic" and p.get("alpha"):  # HunYuan
         kind = "ntk_alpha"
+    if kind == "mrope":  # Qwen2-VL's name for the default frequencies with sections
+        kind = "default"
     if p.get("partial_rotary_factor") is not None and kind != "proportional":
         dim = int(dim * p["partial_rotary_factor"])
     if p.get("rope_theta") is not None:
@@ -249,6 +251,29 @@ def _rope_seq_len(scaling: Any, pos: NDArray[Any]) -> Optional[int]:
     return None
 
 
+def _mrope_angles(angles: NDArray[Any], sections: Any, interleaved: bool) -> NDArray[Any]:
+    """M-RoPE: angles (rows, ..., half) of each row's positions with the
+    same frequencies, pieced together: the half split into the sections in
+    turn, piece j taken from row j (Qwen2-VL); or interleaved (Qwen3-VL): row
+    0's angles with every n-th pair from pair c on, sections[c] of them,
+    replaced by row c's."""
+    n = len(sections)
+    if not interleaved:
+        pieces = np.split(angles, np.cumsum(sections)[:-1], axis=-1)
+        return np.concatenate([piece[j] for j, piece in enumerate(pieces)], axis=-1)
+    out = angles[0].copy()
+    for c in range(1, n):
+        pairs = np.arange(c, angles.shape[-1], n)[: sections[c]]
+        out[..., pairs] = angles[c][..., pairs]
+    return out
+
+
+def _axial_sections(axial: Any, half: int) -> List[int]:
+    if isinstance(axial, (int, np.integer)):
+        return [half // int(axial)] * int(axial)
+    return [int(s) for s in axial]
+
+
 def rope_cos_sin(
     positions: ArrayLike,
     dim: int,
@@ -257,14 +282,36 @@ def rope_cos_sin(
     scaling: _Scaling = None,
     layout: str = "half",
     dtype: DTypeLike = "float32",
+    mrope_section: Any = None,
+    mrope_interleaved: Optional[bool] = None,
+    axial: Any = None,
 ) -> Tuple[NDArray[Any], NDArray[Any]]:
     """cos/sin of positions[..., None] * theta, times the attention factor,
-    each angle twice: as two halves, or twice in a row."""
+    each angle twice: as two halves, or twice in a row.  M-RoPE
+    (`mrope_section`, or scaling's) and axial RoPE (`axial`: axes, or the
+    pairs of each) take positions with a leading axis of rows: M-RoPE's
+    angles of the head's frequencies taken from the rows by section, axial
+    RoPE's of each row with the frequencies of a rotary part of twice its
+    pairs, one after the other."""
     p = _positions(positions)
-    inv_freq, attention = rope_frequencies(
-        dim, base=base, scaling=scaling, seq_len=_rope_seq_len(scaling, p)
-    )
-    angle = p[..., None] * inv_freq
+    params = dict(scaling or {})
+    if mrope_section is None:
+        mrope_section = params.get("mrope_section")
+    if mrope_interleaved is None:
+        mrope_interleaved = bool(params.get("mrope_interleaved"))
+    if axial is not None:
+        rotary, base, _, _ = _rope_resolve(dim, base, scaling)
+        sections = _axial_sections(axial, rotary // 2)
+        ladders = [rope_frequencies(2 * s, base=base)[0] for s in sections]
+        angle = np.concatenate([p[c][..., None] * w for c, w in enumerate(ladders)], axis=-1)
+        attention = 1.0
+    else:
+        inv_freq, attention = rope_frequencies(
+            dim, base=base, scaling=scaling, seq_len=_rope_seq_len(scaling, p)
+        )
+        angle = p[..., None] * inv_freq
+        if mrope_section is not None:
+            angle = _mrope_angles(angle, list(mrope_section), bool(mrope_interleaved))
     cos, sin = np.cos(angle) * attention, np.sin(angle) * attention
     if layout == "half":
         cos, sin = np.concatenate([cos, cos], axis=-1), np.concatenate([sin, sin], axis=-1)
@@ -285,9 +332,14 @@ def apply_rope(
     seq_axis: int = -2,
     inverse: bool = False,
     out: Optional[NDArray[Any]] = None,
+    mrope_section: Any = None,
+    mrope_interleaved: Optional[bool] = None,
+    axial: Any = None,
 ) -> NDArray[Any]:
     """x * cos + rotate(x) * sin on the first rotary_dim features, in float64,
-    with rotate_half (GPT-NeoX) or rotate_every_two (GPT-J)."""
+    with rotate_half (GPT-NeoX) or rotate_every_two (GPT-J); M-RoPE and
+    axial RoPE as rope_cos_sin makes them (positions with a leading axis of
+    rows, the rest placed as for one row)."""
     x = np.asarray(x)
     x64 = _widen(x).astype(np.float64)
     dim = x.shape[-1]
@@ -301,16 +353,28 @@ def apply_rope(
         pos = pos.reshape(pos.shape + (1,) * (x.ndim - 2 - axis))
     else:
         pos = np.asarray(positions, dtype=np.float64) + offset
-        if 0 < pos.ndim < x.ndim - 1:  # last axis on seq_axis, leading ones on x's leading axes
-            axis = seq_axis % x.ndim
+        rows = mrope_section is not None or axial is not None
+        rows = rows or (scaling or {}).get("mrope_section") is not None
+        lead = int(rows)  # the rows' axis stays first
+        if 0 < pos.ndim - lead < x.ndim - 1:  # last axis on seq_axis, leading ones on x's
+            axis = seq_axis % x.ndim + lead
             pos = np.expand_dims(
-                pos, tuple(range(pos.ndim - 1, axis)) + tuple(range(axis + 1, x.ndim - 1))
+                pos,
+                tuple(range(pos.ndim - 1, axis)) + tuple(range(axis + 1, x.ndim - 1 + lead)),
             )
     unscaled = dict(scaling or {})
     if rotary_dim != dim:
         unscaled.pop("partial_rotary_factor", None)
     cos, sin = rope_cos_sin(
-        pos, rotary_dim, base=base, scaling=unscaled, layout=layout, dtype=np.float64
+        pos,
+        rotary_dim,
+        base=base,
+        scaling=unscaled,
+        layout=layout,
+        dtype=np.float64,
+        mrope_section=mrope_section,
+        mrope_interleaved=mrope_interleaved,
+        axial=axial,
     )
     if inverse:
         sin = -sin

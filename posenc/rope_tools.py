@@ -1,6 +1,7 @@
 """What users need around a rotary embedding: position ids of packed
-sequences, checkpoint weights converted between the two RoPE layouts, and
-Llama 4's attention temperature on its layers without RoPE."""
+sequences, of multimodal prompts (M-RoPE) and of vision patches (2-D RoPE),
+checkpoint weights converted between the two RoPE layouts, and Llama 4's
+attention temperature on its layers without RoPE."""
 
 from __future__ import annotations
 
@@ -370,3 +371,105 @@ def mrope_position_ids(
     if single:
         return positions[:, 0], deltas[0]
     return positions, deltas
+
+
+_VISION_CONVENTIONS = ("qwen2_vl", "llama4")
+
+
+@overload
+def vision_position_ids(
+    grids: np.ndarray,
+    *,
+    spatial_merge_size: int = 1,
+    convention: Literal["qwen2_vl", "llama4"] = "qwen2_vl",
+) -> NDArray[np.int64]: ...
+
+
+@overload
+def vision_position_ids(
+    grids: ArrayT,
+    *,
+    spatial_merge_size: int = 1,
+    convention: Literal["qwen2_vl", "llama4"] = "qwen2_vl",
+) -> ArrayT: ...
+
+
+@overload
+def vision_position_ids(
+    grids: ArrayLike,
+    *,
+    spatial_merge_size: int = 1,
+    convention: Literal["qwen2_vl", "llama4"] = "qwen2_vl",
+) -> NDArray[np.int64]: ...
+
+
+@foreign
+def vision_position_ids(grids, *, spatial_merge_size=1, convention="qwen2_vl"):
+    """The (row, column) coordinates of a vision tower's patches, for 2-D
+    (axial) RoPE: ``apply_rope(q, vision_position_ids(...), axial=2)``.
+
+    Parameters
+    ----------
+    grids : array_like of int
+        ``convention="qwen2_vl"``: shape ``(n, 3)`` (or ``(3,)`` for one),
+        the ``(t, h, w)`` of each image or video in patches (transformers'
+        ``grid_thw``).
+        ``convention="llama4"``: the ``(h, w)`` of one image in patches, or
+        one int for a square image (``image_size // patch_size``).
+    spatial_merge_size : int
+        Qwen2-VL to Qwen3-VL: the side of the blocks of patches the tower
+        merges (its config's ``spatial_merge_size``, 2 there); ``h`` and
+        ``w`` must be multiples of it.  Llama 4: 1.
+    convention : {"qwen2_vl", "llama4"}
+        ``"qwen2_vl"`` (Qwen2-VL, Qwen2.5-VL, Qwen3-VL vision towers): the
+        patches of each image in the order the tower holds them, block by
+        block of ``m x m`` patches (row-major within a block and among
+        blocks), every frame of a video again; row 0 the patch's row, row 1
+        its column, from 0.  ``"llama4"`` (Llama 4's vision encoder): the
+        patches row-major, then the class token; row 0 the patch's column
+        + 1, row 1 its row + 1, and ``(0, 0)`` for the class token, which is
+        therefore not rotated (Llama 4 zeroes its angles).
+
+    Returns
+    -------
+    ndarray of int64, shape (2, n_patches) (``(2, h * w + 1)`` for Llama 4)
+        The two rows of positions ``apply_rope`` and ``rope_cos_sin`` take
+        with ``axial=2``: the first half of the pairs rotated by row 0, the
+        second by row 1 (Qwen2-VL's ``VisionRotaryEmbedding``, Llama 4's
+        ``Llama4VisionRotaryEmbedding``, with ``layout="interleaved"`` for
+        Llama 4).
+    """
+    convention = v.choice(convention, "convention", _VISION_CONVENTIONS)
+    merge = v.integer(spatial_merge_size, "spatial_merge_size", minimum=1)
+    arr = np.asarray(grids)
+    if arr.dtype.kind not in "iu":
+        raise TypeError(f"grids must hold integers, not dtype {arr.dtype}")
+    if convention == "llama4":
+        if merge != 1:
+            raise ValueError("spatial_merge_size must be 1 with convention='llama4'")
+        if arr.ndim == 0:
+            arr = np.stack([arr, arr])
+        if arr.shape != (2,):
+            raise ValueError(
+                f"grids must be (h, w) or one int with convention='llama4', not shape {arr.shape}"
+            )
+        if (arr < 1).any():
+            raise ValueError("grids must hold sizes >= 1")
+        h, w = (int(n) for n in arr)
+        idx = np.arange(h * w, dtype=np.int64)
+        coords = np.stack([idx % w + 1, idx // w + 1])
+        return np.concatenate([coords, np.zeros((2, 1), np.int64)], axis=1)
+    grid = _grids(arr.reshape(1, 3) if arr.shape == (3,) else arr, "grids")
+    if (grid[:, 1:] % merge).any():
+        raise ValueError(f"grids: h and w must be multiples of spatial_merge_size = {merge}")
+    parts = []
+    for t, h, w in grid.tolist():
+        rows, cols = np.meshgrid(np.arange(h), np.arange(w), indexing="ij")
+        # (h/m, m, w/m, m) -> blocks row-major, patches row-major within each
+        order = (h // merge, merge, w // merge, merge)
+        rows = rows.reshape(order).transpose(0, 2, 1, 3).reshape(-1)
+        cols = cols.reshape(order).transpose(0, 2, 1, 3).reshape(-1)
+        parts.append(np.tile(np.stack([rows, cols]), (1, t)))
+    if not parts:
+        return np.zeros((2, 0), np.int64)
+    return np.concatenate(parts, axis=1).astype(np.int64)

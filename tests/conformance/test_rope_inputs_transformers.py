@@ -13,7 +13,7 @@
 - the dialects transformers rewrites on load (Phi-3's "su" and "yarn" with
   short/long factors are LongRoPE, HunYuan's "dynamic" with `alpha` is
   NTK-alpha), given as config objects, as rope dicts and as config.json dicts;
-- refusals: M-RoPE's `mrope_section` raises,
+- M-RoPE's `mrope_section` needs positions in three rows,
   a misspelt key warns and is ignored as transformers ignores it.
 
 transformers forms the phase in float32 (`position_ids.float() * inv_freq`,
@@ -801,7 +801,7 @@ def _qwen2_vl_text_config(hf):
 
 
 @pytest.mark.parametrize("form", ["config", "rope-dict", "raw-rope-dict", "config-json"])
-def test_mrope_section_is_refused(hf, form):
+def test_mrope_section_needs_positions_in_three_rows(hf, form):
     config = _qwen2_vl_text_config(hf)
     # transformers keeps the sections (and calls the rope "default"): M-RoPE
     # splits the frequencies among temporal/height/width position ids
@@ -810,7 +810,7 @@ def test_mrope_section_is_refused(hf, form):
     scaling = {
         "config": config,
         "rope-dict": dict(config.rope_parameters),  # as transformers rewrote it
-        "raw-rope-dict": dict(MROPE),  # as Qwen2-VL's config.json has it
+        "raw-rope-dict": dict(MROPE, rope_theta=1e6),  # as Qwen2-VL's config.json has it
         "config-json": {
             "model_type": "qwen2_vl",
             "rope_scaling": dict(MROPE),
@@ -819,13 +819,27 @@ def test_mrope_section_is_refused(hf, form):
             "num_attention_heads": 2,
         },
     }[form]
+    # the frequencies are the default ones (transformers' inv_freq)
+    inv_freq, _ = posenc.rope_frequencies(64, scaling=scaling)
+    want = hf.qwen2_vl.Qwen2VLRotaryEmbedding(config).inv_freq.double().numpy()
+    np.testing.assert_allclose(inv_freq, want, rtol=4e-7)
+    # ordinary positions: refused, naming the sections
     for call in (
-        lambda: posenc.rope_frequencies(64, scaling=scaling),
         lambda: posenc.rope_cos_sin(16, 64, scaling=scaling),
         lambda: posenc.apply_rope(np.zeros((1, 2, 16, 64)), scaling=scaling),
+        lambda: posenc.apply_rope(np.zeros((1, 2, 16, 64)), np.arange(16), scaling=scaling),
     ):
         with pytest.raises(ValueError, match="mrope_section"):
             call()
+    # three rows of positions: M-RoPE (see test_rope_multimodal_transformers.py)
+    ids = np.stack([np.arange(16), np.arange(16) // 4, np.arange(16) % 4])[:, None]
+    cos, _ = posenc.rope_cos_sin(ids, 64, scaling=scaling, dtype="float64")
+    angles = np.concatenate(
+        [ids[0, ..., None] * inv_freq[:8], ids[1, ..., None] * inv_freq[8:20]]
+        + [ids[2, ..., None] * inv_freq[20:]],
+        axis=-1,
+    )
+    np.testing.assert_allclose(cos, np.cos(np.concatenate([angles, angles], -1)), atol=1e-15)
 
 
 def test_misspelt_key_warns_and_is_ignored_as_transformers_ignores_it(hf):

@@ -1,0 +1,360 @@
+"""Multimodal and vision RoPE against the transformers classes of the models
+that use them (configs built from transformers' config classes, no weights).
+
+- M-RoPE: Qwen2-VL's ``Qwen2VLRotaryEmbedding`` and Qwen2.5-VL's
+  ``Qwen2_5_VLRotaryEmbedding`` (sections in turn, their
+  ``recomposition_frequencies``), Qwen3-VL's ``Qwen3VLTextRotaryEmbedding``
+  (interleaved sections), each with its module's ``apply_rotary_pos_emb``.
+- 2-D vision RoPE: Qwen2-VL's and Qwen3-VL's vision towers
+  (``Qwen2VLVisionRotaryEmbedding``, ``Qwen3VLVisionRotaryEmbedding``, the
+  patch order of ``transformers.vision_utils.get_vision_position_ids``,
+  ``apply_rotary_pos_emb_vision``), and Llama 4's vision encoder
+  (``Llama4VisionRotaryEmbedding`` and ``vision_apply_rotary_emb``).
+
+transformers forms the phases in float32.  The float64 comparisons feed the
+classes' own recomposition and rotation functions with cos and sin formed
+in float64 from the definition; the float32 ones run the classes whole.
+"""
+
+import types
+
+import numpy as np
+import pytest
+
+import posenc
+from posenc import reference
+
+
+@pytest.fixture(scope="module")
+def hf(torch, transformers):
+    transformers.logging.set_verbosity_error()
+    from transformers import vision_utils
+    from transformers.models.llama4 import modeling_llama4
+    from transformers.models.qwen2_5_vl import modeling_qwen2_5_vl
+    from transformers.models.qwen2_vl import modeling_qwen2_vl
+    from transformers.models.qwen3_vl import modeling_qwen3_vl
+
+    return types.SimpleNamespace(
+        torch=torch,
+        t=transformers,
+        qwen2_vl=modeling_qwen2_vl,
+        qwen2_5_vl=modeling_qwen2_5_vl,
+        qwen3_vl=modeling_qwen3_vl,
+        llama4=modeling_llama4,
+        vision_utils=vision_utils,
+    )
+
+
+# ---------------------------------------------------------------- M-RoPE
+
+
+def _text_model(hf, name):
+    """(config, rotary class, its module) of a model's text tower at its real
+    head size and sections (transformers' config classes, no weights)."""
+    if name == "qwen2_vl":
+        config = hf.t.Qwen2VLTextConfig(
+            hidden_size=256,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            rope_scaling={"type": "mrope", "mrope_section": [16, 24, 24], "rope_theta": 1e6},
+        )
+        return config, hf.qwen2_vl.Qwen2VLRotaryEmbedding, hf.qwen2_vl
+    if name == "qwen2_5_vl":
+        config = hf.t.Qwen2_5_VLTextConfig(
+            hidden_size=256,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            rope_scaling={"type": "mrope", "mrope_section": [16, 24, 24], "rope_theta": 1e6},
+        )
+        return config, hf.qwen2_5_vl.Qwen2_5_VLRotaryEmbedding, hf.qwen2_5_vl
+    config = hf.t.Qwen3VLTextConfig(
+        hidden_size=256,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=128,
+        rope_parameters={
+            "rope_type": "default",
+            "mrope_section": [24, 20, 20],
+            "mrope_interleaved": True,
+            "rope_theta": 5e6,
+        },
+    )
+    return config, hf.qwen3_vl.Qwen3VLTextRotaryEmbedding, hf.qwen3_vl
+
+
+def _prompt_ids():
+    """A real two-sequence prompt: text, an image, text, a video, text; the
+    second sequence left-padded, with an image of its own."""
+    types_a = [0] * 3 + [1] * 6 + [0] * 5 + [2] * 12 + [0] * 2
+    types_b = [0] * 1 + [1] * 3 + [0] * 4
+    types_b = [0] * (len(types_a) - len(types_b)) + types_b
+    mask = [[1] * len(types_a), [0] * (len(types_a) - 8) + [1] * 8]
+    ids, _ = posenc.mrope_position_ids(
+        [types_a, types_b],
+        image_grids=[[1, 4, 6], [1, 6, 2]],
+        video_grids=[[3, 4, 4]],
+        attention_mask=mask,
+    )
+    return ids
+
+
+def _mrope64(hf, rotary, ids, base, head_dim):
+    """cos, sin (batch, seq, head_dim) as the class recomposes them, from
+    float64 angles ids * base**(-2i/head_dim) (the frequencies as
+    rope_frequencies gives them: the same to an ulp, which at position 1e5
+    would move the phase by 1e-11)."""
+    torch = hf.torch
+    inv_freq, _ = posenc.rope_frequencies(head_dim, base=base)
+    exact = base ** (-np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
+    np.testing.assert_allclose(inv_freq, exact, rtol=4e-16)
+    np.testing.assert_allclose(rotary.inv_freq.numpy(), exact, rtol=4e-7)  # its float32
+    angles = ids[..., None].astype(np.float64) * inv_freq
+    cos = rotary.recomposition_frequencies(torch.from_numpy(np.cos(angles)))
+    sin = rotary.recomposition_frequencies(torch.from_numpy(np.sin(angles)))
+    return cos, sin
+
+
+MODELS = ["qwen2_vl", "qwen2_5_vl", "qwen3_vl"]
+
+
+@pytest.mark.parametrize("name", MODELS)
+@pytest.mark.parametrize("start", [0, 100000])
+def test_mrope_equals_transformers_in_float64(hf, name, start):
+    torch = hf.torch
+    config, cls, module = _text_model(hf, name)
+    rotary = cls(config)
+    base = config.rope_parameters["rope_theta"]
+    ids = _prompt_ids() + start  # start: decoding far into a long context
+    rng = np.random.default_rng(7)
+    q = rng.standard_normal((2, 3, ids.shape[-1], 128))
+    k = rng.standard_normal((2, 1, ids.shape[-1], 128))
+    cos, sin = _mrope64(hf, rotary, ids, base, 128)
+    want_q, want_k = module.apply_rotary_pos_emb(
+        torch.from_numpy(q), torch.from_numpy(k), cos, sin, unsqueeze_dim=1
+    )
+    for x, want in ((q, want_q.numpy()), (k, want_k.numpy())):
+        got = posenc.apply_rope(x, ids, scaling=config)
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-13 * np.abs(x).max())
+        # the twin forms its own frequencies: an ulp of one moves a phase by
+        # up to position * 2**-53
+        phase = 1e-13 + 4 * np.abs(ids).max() * 2.0**-53
+        np.testing.assert_allclose(
+            reference.apply_rope(x, ids, scaling=dict(config.rope_parameters)),
+            want,
+            rtol=0,
+            atol=phase * np.abs(x).max(),
+        )
+    c64, s64 = posenc.rope_cos_sin(ids, 128, scaling=config, dtype="float64")
+    np.testing.assert_allclose(c64, cos.numpy(), rtol=0, atol=1e-13)
+    np.testing.assert_allclose(s64, sin.numpy(), rtol=0, atol=1e-13)
+    # the same sections given as keywords, and the (batch, seq, heads, dim) layout
+    sections = config.rope_parameters["mrope_section"]
+    interleaved = name == "qwen3_vl"
+    got = posenc.apply_rope(
+        np.swapaxes(q, 1, 2),
+        ids,
+        base=base,
+        mrope_section=sections,
+        mrope_interleaved=interleaved,
+        seq_axis=-3,
+    )
+    np.testing.assert_allclose(
+        np.swapaxes(got, 1, 2), want_q.numpy(), rtol=0, atol=1e-13 * np.abs(q).max()
+    )
+    # float32: within a float32 rounding or two of the float64 value
+    q32 = q.astype(np.float32)
+    want32 = module.apply_rotary_pos_emb(
+        torch.from_numpy(q32.astype(np.float64)), torch.from_numpy(k), cos, sin, unsqueeze_dim=1
+    )[0].numpy()
+    got32 = posenc.apply_rope(q32, ids, scaling=config)
+    assert got32.dtype == np.float32
+    np.testing.assert_allclose(got32, want32, rtol=0, atol=2**-22 * 2 * np.abs(q32).max())
+    c32, s32 = posenc.rope_cos_sin(ids, 128, scaling=config)
+    np.testing.assert_allclose(c32, cos.numpy(), rtol=2**-24, atol=2**-25)
+    np.testing.assert_allclose(s32, sin.numpy(), rtol=2**-24, atol=2**-25)
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_a_real_prompt_rotates_as_the_model_level_rotary_class(hf, name):
+    """ids from posenc.mrope_position_ids -> apply_rope, against the model's
+    rotary class run whole in float32 (its forward) and its
+    apply_rotary_pos_emb."""
+    torch = hf.torch
+    config, cls, module = _text_model(hf, name)
+    ids = _prompt_ids()
+    rng = np.random.default_rng(8)
+    q = rng.standard_normal((2, 4, ids.shape[-1], 128)).astype(np.float32)
+    qt = torch.from_numpy(q)
+    cos, sin = cls(config)(qt, torch.from_numpy(ids))
+    want, _ = module.apply_rotary_pos_emb(qt, qt, cos, sin, unsqueeze_dim=1)
+    got = posenc.apply_rope(q, ids, scaling=config)
+    # transformers' float32 phases at positions below 40: a few float32 ulps of 40
+    np.testing.assert_allclose(got, want.numpy(), rtol=0, atol=2e-5 * np.abs(q).max())
+    # the class's cos and sin are those of rope_cos_sin (within its float32 phase)
+    c, s = posenc.rope_cos_sin(ids, 128, scaling=config)
+    np.testing.assert_allclose(c, cos.numpy(), rtol=0, atol=1e-5)
+    np.testing.assert_allclose(s, sin.numpy(), rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_text_tokens_rotate_as_plain_rope(hf, name):
+    # three equal rows (a text-only prompt): M-RoPE is RoPE, bit for bit
+    config, _, _ = _text_model(hf, name)
+    ids, _ = posenc.mrope_position_ids(np.zeros((2, 50), np.int64))
+    assert (ids == ids[:1]).all()
+    rng = np.random.default_rng(9)
+    for dtype in (np.float32, np.float64):
+        x = rng.standard_normal((2, 3, 50, 128)).astype(dtype)
+        got = posenc.apply_rope(x, ids + 1000, scaling=config)
+        plain = posenc.apply_rope(x, ids[0] + 1000, base=config.rope_parameters["rope_theta"])
+        np.testing.assert_array_equal(got, plain)
+    c, s = posenc.rope_cos_sin(ids, 128, scaling=config)
+    c1, s1 = posenc.rope_cos_sin(ids[0], 128, base=config.rope_parameters["rope_theta"])
+    np.testing.assert_array_equal(c, c1)
+    np.testing.assert_array_equal(s, s1)
+
+
+def test_mrope_config_with_plain_positions_is_refused(hf):
+    config, _, _ = _text_model(hf, "qwen2_vl")
+    x = np.zeros((2, 2, 8, 128))
+    for positions in (None, np.arange(8), np.zeros((2, 8), np.int64)):
+        with pytest.raises(ValueError, match="mrope_section .* leading axis of 3 rows"):
+            posenc.apply_rope(x, positions, scaling=config)
+    with pytest.raises(ValueError, match="mrope_section .* leading axis of 3 rows"):
+        posenc.rope_cos_sin(8, 128, scaling=config)
+    # three rows without sections: not guessed
+    ids = np.zeros((3, 2, 8), np.int64)
+    with pytest.raises(ValueError, match="mrope_section="):
+        posenc.apply_rope(x, ids)
+    # a Qwen2-VL config without sections (transformers' class would assume
+    # [16, 24, 24]): not guessed either
+    bare = hf.t.Qwen2VLTextConfig(hidden_size=256, num_attention_heads=2, num_key_value_heads=1)
+    assert "mrope_section" not in bare.rope_parameters
+    with pytest.raises(ValueError, match="mrope_section="):
+        posenc.apply_rope(x, ids, scaling=bare)
+
+
+# ---------------------------------------------------------------- 2-D vision RoPE
+
+
+def _vision_model(hf, name):
+    """(config, rotary class, module, head_dim) of a vision tower at its real size."""
+    if name == "qwen2_vl":
+        config = hf.t.Qwen2VLVisionConfig(embed_dim=1280, num_heads=16, depth=1)
+        return config, hf.qwen2_vl.Qwen2VLVisionRotaryEmbedding, hf.qwen2_vl, 80
+    config = hf.t.Qwen3VLVisionConfig(hidden_size=1152, num_heads=16, depth=1)
+    return config, hf.qwen3_vl.Qwen3VLVisionRotaryEmbedding, hf.qwen3_vl, 72
+
+
+GRIDS = [[1, 8, 12], [2, 4, 6], [1, 2, 2]]
+
+
+@pytest.mark.parametrize("name", ["qwen2_vl", "qwen3_vl"])
+def test_vision_position_ids_equal_get_vision_position_ids(hf, name):
+    torch = hf.torch
+    want = hf.vision_utils.get_vision_position_ids(torch.tensor(GRIDS), 2).numpy()
+    got = posenc.vision_position_ids(GRIDS, spatial_merge_size=2)
+    assert got.dtype == np.int64
+    np.testing.assert_array_equal(got, want.T)
+    one = hf.vision_utils.get_vision_position_ids(torch.tensor([[1, 3, 5]]), 1).numpy()
+    np.testing.assert_array_equal(posenc.vision_position_ids([1, 3, 5]), one.T)
+
+
+@pytest.mark.parametrize("name", ["qwen2_vl", "qwen3_vl"])
+def test_vision_rope_equals_qwen_vision_towers(hf, name):
+    torch = hf.torch
+    config, cls, module, head_dim = _vision_model(hf, name)
+    rotary = cls(config)
+    base = config.rope_parameters["rope_theta"]
+    ids = posenc.vision_position_ids(GRIDS, spatial_merge_size=2)
+    n = ids.shape[1]
+    rng = np.random.default_rng(10)
+    q = rng.standard_normal((n, 16, head_dim))  # the tower's (seq, heads, head_dim)
+    # float64: the class's recomposition of float64 cos/sin, the module's rotation
+    spatial = head_dim // 2
+    inv_freq, _ = posenc.rope_frequencies(spatial, base=base)
+    exact = base ** (-np.arange(0, spatial, 2, dtype=np.float64) / spatial)
+    np.testing.assert_allclose(inv_freq, exact, rtol=4e-16)
+    np.testing.assert_allclose(rotary.inv_freq.numpy(), exact, rtol=4e-7)  # its float32
+    angles = ids.T[..., None].astype(np.float64) * inv_freq  # (seq, 2, head_dim // 4)
+    cos = rotary.recomposition_frequencies(torch.from_numpy(np.cos(angles)))
+    sin = rotary.recomposition_frequencies(torch.from_numpy(np.sin(angles)))
+    qt = torch.from_numpy(q)
+    want, _ = module.apply_rotary_pos_emb(qt, qt, cos, sin, unsqueeze_dim=1)
+    got = posenc.apply_rope(q, ids, axial=2, seq_axis=-3, base=base)
+    np.testing.assert_allclose(got, want.numpy(), rtol=0, atol=1e-13 * np.abs(q).max())
+    np.testing.assert_allclose(
+        reference.apply_rope(q, ids, axial=2, seq_axis=-3, base=base),
+        want.numpy(),
+        rtol=0,
+        atol=1e-13 * np.abs(q).max(),
+    )
+    c, s = posenc.rope_cos_sin(ids, head_dim, axial=2, base=base, dtype="float64")
+    np.testing.assert_allclose(c, cos.numpy(), rtol=0, atol=1e-14)
+    np.testing.assert_allclose(s, sin.numpy(), rtol=0, atol=1e-14)
+    # float32 against the float64 value
+    q32 = q.astype(np.float32)
+    want32, _ = module.apply_rotary_pos_emb(
+        torch.from_numpy(q32.astype(np.float64)), qt, cos, sin, unsqueeze_dim=1
+    )
+    got32 = posenc.apply_rope(q32, ids, axial=2, seq_axis=-3, base=base)
+    np.testing.assert_allclose(got32, want32.numpy(), rtol=0, atol=2**-21 * np.abs(q32).max())
+    # the tower's own float32 path: the class's forward and apply_rotary_pos_emb_vision
+    cos32, sin32 = rotary(torch.from_numpy(q32), torch.from_numpy(ids.T.copy()))
+    q32t = torch.from_numpy(q32)
+    tower, _ = module.apply_rotary_pos_emb_vision(q32t, q32t, cos32, sin32)
+    np.testing.assert_allclose(got32, tower.numpy(), rtol=0, atol=4e-6 * np.abs(q32).max())
+
+
+def _llama4(hf):
+    config = hf.t.Llama4VisionConfig(
+        hidden_size=1408, num_attention_heads=16, image_size=336, patch_size=14
+    )
+    return config, hf.llama4.Llama4VisionRotaryEmbedding(config)
+
+
+def test_llama4_vision_position_ids_are_the_class_positions(hf):
+    config, rotary = _llama4(hf)
+    side = config.image_size // config.patch_size
+    ids = posenc.vision_position_ids(side, convention="llama4")
+    assert ids.shape == (2, side * side + 1)
+    # the class's angles of its slowest pair in each half give its positions
+    # (column + 1, row + 1, and 0 for the class token) back exactly
+    freqs = rotary.freqs_ci.numpy()[:, 0, :]  # (tokens, head_dim // 2), complex64
+    half = freqs.shape[-1] // 2
+    slow = config.rope_parameters["rope_theta"] ** (-(half - 1) * 2 / (2 * half))
+    for row, pair in ((0, half - 1), (1, 2 * half - 1)):
+        recovered = np.angle(freqs[:, pair].astype(np.complex128)) / slow
+        np.testing.assert_allclose(recovered, ids[row], rtol=0, atol=1e-3)
+    np.testing.assert_array_equal(ids[:, -1], [0, 0])
+
+
+def test_llama4_vision_rope_equals_vision_apply_rotary_emb(hf):
+    torch = hf.torch
+    config, rotary = _llama4(hf)
+    side = config.image_size // config.patch_size
+    ids = posenc.vision_position_ids(side, convention="llama4")
+    base = config.rope_parameters["rope_theta"]
+    rng = np.random.default_rng(11)
+    q = rng.standard_normal((2, ids.shape[1], 16, 88)).astype(np.float32)  # (b, seq, heads, d)
+    qt = torch.from_numpy(q)
+    want, _ = hf.llama4.vision_apply_rotary_emb(qt, qt, rotary.freqs_ci)
+    options = dict(axial=2, layout="interleaved", seq_axis=-3, base=base)
+    got = posenc.apply_rope(q, ids, **options)
+    # the class forms everything in float32 (angles up to 25 radians)
+    np.testing.assert_allclose(got, want.numpy(), rtol=0, atol=4e-6 * np.abs(q).max())
+    # its complex table: posenc's float64 cos/sin within its float32 rounding
+    c, s = posenc.rope_cos_sin(ids, 88, axial=2, layout="interleaved", base=base, dtype="float64")
+    freqs = rotary.freqs_ci.numpy()[:, 0, :]
+    np.testing.assert_allclose(c[:, ::2], freqs.real, rtol=0, atol=3e-6)
+    np.testing.assert_allclose(s[:, ::2], freqs.imag, rtol=0, atol=3e-6)
+    # the class token is not rotated
+    np.testing.assert_array_equal(got[:, -1], q[:, -1])
+    # float64 against the float64 twin
+    q64 = q.astype(np.float64)
+    np.testing.assert_allclose(
+        posenc.apply_rope(q64, ids, **options),
+        reference.apply_rope(q64, ids, **options),
+        rtol=0,
+        atol=1e-13 * np.abs(q64).max(),
+    )
