@@ -865,10 +865,18 @@ def rope_cos_sin_op(
 @rope_cos_sin_op.register_fake
 def _rope_cos_sin_fake(positions, n, dim, spec, floats, ints):
     options = decode(spec, [float(f) for f in floats], [int(i) for i in ints])
-    rotary, _, _ = _rope_scaling.resolve(
+    rotary, _, rope = _rope_scaling.resolve(
         int(dim), float(options["base"]), options["scaling"], options["layer_type"]
     )
-    shape = _positions_shape(positions, n) + (rotary,)
+    shape = _positions_shape(positions, n)
+    channels = options.get("mrope_section") is not None or options.get("axial") is not None
+    if channels or _rope_scaling.sections(rope) is not None:
+        if positions is None or not shape:  # refused as the function refuses it
+            _np_rope_cos_sin(
+                n if positions is None else 0.0, int(dim), **_np_options(spec, floats, ints)
+            )
+        shape = shape[1:]
+    shape = shape + (rotary,)
     dtype = _TORCH_BY_NAME[options["dtype"]]
     return torch.empty(shape, dtype=dtype), torch.empty(shape, dtype=dtype)
 
@@ -877,6 +885,22 @@ def _rope_cos_sin_fake(positions, n, dim, spec, floats, ints):
 #
 # Each builder has the signature of its public function (plus device=) and
 # turns a call into operator calls; tests check that the signatures agree.
+
+
+def _channel_options(mrope_section, mrope_interleaved, axial):
+    """M-RoPE's and axial RoPE's options, lists as lists (an array or a
+    tensor of sections as its values), left out when not given."""
+    options = {}
+    for name, value in (
+        ("mrope_section", mrope_section),
+        ("mrope_interleaved", mrope_interleaved),
+        ("axial", axial),
+    ):
+        if isinstance(value, (np.ndarray, torch.Tensor)) and value.ndim > 0:
+            value = value.tolist()
+        if value is not None:
+            options[name] = value
+    return options
 
 
 def _length_or_positions(positions):
@@ -904,6 +928,9 @@ def _apply_rope_call(
     inverse=False,
     out=None,
     layer_type=None,
+    mrope_section=None,
+    mrope_interleaved=None,
+    axial=None,
     device=None,
 ):
     check_device(device)
@@ -916,6 +943,7 @@ def _apply_rope_call(
         "offset": offset,
         "seq_axis": seq_axis,
         "inverse": inverse,
+        **_channel_options(mrope_section, mrope_interleaved, axial),
     }
     spec, floats, ints = encode(_scaling_options(options, scaling, layer_type))
     return _into(out, torch.ops.posenc.apply_rope(x, positions, spec, floats, ints))
@@ -930,11 +958,19 @@ def _rope_cos_sin_call(
     layout="half",
     dtype="float32",
     layer_type=None,
+    mrope_section=None,
+    mrope_interleaved=None,
+    axial=None,
     device=None,
 ):
     check_device(device)
     n, positions = _length_or_positions(positions)
-    options = {"base": base, "layout": layout, "dtype": _dtype_name(dtype)}
+    options = {
+        "base": base,
+        "layout": layout,
+        "dtype": _dtype_name(dtype),
+        **_channel_options(mrope_section, mrope_interleaved, axial),
+    }
     spec, floats, ints = encode(_scaling_options(options, scaling, layer_type))
     return torch.ops.posenc.rope_cos_sin(positions, n, _size(dim, "dim"), spec, floats, ints)
 

@@ -726,3 +726,52 @@ def test_bfloat16_tables_are_the_float64_values_rounded_once():
     bias = posenc.t5_bias(table, 5, 7)
     assert bias.dtype == jnp.bfloat16
     same(bias, t5_lookup(np.asarray(table), 5, 7))
+
+
+# ---------------------------------------------------------------- M-RoPE and axial RoPE
+
+
+def mrope_jnp(x, ids, sections, base=10000.0):
+    """M-RoPE written in jax.numpy: pair i rotated by its section's row."""
+    half = x.shape[-1] // 2
+    row = np.repeat(np.arange(len(sections)), sections)
+    inv = base ** (-np.arange(0, 2 * half, 2, dtype=np.float64) / (2 * half))
+    pos = jnp.moveaxis(jnp.asarray(ids, dtype=x.dtype)[row], 0, -1)[:, None]  # (b, 1, s, half)
+    angle = pos * jnp.asarray(inv, dtype=x.dtype)
+    c, s = jnp.cos(angle), jnp.sin(angle)
+    a, b = x[..., :half], x[..., half:]
+    return jnp.concatenate([a * c - b * s, b * c + a * s], -1)
+
+
+def test_mrope_and_axial_rope_with_jax_arrays_jit_and_grad(callback):
+    sections = [4, 2, 2]
+    x = randn(2, 3, 9, 16, dtype=np.float64, seed=21)
+    w = randn(2, 3, 9, 16, dtype=np.float64, seed=22)
+    ids = np.random.default_rng(23).integers(0, 40, (3, 2, 9))
+    want = reference.apply_rope(x, ids, mrope_section=sections)
+    with x64(True):
+        xj, wj, idj = jnp.asarray(x), jnp.asarray(w), jnp.asarray(ids)
+        eager = posenc.apply_rope(xj, idj, mrope_section=sections)
+        jitted = jax.jit(lambda x, p: posenc.apply_rope(x, p, mrope_section=sections))(xj, idj)
+        got = jax.grad(lambda x: jnp.sum(wj * posenc.apply_rope(x, idj, mrope_section=sections)))
+        own = jax.grad(lambda x: jnp.sum(wj * mrope_jnp(x, idj, sections)))
+        g, g_own = got(xj), own(xj)
+        cos, _ = jax.jit(lambda p: posenc.rope_cos_sin(p, 16, axial=2, dtype="float64"))(
+            jnp.asarray(posenc.vision_position_ids([[1, 4, 4]], spatial_merge_size=2))
+        )
+    assert isinstance(eager, jax.Array)
+    np.testing.assert_allclose(np.asarray(eager), want, rtol=0, atol=1e-14)
+    same(jitted, eager)
+    np.testing.assert_allclose(np.asarray(g), np.asarray(g_own), rtol=0, atol=1e-13)
+    vision = posenc.vision_position_ids([[1, 4, 4]], spatial_merge_size=2)
+    want_cos = reference.rope_cos_sin(vision, 16, axial=2, dtype=np.float64)[0]
+    np.testing.assert_allclose(np.asarray(cos), want_cos, atol=1e-15)
+
+
+def test_mrope_errors_are_the_same_while_tracing(callback):
+    with pytest.raises(ValueError, match="leading axis of 3 rows"):
+        jax.jit(lambda x: posenc.apply_rope(x, mrope_section=[4, 2, 2]))(jnp.zeros((2, 5, 16)))
+    with pytest.raises(ValueError, match="add up"):
+        jax.jit(lambda x, p: posenc.apply_rope(x, p, mrope_section=[4, 2, 1]))(
+            jnp.zeros((2, 5, 16)), jnp.zeros((3, 5), jnp.int32)
+        )

@@ -1011,3 +1011,95 @@ def test_dataloader_workers_forked_from_a_parent_call_rotate_tensors(tmp_path):
         timeout=120,
     )
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stdout + done.stderr
+
+
+# ---------------------------------------------------------------- M-RoPE and axial RoPE
+
+
+def _mrope64(x, ids, sections, interleaved=False, base=10000.0):
+    """M-RoPE in float64, written out: pair i rotated by the position of its
+    section's row (in turn, or Qwen3-VL's interleaving)."""
+    x = np.asarray(x, dtype=np.float64)
+    half = x.shape[-1] // 2
+    n = len(sections)
+    if interleaved:
+        row = np.zeros(half, int)
+        for c in range(1, n):
+            row[c : c + n * sections[c] : n] = c
+    else:
+        row = np.repeat(np.arange(n), sections)
+    inv = base ** (-np.arange(0, 2 * half, 2, dtype=np.float64) / (2 * half))
+    pos = np.asarray(ids, dtype=np.float64)[row]  # (half, batch, seq)
+    angle = np.moveaxis(pos, 0, -1)[:, None] * inv  # (batch, 1, seq, half)
+    c, s = np.cos(angle), np.sin(angle)
+    a, b = x[..., :half], x[..., half:]
+    return np.concatenate([a * c - b * s, b * c + a * s], -1)
+
+
+@pytest.mark.parametrize("interleaved", [False, True])
+def test_mrope_tensors_in_and_out_with_gradients(interleaved):
+    sections = [4, 2, 2] if not interleaved else [3, 3, 2]
+    x = randn(2, 3, 7, 16, dtype=torch.float64).requires_grad_()
+    ids = torch.randint(0, 30, (3, 2, 7), generator=torch.Generator().manual_seed(1))
+    kw = dict(mrope_section=sections, mrope_interleaved=interleaved)
+    y = posenc.apply_rope(x, ids, **kw)
+    assert isinstance(y, torch.Tensor) and y.dtype == torch.float64
+    np.testing.assert_allclose(
+        y.detach().numpy(), _mrope64(x.detach(), ids, sections, interleaved), atol=1e-14
+    )
+    assert torch.autograd.gradcheck(lambda t: posenc.apply_rope(t, ids, **kw), (x,))
+    assert torch.autograd.gradgradcheck(lambda t: posenc.apply_rope(t, ids, **kw), (x,))
+    # the sections as a tensor, and cos/sin
+    y2 = posenc.apply_rope(x.detach().float(), ids, mrope_section=torch.tensor(sections),
+                           mrope_interleaved=interleaved)  # fmt: skip
+    np.testing.assert_array_equal(
+        y2.numpy(), posenc.apply_rope(x.detach().float().numpy(), ids.numpy(), **kw)
+    )
+    cos, sin = posenc.rope_cos_sin(ids, 16, dtype=torch.float64, **kw)
+    assert isinstance(cos, torch.Tensor) and cos.shape == (2, 7, 16)
+    want = reference.rope_cos_sin(ids.numpy(), 16, dtype=np.float64, **kw)
+    np.testing.assert_allclose(cos.numpy(), want[0], atol=1e-15)
+    np.testing.assert_allclose(sin.numpy(), want[1], atol=1e-15)
+
+
+def test_mrope_and_axial_rope_under_torch_compile_fullgraph():
+    sections = [4, 2, 2]
+
+    def f(q, ids, grid_ids):
+        q = posenc.apply_rope(q, ids, mrope_section=sections)
+        cos, sin = posenc.rope_cos_sin(grid_ids, 16, axial=2, dtype=torch.float64)
+        v = posenc.apply_rope(q[0].transpose(0, 1), grid_ids, axial=[6, 2], seq_axis=-3)
+        return q.sum() * cos + sin, v
+
+    q = randn(2, 3, 8, 16, dtype=torch.float64).requires_grad_()
+    ids = torch.randint(0, 30, (3, 2, 8), generator=torch.Generator().manual_seed(2))
+    grid_ids = torch.from_numpy(posenc.vision_position_ids([[2, 2, 2]]))
+    eager = f(q, ids, grid_ids)
+    compiled = torch.compile(f, fullgraph=True)(q, ids, grid_ids)
+    for a, b in zip(eager, compiled):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    g_eager = torch.autograd.grad(eager[1].pow(2).sum() + eager[0].sum(), q)[0]
+    again = torch.compile(f, fullgraph=True)(q, ids, grid_ids)
+    g_compiled = torch.autograd.grad(again[1].pow(2).sum() + again[0].sum(), q)[0]
+    torch.testing.assert_close(g_eager, g_compiled, rtol=1e-12, atol=1e-12)
+    assert eager[0].shape == (8, 16)
+    want = reference.apply_rope(
+        q.detach()[0].transpose(0, 1).numpy(), grid_ids.numpy(), axial=[6, 2], seq_axis=-3
+    )
+    want = reference.apply_rope(q.detach().numpy(), ids.numpy(), mrope_section=sections)[0]
+    want = reference.apply_rope(np.swapaxes(want, 0, 1), grid_ids.numpy(), axial=[6, 2],
+                                seq_axis=-3)  # fmt: skip
+    np.testing.assert_allclose(eager[1].detach().numpy(), want, atol=1e-14)
+
+
+def test_mrope_errors_are_the_same_with_tensors():
+    x = torch.zeros(1, 2, 5, 16)
+    with pytest.raises(ValueError, match="leading axis of 3 rows"):
+        posenc.apply_rope(x, torch.zeros(2, 1, 5, dtype=torch.long), mrope_section=[4, 2, 2])
+    with pytest.raises(ValueError, match="leading axis of 3 rows"):
+        posenc.rope_cos_sin(5, 16, mrope_section=[4, 2, 2])
+    with pytest.raises(ValueError, match="add up"):
+        posenc.apply_rope(x, torch.zeros(3, 1, 5, dtype=torch.long), mrope_section=[4, 2, 1])
+    compiled = torch.compile(lambda p: posenc.rope_cos_sin(p, 16, mrope_section=[4, 2, 2]))
+    with pytest.raises(ValueError, match="leading axis of 3 rows"):
+        compiled(torch.zeros(2, 5))
