@@ -445,7 +445,7 @@ class _Channels:
     def frequencies(self, rotary, base, rope, seq_len):
         if self.ladders is None:
             return rope_scaling.frequencies(rotary, base, rope, seq_len)
-        parts = [rope_scaling.frequencies(2 * s, base, rope, None)[0] for s in self.ladders if s]
+        parts = [rope_scaling.frequencies(2 * s, base, rope, None)[0] for s in self.ladders]
         return np.ascontiguousarray(np.concatenate(parts), dtype=np.float64), 1.0
 
 
@@ -533,6 +533,8 @@ def _channel_plan(rotary, base, rope, mrope_section, mrope_interleaved, axial):
         sections = (half // n,) * n
     else:
         sections = rope_scaling.section_list(axial, "axial")
+        if 0 in sections:
+            raise ValueError(f"axial {list(sections)}: every axis needs at least one pair")
         if len(sections) > _core.ROPE_MAX_CHANNELS:
             raise ValueError(
                 f"axial must have at most {_core.ROPE_MAX_CHANNELS} axes, got {len(sections)}"

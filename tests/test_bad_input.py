@@ -276,6 +276,79 @@ ROWS = [
     ("set_num_threads str", lambda: posenc.set_num_threads("2"), TypeError, "n"),
 ]
 
+# M-RoPE and axial RoPE: x of 8 pairs, three rows of positions
+X16 = np.ones((1, 2, 4, 16), np.float32)
+IDS3 = np.zeros((3, 1, 4), np.int64)
+IDS2 = np.zeros((2, 4), np.int64)
+MROPE_QWEN2 = {"rope_type": "default", "mrope_section": [4, 2, 2]}
+
+
+def _mrope(positions=IDS3, x=X16, **kw):
+    return lambda: posenc.apply_rope(x, positions, **kw)
+
+
+ROWS += [
+    ("mrope sum", _mrope(mrope_section=[4, 2, 1]), ValueError, "mrope_section .* add up to"),
+    ("mrope rows", _mrope(IDS3[:2], mrope_section=[4, 2, 2]), ValueError, "positions .* 3 rows"),
+    ("mrope float", _mrope(mrope_section=[4.0, 2, 2]), TypeError, "mrope_section\\[0\\]"),
+    ("mrope str", _mrope(mrope_section="422"), TypeError, "mrope_section"),
+    ("mrope dict", _mrope(mrope_section={"t": 4}), TypeError, "mrope_section"),
+    ("mrope 2-d", _mrope(mrope_section=np.ones((2, 2), int)), ValueError, "mrope_section"),
+    ("mrope negative", _mrope(mrope_section=[6, -1, 3]), ValueError, "mrope_section\\[1\\]"),
+    ("mrope empty", _mrope(mrope_section=[]), ValueError, "mrope_section"),
+    ("mrope bool flag", _mrope(mrope_section=[4, 2, 2], mrope_interleaved=1), TypeError,
+     "mrope_interleaved"),
+    ("mrope flag alone", _mrope(mrope_interleaved=True), ValueError, "mrope_interleaved"),
+    ("mrope interleaved range", _mrope(mrope_section=[2, 3, 3], mrope_interleaved=True),
+     ValueError, "interleaved mrope_section"),
+    ("mrope too many", _mrope(np.zeros((17, 4)), mrope_section=[1] * 8 + [0] * 9), ValueError,
+     "at most 16"),
+    ("mrope no positions", _mrope(None, mrope_section=[4, 2, 2]), ValueError, "positions"),
+    ("mrope scalar positions", _mrope(3.0, mrope_section=[4, 2, 2]), ValueError, "positions"),
+    ("mrope positions shape", _mrope(np.zeros((3, 5)), mrope_section=[4, 2, 2]), ValueError,
+     "positions"),
+    ("mrope config disagrees", _mrope(scaling=MROPE_QWEN2, mrope_section=[2, 4, 2]), ValueError,
+     "disagrees"),
+    ("mrope config flag disagrees", _mrope(scaling=MROPE_QWEN2, mrope_interleaved=True),
+     ValueError, "mrope_interleaved"),
+    ("mrope config float", _mrope(scaling={"mrope_section": [4, 2, 2.5]}), TypeError,
+     "mrope_section"),
+    ("mrope config plain positions", _mrope(np.arange(4), scaling=MROPE_QWEN2), ValueError,
+     "mrope_section .* 3 rows"),
+    ("rows without sections", _mrope(np.zeros((3, 2, 4))), ValueError, "mrope_section="),
+    ("mrope cos_sin length", lambda: posenc.rope_cos_sin(4, 16, mrope_section=[4, 2, 2]),
+     ValueError, "positions"),
+    ("mrope cos_sin sum", lambda: posenc.rope_cos_sin(IDS3, 16, mrope_section=[4, 4, 4]),
+     ValueError, "add up"),
+    ("axial rows", _mrope(IDS3, axial=2), ValueError, "positions .* 2 rows"),
+    ("axial uneven", _mrope(IDS3, axial=3), ValueError, "axial"),
+    ("axial zero", _mrope(IDS2, axial=0), ValueError, "axial"),
+    ("axial bool", _mrope(IDS2, axial=True), TypeError, "axial"),
+    ("axial float", _mrope(IDS2, axial=2.0), TypeError, "axial"),
+    ("axial sum", _mrope(IDS2, axial=[4, 3]), ValueError, "axial"),
+    ("axial empty axis", _mrope(IDS2, axial=[8, 0]), ValueError, "axial"),
+    ("axial and mrope", _mrope(IDS3, axial=3, mrope_section=[4, 2, 2]), ValueError, "axial"),
+    ("axial scaled", _mrope(IDS2, axial=2, scaling={"rope_type": "linear", "factor": 2.0}),
+     ValueError, "axial"),
+    ("axial no positions", _mrope(None, axial=2), ValueError, "positions"),
+    ("axial cos_sin length", lambda: posenc.rope_cos_sin(4, 16, axial=2), ValueError,
+     "positions"),
+    ("vision grids float", lambda: posenc.vision_position_ids([[1.0, 2, 2]]), TypeError, "grids"),
+    ("vision grids shape", lambda: posenc.vision_position_ids([[1, 2]]), ValueError, "grids"),
+    ("vision grids zero", lambda: posenc.vision_position_ids([[1, 0, 2]]), ValueError, "grids"),
+    ("vision merge", lambda: posenc.vision_position_ids([[1, 3, 4]], spatial_merge_size=2),
+     ValueError, "spatial_merge_size"),
+    ("vision merge zero", lambda: posenc.vision_position_ids([[1, 2, 2]], spatial_merge_size=0),
+     ValueError, "spatial_merge_size"),
+    ("vision convention", lambda: posenc.vision_position_ids([[1, 2, 2]], convention="vit"),
+     ValueError, "convention"),
+    ("vision llama4 merge", lambda: posenc.vision_position_ids(4, convention="llama4",
+                                                               spatial_merge_size=2),
+     ValueError, "spatial_merge_size"),
+    ("vision llama4 shape", lambda: posenc.vision_position_ids([1, 2, 3], convention="llama4"),
+     ValueError, "grids"),
+]  # fmt: skip
+
 
 @pytest.mark.parametrize("call, exc, words", [r[1:] for r in ROWS], ids=[r[0] for r in ROWS])
 def test_bad_input_raises_a_clear_error(call, exc, words):
@@ -290,6 +363,18 @@ OUT_ROWS = [
         "apply_rope bad positions",
         lambda o: posenc.apply_rope(X, np.arange(9), out=o),
         X.shape,
+        np.float32,
+    ),
+    (
+        "apply_rope bad sections",
+        lambda o: posenc.apply_rope(X16, IDS3, mrope_section=[4, 2, 1], out=o),
+        X16.shape,
+        np.float32,
+    ),
+    (
+        "apply_rope axial rows",
+        lambda o: posenc.apply_rope(X16, IDS3, axial=2, out=o),
+        X16.shape,
         np.float32,
     ),
     (
