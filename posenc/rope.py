@@ -212,7 +212,7 @@ def rope_cos_sin(
     else:
         arr = _channel_positions(positions, chan)
         shape = arr.shape[1:]
-        pos = np.array(arr, dtype=np.float64).reshape(chan.n, -1)
+        pos = np.array(arr, dtype=np.float64, order="C").reshape(chan.n, -1)
         inv_freq, attention = chan.frequencies(rotary, base, rope, _seq_len(pos, rope))
     v.shape_size(shape + (rotary,), "positions")
     cos = np.empty(shape + (rotary,), dtype)
@@ -670,7 +670,7 @@ def _positions(positions, lead, offset, seq_axis, chan=None):
                 ) from None
             raise
     # a native copy: the kernel reads it from threads
-    pos = np.array(arr, dtype=np.float64).reshape(placed)
+    pos = np.array(arr, dtype=np.float64, order="C").reshape(placed)
     if offset:
         with np.errstate(over="ignore"):  # an overflow is reported just below
             pos += offset

@@ -863,3 +863,182 @@ def test_the_c_glue_of_the_tables_checks_what_it_is_given():
     for args, exc in bad:
         with pytest.raises(exc):
             _core.rope_table(*args)
+
+
+# ---------------------------------------------------------------- positions in rows: M-RoPE, axial
+
+
+def _rows(rng, n, shape, kind):
+    """n rows of positions: "vision" (a text run, then patch coordinates
+    that repeat and jump), "arange" (evenly spaced: the rotated tables) or
+    "random"."""
+    size = int(np.prod(shape))
+    if kind == "arange":
+        pos = np.arange(size, dtype=np.float64) + 1000
+        return np.stack([pos + 3 * c for c in range(n)]).reshape((n,) + shape)
+    if kind == "random":
+        return rng.integers(0, 5000, (n,) + shape).astype(np.int64)
+    seq = shape[-1]
+    grid = np.arange(seq)
+    rows = [np.where(grid < seq // 3, grid, seq // 3 + (grid // 5) * (c % 2) + (grid % 5) * c)
+            for c in range(n)]  # fmt: skip
+    return np.broadcast_to(np.stack(rows).reshape((n,) + (1,) * (len(shape) - 1) + (seq,)),
+                           (n,) + shape)  # fmt: skip
+
+
+# (x shape, seq_axis, rotary_dim, options, positions shape after the rows)
+ROW_CASES = {
+    "qwen2-vl": ((2, 3, 37, 64), -2, None, dict(mrope_section=[8, 12, 12]), (2, 37)),
+    "qwen3-vl": ((2, 37, 3, 64), -3, None,
+                 dict(mrope_section=[12, 10, 10], mrope_interleaved=True), (2, 37)),
+    "partial": ((2, 3, 37, 40), -2, 32, dict(mrope_section=[4, 6, 6]), (37,)),
+    "four-rows": ((1, 2, 37, 48), -2, None, dict(mrope_section=[3, 5, 7, 9]), (1, 37)),
+    "qwen-vision": ((40, 5, 80), -3, None, dict(axial=2), (40,)),
+    "uneven-axes": ((2, 3, 37, 34), -2, 32, dict(axial=[4, 12]), (2, 1, 37)),
+    "3-d axial": ((2, 3, 37, 36), -2, None, dict(axial=3), (2, 3, 37)),
+    "tiled": ((1, 8, 1040, 128), -2, None, dict(mrope_section=[16, 24, 24]), (1, 1040)),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("kind", ["vision", "arange", "random"])
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("case", ROW_CASES)
+def test_rows_of_positions_match_reference(simd, threads, rng, case, dtype, layout, kind):
+    shape, seq_axis, rotary_dim, options, pshape = ROW_CASES[case]
+    x = rng.standard_normal(shape).astype(dtype)
+    n = len(options.get("mrope_section", [])) or (
+        options["axial"] if isinstance(options["axial"], int) else len(options["axial"])
+    )
+    ids = _rows(rng, n, pshape, kind)
+    kw = dict(layout=layout, seq_axis=seq_axis, rotary_dim=rotary_dim, **options)
+    got = posenc.apply_rope(x, ids, **kw)
+    want = reference.apply_rope(x, ids, **kw)
+    assert_close_to_reference(got, want, x, positions_max=float(np.max(ids)))
+    if rotary_dim is not None:
+        np.testing.assert_array_equal(got[..., rotary_dim:], x[..., rotary_dim:])
+    # an offset is added to every row
+    np.testing.assert_array_equal(posenc.apply_rope(x, ids, offset=7, **kw),
+                                  posenc.apply_rope(x, ids + 7, **kw))  # fmt: skip
+    # in place, and the cos/sin tables
+    y = x.copy()
+    assert posenc.apply_rope(y, ids, out=y, **kw) is y
+    np.testing.assert_array_equal(y, got)
+    r = rotary_dim or shape[-1]
+    tkw = {k: v for k, v in kw.items() if k not in ("seq_axis", "rotary_dim")}
+    cos, sin = posenc.rope_cos_sin(ids, r, dtype=dtype, **tkw)
+    wcos, wsin = reference.rope_cos_sin(ids, r, dtype=np.float64, **tkw)
+    assert cos.shape == ids.shape[1:] + (r,)
+    tol = {np.float16: 2.0**-11, np.float32: 2.0**-24, np.float64: 1e-15}[dtype]
+    np.testing.assert_allclose(cos, wcos, rtol=0, atol=2 * tol + 2e-16 * np.max(ids))
+    np.testing.assert_allclose(sin, wsin, rtol=0, atol=2 * tol + 2e-16 * np.max(ids))
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_rows_of_positions_give_the_same_bits_on_every_path_thread_count_and_layout(
+    rng, on_every_path, layout, dtype
+):
+    # rows evenly spaced (the rotated tables) beside rows that are not
+    x = rng.standard_normal((2, 6, 700, 72)).astype(dtype)
+    arange = np.arange(700) + 4.5e5
+    ids = np.stack([np.tile(arange, (2, 1)), rng.uniform(0, 5e5, (2, 700)),
+                    np.tile(arange // 7, (2, 1))])  # fmt: skip
+    kw = dict(layout=layout, rotary_dim=64, mrope_section=[10, 12, 10])
+    results = on_every_path(
+        lambda: (
+            posenc.apply_rope(x, ids, **kw),
+            posenc.rope_cos_sin(ids, 64, layout=layout, dtype=dtype, mrope_section=[10, 12, 10]),
+            posenc.apply_rope(np.asfortranarray(x), ids, **kw),
+            np.swapaxes(posenc.apply_rope(np.swapaxes(x, 1, 2), ids, seq_axis=-3, **kw), 1, 2),
+        )
+    )
+    first = results[0][0]
+    for rotated, (cos, sin), fortran, transposed in results:
+        np.testing.assert_array_equal(rotated, first)
+        np.testing.assert_array_equal(fortran, first)
+        np.testing.assert_array_equal(transposed, first)
+        np.testing.assert_array_equal(cos, results[0][1][0])
+        np.testing.assert_array_equal(sin, results[0][1][1])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_rows_of_positions_tables_within_one_ulp_at_2_24(simd, ulp_distance, dtype):
+    # "the float64 value": NumPy's cos and sin of the same float64 angles,
+    # each pair's row times inv_freq (as in the test of one row above); each
+    # row rotated along the anchor grid near 2**24, one row jumping
+    base = 2.0**24 - 300
+    ids = np.stack([np.arange(600) + base, np.arange(600) * 3 + base / 2, (np.arange(600) // 4)])
+    inv_freq, _ = posenc.rope_frequencies(64)
+    runs = np.repeat([0, 1, 2], [10, 11, 11])
+    woven = np.zeros(32, int)
+    woven[1:30:3], woven[2:30:3] = 1, 2
+    for kw, row in (
+        (dict(mrope_section=[10, 11, 11]), runs),
+        (dict(mrope_section=[12, 10, 10], mrope_interleaved=True), woven),
+    ):
+        angle = ids[row].T * inv_freq
+        cos, sin = posenc.rope_cos_sin(ids, 64, dtype=dtype, **kw)
+        assert ulp_distance(cos, np.tile(np.cos(angle), 2), dtype).max() <= 1
+        assert ulp_distance(sin, np.tile(np.sin(angle), 2), dtype).max() <= 1
+
+
+def test_three_equal_rows_are_plain_rope_bit_for_bit(rng):
+    x = rng.standard_normal((2, 4, 300, 64)).astype(np.float32)
+    for pos in (np.arange(300) + 17, rng.uniform(0, 1e5, 300)):
+        ids = np.stack([pos, pos, pos])
+        for kw in (dict(mrope_section=[16, 8, 8]), dict(mrope_section=[12, 10, 10],
+                                                        mrope_interleaved=True)):  # fmt: skip
+            np.testing.assert_array_equal(posenc.apply_rope(x, ids, **kw),
+                                          posenc.apply_rope(x, pos))  # fmt: skip
+
+
+def test_axial_rope_is_rotary_embedding_torch_axial_frequencies(rng):
+    """rotary-embedding-torch: RotaryEmbedding(dim=16) with freqs_for="lang"
+    and get_axial_freqs(H, W) gives each patch (i, j) the angles
+    i * theta_k, each twice in a row, for its first 16 features and
+    j * theta_k for the next 16, theta_k = 10000 ** (-2k / 16); its
+    apply_rotary_emb rotates pairs (2k, 2k+1) (rotate_half of that
+    library is GPT-J's every-two) and passes the rest through.  Written out
+    here from that definition."""
+    h, w, d = 5, 7, 16
+    theta = 10000.0 ** (-np.arange(0, d, 2) / d)
+    rows, cols = np.meshgrid(np.arange(h), np.arange(w), indexing="ij")
+    freqs = np.concatenate(
+        [np.repeat(rows[..., None] * theta, 2, -1), np.repeat(cols[..., None] * theta, 2, -1)], -1
+    )  # (h, w, 2d)
+    x = rng.standard_normal((3, h, w, 2 * d + 4))  # (heads, h, w, features)
+    t = x[..., : 2 * d]
+    pairs = t.reshape(t.shape[:-1] + (d, 2))
+    turned = np.stack([-pairs[..., 1], pairs[..., 0]], -1).reshape(t.shape)
+    want = np.concatenate([t * np.cos(freqs) + turned * np.sin(freqs), x[..., 2 * d :]], -1)
+    ids = np.stack([rows, cols])  # (2, h, w): row and column of each patch
+    got = posenc.apply_rope(x, ids[:, None], axial=2, layout="interleaved", rotary_dim=2 * d)
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-14)
+    # flattened patches, as a sequence
+    flat = posenc.apply_rope(
+        x.reshape(3, h * w, -1), ids.reshape(2, -1), axial=2, layout="interleaved", rotary_dim=32
+    )
+    np.testing.assert_array_equal(flat, got.reshape(3, h * w, -1))
+
+
+def test_positions_in_any_memory_layout(rng):
+    # transposed, Fortran-ordered and broadcast position arrays read as their values
+    x = rng.standard_normal((2, 3, 9, 32))
+    pos = rng.uniform(0, 100, (2, 3, 9))
+    want = posenc.apply_rope(x, pos)
+    for view in (np.asfortranarray(pos), pos.transpose(2, 0, 1).copy().transpose(1, 2, 0)):
+        np.testing.assert_array_equal(posenc.apply_rope(x, view), want)
+    np.testing.assert_array_equal(
+        posenc.apply_rope(x, pos[:, 0].T.copy().T), posenc.apply_rope(x, pos[:, 0])
+    )
+    rows = rng.integers(0, 50, (3, 2, 9))
+    want = posenc.apply_rope(x, rows, mrope_section=[4, 6, 6])
+    for view in (np.asfortranarray(rows), np.broadcast_to(rows[:, :1], rows.shape)):
+        np.testing.assert_array_equal(
+            posenc.apply_rope(x, view, mrope_section=[4, 6, 6]),
+            posenc.apply_rope(x, np.ascontiguousarray(view), mrope_section=[4, 6, 6]),
+        )
+    np.testing.assert_array_equal(
+        posenc.apply_rope(x, np.asfortranarray(rows), mrope_section=[4, 6, 6]), want
+    )
