@@ -379,6 +379,112 @@ def rope_cases(quick):
     return cases
 
 
+# ---------------------------------------------------------------- multimodal and vision RoPE
+
+
+def _qwen_prompt(seq):
+    """The M-RoPE position ids of a Qwen2-VL prompt of `seq` tokens: a
+    little text, one large image (merge 2), text to the end."""
+    h, w = 2 * 48, 2 * 64  # 3072 merged patches
+    text = seq - h * w // 4
+    types = [0] * (text // 4) + [1] * (h * w // 4) + [0] * (text - text // 4)
+    ids, _ = posenc.mrope_position_ids(np.asarray([types]), image_grids=[[1, h, w]])
+    return ids
+
+
+def _hf_mrope(x, ids, sections):
+    """transformers' Qwen2-VL text attention: cos/sin from
+    Qwen2VLRotaryEmbedding (sections recomposed) made once outside the timed
+    call, as a forward pass shares them among its layers, then its
+    apply_rotary_pos_emb on q."""
+    if torch is None:
+        return None
+    try:
+        from transformers import Qwen2VLTextConfig
+        from transformers.models.qwen2_vl import modeling_qwen2_vl as qwen
+    except ImportError:  # pragma: no cover - depends on the machine
+        return None
+    dim = x.shape[-1]
+    config = Qwen2VLTextConfig(
+        hidden_size=dim * 2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        rope_scaling={"type": "mrope", "mrope_section": list(sections), "rope_theta": 10000.0},
+    )
+    q = _torch_of(x)
+    cos, sin = qwen.Qwen2VLRotaryEmbedding(config)(q, torch.from_numpy(ids))
+    return lambda: qwen.apply_rotary_pos_emb(q, q, cos, sin, unsqueeze_dim=1)[0]
+
+
+def _hf_vision(x, ids):
+    """transformers' Qwen2-VL vision tower: Qwen2VLVisionRotaryEmbedding's
+    cos/sin made once outside the timed call, then apply_rotary_pos_emb_vision
+    on q."""
+    if torch is None:
+        return None
+    try:
+        from transformers import Qwen2VLVisionConfig
+        from transformers.models.qwen2_vl import modeling_qwen2_vl as qwen
+    except ImportError:  # pragma: no cover - depends on the machine
+        return None
+    heads, dim = x.shape[-2:]
+    config = Qwen2VLVisionConfig(embed_dim=heads * dim, num_heads=heads, depth=1)
+    q = _torch_of(x)
+    cos, sin = qwen.Qwen2VLVisionRotaryEmbedding(config)(q, torch.from_numpy(ids.T.copy()))
+    return lambda: qwen.apply_rotary_pos_emb_vision(q, q, cos, sin)[0]
+
+
+@case("multimodal")
+def multimodal_cases(quick):
+    seq = 4096  # the image takes 3072 of them
+    rng = np.random.default_rng(0)
+    cases = []
+    ids = _qwen_prompt(seq)
+    sections = (16, 24, 24)
+    dtypes = ["float32"]
+    try:
+        import ml_dtypes
+
+        dtypes.append(np.dtype(ml_dtypes.bfloat16))
+    except ImportError:  # pragma: no cover - depends on the machine
+        print("multimodal: ml_dtypes is not installed, bfloat16 left out", file=sys.stderr)
+    for dtype in dtypes:
+        shape = (1, 32, seq, 128)
+        x = rng.standard_normal(shape).astype(dtype)
+        out = np.empty_like(x)
+        name = np.dtype(dtype).name
+        cases.append(
+            Case(
+                name=f"M-RoPE apply_rope{shape} {name}, Qwen2-VL prompt, out=",
+                nbytes=x.nbytes,
+                posenc=lambda x=x, out=out: posenc.apply_rope(
+                    x, ids, mrope_section=sections, out=out
+                ),
+                memory=copyto_of(shape, np.float16 if name == "bfloat16" else dtype),
+                numpy=lambda x=x: reference.apply_rope(x, ids, mrope_section=sections),
+                torch=_hf_mrope(x, ids, sections),
+                note="torch: transformers' Qwen2-VL apply_rotary_pos_emb, cos/sin cached",
+            )
+        )
+    # Qwen2-VL's vision tower: head_dim 80, 16 heads, a 1344 x 1792 image
+    grid = [[1, 96, 128]]
+    vids = posenc.vision_position_ids(grid, spatial_merge_size=2)
+    x = rng.standard_normal((vids.shape[1], 16, 80)).astype(np.float32)
+    out = np.empty_like(x)
+    cases.append(
+        Case(
+            name=f"2-D vision apply_rope{x.shape} float32, axial=2, out=",
+            nbytes=x.nbytes,
+            posenc=lambda: posenc.apply_rope(x, vids, axial=2, seq_axis=-3, out=out),
+            memory=copyto_of(x.shape, x.dtype),
+            numpy=lambda: reference.apply_rope(x, vids, axial=2, seq_axis=-3),
+            torch=_hf_vision(x, vids),
+            note="torch: transformers' apply_rotary_pos_emb_vision, cos/sin cached",
+        )
+    )
+    return cases
+
+
 # ---------------------------------------------------------------- attention biases
 
 
