@@ -60,10 +60,12 @@ def rope_frequencies(
         ``factor``) and ``partial_rotary_factor``.  The dialects transformers
         rewrites on load are read as it reads them: Phi-3's ``"su"`` and
         ``"yarn"`` (with short and long factors) are LongRoPE, HunYuan's
-        ``"dynamic"`` with ``alpha`` is NTK-alpha.  Parameters that change
-        transformers' numbers in ways posenc does not implement (M-RoPE's
-        ``mrope_section``, other families) raise ValueError; unknown keys
-        give a warning naming them.
+        ``"dynamic"`` with ``alpha`` is NTK-alpha, Qwen2-VL's ``"mrope"`` is
+        the default frequencies (M-RoPE's ``mrope_section`` chooses
+        positions, not frequencies: see :func:`apply_rope`).  Parameters
+        that change transformers' numbers in ways posenc does not implement
+        (other families) raise ValueError; unknown keys give a warning
+        naming them.
     seq_len : int, optional
         Current sequence length, for ``dynamic`` (base growth past the trained
         length) and ``longrope`` (long factors past it).
@@ -188,10 +190,17 @@ def rope_cos_sin(
     dtype : float16, bfloat16, float32 or float64
         ``"bfloat16"`` (or ``"bf16"``, or ml_dtypes' ``bfloat16``) gives
         arrays of ml_dtypes' bfloat16 (``pip install 'posenc[bfloat16]'``).
+    mrope_section, mrope_interleaved, axial
+        Positions in rows, as for :func:`apply_rope`: `positions` is then an
+        array whose first axis holds the rows (M-RoPE's ``(3, batch, seq)``,
+        ``(2, n_patches)`` for 2-D vision RoPE), and each pair's cos and sin
+        are those of its row's position.
 
     Returns
     -------
     cos, sin : ndarray, each of shape ``positions.shape + (rotary_dim,)``
+        (``positions.shape[1:] + (rotary_dim,)`` with positions in rows: the
+        tables M-RoPE's models recompose from their three).
 
     Notes
     -----
@@ -354,6 +363,33 @@ def apply_rope(
         backward pass).
     out : ndarray, optional
         Where to write, of x's shape and dtype; may be `x` itself.
+    mrope_section : list of int, optional
+        M-RoPE (Qwen2-VL, Qwen2.5-VL, Qwen3-VL): `positions` has a leading
+        axis of rows (temporal, height, width: transformers' ``(3, batch,
+        seq)``; the rest of its shape is placed as one row would be), and
+        row ``c`` rotates ``mrope_section[c]`` of the ``rotary_dim // 2``
+        pairs, which they must add up to, with the frequencies of the whole
+        rotary part.  Read from `scaling` when the config has it (transformers
+        keeps it in ``rope_parameters``); a config with sections needs
+        positions in rows, and rows are never guessed without sections.
+        Equal rows (text tokens) give plain RoPE, bit for bit.
+    mrope_interleaved : bool, optional
+        How the rows share the pairs: in turn, ``mrope_section[0]`` pairs
+        from row 0, then row 1's, ... (False: Qwen2-VL, Qwen2.5-VL), or
+        interleaved (True: Qwen3-VL): row ``c >= 1`` on pairs ``c, c + n,
+        c + 2n, ...`` (``mrope_section[c]`` of them, ``n`` rows), row 0 on
+        the rest.  Default: the config's ``mrope_interleaved``, else False.
+    axial : int or list of int, optional
+        2-D (axial) RoPE of vision transformers: `positions` has a leading
+        axis of rows (a patch's row and column: ``(2, n_patches)``, see
+        :func:`vision_position_ids`), row ``c`` rotating the next
+        ``axial[c]`` pairs with the frequencies of a rotary part of
+        ``2 * axial[c]`` features (``base ** (-2j / (2 axial[c]))``); an int
+        ``n`` is ``n`` equal parts.  Qwen2-VL to Qwen3-VL's vision towers
+        (``axial=2``), Llama 4's vision encoder (``axial=2``,
+        ``layout="interleaved"``), rotary-embedding-torch's axial
+        frequencies (``layout="interleaved"`` with `rotary_dim`).  The
+        default frequencies only (no `scaling` family).
 
     Returns
     -------
@@ -372,6 +408,8 @@ def apply_rope(
     value every 32 positions: still within 1 ulp
     of the float64 value, but a position's last bit may depend on its
     neighbours in the call (never on threads, SIMD path or memory layout).
+    With positions in rows, each row's positions are read so, the pairs of a
+    row together, in the same pass over `x`.
     """
     x = x if isinstance(x, np.ndarray) else np.asarray(x)
     dtype = v.float_array_dtype(x, "x", bfloat16=True)

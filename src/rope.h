@@ -93,8 +93,9 @@ void pe_rope_fill_table(const struct pe_kernels *k, const char *pos, ptrdiff_t p
 
 /* The pairs of a row grouped by the channel of their position (M-RoPE,
  * axial RoPE): channel c holds the pairs idx[start[c]] .. idx[start[c+1]-1]
- * in increasing order, with their frequencies freq[start[c]] .. and the
- * largest of them wmax[c]; its positions are stride bytes times c past
+ * in increasing order, with their frequencies freq[start[c]] .., and
+ * wmax[c] the largest frequency of the row (the rotation test of
+ * pe_sincos_group, the same for every channel); its positions are stride bytes times c past
  * a row's. */
 struct pe_rope_chan {
     int n;

@@ -26,8 +26,10 @@
  * hold per channel: the bits of a pair depend on its channel's positions in
  * its cell of the grid, never on tiling, threads or layout.  The sin and cos
  * of a pair are those of the float64 product of its position and frequency,
- * whatever the channel, so positions that agree across channels (text
- * tokens of M-RoPE) give the rotation of one position per row.
+ * whatever the channel, and a channel's cell is rotated or direct by the
+ * same test as a row's (the largest frequency of the whole row), so
+ * positions that agree across channels (text tokens of M-RoPE) give the
+ * bits of one position per row.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -113,8 +115,12 @@ int pe_rope_chan_init(struct pe_rope_chan *ch, const int32_t *channel, int nchan
         ch->idx[q] = i;
         ch->freq[q] = freq[i];
     }
+    /* every channel decides whether to rotate as one position per row
+     * would (by the largest frequency of the row), so that equal positions
+     * give the bits of one position per row */
+    double wmax = pe_max_abs(freq, half);
     for (int c = 0; c < nchan; ++c)
-        ch->wmax[c] = pe_max_abs(ch->freq + ch->start[c], count[c]);
+        ch->wmax[c] = wmax;
     return 0;
 }
 

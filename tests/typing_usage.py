@@ -65,6 +65,19 @@ def numpy_calls(q: NDArray[np.float32], h: NDArray[np.float16], ids: NDArray[np.
     assert_type(posenc.permute_rope_weight(q, 4, to="interleaved"), NDArray[np.float32])
     assert_type(posenc.attention_temperature(ids), NDArray[np.float64])
     assert_type(posenc.mrope_position_ids(ids), Tuple[NDArray[np.int64], NDArray[np.int64]])
+    assert_type(posenc.apply_rope(q, ids, mrope_section=[16, 24, 24]), NDArray[np.float32])
+    assert_type(
+        posenc.apply_rope(h, ids, mrope_section=(24, 20, 20), mrope_interleaved=True),
+        NDArray[np.float16],
+    )
+    assert_type(posenc.apply_rope(q, ids, axial=2, seq_axis=-3), NDArray[np.float32])
+    assert_type(posenc.apply_rope(q, ids, axial=[20, 20]), NDArray[np.float32])
+    assert_type(
+        posenc.rope_cos_sin(ids, 128, mrope_section=[16, 24, 24]),
+        Tuple[NDArray[Any], NDArray[Any]],
+    )
+    assert_type(posenc.vision_position_ids([[1, 4, 4]], spatial_merge_size=2), NDArray[np.int64])
+    assert_type(posenc.vision_position_ids(24, convention="llama4"), NDArray[np.int64])
     assert_type(posenc.get_num_threads(), int)
     assert_type(posenc.config(), Dict[str, Any])
 
@@ -78,6 +91,9 @@ def foreign_calls(t: Tensor) -> None:
     assert_type(posenc.alibi_bias(12, 8, scores=t), Tensor)
     assert_type(posenc.relative_position_bucket(t), Tensor)
     assert_type(posenc.permute_rope_weight(t, 4), Tensor)
+    assert_type(posenc.apply_rope(t, t, mrope_section=[16, 24, 24]), Tensor)
+    assert_type(posenc.rope_cos_sin(t, 8, axial=2), Tuple[Tensor, Tensor])
+    assert_type(posenc.vision_position_ids(t), Tensor)
 
 
 def probe_calls(E: NDArray[np.float32]) -> None:
@@ -99,6 +115,9 @@ def probe_calls(E: NDArray[np.float32]) -> None:
 def wrong_calls(q: NDArray[np.float32], E: NDArray[np.float64]) -> None:
     posenc.apply_rope(q, layout="halves")  # type: ignore[call-overload]
     posenc.apply_rope(q, rotary_dim="64")  # type: ignore[call-overload]
+    posenc.apply_rope(q, mrope_section=16)  # type: ignore[call-overload]
+    posenc.apply_rope(q, axial="2")  # type: ignore[call-overload]
+    posenc.vision_position_ids([[1, 2, 2]], convention="vit")  # type: ignore[call-overload]
     posenc.sinusoid(16, "8")  # type: ignore[call-overload]
     posenc.rope_frequencies(128, seq_len=1.5)  # type: ignore[arg-type]
     posenc.alibi_bias(12, 8, scores=q, out=q)  # type: ignore[call-overload]
