@@ -29,10 +29,15 @@
  * whatever the channel, and a channel's cell is rotated or direct by the
  * same test as a row's (the largest frequency of the whole row), so
  * positions that agree across channels (text tokens of M-RoPE) give the
- * bits of one position per row.
+ * bits of one position per row.  In a cell that is not rotated, a
+ * channel's row whose position already appeared in the cell (a patch's row
+ * or column: vision positions repeat) copies that row's values, the bits of
+ * computing them again, at a fraction of the cost.
  */
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "pe.h"
 #include "rope.h"
@@ -51,23 +56,30 @@ struct table_sink {
     int f64;
 };
 
-static void emit_table_row(void *ctx, ptrdiff_t j, const double *s, const double *c)
+/* The first n values of row j (of 2 * half: cos, then sin). */
+static void emit_run(const struct table_sink *k, ptrdiff_t j, const double *s, const double *c,
+                     ptrdiff_t n)
 {
-    const struct table_sink *k = ctx;
     ptrdiff_t half = k->half;
     if (k->f64) {
         double *t = (double *)k->tab + j * 2 * half;
-        for (ptrdiff_t i = 0; i < half; ++i) {
+        for (ptrdiff_t i = 0; i < n; ++i) {
             t[i] = c[i] * k->scale;
             t[half + i] = s[i] * k->sscale;
         }
     } else {
         float *t = (float *)k->tab + j * 2 * half;
-        for (ptrdiff_t i = 0; i < half; ++i) {
+        for (ptrdiff_t i = 0; i < n; ++i) {
             t[i] = (float)(c[i] * k->scale);
             t[half + i] = (float)(s[i] * k->sscale);
         }
     }
+}
+
+static void emit_table_row(void *ctx, ptrdiff_t j, const double *s, const double *c)
+{
+    const struct table_sink *k = ctx;
+    emit_run(k, j, s, c, k->half);
 }
 
 void pe_rope_fill_table(const struct pe_kernels *k, const char *pos, ptrdiff_t pos_stride,
@@ -153,6 +165,13 @@ static void emit_chan_table_row(void *ctx, ptrdiff_t j, const double *s, const d
 {
     const struct chan_table_sink *k = ctx;
     ptrdiff_t half = k->half;
+    if (k->idx[k->count - 1] - k->idx[0] == k->count - 1) {
+        /* the channel's pairs are a run (sections in turn): a plain row */
+        struct table_sink run = {k->tab + k->idx[0] * (k->f64 ? 8 : 4), half, k->scale, k->sscale,
+                                 k->f64};
+        emit_run(&run, j, s, c, k->count);
+        return;
+    }
     if (k->f64) {
         double *t = (double *)k->tab + j * 2 * half;
         for (ptrdiff_t q = 0; q < k->count; ++q) {
@@ -164,6 +183,41 @@ static void emit_chan_table_row(void *ctx, ptrdiff_t j, const double *s, const d
         for (ptrdiff_t q = 0; q < k->count; ++q) {
             t[k->idx[q]] = (float)(c[q] * k->scale);
             t[half + k->idx[q]] = (float)(s[q] * k->sscale);
+        }
+    }
+}
+
+/* An earlier row of the cell whose position has the bits of row j's, or -1. */
+static ptrdiff_t earlier_row(const char *pos, ptrdiff_t stride, ptrdiff_t j)
+{
+    uint64_t p;
+    memcpy(&p, pos + j * stride, sizeof p);
+    for (ptrdiff_t r = 0; r < j; ++r) {
+        uint64_t q;
+        memcpy(&q, pos + r * stride, sizeof q);
+        if (q == p)
+            return r;
+    }
+    return -1;
+}
+
+/* The channel's pairs of row j copied from row r of the tile's table. */
+static void copy_chan_row(const struct chan_table_sink *k, ptrdiff_t j, ptrdiff_t r)
+{
+    ptrdiff_t half = k->half, w = 2 * half;
+    if (k->f64) {
+        double *t = (double *)k->tab;
+        for (ptrdiff_t q = 0; q < k->count; ++q) {
+            ptrdiff_t i = k->idx[q];
+            t[j * w + i] = t[r * w + i];
+            t[j * w + half + i] = t[r * w + half + i];
+        }
+    } else {
+        float *t = (float *)k->tab;
+        for (ptrdiff_t q = 0; q < k->count; ++q) {
+            ptrdiff_t i = k->idx[q];
+            t[j * w + i] = t[r * w + i];
+            t[j * w + half + i] = t[r * w + half + i];
         }
     }
 }
@@ -189,8 +243,27 @@ void pe_rope_fill_table_chan(const struct pe_kernels *k, const struct pe_rope_ch
                                            scale,
                                            inverse ? -scale : scale,
                                            tab_f64};
-            pe_sincos_group(k, &sub[c], pos + c * ch->stride + g0 * pos_stride, pos_stride, len,
-                            ch->freq + s0, cnt, ch->wmax[c], !tab_f64, emit_chan_table_row, &sink);
+            const char *p = pos + c * ch->stride + g0 * pos_stride;
+            const double *freq = ch->freq + s0;
+            double m;
+            if (pe_group_rotates(k->sincos_row, &sub[c], p, pos_stride, len, freq, cnt, ch->wmax[c],
+                                 !tab_f64, &m)) {
+                pe_sincos_group(k, &sub[c], p, pos_stride, len, freq, cnt, ch->wmax[c], !tab_f64,
+                                emit_chan_table_row, &sink);
+                continue;
+            }
+            /* direct rows: a position met earlier in the cell (a patch's row
+             * or column, which repeat) has its values already, the same
+             * bits as computing them again */
+            for (ptrdiff_t j = 0; j < len; ++j) {
+                ptrdiff_t r = pos_stride == 0 ? (j > 0 ? 0 : -1) : earlier_row(p, pos_stride, j);
+                if (r >= 0) {
+                    copy_chan_row(&sink, j, r);
+                    continue;
+                }
+                k->sincos_row(*(const double *)(p + j * pos_stride), freq, cnt, sub[c].s, sub[c].c);
+                emit_chan_table_row(&sink, j, sub[c].s, sub[c].c);
+            }
         }
     }
 }
