@@ -116,7 +116,7 @@ def wrong_calls(q: NDArray[np.float32], E: NDArray[np.float64]) -> None:
     posenc.apply_rope(q, layout="halves")  # type: ignore[call-overload]
     posenc.apply_rope(q, rotary_dim="64")  # type: ignore[call-overload]
     posenc.apply_rope(q, mrope_section=16)  # type: ignore[call-overload]
-    posenc.apply_rope(q, axial="2")  # type: ignore[call-overload]
+    posenc.apply_rope(q, axial="2")  # type: ignore[arg-type]
     posenc.vision_position_ids([[1, 2, 2]], convention="vit")  # type: ignore[call-overload]
     posenc.sinusoid(16, "8")  # type: ignore[call-overload]
     posenc.rope_frequencies(128, seq_len=1.5)  # type: ignore[arg-type]
