@@ -466,6 +466,14 @@ def multimodal_cases(quick):
                 note="torch: transformers' Qwen2-VL apply_rotary_pos_emb, cos/sin cached",
             )
         )
+        cases.append(
+            Case(
+                name=f"plain apply_rope{shape} {name}, positions 0..{seq - 1}, out= (beside it)",
+                nbytes=x.nbytes,
+                posenc=lambda x=x, out=out: posenc.apply_rope(x, out=out),
+                memory=copyto_of(shape, np.float16 if name == "bfloat16" else dtype),
+            )
+        )
     # Qwen2-VL's vision tower: head_dim 80, 16 heads, a 1344 x 1792 image
     grid = [[1, 96, 128]]
     vids = posenc.vision_position_ids(grid, spatial_merge_size=2)
@@ -480,6 +488,14 @@ def multimodal_cases(quick):
             numpy=lambda: reference.apply_rope(x, vids, axial=2, seq_axis=-3),
             torch=_hf_vision(x, vids),
             note="torch: transformers' apply_rotary_pos_emb_vision, cos/sin cached",
+        )
+    )
+    cases.append(
+        Case(
+            name=f"plain apply_rope{x.shape} float32, seq_axis=-3, out= (beside it)",
+            nbytes=x.nbytes,
+            posenc=lambda: posenc.apply_rope(x, seq_axis=-3, out=out),
+            memory=copyto_of(x.shape, x.dtype),
         )
     )
     return cases
