@@ -1044,3 +1044,32 @@ def test_positions_in_any_memory_layout(rng):
     np.testing.assert_array_equal(
         posenc.apply_rope(x, np.asfortranarray(rows), mrope_section=[4, 6, 6]), want
     )
+
+
+@pytest.mark.parametrize("interleaved", [False, True])
+def test_apply_rope_rows_of_positions_within_one_ulp_at_2_24(
+    simd, threads, ulp_distance, interleaved
+):
+    # the cos and sin apply_rope applies (the rotation of unit pairs): rows
+    # rotated along the anchor grid, a row of repeated positions (copied
+    # within a cell), a row of scattered ones; each pair its row's angle
+    n = 300
+    rows = np.stack(
+        [
+            np.arange(n) + 2.0**24 - 150,
+            (np.arange(n) // 3) * 7 + 2.0**23,
+            np.arange(n) % 5 + 2.0**24,
+        ]
+    )
+    sections = [12, 10, 10]
+    row = np.repeat([0, 1, 2], sections)
+    if interleaved:
+        row = np.zeros(32, int)
+        row[1:30:3], row[2:30:3] = 1, 2
+    inv_freq, _ = posenc.rope_frequencies(64)
+    angle = rows[row].T * inv_freq
+    x = np.zeros((1, 1, n, 64), np.float32)
+    x[..., :32] = 1.0
+    y = posenc.apply_rope(x, rows, mrope_section=sections, mrope_interleaved=interleaved)[0, 0]
+    assert ulp_distance(y[:, :32], np.cos(angle), np.float32).max() <= 1
+    assert ulp_distance(y[:, 32:], np.sin(angle), np.float32).max() <= 1
