@@ -1103,3 +1103,30 @@ def test_mrope_errors_are_the_same_with_tensors():
     compiled = torch.compile(lambda p: posenc.rope_cos_sin(p, 16, mrope_section=[4, 2, 2]))
     with pytest.raises(ValueError, match="leading axis of 3 rows"):
         compiled(torch.zeros(2, 5))
+
+
+def test_a_qwen3_vl_config_object_is_carried_with_its_sections(transformers):
+    # the config's mrope_section and mrope_interleaved reach the operator, eager
+    # and under torch.compile, cos/sin of the rows' shape
+    transformers.logging.set_verbosity_error()
+    config = transformers.Qwen3VLTextConfig(
+        hidden_size=256,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=128,
+        rope_parameters={"rope_type": "default", "mrope_section": [24, 20, 20],
+                         "mrope_interleaved": True, "rope_theta": 5e6},
+    )  # fmt: skip
+    q = randn(1, 2, 9, 128, dtype=torch.float64)
+    ids = torch.randint(0, 40, (3, 1, 9), generator=torch.Generator().manual_seed(4))
+    want = reference.apply_rope(q.numpy(), ids.numpy(), scaling=dict(config.rope_parameters))
+    eager = posenc.apply_rope(q, ids, scaling=config)
+    np.testing.assert_allclose(eager.numpy(), want, rtol=0, atol=1e-14)
+    compiled = torch.compile(
+        lambda q, ids: posenc.apply_rope(q, ids, scaling=config), fullgraph=True
+    )
+    torch.testing.assert_close(compiled(q, ids), eager, rtol=0, atol=0)
+    cos = torch.compile(
+        lambda ids: posenc.rope_cos_sin(ids, 128, scaling=config)[0], fullgraph=True
+    )
+    assert cos(ids).shape == (1, 9, 128)
