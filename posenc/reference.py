@@ -203,6 +203,13 @@ def _rope_proportional(dim: int, base: float, p: _Params, seq_len: Optional[int]
     return [(_rope_theta(i, dim, base) if i < kept else 0.0) / s for i in range(dim // 2)], 1.0
 
 
+def _rope_axial(dim: int, base: float, p: _Params, seq_len: Optional[int]) -> _Frequencies:
+    """The vision towers' axial RoPE: the frequencies of a rotary part of
+    dim / 2, for the rows' pairs and again for the columns'."""
+    ladder = _rope_theta(np.arange(dim // 4), dim // 2, base)
+    return np.concatenate([ladder, ladder]), 1.0
+
+
 _ROPE_FAMILIES = {
     "default": _rope_default,
     "linear": _rope_linear,
@@ -212,6 +219,7 @@ _ROPE_FAMILIES = {
     "llama3": _rope_llama3,
     "longrope": _rope_longrope,
     "proportional": _rope_proportional,
+    "axial": _rope_axial,
 }
 
 
@@ -299,6 +307,8 @@ def rope_cos_sin(
         mrope_section = params.get("mrope_section")
     if mrope_interleaved is None:
         mrope_interleaved = bool(params.get("mrope_interleaved"))
+    if axial is None and _rope_resolve(dim, base, scaling)[2] == "axial":
+        axial = 2  # a vision tower's config: rows and columns
     if axial is not None:
         rotary, base, _, _ = _rope_resolve(dim, base, scaling)
         sections = _axial_sections(axial, rotary // 2)
@@ -355,6 +365,7 @@ def apply_rope(
         pos = np.asarray(positions, dtype=np.float64) + offset
         rows = mrope_section is not None or axial is not None
         rows = rows or (scaling or {}).get("mrope_section") is not None
+        rows = rows or _rope_resolve(dim, base, scaling)[2] == "axial"
         lead = int(rows)  # the rows' axis stays first
         if 0 < pos.ndim - lead < x.ndim - 1:  # last axis on seq_axis, leading ones on x's
             axis = seq_axis % x.ndim + lead

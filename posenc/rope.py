@@ -51,10 +51,13 @@ def rope_frequencies(
         dict, or a ``rope_scaling`` / ``rope_parameters`` dict as it is,
         naming its family with ``rope_type`` (or the older ``type``):
         ``"default"``, ``"linear"``, ``"dynamic"``, ``"yarn"``, ``"llama3"``,
-        ``"longrope"``, ``"ntk_alpha"`` (HunYuan) or ``"proportional"``
+        ``"longrope"``, ``"ntk_alpha"`` (HunYuan), ``"proportional"``
         (Gemma 4: the whole head is rotated, its pairs past
-        ``partial_rotary_factor`` by angle 0); see :mod:`posenc.rope_scaling`
-        for the keys each reads.  A bare dict carries the values transformers
+        ``partial_rotary_factor`` by angle 0) or ``"axial"`` (the Qwen2-VL to
+        Qwen3-VL vision towers: two ladders of ``dim // 4`` frequencies, for
+        a patch's row and column; positions in two rows, see
+        :func:`apply_rope`'s `axial`); see :mod:`posenc.rope_scaling` for
+        the keys each reads.  A bare dict carries the values transformers
         takes from the model config itself: ``max_position_embeddings``
         (needed by ``dynamic``, and by ``yarn`` / ``longrope`` without a
         ``factor``) and ``partial_rotary_factor``.  The dialects transformers
@@ -389,7 +392,9 @@ def apply_rope(
         (``axial=2``), Llama 4's vision encoder (``axial=2``,
         ``layout="interleaved"``), rotary-embedding-torch's axial
         frequencies (``layout="interleaved"`` with `rotary_dim`).  The
-        default frequencies only (no `scaling` family).
+        default frequencies only (no `scaling` family); a vision tower's
+        config (``rope_type: "axial"``, e.g. Qwen2-VL's ``vision_config``)
+        means ``axial=2``.
 
     Returns
     -------
@@ -472,18 +477,20 @@ class _Channels:
     (`ladders`: axial RoPE, each channel's pairs as a rotary part of twice
     their number)."""
 
-    __slots__ = ("n", "channel", "ladders", "what")
+    __slots__ = ("n", "channel", "ladders", "what", "example")
 
-    def __init__(self, n, channel, ladders, what):
+    def __init__(self, n, channel, ladders, what, example):
         self.n = n
         self.channel = channel
         self.ladders = ladders
         self.what = what
+        self.example = example
 
     def frequencies(self, rotary, base, rope, seq_len):
         if self.ladders is None:
             return rope_scaling.frequencies(rotary, base, rope, seq_len)
-        parts = [rope_scaling.frequencies(2 * s, base, rope, None)[0] for s in self.ladders]
+        plain = rope_scaling.read(None)
+        parts = [rope_scaling.frequencies(2 * s, base, plain, None)[0] for s in self.ladders]
         return np.ascontiguousarray(np.concatenate(parts), dtype=np.float64), 1.0
 
 
@@ -512,7 +519,7 @@ def mrope_channels(sections, interleaved, half):
     return channel
 
 
-_AXIAL_ONLY = ("default",)
+_AXIAL_ONLY = ("default", "axial")
 
 
 def _channel_plan(rotary, base, rope, mrope_section, mrope_interleaved, axial):
@@ -548,17 +555,21 @@ def _channel_plan(rotary, base, rope, mrope_section, mrope_interleaved, axial):
             raise ValueError("mrope_interleaved=True needs mrope_section= (the pairs of each row)")
     half = rotary // 2
     if sections is not None:
-        if axial is not None:
-            raise ValueError("axial= and M-RoPE's mrope_section cannot be combined")
+        if axial is not None or rope.family.rows:
+            raise ValueError("axial RoPE and M-RoPE's mrope_section cannot be combined")
         if len(sections) > _core.ROPE_MAX_CHANNELS:
             raise ValueError(
                 f"mrope_section must have at most {_core.ROPE_MAX_CHANNELS} sections, got "
                 f"{len(sections)}"
             )
         channel = mrope_channels(sections, interleaved, half)
-        return _Channels(len(sections), channel, None, f"M-RoPE's mrope_section {list(sections)}")
+        what = f"M-RoPE's mrope_section {list(sections)}"
+        rows = len(sections)
+        return _Channels(rows, channel, None, what, f"transformers' ({rows}, batch, seq)")
     if axial is None:
-        return None
+        if not rope.family.rows:
+            return None
+        axial = rope.family.rows  # a vision tower's config: rows and columns
     if isinstance(axial, (bool, np.bool_)):
         raise TypeError("axial must be an int (the number of axes) or a list of pair counts")
     if isinstance(axial, (int, np.integer)):
@@ -588,7 +599,8 @@ def _channel_plan(rotary, base, rope, mrope_section, mrope_interleaved, axial):
             f"{rope.family.name!r} is not defined for it"
         )
     channel = np.repeat(np.arange(len(sections), dtype=np.int32), sections)
-    return _Channels(len(sections), channel, sections, f"axial {list(sections)}")
+    n = len(sections)
+    return _Channels(n, channel, sections, f"axial {list(sections)}", f"({n}, n_patches)")
 
 
 def _channel_positions(positions, chan):
@@ -597,8 +609,7 @@ def _channel_positions(positions, chan):
     if positions is None or isinstance(positions, (Integral, np.integer)):
         raise ValueError(
             f"{chan.what} needs positions with a leading axis of {chan.n} rows (e.g. "
-            f"transformers' ({chan.n}, batch, seq)), not "
-            f"{'None' if positions is None else 'a length'}"
+            f"{chan.example}), not {'None' if positions is None else 'a length'}"
         )
     if isinstance(positions, (bool, np.bool_)):
         raise TypeError("positions must be numbers, not bool")
@@ -606,7 +617,7 @@ def _channel_positions(positions, chan):
     if arr.ndim == 0 or arr.shape[0] != chan.n:
         raise ValueError(
             f"{chan.what} needs positions with a leading axis of {chan.n} rows (e.g. "
-            f"transformers' ({chan.n}, batch, seq)), got shape {arr.shape}"
+            f"{chan.example}), got shape {arr.shape}"
         )
     return arr
 

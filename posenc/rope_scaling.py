@@ -291,6 +291,25 @@ def proportional(dim: int, base: float, params: Params, seq_len: Optional[int]) 
     return inv_freq / factor, 1.0
 
 
+def axial(dim: int, base: float, params: Params, seq_len: Optional[int]) -> Frequencies:
+    r"""2-D (axial) RoPE of the Qwen2-VL to Qwen3-VL vision towers
+    (``rope_type: "axial"``): the pairs in two halves, the first rotated by
+    a patch's row and the second by its column (positions in two rows,
+    :func:`posenc.apply_rope`'s ``axial=2``), each half with the
+    frequencies of a rotary part of :math:`d/2` features,
+    :math:`\theta_j = b^{-2j/(d/2)}`, :math:`j < d/4`.  The frequencies of
+    the :math:`d/2` pairs in order (that ladder twice; transformers' buffer
+    holds it once).  Attention factor 1.
+    """
+    if dim % 4:
+        raise ValueError(
+            f"rope_type 'axial' splits the head's pairs between rows and columns: its "
+            f"dimension must be a multiple of 4, got {dim}"
+        )
+    ladder = inv_frequencies(dim // 2, base)
+    return np.concatenate([ladder, ladder]), 1.0
+
+
 @dataclass(frozen=True)
 class Family:
     """A RoPE family: its function, whether its frequencies depend on the
@@ -303,6 +322,7 @@ class Family:
     keys: FrozenSet[str]
     needs_seq_len: bool = False
     whole_head: bool = False
+    rows: int = 0  # positions come in this many rows (axial: 2)
 
 
 _TRAINED = "original_max_position_embeddings"
@@ -337,6 +357,7 @@ _FAMILY_LIST = (
         needs_seq_len=True,
     ),
     Family("proportional", proportional, frozenset({"factor"}), whole_head=True),
+    Family("axial", axial, frozenset(), rows=2),
 )
 FAMILIES = {f.name: f for f in _FAMILY_LIST}
 
@@ -416,9 +437,15 @@ def _is_nested(params: Params) -> bool:
     )
 
 
-def _head_dim(config: Any) -> Optional[int]:
-    """The head dimension a config states, as transformers derives it."""
+def _head_dim(config: Any, axial: bool = False) -> Optional[int]:
+    """The head dimension a config states, as transformers derives it (a
+    vision tower with axial RoPE from its ``embed_dim`` when it has one, as
+    Qwen2-VL's)."""
     head_dim = _config_value(config, "head_dim")
+    if head_dim is None and axial and _config_value(config, "embed_dim") is not None:
+        heads = _config_value(config, "num_attention_heads") or _config_value(config, "num_heads")
+        if heads:
+            head_dim = _config_value(config, "embed_dim") // heads
     if head_dim is None:
         hidden = _config_value(config, "hidden_size")
         heads = _config_value(config, "num_attention_heads")
@@ -473,7 +500,8 @@ def _from_config(config: Any, layer_type: Optional[str]) -> Tuple[Dict[str, Any]
         # Phi-3 keeps the pretraining length beside its rope dict; transformers
         # gives it priority over the dict's
         params[_TRAINED] = trained
-    return params, _head_dim(config)
+    axial_rope = params.get("rope_type", params.get("type")) == "axial"
+    return params, _head_dim(config, axial_rope)
 
 
 def _family_of(params: Params) -> Family:

@@ -261,7 +261,6 @@ def test_hunyuan_dynamic_with_alpha_is_ntk_alpha():
     "params,name",
     [
         ({"rope_type": "default", "mrope_interleaved": True}, "mrope_interleaved"),
-        ({"rope_type": "axial"}, "axial"),
         ({"rope_type": "longrope", "short_factor": PHI3_SHORT, "long_factor": PHI3_LONG,
           "original_max_position_embeddings": 4096, "short_mscale": 1.1}, "short_mscale"),
     ],

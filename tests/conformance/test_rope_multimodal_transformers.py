@@ -358,3 +358,38 @@ def test_llama4_vision_rope_equals_vision_apply_rotary_emb(hf):
         rtol=0,
         atol=1e-13 * np.abs(q64).max(),
     )
+
+
+@pytest.mark.parametrize("name", ["qwen2_vl", "qwen3_vl"])
+def test_a_vision_config_is_read_as_axial_rope(hf, name):
+    # rope_type "axial" (the towers' configs): axial=2, the head dimension as
+    # the class derives it (Qwen2-VL's from embed_dim, not hidden_size)
+    torch = hf.torch
+    config, cls, module, head_dim = _vision_model(hf, name)
+    assert config.rope_parameters["rope_type"] == "axial"
+    rotary = cls(config)
+    inv_freq, factor = posenc.rope_frequencies(head_dim, scaling=config)
+    # the ladder of the class's buffer, once per axis
+    np.testing.assert_allclose(inv_freq, np.tile(rotary.inv_freq.double().numpy(), 2), rtol=4e-7)
+    assert factor == rotary.attention_scaling == 1.0
+    ids = posenc.vision_position_ids(GRIDS, spatial_merge_size=2)
+    q = np.random.default_rng(12).standard_normal((ids.shape[1], 16, head_dim)).astype(np.float32)
+    got = posenc.apply_rope(q, ids, scaling=config, seq_axis=-3)
+    np.testing.assert_array_equal(got, posenc.apply_rope(q, ids, axial=2, seq_axis=-3))
+    q64 = q.astype(np.float64)
+    np.testing.assert_allclose(
+        posenc.apply_rope(q64, ids, scaling=config, seq_axis=-3),
+        reference.apply_rope(q64, ids, scaling=dict(config.rope_parameters), seq_axis=-3),
+        rtol=0,
+        atol=1e-13 * np.abs(q).max(),
+    )
+    cos, sin = rotary(torch.from_numpy(q), torch.from_numpy(ids.T.copy()))
+    qt = torch.from_numpy(q)
+    tower, _ = module.apply_rotary_pos_emb_vision(qt, qt, cos, sin)
+    np.testing.assert_allclose(got, tower.numpy(), rtol=0, atol=4e-6 * np.abs(q).max())
+    c, _ = posenc.rope_cos_sin(ids, head_dim, scaling=config)
+    np.testing.assert_allclose(c, cos.numpy(), rtol=0, atol=2e-6)
+    with pytest.raises(ValueError, match="axial .* 2 rows"):
+        posenc.apply_rope(q, seq_axis=-3, scaling=config)
+    with pytest.raises(ValueError, match="head dimension"):
+        posenc.apply_rope(q[..., :64], ids, seq_axis=-3, scaling=config)
