@@ -10,6 +10,7 @@ depends on their positions only through ``m - n``.  The frequencies
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 from numbers import Integral
 from typing import Any, Literal, Optional, Sequence, Tuple, Union, overload
 
@@ -494,7 +495,8 @@ class _Channels:
         return np.ascontiguousarray(np.concatenate(parts), dtype=np.float64), 1.0
 
 
-def mrope_channels(sections, interleaved, half):
+@lru_cache(maxsize=64)
+def _mrope_channels(sections, interleaved, half):
     """The channel of each of `half` pairs for M-RoPE's sections: runs of
     ``sections[c]`` pairs in turn (Qwen2-VL, Qwen2.5-VL), or interleaved
     (Qwen3-VL): channel ``c >= 1`` on pairs ``c, c + n, c + 2n, ...``
@@ -507,15 +509,17 @@ def mrope_channels(sections, interleaved, half):
             f"not {sum(sections)}"
         )
     if not interleaved:
-        return np.repeat(np.arange(n, dtype=np.int32), sections)
-    channel = np.zeros(half, dtype=np.int32)
-    for c in range(1, n):
-        if sections[c] and c + n * (sections[c] - 1) >= half:
-            raise ValueError(
-                f"interleaved mrope_section {list(sections)}: channel {c} takes pairs "
-                f"{c}, {c + n}, ... {c + n * (sections[c] - 1)}, past the {half} pairs"
-            )
-        channel[c : c + n * sections[c] : n] = c
+        channel = np.repeat(np.arange(n, dtype=np.int32), sections)
+    else:
+        channel = np.zeros(half, dtype=np.int32)
+        for c in range(1, n):
+            if sections[c] and c + n * (sections[c] - 1) >= half:
+                raise ValueError(
+                    f"interleaved mrope_section {list(sections)}: channel {c} takes pairs "
+                    f"{c}, {c + n}, ... {c + n * (sections[c] - 1)}, past the {half} pairs"
+                )
+            channel[c : c + n * sections[c] : n] = c
+    channel.setflags(write=False)  # shared by the calls with these sections
     return channel
 
 
@@ -562,7 +566,7 @@ def _channel_plan(rotary, base, rope, mrope_section, mrope_interleaved, axial):
                 f"mrope_section must have at most {_core.ROPE_MAX_CHANNELS} sections, got "
                 f"{len(sections)}"
             )
-        channel = mrope_channels(sections, interleaved, half)
+        channel = _mrope_channels(sections, bool(interleaved), half)
         what = f"M-RoPE's mrope_section {list(sections)}"
         rows = len(sections)
         return _Channels(rows, channel, None, what, f"transformers' ({rows}, batch, seq)")
