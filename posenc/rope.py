@@ -414,8 +414,9 @@ def apply_rope(
     value every 32 positions: still within 1 ulp
     of the float64 value, but a position's last bit may depend on its
     neighbours in the call (never on threads, SIMD path or memory layout).
-    With positions in rows, each row's positions are read so, the pairs of a
-    row together, in the same pass over `x`.
+    With positions in rows (M-RoPE, axial RoPE) the same holds row by row:
+    each row's positions are read as above for its own pairs, and the
+    rotation is the same single pass over `x`.
     """
     x = x if isinstance(x, np.ndarray) else np.asarray(x)
     dtype = v.float_array_dtype(x, "x", bfloat16=True)
