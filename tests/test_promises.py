@@ -189,3 +189,14 @@ def test_t5_thresholds_of_a_million_buckets_are_computed_once():
     np.testing.assert_array_equal(first, again)
     want = [_mp_bucket(a, True, 2**20, 2**40) for a in (300_000, 299_999)]
     np.testing.assert_array_equal(first[0, 0], want)
+
+
+def test_rows_of_positions_inside_out_are_read_before_out_is_written():
+    # M-RoPE's rows of positions living in the array rotated in place
+    x = np.random.default_rng(3).standard_normal((1, 2, 5, 16))
+    x[0, 0, :3, :5] = np.arange(15).reshape(3, 5) * 7.0
+    ids = x[0, 0, :3, :5]  # (3, 5): three rows of positions, a view of x
+    want = posenc.apply_rope(x.copy(), ids.copy(), mrope_section=[4, 2, 2])
+    got = posenc.apply_rope(x, ids, mrope_section=[4, 2, 2], out=x)
+    assert got is x
+    np.testing.assert_array_equal(x, want)
