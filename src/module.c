@@ -389,11 +389,16 @@ static PyObject *py_sinusoid(PyObject *self, PyObject *args)
 
 /* ---- rotary position embedding (rope.c) ---- */
 
-/* The options both rope entry points take. */
-static int check_rope_options(int layout, double scale)
+/* The options both rope entry points take (apply_rope also the layouts
+ * that change as they rotate). */
+static int check_rope_options(int layout, double scale, int relayout)
 {
-    if (layout != PE_ROPE_HALF && layout != PE_ROPE_INTERLEAVED) {
-        PyErr_SetString(PyExc_ValueError, "layout must be 0 (half) or 1 (interleaved)");
+    if (layout != PE_ROPE_HALF && layout != PE_ROPE_INTERLEAVED &&
+        !(relayout && layout == PE_ROPE_INTERLEAVED_TO_HALF)) {
+        PyErr_SetString(PyExc_ValueError, relayout
+                                              ? "layout must be 0 (half), 1 (interleaved) or 2 "
+                                                "(interleaved_to_half)"
+                                              : "layout must be 0 (half) or 1 (interleaved)");
         return -1;
     }
     if (!isfinite(scale)) {
@@ -436,6 +441,29 @@ static int same_view(PyArrayObject *a, PyArrayObject *b)
     return 1;
 }
 
+/* xPos's log zeta (None: no xPos), or a float64 vector of half finite
+ * values; centre and rate finite. */
+static int xpos_arg(PyObject *zeta_o, npy_intp half, double centre, double rate, struct pe_xpos *xp)
+{
+    xp->log_zeta = NULL, xp->centre = 0.0, xp->rate = 0.0;
+    if (zeta_o == Py_None)
+        return 0;
+    PyArrayObject *z = arg_array(zeta_o, "log_zeta", NPY_DOUBLE, 1, ARG_CONTIGUOUS);
+    if (z == NULL)
+        return -1;
+    if (PyArray_DIM(z, 0) != half) {
+        PyErr_Format(PyExc_ValueError, "log_zeta must have %zd elements (one per pair)",
+                     (Py_ssize_t)half);
+        return -1;
+    }
+    if (!isfinite(centre) || !isfinite(rate)) {
+        PyErr_SetString(PyExc_ValueError, "the xPos centre and rate must be finite");
+        return -1;
+    }
+    xp->log_zeta = (const double *)PyArray_DATA(z), xp->centre = centre, xp->rate = rate;
+    return 0;
+}
+
 static int rope_apply_kernel(const struct pe_kernels *k, void *args, int nthreads)
 {
     return pe_rope_apply(k, args, nthreads);
@@ -445,10 +473,11 @@ static PyObject *py_rope_apply(PyObject *self, PyObject *args)
 {
     (void)self;
     PyObject *x_o, *pos_o, *freq_o, *out_o;
+    PyObject *zeta_o = Py_None;
     int layout, inverse;
-    double scale;
-    if (!PyArg_ParseTuple(args, "OOOOidp:rope_apply", &x_o, &pos_o, &freq_o, &out_o, &layout,
-                          &scale, &inverse))
+    double scale, centre = 0.0, rate = 0.0;
+    if (!PyArg_ParseTuple(args, "OOOOidp|Odd:rope_apply", &x_o, &pos_o, &freq_o, &out_o, &layout,
+                          &scale, &inverse, &zeta_o, &centre, &rate))
         return NULL;
     PyArrayObject *x = rope_data_arg(x_o, "x", 0);
     if (x == NULL)
@@ -490,8 +519,19 @@ static PyObject *py_rope_apply(PyObject *self, PyObject *args)
                      (Py_ssize_t)(dim / 2));
         return NULL;
     }
-    if (check_rope_options(layout, scale) < 0)
+    if (check_rope_options(layout, scale, 1) < 0)
         return NULL;
+    struct pe_xpos xpos;
+    if (xpos_arg(zeta_o, half, centre, rate, &xpos) < 0)
+        return NULL;
+    if (layout == PE_ROPE_INTERLEAVED_TO_HALF && same_view(out, x)) {
+        PyErr_SetString(PyExc_ValueError,
+                        "out must not be x for layout 2 (interleaved_to_half): a row is read in "
+                        "one layout and written in the other");
+        return NULL;
+    }
+    if (layout == PE_ROPE_INTERLEAVED_TO_HALF && inverse)
+        layout = PE_ROPE_HALF_TO_INTERLEAVED; /* read in the half layout, written interleaved */
     if (!same_view(out, x) && check_no_overlap(out, "out", x, "x") < 0)
         return NULL;
     if (check_no_overlap(out, "out", pos, "positions") < 0 ||
@@ -518,6 +558,7 @@ static PyObject *py_rope_apply(PyObject *self, PyObject *args)
         .inverse = inverse,
         .layout = layout,
         .dtype = pe_dtype_bf16_of(x),
+        .xpos = xpos,
     };
     int rc = run_kernel(rope_apply_kernel, &a, PyArray_SIZE(out));
     if (rc == -1)
@@ -533,25 +574,27 @@ struct rope_table_call {
     const double *pos, *freq;
     npy_intp n, half, cos_stride, sin_stride;
     double scale;
-    int layout, dtype;
+    int layout, dtype, full;
     char *cos, *sin;
+    struct pe_xpos xpos;
 };
 
 static int rope_table_kernel(const struct pe_kernels *k, void *args, int nthreads)
 {
     const struct rope_table_call *c = args;
     return pe_rope_table(k, c->pos, c->n, c->freq, c->half, c->scale, c->layout, c->dtype, c->cos,
-                         c->cos_stride, c->sin, c->sin_stride, nthreads);
+                         c->cos_stride, c->sin, c->sin_stride, &c->xpos, c->full, nthreads);
 }
 
 static PyObject *py_rope_table(PyObject *self, PyObject *args)
 {
     (void)self;
     PyObject *pos_o, *freq_o, *cos_o, *sin_o;
-    int layout;
-    double scale;
-    if (!PyArg_ParseTuple(args, "OOOOid:rope_table", &pos_o, &freq_o, &cos_o, &sin_o, &layout,
-                          &scale))
+    PyObject *zeta_o = Py_None;
+    int layout, full = 1;
+    double scale, centre = 0.0, rate = 0.0;
+    if (!PyArg_ParseTuple(args, "OOOOid|Oddp:rope_table", &pos_o, &freq_o, &cos_o, &sin_o, &layout,
+                          &scale, &zeta_o, &centre, &rate, &full))
         return NULL;
     PyArrayObject *pos = arg_array(pos_o, "positions", NPY_DOUBLE, 1, ARG_CONTIGUOUS);
     PyArrayObject *freq = pos ? arg_array(freq_o, "freq", NPY_DOUBLE, 1, ARG_CONTIGUOUS) : NULL;
@@ -559,15 +602,18 @@ static PyObject *py_rope_table(PyObject *self, PyObject *args)
     PyArrayObject *sin = cos ? arg_array(sin_o, "sin", PyArray_TYPE(cos), 2, ARG_WRITE) : NULL;
     if (sin == NULL)
         return NULL;
-    if (check_rope_options(layout, scale) < 0)
+    if (check_rope_options(layout, scale, 0) < 0)
         return NULL;
-    npy_intp n = PyArray_DIM(pos, 0), half = PyArray_DIM(freq, 0);
-    if (PyArray_DIM(cos, 0) != n || PyArray_DIM(cos, 1) != 2 * half || PyArray_DIM(sin, 0) != n ||
-        PyArray_DIM(sin, 1) != 2 * half) {
+    npy_intp n = PyArray_DIM(pos, 0), half = PyArray_DIM(freq, 0), width = full ? 2 * half : half;
+    if (PyArray_DIM(cos, 0) != n || PyArray_DIM(cos, 1) != width || PyArray_DIM(sin, 0) != n ||
+        PyArray_DIM(sin, 1) != width) {
         PyErr_Format(PyExc_ValueError, "cos and sin must have shape (%zd, %zd)", (Py_ssize_t)n,
-                     (Py_ssize_t)(2 * half));
+                     (Py_ssize_t)width);
         return NULL;
     }
+    struct pe_xpos xpos;
+    if (xpos_arg(zeta_o, half, centre, rate, &xpos) < 0)
+        return NULL;
     if (check_no_overlap(cos, "cos", sin, "sin") < 0 ||
         check_no_overlap(cos, "cos", pos, "positions") < 0 ||
         check_no_overlap(cos, "cos", freq, "freq") < 0 ||
@@ -584,8 +630,10 @@ static PyObject *py_rope_table(PyObject *self, PyObject *args)
         .scale = scale,
         .layout = layout,
         .dtype = pe_dtype_bf16_of(cos),
+        .full = full,
         .cos = PyArray_BYTES(cos),
         .sin = PyArray_BYTES(sin),
+        .xpos = xpos,
     };
     if (run_kernel(rope_table_kernel, &c, 2 * PyArray_SIZE(cos)) != 0)
         return PyErr_NoMemory();
@@ -1101,10 +1149,12 @@ static PyMethodDef methods[] = {
     {"sinusoid", py_sinusoid, METH_VARARGS,
      "sinusoid(positions, freq, out, layout): fill out[r] with the sinusoid of positions[r]."},
     {"rope_apply", py_rope_apply, METH_VARARGS,
-     "rope_apply(x, positions, freq, out, layout, scale, inverse): rotate the pairs of each row "
+     "rope_apply(x, positions, freq, out, layout, scale, inverse[, log_zeta, centre, rate]): "
+     "rotate the pairs of each row "
      "of x by positions * freq into out (which may be x)."},
     {"rope_table", py_rope_table, METH_VARARGS,
-     "rope_table(positions, freq, cos, sin, layout, scale): fill cos[r], sin[r] for positions[r]."},
+     "rope_table(positions, freq, cos, sin, layout, scale[, log_zeta, centre, rate, full]): fill "
+     "cos[r], sin[r] for positions[r]."},
 
     {"alibi", py_alibi, METH_VARARGS,
      "alibi(slopes, dst, q_offset, causal, add): ALiBi into the 4-D dst (written, or added)."},
@@ -1172,7 +1222,8 @@ PyMODINIT_FUNC PyInit__core(void)
         PyModule_AddObject(m, "T5_MAX_DISTANCE", PyLong_FromLongLong(PE_T5_MAX_DISTANCE)) < 0 ||
         add_codes(m, "SINUSOID_LAYOUTS", "interleaved", PE_INTERLEAVED, "concat", PE_CONCAT) < 0 ||
         add_codes(m, "ROPE_LAYOUTS", "half", PE_ROPE_HALF, "interleaved", PE_ROPE_INTERLEAVED) <
-            0) {
+            0 ||
+        PyModule_AddIntConstant(m, "ROPE_INTERLEAVED_TO_HALF", PE_ROPE_INTERLEAVED_TO_HALF) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -104,8 +104,25 @@ int pe_sinusoid(const struct pe_kernels *k, const double *pos, ptrdiff_t n_pos, 
 /* ---- rotary position embedding (rope.c) ---- */
 
 /* Which elements of a row form the rotated pairs: (x[i], x[i + half]) as in
- * GPT-NeoX and Llama in transformers, or (x[2i], x[2i + 1]) as in GPT-J. */
-enum pe_rope_layout { PE_ROPE_HALF = 0, PE_ROPE_INTERLEAVED = 1 };
+ * GPT-NeoX and Llama in transformers, or (x[2i], x[2i + 1]) as in GPT-J.
+ * The last two change the layout as they rotate: pairs read at (x[2i],
+ * x[2i + 1]) and written at (o[i], o[i + half]), as DeepSeek-V3 rotates,
+ * and back (its exact inverse); apply_rope only, its tables are "half". */
+enum pe_rope_layout {
+    PE_ROPE_HALF = 0,
+    PE_ROPE_INTERLEAVED = 1,
+    PE_ROPE_INTERLEAVED_TO_HALF = 2,
+    PE_ROPE_HALF_TO_INTERLEAVED = 3
+};
+#define PE_ROPE_NLAYOUTS 4
+
+/* xPos (Sun et al. 2022): cos and sin of pair i at position p times
+ * exp(log_zeta[i] * (p - centre) * rate), formed in float64 (rate is
+ * +-1/scale_base, its sign the role and direction); log_zeta NULL: none. */
+struct pe_xpos {
+    const double *log_zeta;
+    double centre, rate;
+};
 
 /* Most leading dimensions an array handed to pe_rope_apply may have. */
 #define PE_ROPE_MAXDIM 64
@@ -131,6 +148,7 @@ struct pe_rope_args {
     ptrdiff_t half;
     double scale;
     int inverse, layout, dtype;
+    struct pe_xpos xpos;
 };
 
 /* 0 on success, -1 if scratch memory could not be allocated (nothing is
@@ -138,11 +156,14 @@ struct pe_rope_args {
 int pe_rope_apply(const struct pe_kernels *k, const struct pe_rope_args *args, int nthreads);
 
 /* Row r of cos_out / sin_out (at byte strides cos_stride / sin_stride):
- * scale * cos / sin of pos[r] * freq[i], each value twice in the given
- * layout, 2 * half elements of type dtype.  0, or -1 on allocation failure. */
+ * scale * cos / sin of pos[r] * freq[i] (times the xPos factor of xpos),
+ * each value twice in the given layout, 2 * half elements of type dtype, or
+ * once (half elements, as flash-attn takes them) unless full.  0, or -1 on
+ * allocation failure. */
 int pe_rope_table(const struct pe_kernels *k, const double *pos, ptrdiff_t n, const double *freq,
                   ptrdiff_t half, double scale, int layout, int dtype, char *cos_out,
-                  ptrdiff_t cos_stride, char *sin_out, ptrdiff_t sin_stride, int nthreads);
+                  ptrdiff_t cos_stride, char *sin_out, ptrdiff_t sin_stride,
+                  const struct pe_xpos *xpos, int full, int nthreads);
 
 /* ---- attention biases (bias.c) ---- */
 

@@ -212,7 +212,7 @@ static void run_task(const struct pe_kernels *k, const struct pe_rope_args *a, c
         xb += j0 * dk->xs, ob += j0 * dk->os, pb += j0 * dk->ps;
         pstride = dk->ps;
     }
-    pe_rope_fill_table(k, pb, pstride, ntab, a->freq, a->half, wmax, a->scale, a->inverse,
+    pe_rope_fill_table(k, pb, pstride, ntab, a->freq, a->half, wmax, a->scale, a->inverse, &a->xpos,
                        a->dtype == PE_F64, tab, rt);
 
     /* the box: broadcast dimensions and k, in memory order */
@@ -283,7 +283,8 @@ static void run_task(const struct pe_kernels *k, const struct pe_rope_args *a, c
 
 int pe_rope_apply(const struct pe_kernels *k, const struct pe_rope_args *a, int nthreads)
 {
-    if (a->ndim > PE_ROPE_MAXDIM || a->half < 1 || 2 * a->half > a->dim)
+    if (a->ndim > PE_ROPE_MAXDIM || a->half < 1 || 2 * a->half > a->dim || a->layout < 0 ||
+        a->layout >= PE_ROPE_NLAYOUTS)
         return -2;
     struct plan p;
     if (simplify(a, &p) < 0)

@@ -26,22 +26,57 @@
 #include "simd.h"
 #include "sincos.h"
 
+/* ---- xPos ---- */
+
+/* The exponent t of the xPos factors at position p: pair i's factor is
+ * exp(log_zeta[i] * t) = zeta_i ** t, all in float64 (to a few float64
+ * ulps: rounded once to float32 with cos or sin, within 1 ulp of the exact
+ * value). */
+PE_INLINE double xpos_exponent(const struct pe_xpos *xp, double p)
+{
+    return (p - xp->centre) * xp->rate;
+}
+
 /* ---- a tile's table (apply_rope) ---- */
 
 /* Where a tile's rows go: row j of tab, cos then sin of the angles, times
- * scale (sin times sscale: negated for the inverse rotation), rounded once
- * to float32 or float64. */
+ * scale (sin times sscale: negated for the inverse rotation), and with
+ * xPos times its factors at the row's position (pos + j * pos_stride),
+ * rounded once to float32 or float64. */
 struct table_sink {
     char *tab;
     ptrdiff_t half;
     double scale, sscale;
     int f64;
+    const struct pe_xpos *xpos; /* NULL: none */
+    const char *pos;
+    ptrdiff_t pos_stride;
 };
 
 static void emit_table_row(void *ctx, ptrdiff_t j, const double *s, const double *c)
 {
     const struct table_sink *k = ctx;
     ptrdiff_t half = k->half;
+    if (k->xpos) {
+        const double *lz = k->xpos->log_zeta;
+        double e = xpos_exponent(k->xpos, *(const double *)(k->pos + j * k->pos_stride));
+        if (k->f64) {
+            double *t = (double *)k->tab + j * 2 * half;
+            for (ptrdiff_t i = 0; i < half; ++i) {
+                double f = exp(lz[i] * e);
+                t[i] = c[i] * k->scale * f;
+                t[half + i] = s[i] * k->sscale * f;
+            }
+        } else {
+            float *t = (float *)k->tab + j * 2 * half;
+            for (ptrdiff_t i = 0; i < half; ++i) {
+                double f = exp(lz[i] * e);
+                t[i] = (float)(c[i] * k->scale * f);
+                t[half + i] = (float)(s[i] * k->sscale * f);
+            }
+        }
+        return;
+    }
     if (k->f64) {
         double *t = (double *)k->tab + j * 2 * half;
         for (ptrdiff_t i = 0; i < half; ++i) {
@@ -59,12 +94,23 @@ static void emit_table_row(void *ctx, ptrdiff_t j, const double *s, const double
 
 void pe_rope_fill_table(const struct pe_kernels *k, const char *pos, ptrdiff_t pos_stride,
                         ptrdiff_t n, const double *freq, ptrdiff_t half, double wmax, double scale,
-                        int inverse, int tab_f64, char *tab, struct pe_rotor *rt)
+                        int inverse, const struct pe_xpos *xpos, int tab_f64, char *tab,
+                        struct pe_rotor *rt)
 {
+    /* the inverse divides by the factors: the rate's sign flips */
+    struct pe_xpos xp = {NULL, 0.0, 0.0};
+    if (xpos != NULL && xpos->log_zeta != NULL)
+        xp = *xpos, xp.rate = inverse ? -xp.rate : xp.rate;
     for (ptrdiff_t g0 = 0; g0 < n; g0 += PE_ANCHOR) {
         ptrdiff_t len = n - g0 < PE_ANCHOR ? n - g0 : PE_ANCHOR;
-        struct table_sink sink = {tab + g0 * 2 * half * (tab_f64 ? 8 : 4), half, scale,
-                                  inverse ? -scale : scale, tab_f64};
+        struct table_sink sink = {tab + g0 * 2 * half * (tab_f64 ? 8 : 4),
+                                  half,
+                                  scale,
+                                  inverse ? -scale : scale,
+                                  tab_f64,
+                                  xp.log_zeta ? &xp : NULL,
+                                  pos + g0 * pos_stride,
+                                  pos_stride};
         pe_sincos_group(k, rt, pos + g0 * pos_stride, pos_stride, len, freq, half, wmax, !tab_f64,
                         emit_table_row, &sink);
     }
@@ -72,14 +118,19 @@ void pe_rope_fill_table(const struct pe_kernels *k, const char *pos, ptrdiff_t p
 
 /* ---- cos/sin tables (rope_cos_sin) ---- */
 
-/* Where rows of rope_cos_sin go: rows r0 + j of cos_out and sin_out. */
+/* Where rows of rope_cos_sin go: rows r0 + j of cos_out and sin_out (each
+ * value once if not full), with xPos at the positions pos. */
 struct pair_sink {
     char *cos_out, *sin_out;
     ptrdiff_t cos_stride, sin_stride, r0, half;
     double scale;
+    const struct pe_xpos *xpos; /* NULL: none */
+    const double *pos;
+    int full;
 };
 
-/* Row j: each value twice, in the layout, rounded once to dtype. */
+/* Row j: each value twice in the layout (once if not full), rounded once
+ * to dtype. */
 PE_INLINE void emit_pair(void *ctx, ptrdiff_t j, const double *s, const double *c, const int layout,
                          const int dtype)
 {
@@ -87,8 +138,18 @@ PE_INLINE void emit_pair(void *ctx, ptrdiff_t j, const double *s, const double *
     char *crow = k->cos_out + (k->r0 + j) * k->cos_stride;
     char *srow = k->sin_out + (k->r0 + j) * k->sin_stride;
     ptrdiff_t half = k->half;
+    double e = k->xpos ? xpos_exponent(k->xpos, k->pos[k->r0 + j]) : 0.0;
     for (ptrdiff_t i = 0; i < half; ++i) {
         double cv = c[i] * k->scale, sv = s[i] * k->scale;
+        if (k->xpos) {
+            double f = exp(k->xpos->log_zeta[i] * e);
+            cv *= f, sv *= f;
+        }
+        if (!k->full) {
+            pe_store(crow, i, dtype, cv);
+            pe_store(srow, i, dtype, sv);
+            continue;
+        }
         ptrdiff_t a = layout == PE_ROPE_HALF ? i : 2 * i;
         ptrdiff_t b = layout == PE_ROPE_HALF ? half + i : 2 * i + 1;
         pe_store(crow, a, dtype, cv);
@@ -121,7 +182,8 @@ static void table_cell(void *ctx, struct pe_rotor *rt, ptrdiff_t r0, ptrdiff_t n
 
 int pe_rope_table(const struct pe_kernels *k, const double *pos, ptrdiff_t n, const double *freq,
                   ptrdiff_t half, double scale, int layout, int dtype, char *cos_out,
-                  ptrdiff_t cos_stride, char *sin_out, ptrdiff_t sin_stride, int nthreads)
+                  ptrdiff_t cos_stride, char *sin_out, ptrdiff_t sin_stride,
+                  const struct pe_xpos *xpos, int full, int nthreads)
 {
     struct table_job job = {k,
                             pos,
@@ -129,6 +191,7 @@ int pe_rope_table(const struct pe_kernels *k, const double *pos, ptrdiff_t n, co
                             pe_max_abs(freq, half),
                             dtype,
                             emit_pair_row[layout][dtype],
-                            {cos_out, sin_out, cos_stride, sin_stride, 0, half, scale}};
+                            {cos_out, sin_out, cos_stride, sin_stride, 0, half, scale,
+                             xpos != NULL && xpos->log_zeta != NULL ? xpos : NULL, pos, full}};
     return pe_for_each_cell(n, half, n * half * 4 >= PE_PARALLEL_MIN, nthreads, table_cell, &job);
 }
