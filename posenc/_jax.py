@@ -671,8 +671,12 @@ def _grad_error(plan, name):
 
 
 def _rope_grad(plan, static, names, values, cotangent):
-    """apply_rope's backward: the inverse rotation of the incoming gradient."""
+    """apply_rope's backward: the inverse rotation of the incoming gradient
+    (with xPos, the inverse of the other role's transform: the same factor,
+    the negative angle)."""
     backward = dict(static, inverse=not static.get("inverse", False))
+    if static.get("xpos") in ("query", "key"):
+        backward["xpos"] = "key" if static["xpos"] == "query" else "query"
     traced = dict(zip(names, values))
     traced["x"] = cotangent
     return _apply(plan, backward, tuple(traced), list(traced.values()))
