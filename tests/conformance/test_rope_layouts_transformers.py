@@ -169,7 +169,9 @@ def test_deepseek_layout_against_the_numpy_twin(on_every_path):
     for inverse in (False, True):
         want = reference.apply_rope(x, pos, layout="interleaved_to_half", inverse=inverse)
         results = on_every_path(
-            lambda: posenc.apply_rope(x, pos, layout="interleaved_to_half", inverse=inverse)
+            lambda inverse=inverse: posenc.apply_rope(
+                x, pos, layout="interleaved_to_half", inverse=inverse
+            )
         )
         for got in results:
             np.testing.assert_array_equal(got, results[0])  # paths and threads agree
