@@ -13,6 +13,7 @@ T5_MAX_BUCKETS: int
 T5_MAX_DISTANCE: int
 SINUSOID_LAYOUTS: Dict[str, int]
 ROPE_LAYOUTS: Dict[str, int]
+ROPE_INTERLEAVED_TO_HALF: int
 
 def set_num_threads(n: int, /) -> None: ...
 def get_num_threads() -> int: ...

@@ -25,9 +25,10 @@ A call takes one of two paths:
 
 Gradients: ``apply_rope`` with respect to ``x`` (the backward is the inverse
 rotation by the same positions and configuration, with xPos the inverse of
-the other role's transform: exact, nothing saved but the positions); ``t5_bias`` with respect to ``table`` (the backward
-scatter-adds the incoming gradient into the table by bucket); ``scores=``
-of ``t5_bias`` and ``alibi_bias`` receives the incoming gradient unchanged.
+the other role's transform: exact, nothing saved but the positions);
+``t5_bias`` with respect to ``table`` (the backward scatter-adds the
+incoming gradient into the table by bucket); ``scores=`` of ``t5_bias``
+and ``alibi_bias`` receives the incoming gradient unchanged.
 Positions are indices: they get no gradient.  Any other tensor that
 requires grad while grad mode is on is refused with a TypeError rather than
 silently cut from the graph.
