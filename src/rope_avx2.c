@@ -176,6 +176,32 @@ PE_INLINE ptrdiff_t rows_relayout(const char *x0, ptrdiff_t lxs, char *o0, ptrdi
 {
     const int in_half = layout == PE_ROPE_HALF_TO_INTERLEAVED;
     ptrdiff_t i = 0;
+    if (dtype == PE_BF16) {
+        /* sixteen interleaved bfloat16 are eight pairs' a and b as they
+         * widen (pe_ps_from_bf16x16), and narrow back the same way */
+        const float *c = (const float *)t, *s = c + half;
+        for (; i + 8 <= half; i += 8) {
+            __m256 cv = _mm256_loadu_ps(c + i), sv = _mm256_loadu_ps(s + i);
+            for (ptrdiff_t g = 0; g < lanes; ++g) {
+                const uint16_t *x = (const uint16_t *)(x0 + g * lxs);
+                uint16_t *o = (uint16_t *)(o0 + g * los);
+                __m256 a, b, ra, rb;
+                if (in_half) {
+                    a = load_h8(x + i, dtype), b = load_h8(x + half + i, dtype);
+                } else {
+                    pe_ps_from_bf16x16(_mm256_loadu_si256((const __m256i *)(x + 2 * i)), &a, &b);
+                }
+                rot8(a, b, cv, sv, &ra, &rb);
+                if (in_half) {
+                    store_h16(o + 2 * i, pe_bf16x16_from_ps(ra, rb), stream);
+                } else {
+                    store_h8(o + i, ra, dtype, stream);
+                    store_h8(o + half + i, rb, dtype, stream);
+                }
+            }
+        }
+        return i;
+    }
     if (dtype != PE_F64) {
         const float *c = (const float *)t, *s = c + half;
         for (; i + 8 <= half; i += 8) {
