@@ -189,7 +189,7 @@ static void make_plan(struct plan *p, ptrdiff_t rowbytes, int nthreads)
  * k, one slice of the split dimension; every row in that box. */
 static void run_task(const struct pe_kernels *k, const struct pe_rope_args *a, const struct plan *p,
                      ptrdiff_t task, pe_rope_run_fn run, ptrdiff_t rowbytes, double wmax, char *tab,
-                     struct pe_rotor *rt, char *bounce)
+                     struct pe_rotor *rt, double *xpos_scratch, char *bounce)
 {
     const char *xb = a->x, *pb = a->pos;
     char *ob = a->out;
@@ -213,7 +213,7 @@ static void run_task(const struct pe_kernels *k, const struct pe_rope_args *a, c
         pstride = dk->ps;
     }
     pe_rope_fill_table(k, pb, pstride, ntab, a->freq, a->half, wmax, a->scale, a->inverse, &a->xpos,
-                       a->dtype == PE_F64, tab, rt);
+                       xpos_scratch, a->dtype == PE_F64, tab, rt);
 
     /* the box: broadcast dimensions and k, in memory order */
     struct pe_dimension box[PE_ROPE_MAXDIM];
@@ -302,10 +302,11 @@ int pe_rope_apply(const struct pe_kernels *k, const struct pe_rope_args *a, int 
 
     double wmax = pe_max_abs(a->freq, a->half);
 
-    /* scratch per thread: the tile's table, then float64 sin and cos rows,
-     * allocated here so that a failure happens before anything is written */
+    /* scratch per thread: the tile's table, then float64 sin and cos rows
+     * (and xPos's factors), allocated here so that a failure happens before
+     * anything is written */
     ptrdiff_t tab_bytes = (p.tile * rowbytes + 63) / 64 * 64;
-    ptrdiff_t sc_bytes = (4 * a->half * 8 + 63) / 64 * 64;
+    ptrdiff_t sc_bytes = (6 * a->half * 8 + 63) / 64 * 64;
     ptrdiff_t bounce_bytes =
         (PE_ROPE_LANES * 2 * a->half * (ptrdiff_t)pe_itemsize(a->dtype) + 63) / 64 * 64;
     ptrdiff_t per_thread = tab_bytes + sc_bytes + bounce_bytes;
@@ -328,7 +329,7 @@ int pe_rope_apply(const struct pe_kernels *k, const struct pe_rope_args *a, int 
          * to the others instead of holding up the whole call */
 #pragma omp for schedule(dynamic, 1)
         for (ptrdiff_t t = 0; t < p.ntasks; ++t)
-            run_task(k, a, &p, t, run, rowbytes, wmax, mine, &rt, bounce);
+            run_task(k, a, &p, t, run, rowbytes, wmax, mine, &rt, buf + 4 * a->half, bounce);
     }
     free(scratch);
     return 0;

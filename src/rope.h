@@ -89,12 +89,13 @@ PE_INLINE void pe_rope_pass_through(const char *x, char *o, ptrdiff_t half, ptrd
 
 /* Rows j < n of a tile's table for the positions at pos + j * pos_stride
  * bytes: cos then sin of pos * freq[i], times scale (sin negated if
- * inverse; times the xPos factor of xpos, divided by it if inverse),
+ * inverse; times the xPos factor of xpos, divided by it if inverse,
+ * xpos_scratch 2 * half doubles then),
  * rounded once to float64 (tab_f64) or float32.  Row 0 is a
  * multiple of PE_ANCHOR along its dimension (rope_table.c). */
 void pe_rope_fill_table(const struct pe_kernels *k, const char *pos, ptrdiff_t pos_stride,
                         ptrdiff_t n, const double *freq, ptrdiff_t half, double wmax, double scale,
-                        int inverse, const struct pe_xpos *xpos, int tab_f64, char *tab,
-                        struct pe_rotor *rt);
+                        int inverse, const struct pe_xpos *xpos, double *xpos_scratch, int tab_f64,
+                        char *tab, struct pe_rotor *rt);
 
 #endif

@@ -42,7 +42,15 @@ PE_INLINE double xpos_exponent(const struct pe_xpos *xp, double p)
 /* Where a tile's rows go: row j of tab, cos then sin of the angles, times
  * scale (sin times sscale: negated for the inverse rotation), and with
  * xPos times its factors at the row's position (pos + j * pos_stride),
- * rounded once to float32 or float64. */
+ * rounded once to float32 or float64.
+ *
+ * The factors of a float32 table follow a run of evenly spaced positions by
+ * multiplying by the step's factors (f[i] *= g[i], g[i] = zeta_i ** (step *
+ * rate)): exact (exp) at the first two rows of each anchor group and
+ * wherever the spacing changes, so that the bits depend only on the group's
+ * positions, and at most 30 float64 multiplications from an exact value:
+ * a relative error of a few 1e-15 before the rounding to float32, where
+ * one ulp is 6e-8 or more.  float64 tables are exact at every row. */
 struct table_sink {
     char *tab;
     ptrdiff_t half;
@@ -51,28 +59,54 @@ struct table_sink {
     const struct pe_xpos *xpos; /* NULL: none */
     const char *pos;
     ptrdiff_t pos_stride;
+    double *f, *g;     /* xPos scratch: the current factors, the step's */
+    double prev, step; /* the last row's position, and the spacing before it */
+    int have_g;        /* g holds the factors of step */
 };
+
+/* The xPos factors f of the row at position p (k->xpos set). */
+static void xpos_row(struct table_sink *k, ptrdiff_t j, double p)
+{
+    const double *lz = k->xpos->log_zeta;
+    ptrdiff_t half = k->half;
+    double d = p - k->prev;
+    if (!k->f64 && j >= 2 && d == k->step) {
+        if (!k->have_g) {
+            double e = d * k->xpos->rate;
+            for (ptrdiff_t i = 0; i < half; ++i)
+                k->g[i] = exp(lz[i] * e);
+            k->have_g = 1;
+        }
+        for (ptrdiff_t i = 0; i < half; ++i)
+            k->f[i] *= k->g[i];
+    } else {
+        double e = xpos_exponent(k->xpos, p);
+        for (ptrdiff_t i = 0; i < half; ++i)
+            k->f[i] = exp(lz[i] * e);
+        k->have_g = 0;
+        k->step = j >= 1 ? d : NAN;
+    }
+    k->prev = p;
+}
 
 static void emit_table_row(void *ctx, ptrdiff_t j, const double *s, const double *c)
 {
-    const struct table_sink *k = ctx;
+    struct table_sink *k = ctx;
     ptrdiff_t half = k->half;
     if (k->xpos) {
-        const double *lz = k->xpos->log_zeta;
-        double e = xpos_exponent(k->xpos, *(const double *)(k->pos + j * k->pos_stride));
+        xpos_row(k, j, *(const double *)(k->pos + j * k->pos_stride));
+        const double *f = k->f;
         if (k->f64) {
             double *t = (double *)k->tab + j * 2 * half;
             for (ptrdiff_t i = 0; i < half; ++i) {
-                double f = exp(lz[i] * e);
-                t[i] = c[i] * k->scale * f;
-                t[half + i] = s[i] * k->sscale * f;
+                t[i] = c[i] * k->scale * f[i];
+                t[half + i] = s[i] * k->sscale * f[i];
             }
         } else {
             float *t = (float *)k->tab + j * 2 * half;
             for (ptrdiff_t i = 0; i < half; ++i) {
-                double f = exp(lz[i] * e);
-                t[i] = (float)(c[i] * k->scale * f);
-                t[half + i] = (float)(s[i] * k->sscale * f);
+                t[i] = (float)(c[i] * k->scale * f[i]);
+                t[half + i] = (float)(s[i] * k->sscale * f[i]);
             }
         }
         return;
@@ -94,8 +128,8 @@ static void emit_table_row(void *ctx, ptrdiff_t j, const double *s, const double
 
 void pe_rope_fill_table(const struct pe_kernels *k, const char *pos, ptrdiff_t pos_stride,
                         ptrdiff_t n, const double *freq, ptrdiff_t half, double wmax, double scale,
-                        int inverse, const struct pe_xpos *xpos, int tab_f64, char *tab,
-                        struct pe_rotor *rt)
+                        int inverse, const struct pe_xpos *xpos, double *xpos_scratch, int tab_f64,
+                        char *tab, struct pe_rotor *rt)
 {
     /* the inverse divides by the factors: the rate's sign flips */
     struct pe_xpos xp = {NULL, 0.0, 0.0};
@@ -110,7 +144,12 @@ void pe_rope_fill_table(const struct pe_kernels *k, const char *pos, ptrdiff_t p
                                   tab_f64,
                                   xp.log_zeta ? &xp : NULL,
                                   pos + g0 * pos_stride,
-                                  pos_stride};
+                                  pos_stride,
+                                  xpos_scratch,
+                                  xpos_scratch + half,
+                                  NAN,
+                                  NAN,
+                                  0};
         pe_sincos_group(k, rt, pos + g0 * pos_stride, pos_stride, len, freq, half, wmax, !tab_f64,
                         emit_table_row, &sink);
     }
