@@ -92,6 +92,39 @@ def rope_frequencies(
     The values equal those of transformers' ``ROPE_INIT_FUNCTIONS`` for the
     same dict to float32 precision (transformers forms them in float32,
     posenc in float64); the attention factor is the same float.
+
+    The families and variants of RoPE posenc computes, and models that use
+    them (transformers' model code is the witness of each):
+
+    - ``default``: ``base ** (-2i/d)`` (RoFormer, GPT-NeoX, Llama 1-2,
+      Mistral, Qwen2, Gemma's sliding layers, and most models).
+    - ``linear``: positions divided by ``factor`` (position interpolation;
+      Llama-2 long-context fine-tunes, Gemma 3's global layers).
+    - ``dynamic``: NTK-aware base growth past the trained length (Falcon
+      and Llama-family configs that ask for it).
+    - ``yarn``: DeepSeek-V2/V3 (with its ``mscale``), Qwen2.5 long-context
+      configs, gpt-oss, Mistral Large 3.
+    - ``llama3``: Llama 3.1, 3.2 and 3.3.
+    - ``longrope``: Phi-3, Phi-3.5, Phi-4-mini (Phi-3's ``"su"``).
+    - ``proportional`` (p-RoPE): Gemma 4's full-attention layers.
+    - ``ntk_alpha``: HunYuan (``alpha``: ``base * alpha ** (d/(d-2))``).
+    - M-RoPE (``mrope_section``, Qwen3-VL's ``mrope_interleaved``; position
+      ids of shape ``(3, batch, seq)``, see
+      :func:`posenc.rope_tools.mrope_position_ids`): Qwen2-VL, Qwen2.5-VL,
+      Qwen3-VL.
+    - 2-D (axial) vision RoPE, by the row and column of a patch: the
+      vision towers of Qwen2-VL and Llama 4.
+    - Partial rotary (``partial_rotary_factor`` / ``rotary_dim``: the
+      leading features rotated, the rest passed through): GPT-NeoX, Phi-1/2,
+      GLM, StableLM, Persimmon.
+    - Layouts (``apply_rope``'s ``layout``): ``"half"`` (GPT-NeoX, Llama in
+      transformers), ``"interleaved"`` (GPT-J, CodeGen, RoFormer, Meta's
+      Llama checkpoints), ``"interleaved_to_half"`` (DeepSeek-V3's
+      ``rope_interleave``: read interleaved, written half).
+    - xPos (``apply_rope``'s and ``rope_cos_sin``'s ``xpos``): per-pair
+      decay ``zeta_i ** ((p - c) / scale_base)``, queries multiplied, keys
+      divided (Sun et al.'s LeX Transformer, torchscale, flash-attn's
+      ``scale_base``, rotary-embedding-torch's ``use_xpos``).
     """
     dim = v.even_dim(dim, "dim")
     base = v.real(base, "base", positive=True)
