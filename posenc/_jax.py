@@ -39,7 +39,8 @@ do not depend on other elements is one call).
 
 Gradients (reverse mode: ``jax.grad``, ``jax.vjp``): ``apply_rope`` with
 respect to ``x`` (its backward is the inverse rotation by the same
-positions, itself a posenc call) and ``t5_bias`` with respect to
+positions, with xPos the inverse of the other role's transform, itself a
+posenc call) and ``t5_bias`` with respect to
 ``table`` (a scatter-add of the incoming gradient by bucket).  Any other
 argument that JAX differentiates (float positions, ALiBi slopes, a
 sinusoid's positions) raises a TypeError naming it, never a silent zero;

@@ -429,3 +429,23 @@ def test_jax_arrays_and_grad():
     np.testing.assert_array_equal(
         np.asarray(c), posenc.rope_cos_sin(np.arange(7), 16, xpos="key", full=False)[0]
     )
+
+
+def test_bad_xpos_options_with_tensors_and_jax_arrays():
+    torch = pytest.importorskip("torch")
+    t = torch.ones(1, 4, 8)
+    with pytest.raises(ValueError, match="xpos"):
+        posenc.apply_rope(t, xpos="value")
+    with pytest.raises(ValueError, match="xpos_scale_base"):
+        posenc.apply_rope(t.requires_grad_(True), xpos="key", xpos_scale_base=0.0)
+    with pytest.raises(TypeError, match="full"):
+        posenc.rope_cos_sin(torch.arange(4), 8, full="no")
+    with pytest.raises(ValueError, match="layout"):
+        posenc.apply_rope(torch.ones(1, 4, 8), layout="interleaved_to_halves")
+    jax = pytest.importorskip("jax")
+    with pytest.raises(ValueError, match="xpos"):
+        posenc.apply_rope(jax.numpy.ones((1, 4, 8)), xpos="value")
+    with pytest.raises(ValueError, match="xpos_centre"):
+        jax.jit(lambda z: posenc.apply_rope(z, xpos="query", xpos_centre=float("inf")))(
+            jax.numpy.ones((1, 4, 8))
+        )
