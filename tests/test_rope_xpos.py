@@ -304,6 +304,24 @@ def test_xpos_against_the_numpy_twin_on_every_path(on_every_path):
                 np.testing.assert_allclose(results[0], want, rtol=0, atol=tol)
 
 
+def test_the_factors_of_a_row_depend_on_its_anchor_group_only(simd, threads):
+    """A float32 tile follows evenly spaced positions by multiplying by the
+    step's factors from an exact value at the start of each group of 32
+    positions along the axis: the rows of whole groups have the same bits
+    whatever else is in the call (more positions, other heads, the layout
+    of x)."""
+    rng = np.random.default_rng(10)
+    x = rng.standard_normal((2, 3, 300, 64)).astype(np.float32)
+    kw = dict(xpos="query", xpos_scale_base=128.0, xpos_centre=100.0, offset=5)
+    whole = posenc.apply_rope(x, **kw)
+    np.testing.assert_array_equal(posenc.apply_rope(x[:, :, :288], **kw), whole[:, :, :288])
+    np.testing.assert_array_equal(posenc.apply_rope(x[:1, 1:2], **kw), whole[:1, 1:2])
+    xt = np.ascontiguousarray(x.transpose(0, 2, 1, 3))  # (batch, seq, heads, dim)
+    np.testing.assert_array_equal(
+        posenc.apply_rope(xt, seq_axis=-3, **kw).transpose(0, 2, 1, 3), whole
+    )
+
+
 def test_inverse_undoes_and_bfloat16_float16():
     rng = np.random.default_rng(6)
     x = rng.standard_normal((3, 50, 32))

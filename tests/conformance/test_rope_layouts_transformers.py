@@ -111,6 +111,29 @@ def test_deepseek_v3_rotation_equals_transformers(hf, simd, rope_parameters):
     np.testing.assert_allclose(got32, want, rtol=0, atol=4 * 2.0**-24 * np.abs(want).max())
 
 
+@pytest.mark.parametrize("rope_interleave", [True, False])
+def test_the_rope_interleave_flag_read_from_the_config(hf, rope_interleave):
+    """DeepseekV3Attention rotates with apply_rotary_pos_emb_interleave when
+    config.rope_interleave is set and with apply_rotary_pos_emb otherwise:
+    the flag, read from the config, picks posenc's layout."""
+    config = _deepseek_config(hf)
+    config.rope_interleave = rope_interleave
+    torch = hf.torch
+    rng = np.random.default_rng(11)
+    q = rng.standard_normal((1, 4, 21, 16))
+    pos = np.arange(21)[None] + 50
+    cos, sin = reference.rope_cos_sin(pos, 16, scaling=config.rope_parameters, dtype="float64")
+    cos, sin = torch.from_numpy(cos), torch.from_numpy(sin)
+    qt = torch.from_numpy(q)
+    if config.rope_interleave:
+        want = hf.deepseek.apply_rotary_pos_emb_interleave(qt, qt, cos, sin)[0].numpy()
+    else:
+        want = hf.deepseek.apply_rotary_pos_emb(qt, qt, cos, sin)[0].numpy()
+    layout = "interleaved_to_half" if config.rope_interleave else "half"
+    got = posenc.apply_rope(q, pos, scaling=config, layout=layout)
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-12)
+
+
 def test_deepseek_v3_rotation_at_its_real_shape(hf, simd):
     """qk_rope_head_dim = 64 (DeepSeek-V3's), 128 heads of queries, one key,
     at positions near 4000."""
