@@ -180,6 +180,25 @@ PE_INLINE ptrdiff_t rows_relayout(const char *x0, ptrdiff_t lxs, char *o0, ptrdi
         /* sixteen interleaved bfloat16 are eight pairs' a and b as they
          * widen (pe_ps_from_bf16x16), and narrow back the same way */
         const float *c = (const float *)t, *s = c + half;
+        /* half out: sixteen pairs a step, each half's sixteen results split
+         * into even and odd ones to narrow sixteen at a time */
+        for (; !in_half && i + 16 <= half; i += 16) {
+            __m256 c0 = _mm256_loadu_ps(c + i), c1 = _mm256_loadu_ps(c + i + 8);
+            __m256 s0 = _mm256_loadu_ps(s + i), s1 = _mm256_loadu_ps(s + i + 8);
+            for (ptrdiff_t g = 0; g < lanes; ++g) {
+                const uint16_t *x = (const uint16_t *)(x0 + g * lxs);
+                uint16_t *o = (uint16_t *)(o0 + g * los);
+                __m256 a0, b0, a1, b1, ra0, rb0, ra1, rb1, ev, od;
+                pe_ps_from_bf16x16(_mm256_loadu_si256((const __m256i *)(x + 2 * i)), &a0, &b0);
+                pe_ps_from_bf16x16(_mm256_loadu_si256((const __m256i *)(x + 2 * i + 16)), &a1, &b1);
+                rot8(a0, b0, c0, s0, &ra0, &rb0);
+                rot8(a1, b1, c1, s1, &ra1, &rb1);
+                deinterleave8(ra0, ra1, &ev, &od);
+                store_h16(o + i, pe_bf16x16_from_ps(ev, od), stream);
+                deinterleave8(rb0, rb1, &ev, &od);
+                store_h16(o + half + i, pe_bf16x16_from_ps(ev, od), stream);
+            }
+        }
         for (; i + 8 <= half; i += 8) {
             __m256 cv = _mm256_loadu_ps(c + i), sv = _mm256_loadu_ps(s + i);
             for (ptrdiff_t g = 0; g < lanes; ++g) {
