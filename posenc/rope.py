@@ -465,7 +465,7 @@ def apply_rope(
         Axis of `x` holding the sequence (not the last).
     inverse : bool
         Rotate by the negative angle: undoes the rotation (and is its
-        backward pass).
+        backward pass; with xPos, see `xpos`).
     out : ndarray, optional
         Where to write, of x's shape and dtype; may be `x` itself.
     xpos : {None, "query", "key"}
