@@ -9,6 +9,7 @@ depends on their positions only through ``m - n``.  The frequencies
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any, Literal, Optional, Tuple, overload
 
@@ -297,11 +298,14 @@ def _xpos_options(xpos, scale_base, centre):
     return xpos, scale_base, centre
 
 
-def _xpos_zeta(rotary_dim):
-    """xPos's per-pair base ``zeta_i = (2i + 0.4 r) / (1.4 r)``, ``i < r/2``
-    (``r`` the rotary dimension), float64: between ``0.4 / 1.4`` and 1."""
-    r = v.even_dim(rotary_dim, "rotary_dim")
-    return (2.0 * np.arange(r // 2) + 0.4 * r) / (1.4 * r)
+@functools.lru_cache(maxsize=64)
+def _xpos_log_zeta(r):
+    """The logarithms of xPos's per-pair bases ``zeta_i = (2i + 0.4 r) /
+    (1.4 r)``, ``i < r/2`` (``r`` the rotary dimension), float64, read-only:
+    ``zeta_i`` lies between ``0.4 / 1.4`` and 1."""
+    log_zeta = np.log((2.0 * np.arange(r // 2) + 0.4 * r) / (1.4 * r))
+    log_zeta.flags.writeable = False
+    return log_zeta
 
 
 def _xpos_kernel_args(role, scale_base, centre, rotary, pos, dtype, compute):
@@ -311,9 +315,11 @@ def _xpos_kernel_args(role, scale_base, centre, rotary, pos, dtype, compute):
     `compute`)."""
     if role is None:
         return (None, 0.0, 0.0)
-    log_zeta = np.log(_xpos_zeta(rotary))
+    log_zeta = _xpos_log_zeta(rotary)
     if pos.size:
-        lo, hi = float(pos.min()), float(pos.max())
+        lo = hi = float(pos.flat[0])
+        if pos.size > 1:
+            lo, hi = float(pos.min()), float(pos.max())
         far = hi if abs(hi - centre) >= abs(lo - centre) else lo
         exponent = abs(float(log_zeta[0])) * abs(far - centre) / scale_base
         if dtype == np.float64:
