@@ -501,6 +501,160 @@ def multimodal_cases(quick):
     return cases
 
 
+# ---------------------------------------------------------------- xPos and DeepSeek-V3's layout
+
+
+def _xpos_tables_torch(n, dim, tdtype, centre, scale_base=512.0):
+    """cos, sin (n, dim/2) in float32 and the xPos scale, as flash-attn's
+    RotaryEmbedding(scale_base=...) caches them."""
+    inv_freq = 1.0 / (10000.0 ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim))
+    t = torch.arange(n, dtype=torch.float32)
+    freqs = torch.outer(t, inv_freq)
+    zeta = (torch.arange(0, dim, 2, dtype=torch.float32) + 0.4 * dim) / (1.4 * dim)
+    scale = zeta ** ((t - centre) / scale_base)[:, None]
+    return freqs, scale
+
+
+def _xpos_torch_cached(x, centre):
+    """flash-attn's torch path with its cached xPos tables (half layout):
+    ``q * cos_scaled + rotate_half(q) * sin_scaled``."""
+    if torch is None:
+        return None
+    n, dim = x.shape[-2], x.shape[-1]
+    tdtype = getattr(torch, x.dtype.name)
+    freqs, scale = _xpos_tables_torch(n, dim, tdtype, centre)
+    cos = torch.cat([torch.cos(freqs) * scale] * 2, dim=-1).to(tdtype)
+    sin = torch.cat([torch.sin(freqs) * scale] * 2, dim=-1).to(tdtype)
+    q = _torch_of(x)
+
+    def rotate_half(t):
+        t1, t2 = t[..., : t.shape[-1] // 2], t[..., t.shape[-1] // 2 :]
+        return torch.cat((-t2, t1), dim=-1)
+
+    return lambda: q * cos + rotate_half(q) * sin
+
+
+def _xpos_torch_lucidrains(x, centre):
+    """rotary-embedding-torch's apply_rotary_emb with use_xpos (interleaved
+    pairs; freqs and scale cached, cos and sin taken in the call, as it
+    does): ``t * freqs.cos() * scale + rotate_every_two(t) * freqs.sin() * scale``."""
+    if torch is None:
+        return None
+    n, dim = x.shape[-2], x.shape[-1]
+    tdtype = getattr(torch, x.dtype.name)
+    freqs, scale = _xpos_tables_torch(n, dim, tdtype, centre)
+    freqs = freqs.repeat_interleave(2, dim=-1)
+    scale = scale.repeat_interleave(2, dim=-1).to(tdtype)
+    q = _torch_of(x)
+
+    def rotate_every_two(t):
+        t = t.unflatten(-1, (-1, 2))
+        return torch.stack((-t[..., 1], t[..., 0]), dim=-1).flatten(-2)
+
+    return lambda: q * freqs.cos() * scale + rotate_every_two(q) * freqs.sin() * scale
+
+
+def _deepseek_torch(x):
+    """transformers' apply_rotary_pos_emb_interleave, cos/sin cached (the
+    first half of the full tables, as it slices them)."""
+    if torch is None:
+        return None
+    n, dim = x.shape[-2], x.shape[-1]
+    inv_freq = 1.0 / (10000.0 ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim))
+    freqs = torch.arange(n, dtype=torch.float32)[:, None] * inv_freq
+    tdtype = getattr(torch, x.dtype.name)
+    cos, sin = freqs.cos().to(tdtype), freqs.sin().to(tdtype)
+    q = _torch_of(x)
+
+    def rotate():
+        q1, q2 = q[..., 0::2], q[..., 1::2]
+        return torch.cat([q1 * cos - q2 * sin, q2 * cos + q1 * sin], dim=-1)
+
+    return rotate
+
+
+def _dtype_of(name):
+    if name == "bfloat16":
+        import ml_dtypes
+
+        return np.dtype(ml_dtypes.bfloat16)
+    return np.dtype(name)
+
+
+def _dtypes():
+    try:
+        import ml_dtypes  # noqa: F401
+
+        return ("float32", "bfloat16")
+    except ImportError:  # pragma: no cover - depends on the machine
+        return ("float32",)
+
+
+@case("xpos")
+def xpos_cases(quick):
+    seq = 1024 if quick else 4096
+    rng = np.random.default_rng(0)
+    cases = []
+    shape = (1, 32, seq, 128)
+    for name in _dtypes():
+        x = rng.standard_normal(shape).astype(_dtype_of(name))
+        out = np.empty_like(x)
+        mem = copyto_of(shape, np.float16 if name == "bfloat16" else name)
+        kw = dict(xpos="query", xpos_centre=seq // 2)
+        cases.append(
+            Case(
+                name=f"apply_rope{shape} {name}, xpos='query', out=",
+                nbytes=x.nbytes,
+                posenc=lambda x=x, out=out, kw=kw: posenc.apply_rope(x, out=out, **kw),
+                memory=mem,
+                numpy=lambda x=x, kw=kw: reference.apply_rope(x, **kw),
+                torch=_xpos_torch_cached(x, seq // 2),
+                note="torch: flash-attn's cached xPos cos/sin (times the scale), "
+                "q * cos + rotate_half(q) * sin",
+            )
+        )
+        kw = dict(xpos="key", xpos_centre=seq // 2, layout="interleaved")
+        cases.append(
+            Case(
+                name=f"apply_rope{shape} {name}, xpos='key', interleaved, out=",
+                nbytes=x.nbytes,
+                posenc=lambda x=x, out=out, kw=kw: posenc.apply_rope(x, out=out, **kw),
+                memory=mem,
+                numpy=lambda x=x, kw=kw: reference.apply_rope(x, **kw),
+                torch=_xpos_torch_lucidrains(x, seq // 2),
+                note="torch: rotary-embedding-torch's apply_rotary_emb with use_xpos "
+                "(cos and sin of the cached angles taken in the call)",
+            )
+        )
+    return cases
+
+
+@case("deepseek")
+def deepseek_cases(quick):
+    seq = 1024 if quick else 4096
+    rng = np.random.default_rng(0)
+    cases = []
+    # a 128-wide head, and DeepSeek-V3's own: 128 heads of a 64-wide rope part
+    for shape in ((1, 32, seq, 128), (1, 128, seq, 64)):
+        for name in _dtypes():
+            x = rng.standard_normal(shape).astype(_dtype_of(name))
+            out = np.empty_like(x)
+            cases.append(
+                Case(
+                    name=f"apply_rope{shape} {name}, layout='interleaved_to_half', out=",
+                    nbytes=x.nbytes,
+                    posenc=lambda x=x, out=out: posenc.apply_rope(
+                        x, layout="interleaved_to_half", out=out
+                    ),
+                    memory=copyto_of(shape, np.float16 if name == "bfloat16" else name),
+                    numpy=lambda x=x: reference.apply_rope(x, layout="interleaved_to_half"),
+                    torch=_deepseek_torch(x),
+                    note="torch: transformers' apply_rotary_pos_emb_interleave, cos/sin cached",
+                )
+            )
+    return cases
+
+
 # ---------------------------------------------------------------- attention biases
 
 

@@ -14,6 +14,7 @@ ROPE_MAX_CHANNELS: int
 T5_MAX_DISTANCE: int
 SINUSOID_LAYOUTS: Dict[str, int]
 ROPE_LAYOUTS: Dict[str, int]
+ROPE_INTERLEAVED_TO_HALF: int
 
 def set_num_threads(n: int, /) -> None: ...
 def get_num_threads() -> int: ...

@@ -39,7 +39,8 @@ do not depend on other elements is one call).
 
 Gradients (reverse mode: ``jax.grad``, ``jax.vjp``): ``apply_rope`` with
 respect to ``x`` (its backward is the inverse rotation by the same
-positions, itself a posenc call) and ``t5_bias`` with respect to
+positions, with xPos the inverse of the other role's transform, itself a
+posenc call) and ``t5_bias`` with respect to
 ``table`` (a scatter-add of the incoming gradient by bucket).  Any other
 argument that JAX differentiates (float positions, ALiBi slopes, a
 sinusoid's positions) raises a TypeError naming it, never a silent zero;
@@ -673,8 +674,12 @@ def _grad_error(plan, name):
 
 
 def _rope_grad(plan, static, names, values, cotangent):
-    """apply_rope's backward: the inverse rotation of the incoming gradient."""
+    """apply_rope's backward: the inverse rotation of the incoming gradient
+    (with xPos, the inverse of the other role's transform: the same factor,
+    the negative angle)."""
     backward = dict(static, inverse=not static.get("inverse", False))
+    if static.get("xpos") in ("query", "key"):
+        backward["xpos"] = "key" if static["xpos"] == "query" else "query"
     traced = dict(zip(names, values))
     traced["x"] = cotangent
     return _apply(plan, backward, tuple(traced), list(traced.values()))

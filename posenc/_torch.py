@@ -24,10 +24,11 @@ A call takes one of two paths:
   (about 20 us a call) is more than a whole decoding-step rotation.
 
 Gradients: ``apply_rope`` with respect to ``x`` (the backward is the inverse
-rotation by the same positions and configuration: exact, nothing saved but
-the positions); ``t5_bias`` with respect to ``table`` (the backward
-scatter-adds the incoming gradient into the table by bucket); ``scores=``
-of ``t5_bias`` and ``alibi_bias`` receives the incoming gradient unchanged.
+rotation by the same positions and configuration, with xPos the inverse of
+the other role's transform: exact, nothing saved but the positions);
+``t5_bias`` with respect to ``table`` (the backward scatter-adds the
+incoming gradient into the table by bucket); ``scores=`` of ``t5_bias``
+and ``alibi_bias`` receives the incoming gradient unchanged.
 Positions are indices: they get no gradient.  Any other tensor that
 requires grad while grad mode is on is refused with a TypeError rather than
 silently cut from the graph.
@@ -670,8 +671,14 @@ def _apply_rope_fake(x, positions, spec, floats, ints):
 
 @functools.lru_cache(maxsize=256)
 def _inverse_spec(spec):
+    """The options of apply_rope's backward: the inverse rotation; with xPos
+    the other role too (a query's transform, scaled by zeta ** t, has as its
+    transpose the inverse rotation scaled by the same factor: the inverse of
+    a key's)."""
     options = json.loads(spec, strict=False)
     options["inverse"] = not options["inverse"]
+    if options.get("xpos") is not None:
+        options["xpos"] = {"query": "key", "key": "query"}.get(options["xpos"], options["xpos"])
     return json.dumps(options)
 
 
@@ -876,7 +883,8 @@ def _rope_cos_sin_fake(positions, n, dim, spec, floats, ints):
                 n if positions is None else 0.0, int(dim), **_np_options(spec, floats, ints)
             )
         shape = shape[1:]
-    shape = shape + (rotary,)
+    full = options.get("full", True)
+    shape = shape + (rotary if full is not False else rotary // 2,)
     dtype = _TORCH_BY_NAME[options["dtype"]]
     return torch.empty(shape, dtype=dtype), torch.empty(shape, dtype=dtype)
 
@@ -931,6 +939,9 @@ def _apply_rope_call(
     mrope_section=None,
     mrope_interleaved=None,
     axial=None,
+    xpos=None,
+    xpos_scale_base=512.0,
+    xpos_centre=0.0,
     device=None,
 ):
     check_device(device)
@@ -944,6 +955,9 @@ def _apply_rope_call(
         "seq_axis": seq_axis,
         "inverse": inverse,
         **_channel_options(mrope_section, mrope_interleaved, axial),
+        "xpos": xpos,
+        "xpos_scale_base": xpos_scale_base,
+        "xpos_centre": xpos_centre,
     }
     spec, floats, ints = encode(_scaling_options(options, scaling, layer_type))
     return _into(out, torch.ops.posenc.apply_rope(x, positions, spec, floats, ints))
@@ -961,6 +975,10 @@ def _rope_cos_sin_call(
     mrope_section=None,
     mrope_interleaved=None,
     axial=None,
+    full=True,
+    xpos=None,
+    xpos_scale_base=512.0,
+    xpos_centre=0.0,
     device=None,
 ):
     check_device(device)
@@ -970,6 +988,10 @@ def _rope_cos_sin_call(
         "layout": layout,
         "dtype": _dtype_name(dtype),
         **_channel_options(mrope_section, mrope_interleaved, axial),
+        "full": full,
+        "xpos": xpos,
+        "xpos_scale_base": xpos_scale_base,
+        "xpos_centre": xpos_centre,
     }
     spec, floats, ints = encode(_scaling_options(options, scaling, layer_type))
     return torch.ops.posenc.rope_cos_sin(positions, n, _size(dim, "dim"), spec, floats, ints)

@@ -293,11 +293,16 @@ def rope_cos_sin(
     mrope_section: Any = None,
     mrope_interleaved: Optional[bool] = None,
     axial: Any = None,
+    full: bool = True,
+    xpos: Optional[str] = None,
+    xpos_scale_base: float = 512.0,
+    xpos_centre: float = 0.0,
 ) -> Tuple[NDArray[Any], NDArray[Any]]:
-    """cos/sin of positions[..., None] * theta, times the attention factor,
-    each angle twice: as two halves, or twice in a row.  M-RoPE
-    (`mrope_section`, or scaling's) and axial RoPE (`axial`: axes, or the
-    pairs of each) take positions with a leading axis of rows: M-RoPE's
+    """cos/sin of positions[..., None] * theta, times the attention factor
+    (and xPos's zeta ** (+-(p - centre) / scale_base)), each angle twice: as
+    two halves, or twice in a row; once (the angles in order) if not full.
+    M-RoPE (`mrope_section`, or scaling's) and axial RoPE (`axial`: axes, or
+    the pairs of each) take positions with a leading axis of rows: M-RoPE's
     angles of the head's frequencies taken from the rows by section, axial
     RoPE's of each row with the frequencies of a rotary part of twice its
     pairs, one after the other."""
@@ -323,11 +328,26 @@ def rope_cos_sin(
         if mrope_section is not None:
             angle = _mrope_angles(angle, list(mrope_section), bool(mrope_interleaved))
     cos, sin = np.cos(angle) * attention, np.sin(angle) * attention
+    if xpos is not None:
+        scale = _xpos_scale(p, xpos, xpos_scale_base, xpos_centre, 2 * len(inv_freq))
+        cos, sin = cos * scale, sin * scale
+    if not full:
+        return _cast(cos, dtype), _cast(sin, dtype)
     if layout == "half":
         cos, sin = np.concatenate([cos, cos], axis=-1), np.concatenate([sin, sin], axis=-1)
     else:
         cos, sin = np.repeat(cos, 2, axis=-1), np.repeat(sin, 2, axis=-1)
     return _cast(cos, dtype), _cast(sin, dtype)
+
+
+def _xpos_scale(p: NDArray[Any], role: str, scale_base: float, centre: float, r: int) -> Any:
+    """Sun et al.'s per-pair scale zeta_i ** ((p - centre) / scale_base) at
+    positions p (a trailing axis of r/2 pairs), zeta_i = (2i + 0.4 r) / (1.4 r);
+    its inverse for keys."""
+    zeta = (np.arange(0, r, 2, dtype=np.float64) + 0.4 * r) / (1.4 * r)
+    power = (np.asarray(p, dtype=np.float64)[..., None] - centre) / scale_base
+    scale = zeta**power
+    return scale if role == "query" else 1.0 / scale
 
 
 def apply_rope(
@@ -345,11 +365,17 @@ def apply_rope(
     mrope_section: Any = None,
     mrope_interleaved: Optional[bool] = None,
     axial: Any = None,
+    xpos: Optional[str] = None,
+    xpos_scale_base: float = 512.0,
+    xpos_centre: float = 0.0,
 ) -> NDArray[Any]:
     """x * cos + rotate(x) * sin on the first rotary_dim features, in float64,
-    with rotate_half (GPT-NeoX) or rotate_every_two (GPT-J); M-RoPE and
-    axial RoPE as rope_cos_sin makes them (positions with a leading axis of
-    rows, the rest placed as for one row)."""
+    with rotate_half (GPT-NeoX) or rotate_every_two (GPT-J); xPos scales cos
+    and sin (divides them for the inverse).  "interleaved_to_half" (DeepSeek-V3)
+    gathers the even then the odd features into the half layout and rotates
+    that; its inverse rotates back in the half layout and scatters them to
+    even and odd places.  M-RoPE and axial RoPE as rope_cos_sin makes them
+    (positions with a leading axis of rows, the rest placed as for one row)."""
     x = np.asarray(x)
     x64 = _widen(x).astype(np.float64)
     dim = x.shape[-1]
@@ -376,26 +402,42 @@ def apply_rope(
     unscaled = dict(scaling or {})
     if rotary_dim != dim:
         unscaled.pop("partial_rotary_factor", None)
+    relayout = layout == "interleaved_to_half"
     cos, sin = rope_cos_sin(
         pos,
         rotary_dim,
         base=base,
         scaling=unscaled,
-        layout=layout,
+        layout="half" if relayout else layout,
         dtype=np.float64,
         mrope_section=mrope_section,
         mrope_interleaved=mrope_interleaved,
         axial=axial,
     )
+    if xpos is not None:
+        scale = _xpos_scale(pos, xpos, xpos_scale_base, xpos_centre, rotary_dim)
+        if inverse:
+            scale = 1.0 / scale
+        scale = (
+            np.repeat(scale, 2, axis=-1)
+            if layout == "interleaved"
+            else np.concatenate([scale, scale], axis=-1)
+        )
+        cos, sin = cos * scale, sin * scale
     if inverse:
         sin = -sin
     xr, rest = x64[..., :rotary_dim], x64[..., rotary_dim:]
-    if layout == "half":
-        h = rotary_dim // 2
-        rotated = np.concatenate([-xr[..., h:], xr[..., :h]], axis=-1)
-    else:
+    h = rotary_dim // 2
+    if relayout and not inverse:  # the pairs (x[2i], x[2i+1]) gathered to (i, i + h)
+        xr = np.concatenate([xr[..., 0::2], xr[..., 1::2]], axis=-1)
+    if layout == "interleaved":
         rotated = np.stack([-xr[..., 1::2], xr[..., 0::2]], axis=-1).reshape(xr.shape)
-    y = np.concatenate([xr * cos + rotated * sin, rest], axis=-1)
+    else:
+        rotated = np.concatenate([-xr[..., h:], xr[..., :h]], axis=-1)
+    yr = xr * cos + rotated * sin
+    if relayout and inverse:  # scattered back to the interleaved places
+        yr = np.stack([yr[..., :h], yr[..., h:]], axis=-1).reshape(yr.shape)
+    y = np.concatenate([yr, rest], axis=-1)
     if out is None:
         return _cast(y, x.dtype.newbyteorder("="))
     out[...] = _cast(y, out.dtype)

@@ -9,6 +9,7 @@ depends on their positions only through ``m - n``.  The frequencies
 
 from __future__ import annotations
 
+import functools
 import math
 from functools import lru_cache
 from numbers import Integral
@@ -21,7 +22,14 @@ from . import _validate as v
 from ._interop import foreign
 from ._typing import Array, ArrayLike, ArrayT, DTypeLike, NDArray, RopeScaling, ScalarT
 
+#: the layouts of the cos/sin tables (rope_cos_sin)
 _LAYOUTS = _core.ROPE_LAYOUTS
+#: apply_rope's: those, and DeepSeek-V3's rotation that changes layout
+_APPLY_LAYOUTS = dict(_LAYOUTS, interleaved_to_half=_core.ROPE_INTERLEAVED_TO_HALF)
+_XPOS_ROLES = ("query", "key")
+
+ApplyLayout = Literal["half", "interleaved", "interleaved_to_half"]
+XposRole = Literal["query", "key"]
 
 
 @foreign
@@ -92,6 +100,39 @@ def rope_frequencies(
     The values equal those of transformers' ``ROPE_INIT_FUNCTIONS`` for the
     same dict to float32 precision (transformers forms them in float32,
     posenc in float64); the attention factor is the same float.
+
+    The families and variants of RoPE posenc computes, and models that use
+    them (transformers' model code is the witness of each):
+
+    - ``default``: ``base ** (-2i/d)`` (RoFormer, GPT-NeoX, Llama 1-2,
+      Mistral, Qwen2, Gemma's sliding layers, and most models).
+    - ``linear``: positions divided by ``factor`` (position interpolation;
+      Llama-2 long-context fine-tunes, Gemma 3's global layers).
+    - ``dynamic``: NTK-aware base growth past the trained length (Falcon
+      and Llama-family configs that ask for it).
+    - ``yarn``: DeepSeek-V2/V3 (with its ``mscale``), Qwen2.5 long-context
+      configs, gpt-oss, Mistral Large 3.
+    - ``llama3``: Llama 3.1, 3.2 and 3.3.
+    - ``longrope``: Phi-3, Phi-3.5, Phi-4-mini (Phi-3's ``"su"``).
+    - ``proportional`` (p-RoPE): Gemma 4's full-attention layers.
+    - ``ntk_alpha``: HunYuan (``alpha``: ``base * alpha ** (d/(d-2))``).
+    - M-RoPE (``mrope_section``, Qwen3-VL's ``mrope_interleaved``; position
+      ids of shape ``(3, batch, seq)``, see
+      :func:`posenc.rope_tools.mrope_position_ids`): Qwen2-VL, Qwen2.5-VL,
+      Qwen3-VL.
+    - 2-D (axial) vision RoPE, by the row and column of a patch: the
+      vision towers of Qwen2-VL and Llama 4.
+    - Partial rotary (``partial_rotary_factor`` / ``rotary_dim``: the
+      leading features rotated, the rest passed through): GPT-NeoX, Phi-1/2,
+      GLM, StableLM, Persimmon.
+    - Layouts (``apply_rope``'s ``layout``): ``"half"`` (GPT-NeoX, Llama in
+      transformers), ``"interleaved"`` (GPT-J, CodeGen, RoFormer, Meta's
+      Llama checkpoints), ``"interleaved_to_half"`` (DeepSeek-V3's
+      ``rope_interleave``: read interleaved, written half).
+    - xPos (``apply_rope``'s and ``rope_cos_sin``'s ``xpos``): per-pair
+      decay ``zeta_i ** ((p - c) / scale_base)``, queries multiplied, keys
+      divided (Sun et al.'s LeX Transformer, torchscale, flash-attn's
+      ``scale_base``, rotary-embedding-torch's ``use_xpos``).
     """
     dim = v.even_dim(dim, "dim")
     base = v.real(base, "base", positive=True)
@@ -122,6 +163,10 @@ def rope_cos_sin(
     mrope_section: Optional[Sequence[int]] = None,
     mrope_interleaved: Optional[bool] = None,
     axial: Union[int, Sequence[int], None] = None,
+    full: bool = True,
+    xpos: Optional[XposRole] = None,
+    xpos_scale_base: float = 512.0,
+    xpos_centre: float = 0.0,
 ) -> Tuple[NDArray[Any], NDArray[Any]]: ...
 
 
@@ -138,6 +183,10 @@ def rope_cos_sin(
     mrope_section: Optional[Sequence[int]] = None,
     mrope_interleaved: Optional[bool] = None,
     axial: Union[int, Sequence[int], None] = None,
+    full: bool = True,
+    xpos: Optional[XposRole] = None,
+    xpos_scale_base: float = 512.0,
+    xpos_centre: float = 0.0,
 ) -> Tuple[ArrayT, ArrayT]: ...
 
 
@@ -154,6 +203,10 @@ def rope_cos_sin(
     mrope_section: Optional[Sequence[int]] = None,
     mrope_interleaved: Optional[bool] = None,
     axial: Union[int, Sequence[int], None] = None,
+    full: bool = True,
+    xpos: Optional[XposRole] = None,
+    xpos_scale_base: float = 512.0,
+    xpos_centre: float = 0.0,
 ) -> Tuple[NDArray[Any], NDArray[Any]]: ...
 
 
@@ -170,6 +223,10 @@ def rope_cos_sin(
     mrope_section=None,
     mrope_interleaved=None,
     axial=None,
+    full=True,
+    xpos=None,
+    xpos_scale_base=512.0,
+    xpos_centre=0.0,
 ):
     """cos and sin tables of RoPE for given positions, attention factor applied.
 
@@ -199,26 +256,45 @@ def rope_cos_sin(
         array whose first axis holds the rows (M-RoPE's ``(3, batch, seq)``,
         ``(2, n_patches)`` for 2-D vision RoPE), and each pair's cos and sin
         are those of its row's position.
+    full : bool
+        True: each angle twice, ``rotary_dim`` columns in `layout`.  False:
+        each angle once, ``rotary_dim // 2`` columns (pair ``i`` in column
+        ``i``), as flash-attn's rotary kernels take them (``cos(pos *
+        inv_freq)`` without duplication); the same values as the first half
+        of the ``"half"`` layout's full table.
+    xpos, xpos_scale_base, xpos_centre
+        xPos tables (as flash-attn's ``scale_base`` caches them: the query's
+        ``cos * scale``, or with ``xpos="key"`` the key's ``cos / scale``):
+        see :func:`apply_rope`.
 
     Returns
     -------
     cos, sin : ndarray, each of shape ``positions.shape + (rotary_dim,)``
         (``positions.shape[1:] + (rotary_dim,)`` with positions in rows: the
-        tables M-RoPE's models recompose from their three).
+        tables M-RoPE's models recompose from their three; ``(rotary_dim //
+        2,)`` last if not `full`).
 
     Notes
     -----
     Angles are formed and reduced in float64, multiplied by the attention
-    factor and rounded once: float32 tables are within 1 ulp of the float64
-    values at positions up to 2**24 and beyond (float16 and bfloat16 tables
-    too, in their own ulps).
+    factor (and the xPos factor, formed in float64) and rounded once:
+    float32 tables are within 1 ulp of the float64 values at positions up
+    to 2**24 and beyond (float16 and bfloat16 tables too, in their own
+    ulps).
     """
     dim = v.even_dim(dim, "dim")
     base = v.real(base, "base", positive=True)
     layout_code = _LAYOUTS[v.choice(layout, "layout", tuple(_LAYOUTS))]
     dtype = v.float_dtype(dtype, "dtype", bfloat16=True)
+    full = _flag(full, "full")
+    role, scale_base, centre = _xpos_options(xpos, xpos_scale_base, xpos_centre)
     rotary, base, rope = rope_scaling.resolve(dim, base, scaling, layer_type)
     chan = _channel_plan(rotary, base, rope, mrope_section, mrope_interleaved, axial)
+    if chan is not None and (role is not None or not full):
+        raise ValueError(
+            "positions in rows (mrope_section, axial) give full tables without xpos: "
+            "pass full=True and xpos=None"
+        )
     if chan is None:
         pos, shape = v.positions(positions, "positions")
         inv_freq, attention = rope_scaling.frequencies(rotary, base, rope, _seq_len(pos, rope))
@@ -227,22 +303,86 @@ def rope_cos_sin(
         shape = arr.shape[1:]
         pos = np.array(arr, dtype=np.float64, order="C").reshape(chan.n, -1)
         inv_freq, attention = chan.frequencies(rotary, base, rope, _seq_len(pos, rope))
-    v.shape_size(shape + (rotary,), "positions")
-    cos = np.empty(shape + (rotary,), dtype)
-    sin = np.empty(shape + (rotary,), dtype)
+    width = rotary if full else rotary // 2
+    v.shape_size(shape + (width,), "positions")
+    xpos_args = _xpos_kernel_args(role, scale_base, centre, rotary, pos, dtype, False)
+    cos = np.empty(shape + (width,), dtype)
+    sin = np.empty(shape + (width,), dtype)
     args = (
         pos,
         inv_freq,
-        v.for_kernel(cos.reshape(-1, rotary)),
-        v.for_kernel(sin.reshape(-1, rotary)),
+        v.for_kernel(cos.reshape(-1, width)),
+        v.for_kernel(sin.reshape(-1, width)),
         layout_code,
         attention,
+        *xpos_args,
+        full,
     )
     if chan is None:
         _core.rope_table(*args)
     else:
         _core.rope_table(*args, chan.channel)
     return cos, sin
+
+
+def _flag(value, name):
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be a bool, not {type(value).__name__}")
+    return bool(value)
+
+
+def _xpos_options(xpos, scale_base, centre):
+    """xPos's role (None: no xPos), scale base and centre, checked."""
+    if xpos is not None:
+        v.choice(xpos, "xpos", _XPOS_ROLES + (None,))
+    scale_base = v.real(scale_base, "xpos_scale_base", positive=True)
+    centre = v.real(centre, "xpos_centre")
+    return xpos, scale_base, centre
+
+
+@functools.lru_cache(maxsize=64)
+def _xpos_log_zeta(r):
+    """The logarithms of xPos's per-pair bases ``zeta_i = (2i + 0.4 r) /
+    (1.4 r)``, ``i < r/2`` (``r`` the rotary dimension), float64, read-only:
+    ``zeta_i`` lies between ``0.4 / 1.4`` and 1."""
+    log_zeta = np.log((2.0 * np.arange(r // 2) + 0.4 * r) / (1.4 * r))
+    log_zeta.flags.writeable = False
+    return log_zeta
+
+
+def _xpos_kernel_args(role, scale_base, centre, rotary, pos, dtype, compute):
+    """The kernels' xPos arguments ``(log_zeta, centre, rate)`` (log_zeta
+    None for none), after checking that the factors stay within `dtype`'s range (the
+    float32 the rotation computes in for float16 / bfloat16 data if
+    `compute`)."""
+    if role is None:
+        return (None, 0.0, 0.0)
+    log_zeta = _xpos_log_zeta(rotary)
+    if pos.size:
+        lo = hi = float(pos.flat[0])
+        if pos.size > 1:
+            lo, hi = float(pos.min()), float(pos.max())
+        far = hi if abs(hi - centre) >= abs(lo - centre) else lo
+        exponent = abs(float(log_zeta[0])) * abs(far - centre) / scale_base
+        if dtype == np.float64:
+            kind, top = "float64", float(np.finfo(np.float64).max)
+        elif compute or dtype == np.float32:
+            kind, top = "float32", float(np.finfo(np.float32).max)
+        elif dtype == np.float16:
+            kind, top = "float16", 65504.0
+        else:
+            kind, top = "bfloat16", 3.3895313892515355e38
+        limit = math.log(top)
+        if exponent > limit:
+            raise ValueError(
+                f"xpos: at position {far:g} the factor zeta ** ((position - xpos_centre) / "
+                f"xpos_scale_base) is {math.exp(min(exponent, 709.0)):.3g} (or its inverse), past "
+                f"the range of {kind}: use an xpos_centre "
+                f"nearer the positions (now {centre:g}) or a larger xpos_scale_base (now "
+                f"{scale_base:g})"
+            )
+    rate = (1.0 if role == "query" else -1.0) / scale_base
+    return (log_zeta, centre, rate)
 
 
 @overload
@@ -252,7 +392,7 @@ def apply_rope(
     *,
     base: float = 10000.0,
     scaling: Optional[RopeScaling] = None,
-    layout: Literal["half", "interleaved"] = "half",
+    layout: ApplyLayout = "half",
     rotary_dim: Optional[int] = None,
     offset: float = 0,
     seq_axis: int = -2,
@@ -262,6 +402,9 @@ def apply_rope(
     mrope_section: Optional[Sequence[int]] = None,
     mrope_interleaved: Optional[bool] = None,
     axial: Union[int, Sequence[int], None] = None,
+    xpos: Optional[XposRole] = None,
+    xpos_scale_base: float = 512.0,
+    xpos_centre: float = 0.0,
 ) -> NDArray[ScalarT]: ...
 
 
@@ -272,7 +415,7 @@ def apply_rope(
     *,
     base: float = 10000.0,
     scaling: Optional[RopeScaling] = None,
-    layout: Literal["half", "interleaved"] = "half",
+    layout: ApplyLayout = "half",
     rotary_dim: Optional[int] = None,
     offset: float = 0,
     seq_axis: int = -2,
@@ -282,6 +425,9 @@ def apply_rope(
     mrope_section: Optional[Sequence[int]] = None,
     mrope_interleaved: Optional[bool] = None,
     axial: Union[int, Sequence[int], None] = None,
+    xpos: Optional[XposRole] = None,
+    xpos_scale_base: float = 512.0,
+    xpos_centre: float = 0.0,
 ) -> ArrayT: ...
 
 
@@ -292,7 +438,7 @@ def apply_rope(
     *,
     base: float = 10000.0,
     scaling: Optional[RopeScaling] = None,
-    layout: Literal["half", "interleaved"] = "half",
+    layout: ApplyLayout = "half",
     rotary_dim: Optional[int] = None,
     offset: float = 0,
     seq_axis: int = -2,
@@ -302,6 +448,9 @@ def apply_rope(
     mrope_section: Optional[Sequence[int]] = None,
     mrope_interleaved: Optional[bool] = None,
     axial: Union[int, Sequence[int], None] = None,
+    xpos: Optional[XposRole] = None,
+    xpos_scale_base: float = 512.0,
+    xpos_centre: float = 0.0,
 ) -> NDArray[Any]: ...
 
 
@@ -322,6 +471,9 @@ def apply_rope(
     mrope_section=None,
     mrope_interleaved=None,
     axial=None,
+    xpos=None,
+    xpos_scale_base=512.0,
+    xpos_centre=0.0,
 ):
     """Rotate queries or keys by their positions (rotary position embedding).
 
@@ -348,10 +500,19 @@ def apply_rope(
         As in :func:`rope_frequencies` (``dynamic`` and ``longrope`` take the
         sequence length as ``max(positions) + 1``, as transformers does).
         With a config, its head dimension must be ``x.shape[-1]``.
-    layout : {"half", "interleaved"}
+    layout : {"half", "interleaved", "interleaved_to_half"}
         Which elements form the rotated pairs: ``(x[i], x[i + r/2])`` for
         ``"half"`` (GPT-NeoX, Llama in transformers), ``(x[2i], x[2i+1])`` for
         ``"interleaved"`` (GPT-J, RoFormer, Meta's Llama).
+        ``"interleaved_to_half"`` is DeepSeek-V3's rotation (transformers'
+        ``apply_rotary_pos_emb_interleave``, used when the config has
+        ``rope_interleave``): pair ``i`` is read at ``(x[2i], x[2i+1])`` and
+        its rotation written at ``(out[i], out[i + r/2])``, so the result is
+        in the half layout.  Its `inverse` reads the half layout and writes
+        the interleaved one: the exact inverse, and (the rotation being
+        orthogonal and the change of layout a permutation) the backward
+        pass.  ``out=x`` goes through a temporary (a row is read in one
+        layout and written in the other).
     rotary_dim : int, optional
         The number ``r`` of leading features rotated (partial rotary, as in
         GPT-NeoX, Phi, GLM), even and ``<= dim``; the rest pass through.  The
@@ -364,7 +525,7 @@ def apply_rope(
         Axis of `x` holding the sequence (not the last).
     inverse : bool
         Rotate by the negative angle: undoes the rotation (and is its
-        backward pass).
+        backward pass; with xPos, see `xpos`).
     out : ndarray, optional
         Where to write, of x's shape and dtype; may be `x` itself.
     mrope_section : list of int, optional
@@ -396,6 +557,41 @@ def apply_rope(
         default frequencies only (no `scaling` family); a vision tower's
         config (``rope_type: "axial"``, e.g. Qwen2-VL's ``vision_config``)
         means ``axial=2``.
+    xpos : {None, "query", "key"}
+        xPos (Sun et al. 2022, "A Length-Extrapolatable Transformer"; the
+        ``scale_base`` of flash-attn's rotary embedding, the ``use_xpos``
+        of rotary-embedding-torch, torchscale's ``XPOS``): besides the
+        rotation, pair ``i`` at position ``p`` is multiplied (queries) or
+        divided (keys) by ``zeta_i ** ((p - c) / xpos_scale_base)``, where
+        ``zeta_i = (2i + 0.4 r) / (1.4 r)`` (``r`` the rotary dimension) and ``c`` is
+        `xpos_centre`.  A query at ``m`` and a key at ``n`` then give
+        ``q'.k' = sum_i zeta_i ** ((m - n) / xpos_scale_base) * (rotated
+        pair i's dot product)``: the centre cancels, and the score depends
+        on the positions only through ``m - n``, whatever ``c`` is, provided
+        queries and keys use the same ``c``.  ``inverse=True`` undoes the
+        transform (divides a query by the factor it multiplied); the
+        backward pass of a query's transform is the inverse of a key's (the
+        same factor, the negative angle), and the other way round.
+    xpos_scale_base : float
+        The paper's ``gamma`` (flash-attn's ``scale_base``,
+        rotary-embedding-torch's ``xpos_scale_base``): 512 by default.
+    xpos_centre : float
+        The position ``c`` whose factor is 1.  It only keeps the factors
+        within floating-point range (a ValueError says when they leave it):
+        it must be one number for all the queries and keys that meet in an
+        attention, fixed by the caller.  The reference implementations
+        centre on half of a length they see at the call: rotary-embedding-
+        torch ``seq_len // 2`` of the call, flash-attn ``seqlen // 2`` of
+        its cached length, torchscale ``ceil((length + offset) / 2)``; pass
+        that number here to reproduce one of them.  A centre taken from the
+        call breaks the relative property as soon as queries and keys are
+        rotated in different calls (a KV cache, or packed sequences of
+        different lengths: flash-attn issue #522): the score picks up a
+        factor ``zeta_i ** ((c_k - c_q) / xpos_scale_base)``.  Here each
+        token's factor depends on its own position and on ``c`` alone, so
+        packed batches (positions from
+        :func:`posenc.rope_tools.positions_from_cu_seqlens`), KV-cache steps
+        and whole sequences give the same numbers.
 
     Returns
     -------
@@ -417,6 +613,8 @@ def apply_rope(
     With positions in rows (M-RoPE, axial RoPE) the same holds row by row:
     each row's positions are read as above for its own pairs, and the
     rotation is the same single pass over `x`.
+    The xPos factor is formed in float64 for each position and pair, and
+    multiplies cos and sin before their one rounding.
     """
     x = x if isinstance(x, np.ndarray) else np.asarray(x)
     dtype = v.float_array_dtype(x, "x", bfloat16=True)
@@ -425,18 +623,25 @@ def apply_rope(
     dim = x.shape[-1]
     lead = x.shape[:-1]
     base = v.real(base, "base", positive=True)
-    layout_code = _LAYOUTS[v.choice(layout, "layout", tuple(_LAYOUTS))]
+    layout_code = _APPLY_LAYOUTS[v.choice(layout, "layout", tuple(_APPLY_LAYOUTS))]
+    relayout = layout_code == _core.ROPE_INTERLEAVED_TO_HALF
     offset = v.real(offset, "offset")
     if not isinstance(inverse, (bool, np.bool_)):
         raise TypeError(f"inverse must be a bool, not {type(inverse).__name__}")
+    role, scale_base, centre = _xpos_options(xpos, xpos_scale_base, xpos_centre)
     rotary, base, rope = _rotary_dim(dim, rotary_dim, base, scaling, layer_type)
     chan = _channel_plan(rotary, base, rope, mrope_section, mrope_interleaved, axial)
+    if chan is not None and role is not None:
+        raise ValueError(
+            "xpos is not defined for positions in rows (mrope_section, axial): pass xpos=None"
+        )
     if chan is None:
         pos = _positions(positions, lead, offset, seq_axis)
         inv_freq, attention = rope_scaling.frequencies(rotary, base, rope, _seq_len(pos, rope))
     else:
         pos = _positions(positions, lead, offset, seq_axis, chan)
         inv_freq, attention = chan.frequencies(rotary, base, rope, _seq_len(pos, rope))
+    xpos_args = _xpos_kernel_args(role, scale_base, centre, rotary, pos, dtype, True)
     if out is not None:
         v.out_array(out, x.shape, dtype, "out")
 
@@ -447,10 +652,13 @@ def apply_rope(
         # written directly unless its layout is odd, or it overlaps x other
         # than as x itself (in place): then through a temporary
         result = target = out
-        if out is not src and (
-            not v.kernel_ready(out)
-            or (not out.flags.c_contiguous and v.self_overlaps(out))
-            or (np.may_share_memory(out, src) and not _same_view(out, src))
+        if (relayout and np.may_share_memory(out, src)) or (
+            out is not src
+            and (
+                not v.kernel_ready(out)
+                or (not out.flags.c_contiguous and v.self_overlaps(out))
+                or (np.may_share_memory(out, src) and not _same_view(out, src))
+            )
         ):
             target = np.empty(x.shape, dtype)
     if x.size:
@@ -462,6 +670,7 @@ def apply_rope(
             layout_code,
             attention,
             bool(inverse),
+            *xpos_args,
         )
         if chan is None:
             _core.rope_apply(*args)

@@ -426,10 +426,11 @@ def vision_position_ids(grids, *, spatial_merge_size=1, convention="qwen2_vl"):
         block of ``m x m`` patches (row-major within a block and among
         blocks), every frame of a video again; row 0 the patch's row, row 1
         its column, from 0 (Qwen2.5-VL's tower then reorders its patches
-        for window attention: reorder these columns the same way).  ``"llama4"`` (Llama 4's vision encoder): the
-        patches row-major, then the class token; row 0 the patch's column
-        + 1, row 1 its row + 1, and ``(0, 0)`` for the class token, which is
-        therefore not rotated (Llama 4 zeroes its angles).
+        for window attention: reorder these columns the same way).
+        ``"llama4"`` (Llama 4's vision encoder): the patches row-major, then
+        the class token; row 0 the patch's column + 1, row 1 its row + 1,
+        and ``(0, 0)`` for the class token, which is therefore not rotated
+        (Llama 4 zeroes its angles).
 
     Returns
     -------

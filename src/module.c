@@ -389,11 +389,16 @@ static PyObject *py_sinusoid(PyObject *self, PyObject *args)
 
 /* ---- rotary position embedding (rope.c) ---- */
 
-/* The options both rope entry points take. */
-static int check_rope_options(int layout, double scale)
+/* The options both rope entry points take (apply_rope also the layouts
+ * that change as they rotate). */
+static int check_rope_options(int layout, double scale, int relayout)
 {
-    if (layout != PE_ROPE_HALF && layout != PE_ROPE_INTERLEAVED) {
-        PyErr_SetString(PyExc_ValueError, "layout must be 0 (half) or 1 (interleaved)");
+    if (layout != PE_ROPE_HALF && layout != PE_ROPE_INTERLEAVED &&
+        !(relayout && layout == PE_ROPE_INTERLEAVED_TO_HALF)) {
+        PyErr_SetString(PyExc_ValueError, relayout
+                                              ? "layout must be 0 (half), 1 (interleaved) or 2 "
+                                                "(interleaved_to_half)"
+                                              : "layout must be 0 (half) or 1 (interleaved)");
         return -1;
     }
     if (!isfinite(scale)) {
@@ -436,6 +441,29 @@ static int same_view(PyArrayObject *a, PyArrayObject *b)
     return 1;
 }
 
+/* xPos's log zeta (None: no xPos), or a float64 vector of half finite
+ * values; centre and rate finite. */
+static int xpos_arg(PyObject *zeta_o, npy_intp half, double centre, double rate, struct pe_xpos *xp)
+{
+    xp->log_zeta = NULL, xp->centre = 0.0, xp->rate = 0.0;
+    if (zeta_o == Py_None)
+        return 0;
+    PyArrayObject *z = arg_array(zeta_o, "log_zeta", NPY_DOUBLE, 1, ARG_CONTIGUOUS);
+    if (z == NULL)
+        return -1;
+    if (PyArray_DIM(z, 0) != half) {
+        PyErr_Format(PyExc_ValueError, "log_zeta must have %zd elements (one per pair)",
+                     (Py_ssize_t)half);
+        return -1;
+    }
+    if (!isfinite(centre) || !isfinite(rate)) {
+        PyErr_SetString(PyExc_ValueError, "the xPos centre and rate must be finite");
+        return -1;
+    }
+    xp->log_zeta = (const double *)PyArray_DATA(z), xp->centre = centre, xp->rate = rate;
+    return 0;
+}
+
 static int rope_apply_kernel(const struct pe_kernels *k, void *args, int nthreads)
 {
     return pe_rope_apply(k, args, nthreads);
@@ -445,10 +473,11 @@ static PyObject *py_rope_apply(PyObject *self, PyObject *args)
 {
     (void)self;
     PyObject *x_o, *pos_o, *freq_o, *out_o, *chan_o = Py_None;
+    PyObject *zeta_o = Py_None;
     int layout, inverse;
-    double scale;
-    if (!PyArg_ParseTuple(args, "OOOOidp|O:rope_apply", &x_o, &pos_o, &freq_o, &out_o, &layout,
-                          &scale, &inverse, &chan_o))
+    double scale, centre = 0.0, rate = 0.0;
+    if (!PyArg_ParseTuple(args, "OOOOidp|OddO:rope_apply", &x_o, &pos_o, &freq_o, &out_o, &layout,
+                          &scale, &inverse, &zeta_o, &centre, &rate, &chan_o))
         return NULL;
     PyArrayObject *x = rope_data_arg(x_o, "x", 0);
     if (x == NULL)
@@ -497,6 +526,11 @@ static PyObject *py_rope_apply(PyObject *self, PyObject *args)
                          PE_ROPE_MAXCHAN);
             return NULL;
         }
+        if (zeta_o != Py_None) {
+            PyErr_SetString(PyExc_ValueError,
+                            "channel: xPos is not defined for positions in channels");
+            return NULL;
+        }
     }
     if (!PyArray_CompareLists(PyArray_DIMS(out), PyArray_DIMS(x), nd)) {
         PyErr_SetString(PyExc_ValueError, "out must have the shape of x");
@@ -507,8 +541,19 @@ static PyObject *py_rope_apply(PyObject *self, PyObject *args)
                      (Py_ssize_t)(dim / 2));
         return NULL;
     }
-    if (check_rope_options(layout, scale) < 0)
+    if (check_rope_options(layout, scale, 1) < 0)
         return NULL;
+    struct pe_xpos xpos;
+    if (xpos_arg(zeta_o, half, centre, rate, &xpos) < 0)
+        return NULL;
+    if (layout == PE_ROPE_INTERLEAVED_TO_HALF && same_view(out, x)) {
+        PyErr_SetString(PyExc_ValueError,
+                        "out must not be x for layout 2 (interleaved_to_half): a row is read in "
+                        "one layout and written in the other");
+        return NULL;
+    }
+    if (layout == PE_ROPE_INTERLEAVED_TO_HALF && inverse)
+        layout = PE_ROPE_HALF_TO_INTERLEAVED; /* read in the half layout, written interleaved */
     if (!same_view(out, x) && check_no_overlap(out, "out", x, "x") < 0)
         return NULL;
     if (check_no_overlap(out, "out", pos, "positions") < 0 ||
@@ -539,6 +584,7 @@ static PyObject *py_rope_apply(PyObject *self, PyObject *args)
         .channel = chans ? (const int32_t *)PyArray_DATA(chan) : NULL,
         .nchan = chans ? (int)PyArray_DIM(pos, 0) : 0,
         .chan_stride = chans ? PyArray_STRIDE(pos, 0) : 0,
+        .xpos = xpos,
     };
     int rc = run_kernel(rope_apply_kernel, &a, PyArray_SIZE(out));
     if (rc == -1)
@@ -554,27 +600,30 @@ struct rope_table_call {
     const double *pos, *freq;
     npy_intp n, half, cos_stride, sin_stride;
     double scale;
-    int layout, dtype;
+    int layout, dtype, full;
     char *cos, *sin;
     const int32_t *channel;
     int nchan;
+    struct pe_xpos xpos;
 };
 
 static int rope_table_kernel(const struct pe_kernels *k, void *args, int nthreads)
 {
     const struct rope_table_call *c = args;
     return pe_rope_table(k, c->pos, c->n, c->freq, c->half, c->scale, c->layout, c->dtype, c->cos,
-                         c->cos_stride, c->sin, c->sin_stride, c->channel, c->nchan, nthreads);
+                         c->cos_stride, c->sin, c->sin_stride, c->channel, c->nchan, &c->xpos,
+                         c->full, nthreads);
 }
 
 static PyObject *py_rope_table(PyObject *self, PyObject *args)
 {
     (void)self;
     PyObject *pos_o, *freq_o, *cos_o, *sin_o, *chan_o = Py_None;
-    int layout;
-    double scale;
-    if (!PyArg_ParseTuple(args, "OOOOid|O:rope_table", &pos_o, &freq_o, &cos_o, &sin_o, &layout,
-                          &scale, &chan_o))
+    PyObject *zeta_o = Py_None;
+    int layout, full = 1;
+    double scale, centre = 0.0, rate = 0.0;
+    if (!PyArg_ParseTuple(args, "OOOOid|OddpO:rope_table", &pos_o, &freq_o, &cos_o, &sin_o, &layout,
+                          &scale, &zeta_o, &centre, &rate, &full, &chan_o))
         return NULL;
     /* positions in channels: (channels, n) */
     int chans = chan_o != Py_None;
@@ -584,9 +633,10 @@ static PyObject *py_rope_table(PyObject *self, PyObject *args)
     PyArrayObject *sin = cos ? arg_array(sin_o, "sin", PyArray_TYPE(cos), 2, ARG_WRITE) : NULL;
     if (sin == NULL)
         return NULL;
-    if (check_rope_options(layout, scale) < 0)
+    if (check_rope_options(layout, scale, 0) < 0)
         return NULL;
-    npy_intp n = PyArray_DIM(pos, chans), half = PyArray_DIM(freq, 0);
+    npy_intp n = PyArray_DIM(pos, chans), half = PyArray_DIM(freq, 0),
+             width = full ? 2 * half : half;
     PyArrayObject *chan = NULL;
     if (chans) {
         chan = arg_array(chan_o, "channel", NPY_INT32, 1, ARG_CONTIGUOUS);
@@ -599,13 +649,20 @@ static PyObject *py_rope_table(PyObject *self, PyObject *args)
                          PE_ROPE_MAXCHAN);
             return NULL;
         }
+        if (zeta_o != Py_None || !full) {
+            PyErr_SetString(PyExc_ValueError, "channel: full tables without xPos only");
+            return NULL;
+        }
     }
-    if (PyArray_DIM(cos, 0) != n || PyArray_DIM(cos, 1) != 2 * half || PyArray_DIM(sin, 0) != n ||
-        PyArray_DIM(sin, 1) != 2 * half) {
+    if (PyArray_DIM(cos, 0) != n || PyArray_DIM(cos, 1) != width || PyArray_DIM(sin, 0) != n ||
+        PyArray_DIM(sin, 1) != width) {
         PyErr_Format(PyExc_ValueError, "cos and sin must have shape (%zd, %zd)", (Py_ssize_t)n,
-                     (Py_ssize_t)(2 * half));
+                     (Py_ssize_t)width);
         return NULL;
     }
+    struct pe_xpos xpos;
+    if (xpos_arg(zeta_o, half, centre, rate, &xpos) < 0)
+        return NULL;
     if (check_no_overlap(cos, "cos", sin, "sin") < 0 ||
         check_no_overlap(cos, "cos", pos, "positions") < 0 ||
         check_no_overlap(cos, "cos", freq, "freq") < 0 ||
@@ -624,10 +681,12 @@ static PyObject *py_rope_table(PyObject *self, PyObject *args)
         .scale = scale,
         .layout = layout,
         .dtype = pe_dtype_bf16_of(cos),
+        .full = full,
         .cos = PyArray_BYTES(cos),
         .sin = PyArray_BYTES(sin),
         .channel = chans ? (const int32_t *)PyArray_DATA(chan) : NULL,
         .nchan = chans ? (int)PyArray_DIM(pos, 0) : 0,
+        .xpos = xpos,
     };
     int rc = run_kernel(rope_table_kernel, &c, 2 * PyArray_SIZE(cos));
     if (rc == -1)
@@ -1148,12 +1207,14 @@ static PyMethodDef methods[] = {
     {"sinusoid", py_sinusoid, METH_VARARGS,
      "sinusoid(positions, freq, out, layout): fill out[r] with the sinusoid of positions[r]."},
     {"rope_apply", py_rope_apply, METH_VARARGS,
-     "rope_apply(x, positions, freq, out, layout, scale, inverse[, channel]): rotate the pairs of "
-     "each row of x by positions * freq into out (which may be x); with channel (int32, one per "
-     "pair), positions has a leading axis of channels and pair i takes channel[i]'s."},
+     "rope_apply(x, positions, freq, out, layout, scale, inverse[, log_zeta, centre, rate[, "
+     "channel]]): rotate the pairs of each row of x by positions * freq into out (which may be "
+     "x); with channel (int32, one per pair), positions has a leading axis of channels and pair i "
+     "takes channel[i]'s."},
     {"rope_table", py_rope_table, METH_VARARGS,
-     "rope_table(positions, freq, cos, sin, layout, scale[, channel]): fill cos[r], sin[r] for "
-     "positions[r] (positions[channel[i], r] for pair i with channel)."},
+     "rope_table(positions, freq, cos, sin, layout, scale[, log_zeta, centre, rate, full[, "
+     "channel]]): fill cos[r], sin[r] for positions[r] (positions[channel[i], r] for pair i with "
+     "channel)."},
 
     {"alibi", py_alibi, METH_VARARGS,
      "alibi(slopes, dst, q_offset, causal, add): ALiBi into the 4-D dst (written, or added)."},
@@ -1222,7 +1283,8 @@ PyMODINIT_FUNC PyInit__core(void)
         PyModule_AddObject(m, "T5_MAX_DISTANCE", PyLong_FromLongLong(PE_T5_MAX_DISTANCE)) < 0 ||
         add_codes(m, "SINUSOID_LAYOUTS", "interleaved", PE_INTERLEAVED, "concat", PE_CONCAT) < 0 ||
         add_codes(m, "ROPE_LAYOUTS", "half", PE_ROPE_HALF, "interleaved", PE_ROPE_INTERLEAVED) <
-            0) {
+            0 ||
+        PyModule_AddIntConstant(m, "ROPE_INTERLEAVED_TO_HALF", PE_ROPE_INTERLEAVED_TO_HALF) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -104,8 +104,25 @@ int pe_sinusoid(const struct pe_kernels *k, const double *pos, ptrdiff_t n_pos, 
 /* ---- rotary position embedding (rope.c) ---- */
 
 /* Which elements of a row form the rotated pairs: (x[i], x[i + half]) as in
- * GPT-NeoX and Llama in transformers, or (x[2i], x[2i + 1]) as in GPT-J. */
-enum pe_rope_layout { PE_ROPE_HALF = 0, PE_ROPE_INTERLEAVED = 1 };
+ * GPT-NeoX and Llama in transformers, or (x[2i], x[2i + 1]) as in GPT-J.
+ * The last two change the layout as they rotate: pairs read at (x[2i],
+ * x[2i + 1]) and written at (o[i], o[i + half]), as DeepSeek-V3 rotates,
+ * and back (its exact inverse); apply_rope only, its tables are "half". */
+enum pe_rope_layout {
+    PE_ROPE_HALF = 0,
+    PE_ROPE_INTERLEAVED = 1,
+    PE_ROPE_INTERLEAVED_TO_HALF = 2,
+    PE_ROPE_HALF_TO_INTERLEAVED = 3
+};
+#define PE_ROPE_NLAYOUTS 4
+
+/* xPos (Sun et al. 2022): cos and sin of pair i at position p times
+ * exp(log_zeta[i] * (p - centre) * rate), formed in float64 (rate is
+ * +-1/scale_base, its sign the role and direction); log_zeta NULL: none. */
+struct pe_xpos {
+    const double *log_zeta;
+    double centre, rate;
+};
 
 /* Most leading dimensions an array handed to pe_rope_apply may have. */
 #define PE_ROPE_MAXDIM 64
@@ -138,6 +155,8 @@ struct pe_rope_args {
     const int32_t *channel;
     int nchan;
     ptrdiff_t chan_stride;
+    /* xPos factors (not with channels) */
+    struct pe_xpos xpos;
 };
 
 /* Most position channels (rows of M-RoPE or axial positions). */
@@ -148,15 +167,17 @@ struct pe_rope_args {
 int pe_rope_apply(const struct pe_kernels *k, const struct pe_rope_args *args, int nthreads);
 
 /* Row r of cos_out / sin_out (at byte strides cos_stride / sin_stride):
- * scale * cos / sin of pos[r] * freq[i], each value twice in the given
- * layout, 2 * half elements of type dtype.  With channel (not NULL), pair i
- * takes the position pos[channel[i] * n + r] instead (nchan rows of n
- * positions, as in struct pe_rope_args).  0, or -1 on allocation failure,
- * -2 on arguments out of range. */
+ * scale * cos / sin of pos[r] * freq[i] (times the xPos factor of xpos),
+ * each value twice in the given layout, 2 * half elements of type dtype, or
+ * once (half elements, as flash-attn takes them) unless full.  With channel
+ * (not NULL), pair i takes the position pos[channel[i] * n + r] instead
+ * (nchan rows of n positions, as in struct pe_rope_args; full tables
+ * without xPos only).  0, or -1 on allocation failure, -2 on arguments out
+ * of range. */
 int pe_rope_table(const struct pe_kernels *k, const double *pos, ptrdiff_t n, const double *freq,
                   ptrdiff_t half, double scale, int layout, int dtype, char *cos_out,
                   ptrdiff_t cos_stride, char *sin_out, ptrdiff_t sin_stride, const int32_t *channel,
-                  int nchan, int nthreads);
+                  int nchan, const struct pe_xpos *xpos, int full, int nthreads);
 
 /* ---- attention biases (bias.c) ---- */
 

@@ -194,7 +194,8 @@ static void make_plan(struct plan *p, ptrdiff_t rowbytes, int nthreads)
  * k, one slice of the split dimension; every row in that box. */
 static void run_task(const struct pe_kernels *k, const struct pe_rope_args *a, const struct plan *p,
                      const struct pe_rope_chan *chan, ptrdiff_t task, pe_rope_run_fn run,
-                     ptrdiff_t rowbytes, double wmax, char *tab, struct pe_rotor *rt, char *bounce)
+                     ptrdiff_t rowbytes, double wmax, char *tab, struct pe_rotor *rt,
+                     double *xpos_scratch, char *bounce)
 {
     const char *xb = a->x, *pb = a->pos;
     char *ob = a->out;
@@ -222,7 +223,7 @@ static void run_task(const struct pe_kernels *k, const struct pe_rope_args *a, c
                                 a->dtype == PE_F64, tab, rt);
     else
         pe_rope_fill_table(k, pb, pstride, ntab, a->freq, a->half, wmax, a->scale, a->inverse,
-                           a->dtype == PE_F64, tab, rt);
+                           &a->xpos, xpos_scratch, a->dtype == PE_F64, tab, rt);
 
     /* the box: broadcast dimensions and k, in memory order */
     struct pe_dimension box[PE_ROPE_MAXDIM];
@@ -292,7 +293,8 @@ static void run_task(const struct pe_kernels *k, const struct pe_rope_args *a, c
 
 int pe_rope_apply(const struct pe_kernels *k, const struct pe_rope_args *a, int nthreads)
 {
-    if (a->ndim > PE_ROPE_MAXDIM || a->half < 1 || 2 * a->half > a->dim)
+    if (a->ndim > PE_ROPE_MAXDIM || a->half < 1 || 2 * a->half > a->dim || a->layout < 0 ||
+        a->layout >= PE_ROPE_NLAYOUTS)
         return -2;
     struct plan p;
     if (simplify(a, &p) < 0)
@@ -310,6 +312,8 @@ int pe_rope_apply(const struct pe_kernels *k, const struct pe_rope_args *a, int 
 
     double wmax = pe_max_abs(a->freq, a->half);
     struct pe_rope_chan chan, *chp = NULL;
+    if (a->channel != NULL && a->xpos.log_zeta != NULL)
+        return -2; /* xPos with positions in channels: not defined */
     if (a->channel != NULL) {
         int rc = pe_rope_chan_init(&chan, a->channel, a->nchan, a->chan_stride, a->freq, a->half);
         if (rc != 0) {
@@ -319,10 +323,11 @@ int pe_rope_apply(const struct pe_kernels *k, const struct pe_rope_args *a, int 
         chp = &chan;
     }
 
-    /* scratch per thread: the tile's table, then float64 sin and cos rows,
-     * allocated here so that a failure happens before anything is written */
+    /* scratch per thread: the tile's table, then float64 sin and cos rows
+     * (and xPos's factors), allocated here so that a failure happens before
+     * anything is written */
     ptrdiff_t tab_bytes = (p.tile * rowbytes + 63) / 64 * 64;
-    ptrdiff_t sc_bytes = (4 * a->half * 8 + 63) / 64 * 64;
+    ptrdiff_t sc_bytes = (6 * a->half * 8 + 63) / 64 * 64;
     ptrdiff_t bounce_bytes =
         (PE_ROPE_LANES * 2 * a->half * (ptrdiff_t)pe_itemsize(a->dtype) + 63) / 64 * 64;
     ptrdiff_t per_thread = tab_bytes + sc_bytes + bounce_bytes;
@@ -348,7 +353,7 @@ int pe_rope_apply(const struct pe_kernels *k, const struct pe_rope_args *a, int 
          * to the others instead of holding up the whole call */
 #pragma omp for schedule(dynamic, 1)
         for (ptrdiff_t t = 0; t < p.ntasks; ++t)
-            run_task(k, a, &p, chp, t, run, rowbytes, wmax, mine, &rt, bounce);
+            run_task(k, a, &p, chp, t, run, rowbytes, wmax, mine, &rt, buf + 4 * a->half, bounce);
     }
     free(scratch);
     if (chp != NULL)

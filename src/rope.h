@@ -36,7 +36,8 @@ struct pe_rope_run {
     char *bounce; /* a thread's buffer of one row per lane (rope_avx2.c) */
 };
 
-/* Rotate pairs [i0, half) of one row of type dtype.  tab: the row's cos
+/* Rotate pairs [i0, half) of one row of type dtype, read and written in
+ * the places the layout says (the layout-changing ones need o != x).  tab: the row's cos
  * then sin (already scaled, sin negated for the inverse), float64 for
  * float64 data and float32 otherwise: float16 and bfloat16 are rotated in
  * float32 and rounded once.  a c - b s is fma(a, c, b (-s)): b (-s) is
@@ -46,14 +47,17 @@ struct pe_rope_run {
 PE_INLINE void pe_rope_rotate_row(const char *x, char *o, const char *tab, ptrdiff_t half,
                                   ptrdiff_t i0, const int layout, const int dtype)
 {
+    /* where a pair is read (ia, ib) and written (oa, ob) */
+    const int in_half = layout == PE_ROPE_HALF || layout == PE_ROPE_HALF_TO_INTERLEAVED;
+    const int out_half = layout == PE_ROPE_HALF || layout == PE_ROPE_INTERLEAVED_TO_HALF;
     for (ptrdiff_t i = i0; i < half; ++i) {
-        ptrdiff_t ia = layout == PE_ROPE_HALF ? i : 2 * i;
-        ptrdiff_t ib = layout == PE_ROPE_HALF ? i + half : 2 * i + 1;
+        ptrdiff_t ia = in_half ? i : 2 * i, ib = in_half ? i + half : 2 * i + 1;
+        ptrdiff_t oa = out_half ? i : 2 * i, ob = out_half ? i + half : 2 * i + 1;
         if (dtype == PE_F64) {
             const double *c = (const double *)tab, *s = c + half, *xd = (const double *)x;
             double a = xd[ia], b = xd[ib];
-            ((double *)o)[ia] = fma(a, c[i], b * -s[i]);
-            ((double *)o)[ib] = fma(b, c[i], a * s[i]);
+            ((double *)o)[oa] = fma(a, c[i], b * -s[i]);
+            ((double *)o)[ob] = fma(b, c[i], a * s[i]);
             continue;
         }
         const float *c = (const float *)tab, *s = c + half;
@@ -66,10 +70,10 @@ PE_INLINE void pe_rope_rotate_row(const char *x, char *o, const char *tab, ptrdi
         }
         float ra = fmaf(a, c[i], b * -s[i]), rb = fmaf(b, c[i], a * s[i]);
         if (dtype == PE_F32) {
-            ((float *)o)[ia] = ra, ((float *)o)[ib] = rb;
+            ((float *)o)[oa] = ra, ((float *)o)[ob] = rb;
         } else {
-            ((uint16_t *)o)[ia] = pe_store16(ra, dtype);
-            ((uint16_t *)o)[ib] = pe_store16(rb, dtype);
+            ((uint16_t *)o)[oa] = pe_store16(ra, dtype);
+            ((uint16_t *)o)[ob] = pe_store16(rb, dtype);
         }
     }
 }
@@ -85,11 +89,14 @@ PE_INLINE void pe_rope_pass_through(const char *x, char *o, ptrdiff_t half, ptrd
 
 /* Rows j < n of a tile's table for the positions at pos + j * pos_stride
  * bytes: cos then sin of pos * freq[i], times scale (sin negated if
- * inverse), rounded once to float64 (tab_f64) or float32.  Row 0 is a
+ * inverse; times the xPos factor of xpos, divided by it if inverse,
+ * xpos_scratch 2 * half doubles then),
+ * rounded once to float64 (tab_f64) or float32.  Row 0 is a
  * multiple of PE_ANCHOR along its dimension (rope_table.c). */
 void pe_rope_fill_table(const struct pe_kernels *k, const char *pos, ptrdiff_t pos_stride,
                         ptrdiff_t n, const double *freq, ptrdiff_t half, double wmax, double scale,
-                        int inverse, int tab_f64, char *tab, struct pe_rotor *rt);
+                        int inverse, const struct pe_xpos *xpos, double *xpos_scratch, int tab_f64,
+                        char *tab, struct pe_rotor *rt);
 
 /* The pairs of a row grouped by the channel of their position (M-RoPE,
  * axial RoPE): channel c holds the pairs idx[start[c]] .. idx[start[c+1]-1]

@@ -95,6 +95,172 @@ PE_INLINE void split16(const float *p, __m256 *ev, __m256 *od)
         _mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(a, b, 0xDD)), 0xD8));
 }
 
+/* Sixteen floats held in lo, hi as their even and odd elements (split16
+ * on registers). */
+PE_INLINE void deinterleave8(__m256 lo, __m256 hi, __m256 *ev, __m256 *od)
+{
+    *ev = _mm256_castpd_ps(
+        _mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(lo, hi, 0x88)), 0xD8));
+    *od = _mm256_castpd_ps(
+        _mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(lo, hi, 0xDD)), 0xD8));
+}
+
+/* Even elements ev and odd ones od as sixteen floats in order, lo then hi. */
+PE_INLINE void interleave8(__m256 ev, __m256 od, __m256 *lo, __m256 *hi)
+{
+    __m256 l = _mm256_unpacklo_ps(ev, od), h = _mm256_unpackhi_ps(ev, od);
+    *lo = _mm256_permute2f128_ps(l, h, 0x20);
+    *hi = _mm256_permute2f128_ps(l, h, 0x31);
+}
+
+/* The same for doubles: eight in lo, hi as four even and four odd ones. */
+PE_INLINE void deinterleave4(__m256d lo, __m256d hi, __m256d *ev, __m256d *od)
+{
+    *ev = _mm256_permute4x64_pd(_mm256_unpacklo_pd(lo, hi), 0xD8);
+    *od = _mm256_permute4x64_pd(_mm256_unpackhi_pd(lo, hi), 0xD8);
+}
+
+PE_INLINE void interleave4(__m256d ev, __m256d od, __m256d *lo, __m256d *hi)
+{
+    __m256d l = _mm256_unpacklo_pd(ev, od), h = _mm256_unpackhi_pd(ev, od);
+    *lo = _mm256_permute2f128_pd(l, h, 0x20);
+    *hi = _mm256_permute2f128_pd(l, h, 0x31);
+}
+
+/* Eight pairs of a float32, float16 or bfloat16 row as their a and b
+ * elements: at (i, half + i) if in_half, else at (2i, 2i + 1). */
+PE_INLINE void load_pairs8(const char *xr, ptrdiff_t i, ptrdiff_t half, int in_half, __m256 *a,
+                           __m256 *b, const int dtype)
+{
+    if (dtype == PE_F32) {
+        const float *x = (const float *)xr;
+        if (in_half) {
+            *a = _mm256_loadu_ps(x + i), *b = _mm256_loadu_ps(x + half + i);
+        } else {
+            deinterleave8(_mm256_loadu_ps(x + 2 * i), _mm256_loadu_ps(x + 2 * i + 8), a, b);
+        }
+    } else {
+        const uint16_t *x = (const uint16_t *)xr;
+        if (in_half) {
+            *a = load_h8(x + i, dtype), *b = load_h8(x + half + i, dtype);
+        } else {
+            deinterleave8(load_h8(x + 2 * i, dtype), load_h8(x + 2 * i + 8, dtype), a, b);
+        }
+    }
+}
+
+/* The rotated a and b of eight pairs stored at (i, half + i) if out_half,
+ * else at (2i, 2i + 1). */
+PE_INLINE void store_pairs8(char *orow, ptrdiff_t i, ptrdiff_t half, int out_half, __m256 ra,
+                            __m256 rb, const int dtype, const int stream)
+{
+    __m256 lo = ra, hi = rb;
+    ptrdiff_t p = i, q = half + i;
+    if (!out_half)
+        interleave8(ra, rb, &lo, &hi), p = 2 * i, q = 2 * i + 8;
+    if (dtype == PE_F32) {
+        store_ps((float *)orow + p, lo, stream);
+        store_ps((float *)orow + q, hi, stream);
+    } else {
+        store_h8((uint16_t *)orow + p, lo, dtype, stream);
+        store_h8((uint16_t *)orow + q, hi, dtype, stream);
+    }
+}
+
+/* The layout-changing rotations (DeepSeek-V3's interleaved-in, half-out,
+ * and its inverse): eight pairs (four for float64) a step, the arithmetic
+ * of the other layouts.  Returns where the portable tail goes on. */
+PE_INLINE ptrdiff_t rows_relayout(const char *x0, ptrdiff_t lxs, char *o0, ptrdiff_t los,
+                                  ptrdiff_t lanes, const char *t, ptrdiff_t half, const int layout,
+                                  const int dtype, const int stream)
+{
+    const int in_half = layout == PE_ROPE_HALF_TO_INTERLEAVED;
+    ptrdiff_t i = 0;
+    if (dtype == PE_BF16) {
+        /* sixteen interleaved bfloat16 are eight pairs' a and b as they
+         * widen (pe_ps_from_bf16x16), and narrow back the same way */
+        const float *c = (const float *)t, *s = c + half;
+        /* half out: sixteen pairs a step, each half's sixteen results split
+         * into even and odd ones to narrow sixteen at a time */
+        for (; !in_half && i + 16 <= half; i += 16) {
+            __m256 c0 = _mm256_loadu_ps(c + i), c1 = _mm256_loadu_ps(c + i + 8);
+            __m256 s0 = _mm256_loadu_ps(s + i), s1 = _mm256_loadu_ps(s + i + 8);
+            for (ptrdiff_t g = 0; g < lanes; ++g) {
+                const uint16_t *x = (const uint16_t *)(x0 + g * lxs);
+                uint16_t *o = (uint16_t *)(o0 + g * los);
+                __m256 a0, b0, a1, b1, ra0, rb0, ra1, rb1, ev, od;
+                pe_ps_from_bf16x16(_mm256_loadu_si256((const __m256i *)(x + 2 * i)), &a0, &b0);
+                pe_ps_from_bf16x16(_mm256_loadu_si256((const __m256i *)(x + 2 * i + 16)), &a1, &b1);
+                rot8(a0, b0, c0, s0, &ra0, &rb0);
+                rot8(a1, b1, c1, s1, &ra1, &rb1);
+                deinterleave8(ra0, ra1, &ev, &od);
+                store_h16(o + i, pe_bf16x16_from_ps(ev, od), stream);
+                deinterleave8(rb0, rb1, &ev, &od);
+                store_h16(o + half + i, pe_bf16x16_from_ps(ev, od), stream);
+            }
+        }
+        for (; i + 8 <= half; i += 8) {
+            __m256 cv = _mm256_loadu_ps(c + i), sv = _mm256_loadu_ps(s + i);
+            for (ptrdiff_t g = 0; g < lanes; ++g) {
+                const uint16_t *x = (const uint16_t *)(x0 + g * lxs);
+                uint16_t *o = (uint16_t *)(o0 + g * los);
+                __m256 a, b, ra, rb;
+                if (in_half) {
+                    a = load_h8(x + i, dtype), b = load_h8(x + half + i, dtype);
+                } else {
+                    pe_ps_from_bf16x16(_mm256_loadu_si256((const __m256i *)(x + 2 * i)), &a, &b);
+                }
+                rot8(a, b, cv, sv, &ra, &rb);
+                if (in_half) {
+                    store_h16(o + 2 * i, pe_bf16x16_from_ps(ra, rb), stream);
+                } else {
+                    store_h8(o + i, ra, dtype, stream);
+                    store_h8(o + half + i, rb, dtype, stream);
+                }
+            }
+        }
+        return i;
+    }
+    if (dtype != PE_F64) {
+        const float *c = (const float *)t, *s = c + half;
+        for (; i + 8 <= half; i += 8) {
+            __m256 cv = _mm256_loadu_ps(c + i), sv = _mm256_loadu_ps(s + i);
+            for (ptrdiff_t g = 0; g < lanes; ++g) {
+                __m256 a, b, ra, rb;
+                load_pairs8(x0 + g * lxs, i, half, in_half, &a, &b, dtype);
+                rot8(a, b, cv, sv, &ra, &rb);
+                store_pairs8(o0 + g * los, i, half, !in_half, ra, rb, dtype, stream);
+            }
+        }
+        return i;
+    }
+    const double *c = (const double *)t, *s = c + half;
+    for (; i + 4 <= half; i += 4) {
+        __m256d cv = _mm256_loadu_pd(c + i), sv = _mm256_loadu_pd(s + i);
+        for (ptrdiff_t g = 0; g < lanes; ++g) {
+            const double *x = (const double *)(x0 + g * lxs);
+            double *o = (double *)(o0 + g * los);
+            __m256d a, b;
+            if (in_half)
+                a = _mm256_loadu_pd(x + i), b = _mm256_loadu_pd(x + half + i);
+            else
+                deinterleave4(_mm256_loadu_pd(x + 2 * i), _mm256_loadu_pd(x + 2 * i + 4), &a, &b);
+            __m256d ra = _mm256_fmsub_pd(a, cv, _mm256_mul_pd(b, sv));
+            __m256d rb = _mm256_fmadd_pd(b, cv, _mm256_mul_pd(a, sv));
+            if (in_half) {
+                __m256d lo, hi;
+                interleave4(ra, rb, &lo, &hi);
+                store_pd(o + 2 * i, lo, stream);
+                store_pd(o + 2 * i + 4, hi, stream);
+            } else {
+                store_pd(o + i, ra, stream);
+                store_pd(o + half + i, rb, stream);
+            }
+        }
+    }
+    return i;
+}
+
 /* The first columns of bfloat16 rows sixteen at a time, as even and odd
  * elements (pe_ps_from_bf16x16): in the "half" layout cos and sin are split
  * to match, once for all the lanes; in the interleaved one the even
@@ -145,6 +311,12 @@ PE_INLINE void rows_avx2(const char *x0, ptrdiff_t lxs, char *o0, ptrdiff_t los,
                          const int stream)
 {
     ptrdiff_t i = 0;
+    if (layout == PE_ROPE_INTERLEAVED_TO_HALF || layout == PE_ROPE_HALF_TO_INTERLEAVED) {
+        i = rows_relayout(x0, lxs, o0, los, lanes, t, half, layout, dtype, stream);
+        for (ptrdiff_t g = 0; g < lanes; ++g)
+            pe_rope_rotate_row(x0 + g * lxs, o0 + g * los, t, half, i, layout, dtype);
+        return;
+    }
     if (dtype != PE_F64) {
         const float *c = (const float *)t, *s = c + half;
         if (dtype == PE_BF16)
@@ -261,7 +433,8 @@ PE_INLINE void run_avx2(const struct pe_rope_run *r, const int layout, const int
     ptrdiff_t half_bytes = r->half * (ptrdiff_t)pe_itemsize(dtype);
     int stream = r->stream && r->x != r->o && (uintptr_t)r->o % 16 == 0 &&
                  (r->n == 1 || r->os % 16 == 0) && (r->lanes == 1 || r->los % 16 == 0) &&
-                 (layout == PE_ROPE_INTERLEAVED || half_bytes % 16 == 0);
+                 (layout == PE_ROPE_INTERLEAVED || layout == PE_ROPE_HALF_TO_INTERLEAVED ||
+                  half_bytes % 16 == 0);
     if (stream && r->lanes > 1 && half_bytes % 8 == 0) {
         run_avx2_bounced(r, layout, dtype);
         _mm_sfence();
@@ -273,7 +446,8 @@ PE_INLINE void run_avx2(const struct pe_rope_run *r, const int layout, const int
     }
 }
 
-PE_SPECIALISE(const pe_rope_run_fn, pe_rope_run_avx2, run_avx2, (const struct pe_rope_run *r), (r));
+PE_SPECIALISE_ROPE(const pe_rope_run_fn, pe_rope_run_avx2, run_avx2, (const struct pe_rope_run *r),
+                   (r));
 
 PE_AVX2_END
 #endif

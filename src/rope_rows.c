@@ -23,5 +23,5 @@ PE_INLINE void run_scalar(const struct pe_rope_run *r, const int layout, const i
     }
 }
 
-PE_SPECIALISE(const pe_rope_run_fn, pe_rope_run_scalar, run_scalar, (const struct pe_rope_run *r),
-              (r));
+PE_SPECIALISE_ROPE(const pe_rope_run_fn, pe_rope_run_scalar, run_scalar,
+                   (const struct pe_rope_run *r), (r));

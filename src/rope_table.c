@@ -44,23 +44,93 @@
 #include "simd.h"
 #include "sincos.h"
 
+/* ---- xPos ---- */
+
+/* The exponent t of the xPos factors at position p: pair i's factor is
+ * exp(log_zeta[i] * t) = zeta_i ** t, all in float64 (to a few float64
+ * ulps: rounded once to float32 with cos or sin, within 1 ulp of the exact
+ * value). */
+PE_INLINE double xpos_exponent(const struct pe_xpos *xp, double p)
+{
+    return (p - xp->centre) * xp->rate;
+}
+
 /* ---- a tile's table (apply_rope) ---- */
 
 /* Where a tile's rows go: row j of tab, cos then sin of the angles, times
- * scale (sin times sscale: negated for the inverse rotation), rounded once
- * to float32 or float64. */
+ * scale (sin times sscale: negated for the inverse rotation), and with
+ * xPos times its factors at the row's position (pos + j * pos_stride),
+ * rounded once to float32 or float64.
+ *
+ * The factors of a float32 table follow a run of evenly spaced positions by
+ * multiplying by the step's factors (f[i] *= g[i], g[i] = zeta_i ** (step *
+ * rate)): exact (exp) at the first two rows of each anchor group and
+ * wherever the spacing changes, so that the bits depend only on the group's
+ * positions, and at most 30 float64 multiplications from an exact value:
+ * a relative error of a few 1e-15 before the rounding to float32, where
+ * one ulp is 6e-8 or more.  float64 tables are exact at every row. */
 struct table_sink {
     char *tab;
     ptrdiff_t half;
     double scale, sscale;
     int f64;
+    const struct pe_xpos *xpos; /* NULL: none */
+    const char *pos;
+    ptrdiff_t pos_stride;
+    double *f, *g;     /* xPos scratch: the current factors, the step's */
+    double prev, step; /* the last row's position, and the spacing before it */
+    int have_g;        /* g holds the factors of step */
 };
 
-/* The first n values of row j (of 2 * half: cos, then sin). */
-static void emit_run(const struct table_sink *k, ptrdiff_t j, const double *s, const double *c,
+/* The xPos factors f of the row at position p (k->xpos set). */
+static void xpos_row(struct table_sink *k, ptrdiff_t j, double p)
+{
+    const double *lz = k->xpos->log_zeta;
+    ptrdiff_t half = k->half;
+    double d = p - k->prev;
+    if (!k->f64 && j >= 2 && d == k->step) {
+        if (!k->have_g) {
+            double e = d * k->xpos->rate;
+            for (ptrdiff_t i = 0; i < half; ++i)
+                k->g[i] = exp(lz[i] * e);
+            k->have_g = 1;
+        }
+        for (ptrdiff_t i = 0; i < half; ++i)
+            k->f[i] *= k->g[i];
+    } else {
+        double e = xpos_exponent(k->xpos, p);
+        for (ptrdiff_t i = 0; i < half; ++i)
+            k->f[i] = exp(lz[i] * e);
+        k->have_g = 0;
+        k->step = j >= 1 ? d : NAN;
+    }
+    k->prev = p;
+}
+
+/* The first n values of row j (of 2 * half: cos, then sin), with xPos's
+ * factors (all half values) when k->xpos is set. */
+static void emit_run(struct table_sink *k, ptrdiff_t j, const double *s, const double *c,
                      ptrdiff_t n)
 {
     ptrdiff_t half = k->half;
+    if (k->xpos) {
+        xpos_row(k, j, *(const double *)(k->pos + j * k->pos_stride));
+        const double *f = k->f;
+        if (k->f64) {
+            double *t = (double *)k->tab + j * 2 * half;
+            for (ptrdiff_t i = 0; i < half; ++i) {
+                t[i] = c[i] * k->scale * f[i];
+                t[half + i] = s[i] * k->sscale * f[i];
+            }
+        } else {
+            float *t = (float *)k->tab + j * 2 * half;
+            for (ptrdiff_t i = 0; i < half; ++i) {
+                t[i] = (float)(c[i] * k->scale * f[i]);
+                t[half + i] = (float)(s[i] * k->sscale * f[i]);
+            }
+        }
+        return;
+    }
     if (k->f64) {
         double *t = (double *)k->tab + j * 2 * half;
         for (ptrdiff_t i = 0; i < n; ++i) {
@@ -78,18 +148,33 @@ static void emit_run(const struct table_sink *k, ptrdiff_t j, const double *s, c
 
 static void emit_table_row(void *ctx, ptrdiff_t j, const double *s, const double *c)
 {
-    const struct table_sink *k = ctx;
-    emit_run(k, j, s, c, k->half);
+    emit_run(ctx, j, s, c, ((struct table_sink *)ctx)->half);
 }
 
 void pe_rope_fill_table(const struct pe_kernels *k, const char *pos, ptrdiff_t pos_stride,
                         ptrdiff_t n, const double *freq, ptrdiff_t half, double wmax, double scale,
-                        int inverse, int tab_f64, char *tab, struct pe_rotor *rt)
+                        int inverse, const struct pe_xpos *xpos, double *xpos_scratch, int tab_f64,
+                        char *tab, struct pe_rotor *rt)
 {
+    /* the inverse divides by the factors: the rate's sign flips */
+    struct pe_xpos xp = {NULL, 0.0, 0.0};
+    if (xpos != NULL && xpos->log_zeta != NULL)
+        xp = *xpos, xp.rate = inverse ? -xp.rate : xp.rate;
     for (ptrdiff_t g0 = 0; g0 < n; g0 += PE_ANCHOR) {
         ptrdiff_t len = n - g0 < PE_ANCHOR ? n - g0 : PE_ANCHOR;
-        struct table_sink sink = {tab + g0 * 2 * half * (tab_f64 ? 8 : 4), half, scale,
-                                  inverse ? -scale : scale, tab_f64};
+        struct table_sink sink = {tab + g0 * 2 * half * (tab_f64 ? 8 : 4),
+                                  half,
+                                  scale,
+                                  inverse ? -scale : scale,
+                                  tab_f64,
+                                  xp.log_zeta ? &xp : NULL,
+                                  pos + g0 * pos_stride,
+                                  pos_stride,
+                                  xpos_scratch,
+                                  xpos_scratch + half,
+                                  NAN,
+                                  NAN,
+                                  0};
         pe_sincos_group(k, rt, pos + g0 * pos_stride, pos_stride, len, freq, half, wmax, !tab_f64,
                         emit_table_row, &sink);
     }
@@ -270,16 +355,21 @@ void pe_rope_fill_table_chan(const struct pe_kernels *k, const struct pe_rope_ch
 
 /* ---- cos/sin tables (rope_cos_sin) ---- */
 
-/* Where rows of rope_cos_sin go: rows r0 + j of cos_out and sin_out. */
+/* Where rows of rope_cos_sin go: rows r0 + j of cos_out and sin_out (each
+ * value once if not full), with xPos at the positions pos. */
 struct pair_sink {
     char *cos_out, *sin_out;
     ptrdiff_t cos_stride, sin_stride, r0, half;
     double scale;
+    const struct pe_xpos *xpos; /* NULL: none */
+    const double *pos;
+    int full;
     const ptrdiff_t *idx; /* positions in channels: the pairs of one channel */
     ptrdiff_t count;
 };
 
-/* Row j: each value twice, in the layout, rounded once to dtype. */
+/* Row j: each value twice in the layout (once if not full), rounded once
+ * to dtype. */
 PE_INLINE void emit_pair(void *ctx, ptrdiff_t j, const double *s, const double *c, const int layout,
                          const int dtype)
 {
@@ -287,8 +377,18 @@ PE_INLINE void emit_pair(void *ctx, ptrdiff_t j, const double *s, const double *
     char *crow = k->cos_out + (k->r0 + j) * k->cos_stride;
     char *srow = k->sin_out + (k->r0 + j) * k->sin_stride;
     ptrdiff_t half = k->half;
+    double e = k->xpos ? xpos_exponent(k->xpos, k->pos[k->r0 + j]) : 0.0;
     for (ptrdiff_t i = 0; i < half; ++i) {
         double cv = c[i] * k->scale, sv = s[i] * k->scale;
+        if (k->xpos) {
+            double f = exp(k->xpos->log_zeta[i] * e);
+            cv *= f, sv *= f;
+        }
+        if (!k->full) {
+            pe_store(crow, i, dtype, cv);
+            pe_store(srow, i, dtype, sv);
+            continue;
+        }
         ptrdiff_t a = layout == PE_ROPE_HALF ? i : 2 * i;
         ptrdiff_t b = layout == PE_ROPE_HALF ? half + i : 2 * i + 1;
         pe_store(crow, a, dtype, cv);
@@ -360,7 +460,7 @@ static void table_cell(void *ctx, struct pe_rotor *rt, ptrdiff_t r0, ptrdiff_t n
 int pe_rope_table(const struct pe_kernels *k, const double *pos, ptrdiff_t n, const double *freq,
                   ptrdiff_t half, double scale, int layout, int dtype, char *cos_out,
                   ptrdiff_t cos_stride, char *sin_out, ptrdiff_t sin_stride, const int32_t *channel,
-                  int nchan, int nthreads)
+                  int nchan, const struct pe_xpos *xpos, int full, int nthreads)
 {
     struct pe_rope_chan chan;
     struct table_job job = {k,
@@ -369,9 +469,13 @@ int pe_rope_table(const struct pe_kernels *k, const double *pos, ptrdiff_t n, co
                             pe_max_abs(freq, half),
                             dtype,
                             emit_pair_row[layout][dtype],
-                            {cos_out, sin_out, cos_stride, sin_stride, 0, half, scale, NULL, 0},
+                            {cos_out, sin_out, cos_stride, sin_stride, 0, half, scale,
+                             xpos != NULL && xpos->log_zeta != NULL ? xpos : NULL, pos, full, NULL,
+                             0},
                             NULL};
     if (channel != NULL) {
+        if (job.sink.xpos != NULL || !full)
+            return -2; /* full tables without xPos only */
         int rc = pe_rope_chan_init(&chan, channel, nchan, n * (ptrdiff_t)sizeof *pos, freq, half);
         if (rc != 0) {
             pe_rope_chan_free(&chan);

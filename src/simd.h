@@ -71,6 +71,24 @@
     type table[2][PE_NDTYPES] = {{table##_0_f16, table##_0_f32, table##_0_f64, table##_0_bf16},    \
                                  {table##_1_f16, table##_1_f32, table##_1_f64, table##_1_bf16}}
 
+/* PE_SPECIALISE_ROPE: the same for the four layouts of enum
+ * pe_rope_layout, a table `type table[PE_ROPE_NLAYOUTS][PE_NDTYPES]`. */
+#define PE_SPECIALISE_LAYOUT(table, body, params, args, l)                                         \
+    PE_SPECIALISE_ONE(table##_##l##_f16, body, params, args, l, PE_F16)                            \
+    PE_SPECIALISE_ONE(table##_##l##_f32, body, params, args, l, PE_F32)                            \
+    PE_SPECIALISE_ONE(table##_##l##_f64, body, params, args, l, PE_F64)                            \
+    PE_SPECIALISE_ONE(table##_##l##_bf16, body, params, args, l, PE_BF16)
+#define PE_SPECIALISE_ROW(table, l)                                                                \
+    {table##_##l##_f16, table##_##l##_f32, table##_##l##_f64, table##_##l##_bf16}
+#define PE_SPECIALISE_ROPE(type, table, body, params, args)                                        \
+    PE_SPECIALISE_LAYOUT(table, body, params, args, 0)                                             \
+    PE_SPECIALISE_LAYOUT(table, body, params, args, 1)                                             \
+    PE_SPECIALISE_LAYOUT(table, body, params, args, 2)                                             \
+    PE_SPECIALISE_LAYOUT(table, body, params, args, 3)                                             \
+    type table[PE_ROPE_NLAYOUTS][PE_NDTYPES] = {                                                   \
+        PE_SPECIALISE_ROW(table, 0), PE_SPECIALISE_ROW(table, 1), PE_SPECIALISE_ROW(table, 2),     \
+        PE_SPECIALISE_ROW(table, 3)}
+
 /* ---- the table of kernels ---- */
 
 struct pe_rotor;
@@ -132,7 +150,7 @@ void pe_sincos_row_scalar(double pos, const double *freq, ptrdiff_t n, double *s
 void pe_rotate_row_scalar(double *s, double *c, const double *sd, const double *cd,
                           const double *freq, double pos, double m, ptrdiff_t n);
 extern const pe_sinusoid_cell_fn pe_sinusoid_cell_scalar[2][PE_NDTYPES];
-extern const pe_rope_run_fn pe_rope_run_scalar[2][PE_NDTYPES];
+extern const pe_rope_run_fn pe_rope_run_scalar[PE_ROPE_NLAYOUTS][PE_NDTYPES];
 extern const pe_bias_rows_fn pe_bias_rows_scalar[2][PE_NDTYPES];
 extern const pe_alibi_block_fn pe_alibi_block_scalar[2][PE_NDTYPES];
 extern const pe_diagonals_fn pe_diagonals_scalar[2][PE_NDTYPES];
@@ -143,7 +161,7 @@ void pe_sincos_row_avx2(double pos, const double *freq, ptrdiff_t n, double *s, 
 void pe_rotate_row_avx2(double *s, double *c, const double *sd, const double *cd,
                         const double *freq, double pos, double m, ptrdiff_t n);
 extern const pe_sinusoid_cell_fn pe_sinusoid_cell_avx2[2][PE_NDTYPES];
-extern const pe_rope_run_fn pe_rope_run_avx2[2][PE_NDTYPES];
+extern const pe_rope_run_fn pe_rope_run_avx2[PE_ROPE_NLAYOUTS][PE_NDTYPES];
 extern const pe_bias_rows_fn pe_bias_rows_avx2[2][PE_NDTYPES];
 extern const pe_alibi_block_fn pe_alibi_block_avx2[2][PE_NDTYPES];
 extern const pe_diagonals_fn pe_diagonals_avx2[2][PE_NDTYPES];

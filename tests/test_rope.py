@@ -809,7 +809,51 @@ def test_bad_arguments_of_the_tables_raise(call, exc, match):
             TypeError,
         ),
         ((np.ones((2, 8)), np.zeros(2), np.ones(4), np.ones((2, 9)), 0, 1.0, False), ValueError),
-        ((np.ones((2, 8)), np.zeros(2), np.ones(4), np.ones((2, 8)), 2, 1.0, False), ValueError),
+        ((np.ones((2, 8)), np.zeros(2), np.ones(4), np.ones((2, 8)), 3, 1.0, False), ValueError),
+        # DeepSeek-V3's layout (2) cannot be written in place; xPos's log zeta, centre, rate
+        ((np.ones((2, 8)), np.zeros(2), np.ones(4), np.ones((2, 8)), 2, 1.0, False), None),
+        (
+            (np.ones((2, 8)), np.zeros(2), np.ones(4), np.ones((2, 8)), 0, 1.0, False, -np.ones(4)),
+            None,
+        ),
+        (
+            (np.ones((2, 8)), np.zeros(2), np.ones(4), np.ones((2, 8)), 0, 1.0, False, -np.ones(3)),
+            ValueError,
+        ),
+        (
+            (np.ones((2, 8)), np.zeros(2), np.ones(4), np.ones((2, 8)), 0, 1.0, False, [1.0] * 4),
+            TypeError,
+        ),
+        (
+            (
+                np.ones((2, 8)),
+                np.zeros(2),
+                np.ones(4),
+                np.ones((2, 8)),
+                0,
+                1.0,
+                False,
+                np.ones(4),
+                np.inf,
+                1.0,
+            ),
+            ValueError,
+        ),
+        (
+            (
+                np.ones((2, 8)),
+                np.zeros(2),
+                np.ones(4),
+                np.ones((2, 8)),
+                0,
+                1.0,
+                False,
+                np.ones(4),
+                0.0,
+                np.nan,
+            ),
+            ValueError,
+        ),
         ((np.ones((2, 8)), np.zeros(2), np.ones(4), np.ones((2, 8)), 0, np.inf, False), ValueError),
         (
             (np.ones((2, 8)), np.zeros(2), np.ones(4), np.ones((2, 16))[:, ::2], 0, 1.0, False),
@@ -836,6 +880,71 @@ def test_the_c_glue_checks_what_it_is_given(args, exc):
         return
     with pytest.raises(exc):
         _core.rope_apply(*args)
+
+
+def test_the_c_glue_refuses_deepseeks_layout_in_place():
+    x = np.ones((2, 8))
+    with pytest.raises(ValueError, match="out must not be x"):
+        _core.rope_apply(x, np.zeros(2), np.ones(4), x, 2, 1.0, False)
+
+
+@pytest.mark.parametrize(
+    "args,exc",
+    [
+        ((np.zeros(2), np.ones(4), np.ones((2, 8)), np.ones((2, 8)), 0, 1.0), None),
+        (
+            (
+                np.zeros(2),
+                np.ones(4),
+                np.ones((2, 4)),
+                np.ones((2, 4)),
+                0,
+                1.0,
+                None,
+                0.0,
+                0.0,
+                False,
+            ),
+            None,
+        ),
+        (
+            (
+                np.zeros(2),
+                np.ones(4),
+                np.ones((2, 8)),
+                np.ones((2, 8)),
+                0,
+                1.0,
+                None,
+                0.0,
+                0.0,
+                False,
+            ),
+            ValueError,
+        ),
+        ((np.zeros(2), np.ones(4), np.ones((2, 8)), np.ones((2, 8)), 2, 1.0), ValueError),
+        (
+            (
+                np.zeros(2),
+                np.ones(4),
+                np.ones((2, 8)),
+                np.ones((2, 8)),
+                0,
+                1.0,
+                np.ones(5),
+                0.0,
+                1.0,
+            ),
+            ValueError,
+        ),
+    ],
+)
+def test_the_c_glue_of_the_tables_checks_the_new_options(args, exc):
+    if exc is None:
+        _core.rope_table(*args)
+        return
+    with pytest.raises(exc):
+        _core.rope_table(*args)
 
 
 def test_the_c_glue_refuses_out_partly_overlapping_x():

@@ -48,9 +48,14 @@ def numpy_calls(q: NDArray[np.float32], h: NDArray[np.float16], ids: NDArray[np.
     assert_type(posenc.apply_rope(h, ids, layout="interleaved", out=h), NDArray[np.float16])
     assert_type(posenc.apply_rope(q, scaling=LlamaConfig()), NDArray[np.float32])
     assert_type(posenc.apply_rope([[1.0, 2.0]]), NDArray[Any])
+    assert_type(posenc.apply_rope(q, layout="interleaved_to_half"), NDArray[np.float32])
+    assert_type(posenc.apply_rope(q, xpos="key", xpos_centre=2048.0), NDArray[np.float32])
     assert_type(posenc.sinusoid(16, 8), NDArray[Any])
     assert_type(posenc.sinusoid(ids, 8, layout="concat", dtype=np.float16), NDArray[Any])
     assert_type(posenc.rope_cos_sin(16, 8, dtype="float16"), Tuple[NDArray[Any], NDArray[Any]])
+    assert_type(
+        posenc.rope_cos_sin(16, 8, full=False, xpos="query"), Tuple[NDArray[Any], NDArray[Any]]
+    )
     inv_freq, factor = posenc.rope_frequencies(128, scaling={"rope_type": "linear", "factor": 2})
     assert_type(inv_freq, NDArray[np.float64])
     assert_type(factor, float)
@@ -118,6 +123,7 @@ def wrong_calls(q: NDArray[np.float32], E: NDArray[np.float64]) -> None:
     posenc.apply_rope(q, mrope_section=16)  # type: ignore[call-overload]
     posenc.apply_rope(q, axial="2")  # type: ignore[arg-type]
     posenc.vision_position_ids([[1, 2, 2]], convention="vit")  # type: ignore[call-overload]
+    posenc.apply_rope(q, xpos="value")  # type: ignore[call-overload]
     posenc.sinusoid(16, "8")  # type: ignore[call-overload]
     posenc.rope_frequencies(128, seq_len=1.5)  # type: ignore[arg-type]
     posenc.alibi_bias(12, 8, scores=q, out=q)  # type: ignore[call-overload]
