@@ -1,0 +1,287 @@
+/*
+ * relative_avx2.c -- the gather of relative.c on the AVX2 path: eight
+ * scores at a time (four of float64), each taking the same one add of the
+ * same product as the portable path gives it, so the same bits.
+ *
+ * By query (score (i, j) reads row i of the products at the column of its
+ * distance), a row walks the segments of the map its distances cross: a
+ * run of slope 1 (Transformer-XL's shift) is an unaligned load of the
+ * products at the run's offset, a run of slope 0 (clipped distances) one
+ * broadcast value, and several short runs together (log buckets) or a run
+ * of slope -1 a gather through the map, as int32 column indices.
+ *
+ * By key (score (i, j) reads row j), eight neighbouring keys read eight
+ * rows of the products: one gather, whose indices are the eight rows'
+ * offsets plus the eight columns the map names.  The scores are walked in
+ * tiles of PE_REL_TILE x PE_REL_TILE, so that the product lines a tile
+ * reads (a few per key: neighbouring queries read neighbouring columns)
+ * stay in L1 while the tile's rows of scores are added, each once.
+ *
+ * Float16 and bfloat16 scores: the products rounded to the scores' type,
+ * widened back, added in float32 and rounded once (F16C for float16, the
+ * shifts of avx2.h for bfloat16), as pe_rel_add1 does one score.
+ */
+#include "pe.h"
+#include "relative.h"
+#include "simd.h"
+
+#include "avx2.h"
+
+#if PE_X86
+/* o[0 .. 8) += x: eight scores of a 32-bit or 16-bit type and their
+ * products (float32). */
+PE_INLINE void add8(char *o, __m256 x, const int dtype)
+{
+    if (dtype == PE_F32) {
+        _mm256_storeu_ps((float *)o, _mm256_add_ps(_mm256_loadu_ps((const float *)o), x));
+        return;
+    }
+    __m256 a = pe_ps_from_half8(_mm_loadu_si128((const __m128i *)o), dtype);
+    __m256 r = pe_ps_from_half8(pe_half8_from_ps(x, dtype), dtype);
+    _mm_storeu_si128((__m128i *)o, pe_half8_from_ps(_mm256_add_ps(a, r), dtype));
+}
+
+/* o[0 .. 4) += x, float64. */
+PE_INLINE void add4(char *o, __m256d x)
+{
+    _mm256_storeu_pd((double *)o, _mm256_add_pd(_mm256_loadu_pd((const double *)o), x));
+}
+
+/* ---- by query ---- */
+
+/* Scores o[0 .. n) of a row += the products p (the row's own) at the
+ * columns of segment kind `slope`: p[col + m] (1), p[col] (0), p[col - m]
+ * (-1), p[map[m]] (2; map the int32 map from the first score's t). */
+PE_INLINE void segment(char *o, const char *p, ptrdiff_t col, int slope, const int32_t *map,
+                       ptrdiff_t n, const int dtype)
+{
+    const ptrdiff_t isz = (ptrdiff_t)pe_itemsize(dtype);
+    ptrdiff_t m = 0;
+    if (dtype == PE_F64) {
+        const double *x = (const double *)p;
+        if (slope == 1) {
+            for (; m + 4 <= n; m += 4)
+                add4(o + m * 8, _mm256_loadu_pd(x + col + m));
+        } else if (slope == 0) {
+            __m256d v = _mm256_set1_pd(x[col]);
+            for (; m + 4 <= n; m += 4)
+                add4(o + m * 8, v);
+        } else if (slope == -1) {
+            for (; m + 4 <= n; m += 4)
+                add4(o + m * 8, _mm256_permute4x64_pd(_mm256_loadu_pd(x + col - m - 3), 0x1b));
+        } else {
+            for (; m + 4 <= n; m += 4)
+                add4(o + m * 8,
+                     _mm256_i32gather_pd(x, _mm_loadu_si128((const __m128i *)(map + m)), 8));
+        }
+    } else {
+        const float *x = (const float *)p;
+        if (slope == 1) {
+            for (; m + 16 <= n; m += 16) {
+                add8(o + m * isz, _mm256_loadu_ps(x + col + m), dtype);
+                add8(o + (m + 8) * isz, _mm256_loadu_ps(x + col + m + 8), dtype);
+            }
+            for (; m + 8 <= n; m += 8)
+                add8(o + m * isz, _mm256_loadu_ps(x + col + m), dtype);
+        } else if (slope == 0) {
+            __m256 v = _mm256_set1_ps(x[col]);
+            for (; m + 8 <= n; m += 8)
+                add8(o + m * isz, v, dtype);
+        } else if (slope == -1) {
+            const __m256i rev = _mm256_setr_epi32(7, 6, 5, 4, 3, 2, 1, 0);
+            for (; m + 8 <= n; m += 8)
+                add8(o + m * isz, _mm256_permutevar8x32_ps(_mm256_loadu_ps(x + col - m - 7), rev),
+                     dtype);
+        } else {
+            for (; m + 8 <= n; m += 8)
+                add8(o + m * isz,
+                     _mm256_i32gather_ps(x, _mm256_loadu_si256((const __m256i *)(map + m)), 4),
+                     dtype);
+        }
+    }
+    const ptrdiff_t ssz = dtype == PE_F64 ? 8 : 4;
+    for (; m < n; ++m)
+        pe_rel_add1(o + m * isz, p + (ptrdiff_t)map[m] * ssz, dtype);
+}
+
+/* Row task of the (batch * heads * q_len) rows. */
+PE_INLINE void row_avx2(const struct pe_rel_gather *g, ptrdiff_t task, const int dtype)
+{
+    const struct pe_bias_dst *d = g->dst;
+    const struct pe_rel_src *s = g->src;
+    ptrdiff_t q = d->q_len, k = d->k_len, p = task / q, i = task % q;
+    ptrdiff_t b = p / d->heads, h = p % d->heads;
+    pe_rel_prefetch_row(g, task + 2);
+    if (g->map32 == NULL) {
+        pe_rel_row_scalar(g, b, h, i, 0, k);
+        return;
+    }
+    const ptrdiff_t isz = (ptrdiff_t)pe_itemsize(dtype);
+    char *row = d->data + b * d->stride_b + h * d->stride_h + i * d->stride_q;
+    const char *prod =
+        s->data + (s->batch == 1 ? 0 : b) * s->stride_b + h * s->stride_h + i * s->stride_r;
+    ptrdiff_t t0 = q - 1 - i; /* t of key 0 */
+    for (ptrdiff_t r = pe_rel_run_at(g->segs, g->nsegs, t0); r < g->nsegs; ++r) {
+        const struct pe_rel_run *seg = &g->segs[r];
+        ptrdiff_t a = seg->start > t0 ? seg->start : t0;
+        ptrdiff_t e = seg[1].start < t0 + k ? seg[1].start : t0 + k;
+        if (a >= t0 + k)
+            break;
+        if (seg->base < 0)
+            continue;
+        ptrdiff_t col = seg->slope == 2 ? 0 : (ptrdiff_t)seg->base + seg->slope * (a - seg->start);
+        segment(row + (a - t0) * isz, prod, col, seg->slope, g->map32 + a, e - a, dtype);
+    }
+}
+
+/* ---- by key ---- */
+
+/* The eight rows of an 8 x 8 block of floats transposed: row k of the
+ * result holds element k of each of v[0 .. 8). */
+PE_INLINE void transpose8(__m256 v[8])
+{
+    __m256 t0 = _mm256_unpacklo_ps(v[0], v[1]), t1 = _mm256_unpackhi_ps(v[0], v[1]);
+    __m256 t2 = _mm256_unpacklo_ps(v[2], v[3]), t3 = _mm256_unpackhi_ps(v[2], v[3]);
+    __m256 t4 = _mm256_unpacklo_ps(v[4], v[5]), t5 = _mm256_unpackhi_ps(v[4], v[5]);
+    __m256 t6 = _mm256_unpacklo_ps(v[6], v[7]), t7 = _mm256_unpackhi_ps(v[6], v[7]);
+    __m256 s0 = _mm256_shuffle_ps(t0, t2, 0x44), s1 = _mm256_shuffle_ps(t0, t2, 0xee);
+    __m256 s2 = _mm256_shuffle_ps(t1, t3, 0x44), s3 = _mm256_shuffle_ps(t1, t3, 0xee);
+    __m256 s4 = _mm256_shuffle_ps(t4, t6, 0x44), s5 = _mm256_shuffle_ps(t4, t6, 0xee);
+    __m256 s6 = _mm256_shuffle_ps(t5, t7, 0x44), s7 = _mm256_shuffle_ps(t5, t7, 0xee);
+    v[0] = _mm256_permute2f128_ps(s0, s4, 0x20);
+    v[1] = _mm256_permute2f128_ps(s1, s5, 0x20);
+    v[2] = _mm256_permute2f128_ps(s2, s6, 0x20);
+    v[3] = _mm256_permute2f128_ps(s3, s7, 0x20);
+    v[4] = _mm256_permute2f128_ps(s0, s4, 0x31);
+    v[5] = _mm256_permute2f128_ps(s1, s5, 0x31);
+    v[6] = _mm256_permute2f128_ps(s2, s6, 0x31);
+    v[7] = _mm256_permute2f128_ps(s3, s7, 0x31);
+}
+
+/* Score (i, j) += product (j, map[t]) for one score, unless map[t] < 0. */
+PE_INLINE void add_one(const struct pe_rel_gather *g, char *out, const char *prod, ptrdiff_t i,
+                       ptrdiff_t j, const int dtype)
+{
+    const ptrdiff_t isz = (ptrdiff_t)pe_itemsize(dtype);
+    int32_t c = g->map32[g->dst->q_len - 1 - i + j];
+    if (c >= 0)
+        pe_rel_add1(out + i * g->dst->stride_q + j * isz, prod + j * g->src->stride_r + c * 4,
+                    dtype);
+}
+
+/* The 8 x 8 scores [i, i + 8) x [j, j + 8), by key (float32 products):
+ * key j + l reads row j + l of the products at the columns its eight
+ * queries name, map[u + l - 7 + k] for query i + 7 - k (u the t of
+ * (i, j)), ascending in k; the eight vectors, one per key, transposed
+ * into the eight rows of scores.  A run of slope 1 (-1) holds those
+ * columns side by side: one load (reversed); one of slope 0 a single
+ * column: one vector of the eight keys' products, added to every row;
+ * otherwise a gather through the map. */
+PE_INLINE void block8(const struct pe_rel_gather *g, char *out, const char *prod, ptrdiff_t i,
+                      ptrdiff_t j, const int dtype)
+{
+    const struct pe_bias_dst *d = g->dst;
+    const ptrdiff_t isz = (ptrdiff_t)pe_itemsize(dtype), sr = g->src->stride_r;
+    ptrdiff_t u = d->q_len - 1 - i + j;
+    const int32_t *m = g->map32 + (u - 7);
+    const char *p = prod + j * sr;
+    char *o = out + (i + 7) * d->stride_q + j * isz; /* row i + 7 - k at o - k * stride_q */
+    __m256 v[8];
+    switch (g->block[u - 7]) {
+    case 1:
+        for (int l = 0; l < 8; ++l)
+            v[l] = _mm256_loadu_ps((const float *)(p + l * sr) + m[l]);
+        break;
+    case -1: {
+        const __m256i rev = _mm256_setr_epi32(7, 6, 5, 4, 3, 2, 1, 0);
+        for (int l = 0; l < 8; ++l)
+            v[l] = _mm256_permutevar8x32_ps(
+                _mm256_loadu_ps((const float *)(p + l * sr) + m[l + 7]), rev);
+        break;
+    }
+    case 0: {
+        __m256 w = _mm256_i32gather_ps(
+            (const float *)p,
+            _mm256_add_epi32(_mm256_set1_epi32(m[0]),
+                             _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+                                                _mm256_set1_epi32((int)(sr / 4)))),
+            4);
+        for (int k = 0; k < 8; ++k)
+            add8(o - k * d->stride_q, w, dtype);
+        return;
+    }
+    case 2:
+        for (int l = 0; l < 8; ++l)
+            v[l] = _mm256_i32gather_ps((const float *)(p + l * sr),
+                                       _mm256_loadu_si256((const __m256i *)(m + l)), 4);
+        break;
+    default:
+        for (ptrdiff_t ii = 0; ii < 8; ++ii)
+            for (ptrdiff_t l = 0; l < 8; ++l)
+                add_one(g, out, prod, i + ii, j + l, dtype);
+        return;
+    }
+    transpose8(v);
+    for (int k = 0; k < 8; ++k)
+        add8(o - k * d->stride_q, v[k], dtype);
+}
+
+/* Row of tiles task of the (batch * heads * tiles_q) ones: strips of eight
+ * rows of scores, each walked along its keys in blocks of 8 x 8 (the
+ * product lines a strip reads are those the next one reads, from L2). */
+PE_INLINE void tiles_avx2(const struct pe_rel_gather *g, ptrdiff_t task, const int dtype)
+{
+    const struct pe_bias_dst *d = g->dst;
+    const struct pe_rel_src *s = g->src;
+    ptrdiff_t p = task / g->tiles_q, i0 = task % g->tiles_q * PE_REL_TILE;
+    ptrdiff_t i1 = d->q_len - i0 < PE_REL_TILE ? d->q_len : i0 + PE_REL_TILE;
+    ptrdiff_t b = p / d->heads, h = p % d->heads, k = d->k_len, q = d->q_len;
+    /* the gathers' offsets (eight rows and a column) must fit int32 */
+    int vector = dtype != PE_F64 && g->map32 != NULL && g->block != NULL && s->stride_r >= 0 &&
+                 s->stride_r % 4 == 0 && s->stride_r / 4 <= (INT32_MAX - s->width) / 8;
+    if (!vector) {
+        for (ptrdiff_t c = 0; c < g->tiles_k; ++c) {
+            ptrdiff_t j0 = c * PE_REL_TILE, j1 = k - j0 < PE_REL_TILE ? k : j0 + PE_REL_TILE;
+            pe_rel_tile_scalar(g, b, h, i0, i1, j0, j1);
+        }
+        return;
+    }
+    const char *prod = s->data + (s->batch == 1 ? 0 : b) * s->stride_b + h * s->stride_h;
+    char *out = d->data + b * d->stride_b + h * d->stride_h;
+    ptrdiff_t i = i0;
+    for (; i + 8 <= i1; i += 8) {
+        ptrdiff_t j = 0;
+        for (; j + 8 <= k; j += 8) {
+            /* the product lines of the block four blocks on */
+            ptrdiff_t ja = j + 32;
+            if (ja + 8 <= k) {
+                const int32_t *m = g->map32 + (q - 1 - i + ja - 7);
+                for (int l = 0; l < 8; ++l)
+                    if (m[l] >= 0)
+                        pe_rel_prefetch(prod + (ja + l) * s->stride_r + (ptrdiff_t)m[l] * 4);
+            }
+            block8(g, out, prod, i, j, dtype);
+        }
+        for (ptrdiff_t ii = i; ii < i + 8; ++ii)
+            for (ptrdiff_t jj = j; jj < k; ++jj)
+                add_one(g, out, prod, ii, jj, dtype);
+    }
+    for (; i < i1; ++i)
+        for (ptrdiff_t jj = 0; jj < k; ++jj)
+            add_one(g, out, prod, i, jj, dtype);
+}
+
+PE_INLINE void task_avx2(const struct pe_rel_gather *g, ptrdiff_t task, const int by_key,
+                         const int dtype)
+{
+    if (by_key)
+        tiles_avx2(g, task, dtype);
+    else
+        row_avx2(g, task, dtype);
+}
+
+PE_SPECIALISE(const pe_rel_task_fn, pe_rel_task_avx2, task_avx2,
+              (const struct pe_rel_gather *g, ptrdiff_t task), (g, task));
+
+PE_AVX2_END
+#endif
