@@ -264,7 +264,8 @@ PE_INLINE void task_scalar(const struct pe_rel_gather *g, ptrdiff_t task, const 
     (void)dtype;
     if (!by_key) {
         ptrdiff_t q = d->q_len, p = task / q;
-        pe_rel_prefetch_row(g, task + 2);
+        if (g->prefetch)
+            pe_rel_prefetch_row(g, task + 2);
         pe_rel_row_scalar(g, p / d->heads, p % d->heads, task % q, 0, d->k_len);
         return;
     }
@@ -289,7 +290,8 @@ int pe_rel_gather_add(const struct pe_kernels *k, const struct pe_rel_src *src, 
     int32_t *map32 = malloc((size_t)n * sizeof *map32);
     ptrdiff_t *neg = NULL;
     int8_t *block = NULL;
-    if (runs == NULL || map32 == NULL)
+    int32_t *wmin = malloc((size_t)n * sizeof *wmin);
+    if (runs == NULL || map32 == NULL || wmin == NULL)
         goto nomem;
     ptrdiff_t nruns = find_runs(map, n, runs);
     ptrdiff_t tq = (dst->q_len + TILE - 1) / TILE, tk = (dst->k_len + TILE - 1) / TILE;
@@ -306,7 +308,9 @@ int pe_rel_gather_add(const struct pe_kernels *k, const struct pe_rel_src *src, 
                               NULL,
                               tq,
                               tk,
-                              NULL};
+                              NULL,
+                              NULL,
+                              0};
     /* the map's entries are < width; the vector path indexes with int32 */
     if (src->width <= INT32_MAX) {
         for (ptrdiff_t t = 0; t < n; ++t)
@@ -325,6 +329,20 @@ int pe_rel_gather_add(const struct pe_kernels *k, const struct pe_rel_src *src, 
         }
     }
     g.neg = neg;
+    for (ptrdiff_t t = 0; t + 8 <= n; ++t) {
+        int64_t lo = map[t], hi = map[t];
+        for (int l = 1; l < 8; ++l) {
+            lo = map[t + l] < lo ? map[t + l] : lo;
+            hi = map[t + l] > hi ? map[t + l] : hi;
+        }
+        wmin[t] = lo >= 0 && hi - lo < 8 && lo + 8 <= src->width && g.map32 != NULL ? (int32_t)lo
+                                                                                     : -1;
+    }
+    g.wmin = wmin;
+    for (ptrdiff_t t = 1, last = -1; t <= n && !g.prefetch; ++t) {
+        last = map[t - 1] >= 0 ? map[t - 1] : last;
+        g.prefetch = t < n && map[t] >= 0 && map[t] < last;
+    }
     if (src->by_key && n >= PE_REL_BLOCK) {
         block = malloc((size_t)n);
         if (block == NULL)
@@ -341,6 +359,13 @@ int pe_rel_gather_add(const struct pe_kernels *k, const struct pe_rel_src *src, 
             if (runs[r].base >= 0)
                 for (ptrdiff_t t = runs[r].start; t + PE_REL_BLOCK <= runs[r + 1].start; ++t)
                     block[t] = (int8_t)runs[r].slope;
+        for (ptrdiff_t t = 0; t + PE_REL_BLOCK <= n; ++t) {
+            int all = block[t] == 2;
+            for (int l = 0; l < 8 && all; ++l)
+                all = wmin[t + l] >= 0;
+            if (all)
+                block[t] = 4;
+        }
         g.block = block;
     }
     ptrdiff_t bh = dst->batch * dst->heads;
@@ -350,12 +375,14 @@ int pe_rel_gather_add(const struct pe_kernels *k, const struct pe_rel_src *src, 
 #pragma omp parallel for schedule(static) num_threads(pe_team(nthreads, bh * dst->q_len * dst->k_len))
     for (ptrdiff_t task = 0; task < ntasks; ++task)
         fn(&g, task);
+    free(wmin);
     free(block);
     free(neg);
     free(map32);
     free(runs);
     return 0;
 nomem:
+    free(wmin);
     free(block);
     free(neg);
     free(map32);

@@ -67,10 +67,19 @@ struct pe_rel_gather {
      * <= the map's length): 1, 0 or -1 when one run of that slope holds
      * them all, 2 when they are all >= 0 otherwise, 3 when one is < 0 */
     const int8_t *block;
+    /* wmin[t] for the 8 map entries from t (t + 8 <= the map's length):
+     * their least when they are all >= 0, lie within 8 columns of it and
+     * the 8 from it are inside the products' rows, else -1 (vector path) */
+    const int32_t *wmin;
+    /* by query: whether a row's products are worth a hint to fetch them
+     * (they are not read in ascending order, which the CPU's own
+     * prefetchers follow best) */
+    int prefetch;
 };
 
 /* The vector path by key adds blocks of 8 x 8 scores, whose distances
- * span 15 entries of the map. */
+ * span 15 entries of the map; block[t] is 4 where it would be 2 but
+ * wmin[t + l] >= 0 for each l < 8. */
 #define PE_REL_BLOCK 15
 
 /* By key, scores are walked in tiles of PE_REL_TILE x PE_REL_TILE. */

@@ -51,9 +51,11 @@ PE_INLINE void add4(char *o, __m256d x)
 
 /* Scores o[0 .. n) of a row += the products p (the row's own) at the
  * columns of segment kind `slope`: p[col + m] (1), p[col] (0), p[col - m]
- * (-1), p[map[m]] (2; map the int32 map from the first score's t). */
+ * (-1), p[map[m]] (2; map and wmin those of relative.h from the first
+ * score's t: eight columns within 8 of the least, one load permuted,
+ * else a gather). */
 PE_INLINE void segment(char *o, const char *p, ptrdiff_t col, int slope, const int32_t *map,
-                       ptrdiff_t n, const int dtype)
+                       const int32_t *wmin, ptrdiff_t n, const int dtype)
 {
     const ptrdiff_t isz = (ptrdiff_t)pe_itemsize(dtype);
     ptrdiff_t m = 0;
@@ -93,10 +95,14 @@ PE_INLINE void segment(char *o, const char *p, ptrdiff_t col, int slope, const i
                 add8(o + m * isz, _mm256_permutevar8x32_ps(_mm256_loadu_ps(x + col - m - 7), rev),
                      dtype);
         } else {
-            for (; m + 8 <= n; m += 8)
-                add8(o + m * isz,
-                     _mm256_i32gather_ps(x, _mm256_loadu_si256((const __m256i *)(map + m)), 4),
-                     dtype);
+            for (; m + 8 <= n; m += 8) {
+                __m256i c = _mm256_loadu_si256((const __m256i *)(map + m));
+                int32_t lo = wmin[m];
+                __m256 v = lo >= 0 ? _mm256_permutevar8x32_ps(_mm256_loadu_ps(x + lo),
+                                                              _mm256_sub_epi32(c, _mm256_set1_epi32(lo)))
+                                   : _mm256_i32gather_ps(x, c, 4);
+                add8(o + m * isz, v, dtype);
+            }
         }
     }
     const ptrdiff_t ssz = dtype == PE_F64 ? 8 : 4;
@@ -111,7 +117,8 @@ PE_INLINE void row_avx2(const struct pe_rel_gather *g, ptrdiff_t task, const int
     const struct pe_rel_src *s = g->src;
     ptrdiff_t q = d->q_len, k = d->k_len, p = task / q, i = task % q;
     ptrdiff_t b = p / d->heads, h = p % d->heads;
-    pe_rel_prefetch_row(g, task + 2);
+    if (g->prefetch)
+        pe_rel_prefetch_row(g, task + 2);
     if (g->map32 == NULL) {
         pe_rel_row_scalar(g, b, h, i, 0, k);
         return;
@@ -130,7 +137,8 @@ PE_INLINE void row_avx2(const struct pe_rel_gather *g, ptrdiff_t task, const int
         if (seg->base < 0)
             continue;
         ptrdiff_t col = seg->slope == 2 ? 0 : (ptrdiff_t)seg->base + seg->slope * (a - seg->start);
-        segment(row + (a - t0) * isz, prod, col, seg->slope, g->map32 + a, e - a, dtype);
+        segment(row + (a - t0) * isz, prod, col, seg->slope, g->map32 + a, g->wmin + a, e - a,
+                dtype);
     }
 }
 
@@ -158,47 +166,46 @@ PE_INLINE void transpose8(__m256 v[8])
     v[7] = _mm256_permute2f128_ps(s3, s7, 0x31);
 }
 
-/* Score (i, j) += product (j, map[t]) for one score, unless map[t] < 0. */
-PE_INLINE void add_one(const struct pe_rel_gather *g, char *out, const char *prod, ptrdiff_t i,
-                       ptrdiff_t j, const int dtype)
-{
-    const ptrdiff_t isz = (ptrdiff_t)pe_itemsize(dtype);
-    int32_t c = g->map32[g->dst->q_len - 1 - i + j];
-    if (c >= 0)
-        pe_rel_add1(out + i * g->dst->stride_q + j * isz, prod + j * g->src->stride_r + c * 4,
-                    dtype);
-}
-
 /* The 8 x 8 scores [i, i + 8) x [j, j + 8), by key (float32 products):
  * key j + l reads row j + l of the products at the columns its eight
- * queries name, map[u + l - 7 + k] for query i + 7 - k (u the t of
- * (i, j)), ascending in k; the eight vectors, one per key, transposed
- * into the eight rows of scores.  A run of slope 1 (-1) holds those
- * columns side by side: one load (reversed); one of slope 0 a single
- * column: one vector of the eight keys' products, added to every row;
- * otherwise a gather through the map. */
+ * queries name, map[u + l - ii] for query i + ii (u the t of (i, j)).
+ * A run of slope 1 holds them side by side, descending in ii: one load
+ * per key from column map[u + l - 7], whose lane k is query i + 7 - k; a
+ * run of slope -1 ascending: one load from map[u + l], lane k query
+ * i + k; columns within 8 of the least: one load from the least, its
+ * lanes permuted; otherwise a gather through the map; lane k query
+ * i + 7 - k for these two.
+ * The eight vectors, one per key, transposed into the eight rows, each
+ * added into its row of scores.  A run of slope 0 holds a single column:
+ * one vector of the eight keys' products, added to every row. */
 PE_INLINE void block8(const struct pe_rel_gather *g, char *out, const char *prod, ptrdiff_t i,
                       ptrdiff_t j, const int dtype)
 {
     const struct pe_bias_dst *d = g->dst;
-    const ptrdiff_t isz = (ptrdiff_t)pe_itemsize(dtype), sr = g->src->stride_r;
+    const ptrdiff_t isz = (ptrdiff_t)pe_itemsize(dtype), sr = g->src->stride_r, sq = d->stride_q;
     ptrdiff_t u = d->q_len - 1 - i + j;
     const int32_t *m = g->map32 + (u - 7);
     const char *p = prod + j * sr;
-    char *o = out + (i + 7) * d->stride_q + j * isz; /* row i + 7 - k at o - k * stride_q */
+    char *o = out + i * sq + j * isz; /* row i */
     __m256 v[8];
-    switch (g->block[u - 7]) {
+    int kind = g->block[u - 7];
+    switch (kind) {
     case 1:
         for (int l = 0; l < 8; ++l)
             v[l] = _mm256_loadu_ps((const float *)(p + l * sr) + m[l]);
         break;
-    case -1: {
-        const __m256i rev = _mm256_setr_epi32(7, 6, 5, 4, 3, 2, 1, 0);
+    case -1:
         for (int l = 0; l < 8; ++l)
-            v[l] = _mm256_permutevar8x32_ps(
-                _mm256_loadu_ps((const float *)(p + l * sr) + m[l + 7]), rev);
+            v[l] = _mm256_loadu_ps((const float *)(p + l * sr) + m[l + 7]);
         break;
-    }
+    case 4:
+        for (int l = 0; l < 8; ++l) {
+            int32_t lo = g->wmin[u - 7 + l];
+            __m256i c = _mm256_sub_epi32(_mm256_loadu_si256((const __m256i *)(m + l)),
+                                         _mm256_set1_epi32(lo));
+            v[l] = _mm256_permutevar8x32_ps(_mm256_loadu_ps((const float *)(p + l * sr) + lo), c);
+        }
+        break;
     case 0: {
         __m256 w = _mm256_i32gather_ps(
             (const float *)p,
@@ -207,28 +214,31 @@ PE_INLINE void block8(const struct pe_rel_gather *g, char *out, const char *prod
                                                 _mm256_set1_epi32((int)(sr / 4)))),
             4);
         for (int k = 0; k < 8; ++k)
-            add8(o - k * d->stride_q, w, dtype);
+            add8(o + k * sq, w, dtype);
         return;
     }
-    case 2:
+    default:
         for (int l = 0; l < 8; ++l)
             v[l] = _mm256_i32gather_ps((const float *)(p + l * sr),
                                        _mm256_loadu_si256((const __m256i *)(m + l)), 4);
         break;
-    default:
-        for (ptrdiff_t ii = 0; ii < 8; ++ii)
-            for (ptrdiff_t l = 0; l < 8; ++l)
-                add_one(g, out, prod, i + ii, j + l, dtype);
-        return;
     }
     transpose8(v);
-    for (int k = 0; k < 8; ++k)
-        add8(o - k * d->stride_q, v[k], dtype);
+    if (kind == -1)
+        for (int k = 0; k < 8; ++k)
+            add8(o + k * sq, v[k], dtype);
+    else
+        for (int k = 0; k < 8; ++k)
+            add8(o + (7 - k) * sq, v[k], dtype);
 }
 
-/* Row of tiles task of the (batch * heads * tiles_q) ones: strips of eight
- * rows of scores, each walked along its keys in blocks of 8 x 8 (the
- * product lines a strip reads are those the next one reads, from L2). */
+/* Row of tiles task of the (batch * heads * tiles_q) ones, in strips of
+ * eight rows of scores, each walked along its keys in blocks of 8 x 8
+ * (the lines eight keys' rows of products hold for eight queries, read
+ * once; the next strip reads them again from L2), with a hint to fetch
+ * the product lines of the block four on.  Blocks whose distances meet a
+ * map entry < 0, and the rows and keys past the last whole block, go the
+ * portable way. */
 PE_INLINE void tiles_avx2(const struct pe_rel_gather *g, ptrdiff_t task, const int dtype)
 {
     const struct pe_bias_dst *d = g->dst;
@@ -248,27 +258,25 @@ PE_INLINE void tiles_avx2(const struct pe_rel_gather *g, ptrdiff_t task, const i
     }
     const char *prod = s->data + (s->batch == 1 ? 0 : b) * s->stride_b + h * s->stride_h;
     char *out = d->data + b * d->stride_b + h * d->stride_h;
-    ptrdiff_t i = i0;
+    ptrdiff_t i = i0, ke = k / 8 * 8;
     for (; i + 8 <= i1; i += 8) {
-        ptrdiff_t j = 0;
-        for (; j + 8 <= k; j += 8) {
-            /* the product lines of the block four blocks on */
-            ptrdiff_t ja = j + 32;
-            if (ja + 8 <= k) {
-                const int32_t *m = g->map32 + (q - 1 - i + ja - 7);
+        const int32_t *m = g->map32 + (q - 8 - i); /* m[j + l]: key j + l, query i + 7 */
+        for (ptrdiff_t j = 0; j < ke; j += 8) {
+            if (j + 40 <= ke)
                 for (int l = 0; l < 8; ++l)
-                    if (m[l] >= 0)
-                        pe_rel_prefetch(prod + (ja + l) * s->stride_r + (ptrdiff_t)m[l] * 4);
-            }
-            block8(g, out, prod, i, j, dtype);
+                    pe_rel_prefetch(prod + (j + 32 + l) * s->stride_r +
+                                    (ptrdiff_t)m[j + 32 + l] * 4);
+            if (g->block[q - 8 - i + j] == 3)
+                pe_rel_tile_scalar(g, b, h, i, i + 8, j, j + 8);
+            else
+                block8(g, out, prod, i, j, dtype);
         }
-        for (ptrdiff_t ii = i; ii < i + 8; ++ii)
-            for (ptrdiff_t jj = j; jj < k; ++jj)
-                add_one(g, out, prod, ii, jj, dtype);
+        if (ke < k)
+            pe_rel_tile_scalar(g, b, h, i, i + 8, ke, k);
     }
-    for (; i < i1; ++i)
-        for (ptrdiff_t jj = 0; jj < k; ++jj)
-            add_one(g, out, prod, i, jj, dtype);
+    if (i < i1)
+        for (ptrdiff_t j = 0; j < k; j += PE_REL_TILE)
+            pe_rel_tile_scalar(g, b, h, i, i1, j, k - j < PE_REL_TILE ? k : j + PE_REL_TILE);
 }
 
 PE_INLINE void task_avx2(const struct pe_rel_gather *g, ptrdiff_t task, const int by_key,
