@@ -67,8 +67,8 @@ static ptrdiff_t find_runs(const int64_t *map, ptrdiff_t n, struct pe_rel_run *r
     return nruns;
 }
 
-/* The runs with neighbouring short ones merged into segments of slope 2, into segs (room for nruns + 1, a sentinel
- * last); returns their number. */
+/* The runs with neighbouring short ones merged into segments of slope 2, into segs (room for nruns
+ * + 1, a sentinel last); returns their number. */
 static ptrdiff_t merge_runs(const struct pe_rel_run *runs, ptrdiff_t nruns, struct pe_rel_run *segs)
 {
     ptrdiff_t m = 0;
@@ -335,8 +335,8 @@ int pe_rel_gather_add(const struct pe_kernels *k, const struct pe_rel_src *src, 
             lo = map[t + l] < lo ? map[t + l] : lo;
             hi = map[t + l] > hi ? map[t + l] : hi;
         }
-        wmin[t] = lo >= 0 && hi - lo < 8 && lo + 8 <= src->width && g.map32 != NULL ? (int32_t)lo
-                                                                                     : -1;
+        wmin[t] =
+            lo >= 0 && hi - lo < 8 && lo + 8 <= src->width && g.map32 != NULL ? (int32_t)lo : -1;
     }
     g.wmin = wmin;
     for (ptrdiff_t t = 1, last = -1; t <= n && !g.prefetch; ++t) {
@@ -372,7 +372,8 @@ int pe_rel_gather_add(const struct pe_kernels *k, const struct pe_rel_src *src, 
     ptrdiff_t ntasks = src->by_key ? bh * tq : bh * dst->q_len;
     pe_rel_task_fn fn = k->rel_task[src->by_key ? 1 : 0][dst->dtype];
     /* by query a task is a row: the products of a row are one short vector */
-#pragma omp parallel for schedule(static) num_threads(pe_team(nthreads, bh * dst->q_len * dst->k_len))
+#pragma omp parallel for schedule(static)                                                          \
+    num_threads(pe_team(nthreads, bh * dst->q_len * dst->k_len))
     for (ptrdiff_t task = 0; task < ntasks; ++task)
         fn(&g, task);
     free(wmin);
@@ -453,7 +454,8 @@ int pe_rel_scatter_add(const char *w, int w_dtype, ptrdiff_t batch, ptrdiff_t he
         ptrdiff_t i = r % q_len, t0 = q_len - 1 - i;
         const char *wrow = w + (size_t)r * (size_t)k_len * wsz;
         char *orow = out + (size_t)r * (size_t)width * osz;
-        for (ptrdiff_t x = pe_rel_run_at(runs, nruns, t0); x < nruns && runs[x].start < t0 + k_len; ++x) {
+        for (ptrdiff_t x = pe_rel_run_at(runs, nruns, t0); x < nruns && runs[x].start < t0 + k_len;
+             ++x) {
             ptrdiff_t a = runs[x].start > t0 ? runs[x].start : t0;
             ptrdiff_t e = runs[x + 1].start < t0 + k_len ? runs[x + 1].start : t0 + k_len;
             if (runs[x].base < 0)

@@ -58,10 +58,10 @@ struct pe_rel_gather {
     ptrdiff_t nruns;
     const struct pe_rel_run *segs; /* the runs, short ones merged (slope 2) */
     ptrdiff_t nsegs;
-    size_t isz, ssz;      /* bytes of a score and of a product */
-    const int64_t *map;   /* the map itself */
-    const int32_t *map32; /* the map as int32, or NULL: the vector path is the portable one */
-    const ptrdiff_t *neg; /* neg[t]: entries < 0 among map[0 .. t), or NULL: none */
+    size_t isz, ssz;            /* bytes of a score and of a product */
+    const int64_t *map;         /* the map itself */
+    const int32_t *map32;       /* the map as int32, or NULL: the vector path is the portable one */
+    const ptrdiff_t *neg;       /* neg[t]: entries < 0 among map[0 .. t), or NULL: none */
     ptrdiff_t tiles_q, tiles_k; /* by key: the tiles of PE_REL_TILE scores along each axis */
     /* by key: block[t] for the PE_REL_BLOCK map entries from t (t + that
      * <= the map's length): 1, 0 or -1 when one run of that slope holds

@@ -98,9 +98,10 @@ PE_INLINE void segment(char *o, const char *p, ptrdiff_t col, int slope, const i
             for (; m + 8 <= n; m += 8) {
                 __m256i c = _mm256_loadu_si256((const __m256i *)(map + m));
                 int32_t lo = wmin[m];
-                __m256 v = lo >= 0 ? _mm256_permutevar8x32_ps(_mm256_loadu_ps(x + lo),
-                                                              _mm256_sub_epi32(c, _mm256_set1_epi32(lo)))
-                                   : _mm256_i32gather_ps(x, c, 4);
+                __m256 v =
+                    lo >= 0 ? _mm256_permutevar8x32_ps(_mm256_loadu_ps(x + lo),
+                                                       _mm256_sub_epi32(c, _mm256_set1_epi32(lo)))
+                            : _mm256_i32gather_ps(x, c, 4);
                 add8(o + m * isz, v, dtype);
             }
         }
