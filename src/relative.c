@@ -16,11 +16,11 @@
  * The column depends on the distance only, through map[t] for
  * t = q_len - 1 - i + j.  Such a map is made of runs: a run of slope 1 (the
  * relative shift: consecutive keys read consecutive columns, so a row is
- * the add of a contiguous slice, which the compiler vectorises), a run of
- * slope 0 (clipped or bucketed distances: the add of one value), a run of
- * slope -1 (a table in the other direction, as TENER's key term reads
- * it), or a run to leave alone (-1).  The runs are found once per call, and a row walks
- * the runs its distances cross; an arbitrary map degrades to runs of one.
+ * the add of a contiguous slice), a run of slope 0 (clipped or bucketed
+ * distances: the add of one value), a run of slope -1 (a table in the
+ * other direction, as TENER's key term reads it), or a run to leave alone
+ * (-1).  The runs are found once per call, and a row walks the runs its
+ * distances cross; an arbitrary map degrades to runs of one.
  *
  * By key (p2c, TENER's key term) score (i, j) reads row j: consecutive keys
  * read consecutive rows, one element each, a cache line per score if read
@@ -29,9 +29,15 @@
  * neighbouring columns of row j) into a small buffer in the scores' layout
  * -- a transpose through L1 -- and added a row of scores at a time.
  *
- * Into float16 scores each product is rounded to float16 and added as
- * NumPy adds two float16 arrays (a float32 sum rounded once), so that
- * `scores=` gives the bits of scores += the term made in float16.
+ * These are the portable kernels, a task at a time through the kernel
+ * table (simd.h); relative_avx2.c has the vector ones, which fall back on
+ * these for what they do not cover (float64 by key, int32 overflow).
+ * Every path gives every score the same one add of the same product.
+ *
+ * Into float16 (bfloat16) scores each product is rounded to float16
+ * (bfloat16) and added as NumPy (ml_dtypes) adds two such arrays: a
+ * float32 sum rounded once, so that `scores=` gives the bits of
+ * scores += the term made in that type.
  */
 #include <stdlib.h>
 #include <string.h>

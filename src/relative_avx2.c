@@ -6,16 +6,21 @@
  * By query (score (i, j) reads row i of the products at the column of its
  * distance), a row walks the segments of the map its distances cross: a
  * run of slope 1 (Transformer-XL's shift) is an unaligned load of the
- * products at the run's offset, a run of slope 0 (clipped distances) one
- * broadcast value, and several short runs together (log buckets) or a run
- * of slope -1 a gather through the map, as int32 column indices.
+ * products at the run's offset, a run of -1 (DeBERTa's c2p) a load
+ * reversed, a run of slope 0 (clipped distances) one broadcast value, and
+ * several short runs together (log buckets) a load and a permute where
+ * eight neighbouring columns lie within 8 of each other, else a gather
+ * through the map (as int32 column indices).  A row whose products are
+ * not read in ascending order has them hinted two rows ahead: the CPU's
+ * own prefetchers follow ascending reads only.
  *
- * By key (score (i, j) reads row j), eight neighbouring keys read eight
- * rows of the products: one gather, whose indices are the eight rows'
- * offsets plus the eight columns the map names.  The scores are walked in
- * tiles of PE_REL_TILE x PE_REL_TILE, so that the product lines a tile
- * reads (a few per key: neighbouring queries read neighbouring columns)
- * stay in L1 while the tile's rows of scores are added, each once.
+ * By key (score (i, j) reads row j), the scores are walked in strips of
+ * eight rows, each along its keys in blocks of 8 x 8: the eight keys'
+ * rows of products give one vector each (a load for runs of slope 1 or
+ * -1, a load and a permute for close columns, a gather otherwise), which
+ * an in-register transpose turns into the block's eight rows of scores; a
+ * run of slope 0 gives one vector of the eight keys' products for all
+ * eight rows.  The product lines of the block four on are hinted.
  *
  * Float16 and bfloat16 scores: the products rounded to the scores' type,
  * widened back, added in float32 and rounded once (F16C for float16, the
