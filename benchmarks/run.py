@@ -965,7 +965,9 @@ def _rel_case(name, scores, parts, term, numpy, torch_fn, note):
             nbytes=scores.nbytes * len(parts),
             posenc=gather,
             memory=rmw,
-            note=f"memory: {len(parts)} x (scores += array); the target is <= 1.3x",
+            note=f"memory: {len(parts)} x (scores += array of their size): the scores read and "
+            "written and as many bytes read again, what a gather that reads products as large "
+            "as the scores moves; the target is <= 1.3x",
         ),
         Case(
             name=f"{name}: whole term, scores=",

@@ -657,7 +657,11 @@ def _rel_result(terms, scores, dtype):
     in the working precision, rounded once to dtype."""
     if scores is not None:
         for term in terms:
-            scores += term.astype(scores.dtype)
+            if is_bfloat16(scores.dtype):  # the term rounded, the sum of the two rounded
+                total = _widen(scores).astype(np.float64) + _widen(_cast(term, scores.dtype))
+                scores[...] = _cast(total, scores.dtype)
+            else:
+                scores += term.astype(scores.dtype)
         return scores
     total = terms[0] + 0.0  # -0.0 + 0.0 is +0.0, as the kernel's sum onto zeros
     for term in terms[1:]:

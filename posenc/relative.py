@@ -17,6 +17,15 @@ Distances: Transformer-XL, XLNet and DeBERTa count ``query - key`` (the
 opposite sign of :func:`posenc.relative_positions`); Shaw, TENER's query
 term and T5 count ``key - query``.  Each function says which.  Query ``i``
 sits at position ``q_offset + i`` and key ``j`` at ``j``.
+
+``scores=`` may be float16, bfloat16 (ml_dtypes' arrays, torch's
+tensors), float32 or float64, in any layout.  A gathered term is rounded to
+the scores' dtype and added with one rounding (float16 and bfloat16 summed
+in float32, as NumPy and ml_dtypes add two such arrays): the bits of
+``scores += term.astype(scores.dtype)``, one term after the other, on every
+SIMD path and thread count.  The dense terms (:func:`xl_content_bias`,
+:func:`tupe_bias`) are added as ``np.add(scores, term, casting="unsafe")``
+adds: the sum rounded once.
 """
 
 from __future__ import annotations
@@ -28,6 +37,7 @@ import numpy as np
 
 from . import _core
 from . import _validate as v
+from ._dtypes import is_bfloat16
 from ._interop import foreign
 from ._typing import Array, ArrayLike, ArrayT, DTypeLike, NDArray
 from .bias import _check_t5, t5_bias
@@ -133,7 +143,7 @@ def _scores_array(scores, name="scores"):
             f"{name} must be an array that can be written in place (an ndarray or a CPU tensor), "
             f"not {type(scores).__name__}"
         )
-    v.float_array_dtype(arr, name)
+    v.float_array_dtype(arr, name, bfloat16=True)
     return arr
 
 
@@ -167,16 +177,19 @@ def _gather_into(target, parts):
     products' leading axes broadcasting to the target's.  A target the
     kernel cannot add into where it is (byte-swapped, unaligned, strided
     last axis, leading axes that do not merge, a dtype it does not know)
-    goes through a native C-contiguous temporary."""
-    native = target.dtype.newbyteorder("=")
-    views = v.bias_views(target) if native in _KERNEL_DTYPES else None
+    goes through a native C-contiguous temporary.  bfloat16 scores
+    (ml_dtypes' or posenc's bits) are added into as they are."""
+    bf16 = is_bfloat16(target.dtype)
+    native = target.dtype if bf16 else target.dtype.newbyteorder("=")
+    known = bf16 or native in _KERNEL_DTYPES
+    views = v.bias_views(target) if known else None
     if views == []:
         return
     direct = views is not None and len(views) == 1
     if direct:
         work = views[0]
     else:
-        kind = native if native in _KERNEL_DTYPES else np.dtype(np.float32)
+        kind = native if known else np.dtype(np.float32)
         work = np.array(target, dtype=kind, order="C").reshape((-1,) + target.shape[-3:])
     wdt = np.float64 if work.dtype == np.float64 else np.float32
     batch = work.shape[0]
@@ -189,9 +202,25 @@ def _gather_into(target, parts):
             p = np.broadcast_to(p, target.shape[:-3] + inner).reshape((batch,) + inner)
         if p.strides[-1] != p.itemsize or not p.flags.aligned:
             p = np.ascontiguousarray(p)
-        _core.rel_gather_add(p, index, work, by_key)
+        _core.rel_gather_add(p, index, v.for_kernel(work), by_key)
     if not direct:
         np.copyto(target, work.reshape(target.shape), casting="unsafe")
+
+
+def _add_into(target, term):
+    """target += term (float32 or float64), the sum rounded once to the
+    target's dtype; bfloat16 (ml_dtypes' or posenc's bits) through its bits."""
+    if not is_bfloat16(target.dtype):
+        np.add(target, term, out=target, casting="unsafe")
+        return
+    bits = target.view(np.uint16)
+    total = (bits.astype(np.uint32) << 16).view(np.float32) + term.astype(np.float32)
+    u = total.view(np.uint32)
+    rounded = ((u + (0x7FFF + ((u >> 16) & 1))) >> 16).astype(np.uint16)  # to nearest even
+    nan = np.isnan(total)
+    if nan.any():
+        rounded[nan] = ((u[nan] >> 16) | 0x40).astype(np.uint16)  # quiet, sign and payload kept
+    bits[...] = rounded
 
 
 def _finish(scores, lead, shape, dtype, parts):
@@ -447,7 +476,7 @@ def xl_content_bias(k, bias, *, scores=None):
     sc = _scores_array(scores)
     q_len = sc.shape[-2] if sc.ndim >= 3 else 0
     target = _target(scores, k.shape[:-3], (heads, q_len, k_len))
-    np.add(target, term, out=target, casting="unsafe")
+    _add_into(target, term)
     return target
 
 
@@ -1253,5 +1282,5 @@ def tupe_bias(
         bias += rel
     if target is None:
         return np.ascontiguousarray(bias).astype(np.result_type(*dtypes), copy=False)
-    np.add(target, bias, out=target, casting="unsafe")
+    _add_into(target, bias)
     return target

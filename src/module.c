@@ -1087,8 +1087,7 @@ struct rel_gather_call {
 static int rel_gather_kernel(const struct pe_kernels *k, void *args, int nthreads)
 {
     const struct rel_gather_call *c = args;
-    (void)k;
-    return pe_rel_gather_add(&c->src, c->map, c->dst, nthreads);
+    return pe_rel_gather_add(k, &c->src, c->map, c->dst, nthreads);
 }
 
 static PyObject *py_rel_gather_add(PyObject *self, PyObject *args)
@@ -1099,7 +1098,7 @@ static PyObject *py_rel_gather_add(PyObject *self, PyObject *args)
     if (!PyArg_ParseTuple(args, "OOOp:rel_gather_add", &src_o, &map_o, &dst_o, &by_key))
         return NULL;
     struct pe_bias_dst d;
-    PyArrayObject *dst = bias_target(dst_o, "scores", -1, &d);
+    PyArrayObject *dst = bias_target(dst_o, "scores", FLOAT_OR_BF16, &d);
     if (dst == NULL)
         return NULL;
     PyArrayObject *src =

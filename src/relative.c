@@ -16,11 +16,11 @@
  * The column depends on the distance only, through map[t] for
  * t = q_len - 1 - i + j.  Such a map is made of runs: a run of slope 1 (the
  * relative shift: consecutive keys read consecutive columns, so a row is
- * the add of a contiguous slice, which the compiler vectorises), a run of
- * slope 0 (clipped or bucketed distances: the add of one value), a run of
- * slope -1 (a table in the other direction, as TENER's key term reads
- * it), or a run to leave alone (-1).  The runs are found once per call, and a row walks
- * the runs its distances cross; an arbitrary map degrades to runs of one.
+ * the add of a contiguous slice), a run of slope 0 (clipped or bucketed
+ * distances: the add of one value), a run of slope -1 (a table in the
+ * other direction, as TENER's key term reads it), or a run to leave alone
+ * (-1).  The runs are found once per call, and a row walks the runs its
+ * distances cross; an arbitrary map degrades to runs of one.
  *
  * By key (p2c, TENER's key term) score (i, j) reads row j: consecutive keys
  * read consecutive rows, one element each, a cache line per score if read
@@ -29,32 +29,34 @@
  * neighbouring columns of row j) into a small buffer in the scores' layout
  * -- a transpose through L1 -- and added a row of scores at a time.
  *
- * Into float16 scores each product is rounded to float16 and added as
- * NumPy adds two float16 arrays (a float32 sum rounded once), so that
- * `scores=` gives the bits of scores += the term made in float16.
+ * These are the portable kernels, a task at a time through the kernel
+ * table (simd.h); relative_avx2.c has the vector ones, which fall back on
+ * these for what they do not cover (float64 by key, int32 overflow).
+ * Every path gives every score the same one add of the same product.
+ *
+ * Into float16 (bfloat16) scores each product is rounded to float16
+ * (bfloat16) and added as NumPy (ml_dtypes) adds two such arrays: a
+ * float32 sum rounded once, so that `scores=` gives the bits of
+ * scores += the term made in that type.
  */
 #include <stdlib.h>
 #include <string.h>
 
 #include "relative.h"
 
-#define TILE 64
+#define TILE PE_REL_TILE
 
-/* A run of the map: for t in [start, next run's start), column
- * base + slope * (t - start), slope -1, 0 or 1; base < 0: nothing to add. */
-struct run {
-    ptrdiff_t start;
-    int64_t base;
-    int slope;
-};
+/* Runs shorter than this are merged into segments the vector path
+ * gathers through the map. */
+#define SHORT_RUN 16
 
 /* The runs of map (n entries) into runs (room for n + 1, the last a
  * sentinel at n); returns their number. */
-static ptrdiff_t find_runs(const int64_t *map, ptrdiff_t n, struct run *runs)
+static ptrdiff_t find_runs(const int64_t *map, ptrdiff_t n, struct pe_rel_run *runs)
 {
     ptrdiff_t nruns = 0, t = 0;
     while (t < n) {
-        struct run r = {t, map[t] < 0 ? -1 : map[t], 0};
+        struct pe_rel_run r = {t, map[t] < 0 ? -1 : map[t], 0};
         ptrdiff_t e = t + 1;
         if (r.base < 0) {
             while (e < n && map[e] < 0)
@@ -71,34 +73,25 @@ static ptrdiff_t find_runs(const int64_t *map, ptrdiff_t n, struct run *runs)
     return nruns;
 }
 
-/* The run holding t. */
-static ptrdiff_t run_at(const struct run *runs, ptrdiff_t nruns, ptrdiff_t t)
+/* The runs with neighbouring short ones merged into segments of slope 2, into segs (room for nruns
+ * + 1, a sentinel last); returns their number. */
+static ptrdiff_t merge_runs(const struct pe_rel_run *runs, ptrdiff_t nruns, struct pe_rel_run *segs)
 {
-    ptrdiff_t lo = 0, hi = nruns - 1;
-    while (lo < hi) {
-        ptrdiff_t mid = hi - (hi - lo) / 2;
-        if (runs[mid].start <= t)
-            lo = mid;
-        else
-            hi = mid - 1;
+    ptrdiff_t m = 0;
+    for (ptrdiff_t r = 0; r < nruns; ++r) {
+        struct pe_rel_run x = runs[r];
+        if (x.base >= 0 && runs[r + 1].start - x.start < SHORT_RUN) {
+            if (m > 0 && segs[m - 1].slope == 2)
+                continue;
+            x.slope = 2;
+        }
+        segs[m++] = x;
     }
-    return lo;
+    segs[m].start = runs[nruns].start;
+    return m;
 }
 
 /* ---- adds of one segment of a row ---- */
-
-static inline float f16_value(const char *p, ptrdiff_t j)
-{
-    return pe_f32_from_f16(((const uint16_t *)p)[j]);
-}
-
-/* o + x for a float16 score o and a float32 product x: the product rounded
- * to float16, then the sum of the two, correctly rounded (float32 holds it
- * exactly enough: more than 2 * 11 + 2 bits) -- scores += term in float16. */
-static inline uint16_t f16_add(float o, float x)
-{
-    return pe_f16_from_f32(o + pe_f32_from_f16(pe_f16_from_f32(x)));
-}
 
 /* o[j] += s[j], j < n: a contiguous slice of products. */
 static void add_slice(char *o, const char *s, ptrdiff_t n, int dtype)
@@ -114,10 +107,8 @@ static void add_slice(char *o, const char *s, ptrdiff_t n, int dtype)
         for (ptrdiff_t j = 0; j < n; ++j)
             d[j] = d[j] + x[j];
     } else {
-        uint16_t *d = (uint16_t *)o;
-        const float *x = (const float *)s;
         for (ptrdiff_t j = 0; j < n; ++j)
-            d[j] = f16_add(f16_value(o, j), x[j]);
+            pe_rel_add1(o + 2 * j, s + 4 * j, dtype);
     }
 }
 
@@ -133,10 +124,8 @@ static void add_value(char *o, const char *s, ptrdiff_t n, int dtype)
         for (ptrdiff_t j = 0; j < n; ++j)
             d[j] = d[j] + x;
     } else {
-        uint16_t *d = (uint16_t *)o;
-        float x = *(const float *)s;
         for (ptrdiff_t j = 0; j < n; ++j)
-            d[j] = f16_add(f16_value(o, j), x);
+            pe_rel_add1(o + 2 * j, s, dtype);
     }
 }
 
@@ -154,28 +143,15 @@ static void add_strided(char *o, const char *s, ptrdiff_t step, ptrdiff_t n, int
         for (ptrdiff_t j = 0; j < n; ++j)
             d[j] = d[j] + x[j * step];
     } else {
-        uint16_t *d = (uint16_t *)o;
-        const float *x = (const float *)s;
         for (ptrdiff_t j = 0; j < n; ++j)
-            d[j] = f16_add(f16_value(o, j), x[j * step]);
+            pe_rel_add1(o + 2 * j, s + 4 * j * step, dtype);
     }
 }
 
 /* ---- the gather ---- */
 
-struct gather {
-    const struct pe_rel_src *src;
-    const struct pe_bias_dst *dst;
-    const struct run *runs;
-    ptrdiff_t nruns;
-    size_t isz, ssz;      /* bytes of a score and of a product */
-    const int64_t *map;   /* the map itself (by key) */
-    const ptrdiff_t *neg; /* neg[t]: entries < 0 among map[0 .. t), or NULL: none */
-};
-
-/* Keys [j0, j1) of row i of scores (b, h): each segment of a run added. */
-static void gather_row(const struct gather *g, ptrdiff_t b, ptrdiff_t h, ptrdiff_t i, ptrdiff_t j0,
-                       ptrdiff_t j1)
+void pe_rel_row_scalar(const struct pe_rel_gather *g, ptrdiff_t b, ptrdiff_t h, ptrdiff_t i,
+                       ptrdiff_t j0, ptrdiff_t j1)
 {
     const struct pe_bias_dst *d = g->dst;
     const struct pe_rel_src *s = g->src;
@@ -183,8 +159,8 @@ static void gather_row(const struct gather *g, ptrdiff_t b, ptrdiff_t h, ptrdiff
     const char *prod = s->data + (s->batch == 1 ? 0 : b) * s->stride_b + h * s->stride_h;
     ptrdiff_t t0 = d->q_len - 1 - i; /* t of key 0 */
     ptrdiff_t ssz = (ptrdiff_t)g->ssz, isz = (ptrdiff_t)g->isz;
-    for (ptrdiff_t r = run_at(g->runs, g->nruns, t0 + j0); r < g->nruns; ++r) {
-        const struct run *run = &g->runs[r];
+    for (ptrdiff_t r = pe_rel_run_at(g->runs, g->nruns, t0 + j0); r < g->nruns; ++r) {
+        const struct pe_rel_run *run = &g->runs[r];
         ptrdiff_t a = run->start > t0 + j0 ? run->start : t0 + j0;
         ptrdiff_t e = run[1].start < t0 + j1 ? run[1].start : t0 + j1;
         if (a >= t0 + j1)
@@ -215,8 +191,8 @@ static void gather_row(const struct gather *g, ptrdiff_t b, ptrdiff_t h, ptrdiff
 /* A hint to fetch the cache lines of row j of the products that queries
  * [i0, i1) read (between the columns of the range's two ends: the maps are
  * monotone; for another map the hint is merely less useful). */
-static inline void prefetch_row(const struct gather *g, const char *prod, ptrdiff_t j, ptrdiff_t i0,
-                                ptrdiff_t i1)
+static inline void prefetch_row(const struct pe_rel_gather *g, const char *prod, ptrdiff_t j,
+                                ptrdiff_t i0, ptrdiff_t i1)
 {
 #if defined(__GNUC__) || defined(__clang__)
     ptrdiff_t q = g->dst->q_len;
@@ -237,9 +213,9 @@ static inline void prefetch_row(const struct gather *g, const char *prod, ptrdif
  * of the products, so the tile is gathered row by row of the products
  * (reads along a row, a few cache lines per key) into a buffer laid out
  * as the scores are, and added a row of scores at a time.  Every score
- * takes the same one add of the same product as gather_row gives it; a
- * tile whose distances meet a map entry < 0 goes through gather_row. */
-static void gather_tile(const struct gather *g, ptrdiff_t b, ptrdiff_t h, ptrdiff_t i0,
+ * takes the same one add of the same product as pe_rel_row_scalar gives
+ * it; a tile whose distances meet a map entry < 0 goes through that. */
+void pe_rel_tile_scalar(const struct pe_rel_gather *g, ptrdiff_t b, ptrdiff_t h, ptrdiff_t i0,
                         ptrdiff_t i1, ptrdiff_t j0, ptrdiff_t j1)
 {
     const struct pe_bias_dst *d = g->dst;
@@ -248,7 +224,7 @@ static void gather_tile(const struct gather *g, ptrdiff_t b, ptrdiff_t h, ptrdif
     ptrdiff_t tlo = q - i1 + j0, thi = q - 1 - i0 + j1; /* the tile's t: [tlo, thi) */
     if (g->neg != NULL && g->neg[thi] != g->neg[tlo]) {
         for (ptrdiff_t i = i0; i < i1; ++i)
-            gather_row(g, b, h, i, j0, j1);
+            pe_rel_row_scalar(g, b, h, i, j0, j1);
         return;
     }
     const char *prod = s->data + (s->batch == 1 ? 0 : b) * s->stride_b + h * s->stride_h;
@@ -286,62 +262,147 @@ static void gather_tile(const struct gather *g, ptrdiff_t b, ptrdiff_t h, ptrdif
     }
 }
 
-int pe_rel_gather_add(const struct pe_rel_src *src, const int64_t *map,
+/* The portable task: a row by query, a row of tiles by key. */
+PE_INLINE void task_scalar(const struct pe_rel_gather *g, ptrdiff_t task, const int by_key,
+                           const int dtype)
+{
+    const struct pe_bias_dst *d = g->dst;
+    (void)dtype;
+    if (!by_key) {
+        ptrdiff_t q = d->q_len, p = task / q;
+        if (g->prefetch)
+            pe_rel_prefetch_row(g, task + 2);
+        pe_rel_row_scalar(g, p / d->heads, p % d->heads, task % q, 0, d->k_len);
+        return;
+    }
+    ptrdiff_t p = task / g->tiles_q, i0 = task % g->tiles_q * TILE;
+    ptrdiff_t i1 = d->q_len - i0 < TILE ? d->q_len : i0 + TILE;
+    for (ptrdiff_t c = 0; c < g->tiles_k; ++c) {
+        ptrdiff_t j0 = c * TILE, j1 = d->k_len - j0 < TILE ? d->k_len : j0 + TILE;
+        pe_rel_tile_scalar(g, p / d->heads, p % d->heads, i0, i1, j0, j1);
+    }
+}
+
+PE_SPECIALISE(const pe_rel_task_fn, pe_rel_task_scalar, task_scalar,
+              (const struct pe_rel_gather *g, ptrdiff_t task), (g, task));
+
+int pe_rel_gather_add(const struct pe_kernels *k, const struct pe_rel_src *src, const int64_t *map,
                       const struct pe_bias_dst *dst, int nthreads)
 {
     if (dst->batch == 0)
         return 0;
     ptrdiff_t n = dst->q_len + dst->k_len - 1;
-    struct run *runs = malloc(((size_t)n + 1) * sizeof *runs);
-    if (runs == NULL)
-        return -1;
-    struct gather g = {src,
-                       dst,
-                       runs,
-                       find_runs(map, n, runs),
-                       pe_itemsize(dst->dtype),
-                       dst->dtype == PE_F64 ? 8 : 4,
-                       map,
-                       NULL};
-    ptrdiff_t q = dst->q_len, k = dst->k_len, bh = dst->batch * dst->heads;
-    if (!src->by_key) {
-        /* one row per task: the products of a row are one short vector */
-#pragma omp parallel for schedule(static) num_threads(pe_team(nthreads, bh * q * k))
-        for (ptrdiff_t r = 0; r < bh * q; ++r)
-            gather_row(&g, r / q / dst->heads, r / q % dst->heads, r % q, 0, k);
+    struct pe_rel_run *runs = malloc(2 * ((size_t)n + 1) * sizeof *runs);
+    int32_t *map32 = malloc((size_t)n * sizeof *map32);
+    ptrdiff_t *neg = NULL;
+    int8_t *block = NULL;
+    int32_t *wmin = malloc((size_t)n * sizeof *wmin);
+    if (runs == NULL || map32 == NULL || wmin == NULL)
+        goto nomem;
+    ptrdiff_t nruns = find_runs(map, n, runs);
+    ptrdiff_t tq = (dst->q_len + TILE - 1) / TILE, tk = (dst->k_len + TILE - 1) / TILE;
+    struct pe_rel_gather g = {src,
+                              dst,
+                              runs,
+                              nruns,
+                              runs + nruns + 1,
+                              merge_runs(runs, nruns, runs + nruns + 1),
+                              pe_itemsize(dst->dtype),
+                              dst->dtype == PE_F64 ? 8 : 4,
+                              map,
+                              map32,
+                              NULL,
+                              tq,
+                              tk,
+                              NULL,
+                              NULL,
+                              0};
+    /* the map's entries are < width; the vector path indexes with int32 */
+    if (src->width <= INT32_MAX) {
+        for (ptrdiff_t t = 0; t < n; ++t)
+            map32[t] = (int32_t)map[t];
     } else {
-        ptrdiff_t *neg = NULL;
-        for (ptrdiff_t t = 0; t < n && neg == NULL; ++t) {
-            if (map[t] < 0) {
-                neg = malloc(((size_t)n + 1) * sizeof *neg);
-                if (neg == NULL) {
-                    free(runs);
-                    return -1;
-                }
-                neg[0] = 0;
-                for (ptrdiff_t u = 0; u < n; ++u)
-                    neg[u + 1] = neg[u] + (map[u] < 0);
-            }
-        }
-        g.map = map;
-        g.neg = neg;
-        ptrdiff_t tq = (q + TILE - 1) / TILE, tk = (k + TILE - 1) / TILE;
-#pragma omp parallel for schedule(static) num_threads(pe_team(nthreads, bh * q * k))
-        for (ptrdiff_t task = 0; task < bh * tq; ++task) {
-            ptrdiff_t p = task / tq, i0 = task % tq * TILE;
-            ptrdiff_t i1 = q - i0 < TILE ? q : i0 + TILE;
-            for (ptrdiff_t c = 0; c < tk; ++c) {
-                ptrdiff_t j0 = c * TILE, j1 = k - j0 < TILE ? k : j0 + TILE;
-                gather_tile(&g, p / dst->heads, p % dst->heads, i0, i1, j0, j1);
-            }
-        }
-        free(neg);
+        g.map32 = NULL;
     }
+    for (ptrdiff_t t = 0; t < n && src->by_key && neg == NULL; ++t) {
+        if (map[t] < 0) {
+            neg = malloc(((size_t)n + 1) * sizeof *neg);
+            if (neg == NULL)
+                goto nomem;
+            neg[0] = 0;
+            for (ptrdiff_t u = 0; u < n; ++u)
+                neg[u + 1] = neg[u] + (map[u] < 0);
+        }
+    }
+    g.neg = neg;
+    for (ptrdiff_t t = 0; t + 8 <= n; ++t) {
+        int64_t lo = map[t], hi = map[t];
+        for (int l = 1; l < 8; ++l) {
+            lo = map[t + l] < lo ? map[t + l] : lo;
+            hi = map[t + l] > hi ? map[t + l] : hi;
+        }
+        wmin[t] =
+            lo >= 0 && hi - lo < 8 && lo + 8 <= src->width && g.map32 != NULL ? (int32_t)lo : -1;
+    }
+    g.wmin = wmin;
+    for (ptrdiff_t t = 1, last = -1; t <= n && !g.prefetch; ++t) {
+        last = map[t - 1] >= 0 ? map[t - 1] : last;
+        g.prefetch = t < n && map[t] >= 0 && map[t] < last;
+    }
+    if (src->by_key && n >= PE_REL_BLOCK) {
+        block = malloc((size_t)n);
+        if (block == NULL)
+            goto nomem;
+        ptrdiff_t count = 0; /* entries < 0 among map[t .. t + PE_REL_BLOCK) */
+        for (ptrdiff_t t = 0; t < PE_REL_BLOCK; ++t)
+            count += map[t] < 0;
+        for (ptrdiff_t t = 0; t + PE_REL_BLOCK <= n; ++t) {
+            block[t] = (int8_t)(count ? 3 : 2);
+            if (t + PE_REL_BLOCK < n)
+                count += (map[t + PE_REL_BLOCK] < 0) - (map[t] < 0);
+        }
+        for (ptrdiff_t r = 0; r < nruns; ++r)
+            if (runs[r].base >= 0)
+                for (ptrdiff_t t = runs[r].start; t + PE_REL_BLOCK <= runs[r + 1].start; ++t)
+                    block[t] = (int8_t)runs[r].slope;
+        for (ptrdiff_t t = 0; t + PE_REL_BLOCK <= n; ++t) {
+            int all = block[t] == 2;
+            for (int l = 0; l < 8 && all; ++l)
+                all = wmin[t + l] >= 0;
+            if (all)
+                block[t] = 4;
+        }
+        g.block = block;
+    }
+    ptrdiff_t bh = dst->batch * dst->heads;
+    ptrdiff_t ntasks = src->by_key ? bh * tq : bh * dst->q_len;
+    pe_rel_task_fn fn = k->rel_task[src->by_key ? 1 : 0][dst->dtype];
+    /* by query a task is a row: the products of a row are one short vector */
+#pragma omp parallel for schedule(static)                                                          \
+    num_threads(pe_team(nthreads, bh * dst->q_len * dst->k_len))
+    for (ptrdiff_t task = 0; task < ntasks; ++task)
+        fn(&g, task);
+    free(wmin);
+    free(block);
+    free(neg);
+    free(map32);
     free(runs);
     return 0;
+nomem:
+    free(wmin);
+    free(block);
+    free(neg);
+    free(map32);
+    free(runs);
+    return -1;
 }
 
 /* ---- the scatter ---- */
+
+static inline float f16_value(const char *p, ptrdiff_t j)
+{
+    return pe_f32_from_f16(((const uint16_t *)p)[j]);
+}
 
 static inline double weight_at(const char *w, int dtype, ptrdiff_t j)
 {
@@ -389,7 +450,7 @@ int pe_rel_scatter_add(const char *w, int w_dtype, ptrdiff_t batch, ptrdiff_t he
     if (rows == 0)
         return 0;
     ptrdiff_t n = q_len + k_len - 1;
-    struct run *runs = malloc(((size_t)n + 1) * sizeof *runs);
+    struct pe_rel_run *runs = malloc(((size_t)n + 1) * sizeof *runs);
     if (runs == NULL)
         return -1;
     ptrdiff_t nruns = find_runs(map, n, runs);
@@ -399,7 +460,8 @@ int pe_rel_scatter_add(const char *w, int w_dtype, ptrdiff_t batch, ptrdiff_t he
         ptrdiff_t i = r % q_len, t0 = q_len - 1 - i;
         const char *wrow = w + (size_t)r * (size_t)k_len * wsz;
         char *orow = out + (size_t)r * (size_t)width * osz;
-        for (ptrdiff_t x = run_at(runs, nruns, t0); x < nruns && runs[x].start < t0 + k_len; ++x) {
+        for (ptrdiff_t x = pe_rel_run_at(runs, nruns, t0); x < nruns && runs[x].start < t0 + k_len;
+             ++x) {
             ptrdiff_t a = runs[x].start > t0 ? runs[x].start : t0;
             ptrdiff_t e = runs[x + 1].start < t0 + k_len ? runs[x + 1].start : t0 + k_len;
             if (runs[x].base < 0)

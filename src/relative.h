@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "pe.h"
+#include "simd.h"
 
 /* A (batch, heads, rows, width) array of products -- a query's or a key's
  * row against every row of a relative table -- of float32 (added into
@@ -32,10 +33,132 @@ struct pe_rel_src {
 
 /* dst[b, h, i, j] += src[b, h, r, map[q_len - 1 - i + j]] with r = i or j
  * (src->by_key), the product rounded to dst's type and added with one
- * rounding (float16 through float32, as NumPy adds float16 arrays).  0, or -1 if memory
- * ran out (nothing written). */
-int pe_rel_gather_add(const struct pe_rel_src *src, const int64_t *map,
+ * rounding (float16 and bfloat16 through float32, as NumPy adds float16
+ * arrays and ml_dtypes bfloat16 ones), on the path of k.  0, or -1 if
+ * memory ran out (nothing written). */
+int pe_rel_gather_add(const struct pe_kernels *k, const struct pe_rel_src *src, const int64_t *map,
                       const struct pe_bias_dst *dst, int nthreads);
+
+/* ---- shared by the two paths of the gather (relative.c, relative_avx2.c) ---- */
+
+/* A run of the map: for t in [start, next run's start), column
+ * base + slope * (t - start), slope -1, 0 or 1; base < 0: nothing to add.
+ * Among the segments (runs merged for the vector path) slope 2 stands for
+ * several short runs together: the column is map[t] itself. */
+struct pe_rel_run {
+    ptrdiff_t start;
+    int64_t base;
+    int slope;
+};
+
+struct pe_rel_gather {
+    const struct pe_rel_src *src;
+    const struct pe_bias_dst *dst;
+    const struct pe_rel_run *runs; /* the runs of the map, a sentinel at its end */
+    ptrdiff_t nruns;
+    const struct pe_rel_run *segs; /* the runs, short ones merged (slope 2) */
+    ptrdiff_t nsegs;
+    size_t isz, ssz;            /* bytes of a score and of a product */
+    const int64_t *map;         /* the map itself */
+    const int32_t *map32;       /* the map as int32, or NULL: the vector path is the portable one */
+    const ptrdiff_t *neg;       /* neg[t]: entries < 0 among map[0 .. t), or NULL: none */
+    ptrdiff_t tiles_q, tiles_k; /* by key: the tiles of PE_REL_TILE scores along each axis */
+    /* by key: block[t] for the PE_REL_BLOCK map entries from t (t + that
+     * <= the map's length): 1, 0 or -1 when one run of that slope holds
+     * them all, 2 when they are all >= 0 otherwise, 3 when one is < 0 */
+    const int8_t *block;
+    /* wmin[t] for the 8 map entries from t (t + 8 <= the map's length):
+     * their least when they are all >= 0, lie within 8 columns of it and
+     * the 8 from it are inside the products' rows, else -1 (vector path) */
+    const int32_t *wmin;
+    /* by query: whether a row's products are worth a hint to fetch them
+     * (they are not read in ascending order, which the CPU's own
+     * prefetchers follow best) */
+    int prefetch;
+};
+
+/* The vector path by key adds blocks of 8 x 8 scores, whose distances
+ * span 15 entries of the map; block[t] is 4 where it would be 2 but
+ * wmin[t + l] >= 0 for each l < 8. */
+#define PE_REL_BLOCK 15
+
+/* By key, scores are walked in tiles of PE_REL_TILE x PE_REL_TILE. */
+#define PE_REL_TILE 64
+
+/* The run holding t. */
+static inline ptrdiff_t pe_rel_run_at(const struct pe_rel_run *runs, ptrdiff_t nruns, ptrdiff_t t)
+{
+    ptrdiff_t lo = 0, hi = nruns - 1;
+    while (lo < hi) {
+        ptrdiff_t mid = hi - (hi - lo) / 2;
+        if (runs[mid].start <= t)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    return lo;
+}
+
+/* A hint to fetch the line at p (no fault: p need not be valid). */
+static inline void pe_rel_prefetch(const void *p)
+{
+#if defined(__GNUC__) || defined(__clang__)
+    __builtin_prefetch(p);
+#else
+    (void)p;
+#endif
+}
+
+/* Hints to fetch what row task `task` of the gather by query reads and
+ * writes: its scores and the columns of its products that its distances
+ * name (between those of its two ends: the maps are monotone; for another
+ * map the hint is merely less useful). */
+static inline void pe_rel_prefetch_row(const struct pe_rel_gather *g, ptrdiff_t task)
+{
+    const struct pe_bias_dst *d = g->dst;
+    const struct pe_rel_src *s = g->src;
+    ptrdiff_t q = d->q_len, k = d->k_len, p = task / q, i = task % q;
+    ptrdiff_t b = p / d->heads, h = p % d->heads;
+    if (b >= d->batch)
+        return;
+    int64_t a = g->map[q - 1 - i], e = g->map[q - 2 - i + k];
+    int64_t lo = a < e ? a : e, hi = a < e ? e : a;
+    if (lo < 0)
+        return;
+    const char *prod =
+        s->data + (s->batch == 1 ? 0 : b) * s->stride_b + h * s->stride_h + i * s->stride_r;
+    for (int64_t c = lo * (int64_t)g->ssz; c < (hi + 1) * (int64_t)g->ssz; c += 64)
+        pe_rel_prefetch(prod + c);
+    pe_rel_prefetch(prod + (hi + 1) * (int64_t)g->ssz - 1);
+}
+
+/* *o += *x for one score o of dtype and its product x (float64 for float64
+ * scores, else float32): the product rounded to the scores' type, the sum
+ * rounded once (float16 and bfloat16 summed in float32). */
+static inline void pe_rel_add1(char *o, const char *x, int dtype)
+{
+    if (dtype == PE_F64) {
+        *(double *)o = *(double *)o + *(const double *)x;
+        return;
+    }
+    float v = *(const float *)x;
+    if (dtype == PE_F32)
+        *(float *)o = *(float *)o + v;
+    else if (dtype == PE_F16)
+        *(uint16_t *)o = pe_f16_from_f32(pe_f32_from_f16(*(const uint16_t *)o) +
+                                         pe_f32_from_f16(pe_f16_from_f32(v)));
+    else
+        *(uint16_t *)o = pe_bf16_from_f32(pe_f32_from_bf16(*(const uint16_t *)o) +
+                                          pe_f32_from_bf16(pe_bf16_from_f32(v)));
+}
+
+/* The portable gathers, which the vector path falls back on: keys
+ * [j0, j1) of row i of scores (b, h) by query, and scores
+ * [i0, i1) x [j0, j1) by key. */
+void pe_rel_row_scalar(const struct pe_rel_gather *g, ptrdiff_t b, ptrdiff_t h, ptrdiff_t i,
+                       ptrdiff_t j0, ptrdiff_t j1);
+void pe_rel_tile_scalar(const struct pe_rel_gather *g, ptrdiff_t b, ptrdiff_t h, ptrdiff_t i0,
+                        ptrdiff_t i1, ptrdiff_t j0, ptrdiff_t j1);
 
 /* The transpose, for weights w (batch, heads, q_len, k_len) of float16,
  * float32 or float64 (C-contiguous): out[b, h, i, map[t]] += w[b, h, i, j],

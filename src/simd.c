@@ -17,6 +17,7 @@ const struct pe_kernels pe_kernels_scalar = {
     .bias_rows = pe_bias_rows_scalar,
     .alibi_block = pe_alibi_block_scalar,
     .diagonals = pe_diagonals_scalar,
+    .rel_task = pe_rel_task_scalar,
     .store_fence = pe_store_fence_scalar,
 };
 
@@ -30,6 +31,7 @@ const struct pe_kernels pe_kernels_avx2 = {
     .bias_rows = pe_bias_rows_avx2,
     .alibi_block = pe_alibi_block_avx2,
     .diagonals = pe_diagonals_avx2,
+    .rel_task = pe_rel_task_avx2,
     .store_fence = pe_store_fence_avx2,
 };
 

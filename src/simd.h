@@ -116,6 +116,11 @@ typedef void (*pe_alibi_block_fn)(char *o, ptrdiff_t t0, ptrdiff_t t1, int64_t d
 /* bias.c: every row of head h of a gradient added into that head's
  * diagonal sums (T5's backward pass). */
 typedef void (*pe_diagonals_fn)(const struct pe_diagonals *s, ptrdiff_t h);
+struct pe_rel_gather;
+/* relative.c: one task of the gather into scores: row `task` of the
+ * (batch * heads * q_len) rows by query, or the row of tiles `task` of the
+ * (batch * heads * tiles_q) rows of tiles by key. */
+typedef void (*pe_rel_task_fn)(const struct pe_rel_gather *g, ptrdiff_t task);
 
 struct pe_kernels {
     const char *name; /* "scalar" or "avx2", as set_simd takes it */
@@ -127,6 +132,7 @@ struct pe_kernels {
     const pe_alibi_block_fn (*alibi_block)[PE_NDTYPES]; /* [causal][enum pe_dtype] */
     /* [sums in float64][enum pe_dtype of the gradient] */
     const pe_diagonals_fn (*diagonals)[PE_NDTYPES];
+    const pe_rel_task_fn (*rel_task)[PE_NDTYPES]; /* [by key][enum pe_dtype of the scores] */
     /* orders the calling thread's non-temporal stores (bias_rows') before
      * what it does next; nothing on the portable path */
     void (*store_fence)(void);
@@ -154,6 +160,7 @@ extern const pe_rope_run_fn pe_rope_run_scalar[PE_ROPE_NLAYOUTS][PE_NDTYPES];
 extern const pe_bias_rows_fn pe_bias_rows_scalar[2][PE_NDTYPES];
 extern const pe_alibi_block_fn pe_alibi_block_scalar[2][PE_NDTYPES];
 extern const pe_diagonals_fn pe_diagonals_scalar[2][PE_NDTYPES];
+extern const pe_rel_task_fn pe_rel_task_scalar[2][PE_NDTYPES];
 void pe_store_fence_scalar(void);
 
 #if PE_X86
@@ -165,6 +172,7 @@ extern const pe_rope_run_fn pe_rope_run_avx2[PE_ROPE_NLAYOUTS][PE_NDTYPES];
 extern const pe_bias_rows_fn pe_bias_rows_avx2[2][PE_NDTYPES];
 extern const pe_alibi_block_fn pe_alibi_block_avx2[2][PE_NDTYPES];
 extern const pe_diagonals_fn pe_diagonals_avx2[2][PE_NDTYPES];
+extern const pe_rel_task_fn pe_rel_task_avx2[2][PE_NDTYPES];
 void pe_store_fence_avx2(void);
 #endif
 

@@ -542,35 +542,142 @@ def test_relative_functions_are_exported_and_wrapped_for_torch_and_jax():
 
 def numpy_gather(scores, products, index, by_key):
     """scores[b, h, i, j] + products[b, h, i or j, index[q - 1 - i + j]],
-    left as it was where the index is < 0: NumPy's own indexing and add."""
+    left as it was where the index is < 0: NumPy's own indexing and add (of
+    float16 or ml_dtypes' bfloat16 for those scores: the product rounded to
+    the scores' type, the two added in float32 and rounded once)."""
     q, k = scores.shape[-2:]
     t = q - 1 - np.arange(q)[:, None] + np.arange(k)[None, :]
     col = index[t]
     rows = np.broadcast_to(np.arange(k)[None, :] if by_key else np.arange(q)[:, None], (q, k))
-    gathered = products[:, :, rows, np.maximum(col, 0)]
-    out = scores.copy()
-    np.add(scores, gathered, out=out, where=col >= 0)
-    return out
+    gathered = products[:, :, rows, np.maximum(col, 0)].astype(scores.dtype)
+    return np.where(col >= 0, scores + gathered, scores)
 
 
-@pytest.mark.parametrize("dtype", ["float32", "float64"])
-@pytest.mark.parametrize("by_key", [False, True])
-@pytest.mark.parametrize("q_len, k_len", [(150, 200), (200, 70), (64, 128)])
-def test_gather_kernel_equals_numpy_across_tiles(threads, rng, dtype, by_key, q_len, k_len):
-    # several tiles, partial ones at the edges; log-bucket, shift and clipped
-    # runs, and a map with entries < 0 (left alone) in some tiles only
-    width = 40
-    t = np.arange(q_len + k_len - 1) - (q_len - 1)
+def _gather_maps(q_len, k_len):
+    """(map, width) pairs, each a kind of run the kernels treat their own way:
+    DeBERTa's log buckets (short runs of slope 0 and -1 between a shift and
+    clipped ends), a clipped reversed shift, entries < 0 (left alone) in some
+    blocks only, Transformer-XL's shift (one run of slope 1) and TENER's key
+    term (one of slope -1) with their tables' widths, and an arbitrary map
+    (columns far apart, entries < 0 here and there)."""
+    n = q_len + k_len - 1
+    t = np.arange(n) - (q_len - 1)
+    arbitrary = np.random.default_rng(n).integers(-1, 40, n)
     maps = [
-        np.clip(posenc.deberta_log_bucket(-t, 16, 64) + 16, 0, 31),
-        np.clip(t + 20, 0, width - 1)[::-1].copy(),
-        np.where((t > 30) & (t < 90), -1, np.abs(t) % width),
+        (np.clip(posenc.deberta_log_bucket(-t, 16, 64) + 16, 0, 31), 32),
+        (np.clip(t + 20, 0, 39)[::-1].copy(), 40),
+        (np.where((t > 30) & (t < 90), -1, np.abs(t) % 40), 40),
+        (np.arange(1, n + 1), n + 1),
+        (n - np.arange(n), n + 1),
+        (arbitrary, 40),
     ]
+    return [(m.astype(np.int64), w) for m, w in maps]
+
+
+def _bfloat16():
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    return np.dtype(ml_dtypes.bfloat16)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32", "float64"])
+@pytest.mark.parametrize("by_key", [False, True])
+@pytest.mark.parametrize("q_len, k_len", [(150, 200), (200, 70), (64, 128), (67, 131), (9, 7)])
+def test_gather_kernel_equals_numpy_across_tiles(simd, threads, rng, dtype, by_key, q_len, k_len):
+    # several tiles and blocks of 8 x 8, partial ones at the edges (odd
+    # lengths), every kind of run, on both paths: each score gets NumPy's
+    # one add of its product
+    sdt = _bfloat16() if dtype == "bfloat16" else np.dtype(dtype)
+    pdt = np.float64 if dtype == "float64" else np.float32
     rows = k_len if by_key else q_len
-    for index in maps:
-        index = index.astype(np.int64)
-        products = randn(rng, (2, 3, rows, width), dtype)
-        scores = randn(rng, (2, 3, q_len, k_len), dtype)
+    for index, width in _gather_maps(q_len, k_len):
+        products = randn(rng, (2, 3, rows, width), pdt)
+        scores = randn(rng, (2, 3, q_len, k_len), np.float32).astype(sdt)
         want = numpy_gather(scores, products, index, by_key)
-        rel._core.rel_gather_add(products, index, scores, by_key)
+        rel._core.rel_gather_add(
+            products,
+            index,
+            scores.view(f"u{sdt.itemsize}") if dtype == "bfloat16" else scores,
+            by_key,
+        )
         same_bits(scores, want)
+
+
+def test_gather_kernel_gives_the_same_bits_on_every_path(on_every_path):
+    # the vector path against the portable one (and one thread against two)
+    # on sizes past several strips of blocks, for each kind of map; the
+    # scores hold -0.0, infinities and NaNs, which no path may disturb
+    # where the map leaves them alone
+    q_len, k_len = 203, 261
+    rng = np.random.default_rng(5)
+    base = rng.standard_normal((1, 2, q_len, k_len)).astype(np.float32)
+    base[0, 0, ::7, ::5] = -0.0
+    base[0, 1, 3, :9] = [np.inf, -np.inf, np.nan, -0.0, 0.0, 1e38, -1e38, 1e-45, -1e-45]
+    cases = []
+    for index, width in _gather_maps(q_len, k_len):
+        for by_key in (False, True):
+            products = rng.standard_normal((1, 2, k_len if by_key else q_len, width))
+            cases.append((products.astype(np.float32), index, by_key))
+
+    def make():
+        out = []
+        for products, index, by_key in cases:
+            scores = base.copy()
+            rel._core.rel_gather_add(products, index, scores, by_key)
+            out.append(scores)
+        return out
+
+    results = on_every_path(make)
+    for other in results[1:]:
+        for a, b in zip(results[0], other):
+            same_bits(b, a)
+
+
+# ---------------------------------------------------------------- bfloat16 scores
+
+
+def test_bfloat16_scores_get_each_term_rounded_then_added_by_ml_dtypes_rules(simd, rng):
+    # the float32 twin's terms, each rounded to bfloat16 and added by
+    # ml_dtypes' own bfloat16 add (a float32 sum rounded once), in the
+    # order the function adds them: c2p, then p2c
+    bf16 = _bfloat16()
+    q, k = randn(rng, (2, 3, 37, 16), np.float32), randn(rng, (2, 3, 37, 16), np.float32)
+    pk, pq = randn(rng, (3, 16, 16), np.float32), randn(rng, (3, 16, 16), np.float32)
+    r = randn(rng, (3, 74, 16), np.float32)
+    scores = randn(rng, (2, 3, 37, 37), np.float32).astype(bf16)
+    opts = dict(position_buckets=8, max_relative_positions=16)
+    c2p = ref.deberta_attention_bias(q, k, pk, None, scale_factor=3, **opts)
+    p2c = ref.deberta_attention_bias(q, k, None, pq, scale_factor=3, **opts)
+    got = posenc.deberta_attention_bias(q, k, pk, pq, scores=scores.copy(), **opts)
+    same_bits(got, (scores + c2p.astype(bf16)) + p2c.astype(bf16))
+    got = posenc.xl_position_term(q, r, scores=scores.copy())
+    same_bits(got, scores + ref.xl_position_term(q, r).astype(bf16))
+    # a term added with np.add's rule: the float32 sum rounded once
+    u = randn(rng, (3, 16), np.float32)
+    got = posenc.xl_content_bias(k, u, scores=scores.copy())
+    want = (scores.astype(np.float32) + ref.xl_content_bias(k, u)).astype(bf16)
+    same_bits(got, want)
+
+
+def test_bfloat16_scores_in_a_non_contiguous_array_and_the_twin(rng):
+    # a strided bfloat16 target is added into where it is; the NumPy twin
+    # takes bfloat16 scores the same way
+    bf16 = _bfloat16()
+    q, a_k = randn(rng, (1, 2, 20, 8), np.float32), randn(rng, (9, 8), np.float32)
+    big = randn(rng, (1, 2, 20, 50), np.float32).astype(bf16)
+    scores, before = big[..., ::2], big[..., ::2].copy()
+    want = before + ref.shaw_key_term(q, a_k, max_distance=4, k_len=25).astype(bf16)
+    got = posenc.shaw_key_term(q, a_k, max_distance=4, scores=scores)
+    assert got is scores
+    same_bits(got, want)
+    same_bits(ref.shaw_key_term(q, a_k, max_distance=4, scores=before), want)
+
+
+def test_bfloat16_scores_tensor_gets_torchs_own_bfloat16_add(rng):
+    torch = pytest.importorskip("torch")
+    q, r = randn(rng, (1, 2, 12, 8), np.float32), randn(rng, (2, 24, 8), np.float32)
+    scores = torch.from_numpy(randn(rng, (1, 2, 12, 12), np.float32)).to(torch.bfloat16)
+    term = torch.from_numpy(ref.xl_position_term(q, r))
+    want = scores + term.to(torch.bfloat16)  # torch's bfloat16 add
+    got = posenc.xl_position_term(torch.from_numpy(q), torch.from_numpy(r), scores=scores)
+    assert got is scores and got.dtype == torch.bfloat16
+    assert torch.equal(got.view(torch.int16), want.view(torch.int16))

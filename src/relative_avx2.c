@@ -1,0 +1,301 @@
+/*
+ * relative_avx2.c -- the gather of relative.c on the AVX2 path: eight
+ * scores at a time (four of float64), each taking the same one add of the
+ * same product as the portable path gives it, so the same bits.
+ *
+ * By query (score (i, j) reads row i of the products at the column of its
+ * distance), a row walks the segments of the map its distances cross: a
+ * run of slope 1 (Transformer-XL's shift) is an unaligned load of the
+ * products at the run's offset, a run of -1 (DeBERTa's c2p) a load
+ * reversed, a run of slope 0 (clipped distances) one broadcast value, and
+ * several short runs together (log buckets) a load and a permute where
+ * eight neighbouring columns lie within 8 of each other, else a gather
+ * through the map (as int32 column indices).  A row whose products are
+ * not read in ascending order has them hinted two rows ahead: the CPU's
+ * own prefetchers follow ascending reads only.
+ *
+ * By key (score (i, j) reads row j), the scores are walked in strips of
+ * eight rows, each along its keys in blocks of 8 x 8: the eight keys'
+ * rows of products give one vector each (a load for runs of slope 1 or
+ * -1, a load and a permute for close columns, a gather otherwise), which
+ * an in-register transpose turns into the block's eight rows of scores; a
+ * run of slope 0 gives one vector of the eight keys' products for all
+ * eight rows.  The product lines of the block four on are hinted.
+ *
+ * Float16 and bfloat16 scores: the products rounded to the scores' type,
+ * widened back, added in float32 and rounded once (F16C for float16, the
+ * shifts of avx2.h for bfloat16), as pe_rel_add1 does one score.
+ */
+#include "pe.h"
+#include "relative.h"
+#include "simd.h"
+
+#include "avx2.h"
+
+#if PE_X86
+/* o[0 .. 8) += x: eight scores of a 32-bit or 16-bit type and their
+ * products (float32). */
+PE_INLINE void add8(char *o, __m256 x, const int dtype)
+{
+    if (dtype == PE_F32) {
+        _mm256_storeu_ps((float *)o, _mm256_add_ps(_mm256_loadu_ps((const float *)o), x));
+        return;
+    }
+    __m256 a = pe_ps_from_half8(_mm_loadu_si128((const __m128i *)o), dtype);
+    __m256 r = pe_ps_from_half8(pe_half8_from_ps(x, dtype), dtype);
+    _mm_storeu_si128((__m128i *)o, pe_half8_from_ps(_mm256_add_ps(a, r), dtype));
+}
+
+/* o[0 .. 4) += x, float64. */
+PE_INLINE void add4(char *o, __m256d x)
+{
+    _mm256_storeu_pd((double *)o, _mm256_add_pd(_mm256_loadu_pd((const double *)o), x));
+}
+
+/* ---- by query ---- */
+
+/* Scores o[0 .. n) of a row += the products p (the row's own) at the
+ * columns of segment kind `slope`: p[col + m] (1), p[col] (0), p[col - m]
+ * (-1), p[map[m]] (2; map and wmin those of relative.h from the first
+ * score's t: eight columns within 8 of the least, one load permuted,
+ * else a gather). */
+PE_INLINE void segment(char *o, const char *p, ptrdiff_t col, int slope, const int32_t *map,
+                       const int32_t *wmin, ptrdiff_t n, const int dtype)
+{
+    const ptrdiff_t isz = (ptrdiff_t)pe_itemsize(dtype);
+    ptrdiff_t m = 0;
+    if (dtype == PE_F64) {
+        const double *x = (const double *)p;
+        if (slope == 1) {
+            for (; m + 4 <= n; m += 4)
+                add4(o + m * 8, _mm256_loadu_pd(x + col + m));
+        } else if (slope == 0) {
+            __m256d v = _mm256_set1_pd(x[col]);
+            for (; m + 4 <= n; m += 4)
+                add4(o + m * 8, v);
+        } else if (slope == -1) {
+            for (; m + 4 <= n; m += 4)
+                add4(o + m * 8, _mm256_permute4x64_pd(_mm256_loadu_pd(x + col - m - 3), 0x1b));
+        } else {
+            for (; m + 4 <= n; m += 4)
+                add4(o + m * 8,
+                     _mm256_i32gather_pd(x, _mm_loadu_si128((const __m128i *)(map + m)), 8));
+        }
+    } else {
+        const float *x = (const float *)p;
+        if (slope == 1) {
+            for (; m + 16 <= n; m += 16) {
+                add8(o + m * isz, _mm256_loadu_ps(x + col + m), dtype);
+                add8(o + (m + 8) * isz, _mm256_loadu_ps(x + col + m + 8), dtype);
+            }
+            for (; m + 8 <= n; m += 8)
+                add8(o + m * isz, _mm256_loadu_ps(x + col + m), dtype);
+        } else if (slope == 0) {
+            __m256 v = _mm256_set1_ps(x[col]);
+            for (; m + 8 <= n; m += 8)
+                add8(o + m * isz, v, dtype);
+        } else if (slope == -1) {
+            const __m256i rev = _mm256_setr_epi32(7, 6, 5, 4, 3, 2, 1, 0);
+            for (; m + 8 <= n; m += 8)
+                add8(o + m * isz, _mm256_permutevar8x32_ps(_mm256_loadu_ps(x + col - m - 7), rev),
+                     dtype);
+        } else {
+            for (; m + 8 <= n; m += 8) {
+                __m256i c = _mm256_loadu_si256((const __m256i *)(map + m));
+                int32_t lo = wmin[m];
+                __m256 v =
+                    lo >= 0 ? _mm256_permutevar8x32_ps(_mm256_loadu_ps(x + lo),
+                                                       _mm256_sub_epi32(c, _mm256_set1_epi32(lo)))
+                            : _mm256_i32gather_ps(x, c, 4);
+                add8(o + m * isz, v, dtype);
+            }
+        }
+    }
+    const ptrdiff_t ssz = dtype == PE_F64 ? 8 : 4;
+    for (; m < n; ++m)
+        pe_rel_add1(o + m * isz, p + (ptrdiff_t)map[m] * ssz, dtype);
+}
+
+/* Row task of the (batch * heads * q_len) rows. */
+PE_INLINE void row_avx2(const struct pe_rel_gather *g, ptrdiff_t task, const int dtype)
+{
+    const struct pe_bias_dst *d = g->dst;
+    const struct pe_rel_src *s = g->src;
+    ptrdiff_t q = d->q_len, k = d->k_len, p = task / q, i = task % q;
+    ptrdiff_t b = p / d->heads, h = p % d->heads;
+    if (g->prefetch)
+        pe_rel_prefetch_row(g, task + 2);
+    if (g->map32 == NULL) {
+        pe_rel_row_scalar(g, b, h, i, 0, k);
+        return;
+    }
+    const ptrdiff_t isz = (ptrdiff_t)pe_itemsize(dtype);
+    char *row = d->data + b * d->stride_b + h * d->stride_h + i * d->stride_q;
+    const char *prod =
+        s->data + (s->batch == 1 ? 0 : b) * s->stride_b + h * s->stride_h + i * s->stride_r;
+    ptrdiff_t t0 = q - 1 - i; /* t of key 0 */
+    for (ptrdiff_t r = pe_rel_run_at(g->segs, g->nsegs, t0); r < g->nsegs; ++r) {
+        const struct pe_rel_run *seg = &g->segs[r];
+        ptrdiff_t a = seg->start > t0 ? seg->start : t0;
+        ptrdiff_t e = seg[1].start < t0 + k ? seg[1].start : t0 + k;
+        if (a >= t0 + k)
+            break;
+        if (seg->base < 0)
+            continue;
+        ptrdiff_t col = seg->slope == 2 ? 0 : (ptrdiff_t)seg->base + seg->slope * (a - seg->start);
+        segment(row + (a - t0) * isz, prod, col, seg->slope, g->map32 + a, g->wmin + a, e - a,
+                dtype);
+    }
+}
+
+/* ---- by key ---- */
+
+/* The eight rows of an 8 x 8 block of floats transposed: row k of the
+ * result holds element k of each of v[0 .. 8). */
+PE_INLINE void transpose8(__m256 v[8])
+{
+    __m256 t0 = _mm256_unpacklo_ps(v[0], v[1]), t1 = _mm256_unpackhi_ps(v[0], v[1]);
+    __m256 t2 = _mm256_unpacklo_ps(v[2], v[3]), t3 = _mm256_unpackhi_ps(v[2], v[3]);
+    __m256 t4 = _mm256_unpacklo_ps(v[4], v[5]), t5 = _mm256_unpackhi_ps(v[4], v[5]);
+    __m256 t6 = _mm256_unpacklo_ps(v[6], v[7]), t7 = _mm256_unpackhi_ps(v[6], v[7]);
+    __m256 s0 = _mm256_shuffle_ps(t0, t2, 0x44), s1 = _mm256_shuffle_ps(t0, t2, 0xee);
+    __m256 s2 = _mm256_shuffle_ps(t1, t3, 0x44), s3 = _mm256_shuffle_ps(t1, t3, 0xee);
+    __m256 s4 = _mm256_shuffle_ps(t4, t6, 0x44), s5 = _mm256_shuffle_ps(t4, t6, 0xee);
+    __m256 s6 = _mm256_shuffle_ps(t5, t7, 0x44), s7 = _mm256_shuffle_ps(t5, t7, 0xee);
+    v[0] = _mm256_permute2f128_ps(s0, s4, 0x20);
+    v[1] = _mm256_permute2f128_ps(s1, s5, 0x20);
+    v[2] = _mm256_permute2f128_ps(s2, s6, 0x20);
+    v[3] = _mm256_permute2f128_ps(s3, s7, 0x20);
+    v[4] = _mm256_permute2f128_ps(s0, s4, 0x31);
+    v[5] = _mm256_permute2f128_ps(s1, s5, 0x31);
+    v[6] = _mm256_permute2f128_ps(s2, s6, 0x31);
+    v[7] = _mm256_permute2f128_ps(s3, s7, 0x31);
+}
+
+/* The 8 x 8 scores [i, i + 8) x [j, j + 8), by key (float32 products):
+ * key j + l reads row j + l of the products at the columns its eight
+ * queries name, map[u + l - ii] for query i + ii (u the t of (i, j)).
+ * A run of slope 1 holds them side by side, descending in ii: one load
+ * per key from column map[u + l - 7], whose lane k is query i + 7 - k; a
+ * run of slope -1 ascending: one load from map[u + l], lane k query
+ * i + k; columns within 8 of the least: one load from the least, its
+ * lanes permuted; otherwise a gather through the map; lane k query
+ * i + 7 - k for these two.
+ * The eight vectors, one per key, transposed into the eight rows, each
+ * added into its row of scores.  A run of slope 0 holds a single column:
+ * one vector of the eight keys' products, added to every row. */
+PE_INLINE void block8(const struct pe_rel_gather *g, char *out, const char *prod, ptrdiff_t i,
+                      ptrdiff_t j, const int dtype)
+{
+    const struct pe_bias_dst *d = g->dst;
+    const ptrdiff_t isz = (ptrdiff_t)pe_itemsize(dtype), sr = g->src->stride_r, sq = d->stride_q;
+    ptrdiff_t u = d->q_len - 1 - i + j;
+    const int32_t *m = g->map32 + (u - 7);
+    const char *p = prod + j * sr;
+    char *o = out + i * sq + j * isz; /* row i */
+    __m256 v[8];
+    int kind = g->block[u - 7];
+    switch (kind) {
+    case 1:
+        for (int l = 0; l < 8; ++l)
+            v[l] = _mm256_loadu_ps((const float *)(p + l * sr) + m[l]);
+        break;
+    case -1:
+        for (int l = 0; l < 8; ++l)
+            v[l] = _mm256_loadu_ps((const float *)(p + l * sr) + m[l + 7]);
+        break;
+    case 4:
+        for (int l = 0; l < 8; ++l) {
+            int32_t lo = g->wmin[u - 7 + l];
+            __m256i c = _mm256_sub_epi32(_mm256_loadu_si256((const __m256i *)(m + l)),
+                                         _mm256_set1_epi32(lo));
+            v[l] = _mm256_permutevar8x32_ps(_mm256_loadu_ps((const float *)(p + l * sr) + lo), c);
+        }
+        break;
+    case 0: {
+        __m256 w = _mm256_i32gather_ps(
+            (const float *)p,
+            _mm256_add_epi32(_mm256_set1_epi32(m[0]),
+                             _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+                                                _mm256_set1_epi32((int)(sr / 4)))),
+            4);
+        for (int k = 0; k < 8; ++k)
+            add8(o + k * sq, w, dtype);
+        return;
+    }
+    default:
+        for (int l = 0; l < 8; ++l)
+            v[l] = _mm256_i32gather_ps((const float *)(p + l * sr),
+                                       _mm256_loadu_si256((const __m256i *)(m + l)), 4);
+        break;
+    }
+    transpose8(v);
+    if (kind == -1)
+        for (int k = 0; k < 8; ++k)
+            add8(o + k * sq, v[k], dtype);
+    else
+        for (int k = 0; k < 8; ++k)
+            add8(o + (7 - k) * sq, v[k], dtype);
+}
+
+/* Row of tiles task of the (batch * heads * tiles_q) ones, in strips of
+ * eight rows of scores, each walked along its keys in blocks of 8 x 8
+ * (the lines eight keys' rows of products hold for eight queries, read
+ * once; the next strip reads them again from L2), with a hint to fetch
+ * the product lines of the block four on.  Blocks whose distances meet a
+ * map entry < 0, and the rows and keys past the last whole block, go the
+ * portable way. */
+PE_INLINE void tiles_avx2(const struct pe_rel_gather *g, ptrdiff_t task, const int dtype)
+{
+    const struct pe_bias_dst *d = g->dst;
+    const struct pe_rel_src *s = g->src;
+    ptrdiff_t p = task / g->tiles_q, i0 = task % g->tiles_q * PE_REL_TILE;
+    ptrdiff_t i1 = d->q_len - i0 < PE_REL_TILE ? d->q_len : i0 + PE_REL_TILE;
+    ptrdiff_t b = p / d->heads, h = p % d->heads, k = d->k_len, q = d->q_len;
+    /* the gathers' offsets (eight rows and a column) must fit int32 */
+    int vector = dtype != PE_F64 && g->map32 != NULL && g->block != NULL && s->stride_r >= 0 &&
+                 s->stride_r % 4 == 0 && s->stride_r / 4 <= (INT32_MAX - s->width) / 8;
+    if (!vector) {
+        for (ptrdiff_t c = 0; c < g->tiles_k; ++c) {
+            ptrdiff_t j0 = c * PE_REL_TILE, j1 = k - j0 < PE_REL_TILE ? k : j0 + PE_REL_TILE;
+            pe_rel_tile_scalar(g, b, h, i0, i1, j0, j1);
+        }
+        return;
+    }
+    const char *prod = s->data + (s->batch == 1 ? 0 : b) * s->stride_b + h * s->stride_h;
+    char *out = d->data + b * d->stride_b + h * d->stride_h;
+    ptrdiff_t i = i0, ke = k / 8 * 8;
+    for (; i + 8 <= i1; i += 8) {
+        const int32_t *m = g->map32 + (q - 8 - i); /* m[j + l]: key j + l, query i + 7 */
+        for (ptrdiff_t j = 0; j < ke; j += 8) {
+            if (j + 40 <= ke)
+                for (int l = 0; l < 8; ++l)
+                    pe_rel_prefetch(prod + (j + 32 + l) * s->stride_r +
+                                    (ptrdiff_t)m[j + 32 + l] * 4);
+            if (g->block[q - 8 - i + j] == 3)
+                pe_rel_tile_scalar(g, b, h, i, i + 8, j, j + 8);
+            else
+                block8(g, out, prod, i, j, dtype);
+        }
+        if (ke < k)
+            pe_rel_tile_scalar(g, b, h, i, i + 8, ke, k);
+    }
+    if (i < i1)
+        for (ptrdiff_t j = 0; j < k; j += PE_REL_TILE)
+            pe_rel_tile_scalar(g, b, h, i, i1, j, k - j < PE_REL_TILE ? k : j + PE_REL_TILE);
+}
+
+PE_INLINE void task_avx2(const struct pe_rel_gather *g, ptrdiff_t task, const int by_key,
+                         const int dtype)
+{
+    if (by_key)
+        tiles_avx2(g, task, dtype);
+    else
+        row_avx2(g, task, dtype);
+}
+
+PE_SPECIALISE(const pe_rel_task_fn, pe_rel_task_avx2, task_avx2,
+              (const struct pe_rel_gather *g, ptrdiff_t task), (g, task));
+
+PE_AVX2_END
+#endif
