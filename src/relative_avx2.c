@@ -20,7 +20,9 @@
  * -1, a load and a permute for close columns, a gather otherwise), which
  * an in-register transpose turns into the block's eight rows of scores; a
  * run of slope 0 gives one vector of the eight keys' products for all
- * eight rows.  The product lines of the block four on are hinted.
+ * eight rows, read from a copy of that column of the products (two such
+ * columns kept per row of tiles).  The product lines of the block four on
+ * are hinted.
  *
  * Float16 and bfloat16 scores: the products rounded to the scores' type,
  * widened back, added in float32 and rounded once (F16C for float16, the
@@ -31,6 +33,8 @@
 #include "simd.h"
 
 #include "avx2.h"
+
+#include <stdlib.h>
 
 #if PE_X86
 /* o[0 .. 8) += x: eight scores of a 32-bit or 16-bit type and their
@@ -264,22 +268,48 @@ PE_INLINE void tiles_avx2(const struct pe_rel_gather *g, ptrdiff_t task, const i
     }
     const char *prod = s->data + (s->batch == 1 ? 0 : b) * s->stride_b + h * s->stride_h;
     char *out = d->data + b * d->stride_b + h * d->stride_h;
-    ptrdiff_t i = i0, ke = k / 8 * 8;
+    ptrdiff_t i = i0, ke = k / 8 * 8, sq = d->stride_q, isz = (ptrdiff_t)pe_itemsize(dtype);
+    /* Blocks of one column (a run of slope 0) read it from a copy, col[0 .. ke)
+     * or col[ke .. 2 ke), made at the first such block: in place the column's
+     * products lie a row of products apart, often a power of two of bytes,
+     * so that the lines of the strips' keys fight for few sets of the caches
+     * (without memory for the copy, the gather of block8). */
+    float *col = i1 - i0 >= 16 && ke >= 64 ? malloc(2 * (size_t)ke * sizeof *col) : NULL;
+    int32_t held[2] = {-1, -1};
+    int victim = 0;
     for (; i + 8 <= i1; i += 8) {
         const int32_t *m = g->map32 + (q - 8 - i); /* m[j + l]: key j + l, query i + 7 */
         for (ptrdiff_t j = 0; j < ke; j += 8) {
-            if (j + 40 <= ke)
+            if (j + 40 <= ke && (col == NULL || g->block[q - 8 - i + j + 32] != 0))
                 for (int l = 0; l < 8; ++l)
                     pe_rel_prefetch(prod + (j + 32 + l) * s->stride_r +
                                     (ptrdiff_t)m[j + 32 + l] * 4);
-            if (g->block[q - 8 - i + j] == 3)
+            int kind = g->block[q - 8 - i + j];
+            if (kind == 3) {
                 pe_rel_tile_scalar(g, b, h, i, i + 8, j, j + 8);
-            else
+            } else if (kind == 0 && col != NULL) {
+                int32_t c = m[j];
+                int slot = held[0] == c ? 0 : held[1] == c ? 1 : -1;
+                if (slot < 0) {
+                    slot = victim;
+                    victim ^= 1;
+                    held[slot] = c;
+                    for (ptrdiff_t r = 0; r < ke; ++r)
+                        col[slot * ke + r] = *((const float *)(prod + r * s->stride_r) + c);
+                } else {
+                    victim = slot ^ 1;
+                }
+                __m256 w = _mm256_loadu_ps(col + slot * ke + j);
+                for (int l = 0; l < 8; ++l)
+                    add8(out + (i + l) * sq + j * isz, w, dtype);
+            } else {
                 block8(g, out, prod, i, j, dtype);
+            }
         }
         if (ke < k)
             pe_rel_tile_scalar(g, b, h, i, i + 8, ke, k);
     }
+    free(col);
     if (i < i1)
         for (ptrdiff_t j = 0; j < k; j += PE_REL_TILE)
             pe_rel_tile_scalar(g, b, h, i, i1, j, k - j < PE_REL_TILE ? k : j + PE_REL_TILE);

@@ -558,8 +558,10 @@ def _gather_maps(q_len, k_len):
     DeBERTa's log buckets (short runs of slope 0 and -1 between a shift and
     clipped ends), a clipped reversed shift, entries < 0 (left alone) in some
     blocks only, Transformer-XL's shift (one run of slope 1) and TENER's key
-    term (one of slope -1) with their tables' widths, and an arbitrary map
-    (columns far apart, entries < 0 here and there)."""
+    term (one of slope -1) with their tables' widths, a staircase of runs of
+    slope 0 (many columns, each held for 24 distances: blocks of one column
+    that the vector path by key reads from a copy of two columns at most),
+    and an arbitrary map (columns far apart, entries < 0 here and there)."""
     n = q_len + k_len - 1
     t = np.arange(n) - (q_len - 1)
     arbitrary = np.random.default_rng(n).integers(-1, 40, n)
@@ -569,6 +571,7 @@ def _gather_maps(q_len, k_len):
         (np.where((t > 30) & (t < 90), -1, np.abs(t) % 40), 40),
         (np.arange(1, n + 1), n + 1),
         (n - np.arange(n), n + 1),
+        (np.clip((t + 200) // 24, 0, 39), 40),
         (arbitrary, 40),
     ]
     return [(m.astype(np.int64), w) for m, w in maps]
