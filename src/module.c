@@ -469,6 +469,30 @@ static int rope_apply_kernel(const struct pe_kernels *k, void *args, int nthread
     return pe_rope_apply(k, args, nthreads);
 }
 
+/* The channel map of positions in channels (pos: a leading axis of them):
+ * int32, one entry per pair, 1 to PE_ROPE_MAXCHAN channels; `plain`: no
+ * xPos and full tables, which are all positions in channels are defined
+ * for.  NULL with an error otherwise. */
+static PyArrayObject *channel_arg(PyObject *chan_o, PyArrayObject *pos, npy_intp half, int plain)
+{
+    PyArrayObject *chan = arg_array(chan_o, "channel", NPY_INT32, 1, ARG_CONTIGUOUS);
+    if (chan == NULL)
+        return NULL;
+    if (PyArray_DIM(chan, 0) != half || PyArray_DIM(pos, 0) < 1 ||
+        PyArray_DIM(pos, 0) > PE_ROPE_MAXCHAN) {
+        PyErr_Format(PyExc_ValueError,
+                     "channel must have one entry per pair and positions 1 to %d channels",
+                     PE_ROPE_MAXCHAN);
+        return NULL;
+    }
+    if (!plain) {
+        PyErr_SetString(PyExc_ValueError,
+                        "channel: positions in channels take full tables without xPos only");
+        return NULL;
+    }
+    return chan;
+}
+
 static PyObject *py_rope_apply(PyObject *self, PyObject *args)
 {
     (void)self;
@@ -515,23 +539,8 @@ static PyObject *py_rope_apply(PyObject *self, PyObject *args)
         return NULL;
     npy_intp dim = PyArray_DIM(x, nd - 1), half = PyArray_DIM(freq, 0);
     PyArrayObject *chan = NULL;
-    if (chans) {
-        chan = arg_array(chan_o, "channel", NPY_INT32, 1, ARG_CONTIGUOUS);
-        if (chan == NULL)
-            return NULL;
-        if (PyArray_DIM(chan, 0) != half || PyArray_DIM(pos, 0) < 1 ||
-            PyArray_DIM(pos, 0) > PE_ROPE_MAXCHAN) {
-            PyErr_Format(PyExc_ValueError,
-                         "channel must have one entry per pair and positions 1 to %d channels",
-                         PE_ROPE_MAXCHAN);
-            return NULL;
-        }
-        if (zeta_o != Py_None) {
-            PyErr_SetString(PyExc_ValueError,
-                            "channel: xPos is not defined for positions in channels");
-            return NULL;
-        }
-    }
+    if (chans && (chan = channel_arg(chan_o, pos, half, zeta_o == Py_None)) == NULL)
+        return NULL;
     if (!PyArray_CompareLists(PyArray_DIMS(out), PyArray_DIMS(x), nd)) {
         PyErr_SetString(PyExc_ValueError, "out must have the shape of x");
         return NULL;
@@ -638,22 +647,8 @@ static PyObject *py_rope_table(PyObject *self, PyObject *args)
     npy_intp n = PyArray_DIM(pos, chans), half = PyArray_DIM(freq, 0),
              width = full ? 2 * half : half;
     PyArrayObject *chan = NULL;
-    if (chans) {
-        chan = arg_array(chan_o, "channel", NPY_INT32, 1, ARG_CONTIGUOUS);
-        if (chan == NULL)
-            return NULL;
-        if (PyArray_DIM(chan, 0) != half || PyArray_DIM(pos, 0) < 1 ||
-            PyArray_DIM(pos, 0) > PE_ROPE_MAXCHAN) {
-            PyErr_Format(PyExc_ValueError,
-                         "channel must have one entry per pair and positions 1 to %d channels",
-                         PE_ROPE_MAXCHAN);
-            return NULL;
-        }
-        if (zeta_o != Py_None || !full) {
-            PyErr_SetString(PyExc_ValueError, "channel: full tables without xPos only");
-            return NULL;
-        }
-    }
+    if (chans && (chan = channel_arg(chan_o, pos, half, zeta_o == Py_None && full)) == NULL)
+        return NULL;
     if (PyArray_DIM(cos, 0) != n || PyArray_DIM(cos, 1) != width || PyArray_DIM(sin, 0) != n ||
         PyArray_DIM(sin, 1) != width) {
         PyErr_Format(PyExc_ValueError, "cos and sin must have shape (%zd, %zd)", (Py_ssize_t)n,
