@@ -170,15 +170,78 @@ def _target(scores, lead, shape, name="scores"):
     return arr
 
 
+# Bytes of products a gather reads per block: the products of a block are
+# made (BLAS) just before the C kernel adds them, and are read from cache.
+_BLOCK_BYTES = 1 << 21
+
+
+def _gather_part(work, lead, left, right, index, by_key, divisor):
+    """work (batch, heads, q, k) += the gather of ``left @ right^T`` at `index`.
+
+    left (..., heads, rows of the map's side, d), right (..., heads, columns,
+    d) or (columns, d), both of the dtype the products are made in, leading
+    axes broadcasting to `lead` (the target's); the products are rounded to
+    the kernel's float32 or float64 after `divisor` divides them.
+    The products are made a block of rows at a time, each block only for
+    the columns its part of the map reaches (a block of rows of
+    Transformer-XL's shift reaches k_len + rows - 1 of its q_len + k_len
+    columns), at most about _BLOCK_BYTES of them, and gathered while in
+    cache: no products of the whole term exist at once.  Between BLAS's
+    threads, the kernel runs on one: alternating two teams of threads on
+    the same cores costs more than the second thread gains."""
+    batch, heads, q_len, k_len = work.shape
+    wdt = np.dtype(np.float64) if work.dtype == np.float64 else np.dtype(np.float32)
+    n, other = (k_len, q_len) if by_key else (q_len, k_len)
+    d = left.shape[-1]
+    if right.ndim == 2:
+        right = right[None]
+    cols = right.shape[-2]
+    isz = max(wdt.itemsize, left.dtype.itemsize)
+    size = n * min(cols, n + other - 1) * isz  # one head's products, at most
+    lefts = np.broadcast_to(left, lead + (heads, n, d))
+    rights = np.broadcast_to(right, lead + (heads, cols, d))
+    if size <= _BLOCK_BYTES:
+        step, group = n, max(1, min(heads, _BLOCK_BYTES // max(size, 1)))
+    else:
+        rows = _BLOCK_BYTES // (isz * min(cols, other + 64))
+        step, group = max(8, rows - rows % 8), 1
+    single = batch * -(-heads // group) * -(-n // step) > 1
+    for b in range(batch):
+        at = np.unravel_index(b, lead) if lead else ()
+        lb, rb, wb = lefts[at], rights[at], work[b : b + 1]
+        for h0 in range(0, heads, group):
+            h1 = min(heads, h0 + group)
+            for a0 in range(0, n, step):
+                a1 = min(n, a0 + step)
+                if by_key:
+                    m = index[a0 : a0 + q_len + a1 - a0 - 1]
+                    view = wb[:, h0:h1, :, a0:a1]
+                else:
+                    m = index[q_len - a1 : q_len - a1 + a1 - a0 + k_len - 1]
+                    view = wb[:, h0:h1, a0:a1, :]
+                valid = m >= 0
+                if not valid.any():
+                    continue
+                c0, c1 = int(m[valid].min()), int(m[valid].max()) + 1
+                p = lb[h0:h1, a0:a1] @ np.swapaxes(rb[h0:h1, c0:c1], -1, -2)
+                if divisor is not None:
+                    np.divide(p, divisor, out=p)
+                p = p.astype(wdt, copy=False)
+                local = m - c0 if c0 == 0 or valid.all() else np.where(valid, m - c0, -1)
+                _core.rel_gather_add(p[None], local, v.for_kernel(view), by_key, single)
+
+
 def _gather_into(target, parts):
     """target (..., heads, q, k) += each part's gathered products, in place.
 
-    parts: (products (..., heads, rows, width), map, by_key) with the
-    products' leading axes broadcasting to the target's.  A target the
-    kernel cannot add into where it is (byte-swapped, unaligned, strided
-    last axis, leading axes that do not merge, a dtype it does not know)
-    goes through a native C-contiguous temporary.  bfloat16 scores
-    (ml_dtypes' or posenc's bits) are added into as they are."""
+    parts: (left, right, map, by_key, divisor): the products ``left @
+    right^T`` (divided by `divisor` if not None), score (i, j) reading row i
+    (by query) or j (by key) at column map[q_len - 1 - i + j] (-1: none),
+    see _gather_part.  A target the kernel cannot add into where it is
+    (byte-swapped, unaligned, strided last axis, leading axes that do not
+    merge, a dtype it does not know) goes through a native C-contiguous
+    temporary.  bfloat16 scores (ml_dtypes' or posenc's bits) are added
+    into as they are."""
     bf16 = is_bfloat16(target.dtype)
     native = target.dtype if bf16 else target.dtype.newbyteorder("=")
     known = bf16 or native in _KERNEL_DTYPES
@@ -191,18 +254,8 @@ def _gather_into(target, parts):
     else:
         kind = native if known else np.dtype(np.float32)
         work = np.array(target, dtype=kind, order="C").reshape((-1,) + target.shape[-3:])
-    wdt = np.float64 if work.dtype == np.float64 else np.float32
-    batch = work.shape[0]
-    for products, index, by_key in parts:
-        p = products.astype(wdt, copy=False)
-        inner = p.shape[-3:]
-        if math.prod(p.shape[:-3]) == 1:
-            p = p.reshape((1,) + inner)
-        else:
-            p = np.broadcast_to(p, target.shape[:-3] + inner).reshape((batch,) + inner)
-        if p.strides[-1] != p.itemsize or not p.flags.aligned:
-            p = np.ascontiguousarray(p)
-        _core.rel_gather_add(p, index, v.for_kernel(work), by_key)
+    for part in parts:
+        _gather_part(work, target.shape[:-3], *part)
     if not direct:
         np.copyto(target, work.reshape(target.shape), casting="unsafe")
 
@@ -420,8 +473,8 @@ def xl_position_term(q, r, *, bias=None, k_len=None, q_offset=None, causal=False
     index = np.where(need, index, -1)
     work = _work(q.dtype, r.dtype, *(() if target is None else (target.dtype,)))
     qb = q.astype(work) if b is None else q.astype(work) + b.astype(work)
-    products = qb @ np.swapaxes(r.astype(work, copy=False), -1, -2)
-    return _finish(target, lead, (heads, q_len, k_len), _result(q, r), [(products, index, False)])
+    parts = [(qb, r.astype(work, copy=False), index, False, None)]
+    return _finish(target, lead, (heads, q_len, k_len), _result(q, r), parts)
 
 
 @overload
@@ -619,11 +672,11 @@ def tener_position_term(q, k, table, *, v=None, key_term=True, scores=None):
     target = None if scores is None else _target(scores, lead, (heads, length, length))
     work = _work(q.dtype, k.dtype, R.dtype, *(() if target is None else (target.dtype,)))
     rel = _distances(length, length, 0)  # j - i
-    Rt = R.astype(work, copy=False).T
     qb = q.astype(work) if bias is None else q.astype(work) + bias.astype(work)
-    parts = [(qb @ Rt, m + rel, False)]
+    Rw = R.astype(work, copy=False)
+    parts = [(qb, Rw, m + rel, False, None)]
     if key_term:
-        parts.append((k.astype(work, copy=False) @ Rt, m - rel, True))
+        parts.append((k.astype(work, copy=False), Rw, m - rel, True, None))
     return _finish(target, lead, (heads, length, length), _result(q, k, R), parts)
 
 
@@ -983,11 +1036,9 @@ def deberta_attention_bias(
     scale = np.sqrt(work.type(d) * work.type(scale_factor))
     parts = []
     if pk is not None:
-        c2p = q.astype(work, copy=False) @ np.swapaxes(pk.astype(work, copy=False), -1, -2)
-        parts.append((np.divide(c2p, scale, out=c2p), index, False))
+        parts.append((q.astype(work, copy=False), pk.astype(work, copy=False), index, False, scale))
     if pq is not None:
-        p2c = k.astype(work, copy=False) @ np.swapaxes(pq.astype(work, copy=False), -1, -2)
-        parts.append((np.divide(p2c, scale, out=p2c), index, True))
+        parts.append((k.astype(work, copy=False), pq.astype(work, copy=False), index, True, scale))
     return _finish(target, lead, (heads, q_len, k_len), np.result_type(*dtypes), parts)
 
 
@@ -1073,11 +1124,9 @@ def shaw_key_term(q, rel_keys, *, max_distance, k_len=None, q_offset=None, score
     lead = _lead(q.shape[:-3], table.shape[:-3], names=("q", "rel_keys"))
     target = None if scores is None else _target(scores, lead, (heads, q_len, k_len))
     work = _work(q.dtype, table.dtype, *(() if target is None else (target.dtype,)))
-    products = q.astype(work, copy=False) @ np.swapaxes(table.astype(work, copy=False), -1, -2)
     index = _shaw_index(q_len, k_len, q_offset, max_distance)
-    return _finish(
-        target, lead, (heads, q_len, k_len), _result(q, table), [(products, index, False)]
-    )
+    parts = [(q.astype(work, copy=False), table.astype(work, copy=False), index, False, None)]
+    return _finish(target, lead, (heads, q_len, k_len), _result(q, table), parts)
 
 
 @overload

@@ -1089,8 +1089,8 @@ static PyObject *py_rel_gather_add(PyObject *self, PyObject *args)
 {
     (void)self;
     PyObject *src_o, *map_o, *dst_o;
-    int by_key;
-    if (!PyArg_ParseTuple(args, "OOOp:rel_gather_add", &src_o, &map_o, &dst_o, &by_key))
+    int by_key, single = 0;
+    if (!PyArg_ParseTuple(args, "OOOp|p:rel_gather_add", &src_o, &map_o, &dst_o, &by_key, &single))
         return NULL;
     struct pe_bias_dst d;
     PyArrayObject *dst = bias_target(dst_o, "scores", FLOAT_OR_BF16, &d);
@@ -1123,7 +1123,7 @@ static PyObject *py_rel_gather_add(PyObject *self, PyObject *args)
         .map = (const int64_t *)PyArray_DATA(map),
         .dst = &d,
     };
-    if (run_kernel(rel_gather_kernel, &c, PyArray_SIZE(dst)) < 0)
+    if (run_kernel(rel_gather_kernel, &c, single ? 0 : PyArray_SIZE(dst)) < 0)
         return PyErr_NoMemory();
     Py_RETURN_NONE;
 }
@@ -1223,8 +1223,8 @@ static PyMethodDef methods[] = {
     {"relative_positions", py_relative_positions, METH_VARARGS,
      "relative_positions(out, max_distance, q_offset): clipped j - (q_offset + i), -1: no clip."},
     {"rel_gather_add", py_rel_gather_add, METH_VARARGS,
-     "rel_gather_add(products, map, scores, by_key): scores[b, h, i, j] += products[b, h, i or j, "
-     "map[q_len - 1 - i + j]] (-1: left as is)."},
+     "rel_gather_add(products, map, scores, by_key, single=False): scores[b, h, i, j] += "
+     "products[b, h, i or j, map[q_len - 1 - i + j]] (-1: left as is); single: on one thread."},
     {"rel_scatter_add", py_rel_scatter_add, METH_VARARGS,
      "rel_scatter_add(weights, map, out): out[b, h, i, map[q_len - 1 - i + j]] += "
      "weights[b, h, i, j]."},

@@ -32,6 +32,14 @@ def same_bits(actual, expected):
 
 
 def randn(rng, shape, dtype="float64"):
+    """Normal values on a grid of 1/8 (|x| < 8): their products, and sums of
+    up to 64 of them, are exact in float32, so the products BLAS makes for a
+    block of rows have the twin's bits whatever order it sums in."""
+    return (np.clip(np.round(rng.standard_normal(shape) * 8), -63, 63) / 8).astype(dtype)
+
+
+def noise(rng, shape, dtype="float64"):
+    """Normal values with every bit: scores whose sums with a term round."""
     return rng.standard_normal(shape).astype(dtype)
 
 
@@ -96,15 +104,15 @@ def test_xl_position_term_equals_reference(threads, rng, dtype, q_len, k_len, kw
     got = posenc.xl_position_term(q, r, bias=bias, k_len=k_len, **kw)
     want = ref.xl_position_term(q, r, bias=bias, k_len=k_len, **kw)
     same_bits(got, want)
-    scores = randn(rng, (2, 3, q_len, k_len), dtype)
+    scores = noise(rng, (2, 3, q_len, k_len), dtype)
     expected = ref.xl_position_term(q, r, bias=bias, k_len=k_len, scores=scores.copy(), **kw)
     assert posenc.xl_position_term(q, r, bias=bias, scores=scores, **kw) is scores
     same_bits(scores, expected)
 
 
 def test_xl_position_term_causal_leaves_future_keys_alone(rng):
-    q, r = randn(rng, (2, 4, 8)), randn(rng, (2, 7, 8))  # uni table of k_len 6
-    scores = randn(rng, (2, 4, 6))
+    q, r = noise(rng, (2, 4, 8)), noise(rng, (2, 7, 8))  # uni table of k_len 6
+    scores = noise(rng, (2, 4, 6))
     before = scores.copy()
     posenc.xl_position_term(q, r, causal=True, scores=scores)
     qpos = 2 + np.arange(4)[:, None]
@@ -125,7 +133,7 @@ def test_xl_content_bias_is_u_dot_k_for_every_query(rng):
     term = posenc.xl_content_bias(k, u)
     assert term.shape == (2, 3, 1, 6)
     np.testing.assert_allclose(term[..., 0, :], np.einsum("hd,bhkd->bhk", u, k), rtol=1e-14)
-    scores = randn(rng, (2, 3, 5, 6))
+    scores = noise(rng, (2, 3, 5, 6))
     want = scores + term
     posenc.xl_content_bias(k, u, scores=scores)
     np.testing.assert_array_equal(scores, want)
@@ -259,7 +267,7 @@ def test_deberta_attention_bias_equals_reference(threads, rng, dtype, q_len, k_l
         posenc.deberta_attention_bias(q, k, None, pq, **kw),
         ref.deberta_attention_bias(q, k, None, pq, **kw),
     )
-    scores = randn(rng, (2, 3, q_len, k_len), dtype)
+    scores = noise(rng, (2, 3, q_len, k_len), dtype)
     want = ref.deberta_attention_bias(q, k, pk, None, scores=scores.copy(), **kw)
     posenc.deberta_attention_bias(q, k, pk, None, scores=scores, **kw)
     same_bits(scores, want)
@@ -406,7 +414,7 @@ def test_tupe_bias_equals_tupe_encoder(rng):
     )
     np.testing.assert_allclose(got32, want, rtol=1e-5, atol=1e-5)
     # added into the scores of every layer, once computed
-    scores = randn(rng, (2, heads, n, n))
+    scores = noise(rng, (2, heads, n, n))
     expected = scores + want
     posenc.tupe_bias(pos_q, pos_k, rel_table=rel_weight, scores=scores)
     np.testing.assert_allclose(scores, expected, rtol=1e-13, atol=1e-13)
@@ -447,7 +455,7 @@ def test_any_scores_layout_gives_the_contiguous_result(rng, dtype):
 
 def test_float16_scores_get_the_term_rounded_to_float16_then_added(rng):
     q, r = randn(rng, (3, 5, 8), "f2"), randn(rng, (3, 12, 8), "f2")
-    scores = randn(rng, (3, 5, 7), "f2")
+    scores = noise(rng, (3, 5, 7), "f2")
     term = posenc.xl_position_term(q, r, k_len=7)
     assert term.dtype == np.float16
     want = scores + term  # NumPy's float16 add: the float32 sum rounded once
@@ -457,7 +465,7 @@ def test_float16_scores_get_the_term_rounded_to_float16_then_added(rng):
 
 def test_bad_input_is_refused_naming_the_argument(rng):
     q, r = randn(rng, (2, 4, 8)), randn(rng, (2, 10, 8))
-    scores = randn(rng, (2, 4, 6))
+    scores = noise(rng, (2, 4, 6))
     before = scores.copy()
     cases = [
         (lambda: posenc.xl_position_term(q.astype(int), r), TypeError, "q"),
@@ -594,7 +602,7 @@ def test_gather_kernel_equals_numpy_across_tiles(simd, threads, rng, dtype, by_k
     rows = k_len if by_key else q_len
     for index, width in _gather_maps(q_len, k_len):
         products = randn(rng, (2, 3, rows, width), pdt)
-        scores = randn(rng, (2, 3, q_len, k_len), np.float32).astype(sdt)
+        scores = noise(rng, (2, 3, q_len, k_len), np.float32).astype(sdt)
         want = numpy_gather(scores, products, index, by_key)
         rel._core.rel_gather_add(
             products,
@@ -646,7 +654,7 @@ def test_bfloat16_scores_get_each_term_rounded_then_added_by_ml_dtypes_rules(sim
     q, k = randn(rng, (2, 3, 37, 16), np.float32), randn(rng, (2, 3, 37, 16), np.float32)
     pk, pq = randn(rng, (3, 16, 16), np.float32), randn(rng, (3, 16, 16), np.float32)
     r = randn(rng, (3, 74, 16), np.float32)
-    scores = randn(rng, (2, 3, 37, 37), np.float32).astype(bf16)
+    scores = noise(rng, (2, 3, 37, 37), np.float32).astype(bf16)
     opts = dict(position_buckets=8, max_relative_positions=16)
     c2p = ref.deberta_attention_bias(q, k, pk, None, scale_factor=3, **opts)
     p2c = ref.deberta_attention_bias(q, k, None, pq, scale_factor=3, **opts)
@@ -666,7 +674,7 @@ def test_bfloat16_scores_in_a_non_contiguous_array_and_the_twin(rng):
     # takes bfloat16 scores the same way
     bf16 = _bfloat16()
     q, a_k = randn(rng, (1, 2, 20, 8), np.float32), randn(rng, (9, 8), np.float32)
-    big = randn(rng, (1, 2, 20, 50), np.float32).astype(bf16)
+    big = noise(rng, (1, 2, 20, 50), np.float32).astype(bf16)
     scores, before = big[..., ::2], big[..., ::2].copy()
     want = before + ref.shaw_key_term(q, a_k, max_distance=4, k_len=25).astype(bf16)
     got = posenc.shaw_key_term(q, a_k, max_distance=4, scores=scores)
@@ -678,9 +686,103 @@ def test_bfloat16_scores_in_a_non_contiguous_array_and_the_twin(rng):
 def test_bfloat16_scores_tensor_gets_torchs_own_bfloat16_add(rng):
     torch = pytest.importorskip("torch")
     q, r = randn(rng, (1, 2, 12, 8), np.float32), randn(rng, (2, 24, 8), np.float32)
-    scores = torch.from_numpy(randn(rng, (1, 2, 12, 12), np.float32)).to(torch.bfloat16)
+    scores = torch.from_numpy(noise(rng, (1, 2, 12, 12), np.float32)).to(torch.bfloat16)
     term = torch.from_numpy(ref.xl_position_term(q, r))
     want = scores + term.to(torch.bfloat16)  # torch's bfloat16 add
     got = posenc.xl_position_term(torch.from_numpy(q), torch.from_numpy(r), scores=scores)
     assert got is scores and got.dtype == torch.bfloat16
     assert torch.equal(got.view(torch.int16), want.view(torch.int16))
+
+
+# ---------------------------------------------------------------- blocks of products
+
+
+@pytest.mark.parametrize("budget", [64, 2048, 40_000])
+@pytest.mark.parametrize("sdt", ["float32", "float16", "float64"])
+def test_terms_made_a_block_of_rows_at_a_time_equal_the_twin(
+    threads, rng, monkeypatch, budget, sdt
+):
+    # products made and gathered a block of rows (or keys) at a time, and
+    # heads grouped when theirs are small: the budget forces blocks of 8
+    # rows, blocks of 8 to 40 rows, and groups of heads.  Every score is
+    # added once, from the right column, blocks crossing the diagonal, the
+    # causal and clipped edges and a batch whose inputs broadcast.
+    monkeypatch.setattr(rel, "_BLOCK_BYTES", budget)
+    q, k = randn(rng, (2, 3, 29, 8)), randn(rng, (1, 3, 29, 8))
+    cases = [
+        (posenc.xl_position_term, ref.xl_position_term, (q, randn(rng, (3, 58, 8))), {}),
+        (
+            posenc.xl_position_term,
+            ref.xl_position_term,
+            (q[:, :, :13], randn(rng, (3, 30, 8))),
+            {"causal": True, "k_len": 29},
+        ),
+        (
+            posenc.tener_position_term,
+            ref.tener_position_term,
+            (q, k, randn(rng, (64, 8))),
+            {"v": randn(rng, (3, 8))},
+        ),
+        (
+            posenc.deberta_attention_bias,
+            ref.deberta_attention_bias,
+            (q, k[:, :, :23], randn(rng, (3, 12, 8)), randn(rng, (2, 3, 12, 8))),
+            {"position_buckets": 6, "max_relative_positions": 20, "q_offset": 3},
+        ),
+        (
+            posenc.shaw_key_term,
+            ref.shaw_key_term,
+            (q, randn(rng, (9, 8))),
+            {"max_distance": 4, "k_len": 35},
+        ),
+    ]
+    for mine, twin, args, kw in cases:
+        want = twin(*args, **kw)
+        same_bits(mine(*args, **kw), want)
+        scores = noise(rng, want.shape, sdt)[..., ::-1]  # strided, written where it is
+        expected = twin(*args, scores=scores.copy(), **kw)
+        assert mine(*args, scores=scores, **kw) is scores
+        same_bits(scores, expected)
+
+
+def test_blocks_of_products_stay_within_the_budget(rng, monkeypatch):
+    # the products of a block are at most about the budget (one block of 8
+    # rows when a row alone is more): Transformer-XL's (4, 512, 1024) term
+    # is made from (8-row) blocks of its 1535 columns, never all 4 heads at once
+    seen = []
+    real = rel._core.rel_gather_add
+
+    def spy(products, index, scores, by_key, single=False):
+        seen.append((products.shape, single))
+        return real(products, index, scores, by_key, single)
+
+    monkeypatch.setattr(rel._core, "rel_gather_add", spy)
+    monkeypatch.setattr(rel, "_BLOCK_BYTES", 1 << 16)
+    q, r = randn(rng, (4, 512, 16), "float32"), randn(rng, (4, 1536, 16), "float32")
+    got = posenc.xl_position_term(q, r, k_len=1024)
+    same_bits(got, ref.xl_position_term(q, r, k_len=1024))
+    rows = [s[0][-2] for s in seen]
+    assert all(s[0][1] == 1 for s in seen)  # one head each
+    assert sum(rows) == 4 * 512 and max(rows) == 8
+    assert all(s[0][-1] == 8 + 1024 - 1 for s in seen)  # the block's columns only
+    assert all(single for _, single in seen)
+    seen.clear()
+    monkeypatch.setattr(rel, "_BLOCK_BYTES", 1 << 30)
+    posenc.xl_position_term(q, r, k_len=1024)
+    assert [s[0] for s in seen] == [(1, 4, 512, 1535)] and not seen[0][1]
+
+
+def test_float64_inputs_make_their_products_in_float64_before_float32_scores(monkeypatch):
+    # q . r = (1 + 2**-30) - 1 = 2**-30 in float64, 0 if q were rounded to
+    # float32 first: the term added into float32 scores is 2**-30
+    monkeypatch.setattr(rel, "_BLOCK_BYTES", 64)  # blocks too
+    q = np.zeros((1, 16, 2))
+    q[..., 0], q[..., 1] = 1 + 2.0**-30, -1
+    r = np.ones((1, 32, 2))
+    scores = np.zeros((1, 16, 16), np.float32)
+    posenc.xl_position_term(q, r, scores=scores)
+    np.testing.assert_array_equal(scores, np.float32(2.0**-30))
+    table = np.ones((32, 2))
+    scores[...] = 0
+    posenc.tener_position_term(np.zeros((1, 16, 2)), q, table, scores=scores)  # the key term
+    np.testing.assert_array_equal(scores, np.float32(2.0**-30))
