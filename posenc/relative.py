@@ -11,7 +11,10 @@ relative embeddings -- ``(rows, width)`` per head, done by NumPy's matmul
 (BLAS) -- followed by a gather: score ``(i, j)`` takes the column its
 distance names.  The gather and the add into the scores are one C kernel
 (src/relative.c) that reads the products where they are: no shifted copy
-and no ``(q, k)`` temporary of the term is made.
+and no ``(q, k)`` temporary of the term is made.  The products are made a
+block of rows (or keys) at a time, each block for the columns its
+distances reach only, and gathered while in cache (_gather_part); their
+last bits are BLAS's, which may depend on a block's shape.
 
 Distances: Transformer-XL, XLNet and DeBERTa count ``query - key`` (the
 opposite sign of :func:`posenc.relative_positions`); Shaw, TENER's query
@@ -431,10 +434,11 @@ def xl_position_term(q, r, *, bias=None, k_len=None, q_offset=None, causal=False
 
     Notes
     -----
-    ``(q + v) @ r^T`` is one BLAS product per head, ``(q_len, rows)``; its
-    row ``i`` read from column ``k_len - q_offset - i`` on is row ``i`` of
-    XLNet's ``rel_shift_bnij`` (Transformer-XL's ``_rel_shift`` for past
-    keys).  The C kernel adds that slice into the scores directly.
+    Row ``i`` of ``(q + v) @ r^T`` read from column ``k_len - q_offset - i``
+    on is row ``i`` of XLNet's ``rel_shift_bnij`` (Transformer-XL's
+    ``_rel_shift`` for past keys).  BLAS makes those products a block of
+    rows at a time, for the ``k_len + rows - 1`` columns the block reads,
+    and the C kernel adds each row's slice into the scores directly.
     """
     q = _qk(q, "q")
     heads, q_len, d = q.shape[-3:]
