@@ -1121,6 +1121,100 @@ def relative_cases(quick):
         torch_tener if have_torch else None,
         "torch: TENER's einsums, _shift and _transpose_shift + add",
     )
+
+    # the terms that are not gathers: Shaw's relative values (a C scatter of
+    # the weights by clipped distance, then one matmul), XLNet's content
+    # bias and TUPE's untied positional bias (BLAS and one add)
+    weights = rng.random((1, heads, n, n), dtype=f4)
+    a_v = rng.standard_normal((33, d)).astype(f4)
+    ta_v, tweights = (torch.from_numpy(x) for x in (a_v, weights)) if have_torch else (None,) * 2
+
+    def torch_shaw_values():
+        # tensor2tensor's _relative_attention_inner for values: x (n, heads, n) @ z (n, n, d)
+        idx = torch.clamp(torch.arange(n)[None, :] - torch.arange(n)[:, None], -16, 16) + 16
+        z = ta_v[idx]
+        x = tweights[0].permute(1, 0, 2)
+        return torch.matmul(x, z).permute(1, 0, 2)[None]
+
+    cases.append(
+        Case(
+            name=f"shaw_value_term (clip 16): weights {weights.shape}",
+            nbytes=weights.nbytes,
+            posenc=lambda: rel.shaw_value_term(weights, a_v, max_distance=16),
+            memory=lambda: weights.sum(),
+            numpy=lambda: reference.shaw_value_term(weights, a_v, max_distance=16),
+            torch=torch_shaw_values if have_torch else None,
+            note="memory: one read of the weights (their sum); "
+            "torch: tensor2tensor's relations_values gather + matmul",
+        )
+    )
+    words = scores.reshape(-1).view(np.uint64)
+
+    def rmw():
+        np.add(words, np.uint64(0), out=words)
+
+    def torch_content():
+        # XLNet's rel_attn_core: the r_w_bias part of einsum(q + r_w_bias, k_head_h)
+        return tscores.add_(torch.einsum("nd,bnjd->bnj", tbias, tk)[:, :, None, :])
+
+    cases.append(
+        Case(
+            name="xl_content_bias: scores=",
+            nbytes=scores.nbytes,
+            posenc=lambda: rel.xl_content_bias(k, bias, scores=scores),
+            memory=rmw,
+            numpy=lambda: reference.xl_content_bias(k, bias, scores=scores),
+            torch=torch_content if have_torch else None,
+            note="memory: the read-modify-write of the scores; torch: XLNet's einsum of "
+            "r_w_bias with the keys, added",
+        )
+    )
+
+    # TUPE: 512 positions and [CLS], 12 heads, 32 buckets up to 128
+    tn, th = (256, 12) if quick else (512, 12)
+    pos_q = rng.standard_normal((th, tn + 1, d)).astype(f4)
+    pos_k = rng.standard_normal((th, tn + 1, d)).astype(f4)
+    rel_table = rng.standard_normal((33, th)).astype(f4)
+    tupe_scores = rng.standard_normal((1, th, tn, tn)).astype(f4)
+    tpos_q, tpos_k, trel, ttupe = (
+        (torch.from_numpy(x) for x in (pos_q, pos_k, rel_table, tupe_scores))
+        if have_torch
+        else (None,) * 4
+    )
+    tupe_words = tupe_scores.reshape(-1).view(np.uint64)
+
+    def torch_tupe():
+        # TUPE's fairseq encoder: bmm of the scaled positional queries and keys,
+        # [CLS] untied, plus the T5 bucket embedding (the last row to [CLS])
+        from transformers.models.t5.modeling_t5 import T5Attention
+
+        bias = torch.bmm(tpos_q * (2 * d) ** -0.5, tpos_k.transpose(1, 2))
+        cls_to_others, others_to_cls = bias[:, 0, 0], bias[:, 1, 1]
+        bias = bias[:, 1:, 1:].clone()
+        bias[:, :, 0] = others_to_cls[:, None]
+        bias[:, 0, :] = cls_to_others[:, None]
+        pos = torch.arange(tn)
+        buckets = T5Attention._relative_position_bucket(
+            pos[None, :] - pos[:, None], bidirectional=True, num_buckets=32, max_distance=128
+        )
+        buckets[:, 0] = 32
+        buckets[0, :] = 16
+        return ttupe.add_(torch.nn.functional.embedding(buckets, trel).permute(2, 0, 1) + bias)
+
+    cases.append(
+        Case(
+            name=f"tupe_bias ({th} heads, {tn} positions + [CLS]): scores=",
+            nbytes=tupe_scores.nbytes,
+            posenc=lambda: rel.tupe_bias(pos_q, pos_k, rel_table=rel_table, scores=tupe_scores),
+            memory=lambda: np.add(tupe_words, np.uint64(0), out=tupe_words),
+            numpy=lambda: reference.tupe_bias(
+                pos_q, pos_k, rel_table=rel_table, scores=tupe_scores
+            ),
+            torch=torch_tupe if have_torch else None,
+            note="memory: the read-modify-write of the scores; torch: TUPE's bmm, untied "
+            "[CLS] and T5 buckets (transformers' bucketing) + add",
+        )
+    )
     return cases
 
 

@@ -527,14 +527,42 @@ def xl_content_bias(k, bias, *, scores=None):
     heads, k_len, d = k.shape[-3:]
     u = _bias_vector(bias, heads, d, "bias")
     work = _work(k.dtype, u.dtype)
-    term = u.astype(work) @ np.swapaxes(k.astype(work, copy=False), -1, -2)  # (..., h, 1, k)
+    kw, uw = k.astype(work, copy=False), u.astype(work)
     if scores is None:
+        term = uw @ np.swapaxes(kw, -1, -2)  # (..., h, 1, k)
         return term.astype(_result(k, u), copy=False)
     sc = _scores_array(scores)
     q_len = sc.shape[-2] if sc.ndim >= 3 else 0
     target = _target(scores, k.shape[:-3], (heads, q_len, k_len))
-    _add_into(target, term)
+    term = uw @ np.swapaxes(kw, -1, -2)
+    if target.dtype.newbyteorder("=") != work or not _add_to_rows(target, term):
+        _add_into(target, term)
     return target
+
+
+def _add_to_rows(target, c):
+    """target (..., heads, q, k) += c (..., heads, 1, k), the same row added
+    to every row, by the C gather (the broadcast np.add takes twice as
+    long): c, of the target's dtype (float32 or float64), is laid out once
+    per head so that row i of a view of it, one element further along per
+    row, read from column q - 1 - i on, is c (a run of slope 1).  The sum is
+    rounded once, as np.add's.  False (nothing done) for a target the
+    kernel cannot add into where it is."""
+    views = v.bias_views(target)
+    if views is None or len(views) != 1:
+        return False
+    work = views[0]
+    batch, heads, q, k = work.shape
+    lead = target.shape[:-3]
+    rows = np.broadcast_to(c, lead + (heads, 1, k)).reshape((-1, heads, k))
+    buf = np.zeros((heads, 2 * q + k), c.dtype)
+    shape, isz = (1, heads, q, q + k - 1), buf.itemsize
+    view = np.lib.stride_tricks.as_strided(buf, shape, (0, buf.strides[0], isz, isz))
+    index = np.arange(q + k - 1, dtype=np.int64)
+    for b in range(batch):
+        buf[:, q - 1 : q - 1 + k] = rows[b if rows.shape[0] > 1 else 0]
+        _core.rel_gather_add(view, index, v.for_kernel(work[b : b + 1]), False)
+    return True
 
 
 # ---------------------------------------------------------------- TENER

@@ -414,6 +414,37 @@ static inline double weight_at(const char *w, int dtype, ptrdiff_t j)
 }
 
 /* out[col + slope * m] += w[m], m < n, summed in out's type. */
+/* The sum of x[0 .. n) in eight (float64) or sixteen (float32) running
+ * sums, added pairwise at the end: no chain of adds each waiting on the
+ * last, and vectors where the compiler makes them. */
+static double sum_f64(const double *x, ptrdiff_t n)
+{
+    double a[8] = {0};
+    ptrdiff_t m = 0;
+    for (; m + 8 <= n; m += 8)
+        for (int l = 0; l < 8; ++l)
+            a[l] += x[m + l];
+    double s = ((a[0] + a[4]) + (a[1] + a[5])) + ((a[2] + a[6]) + (a[3] + a[7]));
+    for (; m < n; ++m)
+        s += x[m];
+    return s;
+}
+
+static float sum_f32(const float *x, ptrdiff_t n)
+{
+    float a[16] = {0};
+    ptrdiff_t m = 0;
+    for (; m + 16 <= n; m += 16)
+        for (int l = 0; l < 16; ++l)
+            a[l] += x[m + l];
+    for (int l = 0; l < 8; ++l)
+        a[l] += a[l + 8];
+    float s = ((a[0] + a[4]) + (a[1] + a[5])) + ((a[2] + a[6]) + (a[3] + a[7]));
+    for (; m < n; ++m)
+        s += x[m];
+    return s;
+}
+
 static void scatter_segment(char *out, int out_dtype, int64_t col, int slope, const char *w,
                             int w_dtype, ptrdiff_t n)
 {
@@ -422,6 +453,8 @@ static void scatter_segment(char *out, int out_dtype, int64_t col, int slope, co
         if (slope) {
             for (ptrdiff_t m = 0; m < n; ++m)
                 o[slope * m] = o[slope * m] + weight_at(w, w_dtype, m);
+        } else if (w_dtype == PE_F64) {
+            *o += sum_f64((const double *)w, n);
         } else {
             double acc = *o;
             for (ptrdiff_t m = 0; m < n; ++m)
@@ -433,6 +466,8 @@ static void scatter_segment(char *out, int out_dtype, int64_t col, int slope, co
         if (slope) {
             for (ptrdiff_t m = 0; m < n; ++m)
                 o[slope * m] = o[slope * m] + (float)weight_at(w, w_dtype, m);
+        } else if (w_dtype == PE_F32) {
+            *o += sum_f32((const float *)w, n);
         } else {
             float acc = *o;
             for (ptrdiff_t m = 0; m < n; ++m)

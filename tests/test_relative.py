@@ -786,3 +786,24 @@ def test_float64_inputs_make_their_products_in_float64_before_float32_scores(mon
     scores[...] = 0
     posenc.tener_position_term(np.zeros((1, 16, 2)), q, table, scores=scores)  # the key term
     np.testing.assert_array_equal(scores, np.float32(2.0**-30))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_xl_content_bias_added_by_the_kernel_as_np_add_adds(threads, rng, dtype):
+    # scores of the term's dtype take the C kernel (the row u . k laid out
+    # once and read as a run of slope 1 by every row), others np.add: the
+    # same bits either way, for every layout of scores and broadcast batch
+    k, u = noise(rng, (1, 3, 9, 8), dtype), noise(rng, (3, 8), dtype)
+    term = u[:, None, :] @ np.swapaxes(k, -1, -2)
+    for shape in [(3, 6, 9), (2, 3, 6, 9), (2, 2, 3, 6, 9)]:
+        scores = noise(rng, shape, dtype)
+        want = scores + term[0]
+        assert posenc.xl_content_bias(k[0], u, scores=scores) is scores
+        same_bits(scores, want)
+        big = noise(rng, shape[:-1] + (18,), dtype)
+        strided, want = big[..., ::2], big[..., ::2] + term[0]
+        posenc.xl_content_bias(k[0], u, scores=strided)
+        same_bits(strided, want)
+    half = noise(rng, (2, 3, 6, 9), "float16")
+    want = (half.astype(dtype) + term).astype("float16")
+    same_bits(posenc.xl_content_bias(k, u, scores=half), want)
