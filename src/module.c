@@ -1148,7 +1148,8 @@ static PyObject *py_rel_scatter_add(PyObject *self, PyObject *args)
 {
     (void)self;
     PyObject *w_o, *map_o, *out_o;
-    if (!PyArg_ParseTuple(args, "OOO:rel_scatter_add", &w_o, &map_o, &out_o))
+    int single = 0;
+    if (!PyArg_ParseTuple(args, "OOO|p:rel_scatter_add", &w_o, &map_o, &out_o, &single))
         return NULL;
     if (!PyArray_Check(w_o) || pe_dtype_of((PyArrayObject *)w_o) < 0) {
         PyErr_SetString(PyExc_TypeError, "weights must be a numpy.ndarray of float16, float32 or "
@@ -1190,7 +1191,7 @@ static PyObject *py_rel_scatter_add(PyObject *self, PyObject *args)
         .w_dtype = pe_dtype_of(w),
         .out_dtype = PyArray_TYPE(out) == NPY_DOUBLE ? PE_F64 : PE_F32,
     };
-    if (run_kernel(rel_scatter_kernel, &c, PyArray_SIZE(w)) < 0)
+    if (run_kernel(rel_scatter_kernel, &c, single ? 0 : PyArray_SIZE(w)) < 0)
         return PyErr_NoMemory();
     Py_RETURN_NONE;
 }
@@ -1226,8 +1227,8 @@ static PyMethodDef methods[] = {
      "rel_gather_add(products, map, scores, by_key, single=False): scores[b, h, i, j] += "
      "products[b, h, i or j, map[q_len - 1 - i + j]] (-1: left as is); single: on one thread."},
     {"rel_scatter_add", py_rel_scatter_add, METH_VARARGS,
-     "rel_scatter_add(weights, map, out): out[b, h, i, map[q_len - 1 - i + j]] += "
-     "weights[b, h, i, j]."},
+     "rel_scatter_add(weights, map, out, single=False): out[b, h, i, map[q_len - 1 - i + j]] += "
+     "weights[b, h, i, j]; single: on one thread."},
     {"set_num_threads", py_set_num_threads, METH_O,
      "set_num_threads(n): threads for the kernels; 0 follows OpenMP."},
     {"get_num_threads", py_get_num_threads, METH_NOARGS,
