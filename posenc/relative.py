@@ -1357,11 +1357,11 @@ def tupe_bias(
         bias[:, :, 0] = others_to_cls[:, None]
         bias[:, 0, :] = cls_to_others[:, None]
     if table is not None:
-        rel = t5_bias(table[:nb].astype(work), n, max_distance=max_distance)
+        t = table.astype(work)
+        t5_bias(t[:nb], n, max_distance=max_distance, scores=bias)  # added in place
         if untie_cls:
-            rel[:, :, 0] = table[nb].astype(work)[:, None]
-            rel[:, 0, :] = table[nb // 2].astype(work)[:, None]
-        bias += rel
+            bias[:, 1:, 0] = others_to_cls[:, None] + t[nb][:, None]
+            bias[:, 0, :] = cls_to_others[:, None] + t[nb // 2][:, None]
     if target is None:
         return np.ascontiguousarray(bias).astype(np.result_type(*dtypes), copy=False)
     _add_into(target, bias)
