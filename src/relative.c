@@ -414,36 +414,28 @@ static inline double weight_at(const char *w, int dtype, ptrdiff_t j)
 }
 
 /* out[col + slope * m] += w[m], m < n, summed in out's type. */
-/* The sum of x[0 .. n) in eight (float64) or sixteen (float32) running
- * sums, added pairwise at the end: no chain of adds each waiting on the
- * last, and vectors where the compiler makes them. */
-static double sum_f64(const double *x, ptrdiff_t n)
-{
-    double a[8] = {0};
-    ptrdiff_t m = 0;
-    for (; m + 8 <= n; m += 8)
-        for (int l = 0; l < 8; ++l)
-            a[l] += x[m + l];
-    double s = ((a[0] + a[4]) + (a[1] + a[5])) + ((a[2] + a[6]) + (a[3] + a[7]));
-    for (; m < n; ++m)
-        s += x[m];
-    return s;
-}
+/* The sum of x[0 .. n) in LANES running sums (a power of two, >= 8),
+ * folded in halves to eight and added pairwise at the end: no chain of
+ * adds each waiting on the last, and vectors where the compiler makes them. */
+#define DEFINE_SUM(name, type, LANES)                                                              \
+    static type name(const type *x, ptrdiff_t n)                                                   \
+    {                                                                                              \
+        type a[LANES] = {0};                                                                       \
+        ptrdiff_t m = 0;                                                                           \
+        for (; m + LANES <= n; m += LANES)                                                         \
+            for (int l = 0; l < LANES; ++l)                                                        \
+                a[l] += x[m + l];                                                                  \
+        for (int w = LANES / 2; w >= 8; w /= 2)                                                    \
+            for (int l = 0; l < w; ++l)                                                            \
+                a[l] += a[l + w];                                                                  \
+        type s = ((a[0] + a[4]) + (a[1] + a[5])) + ((a[2] + a[6]) + (a[3] + a[7]));                \
+        for (; m < n; ++m)                                                                         \
+            s += x[m];                                                                             \
+        return s;                                                                                  \
+    }
 
-static float sum_f32(const float *x, ptrdiff_t n)
-{
-    float a[16] = {0};
-    ptrdiff_t m = 0;
-    for (; m + 16 <= n; m += 16)
-        for (int l = 0; l < 16; ++l)
-            a[l] += x[m + l];
-    for (int l = 0; l < 8; ++l)
-        a[l] += a[l + 8];
-    float s = ((a[0] + a[4]) + (a[1] + a[5])) + ((a[2] + a[6]) + (a[3] + a[7]));
-    for (; m < n; ++m)
-        s += x[m];
-    return s;
-}
+DEFINE_SUM(sum_f64, double, 8)
+DEFINE_SUM(sum_f32, float, 16)
 
 static void scatter_segment(char *out, int out_dtype, int64_t col, int slope, const char *w,
                             int w_dtype, ptrdiff_t n)
