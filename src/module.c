@@ -1065,11 +1065,15 @@ static PyArrayObject *rel_map_arg(PyObject *obj, npy_intp n, npy_intp width)
         return NULL;
     }
     const int64_t *m = (const int64_t *)PyArray_DATA(map);
-    for (npy_intp t = 0; t < n; ++t)
-        if (m[t] < -1 || m[t] >= width) {
-            PyErr_Format(PyExc_ValueError, "map entries must be in [-1, %zd)", (Py_ssize_t)width);
-            return NULL;
-        }
+    int64_t lo = 0, hi = 0;
+    for (npy_intp t = 0; t < n; ++t) {
+        lo = m[t] < lo ? m[t] : lo;
+        hi = m[t] > hi ? m[t] : hi;
+    }
+    if (lo < -1 || hi >= width) {
+        PyErr_Format(PyExc_ValueError, "map entries must be in [-1, %zd)", (Py_ssize_t)width);
+        return NULL;
+    }
     return map;
 }
 
@@ -1077,12 +1081,36 @@ struct rel_gather_call {
     struct pe_rel_src src;
     const int64_t *map;
     const struct pe_bias_dst *dst;
+    void *scratch;
 };
+
+/* The gather's scratch memory, kept between calls (a term gathers a block
+ * at a time) up to this size, for one call at a time: taken and given back
+ * with the GIL held; a call that finds it taken has its own. */
+#define GATHER_CACHE_MAX (1 << 20)
+static void *gather_cache;
+static size_t gather_cache_size;
+static int gather_cache_taken;
+
+static void *take_gather_cache(size_t size)
+{
+    if (gather_cache_taken || size > GATHER_CACHE_MAX)
+        return NULL;
+    if (gather_cache_size < size) {
+        void *bigger = realloc(gather_cache, size);
+        if (bigger == NULL)
+            return NULL;
+        gather_cache = bigger;
+        gather_cache_size = size;
+    }
+    gather_cache_taken = 1;
+    return gather_cache;
+}
 
 static int rel_gather_kernel(const struct pe_kernels *k, void *args, int nthreads)
 {
     const struct rel_gather_call *c = args;
-    return pe_rel_gather_add(k, &c->src, c->map, c->dst, nthreads);
+    return pe_rel_gather_add(k, &c->src, c->map, c->dst, nthreads, c->scratch);
 }
 
 static PyObject *py_rel_gather_add(PyObject *self, PyObject *args)
@@ -1122,8 +1150,12 @@ static PyObject *py_rel_gather_add(PyObject *self, PyObject *args)
                 PyArray_STRIDE(src, 2), by_key},
         .map = (const int64_t *)PyArray_DATA(map),
         .dst = &d,
+        .scratch = take_gather_cache(pe_rel_gather_scratch(d.q_len + d.k_len - 1)),
     };
-    if (run_kernel(rel_gather_kernel, &c, single ? 0 : PyArray_SIZE(dst)) < 0)
+    int rc = run_kernel(rel_gather_kernel, &c, single ? 0 : PyArray_SIZE(dst));
+    if (c.scratch != NULL)
+        gather_cache_taken = 0;
+    if (rc < 0)
         return PyErr_NoMemory();
     Py_RETURN_NONE;
 }

@@ -286,19 +286,29 @@ PE_INLINE void task_scalar(const struct pe_rel_gather *g, ptrdiff_t task, const 
 PE_SPECIALISE(const pe_rel_task_fn, pe_rel_task_scalar, task_scalar,
               (const struct pe_rel_gather *g, ptrdiff_t task), (g, task));
 
+size_t pe_rel_gather_scratch(ptrdiff_t n)
+{
+    size_t m = (size_t)n + 1;
+    return 2 * m * sizeof(struct pe_rel_run) + m * sizeof(ptrdiff_t) + 2 * m * sizeof(int32_t) + m;
+}
+
 int pe_rel_gather_add(const struct pe_kernels *k, const struct pe_rel_src *src, const int64_t *map,
-                      const struct pe_bias_dst *dst, int nthreads)
+                      const struct pe_bias_dst *dst, int nthreads, void *scratch)
 {
     if (dst->batch == 0)
         return 0;
     ptrdiff_t n = dst->q_len + dst->k_len - 1;
-    struct pe_rel_run *runs = malloc(2 * ((size_t)n + 1) * sizeof *runs);
-    int32_t *map32 = malloc((size_t)n * sizeof *map32);
-    ptrdiff_t *neg = NULL;
-    int8_t *block = NULL;
-    int32_t *wmin = malloc((size_t)n * sizeof *wmin);
-    if (runs == NULL || map32 == NULL || wmin == NULL)
-        goto nomem;
+    void *own = scratch == NULL ? malloc(pe_rel_gather_scratch(n)) : NULL;
+    char *at = scratch != NULL ? scratch : own;
+    if (at == NULL)
+        return -1;
+    /* runs (twice: as found and merged), neg, map32, wmin, block */
+    struct pe_rel_run *runs = (struct pe_rel_run *)at;
+    at += 2 * ((size_t)n + 1) * sizeof *runs;
+    ptrdiff_t *neg = NULL, *negs = (ptrdiff_t *)at;
+    at += ((size_t)n + 1) * sizeof *neg;
+    int32_t *map32 = (int32_t *)at, *wmin = map32 + n + 1;
+    int8_t *block = NULL, *blocks = (int8_t *)(wmin + n + 1);
     ptrdiff_t nruns = find_runs(map, n, runs);
     ptrdiff_t tq = (dst->q_len + TILE - 1) / TILE, tk = (dst->k_len + TILE - 1) / TILE;
     struct pe_rel_gather g = {src,
@@ -326,33 +336,51 @@ int pe_rel_gather_add(const struct pe_kernels *k, const struct pe_rel_src *src, 
     }
     for (ptrdiff_t t = 0; t < n && src->by_key && neg == NULL; ++t) {
         if (map[t] < 0) {
-            neg = malloc(((size_t)n + 1) * sizeof *neg);
-            if (neg == NULL)
-                goto nomem;
+            neg = negs;
             neg[0] = 0;
             for (ptrdiff_t u = 0; u < n; ++u)
                 neg[u + 1] = neg[u] + (map[u] < 0);
         }
     }
     g.neg = neg;
-    for (ptrdiff_t t = 0; t + 8 <= n; ++t) {
-        int64_t lo = map[t], hi = map[t];
-        for (int l = 1; l < 8; ++l) {
-            lo = map[t + l] < lo ? map[t + l] : lo;
-            hi = map[t + l] > hi ? map[t + l] : hi;
+    /* wmin: eight entries within one run have its ends for least and
+     * greatest (and lie within 8 of each other), so only the windows that
+     * cross the end of a run are looked at entry by entry */
+    for (ptrdiff_t r = 0; r < nruns; ++r) {
+        ptrdiff_t s0 = runs[r].start, e = runs[r + 1].start < n - 7 ? runs[r + 1].start : n - 7;
+        ptrdiff_t inner = runs[r + 1].start - 7 < e ? runs[r + 1].start - 7 : e;
+        int64_t base = runs[r].base, width = g.map32 != NULL ? src->width : 0;
+        int slope = runs[r].slope;
+        ptrdiff_t t = s0;
+        if (base < 0) {
+            for (; t < e; ++t)
+                wmin[t] = -1;
+            continue;
         }
-        wmin[t] =
-            lo >= 0 && hi - lo < 8 && lo + 8 <= src->width && g.map32 != NULL ? (int32_t)lo : -1;
+        for (; t < inner; ++t) {
+            int64_t lo = base + slope * (t - s0) - (slope < 0 ? 7 : 0);
+            wmin[t] = lo + 8 <= width ? (int32_t)lo : -1;
+        }
+        for (; t < e; ++t) {
+            int64_t lo = map[t], hi = map[t];
+            for (int l = 1; l < 8; ++l) {
+                lo = map[t + l] < lo ? map[t + l] : lo;
+                hi = map[t + l] > hi ? map[t + l] : hi;
+            }
+            wmin[t] = lo >= 0 && hi - lo < 8 && lo + 8 <= width ? (int32_t)lo : -1;
+        }
     }
     g.wmin = wmin;
-    for (ptrdiff_t t = 1, last = -1; t <= n && !g.prefetch; ++t) {
-        last = map[t - 1] >= 0 ? map[t - 1] : last;
-        g.prefetch = t < n && map[t] >= 0 && map[t] < last;
+    /* whether any entry >= 0 is less than the last one >= 0 before it */
+    for (ptrdiff_t r = 0, last = -1; r < nruns && !g.prefetch; ++r) {
+        if (runs[r].base < 0)
+            continue;
+        ptrdiff_t len = runs[r + 1].start - runs[r].start;
+        g.prefetch = runs[r].base < last || (runs[r].slope < 0 && len > 1);
+        last = runs[r].base + runs[r].slope * (len - 1);
     }
     if (src->by_key && n >= PE_REL_BLOCK) {
-        block = malloc((size_t)n);
-        if (block == NULL)
-            goto nomem;
+        block = blocks;
         ptrdiff_t count = 0; /* entries < 0 among map[t .. t + PE_REL_BLOCK) */
         for (ptrdiff_t t = 0; t < PE_REL_BLOCK; ++t)
             count += map[t] < 0;
@@ -382,19 +410,8 @@ int pe_rel_gather_add(const struct pe_kernels *k, const struct pe_rel_src *src, 
     num_threads(pe_team(nthreads, bh * dst->q_len * dst->k_len))
     for (ptrdiff_t task = 0; task < ntasks; ++task)
         fn(&g, task);
-    free(wmin);
-    free(block);
-    free(neg);
-    free(map32);
-    free(runs);
+    free(own);
     return 0;
-nomem:
-    free(wmin);
-    free(block);
-    free(neg);
-    free(map32);
-    free(runs);
-    return -1;
 }
 
 /* ---- the scatter ---- */

@@ -37,7 +37,14 @@ struct pe_rel_src {
  * arrays and ml_dtypes bfloat16 ones), on the path of k.  0, or -1 if
  * memory ran out (nothing written). */
 int pe_rel_gather_add(const struct pe_kernels *k, const struct pe_rel_src *src, const int64_t *map,
-                      const struct pe_bias_dst *dst, int nthreads);
+                      const struct pe_bias_dst *dst, int nthreads, void *scratch);
+
+/* The bytes of the scratch memory pe_rel_gather_add needs for a map of n
+ * entries: passed in (aligned as malloc aligns), or NULL for its own.  A
+ * caller that gathers many blocks keeps one: a fresh allocation of this
+ * size each call can cost more than a small block's gather, in the pages
+ * the system hands out again. */
+size_t pe_rel_gather_scratch(ptrdiff_t n);
 
 /* ---- shared by the two paths of the gather (relative.c, relative_avx2.c) ---- */
 

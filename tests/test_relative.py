@@ -643,6 +643,36 @@ def test_gather_kernel_gives_the_same_bits_on_every_path(on_every_path):
             same_bits(b, a)
 
 
+def test_gather_kernel_scratch_of_any_size_and_in_concurrent_calls(rng):
+    # the kernel keeps its scratch memory between calls, for one call at a
+    # time: maps longer than what it keeps, shorter ones after them, and
+    # calls from several threads at once (each with its own scores) all
+    # give NumPy's gather
+    from concurrent.futures import ThreadPoolExecutor
+
+    cases = []
+    for q_len, k_len in [(3, 40000), (40, 30), (2, 20000), (150, 200), (9, 7)]:
+        for index, width in _gather_maps(q_len, k_len)[:3]:
+            for by_key in (False, True):
+                products = randn(rng, (1, 2, k_len if by_key else q_len, width), np.float32)
+                scores = noise(rng, (1, 2, q_len, k_len), np.float32)
+                cases.append((products, index, scores, by_key))
+    wants = [numpy_gather(s, p, m, b) for p, m, s, b in cases]
+
+    def run(case):
+        products, index, scores, by_key = case
+        scores = scores.copy()
+        rel._core.rel_gather_add(products, index, scores, by_key)
+        return scores
+
+    for case, want in zip(cases, wants):
+        same_bits(run(case), want)
+    with ThreadPoolExecutor(4) as pool:
+        for _ in range(3):
+            for got, want in zip(pool.map(run, cases), wants):
+                same_bits(got, want)
+
+
 # ---------------------------------------------------------------- bfloat16 scores
 
 
