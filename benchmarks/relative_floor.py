@@ -10,8 +10,14 @@ bytes); the medians of the per-pair ratios are reported.  On a machine
 shared with other work the floor itself moves from minute to minute, which
 the alternation cancels.
 
+A term runs its gathers on one thread when BLAS calls come between them
+(two teams of threads would contend for the cores); ``--all-threads``
+replays them on the threads ``--threads`` gives instead, which is what the
+kernels do when called without BLAS in between.
+
     python benchmarks/relative_floor.py                 # 21 pairs
     python benchmarks/relative_floor.py --threads 2 --repeats 41
+    python benchmarks/relative_floor.py --threads 2 --all-threads
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ import numpy as np
 import posenc
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from run import _recorded_gathers  # noqa: E402
+from run import _recorded_gathers, _rmw_of  # noqa: E402
 
 
 def _terms(scores, n, heads, d):
@@ -56,29 +62,34 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--repeats", type=int, default=21)
+    parser.add_argument(
+        "--all-threads", action="store_true", help="gathers on every thread, not as the terms run"
+    )
     args = parser.parse_args(argv)
     n, heads, d = 1024, 16, 64
     posenc.set_num_threads(args.threads)
     rng = np.random.default_rng(1)
     scores = rng.standard_normal((1, heads, n, n)).astype(np.float32)
-    words = scores.reshape(-1).view(np.uint64)
-
-    def rmw():
-        np.add(words, np.uint64(0), out=words)
+    rmw = _rmw_of(scores)
 
     def timed(f):
         t0 = time.perf_counter()
         f()
         return time.perf_counter() - t0
 
-    print(f"posenc {posenc.__version__}, simd {posenc.config()['simd']}, {args.threads} thread(s)")
+    how = "every gather on all of them" if args.all_threads else "gathers as the terms run them"
+    print(
+        f"posenc {posenc.__version__}, simd {posenc.config()['simd']}, "
+        f"{args.threads} thread(s), {how}"
+    )
     print()
     print("| C gathers | calls | posenc ms | read-modify-write ms | posenc / rmw |")
     print("|---|---:|---:|---:|---:|")
     for name, term in _terms(scores, n, heads, d).items():
         replay, calls = _recorded_gathers(term)
+        time.sleep(0.5)  # OpenBLAS's threads spin a while after the term's products
         for by_key in sorted({c[3] for c in calls}):
-            part = [c for c in calls if c[3] == by_key]
+            part = [c[:4] + (c[4] and not args.all_threads,) for c in calls if c[3] == by_key]
 
             def gather(part=part, replay=replay):
                 replay(part)

@@ -815,11 +815,17 @@ def bias_cases(quick):
 # ---------------------------------------------------------------- bfloat16
 
 
-def _rmw_of(arr):
-    """The read-modify-write of `arr`'s bytes in place (as uint64 += 0): one
-    read and one write, what an add into it cannot go below."""
+def _rmw_of(arr, passes=1):
+    """The read-modify-write of `arr`'s bytes in place (as uint64 += 0),
+    `passes` times: one read and one write each, what as many adds into it
+    cannot go below."""
     words = arr.reshape(-1).view(np.uint64)
-    return lambda: np.add(words, np.uint64(0), out=words)
+
+    def rmw():
+        for _ in range(passes):
+            np.add(words, np.uint64(0), out=words)
+
+    return rmw
 
 
 @case("bfloat16")
@@ -977,12 +983,7 @@ def _rel_case(name, scores, passes, term, numpy, torch_fn, note):
     of the scores once for each of the `passes` terms added, and the whole
     term (BLAS products + gathers) against the NumPy twin and torch as
     transformers writes it."""
-    words = scores.reshape(-1).view(np.uint64)
-
-    def rmw():
-        for _ in range(passes):
-            np.add(words, np.uint64(0), out=words)
-
+    rmw = _rmw_of(scores, passes)
     replay, calls = _recorded_gathers(term)
     return [
         Case(
@@ -1148,10 +1149,7 @@ def relative_cases(quick):
             "torch: tensor2tensor's relations_values gather + matmul",
         )
     )
-    words = scores.reshape(-1).view(np.uint64)
-
-    def rmw():
-        np.add(words, np.uint64(0), out=words)
+    rmw = _rmw_of(scores)
 
     def torch_content():
         # XLNet's rel_attn_core: the r_w_bias part of einsum(q + r_w_bias, k_head_h)
@@ -1181,7 +1179,6 @@ def relative_cases(quick):
         if have_torch
         else (None,) * 4
     )
-    tupe_words = tupe_scores.reshape(-1).view(np.uint64)
 
     def torch_tupe():
         # TUPE's fairseq encoder: bmm of the scaled positional queries and keys,
@@ -1206,7 +1203,7 @@ def relative_cases(quick):
             name=f"tupe_bias ({th} heads, {tn} positions + [CLS]): scores=",
             nbytes=tupe_scores.nbytes,
             posenc=lambda: rel.tupe_bias(pos_q, pos_k, rel_table=rel_table, scores=tupe_scores),
-            memory=lambda: np.add(tupe_words, np.uint64(0), out=tupe_words),
+            memory=_rmw_of(tupe_scores),
             numpy=lambda: reference.tupe_bias(
                 pos_q, pos_k, rel_table=rel_table, scores=tupe_scores
             ),
