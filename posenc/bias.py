@@ -477,6 +477,13 @@ def t5_bias(
     table is then a gather of those, row by row.  With `scores` the result
     is exactly that of ``scores += t5_bias(table.astype(scores.dtype), ...)``.
     """
+    return _t5_bias(table, q_len, k_len, bidirectional, max_distance, q_offset, scores, out)
+
+
+def _t5_bias(table, q_len, k_len, bidirectional, max_distance, q_offset, scores, out, single=False):
+    """t5_bias, its kernel on one thread if `single`: right after a BLAS
+    product the kernel's second thread would contend with BLAS's threads,
+    still spinning on the same cores, and run slower than one."""
     arr = np.asarray(table)
     v.float_array_dtype(arr, "table", bfloat16=True)
     if arr.ndim != 2:
@@ -503,7 +510,7 @@ def t5_bias(
 
     def kernel(add):
         return lambda dst: _core.t5_bias(
-            bits, v.for_kernel(dst), bidirectional, thresholds, q_offset, add
+            bits, v.for_kernel(dst), bidirectional, thresholds, q_offset, add, single
         )
 
     if scores is not None:

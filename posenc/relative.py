@@ -43,7 +43,7 @@ from . import _validate as v
 from ._dtypes import is_bfloat16
 from ._interop import foreign
 from ._typing import Array, ArrayLike, ArrayT, DTypeLike, NDArray
-from .bias import _check_t5, t5_bias
+from .bias import _check_t5, _t5_bias
 from .sinusoid import sinusoid
 
 _check = v  # for the TENER functions, whose argument v (the position bias) hides the module
@@ -1358,7 +1358,7 @@ def tupe_bias(
         bias[:, 0, :] = cls_to_others[:, None]
     if table is not None:
         t = table.astype(work)
-        t5_bias(t[:nb], n, max_distance=max_distance, scores=bias)  # added in place
+        _t5_bias(t[:nb], n, n, True, max_distance, 0, bias, None, single=True)  # in place
         if untie_cls:
             bias[:, 1:, 0] = others_to_cls[:, None] + t[nb][:, None]
             bias[:, 0, :] = cls_to_others[:, None] + t[nb // 2][:, None]

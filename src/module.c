@@ -860,9 +860,9 @@ static PyObject *py_t5_bias(PyObject *self, PyObject *args)
     (void)self;
     PyObject *table_o, *dst_o, *thresh_o;
     long long q_offset;
-    int bidirectional, add;
-    if (!PyArg_ParseTuple(args, "OOpOLp:t5_bias", &table_o, &dst_o, &bidirectional, &thresh_o,
-                          &q_offset, &add))
+    int bidirectional, add, single = 0;
+    if (!PyArg_ParseTuple(args, "OOpOLp|p:t5_bias", &table_o, &dst_o, &bidirectional, &thresh_o,
+                          &q_offset, &add, &single))
         return NULL;
     if (!PyArray_Check(table_o) || pe_dtype_bf16_of((PyArrayObject *)table_o) < 0) {
         PyErr_SetString(PyExc_TypeError, "table must be a numpy.ndarray of float16, float32, "
@@ -892,7 +892,7 @@ static PyObject *py_t5_bias(PyObject *self, PyObject *args)
         .q_offset = (int64_t)q_offset,
         .dst = &d,
     };
-    if (run_kernel(t5_bias_kernel, &c, PyArray_SIZE(dst)) < 0)
+    if (run_kernel(t5_bias_kernel, &c, single ? 0 : PyArray_SIZE(dst)) < 0)
         return PyErr_NoMemory();
     Py_RETURN_NONE;
 }
@@ -1246,7 +1246,8 @@ static PyMethodDef methods[] = {
     {"alibi", py_alibi, METH_VARARGS,
      "alibi(slopes, dst, q_offset, causal, add): ALiBi into the 4-D dst (written, or added)."},
     {"t5_bias", py_t5_bias, METH_VARARGS,
-     "t5_bias(table, dst, bidirectional, thresholds, q_offset, add): T5's bias into dst."},
+     "t5_bias(table, dst, bidirectional, thresholds, q_offset, add, single=False): T5's bias into "
+     "dst; single: on one thread."},
     {"t5_table_grad", py_t5_table_grad, METH_VARARGS,
      "t5_table_grad(grad, out, bidirectional, thresholds, q_offset): out[b, h] = the sum of "
      "grad[:, h, i, j] over bucket(j - (q_offset + i)) == b (float64 for float64 grad, else "
