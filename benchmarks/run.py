@@ -362,6 +362,31 @@ def rope_cases(quick):
             note="torch, jit: the cached cos/sin of one position, as a KV-cache step uses them",
         )
     )
+    # a projection (NumPy's BLAS, its own threads) and the rotation, in turn,
+    # as a NumPy model runs them: the kernel's threads must not hold the
+    # cores BLAS wants next (see posenc/__init__.py, GOMP_SPINCOUNT)
+    tokens = 512 if quick else 2048
+    h = rng.standard_normal((tokens, 1024)).astype(np.float32)
+    w_q = rng.standard_normal((1024, 1024)).astype(np.float32)
+    proj = np.empty((tokens, 1024), np.float32)
+    heads_view = proj.reshape(1, tokens, 16, 64)
+
+    def project():
+        np.matmul(h, w_q, out=proj)
+
+    def project_rotate():
+        np.matmul(h, w_q, out=proj)
+        posenc.apply_rope(heads_view, seq_axis=-3, out=heads_view)
+
+    cases.append(
+        Case(
+            name=f"x @ W_q then apply_rope in place, {tokens} tokens x 16 heads x 64",
+            nbytes=proj.nbytes,
+            posenc=project_rotate,
+            memory=project,
+            note="memory: the BLAS product alone; posenc/memory - 1 is what the rotation adds",
+        )
+    )
     # how the time grows with the number of positions
     for n in [1024, 4096, 16384] if quick else [1024, 4096, 16384, 65536]:
         x = rng.standard_normal((1, 8, n, 128)).astype(np.float32)

@@ -31,7 +31,9 @@ Configuration: :func:`show_config`, :func:`set_num_threads`,
 """
 
 try:
-    from . import _core  # noqa: F401  (first, so that a missing build is reported here)
+    # first, so that a missing build is reported here; _openmp sets how long
+    # OpenMP's threads wait before it loads posenc._core
+    from . import _openmp  # noqa: F401
 except ImportError as _exc:  # as NumPy does: say what to do, not only what failed
     import os as _os
 

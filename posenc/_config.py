@@ -43,6 +43,11 @@ def set_num_threads(n: int) -> None:
     anew, which costs a fraction of a millisecond, so this pays off for
     large calls only.
 
+    Between kernels the threads spin briefly and sleep (GNU OpenMP's
+    ``GOMP_SPINCOUNT=1000``, set as posenc loads, unless ``OMP_WAIT_POLICY``
+    or ``GOMP_SPINCOUNT`` is set), leaving the cores to NumPy's BLAS
+    threads, which take turns with posenc's in a NumPy model.
+
     Raises ``TypeError`` if `n` is not an integer and ``ValueError`` if it
     is negative.
     """

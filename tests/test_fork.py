@@ -319,3 +319,53 @@ def test_set_num_threads_rejects_negative_and_non_integer_n():
         posenc.set_num_threads(2.0)
     with pytest.raises(TypeError, match="n"):
         posenc.set_num_threads(True)
+
+
+# The libgomp posenc._core loaded, asked for its settings (omp_display_env
+# prints them to stderr); the script's environment variables after import.
+SPIN_REPORT = """
+import ctypes
+print("env", os.environ.get("GOMP_SPINCOUNT"), os.environ.get("OMP_WAIT_POLICY"))
+with open("/proc/self/maps") as maps:
+    gomp = sorted({line.split()[-1] for line in maps if "libgomp" in line})
+print("libgomp", gomp)
+sys.stdout.flush()
+ctypes.CDLL(gomp[0]).omp_display_env(1)
+"""
+
+needs_libgomp = pytest.mark.skipif(
+    not posenc.config()["openmp"] or not os.path.exists("/proc/self/maps"),
+    reason="needs posenc built with GNU OpenMP, on Linux",
+)
+
+
+def _spin_script(tmp_path, **env):
+    """SPIN_REPORT run in a child Python whose environment has neither
+    GOMP_SPINCOUNT nor OMP_WAIT_POLICY but what `env` gives."""
+    saved = {k: os.environ.pop(k) for k in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY") if k in os.environ}
+    try:
+        res = run_script(tmp_path, SPIN_REPORT, prelude=COMMON, **env)
+    finally:
+        os.environ.update(saved)
+    assert res.returncode == 0, res.stdout + res.stderr
+    settings = dict(
+        line.strip().split(" = ", 1) for line in res.stderr.splitlines() if " = " in line
+    )
+    return res.stdout.split("\n")[0], settings
+
+
+@needs_libgomp
+def test_kernels_threads_spin_briefly_unless_the_user_chose(tmp_path):
+    # posenc asks libgomp for 1000 spins before its threads sleep, and takes
+    # the variable out of the environment again (children do not inherit it)
+    env, settings = _spin_script(tmp_path)
+    assert env == "env None None", env
+    assert settings["GOMP_SPINCOUNT"] == "'1000'", settings
+    # a user's own choice, either variable, is left alone
+    env, settings = _spin_script(tmp_path, GOMP_SPINCOUNT="5000")
+    assert env == "env 5000 None", env
+    assert settings["GOMP_SPINCOUNT"] == "'5000'", settings
+    env, settings = _spin_script(tmp_path, OMP_WAIT_POLICY="active")
+    assert env == "env None active", env
+    assert settings["OMP_WAIT_POLICY"] == "'ACTIVE'", settings
+    assert settings["GOMP_SPINCOUNT"] != "'1000'", settings
