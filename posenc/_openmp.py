@@ -14,7 +14,7 @@ removed again at once, so that child processes do not inherit it.
 import os
 
 SPIN = "GOMP_SPINCOUNT"
-SET = not (os.environ.get("OMP_WAIT_POLICY") or os.environ.get(SPIN))
+SET = "OMP_WAIT_POLICY" not in os.environ and SPIN not in os.environ
 
 if SET:
     os.environ[SPIN] = "1000"
