@@ -643,6 +643,43 @@ def test_gather_kernel_gives_the_same_bits_on_every_path(on_every_path):
             same_bits(b, a)
 
 
+def _piecewise_map(rng, n, width):
+    """A map of runs of random lengths (1 to 40) and slopes (-1, 0, 1), some
+    left alone (-1), their columns near both ends of [0, width) as often as
+    inside: the windows of eight entries the kernels classify fall within a
+    run, across runs, against the last columns and over entries < 0."""
+    out = np.empty(n, np.int64)
+    t = 0
+    while t < n:
+        length = min(n - t, int(rng.integers(1, 41)))
+        if rng.random() < 0.15:
+            out[t : t + length] = -1
+        else:
+            slope = int(rng.integers(-1, 2))
+            start = int(rng.choice([0, width - 1, int(rng.integers(0, width))]))
+            out[t : t + length] = np.clip(start + slope * np.arange(length), 0, width - 1)
+        t += length
+    return out
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("by_key", [False, True])
+def test_gather_kernel_equals_numpy_on_random_runs(simd, seed, by_key):
+    # the runs, windows and blocks the kernels read the map into (runs of
+    # every slope, short and long, entries < 0, columns at the table's last
+    # ones) give every score NumPy's one add of its product
+    rng = np.random.default_rng(seed)
+    q_len, k_len = int(rng.integers(5, 90)), int(rng.integers(5, 90))
+    width = int(rng.integers(1, 30))
+    index = _piecewise_map(rng, q_len + k_len - 1, width)
+    for dtype in (np.float32, np.float64):
+        products = randn(rng, (1, 2, k_len if by_key else q_len, width), dtype)
+        scores = noise(rng, (1, 2, q_len, k_len), dtype)
+        want = numpy_gather(scores, products, index, by_key)
+        rel._core.rel_gather_add(products, index, scores, by_key)
+        same_bits(scores, want)
+
+
 def test_gather_kernel_scratch_of_any_size_and_in_concurrent_calls(rng):
     # the kernel keeps its scratch memory between calls, for one call at a
     # time: maps longer than what it keeps, shorter ones after them, and
