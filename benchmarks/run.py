@@ -364,7 +364,7 @@ def rope_cases(quick):
     )
     # a projection (NumPy's BLAS, its own threads) and the rotation, in turn,
     # as a NumPy model runs them: the kernel's threads must not hold the
-    # cores BLAS wants next (see posenc/__init__.py, GOMP_SPINCOUNT)
+    # cores BLAS wants next (see posenc/_openmp.py, GOMP_SPINCOUNT)
     tokens = 512 if quick else 2048
     h = rng.standard_normal((tokens, 1024)).astype(np.float32)
     w_q = rng.standard_normal((1024, 1024)).astype(np.float32)

@@ -334,8 +334,9 @@ int pe_rel_gather_add(const struct pe_kernels *k, const struct pe_rel_src *src, 
     } else {
         g.map32 = NULL;
     }
-    for (ptrdiff_t t = 0; t < n && src->by_key && neg == NULL; ++t) {
-        if (map[t] < 0) {
+    /* by key, where the map has entries < 0 (a run of them) */
+    for (ptrdiff_t r = 0; r < nruns && src->by_key && neg == NULL; ++r) {
+        if (runs[r].base < 0) {
             neg = negs;
             neg[0] = 0;
             for (ptrdiff_t u = 0; u < n; ++u)
@@ -346,10 +347,11 @@ int pe_rel_gather_add(const struct pe_kernels *k, const struct pe_rel_src *src, 
     /* wmin: eight entries within one run have its ends for least and
      * greatest (and lie within 8 of each other), so only the windows that
      * cross the end of a run are looked at entry by entry */
+    const int64_t width = g.map32 != NULL ? src->width : 0; /* 0: no window is loaded */
     for (ptrdiff_t r = 0; r < nruns; ++r) {
         ptrdiff_t s0 = runs[r].start, e = runs[r + 1].start < n - 7 ? runs[r + 1].start : n - 7;
         ptrdiff_t inner = runs[r + 1].start - 7 < e ? runs[r + 1].start - 7 : e;
-        int64_t base = runs[r].base, width = g.map32 != NULL ? src->width : 0;
+        int64_t base = runs[r].base;
         int slope = runs[r].slope;
         ptrdiff_t t = s0;
         if (base < 0) {
