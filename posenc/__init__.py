@@ -93,7 +93,6 @@ __all__ = [
     "mrope_position_ids",
     "permute_rope_weight",
     "positions_from_cu_seqlens",
-    "vision_position_ids",
     "probe",
     "reference",
     "relative_position_bucket",

@@ -21,6 +21,12 @@ opposite sign of :func:`posenc.relative_positions`); Shaw, TENER's query
 term and T5 count ``key - query``.  Each function says which.  Query ``i``
 sits at position ``q_offset + i`` and key ``j`` at ``j``.
 
+The inputs (queries, keys, tables, biases) may be float16, bfloat16,
+float32 or float64: their exact values enter products formed in float32 (in
+float64 if an input or the scores are float64), and a new result has the
+inputs' promoted dtype (bfloat16 with float16 or float32: float32, as torch
+promotes), rounded once.
+
 ``scores=`` may be float16, bfloat16 (ml_dtypes' arrays, torch's
 tensors), float32 or float64, in any layout.  A gathered term is rounded to
 the scores' dtype and added with one rounding (float16 and bfloat16 summed
@@ -56,9 +62,10 @@ _KERNEL_DTYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float6
 
 
 def _float(x, name, ndim=None):
-    """`x` as a float ndarray (float16/32/64), with at least `ndim` axes."""
+    """`x` as a float ndarray (float16, bfloat16, float32 or float64), with
+    at least `ndim` axes."""
     arr = x if isinstance(x, np.ndarray) else np.asarray(x)
-    v.float_array_dtype(arr, name)
+    v.float_array_dtype(arr, name, bfloat16=True)
     if ndim is not None and arr.ndim < ndim:
         raise ValueError(f"{name} must have at least {ndim} dimensions, not shape {arr.shape}")
     return arr
@@ -69,9 +76,51 @@ def _work(*dtypes):
     return np.dtype(np.float64) if any(d == np.float64 for d in dtypes) else np.dtype(np.float32)
 
 
+def _up(x, work, copy=False):
+    """`x` in the working dtype `work`, a bfloat16 array widened exactly."""
+    if is_bfloat16(x.dtype):
+        return (x.view(np.uint16).astype(np.uint32) << 16).view(np.float32).astype(work, copy=False)
+    return x.astype(work, copy=copy)
+
+
+def _promote(*dtypes):
+    """The dtype of a new result: NumPy's promotion of the inputs' (native);
+    bfloat16 alone stays bfloat16 (the first input's kind of it), and with
+    float16 or float32 gives float32, as torch promotes (and ml_dtypes adds)."""
+    bf16 = [d for d in dtypes if is_bfloat16(d)]
+    others = [d.newbyteorder("=") for d in dtypes if not is_bfloat16(d)]
+    if not bf16:
+        return np.result_type(*others)
+    return np.result_type(np.float32, *others) if others else bf16[0]
+
+
 def _result(*arrays):
-    """The dtype of a new result: NumPy's promotion of the inputs' (native)."""
-    return np.result_type(*[a.dtype.newbyteorder("=") for a in arrays])
+    """_promote of the arrays' dtypes."""
+    return _promote(*[a.dtype for a in arrays])
+
+
+def _bfloat16_bits(x):
+    """The bits (uint16) of the bfloat16 nearest each value of the float32
+    array `x`, ties to even; a NaN stays a NaN (made quiet), its sign and
+    top payload bits kept."""
+    u = x.view(np.uint32)
+    r = (u >> 16) & 1
+    r += 0x7FFF
+    r += u
+    r >>= 16
+    bits = r.astype(np.uint16)
+    nan = np.isnan(x)
+    if nan.any():
+        bits[nan] = ((u[nan] >> 16) | 0x40).astype(np.uint16)
+    return bits
+
+
+def _cast(x, dtype):
+    """The float32 or float64 array `x` rounded once to `dtype` (a float32
+    `x` for bfloat16, which is rounded to nearest even)."""
+    if is_bfloat16(dtype):
+        return _bfloat16_bits(np.ascontiguousarray(x, np.float32)).view(dtype)
+    return x.astype(dtype, copy=False)
 
 
 def _bias_vector(bias, heads, d, name):
@@ -270,13 +319,7 @@ def _add_into(target, term):
         np.add(target, term, out=target, casting="unsafe")
         return
     bits = target.view(np.uint16)
-    total = (bits.astype(np.uint32) << 16).view(np.float32) + term.astype(np.float32)
-    u = total.view(np.uint32)
-    rounded = ((u + (0x7FFF + ((u >> 16) & 1))) >> 16).astype(np.uint16)  # to nearest even
-    nan = np.isnan(total)
-    if nan.any():
-        rounded[nan] = ((u[nan] >> 16) | 0x40).astype(np.uint16)  # quiet, sign and payload kept
-    bits[...] = rounded
+    bits[...] = _bfloat16_bits(_up(target, np.float32) + term.astype(np.float32))
 
 
 def _finish(scores, lead, shape, dtype, parts):
@@ -290,7 +333,7 @@ def _finish(scores, lead, shape, dtype, parts):
     kind = np.dtype(np.float64) if dtype == np.float64 else np.dtype(np.float32)
     result = np.zeros(lead + shape, kind)
     _gather_into(result, parts)
-    return result if kind == dtype else result.astype(dtype)
+    return result if kind == dtype else _cast(result, dtype)
 
 
 # ---------------------------------------------------------------- Transformer-XL / XLNet
@@ -330,7 +373,9 @@ def xl_relative_table(
         (XLNet's ``clamp_len``; 0, negative or None: no clipping).
     base : float
         Wavelength base, 10000 in both models.
-    dtype : float16, float32 (default) or float64
+    dtype : float16, bfloat16, float32 (default) or float64
+        ``"bfloat16"`` (or ``"bf16"``) gives an array of ml_dtypes' bfloat16
+        (``pip install 'posenc[bfloat16]'``), each value rounded once.
 
     Returns
     -------
@@ -349,7 +394,7 @@ def xl_relative_table(
     attn_type = v.choice(attn_type, "attn_type", ("bi", "uni"))
     bi_data = v.flag(bi_data, "bi_data")
     clamp = 0 if clamp_len is None else v.integer(clamp_len, "clamp_len")
-    dtype = v.result_dtype(dtype, None)
+    dtype = v.result_dtype(dtype, None, bfloat16=True)
     end = -q_len if attn_type == "bi" else -1
     fwd = np.arange(k_len, end, -1, dtype=np.float64)
     tables = [fwd, -fwd] if bi_data else [fwd]
@@ -476,8 +521,8 @@ def xl_position_term(q, r, *, bias=None, k_len=None, q_offset=None, causal=False
         )
     index = np.where(need, index, -1)
     work = _work(q.dtype, r.dtype, *(() if target is None else (target.dtype,)))
-    qb = q.astype(work) if b is None else q.astype(work) + b.astype(work)
-    parts = [(qb, r.astype(work, copy=False), index, False, None)]
+    qb = _up(q, work, copy=True) if b is None else _up(q, work) + _up(b, work)
+    parts = [(qb, _up(r, work), index, False, None)]
     return _finish(target, lead, (heads, q_len, k_len), _result(q, r), parts)
 
 
@@ -527,10 +572,10 @@ def xl_content_bias(k, bias, *, scores=None):
     heads, k_len, d = k.shape[-3:]
     u = _bias_vector(bias, heads, d, "bias")
     work = _work(k.dtype, u.dtype)
-    kw, uw = k.astype(work, copy=False), u.astype(work)
+    kw, uw = _up(k, work), _up(u, work, copy=True)
     if scores is None:
         term = uw @ np.swapaxes(kw, -1, -2)  # (..., h, 1, k)
-        return term.astype(_result(k, u), copy=False)
+        return _cast(term, _result(k, u))
     sc = _scores_array(scores)
     q_len = sc.shape[-2] if sc.ndim >= 3 else 0
     target = _target(scores, k.shape[:-3], (heads, q_len, k_len))
@@ -590,7 +635,8 @@ def tener_relative_table(
     dim : int
         The head dimension, even and >= 4.
     base : float
-    dtype : float16, float32 (default) or float64
+    dtype : float16, bfloat16, float32 (default) or float64
+        As for :func:`xl_relative_table`.
 
     Returns
     -------
@@ -607,11 +653,13 @@ def tener_relative_table(
     if dim < 4 or dim % 2:
         raise ValueError(f"dim must be an even integer >= 4, got {dim}")
     base = v.real(base, "base", positive=True)
-    dtype = v.result_dtype(dtype, None)
+    dtype = v.result_dtype(dtype, None, bfloat16=True)
     v.shape_size((2 * length, dim), "result")
     pos = np.arange(-length, length, dtype=np.float64)
     out = np.empty((2 * length, dim), dtype)
-    _core.sinusoid(pos, _tener_frequencies(dim, base), out, _core.SINUSOID_LAYOUTS["concat"])
+    _core.sinusoid(
+        pos, _tener_frequencies(dim, base), v.for_kernel(out), _core.SINUSOID_LAYOUTS["concat"]
+    )
     return out
 
 
@@ -704,11 +752,11 @@ def tener_position_term(q, k, table, *, v=None, key_term=True, scores=None):
     target = None if scores is None else _target(scores, lead, (heads, length, length))
     work = _work(q.dtype, k.dtype, R.dtype, *(() if target is None else (target.dtype,)))
     rel = _distances(length, length, 0)  # j - i
-    qb = q.astype(work) if bias is None else q.astype(work) + bias.astype(work)
-    Rw = R.astype(work, copy=False)
+    qb = _up(q, work, copy=True) if bias is None else _up(q, work) + _up(bias, work)
+    Rw = _up(R, work)
     parts = [(qb, Rw, m + rel, False, None)]
     if key_term:
-        parts.append((k.astype(work, copy=False), Rw, m - rel, True, None))
+        parts.append((_up(k, work), Rw, m - rel, True, None))
     return _finish(target, lead, (heads, length, length), _result(q, k, R), parts)
 
 
@@ -772,17 +820,17 @@ def tener_scores(q, k, table, *, u=None, v=None, scale=False, key_term=True):
     bias_u = _bias_vector(u, heads, d, "u")
     R = _tener_table(table, d, length)
     work = _work(q.dtype, k.dtype, R.dtype)
-    qu = q.astype(work) if bias_u is None else q.astype(work) + bias_u.astype(work)
+    qu = _up(q, work, copy=True) if bias_u is None else _up(q, work) + _up(bias_u, work)
     if k.shape[-2] != length:
         raise ValueError(
             f"k must have the {length} positions of q (self-attention), not {k.shape[-2]}"
         )
     _bias_vector(v, heads, d, "v")  # checked before the product
-    scores = qu @ np.swapaxes(k.astype(work, copy=False), -1, -2)
+    scores = qu @ np.swapaxes(_up(k, work), -1, -2)
     tener_position_term.__wrapped_numpy__(q, k, R, v=v, key_term=key_term, scores=scores)
     if scale:
         scores /= np.sqrt(work.type(d))
-    return scores.astype(_result(q, k, R), copy=False)
+    return _cast(scores, _result(q, k, R))
 
 
 # ---------------------------------------------------------------- DeBERTa
@@ -1068,10 +1116,10 @@ def deberta_attention_bias(
     scale = np.sqrt(work.type(d) * work.type(scale_factor))
     parts = []
     if pk is not None:
-        parts.append((q.astype(work, copy=False), pk.astype(work, copy=False), index, False, scale))
+        parts.append((_up(q, work), _up(pk, work), index, False, scale))
     if pq is not None:
-        parts.append((k.astype(work, copy=False), pq.astype(work, copy=False), index, True, scale))
-    return _finish(target, lead, (heads, q_len, k_len), np.result_type(*dtypes), parts)
+        parts.append((_up(k, work), _up(pq, work), index, True, scale))
+    return _finish(target, lead, (heads, q_len, k_len), _promote(*dtypes), parts)
 
 
 # ---------------------------------------------------------------- Shaw et al.
@@ -1157,7 +1205,7 @@ def shaw_key_term(q, rel_keys, *, max_distance, k_len=None, q_offset=None, score
     target = None if scores is None else _target(scores, lead, (heads, q_len, k_len))
     work = _work(q.dtype, table.dtype, *(() if target is None else (target.dtype,)))
     index = _shaw_index(q_len, k_len, q_offset, max_distance)
-    parts = [(q.astype(work, copy=False), table.astype(work, copy=False), index, False, None)]
+    parts = [(_up(q, work), _up(table, work), index, False, None)]
     return _finish(target, lead, (heads, q_len, k_len), _result(q, table), parts)
 
 
@@ -1227,7 +1275,9 @@ def shaw_value_term(weights, rel_values, *, max_distance, q_offset=None):
     q_offset = _offset(q_offset, q_len, k_len, k_len - q_len)
     work = _work(w.dtype, rv.dtype)
     native = w.dtype.newbyteorder("=")
-    if work == np.float64:
+    if is_bfloat16(w.dtype):  # widened (exact) and summed in float32
+        wk = _up(w, work)
+    elif work == np.float64:
         wk = v.native_copy(w, np.float64)
     else:  # float16 or float32 weights, summed in float32
         wk = v.native_copy(w, native if native in _KERNEL_DTYPES else np.float32)
@@ -1237,8 +1287,8 @@ def shaw_value_term(weights, rel_values, *, max_distance, q_offset=None):
     # on one thread: BLAS's threads come next, on the same cores (see _gather_part)
     _core.rel_scatter_add(wk, _shaw_index(q_len, k_len, q_offset, max_distance), summed, True)
     summed = summed.reshape(w.shape[:-1] + (width,))
-    result = summed @ rv.astype(work, copy=False)
-    return result.astype(_result(w, rv), copy=False)
+    result = summed @ _up(rv, work)
+    return _cast(result, _result(w, rv))
 
 
 # ---------------------------------------------------------------- TUPE
@@ -1349,20 +1399,20 @@ def tupe_bias(
     dtypes = [pq.dtype, pk.dtype] + ([] if table is None else [table.dtype])
     target = None if scores is None else _target(scores, (), (heads, n, n))
     work = _work(*dtypes, *(() if target is None else (target.dtype,)))
-    qs = pq.astype(work) * work.type(1.0 / math.sqrt(2 * d))
-    bias = qs @ np.swapaxes(pk.astype(work, copy=False), -1, -2)
+    qs = _up(pq, work) * work.type(1.0 / math.sqrt(2 * d))
+    bias = qs @ np.swapaxes(_up(pk, work), -1, -2)
     if untie_cls:
         cls_to_others, others_to_cls = bias[:, 0, 0].copy(), bias[:, 1, 1].copy()
         bias = bias[:, 1:, 1:]
         bias[:, :, 0] = others_to_cls[:, None]
         bias[:, 0, :] = cls_to_others[:, None]
     if table is not None:
-        t = table.astype(work)
+        t = _up(table, work, copy=True)
         _t5_bias(t[:nb], n, n, True, max_distance, 0, bias, None, single=True)  # in place
         if untie_cls:
             bias[:, 1:, 0] = others_to_cls[:, None] + t[nb][:, None]
             bias[:, 0, :] = cls_to_others[:, None] + t[nb // 2][:, None]
     if target is None:
-        return np.ascontiguousarray(bias).astype(np.result_type(*dtypes), copy=False)
+        return _cast(np.ascontiguousarray(bias), _promote(*dtypes))
     _add_into(target, bias)
     return target

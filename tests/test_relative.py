@@ -761,6 +761,132 @@ def test_bfloat16_scores_tensor_gets_torchs_own_bfloat16_add(rng):
     assert torch.equal(got.view(torch.int16), want.view(torch.int16))
 
 
+# ---------------------------------------------------------------- bfloat16 inputs
+
+
+def _bf16_cases(cast):
+    """Each function on one set of values passed through `cast` (float32 in),
+    as (name, call(module)) pairs."""
+    rng = np.random.default_rng(7)
+    x = {
+        name: cast(noise(rng, shape, np.float32))
+        for name, shape in [
+            ("q", (2, 3, 19, 8)),
+            ("k", (2, 3, 19, 8)),
+            ("r", (3, 38, 8)),
+            ("b", (3, 8)),
+            ("pos", (3, 8, 8)),
+            ("a", (9, 8)),
+            ("p", (3, 20, 8)),
+            ("t5", (33, 3)),
+        ]
+    }
+    x["w"] = cast(np.abs(noise(rng, (2, 3, 19, 19), np.float32)))
+    table = cast(posenc.tener_relative_table(19, 8))
+    deb = dict(position_buckets=4, max_relative_positions=8)
+    return [
+        ("xl", lambda m: m.xl_position_term(x["q"], x["r"], bias=x["b"])),
+        ("xl_content_bias", lambda m: m.xl_content_bias(x["k"], x["b"])),
+        ("tener", lambda m: m.tener_position_term(x["q"], x["k"], table, v=x["b"])),
+        ("tener_scores", lambda m: m.tener_scores(x["q"], x["k"], table, u=x["b"], scale=True)),
+        ("deberta", lambda m: m.deberta_attention_bias(x["q"], x["k"], x["pos"], x["pos"], **deb)),
+        ("shaw_key", lambda m: m.shaw_key_term(x["q"], x["a"], max_distance=4)),
+        ("shaw_value", lambda m: m.shaw_value_term(x["w"], x["a"], max_distance=4)),
+        ("tupe", lambda m: m.tupe_bias(x["p"], x["p"][:, ::-1], rel_table=x["t5"])),
+    ]
+
+
+@pytest.mark.parametrize("index", range(8))
+def test_bfloat16_inputs_give_their_float32_result_rounded_once(threads, index):
+    # bfloat16 queries, keys, tables and biases are read exactly (widened to
+    # float32), the term formed in float32 as for float32 inputs, and a new
+    # result rounded once to bfloat16: ml_dtypes' cast of the float32 result
+    bf16 = _bfloat16()
+    name, call = _bf16_cases(lambda x: x.astype(bf16))[index]
+    _, wide = _bf16_cases(lambda x: x.astype(bf16).astype(np.float32))[index]
+    got = call(posenc)
+    assert got.dtype == bf16, name
+    same_bits(got, wide(posenc).astype(bf16))
+    # within one bfloat16 step of the float64 twin on the same exact values
+    want = wide(ref).astype(np.float64)
+    step = np.spacing(np.abs(want).astype(bf16)).astype(np.float64)
+    assert np.all(np.abs(got.astype(np.float64) - want) <= step), name
+
+
+def test_bfloat16_inputs_promote_as_torch_does(rng):
+    bf16 = _bfloat16()
+    q, r = noise(rng, (1, 2, 5, 8), np.float32), noise(rng, (2, 10, 8), np.float32)
+    for other, want in [
+        (bf16, bf16),
+        (np.float16, np.float32),
+        (np.float32, np.float32),
+        (np.float64, np.float64),
+    ]:
+        got = posenc.xl_position_term(q.astype(bf16), r.astype(other))
+        assert got.dtype == want, other
+        assert posenc.xl_position_term(q.astype(other), r.astype(bf16)).dtype == want
+    # float64 anywhere: the products in float64, as for float64 inputs
+    got = posenc.xl_position_term(q.astype(bf16), r.astype(np.float64))
+    same_bits(got, posenc.xl_position_term(q.astype(bf16).astype(np.float64), r.astype(np.float64)))
+
+
+def test_bfloat16_inputs_into_bfloat16_scores_as_float32_inputs(rng):
+    bf16 = _bfloat16()
+    q, k = noise(rng, (2, 3, 17, 8), np.float32), noise(rng, (2, 3, 17, 8), np.float32)
+    pk, pq = noise(rng, (3, 8, 8), np.float32), noise(rng, (3, 8, 8), np.float32)
+    qb, kb, pkb, pqb = (x.astype(bf16) for x in (q, k, pk, pq))
+    scores = noise(rng, (2, 3, 17, 17), np.float32).astype(bf16)
+    deb = dict(position_buckets=4, max_relative_positions=8)
+    got = posenc.deberta_attention_bias(qb, kb, pkb, pqb, scores=scores.copy(), **deb)
+    wide = [x.astype(np.float32) for x in (qb, kb, pkb, pqb)]
+    same_bits(got, posenc.deberta_attention_bias(*wide, scores=scores.copy(), **deb))
+
+
+def test_bfloat16_tensors_in_give_bfloat16_tensors_out(rng):
+    torch = pytest.importorskip("torch")
+    q, r = noise(rng, (1, 2, 9, 8), np.float32), noise(rng, (2, 18, 8), np.float32)
+    tq, tr = torch.from_numpy(q).bfloat16(), torch.from_numpy(r).bfloat16()
+    got = posenc.xl_position_term(tq, tr)
+    assert isinstance(got, torch.Tensor) and got.dtype == torch.bfloat16
+    want = posenc.xl_position_term(tq.float().numpy(), tr.float().numpy())
+    want = torch.from_numpy(want).to(torch.bfloat16)  # torch's cast: nearest, ties to even
+    assert torch.equal(got.view(torch.int16), want.view(torch.int16))
+    table = posenc.tener_relative_table(9, 8, dtype=torch.bfloat16)
+    assert table.dtype == torch.bfloat16
+    assert torch.equal(table, torch.from_numpy(posenc.tener_relative_table(9, 8)).bfloat16())
+
+
+@pytest.mark.parametrize("fn", ["xl_relative_table", "tener_relative_table"])
+def test_bfloat16_tables_are_the_float32_tables_rounded_once(fn):
+    # both tables are sines and cosines rounded once from float64, so the
+    # bfloat16 table is the float64 one rounded once (to odd at float32,
+    # then to nearest even: no double rounding)
+    bf16 = _bfloat16()
+    args = (7, 19, 16) if fn == "xl_relative_table" else (19, 16)
+    got = getattr(posenc, fn)(*args, dtype="bfloat16")
+    assert got.dtype == bf16
+    exact = getattr(posenc, fn)(*args, dtype="float64")
+    f = exact.astype(np.float32)
+    u = f.view(np.uint32).copy()
+    lost = f.astype(np.float64) != exact
+    u[lost & (np.abs(f.astype(np.float64)) > np.abs(exact))] -= 1
+    u[lost] |= 1
+    same_bits(got, u.view(np.float32).astype(bf16))
+
+
+def test_bfloat16_bits_round_to_nearest_even_and_keep_nans_by_hand():
+    x = np.array(
+        [1.0, 1 + 2.0**-8, 1 + 3 * 2.0**-8, 1 + 2.0**-8 + 2.0**-20, -(1 + 2.0**-8), np.inf],
+        np.float32,
+    )
+    # 1 + 2**-8 is a tie: down to even 1.0; 1 + 3 * 2**-8 a tie up to 1 + 2**-6 (even)
+    np.testing.assert_array_equal(
+        rel._bfloat16_bits(x), [0x3F80, 0x3F80, 0x3F82, 0x3F81, 0xBF80, 0x7F80]
+    )
+    nan = np.array([0x7F800001, 0xFFC12345], np.uint32).view(np.float32)
+    np.testing.assert_array_equal(rel._bfloat16_bits(nan), [0x7FC0, 0xFFC1])
+
+
 # ---------------------------------------------------------------- blocks of products
 
 

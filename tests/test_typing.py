@@ -44,6 +44,13 @@ def public_functions():
 FUNCTIONS = public_functions()
 
 
+@pytest.mark.parametrize("module", [posenc, probe], ids=lambda m: m.__name__)
+def test_all_names_each_public_object_once(module):
+    names = list(module.__all__)
+    assert len(set(names)) == len(names), [n for n in names if names.count(n) > 1]
+    assert all(hasattr(module, name) for name in names)
+
+
 def definitions(fn):
     """The ``def`` nodes of `fn` in its module's source: its overloads when
     it has them, else its own definition."""

@@ -250,3 +250,85 @@ def test_deberta_attention_bias_equals_disentangled_attention_bias(
     rescale = exact / float(np.float32(exact)) if dtype == "float64" else 1.0
     tol = 1e-12 if dtype == "float64" else 2e-6
     np.testing.assert_allclose(got * rescale, want, rtol=0, atol=tol * np.abs(want).max())
+
+
+# ---------------------------------------------------------------- bfloat16
+
+
+def _bf16_step(x):
+    """The spacing of bfloat16 at |x| (float64 array): 2**(e - 7) for
+    2**e <= |x| < 2**(e + 1), 2**-133 below the normal range."""
+    e = np.floor(np.log2(np.maximum(np.abs(x), 2.0**-126)))
+    return np.exp2(e - 7)
+
+
+def _check_bfloat16(got, want, exact, size):
+    """posenc's bfloat16 term `got` is the exact term rounded once (within
+    half a step, plus float32's rounding of its sums); the model's own
+    bfloat16 term `want` rounds its inputs' sum, products and quotients, each
+    by up to 2**-9 of the term's size (the sum of the |products|), and the
+    two differ by no more than that."""
+    got, want = got.double().numpy(), want.double().numpy()
+    step = _bf16_step(exact)
+    assert np.all(np.abs(got - exact) <= 0.5 * step + 2.0**-20 * size)
+    assert np.all(np.abs(want - exact) <= 2.0**-7 * size + 0.5 * step)
+    assert np.all(np.abs(got - want) <= 2.0**-7 * size + step)
+    assert np.abs(got - exact).max() < np.abs(want - exact).max()  # one rounding, not several
+
+
+def test_xl_position_term_in_bfloat16_is_xlnets_within_its_own_roundings(transformers, torch):
+    att = _xlnet_attention(transformers, torch, torch.bfloat16)
+    q_len, mem_len, b, n, d = 6, 5, 2, 3, 8
+    k_len = q_len + mem_len
+    torch.manual_seed(6)
+    q_head = torch.randn(q_len, b, n, d).bfloat16()
+    k_head_r = torch.randn(k_len + q_len, b, n, d).bfloat16()
+    bias = att.r_r_bias.detach()
+    with torch.no_grad():
+        bd = torch.einsum("ibnd,jbnd->bnij", q_head + att.r_r_bias, k_head_r)
+        want = att.rel_shift_bnij(bd, klen=k_len)
+    q, r = q_head.permute(1, 2, 0, 3), k_head_r.permute(1, 2, 0, 3)
+    got = posenc.xl_position_term(q, r, bias=bias)
+    assert got.dtype == torch.bfloat16 and got.shape == want.shape
+    qb = (q.double() + bias.double()[:, None]).numpy()
+    exact = posenc.xl_position_term(qb, r.double().numpy())
+    size = posenc.xl_position_term(np.abs(qb), np.abs(r.double().numpy()))
+    _check_bfloat16(got, want, exact, size)
+
+
+def test_deberta_attention_bias_in_bfloat16_is_debertas_within_its_own_roundings(
+    transformers, torch, deberta_v2
+):
+    cfg = transformers.DebertaV2Config(
+        hidden_size=16,
+        num_attention_heads=2,
+        intermediate_size=32,
+        relative_attention=True,
+        position_buckets=8,
+        max_relative_positions=16,
+        pos_att_type=["c2p", "p2c"],
+        max_position_embeddings=64,
+    )
+    att = _nn_init(torch, deberta_v2.DisentangledSelfAttention(cfg).to(torch.bfloat16), 1)
+    batch, length, heads, span = 2, 29, 2, att.pos_ebd_size
+    torch.manual_seed(2)
+    hidden = torch.randn(batch, length, 16).bfloat16()
+    rel_emb = torch.randn(2 * span, 16).bfloat16()
+    with torch.no_grad():
+        ql = att.transpose_for_scores(att.query_proj(hidden), heads)
+        kl = att.transpose_for_scores(att.key_proj(hidden), heads)
+        rel_pos = deberta_v2.build_relative_position(
+            ql, kl, bucket_size=att.position_buckets, max_position=att.max_relative_positions
+        )
+        want = att.disentangled_attention_bias(ql, kl, rel_pos, rel_emb, 3)
+        want = want.reshape(batch, heads, length, length)
+        pk = att.pos_key_proj(rel_emb).reshape(2 * span, heads, -1).permute(1, 0, 2)
+        pq = att.pos_query_proj(rel_emb).reshape(2 * span, heads, -1).permute(1, 0, 2)
+    q, k = ql.reshape(batch, heads, length, -1), kl.reshape(batch, heads, length, -1)
+    opts = dict(position_buckets=8, max_relative_positions=16)
+    got = posenc.deberta_attention_bias(q, k, pk, pq, **opts)
+    assert got.dtype == torch.bfloat16
+    wide = [x.double().numpy() for x in (q, k, pk, pq)]
+    exact = posenc.deberta_attention_bias(*wide, **opts)
+    size = posenc.deberta_attention_bias(*[np.abs(x) for x in wide], **opts)
+    _check_bfloat16(got, want, exact, size)
