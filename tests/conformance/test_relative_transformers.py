@@ -190,6 +190,25 @@ def test_deberta_relative_positions_equal_build_relative_position(
         np.testing.assert_array_equal(got, v1[0].numpy())
 
 
+def _deberta_attention(
+    transformers, torch, deberta_v2, dtype, buckets, max_rel, terms, share=False
+):
+    """transformers' DeBERTa-v2 DisentangledSelfAttention of 2 heads of 8, in
+    `dtype`, on random weights."""
+    cfg = transformers.DebertaV2Config(
+        hidden_size=16,
+        num_attention_heads=2,
+        intermediate_size=32,
+        relative_attention=True,
+        position_buckets=buckets,
+        max_relative_positions=max_rel,
+        pos_att_type=list(terms),
+        share_att_key=share,
+        max_position_embeddings=64,
+    )
+    return _nn_init(torch, deberta_v2.DisentangledSelfAttention(cfg).to(dtype), 1)
+
+
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 @pytest.mark.parametrize(
     "buckets, max_rel, share, terms",
@@ -206,18 +225,9 @@ def test_deberta_attention_bias_equals_disentangled_attention_bias(
     transformers, torch, deberta_v2, dtype, buckets, max_rel, share, terms
 ):
     tdtype = getattr(torch, dtype)
-    cfg = transformers.DebertaV2Config(
-        hidden_size=16,
-        num_attention_heads=2,
-        intermediate_size=32,
-        relative_attention=True,
-        position_buckets=buckets,
-        max_relative_positions=max_rel,
-        pos_att_type=list(terms),
-        share_att_key=share,
-        max_position_embeddings=64,
+    att = _deberta_attention(
+        transformers, torch, deberta_v2, tdtype, buckets, max_rel, terms, share
     )
-    att = _nn_init(torch, deberta_v2.DisentangledSelfAttention(cfg).to(tdtype), 1)
     batch, length, heads = 2, 37, 2
     span = att.pos_ebd_size
     torch.manual_seed(2)
@@ -299,17 +309,7 @@ def test_xl_position_term_in_bfloat16_is_xlnets_within_its_own_roundings(transfo
 def test_deberta_attention_bias_in_bfloat16_is_debertas_within_its_own_roundings(
     transformers, torch, deberta_v2
 ):
-    cfg = transformers.DebertaV2Config(
-        hidden_size=16,
-        num_attention_heads=2,
-        intermediate_size=32,
-        relative_attention=True,
-        position_buckets=8,
-        max_relative_positions=16,
-        pos_att_type=["c2p", "p2c"],
-        max_position_embeddings=64,
-    )
-    att = _nn_init(torch, deberta_v2.DisentangledSelfAttention(cfg).to(torch.bfloat16), 1)
+    att = _deberta_attention(transformers, torch, deberta_v2, torch.bfloat16, 8, 16, ("c2p", "p2c"))
     batch, length, heads, span = 2, 29, 2, att.pos_ebd_size
     torch.manual_seed(2)
     hidden = torch.randn(batch, length, 16).bfloat16()
