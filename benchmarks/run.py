@@ -1068,6 +1068,26 @@ def relative_cases(quick):
         torch_xl if have_torch else None,
         "torch: einsum + XLNet's rel_shift_bnij + add",
     )
+    if have_torch:  # the same term on bfloat16 tensors, as a bfloat16 XLNet has them
+        bq, br, bb, bs = (torch.from_numpy(x).bfloat16() for x in (q, r, bias, scores))
+
+        def torch_xl_bf16():
+            from transformers.models.xlnet.modeling_xlnet import XLNetRelativeAttention
+
+            bd = torch.einsum("bnid,njd->bnij", bq + bb[:, None], br)
+            return bs.add_(XLNetRelativeAttention.rel_shift_bnij(bd, klen=n))
+
+        cases.append(
+            Case(
+                name=f"xl_position_term: bfloat16 tensors, scores {tuple(bs.shape)}",
+                nbytes=bs.numel() * 2,
+                posenc=lambda: rel.xl_position_term(bq, br, bias=bb, scores=bs),
+                memory=_rmw_of(bs.view(torch.int16).numpy()),
+                torch=torch_xl_bf16,
+                note="posenc: products in float32 from the bfloat16 values, rounded once into "
+                "the scores; torch: XLNet's einsum in bfloat16 + rel_shift_bnij + add",
+            )
+        )
 
     # DeBERTa v3: 256 buckets, 512 positions, c2p and p2c
     span = 256
