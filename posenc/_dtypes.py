@@ -47,3 +47,9 @@ def ml_bfloat16(name="dtype"):
 def bits(arr):
     """A bfloat16 array's bits as uint16, for the C kernels (no copy)."""
     return arr.view(np.uint16)
+
+
+def widen(arr):
+    """A bfloat16 array's values as a new float32 array, exactly: a bfloat16
+    is the top half of the float32 of the same value."""
+    return (bits(arr).astype(np.uint32) << 16).view(np.float32)

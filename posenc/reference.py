@@ -14,7 +14,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 import numpy as np
 from numpy.typing import ArrayLike, DTypeLike, NDArray
 
-from ._dtypes import is_bfloat16, is_bfloat16_name, ml_bfloat16
+from ._dtypes import is_bfloat16, is_bfloat16_name, ml_bfloat16, widen
 
 # the reference reads NumPy arrays and plain dicts only
 _Params = Dict[str, Any]
@@ -37,9 +37,7 @@ def _dtype(dtype: Any) -> np.dtype:
 def _widen(arr: Any) -> NDArray[Any]:
     """`arr`, a bfloat16 array as float32 (exact), others as they are."""
     arr = np.asarray(arr)
-    if is_bfloat16(arr.dtype):
-        return (arr.view(np.uint16).astype(np.uint32) << 16).view(np.float32)
-    return arr
+    return widen(arr) if is_bfloat16(arr.dtype) else arr
 
 
 def _bfloat16_bits(x: Any) -> NDArray[np.uint16]:

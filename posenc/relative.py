@@ -46,7 +46,7 @@ import numpy as np
 
 from . import _core
 from . import _validate as v
-from ._dtypes import is_bfloat16
+from ._dtypes import is_bfloat16, widen
 from ._interop import foreign
 from ._typing import Array, ArrayLike, ArrayT, DTypeLike, NDArray
 from .bias import _check_t5, _t5_bias
@@ -79,7 +79,7 @@ def _work(*dtypes):
 def _up(x, work, copy=False):
     """`x` in the working dtype `work`, a bfloat16 array widened exactly."""
     if is_bfloat16(x.dtype):
-        return (x.view(np.uint16).astype(np.uint32) << 16).view(np.float32).astype(work, copy=False)
+        return widen(x).astype(work, copy=False)
     return x.astype(work, copy=copy)
 
 

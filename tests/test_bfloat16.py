@@ -700,3 +700,43 @@ def test_the_numpy_twins_take_bfloat16_as_the_kernels_do():
     np.testing.assert_allclose(
         t5_bias_table_grad(grad, 32), reference.t5_bias_table_grad(grad, 32), rtol=1e-5, atol=1e-4
     )
+
+
+def _bfloat16_tables(values):
+    """The bfloat16 table `values` as each library holds one: ml_dtypes'
+    array, posenc's bits array, a torch tensor and a JAX array (those two
+    when installed)."""
+    tables = {"ml_dtypes": values, "bits": values.view(BFLOAT16_BITS)}
+    try:
+        import torch
+    except ImportError:  # pragma: no cover - the test extra installs torch
+        pass
+    else:
+        tables["torch"] = torch.from_numpy(values.view(np.int16).copy()).view(torch.bfloat16)
+    try:
+        import jax.numpy as jnp
+    except ImportError:  # pragma: no cover - the test extra installs jax
+        pass
+    else:
+        tables["jax"] = jnp.asarray(values)
+    return tables
+
+
+def test_the_probe_reads_a_bfloat16_table_as_its_exact_values():
+    # each analysis on a bfloat16 table, of any library, is the analysis of
+    # the same values in float32 (which holds every bfloat16 exactly)
+    from posenc import probe
+
+    rng = np.random.default_rng(19)
+    values = rng.standard_normal((48, 16)).astype(BF16)
+    exact = values.astype(np.float32)
+    cos = probe.cosine_similarity(exact)
+    info = probe.informativeness(exact)
+    order = probe.relative_order_classification(exact, seed=0)
+    for kind, table in _bfloat16_tables(values).items():
+        np.testing.assert_array_equal(probe.cosine_similarity(table), cos, err_msg=kind)
+        np.testing.assert_array_equal(
+            probe.informativeness(table).singular_values, info.singular_values, err_msg=kind
+        )
+        got = probe.relative_order_classification(table, seed=0)
+        np.testing.assert_array_equal(got.fold_errors, order.fold_errors, err_msg=kind)

@@ -19,6 +19,7 @@ from typing import Any, ContextManager, List, Optional
 import numpy as np
 
 from .. import _validate as v
+from .._dtypes import is_bfloat16, widen
 from .._typing import ArrayLike, NDArray
 
 # ---------------------------------------------------------------- optional dependencies
@@ -56,15 +57,16 @@ def _one_thread() -> ContextManager[Any]:
 
 
 def _to_numpy(value: Any) -> np.ndarray:
-    """`value` as a NumPy array; torch tensors (with grad, bfloat16) included."""
-    if isinstance(value, np.ndarray):
-        return value
+    """`value` as a NumPy array; torch tensors (with grad) included, and
+    bfloat16 (torch's, ml_dtypes' and JAX's) as float32, which holds it
+    exactly."""
     if type(value).__module__.split(".")[0] == "torch" and hasattr(value, "detach"):
         tensor = value.detach().cpu()
         if str(tensor.dtype) == "torch.bfloat16":
-            tensor = tensor.float()  # NumPy has no bfloat16; float32 holds it exactly
+            tensor = tensor.float()  # NumPy has no bfloat16
         return tensor.numpy()
-    return np.asarray(value)
+    arr = value if isinstance(value, np.ndarray) else np.asarray(value)
+    return widen(arr) if is_bfloat16(arr.dtype) else arr
 
 
 #: The most positions (rows) :func:`cosine_similarity` and :func:`report` take.
