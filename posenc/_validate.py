@@ -15,7 +15,7 @@ from numbers import Integral, Real
 
 import numpy as np
 
-from ._dtypes import is_bfloat16, is_bfloat16_name, ml_bfloat16
+from ._dtypes import is_bfloat16, is_bfloat16_name, ml_bfloat16, widen
 
 FLOAT_DTYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
 _MAX_ELEMENTS = np.iinfo(np.intp).max // 8
@@ -142,8 +142,11 @@ def shape_size(shape, name):
 
 def real_array(value, name):
     """Any array-like of finite real numbers (ints or floats, not bool or
-    complex)."""
+    complex); bfloat16 (ml_dtypes' or posenc's bits) as its exact float32
+    values, as float16 is read."""
     arr = value if isinstance(value, np.ndarray) else np.asarray(value)
+    if is_bfloat16(arr.dtype):
+        arr = widen(arr)
     if arr.dtype.kind not in "iuf":
         raise TypeError(f"{name} must hold integers or real floats, not dtype {arr.dtype}")
     if arr.dtype.kind == "f" and arr.size and not np.isfinite(arr).all():

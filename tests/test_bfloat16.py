@@ -740,3 +740,29 @@ def test_the_probe_reads_a_bfloat16_table_as_its_exact_values():
         )
         got = probe.relative_order_classification(table, seed=0)
         np.testing.assert_array_equal(got.fold_errors, order.fold_errors, err_msg=kind)
+
+
+def test_bfloat16_positions_and_slopes_are_read_as_their_exact_values():
+    # as float16 positions are: the values they hold (257 is not one of
+    # them), every library's bfloat16 alike; a NaN is refused as in float32
+    values = np.array([0, 1.5, 7, 255, 256, 258, 3e4, 1e6]).astype(BF16)
+    exact = values.astype(np.float32)
+    x = np.random.default_rng(20).standard_normal((2, 8, 16)).astype(np.float32)
+    want = [
+        posenc.sinusoid(exact, 16),
+        posenc.rope_cos_sin(exact, 16)[1],
+        posenc.apply_rope(x, exact),
+        posenc.alibi_bias(2, 3, 5, slopes=exact[1:3]),
+    ]
+    for kind, pos in _bfloat16_tables(values).items():
+        got = [
+            posenc.sinusoid(pos, 16),
+            posenc.rope_cos_sin(pos, 16)[1],
+            posenc.apply_rope(x, pos),
+            posenc.alibi_bias(2, 3, 5, slopes=pos[1:3]),
+        ]
+        for g, w in zip(got, want):
+            np.testing.assert_array_equal(np.asarray(g), w, err_msg=kind)
+    nan = np.array([1.0, np.nan], np.float32).astype(BF16)
+    with pytest.raises(ValueError, match="^positions must be finite"):
+        posenc.sinusoid(nan, 16)
