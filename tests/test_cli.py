@@ -91,6 +91,7 @@ def _bad_inputs(tmp_path):
     np.save(tmp_path / "nan.npy", nan)
     np.savez(tmp_path / "two.npz", a=np.ones((20, 4)), b=np.ones((20, 4)))
     (tmp_path / "notes.txt").write_text("hello")
+    np.save(tmp_path / "bf16.npy", np.zeros((20, 4), "V2"))  # numpy.save of a bfloat16 array
     return [
         (["--source", str(tmp_path / "missing.npy")], "no such file or directory"),
         (["--source", str(tmp_path / "cube.npy")], "must be a 2-D (n_positions, dim) array"),
@@ -98,6 +99,7 @@ def _bad_inputs(tmp_path):
         (["--source", str(tmp_path / "two.npz")], "no position-embedding table found"),
         (["--source", str(tmp_path / "two.npz"), "--key", "c"], "key 'c' not found"),
         (["--source", str(tmp_path / "notes.txt")], "is not a .npy, .npz, .safetensors"),
+        (["--source", str(tmp_path / "bf16.npy")], "save E.astype(numpy.float32)"),
         (["--key", "wpe.weight"], "--key needs --source"),
         (["--seeds", "0"], "--seeds must be >= 1"),
         (["--plot", str(tmp_path / "no" / "p.png")], "--plot: no such directory"),

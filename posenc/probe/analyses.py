@@ -104,7 +104,13 @@ def _table(
     except (TypeError, ValueError, RuntimeError) as exc:
         raise TypeError(f"{name} must be a 2-D array of real numbers: {exc}") from exc
     if arr.dtype.kind not in "iuf":
-        raise TypeError(f"{name} must hold real numbers, not dtype {arr.dtype}")
+        hint = ""
+        if arr.dtype.kind == "V" and arr.dtype.itemsize == 2 and arr.dtype.names is None:
+            hint = (
+                " (numpy.save writes a bfloat16 array as 2-byte voids, which say nothing of "
+                "their type: save E.astype(numpy.float32), which holds it exactly)"
+            )
+        raise TypeError(f"{name} must hold real numbers, not dtype {arr.dtype}{hint}")
     if arr.ndim != 2:
         raise ValueError(f"{name} must be a 2-D (n_positions, dim) array, got shape {arr.shape}")
     if arr.shape[0] < min_rows:
