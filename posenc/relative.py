@@ -859,16 +859,27 @@ def _log_bucket(rel, bucket_size, max_position, precision):
     return bucket.astype(np.int64)
 
 
-def _check_buckets(bucket_size, max_position):
-    bucket_size = v.integer(bucket_size, "bucket_size", minimum=-(2**62), maximum=2**31)
-    max_position = v.integer(max_position, "max_position", minimum=-(2**62), maximum=2**62)
-    if bucket_size > 0 and max_position > 0:
+_UNRESOLVED = (
+    "; a DeBERTa config's max_relative_positions < 1 (-1 by default, as in DeBERTa-v3's) "
+    "stands for its max_position_embeddings, which transformers puts in its place: pass "
+    "that (512 for DeBERTa-v3)"
+)
+
+
+def _check_buckets(bucket_size, max_position, names=("bucket_size", "max_position")):
+    """The log buckets' (size, maximum), checked; a maximum < 1 with buckets
+    is refused: no model has it, and a config's -1 means another number."""
+    bname, mname = names
+    bucket_size = v.integer(bucket_size, bname, minimum=-(2**62), maximum=2**31)
+    max_position = v.integer(max_position, mname, minimum=-(2**62), maximum=2**62)
+    if bucket_size > 0 and max_position < 1:
+        raise ValueError(f"{mname} must be >= 1 with {bname} > 0, got {max_position}" + _UNRESOLVED)
+    if bucket_size > 0:
         if bucket_size < 4:
-            raise ValueError(f"bucket_size must be >= 4 (or <= 0: no buckets), got {bucket_size}")
+            raise ValueError(f"{bname} must be >= 4 (or <= 0: no buckets), got {bucket_size}")
         if max_position - 1 <= bucket_size // 2:
             raise ValueError(
-                f"max_position must exceed bucket_size // 2 + 1 = {bucket_size // 2 + 1}, "
-                f"got {max_position}"
+                f"{mname} must exceed {bname} // 2 + 1 = {bucket_size // 2 + 1}, got {max_position}"
             )
     return bucket_size, max_position
 
@@ -914,7 +925,9 @@ def deberta_log_bucket(relative_pos, bucket_size, max_position, *, precision="fl
     bucket_size : int
         ``position_buckets`` (256 in DeBERTa-v3), >= 4.
     max_position : int
-        ``max_relative_positions`` (512), > bucket_size // 2 + 1.
+        ``max_relative_positions`` (512), > bucket_size // 2 + 1; a
+        config's -1 stands for its ``max_position_embeddings``, which is
+        the number to pass.
     precision : {"float32", "float64"}
         The arithmetic of the logarithmic part: float32 as transformers'
         ``make_log_bucket_position`` (the default, so that posenc gives the
@@ -934,8 +947,8 @@ def deberta_log_bucket(relative_pos, bucket_size, max_position, *, precision="fl
         raise TypeError(f"relative_pos must hold integers, not dtype {arr.dtype}")
     bucket_size = v.integer(bucket_size, "bucket_size")
     max_position = v.integer(max_position, "max_position")
-    if bucket_size <= 0 or max_position <= 0:
-        raise ValueError("bucket_size and max_position must be > 0")
+    if bucket_size <= 0:
+        raise ValueError(f"bucket_size must be > 0, got {bucket_size}")
     _check_buckets(bucket_size, max_position)
     precision = v.choice(precision, "precision", _PRECISIONS)
     if arr.size and (arr.max() > 2**62 or arr.min() < -(2**62)):
@@ -960,8 +973,11 @@ def deberta_relative_positions(
     q_len, k_len : int
         Queries and keys (``k_len`` defaults to ``q_len``).
     bucket_size, max_position : int
-        With both > 0 the positions go through :func:`deberta_log_bucket`
-        (DeBERTa-v2/v3); otherwise they are returned as they are (v1).
+        With ``bucket_size > 0`` the positions go through
+        :func:`deberta_log_bucket` (DeBERTa-v2/v3), whose `max_position` must
+        then be >= 1 (a config's -1 stands for its
+        ``max_position_embeddings``: pass that); otherwise they are returned
+        as they are (v1).
     q_offset : int
         Query ``i`` sits at ``q_offset + i``.
     precision : {"float32", "float64"}
@@ -1062,7 +1078,10 @@ def deberta_attention_bias(
     position_buckets, max_relative_positions : int
         The config's values: ``span = position_buckets`` when > 0, else
         ``max_relative_positions``; with both > 0 the distances are
-        log-bucketed (:func:`deberta_log_bucket`).
+        log-bucketed (:func:`deberta_log_bucket`).  A config's
+        ``max_relative_positions < 1`` (-1, DeBERTa-v3's) stands for its
+        ``max_position_embeddings``, as transformers reads it: pass that
+        (512 for DeBERTa-v3); -1 itself is refused.
     q_offset : int
         Query ``i`` sits at ``q_offset + i``.
     scale_factor : int, optional
@@ -1089,11 +1108,13 @@ def deberta_attention_bias(
     k = _qk(k, "k", heads, d)
     k_len = k.shape[-2]
     position_buckets, max_relative_positions = _check_buckets(
-        position_buckets, max_relative_positions
+        position_buckets, max_relative_positions, ("position_buckets", "max_relative_positions")
     )
     span = position_buckets if position_buckets > 0 else max_relative_positions
     if span < 1:
-        raise ValueError("max_relative_positions must be >= 1 when position_buckets <= 0")
+        raise ValueError(
+            f"max_relative_positions must be >= 1, got {max_relative_positions}" + _UNRESOLVED
+        )
     terms = [t for t in (pos_key, pos_query) if t is not None]
     if not terms:
         raise ValueError("give pos_key (c2p), pos_query (p2c) or both")

@@ -482,6 +482,24 @@ def test_bad_input_is_refused_naming_the_argument(rng):
         (lambda: posenc.deberta_log_bucket([1.5], 8, 16), TypeError, "relative_pos"),
         (lambda: posenc.deberta_log_bucket([1], 8, 4), ValueError, "max_position"),
         (lambda: posenc.deberta_log_bucket([1], 8, 16, precision="half"), ValueError, "precision"),
+        (lambda: posenc.deberta_log_bucket([1], 8, -1), ValueError, "max_position must be >= 1"),
+        (
+            lambda: posenc.deberta_relative_positions(3, bucket_size=8, max_position=-1),
+            ValueError,
+            "max_position must be >= 1 with bucket_size > 0, got -1; a DeBERTa config's",
+        ),
+        (
+            lambda: posenc.deberta_attention_bias(
+                q, q, r, position_buckets=4, max_relative_positions=-1
+            ),
+            ValueError,
+            "max_relative_positions must be >= 1 with position_buckets > 0.*max_position_emb",
+        ),
+        (
+            lambda: posenc.deberta_attention_bias(q, q, r, max_relative_positions=0),
+            ValueError,
+            "max_relative_positions must be >= 1, got 0; a DeBERTa config's",
+        ),
         (
             lambda: posenc.deberta_attention_bias(q, q, max_relative_positions=4),
             ValueError,

@@ -262,6 +262,36 @@ def test_deberta_attention_bias_equals_disentangled_attention_bias(
     np.testing.assert_allclose(got * rescale, want, rtol=0, atol=tol * np.abs(want).max())
 
 
+def test_deberta_v3_configs_max_relative_positions_of_minus_one_is_refused_not_guessed(
+    transformers, torch, deberta_v2
+):
+    # DeBERTa-v3's configs hold max_relative_positions = -1, which
+    # DisentangledSelfAttention replaces by max_position_embeddings; passed
+    # as it is, posenc would have to guess, so it refuses it, and the value
+    # transformers uses gives transformers' bias
+    att = _deberta_attention(transformers, torch, deberta_v2, torch.float64, 8, -1, ("c2p",))
+    assert att.max_relative_positions == 64  # the factory's max_position_embeddings
+    torch.manual_seed(3)
+    length, heads = 40, 2
+    hidden = torch.randn(1, length, 16, dtype=torch.float64)
+    rel_emb = torch.randn(2 * att.pos_ebd_size, 16, dtype=torch.float64)
+    with torch.no_grad():
+        ql = att.transpose_for_scores(att.query_proj(hidden), heads)
+        kl = att.transpose_for_scores(att.key_proj(hidden), heads)
+        rel_pos = deberta_v2.build_relative_position(
+            ql, kl, bucket_size=att.position_buckets, max_position=att.max_relative_positions
+        )
+        want = att.disentangled_attention_bias(ql, kl, rel_pos, rel_emb, 2).numpy()
+        pk = att.pos_key_proj(rel_emb).reshape(-1, heads, 8).permute(1, 0, 2).numpy()
+    q, k = ql.numpy().reshape(1, heads, length, 8), kl.numpy().reshape(1, heads, length, 8)
+    with pytest.raises(ValueError, match="max_position_embeddings"):
+        posenc.deberta_attention_bias(q, k, pk, position_buckets=8, max_relative_positions=-1)
+    got = posenc.deberta_attention_bias(q, k, pk, position_buckets=8, max_relative_positions=64)
+    exact = math.sqrt(8 * 2)
+    got *= exact / float(np.float32(exact))  # transformers' scale is rounded to float32
+    np.testing.assert_allclose(got.reshape(want.shape), want, rtol=0, atol=1e-12 * abs(want).max())
+
+
 # ---------------------------------------------------------------- bfloat16
 
 
