@@ -631,21 +631,33 @@ def test_gather_kernel_equals_numpy_across_tiles(simd, threads, rng, dtype, by_k
         same_bits(scores, want)
 
 
-def test_gather_kernel_gives_the_same_bits_on_every_path(on_every_path):
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_gather_kernel_gives_the_same_bits_on_every_path(on_every_path, dtype):
     # the vector path against the portable one (and one thread against two)
     # on sizes past several strips of blocks, for each kind of map; the
     # scores hold -0.0, infinities and NaNs, which no path may disturb
-    # where the map leaves them alone
+    # where the map leaves them alone; in bfloat16, NaNs of several
+    # payloads (quiet and signalling) among the scores and the products,
+    # each kept a NaN with its sign and top payload bits, the same on
+    # every path
     q_len, k_len = 203, 261
     rng = np.random.default_rng(5)
     base = rng.standard_normal((1, 2, q_len, k_len)).astype(np.float32)
     base[0, 0, ::7, ::5] = -0.0
     base[0, 1, 3, :9] = [np.inf, -np.inf, np.nan, -0.0, 0.0, 1e38, -1e38, 1e-45, -1e-45]
+    if dtype == "bfloat16":
+        base = base.astype(_bfloat16()).view(np.uint16)
+        base[0, 1, 5, :4] = [0x7FC1, 0xFF81, 0x7F80, 0xFFA5]
     cases = []
     for index, width in _gather_maps(q_len, k_len):
         for by_key in (False, True):
             products = rng.standard_normal((1, 2, k_len if by_key else q_len, width))
-            cases.append((products.astype(np.float32), index, by_key))
+            products = products.astype(np.float32)
+            if dtype == "bfloat16":
+                words = products.view(np.uint32)
+                words[0, 0, 1, :4] = [0x7F800001, 0xFFC12345, 0x7FBFFFFF, 0xFF800000]
+                products[0, 1, 2, :3] = [3.4e38, -3.4e38, 1e-40]  # to infinities, subnormal
+            cases.append((products, index, by_key))
 
     def make():
         out = []
