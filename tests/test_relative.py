@@ -887,7 +887,7 @@ def test_bfloat16_tensors_in_give_bfloat16_tensors_out(rng):
 
 
 @pytest.mark.parametrize("fn", ["xl_relative_table", "tener_relative_table"])
-def test_bfloat16_tables_are_the_float32_tables_rounded_once(fn):
+def test_bfloat16_tables_are_the_float64_tables_rounded_once(fn):
     # both tables are sines and cosines rounded once from float64, so the
     # bfloat16 table is the float64 one rounded once (to odd at float32,
     # then to nearest even: no double rounding)
