@@ -843,6 +843,32 @@ def test_bfloat16_inputs_give_their_float32_result_rounded_once(threads, index):
     assert np.all(np.abs(got.astype(np.float64) - want) <= step), name
 
 
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_a_new_16_bit_result_is_the_float32_term_rounded_once(dtype):
+    # the bits of the float32 term rounded once, across float16's overflow
+    # and subnormals and bfloat16's tiny and huge values: a tiny negative
+    # term is -0.0 (which a term rounded first and then added to +0.0
+    # would not give)
+    dt = _bfloat16() if dtype == "bfloat16" else np.dtype(dtype)
+    rng = np.random.default_rng(21)
+    scale = np.float32(2.0**-10 if dtype == "float16" else 2.0**-62)
+    q = noise(rng, (2, 3, 40, 8), np.float32) * np.logspace(-3, 3, 40, dtype=np.float32)[:, None]
+    r = noise(rng, (3, 80, 8), np.float32)
+    a_k = noise(rng, (9, 8), np.float32)
+    r, a_k = r.astype(dt), a_k.astype(dt)
+    for qq in (q, q * scale, q * np.float32(300.0 if dtype == "float16" else 2.0**60)):
+        with np.errstate(over="ignore"):
+            x = qq.astype(dt)
+        for term in (
+            lambda x, up: posenc.xl_position_term(up(x), up(r)),
+            lambda x, up: posenc.shaw_key_term(up(x), up(a_k), max_distance=4),
+        ):
+            with np.errstate(over="ignore", invalid="ignore"):  # infinities, inf - inf
+                got = term(x, lambda a: a)
+                want = term(x, lambda a: a.astype(np.float32)).astype(dt)
+            same_bits(got, want)
+
+
 def test_bfloat16_inputs_promote_as_torch_does(rng):
     bf16 = _bfloat16()
     q, r = noise(rng, (1, 2, 5, 8), np.float32), noise(rng, (2, 10, 8), np.float32)
