@@ -322,12 +322,21 @@ def _gather_into(target, parts):
 
 def _add_into(target, term):
     """target += term (float32 or float64), the sum rounded once to the
-    target's dtype; bfloat16 (ml_dtypes' or posenc's bits) through its bits."""
+    target's dtype; bfloat16 (ml_dtypes' or posenc's bits) through its bits,
+    a block of rows at a time, so that the float32 sums stay in cache."""
     if not is_bfloat16(target.dtype):
         np.add(target, term, out=target, casting="unsafe")
         return
     bits = target.view(np.uint16)
-    bits[...] = _bfloat16_bits(_up(target, np.float32) + term.astype(np.float32))
+    term = np.broadcast_to(term, target.shape)
+    rows, cols = target.shape[-2:]
+    step = max(1, (1 << 16) // max(cols, 1))
+    for at in np.ndindex(target.shape[:-2]):
+        for r0 in range(0, rows, step):
+            part = at + (slice(r0, r0 + step),)
+            total = _up(target[part], np.float32)
+            total += term[part].astype(np.float32, copy=False)
+            bits[part] = _bfloat16_bits(total)
 
 
 def _finish(scores, lead, shape, dtype, parts):

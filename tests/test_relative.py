@@ -780,6 +780,24 @@ def test_bfloat16_scores_in_a_non_contiguous_array_and_the_twin(rng):
     same_bits(ref.shaw_key_term(q, a_k, max_distance=4, scores=before), want)
 
 
+def test_dense_terms_into_bfloat16_scores_round_the_float32_sum_once(rng):
+    # xl_content_bias and tupe_bias add into bfloat16 scores a block of rows
+    # at a time: every block (several per head here), strided scores and
+    # leading axes get ml_dtypes' float32 sum rounded once
+    bf16 = _bfloat16()
+    k, u = randn(rng, (2, 3, 300, 8), np.float32), randn(rng, (3, 8), np.float32)  # exact terms
+    big = noise(rng, (2, 3, 300, 600), np.float32).astype(bf16)
+    scores, before = big[..., ::2], big[..., ::2].copy()
+    got = posenc.xl_content_bias(k, u, scores=scores)
+    assert got is scores
+    same_bits(got, (before.astype(np.float32) + ref.xl_content_bias(k, u)).astype(bf16))
+    p = noise(rng, (3, 301, 8), np.float32)
+    table = noise(rng, (33, 3), np.float32)
+    tscores = noise(rng, (3, 300, 300), np.float32).astype(bf16)
+    want = (tscores.astype(np.float32) + posenc.tupe_bias(p, p, rel_table=table)).astype(bf16)
+    same_bits(posenc.tupe_bias(p, p, rel_table=table, scores=tscores), want)
+
+
 def test_bfloat16_scores_tensor_gets_torchs_own_bfloat16_add(rng):
     torch = pytest.importorskip("torch")
     q, r = randn(rng, (1, 2, 12, 8), np.float32), randn(rng, (2, 24, 8), np.float32)
