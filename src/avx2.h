@@ -141,6 +141,17 @@ PE_INLINE __m256i pe_bf16_quiet_nans(__m256i r, __m256 v)
     return _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(r), quiet, nan));
 }
 
+/* Each float rounded to bfloat16 (pe_bf16_from_f32) in the top half of its
+ * word, the low half to be dropped: pe_bf16_round_up, with the NaN lanes
+ * fixed (pe_bf16_quiet_nans) only where the vector holds one, as seldom. */
+PE_INLINE __m256i pe_bf16_rounded(__m256 v)
+{
+    __m256i r = pe_bf16_round_up(v);
+    if (_mm256_movemask_ps(_mm256_cmp_ps(v, v, _CMP_UNORD_Q)))
+        r = pe_bf16_quiet_nans(r, v);
+    return r;
+}
+
 /* Sixteen bfloat16 elements (32 bytes) widened to float32: the even ones
  * (0, 2, .., 14) in *ev, the odd ones in *od.  Each 32-bit word holds an
  * even element in its low half and the next one in its high half, so a
@@ -180,8 +191,7 @@ PE_INLINE __m128i pe_half8_from_ps(__m256 v, const int dtype)
 {
     if (dtype != PE_BF16)
         return _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT);
-    __m256i r = pe_bf16_quiet_nans(pe_bf16_round_up(v), v);
-    r = _mm256_srli_epi32(r, 16); /* 0 .. 0xffff: packs without saturating */
+    __m256i r = _mm256_srli_epi32(pe_bf16_rounded(v), 16); /* 0 .. 0xffff: no saturation */
     return _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
 }
 

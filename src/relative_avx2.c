@@ -46,23 +46,11 @@ PE_INLINE void add8(char *o, __m256 x, const int dtype)
         return;
     }
     __m256 a = pe_ps_from_half8(_mm_loadu_si128((const __m128i *)o), dtype);
-    if (dtype == PE_BF16) {
-        /* as pe_half8_from_ps rounds, the NaN lanes (rare) fixed apart */
-        const __m256i top = _mm256_set1_epi32((int)0xffff0000u);
-        __m256 r = _mm256_castsi256_ps(_mm256_and_si256(pe_bf16_round_up(x), top));
-        if (_mm256_movemask_ps(_mm256_cmp_ps(x, x, _CMP_UNORD_Q)))
-            r = _mm256_castsi256_ps(
-                _mm256_and_si256(pe_bf16_quiet_nans(pe_bf16_round_up(x), x), top));
-        __m256 sum = _mm256_add_ps(a, r);
-        __m256i q = pe_bf16_round_up(sum);
-        if (_mm256_movemask_ps(_mm256_cmp_ps(sum, sum, _CMP_UNORD_Q)))
-            q = pe_bf16_quiet_nans(q, sum);
-        q = _mm256_srli_epi32(q, 16);
-        _mm_storeu_si128((__m128i *)o, _mm_packus_epi32(_mm256_castsi256_si128(q),
-                                                        _mm256_extracti128_si256(q, 1)));
-        return;
-    }
-    __m256 r = pe_ps_from_half8(pe_half8_from_ps(x, dtype), dtype);
+    /* the product rounded to the scores' type and widened back: for
+     * bfloat16 its top half kept, without a pack and an unpack */
+    __m256 r = dtype == PE_BF16 ? _mm256_castsi256_ps(_mm256_and_si256(
+                                      pe_bf16_rounded(x), _mm256_set1_epi32((int)0xffff0000u)))
+                                : pe_ps_from_half8(pe_half8_from_ps(x, dtype), dtype);
     _mm_storeu_si128((__m128i *)o, pe_half8_from_ps(_mm256_add_ps(a, r), dtype));
 }
 
