@@ -181,8 +181,11 @@ def positions(value, name="positions"):
 def native_copy(arr, dtype):
     """`arr` as a C-contiguous, aligned, native-order array of `dtype`:
     `arr` itself when it is one, else a copy (an unaligned buffer, such as
-    ``np.frombuffer(buf, offset=1)``, is copied, not refused)."""
+    ``np.frombuffer(buf, offset=1)``, is copied, not refused); a bfloat16
+    `arr` through its exact float32 values."""
     dtype = np.dtype(dtype).newbyteorder("=")
+    if is_bfloat16(arr.dtype) and not is_bfloat16(dtype):
+        arr = widen(arr)
     if arr.dtype == dtype and arr.flags.c_contiguous and arr.flags.aligned:
         return arr  # the common case, without np.require's cost
     return np.require(arr, dtype=dtype, requirements=("C", "A"))

@@ -46,7 +46,7 @@ import numpy as np
 
 from . import _core
 from . import _validate as v
-from ._dtypes import is_bfloat16, widen
+from ._dtypes import is_bfloat16, narrow, widen
 from ._interop import foreign
 from ._typing import Array, ArrayLike, ArrayT, DTypeLike, NDArray
 from .bias import _check_t5, _t5_bias
@@ -99,35 +99,11 @@ def _result(*arrays):
     return _promote(*[a.dtype for a in arrays])
 
 
-def _bfloat16_bits(x):
-    """The bits (uint16) of the bfloat16 nearest each value of the float32
-    array `x`, ties to even; a NaN stays a NaN (made quiet), its sign and
-    top payload bits kept.  A chunk at a time, so that the temporaries
-    stay in cache."""
-    flat = np.ascontiguousarray(x).reshape(-1)
-    out = np.empty(flat.shape, np.uint16)
-    step = 1 << 16
-    r = np.empty(min(step, flat.size), np.uint32)
-    for a in range(0, flat.size, step):
-        u = flat[a : a + step].view(np.uint32)
-        t = r[: u.size]
-        np.right_shift(u, 16, out=t)
-        np.bitwise_and(t, 1, out=t)
-        t += 0x7FFF
-        t += u
-        t >>= 16
-        out[a : a + step] = t
-        nan = np.isnan(flat[a : a + step])
-        if nan.any():
-            out[a : a + step][nan] = ((u[nan] >> 16) | 0x40).astype(np.uint16)
-    return out.reshape(np.shape(x))
-
-
 def _cast(x, dtype):
     """The float32 or float64 array `x` rounded once to `dtype` (a float32
     `x` for bfloat16, which is rounded to nearest even)."""
     if is_bfloat16(dtype):
-        return _bfloat16_bits(np.ascontiguousarray(x, np.float32)).view(dtype)
+        return narrow(np.ascontiguousarray(x, np.float32)).view(dtype)
     return x.astype(dtype, copy=False)
 
 
@@ -336,7 +312,7 @@ def _add_into(target, term):
             part = at + (slice(r0, r0 + step),)
             total = _up(target[part], np.float32)
             total += term[part].astype(np.float32, copy=False)
-            bits[part] = _bfloat16_bits(total)
+            bits[part] = narrow(total)
 
 
 def _finish(scores, lead, shape, dtype, parts):
@@ -962,11 +938,9 @@ def deberta_log_bucket(relative_pos, bucket_size, max_position, *, precision="fl
     arr = np.asarray(relative_pos)
     if arr.dtype.kind not in "iu":
         raise TypeError(f"relative_pos must hold integers, not dtype {arr.dtype}")
-    bucket_size = v.integer(bucket_size, "bucket_size")
-    max_position = v.integer(max_position, "max_position")
+    bucket_size, max_position = _check_buckets(bucket_size, max_position)
     if bucket_size <= 0:
         raise ValueError(f"bucket_size must be > 0, got {bucket_size}")
-    _check_buckets(bucket_size, max_position)
     precision = v.choice(precision, "precision", _PRECISIONS)
     if arr.size and (arr.max() > 2**62 or arr.min() < -(2**62)):
         raise ValueError("relative_pos must be within +-2**62")
@@ -1313,11 +1287,9 @@ def shaw_value_term(weights, rel_values, *, max_distance, q_offset=None):
     q_offset = _offset(q_offset, q_len, k_len, k_len - q_len)
     work = _work(w.dtype, rv.dtype)
     native = w.dtype.newbyteorder("=")
-    if is_bfloat16(w.dtype):  # widened (exact) and summed in float32
-        wk = _up(w, work)
-    elif work == np.float64:
+    if work == np.float64:
         wk = v.native_copy(w, np.float64)
-    else:  # float16 or float32 weights, summed in float32
+    else:  # float16 or float32 weights, summed in float32; bfloat16 widened
         wk = v.native_copy(w, native if native in _KERNEL_DTYPES else np.float32)
     wk = wk.reshape((-1,) + w.shape[-3:])
     v.shape_size(wk.shape[:-1] + (width,), "result")
