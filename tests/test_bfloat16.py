@@ -766,3 +766,14 @@ def test_bfloat16_positions_and_slopes_are_read_as_their_exact_values():
     nan = np.array([1.0, np.nan], np.float32).astype(BF16)
     with pytest.raises(ValueError, match="^positions must be finite"):
         posenc.sinusoid(nan, 16)
+
+
+@pytest.mark.parametrize("fn", ["xl_relative_table", "tener_relative_table"])
+def test_bfloat16_relative_tables_are_the_float64_tables_rounded_once(fn):
+    # both tables are sines and cosines rounded once from float64 (no
+    # double rounding through float32)
+    args = (7, 19, 16) if fn == "xl_relative_table" else (19, 16)
+    got = getattr(posenc, fn)(*args, dtype="bfloat16")
+    assert got.dtype == BF16
+    exact = getattr(posenc, fn)(*args, dtype="float64")
+    np.testing.assert_array_equal(bits(got), bits(round_once(exact)))
