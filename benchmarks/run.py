@@ -1212,6 +1212,23 @@ def relative_cases(quick):
             "r_w_bias with the keys, added",
         )
     )
+    if have_torch:  # into bfloat16 scores, as a bfloat16 XLNet holds them
+        bk, bb, bs = (torch.from_numpy(x).bfloat16() for x in (k, bias, scores))
+
+        def torch_content_bf16():
+            return bs.add_(torch.einsum("nd,bnjd->bnj", bb, bk)[:, :, None, :])
+
+        cases.append(
+            Case(
+                name=f"xl_content_bias: bfloat16 tensors, scores {tuple(bs.shape)}",
+                nbytes=bs.numel() * 2,
+                posenc=lambda: rel.xl_content_bias(bk, bb, scores=bs),
+                memory=_rmw_of(bs.view(torch.int16).numpy()),
+                torch=torch_content_bf16,
+                note="posenc: u . k in float32 from the bfloat16 values, each sum rounded once "
+                "into the scores; torch: the einsum in bfloat16, added",
+            )
+        )
 
     # TUPE: 512 positions and [CLS], 12 heads, 32 buckets up to 128
     tn, th = (256, 12) if quick else (512, 12)

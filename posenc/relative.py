@@ -297,10 +297,29 @@ def _gather_into(target, parts):
 
 
 def _add_into(target, term):
-    """target += term (float32 or float64), the sum rounded once to the
-    target's dtype; bfloat16 (ml_dtypes' or posenc's bits) through its bits,
-    a block of rows at a time, so that the float32 sums stay in cache."""
-    if not is_bfloat16(target.dtype):
+    """target (..., heads, q, k) += term (..., heads, 1 or q, k) (float32 or
+    float64, its leading axes broadcasting to the target's), the sum rounded
+    once to the target's dtype, as ``np.add(target, term, casting="unsafe")``
+    rounds it: by the C kernel where it can add into the target as it is
+    (bfloat16, ml_dtypes' or posenc's bits, included) and the term is of
+    the kernel's type, else by NumPy (bfloat16 a block of rows at a time, so
+    that the float32 sums stay in cache)."""
+    bf16 = is_bfloat16(target.dtype)
+    native = target.dtype if bf16 else target.dtype.newbyteorder("=")
+    kind = np.dtype(np.float64) if native == np.float64 else np.dtype(np.float32)
+    kernel = (bf16 or native in _KERNEL_DTYPES) and term.dtype == kind
+    views = v.bias_views(target) if kernel else None
+    if views is not None:
+        lead = target.shape[:-3]
+        full = np.broadcast_to(term, lead + term.shape[-3:])
+        if len(views) == 1:
+            parts = [full.reshape((-1,) + full.shape[-3:])]
+        else:  # split as bias_views splits the target
+            parts = [full[at] for at in np.ndindex(lead[:-1])]
+        for view, part in zip(views, parts):
+            _core.rel_dense_add(part, v.for_kernel(view))
+        return
+    if not bf16:
         np.add(target, term, out=target, casting="unsafe")
         return
     bits = target.view(np.uint16)
@@ -573,34 +592,8 @@ def xl_content_bias(k, bias, *, scores=None):
     q_len = sc.shape[-2] if sc.ndim >= 3 else 0
     target = _target(scores, k.shape[:-3], (heads, q_len, k_len))
     term = uw @ np.swapaxes(kw, -1, -2)
-    if target.dtype.newbyteorder("=") != work or not _add_to_rows(target, term):
-        _add_into(target, term)
+    _add_into(target, term)
     return target
-
-
-def _add_to_rows(target, c):
-    """target (..., heads, q, k) += c (..., heads, 1, k), the same row added
-    to every row, by the C gather (the broadcast np.add takes twice as
-    long): c, of the target's dtype (float32 or float64), is laid out once
-    per head so that row i of a view of it, one element further along per
-    row, read from column q - 1 - i on, is c (a run of slope 1).  The sum is
-    rounded once, as np.add's.  False (nothing done) for a target the
-    kernel cannot add into where it is."""
-    views = v.bias_views(target)
-    if views is None or len(views) != 1:
-        return False
-    work = views[0]
-    batch, heads, q, k = work.shape
-    lead = target.shape[:-3]
-    rows = np.broadcast_to(c, lead + (heads, 1, k)).reshape((-1, heads, k))
-    buf = np.zeros((heads, 2 * q + k), c.dtype)
-    shape, isz = (1, heads, q, q + k - 1), buf.itemsize
-    view = np.lib.stride_tricks.as_strided(buf, shape, (0, buf.strides[0], isz, isz))
-    index = np.arange(q + k - 1, dtype=np.int64)
-    for b in range(batch):
-        buf[:, q - 1 : q - 1 + k] = rows[b if rows.shape[0] > 1 else 0]
-        _core.rel_gather_add(view, index, v.for_kernel(work[b : b + 1]), False)
-    return True
 
 
 # ---------------------------------------------------------------- TENER

@@ -1160,6 +1160,51 @@ static PyObject *py_rel_gather_add(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+struct rel_dense_call {
+    struct pe_rel_src src;
+    const struct pe_bias_dst *dst;
+};
+
+static int rel_dense_kernel(const struct pe_kernels *k, void *args, int nthreads)
+{
+    const struct rel_dense_call *c = args;
+    pe_rel_dense_add(k, &c->src, c->dst, nthreads);
+    return 0;
+}
+
+static PyObject *py_rel_dense_add(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *src_o, *dst_o;
+    int single = 0;
+    if (!PyArg_ParseTuple(args, "OO|p:rel_dense_add", &src_o, &dst_o, &single))
+        return NULL;
+    struct pe_bias_dst d;
+    PyArrayObject *dst = bias_target(dst_o, "scores", FLOAT_OR_BF16, &d);
+    if (dst == NULL)
+        return NULL;
+    PyArrayObject *src = arg_array(src_o, "term", d.dtype == PE_F64 ? NPY_DOUBLE : NPY_FLOAT, 4, 0);
+    if (src == NULL)
+        return NULL;
+    npy_intp sb = PyArray_DIM(src, 0), rows = PyArray_DIM(src, 2);
+    if ((sb != 1 && sb != d.batch) || PyArray_DIM(src, 1) != d.heads ||
+        (rows != 1 && rows != d.q_len) || PyArray_DIM(src, 3) != d.k_len) {
+        PyErr_Format(PyExc_ValueError, "term must have shape (1 or %zd, %zd, 1 or %zd, %zd)",
+                     (Py_ssize_t)d.batch, (Py_ssize_t)d.heads, (Py_ssize_t)d.q_len,
+                     (Py_ssize_t)d.k_len);
+        return NULL;
+    }
+    if (check_no_overlap(dst, "scores", src, "term") < 0)
+        return NULL;
+    struct rel_dense_call c = {
+        .src = {PyArray_BYTES(src), sb, rows, d.k_len, PyArray_STRIDE(src, 0),
+                PyArray_STRIDE(src, 1), PyArray_STRIDE(src, 2), 0},
+        .dst = &d,
+    };
+    run_kernel(rel_dense_kernel, &c, single ? 0 : PyArray_SIZE(dst));
+    Py_RETURN_NONE;
+}
+
 struct rel_scatter_call {
     const char *w;
     char *out;
@@ -1259,6 +1304,10 @@ static PyMethodDef methods[] = {
     {"rel_gather_add", py_rel_gather_add, METH_VARARGS,
      "rel_gather_add(products, map, scores, by_key, single=False): scores[b, h, i, j] += "
      "products[b, h, i or j, map[q_len - 1 - i + j]] (-1: left as is); single: on one thread."},
+    {"rel_dense_add", py_rel_dense_add, METH_VARARGS,
+     "rel_dense_add(term, scores, single=False): scores[b, h, i, j] += term[b, h, i, j] (term "
+     "float32, or float64 for float64 scores, of shape (1 or batch, heads, 1 or q_len, k_len)), "
+     "each sum rounded once to the scores' dtype; single: on one thread."},
     {"rel_scatter_add", py_rel_scatter_add, METH_VARARGS,
      "rel_scatter_add(weights, map, out, single=False): out[b, h, i, map[q_len - 1 - i + j]] += "
      "weights[b, h, i, j]; single: on one thread."},

@@ -38,6 +38,11 @@
  * (bfloat16) and added as NumPy (ml_dtypes) adds two such arrays: a
  * float32 sum rounded once, so that `scores=` gives the bits of
  * scores += the term made in that type.
+ *
+ * The dense terms (Transformer-XL's content bias, TUPE's bias) are no
+ * gather: a row of the term (the same one for every query, or its own)
+ * is added into a row of scores, the float32 sum rounded once, as NumPy
+ * adds a float32 array into float16 scores.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -414,6 +419,38 @@ int pe_rel_gather_add(const struct pe_kernels *k, const struct pe_rel_src *src, 
         fn(&g, task);
     free(own);
     return 0;
+}
+
+/* ---- dense terms ---- */
+
+/* The portable row of a dense term: float32 and float64 as add_slice adds
+ * them, float16 and bfloat16 with the sum rounded once. */
+PE_INLINE void sum_scalar(char *o, const char *x, ptrdiff_t n, const int layout, const int dtype)
+{
+    (void)layout;
+    if (dtype == PE_F32 || dtype == PE_F64) {
+        add_slice(o, x, n, dtype);
+        return;
+    }
+    for (ptrdiff_t j = 0; j < n; ++j)
+        pe_rel_sum1(o + 2 * j, x + 4 * j, dtype);
+}
+
+PE_SPECIALISE_DTYPE(const pe_rel_sum_fn, pe_rel_sum_scalar, sum_scalar,
+                    (char *o, const char *x, ptrdiff_t n), (o, x, n));
+
+void pe_rel_dense_add(const struct pe_kernels *k, const struct pe_rel_src *src,
+                      const struct pe_bias_dst *dst, int nthreads)
+{
+    ptrdiff_t q = dst->q_len, rows = dst->batch * dst->heads * q;
+    pe_rel_sum_fn fn = k->rel_sum[dst->dtype];
+#pragma omp parallel for schedule(static) num_threads(pe_team(nthreads, rows * dst->k_len))
+    for (ptrdiff_t r = 0; r < rows; ++r) {
+        ptrdiff_t i = r % q, p = r / q, b = p / dst->heads, h = p % dst->heads;
+        const char *x = src->data + (src->batch == 1 ? 0 : b) * src->stride_b + h * src->stride_h +
+                        (src->rows == 1 ? 0 : i) * src->stride_r;
+        fn(dst->data + b * dst->stride_b + h * dst->stride_h + i * dst->stride_q, x, dst->k_len);
+    }
 }
 
 /* ---- the scatter ---- */

@@ -139,10 +139,11 @@ static inline void pe_rel_prefetch_row(const struct pe_rel_gather *g, ptrdiff_t 
     pe_rel_prefetch(prod + (hi + 1) * (int64_t)g->ssz - 1);
 }
 
-/* *o += *x for one score o of dtype and its product x (float64 for float64
- * scores, else float32): the product rounded to the scores' type, the sum
- * rounded once (float16 and bfloat16 summed in float32). */
-static inline void pe_rel_add1(char *o, const char *x, int dtype)
+/* *o += *x for one score o of dtype and a float x (float64 for float64
+ * scores, else float32), the sum rounded once to dtype (float16 and
+ * bfloat16 summed in float32, as NumPy adds a float32 array into such
+ * scores). */
+static inline void pe_rel_sum1(char *o, const char *x, int dtype)
 {
     if (dtype == PE_F64) {
         *(double *)o = *(double *)o + *(const double *)x;
@@ -152,11 +153,24 @@ static inline void pe_rel_add1(char *o, const char *x, int dtype)
     if (dtype == PE_F32)
         *(float *)o = *(float *)o + v;
     else if (dtype == PE_F16)
-        *(uint16_t *)o = pe_f16_from_f32(pe_f32_from_f16(*(const uint16_t *)o) +
-                                         pe_f32_from_f16(pe_f16_from_f32(v)));
+        *(uint16_t *)o = pe_f16_from_f32(pe_f32_from_f16(*(const uint16_t *)o) + v);
     else
-        *(uint16_t *)o = pe_bf16_from_f32(pe_f32_from_bf16(*(const uint16_t *)o) +
-                                          pe_f32_from_bf16(pe_bf16_from_f32(v)));
+        *(uint16_t *)o = pe_bf16_from_f32(pe_f32_from_bf16(*(const uint16_t *)o) + v);
+}
+
+/* *o += *x for one score o of dtype and its product x: the product rounded
+ * to the scores' type first (the term made in that type), then summed as
+ * pe_rel_sum1 does. */
+static inline void pe_rel_add1(char *o, const char *x, int dtype)
+{
+    if (dtype == PE_F16 || dtype == PE_BF16) {
+        float v = *(const float *)x;
+        v = dtype == PE_F16 ? pe_f32_from_f16(pe_f16_from_f32(v))
+                            : pe_f32_from_bf16(pe_bf16_from_f32(v));
+        pe_rel_sum1(o, (const char *)&v, dtype);
+    } else {
+        pe_rel_sum1(o, x, dtype);
+    }
 }
 
 /* The portable gathers, which the vector path falls back on: keys
@@ -166,6 +180,14 @@ void pe_rel_row_scalar(const struct pe_rel_gather *g, ptrdiff_t b, ptrdiff_t h, 
                        ptrdiff_t j0, ptrdiff_t j1);
 void pe_rel_tile_scalar(const struct pe_rel_gather *g, ptrdiff_t b, ptrdiff_t h, ptrdiff_t i0,
                         ptrdiff_t i1, ptrdiff_t j0, ptrdiff_t j1);
+
+/* A dense term added into scores: dst[b, h, i, j] += src[b, h, i, j], src
+ * of float32 (float64 for float64 scores), src->rows q_len or 1 (one row
+ * for every query), src->batch 1 or dst's (by_key unused); each sum
+ * rounded once to the scores' type, as pe_rel_sum1 does, the same bits
+ * on every path and for any thread count. */
+void pe_rel_dense_add(const struct pe_kernels *k, const struct pe_rel_src *src,
+                      const struct pe_bias_dst *dst, int nthreads);
 
 /* The transpose, for weights w (batch, heads, q_len, k_len) of float16,
  * float32 or float64 (C-contiguous): out[b, h, i, map[t]] += w[b, h, i, j],

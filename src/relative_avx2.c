@@ -27,6 +27,9 @@
  * Float16 and bfloat16 scores: the products rounded to the scores' type,
  * widened back, added in float32 and rounded once (F16C for float16, the
  * shifts of avx2.h for bfloat16), as pe_rel_add1 does one score.
+ *
+ * Dense terms (a row of the term for a row of scores): eight sums at a
+ * time, each rounded once, as pe_rel_sum1 does one score.
  */
 #include "pe.h"
 #include "relative.h"
@@ -37,21 +40,30 @@
 #include <stdlib.h>
 
 #if PE_X86
-/* o[0 .. 8) += x: eight scores of a 32-bit or 16-bit type and their
- * products (float32). */
-PE_INLINE void add8(char *o, __m256 x, const int dtype)
+/* o[0 .. 8) += x: eight scores of a 32-bit or 16-bit type and eight
+ * float32 values, each sum rounded once (pe_rel_sum1). */
+PE_INLINE void sum8(char *o, __m256 x, const int dtype)
 {
     if (dtype == PE_F32) {
         _mm256_storeu_ps((float *)o, _mm256_add_ps(_mm256_loadu_ps((const float *)o), x));
         return;
     }
     __m256 a = pe_ps_from_half8(_mm_loadu_si128((const __m128i *)o), dtype);
-    /* the product rounded to the scores' type and widened back: for
-     * bfloat16 its top half kept, without a pack and an unpack */
-    __m256 r = dtype == PE_BF16 ? _mm256_castsi256_ps(_mm256_and_si256(
-                                      pe_bf16_rounded(x), _mm256_set1_epi32((int)0xffff0000u)))
-                                : pe_ps_from_half8(pe_half8_from_ps(x, dtype), dtype);
-    _mm_storeu_si128((__m128i *)o, pe_half8_from_ps(_mm256_add_ps(a, r), dtype));
+    _mm_storeu_si128((__m128i *)o, pe_half8_from_ps(_mm256_add_ps(a, x), dtype));
+}
+
+/* o[0 .. 8) += x, their products: each product rounded to the scores'
+ * type first (pe_rel_add1). */
+PE_INLINE void add8(char *o, __m256 x, const int dtype)
+{
+    /* the product rounded and widened back: for bfloat16 its top half
+     * kept, without a pack and an unpack */
+    if (dtype == PE_BF16)
+        x = _mm256_castsi256_ps(
+            _mm256_and_si256(pe_bf16_rounded(x), _mm256_set1_epi32((int)0xffff0000u)));
+    else if (dtype == PE_F16)
+        x = pe_ps_from_half8(pe_half8_from_ps(x, dtype), dtype);
+    sum8(o, x, dtype);
 }
 
 /* o[0 .. 4) += x, float64. */
@@ -330,6 +342,28 @@ PE_INLINE void task_avx2(const struct pe_rel_gather *g, ptrdiff_t task, const in
 
 PE_SPECIALISE(const pe_rel_task_fn, pe_rel_task_avx2, task_avx2,
               (const struct pe_rel_gather *g, ptrdiff_t task), (g, task));
+
+/* ---- dense terms ---- */
+
+/* A row of a dense term (pe_rel_sum_fn), eight scores (four of float64)
+ * at a time. */
+PE_INLINE void sum_avx2(char *o, const char *x, ptrdiff_t n, const int layout, const int dtype)
+{
+    (void)layout;
+    const ptrdiff_t isz = (ptrdiff_t)pe_itemsize(dtype), ssz = dtype == PE_F64 ? 8 : 4;
+    ptrdiff_t m = 0;
+    if (dtype == PE_F64)
+        for (; m + 4 <= n; m += 4)
+            add4(o + m * 8, _mm256_loadu_pd((const double *)x + m));
+    else
+        for (; m + 8 <= n; m += 8)
+            sum8(o + m * isz, _mm256_loadu_ps((const float *)x + m), dtype);
+    for (; m < n; ++m)
+        pe_rel_sum1(o + m * isz, x + m * ssz, dtype);
+}
+
+PE_SPECIALISE_DTYPE(const pe_rel_sum_fn, pe_rel_sum_avx2, sum_avx2,
+                    (char *o, const char *x, ptrdiff_t n), (o, x, n));
 
 PE_AVX2_END
 #endif

@@ -18,6 +18,7 @@ const struct pe_kernels pe_kernels_scalar = {
     .alibi_block = pe_alibi_block_scalar,
     .diagonals = pe_diagonals_scalar,
     .rel_task = pe_rel_task_scalar,
+    .rel_sum = pe_rel_sum_scalar,
     .store_fence = pe_store_fence_scalar,
 };
 
@@ -32,6 +33,7 @@ const struct pe_kernels pe_kernels_avx2 = {
     .alibi_block = pe_alibi_block_avx2,
     .diagonals = pe_diagonals_avx2,
     .rel_task = pe_rel_task_avx2,
+    .rel_sum = pe_rel_sum_avx2,
     .store_fence = pe_store_fence_avx2,
 };
 

@@ -89,6 +89,12 @@
         PE_SPECIALISE_ROW(table, 0), PE_SPECIALISE_ROW(table, 1), PE_SPECIALISE_ROW(table, 2),     \
         PE_SPECIALISE_ROW(table, 3)}
 
+/* PE_SPECIALISE_DTYPE: the same for a table `type table[PE_NDTYPES]`,
+ * body taking a layout of 0. */
+#define PE_SPECIALISE_DTYPE(type, table, body, params, args)                                       \
+    PE_SPECIALISE_LAYOUT(table, body, params, args, 0)                                             \
+    type table[PE_NDTYPES] = PE_SPECIALISE_ROW(table, 0)
+
 /* ---- the table of kernels ---- */
 
 struct pe_rotor;
@@ -121,6 +127,9 @@ struct pe_rel_gather;
  * (batch * heads * q_len) rows by query, or the row of tiles `task` of the
  * (batch * heads * tiles_q) rows of tiles by key. */
 typedef void (*pe_rel_task_fn)(const struct pe_rel_gather *g, ptrdiff_t task);
+/* relative.c: o[j] += x[j], j < n, a row of scores and of a dense term
+ * (float32, or float64 for float64 scores), each sum rounded once. */
+typedef void (*pe_rel_sum_fn)(char *o, const char *x, ptrdiff_t n);
 
 struct pe_kernels {
     const char *name; /* "scalar" or "avx2", as set_simd takes it */
@@ -133,6 +142,7 @@ struct pe_kernels {
     /* [sums in float64][enum pe_dtype of the gradient] */
     const pe_diagonals_fn (*diagonals)[PE_NDTYPES];
     const pe_rel_task_fn (*rel_task)[PE_NDTYPES]; /* [by key][enum pe_dtype of the scores] */
+    const pe_rel_sum_fn *rel_sum;                 /* [enum pe_dtype of the scores] */
     /* orders the calling thread's non-temporal stores (bias_rows') before
      * what it does next; nothing on the portable path */
     void (*store_fence)(void);
@@ -161,6 +171,7 @@ extern const pe_bias_rows_fn pe_bias_rows_scalar[2][PE_NDTYPES];
 extern const pe_alibi_block_fn pe_alibi_block_scalar[2][PE_NDTYPES];
 extern const pe_diagonals_fn pe_diagonals_scalar[2][PE_NDTYPES];
 extern const pe_rel_task_fn pe_rel_task_scalar[2][PE_NDTYPES];
+extern const pe_rel_sum_fn pe_rel_sum_scalar[PE_NDTYPES];
 void pe_store_fence_scalar(void);
 
 #if PE_X86
@@ -173,6 +184,7 @@ extern const pe_bias_rows_fn pe_bias_rows_avx2[2][PE_NDTYPES];
 extern const pe_alibi_block_fn pe_alibi_block_avx2[2][PE_NDTYPES];
 extern const pe_diagonals_fn pe_diagonals_avx2[2][PE_NDTYPES];
 extern const pe_rel_task_fn pe_rel_task_avx2[2][PE_NDTYPES];
+extern const pe_rel_sum_fn pe_rel_sum_avx2[PE_NDTYPES];
 void pe_store_fence_avx2(void);
 #endif
 

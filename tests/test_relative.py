@@ -674,6 +674,72 @@ def test_gather_kernel_gives_the_same_bits_on_every_path(on_every_path, dtype):
             same_bits(b, a)
 
 
+def numpy_dense_add(scores, term):
+    """scores + term (float32, or float64 for float64 scores) as NumPy and
+    ml_dtypes add them: the sum made in the term's type, rounded once."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        return (scores.astype(term.dtype) + term).astype(scores.dtype)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32", "float64"])
+@pytest.mark.parametrize("k_len", [1, 7, 8, 37])
+def test_dense_kernel_equals_numpy(simd, threads, rng, dtype, k_len):
+    # a term of one row for every query, or of a row per query, its batch
+    # broadcast or not, into scores whose rows lie apart (strided) and keys
+    # past the last whole vector: each score gets NumPy's one rounding
+    sdt = _bfloat16() if dtype == "bfloat16" else np.dtype(dtype)
+    tdt = np.float64 if dtype == "float64" else np.float32
+    for term_shape in [(1, 3, 1, k_len), (2, 3, 1, k_len), (1, 3, 5, k_len), (2, 3, 5, k_len)]:
+        term = noise(rng, term_shape, tdt)
+        big = noise(rng, (2, 3, 5, k_len + 3), np.float32).astype(sdt)
+        scores = big[..., :k_len]
+        want = numpy_dense_add(scores, term)
+        rel._core.rel_dense_add(
+            term, scores.view(f"u{sdt.itemsize}") if dtype == "bfloat16" else scores
+        )
+        same_bits(scores, want)
+        same_bits(big[..., k_len:], big[..., k_len:].copy())
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
+def test_dense_kernel_gives_the_same_bits_on_every_path(on_every_path, dtype):
+    # the vector path against the portable one (and one thread against
+    # two), and both against NumPy: sums that overflow to infinity, fall
+    # to subnormals or cancel to -0.0, infinities, and NaNs of several
+    # payloads (quiet and signalling) in the scores and in the term
+    rng = np.random.default_rng(11)
+    sdt = _bfloat16() if dtype == "bfloat16" else np.dtype(dtype)
+    top = float(np.finfo(np.float16).max) if dtype == "float16" else 3.0e38
+    scores = rng.standard_normal((1, 2, 40, 53)).astype(np.float32).astype(sdt)
+    term = rng.standard_normal((1, 2, 40, 53)).astype(np.float32)
+    special = [top, -top, 1e-41, -0.0, 0.0, np.inf, -np.inf, np.nan, 1.0]
+    scores[0, 0, 0, :9] = np.array(special, np.float32).astype(sdt)
+    term[0, 0, 0, :9] = [top, -top, -1e-42, -0.0, -0.0, -np.inf, 1.0, 2.0, np.nan]
+    term[0, 0, 1, :4] = np.array([0x7F800001, 0xFFC12345, 0x7FBFFFFF, 0xFF800001], np.uint32).view(
+        np.float32
+    )
+    bits = scores.view(f"u{sdt.itemsize}")
+    if dtype != "float32":
+        nans = {
+            "bfloat16": [0x7FC1, 0xFF81, 0x7F80, 0xFFA5],
+            "float16": [0x7E01, 0xFC00, 0x7D55, 0xFE00],
+        }
+        bits[0, 1, 2, :4] = nans[dtype]
+
+    def make():
+        out = scores.copy()
+        rel._core.rel_dense_add(term, out.view(f"u{sdt.itemsize}") if dtype == "bfloat16" else out)
+        return out
+
+    results = on_every_path(make)
+    want = numpy_dense_add(scores, term)
+    nan = np.isnan(want.astype(np.float32))
+    same_bits(results[0][~nan], want[~nan])
+    assert np.array_equal(np.isnan(results[0].astype(np.float32)), nan)
+    for other in results[1:]:
+        same_bits(other, results[0])
+
+
 def _piecewise_map(rng, n, width):
     """A map of runs of random lengths (1 to 40) and slopes (-1, 0, 1), some
     left alone (-1), their columns near both ends of [0, width) as often as
@@ -1038,9 +1104,8 @@ def test_float64_inputs_make_their_products_in_float64_before_float32_scores(mon
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_xl_content_bias_added_by_the_kernel_as_np_add_adds(threads, rng, dtype):
-    # scores of the term's dtype take the C kernel (the row u . k laid out
-    # once and read as a run of slope 1 by every row), others np.add: the
-    # same bits either way, for every layout of scores and broadcast batch
+    # the C kernel adds the row u . k into every row of the scores, with
+    # np.add's bits, for every layout of scores and broadcast batch
     k, u = noise(rng, (1, 3, 9, 8), dtype), noise(rng, (3, 8), dtype)
     term = u[:, None, :] @ np.swapaxes(k, -1, -2)
     for shape in [(3, 6, 9), (2, 3, 6, 9), (2, 2, 3, 6, 9)]:
