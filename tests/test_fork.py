@@ -49,10 +49,22 @@ import posenc
 warnings.filterwarnings("ignore", ".*fork.*", DeprecationWarning)
 
 X = np.random.default_rng(0).standard_normal((1, 32, 2048, 128)).astype(np.float32)
+Q, K = X[:, :2, :256, :64], X[:, 2:4, :256, :64]
+R, U = X[0, 4:6, :512, :64], X[0, 6, :2, :64]
 
 
 def compute():
-    return posenc.apply_rope(X), posenc.alibi_bias(16, 1024)
+    # the relative terms' products small enough for one call of each
+    # kernel on its threads: the gathers by query and by key, the dense add
+    scores = posenc.xl_position_term(Q, R)
+    return (
+        posenc.apply_rope(X),
+        posenc.alibi_bias(16, 1024),
+        posenc.xl_content_bias(K, U, scores=scores),
+        posenc.deberta_attention_bias(
+            Q, K, R[:, :256], R[:, 256:], position_buckets=128, max_relative_positions=256
+        ),
+    )
 
 
 def same(a, b):
