@@ -284,6 +284,15 @@ def flag(value, name):
     return bool(value)
 
 
+def apart(values, target):
+    """`values`, or a copy of them when they share memory with `target` (the
+    array written), so that they are read as they were before the call (as
+    NumPy's ufuncs read overlapping inputs)."""
+    if isinstance(target, np.ndarray) and np.may_share_memory(values, target):
+        return values.copy()
+    return values
+
+
 def self_overlaps(arr):
     """Whether two elements of `arr` may share bytes (zero or interleaved
     strides): axes sorted by |stride| must each step past the extent of the

@@ -78,15 +78,6 @@ def _run(kernel, arr, *, read):
     np.copyto(arr, tmp, casting="unsafe")
 
 
-def _apart(values, target):
-    """`values`, or a copy of them when they share memory with `target` (the
-    array written), so that they are read as they were before the call (as
-    NumPy's ufuncs read overlapping inputs)."""
-    if isinstance(target, np.ndarray) and np.may_share_memory(values, target):
-        return values.copy()
-    return values
-
-
 def _fill(kernel, shape, dtype, out):
     v.shape_size(shape, "out")
     if out is None:
@@ -280,7 +271,7 @@ def alibi_bias(
         if slopes.shape != (n_heads,):
             raise ValueError(f"slopes must have shape ({n_heads},), not {slopes.shape}")
     shape = (n_heads, q_len, k_len)
-    slopes = _apart(slopes, scores if scores is not None else out)
+    slopes = v.apart(slopes, scores if scores is not None else out)
     if scores is not None:
         if out is not None:
             raise ValueError("give scores (to add into) or out (to write), not both")
@@ -498,7 +489,7 @@ def _t5_bias(table, q_len, k_len, bidirectional, max_distance, q_offset, scores,
     num_buckets, max_distance = _check_t5(bidirectional, num_buckets, max_distance)
     q_len, k_len = _lengths(q_len, k_len)
     q_offset = _offset(q_offset)
-    tab = _apart(v.native_copy(arr, arr.dtype), scores if scores is not None else out)
+    tab = v.apart(v.native_copy(arr, arr.dtype), scores if scores is not None else out)
     shape = (n_heads, q_len, k_len)
 
     # the largest |distance|: the first key from the last query, or the last

@@ -290,6 +290,9 @@ def _gather_into(target, parts):
     else:
         kind = native if known else np.dtype(np.float32)
         work = np.array(target, dtype=kind, order="C").reshape((-1,) + target.shape[-3:])
+    # inputs read as they were before the call, as NumPy's ufuncs read them,
+    # although the scores they share memory with are written first
+    parts = [(v.apart(left, target), v.apart(right, target), *rest) for left, right, *rest in parts]
     for part in parts:
         _gather_part(work, target.shape[:-3], *part)
     if not direct:

@@ -674,6 +674,47 @@ def test_gather_kernel_gives_the_same_bits_on_every_path(on_every_path, dtype):
             same_bits(b, a)
 
 
+def test_inputs_that_share_memory_with_scores_are_read_as_they_were(rng):
+    # queries, keys, tables and biases that are views of the scores written
+    # in place: every term reads them as they were before the call, as
+    # NumPy's ufuncs read overlapping inputs (the twin, given copies of
+    # them, is the witness)
+    def views(s):
+        flat = s[0].reshape(2, 200, 8)
+        return {
+            "q": s[..., :8],
+            "k": s[..., 8:16],
+            "r": flat[:, :80],
+            "v": s[0, :, 0, 16:24],
+            "pk": flat[:, 100:116],
+            "pq": flat[:, 120:136],
+            "a": flat[0, 150:159],
+        }
+
+    table = posenc.tener_relative_table(40, 8).astype(np.float32)
+    buckets = {"position_buckets": 8, "max_relative_positions": 32}
+    cases = [
+        (posenc.xl_position_term, ref.xl_position_term, "q r", {}),
+        (posenc.xl_position_term, ref.xl_position_term, "q r", {"bias": "v"}),
+        (posenc.tener_position_term, ref.tener_position_term, "q k", {"table": table}),
+        (posenc.deberta_attention_bias, ref.deberta_attention_bias, "q k pk pq", buckets),
+        (posenc.shaw_key_term, ref.shaw_key_term, "q a", {"max_distance": 4}),
+        (posenc.xl_content_bias, ref.xl_content_bias, "k v", {}),
+    ]
+    for mine, twin, names, kw in cases:
+        scores = noise(rng, (1, 2, 40, 40), "float32")
+        before = views(scores.copy())
+        args = [views(scores)[n] for n in names.split()]
+        kw_mine = {key: views(scores)[x] if isinstance(x, str) else x for key, x in kw.items()}
+        want = twin(
+            *(before[n].copy() for n in names.split()),
+            scores=np.array(scores),
+            **{key: before[x].copy() if isinstance(x, str) else x for key, x in kw.items()},
+        )
+        assert mine(*args, scores=scores, **kw_mine) is scores
+        same_bits(scores, want)
+
+
 def numpy_dense_add(scores, term):
     """scores + term (float32, or float64 for float64 scores) as NumPy and
     ml_dtypes add them: the sum made in the term's type, rounded once."""
