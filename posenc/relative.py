@@ -585,6 +585,8 @@ def xl_content_bias(k, bias, *, scores=None):
     """
     k = _qk(k, "k")
     heads, k_len, d = k.shape[-3:]
+    if bias is None:
+        raise TypeError("bias must be an array of shape (heads, head_dim), not None")
     u = _bias_vector(bias, heads, d, "bias")
     work = _work(k.dtype, u.dtype)
     kw, uw = _up(k, work), _up(u, work, copy=True)

@@ -162,6 +162,65 @@ TARGETS = {
         ["q_len", "k_len"],
         ["max_distance", "q_offset"],
     ),
+    "xl_relative_table": (
+        posenc.xl_relative_table,
+        ["q_len", "k_len", "dim"],
+        ["attn_type", "bi_data", "clamp_len", "base", "dtype"],
+    ),
+    "xl_position_term": (
+        posenc.xl_position_term,
+        ["q", "r"],
+        ["bias", "k_len", "q_offset", "causal", "scores"],
+    ),
+    "xl_content_bias": (posenc.xl_content_bias, ["k", "bias"], ["scores"]),
+    "tener_relative_table": (posenc.tener_relative_table, ["length", "dim"], ["base", "dtype"]),
+    "tener_position_term": (
+        posenc.tener_position_term,
+        ["q", "k", "table"],
+        ["v", "key_term", "scores"],
+    ),
+    "tener_scores": (
+        posenc.tener_scores,
+        ["q", "k", "table"],
+        ["u", "v", "scale", "key_term"],
+    ),
+    "deberta_log_bucket": (
+        posenc.deberta_log_bucket,
+        ["relative_pos", "bucket_size", "max_position"],
+        ["precision"],
+    ),
+    "deberta_relative_positions": (
+        posenc.deberta_relative_positions,
+        ["q_len", "k_len"],
+        ["bucket_size", "max_position", "q_offset", "precision"],
+    ),
+    "deberta_attention_bias": (
+        posenc.deberta_attention_bias,
+        ["q", "k", "pos_key", "pos_query"],
+        [
+            "position_buckets",
+            "max_relative_positions",
+            "q_offset",
+            "scale_factor",
+            "precision",
+            "scores",
+        ],
+    ),
+    "shaw_key_term": (
+        posenc.shaw_key_term,
+        ["q", "rel_keys"],
+        ["max_distance", "k_len", "q_offset", "scores"],
+    ),
+    "shaw_value_term": (
+        posenc.shaw_value_term,
+        ["weights", "rel_values"],
+        ["max_distance", "q_offset"],
+    ),
+    "tupe_bias": (
+        posenc.tupe_bias,
+        ["pos_q", "pos_k"],
+        ["rel_table", "max_distance", "untie_cls", "scores"],
+    ),
     "set_num_threads": (posenc.set_num_threads, ["n"], []),
     "cosine_similarity": (probe.cosine_similarity, ["E"], []),
     "informativeness": (probe.informativeness, ["E"], ["center"]),
@@ -177,6 +236,22 @@ VALID = {
     "t5_bias": lambda rng: [np.ones((8, 3), np.float32), int(rng.integers(1, 6))],
     "relative_positions": lambda rng: [int(rng.integers(1, 6))],
     "rope_cos_sin": lambda rng: [int(rng.integers(0, 6)), 2 * int(rng.integers(1, 6))],
+    # the relative terms: (1, 2, 4, 8) queries and keys, tables that fit them
+    "xl_relative_table": lambda rng: [int(rng.integers(0, 6)), int(rng.integers(0, 6)), 8],
+    "xl_position_term": lambda rng: [np.ones((1, 2, 4, 8), np.float32), np.ones((2, 8, 8))],
+    "xl_content_bias": lambda rng: [np.ones((1, 2, 4, 8), np.float32), np.ones((2, 8))],
+    "tener_relative_table": lambda rng: [int(rng.integers(0, 6)), 2 * int(rng.integers(1, 5))],
+    "tener_position_term": lambda rng: [np.ones((1, 2, 4, 8), np.float16)] * 2 + [np.ones((8, 8))],
+    "tener_scores": lambda rng: [np.ones((1, 2, 4, 8))] * 2 + [np.ones((8, 8), np.float32)],
+    "deberta_log_bucket": lambda rng: [np.arange(-9, 9), int(rng.integers(1, 8))],
+    "deberta_relative_positions": lambda rng: [int(rng.integers(0, 6)), int(rng.integers(0, 6))],
+    "deberta_attention_bias": lambda rng: (
+        [np.ones((1, 2, 4, 8), np.float32)] * 2
+        + [np.ones((2, 1024, 8), np.float32)]  # 2 x 512 rows
+    ),
+    "shaw_key_term": lambda rng: [np.ones((1, 2, 4, 8), np.float32), np.ones((9, 8))],
+    "shaw_value_term": lambda rng: [np.ones((1, 2, 4, 4), np.float32), np.ones((9, 8))],
+    "tupe_bias": lambda rng: [np.ones((2, 5, 8), np.float32)] * 2,
 }
 
 

@@ -522,6 +522,7 @@ def test_bad_input_is_refused_naming_the_argument(rng):
         (lambda: posenc.tener_position_term(q, q, r[0, :6]), ValueError, "table"),
         (lambda: posenc.tener_position_term(q, q[:, :3], r[0]), ValueError, "k must have"),
         (lambda: posenc.tupe_bias(q, r), ValueError, "pos_q and pos_k"),
+        (lambda: posenc.xl_content_bias(q, None), TypeError, "bias must be an array"),
         (lambda: posenc.tupe_bias(q, q, rel_table=np.ones((5, 3))), ValueError, "rel_table"),
     ]
     for call, kind, words in cases:
