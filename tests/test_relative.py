@@ -918,6 +918,24 @@ def test_bfloat16_scores_tensor_gets_torchs_own_bfloat16_add(rng):
     assert torch.equal(got.view(torch.int16), want.view(torch.int16))
 
 
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_dense_terms_into_16_bit_tensors_are_torchs_add_of_the_float32_term(rng, dtype):
+    # torch adds a float32 tensor into 16-bit scores in float32 and rounds
+    # the sum once: xl_content_bias and tupe_bias give those bits
+    torch = pytest.importorskip("torch")
+    tdt = getattr(torch, dtype)
+    k, u = randn(rng, (1, 2, 37, 8), np.float32), randn(rng, (2, 8), np.float32)
+    scores = torch.from_numpy(noise(rng, (1, 2, 5, 37), np.float32)).to(tdt)
+    want = scores.clone().add_(torch.from_numpy(ref.xl_content_bias(k, u)))
+    got = posenc.xl_content_bias(torch.from_numpy(k), torch.from_numpy(u), scores=scores)
+    assert got is scores and torch.equal(got.view(torch.int16), want.view(torch.int16))
+    p = noise(rng, (2, 38, 8), np.float32)
+    scores = torch.from_numpy(noise(rng, (2, 37, 37), np.float32)).to(tdt)
+    want = scores.clone().add_(torch.from_numpy(posenc.tupe_bias(p, p)))
+    got = posenc.tupe_bias(torch.from_numpy(p), torch.from_numpy(p), scores=scores)
+    assert torch.equal(got.view(torch.int16), want.view(torch.int16))
+
+
 # ---------------------------------------------------------------- bfloat16 inputs
 
 
