@@ -267,29 +267,38 @@ def _gather_part(work, lead, left, right, index, by_key, divisor):
                 _core.rel_gather_add(p[None], local, v.for_kernel(view), by_key, single)
 
 
-def _gather_into(target, parts):
-    """target (..., heads, q, k) += each part's gathered products, in place.
-
-    parts: (left, right, map, by_key, divisor): the products ``left @
-    right^T`` (divided by `divisor` if not None), score (i, j) reading row i
-    (by query) or j (by key) at column map[q_len - 1 - i + j] (-1: none),
-    see _gather_part.  A target the kernel cannot add into where it is
-    (byte-swapped, unaligned, strided last axis, leading axes that do not
-    merge, a dtype it does not know) goes through a native C-contiguous
-    temporary.  bfloat16 scores (ml_dtypes' or posenc's bits) are added
-    into as they are."""
+def _work_of(target):
+    """`target` (..., heads, q, k) as one (batch, heads, q, k) array the C
+    kernels add into, and whether it is `target` itself (a view) rather
+    than a temporary to copy back; (None, True) for an empty target.  A
+    target they cannot add into where it is (byte-swapped, unaligned,
+    strided last axis, leading axes that do not merge, a dtype they do not
+    know) goes through a native C-contiguous temporary (float32 for an
+    unknown dtype).  bfloat16 scores (ml_dtypes' or posenc's bits) are
+    added into as they are."""
     bf16 = is_bfloat16(target.dtype)
     native = target.dtype if bf16 else target.dtype.newbyteorder("=")
     known = bf16 or native in _KERNEL_DTYPES
     views = v.bias_views(target) if known else None
     if views == []:
+        return None, True
+    if views is not None and len(views) == 1:
+        return views[0], True
+    kind = native if known else np.dtype(np.float32)
+    return np.array(target, dtype=kind, order="C").reshape((-1,) + target.shape[-3:]), False
+
+
+def _gather_into(target, parts):
+    """target (..., heads, q, k) += each part's gathered products, in place
+    (through _work_of).
+
+    parts: (left, right, map, by_key, divisor): the products ``left @
+    right^T`` (divided by `divisor` if not None), score (i, j) reading row i
+    (by query) or j (by key) at column map[q_len - 1 - i + j] (-1: none),
+    see _gather_part."""
+    work, direct = _work_of(target)
+    if work is None:
         return
-    direct = views is not None and len(views) == 1
-    if direct:
-        work = views[0]
-    else:
-        kind = native if known else np.dtype(np.float32)
-        work = np.array(target, dtype=kind, order="C").reshape((-1,) + target.shape[-3:])
     # inputs read as they were before the call, as NumPy's ufuncs read them,
     # although the scores they share memory with are written first
     parts = [(v.apart(left, target), v.apart(right, target), *rest) for left, right, *rest in parts]
@@ -303,38 +312,24 @@ def _add_into(target, term):
     """target (..., heads, q, k) += term (..., heads, 1 or q, k) (float32 or
     float64, its leading axes broadcasting to the target's), the sum rounded
     once to the target's dtype, as ``np.add(target, term, casting="unsafe")``
-    rounds it: by the C kernel where it can add into the target as it is
-    (bfloat16, ml_dtypes' or posenc's bits, included) and the term is of
-    the kernel's type, else by NumPy (bfloat16 a block of rows at a time, so
-    that the float32 sums stay in cache)."""
+    rounds it: by the C kernel (through _work_of; bfloat16 sums made in
+    float32), or by NumPy for a float64 term into scores of less precision
+    or scores of a dtype the kernel does not know."""
     bf16 = is_bfloat16(target.dtype)
     native = target.dtype if bf16 else target.dtype.newbyteorder("=")
+    if bf16:
+        term = term.astype(np.float32, copy=False)
     kind = np.dtype(np.float64) if native == np.float64 else np.dtype(np.float32)
-    kernel = (bf16 or native in _KERNEL_DTYPES) and term.dtype == kind
-    views = v.bias_views(target) if kernel else None
-    if views is not None:
-        lead = target.shape[:-3]
-        full = np.broadcast_to(term, lead + term.shape[-3:])
-        if len(views) == 1:
-            parts = [full.reshape((-1,) + full.shape[-3:])]
-        else:  # split as bias_views splits the target
-            parts = [full[at] for at in np.ndindex(lead[:-1])]
-        for view, part in zip(views, parts):
-            _core.rel_dense_add(part, v.for_kernel(view))
-        return
-    if not bf16:
+    if not (bf16 or native in _KERNEL_DTYPES) or term.dtype != kind:
         np.add(target, term, out=target, casting="unsafe")
         return
-    bits = target.view(np.uint16)
-    term = np.broadcast_to(term, target.shape)
-    rows, cols = target.shape[-2:]
-    step = max(1, (1 << 16) // max(cols, 1))
-    for at in np.ndindex(target.shape[:-2]):
-        for r0 in range(0, rows, step):
-            part = at + (slice(r0, r0 + step),)
-            total = _up(target[part], np.float32)
-            total += term[part].astype(np.float32, copy=False)
-            bits[part] = narrow(total)
+    work, direct = _work_of(target)
+    if work is None:
+        return
+    full = np.broadcast_to(term, target.shape[:-3] + term.shape[-3:])
+    _core.rel_dense_add(full.reshape((-1,) + full.shape[-3:]), v.for_kernel(work))
+    if not direct:
+        np.copyto(target, work.reshape(target.shape), casting="unsafe")
 
 
 def _finish(scores, lead, shape, dtype, parts):

@@ -1176,8 +1176,7 @@ static PyObject *py_rel_dense_add(PyObject *self, PyObject *args)
 {
     (void)self;
     PyObject *src_o, *dst_o;
-    int single = 0;
-    if (!PyArg_ParseTuple(args, "OO|p:rel_dense_add", &src_o, &dst_o, &single))
+    if (!PyArg_ParseTuple(args, "OO:rel_dense_add", &src_o, &dst_o))
         return NULL;
     struct pe_bias_dst d;
     PyArrayObject *dst = bias_target(dst_o, "scores", FLOAT_OR_BF16, &d);
@@ -1201,7 +1200,7 @@ static PyObject *py_rel_dense_add(PyObject *self, PyObject *args)
                 PyArray_STRIDE(src, 1), PyArray_STRIDE(src, 2), 0},
         .dst = &d,
     };
-    run_kernel(rel_dense_kernel, &c, single ? 0 : PyArray_SIZE(dst));
+    run_kernel(rel_dense_kernel, &c, PyArray_SIZE(dst));
     Py_RETURN_NONE;
 }
 
@@ -1305,9 +1304,9 @@ static PyMethodDef methods[] = {
      "rel_gather_add(products, map, scores, by_key, single=False): scores[b, h, i, j] += "
      "products[b, h, i or j, map[q_len - 1 - i + j]] (-1: left as is); single: on one thread."},
     {"rel_dense_add", py_rel_dense_add, METH_VARARGS,
-     "rel_dense_add(term, scores, single=False): scores[b, h, i, j] += term[b, h, i, j] (term "
-     "float32, or float64 for float64 scores, of shape (1 or batch, heads, 1 or q_len, k_len)), "
-     "each sum rounded once to the scores' dtype; single: on one thread."},
+     "rel_dense_add(term, scores): scores[b, h, i, j] += term[b, h, i, j] (term float32, or "
+     "float64 for float64 scores, of shape (1 or batch, heads, 1 or q_len, k_len)), each sum "
+     "rounded once to the scores' dtype."},
     {"rel_scatter_add", py_rel_scatter_add, METH_VARARGS,
      "rel_scatter_add(weights, map, out, single=False): out[b, h, i, map[q_len - 1 - i + j]] += "
      "weights[b, h, i, j]; single: on one thread."},
