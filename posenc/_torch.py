@@ -55,7 +55,8 @@ if not (hasattr(torch.library, "custom_op") and hasattr(torch.compiler, "is_comp
 
 from torch.autograd.graph import increment_version  # noqa: E402
 
-from . import _dtypes
+from . import _dtypes, _relative_grad
+from . import relative as _relative
 from . import rope_scaling as _rope_scaling
 from ._dtypes import BFLOAT16_BITS
 
@@ -221,6 +222,7 @@ DIFFERENTIABLE = {
     "apply_rope": frozenset({"x"}),
     "t5_bias": frozenset({"table", "scores"}),
     "alibi_bias": frozenset({"scores"}),
+    **{name: frozenset(args) for name, args in _relative_grad.DIFFERENTIABLE.items()},
 }
 
 
@@ -1082,6 +1084,153 @@ def _t5_bias_call(
     return _into(out, bias)
 
 
+# ---------------------------------------------------------------- the relative terms
+#
+# One operator for all of posenc.relative's functions: its tensors are the
+# function's array arguments (those it is differentiable with respect to,
+# in _relative_grad.DIFFERENTIABLE's order, None after the last: five
+# arguments of their own, as autograd sees no tensor in a list of optional
+# ones), its options the others.  With
+# scores=, the operator adds into a copy of the scores and returns it (the
+# bits of the direct path), and the call copies that back into the scores
+# with torch's copy_; the scores' gradient is the incoming one.
+
+
+_RELATIVE_SLOTS = 5
+assert max(map(len, _relative_grad.DIFFERENTIABLE.values())) <= _RELATIVE_SLOTS
+
+
+def _relative_arrays(name, tensors):
+    return {
+        key: None if t is None else array(t, key)
+        for key, t in zip(_relative_grad.DIFFERENTIABLE[name], tensors)
+    }
+
+
+@torch.library.custom_op("posenc::relative", mutates_args=())
+def relative_op(
+    name: str,
+    t0: Optional[torch.Tensor],
+    t1: Optional[torch.Tensor],
+    t2: Optional[torch.Tensor],
+    t3: Optional[torch.Tensor],
+    t4: Optional[torch.Tensor],
+    spec: str,
+    floats: List[float],
+    ints: List[int],
+) -> torch.Tensor:
+    """A function of posenc.relative as an operator (see above)."""
+    arrays = _relative_arrays(name, (t0, t1, t2, t3, t4))
+    if arrays.get("scores") is not None:
+        arrays["scores"] = arrays["scores"].copy()
+    fn = _numpy_function(getattr(_relative, name))
+    return tensor(fn(**arrays, **_np_options(spec, floats, ints)))
+
+
+@relative_op.register_fake
+def _relative_fake(name, t0, t1, t2, t3, t4, spec, floats, ints):
+    # the NumPy function on zeros of the tensors' shapes and dtypes: its
+    # checks, and its result's shape and dtype (the scores' when given)
+    stand_ins = []
+    for t in (t0, t1, t2, t3, t4):
+        if t is not None:
+            dtype = _NUMPY_DTYPES.get(t.dtype)
+            if dtype is None:
+                raise TypeError(f"{t.dtype} tensors are not float arrays")
+            t = np.zeros(tuple(int(n) for n in t.shape), dtype)
+        stand_ins.append(t)
+    fn = _numpy_function(getattr(_relative, name))
+    names = _relative_grad.DIFFERENTIABLE[name]
+    result = fn(**dict(zip(names, stand_ins)), **_np_options(spec, floats, ints))
+    return torch.empty(result.shape, dtype=_TORCH_BY_NAME[_dtype_name(result.dtype)])
+
+
+@torch.library.custom_op("posenc::relative_grad", mutates_args=())
+def relative_grad_op(
+    name: str,
+    tensors: List[Optional[torch.Tensor]],
+    grad: torch.Tensor,
+    wanted: List[bool],
+    spec: str,
+    floats: List[float],
+    ints: List[int],
+) -> List[torch.Tensor]:
+    """The gradients of posenc::relative with respect to the arguments
+    `wanted` marks (each of its dtype; scores= is read for its shape only,
+    and gets none)."""
+    names = _relative_grad.DIFFERENTIABLE[name]
+    keys = [key for key, want in zip(names, wanted) if want]
+    arrays = _relative_arrays(name, tensors)
+    if arrays.get("scores") is not None:  # read for its shape
+        arrays["scores"] = np.broadcast_to(np.float32(0), arrays["scores"].shape)
+    options = _np_options(spec, floats, ints)
+    grads = _relative_grad.grads(name, array(grad, "grad"), keys, (), {**arrays, **options})
+    dtypes = {key: t.dtype for key, t in zip(names, tensors) if t is not None}
+    return [torch.from_numpy(grads[key]).to(dtypes[key]) for key in keys]
+
+
+@relative_grad_op.register_fake
+def _relative_grad_fake(name, tensors, grad, wanted, spec, floats, ints):
+    return [torch.empty_like(t) for t, want in zip(tensors, wanted) if want]
+
+
+def _relative_setup(ctx, inputs, output):
+    name, *tensors, spec, floats, ints = inputs
+    names = _relative_grad.DIFFERENTIABLE[name]
+    ctx.wanted = [k for k, t in zip(names, tensors) if t is not None and t.requires_grad]
+    ctx.saved = [k for k, t in zip(names, tensors) if t is not None and k != "scores"]
+    ctx.save_for_backward(*[t for k, t in zip(names, tensors) if k in ctx.saved])
+    scores = dict(zip(names, tensors)).get("scores")
+    ctx.scores = None if scores is None else scores.new_zeros(()).expand(scores.shape)
+    ctx.call = (name, spec, floats, ints)
+
+
+def _relative_backward(ctx, grad):
+    name, spec, floats, ints = ctx.call
+    names = _relative_grad.DIFFERENTIABLE[name]
+    saved = dict(zip(ctx.saved, ctx.saved_tensors))
+    tensors = [ctx.scores if k == "scores" else saved.get(k) for k in names]
+    wanted = [k in ctx.wanted and k != "scores" for k in names]
+    computed = []
+    if any(wanted):
+        computed = torch.ops.posenc.relative_grad(name, tensors, grad, wanted, spec, floats, ints)
+    grads = dict(zip([k for k, want in zip(names, wanted) if want], computed))
+    if "scores" in ctx.wanted:
+        grads["scores"] = grad
+    slots = [grads.get(k) for k in names]
+    slots += [None] * (_RELATIVE_SLOTS - len(slots))
+    return None, *slots, None, None, None
+
+
+relative_op.register_autograd(_relative_backward, setup_context=_relative_setup)
+
+
+def _relative_builder(name):
+    """The call of posenc.relative's function `name` through posenc::relative."""
+    fn = getattr(_relative, name)
+    signature = inspect.signature(fn)
+    names = _relative_grad.DIFFERENTIABLE[name]
+
+    def call(*args, device=None, **kwargs):
+        check_device(device)
+        bound = signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        arguments = dict(bound.arguments)
+        scores = arguments.get("scores")
+        if scores is not None:
+            arguments["scores"] = scores = _scores_tensor(scores)
+        tensors = [arguments.pop(k) for k in names]
+        tensors = [None if t is None else _input(t, k) for k, t in zip(names, tensors)]
+        tensors += [None] * (_RELATIVE_SLOTS - len(tensors))
+        result = torch.ops.posenc.relative(name, *tensors, *encode(arguments))
+        return result if scores is None else scores.copy_(result)
+
+    device = inspect.Parameter("device", inspect.Parameter.KEYWORD_ONLY, default=None)
+    call.__signature__ = signature.replace(parameters=[*signature.parameters.values(), device])
+    call.__name__ = f"_{name}_call"
+    return call
+
+
 #: the public functions that have operators, by name
 BUILDERS = {
     "apply_rope": _apply_rope_call,
@@ -1089,4 +1238,5 @@ BUILDERS = {
     "sinusoid": _sinusoid_call,
     "alibi_bias": _alibi_bias_call,
     "t5_bias": _t5_bias_call,
+    **{name: _relative_builder(name) for name in _relative_grad.DIFFERENTIABLE},
 }

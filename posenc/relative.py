@@ -40,7 +40,7 @@ adds: the sum rounded once.
 from __future__ import annotations
 
 import math
-from typing import Any, Optional, overload
+from typing import Any, NamedTuple, Optional, Tuple, overload
 
 import numpy as np
 
@@ -288,22 +288,39 @@ def _work_of(target):
     return np.array(target, dtype=kind, order="C").reshape((-1,) + target.shape[-3:]), False
 
 
+class _Part(NamedTuple):
+    """One gathered product of a term: score (i, j) += ``(left @ right^T)
+    [row, columns[q_len - 1 - i + j]] / divisor``, the row i (by query) or j
+    (by key).  `left` is the sum of the arguments `left_from` names (name,
+    shape as broadcast into it), `right` the argument `right_from` names:
+    what the gradients (posenc._relative_grad) flow back to."""
+
+    left: np.ndarray
+    right: np.ndarray
+    columns: np.ndarray
+    by_key: bool
+    divisor: Any
+    left_from: Tuple[Tuple[str, Tuple[int, ...]], ...]
+    right_from: Tuple[str, Tuple[int, ...]]
+
+
 def _gather_into(target, parts):
     """target (..., heads, q, k) += each part's gathered products, in place
     (through _work_of).
 
-    parts: (left, right, map, by_key, divisor): the products ``left @
-    right^T`` (divided by `divisor` if not None), score (i, j) reading row i
-    (by query) or j (by key) at column map[q_len - 1 - i + j] (-1: none),
-    see _gather_part."""
+    parts: _Part: the products ``left @ right^T`` (divided by `divisor` if
+    not None), score (i, j) reading row i (by query) or j (by key) at column
+    columns[q_len - 1 - i + j] (-1: none), see _gather_part."""
     work, direct = _work_of(target)
     if work is None:
         return
     # inputs read as they were before the call, as NumPy's ufuncs read them,
     # although the scores they share memory with are written first
-    parts = [(v.apart(left, target), v.apart(right, target), *rest) for left, right, *rest in parts]
-    for part in parts:
-        _gather_part(work, target.shape[:-3], *part)
+    parts = [
+        p._replace(left=v.apart(p.left, target), right=v.apart(p.right, target)) for p in parts
+    ]
+    for p in parts:
+        _gather_part(work, target.shape[:-3], p.left, p.right, p.columns, p.by_key, p.divisor)
     if not direct:
         np.copyto(target, work.reshape(target.shape), casting="unsafe")
 
@@ -495,6 +512,11 @@ def xl_position_term(q, r, *, bias=None, k_len=None, q_offset=None, causal=False
     rows at a time, for the ``k_len + rows - 1`` columns the block reads,
     and the C kernel adds each row's slice into the scores directly.
     """
+    return _finish(*_xl_term(q, r, bias, k_len, q_offset, causal, scores))
+
+
+def _xl_term(q, r, bias, k_len, q_offset, causal, scores):
+    """xl_position_term's checked arguments: (target, lead, shape, dtype, parts)."""
     q = _qk(q, "q")
     heads, q_len, d = q.shape[-3:]
     r = _heads_table(r, heads, d, "r")
@@ -532,8 +554,9 @@ def xl_position_term(q, r, *, bias=None, k_len=None, q_offset=None, causal=False
     index = np.where(need, index, -1)
     work = _work(q.dtype, r.dtype, *(() if target is None else (target.dtype,)))
     qb = _up(q, work, copy=True) if b is None else _up(q, work) + _up(b, work)
-    parts = [(qb, _up(r, work), index, False, None)]
-    return _finish(target, lead, (heads, q_len, k_len), _result(q, r), parts)
+    sources = (("q", q.shape),) + (() if b is None else (("bias", b.shape),))
+    parts = [_Part(qb, _up(r, work), index, False, None, sources, ("r", r.shape))]
+    return target, lead, (heads, q_len, k_len), _result(q, r), parts
 
 
 @overload
@@ -723,6 +746,11 @@ def tener_position_term(q, k, table, *, v=None, key_term=True, scores=None):
     -------
     ndarray (..., heads, L, L), or `scores` with the terms added.
     """
+    return _finish(*_tener_term(q, k, table, v, key_term, scores))
+
+
+def _tener_term(q, k, table, v, key_term, scores):
+    """tener_position_term's checked arguments, as _xl_term's."""
     q = _qk(q, "q")
     heads, length, d = q.shape[-3:]
     k = _qk(k, "k", heads, d)
@@ -740,10 +768,13 @@ def tener_position_term(q, k, table, *, v=None, key_term=True, scores=None):
     rel = _distances(length, length, 0)  # j - i
     qb = _up(q, work, copy=True) if bias is None else _up(q, work) + _up(bias, work)
     Rw = _up(R, work)
-    parts = [(qb, Rw, m + rel, False, None)]
+    sources = (("q", q.shape),) + (() if bias is None else (("v", bias.shape),))
+    parts = [_Part(qb, Rw, m + rel, False, None, sources, ("table", R.shape))]
     if key_term:
-        parts.append((_up(k, work), Rw, m - rel, True, None))
-    return _finish(target, lead, (heads, length, length), _result(q, k, R), parts)
+        parts.append(
+            _Part(_up(k, work), Rw, m - rel, True, None, (("k", k.shape),), ("table", R.shape))
+        )
+    return target, lead, (heads, length, length), _result(q, k, R), parts
 
 
 @overload
@@ -1087,6 +1118,35 @@ def deberta_attention_bias(
         (whose p2c index, ``span - bucket(j - i)``, is the same column
         since the buckets are odd).
     """
+    return _finish(
+        *_deberta_term(
+            q,
+            k,
+            pos_key,
+            pos_query,
+            position_buckets,
+            max_relative_positions,
+            q_offset,
+            scale_factor,
+            precision,
+            scores,
+        )
+    )
+
+
+def _deberta_term(
+    q,
+    k,
+    pos_key,
+    pos_query,
+    position_buckets,
+    max_relative_positions,
+    q_offset,
+    scale_factor,
+    precision,
+    scores,
+):
+    """deberta_attention_bias's checked arguments, as _xl_term's."""
     q = _qk(q, "q")
     heads, q_len, d = q.shape[-3:]
     k = _qk(k, "k", heads, d)
@@ -1121,10 +1181,30 @@ def deberta_attention_bias(
     scale = np.sqrt(work.type(d) * work.type(scale_factor))
     parts = []
     if pk is not None:
-        parts.append((_up(q, work), _up(pk, work), index, False, scale))
+        parts.append(
+            _Part(
+                _up(q, work),
+                _up(pk, work),
+                index,
+                False,
+                scale,
+                (("q", q.shape),),
+                ("pos_key", pk.shape),
+            )
+        )
     if pq is not None:
-        parts.append((_up(k, work), _up(pq, work), index, True, scale))
-    return _finish(target, lead, (heads, q_len, k_len), _promote(*dtypes), parts)
+        parts.append(
+            _Part(
+                _up(k, work),
+                _up(pq, work),
+                index,
+                True,
+                scale,
+                (("k", k.shape),),
+                ("pos_query", pq.shape),
+            )
+        )
+    return target, lead, (heads, q_len, k_len), _promote(*dtypes), parts
 
 
 # ---------------------------------------------------------------- Shaw et al.
@@ -1197,6 +1277,11 @@ def shaw_key_term(q, rel_keys, *, max_distance, k_len=None, q_offset=None, score
     -------
     ndarray (..., heads, q_len, k_len), or `scores` with the term added.
     """
+    return _finish(*_shaw_term(q, rel_keys, max_distance, k_len, q_offset, scores))
+
+
+def _shaw_term(q, rel_keys, max_distance, k_len, q_offset, scores):
+    """shaw_key_term's checked arguments, as _xl_term's."""
     q = _qk(q, "q")
     heads, q_len, d = q.shape[-3:]
     max_distance = v.integer(max_distance, "max_distance", minimum=0, maximum=2**40)
@@ -1210,8 +1295,18 @@ def shaw_key_term(q, rel_keys, *, max_distance, k_len=None, q_offset=None, score
     target = None if scores is None else _target(scores, lead, (heads, q_len, k_len))
     work = _work(q.dtype, table.dtype, *(() if target is None else (target.dtype,)))
     index = _shaw_index(q_len, k_len, q_offset, max_distance)
-    parts = [(_up(q, work), _up(table, work), index, False, None)]
-    return _finish(target, lead, (heads, q_len, k_len), _result(q, table), parts)
+    parts = [
+        _Part(
+            _up(q, work),
+            _up(table, work),
+            index,
+            False,
+            None,
+            (("q", q.shape),),
+            ("rel_keys", table.shape),
+        )
+    ]
+    return target, lead, (heads, q_len, k_len), _result(q, table), parts
 
 
 @overload
@@ -1267,6 +1362,14 @@ def shaw_value_term(weights, rel_values, *, max_distance, q_offset=None):
         per distance bucket (a C scatter, ``(q_len, 2k + 1)`` per head),
         then one BLAS product with the table.
     """
+    w, rv, index, work = _shaw_value_args(weights, rel_values, max_distance, q_offset)
+    result = _by_distance(w, index, rv.shape[-2], work) @ _up(rv, work)
+    return _cast(result, _result(w, rv))
+
+
+def _shaw_value_args(weights, rel_values, max_distance, q_offset):
+    """shaw_value_term's arguments checked: weights, rel_values, the
+    distance index and the working dtype."""
     w = _float(weights, "weights", 3)
     heads, q_len, k_len = w.shape[-3:]
     max_distance = v.integer(max_distance, "max_distance", minimum=0, maximum=2**40)
@@ -1278,7 +1381,13 @@ def shaw_value_term(weights, rel_values, *, max_distance, q_offset=None):
             f"not {rv.shape}"
         )
     q_offset = _offset(q_offset, q_len, k_len, k_len - q_len)
-    work = _work(w.dtype, rv.dtype)
+    return w, rv, _shaw_index(q_len, k_len, q_offset, max_distance), _work(w.dtype, rv.dtype)
+
+
+def _by_distance(w, index, width, work):
+    """``out[..., i, index[q_len - 1 - i + j]] += w[..., i, j]``: w (...,
+    heads, q_len, k_len) summed into (..., heads, q_len, width) of dtype
+    `work` by the C scatter (-1 in `index`: left out)."""
     native = w.dtype.newbyteorder("=")
     if work == np.float64:
         wk = v.native_copy(w, np.float64)
@@ -1288,10 +1397,8 @@ def shaw_value_term(weights, rel_values, *, max_distance, q_offset=None):
     v.shape_size(wk.shape[:-1] + (width,), "result")
     summed = np.zeros(wk.shape[:-1] + (width,), work)
     # on one thread: BLAS's threads come next, on the same cores (see _gather_part)
-    _core.rel_scatter_add(wk, _shaw_index(q_len, k_len, q_offset, max_distance), summed, True)
-    summed = summed.reshape(w.shape[:-1] + (width,))
-    result = summed @ _up(rv, work)
-    return _cast(result, _result(w, rv))
+    _core.rel_scatter_add(wk, index, summed, True)
+    return summed.reshape(w.shape[:-1] + (width,))
 
 
 # ---------------------------------------------------------------- TUPE

@@ -1,0 +1,274 @@
+"""The backward of posenc.relative's functions: their gradients in NumPy.
+
+The torch operators and JAX's custom_vjp of the relative functions call
+:func:`grads` with the incoming gradient and the NumPy arguments of the
+call.  Each gathered part of a term (see ``relative._Part``) is
+``score[i, j] += (left @ right^T)[row, index[q_len - 1 - i + j]] / divisor``;
+its transpose sums the incoming gradient by column (the C scatter that
+:func:`posenc.shaw_value_term` uses, on the transposed gradient with the
+reversed index for a part gathered by key) into ``G`` (..., heads, rows,
+columns), and then ``d left = G @ right`` and ``d right = G^T @ left`` are
+two BLAS products.  The gradient of `left` goes to each argument summed
+into it (queries and a per-head bias), summed over the axes it was
+broadcast along.  Everything is formed in the term's working dtype
+(float32, or float64 when an input is) and returned so: the caller casts
+it to each argument's dtype.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+
+import numpy as np
+
+from . import relative as _rel
+from .bias import t5_bias_table_grad
+
+#: for each function, the arguments it is differentiable with respect to
+#: (``scores``, when given, gets the incoming gradient unchanged)
+DIFFERENTIABLE = {
+    "xl_position_term": ("q", "r", "bias", "scores"),
+    "xl_content_bias": ("k", "bias", "scores"),
+    "tener_position_term": ("q", "k", "table", "v", "scores"),
+    "tener_scores": ("q", "k", "table", "u", "v"),
+    "deberta_attention_bias": ("q", "k", "pos_key", "pos_query", "scores"),
+    "shaw_key_term": ("q", "rel_keys", "scores"),
+    "shaw_value_term": ("weights", "rel_values"),
+    "tupe_bias": ("pos_q", "pos_k", "rel_table", "scores"),
+}
+
+
+def _sum_to(g, shape):
+    """`g` summed over the axes along which an array of `shape` was
+    broadcast to it (the leading ones it lacks, and its axes of length 1)."""
+    extra = g.ndim - len(shape)
+    if extra > 0:
+        g = g.sum(axis=tuple(range(extra)))
+    axes = tuple(a for a, n in enumerate(shape) if n == 1 and g.shape[a] != 1)
+    return g.sum(axis=axes, keepdims=True) if axes else g
+
+
+def _incoming(grad, lead, shape, work):
+    """The incoming gradient (of the term's shape, or of scores its
+    leading axes broadcast to) in `work`, summed to the term's shape."""
+    if grad.shape[-len(shape) :] != shape or not _broadcasts(lead, grad.shape[: -len(shape)]):
+        raise ValueError(
+            f"grad must have shape (..., {', '.join(map(str, shape))}) with leading axes that "
+            f"{lead} broadcast to, not {grad.shape}"
+        )
+    return _sum_to(_rel._up(grad, work), lead + shape)
+
+
+def _broadcasts(lead, to):
+    try:
+        return np.broadcast_shapes(lead, to) == tuple(to)
+    except ValueError:
+        return False
+
+
+def _add(out, name, g):
+    out[name] = g if name not in out else out[name] + g
+
+
+def _part_grads(part, g, wanted, out):
+    """The gradients of one gathered part (see the module's doc) for the
+    incoming gradient `g` (..., heads, q_len, k_len) of the working dtype."""
+    if part.divisor is not None:
+        g = g / part.divisor
+    index = part.columns
+    if part.by_key:  # key j's row: the transposed gradient, t = k_len - 1 - j + i
+        g = np.swapaxes(g, -1, -2)
+        index = np.ascontiguousarray(index[::-1])
+    summed = _rel._by_distance(g, index, part.right.shape[-2], part.left.dtype)
+    if any(name in wanted for name, _ in part.left_from):
+        d_left = summed @ part.right
+        for name, shape in part.left_from:
+            if name in wanted:
+                _add(out, name, _sum_to(d_left, shape))
+    name, shape = part.right_from
+    if name in wanted:
+        _add(out, name, _sum_to(np.swapaxes(summed, -1, -2) @ part.left, shape))
+
+
+def _gathered(term, grad, wanted):
+    """The gradients of a term made of gathered parts only."""
+    _, lead, shape, _, parts = term
+    g = _incoming(grad, lead, shape, parts[0].left.dtype)
+    out = {}
+    for part in parts:
+        _part_grads(part, g, wanted, out)
+    return out
+
+
+def _keys(a, scores):
+    """k_len as the function reads it: given, else the scores' last axis."""
+    if a["k_len"] is None and scores is not None:
+        return np.shape(scores)[-1]
+    return a["k_len"]
+
+
+def _xl_position_term(a, grad, wanted):
+    term = _rel._xl_term(
+        a["q"], a["r"], a["bias"], _keys(a, a["scores"]), a["q_offset"], a["causal"], None
+    )
+    return _gathered(term, grad, wanted)
+
+
+def _tener_position_term(a, grad, wanted):
+    term = _rel._tener_term(a["q"], a["k"], a["table"], a["v"], a["key_term"], None)
+    return _gathered(term, grad, wanted)
+
+
+def _deberta_attention_bias(a, grad, wanted):
+    names = ("q", "k", "pos_key", "pos_query", "position_buckets", "max_relative_positions")
+    rest = ("q_offset", "scale_factor", "precision")
+    term = _rel._deberta_term(*(a[n] for n in names + rest), None)
+    return _gathered(term, grad, wanted)
+
+
+def _shaw_key_term(a, grad, wanted):
+    k_len = _keys(a, a["scores"])
+    term = _rel._shaw_term(a["q"], a["rel_keys"], a["max_distance"], k_len, a["q_offset"], None)
+    return _gathered(term, grad, wanted)
+
+
+def _content(left, right, g, sources, right_name, wanted, out):
+    """The gradients of a dense product ``left @ right^T`` (`left` with one
+    row: broadcast over the queries, whose gradients it sums)."""
+    if left.shape[-2] == 1:
+        g = g.sum(axis=-2, keepdims=True)
+    if any(name in wanted for name, _ in sources):
+        d_left = g @ right
+        for name, shape in sources:
+            if name in wanted:
+                _add(out, name, _sum_to(d_left, shape))
+    if right_name in wanted:
+        _add(out, right_name, _sum_to(np.swapaxes(g, -1, -2) @ left, right.shape))
+
+
+def _xl_content_bias(a, grad, wanted):
+    k = _rel._qk(a["k"], "k")
+    heads, _, d = k.shape[-3:]
+    u = _rel._bias_vector(a["bias"], heads, d, "bias")
+    work = _rel._work(k.dtype, u.dtype)
+    out = {}
+    _content(
+        _rel._up(u, work),
+        _rel._up(k, work),
+        _rel._up(grad, work),
+        (("bias", u.shape),),
+        "k",
+        wanted,
+        out,
+    )
+    return out
+
+
+def _tener_scores(a, grad, wanted):
+    _, lead, shape, _, parts = _rel._tener_term(
+        a["q"], a["k"], a["table"], a["v"], a["key_term"], None
+    )
+    work, d = parts[0].left.dtype, parts[0].left.shape[-1]
+    g = _incoming(grad, lead, shape, work)
+    if _rel._check.flag(a["scale"], "scale"):
+        g = g / np.sqrt(work.type(d))
+    out = {}
+    for part in parts:
+        _part_grads(part, g, wanted, out)
+    q = _rel._float(a["q"], "q")
+    left, sources = _rel._up(q, work), (("q", q.shape),)
+    if a["u"] is not None:
+        u = _rel._bias_vector(a["u"], shape[0], d, "u")
+        left, sources = left + _rel._up(u, work), sources + (("u", u.shape),)
+    _content(left, _rel._up(_rel._float(a["k"], "k"), work), g, sources, "k", wanted, out)
+    return out
+
+
+def _shaw_value_term(a, grad, wanted):
+    w, rv, index, work = _rel._shaw_value_args(
+        a["weights"], a["rel_values"], a["max_distance"], a["q_offset"]
+    )
+    rvw = _rel._up(rv, work)
+    g = _incoming(grad, w.shape[:-3], w.shape[-3:-1] + (rv.shape[-1],), work)
+    out = {}
+    if "weights" in wanted:  # the gather of g @ rel_values^T: shaw_key_term's kernel
+        heads, q_len, k_len = w.shape[-3:]
+        table = rvw if rvw.ndim == 3 else rvw[None]
+        part = _rel._Part(g, table, index, False, None, (), ("", ()))
+        out["weights"] = _rel._finish(None, g.shape[:-3], (heads, q_len, k_len), work, [part])
+    if "rel_values" in wanted:
+        summed = _rel._by_distance(w, index, rv.shape[-2], work)
+        out["rel_values"] = _sum_to(np.swapaxes(summed, -1, -2) @ g, rv.shape)
+    return out
+
+
+def _tupe_bias(a, grad, wanted):
+    pq = _rel._float(a["pos_q"], "pos_q", 3)
+    pk = _rel._float(a["pos_k"], "pos_k", 3)
+    untie = _rel._check.flag(a["untie_cls"], "untie_cls")
+    table = None if a["rel_table"] is None else _rel._float(a["rel_table"], "rel_table", 2)
+    dtypes = [pq.dtype, pk.dtype] + ([] if table is None else [table.dtype])
+    work = _rel._work(*dtypes)
+    heads, rows, d = pq.shape
+    n = rows - 1 if untie else rows
+    g = _incoming(grad, (), (heads, n, n), work)
+    out = {}
+    if untie:  # row 0 reads product (0, 0), column 0 below it (1, 1), the rest (i + 1, j + 1)
+        products = np.zeros((heads, rows, rows), work)
+        products[:, 0, 0] = g[:, 0, :].sum(axis=-1)
+        products[:, 1, 1] = g[:, 1:, 0].sum(axis=-1)
+        products[:, 2:, 2:] = g[:, 1:, 1:]
+    else:
+        products = g
+    c = work.type(1.0 / math.sqrt(2 * d))
+    if "pos_q" in wanted:
+        out["pos_q"] = (products @ _rel._up(pk, work)) * c
+    if "pos_k" in wanted:
+        out["pos_k"] = (np.swapaxes(products, -1, -2) @ _rel._up(pq, work)) * c
+    if table is not None and "rel_table" in wanted:
+        nb = table.shape[0] - (1 if untie else 0)
+        buckets = g
+        if untie:
+            buckets = g.copy()
+            buckets[:, 0, :] = 0
+            buckets[:, :, 0] = 0
+        d_table = np.zeros(table.shape, work)
+        d_table[:nb] = t5_bias_table_grad(buckets, nb, max_distance=a["max_distance"])
+        if untie:
+            d_table[nb] += g[:, 1:, 0].sum(axis=-1)
+            d_table[nb // 2] += g[:, 0, :].sum(axis=-1)
+        out["rel_table"] = d_table
+    return out
+
+
+_RULES = {
+    "xl_position_term": _xl_position_term,
+    "xl_content_bias": _xl_content_bias,
+    "tener_position_term": _tener_position_term,
+    "tener_scores": _tener_scores,
+    "deberta_attention_bias": _deberta_attention_bias,
+    "shaw_key_term": _shaw_key_term,
+    "shaw_value_term": _shaw_value_term,
+    "tupe_bias": _tupe_bias,
+}
+
+
+def grads(name, grad, wanted, args, kwargs):
+    """The gradients of posenc.relative's function `name`, called with the
+    NumPy arguments `args` and `kwargs`, for the incoming gradient `grad`
+    (the shape of its result, or of `scores=`): a dict from each argument
+    named in `wanted` (but scores) to its gradient, of the argument's shape
+    and the term's working dtype (float32 or float64)."""
+    fn = getattr(_rel, name).__wrapped_numpy__
+    bound = inspect.signature(fn).bind(*args, **kwargs)
+    bound.apply_defaults()
+    a = bound.arguments
+    wanted = frozenset(wanted) - {"scores"}
+    out = _RULES[name](a, np.asarray(grad), wanted) if wanted else {}
+    # an argument the term does not read (k in DeBERTa's c2p alone) gets zeros
+    work = _rel._work(*[np.asarray(a[key]).dtype for key in wanted])
+    return {
+        key: out[key].reshape(np.shape(a[key])) if key in out else np.zeros(np.shape(a[key]), work)
+        for key in wanted
+    }

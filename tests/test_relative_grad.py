@@ -1,0 +1,194 @@
+"""The gradients of posenc.relative's functions (posenc._relative_grad).
+
+Each term is linear in each of its array arguments taken alone, so the
+central difference ``(f(x + D) - f(x - D)) / 2`` along any direction D is
+exact but for rounding: in float64 it is the witness of ``<grad, D>``.  The
+torch and JAX paths that call these gradients are tested in
+tests/conformance/test_relative_grad_torch.py and tests/test_jax.py.
+"""
+
+import inspect
+
+import numpy as np
+import pytest
+
+import posenc
+from posenc import _relative_grad as rg
+
+H, Q, K, D = 2, 5, 7, 4
+
+
+def _table(m):
+    return posenc.tener_relative_table(m, D, dtype="float64")
+
+
+# name, positional arguments, keyword arguments: shapes (tuples) become
+# random float64 arrays, "scores" random scores of that shape
+CASES = {
+    "xl": ("xl_position_term", [(2, H, Q, D), (H, Q + K, D)], {"bias": (H, D), "k_len": K}),
+    "xl scores broadcast": (
+        "xl_position_term",
+        [(1, H, Q, D), (H, Q + K, D)],
+        {"bias": (H, D), "scores": (3, 2, H, Q, K)},
+    ),
+    "xl bi_data per batch": ("xl_position_term", [(2, H, Q, D), (2, H, Q + K, D)], {"k_len": K}),
+    "xl causal": ("xl_position_term", [(2, H, Q, D), (H, K + 1, D)], {"k_len": K, "causal": True}),
+    "xl memory offset": (
+        "xl_position_term",
+        [(2, H, Q, D), (H, Q + K + 3, D)],
+        {"k_len": K, "q_offset": 3},
+    ),
+    "content": ("xl_content_bias", [(2, H, K, D), (H, D)], {}),
+    "content scores": ("xl_content_bias", [(2, H, K, D), (H, D)], {"scores": (3, 2, H, Q, K)}),
+    "tener": ("tener_position_term", [(2, H, Q, D), (2, H, Q, D), "table"], {"v": (H, D)}),
+    "tener query only": (
+        "tener_position_term",
+        [(2, H, Q, D), (1, H, Q, D), "table"],
+        {"key_term": False, "scores": (2, H, Q, Q)},
+    ),
+    "tener scores": (
+        "tener_scores",
+        [(2, H, Q, D), (2, H, Q, D), "table"],
+        {"u": (H, D), "v": (H, D), "scale": True},
+    ),
+    "tener scores unscaled": ("tener_scores", [(2, H, Q, D), (1, H, Q, D), "table"], {}),
+    "deberta buckets": (
+        "deberta_attention_bias",
+        [(2, H, Q, D), (2, H, K, D), (H, 8, D), (H, 8, D)],
+        {"position_buckets": 4, "max_relative_positions": 16},
+    ),
+    "deberta c2p clipped": (
+        "deberta_attention_bias",
+        [(2, H, Q, D), (2, H, K, D), (H, 6, D)],
+        {"max_relative_positions": 3, "q_offset": 2, "scores": (2, H, Q, K)},
+    ),
+    "deberta p2c": (
+        "deberta_attention_bias",
+        [(2, H, Q, D), (1, H, K, D), None, (H, 8, D)],
+        {"position_buckets": 4, "max_relative_positions": 16, "scale_factor": 5},
+    ),
+    "shaw shared": ("shaw_key_term", [(2, H, Q, D), (5, D)], {"max_distance": 2, "k_len": K}),
+    "shaw per head": (
+        "shaw_key_term",
+        [(2, H, Q, D), (H, 5, D)],
+        {"max_distance": 2, "scores": (2, H, Q, K)},
+    ),
+    "shaw values": ("shaw_value_term", [(2, H, Q, K), (5, D)], {"max_distance": 2}),
+    "shaw values per head": (
+        "shaw_value_term",
+        [(2, H, Q, K), (H, 7, D)],
+        {"max_distance": 3, "q_offset": 1},
+    ),
+    "tupe": ("tupe_bias", [(H, Q + 1, D), (H, Q + 1, D)], {"rel_table": (9, H), "max_distance": 8}),
+    "tupe tied": (
+        "tupe_bias",
+        [(H, Q, D), (H, Q, D)],
+        {"rel_table": (8, H), "max_distance": 8, "untie_cls": False, "scores": (2, H, Q, Q)},
+    ),
+    "tupe no table": ("tupe_bias", [(H, Q + 1, D), (H, Q + 1, D)], {}),
+}
+
+
+def _make(rng, spec):
+    if isinstance(spec, tuple):
+        return rng.standard_normal(spec)
+    if spec == "table":
+        return _table(9)
+    return spec
+
+
+def _call(name, arguments, scores_shape):
+    """The term alone (into zero scores when the call takes scores=)."""
+    kwargs = dict(arguments)
+    if scores_shape is not None:
+        kwargs["scores"] = np.zeros(scores_shape)
+    return getattr(posenc, name)(**kwargs)
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_gradients_are_the_central_differences_of_the_term(case):
+    rng = np.random.default_rng(len(case))
+    name, args, kwargs = CASES[case]
+    fn = getattr(posenc, name)
+    names = list(inspect.signature(fn).parameters)
+    arguments = {names[i]: _make(rng, a) for i, a in enumerate(args)}
+    scores_shape = kwargs.get("scores")
+    arguments.update({key: _make(rng, a) for key, a in kwargs.items() if key != "scores"})
+    if scores_shape is not None:
+        arguments["scores"] = rng.standard_normal(scores_shape)
+    result = _call(name, {k: a for k, a in arguments.items() if k != "scores"}, scores_shape)
+    grad = rng.standard_normal(result.shape)
+    wanted = [a for a in rg.DIFFERENTIABLE[name] if arguments.get(a) is not None]
+    given = dict(arguments)
+    got = rg.grads(name, grad, wanted, (), given)
+    for key, value in given.items():  # nothing the caller handed over was written
+        if isinstance(value, np.ndarray):
+            assert np.array_equal(value, arguments[key])
+    assert set(got) == set(wanted) - {"scores"}
+    for key in got:
+        assert got[key].shape == np.shape(arguments[key]) and got[key].dtype == np.float64
+        for _ in range(2):
+            step = rng.standard_normal(np.shape(arguments[key]))
+            ends = []
+            for sign in (1, -1):
+                moved = {k: a for k, a in arguments.items() if k != "scores"}
+                moved[key] = arguments[key] + sign * step
+                ends.append(_call(name, moved, scores_shape))
+            want = np.sum((ends[0] - ends[1]) / 2 * grad)
+            scale = np.sum(np.abs(ends[0] - ends[1]) / 2 * np.abs(grad))
+            assert abs(np.sum(got[key] * step) - want) <= 1e-12 * scale, key
+
+
+def test_gradients_by_hand_for_one_query_and_two_keys():
+    # Shaw, max_distance 1, one query at position 1 (q_offset default
+    # k_len - q_len = 1): key 0 is at distance -1 (row 0), key 1 at 0 (row 1)
+    q = np.array([[[[1.0, 2.0]]]])
+    table = np.array([[1.0, 0.0], [0.0, 1.0], [5.0, 5.0]])
+    grad = np.array([[[[3.0, 4.0]]]])
+    got = rg.grads(
+        "shaw_key_term", grad, ["q", "rel_keys"], (q, table), {"max_distance": 1, "k_len": 2}
+    )
+    np.testing.assert_array_equal(got["q"], [[[[3.0, 4.0]]]])  # 3 * row 0 + 4 * row 1
+    np.testing.assert_array_equal(got["rel_keys"], [[3.0, 6.0], [4.0, 8.0], [0.0, 0.0]])
+
+
+def test_float32_inputs_get_float32_gradients_of_float32_precision():
+    rng = np.random.default_rng(3)
+    q = rng.standard_normal((2, H, 40, 16)).astype(np.float32)
+    r = rng.standard_normal((H, 80, 16)).astype(np.float32)
+    grad = rng.standard_normal((2, H, 40, 40)).astype(np.float32)
+    got = rg.grads("xl_position_term", grad, ["q", "r"], (q, r), {})
+    wide = rg.grads("xl_position_term", grad.astype(np.float64), ["q", "r"], (q * 1.0, r * 1.0), {})
+    for key in ("q", "r"):
+        assert got[key].dtype == np.float32
+        # sums of at most 80 products: within 80 float32 roundings of the sum of |terms|
+        size = rg.grads(
+            "xl_position_term",
+            np.abs(grad.astype(np.float64)),
+            [key],
+            (np.abs(q * 1.0), np.abs(r * 1.0)),
+            {},
+        )[key]
+        assert np.all(np.abs(got[key] - wide[key]) <= 80 * 2.0**-24 * size)
+
+
+def test_an_incoming_gradient_of_another_shape_is_refused():
+    q, r = np.ones((1, 2, 3, 4)), np.ones((2, 8, 4))
+    with pytest.raises(ValueError, match=r"grad must have shape \(\.\.\., 2, 3, 5\)"):
+        rg.grads("xl_position_term", np.ones((1, 2, 3, 4)), ["q"], (q, r), {"k_len": 5})
+    with pytest.raises(ValueError, match="grad must have shape"):
+        rg.grads(
+            "shaw_value_term",
+            np.ones((2, 3, 3)),
+            ["weights"],
+            (np.ones((2, 3, 3)), np.ones((3, 5))),
+            {"max_distance": 1},
+        )
+
+
+def test_the_scores_get_no_gradient_of_their_own_here():
+    # scores= passes the incoming gradient on unchanged: the interop layers
+    # give it, grads() computes the others only
+    q, r = np.ones((1, 1, 2, 2)), np.ones((1, 4, 2))
+    got = rg.grads("xl_position_term", np.ones((1, 1, 2, 2)), ["scores"], (q, r), {})
+    assert got == {}
