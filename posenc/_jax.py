@@ -41,7 +41,9 @@ Gradients (reverse mode: ``jax.grad``, ``jax.vjp``): ``apply_rope`` with
 respect to ``x`` (its backward is the inverse rotation by the same
 positions, with xPos the inverse of the other role's transform, itself a
 posenc call) and ``t5_bias`` with respect to
-``table`` (a scatter-add of the incoming gradient by bucket).  Any other
+``table`` (a scatter-add of the incoming gradient by bucket); the relative
+terms with respect to their arrays (posenc._relative_grad, a callback per
+argument).  Any other
 argument that JAX differentiates (float positions, ALiBi slopes, a
 sinusoid's positions) raises a TypeError naming it, never a silent zero;
 forward mode (``jax.jvp``, ``jax.jacfwd``) is refused by JAX itself.
@@ -55,6 +57,7 @@ array (JAX arrays are immutable): use the return value.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import warnings
 from typing import Any, Callable, Dict, Tuple
@@ -65,6 +68,7 @@ import numpy as np
 from jax.custom_derivatives import SymbolicZero
 
 from . import _dtypes
+from . import _relative_grad as _relative_grad_rules
 from . import _validate as v
 from . import rope_scaling as _rope_scaling
 from .bias import t5_bias_table_grad
@@ -705,10 +709,24 @@ def _t5_grad(plan, static, names, values, cotangent):
     return result.astype(table.dtype)
 
 
+def _relative_grad(key, plan, static, names, values, cotangent):
+    """The backward of a relative term with respect to its argument `key`
+    (posenc._relative_grad, in a callback of its own)."""
+    grad_plan = _RELATIVE_GRAD_PLANS.get((plan.name, key))
+    if grad_plan is None:
+        grad_plan = _RELATIVE_GRAD_PLANS[plan.name, key] = _RelativeGradPlan(plan, key)
+    result = _apply(grad_plan, static, ("grad", *names), [cotangent, *values])
+    return result.astype(dict(zip(names, values))[key].dtype)
+
+
 #: for each function, the arguments JAX may differentiate and their backward
 _GRADIENTS: Dict[str, Dict[str, Callable[..., Any]]] = {
     "apply_rope": {"x": _rope_grad},
     "t5_bias": {"table": _t5_grad},
+    **{
+        name: {key: functools.partial(_relative_grad, key) for key in keys if key != "scores"}
+        for name, keys in _relative_grad_rules.DIFFERENTIABLE.items()
+    },
 }
 
 
@@ -722,3 +740,18 @@ class _GradPlan(_Plan):
 
 
 _GRAD_PLAN = _GradPlan()
+
+
+class _RelativeGradPlan(_Plan):
+    """The gradient of a relative term with respect to one argument, as a
+    function of the incoming gradient and the term's own arguments."""
+
+    def __init__(self, plan, key):
+        self.fn = functools.partial(_relative_grad_rules.grad_of, plan.name, key)
+        self.name = f"{plan.name} (its gradient with respect to {key})"
+        self.signature = plan.signature
+        self.rule = None
+        self.grads = {}
+
+
+_RELATIVE_GRAD_PLANS: Dict[Any, _Plan] = {}

@@ -272,3 +272,8 @@ def grads(name, grad, wanted, args, kwargs):
         key: out[key].reshape(np.shape(a[key])) if key in out else np.zeros(np.shape(a[key]), work)
         for key in wanted
     }
+
+
+def grad_of(name, key, grad, **arguments):
+    """The gradient with respect to the argument `key` alone (see grads)."""
+    return grads(name, grad, [key], (), arguments)[key]

@@ -27,8 +27,10 @@ Gradients: ``apply_rope`` with respect to ``x`` (the backward is the inverse
 rotation by the same positions and configuration, with xPos the inverse of
 the other role's transform: exact, nothing saved but the positions);
 ``t5_bias`` with respect to ``table`` (the backward scatter-adds the
-incoming gradient into the table by bucket); ``scores=`` of ``t5_bias``
-and ``alibi_bias`` receives the incoming gradient unchanged.
+incoming gradient into the table by bucket); the relative terms with
+respect to their arrays (posenc._relative_grad, one operator for all of
+them); ``scores=`` of ``t5_bias``, ``alibi_bias`` and the relative terms
+receives the incoming gradient unchanged.
 Positions are indices: they get no gradient.  Any other tensor that
 requires grad while grad mode is on is refused with a TypeError rather than
 silently cut from the graph.

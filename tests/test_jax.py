@@ -693,6 +693,103 @@ def test_gradients_posenc_does_not_compute_are_errors_not_zeros():
     jax.grad(lambda p: jnp.sum(posenc.apply_rope(x, jax.lax.stop_gradient(p))))(jnp.arange(4.0))
 
 
+def xl_position_jnp(q, r, bias, k_len):
+    """Transformer-XL's position term in jax.numpy: (q + v) @ r^T, row i
+    read from column k_len - (k_len - q_len + i) + j (the relative shift)."""
+    q_len = q.shape[-2]
+    products = (q + bias[:, None]) @ jnp.swapaxes(r, -1, -2)
+    i, j = np.arange(q_len)[:, None], np.arange(k_len)[None, :]
+    column = np.broadcast_to(q_len - i + j, products.shape[:-2] + (q_len, k_len))
+    return jnp.take_along_axis(products, jnp.asarray(column), axis=-1)
+
+
+def deberta_jnp(q, k, pk, pq, span, q_offset, scale):
+    """DeBERTa's c2p + p2c in jax.numpy, without buckets: score (i, j)
+    reads column clip(span + q_offset + i - j) of query i's row of q @ pk^T
+    and of key j's row of k @ pq^T."""
+    i, j = np.arange(q.shape[-2])[:, None], np.arange(k.shape[-2])[None, :]
+    column = np.clip(span + q_offset + i - j, 0, 2 * span - 1)
+    rows_i, rows_j = np.broadcast_to(i, column.shape), np.broadcast_to(j, column.shape)
+    c2p = (q @ jnp.swapaxes(pk, -1, -2))[..., rows_i, column]
+    p2c = (k @ jnp.swapaxes(pq, -1, -2))[..., rows_j, column]
+    return (c2p + p2c) / scale
+
+
+def test_grad_of_the_relative_terms_is_jaxs_own_through_the_formula():
+    q, r, bias = randn(2, 3, 5, 8, seed=12), randn(3, 12, 8, seed=13), randn(3, 8, seed=14)
+    k, pk, pq = randn(2, 3, 7, 8, seed=15), randn(3, 6, 8, seed=16), randn(3, 6, 8, seed=17)
+    w = randn(2, 3, 5, 7, seed=18)
+    xl = {"bias": None, "k_len": 7}
+    de = {"max_relative_positions": 3, "q_offset": 1}
+    with x64(True):
+        q, r, bias, k, pk, pq, w = (jnp.asarray(a, jnp.float64) for a in (q, r, bias, k, pk, pq, w))
+
+        def grads(f, *args):
+            return jax.grad(lambda *a: jnp.sum(w * f(*a)), argnums=tuple(range(len(args))))(*args)
+
+        def mine(q, r, b):
+            return posenc.xl_position_term(q, r, **{**xl, "bias": b})
+
+        cases = [
+            (grads(mine, q, r, bias), grads(lambda *a: xl_position_jnp(*a, 7), q, r, bias)),
+            (jax.jit(lambda *a: grads(mine, *a))(q, r, bias), None),
+            (
+                grads(lambda *a: posenc.deberta_attention_bias(*a, **de), q, k, pk, pq),
+                grads(lambda *a: deberta_jnp(*a, 3, 1, np.sqrt(24.0)), q, k, pk, pq),
+            ),
+        ]
+    for got, want in cases:
+        for a, b in zip(got, want or cases[0][0]):
+            assert a.dtype == jnp.float64 and a.shape == b.shape
+            np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=0, atol=1e-12)
+
+
+def test_a_relative_terms_gradient_has_no_gradient_of_its_own():
+    q, r = jnp.ones((1, 2, 3, 4)), jnp.ones((2, 8, 4))
+
+    def f(q):
+        return jnp.sum(posenc.xl_position_term(q, r) ** 2)
+
+    with pytest.raises(TypeError, match=r"xl_position_term \(its gradient with respect to q\)"):
+        jax.grad(lambda q: jnp.sum(jax.grad(f)(q)))(q)
+
+
+@pytest.mark.parametrize(
+    "name, arrays, options",
+    [
+        ("xl_content_bias", {"k": (2, 2, 6, 4), "bias": (2, 4)}, {}),
+        (
+            "tener_scores",
+            {"q": (2, 2, 5, 4), "k": (2, 2, 5, 4), "table": None, "u": (2, 4), "v": (2, 4)},
+            {"scale": True},
+        ),
+        ("shaw_key_term", {"q": (2, 2, 5, 4), "rel_keys": (5, 4)}, {"max_distance": 2, "k_len": 7}),
+        (
+            "shaw_value_term",
+            {"weights": (2, 2, 5, 7), "rel_values": (2, 5, 4)},
+            {"max_distance": 2},
+        ),
+        (
+            "tupe_bias",
+            {"pos_q": (2, 6, 4), "pos_k": (2, 6, 4), "rel_table": (9, 2)},
+            {"max_distance": 8},
+        ),
+    ],
+)
+def test_grad_of_every_relative_term_by_finite_differences(name, arrays, options):
+    from jax.test_util import check_grads
+
+    rng = np.random.default_rng(len(name))
+    table = posenc.tener_relative_table(6, 4, dtype="float64")  # None: this table
+    values = [table if s is None else rng.standard_normal(s) for s in arrays.values()]
+    with x64(True):
+
+        def f(*a):
+            return getattr(posenc, name)(**dict(zip(arrays, a)), **options)
+
+        check_grads(f, tuple(jnp.asarray(a) for a in values), order=1, modes=["rev"])
+
+
 # ---------------------------------------------------------------- bfloat16 and float16
 
 

@@ -191,6 +191,14 @@ def test_scores_written_in_place_are_returned_and_carry_the_gradient(torch):
         posenc.xl_position_term(q, r, scores=leaf)
 
 
+def test_a_gradients_gradient_is_an_error_not_a_silent_zero(torch):
+    q = torch.randn(1, 2, 3, 4, dtype=torch.float64, requires_grad=True)
+    r = torch.randn(2, 8, 4, dtype=torch.float64)
+    (g,) = torch.autograd.grad(posenc.xl_position_term(q, r).square().sum(), q, create_graph=True)
+    with pytest.raises(RuntimeError, match="posenc.relative_grad"):
+        g.sum().backward()
+
+
 def test_the_operator_path_gives_the_bits_of_the_direct_path(torch, pt):
     # bfloat16 tensors into bfloat16 scores, a term rounded and added per
     # part: the same call directly and with a tensor that requires grad
