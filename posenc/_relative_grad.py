@@ -3,16 +3,18 @@
 The torch operators and JAX's custom_vjp of the relative functions call
 :func:`grads` with the incoming gradient and the NumPy arguments of the
 call.  Each gathered part of a term (see ``relative._Part``) is
-``score[i, j] += (left @ right^T)[row, index[q_len - 1 - i + j]] / divisor``;
+``score[i, j] += (left @ right^T)[row, columns[q_len - 1 - i + j]] / divisor``;
 its transpose sums the incoming gradient by column (the C scatter that
 :func:`posenc.shaw_value_term` uses, on the transposed gradient with the
-reversed index for a part gathered by key) into ``G`` (..., heads, rows,
+reversed map for a part gathered by key) into ``G`` (..., heads, rows,
 columns), and then ``d left = G @ right`` and ``d right = G^T @ left`` are
-two BLAS products.  The gradient of `left` goes to each argument summed
-into it (queries and a per-head bias), summed over the axes it was
-broadcast along.  Everything is formed in the term's working dtype
-(float32, or float64 when an input is) and returned so: the caller casts
-it to each argument's dtype.
+two BLAS products.  ``G`` is made in the forward's blocks of rows, each for
+the columns it reaches, and used while in cache: for Transformer-XL's
+shift about half of ``G``'s columns, which are zero, are left out.  The
+gradient of `left` goes to each argument summed into it (queries and a
+per-head bias), summed over the axes it was broadcast along.  Everything
+is formed in the term's working dtype (float32, or float64 when an input
+is) and returned so: the caller casts it to each argument's dtype.
 """
 
 from __future__ import annotations
@@ -73,22 +75,41 @@ def _add(out, name, g):
 
 def _part_grads(part, g, wanted, out):
     """The gradients of one gathered part (see the module's doc) for the
-    incoming gradient `g` (..., heads, q_len, k_len) of the working dtype."""
+    incoming gradient `g` (..., heads, q_len, k_len) of the working dtype,
+    a block at a time as the forward makes its products (relative._Blocks):
+    each block's gradient summed by column in cache, then its two products."""
     if part.divisor is not None:
         g = g / part.divisor
-    index = part.columns
-    if part.by_key:  # key j's row: the transposed gradient, t = k_len - 1 - j + i
-        g = np.swapaxes(g, -1, -2)
-        index = np.ascontiguousarray(index[::-1])
-    summed = _rel._by_distance(g, index, part.right.shape[-2], part.left.dtype)
-    if any(name in wanted for name, _ in part.left_from):
-        d_left = summed @ part.right
-        for name, shape in part.left_from:
-            if name in wanted:
-                _add(out, name, _sum_to(d_left, shape))
+    lead, (heads, q_len, k_len) = g.shape[:-3], g.shape[-3:]
+    work, d = part.left.dtype, part.left.shape[-1]
+    right = part.right if part.right.ndim > 2 else part.right[None]
+    cols = right.shape[-2]
+    n = k_len if part.by_key else q_len
+    lefts = np.broadcast_to(part.left, lead + (heads, n, d))
+    rights = np.broadcast_to(right, lead + (heads, cols, d))
+    want_left = any(name in wanted for name, _ in part.left_from)
     name, shape = part.right_from
-    if name in wanted:
-        _add(out, name, _sum_to(np.swapaxes(summed, -1, -2) @ part.left, shape))
+    d_left = np.zeros(lead + (heads, n, d), work) if want_left else None
+    d_right = np.zeros(lead + (heads, cols, d), work) if name in wanted else None
+    blocks = _rel._Blocks(heads, q_len, k_len, cols, work.itemsize, part.by_key)
+    for at in np.ndindex(*lead):
+        gb, lb, rb = g[at], lefts[at], rights[at]
+        for h0, h1, a0, a1, c0, c1, local in blocks.of(part.columns):
+            if part.by_key:  # key j's row of the transposed block; its map reversed
+                block, local = np.swapaxes(gb[h0:h1, :, a0:a1], -1, -2), local[::-1]
+            else:
+                block = gb[h0:h1, a0:a1]
+            summed = _rel._by_distance(block, np.ascontiguousarray(local), c1 - c0, work)
+            if d_left is not None:
+                d_left[at][h0:h1, a0:a1] = summed @ rb[h0:h1, c0:c1]
+            if d_right is not None:
+                d_right[at][h0:h1, c0:c1] += np.swapaxes(summed, -1, -2) @ lb[h0:h1, a0:a1]
+    if d_left is not None:
+        for source, source_shape in part.left_from:
+            if source in wanted:
+                _add(out, source, _sum_to(d_left, source_shape))
+    if d_right is not None:
+        _add(out, name, _sum_to(d_right, shape))
 
 
 def _gathered(term, grad, wanted):

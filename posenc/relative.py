@@ -218,53 +218,73 @@ def _gather_part(work, lead, left, right, index, by_key, divisor):
     d) or (columns, d), both of the dtype the products are made in, leading
     axes broadcasting to `lead` (the target's); the products are rounded to
     the kernel's float32 or float64 after `divisor` divides them.
-    The products are made a block of rows at a time, each block only for
-    the columns its part of the map reaches (a block of rows of
-    Transformer-XL's shift reaches k_len + rows - 1 of its q_len + k_len
-    columns), at most about _BLOCK_BYTES of them, and gathered while in
+    The products are made a block of rows at a time (_Blocks), each block
+    only for the columns its part of the map reaches, and gathered while in
     cache: no products of the whole term exist at once.  Between BLAS's
     threads, the kernel runs on one: alternating two teams of threads on
     the same cores costs more than the second thread gains."""
     batch, heads, q_len, k_len = work.shape
     wdt = np.dtype(np.float64) if work.dtype == np.float64 else np.dtype(np.float32)
-    n, other = (k_len, q_len) if by_key else (q_len, k_len)
+    n = k_len if by_key else q_len
     d = left.shape[-1]
     if right.ndim == 2:
         right = right[None]
     cols = right.shape[-2]
-    isz = max(wdt.itemsize, left.dtype.itemsize)
-    size = n * min(cols, n + other - 1) * isz  # one head's products, at most
+    blocks = _Blocks(heads, q_len, k_len, cols, max(wdt.itemsize, left.dtype.itemsize), by_key)
     lefts = np.broadcast_to(left, lead + (heads, n, d))
     rights = np.broadcast_to(right, lead + (heads, cols, d))
-    if size <= _BLOCK_BYTES:
-        step, group = n, max(1, min(heads, _BLOCK_BYTES // max(size, 1)))
-    else:
-        rows = _BLOCK_BYTES // (isz * min(cols, other + 64))
-        step, group = max(8, rows - rows % 8), 1
-    single = batch * -(-heads // group) * -(-n // step) > 1
+    single = batch * blocks.count > 1
     for b in range(batch):
         at = np.unravel_index(b, lead) if lead else ()
         lb, rb, wb = lefts[at], rights[at], work[b : b + 1]
-        for h0 in range(0, heads, group):
-            h1 = min(heads, h0 + group)
-            for a0 in range(0, n, step):
-                a1 = min(n, a0 + step)
-                if by_key:
+        for h0, h1, a0, a1, c0, c1, local in blocks.of(index):
+            view = wb[:, h0:h1, :, a0:a1] if by_key else wb[:, h0:h1, a0:a1, :]
+            p = lb[h0:h1, a0:a1] @ np.swapaxes(rb[h0:h1, c0:c1], -1, -2)
+            if divisor is not None:
+                np.divide(p, divisor, out=p)
+            p = p.astype(wdt, copy=False)
+            _core.rel_gather_add(p[None], local, v.for_kernel(view), by_key, single)
+
+
+class _Blocks:
+    """The blocks a gathered part is made in: a group of heads and a block
+    of rows (by query) or keys (by key), each for the columns its part of
+    the map reaches (a block of rows of Transformer-XL's shift reaches
+    k_len + rows - 1 of its q_len + k_len columns), at most about
+    _BLOCK_BYTES of products of `itemsize` bytes.  The forward gathers each
+    block's products, the backward scatters each block's gradient."""
+
+    def __init__(self, heads, q_len, k_len, cols, itemsize, by_key):
+        n, other = (k_len, q_len) if by_key else (q_len, k_len)
+        size = n * min(cols, n + other - 1) * itemsize  # one head's products, at most
+        if size <= _BLOCK_BYTES:
+            self.step, self.group = n, max(1, min(heads, _BLOCK_BYTES // max(size, 1)))
+        else:
+            rows = _BLOCK_BYTES // (itemsize * min(cols, other + 64))
+            self.step, self.group = max(8, rows - rows % 8), 1
+        self.heads, self.q_len, self.k_len, self.n, self.by_key = heads, q_len, k_len, n, by_key
+        self.count = -(-heads // self.group) * -(-n // self.step)
+
+    def of(self, index):
+        """(h0, h1, a0, a1, c0, c1, local) for each block that reads a
+        column: heads h0:h1, rows (or keys) a0:a1, columns c0:c1 of the
+        products, and the block's own map (columns from c0, -1: none) in
+        the gather's orientation."""
+        q_len, k_len = self.q_len, self.k_len
+        for h0 in range(0, self.heads, self.group):
+            h1 = min(self.heads, h0 + self.group)
+            for a0 in range(0, self.n, self.step):
+                a1 = min(self.n, a0 + self.step)
+                if self.by_key:
                     m = index[a0 : a0 + q_len + a1 - a0 - 1]
-                    view = wb[:, h0:h1, :, a0:a1]
                 else:
                     m = index[q_len - a1 : q_len - a1 + a1 - a0 + k_len - 1]
-                    view = wb[:, h0:h1, a0:a1, :]
                 valid = m >= 0
                 if not valid.any():
                     continue
                 c0, c1 = int(m[valid].min()), int(m[valid].max()) + 1
-                p = lb[h0:h1, a0:a1] @ np.swapaxes(rb[h0:h1, c0:c1], -1, -2)
-                if divisor is not None:
-                    np.divide(p, divisor, out=p)
-                p = p.astype(wdt, copy=False)
                 local = m - c0 if c0 == 0 or valid.all() else np.where(valid, m - c0, -1)
-                _core.rel_gather_add(p[None], local, v.for_kernel(view), by_key, single)
+                yield h0, h1, a0, a1, c0, c1, local
 
 
 def _work_of(target):

@@ -15,7 +15,7 @@ import pytest
 import posenc
 from posenc import _relative_grad as rg
 
-H, Q, K, D = 2, 5, 7, 4
+H, Q, K, D = 2, 9, 11, 4  # 9 rows: two blocks of at least 8 under a small budget
 
 
 def _table(m):
@@ -93,7 +93,7 @@ def _make(rng, spec):
     if isinstance(spec, tuple):
         return rng.standard_normal(spec)
     if spec == "table":
-        return _table(9)
+        return _table(Q + 2)
     return spec
 
 
@@ -105,8 +105,13 @@ def _call(name, arguments, scores_shape):
     return getattr(posenc, name)(**kwargs)
 
 
+@pytest.mark.parametrize("budget", [None, 64])
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_gradients_are_the_central_differences_of_the_term(case):
+def test_gradients_are_the_central_differences_of_the_term(case, budget, monkeypatch):
+    # budget 64: products and gradients a block of 8 rows (or keys) and one
+    # head at a time, the forward's blocks and the backward's
+    if budget is not None:
+        monkeypatch.setattr(posenc.relative, "_BLOCK_BYTES", budget)
     rng = np.random.default_rng(len(case))
     name, args, kwargs = CASES[case]
     fn = getattr(posenc, name)
