@@ -5,11 +5,11 @@ The torch operators and JAX's custom_vjp of the relative functions call
 call.  Each gathered part of a term (see ``relative._Part``) is
 ``score[i, j] += (left @ right^T)[row, columns[q_len - 1 - i + j]] / divisor``;
 its transpose sums the incoming gradient by column (the C scatter that
-:func:`posenc.shaw_value_term` uses, on the transposed gradient with the
-reversed map for a part gathered by key) into ``G`` (..., heads, rows,
-columns), and then ``d left = G @ right`` and ``d right = G^T @ left`` are
-two BLAS products.  ``G`` is made in the forward's blocks of rows, each for
-the columns it reaches, and used while in cache: for Transformer-XL's
+:func:`posenc.shaw_value_term` uses, into a row per key for a part gathered
+by key) into ``G`` (..., heads, rows, columns), and then ``d left = G @
+right`` and ``d right = G^T @ left`` are two BLAS products.  ``G`` is
+made in the forward's blocks of rows, each for the columns it reaches, and
+used while in cache: for Transformer-XL's
 shift about half of ``G``'s columns, which are zero, are left out.  The
 gradient of `left` goes to each argument summed into it (queries and a
 per-head bias), summed over the axes it was broadcast along.  Everything
@@ -78,8 +78,6 @@ def _part_grads(part, g, wanted, out):
     incoming gradient `g` (..., heads, q_len, k_len) of the working dtype,
     a block at a time as the forward makes its products (relative._Blocks):
     each block's gradient summed by column in cache, then its two products."""
-    if part.divisor is not None:
-        g = g / part.divisor
     lead, (heads, q_len, k_len) = g.shape[:-3], g.shape[-3:]
     work, d = part.left.dtype, part.left.shape[-1]
     right = part.right if part.right.ndim > 2 else part.right[None]
@@ -95,15 +93,16 @@ def _part_grads(part, g, wanted, out):
     for at in np.ndindex(*lead):
         gb, lb, rb = g[at], lefts[at], rights[at]
         for h0, h1, a0, a1, c0, c1, local in blocks.of(part.columns):
-            if part.by_key:  # key j's row of the transposed block; its map reversed
-                block, local = np.swapaxes(gb[h0:h1, :, a0:a1], -1, -2), local[::-1]
-            else:
-                block = gb[h0:h1, a0:a1]
-            summed = _rel._by_distance(block, np.ascontiguousarray(local), c1 - c0, work)
+            block = gb[h0:h1, :, a0:a1] if part.by_key else gb[h0:h1, a0:a1]
+            summed = _rel._by_distance(block, local, c1 - c0, work, part.by_key)
             if d_left is not None:
                 d_left[at][h0:h1, a0:a1] = summed @ rb[h0:h1, c0:c1]
             if d_right is not None:
                 d_right[at][h0:h1, c0:c1] += np.swapaxes(summed, -1, -2) @ lb[h0:h1, a0:a1]
+    if part.divisor is not None:  # divided once, the gradients rather than g
+        for d_factor in (d_left, d_right):
+            if d_factor is not None:
+                d_factor /= part.divisor
     if d_left is not None:
         for source, source_shape in part.left_from:
             if source in wanted:

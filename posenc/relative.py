@@ -1404,21 +1404,32 @@ def _shaw_value_args(weights, rel_values, max_distance, q_offset):
     return w, rv, _shaw_index(q_len, k_len, q_offset, max_distance), _work(w.dtype, rv.dtype)
 
 
-def _by_distance(w, index, width, work):
+def _by_distance(w, index, width, work, by_key=False):
     """``out[..., i, index[q_len - 1 - i + j]] += w[..., i, j]``: w (...,
     heads, q_len, k_len) summed into (..., heads, q_len, width) of dtype
-    `work` by the C scatter (-1 in `index`: left out)."""
+    `work` by the C scatter (-1 in `index`: left out); by key into (...,
+    heads, k_len, width), at row j.  w is read where it is when its rows
+    are contiguous and of the dtype summed (float16 or float32 for float32
+    sums, float64 for float64), else through a copy."""
     native = w.dtype.newbyteorder("=")
     if work == np.float64:
-        wk = v.native_copy(w, np.float64)
+        kind = np.dtype(np.float64)
     else:  # float16 or float32 weights, summed in float32; bfloat16 widened
-        wk = v.native_copy(w, native if native in _KERNEL_DTYPES else np.float32)
+        kind = native if native in _KERNEL_DTYPES else np.dtype(np.float32)
+    rows = w.shape[-1] <= 1 or w.strides[-1] == w.itemsize
+    wk = w if w.dtype == kind and w.flags.aligned and rows else v.native_copy(w, kind)
     wk = wk.reshape((-1,) + w.shape[-3:])
-    v.shape_size(wk.shape[:-1] + (width,), "result")
-    summed = np.zeros(wk.shape[:-1] + (width,), work)
+    out_rows = w.shape[-1] if by_key else w.shape[-2]
+    v.shape_size(wk.shape[:-2] + (out_rows, width), "result")
+    row = width
+    if by_key:  # rows an odd number of cache lines apart: written a row per step
+        line = 64 // work.itemsize
+        row = -(-width // line) * line
+        row += line * (1 - (row // line) % 2)
+    summed = np.zeros(wk.shape[:-2] + (out_rows, row), work)[..., :width]
     # on one thread: BLAS's threads come next, on the same cores (see _gather_part)
-    _core.rel_scatter_add(wk, index, summed, True)
-    return summed.reshape(w.shape[:-1] + (width,))
+    _core.rel_scatter_add(wk, index, summed, True, by_key)
+    return summed.reshape(w.shape[:-2] + (out_rows, width))
 
 
 # ---------------------------------------------------------------- TUPE

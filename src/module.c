@@ -1205,50 +1205,63 @@ static PyObject *py_rel_dense_add(PyObject *self, PyObject *args)
 }
 
 struct rel_scatter_call {
-    const char *w;
-    char *out;
+    struct pe_rel_weights w;
+    struct pe_rel_sums out;
     const int64_t *map;
-    npy_intp batch, heads, q_len, k_len, width;
-    int w_dtype, out_dtype;
 };
 
 static int rel_scatter_kernel(const struct pe_kernels *k, void *args, int nthreads)
 {
     const struct rel_scatter_call *c = args;
     (void)k;
-    return pe_rel_scatter_add(c->w, c->w_dtype, c->batch, c->heads, c->q_len, c->k_len, c->map,
-                              c->out, c->out_dtype, c->width, nthreads);
+    return pe_rel_scatter_add(&c->w, c->map, &c->out, nthreads);
 }
 
 static PyObject *py_rel_scatter_add(PyObject *self, PyObject *args)
 {
     (void)self;
     PyObject *w_o, *map_o, *out_o;
-    int single = 0;
-    if (!PyArg_ParseTuple(args, "OOO|p:rel_scatter_add", &w_o, &map_o, &out_o, &single))
+    int single = 0, by_key = 0;
+    if (!PyArg_ParseTuple(args, "OOO|pp:rel_scatter_add", &w_o, &map_o, &out_o, &single, &by_key))
         return NULL;
     if (!PyArray_Check(w_o) || pe_dtype_of((PyArrayObject *)w_o) < 0) {
         PyErr_SetString(PyExc_TypeError, "weights must be a numpy.ndarray of float16, float32 or "
                                          "float64");
         return NULL;
     }
-    PyArrayObject *w =
-        arg_array(w_o, "weights", PyArray_TYPE((PyArrayObject *)w_o), 4, ARG_CONTIGUOUS);
+    PyArrayObject *w = arg_array(w_o, "weights", PyArray_TYPE((PyArrayObject *)w_o), 4, 0);
     PyArrayObject *out =
         w ? arg_array(out_o, "out", PyArray_TYPE(w) == NPY_DOUBLE ? NPY_DOUBLE : NPY_FLOAT, 4,
-                      ARG_CONTIGUOUS | ARG_WRITE)
+                      ARG_WRITE)
           : NULL;
     if (out == NULL)
         return NULL;
-    npy_intp width = PyArray_DIM(out, 3);
-    for (int ax = 0; ax < 3; ++ax)
-        if (PyArray_DIM(out, ax) != PyArray_DIM(w, ax)) {
-            PyErr_SetString(PyExc_ValueError,
-                            "out must have the shape of weights but the last axis");
-            return NULL;
-        }
+    npy_intp width = PyArray_DIM(out, 3), rows = PyArray_DIM(w, by_key ? 3 : 2);
+    if (PyArray_DIM(out, 0) != PyArray_DIM(w, 0) || PyArray_DIM(out, 1) != PyArray_DIM(w, 1) ||
+        PyArray_DIM(out, 2) != rows) {
+        PyErr_Format(PyExc_ValueError, "out must have shape (%zd, %zd, %zd, width)",
+                     (Py_ssize_t)PyArray_DIM(w, 0), (Py_ssize_t)PyArray_DIM(w, 1),
+                     (Py_ssize_t)rows);
+        return NULL;
+    }
     if (width < 1) {
         PyErr_SetString(PyExc_ValueError, "out must have a last axis of at least one element");
+        return NULL;
+    }
+    for (int ax = 0; ax < 3; ++ax)
+        if (PyArray_STRIDE(w, ax) % PyArray_ITEMSIZE(w) != 0 ||
+            PyArray_STRIDE(out, ax) % PyArray_ITEMSIZE(out) != 0) {
+            PyErr_SetString(PyExc_ValueError,
+                            "weights and out must have strides of whole elements");
+            return NULL;
+        }
+    /* rows, then planes of them, one after the other (gaps allowed): no
+     * entry written twice by two threads */
+    npy_intp row = PyArray_STRIDE(out, 2), head = PyArray_STRIDE(out, 1);
+    if (row < width * PyArray_ITEMSIZE(out) || head < PyArray_DIM(out, 2) * row ||
+        PyArray_STRIDE(out, 0) < PyArray_DIM(out, 1) * head) {
+        PyErr_SetString(PyExc_ValueError, "out must be laid out as C-contiguous rows, with gaps "
+                                          "between them at most");
         return NULL;
     }
     PyArrayObject *map = rel_map_arg(map_o, PyArray_DIM(w, 2) + PyArray_DIM(w, 3) - 1, width);
@@ -1256,16 +1269,12 @@ static PyObject *py_rel_scatter_add(PyObject *self, PyObject *args)
         check_no_overlap(out, "out", map, "map") < 0)
         return NULL;
     struct rel_scatter_call c = {
-        .w = PyArray_BYTES(w),
-        .out = PyArray_BYTES(out),
+        .w = {PyArray_BYTES(w), pe_dtype_of(w), PyArray_DIM(w, 0), PyArray_DIM(w, 1),
+              PyArray_DIM(w, 2), PyArray_DIM(w, 3), PyArray_STRIDE(w, 0), PyArray_STRIDE(w, 1),
+              PyArray_STRIDE(w, 2), by_key},
+        .out = {PyArray_BYTES(out), PyArray_TYPE(out) == NPY_DOUBLE ? PE_F64 : PE_F32, width,
+                PyArray_STRIDE(out, 0), PyArray_STRIDE(out, 1), PyArray_STRIDE(out, 2)},
         .map = (const int64_t *)PyArray_DATA(map),
-        .batch = PyArray_DIM(w, 0),
-        .heads = PyArray_DIM(w, 1),
-        .q_len = PyArray_DIM(w, 2),
-        .k_len = PyArray_DIM(w, 3),
-        .width = width,
-        .w_dtype = pe_dtype_of(w),
-        .out_dtype = PyArray_TYPE(out) == NPY_DOUBLE ? PE_F64 : PE_F32,
     };
     if (run_kernel(rel_scatter_kernel, &c, single ? 0 : PyArray_SIZE(w)) < 0)
         return PyErr_NoMemory();
@@ -1308,7 +1317,8 @@ static PyMethodDef methods[] = {
      "float64 for float64 scores, of shape (1 or batch, heads, 1 or q_len, k_len)), each sum "
      "rounded once to the scores' dtype."},
     {"rel_scatter_add", py_rel_scatter_add, METH_VARARGS,
-     "rel_scatter_add(weights, map, out, single=False): out[b, h, i, map[q_len - 1 - i + j]] += "
+     "rel_scatter_add(weights, map, out, single=False, by_key=False): out[b, h, i (j by key), "
+     "map[q_len - 1 - i + j]] += "
      "weights[b, h, i, j]; single: on one thread."},
     {"set_num_threads", py_set_num_threads, METH_O,
      "set_num_threads(n): threads for the kernels; 0 follows OpenMP."},

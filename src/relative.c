@@ -493,7 +493,7 @@ static inline double weight_at(const char *w, int dtype, ptrdiff_t j)
 DEFINE_SUM(sum_f64, double, 8)
 DEFINE_SUM(sum_f32, float, 16)
 
-static void scatter_segment(char *out, int out_dtype, int64_t col, int slope, const char *w,
+static void scatter_segment(char *out, int out_dtype, int64_t col, ptrdiff_t slope, const char *w,
                             int w_dtype, ptrdiff_t n)
 {
     if (out_dtype == PE_F64) {
@@ -525,33 +525,52 @@ static void scatter_segment(char *out, int out_dtype, int64_t col, int slope, co
     }
 }
 
-int pe_rel_scatter_add(const char *w, int w_dtype, ptrdiff_t batch, ptrdiff_t heads,
-                       ptrdiff_t q_len, ptrdiff_t k_len, const int64_t *map, char *out,
-                       int out_dtype, ptrdiff_t width, int nthreads)
+int pe_rel_scatter_add(const struct pe_rel_weights *w, const int64_t *map,
+                       const struct pe_rel_sums *out, int nthreads)
 {
-    ptrdiff_t rows = batch * heads * q_len;
-    if (rows == 0)
+    ptrdiff_t q_len = w->q_len, k_len = w->k_len, pairs = w->batch * w->heads;
+    ptrdiff_t rows = pairs * (w->by_key ? k_len : q_len);
+    if (rows == 0 || q_len == 0)
         return 0;
     ptrdiff_t n = q_len + k_len - 1;
     struct pe_rel_run *runs = malloc(((size_t)n + 1) * sizeof *runs);
     if (runs == NULL)
         return -1;
     ptrdiff_t nruns = find_runs(map, n, runs);
-    size_t wsz = pe_itemsize(w_dtype), osz = pe_itemsize(out_dtype);
-#pragma omp parallel for schedule(static) num_threads(pe_team(nthreads, rows *k_len))
-    for (ptrdiff_t r = 0; r < rows; ++r) {
-        ptrdiff_t i = r % q_len, t0 = q_len - 1 - i;
-        const char *wrow = w + (size_t)r * (size_t)k_len * wsz;
-        char *orow = out + (size_t)r * (size_t)width * osz;
-        for (ptrdiff_t x = pe_rel_run_at(runs, nruns, t0); x < nruns && runs[x].start < t0 + k_len;
-             ++x) {
-            ptrdiff_t a = runs[x].start > t0 ? runs[x].start : t0;
-            ptrdiff_t e = runs[x + 1].start < t0 + k_len ? runs[x + 1].start : t0 + k_len;
-            if (runs[x].base < 0)
-                continue;
-            int64_t col = runs[x].base + runs[x].slope * (a - runs[x].start);
-            scatter_segment(orow, out_dtype, col, runs[x].slope, wrow + (a - t0) * (ptrdiff_t)wsz,
-                            w_dtype, e - a);
+    ptrdiff_t wsz = (ptrdiff_t)pe_itemsize(w->dtype), osz = (ptrdiff_t)pe_itemsize(out->dtype);
+    ptrdiff_t step = out->stride_r / osz; /* elements from a row of out to the next */
+    /* by key: a task is a block of keys (rows of out, which no other task
+     * writes), over every query in order; by query: a row of out */
+    enum { KEYS = 64 };
+    ptrdiff_t blocks = w->by_key ? (k_len + KEYS - 1) / KEYS : q_len;
+    ptrdiff_t tasks = pairs * blocks;
+#pragma omp parallel for schedule(static)                                                          \
+    num_threads(pe_team(nthreads, rows *(w->by_key ? q_len : k_len)))
+    for (ptrdiff_t task = 0; task < tasks; ++task) {
+        ptrdiff_t p = task / blocks, b = p / w->heads, h = p % w->heads;
+        const char *wp = w->data + b * w->stride_b + h * w->stride_h;
+        char *op = out->data + b * out->stride_b + h * out->stride_h;
+        ptrdiff_t i0 = w->by_key ? 0 : task % blocks, i1 = w->by_key ? q_len : i0 + 1;
+        ptrdiff_t j0 = w->by_key ? (task % blocks) * KEYS : 0;
+        ptrdiff_t j1 = w->by_key && j0 + KEYS < k_len ? j0 + KEYS : k_len;
+        for (ptrdiff_t i = i0; i < i1; ++i) {
+            ptrdiff_t t0 = q_len - 1 - i;
+            const char *wrow = wp + i * w->stride_q;
+            for (ptrdiff_t x = pe_rel_run_at(runs, nruns, t0 + j0);
+                 x < nruns && runs[x].start < t0 + j1; ++x) {
+                ptrdiff_t a = runs[x].start > t0 + j0 ? runs[x].start : t0 + j0;
+                ptrdiff_t e = runs[x + 1].start < t0 + j1 ? runs[x + 1].start : t0 + j1;
+                if (runs[x].base < 0)
+                    continue;
+                int64_t col = runs[x].base + runs[x].slope * (a - runs[x].start);
+                const char *src = wrow + (a - t0) * wsz;
+                if (w->by_key) /* key a - t0 on: one row of out further each step */
+                    scatter_segment(op + (a - t0) * out->stride_r, out->dtype, col,
+                                    step + runs[x].slope, src, w->dtype, e - a);
+                else
+                    scatter_segment(op + i * out->stride_r, out->dtype, col, runs[x].slope, src,
+                                    w->dtype, e - a);
+            }
         }
     }
     free(runs);

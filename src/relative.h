@@ -189,13 +189,35 @@ void pe_rel_tile_scalar(const struct pe_rel_gather *g, ptrdiff_t b, ptrdiff_t h,
 void pe_rel_dense_add(const struct pe_kernels *k, const struct pe_rel_src *src,
                       const struct pe_bias_dst *dst, int nthreads);
 
-/* The transpose, for weights w (batch, heads, q_len, k_len) of float16,
- * float32 or float64 (C-contiguous): out[b, h, i, map[t]] += w[b, h, i, j],
- * out a C-contiguous (batch, heads, q_len, width) array of out_dtype
- * (PE_F32 or PE_F64), summed in that type in the order of j.  0, or -1 if
- * memory ran out (nothing written). */
-int pe_rel_scatter_add(const char *w, int w_dtype, ptrdiff_t batch, ptrdiff_t heads,
-                       ptrdiff_t q_len, ptrdiff_t k_len, const int64_t *map, char *out,
-                       int out_dtype, ptrdiff_t width, int nthreads);
+/* Weights to scatter: (batch, heads, q_len, k_len) of PE_F16, PE_F32 or
+ * PE_F64, each row of k_len contiguous, rows at the byte strides given. */
+struct pe_rel_weights {
+    const char *data;
+    int dtype;
+    ptrdiff_t batch, heads, q_len, k_len;
+    ptrdiff_t stride_b, stride_h, stride_q;
+    int by_key;
+};
+
+/* Sums of a scatter: (batch, heads, rows, width) of PE_F32 or PE_F64, each
+ * row contiguous, rows at the byte strides given (a row stride other than a
+ * multiple of 4 KiB keeps a scatter by key, which writes a row per step,
+ * from rows that share cache sets). */
+struct pe_rel_sums {
+    char *data;
+    int dtype;
+    ptrdiff_t width;
+    ptrdiff_t stride_b, stride_h, stride_r;
+};
+
+/* The transpose of a gather: out[b, h, i, map[t]] += w[b, h, i, j] (by
+ * query; out (batch, heads, q_len, width)) or out[b, h, j, map[t]] += w[b,
+ * h, i, j] (w->by_key; out (batch, heads, k_len, width)), t = q_len - 1 -
+ * i + j, map[t] = -1 left out; out of PE_F32 or PE_F64, each entry summed
+ * in that type in the order of j (by query) or of i (by key): the same bits
+ * for any thread count.  0, or -1 if memory
+ * ran out (nothing written). */
+int pe_rel_scatter_add(const struct pe_rel_weights *w, const int64_t *map,
+                       const struct pe_rel_sums *out, int nthreads);
 
 #endif

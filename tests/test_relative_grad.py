@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import posenc
+from posenc import _core
 from posenc import _relative_grad as rg
 
 H, Q, K, D = 2, 9, 11, 4  # 9 rows: two blocks of at least 8 under a small budget
@@ -197,3 +198,41 @@ def test_the_scores_get_no_gradient_of_their_own_here():
     q, r = np.ones((1, 1, 2, 2)), np.ones((1, 4, 2))
     got = rg.grads("xl_position_term", np.ones((1, 1, 2, 2)), ["scores"], (q, r), {})
     assert got == {}
+
+
+def _random_map(rng, n, width):
+    """A map of runs of slope 1, -1 and 0 and of -1s, as the terms make."""
+    out, t = [], 0
+    while t < n:
+        length, slope = int(rng.integers(1, 9)), int(rng.integers(-1, 3))
+        if slope == 2:
+            out += [-1] * length
+        else:
+            start = int(rng.integers(0, width))
+            out += [min(max(start + slope * m, 0), width - 1) for m in range(length)]
+        t += length
+    return np.array(out[:n], np.int64)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
+def test_scatter_by_key_is_np_add_at_in_the_order_of_the_queries(threads, dtype):
+    # out[b, h, j, map[q_len - 1 - i + j]] += w[b, h, i, j], each entry summed
+    # in the order of i: NumPy's add.at over (i, j) in that order, bit for bit;
+    # w a strided view of whole rows
+    rng = np.random.default_rng(11)
+    batch, heads, q_len, k_len, width = 2, 3, 37, 150, 23
+    base = rng.standard_normal((batch, heads, q_len, k_len + 9)).astype(dtype)
+    w = base[..., 4 : 4 + k_len]
+    index = _random_map(rng, q_len + k_len - 1, width)
+    kind = np.float64 if dtype == "float64" else np.float32
+    got = np.zeros((batch, heads, k_len, width), kind)
+    _core.rel_scatter_add(w, index, got, False, True)
+    want = np.zeros_like(got)
+    i, j = np.meshgrid(np.arange(q_len), np.arange(k_len), indexing="ij")
+    cols = index[q_len - 1 - i + j]
+    keep = cols >= 0
+    for b in range(batch):
+        for h in range(heads):
+            np.add.at(want[b, h], (j[keep], cols[keep]), w[b, h][keep].astype(kind))
+    np.testing.assert_array_equal(got.view(f"u{got.itemsize}"), want.view(f"u{want.itemsize}"))
+    assert np.array_equal(base[..., 4 : 4 + k_len], w)  # read, not written
