@@ -984,8 +984,12 @@ def _recorded_gathers(term):
     real = _core.rel_gather_add
 
     def record(products, index, scores, by_key, single=False):
-        key = (products.shape, products.dtype.str)
-        buf = buffers.setdefault(key, np.full(products.shape, 0.5, products.dtype))
+        key = (products.shape, products.strides, products.dtype.str)
+        if key not in buffers:  # the same layout (rows padded as the term pads them)
+            row = products.strides[-2] // products.itemsize
+            base = np.full(products.shape[:-1] + (max(row, products.shape[-1]),), 0.5)
+            buffers[key] = base.astype(products.dtype)[..., : products.shape[-1]]
+        buf = buffers[key]
         calls.append((buf, index, scores, by_key, single))
         return real(products, index, scores, by_key, single)
 

@@ -239,7 +239,10 @@ def _gather_part(work, lead, left, right, index, by_key, divisor):
         lb, rb, wb = lefts[at], rights[at], work[b : b + 1]
         for h0, h1, a0, a1, c0, c1, local in blocks.of(index):
             view = wb[:, h0:h1, :, a0:a1] if by_key else wb[:, h0:h1, a0:a1, :]
-            p = lb[h0:h1, a0:a1] @ np.swapaxes(rb[h0:h1, c0:c1], -1, -2)
+            p = None
+            if by_key and left.dtype == wdt:  # read a row per step: rows apart in the cache
+                p = _padded_rows((h1 - h0, a1 - a0, c1 - c0), wdt, np.empty)
+            p = np.matmul(lb[h0:h1, a0:a1], np.swapaxes(rb[h0:h1, c0:c1], -1, -2), out=p)
             if divisor is not None:
                 np.divide(p, divisor, out=p)
             p = p.astype(wdt, copy=False)
@@ -1404,6 +1407,18 @@ def _shaw_value_args(weights, rel_values, max_distance, q_offset):
     return w, rv, _shaw_index(q_len, k_len, q_offset, max_distance), _work(w.dtype, rv.dtype)
 
 
+def _padded_rows(shape, dtype, make=np.zeros):
+    """An array of `shape` (made by `make`) whose rows lie an odd number of
+    64-byte cache lines apart: a kernel that reads or writes a row per step
+    (the gather and the scatter by key) then spreads its rows over every
+    cache set, where rows a multiple of 4 KiB apart (or of 2 KiB, ...)
+    would share a few sets."""
+    line = 64 // dtype.itemsize
+    row = -(-shape[-1] // line) * line
+    row += line * (1 - (row // line) % 2)
+    return make(shape[:-1] + (row,), dtype)[..., : shape[-1]]
+
+
 def _by_distance(w, index, width, work, by_key=False):
     """``out[..., i, index[q_len - 1 - i + j]] += w[..., i, j]``: w (...,
     heads, q_len, k_len) summed into (..., heads, q_len, width) of dtype
@@ -1421,12 +1436,8 @@ def _by_distance(w, index, width, work, by_key=False):
     wk = wk.reshape((-1,) + w.shape[-3:])
     out_rows = w.shape[-1] if by_key else w.shape[-2]
     v.shape_size(wk.shape[:-2] + (out_rows, width), "result")
-    row = width
-    if by_key:  # rows an odd number of cache lines apart: written a row per step
-        line = 64 // work.itemsize
-        row = -(-width // line) * line
-        row += line * (1 - (row // line) % 2)
-    summed = np.zeros(wk.shape[:-2] + (out_rows, row), work)[..., :width]
+    shape = wk.shape[:-2] + (out_rows, width)
+    summed = _padded_rows(shape, work) if by_key else np.zeros(shape, work)
     # on one thread: BLAS's threads come next, on the same cores (see _gather_part)
     _core.rel_scatter_add(wk, index, summed, True, by_key)
     return summed.reshape(w.shape[:-2] + (out_rows, width))
