@@ -55,15 +55,21 @@ R, U = X[0, 4:6, :512, :64], X[0, 6, :2, :64]
 
 def compute():
     # the relative terms' products small enough for one call of each
-    # kernel on its threads: the gathers by query and by key, the dense add
+    # kernel on its threads: the gathers by query and by key, the dense add;
+    # DeBERTa's backward (the scatters by query and by key, BLAS)
+    from posenc._relative_grad import grads
+
     scores = posenc.xl_position_term(Q, R)
+    args, options = (Q, K, R[:, :256], R[:, 256:]), dict(
+        position_buckets=128, max_relative_positions=256
+    )
+    wanted = ["q", "k", "pos_key", "pos_query"]
     return (
         posenc.apply_rope(X),
         posenc.alibi_bias(16, 1024),
         posenc.xl_content_bias(K, U, scores=scores),
-        posenc.deberta_attention_bias(
-            Q, K, R[:, :256], R[:, 256:], position_buckets=128, max_relative_positions=256
-        ),
+        posenc.deberta_attention_bias(*args, **options),
+        *grads("deberta_attention_bias", scores, wanted, args, options).values(),
     )
 
 
