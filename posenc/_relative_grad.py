@@ -141,9 +141,7 @@ def _tener_position_term(a, grad, wanted):
 
 
 def _deberta_attention_bias(a, grad, wanted):
-    names = ("q", "k", "pos_key", "pos_query", "position_buckets", "max_relative_positions")
-    rest = ("q_offset", "scale_factor", "precision")
-    term = _rel._deberta_term(*(a[n] for n in names + rest), None)
+    term = _rel._deberta_term({**a, "scores": None})
     return _gathered(term, grad, wanted)
 
 

@@ -1141,59 +1141,40 @@ def deberta_attention_bias(
         (whose p2c index, ``span - bucket(j - i)``, is the same column
         since the buckets are odd).
     """
-    return _finish(
-        *_deberta_term(
-            q,
-            k,
-            pos_key,
-            pos_query,
-            position_buckets,
-            max_relative_positions,
-            q_offset,
-            scale_factor,
-            precision,
-            scores,
-        )
-    )
+    return _finish(*_deberta_term(locals()))
 
 
-def _deberta_term(
-    q,
-    k,
-    pos_key,
-    pos_query,
-    position_buckets,
-    max_relative_positions,
-    q_offset,
-    scale_factor,
-    precision,
-    scores,
-):
-    """deberta_attention_bias's checked arguments, as _xl_term's."""
-    q = _qk(q, "q")
+def _deberta_term(a):
+    """deberta_attention_bias's checked arguments (`a`: them by name), as
+    _xl_term's."""
+    q = _qk(a["q"], "q")
     heads, q_len, d = q.shape[-3:]
-    k = _qk(k, "k", heads, d)
+    k = _qk(a["k"], "k", heads, d)
     k_len = k.shape[-2]
     position_buckets, max_relative_positions = _check_buckets(
-        position_buckets, max_relative_positions, ("position_buckets", "max_relative_positions")
+        a["position_buckets"],
+        a["max_relative_positions"],
+        ("position_buckets", "max_relative_positions"),
     )
     span = position_buckets if position_buckets > 0 else max_relative_positions
     if span < 1:
         raise ValueError(
             f"max_relative_positions must be >= 1, got {max_relative_positions}" + _UNRESOLVED
         )
-    terms = [t for t in (pos_key, pos_query) if t is not None]
+    terms = [t for t in (a["pos_key"], a["pos_query"]) if t is not None]
     if not terms:
         raise ValueError("give pos_key (c2p), pos_query (p2c) or both")
-    pk = None if pos_key is None else _heads_table(pos_key, heads, d, "pos_key", 2 * span)
-    pq = None if pos_query is None else _heads_table(pos_query, heads, d, "pos_query", 2 * span)
-    q_offset = _offset(q_offset, q_len, k_len, 0)
-    precision = v.choice(precision, "precision", _PRECISIONS)
-    if scale_factor is None:
-        scale_factor = 1 + len(terms)
+    pk, pq = (
+        None if a[name] is None else _heads_table(a[name], heads, d, name, 2 * span)
+        for name in ("pos_key", "pos_query")
+    )
+    q_offset = _offset(a["q_offset"], q_len, k_len, 0)
+    precision = v.choice(a["precision"], "precision", _PRECISIONS)
+    scale_factor = 1 + len(terms) if a["scale_factor"] is None else a["scale_factor"]
     scale_factor = v.real(scale_factor, "scale_factor", positive=True)
     shapes = [q.shape[:-3], k.shape[:-3]] + [t.shape[:-3] for t in (pk, pq) if t is not None]
     lead = _lead(*shapes, names=("q", "k", "pos_key/pos_query"))
+    scores = a["scores"]
     target = None if scores is None else _target(scores, lead, (heads, q_len, k_len))
     dist = -_distances(q_len, k_len, q_offset)  # query - key
     if position_buckets > 0 and max_relative_positions > 0:
@@ -1202,31 +1183,16 @@ def _deberta_term(
     dtypes = [x.dtype for x in (q, k, pk, pq) if x is not None]
     work = _work(*dtypes, *(() if target is None else (target.dtype,)))
     scale = np.sqrt(work.type(d) * work.type(scale_factor))
-    parts = []
-    if pk is not None:
-        parts.append(
-            _Part(
-                _up(q, work),
-                _up(pk, work),
-                index,
-                False,
-                scale,
-                (("q", q.shape),),
-                ("pos_key", pk.shape),
-            )
+    parts = [  # c2p by query, p2c by key
+        _Part(
+            _up(x, work), _up(t, work), index, by_key, scale, ((x_name, x.shape),), (name, t.shape)
         )
-    if pq is not None:
-        parts.append(
-            _Part(
-                _up(k, work),
-                _up(pq, work),
-                index,
-                True,
-                scale,
-                (("k", k.shape),),
-                ("pos_query", pq.shape),
-            )
+        for x, x_name, t, name, by_key in (
+            (q, "q", pk, "pos_key", False),
+            (k, "k", pq, "pos_query", True),
         )
+        if t is not None
+    ]
     return target, lead, (heads, q_len, k_len), _promote(*dtypes), parts
 
 

@@ -11,6 +11,10 @@
   disentangled_attention_bias`` (c2p and p2c, shared and separate position
   projections, with and without buckets); DeBERTa v1's
   ``build_relative_position``.
+- Gradients, under torch's autograd: XLNet's ``rel_attn_core`` (of the
+  queries, keys, values, relative keys and both biases) and DeBERTa-v2's
+  ``disentangled_attention_bias`` (of the hidden states, the relative
+  embeddings and the projections), in float64.
 """
 
 import math
@@ -290,6 +294,82 @@ def test_deberta_v3_configs_max_relative_positions_of_minus_one_is_refused_not_g
     exact = math.sqrt(8 * 2)
     got *= exact / float(np.float32(exact))  # transformers' scale is rounded to float32
     np.testing.assert_allclose(got.reshape(want.shape), want, rtol=0, atol=1e-12 * abs(want).max())
+
+
+# ---------------------------------------------------------------- gradients (autograd)
+
+
+def _grads(torch, loss, tensors):
+    return torch.autograd.grad(loss, tensors, retain_graph=True)  # shared projections
+
+
+def test_xlnet_rel_attn_core_gradients(transformers, torch):
+    att = _xlnet_attention(transformers, torch, torch.float64)
+    q_len, mem_len, b, n, d = 5, 6, 2, 3, 8
+    k_len = q_len + mem_len
+    torch.manual_seed(5)
+    q_head, k_head_h, v_head_h = (
+        torch.randn(length, b, n, d, dtype=torch.float64, requires_grad=True)
+        for length in (q_len, k_len, k_len)
+    )
+    k_head_r = torch.randn(k_len + q_len, b, n, d, dtype=torch.float64, requires_grad=True)
+    weight = torch.randn(q_len, b, n, d, dtype=torch.float64)
+    leaves = (q_head, k_head_h, v_head_h, k_head_r, att.r_w_bias, att.r_r_bias)
+
+    vec = att.rel_attn_core(q_head, k_head_h, v_head_h, k_head_r)
+    want = _grads(torch, (vec * weight).sum(), leaves)
+
+    q, k, v, r = (x.permute(1, 2, 0, 3) for x in (q_head, k_head_h, v_head_h, k_head_r))
+    scores = q @ k.transpose(-1, -2)
+    scores = posenc.xl_content_bias(k, att.r_w_bias, scores=scores)
+    scores = posenc.xl_position_term(q, r, bias=att.r_r_bias, scores=scores)
+    p = torch.softmax(scores / math.sqrt(d), dim=-1)
+    got = _grads(torch, ((p @ v).permute(2, 0, 1, 3) * weight).sum(), leaves)
+    for a, w in zip(got, want):
+        torch.testing.assert_close(a, w, rtol=0, atol=1e-12 * w.abs().max())
+
+
+@pytest.mark.parametrize("buckets, max_rel, share", [(8, 16, False), (-1, 6, True)])
+def test_deberta_disentangled_attention_bias_gradients(
+    transformers, torch, deberta_v2, buckets, max_rel, share
+):
+    terms = ("c2p", "p2c")
+    att = _deberta_attention(
+        transformers, torch, deberta_v2, torch.float64, buckets, max_rel, terms, share
+    )
+    batch, length, heads = 2, 23, 2
+    span = att.pos_ebd_size
+    torch.manual_seed(2)
+    hidden = torch.randn(batch, length, 16, dtype=torch.float64, requires_grad=True)
+    rel_emb = torch.randn(2 * span, 16, dtype=torch.float64, requires_grad=True)
+    weight = torch.randn(batch * heads, length, length, dtype=torch.float64)
+    leaves = [hidden, rel_emb, att.query_proj.weight, att.key_proj.weight]
+    if not share:
+        leaves += [att.pos_key_proj.weight, att.pos_query_proj.weight]
+
+    ql = att.transpose_for_scores(att.query_proj(hidden), heads)
+    kl = att.transpose_for_scores(att.key_proj(hidden), heads)
+    rel_pos = deberta_v2.build_relative_position(
+        ql, kl, bucket_size=att.position_buckets, max_position=att.max_relative_positions
+    )
+    bias = att.disentangled_attention_bias(ql, kl, rel_pos, rel_emb, 3)
+    want = _grads(torch, (bias * weight).sum(), leaves)
+
+    def per_head(proj):
+        return proj(rel_emb).reshape(2 * span, heads, -1).permute(1, 0, 2)
+
+    pk = per_head(att.key_proj if share else att.pos_key_proj)
+    pq = per_head(att.query_proj if share else att.pos_query_proj)
+    q, k = ql.reshape(batch, heads, length, -1), kl.reshape(batch, heads, length, -1)
+    got_bias = posenc.deberta_attention_bias(
+        q, k, pk, pq, position_buckets=buckets, max_relative_positions=max_rel
+    )
+    # transformers rounds its scale sqrt(d * 3) to float32; posenc's is exact
+    exact = math.sqrt(8 * 3)
+    rescale = exact / float(np.float32(exact))
+    got = _grads(torch, (got_bias.reshape(weight.shape) * weight).sum() * rescale, leaves)
+    for a, w in zip(got, want):
+        torch.testing.assert_close(a, w, rtol=0, atol=1e-12 * w.abs().max())
 
 
 # ---------------------------------------------------------------- bfloat16
