@@ -42,8 +42,8 @@ respect to ``x`` (its backward is the inverse rotation by the same
 positions, with xPos the inverse of the other role's transform, itself a
 posenc call) and ``t5_bias`` with respect to
 ``table`` (a scatter-add of the incoming gradient by bucket); the relative
-terms with respect to their arrays (posenc._relative_grad, a callback per
-argument).  Any other
+terms with respect to their arrays (posenc._relative_grad, one callback
+for all of them).  Any other
 argument that JAX differentiates (float positions, ALiBi slopes, a
 sinusoid's positions) raises a TypeError naming it, never a silent zero;
 forward mode (``jax.jvp``, ``jax.jacfwd``) is refused by JAX itself.
@@ -648,13 +648,18 @@ def _differentiable(plan, op, static, names):
         return f(*values), values
 
     def bwd(values, cotangent):
-        cotangents = []
-        for name in names:
-            if name in plan.grads and not isinstance(cotangent, SymbolicZero):
-                cotangents.append(plan.grads[name](plan, static, names, values, cotangent))
-            else:
-                cotangents.append(None)
-        return tuple(cotangents)
+        got = {}
+        if not isinstance(cotangent, SymbolicZero):
+            for name in names:
+                rule = plan.grads.get(name)
+                if rule is None or name in got:
+                    continue
+                if getattr(rule, "joint", False):
+                    keys = tuple(n for n in names if plan.grads.get(n) is rule)
+                    got.update(zip(keys, rule(plan, static, names, values, cotangent, keys)))
+                else:
+                    got[name] = rule(plan, static, names, values, cotangent)
+        return tuple(got.get(name) for name in names)
 
     def traced(*values):
         return op(*values)
@@ -709,22 +714,28 @@ def _t5_grad(plan, static, names, values, cotangent):
     return result.astype(table.dtype)
 
 
-def _relative_grad(key, plan, static, names, values, cotangent):
-    """The backward of a relative term with respect to its argument `key`
-    (posenc._relative_grad, in a callback of its own)."""
-    grad_plan = _RELATIVE_GRAD_PLANS.get((plan.name, key))
+def _relative_grads(plan, static, names, values, cotangent, keys):
+    """The backward of a relative term with respect to its arguments `keys`
+    at once (posenc._relative_grad, in one callback: the incoming gradient
+    is summed by column once for all of them)."""
+    grad_plan = _RELATIVE_GRAD_PLANS.get((plan.name, keys))
     if grad_plan is None:
-        grad_plan = _RELATIVE_GRAD_PLANS[plan.name, key] = _RelativeGradPlan(plan, key)
+        grad_plan = _RELATIVE_GRAD_PLANS[plan.name, keys] = _RelativeGradPlan(plan, keys)
     result = _apply(grad_plan, static, ("grad", *names), [cotangent, *values])
-    return result.astype(dict(zip(names, values))[key].dtype)
+    traced = dict(zip(names, values))
+    return tuple(r.astype(traced[key].dtype) for r, key in zip(result, keys))
+
+
+_relative_grads.joint = True  # type: ignore[attr-defined]  # one call for all its arguments
 
 
 #: for each function, the arguments JAX may differentiate and their backward
+#: (a rule marked joint gives the gradients of all the arguments it serves)
 _GRADIENTS: Dict[str, Dict[str, Callable[..., Any]]] = {
     "apply_rope": {"x": _rope_grad},
     "t5_bias": {"table": _t5_grad},
     **{
-        name: {key: functools.partial(_relative_grad, key) for key in keys if key != "scores"}
+        name: {key: _relative_grads for key in keys if key != "scores"}
         for name, keys in _relative_grad_rules.DIFFERENTIABLE.items()
     },
 }
@@ -743,12 +754,13 @@ _GRAD_PLAN = _GradPlan()
 
 
 class _RelativeGradPlan(_Plan):
-    """The gradient of a relative term with respect to one argument, as a
-    function of the incoming gradient and the term's own arguments."""
+    """The gradients of a relative term with respect to some of its
+    arguments, as a function of the incoming gradient and the term's own
+    arguments."""
 
-    def __init__(self, plan, key):
-        self.fn = functools.partial(_relative_grad_rules.grad_of, plan.name, key)
-        self.name = f"{plan.name} (its gradient with respect to {key})"
+    def __init__(self, plan, keys):
+        self.fn = functools.partial(_relative_grad_rules.grads_of, plan.name, keys)
+        self.name = f"{plan.name} (its gradient with respect to {', '.join(keys)})"
         self.signature = plan.signature
         self.rule = None
         self.grads = {}

@@ -292,6 +292,8 @@ def grads(name, grad, wanted, args, kwargs):
     }
 
 
-def grad_of(name, key, grad, **arguments):
-    """The gradient with respect to the argument `key` alone (see grads)."""
-    return grads(name, grad, [key], (), arguments)[key]
+def grads_of(name, keys, grad, **arguments):
+    """The gradients with respect to the arguments `keys`, a tuple in their
+    order (see grads)."""
+    got = grads(name, grad, keys, (), arguments)
+    return tuple(got[key] for key in keys)
