@@ -1092,10 +1092,10 @@ def _t5_bias_call(
 # function's array arguments (those it is differentiable with respect to,
 # in _relative_grad.DIFFERENTIABLE's order, None after the last: five
 # arguments of their own, as autograd sees no tensor in a list of optional
-# ones), its options the others.  With
-# scores=, the operator adds into a copy of the scores and returns it (the
-# bits of the direct path), and the call copies that back into the scores
-# with torch's copy_; the scores' gradient is the incoming one.
+# ones), its options the others.  With scores=, the operator adds into a
+# copy of the scores and returns it (the bits of the direct path), and the
+# call copies that back into the scores with torch's copy_; the scores'
+# gradient is the incoming one.
 
 
 _RELATIVE_SLOTS = 5
@@ -1215,7 +1215,10 @@ def _relative_builder(name):
 
     def call(*args, device=None, **kwargs):
         check_device(device)
-        bound = signature.bind(*args, **kwargs)
+        try:
+            bound = signature.bind(*args, **kwargs)
+        except TypeError as exc:
+            raise TypeError(f"{name}(): {exc}") from None
         bound.apply_defaults()
         arguments = dict(bound.arguments)
         scores = arguments.get("scores")
