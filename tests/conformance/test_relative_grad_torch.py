@@ -195,3 +195,21 @@ def test_torch_compile_fullgraph_of_a_relative_attention_and_its_backward(torch)
     (compiled * weight).sum().backward()
     for a, b in zip(compiled_in, eager_in):
         torch.testing.assert_close(a.grad, b.grad, rtol=1e-6, atol=1e-6)
+
+
+def test_torch_compile_of_a_relative_term_follows_changing_lengths(torch):
+    # traced for the shapes it is given: a new length compiles anew, with
+    # the eager numbers and gradients
+    def f(q, r):
+        return posenc.xl_position_term(q, r)
+
+    compiled = torch.compile(f, dynamic=True, fullgraph=True)
+    for length in (5, 9):
+        q = torch.randn(1, 2, length, 8, dtype=torch.float64, requires_grad=True)
+        r = torch.randn(2, 2 * length, 8, dtype=torch.float64)
+        got, want = compiled(q, r), f(q, r)
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+        weight = torch.randn(want.shape, dtype=torch.float64)
+        (g,) = torch.autograd.grad((got * weight).sum(), q)
+        (w,) = torch.autograd.grad((want * weight).sum(), q)
+        torch.testing.assert_close(g, w, rtol=0, atol=0)
