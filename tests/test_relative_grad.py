@@ -215,6 +215,47 @@ def _random_map(rng, n, width):
 
 
 @pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
+def test_scatter_by_query_reads_strided_rows_and_gives_the_same_bits_on_any_threads(dtype):
+    # out[b, h, i, map[q_len - 1 - i + j]] += w[b, h, i, j]: NumPy's add.at
+    # (to float32's rounding of sums in another order), and the same bits
+    # on one thread as on two
+    rng = np.random.default_rng(12)
+    batch, heads, q_len, k_len, width = 2, 3, 150, 37, 23
+    w = rng.standard_normal((batch, heads, q_len, k_len + 9)).astype(dtype)[..., 4 : 4 + k_len]
+    index = _random_map(rng, q_len + k_len - 1, width)
+    kind = np.float64 if dtype == "float64" else np.float32
+    runs = []
+    for single in (True, False):
+        posenc.set_num_threads(2)
+        out = np.zeros((batch, heads, q_len, width), kind)
+        _core.rel_scatter_add(w, index, out, single, False)
+        runs.append(out)
+    posenc.set_num_threads(0)
+    np.testing.assert_array_equal(
+        runs[0].view(f"u{runs[0].itemsize}"), runs[1].view(f"u{runs[1].itemsize}")
+    )
+    want = np.zeros(runs[0].shape)
+    i, j = np.meshgrid(np.arange(q_len), np.arange(k_len), indexing="ij")
+    cols = index[q_len - 1 - i + j]
+    keep = cols >= 0
+    for b in range(batch):
+        for h in range(heads):
+            np.add.at(want[b, h], (i[keep], cols[keep]), w[b, h][keep].astype(np.float64))
+    np.testing.assert_allclose(runs[0], want, rtol=0, atol=k_len * np.finfo(kind).eps * 8)
+
+
+def test_padded_rows_lie_an_odd_number_of_cache_lines_apart():
+    from posenc.relative import _padded_rows
+
+    for width in (1, 15, 16, 17, 500, 512, 1503, 2047, 2048):
+        for dtype in (np.dtype(np.float32), np.dtype(np.float64)):
+            a = _padded_rows((3, 4, width), dtype)
+            assert a.shape == (3, 4, width) and a.dtype == dtype and not a.any()
+            assert a.strides[-1] == dtype.itemsize and a.strides[-2] >= width * dtype.itemsize
+            assert a.strides[-2] % 64 == 0 and (a.strides[-2] // 64) % 2 == 1
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
 def test_scatter_by_key_is_np_add_at_in_the_order_of_the_queries(threads, dtype):
     # out[b, h, j, map[q_len - 1 - i + j]] += w[b, h, i, j], each entry summed
     # in the order of i: NumPy's add.at over (i, j) in that order, bit for bit;
