@@ -9,12 +9,12 @@ its transpose sums the incoming gradient by column (the C scatter that
 by key) into ``G`` (..., heads, rows, columns), and then ``d left = G @
 right`` and ``d right = G^T @ left`` are two BLAS products.  ``G`` is
 made in the forward's blocks of rows, each for the columns it reaches, and
-used while in cache: for Transformer-XL's
-shift about half of ``G``'s columns, which are zero, are left out.  The
-gradient of `left` goes to each argument summed into it (queries and a
-per-head bias), summed over the axes it was broadcast along.  Everything
-is formed in the term's working dtype (float32, or float64 when an input
-is) and returned so: the caller casts it to each argument's dtype.
+used while in cache: for Transformer-XL's shift about half of ``G``'s
+columns, which are zero, are left out.  The gradient of `left` goes to
+each argument summed into it (queries and a per-head bias), summed over
+the axes it was broadcast along.  Everything is formed in the term's
+working dtype (float32, or float64 when an input is) and returned so: the
+caller casts it to each argument's dtype.
 """
 
 from __future__ import annotations
