@@ -170,16 +170,10 @@ def _xl_content_bias(a, grad, wanted):
     heads, _, d = k.shape[-3:]
     u = _rel._bias_vector(a["bias"], heads, d, "bias")
     work = _rel._work(k.dtype, u.dtype)
+    rows = grad.shape[-2] if grad.ndim >= 3 else 1  # the scores' queries, or 1
+    g = _incoming(grad, k.shape[:-3], (heads, rows, k.shape[-2]), work)
     out = {}
-    _content(
-        _rel._up(u, work),
-        _rel._up(k, work),
-        _rel._up(grad, work),
-        (("bias", u.shape),),
-        "k",
-        wanted,
-        out,
-    )
+    _content(_rel._up(u, work), _rel._up(k, work), g, (("bias", u.shape),), "k", wanted, out)
     return out
 
 

@@ -182,6 +182,10 @@ def test_an_incoming_gradient_of_another_shape_is_refused():
     q, r = np.ones((1, 2, 3, 4)), np.ones((2, 8, 4))
     with pytest.raises(ValueError, match=r"grad must have shape \(\.\.\., 2, 3, 5\)"):
         rg.grads("xl_position_term", np.ones((1, 2, 3, 4)), ["q"], (q, r), {"k_len": 5})
+    with pytest.raises(ValueError, match=r"grad must have shape \(\.\.\., 2, 1, 3\)"):
+        rg.grads(
+            "xl_content_bias", np.ones((2, 1, 4)), ["k"], (np.ones((2, 3, 4)), np.ones((2, 4))), {}
+        )
     with pytest.raises(ValueError, match="grad must have shape"):
         rg.grads(
             "shaw_value_term",
