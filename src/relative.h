@@ -214,8 +214,9 @@ struct pe_rel_sums {
  * query; out (batch, heads, q_len, width)) or out[b, h, j, map[t]] += w[b,
  * h, i, j] (w->by_key; out (batch, heads, k_len, width)), t = q_len - 1 -
  * i + j, map[t] = -1 left out; out of PE_F32 or PE_F64, each entry summed
- * in that type in the order of j (by query) or of i (by key): the same bits
- * for any thread count.  0, or -1 if memory
+ * in that type: by key in the order of i, by query in the order of j (the
+ * weights of a clipped run, one entry's many, in sixteen running sums); the
+ * same bits for any thread count.  0, or -1 if memory
  * ran out (nothing written). */
 int pe_rel_scatter_add(const struct pe_rel_weights *w, const int64_t *map,
                        const struct pe_rel_sums *out, int nthreads);
