@@ -54,19 +54,13 @@ def _sum_to(g, shape):
 def _incoming(grad, lead, shape, work):
     """The incoming gradient (of the term's shape, or of scores its
     leading axes broadcast to) in `work`, summed to the term's shape."""
-    if grad.shape[-len(shape) :] != shape or not _broadcasts(lead, grad.shape[: -len(shape)]):
+    own = grad.shape[: -len(shape)]
+    if grad.shape[-len(shape) :] != shape or not _rel._broadcasts_to(lead, own):
         raise ValueError(
             f"grad must have shape (..., {', '.join(map(str, shape))}) with leading axes that "
             f"{lead} broadcast to, not {grad.shape}"
         )
     return _sum_to(_rel._up(grad, work), lead + shape)
-
-
-def _broadcasts(lead, to):
-    try:
-        return np.broadcast_shapes(lead, to) == tuple(to)
-    except ValueError:
-        return False
 
 
 def _add(out, name, g):
@@ -80,8 +74,7 @@ def _part_grads(part, g, wanted, out):
     each block's gradient summed by column in cache, then its two products."""
     lead, (heads, q_len, k_len) = g.shape[:-3], g.shape[-3:]
     work, d = part.left.dtype, part.left.shape[-1]
-    right = part.right if part.right.ndim > 2 else part.right[None]
-    cols = right.shape[-2]
+    right, cols = part.right, part.right.shape[-2]
     n = k_len if part.by_key else q_len
     lefts = np.broadcast_to(part.left, lead + (heads, n, d))
     rights = np.broadcast_to(right, lead + (heads, cols, d))
@@ -121,17 +114,15 @@ def _gathered(term, grad, wanted):
     return out
 
 
-def _keys(a, scores):
+def _keys(a):
     """k_len as the function reads it: given, else the scores' last axis."""
-    if a["k_len"] is None and scores is not None:
-        return np.shape(scores)[-1]
+    if a["k_len"] is None and a["scores"] is not None:
+        return np.shape(a["scores"])[-1]
     return a["k_len"]
 
 
 def _xl_position_term(a, grad, wanted):
-    term = _rel._xl_term(
-        a["q"], a["r"], a["bias"], _keys(a, a["scores"]), a["q_offset"], a["causal"], None
-    )
+    term = _rel._xl_term(a["q"], a["r"], a["bias"], _keys(a), a["q_offset"], a["causal"], None)
     return _gathered(term, grad, wanted)
 
 
@@ -146,7 +137,7 @@ def _deberta_attention_bias(a, grad, wanted):
 
 
 def _shaw_key_term(a, grad, wanted):
-    k_len = _keys(a, a["scores"])
+    k_len = _keys(a)
     term = _rel._shaw_term(a["q"], a["rel_keys"], a["max_distance"], k_len, a["q_offset"], None)
     return _gathered(term, grad, wanted)
 

@@ -1131,19 +1131,21 @@ def relative_op(
 
 @relative_op.register_fake
 def _relative_fake(name, t0, t1, t2, t3, t4, spec, floats, ints):
-    # the NumPy function on zeros of the tensors' shapes and dtypes: its
-    # checks, and its result's shape and dtype (the scores' when given)
-    stand_ins = []
-    for t in (t0, t1, t2, t3, t4):
+    # the NumPy function on zeros of the tensors' shapes and dtypes (inputs
+    # that take no memory, writeable scores): its checks, and its result's
+    # shape and dtype (the scores' when given)
+    stand_ins = {}
+    for key, t in zip(_relative_grad.DIFFERENTIABLE[name], (t0, t1, t2, t3, t4)):
         if t is not None:
             dtype = _NUMPY_DTYPES.get(t.dtype)
             if dtype is None:
-                raise TypeError(f"{t.dtype} tensors are not float arrays")
-            t = np.zeros(tuple(int(n) for n in t.shape), dtype)
-        stand_ins.append(t)
+                raise TypeError(f"{key} must be a float tensor, not {t.dtype}")
+            shape = tuple(int(n) for n in t.shape)
+            zero = np.zeros((), dtype)
+            t = np.zeros(shape, dtype) if key == "scores" else np.broadcast_to(zero, shape)
+        stand_ins[key] = t
     fn = _numpy_function(getattr(_relative, name))
-    names = _relative_grad.DIFFERENTIABLE[name]
-    result = fn(**dict(zip(names, stand_ins)), **_np_options(spec, floats, ints))
+    result = fn(**stand_ins, **_np_options(spec, floats, ints))
     return torch.empty(result.shape, dtype=_TORCH_BY_NAME[_dtype_name(result.dtype)])
 
 

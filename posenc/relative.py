@@ -183,6 +183,15 @@ def _scores_array(scores, name="scores"):
     return arr
 
 
+def _broadcasts_to(lead, own):
+    """Whether leading axes `lead` broadcast to `own` (those of scores, or
+    of an incoming gradient)."""
+    try:
+        return np.broadcast_shapes(own, lead) == tuple(own)
+    except ValueError:
+        return False
+
+
 def _target(scores, lead, shape, name="scores"):
     """`scores` checked: a writeable float ndarray of shape (..., *shape)
     whose leading axes the inputs' (`lead`) broadcast to."""
@@ -193,11 +202,7 @@ def _target(scores, lead, shape, name="scores"):
             f"{name} must have shape (..., {', '.join(map(str, shape))}), not {arr.shape}"
         )
     own = arr.shape[: arr.ndim - n]
-    try:
-        fits = np.broadcast_shapes(own, lead) == own
-    except ValueError:
-        fits = False
-    if not fits:
+    if not _broadcasts_to(lead, own):
         raise ValueError(
             f"{name} has leading (batch) axes {own}, which the inputs' {lead} must broadcast to"
         )
@@ -214,8 +219,8 @@ _BLOCK_BYTES = 1 << 21
 def _gather_part(work, lead, left, right, index, by_key, divisor):
     """work (batch, heads, q, k) += the gather of ``left @ right^T`` at `index`.
 
-    left (..., heads, rows of the map's side, d), right (..., heads, columns,
-    d) or (columns, d), both of the dtype the products are made in, leading
+    left (..., heads, rows of the map's side, d), right (..., heads or 1,
+    columns, d), both of the dtype the products are made in, leading
     axes broadcasting to `lead` (the target's); the products are rounded to
     the kernel's float32 or float64 after `divisor` divides them.
     The products are made a block of rows at a time (_Blocks), each block
@@ -226,16 +231,12 @@ def _gather_part(work, lead, left, right, index, by_key, divisor):
     batch, heads, q_len, k_len = work.shape
     wdt = np.dtype(np.float64) if work.dtype == np.float64 else np.dtype(np.float32)
     n = k_len if by_key else q_len
-    d = left.shape[-1]
-    if right.ndim == 2:
-        right = right[None]
-    cols = right.shape[-2]
+    d, cols = left.shape[-1], right.shape[-2]
     blocks = _Blocks(heads, q_len, k_len, cols, max(wdt.itemsize, left.dtype.itemsize), by_key)
     lefts = np.broadcast_to(left, lead + (heads, n, d))
     rights = np.broadcast_to(right, lead + (heads, cols, d))
     single = batch * blocks.count > 1
-    for b in range(batch):
-        at = np.unravel_index(b, lead) if lead else ()
+    for b, at in enumerate(np.ndindex(*lead)):
         lb, rb, wb = lefts[at], rights[at], work[b : b + 1]
         for h0, h1, a0, a1, c0, c1, local in blocks.of(index):
             view = wb[:, h0:h1, :, a0:a1] if by_key else wb[:, h0:h1, a0:a1, :]
@@ -314,9 +315,10 @@ def _work_of(target):
 class _Part(NamedTuple):
     """One gathered product of a term: score (i, j) += ``(left @ right^T)
     [row, columns[q_len - 1 - i + j]] / divisor``, the row i (by query) or j
-    (by key).  `left` is the sum of the arguments `left_from` names (name,
-    shape as broadcast into it), `right` the argument `right_from` names:
-    what the gradients (posenc._relative_grad) flow back to."""
+    (by key); right (..., heads or 1, columns, d).  `left` is the sum of the
+    arguments `left_from` names (name, shape as broadcast into it), `right`
+    the argument `right_from` names: what the gradients
+    (posenc._relative_grad) flow back to."""
 
     left: np.ndarray
     right: np.ndarray
@@ -790,7 +792,7 @@ def _tener_term(q, k, table, v, key_term, scores):
     work = _work(q.dtype, k.dtype, R.dtype, *(() if target is None else (target.dtype,)))
     rel = _distances(length, length, 0)  # j - i
     qb = _up(q, work, copy=True) if bias is None else _up(q, work) + _up(bias, work)
-    Rw = _up(R, work)
+    Rw = _up(R, work)[None]  # shared by the heads
     sources = (("q", q.shape),) + (() if bias is None else (("v", bias.shape),))
     parts = [_Part(qb, Rw, m + rel, False, None, sources, ("table", R.shape))]
     if key_term:
@@ -1401,8 +1403,8 @@ def _by_distance(w, index, width, work, by_key=False):
     wk = w if w.dtype == kind and w.flags.aligned and rows else v.native_copy(w, kind)
     wk = wk.reshape((-1,) + w.shape[-3:])
     out_rows = w.shape[-1] if by_key else w.shape[-2]
-    v.shape_size(wk.shape[:-2] + (out_rows, width), "result")
     shape = wk.shape[:-2] + (out_rows, width)
+    v.shape_size(shape, "result")
     summed = _padded_rows(shape, work) if by_key else np.zeros(shape, work)
     # on one thread: BLAS's threads come next, on the same cores (see _gather_part)
     _core.rel_scatter_add(wk, index, summed, True, by_key)

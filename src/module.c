@@ -1054,6 +1054,18 @@ static PyObject *py_relative_positions(PyObject *self, PyObject *args)
 
 /* The column of products each distance reads: a C-contiguous int64 vector
  * of q_len + k_len - 1 entries in [-1, width).  NULL with an error if not. */
+/* 0 if the strides of the 4-D `a`'s outer three axes are whole elements
+ * (the kernels step by elements), else -1 with a ValueError. */
+static int whole_strides(PyArrayObject *a, const char *name)
+{
+    for (int ax = 0; ax < 3; ++ax)
+        if (PyArray_STRIDE(a, ax) % PyArray_ITEMSIZE(a) != 0) {
+            PyErr_Format(PyExc_ValueError, "%s must have strides of whole elements", name);
+            return -1;
+        }
+    return 0;
+}
+
 static PyArrayObject *rel_map_arg(PyObject *obj, npy_intp n, npy_intp width)
 {
     PyArrayObject *map = arg_array(obj, "map", NPY_INT64, 1, ARG_CONTIGUOUS);
@@ -1136,11 +1148,8 @@ static PyObject *py_rel_gather_add(PyObject *self, PyObject *args)
                      (Py_ssize_t)d.batch, (Py_ssize_t)d.heads, (Py_ssize_t)rows);
         return NULL;
     }
-    for (int ax = 0; ax < 3; ++ax)
-        if (PyArray_STRIDE(src, ax) % PyArray_ITEMSIZE(src) != 0) {
-            PyErr_SetString(PyExc_ValueError, "products must have strides of whole elements");
-            return NULL;
-        }
+    if (whole_strides(src, "products") < 0)
+        return NULL;
     PyArrayObject *map = rel_map_arg(map_o, d.q_len + d.k_len - 1, width);
     if (map == NULL || check_no_overlap(dst, "scores", src, "products") < 0 ||
         check_no_overlap(dst, "scores", map, "map") < 0)
@@ -1248,13 +1257,8 @@ static PyObject *py_rel_scatter_add(PyObject *self, PyObject *args)
         PyErr_SetString(PyExc_ValueError, "out must have a last axis of at least one element");
         return NULL;
     }
-    for (int ax = 0; ax < 3; ++ax)
-        if (PyArray_STRIDE(w, ax) % PyArray_ITEMSIZE(w) != 0 ||
-            PyArray_STRIDE(out, ax) % PyArray_ITEMSIZE(out) != 0) {
-            PyErr_SetString(PyExc_ValueError,
-                            "weights and out must have strides of whole elements");
-            return NULL;
-        }
+    if (whole_strides(w, "weights") < 0 || whole_strides(out, "out") < 0)
+        return NULL;
     /* rows, then planes of them, one after the other (gaps allowed): no
      * entry written twice by two threads */
     npy_intp row = PyArray_STRIDE(out, 2), head = PyArray_STRIDE(out, 1);
