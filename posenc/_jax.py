@@ -654,11 +654,9 @@ def _differentiable(plan, op, static, names):
                 rule = plan.grads.get(name)
                 if rule is None or name in got:
                     continue
-                if getattr(rule, "joint", False):
-                    keys = tuple(n for n in names if plan.grads.get(n) is rule)
-                    got.update(zip(keys, rule(plan, static, names, values, cotangent, keys)))
-                else:
-                    got[name] = rule(plan, static, names, values, cotangent)
+                # one call of a rule for all the arguments it serves
+                keys = tuple(n for n in names if plan.grads.get(n) is rule)
+                got.update(zip(keys, rule(plan, static, names, values, cotangent, keys)))
         return tuple(got.get(name) for name in names)
 
     def traced(*values):
@@ -682,20 +680,21 @@ def _grad_error(plan, name):
 # ---------------------------------------------------------------- gradients
 
 
-def _rope_grad(plan, static, names, values, cotangent):
-    """apply_rope's backward: the inverse rotation of the incoming gradient
-    (with xPos, the inverse of the other role's transform: the same factor,
-    the negative angle)."""
+def _rope_grad(plan, static, names, values, cotangent, keys):
+    """apply_rope's backward with respect to x (`keys`, a 1-tuple): the
+    inverse rotation of the incoming gradient (with xPos, the inverse of the
+    other role's transform: the same factor, the negative angle)."""
     backward = dict(static, inverse=not static.get("inverse", False))
     if static.get("xpos") in ("query", "key"):
         backward["xpos"] = "key" if static["xpos"] == "query" else "query"
     traced = dict(zip(names, values))
     traced["x"] = cotangent
-    return _apply(plan, backward, tuple(traced), list(traced.values()))
+    return (_apply(plan, backward, tuple(traced), list(traced.values())),)
 
 
-def _t5_grad(plan, static, names, values, cotangent):
-    """t5_bias's backward with respect to its table: by bucket, in C."""
+def _t5_grad(plan, static, names, values, cotangent, keys):
+    """t5_bias's backward with respect to its table (`keys`, a 1-tuple): by
+    bucket, in C."""
     traced = dict(zip(names, values))
     table = traced["table"]
     grad_static = {
@@ -711,7 +710,7 @@ def _t5_grad(plan, static, names, values, cotangent):
     else:
         grad_static["q_offset"] = static.get("q_offset", 0)
     result = _apply(_GRAD_PLAN, grad_static, tuple(grad_names), grad_values)
-    return result.astype(table.dtype)
+    return (result.astype(table.dtype),)
 
 
 def _relative_grads(plan, static, names, values, cotangent, keys):
@@ -726,11 +725,9 @@ def _relative_grads(plan, static, names, values, cotangent, keys):
     return tuple(r.astype(traced[key].dtype) for r, key in zip(result, keys))
 
 
-_relative_grads.joint = True  # type: ignore[attr-defined]  # one call for all its arguments
-
-
-#: for each function, the arguments JAX may differentiate and their backward
-#: (a rule marked joint gives the gradients of all the arguments it serves)
+#: for each function, the arguments JAX may differentiate and their backward:
+#: ``rule(plan, static, names, values, cotangent, keys)``, called once for
+#: all the arguments `keys` it serves, gives their gradients in that order
 _GRADIENTS: Dict[str, Dict[str, Callable[..., Any]]] = {
     "apply_rope": {"x": _rope_grad},
     "t5_bias": {"table": _t5_grad},

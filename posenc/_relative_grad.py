@@ -132,7 +132,7 @@ def _tener_position_term(a, grad, wanted):
 
 
 def _deberta_attention_bias(a, grad, wanted):
-    term = _rel._deberta_term({**a, "scores": None})
+    term = _rel._deberta_term(**{**a, "scores": None})
     return _gathered(term, grad, wanted)
 
 

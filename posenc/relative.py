@@ -1143,19 +1143,42 @@ def deberta_attention_bias(
         (whose p2c index, ``span - bucket(j - i)``, is the same column
         since the buckets are odd).
     """
-    return _finish(*_deberta_term(locals()))
+    return _finish(
+        *_deberta_term(
+            q,
+            k,
+            pos_key,
+            pos_query,
+            position_buckets,
+            max_relative_positions,
+            q_offset,
+            scale_factor,
+            precision,
+            scores,
+        )
+    )
 
 
-def _deberta_term(a):
-    """deberta_attention_bias's checked arguments (`a`: them by name), as
-    _xl_term's."""
-    q = _qk(a["q"], "q")
+def _deberta_term(
+    q,
+    k,
+    pos_key,
+    pos_query,
+    position_buckets,
+    max_relative_positions,
+    q_offset,
+    scale_factor,
+    precision,
+    scores,
+):
+    """deberta_attention_bias's checked arguments, as _xl_term's."""
+    q = _qk(q, "q")
     heads, q_len, d = q.shape[-3:]
-    k = _qk(a["k"], "k", heads, d)
+    k = _qk(k, "k", heads, d)
     k_len = k.shape[-2]
     position_buckets, max_relative_positions = _check_buckets(
-        a["position_buckets"],
-        a["max_relative_positions"],
+        position_buckets,
+        max_relative_positions,
         ("position_buckets", "max_relative_positions"),
     )
     span = position_buckets if position_buckets > 0 else max_relative_positions
@@ -1163,20 +1186,19 @@ def _deberta_term(a):
         raise ValueError(
             f"max_relative_positions must be >= 1, got {max_relative_positions}" + _UNRESOLVED
         )
-    terms = [t for t in (a["pos_key"], a["pos_query"]) if t is not None]
+    terms = [t for t in (pos_key, pos_query) if t is not None]
     if not terms:
         raise ValueError("give pos_key (c2p), pos_query (p2c) or both")
     pk, pq = (
-        None if a[name] is None else _heads_table(a[name], heads, d, name, 2 * span)
-        for name in ("pos_key", "pos_query")
+        None if t is None else _heads_table(t, heads, d, name, 2 * span)
+        for t, name in ((pos_key, "pos_key"), (pos_query, "pos_query"))
     )
-    q_offset = _offset(a["q_offset"], q_len, k_len, 0)
-    precision = v.choice(a["precision"], "precision", _PRECISIONS)
-    scale_factor = 1 + len(terms) if a["scale_factor"] is None else a["scale_factor"]
+    q_offset = _offset(q_offset, q_len, k_len, 0)
+    precision = v.choice(precision, "precision", _PRECISIONS)
+    scale_factor = 1 + len(terms) if scale_factor is None else scale_factor
     scale_factor = v.real(scale_factor, "scale_factor", positive=True)
     shapes = [q.shape[:-3], k.shape[:-3]] + [t.shape[:-3] for t in (pk, pq) if t is not None]
     lead = _lead(*shapes, names=("q", "k", "pos_key/pos_query"))
-    scores = a["scores"]
     target = None if scores is None else _target(scores, lead, (heads, q_len, k_len))
     dist = -_distances(q_len, k_len, q_offset)  # query - key
     if position_buckets > 0 and max_relative_positions > 0:
