@@ -1206,7 +1206,13 @@ def _deberta_term(
     index = np.clip(dist + span, 0, 2 * span - 1)
     dtypes = [x.dtype for x in (q, k, pk, pq) if x is not None]
     work = _work(*dtypes, *(() if target is None else (target.dtype,)))
-    scale = np.sqrt(work.type(d) * work.type(scale_factor))
+    with np.errstate(over="ignore", under="ignore"):  # refused just below
+        scale = np.sqrt(work.type(d) * work.type(scale_factor))
+    if not (np.isfinite(scale) and scale > 0):
+        raise ValueError(
+            f"scale_factor {scale_factor!r} gives a scale sqrt(head_dim * scale_factor) that is "
+            f"{scale} in {work.name}: the terms would be {'0' if scale else 'inf or nan'}"
+        )
     parts = [  # c2p by query, p2c by key
         _Part(
             _up(x, work), _up(t, work), index, by_key, scale, ((x_name, x.shape),), (name, t.shape)

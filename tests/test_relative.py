@@ -476,6 +476,7 @@ def test_bad_input_is_refused_naming_the_argument(rng):
     q, r = randn(rng, (2, 4, 8)), randn(rng, (2, 10, 8))
     scores = noise(rng, (2, 4, 6))
     before = scores.copy()
+    scores32 = scores.astype(np.float32)  # float32 scores: a float32 term
     cases = [
         (lambda: posenc.xl_position_term(q.astype(int), r), TypeError, "q"),
         (lambda: posenc.xl_position_term(q, r[..., :5]), ValueError, "r must have 8 columns"),
@@ -519,6 +520,38 @@ def test_bad_input_is_refused_naming_the_argument(rng):
             ValueError,
             "pos_key must have 8 rows",
         ),
+        (
+            lambda: posenc.deberta_attention_bias(
+                q, scores[..., None], r, max_relative_positions=5, scores=scores
+            ),
+            ValueError,
+            "k must have",
+        ),
+        (  # a scale of float32's inf or 0, which would make the terms 0 or inf
+            lambda: posenc.deberta_attention_bias(
+                q.astype("f4"),
+                q[:, :1].repeat(6, 1).astype("f4"),
+                r.astype("f4"),
+                max_relative_positions=5,
+                scale_factor=1e300,
+                scores=scores32,
+            ),
+            ValueError,
+            r"scale_factor 1e\+300 gives a scale .* inf in float32",
+        ),
+        (
+            lambda: posenc.deberta_attention_bias(
+                q.astype("f4"),
+                q[:, :1].repeat(6, 1).astype("f4"),
+                None,
+                r.astype("f4"),
+                max_relative_positions=5,
+                scale_factor=1e-300,
+                scores=scores32,
+            ),
+            ValueError,
+            "scale_factor 1e-300 gives a scale .* 0.0 in float32",
+        ),
         (lambda: posenc.shaw_key_term(q, r, max_distance=2), ValueError, "rel_keys"),
         (lambda: posenc.shaw_key_term(q, r[0, :5], max_distance=-1), ValueError, "max_distance"),
         (
@@ -538,6 +571,7 @@ def test_bad_input_is_refused_naming_the_argument(rng):
             call()
             pytest.fail(f"no error for the case about {words!r}")
     np.testing.assert_array_equal(scores, before)
+    np.testing.assert_array_equal(scores32, before.astype(np.float32))
     readonly = scores.copy()
     readonly.flags.writeable = False
     with pytest.raises(ValueError, match="read-only"):
