@@ -455,27 +455,19 @@ void pe_rel_dense_add(const struct pe_kernels *k, const struct pe_rel_src *src,
 
 /* ---- the scatter ---- */
 
-static inline float f16_value(const char *p, ptrdiff_t j)
-{
-    return pe_f32_from_f16(((const uint16_t *)p)[j]);
-}
-
-static inline double weight_at(const char *w, int dtype, ptrdiff_t j)
-{
-    if (dtype == PE_F32)
-        return (double)((const float *)w)[j];
-    if (dtype == PE_F64)
-        return ((const double *)w)[j];
-    return (double)f16_value(w, j);
-}
-
-/* out[col + slope * m] += w[m], m < n, summed in out's type. */
 /* The sum of x[0 .. n) in LANES running sums (a power of two, >= 8),
  * folded in halves to eight and added pairwise at the end: no chain of
- * adds each waiting on the last, and vectors where the compiler makes them. */
+ * adds each waiting on the last, and vectors where the compiler makes them.
+ * Fewer than LANES values are summed in order from zero. */
 #define DEFINE_SUM(name, type, LANES)                                                              \
     static type name(const type *x, ptrdiff_t n)                                                   \
     {                                                                                              \
+        if (n < LANES) {                                                                           \
+            type s = 0;                                                                            \
+            for (ptrdiff_t m = 0; m < n; ++m)                                                      \
+                s += x[m];                                                                         \
+            return s;                                                                              \
+        }                                                                                          \
         type a[LANES] = {0};                                                                       \
         ptrdiff_t m = 0;                                                                           \
         for (; m + LANES <= n; m += LANES)                                                         \
@@ -493,37 +485,119 @@ static inline double weight_at(const char *w, int dtype, ptrdiff_t j)
 DEFINE_SUM(sum_f64, double, 8)
 DEFINE_SUM(sum_f32, float, 16)
 
-static void scatter_segment(char *out, int out_dtype, int64_t col, ptrdiff_t slope, const char *w,
-                            int w_dtype, ptrdiff_t n)
+/* Weight m of a row of weights of type wt (PE_F16, PE_F32 or PE_F64), in
+ * the sums' type ot (PE_F32 or PE_F64; float16 widens exactly). */
+PE_INLINE double weight(const char *w, ptrdiff_t m, const int wt)
 {
-    if (out_dtype == PE_F64) {
-        double *o = (double *)out + col;
-        if (slope) {
-            for (ptrdiff_t m = 0; m < n; ++m)
-                o[slope * m] = o[slope * m] + weight_at(w, w_dtype, m);
-        } else if (w_dtype == PE_F64) {
-            *o += sum_f64((const double *)w, n);
-        } else {
-            double acc = *o;
-            for (ptrdiff_t m = 0; m < n; ++m)
-                acc = acc + weight_at(w, w_dtype, m);
-            *o = acc;
-        }
+    if (wt == PE_F64)
+        return ((const double *)w)[m];
+    if (wt == PE_F32)
+        return ((const float *)w)[m];
+    return pe_f32_from_f16(((const uint16_t *)w)[m]);
+}
+
+/* o[m] += w[m] for the sums' type ot: float32 sums add a float32 value. */
+PE_INLINE void accumulate(char *o, ptrdiff_t m, const char *w, ptrdiff_t k, const int wt,
+                          const int ot)
+{
+    if (ot == PE_F64) {
+        double *x = (double *)o + m;
+        *x = *x + weight(w, k, wt);
     } else {
-        float *o = (float *)out + col;
-        if (slope) {
-            for (ptrdiff_t m = 0; m < n; ++m)
-                o[slope * m] = o[slope * m] + (float)weight_at(w, w_dtype, m);
-        } else if (w_dtype == PE_F32) {
-            *o += sum_f32((const float *)w, n);
-        } else {
-            float acc = *o;
-            for (ptrdiff_t m = 0; m < n; ++m)
-                acc = acc + (float)weight_at(w, w_dtype, m);
-            *o = acc;
+        float *x = (float *)o + m;
+        *x = *x + (float)weight(w, k, wt);
+    }
+}
+
+/* The scatter's shared description: the map and its runs, and the tasks
+ * (by key a block of KEYS keys over every query in order, by query a row). */
+struct scatter {
+    const struct pe_rel_weights *w;
+    const struct pe_rel_sums *out;
+    const int64_t *map;
+    const struct pe_rel_run *runs; /* by key, the segments (short runs merged, slope 2) */
+    ptrdiff_t nruns, blocks;
+};
+
+enum { KEYS = 64 };
+
+/* Task `task` of the scatter, for weights of type wt and sums of type ot:
+ * row i walks the runs its keys cross (by key, each query in order does so
+ * for the task's block of keys).  By query, a run of slope 1 or -1 adds one
+ * weight into each of its sums, and a clipped run (slope 0) the sum of its
+ * weights (sum_f32, sum_f64; float16 weights one at a time onto the
+ * entry).  By key, each weight goes into its key's row, a row further on
+ * (and a column on, for a slope of 1 or -1) at each step. */
+PE_INLINE void scatter_task(const struct scatter *sc, ptrdiff_t task, const int by_key,
+                            const int wt, const int ot)
+{
+    const struct pe_rel_weights *w = sc->w;
+    const struct pe_rel_sums *out = sc->out;
+    const ptrdiff_t wsz = (ptrdiff_t)pe_itemsize(wt), osz = (ptrdiff_t)pe_itemsize(ot);
+    ptrdiff_t q_len = w->q_len, k_len = w->k_len;
+    ptrdiff_t p = task / sc->blocks, b = p / w->heads, h = p % w->heads;
+    const char *wp = w->data + b * w->stride_b + h * w->stride_h;
+    char *op = out->data + b * out->stride_b + h * out->stride_h;
+    ptrdiff_t i0 = by_key ? 0 : task % sc->blocks, i1 = by_key ? q_len : i0 + 1;
+    ptrdiff_t j0 = by_key ? (task % sc->blocks) * KEYS : 0;
+    ptrdiff_t j1 = by_key && j0 + KEYS < k_len ? j0 + KEYS : k_len;
+    ptrdiff_t step = out->stride_r / osz; /* elements from a row of out to the next */
+    for (ptrdiff_t i = i0; i < i1; ++i) {
+        ptrdiff_t t0 = q_len - 1 - i;
+        const char *wrow = wp + i * w->stride_q;
+        for (ptrdiff_t x = pe_rel_run_at(sc->runs, sc->nruns, t0 + j0);
+             x < sc->nruns && sc->runs[x].start < t0 + j1; ++x) {
+            const struct pe_rel_run *run = &sc->runs[x];
+            ptrdiff_t a = run->start > t0 + j0 ? run->start : t0 + j0;
+            ptrdiff_t e = run[1].start < t0 + j1 ? run[1].start : t0 + j1, n = e - a;
+            if (run->base < 0)
+                continue;
+            ptrdiff_t col = (ptrdiff_t)run->base + run->slope * (a - run->start);
+            const char *src = wrow + (a - t0) * wsz;
+            if (by_key && run->slope == 2) { /* short runs: each column from the map */
+                char *o = op + (a - t0) * out->stride_r;
+                const int64_t *cols = sc->map + a;
+                for (ptrdiff_t m = 0; m < n; ++m)
+                    accumulate(o, step * m + (ptrdiff_t)cols[m], src, m, wt, ot);
+                continue;
+            }
+            if (by_key) { /* key a - t0 on */
+                char *o = op + (a - t0) * out->stride_r;
+                ptrdiff_t along = step + run->slope;
+                for (ptrdiff_t m = 0; m < n; ++m)
+                    accumulate(o, col + along * m, src, m, wt, ot);
+                continue;
+            }
+            char *o = op + i * out->stride_r;
+            if (run->slope == 1) {
+                for (ptrdiff_t m = 0; m < n; ++m)
+                    accumulate(o, col + m, src, m, wt, ot);
+            } else if (run->slope == -1) {
+                for (ptrdiff_t m = 0; m < n; ++m)
+                    accumulate(o, col - m, src, m, wt, ot);
+            } else if (wt == PE_F64) {
+                ((double *)o)[col] += sum_f64((const double *)src, n);
+            } else if (wt == PE_F32) {
+                ((float *)o)[col] += sum_f32((const float *)src, n);
+            } else {
+                for (ptrdiff_t m = 0; m < n; ++m)
+                    accumulate(o, col, src, m, wt, ot);
+            }
         }
     }
 }
+
+#define SCATTER_TASK(name, by_key, wt, ot)                                                         \
+    static void name(const struct scatter *sc, ptrdiff_t task)                                     \
+    {                                                                                              \
+        scatter_task(sc, task, by_key, wt, ot);                                                    \
+    }
+SCATTER_TASK(scatter_query_f16, 0, PE_F16, PE_F32)
+SCATTER_TASK(scatter_query_f32, 0, PE_F32, PE_F32)
+SCATTER_TASK(scatter_query_f64, 0, PE_F64, PE_F64)
+SCATTER_TASK(scatter_key_f16, 1, PE_F16, PE_F32)
+SCATTER_TASK(scatter_key_f32, 1, PE_F32, PE_F32)
+SCATTER_TASK(scatter_key_f64, 1, PE_F64, PE_F64)
 
 int pe_rel_scatter_add(const struct pe_rel_weights *w, const int64_t *map,
                        const struct pe_rel_sums *out, int nthreads)
@@ -533,46 +607,24 @@ int pe_rel_scatter_add(const struct pe_rel_weights *w, const int64_t *map,
     if (rows == 0 || q_len == 0)
         return 0;
     ptrdiff_t n = q_len + k_len - 1;
-    struct pe_rel_run *runs = malloc(((size_t)n + 1) * sizeof *runs);
+    struct pe_rel_run *runs = malloc(2 * ((size_t)n + 1) * sizeof *runs);
     if (runs == NULL)
         return -1;
-    ptrdiff_t nruns = find_runs(map, n, runs);
-    ptrdiff_t wsz = (ptrdiff_t)pe_itemsize(w->dtype), osz = (ptrdiff_t)pe_itemsize(out->dtype);
-    ptrdiff_t step = out->stride_r / osz; /* elements from a row of out to the next */
-    /* by key: a task is a block of keys (rows of out, which no other task
-     * writes), over every query in order; by query: a row of out */
-    enum { KEYS = 64 };
-    ptrdiff_t blocks = w->by_key ? (k_len + KEYS - 1) / KEYS : q_len;
-    ptrdiff_t tasks = pairs * blocks;
+    struct scatter sc = {w, out, map, runs, find_runs(map, n, runs), 0};
+    if (w->by_key) { /* by key, the runs short ones merged */
+        sc.runs = runs + sc.nruns + 1;
+        sc.nruns = merge_runs(runs, sc.nruns, runs + sc.nruns + 1);
+    }
+    sc.blocks = w->by_key ? (k_len + KEYS - 1) / KEYS : q_len;
+    static void (*const tasks[2][3])(const struct scatter *, ptrdiff_t) = {
+        {scatter_query_f16, scatter_query_f32, scatter_query_f64},
+        {scatter_key_f16, scatter_key_f32, scatter_key_f64}};
+    void (*fn)(const struct scatter *, ptrdiff_t) = tasks[w->by_key ? 1 : 0][w->dtype];
+    ptrdiff_t ntasks = pairs * sc.blocks;
 #pragma omp parallel for schedule(static)                                                          \
     num_threads(pe_team(nthreads, rows *(w->by_key ? q_len : k_len)))
-    for (ptrdiff_t task = 0; task < tasks; ++task) {
-        ptrdiff_t p = task / blocks, b = p / w->heads, h = p % w->heads;
-        const char *wp = w->data + b * w->stride_b + h * w->stride_h;
-        char *op = out->data + b * out->stride_b + h * out->stride_h;
-        ptrdiff_t i0 = w->by_key ? 0 : task % blocks, i1 = w->by_key ? q_len : i0 + 1;
-        ptrdiff_t j0 = w->by_key ? (task % blocks) * KEYS : 0;
-        ptrdiff_t j1 = w->by_key && j0 + KEYS < k_len ? j0 + KEYS : k_len;
-        for (ptrdiff_t i = i0; i < i1; ++i) {
-            ptrdiff_t t0 = q_len - 1 - i;
-            const char *wrow = wp + i * w->stride_q;
-            for (ptrdiff_t x = pe_rel_run_at(runs, nruns, t0 + j0);
-                 x < nruns && runs[x].start < t0 + j1; ++x) {
-                ptrdiff_t a = runs[x].start > t0 + j0 ? runs[x].start : t0 + j0;
-                ptrdiff_t e = runs[x + 1].start < t0 + j1 ? runs[x + 1].start : t0 + j1;
-                if (runs[x].base < 0)
-                    continue;
-                int64_t col = runs[x].base + runs[x].slope * (a - runs[x].start);
-                const char *src = wrow + (a - t0) * wsz;
-                if (w->by_key) /* key a - t0 on: one row of out further each step */
-                    scatter_segment(op + (a - t0) * out->stride_r, out->dtype, col,
-                                    step + runs[x].slope, src, w->dtype, e - a);
-                else
-                    scatter_segment(op + i * out->stride_r, out->dtype, col, runs[x].slope, src,
-                                    w->dtype, e - a);
-            }
-        }
-    }
+    for (ptrdiff_t task = 0; task < ntasks; ++task)
+        fn(&sc, task);
     free(runs);
     return 0;
 }

@@ -213,11 +213,12 @@ struct pe_rel_sums {
 /* The transpose of a gather: out[b, h, i, map[t]] += w[b, h, i, j] (by
  * query; out (batch, heads, q_len, width)) or out[b, h, j, map[t]] += w[b,
  * h, i, j] (w->by_key; out (batch, heads, k_len, width)), t = q_len - 1 -
- * i + j, map[t] = -1 left out; out of PE_F32 or PE_F64, each entry summed
- * in that type: by key in the order of i, by query in the order of j (the
- * weights of a clipped run, one entry's many, in sixteen running sums); the
- * same bits for any thread count.  0, or -1 if memory
- * ran out (nothing written). */
+ * i + j, map[t] = -1 left out; out of PE_F64 for PE_F64 weights, else of
+ * PE_F32, each entry summed in that type: by key in the order of i, by
+ * query in the order of j (a clipped run's float32 or float64 weights, one
+ * entry's many, summed apart, in sixteen or eight running sums from 16 or 8
+ * of them, and the sum added to the entry); the same bits for any thread
+ * count.  0, or -1 if memory ran out (nothing written). */
 int pe_rel_scatter_add(const struct pe_rel_weights *w, const int64_t *map,
                        const struct pe_rel_sums *out, int nthreads);
 
