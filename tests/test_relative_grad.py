@@ -248,6 +248,89 @@ def test_scatter_by_query_reads_strided_rows_and_gives_the_same_bits_on_any_thre
     np.testing.assert_allclose(runs[0], want, rtol=0, atol=k_len * np.finfo(kind).eps * 8)
 
 
+def _runs(index):
+    """The map's runs as (start, end, first column, slope), slope 1, -1 or
+    0 (the kernel's reading: a run of two or more steps of one slope)."""
+    runs, t, n = [], 0, len(index)
+    while t < n:
+        e, slope = t + 1, 0
+        if index[t] >= 0 and e < n and index[e] >= 0 and abs(int(index[e] - index[t])) <= 1:
+            slope = int(index[e] - index[t])
+            while e < n and index[e] >= 0 and index[e] == index[e - 1] + slope:
+                e += 1
+        elif index[t] < 0:
+            while e < n and index[e] < 0:
+                e += 1
+        runs.append((t, e, int(index[t]), slope))
+        t = e
+    return runs
+
+
+def _clipped_sum(x, kind):
+    """A clipped run's sum as relative.h orders it: fewer than `lanes`
+    weights in order from zero; else `lanes` running sums (16 for float32,
+    8 for float64) over the whole groups, folded in halves to eight, those
+    added pairwise, then the rest in order."""
+    lanes = 16 if kind == np.float32 else 8
+    one = kind(0)
+    if len(x) < lanes:
+        for v in x:
+            one = kind(one + v)
+        return one
+    whole = len(x) // lanes * lanes
+    a = np.zeros(lanes, kind)
+    for m in range(0, whole, lanes):
+        a = (a + x[m : m + lanes]).astype(kind)
+    while len(a) > 8:
+        a = (a[: len(a) // 2] + a[len(a) // 2 :]).astype(kind)
+    one = kind(
+        kind(kind(a[0] + a[4]) + kind(a[1] + a[5])) + kind(kind(a[2] + a[6]) + kind(a[3] + a[7]))
+    )
+    for v in x[whole:]:
+        one = kind(one + v)
+    return one
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_scatter_by_query_sums_in_the_order_its_header_gives(dtype):
+    # relative.h: by query, each entry in the order of j; a clipped run's
+    # weights summed apart (_clipped_sum) and that sum added to the entry:
+    # the same bits from a NumPy walk of the same runs, on maps with clipped
+    # runs of every length around 8 and 16 and weights of mixed magnitudes
+    rng = np.random.default_rng(13)
+    kind = np.dtype(dtype).type
+    q_len, k_len, width = 40, 90, 30
+    pieces = []
+    for length in (1, 2, 7, 8, 9, 15, 16, 17, 31, 32, 33, 40):
+        pieces.append([int(rng.integers(0, width))] * length)
+        start = int(rng.integers(5, width - 5))
+        pieces.append([start + m for m in range(3)])
+    index = np.array(sum(pieces, []) * 2, np.int64)[: q_len + k_len - 1]
+    assert len(index) == q_len + k_len - 1
+    w = (rng.standard_normal((1, 2, q_len, k_len)) * 10.0 ** rng.integers(-3, 4, k_len)).astype(
+        kind
+    )
+    out = rng.standard_normal((1, 2, q_len, width)).astype(kind)
+    want = out.copy()
+    _core.rel_scatter_add(w, index, out, True, False)
+    runs = _runs(index)
+    for h in range(2):
+        for i in range(q_len):
+            row, t0 = want[0, h, i], q_len - 1 - i
+            for start, end, col, slope in runs:
+                a, e = max(start, t0), min(end, t0 + k_len)
+                if a >= e or col < 0:
+                    continue
+                x = w[0, h, i, a - t0 : e - t0]
+                c = col + slope * (a - start)
+                if slope == 0:
+                    row[c] = kind(row[c] + _clipped_sum(x, kind))
+                else:
+                    for m, v in enumerate(x):
+                        row[c + slope * m] = kind(row[c + slope * m] + v)
+    np.testing.assert_array_equal(out.view(f"u{out.itemsize}"), want.view(f"u{want.itemsize}"))
+
+
 def test_padded_rows_lie_an_odd_number_of_cache_lines_apart():
     from posenc.relative import _padded_rows
 
