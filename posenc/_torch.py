@@ -467,7 +467,12 @@ def config_text(config, layer_type):
     params = dict(rope.params)
     params["rope_type"] = rope.family.name
     params.pop("type", None)
+    sections = _rope_scaling.sections(rope)
+    if sections is not None:  # M-RoPE's layout as the model reads it
+        params["mrope_interleaved"] = sections[1]
     plain = {"rope_parameters": params, "head_dim": rope.head_dim}
+    if rope.model_type is not None:
+        plain["model_type"] = rope.model_type
     try:
         return json.dumps(plain, default=_plain_number)
     except (TypeError, ValueError) as exc:

@@ -543,7 +543,11 @@ def apply_rope(
         from row 0, then row 1's, ... (False: Qwen2-VL, Qwen2.5-VL), or
         interleaved (True: Qwen3-VL): row ``c >= 1`` on pairs ``c, c + n,
         c + 2n, ...`` (``mrope_section[c]`` of them, ``n`` rows), row 0 on
-        the rest.  Default: the config's ``mrope_interleaved``, else False.
+        the rest.  Default: from a config, the layout its model's rotary
+        code uses (``model_type``: Qwen2-VL's runs, Qwen3-VL's interleaving;
+        sections in the config of another model are refused), from a rope
+        dict its ``mrope_interleaved`` (required there, but in Qwen2-VL's
+        ``"type": "mrope"``), else False.
     axial : int or list of int, optional
         2-D (axial) RoPE of vision transformers: `positions` has a leading
         axis of rows (a patch's row and column: ``(2, n_patches)``, see
@@ -556,7 +560,9 @@ def apply_rope(
         frequencies (``layout="interleaved"`` with `rotary_dim`).  The
         default frequencies only (no `scaling` family); a vision tower's
         config (``rope_type: "axial"``, e.g. Qwen2-VL's ``vision_config``)
-        means ``axial=2``.
+        means ``axial=2`` for the towers whose scheme is Qwen2-VL's; the
+        configs of other towers that call theirs "axial" (Pixtral, Gemma 4,
+        ...) and a bare ``{"rope_type": "axial"}`` dict are refused.
     xpos : {None, "query", "key"}
         xPos (Sun et al. 2022, "A Length-Extrapolatable Transformer"; the
         ``scale_base`` of flash-attn's rotary embedding, the ``use_xpos``

@@ -383,6 +383,49 @@ _KNOWN_KEYS = frozenset().union(_COMMON_KEYS, _UNSUPPORTED_KEYS, *(f.keys for f 
 _LONGROPE_ONLY = frozenset({"short_factor", "long_factor"})
 _YARN_ONLY = frozenset({"beta_fast", "beta_slow", "mscale", "mscale_all_dim", "truncate"})
 
+# How each model's rotary code (transformers' *RotaryEmbedding) shares the
+# pairs among M-RoPE's position rows, whatever its config's mrope_interleaved
+# says: in runs of mrope_section[c] pairs (False) or interleaved (True).
+# Other models with sections (Ernie 4.5 VL, HunYuan-VL, ...) lay them out
+# otherwise, and a config of any model not listed is refused.
+_MROPE_LAYOUT = {
+    **dict.fromkeys(
+        ("qwen2_vl", "qwen2_vl_text", "qwen2_5_vl", "qwen2_5_vl_text", "qwen2_5_omni_text")
+        + ("glm4v", "glm4v_text", "glm4v_moe", "glm4v_moe_text", "glm_image", "glm_image_text")
+        + ("glm_ocr", "glm_ocr_text", "paddleocr_vl", "paddleocr_vl_text"),
+        False,
+    ),
+    **dict.fromkeys(
+        ("qwen3_vl", "qwen3_vl_text", "qwen3_vl_moe", "qwen3_vl_moe_text", "qwen3_5")
+        + ("qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text", "qwen3_omni_moe_text")
+        + ("qwen4_exp", "qwen4_exp_text", "cosmos3_edge", "cosmos3_edge_text", "hy_v4_vl")
+        + ("hy_v4_vl_text", "cohere_compass_text"),
+        True,
+    ),
+}
+
+# The vision towers whose rope_type "axial" is Qwen2-VL's (the pairs in two
+# halves, rows then columns, each half a ladder of d/2 features): other
+# towers' "axial" (Pixtral's, Gemma 4's, Kimi-K2.5's, ...) is another scheme
+_AXIAL_AS_QWEN2_VL = frozenset(
+    ("qwen2_vl_vision", "qwen2_5_vl_vision", "qwen2_5_omni_vision_encoder", "qwen3_vl_vision")
+    + ("qwen3_vl_moe_vision", "qwen3_5_vision", "qwen3_5_moe_vision", "qwen4_exp_vision")
+    + ("qwen3_omni_moe_vision_encoder", "glm4v_vision", "glm4v_moe_vision", "glm_ocr_vision")
+    + ("glm5_next_vision", "paddleocr_vl_vision", "ernie4_5_vl_moe_vision", "exaone4_5_vision")
+    + ("cohere_compass_vision", "dots3_note_vision_encoder", "lfm3_vl_vision", "mlcd_vision_model")
+    + ("muse_glimmer_vision", "muse_spark_vision", "video_llama_3_vision")
+)
+
+# keys of older config.json files that transformers rewrites when it loads
+# them (into partial_rotary_factor, rope_theta): not read by posenc, so a
+# config that has them without the key they became is refused
+_LEGACY_CONFIG_KEYS = {
+    "rotary_pct": "partial_rotary_factor",
+    "rotary_emb_fraction": "partial_rotary_factor",
+    "rotary_dim": "partial_rotary_factor",
+    "rotary_emb_base": "rope_theta",
+}
+
 
 @dataclass(frozen=True)
 class Rope:
@@ -393,6 +436,9 @@ class Rope:
     family: Family
     params: Dict[str, Any]
     head_dim: Optional[int] = None
+    #: read from a whole config (not a bare rope dict), and its model_type if it states one
+    whole_config: bool = False
+    model_type: Optional[str] = None
 
     @property
     def name(self) -> str:
@@ -484,6 +530,8 @@ def _from_config(config: Any, layer_type: Optional[str]) -> Tuple[Dict[str, Any]
     rope = _config_value(config, "rope_parameters")
     if rope is None:
         rope = _config_value(config, "rope_scaling")
+    if rope is None and _config_value(config, "rope_theta") is None:
+        _refuse_composite(config)
     if rope is not None and not isinstance(rope, Mapping):
         raise TypeError(f"scaling.rope_parameters must be a dict, not {type(rope).__name__}")
     params = dict(_select_layer(dict(rope or {}), layer_type, "the config"))
@@ -500,8 +548,33 @@ def _from_config(config: Any, layer_type: Optional[str]) -> Tuple[Dict[str, Any]
         # Phi-3 keeps the pretraining length beside its rope dict; transformers
         # gives it priority over the dict's
         params[_TRAINED] = trained
+    for key, modern in _LEGACY_CONFIG_KEYS.items():
+        if _config_value(config, key) is not None and params.get(modern) is None:
+            raise ValueError(
+                f"scaling.{key}: a config with {key} and no {modern} is an older config.json "
+                f"that transformers rewrites as it loads it; posenc does not read {key}: pass "
+                "the config transformers loads (AutoConfig.from_pretrained), or state "
+                f"{modern} in it"
+            )
     axial_rope = params.get("rope_type", params.get("type")) == "axial"
     return params, _head_dim(config, axial_rope)
+
+
+def _model_type(config: Any) -> Optional[str]:
+    model_type = _config_value(config, "model_type")
+    return model_type if isinstance(model_type, str) and model_type else None
+
+
+def _refuse_composite(config: Any) -> None:
+    """A ValueError for a config whose RoPE lies in its sub-configs
+    (a vision-language model's text_config and vision_config)."""
+    subs = [k for k in ("text_config", "vision_config") if _config_value(config, k) is not None]
+    if subs:
+        which = " or ".join(f"config.{k}" for k in subs)
+        raise ValueError(
+            f"scaling is a composite {_model_type(config) or 'model'} config: its RoPE "
+            f"parameters are in its sub-configs; pass {which}"
+        )
 
 
 def _family_of(params: Params) -> Family:
@@ -563,22 +636,35 @@ def read(scaling: Optional[RopeScaling], layer_type: Optional[str] = None) -> Ro
         if layer_type is not None:
             raise ValueError("layer_type was given without scaling (a config to choose from)")
         return _DEFAULT
-    if _is_config(scaling):
+    whole = _is_config(scaling)
+    if whole:
         params, head_dim = _from_config(scaling, layer_type)
     elif isinstance(scaling, Mapping):
         params, head_dim = dict(_select_layer(scaling, layer_type, "scaling")), None
     else:
+        _refuse_composite(scaling)
         raise TypeError(
             "scaling must be None, a dict like transformers' rope_scaling / rope_parameters, "
             f"or a transformers config, not {type(scaling).__name__}"
         )
     family = _family_of(params)
-    sections(Rope(family, params))  # M-RoPE's keys are checked whoever reads them
+    model_type = _model_type(scaling) if whole else None
+    rope = Rope(family, params, head_dim, whole, model_type)
+    sections(rope)  # M-RoPE's keys are checked whoever reads them
+    if family.rows and model_type not in _AXIAL_AS_QWEN2_VL:
+        source = f"a {model_type!r} config" if model_type else "scaling"
+        raise ValueError(
+            f"rope_type 'axial' of {source}: the vision towers that name their 2-D RoPE "
+            "'axial' lay it out in different ways (Qwen2-VL's halves of rows and columns, "
+            "Pixtral's, Gemma 4's, Kimi-K2.5's, ...), and posenc implements Qwen2-VL's, which "
+            f"it reads from the configs of {', '.join(sorted(_AXIAL_AS_QWEN2_VL)[:3])}, ... "
+            "only; for another tower whose scheme is Qwen2-VL's, pass axial=2 without scaling"
+        )
     if family.name in ("llama3", "yarn", "longrope") and params.get(_TRAINED) is None:
         # transformers' default for the pretraining length
         if params.get("max_position_embeddings") is not None:
             params[_TRAINED] = params["max_position_embeddings"]
-    return Rope(family, params, head_dim)
+    return rope
 
 
 def sections(rope: Rope) -> Optional[Tuple[Tuple[int, ...], bool]]:
@@ -593,9 +679,33 @@ def sections(rope: Rope) -> Optional[Tuple[Tuple[int, ...], bool]]:
                 "(the pairs of each of M-RoPE's position rows)"
             )
         return None
-    return section_list(section, "scaling['mrope_section']"), flag(
-        interleaved, "scaling['mrope_interleaved']"
-    )
+    section = section_list(section, "scaling['mrope_section']")
+    stated = None if interleaved is None else flag(interleaved, "scaling['mrope_interleaved']")
+    if rope.whole_config:
+        # the model's rotary code decides, not the flag (which it does not read)
+        layout = _MROPE_LAYOUT.get(rope.model_type or "")
+        if layout is None:
+            raise ValueError(
+                f"M-RoPE's mrope_section in the config of model type {rope.model_type!r}: posenc "
+                "does not know how this model's rotary code shares the pairs among the position "
+                "rows (Qwen2-VL's runs, Qwen3-VL's interleaving, or another scheme); if it is one "
+                "of those two, pass the rope dict with mrope_interleaved stated"
+            )
+        if stated is not None and stated != layout:
+            raise ValueError(
+                f"scaling['mrope_interleaved'] = {stated}, but {rope.model_type}'s rotary code "
+                f"{'interleaves' if layout else 'does not interleave'} M-RoPE's sections"
+            )
+        return section, layout
+    if stated is None:
+        if rope.params.get("type") == "mrope" or rope.params.get("rope_type") == "mrope":
+            return section, False  # Qwen2-VL's own dialect
+        raise ValueError(
+            "scaling has mrope_section but not mrope_interleaved: Qwen2-VL and Qwen2.5-VL "
+            "share the pairs among the rows in runs (False), Qwen3-VL and later models "
+            "interleave them (True); state which, or pass the model's config"
+        )
+    return section, stated
 
 
 def section_list(value: Any, name: str) -> Tuple[int, ...]:
@@ -643,6 +753,12 @@ def base_of(base: float, rope: Rope) -> float:
     disagree."""
     theta = _number(rope.params, "rope_theta", rope.name, required=False, positive=True)
     if theta is None:
+        if rope.whole_config and base == DEFAULT_BASE:
+            raise ValueError(
+                "scaling is a config that states no rope_theta: its model class's default "
+                "applies, which posenc cannot know; pass the config transformers loads "
+                "(AutoConfig.from_pretrained fills it in), state rope_theta in it, or pass base="
+            )
         return base
     if base != DEFAULT_BASE and base != theta:
         raise ValueError(f"base = {base} disagrees with scaling['rope_theta'] = {theta}")

@@ -280,7 +280,7 @@ ROWS = [
 X16 = np.ones((1, 2, 4, 16), np.float32)
 IDS3 = np.zeros((3, 1, 4), np.int64)
 IDS2 = np.zeros((2, 4), np.int64)
-MROPE_QWEN2 = {"rope_type": "default", "mrope_section": [4, 2, 2]}
+MROPE_QWEN2 = {"rope_type": "default", "mrope_section": [4, 2, 2], "mrope_interleaved": False}
 
 
 def _mrope(positions=IDS3, x=X16, **kw):

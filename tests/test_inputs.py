@@ -274,19 +274,25 @@ def test_parameters_posenc_does_not_implement_are_refused_by_name(params, name):
 
 
 @pytest.mark.parametrize(
-    "params",
+    "params,model_type",
     [
-        {"rope_type": "default", "mrope_section": [4, 6, 6]},
-        {"type": "mrope", "mrope_section": [4, 6, 6]},  # Qwen2-VL's config.json
-        {"rope_type": "default", "mrope_section": [8, 4, 4], "mrope_interleaved": True},
+        ({"rope_type": "default", "mrope_section": [4, 6, 6], "mrope_interleaved": False}, None),
+        ({"type": "mrope", "mrope_section": [4, 6, 6]}, "qwen2_vl"),  # Qwen2-VL's config.json
+        (
+            {"rope_type": "default", "mrope_section": [8, 4, 4], "mrope_interleaved": True},
+            "qwen3_vl_text",
+        ),
     ],
 )
-def test_mrope_configs_need_positions_in_three_rows(params):
+def test_mrope_configs_need_positions_in_three_rows(params, model_type):
     # the frequencies are the plain ones of the head: M-RoPE only chooses positions
     inv, att = posenc.rope_frequencies(32, scaling=params)
     np.testing.assert_allclose(inv, 10000.0 ** (-np.arange(16) / 16), rtol=1e-15)
     assert att == 1.0
-    config = SimpleNamespace(rope_parameters=params, head_dim=32, max_position_embeddings=8192)
+    config = SimpleNamespace(
+        rope_parameters=params, head_dim=32, max_position_embeddings=8192, rope_theta=10000.0,
+        model_type=model_type or "qwen2_5_vl_text",
+    )  # fmt: skip
     x = np.zeros((2, 4, 5, 32))
     for scaling in (params, config):
         for positions in (None, np.arange(5), np.zeros((2, 5)), np.zeros((2, 2, 5))):

@@ -393,3 +393,126 @@ def test_a_vision_config_is_read_as_axial_rope(hf, name):
         posenc.apply_rope(q, seq_axis=-3, scaling=config)
     with pytest.raises(ValueError, match="head dimension"):
         posenc.apply_rope(q[..., :64], ids, seq_axis=-3, scaling=config)
+
+
+# ---------------------------------------------------------------- what a config means
+
+
+def _rotary_class(hf, package, name):
+    import importlib
+
+    return getattr(
+        importlib.import_module(f"transformers.models.{package}.modeling_{package}"), name
+    )
+
+
+MROPE_BY_MODEL = {  # configs whose sections come without mrope_interleaved
+    "cosmos3_edge": lambda t: t.Cosmos3EdgeTextConfig(),
+    "hy_v4_vl": lambda t: t.HYV4VLTextConfig(),
+    "qwen3_vl": lambda t: t.Qwen3VLTextConfig(
+        hidden_size=256,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=128,
+        rope_parameters={"rope_type": "default", "mrope_section": [24, 20, 20], "rope_theta": 5e6},
+    ),
+}
+ROTARY_CLASSES = {
+    "cosmos3_edge": "Cosmos3EdgeTextRotaryEmbedding",
+    "hy_v4_vl": "HYV4VLRotaryEmbedding",
+    "qwen3_vl": "Qwen3VLTextRotaryEmbedding",
+}
+
+
+@pytest.mark.parametrize("name", sorted(MROPE_BY_MODEL))
+def test_a_config_without_mrope_interleaved_rotates_as_its_model_does(hf, name):
+    # the model's rotary code interleaves the sections whatever the config says
+    # (read as Qwen2-VL's runs, the rows' cos differed by up to 2.0)
+    config = MROPE_BY_MODEL[name](hf.t)
+    assert "mrope_interleaved" not in config.rope_parameters
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    ids = np.arange(64)[None]
+    rows = np.stack([ids, ids // 4, ids % 7])  # three different rows
+    rotary = _rotary_class(hf, name, ROTARY_CLASSES[name])(config)
+    cos, sin = rotary(hf.torch.zeros(1), hf.torch.from_numpy(rows))
+    c, s = posenc.rope_cos_sin(rows, head_dim, scaling=config)
+    np.testing.assert_allclose(c, cos.numpy(), rtol=0, atol=1e-5)  # float32 phases below 64
+    np.testing.assert_allclose(s, sin.numpy(), rtol=0, atol=1e-5)
+    # the same from its config.json dict; a flag that says otherwise is refused
+    config_json = config.to_dict()
+    c_json, _ = posenc.rope_cos_sin(rows, head_dim, scaling=config_json)
+    np.testing.assert_array_equal(c_json, c)
+    config_json["rope_parameters"]["mrope_interleaved"] = False
+    with pytest.raises(ValueError, match="rotary code interleaves"):
+        posenc.rope_cos_sin(rows, head_dim, scaling=config_json)
+    # a bare rope dict cannot say which model it is: it must state the layout
+    bare = dict(config.rope_parameters)
+    with pytest.raises(ValueError, match="state which"):
+        posenc.rope_cos_sin(rows, head_dim, scaling=bare)
+    c_bare, _ = posenc.rope_cos_sin(rows, head_dim, scaling=dict(bare, mrope_interleaved=True))
+    np.testing.assert_array_equal(c_bare, c)
+
+
+def test_sections_of_a_model_posenc_does_not_know_are_refused(hf):
+    # Ernie 4.5 VL puts height and width on alternating pairs and time last
+    config = hf.t.Ernie4_5_VLMoeTextConfig(
+        rope_parameters={"rope_type": "default", "rope_theta": 5e5, "mrope_section": [22, 22, 20]}
+    )
+    with pytest.raises(ValueError, match="ernie4_5_vl_moe_text"):
+        posenc.rope_frequencies(128, scaling=config)
+    # a Qwen2-VL config whose flag says interleaved: its model does not interleave
+    qwen2, _, _ = _text_model(hf, "qwen2_vl")
+    with pytest.raises(ValueError, match="does not interleave"):
+        posenc.rope_frequencies(
+            128, scaling=dict(qwen2.to_dict(), rope_parameters=dict(
+                qwen2.rope_parameters, mrope_interleaved=True))
+        )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda t: t.PixtralVisionConfig(),
+        lambda t: t.Gemma4VisionConfig(),
+        lambda t: t.Kimi_K25VisionConfig(),
+    ],
+)
+def test_vision_configs_whose_axial_rope_is_another_scheme_are_refused(hf, make):
+    # their "axial" is not Qwen2-VL's: read as it, Pixtral's inv_freq was off by
+    # a third, and every tower's rotation by up to 5
+    config = make(hf.t)
+    assert config.rope_parameters["rope_type"] == "axial"
+    with pytest.raises(ValueError, match="rope_type 'axial' of a '.*' config"):
+        posenc.rope_frequencies(64, scaling=config)
+    with pytest.raises(ValueError, match="rope_type 'axial' of scaling"):
+        posenc.rope_frequencies(64, scaling=dict(config.rope_parameters))
+
+
+def test_composite_and_older_configs_are_refused_rather_than_read_with_defaults(hf):
+    # a vision-language model's config: the RoPE is in its sub-configs (read as
+    # a config.json dict, it gave base 10000's frequencies for Qwen3-VL's 5e5)
+    config = hf.t.Qwen3VLConfig()
+    for scaling in (config, config.to_dict()):
+        with pytest.raises(ValueError, match="config.text_config or config.vision_config"):
+            posenc.rope_frequencies(128, scaling=scaling)
+    inv, _ = posenc.rope_frequencies(128, scaling=config.text_config)
+    np.testing.assert_allclose(
+        inv[1], config.text_config.rope_parameters["rope_theta"] ** -(2 / 128)
+    )
+    # a config.json without rope_theta: its class's default, which differs by model
+    llama_json = {"model_type": "llama", "hidden_size": 256, "num_attention_heads": 4}
+    with pytest.raises(ValueError, match="states no rope_theta"):
+        posenc.rope_frequencies(64, scaling=llama_json)
+    want = hf.t.LlamaConfig(**{k: v for k, v in llama_json.items() if k != "model_type"})
+    np.testing.assert_array_equal(
+        posenc.rope_frequencies(64, scaling=dict(llama_json, rope_theta=10000.0))[0],
+        posenc.rope_frequencies(64, scaling=want)[0],
+    )
+    # GPT-NeoX's older config.json: rotary_pct (0.25 by its class's default)
+    neox_json = {"model_type": "gpt_neox", "hidden_size": 256, "num_attention_heads": 4}
+    neox_json.update(rotary_pct=0.25, rotary_emb_base=10000)
+    with pytest.raises(ValueError, match="rotary_pct"):
+        posenc.rope_frequencies(64, scaling=neox_json)
+    neox = hf.t.GPTNeoXConfig(**{k: v for k, v in neox_json.items() if k != "model_type"})
+    assert neox.rope_parameters["partial_rotary_factor"] == 0.25  # what transformers makes of it
+    assert posenc.rope_frequencies(64, scaling=neox)[0].shape == (8,)
