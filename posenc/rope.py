@@ -512,7 +512,10 @@ def apply_rope(
         the interleaved one: the exact inverse, and (the rotation being
         orthogonal and the change of layout a permutation) the backward
         pass.  ``out=x`` goes through a temporary (a row is read in one
-        layout and written in the other).
+        layout and written in the other).  With the config of a model whose
+        code turns interleaved pairs (Cohere, GLM, Helium, Ernie 4.5, Llama 4,
+        ...; a DeepSeek-V3 config with ``rope_interleave``), ``"half"`` is
+        refused and the error names the layout to pass.
     rotary_dim : int, optional
         The number ``r`` of leading features rotated (partial rotary, as in
         GPT-NeoX, Phi, GLM), even and ``<= dim``; the rest pass through.  The
@@ -636,6 +639,7 @@ def apply_rope(
         raise TypeError(f"inverse must be a bool, not {type(inverse).__name__}")
     role, scale_base, centre = _xpos_options(xpos, xpos_scale_base, xpos_centre)
     rotary, base, rope = _rotary_dim(dim, rotary_dim, base, scaling, layer_type)
+    rope_scaling.check_layout(layout, rope)
     chan = _channel_plan(rotary, base, rope, mrope_section, mrope_interleaved, axial)
     if chan is not None and role is not None:
         raise ValueError(

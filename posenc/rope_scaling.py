@@ -416,6 +416,19 @@ _AXIAL_AS_QWEN2_VL = frozenset(
     + ("muse_glimmer_vision", "muse_spark_vision", "video_llama_3_vision")
 )
 
+# The models whose code turns interleaved pairs (x[2i], x[2i + 1]), as GPT-J
+# does, not the halves Llama's code turns: apply_rope with their config and
+# layout "half" would rotate the wrong features, so it is refused (their cos
+# and sin tables are each model's own: some are laid out as Llama's and
+# interleaved inside their apply_rotary_pos_emb, so rope_cos_sin takes either)
+_INTERLEAVED_PAIRS = frozenset(
+    ("blt", "blt_global_transformer", "blt_local_decoder", "blt_local_encoder", "cohere")
+    + ("cohere2", "cohere2_moe", "ernie4_5", "ernie4_5_moe", "ernie4_5_vl_moe_text", "glm")
+    + ("glm4", "glm4v", "glm4v_text", "glm_ocr", "glm_ocr_text", "helium", "hy_v4_vl")
+    + ("hy_v4_vl_text", "llama4", "llama4_text", "moonshine", "moonshine_streaming")
+    + ("moonshine_streaming_encoder", "openai_privacy_filter")
+)
+
 # keys of older config.json files that transformers rewrites when it loads
 # them (into partial_rotary_factor, rope_theta): not read by posenc, so a
 # config that has them without the key they became is refused
@@ -439,6 +452,10 @@ class Rope:
     #: read from a whole config (not a bare rope dict), and its model_type if it states one
     whole_config: bool = False
     model_type: Optional[str] = None
+    #: the layout apply_rope needs where the model's code turns interleaved
+    #: pairs ("interleaved", or "interleaved_to_half" for DeepSeek-V3's
+    #: ``rope_interleave``), None where its code turns halves or is unknown
+    pairs: Optional[str] = None
 
     @property
     def name(self) -> str:
@@ -649,7 +666,12 @@ def read(scaling: Optional[RopeScaling], layer_type: Optional[str] = None) -> Ro
         )
     family = _family_of(params)
     model_type = _model_type(scaling) if whole else None
-    rope = Rope(family, params, head_dim, whole, model_type)
+    pairs = None
+    if whole and _config_value(scaling, "rope_interleave") is True:
+        pairs = "interleaved_to_half"  # DeepSeek-V3's apply_rotary_pos_emb_interleave
+    elif model_type in _INTERLEAVED_PAIRS:
+        pairs = "interleaved"
+    rope = Rope(family, params, head_dim, whole, model_type, pairs)
     sections(rope)  # M-RoPE's keys are checked whoever reads them
     if family.rows and model_type not in _AXIAL_AS_QWEN2_VL:
         source = f"a {model_type!r} config" if model_type else "scaling"
@@ -763,6 +785,17 @@ def base_of(base: float, rope: Rope) -> float:
     if base != DEFAULT_BASE and base != theta:
         raise ValueError(f"base = {base} disagrees with scaling['rope_theta'] = {theta}")
     return theta
+
+
+def check_layout(layout: str, rope: Rope) -> None:
+    """A ValueError for apply_rope's layout "half" with the config of a model
+    whose code turns interleaved pairs."""
+    if layout == "half" and rope.pairs is not None:
+        raise ValueError(
+            f"layout = 'half' with a {rope.model_type or 'model'!r} config: that model turns "
+            f"interleaved pairs (x[2i], x[2i + 1]); pass layout={rope.pairs!r} (for weights "
+            "permuted to the half layout, pass the rope dict instead of the config)"
+        )
 
 
 def check_head_dim(dim: int, rope: Rope, name: str) -> None:

@@ -352,3 +352,44 @@ def test_half_width_tables_bad_input():
         posenc.rope_cos_sin(4, 8, full="no")
     with pytest.raises(TypeError, match="full"):
         posenc.rope_cos_sin(4, 8, full=None)
+
+
+@pytest.mark.parametrize("package", ["cohere", "glm4", "helium", "ernie4_5"])
+def test_a_config_of_a_model_that_turns_interleaved_pairs_needs_that_layout(hf, package):
+    """Cohere's, GLM-4's, Helium's and Ernie 4.5's attention turn (x[2i],
+    x[2i+1]): apply_rope with their config and the default half layout was
+    off by up to 6.5 and is refused; layout="interleaved" is the model's own
+    rotation (its rotary module's float32 cos and sin, its
+    apply_rotary_pos_emb)."""
+    import importlib
+
+    import transformers
+
+    module = importlib.import_module(f"transformers.models.{package}.modeling_{package}")
+    config_class = {
+        "cohere": transformers.CohereConfig,
+        "glm4": transformers.Glm4Config,
+        "helium": transformers.HeliumConfig,
+        "ernie4_5": transformers.Ernie4_5Config,
+    }[package]
+    config = config_class(hidden_size=256, num_attention_heads=4, num_key_value_heads=4)
+    head_dim = getattr(config, "head_dim", None) or 64
+    rotary = next(c for n, c in vars(module).items() if n.endswith("RotaryEmbedding"))(config)
+    torch = hf.torch
+    rng = np.random.default_rng(12)
+    x = rng.standard_normal((1, 2, 30, head_dim)).astype(np.float32)
+    ids = np.arange(30)[None]
+    xt = torch.from_numpy(x)
+    cos, sin = rotary(xt, torch.from_numpy(ids))
+    want = module.apply_rotary_pos_emb(xt, xt, cos, sin)[0].numpy()
+    with pytest.raises(ValueError, match="pass layout='interleaved'"):
+        posenc.apply_rope(x, ids, scaling=config)
+    got = posenc.apply_rope(x, ids, scaling=config, layout="interleaved")
+    np.testing.assert_allclose(got, want, rtol=0, atol=2e-5 * np.abs(x).max())
+    # a bare rope dict does not say which model it is: the caller's layout
+    posenc.apply_rope(x, ids, scaling=dict(config.rope_parameters))
+    # DeepSeek-V3 with rope_interleave: its own rotation, named
+    deepseek = _deepseek_config(hf)
+    deepseek.rope_interleave = True
+    with pytest.raises(ValueError, match="pass layout='interleaved_to_half'"):
+        posenc.apply_rope(np.zeros((1, 2, 3, 16)), np.arange(3)[None], scaling=deepseek)
