@@ -289,6 +289,7 @@ def rope_cos_sin(
     full = _flag(full, "full")
     role, scale_base, centre = _xpos_options(xpos, xpos_scale_base, xpos_centre)
     rotary, base, rope = rope_scaling.resolve(dim, base, scaling, layer_type)
+    rope_scaling.check_table_layout(layout, rope)
     chan = _channel_plan(rotary, base, rope, mrope_section, mrope_interleaved, axial)
     if chan is not None and (role is not None or not full):
         raise ValueError(

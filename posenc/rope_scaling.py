@@ -429,9 +429,19 @@ _INTERLEAVED_PAIRS = frozenset(
     + ("moonshine_streaming_encoder", "openai_privacy_filter")
 )
 
+# The models whose rotary module makes its cos and sin tables interleaved
+# (each value twice in a row), and those that order them their own way (Ernie
+# 4.5 VL: the frequencies of height and width on alternating pairs, time's
+# last, put back in order inside its apply_rotary_pos_emb)
+_INTERLEAVED_TABLES = frozenset(
+    ("blt", "blt_global_transformer", "blt_local_decoder", "blt_local_encoder", "cohere")
+    + ("cohere2", "cohere2_moe", "glm4v", "glm4v_text", "glm_ocr", "glm_ocr_text")
+)
+_OWN_TABLES = frozenset(("ernie4_5_vl_moe", "ernie4_5_vl_moe_text"))
+
 # keys of older config.json files that transformers rewrites when it loads
 # them (into partial_rotary_factor, rope_theta): not read by posenc, so a
-# config that has them without the key they became is refused
+# config.json dict that has them without the key they became is refused
 _LEGACY_CONFIG_KEYS = {
     "rotary_pct": "partial_rotary_factor",
     "rotary_emb_fraction": "partial_rotary_factor",
@@ -456,6 +466,9 @@ class Rope:
     #: pairs ("interleaved", or "interleaved_to_half" for DeepSeek-V3's
     #: ``rope_interleave``), None where its code turns halves or is unknown
     pairs: Optional[str] = None
+    #: how the model's rotary module lays out its cos and sin tables where
+    #: that is not as Llama's: "interleaved", or "own" (an order of its own)
+    tables: Optional[str] = None
 
     @property
     def name(self) -> str:
@@ -566,7 +579,11 @@ def _from_config(config: Any, layer_type: Optional[str]) -> Tuple[Dict[str, Any]
         # gives it priority over the dict's
         params[_TRAINED] = trained
     for key, modern in _LEGACY_CONFIG_KEYS.items():
-        if _config_value(config, key) is not None and params.get(modern) is None:
+        # a config object has been through transformers' rewrite (a key it
+        # keeps, such as MiniMax-M3-VL's rotary_dim, its model does not read)
+        if not isinstance(config, Mapping):
+            break
+        if config.get(key) is not None and params.get(modern) is None:
             raise ValueError(
                 f"scaling.{key}: a config with {key} and no {modern} is an older config.json "
                 f"that transformers rewrites as it loads it; posenc does not read {key}: pass "
@@ -671,7 +688,14 @@ def read(scaling: Optional[RopeScaling], layer_type: Optional[str] = None) -> Ro
         pairs = "interleaved_to_half"  # DeepSeek-V3's apply_rotary_pos_emb_interleave
     elif model_type in _INTERLEAVED_PAIRS:
         pairs = "interleaved"
-    rope = Rope(family, params, head_dim, whole, model_type, pairs)
+    tables = (
+        "interleaved"
+        if model_type in _INTERLEAVED_TABLES
+        else "own"
+        if model_type in _OWN_TABLES
+        else None
+    )
+    rope = Rope(family, params, head_dim, whole, model_type, pairs, tables)
     sections(rope)  # M-RoPE's keys are checked whoever reads them
     if family.rows and model_type not in _AXIAL_AS_QWEN2_VL:
         source = f"a {model_type!r} config" if model_type else "scaling"
@@ -795,6 +819,25 @@ def check_layout(layout: str, rope: Rope) -> None:
             f"layout = 'half' with a {rope.model_type or 'model'!r} config: that model turns "
             f"interleaved pairs (x[2i], x[2i + 1]); pass layout={rope.pairs!r} (for weights "
             "permuted to the half layout, pass the rope dict instead of the config)"
+        )
+
+
+def check_table_layout(layout: str, rope: Rope) -> None:
+    """A ValueError for rope_cos_sin's tables where they would not be those
+    of the config's model: layout "half" for a model whose rotary module
+    makes them interleaved, any layout for one that orders them its own way."""
+    if rope.tables == "own":
+        raise ValueError(
+            f"rope_cos_sin with a {rope.model_type!r} config: that model's rotary module orders "
+            "its cos and sin its own way (height's and width's frequencies on alternating "
+            "pairs, time's last), which posenc's tables do not follow; apply_rope with "
+            "layout='interleaved' rotates its text tokens as the model does"
+        )
+    if layout == "half" and rope.tables == "interleaved":
+        raise ValueError(
+            f"layout = 'half' with a {rope.model_type!r} config: that model's rotary module "
+            "makes its cos and sin interleaved (each value twice in a row); pass "
+            "layout='interleaved'"
         )
 
 

@@ -1,0 +1,208 @@
+"""Every rotary embedding class of the installed transformers against posenc.
+
+For each ``*RotaryEmbedding`` class of ``transformers.models`` that a config
+builds, with the default config of its model (the text sub-config of a
+composite one, every layer type of per-layer parameters): the module's own
+cos and sin for 64 positions (three different rows for M-RoPE's sections,
+an 8 x 8 grid of patches for a vision tower's ``"axial"``), against
+``posenc.rope_cos_sin(positions, head_dim, scaling=config)`` for each head
+dimension the config can mean.  posenc must either give the module's numbers
+(within the module's float32 rounding) or refuse with TypeError or
+ValueError: a config it reads otherwise than the model is the bug this file
+is here to catch.  Classes whose default config does not build or run, and
+those not driven by a config and position ids, are counted, not checked.
+"""
+
+import importlib
+import inspect
+import os
+import warnings
+
+import numpy as np
+import pytest
+
+import posenc
+
+POSITIONS = 64
+
+
+@pytest.fixture(scope="module")
+def hf(torch, transformers):
+    transformers.logging.set_verbosity_error()
+    return transformers
+
+
+def _rotary_classes(transformers):
+    """(module name, class) of every *RotaryEmbedding class defined in a
+    modeling file of transformers.models."""
+    root = os.path.join(os.path.dirname(transformers.__file__), "models")
+    out = []
+    for package in sorted(os.listdir(root)):
+        folder = os.path.join(root, package)
+        if not os.path.isdir(folder):
+            continue
+        for name in sorted(os.listdir(folder)):
+            if not (name.startswith("modeling_") and name.endswith(".py")):
+                continue
+            with open(os.path.join(folder, name), encoding="utf-8") as f:
+                if "RotaryEmbedding(" not in f.read():
+                    continue
+            modname = f"transformers.models.{package}.{name[:-3]}"
+            try:
+                module = importlib.import_module(modname)
+            except Exception:  # an optional dependency missing: not a config question
+                continue
+            for cname, cls in sorted(vars(module).items()):
+                if cname.endswith("RotaryEmbedding") and inspect.isclass(cls):
+                    if cls.__module__ == modname:
+                        out.append((module, cls))
+    return out
+
+
+def _configs(transformers, module, cls):
+    """Default configs that `cls` may be built with: its annotated config
+    class and the modeling file's, each with its text sub-config first."""
+    base = transformers.PretrainedConfig
+    annotated = inspect.signature(cls.__init__).parameters.get("config")
+    classes = []
+    if annotated is not None and inspect.isclass(annotated.annotation):
+        classes.append(annotated.annotation)
+    classes += [c for c in vars(module).values() if inspect.isclass(c) and issubclass(c, base)]
+    for config_class in dict.fromkeys(classes):
+        if config_class is base or not issubclass(config_class, base):
+            continue
+        try:
+            config = config_class()
+        except Exception:
+            continue
+        text = getattr(config, "text_config", None)
+        yield from ([text] if isinstance(text, base) else []) + [config]
+
+
+def _layer_types(config):
+    params = getattr(config, "rope_parameters", None)
+    if (
+        isinstance(params, dict)
+        and params
+        and all(isinstance(p, dict) or p is None for p in params.values())
+    ):
+        return [k for k, p in params.items() if p is not None]
+    return [None]
+
+
+def _params(config, layer_type):
+    params = getattr(config, "rope_parameters", None) or {}
+    return (params.get(layer_type) or {}) if layer_type is not None else params
+
+
+def _positions(params):
+    """(the module's position ids, posenc's positions) for these parameters."""
+    ids = np.arange(POSITIONS)[None]
+    if params.get("mrope_section") is not None:
+        rows = np.stack([ids, ids // 4, ids % 7])
+        return rows, rows
+    if params.get("rope_type") == "axial":  # patches (row, column): the module's (n, 2)
+        grid = np.stack(np.meshgrid(np.arange(8), np.arange(8), indexing="ij"), -1).reshape(-1, 2)
+        return grid, np.ascontiguousarray(grid.T)
+    return ids, ids
+
+
+def _head_dims(config, layer_type):
+    """The head dimensions a user of this config may pass."""
+    if layer_type is not None:
+        try:
+            config = config.per_layer_config[layer_type]
+        except Exception:
+            pass
+    dims = []
+
+    def value(key):
+        try:
+            return getattr(config, key, None)
+        except Exception:
+            return None
+
+    if isinstance(value("head_dim"), int):
+        dims.append(value("head_dim"))
+    heads = value("num_attention_heads") or value("num_heads")
+    for width in ("hidden_size", "embed_dim"):
+        if isinstance(value(width), int) and isinstance(heads, int) and heads:
+            dims.append(value(width) // heads)
+    dims += [value(k) for k in ("qk_rope_head_dim", "rotary_dim") if isinstance(value(k), int)]
+    return [d for d in dict.fromkeys(dims) if d > 0]
+
+
+def _module_tables(torch, rotary, ids, layer_type):
+    kwargs = {} if layer_type is None else {"layer_type": layer_type}
+    out = rotary(torch.zeros(1), torch.from_numpy(ids), **kwargs)
+    if torch.is_tensor(out) and out.is_complex():
+        return out.real.double().numpy(), out.imag.double().numpy()
+    return out[0].double().numpy(), out[1].double().numpy()
+
+
+def _check(config, rotary, layer_type, torch):
+    """'match', 'refused' or a description of a silent mismatch, for one
+    config and layer type (None: the module did not run on these positions)."""
+    params = _params(config, layer_type)
+    module_ids, ids = _positions(params)
+    try:
+        cos, sin = _module_tables(torch, rotary, module_ids, layer_type)
+    except Exception:
+        return None
+    outcomes = []
+    prefix = "" if layer_type is None else f"{layer_type}_"
+    inv_freq = getattr(rotary, f"{prefix}inv_freq", getattr(rotary, "inv_freq", None))
+    # flash-attn style modules give (seq, rotary_dim / 2) tables, one per frequency
+    half_tables = inv_freq is not None and cos.shape[-1] == inv_freq.numel()
+    full = not half_tables or params.get("rope_type") == "axial"
+    for dim in _head_dims(config, layer_type):
+        kwargs = {} if layer_type is None else {"layer_type": layer_type}
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # unknown keys are warned about, and read
+                c, s = posenc.rope_cos_sin(ids, dim, scaling=config, dtype="float64", full=full,
+                                           **kwargs)  # fmt: skip
+        except (TypeError, ValueError):
+            outcomes.append("refused")
+            continue
+        if c.shape != cos.shape:
+            outcomes.append(f"dim {dim}: tables {c.shape}, the module's {cos.shape}")
+            continue
+        # the module's float32 phases below 64 and its float32 values
+        err = max(np.abs(c - cos).max(), np.abs(s - sin).max())
+        outcomes.append("match" if err < 1e-4 else f"dim {dim}: cos/sin off by {err:.3g}")
+    if not outcomes:
+        return None
+    bad = [o for o in outcomes if o not in ("match", "refused")]
+    return bad[0] if bad else ("match" if "match" in outcomes else "refused")
+
+
+def test_every_rotary_module_is_read_exactly_or_refused(hf, torch):
+    tally, silent = {}, []
+    for module, cls in _rotary_classes(hf):
+        init = inspect.signature(cls.__init__).parameters
+        forward = inspect.signature(cls.forward).parameters
+        if "config" not in init or "position_ids" not in forward:
+            tally["not config-driven"] = tally.get("not config-driven", 0) + 1
+            continue
+        outcome = None
+        for config in _configs(hf, module, cls):
+            try:
+                rotary = cls(config)
+            except Exception:
+                continue
+            results = [_check(config, rotary, lt, torch) for lt in _layer_types(config)]
+            results = [r for r in results if r is not None]
+            if results:
+                bad = [r for r in results if r not in ("match", "refused")]
+                outcome = bad[0] if bad else ("match" if "match" in results else "refused")
+                break
+        if outcome is None:
+            outcome = "not set up"
+        elif outcome not in ("match", "refused"):
+            silent.append(f"{cls.__name__} ({type(config).__name__}): {outcome}")
+            outcome = "silent mismatch"
+        tally[outcome] = tally.get(outcome, 0) + 1
+    assert not silent, "\n".join(silent)
+    # the sweep ran: most of transformers' rotary classes were compared and matched
+    assert tally.get("match", 0) >= 150, tally
