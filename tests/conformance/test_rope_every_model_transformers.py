@@ -7,10 +7,11 @@ cos and sin for 64 positions (three different rows for M-RoPE's sections,
 an 8 x 8 grid of patches for a vision tower's ``"axial"``), against
 ``posenc.rope_cos_sin(positions, head_dim, scaling=config)`` for each head
 dimension the config can mean.  posenc must either give the module's numbers
-(within the module's float32 rounding) or refuse with TypeError or
-ValueError: a config it reads otherwise than the model is the bug this file
-is here to catch.  Classes whose default config does not build or run, and
-those not driven by a config and position ids, are counted, not checked.
+(within the module's float32 rounding; where it refuses the half layout,
+in the layout it names) or refuse with TypeError or ValueError: a config it
+reads otherwise than the model is the bug this file is here to catch.
+Classes whose default config does not build or run, and those not driven by
+a config and position ids, are counted, not checked.
 """
 
 import importlib
@@ -160,8 +161,16 @@ def _check(config, rotary, layer_type, torch):
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # unknown keys are warned about, and read
-                c, s = posenc.rope_cos_sin(ids, dim, scaling=config, dtype="float64", full=full,
-                                           **kwargs)  # fmt: skip
+                try:
+                    c, s = posenc.rope_cos_sin(ids, dim, scaling=config, dtype="float64",
+                                               full=full, **kwargs)  # fmt: skip
+                except ValueError as exc:
+                    if "pass layout='interleaved'" not in str(exc):
+                        raise
+                    # the layout the error names must be the module's
+                    c, s = posenc.rope_cos_sin(ids, dim, scaling=config, dtype="float64",
+                                               full=full, layout="interleaved",
+                                               **kwargs)  # fmt: skip
         except (TypeError, ValueError):
             outcomes.append("refused")
             continue
