@@ -578,11 +578,10 @@ def _from_config(config: Any, layer_type: Optional[str]) -> Tuple[Dict[str, Any]
         # Phi-3 keeps the pretraining length beside its rope dict; transformers
         # gives it priority over the dict's
         params[_TRAINED] = trained
-    for key, modern in _LEGACY_CONFIG_KEYS.items():
-        # a config object has been through transformers' rewrite (a key it
-        # keeps, such as MiniMax-M3-VL's rotary_dim, its model does not read)
-        if not isinstance(config, Mapping):
-            break
+    # a config object has been through transformers' rewrite (a key it keeps,
+    # such as MiniMax-M3-VL's rotary_dim, its model does not read)
+    legacy = _LEGACY_CONFIG_KEYS.items() if isinstance(config, Mapping) else ()
+    for key, modern in legacy:
         if config.get(key) is not None and params.get(modern) is None:
             raise ValueError(
                 f"scaling.{key}: a config with {key} and no {modern} is an older config.json "

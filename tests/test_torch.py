@@ -1132,3 +1132,23 @@ def test_a_qwen3_vl_config_object_is_carried_with_its_sections(transformers):
         lambda ids: posenc.rope_cos_sin(ids, 128, scaling=config)[0], fullgraph=True
     )
     assert cos(ids).shape == (1, 9, 128)
+
+
+def test_a_config_carries_its_models_layout_of_pairs_to_the_operator(transformers):
+    # the layout checks see through the operator: Cohere's interleaved pairs,
+    # DeepSeek-V3's rope_interleave (the flag is not among the rope parameters)
+    transformers.logging.set_verbosity_error()
+    cohere = transformers.CohereConfig(hidden_size=256, num_attention_heads=4)
+    deepseek = transformers.DeepseekV3Config(
+        hidden_size=64, num_attention_heads=4, qk_rope_head_dim=16, qk_nope_head_dim=16,
+        v_head_dim=16, kv_lora_rank=16, q_lora_rank=16,
+    )  # fmt: skip
+    deepseek.rope_interleave = True
+    ids = torch.arange(7)[None]
+    for config, dim, layout in ((cohere, 64, "interleaved"), (deepseek, 16, "interleaved_to_half")):
+        x = randn(1, 2, 7, dim, dtype=torch.float64)
+        with pytest.raises(ValueError, match=f"pass layout='{layout}'"):
+            posenc.apply_rope(x, ids, scaling=config)
+        got = posenc.apply_rope(x, ids, scaling=config, layout=layout)
+        want = posenc.apply_rope(x.numpy(), ids.numpy(), scaling=config, layout=layout)
+        np.testing.assert_array_equal(got.numpy(), want)
