@@ -426,8 +426,13 @@ _INTERLEAVED_PAIRS = frozenset(
     + ("cohere2", "cohere2_moe", "ernie4_5", "ernie4_5_moe", "ernie4_5_vl_moe_text", "glm")
     + ("glm4", "glm4v", "glm4v_text", "glm_ocr", "glm_ocr_text", "helium", "hy_v4_vl")
     + ("hy_v4_vl_text", "llama4", "llama4_text", "moonshine", "moonshine_streaming")
-    + ("moonshine_streaming_encoder", "openai_privacy_filter")
+    + ("moonshine_streaming_encoder", "openai_privacy_filter", "pe_audio_encoder")
+    + ("pe_audio_video_encoder", "pe_video_encoder")
 )
+
+# The models whose code turns each pair by minus its angle (NanoChat's
+# rotate_half flips its signs): posenc's rotation of theirs is the inverse one
+_NEGATIVE_ANGLE = frozenset(("nanochat",))
 
 # The models whose rotary module makes its cos and sin tables interleaved
 # (each value twice in a row), and those that order them their own way (Ernie
@@ -464,7 +469,8 @@ class Rope:
     model_type: Optional[str] = None
     #: the layout apply_rope needs where the model's code turns interleaved
     #: pairs ("interleaved", or "interleaved_to_half" for DeepSeek-V3's
-    #: ``rope_interleave``), None where its code turns halves or is unknown
+    #: ``rope_interleave``), "negative" where it turns them by minus the
+    #: angle, None where its code turns halves as Llama's or is unknown
     pairs: Optional[str] = None
     #: how the model's rotary module lays out its cos and sin tables where
     #: that is not as Llama's: "interleaved", or "own" (an order of its own)
@@ -687,6 +693,8 @@ def read(scaling: Optional[RopeScaling], layer_type: Optional[str] = None) -> Ro
         pairs = "interleaved_to_half"  # DeepSeek-V3's apply_rotary_pos_emb_interleave
     elif model_type in _INTERLEAVED_PAIRS:
         pairs = "interleaved"
+    elif model_type in _NEGATIVE_ANGLE:
+        pairs = "negative"
     tables = (
         "interleaved"
         if model_type in _INTERLEAVED_TABLES
@@ -812,7 +820,14 @@ def base_of(base: float, rope: Rope) -> float:
 
 def check_layout(layout: str, rope: Rope) -> None:
     """A ValueError for apply_rope's layout "half" with the config of a model
-    whose code turns interleaved pairs."""
+    whose code turns interleaved pairs, and for any call with the config of
+    one that turns its pairs by minus the angle."""
+    if rope.pairs == "negative":
+        raise ValueError(
+            f"a {rope.model_type!r} config: that model turns each pair by minus its angle (its "
+            "rotate_half flips the signs), which is posenc's inverse rotation: pass its rope "
+            "dict (scaling=config.rope_parameters) with inverse=True"
+        )
     if layout == "half" and rope.pairs is not None:
         raise ValueError(
             f"layout = 'half' with a {rope.model_type or 'model'!r} config: that model turns "

@@ -12,6 +12,12 @@ in the layout it names) or refuse with TypeError or ValueError: a config it
 reads otherwise than the model is the bug this file is here to catch.
 Classes whose default config does not build or run, and those not driven by
 a config and position ids, are counted, not checked.
+
+The same for the rotation: ``posenc.apply_rope(x, positions, scaling=config)``
+against the modeling file's own ``apply_rotary_pos_emb`` on the module's cos
+and sin (a model whose code turns interleaved pairs, or its pairs by minus
+the angle, is refused with the half layout; the layout the error names must
+then be the model's).
 """
 
 import importlib
@@ -214,4 +220,76 @@ def test_every_rotary_module_is_read_exactly_or_refused(hf, torch):
         tally[outcome] = tally.get(outcome, 0) + 1
     assert not silent, "\n".join(silent)
     # the sweep ran: most of transformers' rotary classes were compared and matched
+    assert tally.get("match", 0) >= 150, tally
+
+
+def _apply_check(config, rotary, module, torch):
+    """'match', 'refused' or a mismatch, for apply_rope(x, positions,
+    scaling=config) against the module's own apply_rotary_pos_emb (its
+    _interleave variant under DeepSeek-V3's rope_interleave) on the rotary
+    module's cos and sin; None where the module's function does not run."""
+    layer_type = _layer_types(config)[0]
+    params = _params(config, layer_type)
+    if params.get("rope_type") == "axial":
+        return None  # the towers rotate with functions of their own
+    module_ids, ids = _positions(params)
+    kwargs = {} if layer_type is None else {"layer_type": layer_type}
+    try:
+        cos, sin = rotary(torch.zeros(1), torch.from_numpy(module_ids), **kwargs)
+    except Exception:
+        return None
+    apply = module.apply_rotary_pos_emb
+    if getattr(config, "rope_interleave", False):
+        apply = getattr(module, "apply_rotary_pos_emb_interleave", apply)
+    for dim in _head_dims(config, layer_type):
+        rng = np.random.default_rng(dim)
+        x = torch.from_numpy(rng.standard_normal((1, 2, POSITIONS, dim)).astype(np.float32))
+        try:
+            want = apply(x, x, cos, sin)[0].numpy()
+        except Exception:
+            continue
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                try:
+                    got = posenc.apply_rope(x.numpy(), ids, scaling=config, **kwargs)
+                except ValueError as exc:
+                    if "pass layout=" not in str(exc):
+                        raise
+                    # the layout the error names must be the model's
+                    layout = str(exc).split("pass layout=")[1].split("'")[1]
+                    got = posenc.apply_rope(x.numpy(), ids, scaling=config, layout=layout,
+                                            **kwargs)  # fmt: skip
+        except (TypeError, ValueError):
+            return "refused"
+        err = float(np.abs(got - want).max())
+        # float32 phases below 64 and float32 values of |x| < 6
+        return "match" if err < 1e-3 else f"dim {dim}: off by {err:.3g}"
+    return None
+
+
+def test_every_rotary_module_rotates_as_its_model_or_is_refused(hf, torch):
+    tally, silent = {}, []
+    for module, cls in _rotary_classes(hf):
+        init = inspect.signature(cls.__init__).parameters
+        forward = inspect.signature(cls.forward).parameters
+        if "config" not in init or "position_ids" not in forward:
+            continue
+        if not hasattr(module, "apply_rotary_pos_emb"):
+            continue
+        outcome = None
+        for config in _configs(hf, module, cls):
+            try:
+                rotary = cls(config)
+            except Exception:
+                continue
+            outcome = _apply_check(config, rotary, module, torch)
+            if outcome is not None:
+                break
+        outcome = outcome or "not set up"
+        if outcome not in ("match", "refused", "not set up"):
+            silent.append(f"{cls.__name__} ({type(config).__name__}): {outcome}")
+            outcome = "silent mismatch"
+        tally[outcome] = tally.get(outcome, 0) + 1
+    assert not silent, "\n".join(silent)
     assert tally.get("match", 0) >= 150, tally
