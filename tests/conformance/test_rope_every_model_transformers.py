@@ -139,6 +139,15 @@ def _head_dims(config, layer_type):
     return [d for d in dict.fromkeys(dims) if d > 0]
 
 
+def _summary(outcomes):
+    """One outcome for several: the first mismatch, else 'match' if any
+    matched, else 'refused' (None for none)."""
+    if not outcomes:
+        return None
+    bad = [o for o in outcomes if o not in ("match", "refused")]
+    return bad[0] if bad else ("match" if "match" in outcomes else "refused")
+
+
 def _module_tables(torch, rotary, ids, layer_type):
     kwargs = {} if layer_type is None else {"layer_type": layer_type}
     out = rotary(torch.zeros(1), torch.from_numpy(ids), **kwargs)
@@ -186,31 +195,34 @@ def _check(config, rotary, layer_type, torch):
         # the module's float32 phases below 64 and its float32 values
         err = max(np.abs(c - cos).max(), np.abs(s - sin).max())
         outcomes.append("match" if err < 1e-4 else f"dim {dim}: cos/sin off by {err:.3g}")
-    if not outcomes:
-        return None
-    bad = [o for o in outcomes if o not in ("match", "refused")]
-    return bad[0] if bad else ("match" if "match" in outcomes else "refused")
+    return _summary(outcomes)
 
 
-def test_every_rotary_module_is_read_exactly_or_refused(hf, torch):
+def _tables_check(config, rotary, module, torch):
+    """_check for every layer type of the config."""
+    results = [_check(config, rotary, lt, torch) for lt in _layer_types(config)]
+    return _summary([r for r in results if r is not None])
+
+
+def _sweep(transformers, torch, check):
+    """check(config, rotary, module, torch) for every config-driven rotary
+    class, with the first of its configs the check runs on: a tally of the
+    outcomes, and the silent mismatches."""
     tally, silent = {}, []
-    for module, cls in _rotary_classes(hf):
+    for module, cls in _rotary_classes(transformers):
         init = inspect.signature(cls.__init__).parameters
         forward = inspect.signature(cls.forward).parameters
         if "config" not in init or "position_ids" not in forward:
             tally["not config-driven"] = tally.get("not config-driven", 0) + 1
             continue
         outcome = None
-        for config in _configs(hf, module, cls):
+        for config in _configs(transformers, module, cls):
             try:
                 rotary = cls(config)
             except Exception:
                 continue
-            results = [_check(config, rotary, lt, torch) for lt in _layer_types(config)]
-            results = [r for r in results if r is not None]
-            if results:
-                bad = [r for r in results if r not in ("match", "refused")]
-                outcome = bad[0] if bad else ("match" if "match" in results else "refused")
+            outcome = check(config, rotary, module, torch)
+            if outcome is not None:
                 break
         if outcome is None:
             outcome = "not set up"
@@ -218,6 +230,11 @@ def test_every_rotary_module_is_read_exactly_or_refused(hf, torch):
             silent.append(f"{cls.__name__} ({type(config).__name__}): {outcome}")
             outcome = "silent mismatch"
         tally[outcome] = tally.get(outcome, 0) + 1
+    return tally, silent
+
+
+def test_every_rotary_module_is_read_exactly_or_refused(hf, torch):
+    tally, silent = _sweep(hf, torch, _tables_check)
     assert not silent, "\n".join(silent)
     # the sweep ran: most of transformers' rotary classes were compared and matched
     assert tally.get("match", 0) >= 150, tally
@@ -227,8 +244,15 @@ def _apply_check(config, rotary, module, torch):
     """'match', 'refused' or a mismatch, for apply_rope(x, positions,
     scaling=config) against the module's own apply_rotary_pos_emb (its
     _interleave variant under DeepSeek-V3's rope_interleave) on the rotary
-    module's cos and sin; None where the module's function does not run."""
-    layer_type = _layer_types(config)[0]
+    module's cos and sin, for every layer type; None where the module's
+    function does not run."""
+    if not hasattr(module, "apply_rotary_pos_emb"):
+        return None
+    results = [_apply_layer(config, rotary, module, torch, lt) for lt in _layer_types(config)]
+    return _summary([r for r in results if r is not None])
+
+
+def _apply_layer(config, rotary, module, torch, layer_type):
     params = _params(config, layer_type)
     if params.get("rope_type") == "axial":
         return None  # the towers rotate with functions of their own
@@ -241,11 +265,21 @@ def _apply_check(config, rotary, module, torch):
     apply = module.apply_rotary_pos_emb
     if getattr(config, "rope_interleave", False):
         apply = getattr(module, "apply_rotary_pos_emb_interleave", apply)
+    one_tensor = next(iter(inspect.signature(apply).parameters)) == "x"  # Gemma 3n's, 4's
+
+    def rotate(x):
+        return apply(x, cos, sin) if one_tensor else apply(x, x, cos, sin)[0]
+
     for dim in _head_dims(config, layer_type):
         rng = np.random.default_rng(dim)
         x = torch.from_numpy(rng.standard_normal((1, 2, POSITIONS, dim)).astype(np.float32))
         try:
-            want = apply(x, x, cos, sin)[0].numpy()
+            if cos.shape[-1] < dim:  # partial rotary, as the attention splits it (Phi)
+                rotary_dim = cos.shape[-1]
+                part = rotate(x[..., :rotary_dim])
+                want = torch.cat([part, x[..., rotary_dim:]], dim=-1).numpy()
+            else:
+                want = rotate(x).numpy()
         except Exception:
             continue
         try:
@@ -269,27 +303,6 @@ def _apply_check(config, rotary, module, torch):
 
 
 def test_every_rotary_module_rotates_as_its_model_or_is_refused(hf, torch):
-    tally, silent = {}, []
-    for module, cls in _rotary_classes(hf):
-        init = inspect.signature(cls.__init__).parameters
-        forward = inspect.signature(cls.forward).parameters
-        if "config" not in init or "position_ids" not in forward:
-            continue
-        if not hasattr(module, "apply_rotary_pos_emb"):
-            continue
-        outcome = None
-        for config in _configs(hf, module, cls):
-            try:
-                rotary = cls(config)
-            except Exception:
-                continue
-            outcome = _apply_check(config, rotary, module, torch)
-            if outcome is not None:
-                break
-        outcome = outcome or "not set up"
-        if outcome not in ("match", "refused", "not set up"):
-            silent.append(f"{cls.__name__} ({type(config).__name__}): {outcome}")
-            outcome = "silent mismatch"
-        tally[outcome] = tally.get(outcome, 0) + 1
+    tally, silent = _sweep(hf, torch, _apply_check)
     assert not silent, "\n".join(silent)
     assert tally.get("match", 0) >= 150, tally
