@@ -541,13 +541,18 @@ PE_INLINE void scatter_task(const struct scatter *sc, ptrdiff_t task, const int 
     ptrdiff_t i0 = by_key ? 0 : task % sc->blocks, i1 = by_key ? q_len : i0 + 1;
     ptrdiff_t j0 = by_key ? (task % sc->blocks) * KEYS : 0;
     ptrdiff_t j1 = by_key && j0 + KEYS < k_len ? j0 + KEYS : k_len;
-    ptrdiff_t step = out->stride_r / osz; /* elements from a row of out to the next */
+    /* read once into locals: through the pointers, they were read again
+     * after each store into out, for every segment of every row */
+    const ptrdiff_t stride_q = w->stride_q, stride_r = out->stride_r, nruns = sc->nruns;
+    const struct pe_rel_run *runs = sc->runs;
+    const int64_t *map = sc->map;
+    ptrdiff_t step = stride_r / osz; /* elements from a row of out to the next */
     for (ptrdiff_t i = i0; i < i1; ++i) {
         ptrdiff_t t0 = q_len - 1 - i;
-        const char *wrow = wp + i * w->stride_q;
-        for (ptrdiff_t x = pe_rel_run_at(sc->runs, sc->nruns, t0 + j0);
-             x < sc->nruns && sc->runs[x].start < t0 + j1; ++x) {
-            const struct pe_rel_run *run = &sc->runs[x];
+        const char *wrow = wp + i * stride_q;
+        for (ptrdiff_t x = pe_rel_run_at(runs, nruns, t0 + j0);
+             x < nruns && runs[x].start < t0 + j1; ++x) {
+            const struct pe_rel_run *run = &runs[x];
             ptrdiff_t a = run->start > t0 + j0 ? run->start : t0 + j0;
             ptrdiff_t e = run[1].start < t0 + j1 ? run[1].start : t0 + j1, n = e - a;
             if (run->base < 0)
@@ -555,20 +560,20 @@ PE_INLINE void scatter_task(const struct scatter *sc, ptrdiff_t task, const int 
             ptrdiff_t col = (ptrdiff_t)run->base + run->slope * (a - run->start);
             const char *src = wrow + (a - t0) * wsz;
             if (by_key && run->slope == 2) { /* short runs: each column from the map */
-                char *o = op + (a - t0) * out->stride_r;
-                const int64_t *cols = sc->map + a;
+                char *o = op + (a - t0) * stride_r;
+                const int64_t *cols = map + a;
                 for (ptrdiff_t m = 0; m < n; ++m)
                     accumulate(o, step * m + (ptrdiff_t)cols[m], src, m, wt, ot);
                 continue;
             }
             if (by_key) { /* key a - t0 on */
-                char *o = op + (a - t0) * out->stride_r;
+                char *o = op + (a - t0) * stride_r;
                 ptrdiff_t along = step + run->slope;
                 for (ptrdiff_t m = 0; m < n; ++m)
                     accumulate(o, col + along * m, src, m, wt, ot);
                 continue;
             }
-            char *o = op + i * out->stride_r;
+            char *o = op + i * stride_r;
             if (run->slope == 1) {
                 for (ptrdiff_t m = 0; m < n; ++m)
                     accumulate(o, col + m, src, m, wt, ot);
