@@ -1052,8 +1052,6 @@ static PyObject *py_relative_positions(PyObject *self, PyObject *args)
 
 /* ---- relative terms inside attention (relative.c) ---- */
 
-/* The column of products each distance reads: a C-contiguous int64 vector
- * of q_len + k_len - 1 entries in [-1, width).  NULL with an error if not. */
 /* 0 if the strides of the 4-D `a`'s outer three axes are whole elements
  * (the kernels step by elements), else -1 with a ValueError. */
 static int whole_strides(PyArrayObject *a, const char *name)
@@ -1066,6 +1064,8 @@ static int whole_strides(PyArrayObject *a, const char *name)
     return 0;
 }
 
+/* The column of products each distance reads: a C-contiguous int64 vector
+ * of q_len + k_len - 1 entries in [-1, width).  NULL with an error if not. */
 static PyArrayObject *rel_map_arg(PyObject *obj, npy_intp n, npy_intp width)
 {
     PyArrayObject *map = arg_array(obj, "map", NPY_INT64, 1, ARG_CONTIGUOUS);

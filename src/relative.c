@@ -485,8 +485,8 @@ void pe_rel_dense_add(const struct pe_kernels *k, const struct pe_rel_src *src,
 DEFINE_SUM(sum_f64, double, 8)
 DEFINE_SUM(sum_f32, float, 16)
 
-/* Weight m of a row of weights of type wt (PE_F16, PE_F32 or PE_F64), in
- * the sums' type ot (PE_F32 or PE_F64; float16 widens exactly). */
+/* Weight m of a row of weights of type wt (PE_F16, PE_F32 or PE_F64), as a
+ * double (exact for each: float32 sums take it back as the float it was). */
 PE_INLINE double weight(const char *w, ptrdiff_t m, const int wt)
 {
     if (wt == PE_F64)
@@ -529,8 +529,9 @@ enum { KEYS = 64 };
  * entry).  By key, each weight goes into its key's row, a row further on
  * (and a column on, for a slope of 1 or -1) at each step. */
 PE_INLINE void scatter_task(const struct scatter *sc, ptrdiff_t task, const int by_key,
-                            const int wt, const int ot)
+                            const int wt)
 {
+    const int ot = wt == PE_F64 ? PE_F64 : PE_F32;
     const struct pe_rel_weights *w = sc->w;
     const struct pe_rel_sums *out = sc->out;
     const ptrdiff_t wsz = (ptrdiff_t)pe_itemsize(wt), osz = (ptrdiff_t)pe_itemsize(ot);
@@ -592,17 +593,12 @@ PE_INLINE void scatter_task(const struct scatter *sc, ptrdiff_t task, const int 
     }
 }
 
-#define SCATTER_TASK(name, by_key, wt, ot)                                                         \
-    static void name(const struct scatter *sc, ptrdiff_t task)                                     \
-    {                                                                                              \
-        scatter_task(sc, task, by_key, wt, ot);                                                    \
-    }
-SCATTER_TASK(scatter_query_f16, 0, PE_F16, PE_F32)
-SCATTER_TASK(scatter_query_f32, 0, PE_F32, PE_F32)
-SCATTER_TASK(scatter_query_f64, 0, PE_F64, PE_F64)
-SCATTER_TASK(scatter_key_f16, 1, PE_F16, PE_F32)
-SCATTER_TASK(scatter_key_f32, 1, PE_F32, PE_F32)
-SCATTER_TASK(scatter_key_f64, 1, PE_F64, PE_F64)
+typedef void (*scatter_fn)(const struct scatter *sc, ptrdiff_t task);
+
+/* [by_key][weights' dtype]; the weights are never bfloat16 (module.c
+ * takes float16, float32 and float64), so that entry is never called */
+PE_SPECIALISE(static const scatter_fn, scatter_tasks, scatter_task,
+              (const struct scatter *sc, ptrdiff_t task), (sc, task));
 
 int pe_rel_scatter_add(const struct pe_rel_weights *w, const int64_t *map,
                        const struct pe_rel_sums *out, int nthreads)
@@ -621,10 +617,7 @@ int pe_rel_scatter_add(const struct pe_rel_weights *w, const int64_t *map,
         sc.nruns = merge_runs(runs, sc.nruns, runs + sc.nruns + 1);
     }
     sc.blocks = w->by_key ? (k_len + KEYS - 1) / KEYS : q_len;
-    static void (*const tasks[2][3])(const struct scatter *, ptrdiff_t) = {
-        {scatter_query_f16, scatter_query_f32, scatter_query_f64},
-        {scatter_key_f16, scatter_key_f32, scatter_key_f64}};
-    void (*fn)(const struct scatter *, ptrdiff_t) = tasks[w->by_key ? 1 : 0][w->dtype];
+    scatter_fn fn = scatter_tasks[w->by_key ? 1 : 0][w->dtype];
     ptrdiff_t ntasks = pairs * sc.blocks;
 #pragma omp parallel for schedule(static)                                                          \
     num_threads(pe_team(nthreads, rows *(w->by_key ? q_len : k_len)))
