@@ -438,11 +438,14 @@ _NEGATIVE_ANGLE = frozenset(("nanochat",))
 # (each value twice in a row), and those that order them their own way (Ernie
 # 4.5 VL: the frequencies of height and width on alternating pairs, time's
 # last, put back in order inside its apply_rotary_pos_emb)
-_INTERLEAVED_TABLES = frozenset(
-    ("blt", "blt_global_transformer", "blt_local_decoder", "blt_local_encoder", "cohere")
-    + ("cohere2", "cohere2_moe", "glm4v", "glm4v_text", "glm_ocr", "glm_ocr_text")
-)
-_OWN_TABLES = frozenset(("ernie4_5_vl_moe", "ernie4_5_vl_moe_text"))
+_TABLES = {
+    **dict.fromkeys(
+        ("blt", "blt_global_transformer", "blt_local_decoder", "blt_local_encoder", "cohere")
+        + ("cohere2", "cohere2_moe", "glm4v", "glm4v_text", "glm_ocr", "glm_ocr_text"),
+        "interleaved",
+    ),
+    **dict.fromkeys(("ernie4_5_vl_moe", "ernie4_5_vl_moe_text"), "own"),
+}
 
 # keys of older config.json files that transformers rewrites when it loads
 # them (into partial_rotary_factor, rope_theta): not read by posenc, so a
@@ -472,13 +475,17 @@ class Rope:
     #: ``rope_interleave``), "negative" where it turns them by minus the
     #: angle, None where its code turns halves as Llama's or is unknown
     pairs: Optional[str] = None
-    #: how the model's rotary module lays out its cos and sin tables where
-    #: that is not as Llama's: "interleaved", or "own" (an order of its own)
-    tables: Optional[str] = None
 
     @property
     def name(self) -> str:
         return self.family.name
+
+    @property
+    def tables(self) -> Optional[str]:
+        """How the model's rotary module lays out its cos and sin tables
+        where that is not as Llama's: "interleaved", or "own" (an order of
+        its own)."""
+        return _TABLES.get(self.model_type or "")
 
 
 def _config_value(config: Any, key: str) -> Any:
@@ -695,14 +702,7 @@ def read(scaling: Optional[RopeScaling], layer_type: Optional[str] = None) -> Ro
         pairs = "interleaved"
     elif model_type in _NEGATIVE_ANGLE:
         pairs = "negative"
-    tables = (
-        "interleaved"
-        if model_type in _INTERLEAVED_TABLES
-        else "own"
-        if model_type in _OWN_TABLES
-        else None
-    )
-    rope = Rope(family, params, head_dim, whole, model_type, pairs, tables)
+    rope = Rope(family, params, head_dim, whole, model_type, pairs)
     sections(rope)  # M-RoPE's keys are checked whoever reads them
     if family.rows and model_type not in _AXIAL_AS_QWEN2_VL:
         source = f"a {model_type!r} config" if model_type else "scaling"
