@@ -427,8 +427,21 @@ _INTERLEAVED_PAIRS = frozenset(
     + ("glm4", "glm4v", "glm4v_text", "glm_ocr", "glm_ocr_text", "helium", "hy_v4_vl")
     + ("hy_v4_vl_text", "llama4", "llama4_text", "moonshine", "moonshine_streaming")
     + ("moonshine_streaming_encoder", "openai_privacy_filter", "pe_audio_encoder")
-    + ("pe_audio_video_encoder", "pe_video_encoder")
+    + ("pe_audio_video_encoder", "pe_video_encoder", "deepseek_v2")
 )
+
+# The models whose attention always turns its pairs as DeepSeek-V3 does with
+# its rope_interleave flag set (apply_rotary_pos_emb_interleave: interleaved
+# pairs, the result in the half layout), whatever the config says; DeepSeek-V3.2
+# and A.X K2 turn halves in their indexer, whose rotation is the rope dict's
+_INTERLEAVED_TO_HALF = frozenset(
+    ("axk2", "bailing_hybrid", "deepseek_v32", "dots3_note_text", "glm_moe_dsa")
+    + ("longcat_flash", "mistral_large4", "mistral_large4_text")
+)
+
+# The models that rotate the last channels of each head, not the first ones a
+# partial rotary turns (DeepSeek-V4: its qk_rope_head_dim, in interleaved pairs)
+_TRAILING_ROTARY = frozenset(("deepseek_v4",))
 
 # The models whose code turns each pair by minus its angle (NanoChat's
 # rotate_half flips its signs): posenc's rotation of theirs is the inverse one
@@ -473,7 +486,8 @@ class Rope:
     #: the layout apply_rope needs where the model's code turns interleaved
     #: pairs ("interleaved", or "interleaved_to_half" for DeepSeek-V3's
     #: ``rope_interleave``), "negative" where it turns them by minus the
-    #: angle, None where its code turns halves as Llama's or is unknown
+    #: angle, "trailing" where it turns the last channels of a head, None
+    #: where its code turns halves as Llama's or is unknown
     pairs: Optional[str] = None
 
     @property
@@ -698,10 +712,14 @@ def read(scaling: Optional[RopeScaling], layer_type: Optional[str] = None) -> Ro
     pairs = None
     if whole and _config_value(scaling, "rope_interleave") is True:
         pairs = "interleaved_to_half"  # DeepSeek-V3's apply_rotary_pos_emb_interleave
+    elif model_type in _INTERLEAVED_TO_HALF:
+        pairs = "interleaved_to_half"
     elif model_type in _INTERLEAVED_PAIRS:
         pairs = "interleaved"
     elif model_type in _NEGATIVE_ANGLE:
         pairs = "negative"
+    elif model_type in _TRAILING_ROTARY:
+        pairs = "trailing"
     rope = Rope(family, params, head_dim, whole, model_type, pairs)
     sections(rope)  # M-RoPE's keys are checked whoever reads them
     if family.rows and model_type not in _AXIAL_AS_QWEN2_VL:
@@ -821,18 +839,27 @@ def base_of(base: float, rope: Rope) -> float:
 def check_layout(layout: str, rope: Rope) -> None:
     """A ValueError for apply_rope's layout "half" with the config of a model
     whose code turns interleaved pairs, and for any call with the config of
-    one that turns its pairs by minus the angle."""
+    one that turns its pairs by minus the angle or its last channels."""
     if rope.pairs == "negative":
         raise ValueError(
             f"a {rope.model_type!r} config: that model turns each pair by minus its angle (its "
             "rotate_half flips the signs), which is posenc's inverse rotation: pass its rope "
             "dict (scaling=config.rope_parameters) with inverse=True"
         )
+    if rope.pairs == "trailing":
+        raise ValueError(
+            f"a {rope.model_type!r} config: that model rotates the last channels of each head "
+            "(qk_rope_head_dim of them, in interleaved pairs, with frequencies over those "
+            "channels), where posenc's partial rotary turns the first ones; rotate "
+            "x[..., -qk_rope_head_dim:] with base=rope_theta and layout='interleaved', "
+            "without scaling"
+        )
     if layout == "half" and rope.pairs is not None:
         raise ValueError(
             f"layout = 'half' with a {rope.model_type or 'model'!r} config: that model turns "
-            f"interleaved pairs (x[2i], x[2i + 1]); pass layout={rope.pairs!r} (for weights "
-            "permuted to the half layout, pass the rope dict instead of the config)"
+            f"interleaved pairs (x[2i], x[2i + 1]); pass layout={rope.pairs!r} (for the half "
+            "layout, as in weights permuted to it or DeepSeek-V3.2's indexer, pass the rope "
+            "dict instead of the config)"
         )
 
 

@@ -15,7 +15,9 @@ a config and position ids, are counted, not checked.
 
 The same for the rotation: ``posenc.apply_rope(x, positions, scaling=config)``
 against the modeling file's own ``apply_rotary_pos_emb`` on the module's cos
-and sin (a model whose code turns interleaved pairs, or its pairs by minus
+and sin (``apply_rotary_pos_emb_interleave`` where the model's attention
+calls it, ``apply_rotary_emb`` on DeepSeek-V2's and Llama 4's complex
+tables; a model whose code turns interleaved pairs, or its pairs by minus
 the angle, is refused with the half layout; the layout the error names must
 then be the model's).
 """
@@ -246,10 +248,26 @@ def _apply_check(config, rotary, module, torch):
     _interleave variant under DeepSeek-V3's rope_interleave) on the rotary
     module's cos and sin, for every layer type; None where the module's
     function does not run."""
-    if not hasattr(module, "apply_rotary_pos_emb"):
-        return None
+    if not hasattr(module, "apply_rotary_pos_emb") and not _interleaving(module, rotary):
+        if not hasattr(module, "apply_rotary_emb"):
+            return None
     results = [_apply_layer(config, rotary, module, torch, lt) for lt in _layer_types(config)]
     return _summary([r for r in results if r is not None])
+
+
+def _interleaving(module, rotary):
+    """Whether the attention of this rotary module's model (the classes of
+    the modeling file named like it, ending in Attention or MLA) turns its pairs with
+    apply_rotary_pos_emb_interleave, with no rope_interleave flag to read."""
+    if not hasattr(module, "apply_rotary_pos_emb_interleave"):
+        return False
+    prefix = type(rotary).__name__[: -len("RotaryEmbedding")]
+    for name, cls in vars(module).items():
+        if inspect.isclass(cls) and name.startswith(prefix) and name.endswith(("Attention", "MLA")):
+            source = inspect.getsource(cls)
+            if "apply_rotary_pos_emb_interleave(" in source and "rope_interleave" not in source:
+                return True
+    return False
 
 
 def _apply_layer(config, rotary, module, torch, layer_type):
@@ -259,25 +277,42 @@ def _apply_layer(config, rotary, module, torch, layer_type):
     module_ids, ids = _positions(params)
     kwargs = {} if layer_type is None else {"layer_type": layer_type}
     try:
-        cos, sin = rotary(torch.zeros(1), torch.from_numpy(module_ids), **kwargs)
+        with torch.no_grad():  # Mistral Large 4's tables are made from parameters
+            tables = rotary(torch.zeros(1), torch.from_numpy(module_ids), **kwargs)
     except Exception:
         return None
-    apply = module.apply_rotary_pos_emb
-    if getattr(config, "rope_interleave", False):
-        apply = getattr(module, "apply_rotary_pos_emb_interleave", apply)
-    one_tensor = next(iter(inspect.signature(apply).parameters)) == "x"  # Gemma 3n's, 4's
+    if torch.is_tensor(tables) and tables.is_complex():
+        # DeepSeek-V2's and Llama 4's freqs_cis, for their apply_rotary_emb
+        # (the one on (batch, heads, seq, dim), the other on (batch, seq, heads, dim))
+        if not hasattr(module, "apply_rotary_emb"):
+            return None
+        width = 2 * tables.shape[-1]  # one complex number per pair
 
-    def rotate(x):
-        return apply(x, cos, sin) if one_tensor else apply(x, x, cos, sin)[0]
+        def rotate(x):
+            try:
+                return module.apply_rotary_emb(x, x, tables)[0]
+            except RuntimeError:
+                xt = x.transpose(1, 2)
+                return module.apply_rotary_emb(xt, xt, tables)[0].transpose(1, 2)
+
+    else:
+        cos, sin = tables
+        width = cos.shape[-1]
+        apply = getattr(module, "apply_rotary_pos_emb", None)
+        if getattr(config, "rope_interleave", False) or _interleaving(module, rotary):
+            apply = module.apply_rotary_pos_emb_interleave
+        one_tensor = next(iter(inspect.signature(apply).parameters)) == "x"  # Gemma 3n's, 4's
+
+        def rotate(x):
+            return apply(x, cos, sin) if one_tensor else apply(x, x, cos, sin)[0]
 
     for dim in _head_dims(config, layer_type):
         rng = np.random.default_rng(dim)
         x = torch.from_numpy(rng.standard_normal((1, 2, POSITIONS, dim)).astype(np.float32))
         try:
-            if cos.shape[-1] < dim:  # partial rotary, as the attention splits it (Phi)
-                rotary_dim = cos.shape[-1]
-                part = rotate(x[..., :rotary_dim])
-                want = torch.cat([part, x[..., rotary_dim:]], dim=-1).numpy()
+            if width < dim:  # partial rotary, as the attention splits it (Phi)
+                part = rotate(x[..., :width])
+                want = torch.cat([part, x[..., width:]], dim=-1).numpy()
             else:
                 want = rotate(x).numpy()
         except Exception:

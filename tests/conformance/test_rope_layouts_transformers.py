@@ -393,3 +393,80 @@ def test_a_config_of_a_model_that_turns_interleaved_pairs_needs_that_layout(hf, 
     deepseek.rope_interleave = True
     with pytest.raises(ValueError, match="pass layout='interleaved_to_half'"):
         posenc.apply_rope(np.zeros((1, 2, 3, 16)), np.arange(3)[None], scaling=deepseek)
+
+
+@pytest.mark.parametrize(
+    "package, config_name",
+    [
+        ("deepseek_v32", "DeepseekV32Config"),
+        ("glm_moe_dsa", "GlmMoeDsaConfig"),
+        ("longcat_flash", "LongcatFlashConfig"),
+        ("bailing_hybrid", "BailingHybridConfig"),
+    ],
+)
+def test_models_whose_attention_always_turns_pairs_as_deepseeks_flag_does(hf, package, config_name):
+    """DeepSeek-V3.2's, GLM-MoE-DSA's, LongCat-Flash's and Bailing-Hybrid's attention
+    call apply_rotary_pos_emb_interleave with no rope_interleave flag in their
+    config: apply_rope with their config and the default half layout was off
+    by up to 5.7 and is refused, naming "interleaved_to_half", which is the
+    model's own rotation; DeepSeek-V3.2's indexer turns halves, which is the
+    rope dict's rotation."""
+    import importlib
+
+    import transformers
+
+    module = importlib.import_module(f"transformers.models.{package}.modeling_{package}")
+    config = getattr(transformers, config_name)()
+    dim = config.qk_rope_head_dim
+    rotary = next(c for n, c in vars(module).items() if n.endswith("RotaryEmbedding"))(config)
+    torch = hf.torch
+    rng = np.random.default_rng(13)
+    x = rng.standard_normal((1, 2, 40, dim)).astype(np.float32)
+    ids = np.arange(1000, 1040)[None]
+    xt = torch.from_numpy(x)
+    with torch.no_grad():
+        cos, sin = rotary(xt, torch.from_numpy(ids))
+    want = module.apply_rotary_pos_emb_interleave(xt, xt, cos, sin)[0].numpy()
+    with pytest.raises(ValueError, match="pass layout='interleaved_to_half'"):
+        posenc.apply_rope(x, ids, scaling=config)
+    got = posenc.apply_rope(x, ids, scaling=config, layout="interleaved_to_half")
+    # float32 phases near 1000
+    np.testing.assert_allclose(got, want, rtol=0, atol=2e-4 * np.abs(x).max())
+    assert np.abs(posenc.apply_rope(x, ids, scaling=dict(config.rope_parameters)) - want).max() > 1
+    if hasattr(module, "apply_rotary_pos_emb"):  # DeepSeek-V3.2's indexer
+        indexer = module.apply_rotary_pos_emb(xt, xt, cos, sin)[0].numpy()
+        got = posenc.apply_rope(x, ids, scaling=dict(config.rope_parameters))
+        np.testing.assert_allclose(got, indexer, rtol=0, atol=2e-4 * np.abs(x).max())
+
+
+def test_deepseek_v4_rotates_the_last_channels_and_its_config_is_refused(hf):
+    """DeepSeek-V4 turns the last qk_rope_head_dim channels of each 512-wide
+    head, in interleaved pairs: its config (partial_rotary_factor 0.125) had
+    posenc turn the first 64 in halves, silently; it is refused, and the
+    rotation its error names (x[..., -64:], base=rope_theta,
+    layout="interleaved") is the model's, for both of its layer types."""
+    import transformers
+    from transformers.models.deepseek_v4 import modeling_deepseek_v4 as module
+
+    config = transformers.DeepseekV4Config()
+    rotary = module.DeepseekV4RotaryEmbedding(config)
+    torch = hf.torch
+    rng = np.random.default_rng(14)
+    x = rng.standard_normal((1, 2, 40, config.head_dim)).astype(np.float32)
+    ids = np.arange(40)[None]
+    xt = torch.from_numpy(x)
+    rd = config.qk_rope_head_dim
+    for layer_type in ("main", "compress"):
+        cos, sin = rotary(xt, torch.from_numpy(ids), layer_type=layer_type)
+        want = module.apply_rotary_pos_emb(xt, cos, sin).numpy()
+        with pytest.raises(ValueError, match=r"x\[\.\.\., -qk_rope_head_dim:\]"):
+            posenc.apply_rope(x, ids, scaling=config, layer_type=layer_type)
+        got = x.copy()
+        base = config.rope_parameters[layer_type]["rope_theta"]
+        got[..., -rd:] = posenc.apply_rope(x[..., -rd:], ids, base=base, layout="interleaved")
+        np.testing.assert_allclose(got, want, rtol=0, atol=2e-5 * np.abs(x).max())
+        # its tables are posenc's (each frequency once, as full=False gives them)
+        # (the module's phases below 40 are float32 products: 2e-6 apart)
+        c, s = posenc.rope_cos_sin(ids, rd, base=base, full=False)
+        np.testing.assert_allclose(c, cos.numpy(), rtol=0, atol=4e-6)
+        np.testing.assert_allclose(s, sin.numpy(), rtol=0, atol=4e-6)
