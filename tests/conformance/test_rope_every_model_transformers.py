@@ -310,13 +310,15 @@ def _apply_layer(config, rotary, module, torch, layer_type):
         rng = np.random.default_rng(dim)
         x = torch.from_numpy(rng.standard_normal((1, 2, POSITIONS, dim)).astype(np.float32))
         try:
-            if width < dim:  # partial rotary, as the attention splits it (Phi)
-                part = rotate(x[..., :width])
-                want = torch.cat([part, x[..., width:]], dim=-1).numpy()
-            else:
-                want = rotate(x).numpy()
+            want = rotate(x).numpy()  # tables of the whole head, or of half of it (GPT-OSS's)
         except Exception:
-            continue
+            if width >= dim:
+                continue
+            try:  # partial rotary, as the attention splits it (Phi)
+                part = rotate(x[..., :width])
+            except Exception:
+                continue
+            want = torch.cat([part, x[..., width:]], dim=-1).numpy()
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
