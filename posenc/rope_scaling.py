@@ -416,36 +416,39 @@ _AXIAL_AS_QWEN2_VL = frozenset(
     + ("muse_glimmer_vision", "muse_spark_vision", "video_llama_3_vision")
 )
 
-# The models whose code turns interleaved pairs (x[2i], x[2i + 1]), as GPT-J
-# does, not the halves Llama's code turns: apply_rope with their config and
-# layout "half" would rotate the wrong features, so it is refused (their cos
-# and sin tables are each model's own: some are laid out as Llama's and
-# interleaved inside their apply_rotary_pos_emb, so rope_cos_sin takes either)
-_INTERLEAVED_PAIRS = frozenset(
-    ("blt", "blt_global_transformer", "blt_local_decoder", "blt_local_encoder", "cohere")
-    + ("cohere2", "cohere2_moe", "ernie4_5", "ernie4_5_moe", "ernie4_5_vl_moe_text", "glm")
-    + ("glm4", "glm4v", "glm4v_text", "glm_ocr", "glm_ocr_text", "helium", "hy_v4_vl")
-    + ("hy_v4_vl_text", "llama4", "llama4_text", "moonshine", "moonshine_streaming")
-    + ("moonshine_streaming_encoder", "openai_privacy_filter", "pe_audio_encoder")
-    + ("pe_audio_video_encoder", "pe_video_encoder", "deepseek_v2")
-)
-
-# The models whose attention always turns its pairs as DeepSeek-V3 does with
-# its rope_interleave flag set (apply_rotary_pos_emb_interleave: interleaved
-# pairs, the result in the half layout), whatever the config says; DeepSeek-V3.2
-# and A.X K2 turn halves in their indexer, whose rotation is the rope dict's
-_INTERLEAVED_TO_HALF = frozenset(
-    ("axk2", "bailing_hybrid", "deepseek_v32", "dots3_note_text", "glm_moe_dsa")
-    + ("longcat_flash", "mistral_large4", "mistral_large4_text")
-)
-
-# The models that rotate the last channels of each head, not the first ones a
-# partial rotary turns (DeepSeek-V4: its qk_rope_head_dim, in interleaved pairs)
-_TRAILING_ROTARY = frozenset(("deepseek_v4",))
-
-# The models whose code turns each pair by minus its angle (NanoChat's
-# rotate_half flips its signs): posenc's rotation of theirs is the inverse one
-_NEGATIVE_ANGLE = frozenset(("nanochat",))
+# How the models whose code does not turn the halves Llama's code turns
+# their pairs: apply_rope with their config and layout "half" would rotate
+# the wrong features, so it is refused, naming the layout to pass.
+_PAIRS: Dict[Optional[str], str] = {
+    # interleaved pairs (x[2i], x[2i + 1]), as GPT-J (their cos and sin tables
+    # are each model's own: some are laid out as Llama's and interleaved inside
+    # their apply_rotary_pos_emb, so rope_cos_sin takes either)
+    **dict.fromkeys(
+        ("blt", "blt_global_transformer", "blt_local_decoder", "blt_local_encoder", "cohere")
+        + ("cohere2", "cohere2_moe", "deepseek_v2", "ernie4_5", "ernie4_5_moe")
+        + ("ernie4_5_vl_moe_text", "glm", "glm4", "glm4v", "glm4v_text", "glm_ocr")
+        + ("glm_ocr_text", "helium", "hy_v4_vl", "hy_v4_vl_text", "llama4", "llama4_text")
+        + ("moonshine", "moonshine_streaming", "moonshine_streaming_encoder")
+        + ("openai_privacy_filter", "pe_audio_encoder", "pe_audio_video_encoder")
+        + ("pe_video_encoder",),
+        "interleaved",
+    ),
+    # the attention always turns them as DeepSeek-V3's does with its
+    # rope_interleave flag set (interleaved pairs, the result in the half
+    # layout), whatever the config says; DeepSeek-V3.2 and A.X K2 turn halves
+    # in their indexer, whose rotation is the rope dict's
+    **dict.fromkeys(
+        ("axk2", "bailing_hybrid", "deepseek_v32", "dots3_note_text", "glm_moe_dsa")
+        + ("longcat_flash", "mistral_large4", "mistral_large4_text"),
+        "interleaved_to_half",
+    ),
+    # each pair by minus its angle (NanoChat's rotate_half flips its signs):
+    # posenc's rotation of theirs is the inverse one
+    "nanochat": "negative",
+    # the last channels of each head, not the first ones a partial rotary
+    # turns (DeepSeek-V4: its qk_rope_head_dim, in interleaved pairs)
+    "deepseek_v4": "trailing",
+}
 
 # The models whose rotary module makes its cos and sin tables interleaved
 # (each value twice in a row), and those that order them their own way (Ernie
@@ -709,17 +712,9 @@ def read(scaling: Optional[RopeScaling], layer_type: Optional[str] = None) -> Ro
         )
     family = _family_of(params)
     model_type = _model_type(scaling) if whole else None
-    pairs = None
+    pairs = _PAIRS.get(model_type)
     if whole and _config_value(scaling, "rope_interleave") is True:
         pairs = "interleaved_to_half"  # DeepSeek-V3's apply_rotary_pos_emb_interleave
-    elif model_type in _INTERLEAVED_TO_HALF:
-        pairs = "interleaved_to_half"
-    elif model_type in _INTERLEAVED_PAIRS:
-        pairs = "interleaved"
-    elif model_type in _NEGATIVE_ANGLE:
-        pairs = "negative"
-    elif model_type in _TRAILING_ROTARY:
-        pairs = "trailing"
     rope = Rope(family, params, head_dim, whole, model_type, pairs)
     sections(rope)  # M-RoPE's keys are checked whoever reads them
     if family.rows and model_type not in _AXIAL_AS_QWEN2_VL:
