@@ -22,7 +22,7 @@
  * run of slope 0 gives one vector of the eight keys' products for all
  * eight rows, read from a copy of that column of the products (two such
  * columns kept per row of tiles).  The product lines of the block four on
- * are hinted.
+ * are hinted, and so are the lines of scores of the next strip.
  *
  * Float16 and bfloat16 scores: the products rounded to the scores' type,
  * widened back, added in float32 and rounded once (F16C for float16, the
@@ -262,7 +262,9 @@ PE_INLINE void block8(const struct pe_rel_gather *g, char *out, const char *prod
  * eight rows of scores, each walked along its keys in blocks of 8 x 8
  * (the lines eight keys' rows of products hold for eight queries, read
  * once; the next strip reads them again from L2), with a hint to fetch
- * the product lines of the block four on.  Blocks whose distances meet a
+ * the product lines of the block four on and one to fetch the lines of
+ * scores the next strip will add into, eight rows below (the CPU's own
+ * prefetchers fall behind eight rows read a block at a time).  Blocks whose distances meet a
  * map entry < 0, and the rows and keys past the last whole block, go the
  * portable way. */
 PE_INLINE void tiles_avx2(const struct pe_rel_gather *g, ptrdiff_t task, const int dtype)
@@ -295,7 +297,12 @@ PE_INLINE void tiles_avx2(const struct pe_rel_gather *g, ptrdiff_t task, const i
     int victim = 0;
     for (; i + 8 <= i1; i += 8) {
         const int32_t *m = g->map32 + (q - 8 - i); /* m[j + l]: key j + l, query i + 7 */
+        /* the next strip's rows of scores (this task's or the next task's) */
+        const char *ahead = i + 16 <= q ? out + (i + 8) * sq : NULL;
         for (ptrdiff_t j = 0; j < ke; j += 8) {
+            if (ahead != NULL && (j * isz) % 64 == 0)
+                for (int l = 0; l < 8; ++l)
+                    pe_rel_prefetch(ahead + l * sq + j * isz);
             if (j + 40 <= ke && (col == NULL || g->block[q - 8 - i + j + 32] != 0))
                 for (int l = 0; l < 8; ++l)
                     pe_rel_prefetch(prod + (j + 32 + l) * s->stride_r +
