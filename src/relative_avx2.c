@@ -21,8 +21,8 @@
  * an in-register transpose turns into the block's eight rows of scores; a
  * run of slope 0 gives one vector of the eight keys' products for all
  * eight rows, read from a copy of that column of the products (two such
- * columns kept per row of tiles).  The product lines of the block four on
- * are hinted, and so are the lines of scores of the next strip.
+ * columns kept per row of tiles).  The lines of scores of the next strip
+ * are hinted.
  *
  * Float16 and bfloat16 scores: the products rounded to the scores' type,
  * widened back, added in float32 and rounded once (F16C for float16, the
@@ -216,14 +216,18 @@ PE_INLINE void block8(const struct pe_rel_gather *g, char *out, const char *prod
     __m256 v[8];
     int kind = g->block[u - 7];
     switch (kind) {
-    case 1:
+    case 1: { /* m[l] = m[0] + l: loads a row and a column apart */
+        const char *x = p + (ptrdiff_t)m[0] * 4;
         for (int l = 0; l < 8; ++l)
-            v[l] = _mm256_loadu_ps((const float *)(p + l * sr) + m[l]);
+            v[l] = _mm256_loadu_ps((const float *)(x + l * (sr + 4)));
         break;
-    case -1:
+    }
+    case -1: { /* m[l + 7] = m[7] - l */
+        const char *x = p + (ptrdiff_t)m[7] * 4;
         for (int l = 0; l < 8; ++l)
-            v[l] = _mm256_loadu_ps((const float *)(p + l * sr) + m[l + 7]);
+            v[l] = _mm256_loadu_ps((const float *)(x + l * (sr - 4)));
         break;
+    }
     case 4:
         for (int l = 0; l < 8; ++l) {
             int32_t lo = g->wmin[u - 7 + l];
@@ -303,10 +307,6 @@ PE_INLINE void tiles_avx2(const struct pe_rel_gather *g, ptrdiff_t task, const i
             if (ahead != NULL && (j * isz) % 64 == 0)
                 for (int l = 0; l < 8; ++l)
                     pe_rel_prefetch(ahead + l * sq + j * isz);
-            if (j + 40 <= ke && (col == NULL || g->block[q - 8 - i + j + 32] != 0))
-                for (int l = 0; l < 8; ++l)
-                    pe_rel_prefetch(prod + (j + 32 + l) * s->stride_r +
-                                    (ptrdiff_t)m[j + 32 + l] * 4);
             int kind = g->block[q - 8 - i + j];
             if (kind == 3) {
                 pe_rel_tile_scalar(g, b, h, i, i + 8, j, j + 8);
