@@ -150,9 +150,15 @@ def _summary(outcomes):
     return bad[0] if bad else ("match" if "match" in outcomes else "refused")
 
 
-def _module_tables(torch, rotary, ids, layer_type):
+def _run_module(torch, rotary, ids, layer_type):
+    """The rotary module's output for position ids `ids`."""
     kwargs = {} if layer_type is None else {"layer_type": layer_type}
-    out = rotary(torch.zeros(1), torch.from_numpy(ids), **kwargs)
+    with torch.no_grad():  # Mistral Large 4's tables are made from parameters
+        return rotary(torch.zeros(1), torch.from_numpy(ids), **kwargs)
+
+
+def _module_tables(torch, rotary, ids, layer_type):
+    out = _run_module(torch, rotary, ids, layer_type)
     if torch.is_tensor(out) and out.is_complex():
         return out.real.double().numpy(), out.imag.double().numpy()
     return out[0].double().numpy(), out[1].double().numpy()
@@ -277,8 +283,7 @@ def _apply_layer(config, rotary, module, torch, layer_type):
     module_ids, ids = _positions(params)
     kwargs = {} if layer_type is None else {"layer_type": layer_type}
     try:
-        with torch.no_grad():  # Mistral Large 4's tables are made from parameters
-            tables = rotary(torch.zeros(1), torch.from_numpy(module_ids), **kwargs)
+        tables = _run_module(torch, rotary, module_ids, layer_type)
     except Exception:
         return None
     if torch.is_tensor(tables) and tables.is_complex():
