@@ -354,6 +354,20 @@ def test_half_width_tables_bad_input():
         posenc.rope_cos_sin(4, 8, full=None)
 
 
+def _module_tables(hf, module, config, dim, positions, seed):
+    """Random float32 queries (1, 2, len(positions), dim), as an array and a
+    tensor, their position ids, and the cos and sin of the modeling file's
+    rotary module built from `config`."""
+    torch = hf.torch
+    rotary = next(c for n, c in vars(module).items() if n.endswith("RotaryEmbedding"))(config)
+    x = np.random.default_rng(seed).standard_normal((1, 2, len(positions), dim))
+    x = x.astype(np.float32)
+    xt, ids = torch.from_numpy(x), positions[None]
+    with torch.no_grad():
+        cos, sin = rotary(xt, torch.from_numpy(ids))
+    return x, xt, ids, cos, sin
+
+
 @pytest.mark.parametrize("package", ["cohere", "glm4", "helium", "ernie4_5"])
 def test_a_config_of_a_model_that_turns_interleaved_pairs_needs_that_layout(hf, package):
     """Cohere's, GLM-4's, Helium's and Ernie 4.5's attention turn (x[2i],
@@ -374,13 +388,7 @@ def test_a_config_of_a_model_that_turns_interleaved_pairs_needs_that_layout(hf, 
     }[package]
     config = config_class(hidden_size=256, num_attention_heads=4, num_key_value_heads=4)
     head_dim = getattr(config, "head_dim", None) or 64
-    rotary = next(c for n, c in vars(module).items() if n.endswith("RotaryEmbedding"))(config)
-    torch = hf.torch
-    rng = np.random.default_rng(12)
-    x = rng.standard_normal((1, 2, 30, head_dim)).astype(np.float32)
-    ids = np.arange(30)[None]
-    xt = torch.from_numpy(x)
-    cos, sin = rotary(xt, torch.from_numpy(ids))
+    x, xt, ids, cos, sin = _module_tables(hf, module, config, head_dim, np.arange(30), 12)
     want = module.apply_rotary_pos_emb(xt, xt, cos, sin)[0].numpy()
     with pytest.raises(ValueError, match="pass layout='interleaved'"):
         posenc.apply_rope(x, ids, scaling=config)
@@ -418,14 +426,7 @@ def test_models_whose_attention_always_turns_pairs_as_deepseeks_flag_does(hf, pa
     module = importlib.import_module(f"transformers.models.{package}.modeling_{package}")
     config = getattr(transformers, config_name)()
     dim = config.qk_rope_head_dim
-    rotary = next(c for n, c in vars(module).items() if n.endswith("RotaryEmbedding"))(config)
-    torch = hf.torch
-    rng = np.random.default_rng(13)
-    x = rng.standard_normal((1, 2, 40, dim)).astype(np.float32)
-    ids = np.arange(1000, 1040)[None]
-    xt = torch.from_numpy(x)
-    with torch.no_grad():
-        cos, sin = rotary(xt, torch.from_numpy(ids))
+    x, xt, ids, cos, sin = _module_tables(hf, module, config, dim, np.arange(1000, 1040), 13)
     want = module.apply_rotary_pos_emb_interleave(xt, xt, cos, sin)[0].numpy()
     with pytest.raises(ValueError, match="pass layout='interleaved_to_half'"):
         posenc.apply_rope(x, ids, scaling=config)
