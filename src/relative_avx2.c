@@ -266,11 +266,10 @@ PE_INLINE void block8(const struct pe_rel_gather *g, char *out, const char *prod
  * eight rows of scores, each walked along its keys in blocks of 8 x 8
  * (the lines eight keys' rows of products hold for eight queries, read
  * once; the next strip reads them again from L2), with a hint to fetch
- * the product lines of the block four on and one to fetch the lines of
- * scores the next strip will add into, eight rows below (the CPU's own
- * prefetchers fall behind eight rows read a block at a time).  Blocks whose distances meet a
- * map entry < 0, and the rows and keys past the last whole block, go the
- * portable way. */
+ * the lines of scores the next strip will add into, eight rows below (the
+ * CPU's own prefetchers fall behind eight rows read a block at a time).
+ * Blocks whose distances meet a map entry < 0, and the rows and keys past
+ * the last whole block, go the portable way. */
 PE_INLINE void tiles_avx2(const struct pe_rel_gather *g, ptrdiff_t task, const int dtype)
 {
     const struct pe_bias_dst *d = g->dst;
