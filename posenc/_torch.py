@@ -473,7 +473,7 @@ def config_text(config, layer_type):
     plain = {"rope_parameters": params, "head_dim": rope.head_dim}
     if rope.model_type is not None:
         plain["model_type"] = rope.model_type
-    if rope.pairs == "interleaved_to_half":
+    if rope.rope_interleave:
         plain["rope_interleave"] = True  # DeepSeek-V3's flag, read by the layout check
     try:
         return json.dumps(plain, default=_plain_number)

@@ -419,7 +419,7 @@ _AXIAL_AS_QWEN2_VL = frozenset(
 # How the models whose code does not turn the halves Llama's code turns
 # their pairs: apply_rope with their config and layout "half" would rotate
 # the wrong features, so it is refused, naming the layout to pass.
-_PAIRS: Dict[Optional[str], str] = {
+_PAIRS: Dict[str, str] = {
     # interleaved pairs (x[2i], x[2i + 1]), as GPT-J (their cos and sin tables
     # are each model's own: some are laid out as Llama's and interleaved inside
     # their apply_rotary_pos_emb, so rope_cos_sin takes either)
@@ -486,16 +486,24 @@ class Rope:
     #: read from a whole config (not a bare rope dict), and its model_type if it states one
     whole_config: bool = False
     model_type: Optional[str] = None
-    #: the layout apply_rope needs where the model's code turns interleaved
-    #: pairs ("interleaved", or "interleaved_to_half" for DeepSeek-V3's
-    #: ``rope_interleave``), "negative" where it turns them by minus the
-    #: angle, "trailing" where it turns the last channels of a head, None
-    #: where its code turns halves as Llama's or is unknown
-    pairs: Optional[str] = None
+    #: the config's DeepSeek-V3 ``rope_interleave`` flag is set
+    rope_interleave: bool = False
 
     @property
     def name(self) -> str:
         return self.family.name
+
+    @property
+    def pairs(self) -> Optional[str]:
+        """The layout apply_rope needs where the model's code turns
+        interleaved pairs ("interleaved", or "interleaved_to_half" for
+        DeepSeek-V3's ``rope_interleave`` and the models that always turn
+        them so), "negative" where it turns them by minus the angle,
+        "trailing" where it turns the last channels of a head; None where
+        its code turns halves as Llama's or is unknown."""
+        if self.rope_interleave:
+            return "interleaved_to_half"  # DeepSeek-V3's apply_rotary_pos_emb_interleave
+        return _PAIRS.get(self.model_type or "")
 
     @property
     def tables(self) -> Optional[str]:
@@ -712,10 +720,8 @@ def read(scaling: Optional[RopeScaling], layer_type: Optional[str] = None) -> Ro
         )
     family = _family_of(params)
     model_type = _model_type(scaling) if whole else None
-    pairs = _PAIRS.get(model_type)
-    if whole and _config_value(scaling, "rope_interleave") is True:
-        pairs = "interleaved_to_half"  # DeepSeek-V3's apply_rotary_pos_emb_interleave
-    rope = Rope(family, params, head_dim, whole, model_type, pairs)
+    interleave = whole and _config_value(scaling, "rope_interleave") is True
+    rope = Rope(family, params, head_dim, whole, model_type, interleave)
     sections(rope)  # M-RoPE's keys are checked whoever reads them
     if family.rows and model_type not in _AXIAL_AS_QWEN2_VL:
         source = f"a {model_type!r} config" if model_type else "scaling"
