@@ -560,27 +560,16 @@ PE_INLINE void scatter_task(const struct scatter *sc, ptrdiff_t task, const int 
                 continue;
             ptrdiff_t col = (ptrdiff_t)run->base + run->slope * (a - run->start);
             const char *src = wrow + (a - t0) * wsz;
+            /* by key, key a - t0 on (a row of out further each step); by query, row i */
+            char *o = op + (by_key ? a - t0 : i) * stride_r;
             if (by_key && run->slope == 2) { /* short runs: each column from the map */
-                char *o = op + (a - t0) * stride_r;
                 const int64_t *cols = map + a;
                 for (ptrdiff_t m = 0; m < n; ++m)
                     accumulate(o, step * m + (ptrdiff_t)cols[m], src, m, wt, ot);
-                continue;
-            }
-            if (by_key) { /* key a - t0 on */
-                char *o = op + (a - t0) * stride_r;
-                ptrdiff_t along = step + run->slope;
+            } else if (by_key || run->slope != 0) {
+                ptrdiff_t along = (by_key ? step : 0) + run->slope;
                 for (ptrdiff_t m = 0; m < n; ++m)
                     accumulate(o, col + along * m, src, m, wt, ot);
-                continue;
-            }
-            char *o = op + i * stride_r;
-            if (run->slope == 1) {
-                for (ptrdiff_t m = 0; m < n; ++m)
-                    accumulate(o, col + m, src, m, wt, ot);
-            } else if (run->slope == -1) {
-                for (ptrdiff_t m = 0; m < n; ++m)
-                    accumulate(o, col - m, src, m, wt, ot);
             } else if (wt == PE_F64) {
                 ((double *)o)[col] += sum_f64((const double *)src, n);
             } else if (wt == PE_F32) {
