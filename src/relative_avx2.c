@@ -216,16 +216,12 @@ PE_INLINE void block8(const struct pe_rel_gather *g, char *out, const char *prod
     __m256 v[8];
     int kind = g->block[u - 7];
     switch (kind) {
-    case 1: { /* m[l] = m[0] + l: loads a row and a column apart */
-        const char *x = p + (ptrdiff_t)m[0] * 4;
+    case 1:
+    case -1: { /* m[l] = m[0] + l, or m[l + 7] = m[7] - l: loads a row and a column apart */
+        const char *x = p + (ptrdiff_t)m[kind == 1 ? 0 : 7] * 4;
+        const ptrdiff_t along = sr + 4 * kind;
         for (int l = 0; l < 8; ++l)
-            v[l] = _mm256_loadu_ps((const float *)(x + l * (sr + 4)));
-        break;
-    }
-    case -1: { /* m[l + 7] = m[7] - l */
-        const char *x = p + (ptrdiff_t)m[7] * 4;
-        for (int l = 0; l < 8; ++l)
-            v[l] = _mm256_loadu_ps((const float *)(x + l * (sr - 4)));
+            v[l] = _mm256_loadu_ps((const float *)(x + l * along));
         break;
     }
     case 4:
