@@ -262,8 +262,10 @@ PE_INLINE void block8(const struct pe_rel_gather *g, char *out, const char *prod
  * eight rows of scores, each walked along its keys in blocks of 8 x 8
  * (the lines eight keys' rows of products hold for eight queries, read
  * once; the next strip reads them again from L2), with a hint to fetch
- * the lines of scores the next strip will add into, eight rows below (the
- * CPU's own prefetchers fall behind eight rows read a block at a time).
+ * the lines of scores the next strip will add into, eight rows below, in
+ * the order of their addresses, spread over the strip's blocks (the CPU's
+ * own prefetchers fall behind eight rows read a block at a time, and so
+ * do hints given along the eight rows, a column at a time).
  * Blocks whose distances meet a map entry < 0, and the rows and keys past
  * the last whole block, go the portable way. */
 PE_INLINE void tiles_avx2(const struct pe_rel_gather *g, ptrdiff_t task, const int dtype)
@@ -294,14 +296,21 @@ PE_INLINE void tiles_avx2(const struct pe_rel_gather *g, ptrdiff_t task, const i
     float *col = i1 - i0 >= 16 && ke >= 64 ? malloc(2 * (size_t)ke * sizeof *col) : NULL;
     int32_t held[2] = {-1, -1};
     int victim = 0;
+    /* a row's k scores lie in per lines at most (its first byte anywhere in a line) */
+    const ptrdiff_t width = k * isz, per = (width + 63) / 64 + 1, lines = 8 * per;
     for (; i + 8 <= i1; i += 8) {
         const int32_t *m = g->map32 + (q - 8 - i); /* m[j + l]: key j + l, query i + 7 */
-        /* the next strip's rows of scores (this task's or the next task's) */
+        /* the next strip's rows of scores (this task's or the next task's),
+         * hinted in the order of their addresses: line t of `lines` at the
+         * block t * (ke / 8) / lines */
         const char *ahead = i + 16 <= q ? out + (i + 8) * sq : NULL;
+        ptrdiff_t t = 0;
         for (ptrdiff_t j = 0; j < ke; j += 8) {
-            if (ahead != NULL && (j * isz) % 64 == 0)
-                for (int l = 0; l < 8; ++l)
-                    pe_rel_prefetch(ahead + l * sq + j * isz);
+            ptrdiff_t last = ahead == NULL ? 0 : (j + 8) / 8 * lines / (ke / 8);
+            for (; t < last; ++t) {
+                ptrdiff_t at = t % per * 64;
+                pe_rel_prefetch(ahead + t / per * sq + (at < width ? at : width - 1));
+            }
             int kind = g->block[q - 8 - i + j];
             if (kind == 3) {
                 pe_rel_tile_scalar(g, b, h, i, i + 8, j, j + 8);
