@@ -985,10 +985,14 @@ def _recorded_gathers(term):
 
     def record(products, index, scores, by_key, single=False):
         key = (products.shape, products.strides, products.dtype.str)
-        if key not in buffers:  # the same layout (rows padded as the term pads them)
+        if key not in buffers:  # the same layout (rows padded as the term pads them,
+            # starting at the same byte of a cache line)
             row = products.strides[-2] // products.itemsize
-            base = np.full(products.shape[:-1] + (max(row, products.shape[-1]),), 0.5)
-            buffers[key] = base.astype(products.dtype)[..., : products.shape[-1]]
+            shape = products.shape[:-1] + (max(row, products.shape[-1]),)
+            flat = np.full(int(np.prod(shape)) + 64, 0.5, products.dtype)
+            skip = (products.ctypes.data - flat.ctypes.data) % 64 // products.itemsize
+            base = flat[skip : skip + int(np.prod(shape))].reshape(shape)
+            buffers[key] = base[..., : products.shape[-1]]
         buf = buffers[key]
         calls.append((buf, index, scores, by_key, single))
         return real(products, index, scores, by_key, single)

@@ -242,7 +242,7 @@ def _gather_part(work, lead, left, right, index, by_key, divisor):
             view = wb[:, h0:h1, :, a0:a1] if by_key else wb[:, h0:h1, a0:a1, :]
             p = None
             if by_key and left.dtype == wdt:  # read a row per step: rows apart in the cache
-                p = _padded_rows((h1 - h0, a1 - a0, c1 - c0), wdt, np.empty)
+                p = _walked_products((h1 - h0, a1 - a0, c1 - c0), wdt, local, q_len)
             p = np.matmul(lb[h0:h1, a0:a1], np.swapaxes(rb[h0:h1, c0:c1], -1, -2), out=p)
             if divisor is not None:
                 np.divide(p, divisor, out=p)
@@ -1403,16 +1403,57 @@ def _shaw_value_args(weights, rel_values, max_distance, q_offset):
     return w, rv, _shaw_index(q_len, k_len, q_offset, max_distance), _work(w.dtype, rv.dtype)
 
 
+def _odd_lines(n, dtype):
+    """Items in the fewest 64-byte cache lines, an odd number of them,
+    that hold n items of `dtype`."""
+    line = 64 // dtype.itemsize
+    lines = -(-n // line)
+    return (lines + 1 - lines % 2) * line
+
+
 def _padded_rows(shape, dtype, make=np.zeros):
     """An array of `shape` (made by `make`) whose rows lie an odd number of
     64-byte cache lines apart: a kernel that reads or writes a row per step
     (the gather and the scatter by key) then spreads its rows over every
     cache set, where rows a multiple of 4 KiB apart (or of 2 KiB, ...)
     would share a few sets."""
-    line = 64 // dtype.itemsize
-    row = -(-shape[-1] // line) * line
-    row += line * (1 - (row // line) % 2)
-    return make(shape[:-1] + (row,), dtype)[..., : shape[-1]]
+    return make(shape[:-1] + (_odd_lines(shape[-1], dtype),), dtype)[..., : shape[-1]]
+
+
+def _walked_products(shape, dtype, index, q_len):
+    """An empty array of `shape` (heads, keys, columns) for the float32
+    products the by-key gather walks through `index` (its map, t = q_len -
+    1 - i + j): along the map's run of slope 1 or -1 that holds most of
+    it, the C walk loads eight products of a key for eight queries, the
+    next key's a row and a column on.  Here rows lie an odd number of
+    cache lines and one product more (slope -1) or less (1) apart, so that
+    the eight keys' loads start at the same byte of their lines, and the
+    first product lies where that byte is 0 or 32 in every strip of eight
+    queries: each load reads half a line, whose other half the next strip
+    reads (at another byte, a key's eight products straddle two lines in
+    7 strips out of 16).  Any other map: _padded_rows."""
+    valid = (index[:-1] >= 0) & (index[1:] >= 0)
+    t, step = np.arange(len(index) - 1), np.diff(index)
+    # steps, slope, index[t] - slope * t along the run; a block of 8 x 8
+    # takes its loads from a run of 15 entries
+    best = (13, 0, 0)
+    for slope in (-1, 1):
+        on = valid & (step == slope)
+        if on.any():
+            ks, counts = np.unique(index[:-1][on] - slope * t[on], return_counts=True)
+            best = max(best, (int(counts.max()), slope, int(ks[counts.argmax()])))
+    _, slope, k = best
+    if dtype != np.float32 or slope == 0:
+        return _padded_rows(shape, dtype, np.empty)
+    heads, keys, cols = shape
+    row = _odd_lines(cols + (slope > 0), dtype) - slope
+    rows = -(-keys // 8) * 8  # each head's products from the same byte of a line
+    flat = np.empty(heads * rows * row + 7, dtype)
+    # the load of key 0 for queries [i, i + 8), i a multiple of 8, reads
+    # from column k - (q_len - 1) + i (slope -1) or k + q_len - 8 - i (1)
+    first = k - q_len + 1 if slope < 0 else k + q_len - 8
+    skip = -(flat.ctypes.data // dtype.itemsize + first) % 8
+    return flat[skip : skip + heads * rows * row].reshape(heads, rows, row)[:, :keys, :cols]
 
 
 def _by_distance(w, index, width, work, by_key=False):

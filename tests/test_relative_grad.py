@@ -342,6 +342,49 @@ def test_padded_rows_lie_an_odd_number_of_cache_lines_apart():
             assert a.strides[-2] % 64 == 0 and (a.strides[-2] // 64) % 2 == 1
 
 
+def test_walked_products_give_every_load_along_the_run_half_a_line():
+    # the by-key walk loads key j's products for queries [i, i + 8), i a
+    # multiple of 8, from column map[q_len - 1 - i + j] (a run of slope -1)
+    # or map[q_len - 8 - i + j] (slope 1): each such load starts at byte 0 or
+    # 32 of a line, for every head, key and strip along the map's main run
+    from posenc.relative import _walked_products
+
+    f4 = np.dtype(np.float32)
+    for q_len, keys, slope, start, length, lead in [
+        (1024, 480, -1, 0, 1503, 1502),  # TENER's key term, a block of keys
+        (37, 61, -1, 5, 80, 90),
+        (64, 13, 1, 0, 76, 3),
+        (40, 24, 1, 10, 50, 0),
+        (300, 64, -1, 30, 150, 400),
+    ]:
+        n = q_len + keys - 1
+        rng = np.random.default_rng(q_len + keys)
+        index = rng.integers(-1, 30, n)  # elsewhere: short runs, and none
+        run = lead + slope * np.arange(length)
+        index[start : start + length] = run
+        cols = int(index.max()) + 1
+        for heads in (1, 3):
+            p = _walked_products((heads, keys, cols), f4, index, q_len)
+            assert p.shape == (heads, keys, cols) and p.dtype == f4 and p.strides[-1] == 4
+            sr, sh = p.strides[-2], p.strides[-3]
+            assert sr >= 4 * cols and (sr + 4 * slope) % 64 == 0 and (sr + 4 * slope) // 64 % 2
+            loads = 0
+            for i in range(0, q_len - 7, 8):
+                for j in range(keys):
+                    t = q_len - 1 - i + j - (7 if slope > 0 else 0)
+                    if start <= t - 7 and t + 7 < start + length:  # the whole block in the run
+                        for h in range(heads):
+                            at = p.ctypes.data + h * sh + j * sr + 4 * int(index[t])
+                            assert at % 32 == 0, (q_len, keys, i, j, h)
+                            loads += 1
+            assert loads > 0
+    # without a run of slope 1 or -1, or of float64: rows an odd number of lines apart
+    index = np.repeat(np.arange(10), 7)
+    for dtype in (f4, np.dtype(np.float64)):
+        p = _walked_products((2, 30, 12), dtype, index if dtype == f4 else np.arange(69), 40)
+        assert p.shape == (2, 30, 12) and p.strides[-2] % 64 == 0 and p.strides[-2] // 64 % 2
+
+
 @pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
 def test_scatter_by_key_is_np_add_at_in_the_order_of_the_queries(threads, dtype):
     # out[b, h, j, map[q_len - 1 - i + j]] += w[b, h, i, j], each entry summed
