@@ -1431,7 +1431,9 @@ def _walked_products(shape, dtype, index, q_len):
     first product lies where that byte is 0 or 32 in every strip of eight
     queries: each load reads half a line, whose other half the next strip
     reads (at another byte, a key's eight products straddle two lines in
-    7 strips out of 16).  Any other map: _padded_rows."""
+    7 strips out of 16).  Any other map or dtype: _padded_rows."""
+    if dtype != np.float32:
+        return _padded_rows(shape, dtype, np.empty)
     valid = (index[:-1] >= 0) & (index[1:] >= 0)
     t, step = np.arange(len(index) - 1), np.diff(index)
     # steps, slope, index[t] - slope * t along the run; a block of 8 x 8
@@ -1443,7 +1445,7 @@ def _walked_products(shape, dtype, index, q_len):
             ks, counts = np.unique(index[:-1][on] - slope * t[on], return_counts=True)
             best = max(best, (int(counts.max()), slope, int(ks[counts.argmax()])))
     _, slope, k = best
-    if dtype != np.float32 or slope == 0:
+    if slope == 0:
         return _padded_rows(shape, dtype, np.empty)
     heads, keys, cols = shape
     row = _odd_lines(cols + (slope > 0), dtype) - slope
