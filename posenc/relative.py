@@ -236,13 +236,16 @@ def _gather_part(work, lead, left, right, index, by_key, divisor):
     lefts = np.broadcast_to(left, lead + (heads, n, d))
     rights = np.broadcast_to(right, lead + (heads, cols, d))
     single = batch * blocks.count > 1
+    runs = {}  # the main run of each block of keys' map (the same for every head)
     for b, at in enumerate(np.ndindex(*lead)):
         lb, rb, wb = lefts[at], rights[at], work[b : b + 1]
         for h0, h1, a0, a1, c0, c1, local in blocks.of(index):
             view = wb[:, h0:h1, :, a0:a1] if by_key else wb[:, h0:h1, a0:a1, :]
             p = None
             if by_key and left.dtype == wdt:  # read a row per step: rows apart in the cache
-                p = _walked_products((h1 - h0, a1 - a0, c1 - c0), wdt, local, q_len)
+                if a0 not in runs:
+                    runs[a0] = _main_run(local)
+                p = _walked_products((h1 - h0, a1 - a0, c1 - c0), wdt, runs[a0], q_len)
             p = np.matmul(lb[h0:h1, a0:a1], np.swapaxes(rb[h0:h1, c0:c1], -1, -2), out=p)
             if divisor is not None:
                 np.divide(p, divisor, out=p)
@@ -1420,32 +1423,37 @@ def _padded_rows(shape, dtype, make=np.zeros):
     return make(shape[:-1] + (_odd_lines(shape[-1], dtype),), dtype)[..., : shape[-1]]
 
 
-def _walked_products(shape, dtype, index, q_len):
-    """An empty array of `shape` (heads, keys, columns) for the float32
-    products the by-key gather walks through `index` (its map, t = q_len -
-    1 - i + j): along the map's run of slope 1 or -1 that holds most of
-    it, the C walk loads eight products of a key for eight queries, the
-    next key's a row and a column on.  Here rows lie an odd number of
-    cache lines and one product more (slope -1) or less (1) apart, so that
-    the eight keys' loads start at the same byte of their lines, and the
-    first product lies where that byte is 0 or 32 in every strip of eight
-    queries: each load reads half a line, whose other half the next strip
-    reads (at another byte, a key's eight products straddle two lines in
-    7 strips out of 16).  Any other map or dtype: _padded_rows."""
-    if dtype != np.float32:
-        return _padded_rows(shape, dtype, np.empty)
+def _main_run(index):
+    """(slope, index[t] - slope * t) of the run of slope 1 or -1 that holds
+    most of the map `index` (at least the 15 entries a block of 8 x 8 scores
+    by key reads), else (0, 0)."""
     valid = (index[:-1] >= 0) & (index[1:] >= 0)
     t, step = np.arange(len(index) - 1), np.diff(index)
-    # steps, slope, index[t] - slope * t along the run; a block of 8 x 8
-    # takes its loads from a run of 15 entries
-    best = (13, 0, 0)
+    best = (13, 0, 0)  # steps, slope, the run's index[t] - slope * t
     for slope in (-1, 1):
         on = valid & (step == slope)
         if on.any():
-            ks, counts = np.unique(index[:-1][on] - slope * t[on], return_counts=True)
-            best = max(best, (int(counts.max()), slope, int(ks[counts.argmax()])))
-    _, slope, k = best
-    if slope == 0:
+            at = index[:-1][on] - slope * t[on]
+            lo = int(at.min())
+            counts = np.bincount(at - lo)
+            best = max(best, (int(counts.max()), slope, lo + int(counts.argmax())))
+    return best[1:]
+
+
+def _walked_products(shape, dtype, run, q_len):
+    """An empty array of `shape` (heads, keys, columns) for the products the
+    by-key gather walks through a map whose main run is `run` (slope, index[t]
+    - slope * t; t = q_len - 1 - i + j, _main_run): along that run the C walk
+    loads eight float32 products of a key for eight queries, the next key's a
+    row and a column on.  Here rows lie an odd number of cache lines and one
+    product more (slope -1) or less (1) apart, so that the eight keys' loads
+    start at the same byte of their lines, and the first product lies where
+    that byte is 0 or 32 in every strip of eight queries: each load reads
+    half a line, whose other half the next strip reads (at another byte, a
+    key's eight products straddle two lines in 7 strips out of 16).  Without
+    a run, or for float64: _padded_rows."""
+    slope, k = run
+    if dtype != np.float32 or slope == 0:
         return _padded_rows(shape, dtype, np.empty)
     heads, keys, cols = shape
     row = _odd_lines(cols + (slope > 0), dtype) - slope

@@ -347,7 +347,7 @@ def test_walked_products_give_every_load_along_the_run_half_a_line():
     # multiple of 8, from column map[q_len - 1 - i + j] (a run of slope -1)
     # or map[q_len - 8 - i + j] (slope 1): each such load starts at byte 0 or
     # 32 of a line, for every head, key and strip along the map's main run
-    from posenc.relative import _walked_products
+    from posenc.relative import _main_run, _walked_products
 
     f4 = np.dtype(np.float32)
     for q_len, keys, slope, start, length, lead in [
@@ -364,7 +364,8 @@ def test_walked_products_give_every_load_along_the_run_half_a_line():
         index[start : start + length] = run
         cols = int(index.max()) + 1
         for heads in (1, 3):
-            p = _walked_products((heads, keys, cols), f4, index, q_len)
+            assert _main_run(index) == (slope, lead - slope * start)
+            p = _walked_products((heads, keys, cols), f4, _main_run(index), q_len)
             assert p.shape == (heads, keys, cols) and p.dtype == f4 and p.strides[-1] == 4
             sr, sh = p.strides[-2], p.strides[-3]
             assert sr >= 4 * cols and (sr + 4 * slope) % 64 == 0 and (sr + 4 * slope) // 64 % 2
@@ -381,7 +382,9 @@ def test_walked_products_give_every_load_along_the_run_half_a_line():
     # without a run of slope 1 or -1, or of float64: rows an odd number of lines apart
     index = np.repeat(np.arange(10), 7)
     for dtype in (f4, np.dtype(np.float64)):
-        p = _walked_products((2, 30, 12), dtype, index if dtype == f4 else np.arange(69), 40)
+        run = _main_run(index if dtype == f4 else np.arange(69))
+        assert run == ((0, 0) if dtype == f4 else (1, 0))
+        p = _walked_products((2, 30, 12), dtype, run, 40)
         assert p.shape == (2, 30, 12) and p.strides[-2] % 64 == 0 and p.strides[-2] // 64 % 2
 
 
