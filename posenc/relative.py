@@ -242,7 +242,7 @@ def _gather_part(work, lead, left, right, index, by_key, divisor):
         for h0, h1, a0, a1, c0, c1, local in blocks.of(index):
             view = wb[:, h0:h1, :, a0:a1] if by_key else wb[:, h0:h1, a0:a1, :]
             p = None
-            if by_key and left.dtype == wdt:  # read a row per step: rows apart in the cache
+            if by_key and left.dtype == wdt:  # a row per step: rows apart, aligned to the loads
                 if a0 not in runs:
                     runs[a0] = _main_run(local)
                 p = _walked_products((h1 - h0, a1 - a0, c1 - c0), wdt, runs[a0], q_len)
