@@ -294,7 +294,8 @@ PE_SPECIALISE(const pe_rel_task_fn, pe_rel_task_scalar, task_scalar,
 size_t pe_rel_gather_scratch(ptrdiff_t n)
 {
     size_t m = (size_t)n + 1;
-    return 2 * m * sizeof(struct pe_rel_run) + m * sizeof(ptrdiff_t) + 2 * m * sizeof(int32_t) + m;
+    return 2 * m * sizeof(struct pe_rel_run) + m * sizeof(ptrdiff_t) + 2 * m * sizeof(int32_t) + m +
+           8 * m;
 }
 
 int pe_rel_gather_add(const struct pe_kernels *k, const struct pe_rel_src *src, const int64_t *map,
@@ -307,13 +308,14 @@ int pe_rel_gather_add(const struct pe_kernels *k, const struct pe_rel_src *src, 
     char *at = scratch != NULL ? scratch : own;
     if (at == NULL)
         return -1;
-    /* runs (twice: as found and merged), neg, map32, wmin, block */
+    /* runs (twice: as found and merged), neg, map32, wmin, block, perm */
     struct pe_rel_run *runs = (struct pe_rel_run *)at;
     at += 2 * ((size_t)n + 1) * sizeof *runs;
     ptrdiff_t *neg = NULL, *negs = (ptrdiff_t *)at;
     at += ((size_t)n + 1) * sizeof *neg;
     int32_t *map32 = (int32_t *)at, *wmin = map32 + n + 1;
     int8_t *block = NULL, *blocks = (int8_t *)(wmin + n + 1);
+    uint8_t *perm = (uint8_t *)(blocks + n + 1);
     ptrdiff_t nruns = find_runs(map, n, runs);
     ptrdiff_t tq = (dst->q_len + TILE - 1) / TILE, tk = (dst->k_len + TILE - 1) / TILE;
     struct pe_rel_gather g = {src,
@@ -329,6 +331,7 @@ int pe_rel_gather_add(const struct pe_kernels *k, const struct pe_rel_src *src, 
                               NULL,
                               tq,
                               tk,
+                              NULL,
                               NULL,
                               NULL,
                               0};
@@ -349,6 +352,9 @@ int pe_rel_gather_add(const struct pe_kernels *k, const struct pe_rel_src *src, 
         }
     }
     g.neg = neg;
+    /* the lanes of eight entries within one run of slope -1, 0, 1 */
+    static const uint8_t lanes[3][8] = {
+        {7, 6, 5, 4, 3, 2, 1, 0}, {0, 0, 0, 0, 0, 0, 0, 0}, {0, 1, 2, 3, 4, 5, 6, 7}};
     /* wmin: eight entries within one run have its ends for least and
      * greatest (and lie within 8 of each other), so only the windows that
      * cross the end of a run are looked at entry by entry */
@@ -367,6 +373,7 @@ int pe_rel_gather_add(const struct pe_kernels *k, const struct pe_rel_src *src, 
         for (; t < inner; ++t) {
             int64_t lo = base + slope * (t - s0) - (slope < 0 ? 7 : 0);
             wmin[t] = lo + 8 <= width ? (int32_t)lo : -1;
+            memcpy(perm + 8 * t, lanes[slope + 1], 8);
         }
         for (; t < e; ++t) {
             int64_t lo = map[t], hi = map[t];
@@ -375,9 +382,12 @@ int pe_rel_gather_add(const struct pe_kernels *k, const struct pe_rel_src *src, 
                 hi = map[t + l] > hi ? map[t + l] : hi;
             }
             wmin[t] = lo >= 0 && hi - lo < 8 && lo + 8 <= width ? (int32_t)lo : -1;
+            for (int l = 0; l < 8 && wmin[t] >= 0; ++l)
+                perm[8 * t + l] = (uint8_t)(map[t + l] - lo);
         }
     }
     g.wmin = wmin;
+    g.perm = perm;
     /* whether any entry >= 0 is less than the last one >= 0 before it */
     for (ptrdiff_t r = 0, last = -1; r < nruns && !g.prefetch; ++r) {
         if (runs[r].base < 0)

@@ -78,6 +78,9 @@ struct pe_rel_gather {
      * their least when they are all >= 0, lie within 8 columns of it and
      * the 8 from it are inside the products' rows, else -1 (vector path) */
     const int32_t *wmin;
+    /* perm[8 t + l] = map[t + l] - wmin[t], l < 8, where wmin[t] >= 0: the
+     * lanes of the eight columns loaded from wmin[t] (vector path) */
+    const uint8_t *perm;
     /* by query: whether a row's products are worth a hint to fetch them
      * (they are not read in ascending order, which the CPU's own
      * prefetchers follow best) */

@@ -9,8 +9,9 @@
  * products at the run's offset, a run of -1 (DeBERTa's c2p) a load
  * reversed, a run of slope 0 (clipped distances) one broadcast value, and
  * several short runs together (log buckets) a load and a permute where
- * eight neighbouring columns lie within 8 of each other, else a gather
- * through the map (as int32 column indices).  A row whose products are
+ * eight neighbouring columns lie within 8 of each other (its lanes read
+ * from a table made with the map), else a gather through the map (as
+ * int32 column indices).  A row whose products are
  * not read in ascending order has them hinted two rows ahead: the CPU's
  * own prefetchers follow ascending reads only.
  *
@@ -66,6 +67,12 @@ PE_INLINE void add8(char *o, __m256 x, const int dtype)
     sum8(o, x, dtype);
 }
 
+/* The eight lanes perm[0 .. 8) (relative.h), as int32. */
+PE_INLINE __m256i lanes8(const uint8_t *perm)
+{
+    return _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)perm));
+}
+
 /* o[0 .. 4) += x, float64. */
 PE_INLINE void add4(char *o, __m256d x)
 {
@@ -80,7 +87,7 @@ PE_INLINE void add4(char *o, __m256d x)
  * score's t: eight columns within 8 of the least, one load permuted,
  * else a gather). */
 PE_INLINE void segment(char *o, const char *p, ptrdiff_t col, int slope, const int32_t *map,
-                       const int32_t *wmin, ptrdiff_t n, const int dtype)
+                       const int32_t *wmin, const uint8_t *perm, ptrdiff_t n, const int dtype)
 {
     const ptrdiff_t isz = (ptrdiff_t)pe_itemsize(dtype);
     ptrdiff_t m = 0;
@@ -121,12 +128,11 @@ PE_INLINE void segment(char *o, const char *p, ptrdiff_t col, int slope, const i
                      dtype);
         } else {
             for (; m + 8 <= n; m += 8) {
-                __m256i c = _mm256_loadu_si256((const __m256i *)(map + m));
                 int32_t lo = wmin[m];
                 __m256 v =
-                    lo >= 0 ? _mm256_permutevar8x32_ps(_mm256_loadu_ps(x + lo),
-                                                       _mm256_sub_epi32(c, _mm256_set1_epi32(lo)))
-                            : _mm256_i32gather_ps(x, c, 4);
+                    lo >= 0
+                        ? _mm256_permutevar8x32_ps(_mm256_loadu_ps(x + lo), lanes8(perm + 8 * m))
+                        : _mm256_i32gather_ps(x, _mm256_loadu_si256((const __m256i *)(map + m)), 4);
                 add8(o + m * isz, v, dtype);
             }
         }
@@ -163,8 +169,8 @@ PE_INLINE void row_avx2(const struct pe_rel_gather *g, ptrdiff_t task, const int
         if (seg->base < 0)
             continue;
         ptrdiff_t col = seg->slope == 2 ? 0 : (ptrdiff_t)seg->base + seg->slope * (a - seg->start);
-        segment(row + (a - t0) * isz, prod, col, seg->slope, g->map32 + a, g->wmin + a, e - a,
-                dtype);
+        segment(row + (a - t0) * isz, prod, col, seg->slope, g->map32 + a, g->wmin + a,
+                g->perm + 8 * a, e - a, dtype);
     }
 }
 
@@ -227,9 +233,8 @@ PE_INLINE void block8(const struct pe_rel_gather *g, char *out, const char *prod
     case 4:
         for (int l = 0; l < 8; ++l) {
             int32_t lo = g->wmin[u - 7 + l];
-            __m256i c = _mm256_sub_epi32(_mm256_loadu_si256((const __m256i *)(m + l)),
-                                         _mm256_set1_epi32(lo));
-            v[l] = _mm256_permutevar8x32_ps(_mm256_loadu_ps((const float *)(p + l * sr) + lo), c);
+            v[l] = _mm256_permutevar8x32_ps(_mm256_loadu_ps((const float *)(p + l * sr) + lo),
+                                            lanes8(g->perm + 8 * (u - 7 + l)));
         }
         break;
     case 0: {
