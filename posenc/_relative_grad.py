@@ -83,9 +83,10 @@ def _part_grads(part, g, wanted, out):
     d_left = np.zeros(lead + (heads, n, d), work) if want_left else None
     d_right = np.zeros(lead + (heads, cols, d), work) if name in wanted else None
     blocks = _rel._Blocks(heads, q_len, k_len, cols, work.itemsize, part.by_key)
+    spans = blocks.spans(part.columns)
     for at in np.ndindex(*lead):
         gb, lb, rb = g[at], lefts[at], rights[at]
-        for h0, h1, a0, a1, c0, c1, local in blocks.of(part.columns):
+        for h0, h1, a0, a1, c0, c1, local in blocks.of(spans):
             block = gb[h0:h1, :, a0:a1] if part.by_key else gb[h0:h1, a0:a1]
             summed = _rel._by_distance(block, local, c1 - c0, work, part.by_key)
             if d_left is not None:

@@ -236,15 +236,15 @@ def _gather_part(work, lead, left, right, index, by_key, divisor):
     lefts = np.broadcast_to(left, lead + (heads, n, d))
     rights = np.broadcast_to(right, lead + (heads, cols, d))
     single = batch * blocks.count > 1
-    runs = {}  # the main run of each block of keys' map (the same for every head)
+    spans = blocks.spans(index)
+    walked = by_key and left.dtype == wdt  # a row per step: rows apart, aligned to the loads
+    runs = {span[0]: _main_run(span[4]) for span in spans} if walked else {}
     for b, at in enumerate(np.ndindex(*lead)):
         lb, rb, wb = lefts[at], rights[at], work[b : b + 1]
-        for h0, h1, a0, a1, c0, c1, local in blocks.of(index):
+        for h0, h1, a0, a1, c0, c1, local in blocks.of(spans):
             view = wb[:, h0:h1, :, a0:a1] if by_key else wb[:, h0:h1, a0:a1, :]
             p = None
-            if by_key and left.dtype == wdt:  # a row per step: rows apart, aligned to the loads
-                if a0 not in runs:
-                    runs[a0] = _main_run(local)
+            if walked:
                 p = _walked_products((h1 - h0, a1 - a0, c1 - c0), wdt, runs[a0], q_len)
             p = np.matmul(lb[h0:h1, a0:a1], np.swapaxes(rb[h0:h1, c0:c1], -1, -2), out=p)
             if divisor is not None:
@@ -272,26 +272,32 @@ class _Blocks:
         self.heads, self.q_len, self.k_len, self.n, self.by_key = heads, q_len, k_len, n, by_key
         self.count = -(-heads // self.group) * -(-n // self.step)
 
-    def of(self, index):
-        """(h0, h1, a0, a1, c0, c1, local) for each block that reads a
-        column: heads h0:h1, rows (or keys) a0:a1, columns c0:c1 of the
-        products, and the block's own map (columns from c0, -1: none) in
-        the gather's orientation."""
-        q_len, k_len = self.q_len, self.k_len
+    def spans(self, index):
+        """(a0, a1, c0, c1, local) for each block of rows (or keys) a0:a1
+        that reads a column: columns c0:c1 of the products, and the block's
+        own map (columns from c0, -1: none) in the gather's orientation;
+        the same for every group of heads and every batch."""
+        q_len, k_len, spans = self.q_len, self.k_len, []
+        for a0 in range(0, self.n, self.step):
+            a1 = min(self.n, a0 + self.step)
+            if self.by_key:
+                m = index[a0 : a0 + q_len + a1 - a0 - 1]
+            else:
+                m = index[q_len - a1 : q_len - a1 + a1 - a0 + k_len - 1]
+            valid = m >= 0
+            if not valid.any():
+                continue
+            c0, c1 = int(m[valid].min()), int(m[valid].max()) + 1
+            local = m - c0 if c0 == 0 or valid.all() else np.where(valid, m - c0, -1)
+            spans.append((a0, a1, c0, c1, local))
+        return spans
+
+    def of(self, spans):
+        """(h0, h1, a0, a1, c0, c1, local) for each group of heads h0:h1
+        and each of the `spans`."""
         for h0 in range(0, self.heads, self.group):
-            h1 = min(self.heads, h0 + self.group)
-            for a0 in range(0, self.n, self.step):
-                a1 = min(self.n, a0 + self.step)
-                if self.by_key:
-                    m = index[a0 : a0 + q_len + a1 - a0 - 1]
-                else:
-                    m = index[q_len - a1 : q_len - a1 + a1 - a0 + k_len - 1]
-                valid = m >= 0
-                if not valid.any():
-                    continue
-                c0, c1 = int(m[valid].min()), int(m[valid].max()) + 1
-                local = m - c0 if c0 == 0 or valid.all() else np.where(valid, m - c0, -1)
-                yield h0, h1, a0, a1, c0, c1, local
+            for span in spans:
+                yield (h0, min(self.heads, h0 + self.group)) + span
 
 
 def _work_of(target):
