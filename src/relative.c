@@ -382,8 +382,9 @@ int pe_rel_gather_add(const struct pe_kernels *k, const struct pe_rel_src *src, 
                 hi = map[t + l] > hi ? map[t + l] : hi;
             }
             wmin[t] = lo >= 0 && hi - lo < 8 && lo + 8 <= width ? (int32_t)lo : -1;
-            for (int l = 0; l < 8 && wmin[t] >= 0; ++l)
-                perm[8 * t + l] = (uint8_t)(map[t + l] - lo);
+            if (wmin[t] >= 0)
+                for (int l = 0; l < 8; ++l)
+                    perm[8 * t + l] = (uint8_t)(map[t + l] - lo);
         }
     }
     g.wmin = wmin;
