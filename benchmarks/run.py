@@ -989,9 +989,10 @@ def _recorded_gathers(term):
             # starting at the same byte of a cache line)
             row = products.strides[-2] // products.itemsize
             shape = products.shape[:-1] + (max(row, products.shape[-1]),)
-            flat = np.full(int(np.prod(shape)) + 64, 0.5, products.dtype)
+            size = int(np.prod(shape))
+            flat = np.full(size + 64, 0.5, products.dtype)
             skip = (products.ctypes.data - flat.ctypes.data) % 64 // products.itemsize
-            base = flat[skip : skip + int(np.prod(shape))].reshape(shape)
+            base = flat[skip : skip + size].reshape(shape)
             buffers[key] = base[..., : products.shape[-1]]
         buf = buffers[key]
         calls.append((buf, index, scores, by_key, single))
