@@ -122,6 +122,35 @@ PE_INLINE void pe_rotate4(__m256d *s, __m256d *c, __m256d sd, __m256d cd, __m256
     *c = c1;
 }
 
+/* a + b as pe_addf adds each lane (a's NaN where a is one, else b's):
+ * the operands of vaddps in a fixed order, which the compiler may swap in
+ * _mm256_add_ps (with a select where there is no inline assembly); b may
+ * be a load, folded into the add. */
+PE_INLINE __m256 pe_add_ps(__m256 a, __m256 b)
+{
+#if defined(__GNUC__)
+    __m256 r;
+    __asm__("vaddps %2, %1, %0" : "=x"(r) : "x"(a), "xm"(b));
+    return r;
+#else
+    return _mm256_blendv_ps(_mm256_add_ps(a, b), _mm256_add_ps(a, a),
+                            _mm256_cmp_ps(a, a, _CMP_UNORD_Q));
+#endif
+}
+
+/* a + b as pe_add adds each lane. */
+PE_INLINE __m256d pe_add_pd(__m256d a, __m256d b)
+{
+#if defined(__GNUC__)
+    __m256d r;
+    __asm__("vaddpd %2, %1, %0" : "=x"(r) : "x"(a), "xm"(b));
+    return r;
+#else
+    return _mm256_blendv_pd(_mm256_add_pd(a, b), _mm256_add_pd(a, a),
+                            _mm256_cmp_pd(a, a, _CMP_UNORD_Q));
+#endif
+}
+
 /* The bits of each float plus half a bfloat16 spacing, less one unless the
  * kept part is odd: their top halves are the floats rounded to nearest
  * even (pe_bf16_from_f32), NaNs aside. */
@@ -152,6 +181,19 @@ PE_INLINE __m256i pe_bf16_rounded(__m256 v)
     return r;
 }
 
+/* pe_bf16_rounded of a and of b, with one test for NaNs (rare, a second
+ * pass) for the two. */
+PE_INLINE void pe_bf16_rounded2(__m256 a, __m256 b, __m256i *ra, __m256i *rb)
+{
+    *ra = pe_bf16_round_up(a);
+    *rb = pe_bf16_round_up(b);
+    /* unordered: a NaN in either */
+    if (_mm256_movemask_ps(_mm256_cmp_ps(a, b, _CMP_UNORD_Q))) {
+        *ra = pe_bf16_quiet_nans(*ra, a);
+        *rb = pe_bf16_quiet_nans(*rb, b);
+    }
+}
+
 /* Sixteen bfloat16 elements (32 bytes) widened to float32: the even ones
  * (0, 2, .., 14) in *ev, the odd ones in *od.  Each 32-bit word holds an
  * even element in its low half and the next one in its high half, so a
@@ -167,12 +209,8 @@ PE_INLINE void pe_ps_from_bf16x16(__m256i h, __m256 *ev, __m256 *od)
  * rare, take a second pass. */
 PE_INLINE __m256i pe_bf16x16_from_ps(__m256 ev, __m256 od)
 {
-    __m256i re = pe_bf16_round_up(ev), ro = pe_bf16_round_up(od);
-    /* unordered: a NaN in either */
-    if (_mm256_movemask_ps(_mm256_cmp_ps(ev, od, _CMP_UNORD_Q))) {
-        re = pe_bf16_quiet_nans(re, ev);
-        ro = pe_bf16_quiet_nans(ro, od);
-    }
+    __m256i re, ro;
+    pe_bf16_rounded2(ev, od, &re, &ro);
     /* the even elements' top halves into the low halves of the words */
     return _mm256_blend_epi16(_mm256_srli_epi32(re, 16), ro, 0xAA);
 }

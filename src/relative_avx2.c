@@ -27,7 +27,9 @@
  *
  * Float16 and bfloat16 scores: the products rounded to the scores' type,
  * widened back, added in float32 and rounded once (F16C for float16, the
- * shifts of avx2.h for bfloat16), as pe_rel_add1 does one score.
+ * shifts of avx2.h for bfloat16), as pe_rel_add1 does one score; by query,
+ * bfloat16 rows sixteen scores at a time (add16), where the roundings
+ * bound the time.
  *
  * Dense terms (a row of the term for a row of scores): eight sums at a
  * time, each rounded once, as pe_rel_sum1 does one score.
@@ -46,11 +48,11 @@
 PE_INLINE void sum8(char *o, __m256 x, const int dtype)
 {
     if (dtype == PE_F32) {
-        _mm256_storeu_ps((float *)o, _mm256_add_ps(_mm256_loadu_ps((const float *)o), x));
+        _mm256_storeu_ps((float *)o, pe_add_ps(x, _mm256_loadu_ps((const float *)o)));
         return;
     }
     __m256 a = pe_ps_from_half8(_mm_loadu_si128((const __m128i *)o), dtype);
-    _mm_storeu_si128((__m128i *)o, pe_half8_from_ps(_mm256_add_ps(a, x), dtype));
+    _mm_storeu_si128((__m128i *)o, pe_half8_from_ps(pe_add_ps(x, a), dtype));
 }
 
 /* o[0 .. 8) += x, their products: each product rounded to the scores'
@@ -67,6 +69,31 @@ PE_INLINE void add8(char *o, __m256 x, const int dtype)
     sum8(o, x, dtype);
 }
 
+/* o[0 .. 16) += x0, x1 (the products of scores 0 .. 8 and 8 .. 16), as
+ * add8 adds each eight; for bfloat16 scores with one test for NaNs per
+ * rounding of sixteen and no lane-crossing narrowing: unpacking the
+ * scores' words with zeros widens scores 0-3 and 8-11 (lo), 4-7 and 12-15
+ * (hi), the order packus narrows back into 0 .. 16. */
+PE_INLINE void add16(char *o, __m256 x0, __m256 x1, const int dtype)
+{
+    if (dtype != PE_BF16) {
+        add8(o, x0, dtype);
+        add8(o + 8 * pe_itemsize(dtype), x1, dtype);
+        return;
+    }
+    const __m256i top = _mm256_set1_epi32((int)0xffff0000u), zero = _mm256_setzero_si256();
+    __m256 lo = _mm256_permute2f128_ps(x0, x1, 0x20), hi = _mm256_permute2f128_ps(x0, x1, 0x31);
+    __m256i rl, rh, h = _mm256_loadu_si256((const __m256i *)o);
+    pe_bf16_rounded2(lo, hi, &rl, &rh);
+    lo = pe_add_ps(_mm256_castsi256_ps(_mm256_and_si256(rl, top)),
+                   _mm256_castsi256_ps(_mm256_unpacklo_epi16(zero, h)));
+    hi = pe_add_ps(_mm256_castsi256_ps(_mm256_and_si256(rh, top)),
+                   _mm256_castsi256_ps(_mm256_unpackhi_epi16(zero, h)));
+    pe_bf16_rounded2(lo, hi, &rl, &rh);
+    _mm256_storeu_si256((__m256i *)o,
+                        _mm256_packus_epi32(_mm256_srli_epi32(rl, 16), _mm256_srli_epi32(rh, 16)));
+}
+
 /* The eight lanes perm[0 .. 8) (relative.h), as int32. */
 PE_INLINE __m256i lanes8(const uint8_t *perm)
 {
@@ -76,10 +103,44 @@ PE_INLINE __m256i lanes8(const uint8_t *perm)
 /* o[0 .. 4) += x, float64. */
 PE_INLINE void add4(char *o, __m256d x)
 {
-    _mm256_storeu_pd((double *)o, _mm256_add_pd(_mm256_loadu_pd((const double *)o), x));
+    _mm256_storeu_pd((double *)o, pe_add_pd(x, _mm256_loadu_pd((const double *)o)));
 }
 
 /* ---- by query ---- */
+
+/* The float32 products of scores m .. m + 8 of a segment (segment). */
+PE_INLINE __m256 products8(const float *x, ptrdiff_t col, int slope, const int32_t *map,
+                           const int32_t *wmin, const uint8_t *perm, ptrdiff_t m)
+{
+    if (slope == 1)
+        return _mm256_loadu_ps(x + col + m);
+    if (slope == 0)
+        return _mm256_set1_ps(x[col]);
+    if (slope == -1)
+        return _mm256_permutevar8x32_ps(_mm256_loadu_ps(x + col - m - 7),
+                                        _mm256_setr_epi32(7, 6, 5, 4, 3, 2, 1, 0));
+    int32_t lo = wmin[m];
+    return lo >= 0 ? _mm256_permutevar8x32_ps(_mm256_loadu_ps(x + lo), lanes8(perm + 8 * m))
+                   : _mm256_i32gather_ps(x, _mm256_loadu_si256((const __m256i *)(map + m)), 4);
+}
+
+/* o[0 .. m) += the products of a segment, eight at a time, sixteen for
+ * bfloat16 scores (add16) and runs of slope 1 (where, for the other
+ * kinds, unrolling measured slower); returns m, the scores added (n less
+ * the last n % 8). */
+PE_INLINE ptrdiff_t run8(char *o, const float *x, ptrdiff_t col, const int slope,
+                         const int32_t *map, const int32_t *wmin, const uint8_t *perm, ptrdiff_t n,
+                         const int dtype)
+{
+    const ptrdiff_t isz = (ptrdiff_t)pe_itemsize(dtype);
+    ptrdiff_t m = 0;
+    for (; m + 16 <= n && (dtype == PE_BF16 || slope == 1); m += 16)
+        add16(o + m * isz, products8(x, col, slope, map, wmin, perm, m),
+              products8(x, col, slope, map, wmin, perm, m + 8), dtype);
+    for (; m + 8 <= n; m += 8)
+        add8(o + m * isz, products8(x, col, slope, map, wmin, perm, m), dtype);
+    return m;
+}
 
 /* Scores o[0 .. n) of a row += the products p (the row's own) at the
  * columns of segment kind `slope`: p[col + m] (1), p[col] (0), p[col - m]
@@ -109,33 +170,16 @@ PE_INLINE void segment(char *o, const char *p, ptrdiff_t col, int slope, const i
                      _mm256_i32gather_pd(x, _mm_loadu_si128((const __m128i *)(map + m)), 8));
         }
     } else {
+        /* each kind its own loop (products8 inlined with the slope known) */
         const float *x = (const float *)p;
-        if (slope == 1) {
-            for (; m + 16 <= n; m += 16) {
-                add8(o + m * isz, _mm256_loadu_ps(x + col + m), dtype);
-                add8(o + (m + 8) * isz, _mm256_loadu_ps(x + col + m + 8), dtype);
-            }
-            for (; m + 8 <= n; m += 8)
-                add8(o + m * isz, _mm256_loadu_ps(x + col + m), dtype);
-        } else if (slope == 0) {
-            __m256 v = _mm256_set1_ps(x[col]);
-            for (; m + 8 <= n; m += 8)
-                add8(o + m * isz, v, dtype);
-        } else if (slope == -1) {
-            const __m256i rev = _mm256_setr_epi32(7, 6, 5, 4, 3, 2, 1, 0);
-            for (; m + 8 <= n; m += 8)
-                add8(o + m * isz, _mm256_permutevar8x32_ps(_mm256_loadu_ps(x + col - m - 7), rev),
-                     dtype);
-        } else {
-            for (; m + 8 <= n; m += 8) {
-                int32_t lo = wmin[m];
-                __m256 v =
-                    lo >= 0
-                        ? _mm256_permutevar8x32_ps(_mm256_loadu_ps(x + lo), lanes8(perm + 8 * m))
-                        : _mm256_i32gather_ps(x, _mm256_loadu_si256((const __m256i *)(map + m)), 4);
-                add8(o + m * isz, v, dtype);
-            }
-        }
+        if (slope == 1)
+            m = run8(o, x, col, 1, map, wmin, perm, n, dtype);
+        else if (slope == 0)
+            m = run8(o, x, col, 0, map, wmin, perm, n, dtype);
+        else if (slope == -1)
+            m = run8(o, x, col, -1, map, wmin, perm, n, dtype);
+        else
+            m = run8(o, x, col, 2, map, wmin, perm, n, dtype);
     }
     const ptrdiff_t ssz = dtype == PE_F64 ? 8 : 4;
     for (; m < n; ++m)

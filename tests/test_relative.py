@@ -717,6 +717,110 @@ def test_gather_kernel_gives_the_same_bits_on_every_path(on_every_path, dtype):
             same_bits(b, a)
 
 
+# infinities and NaNs (quiet and signalling, of either sign, with payloads)
+# as the bits of each scores' dtype, and the bit that makes a NaN quiet
+_SPECIAL_BITS = {
+    "float16": ([0x7C00, 0xFC00, 0x7E01, 0xFC81, 0x7C21, 0xFE25], 0x0200),
+    "bfloat16": ([0x7F80, 0xFF80, 0x7FC1, 0xFF81, 0x7F81, 0xFFA5], 0x0040),
+    "float32": ([0x7F800000, 0xFF800000, 0x7FC10000, 0xFF810000, 0x7F810000, 0xFFA5A5A5], 1 << 22),
+    "float64": (
+        [
+            0x7FF << 52,
+            0xFFF << 52,
+            0x7FF8 << 48 | 1,
+            0xFFF0 << 48 | 5,
+            0x7FF << 52 | 1,
+            0xFFF0A5 << 40,
+        ],
+        1 << 51,
+    ),
+}
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32", "float64"])
+@pytest.mark.parametrize("by_key", [False, True])
+def test_gather_gives_a_nan_product_then_a_nan_score_on_every_path(on_every_path, dtype, by_key):
+    # infinities, NaNs of several payloads and ties of the rounding at every
+    # lane of a vector of sixteen (bfloat16 rows by query take sixteen
+    # scores at a time, in two halves of eight: 0-3 and 8-11, 4-7 and
+    # 12-15), among the scores and the products, a NaN often meeting a
+    # NaN: a NaN product comes out as its NaN in the scores' type (made
+    # quiet), whatever the score, and a NaN score with a product that is
+    # not one as that NaN made quiet (pe_addf), the same bits on every path
+    # and thread count; elsewhere the bits of NumPy's add (numpy_gather)
+    sdt = _bfloat16() if dtype == "bfloat16" else np.dtype(dtype)
+    words = np.dtype(f"u{sdt.itemsize}")
+    pdt = np.float64 if dtype == "float64" else np.float32
+    special, quiet = _SPECIAL_BITS[dtype]
+    q_len, k_len = 32, 64
+    rng = np.random.default_rng(16)
+    base = rng.standard_normal((1, 1, q_len, k_len)).astype(sdt).view(words)
+    for i in range(q_len):
+        for block in range(k_len // 16):
+            base[0, 0, i, 16 * block + (i + 5 * block) % 16] = special[(i + block) % len(special)]
+    cases = []
+    for index, width in _gather_maps(q_len, k_len):
+        products = rng.standard_normal((1, 1, k_len if by_key else q_len, width)).astype(pdt)
+        flat = products.reshape(-1)
+        ties = [1 + 2.0**-8, -(1 + 3 * 2.0**-8), 1 + 2.0**-11, 2.0**-130]  # bfloat16, float16
+        picks = np.array(ties + [3.4e38, -3.4e38, np.inf, np.nan], pdt)
+        at = rng.choice(flat.size, flat.size // 8, replace=False)
+        flat[at] = picks[np.arange(at.size) % picks.size]
+        nan = 0xFFC12345 if pdt == np.float32 else 0xFFF8123456789ABC
+        flat.view(f"u{flat.itemsize}")[at[::13]] = nan  # a NaN with a payload
+        cases.append((products, index))
+
+    def make():
+        out = []
+        for products, index in cases:
+            scores = base.copy()
+            rel._core.rel_gather_add(
+                products, index, scores if dtype == "bfloat16" else scores.view(sdt), by_key
+            )
+            out.append(scores)
+        return out
+
+    results = on_every_path(make)
+    for other in results[1:]:
+        for a, b in zip(results[0], other):
+            same_bits(b, a)
+    t = q_len - 1 - np.arange(q_len)[:, None] + np.arange(k_len)[None, :]
+    with np.errstate(invalid="ignore", over="ignore"):
+        was_nan = np.isnan(base.view(sdt).astype(np.float64))
+        for (products, index), got in zip(cases, results[0]):
+            want = numpy_gather(base.view(sdt), products, index, by_key)
+            is_nan = np.isnan(want.astype(np.float64))
+            np.testing.assert_array_equal(np.isnan(got.view(sdt).astype(np.float64)), is_nan)
+            same_bits(got.view(sdt)[~is_nan], want[~is_nan])
+            col = index[t]
+            rows = np.broadcast_to(
+                np.arange(k_len)[None, :] if by_key else np.arange(q_len)[:, None], t.shape
+            )
+            product = products[0, 0, rows, np.maximum(col, 0)]
+            nan_product = (col >= 0) & np.isnan(product)
+            got_nan, want_nan = got[0, 0][nan_product], _quiet_nan_bits(product[nan_product], sdt)
+            np.testing.assert_array_equal(got_nan, want_nan)
+            added = was_nan[0, 0] & (col >= 0) & ~nan_product  # a NaN score, reached
+            np.testing.assert_array_equal(got[0, 0][added], base[0, 0][added] | words.type(quiet))
+            left = was_nan[0, 0] & (col < 0)
+            same_bits(got[0, 0][left], base[0, 0][left])
+
+
+def _quiet_nan_bits(nans, sdt):
+    """NaN products (float32, or float64 for float64 scores) as quiet NaNs of
+    the scores' dtype, their sign and top payload bits kept (as F16C's
+    conversion and half.h keep them)."""
+    if nans.dtype == np.float64:
+        return nans.view(np.uint64) | np.uint64(1 << 51)
+    bits = nans.view(np.uint32)
+    if sdt == np.float32:
+        return bits | np.uint32(1 << 22)
+    if sdt == np.float16:
+        sign, payload = (bits >> 16) & 0x8000, (bits >> 13) & 0x3FF
+        return (sign | 0x7C00 | payload | 0x200).astype(np.uint16)
+    return ((bits >> 16) | 0x40).astype(np.uint16)
+
+
 def test_inputs_that_share_memory_with_scores_are_read_as_they_were(rng):
     # queries, keys, tables and biases that are views of the scores written
     # in place: every term reads them as they were before the call, as
