@@ -27,9 +27,8 @@
  *
  * Float16 and bfloat16 scores: the products rounded to the scores' type,
  * widened back, added in float32 and rounded once (F16C for float16, the
- * shifts of avx2.h for bfloat16), as pe_rel_add1 does one score; by query,
- * bfloat16 rows sixteen scores at a time (add16), where the roundings
- * bound the time.
+ * shifts of avx2.h for bfloat16), as pe_rel_add1 does one score; bfloat16
+ * scores sixteen at a time (add16), where the roundings bound the time.
  *
  * Dense terms (a row of the term for a row of scores): eight sums at a
  * time, each rounded once, as pe_rel_sum1 does one score.
@@ -242,29 +241,27 @@ PE_INLINE void transpose8(__m256 v[8])
     v[7] = _mm256_permute2f128_ps(s3, s7, 0x31);
 }
 
-/* The 8 x 8 scores [i, i + 8) x [j, j + 8), by key (float32 products):
- * key j + l reads row j + l of the products at the columns its eight
- * queries name, map[u + l - ii] for query i + ii (u the t of (i, j)).
+/* The products of the 8 x 8 scores [i, i + 8) x [j, j + 8), by key
+ * (float32 products), row[k] those of row i + k: key j + l reads row
+ * j + l of the products at the columns its eight queries name,
+ * map[u + l - ii] for query i + ii (u the t of (i, j)).
  * A run of slope 1 holds them side by side, descending in ii: one load
  * per key from column map[u + l - 7], whose lane k is query i + 7 - k; a
  * run of slope -1 ascending: one load from map[u + l], lane k query
  * i + k; columns within 8 of the least: one load from the least, its
  * lanes permuted; otherwise a gather through the map; lane k query
  * i + 7 - k for these two.
- * The eight vectors, one per key, transposed into the eight rows, each
- * added into its row of scores.  A run of slope 0 holds a single column:
- * one vector of the eight keys' products, added to every row. */
-PE_INLINE void block8(const struct pe_rel_gather *g, char *out, const char *prod, ptrdiff_t i,
-                      ptrdiff_t j, const int dtype)
+ * The eight vectors, one per key, transposed into the eight rows.  A run
+ * of slope 0 holds a single column: one vector of the eight keys'
+ * products, the same for every row (`kind`, g->block of the block). */
+PE_INLINE void block8(const struct pe_rel_gather *g, const char *prod, ptrdiff_t i, ptrdiff_t j,
+                      int kind, __m256 row[8])
 {
-    const struct pe_bias_dst *d = g->dst;
-    const ptrdiff_t isz = (ptrdiff_t)pe_itemsize(dtype), sr = g->src->stride_r, sq = d->stride_q;
-    ptrdiff_t u = d->q_len - 1 - i + j;
+    const ptrdiff_t sr = g->src->stride_r;
+    ptrdiff_t u = g->dst->q_len - 1 - i + j;
     const int32_t *m = g->map32 + (u - 7);
     const char *p = prod + j * sr;
-    char *o = out + i * sq + j * isz; /* row i */
     __m256 v[8];
-    int kind = g->block[u - 7];
     switch (kind) {
     case 1:
     case -1: { /* m[l] = m[0] + l, or m[l + 7] = m[7] - l: loads a row and a column apart */
@@ -289,7 +286,7 @@ PE_INLINE void block8(const struct pe_rel_gather *g, char *out, const char *prod
                                                 _mm256_set1_epi32((int)(sr / 4)))),
             4);
         for (int k = 0; k < 8; ++k)
-            add8(o + k * sq, w, dtype);
+            row[k] = w;
         return;
     }
     default:
@@ -299,12 +296,52 @@ PE_INLINE void block8(const struct pe_rel_gather *g, char *out, const char *prod
         break;
     }
     transpose8(v);
-    if (kind == -1)
-        for (int k = 0; k < 8; ++k)
-            add8(o + k * sq, v[k], dtype);
-    else
-        for (int k = 0; k < 8; ++k)
-            add8(o + (7 - k) * sq, v[k], dtype);
+    for (int k = 0; k < 8; ++k)
+        row[k] = v[kind == -1 ? k : 7 - k];
+}
+
+/* Blocks of one column (a run of slope 0) read it from a copy (tiles_avx2),
+ * col[0 .. ke) or col[ke .. 2 ke), made at the first such block: in place
+ * the column's products lie a row of products apart, often a power of two
+ * of bytes, so that the lines of the strips' keys fight for few sets of
+ * the caches. */
+struct column_copy {
+    float *col;
+    ptrdiff_t ke;
+    int32_t held[2];
+    int victim;
+};
+
+/* The eight keys' products from j of column c, from the copy (made if not
+ * held). */
+PE_INLINE __m256 copied8(struct column_copy *cc, const char *prod, ptrdiff_t stride_r, int32_t c,
+                         ptrdiff_t j)
+{
+    int slot = cc->held[0] == c ? 0 : cc->held[1] == c ? 1 : -1;
+    if (slot < 0) {
+        slot = cc->victim;
+        cc->victim ^= 1;
+        cc->held[slot] = c;
+        for (ptrdiff_t r = 0; r < cc->ke; ++r)
+            cc->col[slot * cc->ke + r] = *((const float *)(prod + r * stride_r) + c);
+    } else {
+        cc->victim = slot ^ 1;
+    }
+    return _mm256_loadu_ps(cc->col + slot * cc->ke + j);
+}
+
+/* block8's rows, a block of one column read from the copy if there is
+ * one (m: the strip's map, m[j + l] key j + l's column for query i + 7). */
+PE_INLINE void rows8(const struct pe_rel_gather *g, struct column_copy *cc, const char *prod,
+                     const int32_t *m, ptrdiff_t i, ptrdiff_t j, int kind, __m256 row[8])
+{
+    if (kind == 0 && cc->col != NULL) {
+        __m256 w = copied8(cc, prod, g->src->stride_r, m[j], j);
+        for (int l = 0; l < 8; ++l)
+            row[l] = w;
+    } else {
+        block8(g, prod, i, j, kind, row);
+    }
 }
 
 /* Row of tiles task of the (batch * heads * tiles_q) ones, in strips of
@@ -314,7 +351,8 @@ PE_INLINE void block8(const struct pe_rel_gather *g, char *out, const char *prod
  * the lines of scores the next strip will add into, eight rows below, in
  * the order of their addresses, spread over the strip's blocks (the CPU's
  * own prefetchers fall behind eight rows read a block at a time, and so
- * do hints given along the eight rows, a column at a time).
+ * do hints given along the eight rows, a column at a time).  bfloat16
+ * scores take two blocks together, sixteen scores a row (add16).
  * Blocks whose distances meet a map entry < 0, and the rows and keys past
  * the last whole block, go the portable way. */
 PE_INLINE void tiles_avx2(const struct pe_rel_gather *g, ptrdiff_t task, const int dtype)
@@ -337,14 +375,10 @@ PE_INLINE void tiles_avx2(const struct pe_rel_gather *g, ptrdiff_t task, const i
     const char *prod = s->data + (s->batch == 1 ? 0 : b) * s->stride_b + h * s->stride_h;
     char *out = d->data + b * d->stride_b + h * d->stride_h;
     ptrdiff_t i = i0, ke = k / 8 * 8, sq = d->stride_q, isz = (ptrdiff_t)pe_itemsize(dtype);
-    /* Blocks of one column (a run of slope 0) read it from a copy, col[0 .. ke)
-     * or col[ke .. 2 ke), made at the first such block: in place the column's
-     * products lie a row of products apart, often a power of two of bytes,
-     * so that the lines of the strips' keys fight for few sets of the caches
-     * (without memory for the copy, the gather of block8). */
-    float *col = i1 - i0 >= 16 && ke >= 64 ? malloc(2 * (size_t)ke * sizeof *col) : NULL;
-    int32_t held[2] = {-1, -1};
-    int victim = 0;
+    /* blocks of one column from a copy (column_copy; without memory for
+     * it, the gather of block8) */
+    struct column_copy cc = {
+        i1 - i0 >= 16 && ke >= 64 ? malloc(2 * (size_t)ke * sizeof(float)) : NULL, ke, {-1, -1}, 0};
     /* a row's k scores lie in per lines at most (its first byte anywhere in a line) */
     const ptrdiff_t width = k * isz, per = (width + 63) / 64 + 1, lines = 8 * per;
     for (; i + 8 <= i1; i += 8) {
@@ -363,29 +397,28 @@ PE_INLINE void tiles_avx2(const struct pe_rel_gather *g, ptrdiff_t task, const i
             int kind = g->block[q - 8 - i + j];
             if (kind == 3) {
                 pe_rel_tile_scalar(g, b, h, i, i + 8, j, j + 8);
-            } else if (kind == 0 && col != NULL) {
-                int32_t c = m[j];
-                int slot = held[0] == c ? 0 : held[1] == c ? 1 : -1;
-                if (slot < 0) {
-                    slot = victim;
-                    victim ^= 1;
-                    held[slot] = c;
-                    for (ptrdiff_t r = 0; r < ke; ++r)
-                        col[slot * ke + r] = *((const float *)(prod + r * s->stride_r) + c);
-                } else {
-                    victim = slot ^ 1;
-                }
-                __m256 w = _mm256_loadu_ps(col + slot * ke + j);
-                for (int l = 0; l < 8; ++l)
-                    add8(out + (i + l) * sq + j * isz, w, dtype);
-            } else {
-                block8(g, out, prod, i, j, dtype);
+                continue;
             }
+            __m256 row[8];
+            rows8(g, &cc, prod, m, i, j, kind, row);
+            char *o = out + i * sq + j * isz;
+            /* bfloat16: this block and the next, sixteen scores a row (add16) */
+            int next = dtype == PE_BF16 && j + 16 <= ke ? g->block[q - 8 - i + j + 8] : 3;
+            if (next != 3) {
+                __m256 row2[8];
+                rows8(g, &cc, prod, m, i, j + 8, next, row2);
+                for (int l = 0; l < 8; ++l)
+                    add16(o + l * sq, row[l], row2[l], dtype);
+                j += 8;
+                continue;
+            }
+            for (int l = 0; l < 8; ++l)
+                add8(o + l * sq, row[l], dtype);
         }
         if (ke < k)
             pe_rel_tile_scalar(g, b, h, i, i + 8, ke, k);
     }
-    free(col);
+    free(cc.col);
     if (i < i1)
         for (ptrdiff_t j = 0; j < k; j += PE_REL_TILE)
             pe_rel_tile_scalar(g, b, h, i, i1, j, k - j < PE_REL_TILE ? k : j + PE_REL_TILE);
