@@ -703,11 +703,19 @@ def test_gather_kernel_gives_the_same_bits_on_every_path(on_every_path, dtype):
                 products[0, 1, 2, :3] = [3.4e38, -3.4e38, 1e-40]  # to infinities, subnormal
             cases.append((products, index, by_key))
 
+    _gathered_on_every_path(on_every_path, base, cases)
+
+
+def _gathered_on_every_path(on_every_path, base, cases, kernel_view=lambda scores: scores):
+    """Each case (products, index, by_key) gathered into a copy of `base`
+    (handed to the kernel as kernel_view gives it) on every path and thread
+    count: the results of the first, which every other gives bit for bit."""
+
     def make():
         out = []
         for products, index, by_key in cases:
             scores = base.copy()
-            rel._core.rel_gather_add(products, index, scores, by_key)
+            rel._core.rel_gather_add(products, index, kernel_view(scores), by_key)
             out.append(scores)
         return out
 
@@ -715,6 +723,7 @@ def test_gather_kernel_gives_the_same_bits_on_every_path(on_every_path, dtype):
     for other in results[1:]:
         for a, b in zip(results[0], other):
             same_bits(b, a)
+    return results[0]
 
 
 # infinities and NaNs (quiet and signalling, of either sign, with payloads)
@@ -768,26 +777,18 @@ def test_gather_gives_a_nan_product_then_a_nan_score_on_every_path(on_every_path
         flat[at] = picks[np.arange(at.size) % picks.size]
         nan = 0xFFC12345 if pdt == np.float32 else 0xFFF8123456789ABC
         flat.view(f"u{flat.itemsize}")[at[::13]] = nan  # a NaN with a payload
-        cases.append((products, index))
+        cases.append((products, index, by_key))
 
-    def make():
-        out = []
-        for products, index in cases:
-            scores = base.copy()
-            rel._core.rel_gather_add(
-                products, index, scores if dtype == "bfloat16" else scores.view(sdt), by_key
-            )
-            out.append(scores)
-        return out
-
-    results = on_every_path(make)
-    for other in results[1:]:
-        for a, b in zip(results[0], other):
-            same_bits(b, a)
+    first = _gathered_on_every_path(
+        on_every_path,
+        base,
+        cases,
+        lambda scores: scores if dtype == "bfloat16" else scores.view(sdt),
+    )
     t = q_len - 1 - np.arange(q_len)[:, None] + np.arange(k_len)[None, :]
     with np.errstate(invalid="ignore", over="ignore"):
         was_nan = np.isnan(base.view(sdt).astype(np.float64))
-        for (products, index), got in zip(cases, results[0]):
+        for (products, index, _), got in zip(cases, first):
             want = numpy_gather(base.view(sdt), products, index, by_key)
             is_nan = np.isnan(want.astype(np.float64))
             np.testing.assert_array_equal(np.isnan(got.view(sdt).astype(np.float64)), is_nan)
