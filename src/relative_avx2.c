@@ -352,7 +352,8 @@ PE_INLINE void rows8(const struct pe_rel_gather *g, struct column_copy *cc, cons
  * the order of their addresses, spread over the strip's blocks (the CPU's
  * own prefetchers fall behind eight rows read a block at a time, and so
  * do hints given along the eight rows, a column at a time).  bfloat16
- * scores take two blocks together, sixteen scores a row (add16).
+ * scores take two blocks together, sixteen scores a row (add16), where
+ * the first is not of a run of slope 1 or -1.
  * Blocks whose distances meet a map entry < 0, and the rows and keys past
  * the last whole block, go the portable way. */
 PE_INLINE void tiles_avx2(const struct pe_rel_gather *g, ptrdiff_t task, const int dtype)
@@ -402,8 +403,11 @@ PE_INLINE void tiles_avx2(const struct pe_rel_gather *g, ptrdiff_t task, const i
             __m256 row[8];
             rows8(g, &cc, prod, m, i, j, kind, row);
             char *o = out + i * sq + j * isz;
-            /* bfloat16: this block and the next, sixteen scores a row (add16) */
-            int next = dtype == PE_BF16 && j + 16 <= ke ? g->block[q - 8 - i + j + 8] : 3;
+            /* bfloat16: this block and the next, sixteen scores a row (add16),
+             * but for runs of slope 1 and -1, whose blocks took longer so */
+            int next = dtype == PE_BF16 && j + 16 <= ke && kind != 1 && kind != -1
+                           ? g->block[q - 8 - i + j + 8]
+                           : 3;
             if (next != 3) {
                 __m256 row2[8];
                 rows8(g, &cc, prod, m, i, j + 8, next, row2);
