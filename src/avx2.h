@@ -6,7 +6,9 @@
  * and no global -mavx2 is needed.  Also the inline helpers those files
  * share: sine and cosine of four doubles (pe_sincos4, the steps of
  * pe_sincos1 in sincos.h), the rotation of four columns (pe_rotate4, as
- * pe_rotate1), a copy with non-temporal stores (pe_stream_copy), and
+ * pe_rotate1), sums whose NaN is the first operand's where it has one
+ * (pe_add_ps, pe_add_pd, as pe_addf), a copy with non-temporal stores
+ * (pe_stream_copy), and
  * 16-bit elements to and from float32: eight at a time (pe_ps_from_half8,
  * pe_half8_from_ps: F16C for float16, integer shifts and the rounding of
  * half.h for bfloat16, which AVX2 has no instruction for), and bfloat16

@@ -41,9 +41,10 @@ PE_INLINE char *pe_toeplitz_row(const struct pe_toeplitz *t, ptrdiff_t r, size_t
     return d->data + b * d->stride_b + h * d->stride_h + i * d->stride_q;
 }
 
-/* dst[j] += src[j] for j < n (pe_addf, pe_add: a NaN of src kept first); float16
- * and bfloat16 widened to float32, added and rounded once: the correctly rounded float16 or
- * bfloat16 sum (float32 has more than twice their bits, plus two). */
+/* dst[j] += src[j] for j < n (pe_addf, pe_add: src's NaN first); float16
+ * and bfloat16 widened to float32, added and rounded once: the correctly
+ * rounded float16 or bfloat16 sum (float32 has more than twice their bits,
+ * plus two). */
 PE_INLINE void pe_add_row(char *dst, const char *src, ptrdiff_t n, const int dtype)
 {
     if (dtype == PE_F32) {
