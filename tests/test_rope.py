@@ -45,6 +45,22 @@ CASES = [
 ]
 
 
+def test_float16_rotation_near_a_midpoint_is_within_one_ulp_of_the_rotated_value(simd):
+    # the pair (0.2451, 0.2451) at position 2391 rotates to about
+    # (-0.1078, -0.3294678), the second a hair from the midpoint between two
+    # float16 values in the binade above |x|'s: the float64 reference and
+    # posenc's float32 rotation round to the two sides, one ulp of the value
+    # (2**-12) apart, more than one ulp of max|x| (2**-13)
+    x = np.array([[0.2451, 0.2451]], np.float16)
+    kw = dict(layout="half", rotary_dim=2, offset=195)
+    got = posenc.apply_rope(x, np.array([2391], np.int32), **kw)
+    want = reference.apply_rope(x, np.array([2391], np.int32), **kw)
+    exact = reference.apply_rope(x.astype(np.float64), np.array([2391]), **kw)
+    assert abs(exact[0, 1] - (-0.3294677734375)) < 1e-7  # the midpoint
+    assert_close_to_reference(got, want, x, positions_max=2391)
+    assert np.abs(got.astype(np.float64) - exact).max() <= 2.0**-12
+
+
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("shape,seq_axis,rotary_dim", CASES)
