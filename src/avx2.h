@@ -6,9 +6,7 @@
  * and no global -mavx2 is needed.  Also the inline helpers those files
  * share: sine and cosine of four doubles (pe_sincos4, the steps of
  * pe_sincos1 in sincos.h), the rotation of four columns (pe_rotate4, as
- * pe_rotate1), sums whose NaN is the first operand's where it has one
- * (pe_add_ps, pe_add_pd, as pe_addf), a copy with non-temporal stores
- * (pe_stream_copy), and
+ * pe_rotate1), a copy with non-temporal stores (pe_stream_copy), and
  * 16-bit elements to and from float32: eight at a time (pe_ps_from_half8,
  * pe_half8_from_ps: F16C for float16, integer shifts and the rounding of
  * half.h for bfloat16, which AVX2 has no instruction for), and bfloat16
@@ -122,35 +120,6 @@ PE_INLINE void pe_rotate4(__m256d *s, __m256d *c, __m256d sd, __m256d cd, __m256
     }
     *s = s1;
     *c = c1;
-}
-
-/* a + b as pe_addf adds each lane (a's NaN where a is one, else b's):
- * the operands of vaddps in a fixed order, which the compiler may swap in
- * _mm256_add_ps (with a select where there is no inline assembly); b may
- * be a load, folded into the add. */
-PE_INLINE __m256 pe_add_ps(__m256 a, __m256 b)
-{
-#if defined(__GNUC__)
-    __m256 r;
-    __asm__("vaddps %2, %1, %0" : "=x"(r) : "x"(a), "xm"(b));
-    return r;
-#else
-    return _mm256_blendv_ps(_mm256_add_ps(a, b), _mm256_add_ps(a, a),
-                            _mm256_cmp_ps(a, a, _CMP_UNORD_Q));
-#endif
-}
-
-/* a + b as pe_add adds each lane. */
-PE_INLINE __m256d pe_add_pd(__m256d a, __m256d b)
-{
-#if defined(__GNUC__)
-    __m256d r;
-    __asm__("vaddpd %2, %1, %0" : "=x"(r) : "x"(a), "xm"(b));
-    return r;
-#else
-    return _mm256_blendv_pd(_mm256_add_pd(a, b), _mm256_add_pd(a, a),
-                            _mm256_cmp_pd(a, a, _CMP_UNORD_Q));
-#endif
 }
 
 /* The bits of each float plus half a bfloat16 spacing, less one unless the

@@ -41,27 +41,26 @@ PE_INLINE char *pe_toeplitz_row(const struct pe_toeplitz *t, ptrdiff_t r, size_t
     return d->data + b * d->stride_b + h * d->stride_h + i * d->stride_q;
 }
 
-/* dst[j] += src[j] for j < n (pe_addf, pe_add: src's NaN first); float16
- * and bfloat16 widened to float32, added and rounded once: the correctly
- * rounded float16 or bfloat16 sum (float32 has more than twice their bits,
- * plus two). */
+/* dst[j] += src[j] for j < n; float16 and bfloat16 widened to float32,
+ * added and rounded once: the correctly rounded float16 or bfloat16 sum
+ * (float32 has more than twice their bits, plus two). */
 PE_INLINE void pe_add_row(char *dst, const char *src, ptrdiff_t n, const int dtype)
 {
     if (dtype == PE_F32) {
         float *o = (float *)dst;
         const float *s = (const float *)src;
         for (ptrdiff_t j = 0; j < n; ++j)
-            o[j] = pe_addf(s[j], o[j]);
+            o[j] = o[j] + s[j];
     } else if (dtype == PE_F64) {
         double *o = (double *)dst;
         const double *s = (const double *)src;
         for (ptrdiff_t j = 0; j < n; ++j)
-            o[j] = pe_add(s[j], o[j]);
+            o[j] = o[j] + s[j];
     } else {
         uint16_t *o = (uint16_t *)dst;
         const uint16_t *s = (const uint16_t *)src;
         for (ptrdiff_t j = 0; j < n; ++j)
-            o[j] = pe_store16(pe_addf(pe_load16(s[j], dtype), pe_load16(o[j], dtype)), dtype);
+            o[j] = pe_store16(pe_load16(o[j], dtype) + pe_load16(s[j], dtype), dtype);
     }
 }
 

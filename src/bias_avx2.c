@@ -22,12 +22,12 @@ PE_INLINE void add_row(char *dst, const char *src, ptrdiff_t n, const int dtype)
         float *o = (float *)dst;
         const float *s = (const float *)src;
         for (; j + 8 <= n; j += 8)
-            _mm256_storeu_ps(o + j, pe_add_ps(_mm256_loadu_ps(s + j), _mm256_loadu_ps(o + j)));
+            _mm256_storeu_ps(o + j, _mm256_add_ps(_mm256_loadu_ps(o + j), _mm256_loadu_ps(s + j)));
     } else if (dtype == PE_F64) {
         double *o = (double *)dst;
         const double *s = (const double *)src;
         for (; j + 4 <= n; j += 4)
-            _mm256_storeu_pd(o + j, pe_add_pd(_mm256_loadu_pd(s + j), _mm256_loadu_pd(o + j)));
+            _mm256_storeu_pd(o + j, _mm256_add_pd(_mm256_loadu_pd(o + j), _mm256_loadu_pd(s + j)));
     } else if (dtype == PE_BF16) {
         uint16_t *o = (uint16_t *)dst;
         const uint16_t *s = (const uint16_t *)src;
@@ -36,7 +36,7 @@ PE_INLINE void add_row(char *dst, const char *src, ptrdiff_t n, const int dtype)
             pe_ps_from_bf16x16(_mm256_loadu_si256((const __m256i *)(o + j)), &ae, &ao);
             pe_ps_from_bf16x16(_mm256_loadu_si256((const __m256i *)(s + j)), &be, &bo);
             _mm256_storeu_si256((__m256i *)(o + j),
-                                pe_bf16x16_from_ps(pe_add_ps(be, ae), pe_add_ps(bo, ao)));
+                                pe_bf16x16_from_ps(_mm256_add_ps(ae, be), _mm256_add_ps(ao, bo)));
         }
     } else {
         uint16_t *o = (uint16_t *)dst;
@@ -44,7 +44,7 @@ PE_INLINE void add_row(char *dst, const char *src, ptrdiff_t n, const int dtype)
         for (; j + 8 <= n; j += 8) {
             __m256 a = pe_ps_from_half8(_mm_loadu_si128((const __m128i *)(o + j)), dtype);
             __m256 b = pe_ps_from_half8(_mm_loadu_si128((const __m128i *)(s + j)), dtype);
-            _mm_storeu_si128((__m128i *)(o + j), pe_half8_from_ps(pe_add_ps(b, a), dtype));
+            _mm_storeu_si128((__m128i *)(o + j), pe_half8_from_ps(_mm256_add_ps(a, b), dtype));
         }
     }
     size_t isz = pe_itemsize(dtype);

@@ -71,22 +71,6 @@ static inline double pe_load(const char *p, ptrdiff_t i, int dtype)
     return (double)pe_f32_from_f16(((const uint16_t *)p)[i]);
 }
 
-/* a + b, the NaN of a where a is one (made quiet), else that of b: the
- * rule of x86's add with a first, kept whatever order a compiler gives
- * the two operands of a sum, so that a NaN added to a NaN comes out the
- * same on every path (the vector paths: pe_add_ps, pe_add_pd of avx2.h).
- * The kernels that add a term into scores give the term as a: a NaN of
- * the term wins over one of the score. */
-static inline float pe_addf(float a, float b)
-{
-    return a != a ? a + a : a + b;
-}
-
-static inline double pe_add(double a, double b)
-{
-    return a != a ? a + a : a + b;
-}
-
 /* A 16-bit element (float16 or bfloat16) widened to float32, exactly. */
 static inline float pe_load16(uint16_t h, int dtype)
 {

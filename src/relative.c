@@ -105,12 +105,12 @@ static void add_slice(char *o, const char *s, ptrdiff_t n, int dtype)
         float *d = (float *)o;
         const float *x = (const float *)s;
         for (ptrdiff_t j = 0; j < n; ++j)
-            d[j] = pe_addf(x[j], d[j]);
+            d[j] = d[j] + x[j];
     } else if (dtype == PE_F64) {
         double *d = (double *)o;
         const double *x = (const double *)s;
         for (ptrdiff_t j = 0; j < n; ++j)
-            d[j] = pe_add(x[j], d[j]);
+            d[j] = d[j] + x[j];
     } else {
         for (ptrdiff_t j = 0; j < n; ++j)
             pe_rel_add1(o + 2 * j, s + 4 * j, dtype);
@@ -123,11 +123,11 @@ static void add_value(char *o, const char *s, ptrdiff_t n, int dtype)
     if (dtype == PE_F32) {
         float *d = (float *)o, x = *(const float *)s;
         for (ptrdiff_t j = 0; j < n; ++j)
-            d[j] = pe_addf(x, d[j]);
+            d[j] = d[j] + x;
     } else if (dtype == PE_F64) {
         double *d = (double *)o, x = *(const double *)s;
         for (ptrdiff_t j = 0; j < n; ++j)
-            d[j] = pe_add(x, d[j]);
+            d[j] = d[j] + x;
     } else {
         for (ptrdiff_t j = 0; j < n; ++j)
             pe_rel_add1(o + 2 * j, s, dtype);
@@ -141,12 +141,12 @@ static void add_strided(char *o, const char *s, ptrdiff_t step, ptrdiff_t n, int
         float *d = (float *)o;
         const float *x = (const float *)s;
         for (ptrdiff_t j = 0; j < n; ++j)
-            d[j] = pe_addf(x[j * step], d[j]);
+            d[j] = d[j] + x[j * step];
     } else if (dtype == PE_F64) {
         double *d = (double *)o;
         const double *x = (const double *)s;
         for (ptrdiff_t j = 0; j < n; ++j)
-            d[j] = pe_add(x[j * step], d[j]);
+            d[j] = d[j] + x[j * step];
     } else {
         for (ptrdiff_t j = 0; j < n; ++j)
             pe_rel_add1(o + 2 * j, s + 4 * j * step, dtype);
@@ -248,7 +248,7 @@ void pe_rel_tile_scalar(const struct pe_rel_gather *g, ptrdiff_t b, ptrdiff_t h,
             double *o = (double *)(out + (i0 + ii) * d->stride_q) + j0;
             const double *x = buf + ii * TILE;
             for (ptrdiff_t jj = 0; jj < nj; ++jj)
-                o[jj] = pe_add(x[jj], o[jj]);
+                o[jj] = o[jj] + x[jj];
         }
         return;
     }

@@ -149,16 +149,16 @@ static inline void pe_rel_prefetch_row(const struct pe_rel_gather *g, ptrdiff_t 
 static inline void pe_rel_sum1(char *o, const char *x, int dtype)
 {
     if (dtype == PE_F64) {
-        *(double *)o = pe_add(*(const double *)x, *(double *)o);
+        *(double *)o = *(double *)o + *(const double *)x;
         return;
     }
     float v = *(const float *)x;
     if (dtype == PE_F32)
-        *(float *)o = pe_addf(v, *(float *)o);
+        *(float *)o = *(float *)o + v;
     else if (dtype == PE_F16)
-        *(uint16_t *)o = pe_f16_from_f32(pe_addf(v, pe_f32_from_f16(*(const uint16_t *)o)));
+        *(uint16_t *)o = pe_f16_from_f32(pe_f32_from_f16(*(const uint16_t *)o) + v);
     else
-        *(uint16_t *)o = pe_bf16_from_f32(pe_addf(v, pe_f32_from_bf16(*(const uint16_t *)o)));
+        *(uint16_t *)o = pe_bf16_from_f32(pe_f32_from_bf16(*(const uint16_t *)o) + v);
 }
 
 /* *o += *x for one score o of dtype and its product x: the product rounded

@@ -1,7 +1,8 @@
 /*
  * relative_avx2.c -- the gather of relative.c on the AVX2 path: eight
  * scores at a time (four of float64), each taking the same one add of the
- * same product as the portable path gives it, so the same bits.
+ * same product as the portable path gives it, so the same bits (where a
+ * NaN meets a NaN, a NaN: which, the compilers' order of the operands).
  *
  * By query (score (i, j) reads row i of the products at the column of its
  * distance), a row walks the segments of the map its distances cross: a
@@ -47,11 +48,11 @@
 PE_INLINE void sum8(char *o, __m256 x, const int dtype)
 {
     if (dtype == PE_F32) {
-        _mm256_storeu_ps((float *)o, pe_add_ps(x, _mm256_loadu_ps((const float *)o)));
+        _mm256_storeu_ps((float *)o, _mm256_add_ps(_mm256_loadu_ps((const float *)o), x));
         return;
     }
     __m256 a = pe_ps_from_half8(_mm_loadu_si128((const __m128i *)o), dtype);
-    _mm_storeu_si128((__m128i *)o, pe_half8_from_ps(pe_add_ps(x, a), dtype));
+    _mm_storeu_si128((__m128i *)o, pe_half8_from_ps(_mm256_add_ps(a, x), dtype));
 }
 
 /* o[0 .. 8) += x, their products: each product rounded to the scores'
@@ -84,10 +85,10 @@ PE_INLINE void add16(char *o, __m256 x0, __m256 x1, const int dtype)
     __m256 lo = _mm256_permute2f128_ps(x0, x1, 0x20), hi = _mm256_permute2f128_ps(x0, x1, 0x31);
     __m256i rl, rh, h = _mm256_loadu_si256((const __m256i *)o);
     pe_bf16_rounded2(lo, hi, &rl, &rh);
-    lo = pe_add_ps(_mm256_castsi256_ps(_mm256_and_si256(rl, top)),
-                   _mm256_castsi256_ps(_mm256_unpacklo_epi16(zero, h)));
-    hi = pe_add_ps(_mm256_castsi256_ps(_mm256_and_si256(rh, top)),
-                   _mm256_castsi256_ps(_mm256_unpackhi_epi16(zero, h)));
+    lo = _mm256_add_ps(_mm256_castsi256_ps(_mm256_unpacklo_epi16(zero, h)),
+                       _mm256_castsi256_ps(_mm256_and_si256(rl, top)));
+    hi = _mm256_add_ps(_mm256_castsi256_ps(_mm256_unpackhi_epi16(zero, h)),
+                       _mm256_castsi256_ps(_mm256_and_si256(rh, top)));
     pe_bf16_rounded2(lo, hi, &rl, &rh);
     _mm256_storeu_si256((__m256i *)o,
                         _mm256_packus_epi32(_mm256_srli_epi32(rl, 16), _mm256_srli_epi32(rh, 16)));
@@ -102,7 +103,7 @@ PE_INLINE __m256i lanes8(const uint8_t *perm)
 /* o[0 .. 4) += x, float64. */
 PE_INLINE void add4(char *o, __m256d x)
 {
-    _mm256_storeu_pd((double *)o, pe_add_pd(x, _mm256_loadu_pd((const double *)o)));
+    _mm256_storeu_pd((double *)o, _mm256_add_pd(_mm256_loadu_pd((const double *)o), x));
 }
 
 /* ---- by query ---- */

@@ -706,10 +706,13 @@ def test_gather_kernel_gives_the_same_bits_on_every_path(on_every_path, dtype):
     _gathered_on_every_path(on_every_path, base, cases)
 
 
-def _gathered_on_every_path(on_every_path, base, cases, kernel_view=lambda scores: scores):
+def _gathered_on_every_path(
+    on_every_path, base, cases, kernel_view=lambda scores: scores, apart=lambda case: False
+):
     """Each case (products, index, by_key) gathered into a copy of `base`
     (handed to the kernel as kernel_view gives it) on every path and thread
-    count: the results of the first, which every other gives bit for bit."""
+    count: the results of each, which give the first's bits but where
+    apart(case) is True (those left to the caller)."""
 
     def make():
         out = []
@@ -721,9 +724,10 @@ def _gathered_on_every_path(on_every_path, base, cases, kernel_view=lambda score
 
     results = on_every_path(make)
     for other in results[1:]:
-        for a, b in zip(results[0], other):
-            same_bits(b, a)
-    return results[0]
+        for case, a, b in zip(cases, results[0], other):
+            keep = ~np.broadcast_to(apart(case), a.shape)
+            same_bits(b[keep], a[keep])
+    return results
 
 
 # infinities and NaNs (quiet and signalling, of either sign, with payloads)
@@ -748,15 +752,16 @@ _SPECIAL_BITS = {
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32", "float64"])
 @pytest.mark.parametrize("by_key", [False, True])
-def test_gather_gives_a_nan_product_then_a_nan_score_on_every_path(on_every_path, dtype, by_key):
+def test_gather_keeps_each_nan_on_every_path(on_every_path, dtype, by_key):
     # infinities, NaNs of several payloads and ties of the rounding at every
     # lane of a vector of sixteen (bfloat16 rows by query take sixteen
     # scores at a time, in two halves of eight: 0-3 and 8-11, 4-7 and
-    # 12-15), among the scores and the products, a NaN often meeting a
-    # NaN: a NaN product comes out as its NaN in the scores' type (made
-    # quiet), whatever the score, and a NaN score with a product that is
-    # not one as that NaN made quiet (pe_addf), the same bits on every path
-    # and thread count; elsewhere the bits of NumPy's add (numpy_gather)
+    # 12-15), among the scores and the products: a NaN product into a score
+    # that is a number comes out as its NaN in the scores' type (made quiet),
+    # a NaN score with a product that is a number as that NaN made quiet,
+    # the same bits on every path and thread count, and elsewhere the bits
+    # of NumPy's add (numpy_gather); where the two are NaN, a NaN on every
+    # path (which of the two is the compiler's order of the operands)
     sdt = _bfloat16() if dtype == "bfloat16" else np.dtype(dtype)
     words = np.dtype(f"u{sdt.itemsize}")
     pdt = np.float64 if dtype == "float64" else np.float32
@@ -779,32 +784,45 @@ def test_gather_gives_a_nan_product_then_a_nan_score_on_every_path(on_every_path
         flat.view(f"u{flat.itemsize}")[at[::13]] = nan  # a NaN with a payload
         cases.append((products, index, by_key))
 
-    first = _gathered_on_every_path(
-        on_every_path,
-        base,
-        cases,
-        lambda scores: scores if dtype == "bfloat16" else scores.view(sdt),
-    )
     t = q_len - 1 - np.arange(q_len)[:, None] + np.arange(k_len)[None, :]
+    rows = np.broadcast_to(
+        np.arange(k_len)[None, :] if by_key else np.arange(q_len)[:, None], t.shape
+    )
     with np.errstate(invalid="ignore", over="ignore"):
-        was_nan = np.isnan(base.view(sdt).astype(np.float64))
-        for (products, index, _), got in zip(cases, first):
-            want = numpy_gather(base.view(sdt), products, index, by_key)
+        was_nan = np.isnan(base.view(sdt).astype(np.float64))[0, 0]
+
+        def nan_product(case):
+            products, index, _ = case
+            return (index[t] >= 0) & np.isnan(products[0, 0, rows, np.maximum(index[t], 0)])
+
+        results = _gathered_on_every_path(
+            on_every_path,
+            base,
+            cases,
+            lambda scores: scores if dtype == "bfloat16" else scores.view(sdt),
+            lambda case: was_nan & nan_product(case),
+        )
+        met = np.zeros(2, int)  # NaNs meeting NaNs, NaN products meeting numbers
+        for case, *every in zip(cases, *results):
+            products, index, _ = case
+            col, nan_p = index[t], nan_product(case)
+            both = was_nan & nan_p
+            met += [both.sum(), (nan_p & ~was_nan).sum()]
+            for got in every:
+                assert np.isnan(got[0, 0][both].view(sdt).astype(np.float64)).all()
+            got = every[0][0, 0]
+            want = numpy_gather(base.view(sdt), products, index, by_key)[0, 0]
             is_nan = np.isnan(want.astype(np.float64))
             np.testing.assert_array_equal(np.isnan(got.view(sdt).astype(np.float64)), is_nan)
             same_bits(got.view(sdt)[~is_nan], want[~is_nan])
-            col = index[t]
-            rows = np.broadcast_to(
-                np.arange(k_len)[None, :] if by_key else np.arange(q_len)[:, None], t.shape
-            )
             product = products[0, 0, rows, np.maximum(col, 0)]
-            nan_product = (col >= 0) & np.isnan(product)
-            got_nan, want_nan = got[0, 0][nan_product], _quiet_nan_bits(product[nan_product], sdt)
-            np.testing.assert_array_equal(got_nan, want_nan)
-            added = was_nan[0, 0] & (col >= 0) & ~nan_product  # a NaN score, reached
-            np.testing.assert_array_equal(got[0, 0][added], base[0, 0][added] | words.type(quiet))
-            left = was_nan[0, 0] & (col < 0)
-            same_bits(got[0, 0][left], base[0, 0][left])
+            one = nan_p & ~was_nan
+            np.testing.assert_array_equal(got[one], _quiet_nan_bits(product[one], sdt))
+            score = was_nan & (col >= 0) & ~nan_p  # a NaN score, reached
+            np.testing.assert_array_equal(got[score], base[0, 0][score] | words.type(quiet))
+            left = was_nan & (col < 0)
+            same_bits(got[left], base[0, 0][left])
+        assert met.min() > 0
 
 
 def _quiet_nan_bits(nans, sdt):
