@@ -8,6 +8,7 @@ transformers' own functions are the witness in tests/conformance.
 
 import numpy as np
 import pytest
+from special_bits import SPECIAL_BITS
 
 import posenc
 from posenc import _core
@@ -406,12 +407,8 @@ def test_t5_scores_add_keeps_each_nan_on_every_path(on_every_path, dtype):
     else:
         sdt = np.dtype(dtype)
     words = np.dtype(f"u{sdt.itemsize}")
-    nans, quiet = {
-        2: ([0x7E01, 0xFC81, 0x7C21] if dtype == "float16" else [0x7FC1, 0xFF81, 0x7F81], None),
-        4: ([0x7FC10000, 0xFF810000, 0x7F810000], 1 << 22),
-        8: ([0x7FF8 << 48 | 1, 0xFFF0 << 48 | 5, 0x7FF << 52 | 1], 1 << 51),
-    }[sdt.itemsize]
-    quiet = words.type(quiet or (0x0200 if dtype == "float16" else 0x0040))
+    specials, quiet = SPECIAL_BITS[dtype]
+    nans, quiet = specials[2:5], words.type(quiet)
     rng = np.random.default_rng(3)
     table = rng.standard_normal((32, 4)).astype(sdt)
     table.view(words)[::3, ::2] = np.array(nans, words)[np.arange(11) % 3][:, None]

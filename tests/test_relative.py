@@ -14,6 +14,7 @@ import math
 
 import numpy as np
 import pytest
+from special_bits import SPECIAL_BITS
 
 import posenc
 from posenc import reference as ref
@@ -730,26 +731,6 @@ def _gathered_on_every_path(
     return results
 
 
-# infinities and NaNs (quiet and signalling, of either sign, with payloads)
-# as the bits of each scores' dtype, and the bit that makes a NaN quiet
-_SPECIAL_BITS = {
-    "float16": ([0x7C00, 0xFC00, 0x7E01, 0xFC81, 0x7C21, 0xFE25], 0x0200),
-    "bfloat16": ([0x7F80, 0xFF80, 0x7FC1, 0xFF81, 0x7F81, 0xFFA5], 0x0040),
-    "float32": ([0x7F800000, 0xFF800000, 0x7FC10000, 0xFF810000, 0x7F810000, 0xFFA5A5A5], 1 << 22),
-    "float64": (
-        [
-            0x7FF << 52,
-            0xFFF << 52,
-            0x7FF8 << 48 | 1,
-            0xFFF0 << 48 | 5,
-            0x7FF << 52 | 1,
-            0xFFF0A5 << 40,
-        ],
-        1 << 51,
-    ),
-}
-
-
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32", "float64"])
 @pytest.mark.parametrize("by_key", [False, True])
 def test_gather_keeps_each_nan_on_every_path(on_every_path, dtype, by_key):
@@ -765,7 +746,7 @@ def test_gather_keeps_each_nan_on_every_path(on_every_path, dtype, by_key):
     sdt = _bfloat16() if dtype == "bfloat16" else np.dtype(dtype)
     words = np.dtype(f"u{sdt.itemsize}")
     pdt = np.float64 if dtype == "float64" else np.float32
-    special, quiet = _SPECIAL_BITS[dtype]
+    special, quiet = SPECIAL_BITS[dtype]
     q_len, k_len = 32, 64
     rng = np.random.default_rng(16)
     base = rng.standard_normal((1, 1, q_len, k_len)).astype(sdt).view(words)
