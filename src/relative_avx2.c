@@ -252,9 +252,8 @@ PE_INLINE void transpose8(__m256 v[8])
  * i + k; columns within 8 of the least: one load from the least, its
  * lanes permuted; otherwise a gather through the map; lane k query
  * i + 7 - k for these two.
- * The eight vectors, one per key, transposed into the eight rows.  A run
- * of slope 0 holds a single column: one vector of the eight keys'
- * products, the same for every row (`kind`, g->block of the block). */
+ * The eight vectors, one per key, transposed into the eight rows (`kind`,
+ * g->block of the block, not 0: rows8). */
 PE_INLINE void block8(const struct pe_rel_gather *g, const char *prod, ptrdiff_t i, ptrdiff_t j,
                       int kind, __m256 row[8])
 {
@@ -279,17 +278,6 @@ PE_INLINE void block8(const struct pe_rel_gather *g, const char *prod, ptrdiff_t
                                             lanes8(g->perm + 8 * (u - 7 + l)));
         }
         break;
-    case 0: {
-        __m256 w = _mm256_i32gather_ps(
-            (const float *)p,
-            _mm256_add_epi32(_mm256_set1_epi32(m[0]),
-                             _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
-                                                _mm256_set1_epi32((int)(sr / 4)))),
-            4);
-        for (int k = 0; k < 8; ++k)
-            row[k] = w;
-        return;
-    }
     default:
         for (int l = 0; l < 8; ++l)
             v[l] = _mm256_i32gather_ps((const float *)(p + l * sr),
@@ -331,18 +319,29 @@ PE_INLINE __m256 copied8(struct column_copy *cc, const char *prod, ptrdiff_t str
     return _mm256_loadu_ps(cc->col + slot * cc->ke + j);
 }
 
-/* block8's rows, a block of one column read from the copy if there is
- * one (m: the strip's map, m[j + l] key j + l's column for query i + 7). */
+/* The products of a block's rows (block8); a run of slope 0 holds a single
+ * column: one vector of the eight keys' products, the same for every row,
+ * read from the copy if there is one, else gathered down the column
+ * (m: the strip's map, m[j + l] key j + l's column for query i + 7). */
 PE_INLINE void rows8(const struct pe_rel_gather *g, struct column_copy *cc, const char *prod,
                      const int32_t *m, ptrdiff_t i, ptrdiff_t j, int kind, __m256 row[8])
 {
-    if (kind == 0 && cc->col != NULL) {
-        __m256 w = copied8(cc, prod, g->src->stride_r, m[j], j);
-        for (int l = 0; l < 8; ++l)
-            row[l] = w;
-    } else {
+    if (kind != 0) {
         block8(g, prod, i, j, kind, row);
+        return;
     }
+    const ptrdiff_t sr = g->src->stride_r;
+    __m256 w =
+        cc->col != NULL
+            ? copied8(cc, prod, sr, m[j], j)
+            : _mm256_i32gather_ps(
+                  (const float *)(prod + j * sr),
+                  _mm256_add_epi32(_mm256_set1_epi32(m[j]),
+                                   _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+                                                      _mm256_set1_epi32((int)(sr / 4)))),
+                  4);
+    for (int l = 0; l < 8; ++l)
+        row[l] = w;
 }
 
 /* Row of tiles task of the (batch * heads * tiles_q) ones, in strips of
