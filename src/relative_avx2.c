@@ -32,7 +32,8 @@
  * scores sixteen at a time (add16), where the roundings bound the time.
  *
  * Dense terms (a row of the term for a row of scores): eight sums at a
- * time, each rounded once, as pe_rel_sum1 does one score.
+ * time (sixteen into bfloat16 scores, sum16), each rounded once, as
+ * pe_rel_sum1 does one score.
  */
 #include "pe.h"
 #include "relative.h"
@@ -69,11 +70,33 @@ PE_INLINE void add8(char *o, __m256 x, const int dtype)
     sum8(o, x, dtype);
 }
 
-/* o[0 .. 16) += x0, x1 (the products of scores 0 .. 8 and 8 .. 16), as
- * add8 adds each eight; for bfloat16 scores with one test for NaNs per
- * rounding of sixteen and no lane-crossing narrowing: unpacking the
- * scores' words with zeros widens scores 0-3 and 8-11 (lo), 4-7 and 12-15
- * (hi), the order packus narrows back into 0 .. 16. */
+/* o[0 .. 16) += x0, x1 (eight float32 values each for scores 0 .. 8 and
+ * 8 .. 16), each sum rounded once, as sum8 rounds it; for bfloat16 scores
+ * with one test for NaNs per rounding of sixteen and no lane-crossing
+ * narrowing: unpacking the scores' words with zeros widens scores 0-3 and
+ * 8-11 (lo), 4-7 and 12-15 (hi), the order packus narrows back into
+ * 0 .. 16. */
+PE_INLINE void sum16(char *o, __m256 x0, __m256 x1, const int dtype)
+{
+    if (dtype != PE_BF16) {
+        sum8(o, x0, dtype);
+        sum8(o + 8 * pe_itemsize(dtype), x1, dtype);
+        return;
+    }
+    const __m256i zero = _mm256_setzero_si256();
+    __m256i rl, rh, h = _mm256_loadu_si256((const __m256i *)o);
+    __m256 lo = _mm256_add_ps(_mm256_castsi256_ps(_mm256_unpacklo_epi16(zero, h)),
+                              _mm256_permute2f128_ps(x0, x1, 0x20));
+    __m256 hi = _mm256_add_ps(_mm256_castsi256_ps(_mm256_unpackhi_epi16(zero, h)),
+                              _mm256_permute2f128_ps(x0, x1, 0x31));
+    pe_bf16_rounded2(lo, hi, &rl, &rh);
+    _mm256_storeu_si256((__m256i *)o,
+                        _mm256_packus_epi32(_mm256_srli_epi32(rl, 16), _mm256_srli_epi32(rh, 16)));
+}
+
+/* o[0 .. 16) += x0, x1, their products: each product rounded to the
+ * scores' type first, as add8 rounds it (for bfloat16 the sixteen with one
+ * test for NaNs), then sum16. */
 PE_INLINE void add16(char *o, __m256 x0, __m256 x1, const int dtype)
 {
     if (dtype != PE_BF16) {
@@ -81,17 +104,11 @@ PE_INLINE void add16(char *o, __m256 x0, __m256 x1, const int dtype)
         add8(o + 8 * pe_itemsize(dtype), x1, dtype);
         return;
     }
-    const __m256i top = _mm256_set1_epi32((int)0xffff0000u), zero = _mm256_setzero_si256();
-    __m256 lo = _mm256_permute2f128_ps(x0, x1, 0x20), hi = _mm256_permute2f128_ps(x0, x1, 0x31);
-    __m256i rl, rh, h = _mm256_loadu_si256((const __m256i *)o);
-    pe_bf16_rounded2(lo, hi, &rl, &rh);
-    lo = _mm256_add_ps(_mm256_castsi256_ps(_mm256_unpacklo_epi16(zero, h)),
-                       _mm256_castsi256_ps(_mm256_and_si256(rl, top)));
-    hi = _mm256_add_ps(_mm256_castsi256_ps(_mm256_unpackhi_epi16(zero, h)),
-                       _mm256_castsi256_ps(_mm256_and_si256(rh, top)));
-    pe_bf16_rounded2(lo, hi, &rl, &rh);
-    _mm256_storeu_si256((__m256i *)o,
-                        _mm256_packus_epi32(_mm256_srli_epi32(rl, 16), _mm256_srli_epi32(rh, 16)));
+    const __m256i top = _mm256_set1_epi32((int)0xffff0000u);
+    __m256i r0, r1;
+    pe_bf16_rounded2(x0, x1, &r0, &r1);
+    sum16(o, _mm256_castsi256_ps(_mm256_and_si256(r0, top)),
+          _mm256_castsi256_ps(_mm256_and_si256(r1, top)), dtype);
 }
 
 /* The eight lanes perm[0 .. 8) (relative.h), as int32. */
@@ -442,8 +459,8 @@ PE_SPECIALISE(const pe_rel_task_fn, pe_rel_task_avx2, task_avx2,
 
 /* ---- dense terms ---- */
 
-/* A row of a dense term (pe_rel_sum_fn), eight scores (four of float64)
- * at a time. */
+/* A row of a dense term (pe_rel_sum_fn), eight scores at a time (four of
+ * float64, sixteen of bfloat16). */
 PE_INLINE void sum_avx2(char *o, const char *x, ptrdiff_t n, const int layout, const int dtype)
 {
     (void)layout;
@@ -452,9 +469,14 @@ PE_INLINE void sum_avx2(char *o, const char *x, ptrdiff_t n, const int layout, c
     if (dtype == PE_F64)
         for (; m + 4 <= n; m += 4)
             add4(o + m * 8, _mm256_loadu_pd((const double *)x + m));
-    else
+    else {
+        /* bfloat16 sixteen at a time (sum16), where the roundings bound the time */
+        for (; dtype == PE_BF16 && m + 16 <= n; m += 16)
+            sum16(o + m * isz, _mm256_loadu_ps((const float *)x + m),
+                  _mm256_loadu_ps((const float *)x + m + 8), dtype);
         for (; m + 8 <= n; m += 8)
             sum8(o + m * isz, _mm256_loadu_ps((const float *)x + m), dtype);
+    }
     for (; m < n; ++m)
         pe_rel_sum1(o + m * isz, x + m * ssz, dtype);
 }

@@ -870,7 +870,7 @@ def numpy_dense_add(scores, term):
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32", "float64"])
-@pytest.mark.parametrize("k_len", [1, 7, 8, 37])
+@pytest.mark.parametrize("k_len", [1, 7, 8, 29, 37])
 def test_dense_kernel_equals_numpy(simd, threads, rng, dtype, k_len):
     # a term of one row for every query, or of a row per query, its batch
     # broadcast or not, into scores whose rows lie apart (strided) and keys
@@ -901,8 +901,11 @@ def test_dense_kernel_gives_the_same_bits_on_every_path(on_every_path, dtype):
     scores = rng.standard_normal((1, 2, 40, 53)).astype(np.float32).astype(sdt)
     term = rng.standard_normal((1, 2, 40, 53)).astype(np.float32)
     special = [top, -top, 1e-41, -0.0, 0.0, np.inf, -np.inf, np.nan, 1.0]
-    scores[0, 0, 0, :9] = np.array(special, np.float32).astype(sdt)
-    term[0, 0, 0, :9] = [top, -top, -1e-42, -0.0, -0.0, -np.inf, 1.0, 2.0, np.nan]
+    # at the first lanes of a vector of sixteen (bfloat16 scores are added
+    # sixteen at a time) and at its last
+    for at in (0, 23):
+        scores[0, 0, 0, at : at + 9] = np.array(special, np.float32).astype(sdt)
+        term[0, 0, 0, at : at + 9] = [top, -top, -1e-42, -0.0, -0.0, -np.inf, 1.0, 2.0, np.nan]
     term[0, 0, 1, :4] = np.array([0x7F800001, 0xFFC12345, 0x7FBFFFFF, 0xFF800001], np.uint32).view(
         np.float32
     )
