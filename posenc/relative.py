@@ -46,7 +46,7 @@ import numpy as np
 
 from . import _core
 from . import _validate as v
-from ._dtypes import is_bfloat16, narrow, widen
+from ._dtypes import is_bfloat16, widen
 from ._interop import foreign
 from ._typing import Array, ArrayLike, ArrayT, DTypeLike, NDArray
 from .bias import _check_t5, _t5_bias
@@ -101,10 +101,16 @@ def _result(*arrays):
 
 def _cast(x, dtype):
     """The float32 or float64 array `x` rounded once to `dtype` (a float32
-    `x` for bfloat16, which is rounded to nearest even)."""
-    if is_bfloat16(dtype):
-        return narrow(np.ascontiguousarray(x, np.float32)).view(dtype)
-    return x.astype(dtype, copy=False)
+    `x` for bfloat16, which is rounded to nearest even by the dense kernel's
+    store, as narrow rounds it)."""
+    if not is_bfloat16(dtype):
+        return x.astype(dtype, copy=False)
+    x = np.ascontiguousarray(x, np.float32).reshape(np.shape(x))  # 0-d stays 0-d
+    out = np.empty(x.shape, np.uint16)
+    if x.size:
+        rows = (1, 1, -1, x.shape[-1] if x.ndim else 1)
+        _core.rel_dense_add(x.reshape(rows), out.reshape(rows), True)
+    return out.view(dtype)
 
 
 def _bias_vector(bias, heads, d, name):

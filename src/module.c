@@ -1172,12 +1172,13 @@ static PyObject *py_rel_gather_add(PyObject *self, PyObject *args)
 struct rel_dense_call {
     struct pe_rel_src src;
     const struct pe_bias_dst *dst;
+    int store;
 };
 
 static int rel_dense_kernel(const struct pe_kernels *k, void *args, int nthreads)
 {
     const struct rel_dense_call *c = args;
-    pe_rel_dense_add(k, &c->src, c->dst, nthreads);
+    pe_rel_dense_add(k, &c->src, c->dst, c->store, nthreads);
     return 0;
 }
 
@@ -1185,7 +1186,8 @@ static PyObject *py_rel_dense_add(PyObject *self, PyObject *args)
 {
     (void)self;
     PyObject *src_o, *dst_o;
-    if (!PyArg_ParseTuple(args, "OO:rel_dense_add", &src_o, &dst_o))
+    int store = 0;
+    if (!PyArg_ParseTuple(args, "OO|p:rel_dense_add", &src_o, &dst_o, &store))
         return NULL;
     struct pe_bias_dst d;
     PyArrayObject *dst = bias_target(dst_o, "scores", FLOAT_OR_BF16, &d);
@@ -1208,6 +1210,7 @@ static PyObject *py_rel_dense_add(PyObject *self, PyObject *args)
         .src = {PyArray_BYTES(src), sb, rows, d.k_len, PyArray_STRIDE(src, 0),
                 PyArray_STRIDE(src, 1), PyArray_STRIDE(src, 2), 0},
         .dst = &d,
+        .store = store,
     };
     run_kernel(rel_dense_kernel, &c, PyArray_SIZE(dst));
     Py_RETURN_NONE;
@@ -1317,9 +1320,10 @@ static PyMethodDef methods[] = {
      "rel_gather_add(products, map, scores, by_key, single=False): scores[b, h, i, j] += "
      "products[b, h, i or j, map[q_len - 1 - i + j]] (-1: left as is); single: on one thread."},
     {"rel_dense_add", py_rel_dense_add, METH_VARARGS,
-     "rel_dense_add(term, scores): scores[b, h, i, j] += term[b, h, i, j] (term float32, or "
-     "float64 for float64 scores, of shape (1 or batch, heads, 1 or q_len, k_len)), each sum "
-     "rounded once to the scores' dtype."},
+     "rel_dense_add(term, scores, store=False): scores[b, h, i, j] += term[b, h, i, j] (term "
+     "float32, or float64 for float64 scores, of shape (1 or batch, heads, 1 or q_len, k_len)), "
+     "each sum rounded once to the scores' dtype; store: scores = term, each value rounded "
+     "once."},
     {"rel_scatter_add", py_rel_scatter_add, METH_VARARGS,
      "rel_scatter_add(weights, map, out, single=False, by_key=False): out[b, h, i (j by key), "
      "map[q_len - 1 - i + j]] += "

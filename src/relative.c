@@ -435,26 +435,32 @@ int pe_rel_gather_add(const struct pe_kernels *k, const struct pe_rel_src *src, 
 /* ---- dense terms ---- */
 
 /* The portable row of a dense term: float32 and float64 as add_slice adds
- * them, float16 and bfloat16 with the sum rounded once. */
-PE_INLINE void sum_scalar(char *o, const char *x, ptrdiff_t n, const int layout, const int dtype)
+ * them, float16 and bfloat16 with the sum rounded once; store (the
+ * layout 1): each value rounded once instead. */
+PE_INLINE void sum_scalar(char *o, const char *x, ptrdiff_t n, const int store, const int dtype)
 {
-    (void)layout;
+    const ptrdiff_t isz = (ptrdiff_t)pe_itemsize(dtype), ssz = dtype == PE_F64 ? 8 : 4;
+    if (store) {
+        for (ptrdiff_t j = 0; j < n; ++j)
+            pe_rel_store1(o + isz * j, x + ssz * j, dtype);
+        return;
+    }
     if (dtype == PE_F32 || dtype == PE_F64) {
         add_slice(o, x, n, dtype);
         return;
     }
     for (ptrdiff_t j = 0; j < n; ++j)
-        pe_rel_sum1(o + 2 * j, x + 4 * j, dtype);
+        pe_rel_sum1(o + isz * j, x + ssz * j, dtype);
 }
 
-PE_SPECIALISE_DTYPE(const pe_rel_sum_fn, pe_rel_sum_scalar, sum_scalar,
-                    (char *o, const char *x, ptrdiff_t n), (o, x, n));
+PE_SPECIALISE(const pe_rel_sum_fn, pe_rel_sum_scalar, sum_scalar,
+              (char *o, const char *x, ptrdiff_t n), (o, x, n));
 
 void pe_rel_dense_add(const struct pe_kernels *k, const struct pe_rel_src *src,
-                      const struct pe_bias_dst *dst, int nthreads)
+                      const struct pe_bias_dst *dst, int store, int nthreads)
 {
     ptrdiff_t q = dst->q_len, rows = dst->batch * dst->heads * q;
-    pe_rel_sum_fn fn = k->rel_sum[dst->dtype];
+    pe_rel_sum_fn fn = k->rel_sum[store != 0][dst->dtype];
 #pragma omp parallel for schedule(static) num_threads(pe_team(nthreads, rows * dst->k_len))
     for (ptrdiff_t r = 0; r < rows; ++r) {
         ptrdiff_t i = r % q, p = r / q, b = p / dst->heads, h = p % dst->heads;

@@ -161,6 +161,22 @@ static inline void pe_rel_sum1(char *o, const char *x, int dtype)
         *(uint16_t *)o = pe_bf16_from_f32(pe_f32_from_bf16(*(const uint16_t *)o) + v);
 }
 
+/* *o = *x for one element o of dtype and a float x (float64 for float64,
+ * else float32), rounded once to dtype, as NumPy's astype rounds it
+ * (bfloat16 as ml_dtypes: to nearest even, a NaN made quiet with its sign
+ * and top payload bits). */
+static inline void pe_rel_store1(char *o, const char *x, int dtype)
+{
+    if (dtype == PE_F64)
+        *(double *)o = *(const double *)x;
+    else if (dtype == PE_F32)
+        *(float *)o = *(const float *)x;
+    else if (dtype == PE_F16)
+        *(uint16_t *)o = pe_f16_from_f32(*(const float *)x);
+    else
+        *(uint16_t *)o = pe_bf16_from_f32(*(const float *)x);
+}
+
 /* *o += *x for one score o of dtype and its product x: the product rounded
  * to the scores' type first (the term made in that type), then summed as
  * pe_rel_sum1 does. */
@@ -188,9 +204,10 @@ void pe_rel_tile_scalar(const struct pe_rel_gather *g, ptrdiff_t b, ptrdiff_t h,
  * of float32 (float64 for float64 scores), src->rows q_len or 1 (one row
  * for every query), src->batch 1 or dst's (by_key unused); each sum
  * rounded once to the scores' type, as pe_rel_sum1 does, the same bits
- * on every path and for any thread count. */
+ * on every path and for any thread count.  store: dst = src instead, each
+ * value rounded once (pe_rel_store1). */
 void pe_rel_dense_add(const struct pe_kernels *k, const struct pe_rel_src *src,
-                      const struct pe_bias_dst *dst, int nthreads);
+                      const struct pe_bias_dst *dst, int store, int nthreads);
 
 /* Weights to scatter: (batch, heads, q_len, k_len) of PE_F16, PE_F32 or
  * PE_F64, each row of k_len contiguous, rows at the byte strides given. */

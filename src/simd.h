@@ -142,7 +142,7 @@ struct pe_kernels {
     /* [sums in float64][enum pe_dtype of the gradient] */
     const pe_diagonals_fn (*diagonals)[PE_NDTYPES];
     const pe_rel_task_fn (*rel_task)[PE_NDTYPES]; /* [by key][enum pe_dtype of the scores] */
-    const pe_rel_sum_fn *rel_sum;                 /* [enum pe_dtype of the scores] */
+    const pe_rel_sum_fn (*rel_sum)[PE_NDTYPES];   /* [store][enum pe_dtype of the scores] */
     /* orders the calling thread's non-temporal stores (bias_rows') before
      * what it does next; nothing on the portable path */
     void (*store_fence)(void);
@@ -171,7 +171,7 @@ extern const pe_bias_rows_fn pe_bias_rows_scalar[2][PE_NDTYPES];
 extern const pe_alibi_block_fn pe_alibi_block_scalar[2][PE_NDTYPES];
 extern const pe_diagonals_fn pe_diagonals_scalar[2][PE_NDTYPES];
 extern const pe_rel_task_fn pe_rel_task_scalar[2][PE_NDTYPES];
-extern const pe_rel_sum_fn pe_rel_sum_scalar[PE_NDTYPES];
+extern const pe_rel_sum_fn pe_rel_sum_scalar[2][PE_NDTYPES];
 void pe_store_fence_scalar(void);
 
 #if PE_X86
@@ -184,7 +184,7 @@ extern const pe_bias_rows_fn pe_bias_rows_avx2[2][PE_NDTYPES];
 extern const pe_alibi_block_fn pe_alibi_block_avx2[2][PE_NDTYPES];
 extern const pe_diagonals_fn pe_diagonals_avx2[2][PE_NDTYPES];
 extern const pe_rel_task_fn pe_rel_task_avx2[2][PE_NDTYPES];
-extern const pe_rel_sum_fn pe_rel_sum_avx2[PE_NDTYPES];
+extern const pe_rel_sum_fn pe_rel_sum_avx2[2][PE_NDTYPES];
 void pe_store_fence_avx2(void);
 #endif
 

@@ -931,6 +931,58 @@ def test_dense_kernel_gives_the_same_bits_on_every_path(on_every_path, dtype):
         same_bits(other, results[0])
 
 
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32", "float64"])
+def test_dense_kernel_store_rounds_each_value_once_on_every_path(on_every_path, dtype):
+    # store: the term's values written over the scores, each rounded once
+    # as NumPy's astype rounds it (bfloat16 as narrow, ml_dtypes' rule):
+    # ties to even, overflow to infinity, subnormals, -0.0 and NaNs of
+    # several payloads, at both ends of a vector of sixteen and past the
+    # last whole vector, a row of the term for every query or one for all
+    rng = np.random.default_rng(12)
+    sdt = _bfloat16() if dtype == "bfloat16" else np.dtype(dtype)
+    tdt = np.float64 if dtype == "float64" else np.float32
+    words = [0x3F808000, 0x3F818000, 0xBF808000, 0x7F7FFFFF, 0x00000001, 0x80000000]
+    words += [0x7F800001, 0xFFC12345, 0x7FBFFFFF, 0x3A801000, 0x477FF000, 0x477FE000]
+    with np.errstate(invalid="ignore"):  # signalling NaNs made quiet by the cast
+        special = np.array(words, np.uint32).view(np.float32).astype(tdt)
+    for rows in (5, 1):
+        term = (rng.standard_normal((2, 3, rows, 45)) * 3).astype(tdt)
+        term[0, 0, 0, :12] = special
+        term[1, 2, rows - 1, 20:32] = special
+        scores = rng.standard_normal((2, 3, 5, 45)).astype(np.float32).astype(sdt)
+
+        def make(term=term, scores=scores):
+            out = scores.copy()
+            dst = out.view(f"u{sdt.itemsize}") if dtype == "bfloat16" else out
+            rel._core.rel_dense_add(term, dst, True)
+            return out
+
+        results = on_every_path(make)
+        full = np.broadcast_to(term, scores.shape)
+        if dtype == "bfloat16":
+            want = narrow(np.ascontiguousarray(full)).view(sdt)
+        else:
+            with np.errstate(over="ignore"):
+                want = full.astype(sdt)
+        nan = np.isnan(full)
+        same_bits(results[0][~nan], want[~nan])
+        assert np.array_equal(np.isnan(results[0].astype(np.float32)), nan)
+        if dtype == "bfloat16":
+            same_bits(results[0], want)
+        for other in results[1:]:
+            same_bits(other, results[0])
+
+
+def test_a_new_bfloat16_result_is_the_float32_one_rounded_by_narrow(rng):
+    # the dense kernel's store (relative._cast) against narrow, the NumPy
+    # twin: shapes of 0, 1 and more dimensions, any last axis
+    for shape in [(), (0,), (7,), (3, 17), (2, 3, 4, 33)]:
+        x = (rng.standard_normal(shape) * 100).astype(np.float32)
+        got = rel._cast(x, _bfloat16())
+        assert got.dtype == _bfloat16() and got.shape == x.shape
+        same_bits(got.view(np.uint16), narrow(x))
+
+
 def _piecewise_map(rng, n, width):
     """A map of runs of random lengths (1 to 40) and slopes (-1, 0, 1), some
     left alone (-1), their columns near both ends of [0, width) as often as
