@@ -32,7 +32,7 @@
  * scores sixteen at a time (add16), where the roundings bound the time.
  *
  * Dense terms (a row of the term for a row of scores): eight sums at a
- * time (sixteen into bfloat16 scores, sum16), each rounded once, as
+ * time (sixteen into bfloat16 scores, bf16_sum16), each rounded once, as
  * pe_rel_sum1 does one score; or the term's values stored, each rounded
  * once (pe_rel_store1), as a float32 result becomes a bfloat16 one.
  */
@@ -81,25 +81,14 @@ PE_INLINE void store8(char *o, __m256 x, const int dtype)
         _mm_storeu_si128((__m128i *)o, pe_half8_from_ps(x, dtype));
 }
 
-/* o[0 .. 16) += x0, x1 (eight float32 values each for scores 0 .. 8 and
- * 8 .. 16), each sum rounded once, as sum8 rounds it, or (store) = x0, x1
- * rounded as store8 rounds them; for bfloat16 scores with one test for
+/* Sixteen bfloat16 scores o[0 .. 16) += x0, x1 (eight float32 values each
+ * for scores 0 .. 8 and 8 .. 16), each sum rounded once, as sum8 rounds
+ * it, or (store) = x0, x1 rounded as store8 rounds them; with one test for
  * NaNs per rounding of sixteen and no lane-crossing narrowing: unpacking
  * the scores' words with zeros widens scores 0-3 and 8-11 (lo), 4-7 and
  * 12-15 (hi), the order packus narrows back into 0 .. 16. */
-PE_INLINE void sum16(char *o, __m256 x0, __m256 x1, const int store, const int dtype)
+PE_INLINE void bf16_sum16(char *o, __m256 x0, __m256 x1, const int store)
 {
-    const ptrdiff_t isz = (ptrdiff_t)pe_itemsize(dtype);
-    if (dtype != PE_BF16) {
-        if (store) {
-            store8(o, x0, dtype);
-            store8(o + 8 * isz, x1, dtype);
-        } else {
-            sum8(o, x0, dtype);
-            sum8(o + 8 * isz, x1, dtype);
-        }
-        return;
-    }
     __m256i rl, rh;
     __m256 lo = _mm256_permute2f128_ps(x0, x1, 0x20), hi = _mm256_permute2f128_ps(x0, x1, 0x31);
     if (!store) {
@@ -114,7 +103,7 @@ PE_INLINE void sum16(char *o, __m256 x0, __m256 x1, const int store, const int d
 
 /* o[0 .. 16) += x0, x1, their products: each product rounded to the
  * scores' type first, as add8 rounds it (for bfloat16 the sixteen with one
- * test for NaNs), then sum16. */
+ * test for NaNs), then summed (bf16_sum16). */
 PE_INLINE void add16(char *o, __m256 x0, __m256 x1, const int dtype)
 {
     if (dtype != PE_BF16) {
@@ -125,8 +114,8 @@ PE_INLINE void add16(char *o, __m256 x0, __m256 x1, const int dtype)
     const __m256i top = _mm256_set1_epi32((int)0xffff0000u);
     __m256i r0, r1;
     pe_bf16_rounded2(x0, x1, &r0, &r1);
-    sum16(o, _mm256_castsi256_ps(_mm256_and_si256(r0, top)),
-          _mm256_castsi256_ps(_mm256_and_si256(r1, top)), 0, dtype);
+    bf16_sum16(o, _mm256_castsi256_ps(_mm256_and_si256(r0, top)),
+               _mm256_castsi256_ps(_mm256_and_si256(r1, top)), 0);
 }
 
 /* The eight lanes perm[0 .. 8) (relative.h), as int32. */
@@ -494,10 +483,10 @@ PE_INLINE void sum_avx2(char *o, const char *x, ptrdiff_t n, const int store, co
                 add4(o + m * 8, v);
         }
     } else {
-        /* bfloat16 sixteen at a time (sum16), where the roundings bound the time */
+        /* bfloat16 sixteen at a time, where the roundings bound the time */
         for (; dtype == PE_BF16 && m + 16 <= n; m += 16)
-            sum16(o + m * isz, _mm256_loadu_ps((const float *)x + m),
-                  _mm256_loadu_ps((const float *)x + m + 8), store, dtype);
+            bf16_sum16(o + m * isz, _mm256_loadu_ps((const float *)x + m),
+                       _mm256_loadu_ps((const float *)x + m + 8), store);
         for (; m + 8 <= n; m += 8) {
             __m256 v = _mm256_loadu_ps((const float *)x + m);
             if (store)
