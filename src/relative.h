@@ -155,10 +155,8 @@ static inline void pe_rel_sum1(char *o, const char *x, int dtype)
     float v = *(const float *)x;
     if (dtype == PE_F32)
         *(float *)o = *(float *)o + v;
-    else if (dtype == PE_F16)
-        *(uint16_t *)o = pe_f16_from_f32(pe_f32_from_f16(*(const uint16_t *)o) + v);
     else
-        *(uint16_t *)o = pe_bf16_from_f32(pe_f32_from_bf16(*(const uint16_t *)o) + v);
+        *(uint16_t *)o = pe_store16(pe_load16(*(const uint16_t *)o, dtype) + v, dtype);
 }
 
 /* *o = *x for one element o of dtype and a float x (float64 for float64,
@@ -171,10 +169,8 @@ static inline void pe_rel_store1(char *o, const char *x, int dtype)
         *(double *)o = *(const double *)x;
     else if (dtype == PE_F32)
         *(float *)o = *(const float *)x;
-    else if (dtype == PE_F16)
-        *(uint16_t *)o = pe_f16_from_f32(*(const float *)x);
     else
-        *(uint16_t *)o = pe_bf16_from_f32(*(const float *)x);
+        *(uint16_t *)o = pe_store16(*(const float *)x, dtype);
 }
 
 /* *o += *x for one score o of dtype and its product x: the product rounded
@@ -183,9 +179,7 @@ static inline void pe_rel_store1(char *o, const char *x, int dtype)
 static inline void pe_rel_add1(char *o, const char *x, int dtype)
 {
     if (dtype == PE_F16 || dtype == PE_BF16) {
-        float v = *(const float *)x;
-        v = dtype == PE_F16 ? pe_f32_from_f16(pe_f16_from_f32(v))
-                            : pe_f32_from_bf16(pe_bf16_from_f32(v));
+        float v = pe_load16(pe_store16(*(const float *)x, dtype), dtype);
         pe_rel_sum1(o, (const char *)&v, dtype);
     } else {
         pe_rel_sum1(o, x, dtype);
