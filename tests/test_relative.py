@@ -941,14 +941,17 @@ def test_dense_kernel_store_rounds_each_value_once_on_every_path(on_every_path, 
     rng = np.random.default_rng(12)
     sdt = _bfloat16() if dtype == "bfloat16" else np.dtype(dtype)
     tdt = np.float64 if dtype == "float64" else np.float32
+    # ties of bfloat16 and float16, float32's largest, its least subnormal,
+    # -0.0, float16's overflow, the shared infinities and NaNs, and a NaN
+    # whose payload lies below bfloat16's bits
     words = [0x3F808000, 0x3F818000, 0xBF808000, 0x7F7FFFFF, 0x00000001, 0x80000000]
-    words += [0x7F800001, 0xFFC12345, 0x7FBFFFFF, 0x3A801000, 0x477FF000, 0x477FE000]
+    words += [0x3A801000, 0x477FF000, 0x477FE000] + SPECIAL_BITS["float32"][0] + [0x7F800001]
     with np.errstate(invalid="ignore"):  # signalling NaNs made quiet by the cast
         special = np.array(words, np.uint32).view(np.float32).astype(tdt)
     for rows in (5, 1):
         term = (rng.standard_normal((2, 3, rows, 45)) * 3).astype(tdt)
-        term[0, 0, 0, :12] = special
-        term[1, 2, rows - 1, 20:32] = special
+        term[0, 0, 0, :16] = special
+        term[1, 2, rows - 1, 29:45] = special
         scores = rng.standard_normal((2, 3, 5, 45)).astype(np.float32).astype(sdt)
 
         def make(term=term, scores=scores):
