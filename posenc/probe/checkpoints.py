@@ -475,8 +475,8 @@ def _flatten(mapping, prefix="", depth=0):
 
 
 def _torch_load(path):
-    torch = _require_torch(path)
-    with _open_regular(path) as f:
+    with _open_regular(path) as f:  # a FIFO or a device refused before torch is needed
+        torch = _require_torch(path)
         try:
             obj = torch.load(f, map_location="cpu", weights_only=True)
         except Exception as exc:  # torch raises many kinds for a file it cannot read
