@@ -623,6 +623,117 @@ def test_vmap_of_tables_and_biases(callback):
     )
 
 
+def _per_element(fn, arrays, in_axes):
+    """fn's NumPy results on each element, stacked: what jax.vmap must give."""
+    n = next(a.shape[ax] for a, ax in zip(arrays, in_axes) if ax is not None)
+    results = [
+        fn(*[a if ax is None else np.take(a, i, axis=ax) for a, ax in zip(arrays, in_axes)])
+        for i in range(n)
+    ]
+    if isinstance(results[0], tuple):
+        return tuple(np.stack(r) for r in zip(*results))
+    return np.stack(results)
+
+
+def _ids(*shape, seed=0):
+    return np.random.default_rng(seed).integers(0, 60, shape).astype(np.int32)
+
+
+A, C = posenc.apply_rope, posenc.rope_cos_sin
+M = [2, 3, 3]  # M-RoPE's sections: 8 pairs of a 16-wide head
+
+_ROWS_CASES = {
+    # M-RoPE: an element is x (2, 4, 16) and (temporal, height, width) rows (3, 4)
+    "mrope": (lambda x, p: A(x, p, mrope_section=M), [(3, 2, 4, 16), (3, 3, 4)], (0, 0)),
+    "mrope batch of 2": (lambda x, p: A(x, p, mrope_section=M), [(2, 2, 4, 16), (2, 3, 4)], (0, 0)),
+    "mrope keywords": (
+        lambda x, p: A(x=x, positions=p, mrope_section=[4, 2, 2], mrope_interleaved=True),
+        [(3, 2, 4, 16), (3, 3, 4)],
+        (0, 0),
+    ),
+    "mrope in_axes (1, 2)": (
+        lambda x, p: A(x, p, mrope_section=M),
+        [(2, 3, 4, 16), (3, 4, 3)],
+        (1, 2),
+    ),
+    "mrope rows of (batch, seq)": (
+        lambda x, p: A(x, p, mrope_section=M, seq_axis=-3),
+        [(2, 3, 4, 2, 16), (3, 3, 2, 4)],
+        (1, 0),
+    ),
+    "mrope x batched": (
+        lambda x, p: A(x, p, mrope_section=M),
+        [(2, 2, 4, 16), (3, 2, 4)],
+        (0, None),
+    ),
+    "mrope positions batched": (
+        lambda x, p: A(x, p, mrope_section=M),
+        [(2, 4, 16), (3, 3, 4)],
+        (None, 0),
+    ),
+    "mrope from a config": (
+        lambda x, p: A(
+            x, p, scaling={"rope_type": "default", "mrope_section": M, "mrope_interleaved": False}
+        ),
+        [(3, 2, 4, 16), (3, 3, 4)],
+        (0, 0),
+    ),
+    # 2-D vision RoPE: (row, column) rows (2, n_patches)
+    "axial": (lambda x, p: A(x, p, axial=2), [(3, 2, 4, 16), (3, 2, 4)], (0, 0)),
+    "axial batch of 2": (lambda x, p: A(x, p, axial=2), [(2, 2, 4, 16), (2, 2, 4)], (0, 0)),
+    "axial x batched": (lambda x, p: A(x, p, axial=[3, 5]), [(2, 3, 4, 16), (2, 4)], (0, None)),
+    "axial one position a row": (lambda x, p: A(x, p, axial=2), [(2, 4, 16), (3, 2)], (None, 0)),
+    # plain positions: as many dimensions as x.shape[:-1], fewer, one
+    "plain (heads, seq) x batched": (lambda x, p: A(x, p), [(2, 2, 4, 16), (2, 4)], (0, None)),
+    "plain (heads, seq) both": (lambda x, p: A(x, p), [(3, 2, 4, 16), (3, 2, 4)], (0, 0)),
+    "plain (seq,) in_axes 1": (lambda x, p: A(x, p), [(3, 2, 4, 16), (4, 3)], (0, 1)),
+    "plain seq_axis=0": (lambda x, p: A(x, p, seq_axis=0), [(2, 4, 3, 16), (4,)], (0, None)),
+    "xpos": (
+        lambda x, p: A(x, p, xpos="key", xpos_centre=30.0),
+        [(3, 2, 4, 16), (3, 4)],
+        (0, 0),
+    ),
+    # tables of positions in rows
+    "rope_cos_sin mrope": (lambda p: C(p, 16, mrope_section=M), [(3, 3, 4)], (0,)),
+    "rope_cos_sin mrope batch of 2": (lambda p: C(p, 16, mrope_section=M), [(2, 3, 4)], (0,)),
+    "rope_cos_sin axial in_axes 2": (lambda p: C(p, 16, axial=2), [(2, 4, 3)], (2,)),
+    "rope_cos_sin xpos": (lambda p: C(p, 16, xpos="query"), [(3, 4)], (0,)),
+    "sinusoid in_axes 1": (lambda p: posenc.sinusoid(p, 8), [(4, 3)], (1,)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(_ROWS_CASES))
+def test_vmap_of_positions_in_rows_and_placed_positions_is_each_elements(case, callback):
+    fn, shapes, in_axes = _ROWS_CASES[case]
+    # apply_rope's x, then integer positions
+    arrays = [
+        randn(*s, seed=i) if i == 0 and len(shapes) == 2 else _ids(*s, seed=i)
+        for i, s in enumerate(shapes)
+    ]
+    want = _per_element(fn, arrays, in_axes)
+    jarrays = [jnp.asarray(a) for a in arrays]
+    for vmapped in (jax.vmap(fn, in_axes), jax.jit(jax.vmap(fn, in_axes))):
+        got = vmapped(*jarrays)
+        if isinstance(want, tuple):
+            for g, w in zip(got, want):
+                same(g, w)
+        else:
+            same(got, want)
+
+
+def test_vmap_of_the_relative_terms_and_biases_with_other_axes(callback):
+    q, r, k = randn(2, 3, 5, 8, seed=1), randn(12, 8, seed=2), randn(3, 2, 7, 8, seed=3)
+    cases = [
+        (lambda q, r: posenc.xl_position_term(q, r, k_len=7), [q, r], (1, None)),
+        (lambda q, k: posenc.shaw_key_term(q, k[0, :5], max_distance=2), [q, k], (0, 1)),
+        (lambda t: posenc.t5_bias(t, 3, 5), [randn(32, 2, 3, seed=4)], (2,)),
+        (lambda s: posenc.alibi_bias(2, 3, 4, slopes=s), [randn(2, 3, seed=5) ** 2], (1,)),
+    ]
+    for fn, arrays, in_axes in cases:
+        want = _per_element(fn, arrays, in_axes)
+        same(jax.jit(jax.vmap(fn, in_axes))(*[jnp.asarray(a) for a in arrays]), want)
+
+
 # ---------------------------------------------------------------- jax.grad
 
 
