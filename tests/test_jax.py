@@ -517,6 +517,66 @@ def test_a_bad_value_inside_jit_fails_with_posencs_message(callback):
     same(f(jnp.array([0.0, 1.0])), posenc.sinusoid(np.array([0.0, 1.0], np.float32), 8))
 
 
+_BAD_TRACED = [
+    # (function of traced arrays, the arrays, the argument the NumPy error names)
+    (lambda x: posenc.apply_rope(x), [np.ones((2, 4), np.int32)], "x"),
+    (lambda x: posenc.apply_rope(x), [randn(2, 4, 7)], "x.shape"),
+    (lambda x, p: posenc.apply_rope(x, p), [randn(2, 4, 8), np.arange(5)], "positions"),
+    (lambda x, p: posenc.apply_rope(x, p), [randn(2, 4, 8), np.ones(4, bool)], "positions"),
+    (lambda x, o: posenc.apply_rope(x, offset=o), [randn(2, 4, 8), True], "offset"),
+    (
+        lambda x, p: posenc.apply_rope(x, p, mrope_section=[2, 1, 1]),
+        [randn(2, 4, 8), np.zeros((2, 4), np.int32)],
+        "positions",
+    ),
+    (lambda p: posenc.rope_cos_sin(p, 8, axial=2), [np.zeros((3, 4), np.int32)], "positions"),
+    (lambda p: posenc.sinusoid(p, 8), [np.zeros(3, np.complex64)], "positions"),
+    (lambda t: posenc.t5_bias(t, 3), [randn(32)], "table"),
+    (lambda s: posenc.alibi_bias(2, 3, slopes=s), [np.ones(3, np.float32)], "slopes"),
+    (lambda q, r: posenc.xl_position_term(q, r), [randn(2, 3, 4, 8), randn(5, 6)], "r"),
+]
+
+
+@pytest.mark.parametrize("index", range(len(_BAD_TRACED)))
+def test_bad_shapes_and_dtypes_of_traced_arrays_raise_posencs_error_while_tracing(index):
+    fn, arrays, name = _BAD_TRACED[index]
+    with pytest.raises((TypeError, ValueError), match=name) as numpy_error:
+        fn(*arrays)
+    batched = [np.stack([a, a]) for a in arrays]
+    for traced, values in ((jax.jit(fn), arrays), (jax.jit(jax.vmap(fn)), batched)):
+        with pytest.raises(numpy_error.type) as traced_error:
+            traced(*[jnp.asarray(a) for a in values])
+        assert str(traced_error.value) == str(numpy_error.value)
+
+
+def test_a_bad_value_seen_by_the_callback_is_posencs_error(callback):
+    bad = np.array([0.0, np.nan], np.float32)
+    with pytest.raises(ValueError) as numpy_error:
+        posenc.sinusoid(bad, 8)
+    message = str(numpy_error.value)
+    assert "positions" in message
+    # the callback runs inside the call (eager jax.vmap, jax.grad): posenc's
+    # own error, as the NumPy call raises it
+    with pytest.raises(ValueError) as vmap_error:
+        jax.vmap(lambda p: posenc.sinusoid(p, 8))(jnp.asarray(bad)[None])
+    assert str(vmap_error.value) == message
+    with pytest.raises(ValueError) as grad_error:
+        jax.grad(lambda x, p: jnp.sum(posenc.apply_rope(x, p)))(jnp.ones((2, 8)), jnp.asarray(bad))
+    assert str(grad_error.value) == message
+    # under jax.jit it runs when the compiled function does, and JAX's error
+    # ends with posenc's, naming the function
+    with pytest.raises(Exception) as jit_error:
+        jax.jit(lambda p: posenc.sinusoid(p, 8))(jnp.asarray(bad)).block_until_ready()
+    assert (
+        str(jit_error.value)
+        .rstrip()
+        .endswith(
+            f"ValueError: posenc.sinusoid refused a value it was given when the compiled function "
+            f"ran: {message}"
+        )
+    )
+
+
 def test_zero_size_arrays(callback):
     x = jnp.zeros((2, 0, 8))
     same(posenc.apply_rope(x), np.zeros((2, 0, 8), np.float32))
