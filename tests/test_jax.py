@@ -584,6 +584,58 @@ def test_zero_size_arrays(callback):
     same(jax.jit(lambda p: posenc.sinusoid(p, 4))(jnp.zeros((0,))), np.zeros((0, 4), np.float32))
 
 
+_EMPTY_TERMS = {
+    # q_len = 0 (and TENER's self-attention, k_len = 0 too), or head_dim = 0
+    "xl_position_term": ({"q": (2, 0, 4), "r": (5, 4)}, {"k_len": 5}),
+    "xl_position_term head_dim 0": ({"q": (2, 3, 0), "r": (8, 0)}, {"k_len": 5}),
+    "tener_position_term": ({"q": (2, 0, 4), "k": (2, 0, 4), "table": (2, 4)}, {}),
+    "tener_scores": ({"q": (2, 0, 4), "k": (2, 0, 4), "table": (2, 4)}, {}),
+    "deberta_attention_bias": (
+        {"q": (2, 0, 4), "k": (2, 5, 4), "pos_key": (8, 4), "pos_query": (8, 4)},
+        {"max_relative_positions": 4},
+    ),
+    "shaw_key_term": ({"q": (2, 0, 4), "rel_keys": (5, 4)}, {"max_distance": 2, "k_len": 5}),
+    "xl_content_bias": ({"k": (2, 0, 4), "bias": (2, 4)}, {}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(_EMPTY_TERMS))
+def test_zero_size_relative_terms_and_their_gradients(case, callback):
+    name = case.split()[0]
+    shapes, options = _EMPTY_TERMS[case]
+    arrays = [randn(*s, seed=i) for i, s in enumerate(shapes.values())]
+
+    def f(*a):
+        return getattr(posenc, name)(**dict(zip(shapes, a)), **options)
+
+    want = f(*arrays)
+    jarrays = [jnp.asarray(a) for a in arrays]
+    same(f(*jarrays), want)
+    same(jax.jit(f)(*jarrays), want)
+    same(jax.vmap(f)(*[jnp.stack([a, a]) for a in jarrays]), np.stack([want, want]))
+    # nothing comes out (or nothing goes in): every gradient is zero
+    argnums = tuple(range(len(arrays)))
+    grad = jax.grad(lambda *a: jnp.sum(f(*a) ** 2), argnums=argnums)
+    for got in (grad(*jarrays), jax.jit(grad)(*jarrays)):
+        for g, a in zip(got, arrays):
+            same(g, np.zeros_like(a))
+
+
+def test_zero_size_rope_under_vmap_and_grad(callback):
+    x = jnp.zeros((2, 0, 16))
+    ids = jnp.zeros((3, 0), jnp.int32)
+    same(jax.vmap(posenc.apply_rope)(jnp.zeros((0, 2, 4, 16))), np.zeros((0, 2, 4, 16), np.float32))
+    same(
+        jax.jit(jax.vmap(lambda p: posenc.rope_cos_sin(p, 16, mrope_section=[2, 3, 3])[0]))(
+            jnp.zeros((0, 3, 4), jnp.int32)
+        ),
+        np.zeros((0, 4, 16), np.float32),
+    )
+    grad = jax.grad(lambda x: jnp.sum(posenc.apply_rope(x, ids, mrope_section=[2, 3, 3]) ** 2))
+    same(grad(x), np.zeros((2, 0, 16), np.float32))
+    same(jax.jit(grad)(x), np.zeros((2, 0, 16), np.float32))
+
+
 # ---------------------------------------------------------------- jax.vmap
 
 
