@@ -153,6 +153,33 @@ def test_import_posenc_and_numpy_calls_leave_jax_unimported():
     assert out.split("\n")[:2] == ["[]", "True"]
 
 
+def test_jit_caching_is_stable_from_a_cold_start():
+    """The first jitted call is posenc's first JAX call: nothing it sets up
+    (the callback it picks, the plans and result shapes it caches, JAX's
+    backend) makes a second call trace again."""
+    out = run_python(
+        """
+        import jax, jax.numpy as jnp, posenc
+        traces = []
+
+        def f(x, ids, q):
+            traces.append(1)
+            cos, _ = posenc.rope_cos_sin(ids, 16, mrope_section=[2, 3, 3], dtype=jnp.bfloat16)
+            y = jax.vmap(lambda x, p: posenc.apply_rope(x, p, mrope_section=[2, 3, 3]))(x, ids)
+            r = jnp.concatenate([x[0, 0], x[1, 0]])
+            g = jax.grad(lambda q: jnp.sum(posenc.xl_position_term(q, r, k_len=4)))(q)
+            return cos, y, g
+
+        g = jax.jit(f)
+        x, ids, q = jnp.ones((3, 2, 4, 16)), jnp.ones((3, 3, 4), jnp.int32), jnp.ones((2, 4, 16))
+        for i in range(3):
+            jax.block_until_ready(g(x + i, ids + i, q + i))
+        print(len(traces))
+        """
+    )
+    assert out.split() == ["1"]
+
+
 # ---------------------------------------------------------------- eager calls
 
 
