@@ -28,14 +28,21 @@ inside them.  A call takes one of two paths:
   (``out=``); otherwise it is a ``jax.pure_callback``, whose inputs JAX
   copies to the host and whose result it copies back (and, for a jit that
   runs on a GPU, moves between the device and the host).  Checks that
-  depend on values (a NaN position) run in the callback and surface as the
-  error JAX raises for a failed callback, with posenc's message inside.
+  depend on values (a NaN position) run in the callback.  Where it runs
+  inside the call (eager ``jax.vmap`` and ``jax.grad``: concrete values)
+  such a refusal is posenc's own TypeError/ValueError, as the NumPy call
+  raises it; under ``jax.jit`` it runs when the compiled function does, and
+  the error JAX raises for a failed callback ends with posenc's message,
+  naming the function.
 
 Under ``jax.vmap`` the callback is called once per batch (``vmap_method=
 "expand_dims"``) and loops over the batch on the host, one call of the
 NumPy function per element: the same numbers as calling it on each element
 (a batched ``apply_rope``, ``sinusoid`` or ``rope_cos_sin`` whose options
-do not depend on other elements is one call).
+do not depend on other elements is one call, the batch axes placed where
+the function's position rule reads an element's own axes: after the rows'
+axis of positions in rows, in front of x's and plain positions' axes).
+An empty result or argument has a zero gradient without a callback.
 
 Gradients (reverse mode: ``jax.grad``, ``jax.vjp``): ``apply_rope`` with
 respect to ``x`` (its backward is the inverse rotation by the same
