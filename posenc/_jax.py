@@ -28,14 +28,21 @@ inside them.  A call takes one of two paths:
   (``out=``); otherwise it is a ``jax.pure_callback``, whose inputs JAX
   copies to the host and whose result it copies back (and, for a jit that
   runs on a GPU, moves between the device and the host).  Checks that
-  depend on values (a NaN position) run in the callback and surface as the
-  error JAX raises for a failed callback, with posenc's message inside.
+  depend on values (a NaN position) run in the callback.  Where it runs
+  inside the call (eager ``jax.vmap`` and ``jax.grad``: concrete values)
+  such a refusal is posenc's own TypeError/ValueError, as the NumPy call
+  raises it; under ``jax.jit`` it runs when the compiled function does, and
+  the error JAX raises for a failed callback ends with posenc's message,
+  naming the function.
 
 Under ``jax.vmap`` the callback is called once per batch (``vmap_method=
 "expand_dims"``) and loops over the batch on the host, one call of the
 NumPy function per element: the same numbers as calling it on each element
 (a batched ``apply_rope``, ``sinusoid`` or ``rope_cos_sin`` whose options
-do not depend on other elements is one call).
+do not depend on other elements is one call, the batch axes placed where
+the function's position rule reads an element's own axes: after the rows'
+axis of positions in rows, in front of x's and plain positions' axes).
+An empty result or argument has a zero gradient without a callback.
 
 Gradients (reverse mode: ``jax.grad``, ``jax.vjp``): ``apply_rope`` with
 respect to ``x`` (its backward is the inverse rotation by the same
@@ -60,6 +67,7 @@ from __future__ import annotations
 import functools
 import inspect
 import warnings
+from numbers import Integral
 from typing import Any, Callable, Dict, Tuple
 
 import jax
@@ -427,6 +435,8 @@ class _Op:
         self.leaves = leaves  # the result's ShapeDtypeStructs, flattened
         self.tree = tree  # None: one array; else the tuple's length
         self.direct = direct  # the function writes its result into XLA's buffer (out=)
+        self._rows = _UNKNOWN  # positions in rows (M-RoPE, axial RoPE): see rows()
+        self.failure = None  # (kind, message) of a refusal in the callback
 
     def __call__(self, *values):
         if _buffer_callback() is not None:
@@ -439,7 +449,7 @@ class _Op:
         """The callback of buffer_callback: XLA's input and output buffers,
         seen as NumPy arrays where they are (no copy either way)."""
         outs = [np.asarray(out)] if self.tree is None else [np.asarray(o) for o in out]
-        self.compute([np.asarray(b) for b in buffers], outs)
+        self.checked([np.asarray(b) for b in buffers], outs)
 
     def host(self, *arrays):
         """The callback of pure_callback: the inputs' values in, the result out."""
@@ -447,8 +457,24 @@ class _Op:
         extra = arrays[0].ndim - self.ndims[0] if arrays else 0
         batch = np.broadcast_shapes(*(a.shape[:extra] for a in arrays)) if extra else ()
         outs = [np.empty(batch + s.shape, s.dtype) for s in self.leaves]
-        self.compute(arrays, outs)
+        self.checked(arrays, outs)
         return outs[0] if self.tree is None else tuple(outs)
+
+    def checked(self, arrays, outs):
+        """compute(), a refusal kept (its kind and message: no frames, no
+        buffers) for _apply to raise as it is where the callback ran inside
+        the call (eager jax.vmap and jax.grad), and raised again naming the
+        function: under jax.jit, JAX reports the callback's exception inside
+        its own error, and this is the line it ends with."""
+        try:
+            self.compute(arrays, outs)
+        except (TypeError, ValueError) as exc:
+            kind = TypeError if isinstance(exc, TypeError) else ValueError
+            self.failure = (kind, str(exc))
+            raise kind(
+                f"posenc.{self.plan.name} refused a value it was given when the compiled "
+                f"function ran: {exc}"
+            ) from exc
 
     def compute(self, arrays, outs):
         """The result into `outs`.  Under jax.vmap (expand_dims) every
@@ -459,8 +485,11 @@ class _Op:
             self.run(arrays, outs)
             return
         batch = outs[0].shape[:extra]
-        if self.whole_batch(arrays, extra, batch, outs):
-            return
+        try:
+            if self.whole_batch(arrays, extra, batch, outs):
+                return
+        except (TypeError, ValueError):
+            pass  # the elements one by one: the refusal, if any, is an element's own
         for index in np.ndindex(*batch):
             one = [
                 a[tuple(i if n != 1 else 0 for i, n in zip(index, a.shape[:extra]))] for a in arrays
@@ -484,34 +513,124 @@ class _Op:
     def whole_batch(self, arrays, extra, batch, outs):
         """The batch in one call, where the function's own broadcasting
         gives each element's result: apply_rope on batched data, sinusoid
-        and rope_cos_sin on batched positions.  False: call per element."""
+        and rope_cos_sin on batched positions.  False: call per element.
+
+        The batch axes go where the function's position rule reads an
+        element's axes: in front of x's, in front of plain positions' (whose
+        leading axes go on x's leading axes), and after the leading axis of
+        positions in rows (M-RoPE's sections, axial RoPE), which stays
+        first."""
         name = self.plan.name
         traced = dict(zip(self.names, arrays))
         if name == "apply_rope":
             if set(traced) - {"x", "positions"} or not _seq_free(self.static):
                 return False
-            positions = traced.get("positions")
-            if positions is not None and positions.ndim - extra < 1:
-                return False  # a scalar position per element: no axis to place it on
             if "x" in traced:
                 x = traced["x"]
                 shape = batch + x.shape[extra:]
             else:
                 x = np.asarray(self.static["x"])
                 shape = batch + x.shape
+            rows = self.rows(shape[-1])
+            if rows is None:
+                return False
             changed = {"x": np.broadcast_to(x, shape)}
+            positions = _batched_positions(
+                traced.get("positions", self.static.get("positions")),
+                extra,
+                rows,
+                "positions" in traced,
+            )
+            if positions is False:
+                return False
+            changed["positions"] = positions
             axis = self.static.get("seq_axis", -2)
             if isinstance(axis, (int, np.integer)) and not isinstance(axis, bool) and axis >= 0:
                 changed["seq_axis"] = axis + extra
             self.run([traced.get(n) for n in self.names], outs, **changed)
             return True
         if name in ("sinusoid", "rope_cos_sin") and set(traced) == {"positions"}:
-            if name == "rope_cos_sin" and not _seq_free(self.static):
-                return False
-            shape = batch + self.shapes[0]
-            self.run([traced["positions"]], outs, positions=np.broadcast_to(arrays[0], shape))
+            positions = np.broadcast_to(arrays[0], batch + self.shapes[0])
+            if name == "rope_cos_sin":
+                if not _seq_free(self.static):
+                    return False
+                rows = self.rows(None)
+                if rows is None:
+                    return False
+                positions = _batched_positions(positions, extra, rows, True)
+                if positions is False:
+                    return False
+            self.run([traced["positions"]], outs, positions=positions)
             return True
         return False
+
+    def rows(self, dim):
+        """Whether apply_rope (x.shape[-1] = `dim`) or rope_cos_sin takes
+        positions in rows with these options; None when they do not say
+        (the call per element then reports them)."""
+        if self._rows is _UNKNOWN:
+            self._rows = _positions_in_rows(self.plan, self.static, dim)
+        return self._rows
+
+
+_UNKNOWN = object()
+
+
+def _positions_in_rows(plan, static, dim):
+    """rope.py's own reading of the options: whether `positions` has a
+    leading axis of rows (M-RoPE's sections, axial RoPE), or None."""
+    from . import rope as _rope
+
+    given = {
+        p.name: p.default
+        for p in plan.signature.parameters.values()
+        if p.default is not inspect.Parameter.empty
+    }
+    given.update(static)
+    try:
+        base = v.real(given["base"], "base", positive=True)
+        if plan.name == "apply_rope":
+            rotary, base, rope = _rope._rotary_dim(
+                dim, given["rotary_dim"], base, given["scaling"], given["layer_type"]
+            )
+        else:
+            dim = v.even_dim(given["dim"], "dim")
+            rotary, base, rope = _rope_scaling.resolve(
+                dim, base, given["scaling"], given["layer_type"]
+            )
+        chan = _rope._channel_plan(
+            rotary, base, rope, given["mrope_section"], given["mrope_interleaved"], given["axial"]
+        )
+    except Exception:
+        return None
+    return chan is not None
+
+
+def _batched_positions(positions, extra, rows, traced):
+    """An element's positions as the whole batch's: with `extra` batch axes
+    where the position rule places an element's own axes (False: an
+    element's positions give the batch axes no place, call per element).
+
+    `traced`: `positions` is the batch's, its batch axes leading (as
+    vmap's expand_dims lays them, of size 1 where not batched); else one
+    element's, the same for all."""
+    if positions is None:
+        return None
+    if traced:
+        arr = positions
+        own = arr.ndim - extra  # an element's dimensions
+        if own - rows < 1:
+            return False  # one position (per row): no axis of x to put it on
+        if rows:  # the rows' axis first, then the batch's
+            return np.moveaxis(arr, extra, 0)
+        return arr
+    if isinstance(positions, (Integral, np.integer, float, np.floating)):
+        return positions  # one position for all, or a length
+    arr = np.asarray(positions)
+    if arr.ndim - rows < 1:
+        return arr
+    lead = arr.shape[:1] if rows else ()
+    return arr.reshape(lead + (1,) * extra + arr.shape[len(lead) :])
 
 
 _BUFFER_CALLBACK: list = []
@@ -631,7 +750,15 @@ def _apply(plan, static, names, values):
     structs, tree, direct = _result_spec(plan, static, names, values)
     shapes = tuple(tuple(np.shape(t)) for t in values)
     op = _Op(plan, static, names, shapes, structs, tree, direct)
-    return _differentiable(plan, op, static, names)(*values)
+    try:
+        return _differentiable(plan, op, static, names)(*values)
+    except Exception:
+        # the callback ran here (concrete values: eager jax.vmap, jax.grad)
+        # and refused them: posenc's own error, as the NumPy call raises it
+        failure, op.failure = op.failure, None
+        if failure is None:
+            raise
+        raise failure[0](failure[1]) from None
 
 
 def _differentiable(plan, op, static, names):
@@ -650,13 +777,21 @@ def _differentiable(plan, op, static, names):
     def bwd(values, cotangent):
         got = {}
         if not isinstance(cotangent, SymbolicZero):
+            traced = dict(zip(names, values))
             for name in names:
                 rule = plan.grads.get(name)
                 if rule is None or name in got:
                     continue
-                # one call of a rule for all the arguments it serves
+                # one call of a rule for all the arguments it serves; an
+                # empty result (q_len = 0) or argument has a zero gradient,
+                # without a call
                 keys = tuple(n for n in names if plan.grads.get(n) is rule)
-                got.update(zip(keys, rule(plan, static, names, values, cotangent, keys)))
+                for key in keys:
+                    if cotangent.size == 0 or traced[key].size == 0:
+                        got[key] = jnp.zeros(traced[key].shape, traced[key].dtype)
+                keys = tuple(key for key in keys if key not in got)
+                if keys:
+                    got.update(zip(keys, rule(plan, static, names, values, cotangent, keys)))
         return tuple(got.get(name) for name in names)
 
     def traced(*values):

@@ -153,6 +153,33 @@ def test_import_posenc_and_numpy_calls_leave_jax_unimported():
     assert out.split("\n")[:2] == ["[]", "True"]
 
 
+def test_jit_caching_is_stable_from_a_cold_start():
+    """The first jitted call is posenc's first JAX call: nothing it sets up
+    (the callback it picks, the plans and result shapes it caches, JAX's
+    backend) makes a second call trace again."""
+    out = run_python(
+        """
+        import jax, jax.numpy as jnp, posenc
+        traces = []
+
+        def f(x, ids, q):
+            traces.append(1)
+            cos, _ = posenc.rope_cos_sin(ids, 16, mrope_section=[2, 3, 3], dtype=jnp.bfloat16)
+            y = jax.vmap(lambda x, p: posenc.apply_rope(x, p, mrope_section=[2, 3, 3]))(x, ids)
+            r = jnp.concatenate([x[0, 0], x[1, 0]])
+            g = jax.grad(lambda q: jnp.sum(posenc.xl_position_term(q, r, k_len=4)))(q)
+            return cos, y, g
+
+        g = jax.jit(f)
+        x, ids, q = jnp.ones((3, 2, 4, 16)), jnp.ones((3, 3, 4), jnp.int32), jnp.ones((2, 4, 16))
+        for i in range(3):
+            jax.block_until_ready(g(x + i, ids + i, q + i))
+        print(len(traces))
+        """
+    )
+    assert out.split() == ["1"]
+
+
 # ---------------------------------------------------------------- eager calls
 
 
@@ -517,11 +544,123 @@ def test_a_bad_value_inside_jit_fails_with_posencs_message(callback):
     same(f(jnp.array([0.0, 1.0])), posenc.sinusoid(np.array([0.0, 1.0], np.float32), 8))
 
 
+_BAD_TRACED = [
+    # (function of traced arrays, the arrays, the argument the NumPy error names)
+    (lambda x: posenc.apply_rope(x), [np.ones((2, 4), np.int32)], "x"),
+    (lambda x: posenc.apply_rope(x), [randn(2, 4, 7)], "x.shape"),
+    (lambda x, p: posenc.apply_rope(x, p), [randn(2, 4, 8), np.arange(5)], "positions"),
+    (lambda x, p: posenc.apply_rope(x, p), [randn(2, 4, 8), np.ones(4, bool)], "positions"),
+    (lambda x, o: posenc.apply_rope(x, offset=o), [randn(2, 4, 8), True], "offset"),
+    (
+        lambda x, p: posenc.apply_rope(x, p, mrope_section=[2, 1, 1]),
+        [randn(2, 4, 8), np.zeros((2, 4), np.int32)],
+        "positions",
+    ),
+    (lambda p: posenc.rope_cos_sin(p, 8, axial=2), [np.zeros((3, 4), np.int32)], "positions"),
+    (lambda p: posenc.sinusoid(p, 8), [np.zeros(3, np.complex64)], "positions"),
+    (lambda t: posenc.t5_bias(t, 3), [randn(32)], "table"),
+    (lambda s: posenc.alibi_bias(2, 3, slopes=s), [np.ones(3, np.float32)], "slopes"),
+    (lambda q, r: posenc.xl_position_term(q, r), [randn(2, 3, 4, 8), randn(5, 6)], "r"),
+]
+
+
+@pytest.mark.parametrize("index", range(len(_BAD_TRACED)))
+def test_bad_shapes_and_dtypes_of_traced_arrays_raise_posencs_error_while_tracing(index):
+    fn, arrays, name = _BAD_TRACED[index]
+    with pytest.raises((TypeError, ValueError), match=name) as numpy_error:
+        fn(*arrays)
+    batched = [np.stack([a, a]) for a in arrays]
+    for traced, values in ((jax.jit(fn), arrays), (jax.jit(jax.vmap(fn)), batched)):
+        with pytest.raises(numpy_error.type) as traced_error:
+            traced(*[jnp.asarray(a) for a in values])
+        assert str(traced_error.value) == str(numpy_error.value)
+
+
+def test_a_bad_value_seen_by_the_callback_is_posencs_error(callback):
+    bad = np.array([0.0, np.nan], np.float32)
+    with pytest.raises(ValueError) as numpy_error:
+        posenc.sinusoid(bad, 8)
+    message = str(numpy_error.value)
+    assert "positions" in message
+    # the callback runs inside the call (eager jax.vmap, jax.grad): posenc's
+    # own error, as the NumPy call raises it
+    with pytest.raises(ValueError) as vmap_error:
+        jax.vmap(lambda p: posenc.sinusoid(p, 8))(jnp.asarray(bad)[None])
+    assert str(vmap_error.value) == message
+    with pytest.raises(ValueError) as grad_error:
+        jax.grad(lambda x, p: jnp.sum(posenc.apply_rope(x, p)))(jnp.ones((2, 8)), jnp.asarray(bad))
+    assert str(grad_error.value) == message
+    # under jax.jit it runs when the compiled function does, and JAX's error
+    # ends with posenc's, naming the function
+    with pytest.raises(Exception) as jit_error:
+        jax.jit(lambda p: posenc.sinusoid(p, 8))(jnp.asarray(bad)).block_until_ready()
+    assert (
+        str(jit_error.value)
+        .rstrip()
+        .endswith(
+            f"ValueError: posenc.sinusoid refused a value it was given when the compiled function "
+            f"ran: {message}"
+        )
+    )
+
+
 def test_zero_size_arrays(callback):
     x = jnp.zeros((2, 0, 8))
     same(posenc.apply_rope(x), np.zeros((2, 0, 8), np.float32))
     same(jax.jit(posenc.apply_rope)(x), np.zeros((2, 0, 8), np.float32))
     same(jax.jit(lambda p: posenc.sinusoid(p, 4))(jnp.zeros((0,))), np.zeros((0, 4), np.float32))
+
+
+_EMPTY_TERMS = {
+    # q_len = 0 (and TENER's self-attention, k_len = 0 too), or head_dim = 0
+    "xl_position_term": ({"q": (2, 0, 4), "r": (5, 4)}, {"k_len": 5}),
+    "xl_position_term head_dim 0": ({"q": (2, 3, 0), "r": (8, 0)}, {"k_len": 5}),
+    "tener_position_term": ({"q": (2, 0, 4), "k": (2, 0, 4), "table": (2, 4)}, {}),
+    "tener_scores": ({"q": (2, 0, 4), "k": (2, 0, 4), "table": (2, 4)}, {}),
+    "deberta_attention_bias": (
+        {"q": (2, 0, 4), "k": (2, 5, 4), "pos_key": (8, 4), "pos_query": (8, 4)},
+        {"max_relative_positions": 4},
+    ),
+    "shaw_key_term": ({"q": (2, 0, 4), "rel_keys": (5, 4)}, {"max_distance": 2, "k_len": 5}),
+    "xl_content_bias": ({"k": (2, 0, 4), "bias": (2, 4)}, {}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(_EMPTY_TERMS))
+def test_zero_size_relative_terms_and_their_gradients(case, callback):
+    name = case.split()[0]
+    shapes, options = _EMPTY_TERMS[case]
+    arrays = [randn(*s, seed=i) for i, s in enumerate(shapes.values())]
+
+    def f(*a):
+        return getattr(posenc, name)(**dict(zip(shapes, a)), **options)
+
+    want = f(*arrays)
+    jarrays = [jnp.asarray(a) for a in arrays]
+    same(f(*jarrays), want)
+    same(jax.jit(f)(*jarrays), want)
+    same(jax.vmap(f)(*[jnp.stack([a, a]) for a in jarrays]), np.stack([want, want]))
+    # nothing comes out (or nothing goes in): every gradient is zero
+    argnums = tuple(range(len(arrays)))
+    grad = jax.grad(lambda *a: jnp.sum(f(*a) ** 2), argnums=argnums)
+    for got in (grad(*jarrays), jax.jit(grad)(*jarrays)):
+        for g, a in zip(got, arrays):
+            same(g, np.zeros_like(a))
+
+
+def test_zero_size_rope_under_vmap_and_grad(callback):
+    x = jnp.zeros((2, 0, 16))
+    ids = jnp.zeros((3, 0), jnp.int32)
+    same(jax.vmap(posenc.apply_rope)(jnp.zeros((0, 2, 4, 16))), np.zeros((0, 2, 4, 16), np.float32))
+    same(
+        jax.jit(jax.vmap(lambda p: posenc.rope_cos_sin(p, 16, mrope_section=[2, 3, 3])[0]))(
+            jnp.zeros((0, 3, 4), jnp.int32)
+        ),
+        np.zeros((0, 4, 16), np.float32),
+    )
+    grad = jax.grad(lambda x: jnp.sum(posenc.apply_rope(x, ids, mrope_section=[2, 3, 3]) ** 2))
+    same(grad(x), np.zeros((2, 0, 16), np.float32))
+    same(jax.jit(grad)(x), np.zeros((2, 0, 16), np.float32))
 
 
 # ---------------------------------------------------------------- jax.vmap
@@ -621,6 +760,117 @@ def test_vmap_of_tables_and_biases(callback):
         jax.vmap(posenc.relative_position_bucket)(jnp.arange(-40, 40)),
         posenc.relative_position_bucket(np.arange(-40, 40)).astype(np.int32),
     )
+
+
+def _per_element(fn, arrays, in_axes):
+    """fn's NumPy results on each element, stacked: what jax.vmap must give."""
+    n = next(a.shape[ax] for a, ax in zip(arrays, in_axes) if ax is not None)
+    results = [
+        fn(*[a if ax is None else np.take(a, i, axis=ax) for a, ax in zip(arrays, in_axes)])
+        for i in range(n)
+    ]
+    if isinstance(results[0], tuple):
+        return tuple(np.stack(r) for r in zip(*results))
+    return np.stack(results)
+
+
+def _ids(*shape, seed=0):
+    return np.random.default_rng(seed).integers(0, 60, shape).astype(np.int32)
+
+
+A, C = posenc.apply_rope, posenc.rope_cos_sin
+M = [2, 3, 3]  # M-RoPE's sections: 8 pairs of a 16-wide head
+
+_ROWS_CASES = {
+    # M-RoPE: an element is x (2, 4, 16) and (temporal, height, width) rows (3, 4)
+    "mrope": (lambda x, p: A(x, p, mrope_section=M), [(3, 2, 4, 16), (3, 3, 4)], (0, 0)),
+    "mrope batch of 2": (lambda x, p: A(x, p, mrope_section=M), [(2, 2, 4, 16), (2, 3, 4)], (0, 0)),
+    "mrope keywords": (
+        lambda x, p: A(x=x, positions=p, mrope_section=[4, 2, 2], mrope_interleaved=True),
+        [(3, 2, 4, 16), (3, 3, 4)],
+        (0, 0),
+    ),
+    "mrope in_axes (1, 2)": (
+        lambda x, p: A(x, p, mrope_section=M),
+        [(2, 3, 4, 16), (3, 4, 3)],
+        (1, 2),
+    ),
+    "mrope rows of (batch, seq)": (
+        lambda x, p: A(x, p, mrope_section=M, seq_axis=-3),
+        [(2, 3, 4, 2, 16), (3, 3, 2, 4)],
+        (1, 0),
+    ),
+    "mrope x batched": (
+        lambda x, p: A(x, p, mrope_section=M),
+        [(2, 2, 4, 16), (3, 2, 4)],
+        (0, None),
+    ),
+    "mrope positions batched": (
+        lambda x, p: A(x, p, mrope_section=M),
+        [(2, 4, 16), (3, 3, 4)],
+        (None, 0),
+    ),
+    "mrope from a config": (
+        lambda x, p: A(
+            x, p, scaling={"rope_type": "default", "mrope_section": M, "mrope_interleaved": False}
+        ),
+        [(3, 2, 4, 16), (3, 3, 4)],
+        (0, 0),
+    ),
+    # 2-D vision RoPE: (row, column) rows (2, n_patches)
+    "axial": (lambda x, p: A(x, p, axial=2), [(3, 2, 4, 16), (3, 2, 4)], (0, 0)),
+    "axial batch of 2": (lambda x, p: A(x, p, axial=2), [(2, 2, 4, 16), (2, 2, 4)], (0, 0)),
+    "axial x batched": (lambda x, p: A(x, p, axial=[3, 5]), [(2, 3, 4, 16), (2, 4)], (0, None)),
+    "axial one position a row": (lambda x, p: A(x, p, axial=2), [(2, 4, 16), (3, 2)], (None, 0)),
+    # plain positions: as many dimensions as x.shape[:-1], fewer, one
+    "plain (heads, seq) x batched": (lambda x, p: A(x, p), [(2, 2, 4, 16), (2, 4)], (0, None)),
+    "plain (heads, seq) both": (lambda x, p: A(x, p), [(3, 2, 4, 16), (3, 2, 4)], (0, 0)),
+    "plain (seq,) in_axes 1": (lambda x, p: A(x, p), [(3, 2, 4, 16), (4, 3)], (0, 1)),
+    "plain seq_axis=0": (lambda x, p: A(x, p, seq_axis=0), [(2, 4, 3, 16), (4,)], (0, None)),
+    "xpos": (
+        lambda x, p: A(x, p, xpos="key", xpos_centre=30.0),
+        [(3, 2, 4, 16), (3, 4)],
+        (0, 0),
+    ),
+    # tables of positions in rows
+    "rope_cos_sin mrope": (lambda p: C(p, 16, mrope_section=M), [(3, 3, 4)], (0,)),
+    "rope_cos_sin mrope batch of 2": (lambda p: C(p, 16, mrope_section=M), [(2, 3, 4)], (0,)),
+    "rope_cos_sin axial in_axes 2": (lambda p: C(p, 16, axial=2), [(2, 4, 3)], (2,)),
+    "rope_cos_sin xpos": (lambda p: C(p, 16, xpos="query"), [(3, 4)], (0,)),
+    "sinusoid in_axes 1": (lambda p: posenc.sinusoid(p, 8), [(4, 3)], (1,)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(_ROWS_CASES))
+def test_vmap_of_positions_in_rows_and_placed_positions_is_each_elements(case, callback):
+    fn, shapes, in_axes = _ROWS_CASES[case]
+    # apply_rope's x, then integer positions
+    arrays = [
+        randn(*s, seed=i) if i == 0 and len(shapes) == 2 else _ids(*s, seed=i)
+        for i, s in enumerate(shapes)
+    ]
+    want = _per_element(fn, arrays, in_axes)
+    jarrays = [jnp.asarray(a) for a in arrays]
+    for vmapped in (jax.vmap(fn, in_axes), jax.jit(jax.vmap(fn, in_axes))):
+        got = vmapped(*jarrays)
+        if isinstance(want, tuple):
+            for g, w in zip(got, want):
+                same(g, w)
+        else:
+            same(got, want)
+
+
+def test_vmap_of_the_relative_terms_and_biases_with_other_axes(callback):
+    q, r, k = randn(2, 3, 5, 8, seed=1), randn(12, 8, seed=2), randn(3, 2, 7, 8, seed=3)
+    cases = [
+        (lambda q, r: posenc.xl_position_term(q, r, k_len=7), [q, r], (1, None)),
+        (lambda q, k: posenc.shaw_key_term(q, k[0, :5], max_distance=2), [q, k], (0, 1)),
+        (lambda t: posenc.t5_bias(t, 3, 5), [randn(32, 2, 3, seed=4)], (2,)),
+        (lambda s: posenc.alibi_bias(2, 3, 4, slopes=s), [randn(2, 3, seed=5) ** 2], (1,)),
+    ]
+    for fn, arrays, in_axes in cases:
+        want = _per_element(fn, arrays, in_axes)
+        same(jax.jit(jax.vmap(fn, in_axes))(*[jnp.asarray(a) for a in arrays]), want)
 
 
 # ---------------------------------------------------------------- jax.grad
