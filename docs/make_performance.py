@@ -60,7 +60,7 @@ def tables(config, rows, images):
         f"({config.get('cpus')} CPUs, SIMD path {config.get('simd')}, OpenMP "
         f"{'on' if config.get('openmp') else 'off'}), NumPy {config.get('numpy')}, "
         f"PyTorch {config.get('torch') or 'not run'}, JAX {config.get('jax') or 'not run'}"
-        f"{', the --quick sizes' if config.get('quick') else ''}: medians of a short run on a "
+        f"{', the `--quick` sizes' if config.get('quick') else ''}: medians of a short run on a "
         "shared machine, so single figures move by up to a third between runs. The memory "
         "floor is `ndarray.fill` of the output for a generator, `np.copyto` of the same "
         "bytes for a transform, `scores += bias` for a fused add.",
@@ -96,20 +96,20 @@ def plots(rows, outdir):
     cases = list(best.values())
     labels = [r["case"] if len(r["case"]) <= 72 else r["case"][:71] + "…" for r in cases]
     y = range(len(cases))
-    height = max(3.0, 0.28 * len(cases) + 1.0)
+    height = max(3.0, 0.3 * len(cases) + 1.2)
 
-    fig, ax = plt.subplots(figsize=(11, height), layout="constrained")
+    fig, ax = plt.subplots(figsize=(8.5, height), layout="constrained")
     ax.barh([i - 0.2 for i in y], [r["posenc_ms"] for r in cases], 0.4, label="posenc")
     ax.barh([i + 0.2 for i in y], [r["memory_ms"] for r in cases], 0.4, label="memory floor")
     ax.set_xscale("log")
-    ax.set_yticks(list(y), labels, fontsize=7)
+    ax.set_yticks(list(y), labels, fontsize=8)
     ax.invert_yaxis()
     ax.set_xlabel("median time, ms (log scale; each case at its faster thread count)")
     ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncols=2, frameon=False)
-    fig.savefig(os.path.join(outdir, "perf_times.png"), dpi=110)
+    fig.savefig(os.path.join(outdir, "perf_times.png"), dpi=100)
     plt.close(fig)
 
-    fig, ax = plt.subplots(figsize=(11, height), layout="constrained")
+    fig, ax = plt.subplots(figsize=(8.5, height), layout="constrained")
     for offset, key, name in ((-0.2, "numpy_speedup", "NumPy"), (0.2, "torch_speedup", "PyTorch")):
         ax.barh(
             [i + offset for i in y],
@@ -119,11 +119,11 @@ def plots(rows, outdir):
         )
     ax.axvline(1.0, color="black", linewidth=0.8)
     ax.set_xscale("log")
-    ax.set_yticks(list(y), labels, fontsize=7)
+    ax.set_yticks(list(y), labels, fontsize=8)
     ax.invert_yaxis()
     ax.set_xlabel("speed-up of posenc (log scale; 1 = as fast)")
     ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncols=2, frameon=False)
-    fig.savefig(os.path.join(outdir, "perf_speedup.png"), dpi=110)
+    fig.savefig(os.path.join(outdir, "perf_speedup.png"), dpi=100)
     plt.close(fig)
     return [
         ("posenc and the memory floor", "perf_times.png"),
