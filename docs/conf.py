@@ -1,0 +1,154 @@
+"""Sphinx configuration of posenc's documentation.
+
+Build (warnings are errors, as in CI)::
+
+    pip install -e ".[docs]"
+    sphinx-build -W --keep-going -b html docs docs/_build/html
+
+The guides are Markdown (MyST), so that their code blocks are the ```python
+blocks that tests/conformance/test_readme.py runs, as it runs the README's.
+The API reference is made from the docstrings (numpydoc); api.rst is written
+here, at each build, from ``posenc.__all__`` and ``posenc.probe.__all__``, so
+a public name cannot be left out of it.  The performance page's tables and
+plots are made from a benchmark JSON by docs/make_performance.py, run here too.
+"""
+
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+try:  # the installed package (pip install -e ".[docs]")
+    import posenc
+except ImportError:  # else this tree, built in place (python setup.py build_ext --inplace)
+    sys.path.insert(0, ROOT)
+    import posenc
+import posenc.probe  # noqa: E402
+
+project = "posenc"
+author = "the posenc authors"
+copyright = "the posenc authors"  # noqa: A001
+release = version = posenc.__version__
+
+extensions = [
+    "myst_parser",
+    "numpydoc",
+    "sphinx.ext.autodoc",
+    "sphinx.ext.intersphinx",
+    "sphinx.ext.mathjax",
+]
+source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
+root_doc = "index"
+exclude_patterns = ["_build", "_generated"]
+myst_enable_extensions = ["colon_fence"]
+myst_heading_anchors = 3
+html_theme = "alabaster"
+html_title = f"posenc {release}"
+
+# numpydoc: the sections as they are written; no per-docstring validation yet
+numpydoc_show_class_members = False
+numpydoc_class_members_toctree = False
+numpydoc_xref_param_type = False
+numpydoc_validation_checks: set = set()
+autodoc_typehints = "none"  # the signatures in the docstrings' own words
+autodoc_member_order = "bysource"
+intersphinx_mapping = {}  # offline builds: no inventories fetched
+
+# ------------------------------------------------------------ the API page
+
+GROUPS = [
+    ("Sinusoidal table", ["sinusoid"]),
+    (
+        "Rotary position embedding",
+        [
+            "apply_rope",
+            "rope_cos_sin",
+            "rope_frequencies",
+            "positions_from_cu_seqlens",
+            "permute_rope_weight",
+            "attention_temperature",
+            "mrope_position_ids",
+            "vision_position_ids",
+        ],
+    ),
+    (
+        "Attention biases",
+        ["alibi_slopes", "alibi_bias", "relative_position_bucket", "t5_bias", "relative_positions"],
+    ),
+    (
+        "Relative encodings",
+        [
+            "xl_relative_table",
+            "xl_position_term",
+            "xl_content_bias",
+            "tener_relative_table",
+            "tener_position_term",
+            "tener_scores",
+            "deberta_log_bucket",
+            "deberta_relative_positions",
+            "deberta_attention_bias",
+            "shaw_key_term",
+            "shaw_value_term",
+            "tupe_bias",
+        ],
+    ),
+    (
+        "Configuration",
+        ["show_config", "config", "simd_path", "set_num_threads", "get_num_threads"],
+    ),
+]
+MODULES = {"probe", "reference", "__version__"}  # documented on their own
+
+
+def _api_page():
+    listed = [name for _, names in GROUPS for name in names]
+    missing = sorted(set(posenc.__all__) - set(listed) - MODULES)
+    unknown = sorted(set(listed) - set(posenc.__all__))
+    if missing or unknown:
+        raise RuntimeError(
+            f"docs/conf.py GROUPS: posenc.__all__ names not listed {missing}, "
+            f"listed names not in posenc.__all__ {unknown}"
+        )
+    out = [
+        ".. This file is written by docs/conf.py at each build: edit GROUPS there.",
+        "",
+        "API reference",
+        "=============",
+        "",
+        f"posenc {posenc.__version__}: every name of ``posenc.__all__`` and "
+        "``posenc.probe.__all__``, from its docstring.",
+        "",
+        ".. contents:: On this page",
+        "   :local:",
+        "   :depth: 1",
+        "",
+    ]
+    for title, names in GROUPS:
+        out += [title, "-" * len(title), ""]
+        out += [f".. autofunction:: posenc.{name}\n" for name in names]
+    out += ["``posenc.probe``", "-" * 16, "", ".. automodule:: posenc.probe", "   :no-members:", ""]
+    for name in posenc.probe.__all__:
+        obj = getattr(posenc.probe, name)
+        if isinstance(obj, type):
+            out.append(f".. autoclass:: posenc.probe.{name}\n   :members:\n")
+        elif callable(obj):
+            out.append(f".. autofunction:: posenc.probe.{name}\n")
+        else:
+            out.append(f".. autodata:: posenc.probe.{name}\n   :no-value:\n")
+    out += ["``posenc.reference``", "-" * 20, "", ".. automodule:: posenc.reference", ""]
+    text = "\n".join(out)
+    path = os.path.join(HERE, "api.rst")
+    old = open(path, encoding="utf-8").read() if os.path.exists(path) else None
+    if text != old:  # rewritten only when it changes, so rebuilds stay incremental
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+
+
+_api_page()
+
+# ------------------------------------------------ the performance page's figures
+
+sys.path.insert(0, HERE)
+import make_performance  # noqa: E402
+
+make_performance.main([])
