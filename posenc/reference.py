@@ -637,7 +637,9 @@ def relative_positions(
 
 
 def _rel_work(*arrays):
-    return np.float64 if any(np.asarray(a).dtype == np.float64 for a in arrays) else np.float32
+    # by kind and size: a byte-swapped float64 ('>f8') is not == np.float64
+    wide = any(np.asarray(a).dtype.kind == "f" and np.asarray(a).itemsize == 8 for a in arrays)
+    return np.float64 if wide else np.float32
 
 
 def _rel_gather(products, col, by_key):

@@ -73,7 +73,8 @@ def _float(x, name, ndim=None):
 
 def _work(*dtypes):
     """The dtype products are formed in: float64 if any input is, else float32."""
-    return np.dtype(np.float64) if any(d == np.float64 for d in dtypes) else np.dtype(np.float32)
+    wide = any(v.native_dtype(d) == np.float64 for d in dtypes)  # '>f8' too
+    return np.dtype(np.float64) if wide else np.dtype(np.float32)
 
 
 def _up(x, work, copy=False):
@@ -88,7 +89,7 @@ def _promote(*dtypes):
     bfloat16 alone stays bfloat16 (the first input's kind of it), and with
     float16 or float32 gives float32, as torch promotes (and ml_dtypes adds)."""
     bf16 = [d for d in dtypes if is_bfloat16(d)]
-    others = [d.newbyteorder("=") for d in dtypes if not is_bfloat16(d)]
+    others = [v.native_dtype(d) for d in dtypes if not is_bfloat16(d)]
     if not bf16:
         return np.result_type(*others)
     return np.result_type(np.float32, *others) if others else bf16[0]
@@ -235,7 +236,7 @@ def _gather_part(work, lead, left, right, index, by_key, divisor):
     threads, the kernel runs on one: alternating two teams of threads on
     the same cores costs more than the second thread gains."""
     batch, heads, q_len, k_len = work.shape
-    wdt = np.dtype(np.float64) if work.dtype == np.float64 else np.dtype(np.float32)
+    wdt = np.dtype(np.float64) if v.native_dtype(work.dtype) == np.float64 else np.dtype(np.float32)
     n = k_len if by_key else q_len
     d, cols = left.shape[-1], right.shape[-2]
     blocks = _Blocks(heads, q_len, k_len, cols, max(wdt.itemsize, left.dtype.itemsize), by_key)
@@ -316,7 +317,7 @@ def _work_of(target):
     unknown dtype).  bfloat16 scores (ml_dtypes' or posenc's bits) are
     added into as they are."""
     bf16 = is_bfloat16(target.dtype)
-    native = target.dtype if bf16 else target.dtype.newbyteorder("=")
+    native = v.native_dtype(target.dtype)
     known = bf16 or native in _KERNEL_DTYPES
     views = v.bias_views(target) if known else None
     if views == []:
@@ -373,7 +374,7 @@ def _add_into(target, term):
     float32), or by NumPy for a float64 term into scores of less precision
     or scores of a dtype the kernel does not know."""
     bf16 = is_bfloat16(target.dtype)
-    native = target.dtype if bf16 else target.dtype.newbyteorder("=")
+    native = v.native_dtype(target.dtype)
     if bf16:
         term = term.astype(np.float32, copy=False)
     kind = np.dtype(np.float64) if native == np.float64 else np.dtype(np.float32)
@@ -397,7 +398,7 @@ def _finish(scores, lead, shape, dtype, parts):
         _gather_into(scores, parts)
         return scores
     v.shape_size(lead + shape, "result")
-    kind = np.dtype(np.float64) if dtype == np.float64 else np.dtype(np.float32)
+    kind = np.dtype(np.float64) if v.native_dtype(dtype) == np.float64 else np.dtype(np.float32)
     result = np.zeros(lead + shape, kind)
     _gather_into(result, parts)
     return result if kind == dtype else _cast(result, dtype)
@@ -1485,8 +1486,8 @@ def _by_distance(w, index, width, work, by_key=False):
     heads, k_len, width), at row j.  w is read where it is when its rows
     are contiguous and of the dtype summed (float16 or float32 for float32
     sums, float64 for float64), else through a copy."""
-    native = w.dtype.newbyteorder("=")
-    if work == np.float64:
+    native = v.native_dtype(w.dtype)
+    if v.native_dtype(work) == np.float64:
         kind = np.dtype(np.float64)
     else:  # float16 or float32 weights, summed in float32; bfloat16 widened
         kind = native if native in _KERNEL_DTYPES else np.dtype(np.float32)

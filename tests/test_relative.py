@@ -463,6 +463,110 @@ def test_any_scores_layout_gives_the_contiguous_result(rng, dtype):
     np.testing.assert_array_equal(big[..., 1::2], 0)
 
 
+def _relative_calls(rng, dtype):
+    """(name, call, inputs) for every relative function that reads float
+    arrays: call(**inputs) gives its result (or the scores it adds into)."""
+    h, d = 2, 8
+
+    def x(*shape):
+        return noise(rng, shape, dtype)
+
+    t = posenc.tener_relative_table(6, d, dtype=dtype)
+    return [
+        (
+            "xl_position_term",
+            lambda q, r, bias: posenc.xl_position_term(q, r, bias=bias),
+            {"q": x(2, h, 4, d), "r": x(h, 11, d), "bias": x(h, d)},
+        ),
+        (
+            "xl_position_term scores",
+            lambda q, r, scores: posenc.xl_position_term(q, r, scores=scores),
+            {"q": x(2, h, 4, d), "r": x(h, 11, d), "scores": x(2, h, 4, 7)},
+        ),
+        ("xl_content_bias", posenc.xl_content_bias, {"k": x(2, h, 5, d), "bias": x(h, d)}),
+        (
+            "xl_content_bias scores",
+            posenc.xl_content_bias,
+            {"k": x(2, h, 5, d), "bias": x(h, d), "scores": x(2, h, 3, 5)},
+        ),
+        (
+            "tener_position_term",
+            posenc.tener_position_term,
+            {"q": x(2, h, 6, d), "k": x(2, h, 6, d), "table": t, "v": x(h, d)},
+        ),
+        (
+            "tener_position_term scores",
+            posenc.tener_position_term,
+            {"q": x(2, h, 6, d), "k": x(2, h, 6, d), "table": t, "scores": x(2, h, 6, 6)},
+        ),
+        (
+            "tener_scores",
+            lambda q, k, table, u, v: posenc.tener_scores(q, k, table, u=u, v=v, scale=True),
+            {"q": x(2, h, 6, d), "k": x(2, h, 6, d), "table": t, "u": x(h, d), "v": x(h, d)},
+        ),
+        (
+            "deberta_attention_bias",
+            lambda q, k, pos_key, pos_query, scores: posenc.deberta_attention_bias(
+                q,
+                k,
+                pos_key,
+                pos_query,
+                position_buckets=8,
+                max_relative_positions=16,
+                scores=scores,
+            ),
+            {
+                "q": x(2, h, 5, d),
+                "k": x(2, h, 7, d),
+                "pos_key": x(h, 16, d),
+                "pos_query": x(h, 16, d),
+                "scores": x(2, h, 5, 7),
+            },
+        ),
+        (
+            "shaw_key_term",
+            lambda q, rel_keys, scores: posenc.shaw_key_term(
+                q, rel_keys, max_distance=2, scores=scores
+            ),
+            {"q": x(2, h, 4, d), "rel_keys": x(5, d), "scores": x(2, h, 4, 6)},
+        ),
+        (
+            "shaw_value_term",
+            lambda weights, rel_values: posenc.shaw_value_term(weights, rel_values, max_distance=2),
+            {"weights": x(2, h, 4, 6), "rel_values": x(h, 5, d)},
+        ),
+        (
+            "tupe_bias",
+            lambda pos_q, pos_k, rel_table, scores: posenc.tupe_bias(
+                pos_q, pos_k, rel_table=rel_table, max_distance=8, scores=scores
+            ),
+            {"pos_q": x(h, 7, d), "pos_k": x(h, 7, d), "rel_table": x(9, h), "scores": x(h, 6, 6)},
+        ),
+    ]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_byte_swapped_inputs_give_the_native_bits_and_dtype(rng, dtype):
+    # a byte-swapped float64 (">f8" here) is float64: its products are made in
+    # float64, as the native array's are, whichever of the inputs it is
+    for name, call, inputs in _relative_calls(rng, dtype):
+        want = call(**{k: a.copy() for k, a in inputs.items()})
+        assert want.dtype.isnative
+        swaps = [[k] for k in inputs] + [list(inputs)]
+        for swapped in swaps:
+            args = {k: a.copy() for k, a in inputs.items()}
+            for k in swapped:
+                args[k] = args[k].astype(args[k].dtype.newbyteorder("S"))
+            got = call(**args)
+            if "scores" in args:  # the scores themselves, in their own byte order
+                assert got is args["scores"]
+                got = got.astype(got.dtype.newbyteorder("="))
+            try:
+                same_bits(got, want)
+            except AssertionError as exc:
+                raise AssertionError(f"{name} with {swapped} byte-swapped: {exc}") from None
+
+
 def test_float16_scores_get_the_term_rounded_to_float16_then_added(rng):
     q, r = randn(rng, (3, 5, 8), "f2"), randn(rng, (3, 12, 8), "f2")
     scores = noise(rng, (3, 5, 7), "f2")
