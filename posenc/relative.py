@@ -897,24 +897,67 @@ def tener_scores(q, k, table, *, u=None, v=None, scale=False, key_term=True):
 _PRECISIONS = ("float32", "float64")
 
 
-def _log_bucket(rel, bucket_size, max_position, precision):
-    """make_log_bucket_position on int64 distances."""
+def _log_bucket(rel, bucket_size, max_position, precision, names=("bucket_size", "max_position")):
+    """make_log_bucket_position on int64 distances (within +-2**62), after
+    _check_log_bucket: a ValueError naming the sizes where the formula has
+    no finite int64 bucket for a distance of `rel`."""
     mid = bucket_size // 2
     a = np.abs(rel)
-    small = (rel < mid) & (rel > -mid)
-    a = np.where(small, mid - 1, a)
+    top = int(a.max()) if a.size else 0
+    if top <= mid:  # every distance its own bucket: the logarithm is not read
+        return rel.astype(np.int64)
+    _check_log_bucket(top, bucket_size, max_position, precision, names)
+    logs = (_log_value(a, mid, max_position, precision) * np.sign(rel)).astype(np.int64)
+    return np.where(a <= mid, rel, logs).astype(np.int64)
+
+
+def _log_value(a, mid, max_position, precision):
+    """``ceil(ln(a / mid) / ln((max_position - 1) / mid) * (mid - 1)) + mid``
+    for the int64 magnitudes `a` (those < mid as mid - 1), as
+    transformers' make_log_bucket_position forms it in float32 (the
+    logarithms correctly rounded), or as the authors' code in float64."""
+    a = np.maximum(a, mid - 1)
     if precision == "float32":
-        # transformers: float32 throughout; the logarithms correctly rounded
         f = np.float32
         x = a.astype(f) / f(mid)
         lx = np.log(x.astype(np.float64)).astype(f)
         den = f(np.log(np.float64(f((max_position - 1) / mid))))
-        val = np.ceil(lx / den * f(mid - 1)) + f(mid)
-    else:  # the authors' code: NumPy float64
-        val = np.ceil(np.log(a / mid) / np.log((max_position - 1) / mid) * (mid - 1)) + mid
-    with np.errstate(invalid="ignore"):
-        bucket = np.where(a <= mid, rel, (val * np.sign(rel)).astype(np.int64))
-    return bucket.astype(np.int64)
+        return np.ceil(lx / den * f(mid - 1)) + f(mid)
+    return np.ceil(np.log(a / mid) / np.log((max_position - 1) / mid) * (mid - 1)) + mid
+
+
+def _check_log_bucket(top, bucket_size, max_position, precision, names):
+    """The log buckets of distances up to `top` (> bucket_size // 2) are
+    finite and within int64, else a ValueError naming the sizes.
+
+    The formula grows with the distance, so the largest one decides.  In
+    float32, ``ln((max_position - 1) / mid)`` is 0 where the ratio rounds
+    to 1 (``max_position - 1 - mid <= mid * 2**-24``): every distance past
+    mid divides by 0 (transformers' buckets are then inf or nan, int64's
+    least value once cast); elsewhere the float32 buckets stay below
+    2**59.  In float64 the ratio never rounds to 1, but the bucket, about
+    ``ln(d / mid) * mid**2``, passes 2**63 at large distances when
+    max_position - 1 is near mid and mid is large."""
+    bname, mname = names
+    mid = bucket_size // 2
+    if precision == "float32":
+        ratio = np.float32((max_position - 1) / mid)
+        if ratio == 1:
+            raise ValueError(
+                f"{bname} {bucket_size} and {mname} {max_position} have no float32 log buckets: "
+                f"({mname} - 1) / ({bname} // 2) = {max_position - 1} / {mid} rounds to 1 in "
+                f"float32, whose logarithm 0 divides the buckets of distances past {mid} (here up "
+                f"to {top}), which would be inf or nan; use precision='float64', or {mname} - 1 "
+                f"further from {bname} // 2"
+            )
+    value = float(_log_value(np.array([top], np.int64), mid, max_position, precision)[0])
+    if not value < 2.0**63:
+        raise ValueError(
+            f"{bname} {bucket_size} and {mname} {max_position}: the {precision} log bucket of "
+            f"distance {top} is {value:.6g}, past int64 (ln(|d| / mid) / ln(({mname} - 1) / mid) "
+            f"* (mid - 1) with mid = {bname} // 2 = {mid}); use {mname} - 1 further from mid, or "
+            f"smaller distances"
+        )
 
 
 _UNRESOLVED = (
@@ -1218,7 +1261,13 @@ def _deberta_term(
     target = None if scores is None else _target(scores, lead, (heads, q_len, k_len))
     dist = -_distances(q_len, k_len, q_offset)  # query - key
     if position_buckets > 0 and max_relative_positions > 0:
-        dist = _log_bucket(dist, position_buckets, max_relative_positions, precision)
+        dist = _log_bucket(
+            dist,
+            position_buckets,
+            max_relative_positions,
+            precision,
+            ("position_buckets", "max_relative_positions"),
+        )
     index = np.clip(dist + span, 0, 2 * span - 1)
     dtypes = [x.dtype for x in (q, k, pk, pq) if x is not None]
     work = _work(*dtypes, *(() if target is None else (target.dtype,)))

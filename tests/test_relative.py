@@ -256,6 +256,47 @@ def test_deberta_buckets_equal_reference(precision):
         )
 
 
+@pytest.mark.filterwarnings("error")
+def test_deberta_float32_log_buckets_refused_where_their_logarithm_is_zero():
+    # mid = 2**24: (max_position - 1) / mid = 1 + 2**-24 rounds to 1 in float32,
+    # whose ln 0 would divide every bucket past mid (inf, then int64's least)
+    with pytest.raises(ValueError, match="bucket_size 33554432 and max_position 16777218"):
+        posenc.deberta_log_bucket([5, 2**24 + 1, 2**26], 2**25, 2**24 + 2)
+    with pytest.raises(ValueError, match="bucket_size 33554432 and max_position 16777218"):
+        posenc.deberta_relative_positions(
+            2, bucket_size=2**25, max_position=2**24 + 2, q_offset=2**24 + 1
+        )
+    # distances up to mid are their own buckets: the logarithm is not needed
+    d = np.array([-(2**24), -5, 0, 7, 2**24])
+    np.testing.assert_array_equal(posenc.deberta_log_bucket(d, 2**25, 2**24 + 2), d)
+    got = posenc.deberta_relative_positions(2, 3, bucket_size=2**25, max_position=2**24 + 2)
+    np.testing.assert_array_equal(got, [[0, -1, -2], [1, 0, -1]])
+    # in float64 the ratio is not 1; one more max_position (1 + 2**-23) in float32 neither
+    d = np.array([5, 2**24 + 1, 2**26, -(2**40)])
+    for top, precision in [(2**24 + 2, "float64"), (2**24 + 3, "float32")]:
+        want = ref.deberta_log_bucket(d, 2**25, top, precision=precision)
+        assert want.min() > -(2**62)
+        np.testing.assert_array_equal(
+            posenc.deberta_log_bucket(d, 2**25, top, precision=precision), want
+        )
+
+
+@pytest.mark.filterwarnings("error")
+def test_deberta_float64_log_buckets_refused_past_int64():
+    # mid = 2**30, ln((max_position - 1) / mid) = ln(1 + 2**-30): the bucket
+    # ln(d / mid) / ln(1 + 2**-30) * (mid - 1) + mid passes 2**63 from d = 3200779275217
+    last = 3200779275216
+    d = np.array([last, -last, 5])
+    want = ref.deberta_log_bucket(d, 2**31, 2**30 + 2, precision="float64")
+    assert want[0] > 2**63 - 2**18
+    np.testing.assert_array_equal(
+        posenc.deberta_log_bucket(d, 2**31, 2**30 + 2, precision="float64"), want
+    )
+    for far in (last + 1, -(last + 1), 2**62):
+        with pytest.raises(ValueError, match="max_position 1073741826: the float64 .* past int64"):
+            posenc.deberta_log_bucket([5, far], 2**31, 2**30 + 2, precision="float64")
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize(
     "q_len, k_len, kw",
