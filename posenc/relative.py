@@ -138,8 +138,6 @@ def _heads_table(table, heads, d, name, rows=None):
         raise ValueError(f"{name} must have {heads} heads on axis -3, not shape {arr.shape}")
     if rows is not None and arr.shape[-2] != rows:
         raise ValueError(f"{name} must have {rows} rows, not {arr.shape[-2]}")
-    if arr.shape[-2] < 1:
-        raise ValueError(f"{name} must have at least one row")
     return arr if arr.ndim >= 3 else arr[None]
 
 
@@ -164,7 +162,7 @@ def _lead(*shapes, names):
 
 def _offset(q_offset, q_len, k_len, default):
     if q_offset is None:
-        if default < 0:
+        if default < 0 and k_len:  # without keys, no score depends on the offset
             raise ValueError(
                 f"q_len ({q_len}) > k_len ({k_len}): the default q_offset = k_len - q_len would "
                 "put queries before the first key; pass q_offset"
@@ -216,6 +214,15 @@ def _target(scores, lead, shape, name="scores"):
     if not arr.flags.writeable:
         raise ValueError(f"{name} is read-only")
     return arr
+
+
+def _checked_size(target, lead, shape):
+    """The number of scores a term adds into: `target`'s, or, without one,
+    that of the new result ``lead + shape``, checked against what can be
+    allocated (a ValueError naming the result) before anything is made."""
+    if target is not None:
+        return target.size
+    return v.shape_size(lead + shape, "result")
 
 
 # Bytes of products a gather reads per block: the products of a block are
@@ -463,6 +470,8 @@ def xl_relative_table(
     bi_data = v.flag(bi_data, "bi_data")
     clamp = 0 if clamp_len is None else v.integer(clamp_len, "clamp_len")
     dtype = v.result_dtype(dtype, None, bfloat16=True)
+    rows = k_len + q_len if attn_type == "bi" else k_len + 1
+    v.shape_size(((2,) if bi_data else ()) + (rows, dim), "result")
     end = -q_len if attn_type == "bi" else -1
     fwd = np.arange(k_len, end, -1, dtype=np.float64)
     tables = [fwd, -fwd] if bi_data else [fwd]
@@ -571,28 +580,33 @@ def _xl_term(q, r, bias, k_len, q_offset, causal, scores):
             raise ValueError(
                 f"scores must have shape (..., {heads}, {q_len}, k_len), not {sc.shape}"
             )
-        k_len = sc.shape[-1] if k_len is None else v.integer(k_len, "k_len", minimum=1)
+        k_len = sc.shape[-1] if k_len is None else v.integer(k_len, "k_len", minimum=0)
     elif k_len is None:
         k_len = rows - q_len
         if k_len < 1:
             raise ValueError(f"r has {rows} rows: pass k_len (the bi table has k_len + q_len rows)")
     else:
-        k_len = v.integer(k_len, "k_len", minimum=1)
+        k_len = v.integer(k_len, "k_len", minimum=0)
     q_offset = _offset(q_offset, q_len, k_len, k_len - q_len)
     target = None if scores is None else _target(scores, lead, (heads, q_len, k_len))
-    dist = q_offset + (q_len - 1) - np.arange(q_len + k_len - 1, dtype=np.int64)  # query - key
-    index = k_len - dist
-    need = dist >= 0 if causal else np.ones(dist.shape, bool)
-    # each row reads the keys of its own query only: every t is read by some row
-    missing = need & ((index < 0) | (index >= rows))
-    if missing.any():
-        lo, hi = int(dist[need].min()), int(dist[need].max())
+    size = _checked_size(target, lead, (heads, q_len, k_len))
+    # the distances query - key the scores read, q_offset + i - j (those >= 0
+    # if causal), must be rows of r: k_len - d in [0, rows); worked out from
+    # the sizes, before anything of their size is made
+    lo, hi = q_offset - (k_len - 1), q_offset + q_len - 1
+    if causal:
+        lo = max(lo, 0)
+    if q_len and k_len and lo <= hi and (lo < k_len - rows + 1 or hi > k_len):
         hint = "" if causal else " (causal=True skips future keys)"
-        raise ValueError(
-            f"r has {rows} rows (distances {k_len} down to {k_len - rows + 1}), but the scores "
-            f"need distances {hi} down to {lo}{hint}"
-        )
-    index = np.where(need, index, -1)
+        has = f"{rows} rows (distances {k_len} down to {k_len - rows + 1})" if rows else "no rows"
+        raise ValueError(f"r has {has}, but the scores need distances {hi} down to {lo}{hint}")
+    if size:
+        dist = q_offset + (q_len - 1) - np.arange(q_len + k_len - 1, dtype=np.int64)  # query - key
+        index = k_len - dist
+        if causal:
+            index = np.where(dist >= 0, index, -1)
+    else:  # no scores: no distances
+        index = np.empty(0, np.int64)
     work = _work(q.dtype, r.dtype, *(() if target is None else (target.dtype,)))
     qb = _up(q, work, copy=True) if b is None else _up(q, work) + _up(b, work)
     sources = (("q", q.shape),) + (() if b is None else (("bias", b.shape),))
@@ -805,6 +819,7 @@ def _tener_term(q, k, table, v, key_term, scores):
     lead = _lead(q.shape[:-3], k.shape[:-3], names=("q", "k"))
     bias = _bias_vector(v, heads, d, "v")
     target = None if scores is None else _target(scores, lead, (heads, length, length))
+    _checked_size(target, lead, (heads, length, length))
     work = _work(q.dtype, k.dtype, R.dtype, *(() if target is None else (target.dtype,)))
     rel = _distances(length, length, 0)  # j - i
     qb = _up(q, work, copy=True) if bias is None else _up(q, work) + _up(bias, work)
@@ -884,9 +899,12 @@ def tener_scores(q, k, table, *, u=None, v=None, scale=False, key_term=True):
             f"k must have the {length} positions of q (self-attention), not {k.shape[-2]}"
         )
     _bias_vector(v, heads, d, "v")  # checked before the product
+    _checked_size(
+        None, _lead(q.shape[:-3], k.shape[:-3], names=("q", "k")), (heads, length, length)
+    )
     scores = qu @ np.swapaxes(_up(k, work), -1, -2)
     tener_position_term.__wrapped_numpy__(q, k, R, v=v, key_term=key_term, scores=scores)
-    if scale:
+    if scale and d:  # an empty head dim: sums of no products, 0 whatever the scale
         scores /= np.sqrt(work.type(d))
     return _cast(scores, _result(q, k, R))
 
@@ -1259,6 +1277,7 @@ def _deberta_term(
     shapes = [q.shape[:-3], k.shape[:-3]] + [t.shape[:-3] for t in (pk, pq) if t is not None]
     lead = _lead(*shapes, names=("q", "k", "pos_key/pos_query"))
     target = None if scores is None else _target(scores, lead, (heads, q_len, k_len))
+    _checked_size(target, lead, (heads, q_len, k_len))
     dist = -_distances(q_len, k_len, q_offset)  # query - key
     if position_buckets > 0 and max_relative_positions > 0:
         dist = _log_bucket(
@@ -1272,7 +1291,8 @@ def _deberta_term(
     dtypes = [x.dtype for x in (q, k, pk, pq) if x is not None]
     work = _work(*dtypes, *(() if target is None else (target.dtype,)))
     with np.errstate(over="ignore", under="ignore"):  # refused just below
-        scale = np.sqrt(work.type(d) * work.type(scale_factor))
+        # an empty head dim: sums of no products, 0 whatever the scale
+        scale = np.sqrt(work.type(d) * work.type(scale_factor)) if d else work.type(1)
     if not (np.isfinite(scale) and scale > 0):
         raise ValueError(
             f"scale_factor {scale_factor!r} gives a scale sqrt(head_dim * scale_factor) that is "
@@ -1373,12 +1393,15 @@ def _shaw_term(q, rel_keys, max_distance, k_len, q_offset, scores):
     if scores is not None and k_len is None:
         sc = _scores_array(scores)
         k_len = sc.shape[-1] if sc.ndim >= 3 else q_len
-    k_len = q_len if k_len is None else v.integer(k_len, "k_len", minimum=1)
+    k_len = q_len if k_len is None else v.integer(k_len, "k_len", minimum=0)
     q_offset = _offset(q_offset, q_len, k_len, k_len - q_len)
     lead = _lead(q.shape[:-3], table.shape[:-3], names=("q", "rel_keys"))
     target = None if scores is None else _target(scores, lead, (heads, q_len, k_len))
     work = _work(q.dtype, table.dtype, *(() if target is None else (target.dtype,)))
-    index = _shaw_index(q_len, k_len, q_offset, max_distance)
+    if _checked_size(target, lead, (heads, q_len, k_len)):
+        index = _shaw_index(q_len, k_len, q_offset, max_distance)
+    else:  # no scores: no distances
+        index = np.empty(0, np.int64)
     parts = [
         _Part(
             _up(q, work),
@@ -1542,10 +1565,12 @@ def _by_distance(w, index, width, work, by_key=False):
         kind = native if native in _KERNEL_DTYPES else np.dtype(np.float32)
     rows = w.shape[-1] <= 1 or w.strides[-1] == w.itemsize
     wk = w if w.dtype == kind and w.flags.aligned and rows else v.native_copy(w, kind)
-    wk = wk.reshape((-1,) + w.shape[-3:])
+    wk = wk.reshape((math.prod(w.shape[:-3]),) + w.shape[-3:])  # -1 is ambiguous when empty
     out_rows = w.shape[-1] if by_key else w.shape[-2]
     shape = wk.shape[:-2] + (out_rows, width)
     v.shape_size(shape, "result")
+    if w.size == 0:  # no weights: zero sums (none at all without rows)
+        return np.zeros(w.shape[:-2] + (out_rows, width), work)
     summed = _padded_rows(shape, work) if by_key else np.zeros(shape, work)
     # on one thread: BLAS's threads come next, on the same cores (see _gather_part)
     _core.rel_scatter_add(wk, index, summed, True, by_key)
@@ -1642,8 +1667,8 @@ def tupe_bias(
     untie_cls = v.flag(untie_cls, "untie_cls")
     heads, rows, d = pq.shape
     n = rows - 1 if untie_cls else rows
-    if n < 1 or (untie_cls and rows < 2):
-        raise ValueError(f"pos_q must have at least {2 if untie_cls else 1} rows, not {rows}")
+    if n < 0:
+        raise ValueError("pos_q must have at least 1 row with untie_cls (the [CLS] slot), not 0")
     table = None
     if rel_table is not None:
         table = _float(rel_table, "rel_table", 2)
@@ -1660,7 +1685,10 @@ def tupe_bias(
     dtypes = [pq.dtype, pk.dtype] + ([] if table is None else [table.dtype])
     target = None if scores is None else _target(scores, (), (heads, n, n))
     work = _work(*dtypes, *(() if target is None else (target.dtype,)))
-    qs = _up(pq, work) * work.type(1.0 / math.sqrt(2 * d))
+    if not _checked_size(target, (), (heads, n, n)):
+        return _cast(np.zeros((heads, n, n), work), _promote(*dtypes)) if target is None else target
+    # an empty head dim: sums of no products, 0 whatever the scale
+    qs = _up(pq, work) * work.type(1.0 / math.sqrt(2 * d) if d else 1.0)
     bias = qs @ np.swapaxes(_up(pk, work), -1, -2)
     if untie_cls:
         cls_to_others, others_to_cls = bias[:, 0, 0].copy(), bias[:, 1, 1].copy()

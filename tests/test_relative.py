@@ -11,6 +11,7 @@ XLNet and DeBERTa are the witnesses in tests/conformance.
 """
 
 import math
+import tracemalloc
 
 import numpy as np
 import pytest
@@ -722,6 +723,143 @@ def test_bad_input_is_refused_naming_the_argument(rng):
     readonly.flags.writeable = False
     with pytest.raises(ValueError, match="read-only"):
         posenc.xl_position_term(q, r, scores=readonly)
+
+
+def _sized_calls(rng, B=2, H=2, Q=3, K=4, D=8):
+    """{name: (axes, call)}: call(module) runs the function of that name in
+    posenc or posenc.reference on inputs of batch B, heads H, queries Q, keys
+    K, head dim D; `axes` are the sizes it has."""
+
+    def x(*shape):
+        return randn(rng, shape)
+
+    L = Q
+    table, rel_keys = x(10, D), x(5, D)
+    return {
+        "xl_position_term": (
+            "BHQKD",
+            lambda m: m.xl_position_term(x(B, H, Q, D), x(H, Q + K, D), bias=x(H, D), k_len=K),
+        ),
+        "xl_position_term causal": (
+            "BHQKD",
+            lambda m: m.xl_position_term(
+                x(B, H, Q, D), x(H, K + 1, D), k_len=K, causal=True, scores=noise(rng, (B, H, Q, K))
+            ),
+        ),
+        "xl_position_term no rows": (  # r without rows: no queries, no distances
+            "BHKD",
+            lambda m: m.xl_position_term(x(B, H, 0, D), x(H, 0, D), k_len=K, q_offset=0),
+        ),
+        "xl_content_bias": ("BHKD", lambda m: m.xl_content_bias(x(B, H, K, D), x(H, D))),
+        "tener_position_term": (
+            "BHQD",
+            lambda m: m.tener_position_term(x(B, H, L, D), x(B, H, L, D), table, v=x(H, D)),
+        ),
+        "tener_position_term no rows": (
+            "BHD",
+            lambda m: m.tener_position_term(x(B, H, 0, D), x(B, H, 0, D), table[:0]),
+        ),
+        "tener_scores": (
+            "BHQD",
+            lambda m: m.tener_scores(
+                x(B, H, L, D), x(B, H, L, D), table, u=x(H, D), v=x(H, D), scale=True
+            ),
+        ),
+        "deberta_attention_bias": (
+            "BHQKD",
+            lambda m: m.deberta_attention_bias(
+                x(B, H, Q, D),
+                x(B, H, K, D),
+                x(H, 16, D),
+                x(H, 16, D),
+                position_buckets=8,
+                max_relative_positions=16,
+            ),
+        ),
+        "shaw_key_term": (
+            "BHQKD",
+            lambda m: m.shaw_key_term(
+                x(B, H, Q, D), rel_keys, max_distance=2, scores=noise(rng, (B, H, Q, K))
+            ),
+        ),
+        "shaw_value_term": (
+            "BHQKD",
+            lambda m: m.shaw_value_term(x(B, H, Q, K), x(H, 5, D), max_distance=2),
+        ),
+        "tupe_bias": (
+            "HQD",
+            lambda m: m.tupe_bias(
+                x(H, Q + 1, D), x(H, Q + 1, D), rel_table=x(9, H), max_distance=8
+            ),
+        ),
+        "tupe_bias tied": (
+            "HQD",
+            lambda m: m.tupe_bias(x(H, Q, D), x(H, Q, D), untie_cls=False, scores=x(H, Q, Q)),
+        ),
+    }
+
+
+_ZERO_AXES = [
+    (name, axis)
+    for name, (axes, _) in _sized_calls(np.random.default_rng(0)).items()
+    for axis in axes
+]
+
+
+@pytest.mark.filterwarnings("error")
+@pytest.mark.parametrize("name, axis", _ZERO_AXES)
+def test_a_zero_length_axis_gives_the_twins_empty_or_zero_result(name, axis):
+    # an empty batch, heads, queries or keys: an empty result; an empty head
+    # dim: sums of no products, 0 (the scale of none is not 0 / 0), and what
+    # is not a product (the scores, TUPE's relative bias) as it is
+    results = []
+    for module in (posenc, ref):
+        rng = np.random.default_rng(7)  # the same inputs for both
+        _, call = _sized_calls(rng, **{axis: 0})[name]
+        results.append(call(module))
+    got, want = results
+    same_bits(got, want)
+    products_alone = ["xl_position_term", "xl_content_bias", "tener_position_term"]
+    products_alone += ["tener_scores", "deberta_attention_bias"]
+    if axis == "D" and name in products_alone:
+        assert got.size > 0
+        np.testing.assert_array_equal(got, 0)
+
+
+def test_sizes_are_checked_before_anything_of_their_size_is_made():
+    q, r = np.ones((1, 2, 4, 8)), np.ones((2, 9, 8))
+    too_large = "result: an array of shape .* is too large"
+    for call in [
+        lambda: posenc.xl_relative_table(2**62, dim=8),  # was an empty (0, 8)
+        lambda: posenc.xl_relative_table(2**62, dim=8, bi_data=True),
+        lambda: posenc.xl_relative_table(3, 2**62, dim=8, attn_type="uni"),
+        lambda: posenc.xl_position_term(q, r, k_len=2**63),
+        lambda: posenc.shaw_key_term(q, r[0, :5], max_distance=2, k_len=2**63),
+        lambda: posenc.deberta_relative_positions(2**31, 2**31),
+        # empty inputs whose results would be too large
+        lambda: posenc.tupe_bias(np.ones((2**20, 2**21, 0)), np.ones((2**20, 2**21, 0))),
+        lambda: posenc.tener_scores(
+            np.ones((2**20, 1, 2**21, 0)), np.ones((1, 2**21, 0)), np.ones((2**22, 0))
+        ),
+    ]:
+        with pytest.raises(ValueError, match=too_large):
+            call()
+    # the rows of r against the distances k_len asks for, from the sizes
+    tracemalloc.start()
+    try:
+        with pytest.raises(ValueError, match="r has 9 rows"):
+            posenc.xl_position_term(q, r, k_len=2**22)
+        with pytest.raises(ValueError, match="r has no rows"):
+            posenc.xl_position_term(q, r[:, :0], k_len=2**22, causal=True)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 2**20
+    # an empty result of a declared length: nothing of that length made
+    got = posenc.xl_position_term(q[:, :, :0], r, k_len=2**40)
+    assert got.shape == (1, 2, 0, 2**40)
+    got = posenc.shaw_key_term(q[:0], r[0, :5], max_distance=2, k_len=2**40, q_offset=0)
+    assert got.shape == (0, 2, 4, 2**40)
 
 
 def test_inputs_are_left_as_they_were(rng):
