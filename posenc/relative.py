@@ -1060,6 +1060,15 @@ def deberta_log_bucket(relative_pos, bucket_size, max_position, *, precision="fl
         ``d`` itself for ``|d| <= bucket_size // 2``, else
         ``sign(d) * (mid + ceil(ln(|d| / mid) / ln((max_position - 1) / mid) * (mid - 1)))``,
         ``mid = bucket_size // 2``.
+
+    Raises
+    ------
+    ValueError
+        Naming the sizes, where the formula has no int64 bucket for a
+        distance given past mid: in float32 where ``(max_position - 1) /
+        mid`` rounds to 1 (its logarithm 0 divides; transformers' buckets
+        are inf or nan there), in float64 where a bucket passes 2**63.
+        Distances up to mid never read the logarithm.
     """
     arr = np.asarray(relative_pos)
     if arr.dtype.kind not in "iu":
