@@ -107,6 +107,14 @@ def float_array_dtype(arr, name, *, bfloat16=False):
     raise TypeError(f"{name} must have dtype {_floats(bfloat16)}, not {arr.dtype}")
 
 
+def native_dtype(dtype):
+    """`dtype` in native byte order (bfloat16, which has none, as it is):
+    the form to compare with a NumPy type, since ``np.dtype(">f8") ==
+    np.float64`` is False on a little-endian machine."""
+    dtype = np.dtype(dtype)
+    return dtype if is_bfloat16(dtype) else dtype.newbyteorder("=")
+
+
 def result_dtype(dtype, out, *, bfloat16=False):
     """The dtype of a generated table: `dtype` if given, else `out`'s, else
     float32 (as NumPy's functions take theirs from ``out=``).  With

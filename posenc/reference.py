@@ -637,7 +637,9 @@ def relative_positions(
 
 
 def _rel_work(*arrays):
-    return np.float64 if any(np.asarray(a).dtype == np.float64 for a in arrays) else np.float32
+    # by kind and size: a byte-swapped float64 ('>f8') is not == np.float64
+    wide = any(np.asarray(a).dtype.kind == "f" and np.asarray(a).itemsize == 8 for a in arrays)
+    return np.float64 if wide else np.float32
 
 
 def _rel_gather(products, col, by_key):
@@ -744,7 +746,7 @@ def tener_scores(q, k, table, *, u=None, v=None, scale=False, key_term=True):
     qu = q.astype(work) + (0 if u is None else np.asarray(u, work)[:, None, :])
     scores = qu @ np.swapaxes(k.astype(work), -1, -2)
     tener_position_term(q, k, table, v=v, key_term=key_term, scores=scores)
-    if scale:
+    if scale and q.shape[-1]:  # an empty head dim: sums of no products, 0 (not 0 / 0)
         scores /= np.sqrt(work(q.shape[-1]))
     return scores.astype(np.result_type(q, k, table))
 
@@ -797,7 +799,8 @@ def deberta_attention_bias(
     terms = [t for t in (pos_key, pos_query) if t is not None]
     scale_factor = 1 + len(terms) if scale_factor is None else scale_factor
     work = _rel_work(q, k, *terms, *([] if scores is None else [scores]))
-    s = np.sqrt(work(q.shape[-1]) * work(scale_factor))
+    # an empty head dim: sums of no products, 0 whatever the scale (not 0 / 0)
+    s = np.sqrt(work(q.shape[-1]) * work(scale_factor)) if q.shape[-1] else work(1)
     rel = deberta_relative_positions(
         q.shape[-2],
         k.shape[-2],
@@ -853,8 +856,11 @@ def tupe_bias(pos_q, pos_k, *, rel_table=None, max_distance=128, untie_cls=True,
     pq, pk = np.asarray(pos_q), np.asarray(pos_k)
     work = _rel_work(pq, pk, *([] if rel_table is None else [rel_table]))
     d = pq.shape[-1]
-    a = (pq.astype(work) * work(1.0 / math.sqrt(2 * d))) @ np.swapaxes(pk.astype(work), -1, -2)
-    if untie_cls:
+    scale = 1.0 / math.sqrt(2 * d) if d else 1.0  # an empty head dim: sums of no products, 0
+    a = (pq.astype(work) * work(scale)) @ np.swapaxes(pk.astype(work), -1, -2)
+    if untie_cls and a.shape[-1] < 2:  # [CLS]'s slot alone: no tokens
+        a = a[:, 1:, 1:]
+    elif untie_cls:
         cls_to_others, others_to_cls = a[:, 0, 0].copy(), a[:, 1, 1].copy()
         a = a[:, 1:, 1:].copy()
         a[:, :, 0] = others_to_cls[:, None]
@@ -866,7 +872,7 @@ def tupe_bias(pos_q, pos_k, *, rel_table=None, max_distance=128, untie_cls=True,
         buckets = relative_position_bucket(
             _key_minus_query(n, n, 0), num_buckets=nb, max_distance=max_distance
         )
-        if untie_cls:
+        if untie_cls and n:
             buckets[:, 0] = nb
             buckets[0, :] = nb // 2
         a = a + np.moveaxis(table[buckets], -1, 0)

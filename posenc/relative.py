@@ -73,7 +73,8 @@ def _float(x, name, ndim=None):
 
 def _work(*dtypes):
     """The dtype products are formed in: float64 if any input is, else float32."""
-    return np.dtype(np.float64) if any(d == np.float64 for d in dtypes) else np.dtype(np.float32)
+    wide = any(v.native_dtype(d) == np.float64 for d in dtypes)  # '>f8' too
+    return np.dtype(np.float64) if wide else np.dtype(np.float32)
 
 
 def _up(x, work, copy=False):
@@ -88,7 +89,7 @@ def _promote(*dtypes):
     bfloat16 alone stays bfloat16 (the first input's kind of it), and with
     float16 or float32 gives float32, as torch promotes (and ml_dtypes adds)."""
     bf16 = [d for d in dtypes if is_bfloat16(d)]
-    others = [d.newbyteorder("=") for d in dtypes if not is_bfloat16(d)]
+    others = [v.native_dtype(d) for d in dtypes if not is_bfloat16(d)]
     if not bf16:
         return np.result_type(*others)
     return np.result_type(np.float32, *others) if others else bf16[0]
@@ -137,8 +138,6 @@ def _heads_table(table, heads, d, name, rows=None):
         raise ValueError(f"{name} must have {heads} heads on axis -3, not shape {arr.shape}")
     if rows is not None and arr.shape[-2] != rows:
         raise ValueError(f"{name} must have {rows} rows, not {arr.shape[-2]}")
-    if arr.shape[-2] < 1:
-        raise ValueError(f"{name} must have at least one row")
     return arr if arr.ndim >= 3 else arr[None]
 
 
@@ -163,7 +162,7 @@ def _lead(*shapes, names):
 
 def _offset(q_offset, q_len, k_len, default):
     if q_offset is None:
-        if default < 0:
+        if default < 0 and k_len:  # without keys, no score depends on the offset
             raise ValueError(
                 f"q_len ({q_len}) > k_len ({k_len}): the default q_offset = k_len - q_len would "
                 "put queries before the first key; pass q_offset"
@@ -217,6 +216,15 @@ def _target(scores, lead, shape, name="scores"):
     return arr
 
 
+def _checked_size(target, lead, shape):
+    """The number of scores a term adds into: `target`'s, or, without one,
+    that of the new result ``lead + shape``, checked against what can be
+    allocated (a ValueError naming the result) before anything is made."""
+    if target is not None:
+        return target.size
+    return v.shape_size(lead + shape, "result")
+
+
 # Bytes of products a gather reads per block: the products of a block are
 # made (BLAS) just before the C kernel adds them, and are read from cache.
 _BLOCK_BYTES = 1 << 21
@@ -235,7 +243,7 @@ def _gather_part(work, lead, left, right, index, by_key, divisor):
     threads, the kernel runs on one: alternating two teams of threads on
     the same cores costs more than the second thread gains."""
     batch, heads, q_len, k_len = work.shape
-    wdt = np.dtype(np.float64) if work.dtype == np.float64 else np.dtype(np.float32)
+    wdt = np.dtype(np.float64) if v.native_dtype(work.dtype) == np.float64 else np.dtype(np.float32)
     n = k_len if by_key else q_len
     d, cols = left.shape[-1], right.shape[-2]
     blocks = _Blocks(heads, q_len, k_len, cols, max(wdt.itemsize, left.dtype.itemsize), by_key)
@@ -316,7 +324,7 @@ def _work_of(target):
     unknown dtype).  bfloat16 scores (ml_dtypes' or posenc's bits) are
     added into as they are."""
     bf16 = is_bfloat16(target.dtype)
-    native = target.dtype if bf16 else target.dtype.newbyteorder("=")
+    native = v.native_dtype(target.dtype)
     known = bf16 or native in _KERNEL_DTYPES
     views = v.bias_views(target) if known else None
     if views == []:
@@ -373,7 +381,7 @@ def _add_into(target, term):
     float32), or by NumPy for a float64 term into scores of less precision
     or scores of a dtype the kernel does not know."""
     bf16 = is_bfloat16(target.dtype)
-    native = target.dtype if bf16 else target.dtype.newbyteorder("=")
+    native = v.native_dtype(target.dtype)
     if bf16:
         term = term.astype(np.float32, copy=False)
     kind = np.dtype(np.float64) if native == np.float64 else np.dtype(np.float32)
@@ -397,7 +405,7 @@ def _finish(scores, lead, shape, dtype, parts):
         _gather_into(scores, parts)
         return scores
     v.shape_size(lead + shape, "result")
-    kind = np.dtype(np.float64) if dtype == np.float64 else np.dtype(np.float32)
+    kind = np.dtype(np.float64) if v.native_dtype(dtype) == np.float64 else np.dtype(np.float32)
     result = np.zeros(lead + shape, kind)
     _gather_into(result, parts)
     return result if kind == dtype else _cast(result, dtype)
@@ -462,6 +470,8 @@ def xl_relative_table(
     bi_data = v.flag(bi_data, "bi_data")
     clamp = 0 if clamp_len is None else v.integer(clamp_len, "clamp_len")
     dtype = v.result_dtype(dtype, None, bfloat16=True)
+    rows = k_len + q_len if attn_type == "bi" else k_len + 1
+    v.shape_size(((2,) if bi_data else ()) + (rows, dim), "result")
     end = -q_len if attn_type == "bi" else -1
     fwd = np.arange(k_len, end, -1, dtype=np.float64)
     tables = [fwd, -fwd] if bi_data else [fwd]
@@ -570,28 +580,33 @@ def _xl_term(q, r, bias, k_len, q_offset, causal, scores):
             raise ValueError(
                 f"scores must have shape (..., {heads}, {q_len}, k_len), not {sc.shape}"
             )
-        k_len = sc.shape[-1] if k_len is None else v.integer(k_len, "k_len", minimum=1)
+        k_len = sc.shape[-1] if k_len is None else v.integer(k_len, "k_len", minimum=0)
     elif k_len is None:
         k_len = rows - q_len
         if k_len < 1:
             raise ValueError(f"r has {rows} rows: pass k_len (the bi table has k_len + q_len rows)")
     else:
-        k_len = v.integer(k_len, "k_len", minimum=1)
+        k_len = v.integer(k_len, "k_len", minimum=0)
     q_offset = _offset(q_offset, q_len, k_len, k_len - q_len)
     target = None if scores is None else _target(scores, lead, (heads, q_len, k_len))
-    dist = q_offset + (q_len - 1) - np.arange(q_len + k_len - 1, dtype=np.int64)  # query - key
-    index = k_len - dist
-    need = dist >= 0 if causal else np.ones(dist.shape, bool)
-    # each row reads the keys of its own query only: every t is read by some row
-    missing = need & ((index < 0) | (index >= rows))
-    if missing.any():
-        lo, hi = int(dist[need].min()), int(dist[need].max())
+    size = _checked_size(target, lead, (heads, q_len, k_len))
+    # the distances query - key the scores read, q_offset + i - j (those >= 0
+    # if causal), must be rows of r: k_len - d in [0, rows); worked out from
+    # the sizes, before anything of their size is made
+    lo, hi = q_offset - (k_len - 1), q_offset + q_len - 1
+    if causal:
+        lo = max(lo, 0)
+    if q_len and k_len and lo <= hi and (lo < k_len - rows + 1 or hi > k_len):
         hint = "" if causal else " (causal=True skips future keys)"
-        raise ValueError(
-            f"r has {rows} rows (distances {k_len} down to {k_len - rows + 1}), but the scores "
-            f"need distances {hi} down to {lo}{hint}"
-        )
-    index = np.where(need, index, -1)
+        has = f"{rows} rows (distances {k_len} down to {k_len - rows + 1})" if rows else "no rows"
+        raise ValueError(f"r has {has}, but the scores need distances {hi} down to {lo}{hint}")
+    if size:
+        dist = q_offset + (q_len - 1) - np.arange(q_len + k_len - 1, dtype=np.int64)  # query - key
+        index = k_len - dist
+        if causal:
+            index = np.where(dist >= 0, index, -1)
+    else:  # no scores: no distances
+        index = np.empty(0, np.int64)
     work = _work(q.dtype, r.dtype, *(() if target is None else (target.dtype,)))
     qb = _up(q, work, copy=True) if b is None else _up(q, work) + _up(b, work)
     sources = (("q", q.shape),) + (() if b is None else (("bias", b.shape),))
@@ -804,6 +819,7 @@ def _tener_term(q, k, table, v, key_term, scores):
     lead = _lead(q.shape[:-3], k.shape[:-3], names=("q", "k"))
     bias = _bias_vector(v, heads, d, "v")
     target = None if scores is None else _target(scores, lead, (heads, length, length))
+    _checked_size(target, lead, (heads, length, length))
     work = _work(q.dtype, k.dtype, R.dtype, *(() if target is None else (target.dtype,)))
     rel = _distances(length, length, 0)  # j - i
     qb = _up(q, work, copy=True) if bias is None else _up(q, work) + _up(bias, work)
@@ -883,9 +899,12 @@ def tener_scores(q, k, table, *, u=None, v=None, scale=False, key_term=True):
             f"k must have the {length} positions of q (self-attention), not {k.shape[-2]}"
         )
     _bias_vector(v, heads, d, "v")  # checked before the product
+    _checked_size(
+        None, _lead(q.shape[:-3], k.shape[:-3], names=("q", "k")), (heads, length, length)
+    )
     scores = qu @ np.swapaxes(_up(k, work), -1, -2)
     tener_position_term.__wrapped_numpy__(q, k, R, v=v, key_term=key_term, scores=scores)
-    if scale:
+    if scale and d:  # an empty head dim: sums of no products, 0 whatever the scale
         scores /= np.sqrt(work.type(d))
     return _cast(scores, _result(q, k, R))
 
@@ -896,24 +915,67 @@ def tener_scores(q, k, table, *, u=None, v=None, scale=False, key_term=True):
 _PRECISIONS = ("float32", "float64")
 
 
-def _log_bucket(rel, bucket_size, max_position, precision):
-    """make_log_bucket_position on int64 distances."""
+def _log_bucket(rel, bucket_size, max_position, precision, names=("bucket_size", "max_position")):
+    """make_log_bucket_position on int64 distances (within +-2**62), after
+    _check_log_bucket: a ValueError naming the sizes where the formula has
+    no finite int64 bucket for a distance of `rel`."""
     mid = bucket_size // 2
     a = np.abs(rel)
-    small = (rel < mid) & (rel > -mid)
-    a = np.where(small, mid - 1, a)
+    top = int(a.max()) if a.size else 0
+    if top <= mid:  # every distance its own bucket: the logarithm is not read
+        return rel.astype(np.int64)
+    _check_log_bucket(top, bucket_size, max_position, precision, names)
+    logs = (_log_value(a, mid, max_position, precision) * np.sign(rel)).astype(np.int64)
+    return np.where(a <= mid, rel, logs).astype(np.int64)
+
+
+def _log_value(a, mid, max_position, precision):
+    """``ceil(ln(a / mid) / ln((max_position - 1) / mid) * (mid - 1)) + mid``
+    for the int64 magnitudes `a` (those < mid as mid - 1), as
+    transformers' make_log_bucket_position forms it in float32 (the
+    logarithms correctly rounded), or as the authors' code in float64."""
+    a = np.maximum(a, mid - 1)
     if precision == "float32":
-        # transformers: float32 throughout; the logarithms correctly rounded
         f = np.float32
         x = a.astype(f) / f(mid)
         lx = np.log(x.astype(np.float64)).astype(f)
         den = f(np.log(np.float64(f((max_position - 1) / mid))))
-        val = np.ceil(lx / den * f(mid - 1)) + f(mid)
-    else:  # the authors' code: NumPy float64
-        val = np.ceil(np.log(a / mid) / np.log((max_position - 1) / mid) * (mid - 1)) + mid
-    with np.errstate(invalid="ignore"):
-        bucket = np.where(a <= mid, rel, (val * np.sign(rel)).astype(np.int64))
-    return bucket.astype(np.int64)
+        return np.ceil(lx / den * f(mid - 1)) + f(mid)
+    return np.ceil(np.log(a / mid) / np.log((max_position - 1) / mid) * (mid - 1)) + mid
+
+
+def _check_log_bucket(top, bucket_size, max_position, precision, names):
+    """The log buckets of distances up to `top` (> bucket_size // 2) are
+    finite and within int64, else a ValueError naming the sizes.
+
+    The formula grows with the distance, so the largest one decides.  In
+    float32, ``ln((max_position - 1) / mid)`` is 0 where the ratio rounds
+    to 1 (``max_position - 1 - mid <= mid * 2**-24``): every distance past
+    mid divides by 0 (transformers' buckets are then inf or nan, int64's
+    least value once cast); elsewhere the float32 buckets stay below
+    2**59.  In float64 the ratio never rounds to 1, but the bucket, about
+    ``ln(d / mid) * mid**2``, passes 2**63 at large distances when
+    max_position - 1 is near mid and mid is large."""
+    bname, mname = names
+    mid = bucket_size // 2
+    if precision == "float32":
+        ratio = np.float32((max_position - 1) / mid)
+        if ratio == 1:
+            raise ValueError(
+                f"{bname} {bucket_size} and {mname} {max_position} have no float32 log buckets: "
+                f"({mname} - 1) / ({bname} // 2) = {max_position - 1} / {mid} rounds to 1 in "
+                f"float32, whose logarithm 0 divides the buckets of distances past {mid} (here up "
+                f"to {top}), which would be inf or nan; use precision='float64', or {mname} - 1 "
+                f"further from {bname} // 2"
+            )
+    value = float(_log_value(np.array([top], np.int64), mid, max_position, precision)[0])
+    if not value < 2.0**63:
+        raise ValueError(
+            f"{bname} {bucket_size} and {mname} {max_position}: the {precision} log bucket of "
+            f"distance {top} is {value:.6g}, past int64 (ln(|d| / mid) / ln(({mname} - 1) / mid) "
+            f"* (mid - 1) with mid = {bname} // 2 = {mid}); use {mname} - 1 further from mid, or "
+            f"smaller distances"
+        )
 
 
 _UNRESOLVED = (
@@ -998,6 +1060,15 @@ def deberta_log_bucket(relative_pos, bucket_size, max_position, *, precision="fl
         ``d`` itself for ``|d| <= bucket_size // 2``, else
         ``sign(d) * (mid + ceil(ln(|d| / mid) / ln((max_position - 1) / mid) * (mid - 1)))``,
         ``mid = bucket_size // 2``.
+
+    Raises
+    ------
+    ValueError
+        Naming the sizes, where the formula has no int64 bucket for a
+        distance given past mid: in float32 where ``(max_position - 1) /
+        mid`` rounds to 1 (its logarithm 0 divides; transformers' buckets
+        are inf or nan there), in float64 where a bucket passes 2**63.
+        Distances up to mid never read the logarithm.
     """
     arr = np.asarray(relative_pos)
     if arr.dtype.kind not in "iu":
@@ -1215,14 +1286,22 @@ def _deberta_term(
     shapes = [q.shape[:-3], k.shape[:-3]] + [t.shape[:-3] for t in (pk, pq) if t is not None]
     lead = _lead(*shapes, names=("q", "k", "pos_key/pos_query"))
     target = None if scores is None else _target(scores, lead, (heads, q_len, k_len))
+    _checked_size(target, lead, (heads, q_len, k_len))
     dist = -_distances(q_len, k_len, q_offset)  # query - key
     if position_buckets > 0 and max_relative_positions > 0:
-        dist = _log_bucket(dist, position_buckets, max_relative_positions, precision)
+        dist = _log_bucket(
+            dist,
+            position_buckets,
+            max_relative_positions,
+            precision,
+            ("position_buckets", "max_relative_positions"),
+        )
     index = np.clip(dist + span, 0, 2 * span - 1)
     dtypes = [x.dtype for x in (q, k, pk, pq) if x is not None]
     work = _work(*dtypes, *(() if target is None else (target.dtype,)))
     with np.errstate(over="ignore", under="ignore"):  # refused just below
-        scale = np.sqrt(work.type(d) * work.type(scale_factor))
+        # an empty head dim: sums of no products, 0 whatever the scale
+        scale = np.sqrt(work.type(d) * work.type(scale_factor)) if d else work.type(1)
     if not (np.isfinite(scale) and scale > 0):
         raise ValueError(
             f"scale_factor {scale_factor!r} gives a scale sqrt(head_dim * scale_factor) that is "
@@ -1323,12 +1402,15 @@ def _shaw_term(q, rel_keys, max_distance, k_len, q_offset, scores):
     if scores is not None and k_len is None:
         sc = _scores_array(scores)
         k_len = sc.shape[-1] if sc.ndim >= 3 else q_len
-    k_len = q_len if k_len is None else v.integer(k_len, "k_len", minimum=1)
+    k_len = q_len if k_len is None else v.integer(k_len, "k_len", minimum=0)
     q_offset = _offset(q_offset, q_len, k_len, k_len - q_len)
     lead = _lead(q.shape[:-3], table.shape[:-3], names=("q", "rel_keys"))
     target = None if scores is None else _target(scores, lead, (heads, q_len, k_len))
     work = _work(q.dtype, table.dtype, *(() if target is None else (target.dtype,)))
-    index = _shaw_index(q_len, k_len, q_offset, max_distance)
+    if _checked_size(target, lead, (heads, q_len, k_len)):
+        index = _shaw_index(q_len, k_len, q_offset, max_distance)
+    else:  # no scores: no distances
+        index = np.empty(0, np.int64)
     parts = [
         _Part(
             _up(q, work),
@@ -1485,17 +1567,19 @@ def _by_distance(w, index, width, work, by_key=False):
     heads, k_len, width), at row j.  w is read where it is when its rows
     are contiguous and of the dtype summed (float16 or float32 for float32
     sums, float64 for float64), else through a copy."""
-    native = w.dtype.newbyteorder("=")
-    if work == np.float64:
+    native = v.native_dtype(w.dtype)
+    if v.native_dtype(work) == np.float64:
         kind = np.dtype(np.float64)
     else:  # float16 or float32 weights, summed in float32; bfloat16 widened
         kind = native if native in _KERNEL_DTYPES else np.dtype(np.float32)
     rows = w.shape[-1] <= 1 or w.strides[-1] == w.itemsize
     wk = w if w.dtype == kind and w.flags.aligned and rows else v.native_copy(w, kind)
-    wk = wk.reshape((-1,) + w.shape[-3:])
+    wk = wk.reshape((math.prod(w.shape[:-3]),) + w.shape[-3:])  # -1 is ambiguous when empty
     out_rows = w.shape[-1] if by_key else w.shape[-2]
     shape = wk.shape[:-2] + (out_rows, width)
     v.shape_size(shape, "result")
+    if w.size == 0:  # no weights: zero sums (none at all without rows)
+        return np.zeros(w.shape[:-2] + (out_rows, width), work)
     summed = _padded_rows(shape, work) if by_key else np.zeros(shape, work)
     # on one thread: BLAS's threads come next, on the same cores (see _gather_part)
     _core.rel_scatter_add(wk, index, summed, True, by_key)
@@ -1592,8 +1676,8 @@ def tupe_bias(
     untie_cls = v.flag(untie_cls, "untie_cls")
     heads, rows, d = pq.shape
     n = rows - 1 if untie_cls else rows
-    if n < 1 or (untie_cls and rows < 2):
-        raise ValueError(f"pos_q must have at least {2 if untie_cls else 1} rows, not {rows}")
+    if n < 0:
+        raise ValueError("pos_q must have at least 1 row with untie_cls (the [CLS] slot), not 0")
     table = None
     if rel_table is not None:
         table = _float(rel_table, "rel_table", 2)
@@ -1610,7 +1694,10 @@ def tupe_bias(
     dtypes = [pq.dtype, pk.dtype] + ([] if table is None else [table.dtype])
     target = None if scores is None else _target(scores, (), (heads, n, n))
     work = _work(*dtypes, *(() if target is None else (target.dtype,)))
-    qs = _up(pq, work) * work.type(1.0 / math.sqrt(2 * d))
+    if not _checked_size(target, (), (heads, n, n)):
+        return _cast(np.zeros((heads, n, n), work), _promote(*dtypes)) if target is None else target
+    # an empty head dim: sums of no products, 0 whatever the scale
+    qs = _up(pq, work) * work.type(1.0 / math.sqrt(2 * d) if d else 1.0)
     bias = qs @ np.swapaxes(_up(pk, work), -1, -2)
     if untie_cls:
         cls_to_others, others_to_cls = bias[:, 0, 0].copy(), bias[:, 1, 1].copy()

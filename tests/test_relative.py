@@ -11,6 +11,7 @@ XLNet and DeBERTa are the witnesses in tests/conformance.
 """
 
 import math
+import tracemalloc
 
 import numpy as np
 import pytest
@@ -256,6 +257,47 @@ def test_deberta_buckets_equal_reference(precision):
         )
 
 
+@pytest.mark.filterwarnings("error")
+def test_deberta_float32_log_buckets_refused_where_their_logarithm_is_zero():
+    # mid = 2**24: (max_position - 1) / mid = 1 + 2**-24 rounds to 1 in float32,
+    # whose ln 0 would divide every bucket past mid (inf, then int64's least)
+    with pytest.raises(ValueError, match="bucket_size 33554432 and max_position 16777218"):
+        posenc.deberta_log_bucket([5, 2**24 + 1, 2**26], 2**25, 2**24 + 2)
+    with pytest.raises(ValueError, match="bucket_size 33554432 and max_position 16777218"):
+        posenc.deberta_relative_positions(
+            2, bucket_size=2**25, max_position=2**24 + 2, q_offset=2**24 + 1
+        )
+    # distances up to mid are their own buckets: the logarithm is not needed
+    d = np.array([-(2**24), -5, 0, 7, 2**24])
+    np.testing.assert_array_equal(posenc.deberta_log_bucket(d, 2**25, 2**24 + 2), d)
+    got = posenc.deberta_relative_positions(2, 3, bucket_size=2**25, max_position=2**24 + 2)
+    np.testing.assert_array_equal(got, [[0, -1, -2], [1, 0, -1]])
+    # in float64 the ratio is not 1; one more max_position (1 + 2**-23) in float32 neither
+    d = np.array([5, 2**24 + 1, 2**26, -(2**40)])
+    for top, precision in [(2**24 + 2, "float64"), (2**24 + 3, "float32")]:
+        want = ref.deberta_log_bucket(d, 2**25, top, precision=precision)
+        assert want.min() > -(2**62)
+        np.testing.assert_array_equal(
+            posenc.deberta_log_bucket(d, 2**25, top, precision=precision), want
+        )
+
+
+@pytest.mark.filterwarnings("error")
+def test_deberta_float64_log_buckets_refused_past_int64():
+    # mid = 2**30, ln((max_position - 1) / mid) = ln(1 + 2**-30): the bucket
+    # ln(d / mid) / ln(1 + 2**-30) * (mid - 1) + mid passes 2**63 from d = 3200779275217
+    last = 3200779275216
+    d = np.array([last, -last, 5])
+    want = ref.deberta_log_bucket(d, 2**31, 2**30 + 2, precision="float64")
+    assert want[0] > 2**63 - 2**18
+    np.testing.assert_array_equal(
+        posenc.deberta_log_bucket(d, 2**31, 2**30 + 2, precision="float64"), want
+    )
+    for far in (last + 1, -(last + 1), 2**62):
+        with pytest.raises(ValueError, match="max_position 1073741826: the float64 .* past int64"):
+            posenc.deberta_log_bucket([5, far], 2**31, 2**30 + 2, precision="float64")
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize(
     "q_len, k_len, kw",
@@ -463,6 +505,110 @@ def test_any_scores_layout_gives_the_contiguous_result(rng, dtype):
     np.testing.assert_array_equal(big[..., 1::2], 0)
 
 
+def _relative_calls(rng, dtype):
+    """(name, call, inputs) for every relative function that reads float
+    arrays: call(**inputs) gives its result (or the scores it adds into)."""
+    h, d = 2, 8
+
+    def x(*shape):
+        return noise(rng, shape, dtype)
+
+    t = posenc.tener_relative_table(6, d, dtype=dtype)
+    return [
+        (
+            "xl_position_term",
+            lambda q, r, bias: posenc.xl_position_term(q, r, bias=bias),
+            {"q": x(2, h, 4, d), "r": x(h, 11, d), "bias": x(h, d)},
+        ),
+        (
+            "xl_position_term scores",
+            lambda q, r, scores: posenc.xl_position_term(q, r, scores=scores),
+            {"q": x(2, h, 4, d), "r": x(h, 11, d), "scores": x(2, h, 4, 7)},
+        ),
+        ("xl_content_bias", posenc.xl_content_bias, {"k": x(2, h, 5, d), "bias": x(h, d)}),
+        (
+            "xl_content_bias scores",
+            posenc.xl_content_bias,
+            {"k": x(2, h, 5, d), "bias": x(h, d), "scores": x(2, h, 3, 5)},
+        ),
+        (
+            "tener_position_term",
+            posenc.tener_position_term,
+            {"q": x(2, h, 6, d), "k": x(2, h, 6, d), "table": t, "v": x(h, d)},
+        ),
+        (
+            "tener_position_term scores",
+            posenc.tener_position_term,
+            {"q": x(2, h, 6, d), "k": x(2, h, 6, d), "table": t, "scores": x(2, h, 6, 6)},
+        ),
+        (
+            "tener_scores",
+            lambda q, k, table, u, v: posenc.tener_scores(q, k, table, u=u, v=v, scale=True),
+            {"q": x(2, h, 6, d), "k": x(2, h, 6, d), "table": t, "u": x(h, d), "v": x(h, d)},
+        ),
+        (
+            "deberta_attention_bias",
+            lambda q, k, pos_key, pos_query, scores: posenc.deberta_attention_bias(
+                q,
+                k,
+                pos_key,
+                pos_query,
+                position_buckets=8,
+                max_relative_positions=16,
+                scores=scores,
+            ),
+            {
+                "q": x(2, h, 5, d),
+                "k": x(2, h, 7, d),
+                "pos_key": x(h, 16, d),
+                "pos_query": x(h, 16, d),
+                "scores": x(2, h, 5, 7),
+            },
+        ),
+        (
+            "shaw_key_term",
+            lambda q, rel_keys, scores: posenc.shaw_key_term(
+                q, rel_keys, max_distance=2, scores=scores
+            ),
+            {"q": x(2, h, 4, d), "rel_keys": x(5, d), "scores": x(2, h, 4, 6)},
+        ),
+        (
+            "shaw_value_term",
+            lambda weights, rel_values: posenc.shaw_value_term(weights, rel_values, max_distance=2),
+            {"weights": x(2, h, 4, 6), "rel_values": x(h, 5, d)},
+        ),
+        (
+            "tupe_bias",
+            lambda pos_q, pos_k, rel_table, scores: posenc.tupe_bias(
+                pos_q, pos_k, rel_table=rel_table, max_distance=8, scores=scores
+            ),
+            {"pos_q": x(h, 7, d), "pos_k": x(h, 7, d), "rel_table": x(9, h), "scores": x(h, 6, 6)},
+        ),
+    ]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_byte_swapped_inputs_give_the_native_bits_and_dtype(rng, dtype):
+    # a byte-swapped float64 (">f8" here) is float64: its products are made in
+    # float64, as the native array's are, whichever of the inputs it is
+    for name, call, inputs in _relative_calls(rng, dtype):
+        want = call(**{k: a.copy() for k, a in inputs.items()})
+        assert want.dtype.isnative
+        swaps = [[k] for k in inputs] + [list(inputs)]
+        for swapped in swaps:
+            args = {k: a.copy() for k, a in inputs.items()}
+            for k in swapped:
+                args[k] = args[k].astype(args[k].dtype.newbyteorder("S"))
+            got = call(**args)
+            if "scores" in args:  # the scores themselves, in their own byte order
+                assert got is args["scores"]
+                got = got.astype(got.dtype.newbyteorder("="))
+            try:
+                same_bits(got, want)
+            except AssertionError as exc:
+                raise AssertionError(f"{name} with {swapped} byte-swapped: {exc}") from None
+
+
 def test_float16_scores_get_the_term_rounded_to_float16_then_added(rng):
     q, r = randn(rng, (3, 5, 8), "f2"), randn(rng, (3, 12, 8), "f2")
     scores = noise(rng, (3, 5, 7), "f2")
@@ -577,6 +723,143 @@ def test_bad_input_is_refused_naming_the_argument(rng):
     readonly.flags.writeable = False
     with pytest.raises(ValueError, match="read-only"):
         posenc.xl_position_term(q, r, scores=readonly)
+
+
+def _sized_calls(rng, B=2, H=2, Q=3, K=4, D=8):
+    """{name: (axes, call)}: call(module) runs the function of that name in
+    posenc or posenc.reference on inputs of batch B, heads H, queries Q, keys
+    K, head dim D; `axes` are the sizes it has."""
+
+    def x(*shape):
+        return randn(rng, shape)
+
+    L = Q
+    table, rel_keys = x(10, D), x(5, D)
+    return {
+        "xl_position_term": (
+            "BHQKD",
+            lambda m: m.xl_position_term(x(B, H, Q, D), x(H, Q + K, D), bias=x(H, D), k_len=K),
+        ),
+        "xl_position_term causal": (
+            "BHQKD",
+            lambda m: m.xl_position_term(
+                x(B, H, Q, D), x(H, K + 1, D), k_len=K, causal=True, scores=noise(rng, (B, H, Q, K))
+            ),
+        ),
+        "xl_position_term no rows": (  # r without rows: no queries, no distances
+            "BHKD",
+            lambda m: m.xl_position_term(x(B, H, 0, D), x(H, 0, D), k_len=K, q_offset=0),
+        ),
+        "xl_content_bias": ("BHKD", lambda m: m.xl_content_bias(x(B, H, K, D), x(H, D))),
+        "tener_position_term": (
+            "BHQD",
+            lambda m: m.tener_position_term(x(B, H, L, D), x(B, H, L, D), table, v=x(H, D)),
+        ),
+        "tener_position_term no rows": (
+            "BHD",
+            lambda m: m.tener_position_term(x(B, H, 0, D), x(B, H, 0, D), table[:0]),
+        ),
+        "tener_scores": (
+            "BHQD",
+            lambda m: m.tener_scores(
+                x(B, H, L, D), x(B, H, L, D), table, u=x(H, D), v=x(H, D), scale=True
+            ),
+        ),
+        "deberta_attention_bias": (
+            "BHQKD",
+            lambda m: m.deberta_attention_bias(
+                x(B, H, Q, D),
+                x(B, H, K, D),
+                x(H, 16, D),
+                x(H, 16, D),
+                position_buckets=8,
+                max_relative_positions=16,
+            ),
+        ),
+        "shaw_key_term": (
+            "BHQKD",
+            lambda m: m.shaw_key_term(
+                x(B, H, Q, D), rel_keys, max_distance=2, scores=noise(rng, (B, H, Q, K))
+            ),
+        ),
+        "shaw_value_term": (
+            "BHQKD",
+            lambda m: m.shaw_value_term(x(B, H, Q, K), x(H, 5, D), max_distance=2),
+        ),
+        "tupe_bias": (
+            "HQD",
+            lambda m: m.tupe_bias(
+                x(H, Q + 1, D), x(H, Q + 1, D), rel_table=x(9, H), max_distance=8
+            ),
+        ),
+        "tupe_bias tied": (
+            "HQD",
+            lambda m: m.tupe_bias(x(H, Q, D), x(H, Q, D), untie_cls=False, scores=x(H, Q, Q)),
+        ),
+    }
+
+
+_ZERO_AXES = [
+    (name, axis)
+    for name, (axes, _) in _sized_calls(np.random.default_rng(0)).items()
+    for axis in axes
+]
+
+
+@pytest.mark.filterwarnings("error")
+@pytest.mark.parametrize("name, axis", _ZERO_AXES)
+def test_a_zero_length_axis_gives_the_twins_empty_or_zero_result(name, axis):
+    # an empty batch, heads, queries or keys: an empty result; an empty head
+    # dim: sums of no products, 0 (the scale of none is not 0 / 0), and what
+    # is not a product (the scores, TUPE's relative bias) as it is
+    results = []
+    for module in (posenc, ref):
+        rng = np.random.default_rng(7)  # the same inputs for both
+        _, call = _sized_calls(rng, **{axis: 0})[name]
+        results.append(call(module))
+    got, want = results
+    same_bits(got, want)
+    products_alone = ["xl_position_term", "xl_content_bias", "tener_position_term"]
+    products_alone += ["tener_scores", "deberta_attention_bias"]
+    if axis == "D" and name in products_alone:
+        assert got.size > 0
+        np.testing.assert_array_equal(got, 0)
+
+
+def test_sizes_are_checked_before_anything_of_their_size_is_made():
+    q, r = np.ones((1, 2, 4, 8)), np.ones((2, 9, 8))
+    too_large = "result: an array of shape .* is too large"
+    for call in [
+        lambda: posenc.xl_relative_table(2**62, dim=8),  # was an empty (0, 8)
+        lambda: posenc.xl_relative_table(2**62, dim=8, bi_data=True),
+        lambda: posenc.xl_relative_table(3, 2**62, dim=8, attn_type="uni"),
+        lambda: posenc.xl_position_term(q, r, k_len=2**63),
+        lambda: posenc.shaw_key_term(q, r[0, :5], max_distance=2, k_len=2**63),
+        lambda: posenc.deberta_relative_positions(2**31, 2**31),
+        # empty inputs whose results would be too large
+        lambda: posenc.tupe_bias(np.ones((2**20, 2**21, 0)), np.ones((2**20, 2**21, 0))),
+        lambda: posenc.tener_scores(
+            np.ones((2**20, 1, 2**21, 0)), np.ones((1, 2**21, 0)), np.ones((2**22, 0))
+        ),
+    ]:
+        with pytest.raises(ValueError, match=too_large):
+            call()
+    # the rows of r against the distances k_len asks for, from the sizes
+    tracemalloc.start()
+    try:
+        with pytest.raises(ValueError, match="r has 9 rows"):
+            posenc.xl_position_term(q, r, k_len=2**22)
+        with pytest.raises(ValueError, match="r has no rows"):
+            posenc.xl_position_term(q, r[:, :0], k_len=2**22, causal=True)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 2**20
+    # an empty result of a declared length: nothing of that length made
+    got = posenc.xl_position_term(q[:, :, :0], r, k_len=2**40)
+    assert got.shape == (1, 2, 0, 2**40)
+    got = posenc.shaw_key_term(q[:0], r[0, :5], max_distance=2, k_len=2**40, q_offset=0)
+    assert got.shape == (0, 2, 4, 2**40)
 
 
 def test_inputs_are_left_as_they_were(rng):

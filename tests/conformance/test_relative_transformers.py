@@ -179,6 +179,50 @@ def test_deberta_float32_and_float64_buckets_part_at_65317_for_256_512(torch, de
     np.testing.assert_array_equal(authors_log_bucket(np.array([first]), 256, 512), f64[[first]])
 
 
+@pytest.mark.filterwarnings("error")
+def test_deberta_log_buckets_refused_exactly_where_transformers_are_not_finite(torch, deberta_v2):
+    # float32: ln((max_position - 1) / mid) is 0 where the ratio rounds to 1
+    # (max_position - 1 - mid <= mid * 2**-24), and transformers' buckets past
+    # mid are inf or nan; one step further they are finite and posenc's
+    # (transformers' distances up to mid are float32's: those past 2**24 rounded)
+    refused = 0
+    for mid in [2**23, 2**24 - 1, 2**24, 2**24 + 1, 2**25 + 5, 2**30]:
+        near = [min(mid, 2**24), -min(mid, 2**24)]
+        for gap in range(1, 130, 3):
+            top = mid + gap + 1
+            far = [mid + 1, -2 * mid, 2**40]
+            want = deberta_v2.make_log_bucket_position(torch.tensor(near + far), 2 * mid, top)
+            if torch.isfinite(want).all():
+                got = posenc.deberta_log_bucket(near + far, 2 * mid, top)
+                np.testing.assert_array_equal(got, want.to(torch.long).numpy())
+            else:
+                refused += 1
+                with pytest.raises(ValueError, match=f"bucket_size {2 * mid} and max_position"):
+                    posenc.deberta_log_bucket([mid + 1], 2 * mid, top)
+                # distances up to mid: transformers' own, finite
+                want = deberta_v2.make_log_bucket_position(torch.tensor(near), 2 * mid, top)
+                assert torch.isfinite(want).all()
+                got = posenc.deberta_log_bucket(near, 2 * mid, top)
+                np.testing.assert_array_equal(got, want.to(torch.long).numpy())
+    assert 0 < refused < 6 * 43
+    # float64 (transformers' formula in torch's float64): the bucket of
+    # 3200779275216 for (2**31, 2**30 + 2) is below 2**63, that of the next past it
+    before = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        last = 3200779275216
+        want = deberta_v2.make_log_bucket_position(
+            torch.tensor([last, -last, last + 1]), 2**31, 2**30 + 2
+        )
+    finally:
+        torch.set_default_dtype(before)
+    assert want.dtype == torch.float64 and abs(want[0].item()) < 2**63 <= want[2].item()
+    got = posenc.deberta_log_bucket([last, -last], 2**31, 2**30 + 2, precision="float64")
+    np.testing.assert_array_equal(got, want[:2].to(torch.long).numpy())
+    with pytest.raises(ValueError, match="past int64"):
+        posenc.deberta_log_bucket([last + 1], 2**31, 2**30 + 2, precision="float64")
+
+
 @pytest.mark.parametrize(
     "q_len, k_len, buckets, max_pos", [(9, 9, -1, -1), (7, 12, 8, 32), (30, 30, 256, 512)]
 )
