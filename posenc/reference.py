@@ -765,7 +765,8 @@ def deberta_log_bucket(relative_pos, bucket_size, max_position, *, precision="fl
         log_pos = np.ceil(num / den * f(mid - 1)) + f(mid)
     else:
         log_pos = np.ceil(np.log(a / mid) / np.log((max_position - 1) / mid) * (mid - 1)) + mid
-    return np.where(a <= mid, rel, np.sign(rel) * log_pos.astype(np.int64)).astype(np.int64)
+    near = rel.astype(np.float32).astype(np.int64) if precision == "float32" else rel
+    return np.where(a <= mid, near, np.sign(rel) * log_pos.astype(np.int64)).astype(np.int64)
 
 
 def deberta_relative_positions(

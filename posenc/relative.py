@@ -922,11 +922,16 @@ def _log_bucket(rel, bucket_size, max_position, precision, names=("bucket_size",
     mid = bucket_size // 2
     a = np.abs(rel)
     top = int(a.max()) if a.size else 0
+    near = rel
+    if precision == "float32" and mid > 2**24:
+        # transformers returns a distance within mid as a float32 value, so
+        # past 2**24 rounded to float32's nearest (2**24 + 1 gives 2**24)
+        near = rel.astype(np.float32).astype(np.int64)
     if top <= mid:  # every distance its own bucket: the logarithm is not read
-        return rel.astype(np.int64)
+        return near.astype(np.int64)
     _check_log_bucket(top, bucket_size, max_position, precision, names)
     logs = (_log_value(a, mid, max_position, precision) * np.sign(rel)).astype(np.int64)
-    return np.where(a <= mid, rel, logs).astype(np.int64)
+    return np.where(a <= mid, near, logs).astype(np.int64)
 
 
 def _log_value(a, mid, max_position, precision):

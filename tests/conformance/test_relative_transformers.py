@@ -223,6 +223,28 @@ def test_deberta_log_buckets_refused_exactly_where_transformers_are_not_finite(t
         posenc.deberta_log_bucket([last + 1], 2**31, 2**30 + 2, precision="float64")
 
 
+def test_deberta_float32_distances_within_a_large_mid_are_transformers_rounded_ones(
+    torch, deberta_v2
+):
+    # transformers returns a distance |d| <= mid as a float32 value: past 2**24
+    # (mid > 2**24) it is rounded to float32's nearest, and so is posenc's
+    for mid in [2**24 + 1, 2**25 + 5, 2**30]:
+        d = [2**24 + 1, -(2**24 + 3), 2**25 + 1, mid - 1, -mid, mid + 1, 2**24, 7]
+        d = [x for x in d if abs(x) <= mid + 1]
+        want = deberta_v2.make_log_bucket_position(torch.tensor(d), 2 * mid, 4 * mid)
+        got = posenc.deberta_log_bucket(d, 2 * mid, 4 * mid)
+        np.testing.assert_array_equal(got, want.to(torch.long).numpy())
+        np.testing.assert_array_equal(posenc.reference.deberta_log_bucket(d, 2 * mid, 4 * mid), got)
+        # within mid alone (the logarithm not read), the same rounding
+        within = [x for x in d if abs(x) <= mid]
+        want = deberta_v2.make_log_bucket_position(torch.tensor(within), 2 * mid, 4 * mid)
+        got = posenc.deberta_log_bucket(within, 2 * mid, 4 * mid)
+        np.testing.assert_array_equal(got, want.to(torch.long).numpy())
+    # float64, as the authors' code: the distances as they are
+    got = posenc.deberta_log_bucket([2**24 + 1], 2**27, 2**28, precision="float64")
+    assert got.tolist() == [2**24 + 1]
+
+
 @pytest.mark.parametrize(
     "q_len, k_len, buckets, max_pos", [(9, 9, -1, -1), (7, 12, 8, 32), (30, 30, 256, 512)]
 )
