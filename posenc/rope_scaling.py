@@ -897,6 +897,7 @@ def resolve(
     """``(rotary_dim, base, rope)`` that a call with head dimension `dim`,
     `base`, `scaling` and `layer_type` means (see :func:`read`,
     :func:`rotary_dimension`, :func:`base_of`)."""
+    v.shape_size((dim // 2,), "dim (its dim // 2 frequencies)")
     rope = read(scaling, layer_type)
     check_head_dim(dim, rope, "dim")
     return rotary_dimension(dim, rope), base_of(base, rope), rope
