@@ -362,6 +362,10 @@ def mrope_position_ids(
                 f"attention_mask must have token_types' shape {np.asarray(token_types).shape}, "
                 f"not {mask.shape}"
             )
+        if mask.dtype.kind not in "biuf":
+            raise TypeError(f"attention_mask must hold 0 and 1, not dtype {mask.dtype}")
+        if not np.isin(mask, (0, 1)).all():  # NaN, 0.5 or 2 are not read as 1
+            raise ValueError("attention_mask must hold 0 (padding) and 1 (tokens) only")
         mask = np.atleast_2d(mask).astype(bool)
     merge = v.integer(spatial_merge_size, "spatial_merge_size", minimum=1)
     images = _grids(image_grids, "image_grids")

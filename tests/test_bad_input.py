@@ -528,6 +528,10 @@ RANGE_ROWS = [
     ("mrope grid past int64", lambda: posenc.mrope_position_ids(
         [0, 2, 2, 2, 2], video_grids=np.array([[2**63, 2, 2]], np.uint64)), ValueError,
      "video_grids .* int64"),
+    ("mrope mask nan", lambda: posenc.mrope_position_ids([0, 0], attention_mask=[1.0, np.nan]),
+     ValueError, "attention_mask"),
+    ("mrope mask 2", lambda: posenc.mrope_position_ids([0, 0], attention_mask=[2, 1]),
+     ValueError, "attention_mask"),
     ("vision grid past int64", lambda: posenc.vision_position_ids(
         np.array([[1, 2**63, 2]], np.uint64)), ValueError, "grids .* int64"),
 ]  # fmt: skip
