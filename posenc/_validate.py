@@ -317,14 +317,15 @@ def output(out, shape, dtype, name="out"):
     written directly (non-native byte order, non-collapsible strides,
     elements that share bytes, which threads would write in any order).
     """
-    shape_size(shape, name, dtype.itemsize)
     if out is None:
+        shape_size(shape, name, dtype.itemsize)
         result = np.empty(shape, dtype)
         return result, result.reshape(-1, shape[-1]), lambda: None
-    out_array(out, shape, dtype, name)
+    out_array(out, shape, dtype, name)  # an array of that size exists (a memmap, maybe)
     rows = None if self_overlaps(out) else rows_view(out)
     if rows is not None:
         return out, rows, lambda: None
+    shape_size(shape, f"{name} (a copy of it)", dtype.itemsize)
     tmp = np.empty(shape, dtype)
 
     def finish():

@@ -64,17 +64,19 @@ def _scores(scores, shape, dtype):
     return arr
 
 
-def _run(kernel, arr, *, read):
-    """kernel(view) on every 4-D view of `arr` the C code can write directly;
-    arrays it cannot (byte-swapped, unaligned, a strided last axis,
-    overlapping elements) go through a native C-contiguous temporary, read
-    from `arr` first when the kernel adds into it."""
+def _run(kernel, arr, *, read, name):
+    """kernel(view) on every 4-D view of `arr` (the argument `name`) the C
+    code can write directly; arrays it cannot (byte-swapped, unaligned, a
+    strided last axis, overlapping elements) go through a native
+    C-contiguous temporary, read from `arr` first when the kernel adds into
+    it."""
     views = v.bias_views(arr)
     if views is not None:
         for view in views:
             kernel(view)
         return
     native = arr.dtype.newbyteorder("=")
+    v.shape_size(arr.shape, f"{name} (a copy of it)", native.itemsize)
     tmp = np.array(arr, dtype=native, order="C") if read else np.empty(arr.shape, native)
     for view in v.bias_views(tmp):
         kernel(view)
@@ -82,13 +84,13 @@ def _run(kernel, arr, *, read):
 
 
 def _fill(kernel, shape, dtype, out, sizes):
-    v.shape_size(shape, sizes, dtype.itemsize)
     if out is None:
+        v.shape_size(shape, sizes, dtype.itemsize)
         result = np.empty(shape, dtype)
         kernel(result[None])
         return result
-    v.out_array(out, shape, dtype, "out")
-    _run(kernel, out, read=False)
+    v.out_array(out, shape, dtype, "out")  # an array of that size exists (a memmap, maybe)
+    _run(kernel, out, read=False, name="out")
     return out
 
 
@@ -267,9 +269,10 @@ def alibi_bias(
     q_offset = _offset(q_offset, k_len - q_len)
     causal = v.flag(causal, "causal")
     shape = (n_heads, q_len, k_len)
-    if scores is None:  # the table made, checked before the slopes
+    if scores is None:
         dtype = v.result_dtype(dtype, out, bfloat16=True)
-        v.shape_size(shape, _ALIBI_SIZES, dtype.itemsize)
+        if out is None:  # the table made, checked before the slopes
+            v.shape_size(shape, _ALIBI_SIZES, dtype.itemsize)
     if slopes is None:
         slopes = _slopes(n_heads, v.real(max_bias, "max_bias", positive=True))
     else:
@@ -287,6 +290,7 @@ def alibi_bias(
             lambda dst: _core.alibi(slopes, v.for_kernel(dst), q_offset, causal, True),
             arr,
             read=True,
+            name="scores",
         )
         return arr
     return _fill(
@@ -498,7 +502,7 @@ def _t5_bias(table, q_len, k_len, bidirectional, max_distance, q_offset, scores,
     q_len, k_len = _lengths(q_len, k_len)
     q_offset = _offset(q_offset)
     shape = (n_heads, q_len, k_len)
-    if scores is None:
+    if scores is None and out is None:
         v.shape_size(shape, _T5_SIZES, arr.dtype.itemsize)
     tab = v.apart(v.native_copy(arr, arr.dtype), scores if scores is not None else out)
 
@@ -518,7 +522,7 @@ def _t5_bias(table, q_len, k_len, bidirectional, max_distance, q_offset, scores,
         if out is not None:
             raise ValueError("give scores (to add into) or out (to write), not both")
         target = _scores(scores, shape, None)
-        _run(kernel(True), target, read=True)
+        _run(kernel(True), target, read=True, name="scores")
         return target
     return _fill(kernel(False), shape, tab.dtype, out, _T5_SIZES)
 

@@ -637,8 +637,8 @@ def apply_rope(
         raise ValueError("x must have at least one dimension (..., dim)")
     dim = x.shape[-1]
     lead = x.shape[:-1]
-    # x may be a view of less memory than its shape (broadcast): the result is not
-    v.shape_size(x.shape, "x", dtype.itemsize)
+    if out is None:  # x may take less memory than its shape (broadcast): the result does not
+        v.shape_size(x.shape, "x", dtype.itemsize)
     base = v.real(base, "base", positive=True)
     layout_code = _APPLY_LAYOUTS[v.choice(layout, "layout", tuple(_APPLY_LAYOUTS))]
     relayout = layout_code == _core.ROPE_INTERLEAVED_TO_HALF
@@ -663,6 +663,8 @@ def apply_rope(
     if out is not None:
         v.out_array(out, x.shape, dtype, "out")
 
+    if not v.kernel_ready(x):
+        v.shape_size(x.shape, "x (a copy of it)", dtype.itemsize)
     src = x if v.kernel_ready(x) else v.native_copy(x, dtype)
     if out is None:
         result = target = np.empty(x.shape, dtype)
@@ -678,6 +680,7 @@ def apply_rope(
                 or (np.may_share_memory(out, src) and not _same_view(out, src))
             )
         ):
+            v.shape_size(x.shape, "out (a copy of it)", dtype.itemsize)
             target = np.empty(x.shape, dtype)
     if x.size:
         args = (

@@ -493,6 +493,23 @@ def test_a_result_larger_than_the_machines_memory_is_refused(monkeypatch):
     assert posenc.sinusoid(10, 8, dtype="float16").shape == (10, 8)  # 160 bytes
 
 
+def test_an_out_larger_than_the_machines_memory_is_written(monkeypatch):
+    from posenc import _validate
+
+    # out= exists already (a memmap may be larger than memory): written, not refused
+    monkeypatch.setattr(_validate, "memory_limit", lambda: (1000, "this machine's memory"))
+    out = sentinel((100, 8))
+    assert posenc.sinusoid(100, 8, out=out) is out
+    np.testing.assert_allclose(out[:, 1], np.cos(np.arange(100)), atol=1e-6)  # cos(p w_0)
+    out = sentinel((2, 12, 12))
+    assert posenc.alibi_bias(2, 12, out=out) is out
+    assert out[0, 11, 0] == -11 * 2.0**-4  # slope 2 ** (-8 / 2) of head 0, by hand
+    x = np.ones((100, 8), np.float32)
+    assert posenc.apply_rope(x, out=x) is x
+    with pytest.raises(ValueError, match="x: .* this machine's memory"):
+        posenc.apply_rope(x)
+
+
 INT64_MAX = 2**63 - 1
 
 # (id, call, exception, words the message must contain): results that wrapped
