@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import math
 import operator
+import os
+from functools import cache
 from numbers import Integral, Real
 
 import numpy as np
@@ -18,7 +20,6 @@ import numpy as np
 from ._dtypes import is_bfloat16, is_bfloat16_name, ml_bfloat16, widen
 
 FLOAT_DTYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
-_MAX_ELEMENTS = np.iinfo(np.intp).max // 8
 
 
 def integer(value, name, *, minimum=None, maximum=None):
@@ -138,13 +139,60 @@ def for_kernel(arr):
     return arr
 
 
-def shape_size(shape, name):
-    """Number of elements of `shape`; a ValueError if it cannot be allocated."""
+def _physical_memory():
+    """The machine's physical memory in bytes, or None where the platform
+    does not say (os.sysconf: Linux, macOS and the other Unixes)."""
+    try:
+        pages, page = os.sysconf("SC_PHYS_PAGES"), os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, ValueError, OSError):
+        return None
+    return pages * page if pages > 0 and page > 0 else None
+
+
+@cache
+def memory_limit():
+    """``(bytes, what)``: the most bytes a call's result may take, and what
+    bounds it: the machine's physical memory (a larger result could not be
+    filled without swapping, if the system lets it be allocated at all),
+    and in any case the largest array NumPy can index (``intp`` max
+    bytes)."""
+    numpy_max = int(np.iinfo(np.intp).max)
+    memory = _physical_memory()
+    if memory is not None and memory < numpy_max:
+        return memory, "this machine's memory"
+    return numpy_max, "the largest array NumPy can make"
+
+
+def _bytes(n):
+    for unit in ("bytes", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if n < 1024:
+            return f"{n:.3g} {unit}" if unit != "bytes" else f"{n} bytes"
+        n /= 1024
+    return f"{n:.3g} EiB"
+
+
+def shape_size(shape, name, itemsize=8, *, count=1):
+    """Number of elements of `shape`, in Python ints (no wrap-around).
+
+    A ValueError naming `name` (the arguments that set the size) and the
+    shape when `count` arrays of that shape, `itemsize` bytes an element,
+    take more bytes than :func:`memory_limit` allows.  Every function
+    calls it with the sizes it was given, before it allocates anything,
+    so a result too large to make fails at once with the arguments named,
+    not with a MemoryError (or NumPy's "array is too big") after work.
+    """
     size = 1
     for n in shape:
-        size *= int(n)
-    if size > _MAX_ELEMENTS:
-        raise ValueError(f"{name}: an array of shape {tuple(shape)} is too large")
+        size *= operator.index(n)
+    nbytes = size * itemsize * count
+    limit, what = memory_limit()
+    if nbytes > limit:
+        arrays = "an array" if count == 1 else f"{count} arrays"
+        raise ValueError(
+            f"{name}: {arrays} of shape {tuple(operator.index(n) for n in shape)} "
+            f"({itemsize} bytes an element: {_bytes(nbytes)}) would not fit in {what} "
+            f"({_bytes(limit)})"
+        )
     return size
 
 
@@ -162,13 +210,16 @@ def real_array(value, name):
     return arr
 
 
-def positions(value, name="positions"):
+def positions(value, name="positions", *, result=None):
     """An int n (positions 0..n-1) or an array of positions.
 
     A 0-d integer array or tensor (``np.array(8)``, ``torch.tensor(8)``) is a
     length like a Python int; a float scalar is one position.  Returns the
     positions as a C-contiguous float64 vector and the shape they came in
     (``(n,)`` for a length).  Integer positions are exact up to 2**53.
+    `result`, if given, is called with that shape before the positions are
+    made or read, to check the size of what the caller makes from them
+    (with :func:`shape_size`); the float64 positions are checked too.
     """
     if isinstance(value, (bool, np.bool_)):
         raise TypeError(f"{name} must be an int or an array of positions, not bool")
@@ -180,8 +231,13 @@ def positions(value, name="positions"):
             value = arr[()]
     if isinstance(value, (Integral, np.integer)):
         n = integer(value, name, minimum=0)
+        if result is not None:
+            result((n,))
         shape_size((n,), name)
         return np.arange(n, dtype=np.float64), (n,)
+    if result is not None:
+        result(arr.shape)
+    shape_size(arr.shape, name)
     arr = real_array(arr, name)
     return native_copy(arr, np.float64).reshape(-1), arr.shape
 
@@ -269,14 +325,15 @@ def output(out, shape, dtype, name="out"):
     written directly (non-native byte order, non-collapsible strides,
     elements that share bytes, which threads would write in any order).
     """
-    shape_size(shape, name)
     if out is None:
+        shape_size(shape, name, dtype.itemsize)
         result = np.empty(shape, dtype)
         return result, result.reshape(-1, shape[-1]), lambda: None
-    out_array(out, shape, dtype, name)
+    out_array(out, shape, dtype, name)  # an array of that size exists (a memmap, maybe)
     rows = None if self_overlaps(out) else rows_view(out)
     if rows is not None:
         return out, rows, lambda: None
+    shape_size(shape, f"{name} (a copy of it)", dtype.itemsize)
     tmp = np.empty(shape, dtype)
 
     def finish():

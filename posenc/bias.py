@@ -22,6 +22,9 @@ from ._typing import Array, ArrayLike, ArrayT, DTypeLike, NDArray, ScalarT
 _MAX_OFFSET = _core.MAX_Q_OFFSET
 _MAX_BUCKETS = _core.T5_MAX_BUCKETS
 _MAX_DISTANCE = _core.T5_MAX_DISTANCE
+# the arguments that set the size of a table, as its size check names them
+_ALIBI_SIZES = "n_heads, q_len and k_len"
+_T5_SIZES = "table's n_heads (its columns), q_len and k_len"
 
 
 # ---------------------------------------------------------------- helpers
@@ -61,31 +64,33 @@ def _scores(scores, shape, dtype):
     return arr
 
 
-def _run(kernel, arr, *, read):
-    """kernel(view) on every 4-D view of `arr` the C code can write directly;
-    arrays it cannot (byte-swapped, unaligned, a strided last axis,
-    overlapping elements) go through a native C-contiguous temporary, read
-    from `arr` first when the kernel adds into it."""
+def _run(kernel, arr, *, read, name):
+    """kernel(view) on every 4-D view of `arr` (the argument `name`) the C
+    code can write directly; arrays it cannot (byte-swapped, unaligned, a
+    strided last axis, overlapping elements) go through a native
+    C-contiguous temporary, read from `arr` first when the kernel adds into
+    it."""
     views = v.bias_views(arr)
     if views is not None:
         for view in views:
             kernel(view)
         return
     native = arr.dtype.newbyteorder("=")
+    v.shape_size(arr.shape, f"{name} (a copy of it)", native.itemsize)
     tmp = np.array(arr, dtype=native, order="C") if read else np.empty(arr.shape, native)
     for view in v.bias_views(tmp):
         kernel(view)
     np.copyto(arr, tmp, casting="unsafe")
 
 
-def _fill(kernel, shape, dtype, out):
-    v.shape_size(shape, "out")
+def _fill(kernel, shape, dtype, out, sizes):
     if out is None:
+        v.shape_size(shape, sizes, dtype.itemsize)
         result = np.empty(shape, dtype)
         kernel(result[None])
         return result
-    v.out_array(out, shape, dtype, "out")
-    _run(kernel, out, read=False)
+    v.out_array(out, shape, dtype, "out")  # an array of that size exists (a memmap, maybe)
+    _run(kernel, out, read=False, name="out")
     return out
 
 
@@ -126,6 +131,7 @@ def alibi_slopes(n_heads: int, *, max_bias: float = 8.0) -> NDArray[np.float64]:
     """
     n = v.integer(n_heads, "n_heads", minimum=1)
     max_bias = v.real(max_bias, "max_bias", positive=True)
+    v.shape_size((n,), "n_heads", count=2)  # the slopes and their copy
     return _slopes(n, max_bias).copy()
 
 
@@ -262,6 +268,11 @@ def alibi_bias(
         )
     q_offset = _offset(q_offset, k_len - q_len)
     causal = v.flag(causal, "causal")
+    shape = (n_heads, q_len, k_len)
+    if scores is None:
+        dtype = v.result_dtype(dtype, out, bfloat16=True)
+        if out is None:  # the table made, checked before the slopes
+            v.shape_size(shape, _ALIBI_SIZES, dtype.itemsize)
     if slopes is None:
         slopes = _slopes(n_heads, v.real(max_bias, "max_bias", positive=True))
     else:
@@ -270,7 +281,6 @@ def alibi_bias(
         slopes = v.native_copy(v.real_array(slopes, "slopes"), np.float64)
         if slopes.shape != (n_heads,):
             raise ValueError(f"slopes must have shape ({n_heads},), not {slopes.shape}")
-    shape = (n_heads, q_len, k_len)
     slopes = v.apart(slopes, scores if scores is not None else out)
     if scores is not None:
         if out is not None:
@@ -280,14 +290,15 @@ def alibi_bias(
             lambda dst: _core.alibi(slopes, v.for_kernel(dst), q_offset, causal, True),
             arr,
             read=True,
+            name="scores",
         )
         return arr
-    dtype = v.result_dtype(dtype, out, bfloat16=True)
     return _fill(
         lambda dst: _core.alibi(slopes, v.for_kernel(dst), q_offset, causal, False),
         shape,
         dtype,
         out,
+        _ALIBI_SIZES,
     )
 
 
@@ -371,6 +382,7 @@ def relative_position_bucket(
         raise TypeError(f"relative_position must hold integers, not dtype {arr.dtype}")
     bidirectional = v.flag(bidirectional, "bidirectional")
     num_buckets, max_distance = _check_t5(bidirectional, num_buckets, max_distance)
+    v.shape_size(arr.shape, "relative_position", count=2)  # its int64 copy and the result
     if arr.dtype.kind == "u" and arr.dtype.itemsize == 8:
         arr = np.minimum(arr, _MAX_DISTANCE)  # all of these share the last bucket
     rel = v.native_copy(arr, np.int64).reshape(-1)
@@ -489,8 +501,10 @@ def _t5_bias(table, q_len, k_len, bidirectional, max_distance, q_offset, scores,
     num_buckets, max_distance = _check_t5(bidirectional, num_buckets, max_distance)
     q_len, k_len = _lengths(q_len, k_len)
     q_offset = _offset(q_offset)
-    tab = v.apart(v.native_copy(arr, arr.dtype), scores if scores is not None else out)
     shape = (n_heads, q_len, k_len)
+    if scores is None and out is None:
+        v.shape_size(shape, _T5_SIZES, arr.dtype.itemsize)
+    tab = v.apart(v.native_copy(arr, arr.dtype), scores if scores is not None else out)
 
     # the largest |distance|: the first key from the last query, or the last
     # key from the first
@@ -508,9 +522,9 @@ def _t5_bias(table, q_len, k_len, bidirectional, max_distance, q_offset, scores,
         if out is not None:
             raise ValueError("give scores (to add into) or out (to write), not both")
         target = _scores(scores, shape, None)
-        _run(kernel(True), target, read=True)
+        _run(kernel(True), target, read=True, name="scores")
         return target
-    return _fill(kernel(False), shape, tab.dtype, out)
+    return _fill(kernel(False), shape, tab.dtype, out, _T5_SIZES)
 
 
 def t5_bias_table_grad(grad, num_buckets, *, bidirectional=True, max_distance=128, q_offset=0):
@@ -616,7 +630,7 @@ def relative_positions(
     q_offset = _offset(q_offset)
     clip = -1 if max_distance is None else v.integer(max_distance, "max_distance", minimum=0)
     clip = min(clip, _MAX_DISTANCE)  # beyond every distance there is
-    v.shape_size((q_len, k_len), "out")
+    v.shape_size((q_len, k_len), "q_len and k_len")
     result = np.empty((q_len, k_len), np.int64)
     _core.relative_positions(result[None, None], clip, q_offset)
     return result

@@ -296,16 +296,21 @@ def rope_cos_sin(
             "positions in rows (mrope_section, axial) give full tables without xpos: "
             "pass full=True and xpos=None"
         )
+    width = rotary if full else rotary // 2
+
+    def tables(shape):  # cos and sin, checked before the positions are made
+        v.shape_size(shape + (width,), "positions and dim", dtype.itemsize, count=2)
+
     if chan is None:
-        pos, shape = v.positions(positions, "positions")
+        pos, shape = v.positions(positions, "positions", result=tables)
         inv_freq, attention = rope_scaling.frequencies(rotary, base, rope, _seq_len(pos, rope))
     else:
         arr = _channel_positions(positions, chan)
         shape = arr.shape[1:]
+        tables(shape)
+        v.shape_size(arr.shape, "positions")
         pos = np.array(arr, dtype=np.float64, order="C").reshape(chan.n, -1)
         inv_freq, attention = chan.frequencies(rotary, base, rope, _seq_len(pos, rope))
-    width = rotary if full else rotary // 2
-    v.shape_size(shape + (width,), "positions")
     xpos_args = _xpos_kernel_args(role, scale_base, centre, rotary, pos, dtype, False)
     cos = np.empty(shape + (width,), dtype)
     sin = np.empty(shape + (width,), dtype)
@@ -632,6 +637,8 @@ def apply_rope(
         raise ValueError("x must have at least one dimension (..., dim)")
     dim = x.shape[-1]
     lead = x.shape[:-1]
+    if out is None:  # x may take less memory than its shape (broadcast): the result does not
+        v.shape_size(x.shape, "x", dtype.itemsize)
     base = v.real(base, "base", positive=True)
     layout_code = _APPLY_LAYOUTS[v.choice(layout, "layout", tuple(_APPLY_LAYOUTS))]
     relayout = layout_code == _core.ROPE_INTERLEAVED_TO_HALF
@@ -656,6 +663,8 @@ def apply_rope(
     if out is not None:
         v.out_array(out, x.shape, dtype, "out")
 
+    if not v.kernel_ready(x):
+        v.shape_size(x.shape, "x (a copy of it)", dtype.itemsize)
     src = x if v.kernel_ready(x) else v.native_copy(x, dtype)
     if out is None:
         result = target = np.empty(x.shape, dtype)
@@ -671,6 +680,7 @@ def apply_rope(
                 or (np.may_share_memory(out, src) and not _same_view(out, src))
             )
         ):
+            v.shape_size(x.shape, "out (a copy of it)", dtype.itemsize)
             target = np.empty(x.shape, dtype)
     if x.size:
         args = (
@@ -868,6 +878,7 @@ def _rotary_dim(dim, rotary_dim, base, scaling, layer_type):
                 f"rotary_dim = {rotary} disagrees with scaling's partial_rotary_factor = "
                 f"{rope.params['partial_rotary_factor']} for x.shape[-1] = {dim}"
             )
+    v.shape_size((rotary // 2,), "x.shape[-1] (its rotary_dim // 2 frequencies)")
     return rotary, rope_scaling.base_of(base, rope), rope
 
 
@@ -944,6 +955,7 @@ def _positions(positions, lead, offset, seq_axis, chan=None):
                 ) from None
             raise
     # a native copy: the kernel reads it from threads
+    v.shape_size(arr.shape, "positions")
     pos = np.array(arr, dtype=np.float64, order="C").reshape(placed)
     if offset:
         with np.errstate(over="ignore"):  # an overflow is reported just below

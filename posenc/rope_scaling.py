@@ -94,9 +94,40 @@ def _implied_factor(params: Params, family: str, original: float) -> float:
     return _number(params, "max_position_embeddings", family, positive=True) / original
 
 
+def _in_range(
+    inv_freq: Float64Array, family: str, key: str, value: Any, rotated: Optional[int] = None
+) -> Float64Array:
+    """`inv_freq`, or a ValueError naming `key` (the parameter whose
+    `value` made them) when some of them (of the first `rotated`) left
+    float64's range: infinite or NaN, or 0 (or below) where the formula
+    gives a positive frequency.  Either would rotate wrongly: NaN tables,
+    or pairs that do not turn."""
+    part = inv_freq if rotated is None else inv_freq[:rotated]
+    if np.isfinite(part).all() and (part > 0).all():
+        return inv_freq
+    if np.isnan(part).any():
+        what = "NaN"
+    elif np.isinf(part).any():
+        what = "overflow to inf"
+    else:
+        what = "underflow to 0"
+    raise ValueError(
+        f"{key} must keep rope_type {family!r}'s inverse frequencies finite and > 0 in "
+        f"float64; {value} makes them {what}"
+    )
+
+
+def _theta(dim: int, base: float, family: str) -> Float64Array:
+    """``base ** (-2i/dim)``, or a ValueError naming the base when they
+    leave float64's range (a base so close to 0 that they overflow)."""
+    with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+        theta = inv_frequencies(dim, base)
+    return _in_range(theta, family, "base (rope_theta)", base)
+
+
 def default(dim: int, base: float, params: Params, seq_len: Optional[int]) -> Frequencies:
     r"""Original RoPE (Su et al., 2021): :math:`\theta_i = b^{-2i/d}`, attention factor 1."""
-    return inv_frequencies(dim, base), 1.0
+    return _theta(dim, base, "default"), 1.0
 
 
 def linear(dim: int, base: float, params: Params, seq_len: Optional[int]) -> Frequencies:
@@ -106,7 +137,9 @@ def linear(dim: int, base: float, params: Params, seq_len: Optional[int]) -> Fre
     Keys: ``factor``.
     """
     factor = _number(params, "factor", "linear", positive=True)
-    return inv_frequencies(dim, base) / factor, 1.0
+    with np.errstate(over="ignore", under="ignore"):
+        inv_freq = _theta(dim, base, "linear") / factor
+    return _in_range(inv_freq, "linear", "scaling['factor']", factor), 1.0
 
 
 def dynamic(dim: int, base: float, params: Params, seq_len: Optional[int]) -> Frequencies:
@@ -137,8 +170,22 @@ def dynamic(dim: int, base: float, params: Params, seq_len: Optional[int]) -> Fr
     if dim < 4:
         raise ValueError(f"dim must be >= 4 for rope_type 'dynamic' (d/(d-2)), got {dim}")
     n = length if seq_len is None else max(seq_len, length)
-    grown = base * ((factor * n / length) - (factor - 1)) ** (dim / (dim - 2))
-    return inv_frequencies(dim, grown), 1.0
+    if isinstance(n, int) and n.bit_length() > 1000:  # past any float (and its formatting)
+        n = math.inf
+    try:
+        grown = base * ((factor * n / length) - (factor - 1)) ** (dim / (dim - 2))
+    except OverflowError:  # a float's power past float64, or an int past a float
+        grown = math.inf
+    if not math.isfinite(grown):
+        raise ValueError(
+            f"positions: rope_type 'dynamic' grows its base with the sequence length "
+            f"(seq_len, or max(positions) + 1), and {n:.6g} grows it past float64's range "
+            f"(scaling['factor'] = {factor:g}, {key} = {length}): such positions cannot be "
+            "rotated by it"
+        )
+    with np.errstate(under="ignore"):
+        inv_freq = inv_frequencies(dim, grown)
+    return _in_range(inv_freq, "dynamic", "the sequence length (positions)", n), 1.0
 
 
 def ntk_alpha(dim: int, base: float, params: Params, seq_len: Optional[int]) -> Frequencies:
@@ -155,7 +202,18 @@ def ntk_alpha(dim: int, base: float, params: Params, seq_len: Optional[int]) -> 
     alpha = _number(params, "alpha", "ntk_alpha", positive=True)
     if dim < 4:
         raise ValueError(f"dim must be >= 4 for rope_type 'ntk_alpha' (d/(d-2)), got {dim}")
-    return inv_frequencies(dim, base * alpha ** (dim / (dim - 2))), 1.0
+    try:
+        grown = base * alpha ** (dim / (dim - 2))
+    except OverflowError:
+        grown = math.inf
+    if not (math.isfinite(grown) and grown > 0):
+        raise ValueError(
+            f"scaling['alpha'] must keep rope_type 'ntk_alpha''s base * alpha ** (dim / (dim - 2)) "
+            f"finite and > 0 in float64; {alpha:g} makes it {grown:g}"
+        )
+    with np.errstate(over="ignore", divide="ignore", under="ignore"):
+        inv_freq = inv_frequencies(dim, grown)
+    return _in_range(inv_freq, "ntk_alpha", "scaling['alpha']", alpha), 1.0
 
 
 def yarn(dim: int, base: float, params: Params, seq_len: Optional[int]) -> Frequencies:
@@ -187,32 +245,58 @@ def yarn(dim: int, base: float, params: Params, seq_len: Optional[int]) -> Frequ
     def mscale_of(scale: float, m: float = 1.0) -> float:
         return 1.0 if scale <= 1 else 0.1 * m * math.log(scale) + 1.0
 
-    attention = _number(params, "attention_factor", "yarn", required=False)
+    attention = _number(params, "attention_factor", "yarn", required=False, positive=True)
     if attention is None:
         m = _number(params, "mscale", "yarn", required=False)
         m_all = _number(params, "mscale_all_dim", "yarn", required=False)
         if m and m_all:
-            attention = float(mscale_of(factor, m) / mscale_of(factor, m_all))
+            num, den = mscale_of(factor, m), mscale_of(factor, m_all)
+            attention = float(num / den) if den else math.inf
+            if not (math.isfinite(attention) and attention > 0):
+                raise ValueError(
+                    f"scaling['mscale'] = {m:g} and scaling['mscale_all_dim'] = {m_all:g} must "
+                    "make rope_type 'yarn''s attention factor (0.1 mscale ln(factor) + 1) / "
+                    f"(0.1 mscale_all_dim ln(factor) + 1) finite and > 0; with factor "
+                    f"{factor:g} it is {num:g} / {den:g}"
+                )
         else:
             attention = mscale_of(factor)
     # transformers takes a missing (or zero) beta as the paper's default
     beta_fast = _number(params, "beta_fast", "yarn", required=False) or 32
     beta_slow = _number(params, "beta_slow", "yarn", required=False) or 1
+    for key, beta in (("beta_fast", beta_fast), ("beta_slow", beta_slow)):
+        if beta < 0:
+            raise ValueError(
+                f"scaling[{key!r}] must be > 0 (a number of rotations; 0 or None for the "
+                f"default), got {beta:g}"
+            )
+    if base == 1:
+        raise ValueError(
+            "base (rope_theta) must not be 1 for rope_type 'yarn' (its ramp divides by ln(base))"
+        )
 
-    def correction_dim(rotations: float) -> float:
-        return (dim * math.log(original / (rotations * 2 * math.pi))) / (2 * math.log(base))
+    def correction_dim(rotations: float, key: str) -> float:
+        turns = original / (rotations * 2 * math.pi)
+        if not 0 < turns < math.inf:
+            raise ValueError(
+                f"scaling[{key!r}] = {rotations:g} with original_max_position_embeddings = "
+                f"{original:g} puts rope_type 'yarn''s ramp out of float64's range "
+                f"(original_max_position_embeddings / (2 pi {key}) = {turns:g})"
+            )
+        return (dim * math.log(turns)) / (2 * math.log(base))
 
-    low, high = correction_dim(beta_fast), correction_dim(beta_slow)
+    low, high = correction_dim(beta_fast, "beta_fast"), correction_dim(beta_slow, "beta_slow")
     if params.get("truncate", True):
         low, high = math.floor(low), math.ceil(high)
     low, high = max(low, 0), min(high, dim - 1)
     if low == high:
         high += 0.001  # transformers' guard against a zero-width ramp
     ramp = np.clip((np.arange(dim // 2, dtype=np.float64) - low) / (high - low), 0.0, 1.0)
-    theta = inv_frequencies(dim, base)
+    theta = _theta(dim, base, "yarn")
     extrapolation = 1.0 - ramp
-    inv_freq = (theta / factor) * (1.0 - extrapolation) + theta * extrapolation
-    return inv_freq, attention
+    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+        inv_freq = (theta / factor) * (1.0 - extrapolation) + theta * extrapolation
+    return _in_range(inv_freq, "yarn", "scaling['factor']", factor), attention
 
 
 def llama3(dim: int, base: float, params: Params, seq_len: Optional[int]) -> Frequencies:
@@ -232,15 +316,22 @@ def llama3(dim: int, base: float, params: Params, seq_len: Optional[int]) -> Fre
     low_ff = _number(params, "low_freq_factor", "llama3", positive=True)
     high_ff = _number(params, "high_freq_factor", "llama3", positive=True)
     original = _number(params, "original_max_position_embeddings", "llama3", positive=True)
-    theta = inv_frequencies(dim, base)
+    theta = _theta(dim, base, "llama3")
     low_wavelen, high_wavelen = original / low_ff, original / high_ff
-    wavelen = 2 * math.pi / theta
-    scaled = np.where(wavelen > low_wavelen, theta / factor, theta)
-    medium = ~(wavelen < high_wavelen) & ~(wavelen > low_wavelen)
-    if medium.any():  # the band is empty when high_freq_factor <= low_freq_factor
-        mu = (original / wavelen[medium] - low_ff) / (high_ff - low_ff)
-        scaled[medium] = (1 - mu) * scaled[medium] / factor + mu * scaled[medium]
-    return scaled, 1.0
+    with np.errstate(over="ignore", under="ignore", divide="ignore", invalid="ignore"):
+        wavelen = 2 * math.pi / theta
+        scaled = np.where(wavelen > low_wavelen, theta / factor, theta)
+        medium = ~(wavelen < high_wavelen) & ~(wavelen > low_wavelen)
+        if medium.any():  # the band is empty when high_freq_factor <= low_freq_factor
+            if high_ff == low_ff:  # ... but for a wavelength exactly on its edge: 0 / 0
+                raise ValueError(
+                    f"scaling['high_freq_factor'] must differ from scaling['low_freq_factor'] "
+                    f"(both {low_ff:g}): a pair's wavelength falls on the band's edge, where "
+                    "rope_type 'llama3' divides by their difference"
+                )
+            mu = (original / wavelen[medium] - low_ff) / (high_ff - low_ff)
+            scaled[medium] = (1 - mu) * scaled[medium] / factor + mu * scaled[medium]
+    return _in_range(scaled, "llama3", "scaling['factor']", factor), 1.0
 
 
 def longrope(dim: int, base: float, params: Params, seq_len: Optional[int]) -> Frequencies:
@@ -261,12 +352,28 @@ def longrope(dim: int, base: float, params: Params, seq_len: Optional[int]) -> F
     original = _number(params, "original_max_position_embeddings", "longrope", positive=True)
     short = _factor_list(params, "short_factor", "longrope", dim // 2)
     long = _factor_list(params, "long_factor", "longrope", dim // 2)
-    attention = _number(params, "attention_factor", "longrope", required=False)
+    attention = _number(params, "attention_factor", "longrope", required=False, positive=True)
     if attention is None:
         factor = _implied_factor(params, "longrope", original)
-        attention = 1.0 if factor <= 1.0 else math.sqrt(1 + math.log(factor) / math.log(original))
-    ext = long if seq_len and seq_len > original else short
-    return 1.0 / (ext * frequency_powers(dim, base)), attention
+        if factor <= 1.0:
+            attention = 1.0
+        else:
+            square = 1 + math.log(factor) / math.log(original) if original != 1 else -math.inf
+            if not (0 < square < math.inf):
+                raise ValueError(
+                    f"scaling['original_max_position_embeddings'] = {original:g} with factor "
+                    f"{factor:g} leaves rope_type 'longrope''s attention factor sqrt(1 + "
+                    "ln(factor) / ln(original_max_position_embeddings)) undefined: it must be "
+                    "> 1 (a context length)"
+                )
+            attention = math.sqrt(square)
+    key = "long_factor" if seq_len and seq_len > original else "short_factor"
+    ext = long if key == "long_factor" else short
+    _theta(dim, base, "longrope")
+    with np.errstate(over="ignore", under="ignore", divide="ignore"):
+        inv_freq = 1.0 / (ext * frequency_powers(dim, base))
+    values = f"[{float(ext.min()):g} .. {float(ext.max()):g}]"
+    return _in_range(inv_freq, "longrope", f"scaling[{key!r}]", values), attention
 
 
 def proportional(dim: int, base: float, params: Params, seq_len: Optional[int]) -> Frequencies:
@@ -287,8 +394,10 @@ def proportional(dim: int, base: float, params: Params, seq_len: Optional[int]) 
     factor = _number(params, "factor", "proportional", required=False, positive=True) or 1.0
     rotated = int(fraction * dim // 2)  # transformers' expression
     inv_freq = np.zeros(dim // 2, dtype=np.float64)
-    inv_freq[:rotated] = inv_frequencies(dim, base)[:rotated]
-    return inv_freq / factor, 1.0
+    inv_freq[:rotated] = _theta(dim, base, "proportional")[:rotated]
+    with np.errstate(over="ignore", under="ignore"):
+        inv_freq /= factor
+    return _in_range(inv_freq, "proportional", "scaling['factor']", factor, rotated), 1.0
 
 
 def axial(dim: int, base: float, params: Params, seq_len: Optional[int]) -> Frequencies:
@@ -306,7 +415,7 @@ def axial(dim: int, base: float, params: Params, seq_len: Optional[int]) -> Freq
             f"rope_type 'axial' splits the head's pairs between rows and columns: its "
             f"dimension must be a multiple of 4, got {dim}"
         )
-    ladder = inv_frequencies(dim // 2, base)
+    ladder = _theta(dim // 2, base, "axial")
     return np.concatenate([ladder, ladder]), 1.0
 
 
@@ -897,6 +1006,7 @@ def resolve(
     """``(rotary_dim, base, rope)`` that a call with head dimension `dim`,
     `base`, `scaling` and `layer_type` means (see :func:`read`,
     :func:`rotary_dimension`, :func:`base_of`)."""
+    v.shape_size((dim // 2,), "dim (its dim // 2 frequencies)")
     rope = read(scaling, layer_type)
     check_head_dim(dim, rope, "dim")
     return rotary_dimension(dim, rope), base_of(base, rope), rope
@@ -909,7 +1019,7 @@ _DEFAULT = Rope(FAMILIES["default"], {})
 def _plain_frequencies(dim: int, base: float) -> Float64Array:
     """The frequencies without scaling, made once per (dim, base): a decoding
     step calls for the same ones every time."""
-    inv_freq = np.ascontiguousarray(inv_frequencies(dim, base), dtype=np.float64)
+    inv_freq = np.ascontiguousarray(_theta(dim, base, "default"), dtype=np.float64)
     inv_freq.setflags(write=False)
     return inv_freq
 
@@ -920,4 +1030,13 @@ def frequencies(dim: int, base: float, rope: Rope, seq_len: Optional[int]) -> Fr
     if rope.family.name == "default":
         return _plain_frequencies(dim, base), 1.0
     inv_freq, attention = rope.family.function(dim, base, rope.params, seq_len)
-    return np.ascontiguousarray(inv_freq, dtype=np.float64), float(attention)
+    inv_freq, attention = np.ascontiguousarray(inv_freq, dtype=np.float64), float(attention)
+    # each family refuses the parameters that take it out of range, naming them; this
+    # is the guarantee that none is missed
+    if not (0 < attention < math.inf and np.isfinite(inv_freq).all() and (inv_freq >= 0).all()):
+        raise ValueError(
+            f"scaling: rope_type {rope.name!r} with parameters {dict(rope.params)} gives "
+            f"inverse frequencies or an attention factor ({attention:g}) that are not finite "
+            "and > 0 in float64"
+        )
+    return inv_freq, attention

@@ -5,6 +5,8 @@ attention temperature on its layers without RoPE."""
 
 from __future__ import annotations
 
+import math
+from numbers import Integral
 from typing import Any, Literal, Optional, Tuple, overload
 
 import numpy as np
@@ -14,6 +16,19 @@ from ._interop import foreign
 from ._typing import ArrayLike, ArrayT, NDArray, ScalarT
 
 _LAYOUTS = ("half", "interleaved")
+_INT64 = np.iinfo(np.int64)
+
+
+def _within_int64(arr, name):
+    """A ValueError naming `name` when the integers of `arr` do not all fit
+    in int64: NumPy holds such ones as uint64, or as Python ints in an
+    array of objects, and a cast to int64 would wrap them around."""
+    if arr.dtype.kind == "u" and arr.dtype.itemsize == 8 and arr.size and arr.max() > _INT64.max:
+        raise ValueError(f"{name} must hold integers within int64, got {int(arr.max())}")
+    if arr.dtype.kind == "O" and arr.size:
+        items = arr.ravel().tolist()
+        if all(isinstance(x, Integral) and not isinstance(x, bool) for x in items):
+            raise ValueError(f"{name} must hold integers within int64, got {max(items, key=abs)}")
 
 
 @overload
@@ -51,6 +66,7 @@ def positions_from_cu_seqlens(cu_seqlens, *, start=0):
         packed batch as if its sequences were apart.
     """
     cu = np.asarray(cu_seqlens)
+    _within_int64(cu, "cu_seqlens")
     if cu.dtype.kind not in "iu":
         raise TypeError(f"cu_seqlens must hold integers, not dtype {cu.dtype}")
     if cu.ndim != 1 or cu.shape[0] < 1:
@@ -59,11 +75,20 @@ def positions_from_cu_seqlens(cu_seqlens, *, start=0):
     cu = cu.astype(np.int64)
     if cu[0] != 0:
         raise ValueError(f"cu_seqlens must start at 0, not {cu[0]}")
+    if (cu < 0).any():  # past 0, a decrease (and a difference that could wrap around)
+        raise ValueError("cu_seqlens must be non-decreasing")
     lengths = np.diff(cu)
     if (lengths < 0).any():
         raise ValueError("cu_seqlens must be non-decreasing")
     total = int(cu[-1])
-    v.shape_size((total,), "cu_seqlens[-1]")
+    # the result and the starts of the sequences repeated for each token
+    v.shape_size((total,), "cu_seqlens[-1]", count=2)
+    last = start + max(int(lengths.max()) - 1 if lengths.size else 0, 0)
+    if start < _INT64.min or last > _INT64.max:
+        raise ValueError(
+            f"start = {start}: the positions start .. {last} (the longest sequence's) must fit "
+            f"in int64 [{_INT64.min}, {_INT64.max}]"
+        )
     # each token's index minus the start of its sequence
     return np.arange(total, dtype=np.int64) - np.repeat(cu[:-1], lengths) + start
 
@@ -132,6 +157,7 @@ def permute_rope_weight(weight, n_heads, *, to="half"):
             f"weight.shape[0] = {rows} must be n_heads = {n_heads} times an even head_dim"
         )
     half = rows // n_heads // 2
+    v.shape_size(w.shape, "weight", w.dtype.itemsize)  # a broadcast view takes less memory
     # interleaved -> half: feature 2i + j of a head goes to j * half + i
     split = (half, 2) if to == "half" else (2, half)
     heads = w.reshape(n_heads, *split, *w.shape[1:])
@@ -174,9 +200,14 @@ def attention_temperature(positions, *, floor_scale=8192, attn_scale=0.1):
     Parameters
     ----------
     positions : int or array_like
-        Positions (an int n means ``arange(n)``).
+        Positions, >= 0 (an int n means ``arange(n)``): the tokens' cache
+        positions.  A negative one is refused: the formula gives ``-inf``
+        or NaN for nearly all of them (``log`` of 0 or of a negative
+        number), as transformers' Llama 4 computes it.
     floor_scale, attn_scale
         The config's ``floor_scale`` (8192) and ``attn_scale`` (0.1).
+        Values for which the factor of the largest position overflows are
+        refused.
 
     Returns
     -------
@@ -184,17 +215,40 @@ def attention_temperature(positions, *, floor_scale=8192, attn_scale=0.1):
         The factor to multiply the queries by, computed in float64 (the
         model computes it in float32).
     """
-    pos, shape = v.positions(positions)
     floor_scale = v.real(floor_scale, "floor_scale", positive=True)
     attn_scale = v.real(attn_scale, "attn_scale")
+    pos, shape = v.positions(
+        positions, result=lambda shape: v.shape_size(shape, "positions", count=2)
+    )
+    if pos.size:
+        # the factor grows with the position: the largest decides whether it overflows
+        low, high = float(pos.min()), float(pos.max())
+        if low < 0:
+            raise ValueError(
+                f"positions must be >= 0 (the tokens' cache positions), got {low:g}: "
+                "log(1 + floor((pos + 1) / floor_scale)) is -inf or NaN below -1"
+            )
+        ratio = (high + 1.0) / floor_scale
+        if not math.isfinite(ratio):
+            raise ValueError(
+                f"floor_scale = {floor_scale:g} is too small for positions up to {high:g}: "
+                "(pos + 1) / floor_scale overflows float64"
+            )
+        if not math.isfinite(math.log1p(math.floor(ratio)) * attn_scale):
+            raise ValueError(
+                f"attn_scale = {attn_scale:g} makes the factor of position {high:g} overflow "
+                "float64"
+            )
     scale = np.log1p(np.floor((pos + 1.0) / floor_scale)) * attn_scale + 1.0
     return scale.reshape(shape)
 
 
 def _grids(value, name):
+    """(t, h, w) of each image or video, as an (n, 3) int64 array."""
     if value is None:
         return np.zeros((0, 3), dtype=np.int64)
     arr = np.asarray(value)
+    _within_int64(arr, name)
     if arr.dtype.kind not in "iu":
         raise TypeError(f"{name} must hold integers (t, h, w), not dtype {arr.dtype}")
     if arr.ndim != 2 or arr.shape[1] != 3:
@@ -308,69 +362,124 @@ def mrope_position_ids(
                 f"attention_mask must have token_types' shape {np.asarray(token_types).shape}, "
                 f"not {mask.shape}"
             )
+        if mask.dtype.kind not in "biuf":
+            raise TypeError(f"attention_mask must hold 0 and 1, not dtype {mask.dtype}")
+        if not np.isin(mask, (0, 1)).all():  # NaN, 0.5 or 2 are not read as 1
+            raise ValueError("attention_mask must hold 0 (padding) and 1 (tokens) only")
         mask = np.atleast_2d(mask).astype(bool)
     merge = v.integer(spatial_merge_size, "spatial_merge_size", minimum=1)
     images = _grids(image_grids, "image_grids")
     videos = _grids(video_grids, "video_grids")
-    if video_time_intervals is None:
-        intervals = np.ones(len(videos), dtype=np.float32)
-    else:
-        intervals = np.asarray(video_time_intervals, dtype=np.float32).reshape(-1)
-        if intervals.shape[0] != len(videos):
+    frames_apart = v.flag(video_frames_apart, "video_frames_apart")
+    intervals = _intervals(video_time_intervals, videos, frames_apart)
+    for grids, name in ((images, "image_grids"), (videos, "video_grids")):
+        if (grids[:, 1:] % merge).any():
+            raise ValueError(f"{name}: h and w must be multiples of spatial_merge_size = {merge}")
+    # the runs of each sequence, matched with the grids before anything is made
+    runs = [_runs(types[b][mask[b]]) for b in range(types.shape[0])]
+    held = {kind: sum(kinds.count(kind) for kinds, _ in runs) for kind in (1, 2)}
+    given = {1: len(images), 2: sum(videos[:, 0].tolist()) if frames_apart else len(videos)}
+    for kind, what in ((1, "image"), (2, "video")):
+        items = f"{what}s" if kind == 1 or not frames_apart else "frames (video_frames_apart)"
+        if held[kind] > given[kind]:
             raise ValueError(
-                f"video_time_intervals must have one value per video ({len(videos)}), "
-                f"not {intervals.shape[0]}"
+                f"token_types has more {items} than {what}_grids gives ({given[kind]})"
             )
-    if v.flag(video_frames_apart, "video_frames_apart"):
+        if held[kind] < given[kind]:
+            raise ValueError(
+                f"{what}_grids gives {given[kind]} {items}, token_types holds {held[kind]}"
+            )
+    if frames_apart:  # as many frames as runs of video tokens: no more than the tokens
         frames = videos[:, 0]
         videos = np.repeat(videos, frames, axis=0)
         videos[:, 0] = 1
         intervals = np.repeat(intervals, frames)
-    for grids, name in ((images, "image_grids"), (videos, "video_grids")):
-        if (grids[:, 1:] % merge).any():
-            raise ValueError(f"{name}: h and w must be multiples of spatial_merge_size = {merge}")
     queues = {1: (images, intervals[:0], "image"), 2: (videos, intervals, "video")}
     used = {1: 0, 2: 0}
-    positions = np.zeros((3, *types.shape), dtype=np.int64)
-    deltas = np.zeros((types.shape[0], 1), dtype=np.int64)
-    for b in range(types.shape[0]):
-        kept = types[b][mask[b]]
-        pieces, current = [], 0
-        edges = np.flatnonzero(np.diff(kept)) + 1
-        for run in np.split(kept, edges) if kept.size else []:
-            kind, length = int(run[0]), run.shape[0]
+    grid_of = []  # each run's grid (t, h / m, w / m) in Python ints, checked
+    for kinds, lengths in runs:
+        for kind, length in zip(kinds, lengths):
             if kind == 0:
-                pieces.append(np.broadcast_to(np.arange(length) + current, (3, length)))
-                current += length
                 continue
-            grids, steps, what = queues[kind]
+            grids, _, what = queues[kind]
             k = used[kind]
-            if k >= len(grids):
-                raise ValueError(f"token_types has more {what}s than {what}_grids gives ({k})")
-            t, h, w = grids[k]
+            t, h, w = (int(n) for n in grids[k])
             h, w = h // merge, w // merge
             if t * h * w != length:
                 raise ValueError(
                     f"{what} {k} has {length} tokens in token_types, but its grid (t, h, w) = "
-                    f"{tuple(grids[k])} with spatial_merge_size {merge} makes {t * h * w}"
+                    f"{(t, h * merge, w * merge)} with spatial_merge_size {merge} makes {t * h * w}"
                 )
-            step = steps[k] if kind == 2 else np.float32(1)
+            grid_of.append((t, h, w, k))
+            used[kind] = k + 1
+    positions = np.zeros((3, *types.shape), dtype=np.int64)
+    deltas = np.zeros((types.shape[0], 1), dtype=np.int64)
+    grid_runs = iter(grid_of)
+    for b, (kinds, lengths) in enumerate(runs):
+        pieces, current = [], 0
+        for kind, length in zip(kinds, lengths):
+            if kind == 0:
+                pieces.append(np.broadcast_to(np.arange(length) + current, (3, length)))
+                current += length
+                continue
+            t, h, w, k = next(grid_runs)
+            step = intervals[k] if kind == 2 else np.float32(1)
             temporal = np.trunc(np.arange(t, dtype=np.float32) * step).astype(np.int64)
             tt, hh, ww = np.meshgrid(temporal, np.arange(h), np.arange(w), indexing="ij")
             pieces.append(np.stack([tt, hh, ww]).reshape(3, -1) + current)
             current += max(h, w)
-            used[kind] = k + 1
         seq = np.concatenate(pieces, axis=1) if pieces else np.zeros((3, 0), np.int64)
         positions[:, b, mask[b]] = seq
-        deltas[b, 0] = (seq.max() + 1 if seq.size else 0) - kept.shape[0]
-    for kind, (grids, _, what) in queues.items():
-        if used[kind] != len(grids):
-            raise ValueError(
-                f"{what}_grids gives {len(grids)} {what}s, token_types holds {used[kind]}"
-            )
+        deltas[b, 0] = (seq.max() + 1 if seq.size else 0) - sum(lengths)
     if single:
         return positions[:, 0], deltas[0]
     return positions, deltas
+
+
+def _runs(kept):
+    """The runs of equal token types of one sequence: ``(kinds, lengths)``,
+    two lists of Python ints."""
+    if not kept.size:
+        return [], []
+    starts = np.concatenate([[0], np.flatnonzero(np.diff(kept)) + 1])
+    lengths = np.diff(np.append(starts, kept.shape[0]))
+    return kept[starts].astype(np.int64).tolist(), lengths.tolist()
+
+
+def _intervals(value, videos, frames_apart):
+    """The temporal step of each video as float32 (1 when not given): finite
+    and >= 0, each making temporal positions within int64."""
+    n = len(videos)
+    if value is None:
+        return np.ones(n, dtype=np.float32)
+    arr = v.real_array(value, "video_time_intervals").reshape(-1)
+    if arr.shape[0] != n:
+        raise ValueError(
+            f"video_time_intervals must have one value per video ({n}), not {arr.shape[0]}"
+        )
+    if not n:
+        return np.ones(0, dtype=np.float32)
+    if (arr < 0).any():
+        raise ValueError(
+            "video_time_intervals must be >= 0 (a video's temporal step, e.g. Qwen2.5-VL's "
+            f"tokens_per_second * second_per_grid_ts), got {float(arr.min()):g}"
+        )
+    wide = arr.astype(np.float64)
+    if not frames_apart:  # apart, every frame is a grid of t = 1, at its start
+        # the last frame's temporal position, (t - 1) * interval, well within int64
+        last = (videos[:, 0] - 1).astype(np.float64) * wide
+        k = int(np.argmax(last))
+        if not last[k] < 2.0**62:
+            raise ValueError(
+                f"video_time_intervals[{k}] = {wide[k]:g} with the video's t = {videos[k, 0]} "
+                f"frames puts its last frame at temporal position {last[k]:g}, past int64"
+            )
+    if wide.max() > np.finfo(np.float32).max:
+        raise ValueError(
+            f"video_time_intervals must be within float32's range (they are applied in "
+            f"float32, as transformers does), got {float(wide.max()):g}"
+        )
+    return arr.astype(np.float32)
 
 
 _VISION_CONVENTIONS = ("qwen2_vl", "llama4")
@@ -444,6 +553,7 @@ def vision_position_ids(grids, *, spatial_merge_size=1, convention="qwen2_vl"):
     convention = v.choice(convention, "convention", _VISION_CONVENTIONS)
     merge = v.integer(spatial_merge_size, "spatial_merge_size", minimum=1)
     arr = np.asarray(grids)
+    _within_int64(arr, "grids")
     if arr.dtype.kind not in "iu":
         raise TypeError(f"grids must hold integers, not dtype {arr.dtype}")
     if convention == "llama4":
@@ -458,12 +568,16 @@ def vision_position_ids(grids, *, spatial_merge_size=1, convention="qwen2_vl"):
         if (arr < 1).any():
             raise ValueError("grids must hold sizes >= 1")
         h, w = (int(n) for n in arr)
+        # the result and the patches' indices, each of h * w + 1 patches (their rows and columns)
+        v.shape_size((2, h * w + 1), "grids", count=2)
         idx = np.arange(h * w, dtype=np.int64)
         coords = np.stack([idx % w + 1, idx // w + 1])
         return np.concatenate([coords, np.zeros((2, 1), np.int64)], axis=1)
     grid = _grids(arr.reshape(1, 3) if arr.shape == (3,) else arr, "grids")
     if (grid[:, 1:] % merge).any():
         raise ValueError(f"grids: h and w must be multiples of spatial_merge_size = {merge}")
+    # the result, and as much again in the pieces it is made of
+    v.shape_size((2, sum(t * h * w for t, h, w in grid.tolist())), "grids", count=2)
     parts = []
     for t, h, w in grid.tolist():
         rows, cols = np.meshgrid(np.arange(h), np.arange(w), indexing="ij")

@@ -91,7 +91,13 @@ def sinusoid(positions, dim, *, base=10000.0, layout="interleaved", dtype=None, 
     base = v.real(base, "base", positive=True)
     layout_code = _LAYOUTS[v.choice(layout, "layout", tuple(_LAYOUTS))]
     dtype = v.result_dtype(dtype, out, bfloat16=True)
-    pos, shape = v.positions(positions, "positions")
+    v.shape_size((dim // 2,), "dim (its dim // 2 frequencies)")
+
+    def table(shape):  # made unless out is given (it may be larger than memory: a memmap)
+        if out is None:
+            v.shape_size(shape + (dim,), "positions and dim", dtype.itemsize)
+
+    pos, shape = v.positions(positions, "positions", result=table)
     result, rows, finish = v.output(out, shape + (dim,), dtype, "out")
     _core.sinusoid(pos, inv_frequencies(dim, base), v.for_kernel(rows), layout_code)
     finish()

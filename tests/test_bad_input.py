@@ -3,6 +3,8 @@ mistake: each raises TypeError or ValueError, and the message names the
 argument.  A row with `out=` also checks that the failed call left it as it
 was."""
 
+import tracemalloc
+
 import numpy as np
 import pytest
 
@@ -406,3 +408,177 @@ def test_failed_call_leaves_out_untouched(call, shape, dtype):
     with pytest.raises((TypeError, ValueError)):
         call(out)
     assert (out == 7.0).all()
+
+
+# ---------------------------------------------------------------- sizes, wrap-around, ranges
+
+BIG = 2**40  # far more than any machine's memory, in any table made of it
+
+# (id, call, the argument(s) its message must name): each result cannot be
+# made, and is refused from the sizes given before anything is allocated
+SIZE_ROWS = [
+    ("rope_cos_sin dim", lambda: posenc.rope_cos_sin(4, 2**62), "dim"),
+    ("rope_cos_sin dim 2**40", lambda: posenc.rope_cos_sin(4, BIG), "dim"),
+    ("rope_cos_sin no positions", lambda: posenc.rope_cos_sin(0, 2**62), "dim"),
+    ("rope_cos_sin positions", lambda: posenc.rope_cos_sin(BIG, 8), "positions"),
+    ("rope_frequencies dim", lambda: posenc.rope_frequencies(2**62), "dim"),
+    ("rope_frequencies dim 2**40", lambda: posenc.rope_frequencies(BIG), "dim"),
+    ("sinusoid dim", lambda: posenc.sinusoid(4, BIG), "dim"),
+    ("sinusoid no positions", lambda: posenc.sinusoid(0, 2**62), "dim"),
+    ("apply_rope broadcast x", lambda: posenc.apply_rope(np.broadcast_to(np.float32(1), (BIG, 8))),
+     "x"),
+    ("apply_rope empty x", lambda: posenc.apply_rope(np.zeros((0, BIG), np.float16)), "x"),
+    ("vision llama4 2**32", lambda: posenc.vision_position_ids(2**32, convention="llama4"),
+     "grids"),
+    ("vision llama4 2**20", lambda: posenc.vision_position_ids(2**20, convention="llama4"),
+     "grids"),
+    ("vision llama4 2**64", lambda: posenc.vision_position_ids(2**64, convention="llama4"),
+     "grids"),
+    ("vision qwen", lambda: posenc.vision_position_ids([[1, 2**20, 2**20]]), "grids"),
+    ("vision qwen wraps", lambda: posenc.vision_position_ids([[1, 2**40, 2**40]]), "grids"),
+    ("cu_seqlens 2**40", lambda: posenc.positions_from_cu_seqlens([0, BIG]), "cu_seqlens"),
+    ("cu_seqlens 2**64", lambda: posenc.positions_from_cu_seqlens([0, 2**64]), "cu_seqlens"),
+    ("attention_temperature", lambda: posenc.attention_temperature(BIG), "positions"),
+    ("mrope frames apart", lambda: posenc.mrope_position_ids(
+        [0, 2, 2, 2, 2], video_grids=[[BIG, 4, 4]], video_frames_apart=True), "video_grids"),
+    ("permute_rope_weight", lambda: posenc.permute_rope_weight(
+        np.broadcast_to(np.float32(1), (BIG, 8)), 2), "weight"),
+    ("alibi_slopes", lambda: posenc.alibi_slopes(BIG), "n_heads"),
+    ("alibi_slopes 2**70", lambda: posenc.alibi_slopes(2**70), "n_heads"),
+    ("alibi_bias n_heads", lambda: posenc.alibi_bias(BIG, 4), "n_heads"),
+    ("alibi_bias q_len", lambda: posenc.alibi_bias(4, 2**20), "q_len"),
+    ("t5_bias q_len", lambda: posenc.t5_bias(TABLE, 2**20), "q_len"),
+    ("relative_positions", lambda: posenc.relative_positions(2**20, 2**21), "q_len and k_len"),
+    ("relative_position_bucket", lambda: posenc.relative_position_bucket(
+        np.broadcast_to(np.int64(1), (BIG,))), "relative_position"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("call, name", [r[1:] for r in SIZE_ROWS], ids=[r[0] for r in SIZE_ROWS])
+def test_a_size_too_large_is_a_value_error_naming_the_argument(call, name):
+    with pytest.raises(ValueError, match=name):
+        call()
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        # the positions 0..2**24 - 1 (128 MiB) were made before the tables were found too large
+        lambda: posenc.rope_cos_sin(2**24, 2**20),
+        # 2**22 frames (100 MiB of grids) were made before the prompt was found to hold one
+        lambda: posenc.mrope_position_ids(
+            [0, 2, 2, 2, 2], video_grids=[[2**22, 4, 4]], video_frames_apart=True
+        ),
+    ],
+    ids=["rope_cos_sin", "mrope_position_ids"],
+)
+def test_a_call_too_large_is_refused_before_anything_is_allocated(call):
+    tracemalloc.start()
+    try:
+        with pytest.raises(ValueError):
+            call()
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 2**20
+
+
+def test_a_result_larger_than_the_machines_memory_is_refused(monkeypatch):
+    from posenc import _validate
+
+    # a machine of 1000 bytes: a table of 100 x 8 float32 (3200 bytes) does not fit
+    monkeypatch.setattr(_validate, "memory_limit", lambda: (1000, "this machine's memory"))
+    with pytest.raises(ValueError, match="positions and dim: .* this machine's memory"):
+        posenc.sinusoid(100, 8)
+    assert posenc.sinusoid(10, 8, dtype="float16").shape == (10, 8)  # 160 bytes
+
+
+def test_an_out_larger_than_the_machines_memory_is_written(monkeypatch):
+    from posenc import _validate
+
+    # out= exists already (a memmap may be larger than memory): written, not refused
+    monkeypatch.setattr(_validate, "memory_limit", lambda: (1000, "this machine's memory"))
+    out = sentinel((100, 8))
+    assert posenc.sinusoid(100, 8, out=out) is out
+    np.testing.assert_allclose(out[:, 1], np.cos(np.arange(100)), atol=1e-6)  # cos(p w_0)
+    out = sentinel((2, 12, 12))
+    assert posenc.alibi_bias(2, 12, out=out) is out
+    assert out[0, 11, 0] == -11 * 2.0**-4  # slope 2 ** (-8 / 2) of head 0, by hand
+    x = np.ones((100, 8), np.float32)
+    assert posenc.apply_rope(x, out=x) is x
+    with pytest.raises(ValueError, match="x: .* this machine's memory"):
+        posenc.apply_rope(x)
+
+
+INT64_MAX = 2**63 - 1
+
+# (id, call, exception, words the message must contain): results that wrapped
+# around int64, or were -inf / NaN / garbage, refused by name
+RANGE_ROWS = [
+    ("cu_seqlens start wraps", lambda: posenc.positions_from_cu_seqlens([0, 3], start=2**63 - 2),
+     ValueError, "start"),
+    ("cu_seqlens start 2**64", lambda: posenc.positions_from_cu_seqlens([0, 3], start=2**64),
+     ValueError, "start"),
+    ("cu_seqlens start below int64", lambda: posenc.positions_from_cu_seqlens(
+        [0, 3], start=-(2**63) - 1), ValueError, "start"),
+    ("temperature negative", lambda: posenc.attention_temperature([-8193, -20000]), ValueError,
+     "positions must be >= 0"),
+    ("temperature -2", lambda: posenc.attention_temperature([0, -2]), ValueError,
+     "positions must be >= 0"),
+    ("temperature floor_scale", lambda: posenc.attention_temperature([5], floor_scale=1e-320),
+     ValueError, "floor_scale"),
+    ("temperature attn_scale", lambda: posenc.attention_temperature([2**20], attn_scale=1e308),
+     ValueError, "attn_scale"),
+    ("mrope interval nan", lambda: _video_intervals([np.nan]), ValueError, "video_time_intervals"),
+    ("mrope interval inf", lambda: _video_intervals([np.inf]), ValueError, "video_time_intervals"),
+    ("mrope interval 1e30", lambda: _video_intervals([1e30]), ValueError,
+     "video_time_intervals\\[0\\]"),
+    ("mrope interval 1e39", lambda: _video_intervals([1e39], apart=True), ValueError,
+     "video_time_intervals"),
+    ("mrope interval negative", lambda: _video_intervals([-1.0]), ValueError,
+     "video_time_intervals must be >= 0"),
+    ("mrope interval str", lambda: _video_intervals(["a"]), TypeError, "video_time_intervals"),
+    # t * h/2 * w/2 = (2**62 + 1) * 4 wraps int64 to the 4 tokens of the video
+    ("mrope grid wraps", lambda: posenc.mrope_position_ids(
+        [0, 2, 2, 2, 2], video_grids=[[2**62 + 1, 2, 8]]), ValueError,
+     "video 0 .* makes 18446744073709551620"),
+    ("mrope grid past int64", lambda: posenc.mrope_position_ids(
+        [0, 2, 2, 2, 2], video_grids=np.array([[2**63, 2, 2]], np.uint64)), ValueError,
+     "video_grids .* int64"),
+    ("mrope mask nan", lambda: posenc.mrope_position_ids([0, 0], attention_mask=[1.0, np.nan]),
+     ValueError, "attention_mask"),
+    ("mrope mask 2", lambda: posenc.mrope_position_ids([0, 0], attention_mask=[2, 1]),
+     ValueError, "attention_mask"),
+    ("vision grid past int64", lambda: posenc.vision_position_ids(
+        np.array([[1, 2**63, 2]], np.uint64)), ValueError, "grids .* int64"),
+]  # fmt: skip
+
+
+def _video_intervals(intervals, apart=False):
+    """A prompt of one video of 2 frames of 2 x 2 merged patches."""
+    return posenc.mrope_position_ids(
+        [0] + [2] * 8,
+        video_grids=[[2, 4, 4]],
+        video_time_intervals=intervals,
+        video_frames_apart=apart,
+    )
+
+
+@pytest.mark.parametrize(
+    "call, exc, words", [r[1:] for r in RANGE_ROWS], ids=[r[0] for r in RANGE_ROWS]
+)
+def test_values_out_of_range_raise_a_clear_error(call, exc, words):
+    with pytest.raises(exc, match=words):
+        call()
+
+
+def test_edges_of_the_ranges_are_computed():
+    # the last position that fits int64, by hand
+    got = posenc.positions_from_cu_seqlens([0, 2, 3], start=INT64_MAX - 1)
+    assert got.tolist() == [INT64_MAX - 1, INT64_MAX, INT64_MAX - 1]
+    # position 0 and -0.0 give Llama 4's factor 1, 8191 the first step: 1 + 0.1 log 2
+    got = posenc.attention_temperature([0.0, -0.0, 8190, 8191])
+    np.testing.assert_array_equal(got, [1.0, 1.0, 1.0, 1.0 + 0.1 * np.log(2.0)])
+    # an interval of 0 keeps every frame at the video's start, as transformers computes it
+    ids, _ = _video_intervals([0.0])
+    assert ids[0].tolist() == [0] + [1] * 8

@@ -673,6 +673,96 @@ def test_apply_rope_takes_the_sequence_length_from_the_positions(rng):
     np.testing.assert_allclose(posenc.apply_rope(x, scaling=s), x * cos + rotated * sin, atol=1e-12)
 
 
+LONGROPE = {
+    "rope_type": "longrope",
+    "short_factor": [1.0] * 4,
+    "long_factor": [2.0] * 4,
+    "original_max_position_embeddings": 4096,
+    "factor": 2.0,
+}
+DYNAMIC = {"rope_type": "dynamic", "factor": 2.0, "max_position_embeddings": 16}
+# a wavelength 2 pi exactly on the edge of llama3's band, whose factors are equal
+EDGE = dict(LLAMA3, low_freq_factor=1.0, high_freq_factor=1.0)
+EDGE["original_max_position_embeddings"] = 2 * math.pi
+
+# (id, rope_frequencies' dim, base, scaling, seq_len, words of the message):
+# parameters that make the frequencies or the attention factor infinite,
+# NaN, zero or negative (or a float64 overflow on the way) are refused by name
+OUT_OF_RANGE = [
+    ("linear factor tiny", 8, 1e4, {"rope_type": "linear", "factor": 1e-320}, None,
+     r"scaling\['factor'\] must keep .* overflow to inf"),
+    ("dynamic far positions", 8, 1e4, DYNAMIC, 10**300, "positions"),
+    ("dynamic seq_len past floats", 8, 1e4, DYNAMIC, 10**400, "positions"),
+    ("ntk_alpha huge", 8, 1e4, {"rope_type": "ntk_alpha", "alpha": 1e300}, None,
+     r"scaling\['alpha'\]"),
+    ("ntk_alpha tiny", 8, 1e4, {"rope_type": "ntk_alpha", "alpha": 1e-300}, None,
+     r"scaling\['alpha'\]"),
+    ("yarn factor tiny", 8, 1e4, dict(YARN, factor=1e-320), None, r"scaling\['factor'\]"),
+    ("yarn beta_fast negative", 8, 1e4, dict(YARN, beta_fast=-1.0), None,
+     r"scaling\['beta_fast'\] must be > 0"),
+    ("yarn beta_slow huge", 8, 1e4, dict(YARN, beta_slow=1e308), None, r"scaling\['beta_slow'\]"),
+    ("yarn mscale_all_dim zero scale", 8, 1e4,
+     dict(YARN, factor=math.e, mscale=1.0, mscale_all_dim=-10.0), None,
+     r"scaling\['mscale'\] = 1 and scaling\['mscale_all_dim'\] = -10"),
+    ("yarn negative attention", 8, 1e4, dict(YARN, mscale=-100.0, mscale_all_dim=1.0), None,
+     r"scaling\['mscale'\]"),
+    ("yarn attention_factor 0", 8, 1e4, dict(YARN, attention_factor=0.0), None,
+     r"scaling\['attention_factor'\] must be > 0"),
+    ("yarn base 1", 8, 1.0, YARN, None, "base"),
+    ("llama3 factor tiny", 128, 5e5, dict(LLAMA3, factor=1e-320), None, r"scaling\['factor'\]"),
+    ("llama3 equal band factors", 2, 1e4, EDGE, None,
+     r"scaling\['high_freq_factor'\] must differ from scaling\['low_freq_factor'\]"),
+    ("longrope short_factor tiny", 8, 1e4, dict(LONGROPE, short_factor=[1e-320] * 4), None,
+     r"scaling\['short_factor'\] .* overflow to inf"),
+    ("longrope long_factor huge", 8, 1e4, dict(LONGROPE, long_factor=[1e308] * 4), 10**4,
+     r"scaling\['long_factor'\] .* underflow to 0"),
+    ("longrope trained length 1", 8, 1e4, dict(LONGROPE, original_max_position_embeddings=1),
+     None, r"scaling\['original_max_position_embeddings'\]"),
+    ("longrope attention_factor negative", 8, 1e4, dict(LONGROPE, attention_factor=-1.0), None,
+     r"scaling\['attention_factor'\] must be > 0"),
+    ("proportional factor tiny", 8, 1e4,
+     {"rope_type": "proportional", "factor": 1e-320, "partial_rotary_factor": 0.5}, None,
+     r"scaling\['factor'\]"),
+    ("default base tiny", 1000, 5e-324, None, None, "base"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "dim, base, scaling, seq_len, words",
+    [r[1:] for r in OUT_OF_RANGE],
+    ids=[r[0] for r in OUT_OF_RANGE],
+)
+def test_scaling_parameters_out_of_range_are_refused_by_name(dim, base, scaling, seq_len, words):
+    with pytest.raises(ValueError, match=words):
+        posenc.rope_frequencies(dim, base=base, scaling=scaling, seq_len=seq_len)
+
+
+def test_tables_and_rotations_with_a_parameter_out_of_range_are_refused(rng):
+    # a factor of 1e-320 made every table NaN; positions of 1e300 an OverflowError
+    x = rng.standard_normal((2, 3, 8)).astype(np.float32)
+    out = np.full_like(x, 7.0)
+    linear = {"rope_type": "linear", "factor": 1e-320}
+    with pytest.raises(ValueError, match=r"scaling\['factor'\]"):
+        posenc.rope_cos_sin(4, 8, scaling=linear)
+    with pytest.raises(ValueError, match=r"scaling\['factor'\]"):
+        posenc.apply_rope(x, scaling=linear, out=out)
+    with pytest.raises(ValueError, match="positions"):
+        posenc.rope_cos_sin(np.array([1e300]), 8, scaling=DYNAMIC)
+    with pytest.raises(ValueError, match="positions"):
+        posenc.apply_rope(x, np.array([0.0, 1.0, 1e300]), scaling=DYNAMIC, out=out)
+    assert (out == 7.0).all()
+
+
+def test_dynamic_at_far_positions_is_computed_while_its_base_stays_finite():
+    # with dim 1024 the base grows as n ** (1024/1022), finite at n = 1e300: by hand
+    n = int(1e300) + 1
+    got, _ = posenc.rope_frequencies(1024, scaling=DYNAMIC, seq_len=n)
+    grown = 1e4 * (2.0 * n / 16 - 1.0) ** (1024 / 1022)
+    np.testing.assert_allclose(got, grown ** (-np.arange(0, 1024, 2) / 1024), rtol=1e-13)
+    cos, _ = posenc.rope_cos_sin(np.array([1e300]), 1024, scaling=DYNAMIC, dtype=np.float64)
+    assert np.isfinite(cos).all()
+
+
 # ---------------------------------------------------------------- bad input
 
 
