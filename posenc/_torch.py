@@ -57,7 +57,7 @@ if not (hasattr(torch.library, "custom_op") and hasattr(torch.compiler, "is_comp
 
 from torch.autograd.graph import increment_version  # noqa: E402
 
-from . import _dtypes, _relative_grad
+from . import _dtypes, _relative_grad, _validate
 from . import relative as _relative
 from . import rope_scaling as _rope_scaling
 from ._dtypes import BFLOAT16_BITS
@@ -565,7 +565,7 @@ def _size(value, name):
 
 def _sink(value, name):
     """`out=` / `scores=` of an operator call: a CPU tensor torch lets us
-    write into in place."""
+    write into in place, its elements apart."""
     if not isinstance(value, torch.Tensor):
         raise TypeError(
             f"{name} must be a torch tensor when the call is recorded by autograd or traced by "
@@ -578,6 +578,8 @@ def _sink(value, name):
             f"{name} is a leaf tensor that requires grad: torch does not allow writing into it in "
             "place while grad mode is on"
         )
+    if not value.is_contiguous():  # the rule of the NumPy functions' out= and scores=
+        _validate.elements_apart(tuple(value.shape), value.stride(), 1, name)
     return value
 
 
