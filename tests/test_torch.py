@@ -15,11 +15,12 @@ import subprocess
 import sys
 import textwrap
 
+import child_process
 import numpy as np
 import pytest
 
 import posenc
-from posenc import reference
+from posenc import _interop, reference
 
 
 def _require(name):
@@ -784,6 +785,8 @@ def test_config_text_is_marked_as_torch_compiles_decorator_marks_it():
     marked = torch.compiler.assume_constant_result(f)
     flags = {k: v for k, v in vars(marked).items() if not k.startswith("__")}
     assert flags and all(getattr(pt.config_text, k, None) == v for k, v in flags.items())
+    # and the wrapper's check that posenc's torch module is loaded
+    assert all(getattr(_interop._torch_ready, k, None) == v for k, v in flags.items())
 
 
 def test_the_builders_have_the_public_signatures_and_device():
@@ -950,6 +953,57 @@ def test_torch_export_records_the_operators_and_the_exported_program_gives_the_n
     expected = {"apply_rope", "t5_bias", "alibi_bias", "sinusoid", "rope_cos_sin"}
     assert ops == {f"posenc.{name}.default" for name in expected}
     torch.testing.assert_close(program.module()(q, ids), model(q, ids), rtol=0, atol=0)
+
+
+def test_a_function_compiled_on_the_first_torch_call_is_not_compiled_again_from_threads():
+    # posenc's first torch call loads its torch module; nothing a compiled
+    # graph guards on may change then, or the second call recompiles (and
+    # eight threads making it at once fail under fullgraph=True)
+    script = textwrap.dedent(
+        """
+        import threading
+        import torch
+        import torch._dynamo
+        from torch._dynamo.utils import counters
+        import posenc
+
+        torch._dynamo.config.error_on_recompile = True
+
+
+        def step(q, r, scores):
+            q = posenc.apply_rope(q, offset=3)
+            scores = posenc.alibi_bias(2, 3, scores=scores)
+            return posenc.xl_position_term(q, r, scores=scores)
+
+
+        compiled = torch.compile(step, fullgraph=True)
+        g = torch.Generator().manual_seed(0)
+        q, r = torch.randn(1, 2, 3, 4, generator=g), torch.randn(2, 6, 4, generator=g)
+        first = compiled(q, r, torch.zeros(1, 2, 3, 3))  # posenc's first torch call
+        results, errors = [None] * 8, []
+
+
+        def run(i):
+            try:
+                results[i] = compiled(q, r, torch.zeros(1, 2, 3, 3))
+            except Exception as exc:
+                errors.append(f"{type(exc).__name__}: {exc}")
+
+
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not errors, errors[0]
+        assert counters["stats"]["unique_graphs"] == 1, dict(counters["stats"])
+        want = step(q, r, torch.zeros(1, 2, 3, 3))
+        assert all(torch.equal(y, want) for y in [first] + results)
+        print("ok")
+        """
+    )
+    done = child_process.run("-c", script)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stdout + done.stderr[-3000:]
 
 
 def test_functions_without_an_operator_break_the_graph_and_still_run():
