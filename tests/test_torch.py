@@ -577,6 +577,67 @@ def test_tensors_requiring_grad_that_posenc_does_not_differentiate_are_refused()
         )
 
 
+# (argument, function, its value, the call): each function's tensor argument
+# inside a torch.func transform
+_R, _K, _P = (
+    randn(*shape, dtype=torch.float64, seed=3) for shape in [(2, 6, 4), (1, 2, 3, 4), (2, 4, 4)]
+)
+FUNC_ROWS = [
+    ("x", "apply_rope", randn(1, 2, 3, 4, dtype=torch.float64), lambda a: posenc.apply_rope(a)),
+    ("table", "t5_bias", randn(32, 2, dtype=torch.float64), lambda a: posenc.t5_bias(a, 3)),
+    (
+        "q",
+        "xl_position_term",
+        randn(1, 2, 3, 4, dtype=torch.float64),
+        lambda a: posenc.xl_position_term(a, _R),
+    ),
+    (
+        "q",
+        "deberta_attention_bias",
+        randn(1, 2, 3, 4, dtype=torch.float64),
+        lambda a: posenc.deberta_attention_bias(a, _K, _P, max_relative_positions=2),
+    ),
+    ("positions", "sinusoid", torch.arange(3.0), lambda a: posenc.sinusoid(a, 8)),
+    ("positions", "rope_cos_sin", torch.arange(3.0), lambda a: posenc.rope_cos_sin(a, 8)[0]),
+]
+
+FUNC_TRANSFORMS = {
+    "grad": lambda f, a: torch.func.grad(lambda t: f(t).sum())(a),
+    "vmap": lambda f, a: torch.func.vmap(f)(torch.stack([a, a])),
+    "jacrev": lambda f, a: torch.func.jacrev(f)(a),
+    "jvp": lambda f, a: torch.func.jvp(f, (a,), (a,)),
+}
+
+
+@pytest.mark.parametrize("transform", FUNC_TRANSFORMS)
+@pytest.mark.parametrize(
+    "name, function, value, call", FUNC_ROWS, ids=[f"{r[1]}-{r[0]}" for r in FUNC_ROWS]
+)
+def test_torch_func_transforms_are_refused_naming_the_argument(
+    name, function, value, call, transform
+):
+    with pytest.raises(
+        TypeError,
+        match=rf"^{name} is read inside a torch.func transform .*posenc\.{function} does not "
+        r"support: for gradients use torch.autograd",
+    ):
+        FUNC_TRANSFORMS[transform](call, value)
+    # torch.autograd, as the message says, gives the gradient
+    if transform == "grad" and name != "positions":
+        leaf = value.clone().requires_grad_()
+        (got,) = torch.autograd.grad(call(leaf).sum(), leaf)
+        assert got.shape == value.shape and torch.isfinite(got).all()
+
+
+def test_writing_into_scores_inside_torch_func_grad_is_torchs_own_add():
+    # alibi_bias's scores= is torch's in-place add: the transform follows it
+    got = torch.func.grad(lambda s: posenc.alibi_bias(2, 3, scores=s.clone()).pow(2).sum())(
+        torch.ones(2, 3, 3, dtype=torch.float64)
+    )
+    want = 2 * (1 + torch.from_numpy(reference.alibi_bias(2, 3, dtype=np.float64)))
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
 def test_out_with_autograd_is_torchs_in_place_copy():
     w = randn(1, 2, 3, 8, dtype=torch.float64).requires_grad_()
     x = w * 2.0  # not a leaf
