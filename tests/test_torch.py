@@ -553,6 +553,63 @@ def test_scores_in_float16_get_the_table_in_float16_as_numpy_does():
     assert table.grad.dtype == torch.float32 and table.grad.abs().sum() > 0
 
 
+# (function, shapes of its array arguments, options): terms with no queries
+EMPTY_TERMS = {
+    "xl_position_term q_len=0": (
+        "xl_position_term",
+        {"q": (2, 0, 4), "r": (2, 6, 4), "bias": (2, 4)},
+        {"k_len": 3},
+    ),
+    "xl_position_term scores": (
+        "xl_position_term",
+        {"q": (1, 2, 0, 4), "r": (2, 6, 4), "scores": (3, 2, 0, 3)},
+        {},
+    ),
+    "tener_position_term": (
+        "tener_position_term",
+        {"q": (2, 0, 4), "k": (2, 0, 4), "table": (4, 4), "v": (2, 4)},
+        {},
+    ),
+    "tener_scores": ("tener_scores", {"q": (2, 0, 4), "k": (2, 0, 4), "table": (4, 4)}, {}),
+    "deberta_attention_bias q_len=0": (
+        "deberta_attention_bias",
+        {"q": (2, 0, 4), "k": (2, 3, 4), "pos_key": (2, 4, 4), "pos_query": (2, 4, 4)},
+        {"max_relative_positions": 2},
+    ),
+    "deberta_attention_bias k_len=0": (
+        "deberta_attention_bias",
+        {"q": (2, 3, 4), "k": (2, 0, 4), "pos_key": (2, 4, 4), "pos_query": (2, 4, 4)},
+        {"max_relative_positions": 2},
+    ),
+    "shaw_key_term": (
+        "shaw_key_term",
+        {"q": (2, 0, 4), "rel_keys": (5, 4)},
+        {"max_distance": 2, "k_len": 3},
+    ),
+}
+
+
+@pytest.mark.parametrize("case", EMPTY_TERMS)
+def test_empty_relative_terms_equal_numpys_and_get_zero_gradients(case):
+    name, shapes, options = EMPTY_TERMS[case]
+    fn = getattr(posenc, name)
+    arrays = {
+        key: randn(*shape, dtype=torch.float64, seed=i)
+        for i, (key, shape) in enumerate(shapes.items())
+    }
+    want = fn(**{key: t.numpy().copy() for key, t in arrays.items()}, **options)
+    leaves = {key: t.clone().requires_grad_() for key, t in arrays.items()}
+    inputs = {key: t.clone() if key == "scores" else t for key, t in leaves.items()}
+    got = fn(**inputs, **options)
+    assert want.size == 0 and got.shape == want.shape and got.dtype == torch.float64
+    grads = torch.autograd.grad(got.sum(), list(leaves.values()), allow_unused=True)
+    for (key, leaf), g in zip(leaves.items(), grads):
+        if key == "scores":
+            assert g is not None and g.shape == leaf.shape  # the incoming gradient, empty
+        else:
+            assert g is not None and torch.equal(g, torch.zeros_like(leaf)), key
+
+
 def test_positions_get_no_gradient():
     x = randn(1, 2, 4, 8).requires_grad_()
     positions = torch.tensor([0.0, 1.5, 2.0, 7.25], requires_grad=True)
