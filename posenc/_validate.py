@@ -228,8 +228,8 @@ def elements_apart(shape, strides, itemsize, name):
         return
     raise ValueError(
         f"{name} has elements that share memory (zero or overlapping strides), such as an "
-        "expanded or broadcast view: each would receive several results; pass an array whose "
-        "elements are apart (a copy)"
+        "expanded or broadcast view: several results would land in one place; pass an array "
+        "whose elements are apart (a copy)"
     )
 
 
