@@ -69,6 +69,27 @@ def _load_torch():
     return _torch_call
 
 
+def _torch_ready():
+    """True, once posenc._torch.call is in `_torch_call` (imported on first use).
+
+    torch.compile (Dynamo) guards on every global a compiled function
+    reads: had it read `_torch_call` while it was still None, a function
+    compiled on posenc's first torch call would be compiled again on its
+    second (and fail under fullgraph=True at the recompilation limit, with
+    threads making that second call together).  This function is marked
+    as ``torch.compiler.assume_constant_result`` marks one, without
+    importing torch: Dynamo calls it while tracing, before the wrapper
+    reads `_torch_call`, and keeps its result as a constant, so that what
+    a compiled graph guards on is set before it is read and never changes
+    after."""
+    if _torch_call is None:
+        _load_torch()
+    return True
+
+
+_torch_ready._dynamo_marked_constant = True  # type: ignore[attr-defined]
+
+
 def foreign(fn: _F) -> _F:
     """`fn`, taking torch tensors and JAX arrays as well as NumPy arrays.
 
@@ -85,7 +106,8 @@ def foreign(fn: _F) -> _F:
                 kwargs.pop("device")
             return fn(*args, **kwargs)
         if lib == "torch":
-            return (_torch_call or _load_torch())(fn, signature, args, kwargs)
+            _torch_ready()  # first: see there
+            return _torch_call(fn, signature, args, kwargs)
         from . import _jax
 
         return _jax.call(fn, signature, args, kwargs)

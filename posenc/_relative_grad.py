@@ -82,8 +82,11 @@ def _part_grads(part, g, wanted, out):
     name, shape = part.right_from
     d_left = np.zeros(lead + (heads, n, d), work) if want_left else None
     d_right = np.zeros(lead + (heads, cols, d), work) if name in wanted else None
-    blocks = _rel._Blocks(heads, q_len, k_len, cols, work.itemsize, part.by_key)
-    spans = blocks.spans(part.columns)
+    if g.size == 0:  # an empty term (no queries, keys or heads): its gradients are zeros
+        lead = (0,)
+    else:
+        blocks = _rel._Blocks(heads, q_len, k_len, cols, work.itemsize, part.by_key)
+        spans = blocks.spans(part.columns)
     for at in np.ndindex(*lead):
         gb, lb, rb = g[at], lefts[at], rights[at]
         for h0, h1, a0, a1, c0, c1, local in blocks.of(spans):

@@ -33,7 +33,9 @@ them); ``scores=`` of ``t5_bias``, ``alibi_bias`` and the relative terms
 receives the incoming gradient unchanged.
 Positions are indices: they get no gradient.  Any other tensor that
 requires grad while grad mode is on is refused with a TypeError rather than
-silently cut from the graph.
+silently cut from the graph.  torch.func's transforms (grad, vmap, jacrev,
+jvp, ...) are not supported: a tensor read inside one is refused with a
+TypeError naming it and pointing to torch.autograd and leading batch axes.
 
 Devices: posenc's kernels run on the CPU.  A tensor on any other device
 (CUDA, MPS, meta) is refused with a TypeError naming the argument and the
@@ -57,7 +59,7 @@ if not (hasattr(torch.library, "custom_op") and hasattr(torch.compiler, "is_comp
 
 from torch.autograd.graph import increment_version  # noqa: E402
 
-from . import _dtypes, _relative_grad
+from . import _dtypes, _relative_grad, _validate
 from . import relative as _relative
 from . import rope_scaling as _rope_scaling
 from ._dtypes import BFLOAT16_BITS
@@ -178,17 +180,38 @@ def check_device(device, name="device"):
         )
 
 
-def array(t, name):
+def transform_error(name, function):
+    """The error for a tensor read inside a torch.func transform (grad,
+    vmap, ...), which posenc's functions do not support: a tensor has no
+    memory to read there (its data is the transform's), the operators'
+    autograd formulas are torch.library's, which those transforms refuse,
+    and they have no batching rules."""
+    return TypeError(
+        f"{name} is read inside a torch.func transform (grad, vmap, jacrev, jvp, ...), which "
+        f"posenc.{function} does not support: for gradients use torch.autograd "
+        "(loss.backward(), torch.autograd.grad), which it supports, and instead of vmap pass "
+        "the batch as leading axes or call it in a loop"
+    )
+
+
+def _in_transform():
+    """Whether a torch.func transform is running."""
+    return torch._C._are_functorch_transforms_active()
+
+
+def array(t, name, function=None):
     """The CPU tensor `t` seen as a NumPy array (no copy), detached."""
     if not t.is_cpu:
         raise device_error(name, t.device)
     if t.requires_grad:
         t = t.detach()
-    if t.dtype is torch.bfloat16:
-        return t.view(torch.int16).numpy().view(BFLOAT16_BITS)
     try:
+        if t.dtype is torch.bfloat16:
+            return t.view(torch.int16).numpy().view(BFLOAT16_BITS)
         return t.numpy()
     except (TypeError, RuntimeError) as exc:
+        if function is not None and _in_transform():
+            raise transform_error(name, function) from None
         raise TypeError(
             f"{name}: a tensor of dtype {t.dtype} and layout {t.layout} cannot be read as an "
             f"array in place ({exc})"
@@ -280,8 +303,13 @@ class _Plan:
             if value.ndim == 0 and name not in SINKS:
                 if not value.is_cpu:
                     raise device_error(name, value.device)
-                return value.item()  # a length, a scalar option: as a Python number
-            arr = array(value, name)
+                try:
+                    return value.item()  # a length, a scalar option: as a Python number
+                except RuntimeError:
+                    if _in_transform():
+                        raise transform_error(name, self.name) from None
+                    raise
+            arr = array(value, name, self.name)
             if name in SINKS:
                 if value.is_inference() and not torch.is_inference_mode_enabled():
                     raise ValueError(
@@ -312,6 +340,8 @@ class _Plan:
                     np_kwargs = self.kwargs(kwargs, grad)
                     break
         except _UseOperators:
+            if _in_transform():
+                self.refuse_transform(args, kwargs)
             return self.builder(*args, **kwargs)
         result = self.fn(*np_args, **np_kwargs)
         if type(result) is np.ndarray:
@@ -321,6 +351,21 @@ class _Plan:
                         return _written(kwargs[key])
             return tensor(result)
         return _result(result)
+
+    def refuse_transform(self, args, kwargs):
+        """Under a torch.func transform, a TypeError naming the first
+        argument that would take an operator's autograd formula
+        (torch.library's, which the transforms refuse); in-place writes
+        into out= and scores= are torch's own and are left to run."""
+        for i, value in enumerate(args):
+            self.refuse_traced(self.name_of(i), value)
+        for key, value in kwargs.items():
+            self.refuse_traced(key, value)
+
+    def refuse_traced(self, name, value):
+        if isinstance(value, torch.Tensor) and value.requires_grad and name in self.grads:
+            if name not in SINKS or self.name in _relative_grad.DIFFERENTIABLE:
+                raise transform_error(name, self.name)
 
     def name_of(self, i):
         return self.names[i] if i < len(self.names) else f"argument {i + 1}"
@@ -565,7 +610,7 @@ def _size(value, name):
 
 def _sink(value, name):
     """`out=` / `scores=` of an operator call: a CPU tensor torch lets us
-    write into in place."""
+    write into in place, its elements apart."""
     if not isinstance(value, torch.Tensor):
         raise TypeError(
             f"{name} must be a torch tensor when the call is recorded by autograd or traced by "
@@ -578,6 +623,8 @@ def _sink(value, name):
             f"{name} is a leaf tensor that requires grad: torch does not allow writing into it in "
             "place while grad mode is on"
         )
+    if not value.is_contiguous():  # the rule of the NumPy functions' out= and scores=
+        _validate.elements_apart(tuple(value.shape), value.stride(), 1, name)
     return value
 
 

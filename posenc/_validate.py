@@ -257,7 +257,7 @@ def native_copy(arr, dtype):
 
 def out_array(out, shape, dtype, name="out"):
     """Check a user's ``out=``: an ndarray of exactly `shape`, of `dtype` (any
-    byte order), writeable."""
+    byte order), writeable, its elements apart (see `writeable`)."""
     if not isinstance(out, np.ndarray):
         raise TypeError(f"{name} must be a numpy.ndarray, not {type(out).__name__}")
     if (
@@ -268,9 +268,33 @@ def out_array(out, shape, dtype, name="out"):
         raise TypeError(f"{name} must have dtype {dtype}, not {out.dtype}")
     if out.shape != tuple(shape):
         raise ValueError(f"{name} must have shape {tuple(shape)}, not {out.shape}")
-    if not out.flags.writeable:
+    return writeable(out, name)
+
+
+def writeable(arr, name):
+    """`arr`, an array a call writes into (``out=``, ``scores=``), checked:
+    writeable, and no two of its elements sharing memory (zero or
+    interleaved strides), whose result would depend on the order of the
+    writes; refused as torch's in-place ops refuse such a tensor."""
+    flags = arr.flags
+    if not flags.writeable:
         raise ValueError(f"{name} is read-only")
-    return out
+    if not (flags.c_contiguous or flags.f_contiguous):  # contiguous: apart
+        elements_apart(arr.shape, arr.strides, arr.itemsize, name)
+    return arr
+
+
+def elements_apart(shape, strides, itemsize, name):
+    """A ValueError naming `name` when elements of the array (`shape`,
+    `strides` and `itemsize` in the same unit: bytes for NumPy, elements
+    with itemsize 1 for torch) may share memory; an empty array has none."""
+    if 0 in shape or not _overlaps(shape, strides, itemsize):
+        return
+    raise ValueError(
+        f"{name} has elements that share memory (zero or overlapping strides), such as an "
+        "expanded or broadcast view: several results would land in one place; pass an array "
+        "whose elements are apart (a copy)"
+    )
 
 
 def kernel_ready(arr):
@@ -322,15 +346,15 @@ def output(out, shape, dtype, name="out"):
     Returns ``(result, rows, finish)``: `result` is what the function returns
     (the user's `out`, or a new array), `rows` the 2-D view the kernel fills,
     and `finish()` copies a temporary into `out` when `out` could not be
-    written directly (non-native byte order, non-collapsible strides,
-    elements that share bytes, which threads would write in any order).
+    written directly (non-native byte order, non-collapsible strides); an
+    `out` whose elements share bytes is refused (see `writeable`).
     """
     if out is None:
         shape_size(shape, name, dtype.itemsize)
         result = np.empty(shape, dtype)
         return result, result.reshape(-1, shape[-1]), lambda: None
     out_array(out, shape, dtype, name)  # an array of that size exists (a memmap, maybe)
-    rows = None if self_overlaps(out) else rows_view(out)
+    rows = rows_view(out)
     if rows is not None:
         return out, rows, lambda: None
     shape_size(shape, f"{name} (a copy of it)", dtype.itemsize)
@@ -360,10 +384,25 @@ def apart(values, target):
 
 def self_overlaps(arr):
     """Whether two elements of `arr` may share bytes (zero or interleaved
-    strides): axes sorted by |stride| must each step past the extent of the
-    ones inside them."""
-    extent = arr.itemsize
-    for stride, n in sorted((abs(s), n) for n, s in zip(arr.shape, arr.strides) if n > 1):
+    strides)."""
+    return _overlaps(arr.shape, arr.strides, arr.itemsize)
+
+
+def _overlaps(shape, strides, itemsize):
+    """Whether two elements may share memory: axes sorted by |stride| must
+    each step past the extent of the ones inside them (a sufficient test:
+    a layout that passes has its elements apart).  The sort is written out
+    (a few axes) so that torch.compile traces it on symbolic sizes too."""
+    axes: list = []
+    for n, s in zip(shape, strides):
+        if n > 1:
+            s = abs(s)
+            i = len(axes)
+            while i and axes[i - 1][0] > s:
+                i -= 1
+            axes.insert(i, (s, n))
+    extent = itemsize
+    for stride, n in axes:
         if stride < extent:
             return True
         extent = stride * n

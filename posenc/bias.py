@@ -56,8 +56,7 @@ def _scores(scores, shape, dtype):
         raise ValueError(
             f"scores must have shape (..., {', '.join(map(str, shape))}), not {arr.shape}"
         )
-    if not arr.flags.writeable:
-        raise ValueError("scores is read-only")
+    v.writeable(arr, "scores")
     if dtype is not None and not (own.kind == "V" and v.names_bfloat16(dtype)):
         if v.float_dtype(dtype, "dtype", bfloat16=True) != own:
             raise TypeError(f"dtype must be scores' dtype ({arr.dtype}) or None, not {dtype!r}")
@@ -67,9 +66,8 @@ def _scores(scores, shape, dtype):
 def _run(kernel, arr, *, read, name):
     """kernel(view) on every 4-D view of `arr` (the argument `name`) the C
     code can write directly; arrays it cannot (byte-swapped, unaligned, a
-    strided last axis, overlapping elements) go through a native
-    C-contiguous temporary, read from `arr` first when the kernel adds into
-    it."""
+    strided last axis) go through a native C-contiguous temporary, read from
+    `arr` first when the kernel adds into it."""
     views = v.bias_views(arr)
     if views is not None:
         for view in views:

@@ -199,7 +199,8 @@ def _broadcasts_to(lead, own):
 
 def _target(scores, lead, shape, name="scores"):
     """`scores` checked: a writeable float ndarray of shape (..., *shape)
-    whose leading axes the inputs' (`lead`) broadcast to."""
+    whose leading axes the inputs' (`lead`) broadcast to, its elements
+    apart."""
     arr = _scores_array(scores, name)
     n = len(shape)
     if arr.ndim < n or arr.shape[arr.ndim - n :] != tuple(shape):
@@ -211,9 +212,7 @@ def _target(scores, lead, shape, name="scores"):
         raise ValueError(
             f"{name} has leading (batch) axes {own}, which the inputs' {lead} must broadcast to"
         )
-    if not arr.flags.writeable:
-        raise ValueError(f"{name} is read-only")
-    return arr
+    return v.writeable(arr, name)
 
 
 def _checked_size(target, lead, shape):

@@ -676,7 +676,6 @@ def apply_rope(
             out is not src
             and (
                 not v.kernel_ready(out)
-                or (not out.flags.c_contiguous and v.self_overlaps(out))
                 or (np.may_share_memory(out, src) and not _same_view(out, src))
             )
         ):

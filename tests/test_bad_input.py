@@ -3,6 +3,7 @@ mistake: each raises TypeError or ValueError, and the message names the
 argument.  A row with `out=` also checks that the failed call left it as it
 was."""
 
+import os
 import tracemalloc
 
 import numpy as np
@@ -582,3 +583,148 @@ def test_edges_of_the_ranges_are_computed():
     # an interval of 0 keeps every frame at the video's start, as transformers computes it
     ids, _ = _video_intervals([0.0])
     assert ids[0].tolist() == [0] + [1] * 8
+
+
+# ---------------------------------------------------------------- out= and scores= sharing memory
+#
+# An out= or scores= whose elements share memory (a zero stride, as of an
+# expanded tensor or a writeable broadcast view, or rows that overlap)
+# would receive several results in one place; it is refused, NumPy arrays
+# and torch tensors alike (eager, and recorded by autograd: the operators'
+# path), before anything is written.
+
+Q4 = np.linspace(-1, 1, 48, dtype=np.float32).reshape(2, 2, 3, 4)
+H4 = np.ones((2, 4), np.float32)  # a per-head vector (bias)
+R6 = np.ones((2, 6, 4), np.float32)  # a table of rows per head
+P4 = np.ones((2, 4, 4), np.float32)  # DeBERTa's projections, TUPE's pos_q / pos_k
+T2 = np.ones((32, 2), np.float32)  # a T5 table of two heads
+T3 = np.ones((33, 2), np.float32)  # a TUPE table: 32 buckets and the [CLS] row
+
+# (id, argument, its shape, call(target, data)): data(x) is the array x of
+# the call's library; data(x, grad=True) marks an argument that autograd
+# follows (the torch operators' path)
+SHARED_ROWS = [
+    ("sinusoid out", "out", (2, 4, 8), lambda o, a: posenc.sinusoid(a(P4[0, :2]), 8, out=o)),
+    ("apply_rope out", "out", Q4.shape, lambda o, a: posenc.apply_rope(a(Q4, True), out=o)),
+    ("apply_rope out=x", "out", Q4.shape, lambda o, a: posenc.apply_rope(o, out=o)),
+    ("alibi_bias out", "out", (2, 3, 3), lambda o, a: posenc.alibi_bias(2, 3, out=o)),
+    ("alibi_bias scores", "scores", (2, 2, 3, 3), lambda o, a: posenc.alibi_bias(2, 3, scores=o)),
+    ("t5_bias out", "out", (2, 3, 3), lambda o, a: posenc.t5_bias(a(T2, True), 3, out=o)),
+    (
+        "t5_bias scores",
+        "scores",
+        (2, 2, 3, 3),
+        lambda o, a: posenc.t5_bias(a(T2, True), 3, scores=o),
+    ),
+    (
+        "xl_position_term",
+        "scores",
+        (2, 2, 3, 3),
+        lambda o, a: posenc.xl_position_term(a(Q4, True), a(R6), scores=o),
+    ),
+    (
+        "xl_content_bias",
+        "scores",
+        (2, 2, 3, 3),
+        lambda o, a: posenc.xl_content_bias(a(Q4, True), a(H4), scores=o),
+    ),
+    (
+        "tener_position_term",
+        "scores",
+        (2, 2, 3, 3),
+        lambda o, a: posenc.tener_position_term(a(Q4, True), a(Q4), a(R6[0]), scores=o),
+    ),
+    (
+        "deberta_attention_bias",
+        "scores",
+        (2, 2, 3, 3),
+        lambda o, a: posenc.deberta_attention_bias(
+            a(Q4, True), a(Q4), a(P4), a(P4), max_relative_positions=2, scores=o
+        ),
+    ),
+    (
+        "shaw_key_term",
+        "scores",
+        (2, 2, 3, 3),
+        lambda o, a: posenc.shaw_key_term(a(Q4, True), a(R6[0, :5]), max_distance=2, scores=o),
+    ),
+    (
+        "tupe_bias",
+        "scores",
+        (2, 2, 3, 3),
+        lambda o, a: posenc.tupe_bias(a(P4, True), a(P4), rel_table=a(T3), scores=o),
+    ),
+]
+
+
+def _interleaved_strides(shape):
+    """Strides (in elements) of `shape` whose rows overlap by one element
+    (the last axis contiguous, a row starting one before the previous row
+    ended); the leading axes apart."""
+    strides = [1, shape[-1] - 1]
+    for n in reversed(shape[1:-1]):
+        strides.insert(0, strides[0] * n)
+    return tuple(strides)
+
+
+def _shared_numpy(kind, shape):
+    """(target, the buffer it lies in) for NumPy, filled with 7."""
+    if kind == "zero stride":
+        buf = sentinel(shape[1:])
+        strides = (0,) + buf.strides
+    else:
+        strides = tuple(s * 4 for s in _interleaved_strides(shape))
+        buf = sentinel(1 + sum((n - 1) * s for n, s in zip(shape, strides)) // 4)
+    target = np.lib.stride_tricks.as_strided(buf, shape, strides, writeable=True)
+    return target, buf
+
+
+def _torch():
+    try:
+        import torch
+    except ImportError:
+        if os.environ.get("POSENC_REQUIRE_CONFORMANCE") == "1":
+            raise
+        pytest.skip("torch is not installed")
+    return torch
+
+
+def _shared_torch(kind, shape, grad):
+    """(target, the buffer it lies in) for torch, filled with 7; with
+    `grad`, a view of a leaf that requires grad (so that a call writing
+    into it is recorded by autograd)."""
+    torch = _torch()
+    if kind == "zero stride":
+        buf = torch.full((1,) + shape[1:], 7.0, requires_grad=grad)
+        return buf.expand(shape), buf
+    strides = _interleaved_strides(shape)
+    size = 1 + sum((n - 1) * s for n, s in zip(shape, strides))
+    buf = torch.full((size,), 7.0, requires_grad=grad)
+    return buf.as_strided(shape, strides), buf
+
+
+@pytest.mark.parametrize("mode", ["numpy", "torch", "torch autograd"])
+@pytest.mark.parametrize("kind", ["zero stride", "interleaved"])
+@pytest.mark.parametrize(
+    "name, shape, call", [r[1:] for r in SHARED_ROWS], ids=[r[0] for r in SHARED_ROWS]
+)
+def test_out_and_scores_sharing_memory_are_refused_and_left_untouched(
+    name, shape, call, kind, mode
+):
+    if mode == "numpy":
+        target, buf = _shared_numpy(kind, shape)
+
+        def data(x, grad=False):
+            return x
+
+    else:
+        torch = _torch()
+        recorded = mode == "torch autograd"
+        target, buf = _shared_torch(kind, shape, recorded)
+
+        def data(x, grad=False):
+            return torch.tensor(x, requires_grad=grad and recorded)
+
+    with pytest.raises(ValueError, match=rf"^{name} has elements that share memory"):
+        call(target, data)
+    assert (np.asarray(buf.tolist()) == 7.0).all()

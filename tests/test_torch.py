@@ -15,11 +15,12 @@ import subprocess
 import sys
 import textwrap
 
+import child_process
 import numpy as np
 import pytest
 
 import posenc
-from posenc import reference
+from posenc import _interop, reference
 
 
 def _require(name):
@@ -552,6 +553,63 @@ def test_scores_in_float16_get_the_table_in_float16_as_numpy_does():
     assert table.grad.dtype == torch.float32 and table.grad.abs().sum() > 0
 
 
+# (function, shapes of its array arguments, options): terms with no queries
+EMPTY_TERMS = {
+    "xl_position_term q_len=0": (
+        "xl_position_term",
+        {"q": (2, 0, 4), "r": (2, 6, 4), "bias": (2, 4)},
+        {"k_len": 3},
+    ),
+    "xl_position_term scores": (
+        "xl_position_term",
+        {"q": (1, 2, 0, 4), "r": (2, 6, 4), "scores": (3, 2, 0, 3)},
+        {},
+    ),
+    "tener_position_term": (
+        "tener_position_term",
+        {"q": (2, 0, 4), "k": (2, 0, 4), "table": (4, 4), "v": (2, 4)},
+        {},
+    ),
+    "tener_scores": ("tener_scores", {"q": (2, 0, 4), "k": (2, 0, 4), "table": (4, 4)}, {}),
+    "deberta_attention_bias q_len=0": (
+        "deberta_attention_bias",
+        {"q": (2, 0, 4), "k": (2, 3, 4), "pos_key": (2, 4, 4), "pos_query": (2, 4, 4)},
+        {"max_relative_positions": 2},
+    ),
+    "deberta_attention_bias k_len=0": (
+        "deberta_attention_bias",
+        {"q": (2, 3, 4), "k": (2, 0, 4), "pos_key": (2, 4, 4), "pos_query": (2, 4, 4)},
+        {"max_relative_positions": 2},
+    ),
+    "shaw_key_term": (
+        "shaw_key_term",
+        {"q": (2, 0, 4), "rel_keys": (5, 4)},
+        {"max_distance": 2, "k_len": 3},
+    ),
+}
+
+
+@pytest.mark.parametrize("case", EMPTY_TERMS)
+def test_empty_relative_terms_equal_numpys_and_get_zero_gradients(case):
+    name, shapes, options = EMPTY_TERMS[case]
+    fn = getattr(posenc, name)
+    arrays = {
+        key: randn(*shape, dtype=torch.float64, seed=i)
+        for i, (key, shape) in enumerate(shapes.items())
+    }
+    want = fn(**{key: t.numpy().copy() for key, t in arrays.items()}, **options)
+    leaves = {key: t.clone().requires_grad_() for key, t in arrays.items()}
+    inputs = {key: t.clone() if key == "scores" else t for key, t in leaves.items()}
+    got = fn(**inputs, **options)
+    assert want.size == 0 and got.shape == want.shape and got.dtype == torch.float64
+    grads = torch.autograd.grad(got.sum(), list(leaves.values()), allow_unused=True)
+    for (key, leaf), g in zip(leaves.items(), grads):
+        if key == "scores":
+            assert g is not None and g.shape == leaf.shape  # the incoming gradient, empty
+        else:
+            assert g is not None and torch.equal(g, torch.zeros_like(leaf)), key
+
+
 def test_positions_get_no_gradient():
     x = randn(1, 2, 4, 8).requires_grad_()
     positions = torch.tensor([0.0, 1.5, 2.0, 7.25], requires_grad=True)
@@ -574,6 +632,67 @@ def test_tensors_requiring_grad_that_posenc_does_not_differentiate_are_refused()
             posenc.permute_rope_weight(weight, 2).numpy(),
             posenc.permute_rope_weight(weight.detach().numpy(), 2),
         )
+
+
+# (argument, function, its value, the call): each function's tensor argument
+# inside a torch.func transform
+_R, _K, _P = (
+    randn(*shape, dtype=torch.float64, seed=3) for shape in [(2, 6, 4), (1, 2, 3, 4), (2, 4, 4)]
+)
+FUNC_ROWS = [
+    ("x", "apply_rope", randn(1, 2, 3, 4, dtype=torch.float64), lambda a: posenc.apply_rope(a)),
+    ("table", "t5_bias", randn(32, 2, dtype=torch.float64), lambda a: posenc.t5_bias(a, 3)),
+    (
+        "q",
+        "xl_position_term",
+        randn(1, 2, 3, 4, dtype=torch.float64),
+        lambda a: posenc.xl_position_term(a, _R),
+    ),
+    (
+        "q",
+        "deberta_attention_bias",
+        randn(1, 2, 3, 4, dtype=torch.float64),
+        lambda a: posenc.deberta_attention_bias(a, _K, _P, max_relative_positions=2),
+    ),
+    ("positions", "sinusoid", torch.arange(3.0), lambda a: posenc.sinusoid(a, 8)),
+    ("positions", "rope_cos_sin", torch.arange(3.0), lambda a: posenc.rope_cos_sin(a, 8)[0]),
+]
+
+FUNC_TRANSFORMS = {
+    "grad": lambda f, a: torch.func.grad(lambda t: f(t).sum())(a),
+    "vmap": lambda f, a: torch.func.vmap(f)(torch.stack([a, a])),
+    "jacrev": lambda f, a: torch.func.jacrev(f)(a),
+    "jvp": lambda f, a: torch.func.jvp(f, (a,), (a,)),
+}
+
+
+@pytest.mark.parametrize("transform", FUNC_TRANSFORMS)
+@pytest.mark.parametrize(
+    "name, function, value, call", FUNC_ROWS, ids=[f"{r[1]}-{r[0]}" for r in FUNC_ROWS]
+)
+def test_torch_func_transforms_are_refused_naming_the_argument(
+    name, function, value, call, transform
+):
+    with pytest.raises(
+        TypeError,
+        match=rf"^{name} is read inside a torch.func transform .*posenc\.{function} does not "
+        r"support: for gradients use torch.autograd",
+    ):
+        FUNC_TRANSFORMS[transform](call, value)
+    # torch.autograd, as the message says, gives the gradient
+    if transform == "grad" and name != "positions":
+        leaf = value.clone().requires_grad_()
+        (got,) = torch.autograd.grad(call(leaf).sum(), leaf)
+        assert got.shape == value.shape and torch.isfinite(got).all()
+
+
+def test_writing_into_scores_inside_torch_func_grad_is_torchs_own_add():
+    # alibi_bias's scores= is torch's in-place add: the transform follows it
+    got = torch.func.grad(lambda s: posenc.alibi_bias(2, 3, scores=s.clone()).pow(2).sum())(
+        torch.ones(2, 3, 3, dtype=torch.float64)
+    )
+    want = 2 * (1 + torch.from_numpy(reference.alibi_bias(2, 3, dtype=np.float64)))
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
 
 
 def test_out_with_autograd_is_torchs_in_place_copy():
@@ -784,6 +903,8 @@ def test_config_text_is_marked_as_torch_compiles_decorator_marks_it():
     marked = torch.compiler.assume_constant_result(f)
     flags = {k: v for k, v in vars(marked).items() if not k.startswith("__")}
     assert flags and all(getattr(pt.config_text, k, None) == v for k, v in flags.items())
+    # and the wrapper's check that posenc's torch module is loaded
+    assert all(getattr(_interop._torch_ready, k, None) == v for k, v in flags.items())
 
 
 def test_the_builders_have_the_public_signatures_and_device():
@@ -950,6 +1071,57 @@ def test_torch_export_records_the_operators_and_the_exported_program_gives_the_n
     expected = {"apply_rope", "t5_bias", "alibi_bias", "sinusoid", "rope_cos_sin"}
     assert ops == {f"posenc.{name}.default" for name in expected}
     torch.testing.assert_close(program.module()(q, ids), model(q, ids), rtol=0, atol=0)
+
+
+def test_a_function_compiled_on_the_first_torch_call_is_not_compiled_again_from_threads():
+    # posenc's first torch call loads its torch module; nothing a compiled
+    # graph guards on may change then, or the second call recompiles (and
+    # eight threads making it at once fail under fullgraph=True)
+    script = textwrap.dedent(
+        """
+        import threading
+        import torch
+        import torch._dynamo
+        from torch._dynamo.utils import counters
+        import posenc
+
+        torch._dynamo.config.error_on_recompile = True
+
+
+        def step(q, r, scores):
+            q = posenc.apply_rope(q, offset=3)
+            scores = posenc.alibi_bias(2, 3, scores=scores)
+            return posenc.xl_position_term(q, r, scores=scores)
+
+
+        compiled = torch.compile(step, fullgraph=True)
+        g = torch.Generator().manual_seed(0)
+        q, r = torch.randn(1, 2, 3, 4, generator=g), torch.randn(2, 6, 4, generator=g)
+        first = compiled(q, r, torch.zeros(1, 2, 3, 3))  # posenc's first torch call
+        results, errors = [None] * 8, []
+
+
+        def run(i):
+            try:
+                results[i] = compiled(q, r, torch.zeros(1, 2, 3, 3))
+            except Exception as exc:
+                errors.append(f"{type(exc).__name__}: {exc}")
+
+
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not errors, errors[0]
+        assert counters["stats"]["unique_graphs"] == 1, dict(counters["stats"])
+        want = step(q, r, torch.zeros(1, 2, 3, 3))
+        assert all(torch.equal(y, want) for y in [first] + results)
+        print("ok")
+        """
+    )
+    done = child_process.run("-c", script)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stdout + done.stderr[-3000:]
 
 
 def test_functions_without_an_operator_break_the_graph_and_still_run():
