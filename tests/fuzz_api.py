@@ -1199,6 +1199,14 @@ def _changed(snap, skip=None):
     return None
 
 
+def _variant(case, label):
+    """`label`, with the RoPE variant the call uses."""
+    for key in ("mrope_interleaved", "mrope_section", "axial", "xpos"):
+        if case.params.get(key) is not None:
+            return f"{label} ({key})"
+    return label
+
+
 def _what(exc):
     return type(exc).__name__
 
@@ -1421,6 +1429,7 @@ def _check_perturbed(fails, rng, case, fn, kind, base_res, base_exc):
     if made is None:
         return
     params, label, expect = made
+    label = _variant(case, label)
     snap = _snapshot(params)
     sink_before = None
     if case.sink is not None and isinstance(params.get(case.sink), np.ndarray):
@@ -1529,7 +1538,8 @@ def check_numpy(seconds, rng, fails, counts):
         zero = kind == "zero-size"
         case = _generate(rng, name, zero)
         fn = getattr(posenc, name)
-        _, res, exc = _check_canonical(fails, case, fn, "zero-size" if zero else "canonical")
+        label = _variant(case, "zero-size" if zero else "canonical")
+        _, res, exc = _check_canonical(fails, case, fn, label)
         key = (name, "ok" if exc is None else _what(exc))
         counts[key] = counts.get(key, 0) + 1
         if kind not in ("canonical", "zero-size"):
@@ -1593,7 +1603,7 @@ def _check_torch_case(torch, fails, rng, case, fn, kind):
     np_params = _canonical(case.params)
     want, wexc = _call(fn, *case.split(_canonical(np_params)))
     tp = {k: _to_torch(torch, val) for k, val in np_params.items()}
-    label = kind
+    label = _variant(case, kind)
     if kind == "noncontig":
         tp = {
             k: (_torch_noncontig(torch, val) if k in case.kinds else val) for k, val in tp.items()
@@ -1609,20 +1619,9 @@ def _check_torch_case(torch, fails, rng, case, fn, kind):
         k = _pick(rng, data)
         tp[k] = _torch_expand(rng, torch, tp[k])
         # the NumPy call sees the same values
-        np_params[k] = (
-            np.ascontiguousarray(
-                np.broadcast_to(
-                    np.take(
-                        np_params[k],
-                        [0],
-                        axis=[i for i in range(tp[k].ndim) if tp[k].stride(i) == 0][0],
-                    ),
-                    np_params[k].shape,
-                )
-            )
-            if any(s == 0 for s in tp[k].stride())
-            else np_params[k]
-        )
+        values = tp[k].contiguous()
+        values = values.float().numpy() if values.dtype == torch.bfloat16 else values.numpy()
+        np_params[k] = values.astype(np_params[k].dtype)
         want, wexc = _call(fn, *case.split(_canonical(np_params)))
         label = f"expand {k}"
     elif kind == "sink-alias":
@@ -1738,7 +1737,10 @@ class _Compiled:
 
         arrays = self.make(rng)
         want, wexc = _call(self.fn, arrays, {})
+        before = counters["stats"]["unique_graphs"]
         res, exc = _call(self.compiled, tuple(_to_torch(torch, a) for a in arrays), {})
+        graphs = counters["stats"]["unique_graphs"] - before
+        self.calls += 1
         label = "torch.compile fullgraph"
         if exc is not None:
             fails.add("torch", self.name, label, _what(exc), str(exc)[:160])
@@ -1746,17 +1748,14 @@ class _Compiled:
         why = _same(_values_all(_from_torch(torch, res)), _values_all(want))
         if why:
             fails.add("torch", self.name, label, "differs from the eager NumPy result", why)
-        graphs = counters["stats"]["unique_graphs"]
-        self.calls += 1
-        if self.calls > 1 and graphs != self.graphs:
+        if self.calls > 1 and graphs:
             fails.add(
                 "torch",
                 self.name,
                 label,
                 "recompiled for the same shapes",
-                f"call {self.calls}: {graphs - self.graphs} more graph(s)",
+                f"call {self.calls}: {graphs} more graph(s)",
             )
-        self.graphs = graphs
 
 
 TORCH_KINDS = ("canonical", "noncontig", "expand", "sink-alias", "zero-size")
@@ -1840,7 +1839,7 @@ def _check_jax_case(jax, jnp, fails, rng, case, fn, kind):
         p.update(zip(arrays, values))
         return fn(*case.split(p)[0], **case.split(p)[1])
 
-    label = kind
+    label = _variant(case, kind)
     if kind in ("eager", "jit"):
         values = [jnp.asarray(params[k]) for k in arrays]
         call = bound if kind == "eager" else jax.jit(bound)
