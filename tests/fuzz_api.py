@@ -1,16 +1,38 @@
-"""A bounded fuzzer over the argument space of every public function.
+"""A bounded fuzzer of the public functions.
 
-    python tests/fuzz_api.py --seconds 60 [--seed 0]
+    python tests/fuzz_api.py --seconds 60 [--seed 0] [--surfaces numpy,torch,jax]
+                             [--mode both|random|check] [--verbose]
 
-Each round picks a function and calls it with arguments drawn from a pool of
-awkward values (wrong types, NaN and infinities, huge and negative sizes,
-empty, zero-d, strided, byte-swapped, read-only and object arrays, ...),
-positionally and by keyword.  Every call must return or raise TypeError or
-ValueError (MemoryError only for sizes that cannot be allocated) without a
-NumPy RuntimeWarning; anything else, or a crash of the process, is a
-failure.  CI runs it on the build with
-AddressSanitizer and UndefinedBehaviorSanitizer, where a memory error aborts
-the run.
+Random mode: each round picks a function and calls it with arguments drawn
+from a pool of awkward values (wrong types, NaN and infinities, huge and
+negative sizes, empty, zero-d, strided, byte-swapped, read-only and object
+arrays, ...), positionally and by keyword.  Every call must return or raise
+TypeError or ValueError (MemoryError only for sizes that cannot be
+allocated) without a NumPy RuntimeWarning.
+
+Checking mode: structured, mostly valid calls of the relative encodings,
+the RoPE variants (M-RoPE, axial, xPos) and the RoPE tools, in float16,
+float32, float64 and bfloat16, each perturbed one way: byte-swapped,
+strided (negative strides), Fortran-order and zero-stride inputs; out= and
+scores= byte-swapped, strided, or overlapping / zero-stride (writeable
+views of as_strided); zero-length axes; huge sizes (2**31 .. 2**64, under
+an address-space cap, so that a call mapping gigabytes fails); NaN and
+infinities in data, positions and parameters.  A call must give
+posenc.reference's result (or a NumPy oracle's) within its dtype's
+tolerance and the canonical call's (native-order contiguous copies of the
+same values), or raise TypeError/ValueError leaving out=/scores= as they
+were; any other exception, a NumPy RuntimeWarning or a refusal of a layout
+the canonical call takes is a failure.  The torch surface makes the same
+calls with tensors (and a few torch.compile(fullgraph=True) wrappers,
+compiled once) against the NumPy results; the JAX surface with arrays
+eagerly, under jax.jit, jax.vmap (against the loop of unbatched calls) and
+both.  torch and JAX are imported only when their surface is chosen.
+
+Failures are collected and printed one line each, deduplicated by
+(surface, function, perturbation, what happened); the exit status is 1 if
+there is any.  CI runs the NumPy surface on the build with
+AddressSanitizer and UndefinedBehaviorSanitizer, where a memory error
+aborts the run, and the torch and JAX surfaces in a plain environment.
 """
 
 from __future__ import annotations
@@ -123,7 +145,18 @@ TARGETS = {
     "rope_cos_sin": (
         posenc.rope_cos_sin,
         ["positions", "dim"],
-        ["base", "scaling", "layout", "dtype", "full", "xpos", "xpos_scale_base", "xpos_centre"],
+        [
+            "base",
+            "scaling",
+            "layout",
+            "dtype",
+            "full",
+            "xpos",
+            "xpos_scale_base",
+            "xpos_centre",
+            "mrope_section",
+            "axial",
+        ],
     ),
     "apply_rope": (
         posenc.apply_rope,
@@ -140,6 +173,9 @@ TARGETS = {
             "xpos",
             "xpos_scale_base",
             "xpos_centre",
+            "mrope_section",
+            "mrope_interleaved",
+            "axial",
         ],
     ),
     "alibi_slopes": (posenc.alibi_slopes, ["n_heads"], ["max_bias"]),
@@ -221,6 +257,23 @@ TARGETS = {
         posenc.tupe_bias,
         ["pos_q", "pos_k"],
         ["rel_table", "max_distance", "untie_cls", "scores"],
+    ),
+    "positions_from_cu_seqlens": (posenc.positions_from_cu_seqlens, ["cu_seqlens"], ["start"]),
+    "attention_temperature": (
+        posenc.attention_temperature,
+        ["positions"],
+        ["floor_scale", "attn_scale"],
+    ),
+    "permute_rope_weight": (posenc.permute_rope_weight, ["weight", "n_heads"], ["to"]),
+    "mrope_position_ids": (
+        posenc.mrope_position_ids,
+        ["token_types"],
+        ["image_grids", "video_grids", "spatial_merge_size", "attention_mask"],
+    ),
+    "vision_position_ids": (
+        posenc.vision_position_ids,
+        ["grids"],
+        ["spatial_merge_size", "convention"],
     ),
     "set_num_threads": (posenc.set_num_threads, ["n"], []),
     "cosine_similarity": (probe.cosine_similarity, ["E"], []),
