@@ -345,7 +345,7 @@ def fuzz(seconds, seed, fails=None):
                 kind = "MemoryError"
             except Exception as exc:  # noqa: BLE001 - reported, one line per kind
                 kind = type(exc).__name__
-                call = f"{name}(*{args!r}, **{kwargs!r})"
+                call = " ".join(f"{name}(*{args!r}, **{kwargs!r})".split())
                 fails.add("numpy", name, "random", kind, f"{str(exc)[:80]}; {call[:160]}")
             finally:
                 posenc.set_num_threads(0)
@@ -1557,28 +1557,31 @@ def _check_perturbed(fails, rng, case, fn, kind, base_res, base_exc):
 
 
 def _check_deberta_extremes(fails, rng):
-    """deberta_log_bucket is odd (f(-d) = -f(d)); INT64_MIN's bucket is
-    INT64_MAX's, negated (both are 2**63 in float)."""
+    """deberta_log_bucket at the ends of what it takes (+-2**62), with small
+    and with the largest bucket sizes: odd (f(-d) = -f(d)), of d's sign and
+    non-decreasing in d."""
     size, maxpos = _buckets(rng)
-    lim = np.iinfo(np.int64)
-    rel = np.array([lim.min, lim.min + 1, -(2**62), -(2**31), 2**31, 2**62, lim.max - 1, lim.max])
-    for precision in ("float32", "float64"):
-        res, exc = _call(posenc.deberta_log_bucket, (rel, size, maxpos), {"precision": precision})
-        label = f"extreme int64 ({precision})"
-        if exc is not None:
-            if not isinstance(exc, (TypeError, ValueError)):
-                fails.add("numpy", "deberta_log_bucket", label, _what(exc), str(exc)[:100])
-            continue
-        want = -res[::-1]
-        want[0] = -res[-1]  # INT64_MIN: -bucket(INT64_MAX)
-        if not np.array_equal(res, want) or (res[:4] > 0).any():
-            fails.add(
-                "numpy",
-                "deberta_log_bucket",
-                label,
-                "not odd / wrong sign",
-                f"bucket_size={size}, max_position={maxpos}: {res.tolist()}",
-            )
+    big = int(_pick(rng, [2**31, 2**30, 2**20]))
+    rel = np.array([-(2**62), -(2**40), -(2**31), -1, 0, 1, 2**31, 2**40, 2**62])
+    for bucket_size, max_position in ((size, maxpos), (big, big // 2 + 2)):
+        for precision in ("float32", "float64"):
+            label = f"extreme int64, bucket_size={bucket_size} ({precision})"
+            args = (rel, bucket_size, max_position)
+            res, exc = _call(posenc.deberta_log_bucket, args, {"precision": precision})
+            if exc is not None:
+                if not isinstance(exc, (TypeError, ValueError)):
+                    fails.add("numpy", "deberta_log_bucket", label, _what(exc), str(exc)[:100])
+                continue
+            odd = np.array_equal(res, -res[::-1])
+            signs = np.array_equal(np.sign(res), np.sign(rel))
+            if not (odd and signs and (np.diff(res) >= 0).all()):
+                fails.add(
+                    "numpy",
+                    "deberta_log_bucket",
+                    label,
+                    "not odd, of the wrong sign or decreasing",
+                    f"max_position={max_position}: {res.tolist()}",
+                )
 
 
 def check_numpy(seconds, rng, fails, counts):
@@ -1677,6 +1680,9 @@ def _check_torch_case(torch, fails, rng, case, fn, kind):
         np_params[k] = values.astype(np_params[k].dtype)
         want, wexc = _call(fn, *case.split(_canonical(np_params)))
         label = f"expand {k}"
+    elif kind == "grad":
+        _check_torch_grad(torch, fails, case, fn, tp)
+        return
     elif kind == "sink-alias":
         if case.sink is None:
             return
@@ -1811,18 +1817,72 @@ class _Compiled:
             )
 
 
-TORCH_KINDS = ("canonical", "noncontig", "expand", "sink-alias", "zero-size")
+def _grad_inputs(case, params, is_float):
+    return [
+        k
+        for k, kind in case.kinds.items()
+        if kind == "data" and k != case.sink and is_float(params.get(k))
+    ]
+
+
+def _check_torch_grad(torch, fails, case, fn, tp):
+    """Backward through a relative term or apply_rope (zero-size too): it
+    runs or refuses with TypeError/ValueError, and its gradients are finite
+    for finite inputs, of their inputs' shapes."""
+    if case.tol not in ("term", "rope") or case.sink is not None:
+        return
+    names = _grad_inputs(
+        case,
+        tp,
+        lambda t: isinstance(t, torch.Tensor) and t.dtype in (torch.float32, torch.float64),
+    )
+    if case.name == "apply_rope":
+        names = [k for k in names if k == "x"]
+    if not names:
+        return
+    for k in names:
+        tp[k] = tp[k].detach().clone().requires_grad_(True)
+    label = _variant(
+        case,
+        "grad"
+        + (
+            " zero-size"
+            if any(t.numel() == 0 for t in tp.values() if isinstance(t, torch.Tensor))
+            else ""
+        ),
+    )
+
+    def backward():
+        out = fn(*case.split(tp)[0], **case.split(tp)[1])
+        out.float().sum().backward()
+
+    _, exc = _call(backward, (), {})
+    if exc is not None:
+        if not isinstance(exc, (TypeError, ValueError)):
+            fails.add("torch", case.name, label, _what(exc), str(exc)[:120])
+        return
+    for k in names:
+        g = tp[k].grad
+        if g is None:
+            fails.add("torch", case.name, label, f"no gradient for {k}")
+        elif g.shape != tp[k].shape or not torch.isfinite(g).all():
+            fails.add("torch", case.name, label, f"gradient of {k} wrong shape or non-finite")
+
+
+TORCH_KINDS = ("canonical", "noncontig", "expand", "sink-alias", "zero-size", "grad", "grad-zero")
 
 
 def check_torch(seconds, rng, fails, counts):
     import torch
 
-    deadline = time.monotonic() + seconds
-    # compiled first, so that the first compile sees posenc cold
+    # compiled first, so that the first compile sees posenc cold, and called
+    # twice (a second call of the same shapes must not compile again); the
+    # others compile when first drawn.  The first compile is not counted in
+    # the surface's time
     compiled = [_Compiled(torch, *c) for c in _compiled_checks(torch)]
-    for c in compiled:
-        if time.monotonic() < deadline:
-            c.check(fails, rng)
+    compiled[0].check(fails, rng)
+    compiled[0].check(fails, rng)
+    deadline = time.monotonic() + seconds
     names = sorted(GENERATORS)
     while time.monotonic() < deadline:
         if rng.random() < 0.05:
@@ -1830,7 +1890,8 @@ def check_torch(seconds, rng, fails, counts):
             continue
         name = _pick(rng, names)
         kind = _pick(rng, TORCH_KINDS)
-        case = _generate(rng, name, kind == "zero-size")
+        case = _generate(rng, name, kind in ("zero-size", "grad-zero"))
+        kind = "grad" if kind == "grad-zero" else kind
         _check_torch_case(torch, fails, rng, case, getattr(posenc, name), kind)
         counts[(name, "torch")] = counts.get((name, "torch"), 0) + 1
 
@@ -1880,10 +1941,44 @@ def _vmap_variant(case, params, k):
     return out
 
 
+def _check_jax_grad(jax, jnp, fails, case, fn, params):
+    """jax.grad of the sum of a relative term or of apply_rope with respect
+    to its float32 data (zero-size too): it runs or refuses, and the
+    gradient is finite, of the input's shape."""
+    if case.tol not in ("term", "rope"):
+        return
+    names = _grad_inputs(
+        case, params, lambda a: isinstance(a, np.ndarray) and a.dtype == np.float32
+    )
+    if case.name == "apply_rope":
+        names = [k for k in names if k == "x"]
+    if not names:
+        return
+    k = names[0]
+    zero = any(isinstance(a, np.ndarray) and a.size == 0 for a in params.values())
+    label = _variant(case, f"grad {k}" + (" zero-size" if zero else ""))
+
+    def total(a):
+        p = dict(params)
+        p[k] = a
+        return fn(*case.split(p)[0], **case.split(p)[1]).astype(jnp.float32).sum()
+
+    g, exc = _call(lambda: np.asarray(jax.grad(total)(jnp.asarray(params[k]))), (), {})
+    if exc is not None:
+        if not _is_refusal(exc):
+            fails.add("jax", case.name, label, _what(exc), str(exc).splitlines()[0][:160])
+        return
+    if g.shape != params[k].shape or not np.isfinite(g).all():
+        fails.add("jax", case.name, label, "gradient of wrong shape or non-finite")
+
+
 def _check_jax_case(jax, jnp, fails, rng, case, fn, kind):
     params = _jax_params(case)
     arrays = [k for k in case.kinds if isinstance(params.get(k), np.ndarray)]
     if not arrays:
+        return
+    if kind == "grad":
+        _check_jax_grad(jax, jnp, fails, case, fn, params)
         return
     want, wexc = _call(fn, *case.split(params))
 
@@ -1957,7 +2052,7 @@ def _stack(results):
     return np.stack([np.asarray(r) for r in results])
 
 
-JAX_KINDS = ("eager", "jit", "vmap", "jit-vmap")
+JAX_KINDS = ("eager", "jit", "vmap", "jit-vmap", "grad")
 
 
 def check_jax(seconds, rng, fails, counts):
