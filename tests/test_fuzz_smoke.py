@@ -8,9 +8,12 @@ required to raise TypeError/ValueError."""
 import io
 
 import fuzz_api
+import numpy as np
 import pytest
 
-SECONDS = 3.0
+import posenc
+
+SECONDS = 2.0
 
 
 def run(surface):
@@ -40,16 +43,29 @@ def test_jax_surface():
 
 
 def test_a_wrong_result_is_reported():
-    """The checking mode catches a function that differs from its oracle."""
-    case = fuzz_api.GENERATORS["shaw_key_term"](
-        fuzz_api.np.random.default_rng(0),
-        fuzz_api._Sizes(fuzz_api.np.random.default_rng(0), False),
-        "float64",
+    """The checking mode catches a function that differs from its oracle,
+    one line per function, perturbation and outcome."""
+    rng = np.random.default_rng(0)
+    case = fuzz_api.Case(
+        "shaw_key_term",
+        ["q", "rel_keys"],
+        {
+            "q": fuzz_api.randn(rng, (1, 2, 3, 4), "float64") + 1,
+            "rel_keys": fuzz_api.randn(rng, (5, 4), "float64") + 1,
+            "max_distance": 2,
+            "k_len": 4,
+        },
+        kinds={"q": "data", "rel_keys": "data"},
+        tol="term",
     )
-    fails = fuzz_api.Failures()
 
     def wrong(*args, **kwargs):
-        return fuzz_api.posenc.shaw_key_term(*args, **kwargs) * 1.001
+        return posenc.shaw_key_term(*args, **kwargs) * 1.001
 
+    fails = fuzz_api.Failures()
     fuzz_api._check_canonical(fails, case, wrong)
-    assert any(what == "differs from the oracle" for (*_, what) in fails.seen)
+    fuzz_api._check_canonical(fails, case, wrong)
+    assert list(fails.seen) == [("numpy", "shaw_key_term", "canonical", "differs from the oracle")]
+    fails = fuzz_api.Failures()
+    fuzz_api._check_canonical(fails, case, posenc.shaw_key_term)
+    assert len(fails) == 0
