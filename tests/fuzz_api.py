@@ -39,7 +39,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import math
+import os
 import sys
 import time
 import warnings
@@ -1193,6 +1195,18 @@ def _rss_mapped():
     return 0
 
 
+@functools.lru_cache(maxsize=None)
+def _can_fail_allocations():
+    """Whether an allocation past the cap fails with MemoryError: not under
+    AddressSanitizer, unless allocator_may_return_null=1 (it aborts)."""
+    try:
+        with open("/proc/self/maps") as f:
+            asan = "libasan" in f.read()
+    except OSError:
+        asan = "libasan" in os.environ.get("LD_PRELOAD", "")
+    return not asan or "allocator_may_return_null=1" in os.environ.get("ASAN_OPTIONS", "")
+
+
 class capped:
     """Address space limited to what the process maps now plus MEMORY_CAP
     (the soft limit, set back afterwards): a call that maps gigabytes
@@ -1417,6 +1431,8 @@ def _perturb(rng, case, kind):
         p[case.sink] = view
         return p, f"{case.sink} overlapping/zero-stride", "refuse"
     if kind == "huge":
+        if not _can_fail_allocations():
+            return None
         names = [k for k in case.sizes + case.bigs if k in p or k in case.sizes]
         if not names:
             return None
