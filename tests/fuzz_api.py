@@ -1195,7 +1195,7 @@ def _rss_mapped():
     return 0
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _can_fail_allocations():
     """Whether an allocation past the cap fails with MemoryError: not under
     AddressSanitizer, unless allocator_may_return_null=1 (it aborts)."""
