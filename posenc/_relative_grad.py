@@ -221,27 +221,31 @@ def _tupe_bias(a, grad, wanted):
     n = rows - 1 if untie else rows
     g = _incoming(grad, (), (heads, n, n), work)
     out = {}
+    untie = untie and n > 0  # one row ([CLS] alone): an empty bias, whose gradients are zeros
     if untie:  # row 0 reads product (0, 0), column 0 below it (1, 1), the rest (i + 1, j + 1)
         products = np.zeros((heads, rows, rows), work)
         products[:, 0, 0] = g[:, 0, :].sum(axis=-1)
         products[:, 1, 1] = g[:, 1:, 0].sum(axis=-1)
         products[:, 2:, 2:] = g[:, 1:, 1:]
-    else:
+    elif n == rows:
         products = g
-    c = work.type(1.0 / math.sqrt(2 * d))
+    else:
+        products = np.zeros((heads, rows, rows), work)
+    c = work.type(1.0 / math.sqrt(2 * d) if d else 1.0)  # no head dim: no products
     if "pos_q" in wanted:
         out["pos_q"] = (products @ _rel._up(pk, work)) * c
     if "pos_k" in wanted:
         out["pos_k"] = (np.swapaxes(products, -1, -2) @ _rel._up(pq, work)) * c
     if table is not None and "rel_table" in wanted:
-        nb = table.shape[0] - (1 if untie else 0)
+        nb = table.shape[0] - (1 if a["untie_cls"] else 0)
         buckets = g
         if untie:
             buckets = g.copy()
             buckets[:, 0, :] = 0
             buckets[:, :, 0] = 0
         d_table = np.zeros(table.shape, work)
-        d_table[:nb] = t5_bias_table_grad(buckets, nb, max_distance=a["max_distance"])
+        if g.size:  # no scores (no heads or tokens): nothing read from the table
+            d_table[:nb] = t5_bias_table_grad(buckets, nb, max_distance=a["max_distance"])
         if untie:
             d_table[nb] += g[:, 1:, 0].sum(axis=-1)
             d_table[nb // 2] += g[:, 0, :].sum(axis=-1)
@@ -272,7 +276,8 @@ def grads(name, grad, wanted, args, kwargs):
     bound.apply_defaults()
     a = bound.arguments
     wanted = frozenset(wanted) - {"scores"}
-    out = _RULES[name](a, np.asarray(grad), wanted) if wanted else {}
+    with _rel._ieee():  # an inf or NaN in the data: IEEE's results, no RuntimeWarning
+        out = _RULES[name](a, np.asarray(grad), wanted) if wanted else {}
     # an argument the term does not read (k in DeBERTa's c2p alone) gets zeros
     work = _rel._work(*[np.asarray(a[key]).dtype for key in wanted])
     return {

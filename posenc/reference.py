@@ -847,8 +847,10 @@ def shaw_value_term(weights, rel_values, *, max_distance, q_offset=None):
     q_len, k_len = w.shape[-2:]
     work = _rel_work(w, rel_values)
     col = _shaw_col(q_len, k_len, q_offset, max_distance)
-    onehot = (col[..., None] == np.arange(2 * max_distance + 1)).astype(work)  # (q, k, 2k+1)
-    summed = np.einsum("...qk,qkr->...qr", w.astype(work), onehot)
+    summed = np.zeros(w.shape[:-1] + (2 * max_distance + 1,), work)  # (..., q, 2k+1)
+    rows = np.arange(q_len)
+    for j in range(k_len):  # each key's weight into its bucket, keys in order
+        summed[..., rows, col[:, j]] += w[..., :, j].astype(work)
     return (summed @ rel_values.astype(work)).astype(np.result_type(w, rel_values))
 
 

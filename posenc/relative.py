@@ -77,6 +77,23 @@ def _work(*dtypes):
     return np.dtype(np.float64) if wide else np.dtype(np.float32)
 
 
+def _ieee():
+    """Products of data holding an infinity or NaN (or overflowing) made
+    as IEEE arithmetic makes them, without NumPy's RuntimeWarning: the C
+    kernels give the same NaN and inf silently."""
+    return np.errstate(invalid="ignore", over="ignore")
+
+
+def _products(left, right):
+    """``left @ right^T`` over the last two axes, each operand first laid
+    out in C order, so that BLAS sums in one order whatever the caller's
+    layout (a Fortran-ordered or strided input gives the bits of the
+    contiguous one); see _ieee."""
+    left, right = np.ascontiguousarray(left), np.ascontiguousarray(right)
+    with _ieee():
+        return left @ np.swapaxes(right, -1, -2)
+
+
 def _up(x, work, copy=False):
     """`x` in the working dtype `work`, a bfloat16 array widened exactly."""
     if is_bfloat16(x.dtype):
@@ -366,8 +383,9 @@ def _gather_into(target, parts):
     parts = [
         p._replace(left=v.apart(p.left, target), right=v.apart(p.right, target)) for p in parts
     ]
-    for p in parts:
-        _gather_part(work, target.shape[:-3], p.left, p.right, p.columns, p.by_key, p.divisor)
+    with _ieee():
+        for p in parts:
+            _gather_part(work, target.shape[:-3], p.left, p.right, p.columns, p.by_key, p.divisor)
     if not direct:
         np.copyto(target, work.reshape(target.shape), casting="unsafe")
 
@@ -663,12 +681,12 @@ def xl_content_bias(k, bias, *, scores=None):
     work = _work(k.dtype, u.dtype)
     kw, uw = _up(k, work), _up(u, work, copy=True)
     if scores is None:
-        term = uw @ np.swapaxes(kw, -1, -2)  # (..., h, 1, k)
+        term = _products(uw, kw)  # (..., h, 1, k)
         return _cast(term, _result(k, u))
     sc = _scores_array(scores)
     q_len = sc.shape[-2] if sc.ndim >= 3 else 0
     target = _target(scores, k.shape[:-3], (heads, q_len, k_len))
-    term = uw @ np.swapaxes(kw, -1, -2)
+    term = _products(uw, kw)
     _add_into(target, term)
     return target
 
@@ -901,7 +919,7 @@ def tener_scores(q, k, table, *, u=None, v=None, scale=False, key_term=True):
     _checked_size(
         None, _lead(q.shape[:-3], k.shape[:-3], names=("q", "k")), (heads, length, length)
     )
-    scores = qu @ np.swapaxes(_up(k, work), -1, -2)
+    scores = _products(qu, _up(k, work))
     tener_position_term.__wrapped_numpy__(q, k, R, v=v, key_term=key_term, scores=scores)
     if scale and d:  # an empty head dim: sums of no products, 0 whatever the scale
         scores /= np.sqrt(work.type(d))
@@ -1483,7 +1501,9 @@ def shaw_value_term(weights, rel_values, *, max_distance, q_offset=None):
         then one BLAS product with the table.
     """
     w, rv, index, work = _shaw_value_args(weights, rel_values, max_distance, q_offset)
-    result = _by_distance(w, index, rv.shape[-2], work) @ _up(rv, work)
+    summed = _by_distance(w, index, rv.shape[-2], work)
+    with _ieee():
+        result = summed @ np.ascontiguousarray(_up(rv, work))
     return _cast(result, _result(w, rv))
 
 
@@ -1702,7 +1722,7 @@ def tupe_bias(
         return _cast(np.zeros((heads, n, n), work), _promote(*dtypes)) if target is None else target
     # an empty head dim: sums of no products, 0 whatever the scale
     qs = _up(pq, work) * work.type(1.0 / math.sqrt(2 * d) if d else 1.0)
-    bias = qs @ np.swapaxes(_up(pk, work), -1, -2)
+    bias = _products(qs, _up(pk, work))
     if untie_cls:
         cls_to_others, others_to_cls = bias[:, 0, 0].copy(), bias[:, 1, 1].copy()
         bias = bias[:, 1:, 1:]

@@ -1328,6 +1328,9 @@ def _aliasing(rng, a):
         strides[axis] = a.itemsize  # rows that overlap the next ones
         if axis == a.ndim - 1:
             return None
+    offsets = sum(np.indices(a.shape).reshape(a.ndim, -1)[i] * strides[i] for i in range(a.ndim))
+    if np.unique(offsets).size == a.size:  # rows of length one: apart after all
+        return None
     view = np.lib.stride_tricks.as_strided(store, a.shape, strides, writeable=True)
     view[...] = a[(0,) * a.ndim]
     return view

@@ -12,6 +12,7 @@ XLNet and DeBERTa are the witnesses in tests/conformance.
 
 import math
 import tracemalloc
+import warnings
 
 import numpy as np
 import pytest
@@ -1667,3 +1668,82 @@ def test_xl_content_bias_added_by_the_kernel_as_np_add_adds(threads, rng, dtype)
     half = noise(rng, (2, 3, 6, 9), "float16")
     want = (half.astype(dtype) + term).astype("float16")
     same_bits(posenc.xl_content_bias(k, u, scores=half), want)
+
+
+# ---------------------------------------------------------------- infinities, layouts
+
+
+def _product_calls(rng):
+    """One small call of each relative term whose products BLAS makes:
+    name -> (function, arrays, keywords)."""
+    h, n, d = 2, 5, 4
+    q, k = rng.standard_normal((1, h, n, d)), rng.standard_normal((1, h, n, d))
+    table = posenc.tener_relative_table(n, d, dtype="float64")
+    return {
+        "xl_position_term": (posenc.xl_position_term, [q, rng.standard_normal((h, 2 * n, d))], {}),
+        "xl_content_bias": (posenc.xl_content_bias, [k, rng.standard_normal((h, d))], {}),
+        "tener_position_term": (posenc.tener_position_term, [q, k, table], {}),
+        "tener_scores": (posenc.tener_scores, [q, k, table], {"scale": True}),
+        "deberta_attention_bias": (
+            posenc.deberta_attention_bias,
+            [q, k],
+            {
+                "pos_key": rng.standard_normal((h, 8, d)),
+                "pos_query": rng.standard_normal((h, 8, d)),
+                "position_buckets": 4,
+                "max_relative_positions": 16,
+            },
+        ),
+        "shaw_key_term": (
+            posenc.shaw_key_term,
+            [q, rng.standard_normal((5, d))],
+            {"max_distance": 2},
+        ),
+        "shaw_value_term": (
+            posenc.shaw_value_term,
+            [rng.standard_normal((1, h, n, n)), rng.standard_normal((5, d))],
+            {"max_distance": 2},
+        ),
+        "tupe_bias": (
+            posenc.tupe_bias,
+            [rng.standard_normal((h, n, d)), rng.standard_normal((h, n, d))],
+            {"untie_cls": False},
+        ),
+    }
+
+
+@pytest.mark.parametrize("value", [np.inf, -np.inf, np.nan, 1e308])
+@pytest.mark.parametrize("name", sorted(_product_calls(np.random.default_rng(0))))
+def test_infinities_in_the_data_give_ieee_results_without_a_warning(name, value):
+    # inf * 0 in a product is NaN and 1e308 * 1e308 is inf, as the C kernels
+    # give them: the same values as the NumPy twin, and no RuntimeWarning
+    fn, arrays, kwargs = _product_calls(np.random.default_rng(1))[name]
+    for i in range(len(arrays)):
+        planted = [a.copy() for a in arrays]
+        planted[i].reshape(-1)[::3] = value
+        planted[i].reshape(-1)[1::3] = 0.0
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            got = fn(*planted, **kwargs)
+        with np.errstate(all="ignore"):
+            want = getattr(ref, name)(*planted, **kwargs)
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=0, equal_nan=True)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_any_layout_of_the_inputs_gives_the_bits_of_the_contiguous_call(dtype):
+    layouts = {
+        "fortran": np.asfortranarray,
+        "strided": lambda a: np.repeat(a, 2, axis=-1)[..., ::2],
+        "reversed": lambda a: np.flip(np.flip(a, -1).copy(), -1),
+    }
+    for name, call, inputs in _relative_calls(np.random.default_rng(2), dtype):
+        if "scores" in inputs:  # the scores are written: each call its own copy
+            inputs = {k: a.copy() if k == "scores" else a for k, a in inputs.items()}
+        want = call(**{k: a.copy() for k, a in inputs.items()})
+        for how, lay in layouts.items():
+            for key in inputs:
+                laid = {k: a.copy() for k, a in inputs.items()}
+                laid[key] = lay(inputs[key])
+                got = call(**laid)
+                np.testing.assert_array_equal(got, want, err_msg=f"{name}: {key} {how}")

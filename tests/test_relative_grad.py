@@ -410,3 +410,36 @@ def test_scatter_by_key_is_np_add_at_in_the_order_of_the_queries(threads, dtype)
             np.add.at(want[b, h], (j[keep], cols[keep]), w[b, h][keep].astype(kind))
     np.testing.assert_array_equal(got.view(f"u{got.itemsize}"), want.view(f"u{want.itemsize}"))
     assert np.array_equal(base[..., 4 : 4 + k_len], w)  # read, not written
+
+
+@pytest.mark.parametrize("untie_cls", [True, False])
+def test_tupe_bias_of_one_token_or_no_head_dim_has_zero_or_exact_gradients(untie_cls):
+    # one row with untie_cls is [CLS] alone: an empty bias, zero gradients;
+    # an empty head dim: no products, the table's gradient alone
+    rng = np.random.default_rng(3)
+    table = rng.standard_normal((7 if untie_cls else 6, H))
+    for rows, d in [(1 if untie_cls else 0, D), (3, 0)]:
+        pq, pk = rng.standard_normal((H, rows, d)), rng.standard_normal((H, rows, d))
+        n = rows - 1 if untie_cls else rows
+        grad = rng.standard_normal((H, n, n))
+        got = rg.grads_of(
+            "tupe_bias",
+            ("pos_q", "pos_k", "rel_table"),
+            grad,
+            pos_q=pq,
+            pos_k=pk,
+            rel_table=table,
+            untie_cls=untie_cls,
+        )
+        assert [g.shape for g in got] == [pq.shape, pk.shape, table.shape]
+        np.testing.assert_array_equal(got[0], 0)
+        np.testing.assert_array_equal(got[1], 0)
+        # the table's gradient: the central difference along a direction
+        step = rng.standard_normal(table.shape)
+
+        f = [
+            np.sum(grad * posenc.tupe_bias(pq, pk, rel_table=t, untie_cls=untie_cls))
+            for t in (table + step, table - step)
+        ]
+        want = (f[0] - f[1]) / 2
+        np.testing.assert_allclose(np.sum(got[2] * step), want, rtol=1e-12, atol=1e-12)
