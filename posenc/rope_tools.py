@@ -367,7 +367,7 @@ def mrope_position_ids(
         if not np.isin(mask, (0, 1)).all():  # NaN, 0.5 or 2 are not read as 1
             raise ValueError("attention_mask must hold 0 (padding) and 1 (tokens) only")
         mask = np.atleast_2d(mask).astype(bool)
-    merge = v.integer(spatial_merge_size, "spatial_merge_size", minimum=1)
+    merge = v.integer(spatial_merge_size, "spatial_merge_size", minimum=1, maximum=2**62)
     images = _grids(image_grids, "image_grids")
     videos = _grids(video_grids, "video_grids")
     frames_apart = v.flag(video_frames_apart, "video_frames_apart")
@@ -551,7 +551,7 @@ def vision_position_ids(grids, *, spatial_merge_size=1, convention="qwen2_vl"):
         Llama 4).
     """
     convention = v.choice(convention, "convention", _VISION_CONVENTIONS)
-    merge = v.integer(spatial_merge_size, "spatial_merge_size", minimum=1)
+    merge = v.integer(spatial_merge_size, "spatial_merge_size", minimum=1, maximum=2**62)
     arr = np.asarray(grids)
     _within_int64(arr, "grids")
     if arr.dtype.kind not in "iu":

@@ -437,6 +437,10 @@ SIZE_ROWS = [
      "grids"),
     ("vision qwen", lambda: posenc.vision_position_ids([[1, 2**20, 2**20]]), "grids"),
     ("vision qwen wraps", lambda: posenc.vision_position_ids([[1, 2**40, 2**40]]), "grids"),
+    ("vision merge 2**63", lambda: posenc.vision_position_ids(
+        [[1, 2, 2]], spatial_merge_size=2**63), "spatial_merge_size"),
+    ("mrope merge 2**63", lambda: posenc.mrope_position_ids(
+        [0, 1], image_grids=[[1, 2, 2]], spatial_merge_size=2**63), "spatial_merge_size"),
     ("cu_seqlens 2**40", lambda: posenc.positions_from_cu_seqlens([0, BIG]), "cu_seqlens"),
     ("cu_seqlens 2**64", lambda: posenc.positions_from_cu_seqlens([0, 2**64]), "cu_seqlens"),
     ("attention_temperature", lambda: posenc.attention_temperature(BIG), "positions"),
