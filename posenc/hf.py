@@ -1,0 +1,412 @@
+"""One call for a loaded transformers model: its positions computed by posenc.
+
+``patch(model)`` makes that model instance (not its class, not its modeling
+module) compute its positions with posenc; ``unpatch(model)`` restores it
+exactly; ``with patched(model): ...`` does both.  What is patched:
+
+- rotary modules built from transformers' rope init functions (the
+  ``*RotaryEmbedding`` modules holding ``inv_freq`` and ``rope_type``, per
+  layer type too): replaced by :class:`posenc.torch.RotaryEmbedding` built
+  from the module's own config;
+- BLOOM's ALiBi (``BloomModel.build_alibi_tensor``) and MPT's
+  (``MptModel.build_mpt_alibi_tensor``);
+- T5, MT5 and UMT5's relative bias (``compute_bias`` of the attention
+  modules that hold a table).
+
+Every replacement is built and checked against the module it replaces (on
+a few positions, before anything is changed); a model posenc cannot patch
+(nothing it knows, or a module whose numbers it would not reproduce) gets a
+ValueError naming what it found and what is supported, and is left as it
+was.  Where transformers computes a quantity less exactly than posenc (a
+bfloat16 ``inv_freq`` after ``model.to(torch.bfloat16)``, angles formed in
+float32 in a float64 model), the patched model is exact, and ``patch``
+says so once with a warning naming the quantity and the size of the
+difference measured on those positions.
+
+transformers is imported only by the functions of this module, when used.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import warnings
+from typing import Any, Callable, Iterator, List, Optional, Tuple
+
+__all__ = ["SUPPORTED", "patch", "patched", "patched_parts", "unpatch"]
+
+SUPPORTED = (
+    "rotary modules built from transformers' rope init functions (Llama, Mistral, Qwen2/3, "
+    "Gemma 1-3, Phi-3, GPT-NeoX, ... : *RotaryEmbedding with inv_freq and rope_type)",
+    "BLOOM's ALiBi (BloomModel.build_alibi_tensor)",
+    "MPT's ALiBi (MptModel.build_mpt_alibi_tensor)",
+    "T5 / MT5 / UMT5 relative attention bias (compute_bias of the attention modules)",
+)
+
+_STATE = "_posenc_patch"
+_PROBE = 16  # positions 0 .. _PROBE - 1 on which each replacement is checked
+
+
+class _Change:
+    """One reversible change to one object."""
+
+    def __init__(self, what: str, apply: Callable[[], None], undo: Callable[[], None]) -> None:
+        self.what, self.apply, self.undo = what, apply, undo
+
+
+def _supported_text() -> str:
+    return "; ".join(SUPPORTED)
+
+
+def _max_diff(a: Any, b: Any) -> float:
+    return float((a.double() - b.double()).abs().max()) if a.numel() else 0.0
+
+
+# -- rotary ---------------------------------------------------------------------
+
+
+def _rotary_layer_types(module: Any) -> List[Optional[str]]:
+    rope_type = getattr(module, "rope_type", None)
+    if isinstance(rope_type, dict):
+        return list(rope_type)
+    return [None]
+
+
+def _is_rotary(module: Any) -> bool:
+    if not type(module).__name__.endswith("RotaryEmbedding"):
+        return False
+    if getattr(module, "config", None) is None or not hasattr(module, "rope_type"):
+        return False
+    names = dict(module.named_buffers(recurse=False))
+    return any(n == "inv_freq" or n.endswith("_inv_freq") for n in names)
+
+
+def _inv_freq(module: Any, layer_type: Optional[str]) -> Any:
+    prefix = "" if layer_type is None else f"{layer_type}_"
+    return getattr(module, f"{prefix}inv_freq", None)
+
+
+def _head_dims(config: Any, layer_type: Optional[str]) -> List[int]:
+    """The head dimensions the config may mean, the config's own first."""
+    from .torch import _config_value
+
+    if layer_type is not None:
+        try:
+            config = config.per_layer_config[layer_type]
+        except Exception:
+            pass
+    dims = []
+    head_dim = _config_value(config, "head_dim")
+    if isinstance(head_dim, int):
+        dims.append(head_dim)
+    heads = _config_value(config, "num_attention_heads")
+    hidden = _config_value(config, "hidden_size")
+    if isinstance(hidden, int) and isinstance(heads, int) and heads:
+        dims.append(hidden // heads)
+    for key in ("qk_rope_head_dim", "rotary_dim"):
+        value = _config_value(config, key)
+        if isinstance(value, int):
+            dims.append(value)
+    return [d for d in dict.fromkeys(dims) if d > 0]
+
+
+def _probe_rotary(
+    original: Any, layer_type: Optional[str], torch: Any
+) -> Tuple[Any, Any, Any, Any]:
+    """(x, position ids, cos, sin) of a copy of `original` on the probe
+    positions (the model's own module keeps its state)."""
+    inv_freq = _inv_freq(original, layer_type)
+    device = inv_freq.device
+    # the probe's dtype: float64 where the module holds float64 (to see what
+    # transformers makes of a float64 model), float32 otherwise
+    dtype = torch.float64 if inv_freq.dtype == torch.float64 else torch.float32
+    x = torch.zeros(1, dtype=dtype, device=device)
+    ids = torch.arange(_PROBE, device=device)[None]
+    params = getattr(original.config, "rope_parameters", None) or {}
+    if layer_type is not None and isinstance(params, dict):
+        params = params.get(layer_type) or {}
+    if isinstance(params, dict) and params.get("mrope_section") is not None:
+        ids = torch.stack([ids, ids // 4, ids % 7])
+    twin = copy.deepcopy(original)
+    kwargs = {} if layer_type is None else {"layer_type": layer_type}
+    with torch.no_grad():
+        out = twin(x, ids, **kwargs)
+    if not (isinstance(out, tuple) and len(out) == 2):
+        raise ValueError(f"{type(original).__name__} does not return (cos, sin)")
+    return x, ids, out[0], out[1]
+
+
+def _rotary_replacement(name: str, original: Any, torch: Any, notes: List[str]) -> Tuple[Any, str]:
+    """A posenc RotaryEmbedding for `original`, checked on the probe."""
+    from .torch import RotaryEmbedding
+
+    config = original.config
+    layer_types = _rotary_layer_types(original)
+    problems = []
+    for dim in _head_dims(config, layer_types[0]):
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                module = RotaryEmbedding(dim, config=config, layer_type=None)
+        except (TypeError, ValueError) as exc:
+            problems.append(f"head_dim {dim}: {exc}")
+            continue
+        worst = 0.0
+        ok = True
+        for layer_type in layer_types:
+            try:
+                x, ids, cos, sin = _probe_rotary(original, layer_type, torch)
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    mine = module(x, ids, layer_type=layer_type)
+            except (TypeError, ValueError, RuntimeError) as exc:
+                problems.append(f"head_dim {dim}, layer type {layer_type}: {exc}")
+                ok = False
+                break
+            if mine[0].shape != cos.shape:
+                problems.append(
+                    f"head_dim {dim}, layer type {layer_type}: transformers' tables have shape "
+                    f"{tuple(cos.shape)}, posenc's {tuple(mine[0].shape)}"
+                )
+                ok = False
+                break
+            diff = max(_max_diff(mine[0], cos), _max_diff(mine[1], sin))
+            # a reading of the config other than transformers' moves the
+            # tables by far more than transformers' own rounding does
+            if diff > 0.05:
+                problems.append(
+                    f"head_dim {dim}, layer type {layer_type}: posenc's tables differ from "
+                    f"transformers' by {diff:.3g}"
+                )
+                ok = False
+                break
+            worst = max(worst, diff)
+        if not ok:
+            continue
+        inv = _inv_freq(original, layer_types[0])
+        exact_limit = 1e-12 if inv.dtype == torch.float64 else 1e-5
+        if worst > exact_limit:
+            if inv.dtype == torch.float64:
+                quantity = "angles formed in float32 in a float64 model"
+            elif inv.dtype in (torch.bfloat16, torch.float16):
+                quantity = f"inv_freq held in {str(inv.dtype).replace('torch.', '')}"
+            else:
+                quantity = "cos and sin"
+            notes.append(
+                f"{name}: transformers' {quantity} moves cos/sin by up to {worst:.3g} at "
+                f"positions 0..{_PROBE - 1}; the patched model uses the exact values"
+            )
+        return module, f"{name} ({type(original).__name__}, head_dim {dim})"
+    raise ValueError(
+        f"{name} ({type(original).__name__}) cannot be reproduced by posenc: "
+        + "; ".join(problems or ["no head dimension in its config"])
+    )
+
+
+def _set_child(model: Any, name: str, value: Any) -> None:
+    parent_name, _, child = name.rpartition(".")
+    parent = model.get_submodule(parent_name) if parent_name else model
+    setattr(parent, child, value)
+
+
+# -- ALiBi ------------------------------------------------------------------------
+
+
+def _bloom_change(name: str, module: Any, torch: Any) -> _Change:
+    from .torch import ALiBi
+
+    alibi = ALiBi(module.num_heads)
+
+    def build_alibi_tensor(attention_mask: Any, num_heads: int, dtype: Any) -> Any:
+        if num_heads != alibi.n_heads:
+            raise ValueError(f"num_heads is {num_heads}, the patched model has {alibi.n_heads}")
+        bias = alibi.key_bias(attention_mask, dtype=dtype)  # (batch, heads, 1, k)
+        return bias.reshape(-1, 1, bias.shape[-1])
+
+    original = module.build_alibi_tensor
+    mask = torch.tensor([[0, 1, 1, 1], [1, 1, 1, 1]])
+    for dtype in (torch.float32, torch.bfloat16):
+        diff = _max_diff(build_alibi_tensor(mask, module.num_heads, dtype),
+                         original(mask, module.num_heads, dtype))  # fmt: skip
+        if diff != 0.0:
+            raise ValueError(f"{name}: posenc's ALiBi differs from BLOOM's by {diff:.3g}")
+    return _instance_attr_change(
+        module, "build_alibi_tensor", build_alibi_tensor, f"{name} (BLOOM ALiBi)"
+    )
+
+
+def _mpt_change(name: str, module: Any, torch: Any) -> _Change:
+    import numpy as np
+
+    from .torch import ALiBi
+
+    n = module.num_heads
+    # MPT's slopes: 2 ** -(8 (i + 1) / n2) for the power of two n2 >= n, the
+    # odd-numbered ones first when n is not a power of two
+    n2 = 1 << (n - 1).bit_length()
+    slopes = 2.0 ** (-(np.arange(1, n2 + 1, dtype=np.float64) * (8.0 / n2)))
+    if n2 != n:
+        slopes = np.concatenate([slopes[1::2], slopes[::2]])[:n]
+    alibi = ALiBi(n, slopes=slopes)
+    model_dtype = next(iter(module.parameters())).dtype
+
+    def build_mpt_alibi_tensor(
+        num_heads: int, sequence_length: int, alibi_bias_max: float = 8, device: Any = None
+    ) -> Any:
+        if num_heads != n or alibi_bias_max != 8:
+            raise ValueError(
+                f"the patched MPT ALiBi has {n} heads and alibi_bias_max 8, got {num_heads} "
+                f"and {alibi_bias_max}"
+            )
+        # float32 as transformers gives it, float64 in a float64 model
+        dtype = torch.float64 if model_dtype == torch.float64 else torch.float32
+        return alibi.bias(1, sequence_length, dtype=dtype, device=device or "cpu")
+
+    original = module.build_mpt_alibi_tensor
+    mine = build_mpt_alibi_tensor(n, 8)
+    theirs = original(n, 8)
+    if mine.shape != theirs.shape or _max_diff(mine, theirs) > 1e-6:
+        raise ValueError(f"{name}: posenc's ALiBi differs from MPT's")
+    return _instance_attr_change(
+        module, "build_mpt_alibi_tensor", build_mpt_alibi_tensor, f"{name} (MPT ALiBi)"
+    )
+
+
+def _t5_change(name: str, module: Any, torch: Any) -> _Change:
+    from .torch import T5RelativeBias
+
+    bias = T5RelativeBias(
+        bidirectional=not module.is_decoder,
+        max_distance=module.relative_attention_max_distance,
+        weight=module.relative_attention_bias.weight,
+    )
+    if module.relative_attention_bias.weight.shape[0] != module.relative_attention_num_buckets:
+        raise ValueError(f"{name}: its table's rows are not its relative_attention_num_buckets")
+
+    def compute_bias(
+        query_length: int, key_length: int, device: Any = None, past_seen_tokens: int = 0
+    ) -> Any:
+        out = bias(int(query_length), int(key_length), q_offset=int(past_seen_tokens))
+        return out if device is None else out.to(device)
+
+    original = module.compute_bias
+    with torch.no_grad():
+        for args in ((5, 7, None, 0), (1, 9, None, 8)):
+            diff = _max_diff(compute_bias(*args), original(*args))
+            if diff != 0.0:
+                raise ValueError(f"{name}: posenc's T5 bias differs from transformers' by {diff}")
+    return _instance_attr_change(module, "compute_bias", compute_bias, f"{name} (T5 bias)")
+
+
+def _instance_attr_change(obj: Any, attr: str, value: Any, what: str) -> _Change:
+    had = attr in obj.__dict__
+    before = obj.__dict__.get(attr)
+
+    def apply() -> None:
+        obj.__dict__[attr] = value
+
+    def undo() -> None:
+        if had:
+            obj.__dict__[attr] = before
+        else:
+            obj.__dict__.pop(attr, None)
+
+    return _Change(what, apply, undo)
+
+
+# -- the public calls --------------------------------------------------------------
+
+
+def _plan(model: Any, torch: Any) -> Tuple[List[_Change], List[str]]:
+    changes: List[_Change] = []
+    notes: List[str] = []
+    found: List[str] = []
+    for name, module in list(model.named_modules()):
+        cls = type(module).__name__
+        if _is_rotary(module):
+            replacement, what = _rotary_replacement(name or cls, module, torch, notes)
+
+            def apply(name: str = name, new: Any = replacement) -> None:
+                _set_child(model, name, new)
+
+            def undo(name: str = name, old: Any = module) -> None:
+                _set_child(model, name, old)
+
+            if not name:
+                raise ValueError("patch takes the model holding a rotary module, not the module")
+            changes.append(_Change(what, apply, undo))
+        elif cls.startswith("Bloom") and callable(getattr(module, "build_alibi_tensor", None)):
+            changes.append(_bloom_change(name or cls, module, torch))
+        elif cls.startswith("Mpt") and callable(getattr(module, "build_mpt_alibi_tensor", None)):
+            changes.append(_mpt_change(name or cls, module, torch))
+        elif (
+            getattr(module, "has_relative_attention_bias", False)
+            and callable(getattr(module, "compute_bias", None))
+            and hasattr(module, "relative_attention_bias")
+            and hasattr(module, "relative_attention_max_distance")
+        ):
+            changes.append(_t5_change(name or cls, module, torch))
+        elif "alibi" in cls.lower() or "RotaryEmbedding" in cls or "RelativePosition" in cls:
+            found.append(f"{name} ({cls})")
+        elif cls.startswith("Falcon") and getattr(getattr(module, "config", None), "alibi", False):
+            found.append(f"{name or cls} ({cls}: Falcon's ALiBi)")
+    if found or not changes:
+        # nothing, or a part posenc does not patch: never a half-patched model
+        what = ", ".join(dict.fromkeys(found)) or "no position encoding posenc knows"
+        raise ValueError(
+            f"posenc cannot patch this {type(model).__name__}: found {what}. "
+            f"Supported: {_supported_text()}"
+        )
+    return changes, notes
+
+
+def patch(model: Any) -> Any:
+    """Make `model` (this instance) compute its positions with posenc.
+
+    Returns `model`.  Raises ValueError, leaving the model as it was, when
+    it holds nothing posenc can patch or a module whose numbers posenc would
+    not reproduce; TypeError when `model` is not a torch module.
+    """
+    import torch
+
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    if _STATE in model.__dict__:
+        raise ValueError(f"this {type(model).__name__} is already patched: unpatch it first")
+    changes, notes = _plan(model, torch)
+    for change in changes:
+        change.apply()
+    model.__dict__[_STATE] = changes
+    if notes:
+        warnings.warn(
+            "posenc.hf.patch: the patched model is more exact than transformers here: "
+            + "; ".join(notes),
+            UserWarning,
+            stacklevel=2,
+        )
+    return model
+
+
+def unpatch(model: Any) -> Any:
+    """Restore a model patched by :func:`patch` exactly; returns it."""
+    changes = model.__dict__.pop(_STATE, None) if hasattr(model, "__dict__") else None
+    if changes is None:
+        raise ValueError(f"this {type(model).__name__} is not patched by posenc.hf.patch")
+    for change in reversed(changes):
+        change.undo()
+    return model
+
+
+def patched_parts(model: Any) -> List[str]:
+    """What :func:`patch` replaced in `model` (empty if not patched)."""
+    return [c.what for c in model.__dict__.get(_STATE, [])]
+
+
+@contextlib.contextmanager
+def patched(model: Any) -> Iterator[Any]:
+    """``with patched(model):`` the model patched inside, restored after."""
+    patch(model)
+    try:
+        yield model
+    finally:
+        unpatch(model)
