@@ -25,7 +25,7 @@ lookup, the rotation and the bias add are torch's own ops there.
 
 from __future__ import annotations
 
-from typing import Any, Dict, Optional, Sequence, Tuple
+from typing import Any, Dict, Optional, Sequence, Tuple, cast
 
 import numpy as np
 import torch
@@ -443,10 +443,10 @@ class ALiBi(nn.Module):
         device: Any = "cpu",
     ) -> torch.Tensor:
         slopes = self.slopes.numpy() if self._given else None
-        out: torch.Tensor = _bias.alibi_bias(  # type: ignore[assignment]
+        out = cast(torch.Tensor, _bias.alibi_bias(
             self.n_heads, q_len, k_len, slopes=slopes, max_bias=self.max_bias,
             q_offset=q_offset, dtype=dtype,
-        )  # fmt: skip
+        ))  # fmt: skip
         return out if torch.device(device).type == "cpu" else out.to(device)
 
     def key_bias(self, attention_mask: torch.Tensor, *, dtype: torch.dtype) -> torch.Tensor:
