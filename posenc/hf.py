@@ -8,8 +8,9 @@ exactly; ``with patched(model): ...`` does both.  What is patched:
   ``*RotaryEmbedding`` modules holding ``inv_freq`` and ``rope_type``, per
   layer type too): replaced by :class:`posenc.torch.RotaryEmbedding` built
   from the module's own config;
-- BLOOM's ALiBi (``BloomModel.build_alibi_tensor``) and MPT's
-  (``MptModel.build_mpt_alibi_tensor``);
+- BLOOM's ALiBi (``BloomModel.build_alibi_tensor``), MPT's
+  (``MptModel.build_mpt_alibi_tensor``) and Falcon's (the model instance
+  gets a ``forward`` of its own: the class's code reading posenc's ALiBi);
 - T5, MT5 and UMT5's relative bias (``compute_bias`` of the attention
   modules that hold a table).
 
@@ -30,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import warnings
 from typing import Any, Callable, Iterator, List, Optional, Tuple
 
@@ -40,6 +42,7 @@ SUPPORTED = (
     "Gemma 1-3, Phi-3, GPT-NeoX, ... : *RotaryEmbedding with inv_freq and rope_type)",
     "BLOOM's ALiBi (BloomModel.build_alibi_tensor)",
     "MPT's ALiBi (MptModel.build_mpt_alibi_tensor)",
+    "Falcon's ALiBi (FalconModel with alibi=True)",
     "T5 / MT5 / UMT5 relative attention bias (compute_bias of the attention modules)",
 )
 
@@ -129,8 +132,14 @@ def _probe_rotary(
         ids = torch.stack([ids, ids // 4, ids % 7])
     twin = copy.deepcopy(original)
     kwargs = {} if layer_type is None else {"layer_type": layer_type}
-    with torch.no_grad():
-        out = twin(x, ids, **kwargs)
+    try:
+        with torch.no_grad():
+            out = twin(x, ids, **kwargs)
+    except Exception as exc:  # not a module driven by (x, position_ids) this way
+        raise ValueError(
+            f"it does not run on position ids of shape {tuple(ids.shape)} "
+            f"({type(exc).__name__}: {exc})"
+        ) from exc
     if not (isinstance(out, tuple) and len(out) == 2):
         raise ValueError(f"{type(original).__name__} does not return (cos, sin)")
     return x, ids, out[0], out[1]
@@ -142,15 +151,33 @@ def _rotary_replacement(name: str, original: Any, torch: Any, notes: List[str]) 
 
     config = original.config
     layer_types = _rotary_layer_types(original)
+    if not layer_types:
+        raise ValueError(f"{name} ({type(original).__name__}) has no layer types to patch")
     problems = []
-    for dim in _head_dims(config, layer_types[0]):
+    # the tables' layout: transformers' "half", or each angle twice in a row
+    # (Cohere's, GLM's repeat_interleave)
+    candidates = [
+        (d, lay) for lay in ("half", "interleaved") for d in _head_dims(config, layer_types[0])
+    ]
+    for dim, layout in candidates:
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                module = RotaryEmbedding(dim, config=config, layer_type=None)
+                module = RotaryEmbedding(dim, config=config, layer_type=None, layout=layout)
         except (TypeError, ValueError) as exc:
-            problems.append(f"head_dim {dim}: {exc}")
+            problems.append(f"head_dim {dim} ({layout}): {exc}")
             continue
+        # dynamic NTK: the length transformers' module has grown its
+        # frequencies for so far, carried over
+        for layer_type in layer_types:
+            prefix = "" if layer_type is None else f"{layer_type}_"
+            cached: Any = getattr(original, f"{prefix}max_seq_len_cached", None)
+            cached = getattr(original, "max_seq_len_cached", None) if cached is None else cached
+            start = getattr(original, "original_max_seq_len", None)
+            if torch.is_tensor(cached):  # transformers keeps it as a tensor once grown
+                cached = int(cached.item())
+            if isinstance(cached, int) and isinstance(start, int) and cached > start:
+                module._grown[layer_type] = cached
         worst = 0.0
         ok = True
         for layer_type in layer_types:
@@ -196,7 +223,7 @@ def _rotary_replacement(name: str, original: Any, torch: Any, notes: List[str]) 
                 f"{name}: transformers' {quantity} moves cos/sin by up to {worst:.3g} at "
                 f"positions 0..{_PROBE - 1}; the patched model uses the exact values"
             )
-        return module, f"{name} ({type(original).__name__}, head_dim {dim})"
+        return module, f"{name} ({type(original).__name__}, head_dim {dim}, {layout})"
     raise ValueError(
         f"{name} ({type(original).__name__}) cannot be reproduced by posenc: "
         + "; ".join(problems or ["no head dimension in its config"])
@@ -272,9 +299,94 @@ def _mpt_change(name: str, module: Any, torch: Any) -> _Change:
     )
 
 
+def _falcon_change(name: str, module: Any, torch: Any, exact: bool, notes: List[str]) -> _Change:
+    """Falcon's model calls its modeling file's ``build_alibi_tensor``: this
+    instance gets its own ``forward``, the class's code with posenc's ALiBi
+    in that name (the class, its module and other instances untouched)."""
+    import sys
+    import types
+
+    from .torch import ALiBi
+
+    alibi = ALiBi(module.num_heads)
+    rounded = ALiBi(module.num_heads, slopes=alibi.slopes.to(torch.bfloat16).double().tolist())
+
+    def build_alibi_tensor(attention_mask: Any, num_heads: int, dtype: Any) -> Any:
+        if num_heads != alibi.n_heads:
+            raise ValueError(f"num_heads is {num_heads}, the patched model has {alibi.n_heads}")
+        if exact:
+            bias = alibi.key_bias(attention_mask, dtype=dtype)
+        else:  # transformers' rounding: bfloat16 slopes times positions, in bfloat16
+            bias = rounded.key_bias(attention_mask, dtype=torch.bfloat16).to(dtype)
+        return bias.reshape(-1, 1, bias.shape[-1])
+
+    outer = type(module).forward
+    chain = [outer]
+    while hasattr(chain[-1], "__wrapped__"):
+        chain.append(chain[-1].__wrapped__)
+    inner = chain[-1]
+    home = sys.modules[inner.__module__]
+    if getattr(home, "build_alibi_tensor", None) is None or "build_alibi_tensor" not in (
+        inner.__code__.co_names
+    ):
+        raise ValueError(f"{name}: its forward does not call build_alibi_tensor")
+    original = home.build_alibi_tensor
+    mask = torch.ones(2, 1024, dtype=torch.long)
+    mask[0, :2] = 0
+    theirs = original(mask, module.num_heads, torch.float32)
+    mine = build_alibi_tensor(mask, module.num_heads, torch.float32)
+    if mine.shape != theirs.shape:
+        raise ValueError(f"{name}: posenc's ALiBi has shape {tuple(mine.shape)}, Falcon's "
+                         f"{tuple(theirs.shape)}")  # fmt: skip
+    diff = _max_diff(mine, theirs)
+    # transformers' bfloat16 slopes and products: within 2**-7 of the bias
+    if diff > float(theirs.abs().max()) / 64:
+        raise ValueError(f"{name}: posenc's ALiBi differs from Falcon's by {diff:.3g}")
+    if exact and diff > 0:
+        notes.append(
+            f"{name}: transformers forms Falcon's ALiBi in bfloat16 (slopes.bfloat16() * "
+            f"positions) in every dtype, {diff:.3g} off the exact bias at positions 0..1023; the "
+            "patched model uses the exact bias (patch(model, exact=False) rounds it as "
+            "transformers does)"
+        )
+    # the innermost function again, reading posenc's build_alibi_tensor
+    scope = dict(inner.__globals__)
+    scope["build_alibi_tensor"] = build_alibi_tensor
+    fn: Any = types.FunctionType(
+        inner.__code__, scope, inner.__name__, inner.__defaults__, inner.__closure__
+    )
+    fn.__kwdefaults__ = inner.__kwdefaults__
+    fn = functools.update_wrapper(fn, inner)
+    # and each decorator's wrapper around it, its cell now holding the new one
+    for wrapper, wrapped in zip(reversed(chain[:-1]), reversed(chain[1:])):
+        cells = tuple(
+            types.CellType(fn) if cell.cell_contents is wrapped else cell
+            for cell in (wrapper.__closure__ or ())
+        )
+        if not any(c.cell_contents is fn for c in cells):
+            raise ValueError(f"{name}: cannot rebuild the decorators of its forward")
+        new = types.FunctionType(
+            wrapper.__code__, wrapper.__globals__, wrapper.__name__, wrapper.__defaults__, cells
+        )
+        new.__kwdefaults__ = wrapper.__kwdefaults__
+        fn = functools.update_wrapper(new, fn)
+    return _instance_attr_change(
+        module, "forward", types.MethodType(fn, module), f"{name} (Falcon ALiBi)"
+    )
+
+
 def _t5_change(name: str, module: Any, torch: Any) -> _Change:
     from .torch import T5RelativeBias
 
+    try:
+        return _t5_checked(name, module, torch, T5RelativeBias)
+    except (TypeError, ValueError) as exc:
+        if str(exc).startswith(name):
+            raise
+        raise ValueError(f"{name} ({type(module).__name__}): {exc}") from exc
+
+
+def _t5_checked(name: str, module: Any, torch: Any, T5RelativeBias: Any) -> _Change:
     bias = T5RelativeBias(
         bidirectional=not module.is_decoder,
         max_distance=module.relative_attention_max_distance,
@@ -317,7 +429,7 @@ def _instance_attr_change(obj: Any, attr: str, value: Any, what: str) -> _Change
 # -- the public calls --------------------------------------------------------------
 
 
-def _plan(model: Any, torch: Any) -> Tuple[List[_Change], List[str]]:
+def _plan(model: Any, torch: Any, exact: bool) -> Tuple[List[_Change], List[str]]:
     changes: List[_Change] = []
     notes: List[str] = []
     found: List[str] = []
@@ -348,8 +460,8 @@ def _plan(model: Any, torch: Any) -> Tuple[List[_Change], List[str]]:
             changes.append(_t5_change(name or cls, module, torch))
         elif "alibi" in cls.lower() or "RotaryEmbedding" in cls or "RelativePosition" in cls:
             found.append(f"{name} ({cls})")
-        elif cls.startswith("Falcon") and getattr(getattr(module, "config", None), "alibi", False):
-            found.append(f"{name or cls} ({cls}: Falcon's ALiBi)")
+        elif cls.startswith("Falcon") and getattr(module, "use_alibi", False):
+            changes.append(_falcon_change(name or cls, module, torch, exact, notes))
     if found or not changes:
         # nothing, or a part posenc does not patch: never a half-patched model
         what = ", ".join(dict.fromkeys(found)) or "no position encoding posenc knows"
@@ -360,8 +472,11 @@ def _plan(model: Any, torch: Any) -> Tuple[List[_Change], List[str]]:
     return changes, notes
 
 
-def patch(model: Any) -> Any:
+def patch(model: Any, *, exact: bool = True) -> Any:
     """Make `model` (this instance) compute its positions with posenc.
+
+    With ``exact=False``, Falcon's ALiBi is rounded as transformers rounds
+    it (slopes and products in bfloat16) instead of exactly.
 
     Returns `model`.  Raises ValueError, leaving the model as it was, when
     it holds nothing posenc can patch or a module whose numbers posenc would
@@ -373,7 +488,7 @@ def patch(model: Any) -> Any:
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     if _STATE in model.__dict__:
         raise ValueError(f"this {type(model).__name__} is already patched: unpatch it first")
-    changes, notes = _plan(model, torch)
+    changes, notes = _plan(model, torch, exact)
     for change in changes:
         change.apply()
     model.__dict__[_STATE] = changes
@@ -403,9 +518,9 @@ def patched_parts(model: Any) -> List[str]:
 
 
 @contextlib.contextmanager
-def patched(model: Any) -> Iterator[Any]:
+def patched(model: Any, *, exact: bool = True) -> Iterator[Any]:
     """``with patched(model):`` the model patched inside, restored after."""
-    patch(model)
+    patch(model, exact=exact)
     try:
         yield model
     finally:

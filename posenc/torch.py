@@ -72,6 +72,22 @@ def _config_value(config: Any, key: str) -> Any:
         return None
 
 
+def _layer_types(config: Any) -> list:
+    """The layer types of a config holding rope parameters per layer type
+    (Gemma 3's ``{"full_attention": {...}, "sliding_attention": {...}}``),
+    else ``[None]``."""
+    if config is None:
+        return [None]
+    params = _config_value(config, "rope_parameters")
+    if (
+        isinstance(params, dict)
+        and params
+        and all(isinstance(p, dict) or p is None for p in params.values())
+    ):
+        return [k for k, p in params.items() if p is not None]
+    return [None]
+
+
 def _head_dim_of(config: Any) -> int:
     head_dim = _config_value(config, "head_dim")
     if isinstance(head_dim, int) and head_dim > 0:
@@ -145,9 +161,14 @@ class RotaryEmbedding(nn.Module):
         self.config = config
         self.layer_type = layer_type
         self.layout = layout
+        # the layer types of per-layer parameters (Gemma 3's), None otherwise
+        self.layer_types = _layer_types(config) if layer_type is None else [layer_type]
         # raises here, naming the argument, on anything posenc does not read
-        probe_cos, _ = self._tables_np(np.arange(1), layer_type, np.float64)
-        self.rotary_dim = int(probe_cos.shape[-1])
+        self._rotary_dims = {
+            lt: int(self._tables_np(np.arange(1), lt, np.float64)[0].shape[-1])
+            for lt in self.layer_types
+        }
+        self.rotary_dim = self._rotary_dims[self.layer_types[0]]
         self._cache: Dict[Any, Tuple[int, torch.Tensor, torch.Tensor]] = {}
         # transformers' dynamic-NTK state per layer type: the length the
         # frequencies were grown for
@@ -261,13 +282,20 @@ class RotaryEmbedding(nn.Module):
         if position_ids.is_floating_point() or position_ids.is_complex():
             raise TypeError(f"position_ids must be an integer tensor, got {position_ids.dtype}")
         layer_type = self.layer_type if layer_type is None else layer_type
+        if layer_type not in self._rotary_dims:
+            raise ValueError(
+                f"layer_type must be one of {[t for t in self.layer_types if t is not None]} "
+                f"(the config's parameters per layer type), got {layer_type!r}"
+                if self.layer_types != [None]
+                else f"layer_type: this config has no parameters per layer type, got {layer_type!r}"
+            )
         dtype, device = x.dtype, x.device
         family = self._family(layer_type)
         mrope = self._mrope(layer_type)
         if torch.compiler.is_compiling() or mrope:
             return self._direct(position_ids, layer_type, dtype, device)
         if position_ids.numel() == 0:
-            shape = tuple(position_ids.shape) + (self.rotary_dim,)
+            shape = tuple(position_ids.shape) + (self._rotary_dims[layer_type],)
             empty = torch.empty(shape, dtype=dtype, device=device)
             return empty, empty.clone()
         lo, hi = torch.aminmax(position_ids)
