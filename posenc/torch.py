@@ -169,6 +169,9 @@ class RotaryEmbedding(nn.Module):
             for lt in self.layer_types
         }
         self.rotary_dim = self._rotary_dims[self.layer_types[0]]
+        # per layer type: the family and whether positions come in rows,
+        # read once (a transformers config's attributes are slow to read)
+        self._info = {lt: (self._family(lt), self._mrope(lt)) for lt in self.layer_types}
         self._cache: Dict[Any, Tuple[int, torch.Tensor, torch.Tensor]] = {}
         # transformers' dynamic-NTK state per layer type: the length the
         # frequencies were grown for
@@ -282,33 +285,40 @@ class RotaryEmbedding(nn.Module):
         if position_ids.is_floating_point() or position_ids.is_complex():
             raise TypeError(f"position_ids must be an integer tensor, got {position_ids.dtype}")
         layer_type = self.layer_type if layer_type is None else layer_type
-        if layer_type not in self._rotary_dims:
+        info = self._info.get(layer_type)
+        if info is None:
             raise ValueError(
                 f"layer_type must be one of {[t for t in self.layer_types if t is not None]} "
                 f"(the config's parameters per layer type), got {layer_type!r}"
                 if self.layer_types != [None]
                 else f"layer_type: this config has no parameters per layer type, got {layer_type!r}"
             )
+        family, mrope = info
         dtype, device = x.dtype, x.device
-        family = self._family(layer_type)
-        mrope = self._mrope(layer_type)
-        if torch.compiler.is_compiling() or mrope:
+        if mrope or torch.compiler.is_compiling():
             return self._direct(position_ids, layer_type, dtype, device)
-        if position_ids.numel() == 0:
+        n = position_ids.numel()
+        if n == 0:
             shape = tuple(position_ids.shape) + (self._rotary_dims[layer_type],)
             empty = torch.empty(shape, dtype=dtype, device=device)
             return empty, empty.clone()
-        lo, hi = torch.aminmax(position_ids)
-        lo_i, hi_i = int(lo), int(hi)
+        if n <= 64:  # a decoding step: the few ids read at once
+            values = position_ids.flatten().tolist()
+            lo_i, hi_i = min(values), max(values)
+        else:
+            lo, hi = torch.aminmax(position_ids)
+            lo_i, hi_i = int(lo), int(hi)
         if lo_i < 0:
             raise ValueError(f"position_ids must be >= 0, got {lo_i}")
         seq_len = hi_i + 1
-        grown = self._state(seq_len, layer_type) if family != "default" else 0
-        if family == "longrope" and grown:
-            grown = self._original_max(layer_type) + 1  # one long table for every long call
+        grown = 0
+        if family != "default":
+            grown = self._state(seq_len, layer_type)
+            if family == "longrope" and grown:
+                grown = self._original_max(layer_type) + 1  # one long table for every long call
         cos, sin = self._table(seq_len, grown, layer_type, dtype, device)
-        ids = position_ids.to(device)
-        return cos[ids], sin[ids]
+        ids = position_ids if position_ids.device == device else position_ids.to(device)
+        return nn.functional.embedding(ids, cos), nn.functional.embedding(ids, sin)
 
     def _direct(
         self,

@@ -121,7 +121,9 @@ def test_patched_logits_float32_and_unpatch_restores(tf, hf, name):
     want = _logits(model, inputs)
     other_want = _logits(other, inputs)
     modules_before = dict(model.named_modules())
+    keys_before = list(model.state_dict())
     hf.patch(model)
+    assert list(model.state_dict()) == keys_before  # checkpoints load and save as before
     parts = hf.patched_parts(model)
     assert any(PARTS.get(name, "RotaryEmbedding") in p for p in parts), parts
     got = _logits(model, inputs)
@@ -165,6 +167,21 @@ def test_patched_float64_model_forms_its_angles_in_float64(tf, hf, name):
     assert rotary_dim <= head_dim
     np.testing.assert_allclose(cos[0].numpy(), np.cos(np.concatenate([angles, angles], -1)),
                                rtol=0, atol=1e-12)  # fmt: skip
+
+
+def test_dynamic_ntk_patched_mid_stream_keeps_the_grown_frequencies(tf, hf):
+    import torch
+
+    model = _build(tf, "dynamic")  # max_position_embeddings 16
+    long, short = _inputs(torch, "dynamic", length=40), _inputs(torch, "dynamic", length=20)
+    _logits(model, long)  # transformers' module grows its frequencies for 40 positions
+    twin = copy.deepcopy(model)
+    want = _logits(twin, short)  # and keeps them for a 20-token call
+    fresh = _logits(_build(tf, "dynamic"), short)
+    assert not torch.allclose(want, fresh, rtol=0, atol=1e-4)  # the state matters here
+    _patch_quietly(hf, model)
+    got = _logits(model, short)
+    assert float((got - want).abs().max()) <= 1e-5 * float(want.abs().max())
 
 
 def test_bfloat16_inv_freq_is_warned_about_and_not_reproduced(tf, hf):
@@ -359,6 +376,29 @@ def _a_config(tf, module, cls):
         yield from ([text] if isinstance(text, base) else []) + [config]
 
 
+def _same_tables(torch, original, patched):
+    """The patched module's cos and sin against transformers' module's on 48
+    positions (three rows for M-RoPE), every layer type: within transformers'
+    float32 rounding."""
+    rope_type = getattr(original, "rope_type", None)
+    layer_types = list(rope_type) if isinstance(rope_type, dict) else [None]
+    for layer_type in layer_types:
+        params = original.config.rope_parameters or {}
+        params = params.get(layer_type) or {} if layer_type is not None else params
+        ids = torch.arange(48)[None]
+        if params.get("mrope_section") is not None:
+            ids = torch.stack([ids, ids // 4, ids % 7])
+        kwargs = {} if layer_type is None else {"layer_type": layer_type}
+        x = torch.zeros(1)
+        with torch.no_grad():
+            want = copy.deepcopy(original)(x, ids, **kwargs)
+            got = patched(x, ids, **kwargs)
+        for a, b in zip(got, want):
+            assert a.shape == b.shape and a.dtype == b.dtype
+            err = float((a.double() - b.double()).abs().max())
+            assert err <= 1e-4, f"{type(original).__name__} {layer_type}: off by {err}"
+
+
 def test_every_rotary_class_is_patched_or_refused_by_name(tf, hf, capsys):
     import torch
 
@@ -385,6 +425,7 @@ def test_every_rotary_class_is_patched_or_refused_by_name(tf, hf, capsys):
             outcomes[cls.__name__] = "refused"
             continue
         assert not isinstance(holder.rotary_emb, cls)
+        _same_tables(torch, built, holder.rotary_emb)
         hf.unpatch(holder)
         assert holder.rotary_emb is built
         outcomes[cls.__name__] = "patched"
