@@ -32,8 +32,9 @@ from __future__ import annotations
 import contextlib
 import copy
 import functools
+import types
 import warnings
-from typing import Any, Callable, Iterator, List, Optional, Tuple
+from typing import Any, Iterator, List, Optional, Tuple
 
 __all__ = ["SUPPORTED", "patch", "patched", "patched_parts", "unpatch"]
 
@@ -51,10 +52,30 @@ _PROBE = 16  # positions 0 .. _PROBE - 1 on which each replacement is checked
 
 
 class _Change:
-    """One reversible change to one object."""
+    """One reversible change to one object: its attribute `attr` set to
+    `value` (a submodule through ``setattr``, anything else in the instance's
+    ``__dict__``).  Data, not closures: ``copy.deepcopy`` of a patched model
+    copies its changes onto the copy's own objects, so that the copy is
+    patched and unpatched by itself."""
 
-    def __init__(self, what: str, apply: Callable[[], None], undo: Callable[[], None]) -> None:
-        self.what, self.apply, self.undo = what, apply, undo
+    def __init__(self, what: str, obj: Any, attr: str, value: Any, module: bool) -> None:
+        self.what, self.obj, self.attr, self.value, self.module = what, obj, attr, value, module
+        self.had = attr in obj.__dict__
+        self.before = getattr(obj, attr) if module else obj.__dict__.get(attr)
+
+    def apply(self) -> None:
+        if self.module:
+            setattr(self.obj, self.attr, self.value)
+        else:
+            self.obj.__dict__[self.attr] = self.value
+
+    def undo(self) -> None:
+        if self.module:
+            setattr(self.obj, self.attr, self.before)
+        elif self.had:
+            self.obj.__dict__[self.attr] = self.before
+        else:
+            self.obj.__dict__.pop(self.attr, None)
 
 
 def _supported_text() -> str:
@@ -230,12 +251,6 @@ def _rotary_replacement(name: str, original: Any, torch: Any, notes: List[str]) 
     )
 
 
-def _set_child(model: Any, name: str, value: Any) -> None:
-    parent_name, _, child = name.rpartition(".")
-    parent = model.get_submodule(parent_name) if parent_name else model
-    setattr(parent, child, value)
-
-
 # -- ALiBi ------------------------------------------------------------------------
 
 
@@ -304,7 +319,6 @@ def _falcon_change(name: str, module: Any, torch: Any, exact: bool, notes: List[
     instance gets its own ``forward``, the class's code with posenc's ALiBi
     in that name (the class, its module and other instances untouched)."""
     import sys
-    import types
 
     from .torch import ALiBi
 
@@ -386,6 +400,14 @@ def _t5_change(name: str, module: Any, torch: Any) -> _Change:
         raise ValueError(f"{name} ({type(module).__name__}): {exc}") from exc
 
 
+def _t5_compute_bias(
+    bias: Any, query_length: int, key_length: int, device: Any = None, past_seen_tokens: int = 0
+) -> Any:
+    """T5Attention.compute_bias, by posenc (bound to a T5RelativeBias)."""
+    out = bias(int(query_length), int(key_length), q_offset=int(past_seen_tokens))
+    return out if device is None else out.to(device)
+
+
 def _t5_checked(name: str, module: Any, torch: Any, T5RelativeBias: Any) -> _Change:
     bias = T5RelativeBias(
         bidirectional=not module.is_decoder,
@@ -395,12 +417,9 @@ def _t5_checked(name: str, module: Any, torch: Any, T5RelativeBias: Any) -> _Cha
     if module.relative_attention_bias.weight.shape[0] != module.relative_attention_num_buckets:
         raise ValueError(f"{name}: its table's rows are not its relative_attention_num_buckets")
 
-    def compute_bias(
-        query_length: int, key_length: int, device: Any = None, past_seen_tokens: int = 0
-    ) -> Any:
-        out = bias(int(query_length), int(key_length), q_offset=int(past_seen_tokens))
-        return out if device is None else out.to(device)
-
+    # a method of the bias module (holding the model's own table): a deep
+    # copy of the model copies it with the copy's table
+    compute_bias = types.MethodType(_t5_compute_bias, bias)
     original = module.compute_bias
     with torch.no_grad():
         for args in ((5, 7, None, 0), (1, 9, None, 8)):
@@ -411,19 +430,7 @@ def _t5_checked(name: str, module: Any, torch: Any, T5RelativeBias: Any) -> _Cha
 
 
 def _instance_attr_change(obj: Any, attr: str, value: Any, what: str) -> _Change:
-    had = attr in obj.__dict__
-    before = obj.__dict__.get(attr)
-
-    def apply() -> None:
-        obj.__dict__[attr] = value
-
-    def undo() -> None:
-        if had:
-            obj.__dict__[attr] = before
-        else:
-            obj.__dict__.pop(attr, None)
-
-    return _Change(what, apply, undo)
+    return _Change(what, obj, attr, value, module=False)
 
 
 # -- the public calls --------------------------------------------------------------
@@ -438,15 +445,11 @@ def _plan(model: Any, torch: Any, exact: bool) -> Tuple[List[_Change], List[str]
         if _is_rotary(module):
             replacement, what = _rotary_replacement(name or cls, module, torch, notes)
 
-            def apply(name: str = name, new: Any = replacement) -> None:
-                _set_child(model, name, new)
-
-            def undo(name: str = name, old: Any = module) -> None:
-                _set_child(model, name, old)
-
             if not name:
                 raise ValueError("patch takes the model holding a rotary module, not the module")
-            changes.append(_Change(what, apply, undo))
+            parent_name, _, child = name.rpartition(".")
+            parent = model.get_submodule(parent_name) if parent_name else model
+            changes.append(_Change(what, parent, child, replacement, module=True))
         elif cls.startswith("Bloom") and callable(getattr(module, "build_alibi_tensor", None)):
             changes.append(_bloom_change(name or cls, module, torch))
         elif cls.startswith("Mpt") and callable(getattr(module, "build_mpt_alibi_tensor", None)):

@@ -295,6 +295,35 @@ def test_compiled_patched_model_has_no_graph_break(tf, hf, name):
     hf.unpatch(model)
 
 
+@pytest.mark.parametrize("name", ["t5", "llama"])
+def test_a_deep_copy_of_a_patched_model_is_patched_on_its_own(tf, hf, name):
+    import torch
+
+    model = _build(tf, name)
+    inputs = _inputs(torch, name, length=20)
+    _patch_quietly(hf, model)
+    want = _logits(model, inputs)
+    twin = copy.deepcopy(model)
+    assert hf.patched_parts(twin) == hf.patched_parts(model)
+    assert torch.equal(_logits(twin, inputs), want)
+    with torch.no_grad():  # the copy's weights are its own, the patched parts' too
+        for p in twin.parameters():
+            p.mul_(0.5)
+    assert not torch.allclose(_logits(twin, inputs), want)
+    assert torch.equal(_logits(model, inputs), want)
+    if name == "t5":  # distance 0 is bucket 0: the copy's own table's row
+        attention = twin.encoder.block[0].layer[0].SelfAttention
+        with torch.no_grad():
+            bias = attention.compute_bias(2, 2)
+        assert torch.equal(bias[0, :, 0, 0], attention.relative_attention_bias.weight[0])
+    hf.unpatch(twin)  # restores the copy's own modules, not the model's
+    assert hf.patched_parts(model) and not hf.patched_parts(twin)
+    assert torch.equal(_logits(model, inputs), want)
+    for m_twin, m_model in zip(twin.modules(), model.modules()):
+        assert m_twin is not m_model
+    hf.unpatch(model)
+
+
 # -- what patch refuses -------------------------------------------------------------------
 
 
