@@ -69,6 +69,8 @@ def _build(tf, name, **overrides):
             vocab_size=VOCAB, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4,
             decoder_start_token_id=0, pad_token_id=0, relative_attention_max_distance=20)),
     }  # fmt: skip
+    families["umt5"] = (tf.UMT5Config, tf.UMT5ForConditionalGeneration, families["t5"][2])
+    families["mt5"] = (tf.MT5Config, tf.MT5ForConditionalGeneration, families["t5"][2])
     config_class, model_class, kwargs = families[name]
     torch.manual_seed(0)
     with warnings.catch_warnings():
@@ -84,7 +86,7 @@ def _inputs(torch, name, length=24, batch=2):
     mask[0, :3] = 0  # left padding
     ids[0, :3] = 0
     kwargs = {"input_ids": ids, "attention_mask": mask}
-    if name == "t5":
+    if name in ("t5", "mt5", "umt5"):
         kwargs["decoder_input_ids"] = ids[:, :9].clone()
     return kwargs
 
@@ -103,9 +105,10 @@ def _patch_quietly(hf, model, **kwargs):
 
 
 ROTARY = ["llama", "qwen2", "llama3", "dynamic", "gemma3", "phi3", "neox"]
-ALL = ROTARY + ["bloom", "mpt", "falcon", "t5"]
+ALL = ROTARY + ["bloom", "mpt", "falcon", "t5", "mt5", "umt5"]
 # what patch replaces in each: the part's name in patched_parts
-PARTS = {"bloom": "BLOOM ALiBi", "mpt": "MPT ALiBi", "falcon": "Falcon ALiBi", "t5": "T5 bias"}
+PARTS = {"bloom": "BLOOM ALiBi", "mpt": "MPT ALiBi", "falcon": "Falcon ALiBi", "t5": "T5 bias",
+         "mt5": "T5 bias", "umt5": "T5 bias"}  # fmt: skip
 
 
 # -- logits --------------------------------------------------------------------------
@@ -130,7 +133,7 @@ def test_patched_logits_float32_and_unpatch_restores(tf, hf, name):
     # transformers' float32 angles and tables: within 1e-5 of the logits' scale
     scale = float(want.abs().max())
     assert float((got - want).abs().max()) <= 1e-5 * scale
-    if name in ("bloom", "mpt", "t5"):  # transformers is exact there: the same bits
+    if name in ("bloom", "mpt", "t5", "mt5", "umt5"):  # transformers exact there: the same bits
         assert torch.equal(got, want)
     # another instance of the same class is untouched
     assert torch.equal(_logits(other, inputs), other_want)
