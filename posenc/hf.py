@@ -12,7 +12,9 @@ exactly; ``with patched(model): ...`` does both.  What is patched:
   (``MptModel.build_mpt_alibi_tensor``) and Falcon's (the model instance
   gets a ``forward`` of its own: the class's code reading posenc's ALiBi);
 - T5, MT5 and UMT5's relative bias (``compute_bias`` of the attention
-  modules that hold a table).
+  modules that hold a table);
+- DeBERTa-v2 and v3's relative attention (``disentangled_attention_bias``
+  of each attention module: c2p and p2c gathered by posenc).
 
 Every replacement is built and checked against the module it replaces (on
 a few positions, before anything is changed); a model posenc cannot patch
@@ -45,6 +47,7 @@ SUPPORTED = (
     "MPT's ALiBi (MptModel.build_mpt_alibi_tensor)",
     "Falcon's ALiBi (FalconModel with alibi=True)",
     "T5 / MT5 / UMT5 relative attention bias (compute_bias of the attention modules)",
+    "DeBERTa-v2 / v3 relative attention (DisentangledSelfAttention.disentangled_attention_bias)",
 )
 
 _STATE = "_posenc_patch"
@@ -400,6 +403,71 @@ def _t5_change(name: str, module: Any, torch: Any) -> _Change:
         raise ValueError(f"{name} ({type(module).__name__}): {exc}") from exc
 
 
+def _deberta_bias(
+    self: Any,
+    query_layer: Any,
+    key_layer: Any,
+    relative_pos: Any,
+    rel_embeddings: Any,
+    scale_factor: Any,
+) -> Any:
+    """DeBERTa-v2's ``DisentangledSelfAttention.disentangled_attention_bias``
+    by posenc (bound to the attention module): the relative embeddings
+    projected as transformers projects them, the gather by distance and the
+    scaling in posenc's kernels.  ``relative_pos`` is the model's own
+    (``build_relative_position`` with the module's buckets), which posenc
+    forms itself."""
+    from . import relative
+
+    heads = self.num_attention_heads
+    bh, q_len, d = query_layer.shape
+    k_len = key_layer.shape[-2]
+    span = self.pos_ebd_size
+    rel = rel_embeddings[: 2 * span, :].unsqueeze(0)
+    pos_key = pos_query = None
+    if "c2p" in self.pos_att_type:
+        proj = self.key_proj if self.share_att_key else self.pos_key_proj
+        pos_key = self.transpose_for_scores(proj(rel), heads)  # (heads, 2 span, d)
+    if "p2c" in self.pos_att_type:
+        proj = self.query_proj if self.share_att_key else self.pos_query_proj
+        pos_query = self.transpose_for_scores(proj(rel), heads)
+    out = relative.deberta_attention_bias(
+        query_layer.reshape(bh // heads, heads, q_len, d),
+        key_layer.reshape(bh // heads, heads, k_len, d),
+        pos_key,
+        pos_query,
+        position_buckets=self.position_buckets,
+        max_relative_positions=self.max_relative_positions,
+        scale_factor=int(scale_factor),
+    )
+    return out.reshape(bh, q_len, k_len)
+
+
+def _deberta_change(name: str, module: Any, torch: Any) -> _Change:
+    method = types.MethodType(_deberta_bias, module)
+    heads = module.num_attention_heads
+    d = module.attention_head_size
+    g = torch.Generator().manual_seed(0)
+    dtype = next(iter(module.parameters())).dtype
+    q = torch.randn(2 * heads, 7, d, generator=g).to(dtype)
+    k = torch.randn(2 * heads, 7, d, generator=g).to(dtype)
+    rel = torch.randn(2 * module.pos_ebd_size, heads * d, generator=g).to(dtype)
+    factor = 1 + len(module.pos_att_type)
+    try:
+        with torch.no_grad():
+            mine = method(q, k, None, rel, factor)
+            theirs = module.disentangled_attention_bias(q, k, None, rel, factor)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{name} ({type(module).__name__}): {exc}") from exc
+    if mine.shape != theirs.shape or _max_diff(mine, theirs) > 1e-4 * (
+        float(theirs.abs().max()) + 1
+    ):
+        raise ValueError(f"{name}: posenc's DeBERTa bias differs from transformers'")
+    return _instance_attr_change(
+        module, "disentangled_attention_bias", method, f"{name} (DeBERTa-v2 relative attention)"
+    )
+
+
 def _t5_compute_bias(
     bias: Any, query_length: int, key_length: int, device: Any = None, past_seen_tokens: int = 0
 ) -> Any:
@@ -450,6 +518,11 @@ def _plan(model: Any, torch: Any, exact: bool) -> Tuple[List[_Change], List[str]
             parent_name, _, child = name.rpartition(".")
             parent = model.get_submodule(parent_name) if parent_name else model
             changes.append(_Change(what, parent, child, replacement, module=True))
+        elif cls == "DisentangledSelfAttention" and type(module).__module__.endswith(
+            "deberta_v2.modeling_deberta_v2"
+        ):
+            if getattr(module, "relative_attention", False):
+                changes.append(_deberta_change(name or cls, module, torch))
         elif cls.startswith("Bloom") and callable(getattr(module, "build_alibi_tensor", None)):
             changes.append(_bloom_change(name or cls, module, torch))
         elif cls.startswith("Mpt") and callable(getattr(module, "build_mpt_alibi_tensor", None)):

@@ -327,6 +327,56 @@ def test_a_deep_copy_of_a_patched_model_is_patched_on_its_own(tf, hf, name):
     hf.unpatch(model)
 
 
+@pytest.mark.parametrize(
+    "buckets",
+    [dict(position_buckets=8, max_relative_positions=16, share_att_key=True),
+     dict(position_buckets=-1, max_relative_positions=-1, share_att_key=False)],
+)  # fmt: skip
+def test_deberta_v2_relative_attention_patched(tf, hf, buckets):
+    import torch
+
+    torch.manual_seed(0)
+    config = tf.DebertaV2Config(
+        vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+        intermediate_size=64, max_position_embeddings=64, relative_attention=True,
+        pos_att_type=["c2p", "p2c"], hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+        **buckets,
+    )  # fmt: skip
+    model = tf.DebertaV2ForMaskedLM(config).train()
+    with torch.no_grad():  # weights large enough for the relative terms to matter
+        for p in model.parameters():
+            p.normal_(0, 0.5)
+        for m in model.modules():
+            if isinstance(m, torch.nn.LayerNorm):
+                m.weight.fill_(1.0)
+                m.bias.zero_()
+    ids = torch.randint(1, VOCAB, (2, 30), generator=torch.Generator().manual_seed(3))
+
+    def run():
+        model.zero_grad()
+        logits = model(ids).logits
+        logits.square().mean().backward()
+        grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+        return logits.detach(), grads
+
+    want, want_grads = run()
+    hf.patch(model)
+    assert len(hf.patched_parts(model)) == 2
+    got, got_grads = run()
+    hf.unpatch(model)
+    scale = float(want.abs().max())
+    assert float((got - want).abs().max()) <= 1e-5 * scale
+    for key in want_grads:
+        torch.testing.assert_close(got_grads[key], want_grads[key], rtol=1e-3, atol=1e-5,
+                                   msg=key)  # fmt: skip
+    # the relative terms move these logits by far more than that
+    for m in model.modules():
+        if type(m).__name__ == "DisentangledSelfAttention":
+            m.__dict__["disentangled_attention_bias"] = lambda *args: 0
+    with torch.no_grad():
+        assert float((model(ids).logits - want).abs().max()) > 0.1 * scale
+
+
 # -- what patch refuses -------------------------------------------------------------------
 
 
