@@ -14,7 +14,9 @@ exactly; ``with patched(model): ...`` does both.  What is patched:
 - T5, MT5 and UMT5's relative bias (``compute_bias`` of the attention
   modules that hold a table);
 - DeBERTa-v2 and v3's relative attention (``disentangled_attention_bias``
-  of each attention module: c2p and p2c gathered by posenc).
+  of each attention module: c2p and p2c gathered by posenc);
+- XLNet's relative attention (``rel_attn_core`` of each attention module:
+  the position term shifted by posenc).
 
 Every replacement is built and checked against the module it replaces (on
 a few positions, before anything is changed); a model posenc cannot patch
@@ -48,6 +50,7 @@ SUPPORTED = (
     "Falcon's ALiBi (FalconModel with alibi=True)",
     "T5 / MT5 / UMT5 relative attention bias (compute_bias of the attention modules)",
     "DeBERTa-v2 / v3 relative attention (DisentangledSelfAttention.disentangled_attention_bias)",
+    "XLNet relative attention (XLNetRelativeAttention.rel_attn_core: the position term)",
 )
 
 _STATE = "_posenc_patch"
@@ -468,6 +471,83 @@ def _deberta_change(name: str, module: Any, torch: Any) -> _Change:
     )
 
 
+def _xlnet_rel_attn_core(
+    self: Any,
+    q_head: Any,
+    k_head_h: Any,
+    v_head_h: Any,
+    k_head_r: Any,
+    seg_mat: Any = None,
+    attn_mask: Any = None,
+    output_attentions: bool = False,
+) -> Any:
+    """XLNet's ``XLNetRelativeAttention.rel_attn_core`` with its position
+    term ``(q + r_r_bias) . k_head_r`` shifted by posenc (no product of the
+    full ``(q_len, k_len + q_len)`` grid, no shifted copy); the content and
+    segment terms, the mask and the softmax as transformers writes them."""
+    import torch
+
+    from . import relative
+
+    ac = torch.einsum("ibnd,jbnd->bnij", q_head + self.r_w_bias, k_head_h)
+    # posenc's (..., heads, len, head_dim) layout: XLNet's (len, batch, heads, d) permuted
+    bd = relative.xl_position_term(
+        q_head.permute(1, 2, 0, 3),
+        k_head_r.permute(1, 2, 0, 3),
+        bias=self.r_r_bias,
+        k_len=ac.shape[3],
+    )
+    if seg_mat is None:
+        ef: Any = 0
+    else:
+        ef = torch.einsum("ibnd,snd->ibns", q_head + self.r_s_bias, self.seg_embed)
+        ef = torch.einsum("ijbs,ibns->bnij", seg_mat, ef)
+    attn_score = (ac + bd + ef) * self.scale
+    if attn_mask is not None:
+        if attn_mask.dtype == torch.float16:
+            attn_score = attn_score - 65500 * torch.einsum("ijbn->bnij", attn_mask)
+        else:
+            attn_score = attn_score - 1e30 * torch.einsum("ijbn->bnij", attn_mask)
+    attn_prob = torch.nn.functional.softmax(attn_score, dim=3)
+    attn_prob = self.dropout(attn_prob)
+    attn_vec = torch.einsum("bnij,jbnd->ibnd", attn_prob, v_head_h)
+    if output_attentions:
+        return attn_vec, torch.einsum("bnij->ijbn", attn_prob)
+    return attn_vec
+
+
+def _xlnet_change(name: str, module: Any, torch: Any) -> _Change:
+    method = types.MethodType(_xlnet_rel_attn_core, module)
+    n, d = module.n_head, module.d_head
+    g = torch.Generator().manual_seed(0)
+    dtype = module.r_r_bias.dtype
+    q_len, k_len, b = 5, 8, 2
+
+    def rand(*shape: int) -> Any:
+        return torch.randn(*shape, generator=g).to(dtype)
+
+    q, kh, vh = rand(q_len, b, n, d), rand(k_len, b, n, d), rand(k_len, b, n, d)
+    kr = rand(k_len + q_len, b, n, d)
+    seg = torch.nn.functional.one_hot(torch.randint(0, 2, (q_len, k_len, b), generator=g), 2)
+    seg = seg.to(dtype)
+    try:
+        with torch.no_grad():
+            was = module.training
+            module.eval()
+            mine = method(q, kh, vh, kr, seg_mat=seg)
+            theirs = module.rel_attn_core(q, kh, vh, kr, seg_mat=seg)
+            module.train(was)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{name} ({type(module).__name__}): {exc}") from exc
+    if mine.shape != theirs.shape or _max_diff(mine, theirs) > 1e-4 * (
+        float(theirs.abs().max()) + 1
+    ):
+        raise ValueError(f"{name}: posenc's XLNet attention differs from transformers'")
+    return _instance_attr_change(
+        module, "rel_attn_core", method, f"{name} (XLNet relative attention)"
+    )
+
+
 def _t5_compute_bias(
     bias: Any, query_length: int, key_length: int, device: Any = None, past_seen_tokens: int = 0
 ) -> Any:
@@ -523,6 +603,8 @@ def _plan(model: Any, torch: Any, exact: bool) -> Tuple[List[_Change], List[str]
         ):
             if getattr(module, "relative_attention", False):
                 changes.append(_deberta_change(name or cls, module, torch))
+        elif cls == "XLNetRelativeAttention" and callable(getattr(module, "rel_attn_core", None)):
+            changes.append(_xlnet_change(name or cls, module, torch))
         elif cls.startswith("Bloom") and callable(getattr(module, "build_alibi_tensor", None)):
             changes.append(_bloom_change(name or cls, module, torch))
         elif cls.startswith("Mpt") and callable(getattr(module, "build_mpt_alibi_tensor", None)):

@@ -377,6 +377,49 @@ def test_deberta_v2_relative_attention_patched(tf, hf, buckets):
         assert float((model(ids).logits - want).abs().max()) > 0.1 * scale
 
 
+def test_xlnet_relative_attention_patched_with_memory(tf, hf, monkeypatch):
+    import torch
+
+    import posenc.relative
+
+    torch.manual_seed(0)
+    config = tf.XLNetConfig(vocab_size=VOCAB, d_model=32, n_layer=2, n_head=4, d_inner=64,
+                            dropout=0.0, mem_len=8)  # fmt: skip
+    model = tf.XLNetLMHeadModel(config).train()
+    with torch.no_grad():  # weights large enough for the position term to matter
+        for p in model.parameters():
+            p.normal_(0, 0.5)
+    g = torch.Generator().manual_seed(3)
+    first, second = torch.randint(1, VOCAB, (2, 2, 10), generator=g)
+    types = torch.randint(0, 2, (2, 10), generator=g)
+
+    def run():
+        model.zero_grad()
+        with torch.no_grad():
+            mems = model(first, token_type_ids=types, use_mems=True).mems
+        # a segment after a memory: 10 queries, 18 keys
+        logits = model(second, token_type_ids=types, mems=mems, use_mems=True).logits
+        logits.square().mean().backward()
+        grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+        return logits.detach(), grads
+
+    want, want_grads = run()
+    hf.patch(model)
+    assert len(hf.patched_parts(model)) == 2
+    got, got_grads = run()
+    scale = float(want.abs().max())
+    assert float((got - want).abs().max()) <= 1e-5 * scale
+    for key in want_grads:
+        torch.testing.assert_close(got_grads[key], want_grads[key], rtol=1e-3, atol=1e-5,
+                                   msg=key)  # fmt: skip
+    # the position term moves these logits by far more than that
+    zero = lambda q, r, **kw: torch.zeros(q.shape[:-1] + (kw["k_len"],))  # noqa: E731
+    monkeypatch.setattr(posenc.relative, "xl_position_term", zero)
+    without, _ = run()
+    assert float((without - want).abs().max()) > 0.1 * scale
+    hf.unpatch(model)
+
+
 # -- what patch refuses -------------------------------------------------------------------
 
 
