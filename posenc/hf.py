@@ -420,11 +420,9 @@ def _deberta_bias(
     scaling in posenc's kernels.  ``relative_pos`` is the model's own
     (``build_relative_position`` with the module's buckets), which posenc
     forms itself."""
-    from . import relative
+    from .torch import DebertaRelativeBias
 
     heads = self.num_attention_heads
-    bh, q_len, d = query_layer.shape
-    k_len = key_layer.shape[-2]
     span = self.pos_ebd_size
     rel = rel_embeddings[: 2 * span, :].unsqueeze(0)
     pos_key = pos_query = None
@@ -434,16 +432,13 @@ def _deberta_bias(
     if "p2c" in self.pos_att_type:
         proj = self.query_proj if self.share_att_key else self.pos_query_proj
         pos_query = self.transpose_for_scores(proj(rel), heads)
-    out = relative.deberta_attention_bias(
-        query_layer.reshape(bh // heads, heads, q_len, d),
-        key_layer.reshape(bh // heads, heads, k_len, d),
-        pos_key,
-        pos_query,
+    term = DebertaRelativeBias(
         position_buckets=self.position_buckets,
         max_relative_positions=self.max_relative_positions,
-        scale_factor=int(scale_factor),
+        n_heads=heads,
+        layout="(bh)sd",
     )
-    return out.reshape(bh, q_len, k_len)
+    return term(query_layer, key_layer, pos_key, pos_query, scale_factor=int(scale_factor))
 
 
 def _deberta_change(name: str, module: Any, torch: Any) -> _Change:
@@ -487,16 +482,11 @@ def _xlnet_rel_attn_core(
     segment terms, the mask and the softmax as transformers writes them."""
     import torch
 
-    from . import relative
+    from .torch import XLPositionTerm
 
     ac = torch.einsum("ibnd,jbnd->bnij", q_head + self.r_w_bias, k_head_h)
-    # posenc's (..., heads, len, head_dim) layout: XLNet's (len, batch, heads, d) permuted
-    bd = relative.xl_position_term(
-        q_head.permute(1, 2, 0, 3),
-        k_head_r.permute(1, 2, 0, 3),
-        bias=self.r_r_bias,
-        k_len=ac.shape[3],
-    )
+    # XLNet holds q and r as (len, batch, heads, head_dim): layout "ibnd"
+    bd = XLPositionTerm(self.r_r_bias, layout="ibnd")(q_head, k_head_r, k_len=ac.shape[3])
     if seg_mat is None:
         ef: Any = 0
     else:

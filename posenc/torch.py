@@ -34,7 +34,14 @@ from torch import nn
 from . import bias as _bias
 from . import rope as _rope
 
-__all__ = ["ALiBi", "RotaryEmbedding", "T5RelativeBias", "apply_rotary"]
+__all__ = [
+    "ALiBi",
+    "DebertaRelativeBias",
+    "RotaryEmbedding",
+    "T5RelativeBias",
+    "XLPositionTerm",
+    "apply_rotary",
+]
 
 _LAYOUTS = ("bhsd", "bshd")
 # the smallest table a module grows (positions); it doubles beyond
@@ -558,6 +565,105 @@ class T5RelativeBias(nn.Module):
                 self._bucket_cache.clear()
             self._bucket_cache[key] = cached
         return cached
+
+
+class XLPositionTerm(nn.Module):
+    """Transformer-XL / XLNet's position term ``(q_i + v) . r[i - j]``,
+    shifted by posenc (:func:`posenc.xl_position_term`).
+
+    ``forward(q, r, k_len=None)`` with q and r in `layout`: ``"ibnd"``
+    (XLNet's and Transformer-XL's ``(len, batch, heads, head_dim)``),
+    ``"bnid"`` (``(batch, heads, len, head_dim)``) or ``"bind"``
+    (``(batch, len, heads, head_dim)``); r holds ``k_len + q_len`` rows
+    (XLNet's ``"bi"`` table projected, ``k_head_r``) or ``k_len`` (the
+    ``"uni"`` table; give ``k_len``).  Returns ``(batch, heads, q_len,
+    k_len)``, the scores' layout of both models.  `bias` (``r_r_bias``,
+    ``(heads, head_dim)``) is a parameter of the module, or None.
+    """
+
+    _PERMUTE = {"ibnd": (1, 2, 0, 3), "bnid": (0, 1, 2, 3), "bind": (0, 2, 1, 3)}
+
+    def __init__(self, bias: Optional[torch.Tensor] = None, *, layout: str = "ibnd") -> None:
+        super().__init__()
+        if layout not in self._PERMUTE:
+            raise ValueError(f"layout must be one of {sorted(self._PERMUTE)}, got {layout!r}")
+        self.layout = layout
+        self.bias = None if bias is None else (
+            bias if isinstance(bias, nn.Parameter) else nn.Parameter(bias)
+        )  # fmt: skip
+
+    def forward(self, q: torch.Tensor, r: torch.Tensor, k_len: Optional[int] = None) -> Any:
+        from . import relative
+
+        order = self._PERMUTE[self.layout]
+        for name, t in (("q", q), ("r", r)):
+            if not torch.is_tensor(t) or t.ndim != 4:
+                raise ValueError(f"{name} must be a 4-d tensor in layout {self.layout!r}")
+        return relative.xl_position_term(
+            q.permute(order), r.permute(order), bias=self.bias, k_len=k_len
+        )
+
+
+class DebertaRelativeBias(nn.Module):
+    """DeBERTa's disentangled attention bias (c2p and p2c) by posenc
+    (:func:`posenc.deberta_attention_bias`).
+
+    ``forward(q, k, pos_key=None, pos_query=None)``: q and k in `layout`,
+    ``"(bh)sd"`` (DeBERTa-v2's ``query_layer``: ``(batch * heads, len,
+    head_dim)``; give `n_heads`) or ``"bhsd"``; ``pos_key`` / ``pos_query``
+    the relative embeddings projected per head, ``(heads, 2 * span,
+    head_dim)`` (None: no c2p / p2c term).  Returns the bias in q's layout's
+    scores form, ``(batch * heads, q_len, k_len)`` or ``(batch, heads,
+    q_len, k_len)``, each term over ``sqrt(head_dim * scale_factor)``.
+    """
+
+    def __init__(
+        self,
+        *,
+        position_buckets: int = -1,
+        max_relative_positions: int = 512,
+        n_heads: Optional[int] = None,
+        layout: str = "bhsd",
+    ) -> None:
+        super().__init__()
+        if layout not in ("bhsd", "(bh)sd"):
+            raise ValueError(f"layout must be 'bhsd' or '(bh)sd', got {layout!r}")
+        if layout == "(bh)sd" and not isinstance(n_heads, int):
+            raise TypeError("n_heads must be given (an int) with layout '(bh)sd'")
+        self.position_buckets = position_buckets
+        self.max_relative_positions = max_relative_positions
+        self.n_heads = n_heads
+        self.layout = layout
+
+    def forward(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        pos_key: Optional[torch.Tensor] = None,
+        pos_query: Optional[torch.Tensor] = None,
+        *,
+        scale_factor: Optional[int] = None,
+    ) -> Any:
+        from . import relative
+
+        if self.layout == "(bh)sd":
+            h = cast(int, self.n_heads)
+            for name, t in (("q", q), ("k", k)):
+                if t.ndim != 3 or t.shape[0] % h:
+                    raise ValueError(
+                        f"{name} must be (batch * {h}, len, head_dim) in layout '(bh)sd', "
+                        f"got shape {tuple(t.shape)}"
+                    )
+            bh, q_len, d = q.shape
+            k_len = k.shape[1]
+            q4, k4 = q.reshape(bh // h, h, q_len, d), k.reshape(bh // h, h, k_len, d)
+        else:
+            q4, k4 = q, k
+        out = relative.deberta_attention_bias(
+            q4, k4, pos_key, pos_query, position_buckets=self.position_buckets,
+            max_relative_positions=self.max_relative_positions, scale_factor=scale_factor,
+        )  # fmt: skip
+        return out.reshape(-1, *out.shape[-2:]) if self.layout == "(bh)sd" else out
 
 
 # Tests set this to run the non-CPU code path (torch's ops on the tables

@@ -232,3 +232,49 @@ def test_t5_relative_bias_values_and_gradient(monkeypatch, device_path):
     want_grad = np.zeros((32, 4))
     np.add.at(want_grad, buckets.reshape(-1), upstream[0].permute(1, 2, 0).reshape(-1, 4).numpy())
     np.testing.assert_allclose(module.weight.grad.numpy(), want_grad, rtol=0, atol=1e-12)
+
+
+# -- relative terms in the models' layouts ---------------------------------------------------
+
+
+@pytest.mark.parametrize("layout", ["ibnd", "bnid", "bind"])
+def test_xl_position_term_in_the_models_layouts(layout):
+    g = torch.Generator().manual_seed(3)
+    b, n, q_len, k_len, d = 2, 3, 4, 7, 8
+    q = torch.randn(b, n, q_len, d, generator=g, dtype=torch.float64)  # bnid
+    r = torch.randn(b, n, k_len + q_len, d, generator=g, dtype=torch.float64)
+    bias = torch.randn(n, d, generator=g, dtype=torch.float64)
+    order = {"ibnd": (2, 0, 1, 3), "bnid": (0, 1, 2, 3), "bind": (0, 2, 1, 3)}[layout]
+    term = pt.XLPositionTerm(bias.clone(), layout=layout)
+    got = term(q.permute(order), r.permute(order), k_len=k_len)
+    want = reference.xl_position_term(q.numpy(), r.numpy(), bias=bias.numpy(), k_len=k_len)
+    assert got.shape == (b, n, q_len, k_len)
+    np.testing.assert_allclose(got.detach().numpy(), want, rtol=0, atol=1e-12)
+    got.sum().backward()
+    assert term.bias.grad is not None and term.bias.grad.shape == (n, d)
+    with pytest.raises(ValueError, match="layout"):
+        pt.XLPositionTerm(layout="bsd")
+
+
+def test_deberta_relative_bias_flat_heads_layout():
+    g = torch.Generator().manual_seed(4)
+    b, h, n, d, span = 2, 3, 6, 8, 4
+    q = torch.randn(b, h, n, d, generator=g, dtype=torch.float64)
+    k = torch.randn(b, h, n, d, generator=g, dtype=torch.float64)
+    pos_key = torch.randn(h, 2 * span, d, generator=g, dtype=torch.float64)
+    pos_query = torch.randn(h, 2 * span, d, generator=g, dtype=torch.float64)
+    kwargs = dict(position_buckets=span, max_relative_positions=16)
+    want = reference.deberta_attention_bias(
+        q.numpy(), k.numpy(), pos_key.numpy(), pos_query.numpy(), scale_factor=3, **kwargs
+    )
+    flat = pt.DebertaRelativeBias(n_heads=h, layout="(bh)sd", **kwargs)
+    got = flat(q.reshape(b * h, n, d), k.reshape(b * h, n, d), pos_key, pos_query,
+               scale_factor=3)  # fmt: skip
+    assert got.shape == (b * h, n, n)
+    np.testing.assert_allclose(got.numpy().reshape(b, h, n, n), want, rtol=0, atol=1e-12)
+    got4 = pt.DebertaRelativeBias(**kwargs)(q, k, pos_key, pos_query, scale_factor=3)
+    np.testing.assert_allclose(got4.numpy(), want, rtol=0, atol=1e-12)
+    with pytest.raises(TypeError, match="n_heads"):
+        pt.DebertaRelativeBias(layout="(bh)sd")
+    with pytest.raises(ValueError, match="q must be"):
+        flat(q.reshape(b * h * n, 1, d)[:5], k.reshape(b * h, n, d), pos_key, pos_query)
