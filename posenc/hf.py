@@ -172,7 +172,18 @@ def _probe_rotary(
     return x, ids, out[0], out[1]
 
 
-def _rotary_replacement(name: str, original: Any, torch: Any, notes: List[str]) -> Tuple[Any, str]:
+def _rotary_replacement(
+    name: str, original: Any, torch: Any, notes: List[str], exact: bool = True
+) -> Tuple[Any, str]:
+    """A posenc RotaryEmbedding for `original`, checked on the probe (None
+    with ``exact=False`` where transformers rounds differently: the module
+    is then kept, transformers' rounding with it)."""
+    return _rotary_replacement_checked(name, original, torch, notes, exact)
+
+
+def _rotary_replacement_checked(
+    name: str, original: Any, torch: Any, notes: List[str], exact: bool
+) -> Tuple[Any, str]:
     """A posenc RotaryEmbedding for `original`, checked on the probe."""
     from .torch import RotaryEmbedding
 
@@ -246,9 +257,12 @@ def _rotary_replacement(name: str, original: Any, torch: Any, notes: List[str]) 
                 quantity = f"inv_freq held in {str(inv.dtype).replace('torch.', '')}"
             else:
                 quantity = "cos and sin"
+            if not exact:  # transformers' own rounding: its module stays
+                return None, f"{name}: kept ({quantity})"
             notes.append(
                 f"{name}: transformers' {quantity} moves cos/sin by up to {worst:.3g} at "
-                f"positions 0..{_PROBE - 1}; the patched model uses the exact values"
+                f"positions 0..{_PROBE - 1}; the patched model uses the exact values "
+                "(patch(model, exact=False) keeps transformers' module there)"
             )
         return module, f"{name} ({type(original).__name__}, head_dim {dim}, {layout})"
     raise ValueError(
@@ -578,10 +592,14 @@ def _plan(model: Any, torch: Any, exact: bool) -> Tuple[List[_Change], List[str]
     changes: List[_Change] = []
     notes: List[str] = []
     found: List[str] = []
+    kept: List[str] = []
     for name, module in list(model.named_modules()):
         cls = type(module).__name__
         if _is_rotary(module):
-            replacement, what = _rotary_replacement(name or cls, module, torch, notes)
+            replacement, what = _rotary_replacement(name or cls, module, torch, notes, exact)
+            if replacement is None:
+                kept.append(what)
+                continue
 
             if not name:
                 raise ValueError("patch takes the model holding a rotary module, not the module")
@@ -610,7 +628,7 @@ def _plan(model: Any, torch: Any, exact: bool) -> Tuple[List[_Change], List[str]
             found.append(f"{name} ({cls})")
         elif cls.startswith("Falcon") and getattr(module, "use_alibi", False):
             changes.append(_falcon_change(name or cls, module, torch, exact, notes))
-    if found or not changes:
+    if found or not (changes or kept):
         # nothing, or a part posenc does not patch: never a half-patched model
         what = ", ".join(dict.fromkeys(found)) or "no position encoding posenc knows"
         raise ValueError(
@@ -623,8 +641,11 @@ def _plan(model: Any, torch: Any, exact: bool) -> Tuple[List[_Change], List[str]
 def patch(model: Any, *, exact: bool = True) -> Any:
     """Make `model` (this instance) compute its positions with posenc.
 
-    With ``exact=False``, Falcon's ALiBi is rounded as transformers rounds
-    it (slopes and products in bfloat16) instead of exactly.
+    With ``exact=False``, transformers' rounding is reproduced where it
+    differs from the exact values: Falcon's ALiBi is rounded as transformers
+    rounds it (slopes and products in bfloat16), and a rotary module whose
+    tables transformers rounds otherwise (a bfloat16 ``inv_freq``, float32
+    angles in a float64 model) is left in place.
 
     Returns `model`.  Raises ValueError, leaving the model as it was, when
     it holds nothing posenc can patch or a module whose numbers posenc would

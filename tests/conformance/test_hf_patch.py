@@ -187,6 +187,21 @@ def test_dynamic_ntk_patched_mid_stream_keeps_the_grown_frequencies(tf, hf):
     assert float((got - want).abs().max()) <= 1e-5 * float(want.abs().max())
 
 
+def test_exact_false_keeps_transformers_rounding_of_rotary_tables(tf, hf):
+    import torch
+
+    model = _build(tf, "llama").double()
+    inputs = _inputs(torch, "llama")
+    want = _logits(model, inputs)
+    original = model.model.rotary_emb
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # nothing to warn about: nothing made more exact
+        hf.patch(model, exact=False)
+    assert model.model.rotary_emb is original
+    assert torch.equal(_logits(model, inputs), want)
+    hf.unpatch(model)
+
+
 def test_bfloat16_inv_freq_is_warned_about_and_not_reproduced(tf, hf):
     import torch
 
