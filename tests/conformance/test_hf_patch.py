@@ -1,0 +1,576 @@
+"""posenc.hf.patch on transformers' own, unmodified models.
+
+Tiny random-weight models built from configs here (2 layers, small hidden
+sizes).  The witness is the same model unpatched (transformers' own rotary
+modules, ALiBi and T5 bias), and where transformers is less exact than
+posenc, float64 values written out here with NumPy.
+"""
+
+import copy
+import importlib
+import inspect
+import os
+import warnings
+
+import numpy as np
+import pytest
+from conftest import require
+
+
+@pytest.fixture(scope="module")
+def tf():
+    require("torch")
+    transformers = require("transformers")
+    transformers.logging.set_verbosity_error()
+    return transformers
+
+
+@pytest.fixture(scope="module")
+def hf(tf):
+    import posenc.hf
+
+    return posenc.hf
+
+
+VOCAB = 97
+
+
+def _build(tf, name, **overrides):
+    """A tiny model of family `name`, random weights seeded."""
+    import torch
+
+    small = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=64, num_hidden_layers=2,
+                 num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=16,
+                 pad_token_id=0)  # fmt: skip
+    families = {
+        "llama": (tf.LlamaConfig, tf.LlamaForCausalLM, small),
+        "qwen2": (tf.Qwen2Config, tf.Qwen2ForCausalLM, small),
+        "llama3": (tf.LlamaConfig, tf.LlamaForCausalLM, dict(small, rope_parameters={
+            "rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0, "original_max_position_embeddings": 8})),
+        "dynamic": (tf.LlamaConfig, tf.LlamaForCausalLM, dict(small, rope_parameters={
+            "rope_type": "dynamic", "rope_theta": 10000.0, "factor": 2.0})),
+        "gemma3": (tf.Gemma3TextConfig, tf.Gemma3ForCausalLM, dict(small, head_dim=16,
+                                                                   sliding_window=4)),
+        "phi3": (tf.Phi3Config, tf.Phi3ForCausalLM, dict(
+            small, num_key_value_heads=4, max_position_embeddings=64,
+            original_max_position_embeddings=8,
+            rope_scaling={"type": "longrope", "short_factor": [1.0] * 8,
+                          "long_factor": [1.5 + i for i in range(8)]})),
+        "neox": (tf.GPTNeoXConfig, tf.GPTNeoXForCausalLM, dict(small, rotary_pct=0.25)),
+        "bloom": (tf.BloomConfig, tf.BloomForCausalLM,
+                  dict(vocab_size=VOCAB, hidden_size=48, n_layer=2, n_head=6, pad_token_id=0)),
+        "mpt": (tf.MptConfig, tf.MptForCausalLM, dict(vocab_size=VOCAB, d_model=48, n_layers=2,
+                                                      n_heads=6, max_seq_len=64, pad_token_id=0)),
+        "falcon": (tf.FalconConfig, tf.FalconForCausalLM, dict(
+            vocab_size=VOCAB, hidden_size=48, num_hidden_layers=2, num_attention_heads=6,
+            alibi=True, pad_token_id=0)),
+        "t5": (tf.T5Config, tf.T5ForConditionalGeneration, dict(
+            vocab_size=VOCAB, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4,
+            decoder_start_token_id=0, pad_token_id=0, relative_attention_max_distance=20)),
+    }  # fmt: skip
+    families["umt5"] = (tf.UMT5Config, tf.UMT5ForConditionalGeneration, families["t5"][2])
+    families["mt5"] = (tf.MT5Config, tf.MT5ForConditionalGeneration, families["t5"][2])
+    config_class, model_class, kwargs = families[name]
+    torch.manual_seed(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = model_class(config_class(**dict(kwargs, **overrides)))
+    return model.eval()
+
+
+def _inputs(torch, name, length=24, batch=2):
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(1, VOCAB, (batch, length), generator=g)
+    mask = torch.ones_like(ids)
+    mask[0, :3] = 0  # left padding
+    ids[0, :3] = 0
+    kwargs = {"input_ids": ids, "attention_mask": mask}
+    if name in ("t5", "mt5", "umt5"):
+        kwargs["decoder_input_ids"] = ids[:, :9].clone()
+    return kwargs
+
+
+def _logits(model, inputs):
+    import torch
+
+    with torch.no_grad():
+        return model(**inputs).logits
+
+
+def _patch_quietly(hf, model, **kwargs):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return hf.patch(model, **kwargs)
+
+
+ROTARY = ["llama", "qwen2", "llama3", "dynamic", "gemma3", "phi3", "neox"]
+ALL = ROTARY + ["bloom", "mpt", "falcon", "t5", "mt5", "umt5"]
+# what patch replaces in each: the part's name in patched_parts
+PARTS = {"bloom": "BLOOM ALiBi", "mpt": "MPT ALiBi", "falcon": "Falcon ALiBi", "t5": "T5 bias",
+         "mt5": "T5 bias", "umt5": "T5 bias"}  # fmt: skip
+
+
+# -- logits --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_patched_logits_float32_and_unpatch_restores(tf, hf, name):
+    import torch
+
+    model = _build(tf, name)
+    other = _build(tf, name)
+    inputs = _inputs(torch, name, length=40)  # past max_position_embeddings (16 where set)
+    want = _logits(model, inputs)
+    other_want = _logits(other, inputs)
+    modules_before = dict(model.named_modules())
+    keys_before = list(model.state_dict())
+    hf.patch(model)
+    assert list(model.state_dict()) == keys_before  # checkpoints load and save as before
+    parts = hf.patched_parts(model)
+    assert any(PARTS.get(name, "RotaryEmbedding") in p for p in parts), parts
+    got = _logits(model, inputs)
+    # transformers' float32 angles and tables: within 1e-5 of the logits' scale
+    scale = float(want.abs().max())
+    assert float((got - want).abs().max()) <= 1e-5 * scale
+    if name in ("bloom", "mpt", "t5", "mt5", "umt5"):  # transformers exact there: the same bits
+        assert torch.equal(got, want)
+    # another instance of the same class is untouched
+    assert torch.equal(_logits(other, inputs), other_want)
+    hf.unpatch(model)
+    assert dict(model.named_modules()) == modules_before
+    assert all("forward" not in m.__dict__ and "compute_bias" not in m.__dict__
+               for m in model.modules())  # fmt: skip
+    assert torch.equal(_logits(model, inputs), want)
+
+
+@pytest.mark.parametrize("name", ["llama", "gemma3", "neox"])
+def test_patched_float64_model_forms_its_angles_in_float64(tf, hf, name):
+    import torch
+
+    model = _build(tf, name).double()
+    inputs = _inputs(torch, name)
+    want = _logits(model, inputs)
+    with pytest.warns(UserWarning, match="angles formed in float32 in a float64 model"):
+        hf.patch(model)
+    got = _logits(model, inputs)
+    assert float((got - want).abs().max()) <= 1e-5 * float(want.abs().max())
+    # the patched tables are the float64 values, written out here
+    rotary = model.base_model.rotary_emb
+    ids = torch.arange(3000)[None]
+    kwargs = {"layer_type": "sliding_attention"} if name == "gemma3" else {}
+    cos, _ = rotary(torch.zeros(1, dtype=torch.float64), ids, **kwargs)
+    config = model.config
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    rotary_dim = cos.shape[-1]
+    params = config.rope_parameters
+    theta = (params.get("sliding_attention") or params)["rope_theta"]
+    inv_freq = 1.0 / theta ** (np.arange(0, rotary_dim, 2) / rotary_dim)
+    angles = np.arange(3000)[:, None] * inv_freq
+    assert rotary_dim <= head_dim
+    np.testing.assert_allclose(cos[0].numpy(), np.cos(np.concatenate([angles, angles], -1)),
+                               rtol=0, atol=1e-12)  # fmt: skip
+
+
+def test_dynamic_ntk_patched_mid_stream_keeps_the_grown_frequencies(tf, hf):
+    import torch
+
+    model = _build(tf, "dynamic")  # max_position_embeddings 16
+    long, short = _inputs(torch, "dynamic", length=40), _inputs(torch, "dynamic", length=20)
+    _logits(model, long)  # transformers' module grows its frequencies for 40 positions
+    twin = copy.deepcopy(model)
+    want = _logits(twin, short)  # and keeps them for a 20-token call
+    fresh = _logits(_build(tf, "dynamic"), short)
+    assert not torch.allclose(want, fresh, rtol=0, atol=1e-4)  # the state matters here
+    _patch_quietly(hf, model)
+    got = _logits(model, short)
+    assert float((got - want).abs().max()) <= 1e-5 * float(want.abs().max())
+
+
+def test_exact_false_keeps_transformers_rounding_of_rotary_tables(tf, hf):
+    import torch
+
+    model = _build(tf, "llama").double()
+    inputs = _inputs(torch, "llama")
+    want = _logits(model, inputs)
+    original = model.model.rotary_emb
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # nothing to warn about: nothing made more exact
+        hf.patch(model, exact=False)
+    assert model.model.rotary_emb is original
+    assert torch.equal(_logits(model, inputs), want)
+    hf.unpatch(model)
+
+
+def test_bfloat16_inv_freq_is_warned_about_and_not_reproduced(tf, hf):
+    import torch
+
+    model = _build(tf, "llama").to(torch.bfloat16)
+    original = model.model.rotary_emb
+    assert original.inv_freq.dtype == torch.bfloat16  # what .to(bfloat16) does to transformers
+    with pytest.warns(UserWarning, match=r"inv_freq held in bfloat16 moves cos/sin by up to"):
+        hf.patch(model)
+    ids = torch.arange(320)[None]
+    x = torch.zeros(1, dtype=torch.bfloat16)
+    theirs, _ = original(x, ids)
+    mine, _ = model.model.rotary_emb(x, ids)
+    inv_freq = 1.0 / 10000.0 ** (np.arange(0, 16, 2) / 16)
+    angles = np.arange(320)[:, None] * inv_freq
+    exact = np.cos(np.concatenate([angles, angles], -1))
+    # posenc's: the float64 values rounded once to bfloat16 (half an ulp, 2**-9)
+    assert np.abs(mine[0].double().numpy() - exact).max() <= 2.0**-9
+    # transformers': off by far more below position 320
+    assert np.abs(theirs[0].double().numpy() - exact).max() > 0.05
+
+
+def test_falcon_alibi_exact_by_default_transformers_rounding_on_request(tf, hf):
+    import torch
+
+    model = _build(tf, "falcon")
+    inputs = _inputs(torch, "falcon", length=300)
+    want = _logits(model, inputs)
+    with pytest.warns(UserWarning, match=r"Falcon's ALiBi in bfloat16"):
+        hf.patch(model)
+    exact_logits = _logits(model, inputs)
+    hf.unpatch(model)
+    # the bias posenc adds, against float64 slopes times positions written out
+    mask = inputs["attention_mask"]
+    slopes = 2.0 ** (-8.0 * np.arange(1, 5) / 4)
+    slopes = np.concatenate([slopes, 2.0 ** (-8.0 * np.array([1, 3]) / 8)])
+    positions = (np.cumsum(mask.numpy(), -1) - 1) * mask.numpy()
+    exact_bias = slopes[None, :, None] * positions[:, None, :]
+    theirs = importlib.import_module(type(model).__module__).build_alibi_tensor(
+        mask, 6, torch.float32
+    )
+    assert np.abs(theirs.view(2, 6, -1).double().numpy() - exact_bias).max() >= 0.25
+    assert not torch.equal(exact_logits, want)
+    hf.patch(model, exact=False)  # transformers' bfloat16 rounding, reproduced
+    assert torch.equal(_logits(model, inputs), want)
+    hf.unpatch(model)
+
+
+# -- generate, gradients, compile -------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_generate_with_cache_and_left_padding_past_max_positions(tf, hf, name):
+    import torch
+
+    model = _build(tf, name)
+    inputs = _inputs(torch, name, length=6)
+    inputs.pop("decoder_input_ids", None)
+    kwargs = dict(max_new_tokens=20, do_sample=False, use_cache=True, pad_token_id=0)
+    with torch.no_grad():
+        want = model.generate(**inputs, **kwargs)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            with hf.patched(model):
+                got = model.generate(**inputs, **kwargs)
+    assert want.shape[1] >= 20
+    assert torch.equal(got, want)
+
+
+@pytest.mark.parametrize("name", ["llama", "gemma3", "t5", "bloom"])
+def test_training_step_gradients(tf, hf, name):
+    import torch
+
+    # dropout off, so that the two passes are comparable
+    no_dropout = {"t5": {"dropout_rate": 0.0},
+                  "bloom": {"hidden_dropout": 0.0, "attention_dropout": 0.0}}  # fmt: skip
+    model = _build(tf, name, **no_dropout.get(name, {})).train()
+    inputs = _inputs(torch, name, length=20)
+    labels = inputs.get("decoder_input_ids", inputs["input_ids"])
+
+    def grads():
+        model.zero_grad()
+        model(**inputs, labels=labels).loss.backward()
+        return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+    want = grads()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with hf.patched(model):
+            got = grads()
+    assert want.keys() == got.keys() and want
+    for key in want:
+        torch.testing.assert_close(got[key], want[key], rtol=1e-4, atol=1e-6, msg=key)
+
+
+@pytest.mark.parametrize("name", ["llama", "t5"])
+def test_compiled_patched_model_has_no_graph_break(tf, hf, name):
+    import torch
+
+    # one layer: compiling costs tens of seconds a layer on a small CPU
+    layers = {"num_layers": 1} if name == "t5" else {"num_hidden_layers": 1}
+    model = _build(tf, name, **layers)
+    inputs = _inputs(torch, name, length=12)
+    want = _logits(model, inputs)
+    _patch_quietly(hf, model)
+    compiled = torch.compile(model, fullgraph=True, dynamic=False)
+    with torch.no_grad():
+        got = compiled(**inputs).logits
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    hf.unpatch(model)
+
+
+@pytest.mark.parametrize("name", ["t5", "llama"])
+def test_a_deep_copy_of_a_patched_model_is_patched_on_its_own(tf, hf, name):
+    import torch
+
+    model = _build(tf, name)
+    inputs = _inputs(torch, name, length=20)
+    _patch_quietly(hf, model)
+    want = _logits(model, inputs)
+    twin = copy.deepcopy(model)
+    assert hf.patched_parts(twin) == hf.patched_parts(model)
+    assert torch.equal(_logits(twin, inputs), want)
+    with torch.no_grad():  # the copy's weights are its own, the patched parts' too
+        for p in twin.parameters():
+            p.mul_(0.5)
+    assert not torch.allclose(_logits(twin, inputs), want)
+    assert torch.equal(_logits(model, inputs), want)
+    if name == "t5":  # distance 0 is bucket 0: the copy's own table's row
+        attention = twin.encoder.block[0].layer[0].SelfAttention
+        with torch.no_grad():
+            bias = attention.compute_bias(2, 2)
+        assert torch.equal(bias[0, :, 0, 0], attention.relative_attention_bias.weight[0])
+    hf.unpatch(twin)  # restores the copy's own modules, not the model's
+    assert hf.patched_parts(model) and not hf.patched_parts(twin)
+    assert torch.equal(_logits(model, inputs), want)
+    for m_twin, m_model in zip(twin.modules(), model.modules()):
+        assert m_twin is not m_model
+    hf.unpatch(model)
+
+
+@pytest.mark.parametrize(
+    "buckets",
+    [dict(position_buckets=8, max_relative_positions=16, share_att_key=True),
+     dict(position_buckets=-1, max_relative_positions=-1, share_att_key=False)],
+)  # fmt: skip
+def test_deberta_v2_relative_attention_patched(tf, hf, buckets):
+    import torch
+
+    torch.manual_seed(0)
+    config = tf.DebertaV2Config(
+        vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+        intermediate_size=64, max_position_embeddings=64, relative_attention=True,
+        pos_att_type=["c2p", "p2c"], hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+        **buckets,
+    )  # fmt: skip
+    model = tf.DebertaV2ForMaskedLM(config).train()
+    with torch.no_grad():  # weights large enough for the relative terms to matter
+        for p in model.parameters():
+            p.normal_(0, 0.5)
+        for m in model.modules():
+            if isinstance(m, torch.nn.LayerNorm):
+                m.weight.fill_(1.0)
+                m.bias.zero_()
+    ids = torch.randint(1, VOCAB, (2, 30), generator=torch.Generator().manual_seed(3))
+
+    def run():
+        model.zero_grad()
+        logits = model(ids).logits
+        logits.square().mean().backward()
+        grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+        return logits.detach(), grads
+
+    want, want_grads = run()
+    hf.patch(model)
+    assert len(hf.patched_parts(model)) == 2
+    got, got_grads = run()
+    hf.unpatch(model)
+    scale = float(want.abs().max())
+    assert float((got - want).abs().max()) <= 1e-5 * scale
+    for key in want_grads:
+        torch.testing.assert_close(got_grads[key], want_grads[key], rtol=1e-3, atol=1e-5,
+                                   msg=key)  # fmt: skip
+    # the relative terms move these logits by far more than that
+    for m in model.modules():
+        if type(m).__name__ == "DisentangledSelfAttention":
+            m.__dict__["disentangled_attention_bias"] = lambda *args: 0
+    with torch.no_grad():
+        assert float((model(ids).logits - want).abs().max()) > 0.1 * scale
+
+
+def test_xlnet_relative_attention_patched_with_memory(tf, hf, monkeypatch):
+    import torch
+
+    import posenc.relative
+
+    torch.manual_seed(0)
+    config = tf.XLNetConfig(vocab_size=VOCAB, d_model=32, n_layer=2, n_head=4, d_inner=64,
+                            dropout=0.0, mem_len=8)  # fmt: skip
+    model = tf.XLNetLMHeadModel(config).train()
+    with torch.no_grad():  # weights large enough for the position term to matter
+        for p in model.parameters():
+            p.normal_(0, 0.5)
+    g = torch.Generator().manual_seed(3)
+    first, second = torch.randint(1, VOCAB, (2, 2, 10), generator=g)
+    types = torch.randint(0, 2, (2, 10), generator=g)
+
+    def run():
+        model.zero_grad()
+        with torch.no_grad():
+            mems = model(first, token_type_ids=types, use_mems=True).mems
+        # a segment after a memory: 10 queries, 18 keys
+        logits = model(second, token_type_ids=types, mems=mems, use_mems=True).logits
+        logits.square().mean().backward()
+        grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+        return logits.detach(), grads
+
+    want, want_grads = run()
+    hf.patch(model)
+    assert len(hf.patched_parts(model)) == 2
+    got, got_grads = run()
+    scale = float(want.abs().max())
+    assert float((got - want).abs().max()) <= 1e-5 * scale
+    for key in want_grads:
+        torch.testing.assert_close(got_grads[key], want_grads[key], rtol=1e-3, atol=1e-5,
+                                   msg=key)  # fmt: skip
+    # the position term moves these logits by far more than that
+    zero = lambda q, r, **kw: torch.zeros(q.shape[:-1] + (kw["k_len"],))  # noqa: E731
+    monkeypatch.setattr(posenc.relative, "xl_position_term", zero)
+    without, _ = run()
+    assert float((without - want).abs().max()) > 0.1 * scale
+    hf.unpatch(model)
+
+
+# -- what patch refuses -------------------------------------------------------------------
+
+
+def test_patch_refuses_whole_models_it_cannot_patch(tf, hf):
+    import torch
+
+    torch.manual_seed(0)
+    bert = tf.BertModel(tf.BertConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2,
+                                      num_attention_heads=4, intermediate_size=64))  # fmt: skip
+    with pytest.raises(ValueError, match="no position encoding posenc knows.*Supported"):
+        hf.patch(bert)
+    with pytest.raises(TypeError, match="model must be a torch.nn.Module"):
+        hf.patch(object())
+    model = _build(tf, "llama")
+    with pytest.raises(ValueError, match="not patched"):
+        hf.unpatch(model)
+    _patch_quietly(hf, model)
+    with pytest.raises(ValueError, match="already patched"):
+        hf.patch(model)
+    hf.unpatch(model)
+
+
+def test_a_module_posenc_does_not_reproduce_leaves_the_model_untouched(tf, hf):
+    import torch
+
+    model = _build(tf, "llama")
+    rotary = model.model.rotary_emb
+    # a rotary module whose numbers do not follow its config: refused, by name
+    rotary.inv_freq.mul_(1.5)
+    rotary.original_inv_freq.mul_(1.5)
+    state = copy.deepcopy(model.state_dict())
+    with pytest.raises(ValueError, match=r"model.rotary_emb \(LlamaRotaryEmbedding\)"):
+        hf.patch(model)
+    assert model.model.rotary_emb is rotary
+    assert all(torch.equal(v, state[k]) for k, v in model.state_dict().items())
+
+
+# -- every rotary class of transformers ---------------------------------------------------------
+
+
+def _rotary_classes(tf):
+    root = os.path.join(os.path.dirname(tf.__file__), "models")
+    for package in sorted(os.listdir(root)):
+        folder = os.path.join(root, package)
+        if not os.path.isdir(folder):
+            continue
+        for fname in sorted(os.listdir(folder)):
+            if not (fname.startswith("modeling_") and fname.endswith(".py")):
+                continue
+            with open(os.path.join(folder, fname), encoding="utf-8") as f:
+                if "RotaryEmbedding(" not in f.read():
+                    continue
+            modname = f"transformers.models.{package}.{fname[:-3]}"
+            try:
+                module = importlib.import_module(modname)
+            except Exception:
+                continue
+            for cname, cls in sorted(vars(module).items()):
+                if cname.endswith("RotaryEmbedding") and inspect.isclass(cls):
+                    if cls.__module__ == modname:
+                        yield module, cls
+
+
+def _a_config(tf, module, cls):
+    base = tf.PretrainedConfig
+    annotated = inspect.signature(cls.__init__).parameters.get("config")
+    classes = []
+    if annotated is not None and inspect.isclass(annotated.annotation):
+        classes.append(annotated.annotation)
+    classes += [c for c in vars(module).values() if inspect.isclass(c) and issubclass(c, base)]
+    for config_class in dict.fromkeys(classes):
+        if config_class is base or not issubclass(config_class, base):
+            continue
+        try:
+            config = config_class()
+        except Exception:
+            continue
+        text = getattr(config, "text_config", None)
+        yield from ([text] if isinstance(text, base) else []) + [config]
+
+
+def _same_tables(torch, original, patched):
+    """The patched module's cos and sin against transformers' module's on 48
+    positions (three rows for M-RoPE), every layer type: within transformers'
+    float32 rounding."""
+    rope_type = getattr(original, "rope_type", None)
+    layer_types = list(rope_type) if isinstance(rope_type, dict) else [None]
+    for layer_type in layer_types:
+        params = original.config.rope_parameters or {}
+        params = params.get(layer_type) or {} if layer_type is not None else params
+        ids = torch.arange(48)[None]
+        if params.get("mrope_section") is not None:
+            ids = torch.stack([ids, ids // 4, ids % 7])
+        kwargs = {} if layer_type is None else {"layer_type": layer_type}
+        x = torch.zeros(1)
+        with torch.no_grad():
+            want = copy.deepcopy(original)(x, ids, **kwargs)
+            got = patched(x, ids, **kwargs)
+        for a, b in zip(got, want):
+            assert a.shape == b.shape and a.dtype == b.dtype
+            err = float((a.double() - b.double()).abs().max())
+            assert err <= 1e-4, f"{type(original).__name__} {layer_type}: off by {err}"
+
+
+def test_every_rotary_class_is_patched_or_refused_by_name(tf, hf, capsys):
+    import torch
+
+    outcomes = {}
+    for module, cls in _rotary_classes(tf):
+        if "config" not in inspect.signature(cls.__init__).parameters:
+            continue
+        built = None
+        for config in _a_config(tf, module, cls):
+            try:
+                built = cls(config)
+                break
+            except Exception:
+                continue
+        if built is None:
+            outcomes[cls.__name__] = "not built"
+            continue
+        holder = torch.nn.Module()
+        holder.rotary_emb = built
+        try:
+            _patch_quietly(hf, holder)
+        except ValueError as exc:
+            assert "rotary_emb" in str(exc) or "Supported" in str(exc), str(exc)
+            outcomes[cls.__name__] = "refused"
+            continue
+        assert not isinstance(holder.rotary_emb, cls)
+        _same_tables(torch, built, holder.rotary_emb)
+        hf.unpatch(holder)
+        assert holder.rotary_emb is built
+        outcomes[cls.__name__] = "patched"
+    tally = {k: sum(v == k for v in outcomes.values()) for k in set(outcomes.values())}
+    with capsys.disabled():
+        print(f"\nposenc.hf.patch over transformers' rotary classes: {tally}")
+        print("refused: " + ", ".join(sorted(k for k, v in outcomes.items() if v == "refused")))
+    assert tally.get("patched", 0) >= 100, tally
