@@ -178,7 +178,7 @@ def _tener_scores(a, grad, wanted):
     )
     work, d = parts[0].left.dtype, parts[0].left.shape[-1]
     g = _incoming(grad, lead, shape, work)
-    if _rel._check.flag(a["scale"], "scale"):
+    if _rel._check.flag(a["scale"], "scale") and d:  # no head dim: no products to scale
         g = g / np.sqrt(work.type(d))
     out = {}
     for part in parts:

@@ -443,3 +443,19 @@ def test_tupe_bias_of_one_token_or_no_head_dim_has_zero_or_exact_gradients(untie
         ]
         want = (f[0] - f[1]) / 2
         np.testing.assert_allclose(np.sum(got[2] * step), want, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.filterwarnings("error")
+def test_tener_scores_scaled_with_no_head_dim_has_empty_gradients_without_a_warning():
+    # the scale 1 / sqrt(d) of no products is not read (as the forward skips it)
+    q, k = np.ones((1, H, 3, 0)), np.ones((1, H, 3, 0))
+    got = rg.grads_of(
+        "tener_scores",
+        ("q", "k"),
+        np.ones((1, H, 3, 3)),
+        q=q,
+        k=k,
+        table=np.ones((6, 0)),
+        scale=True,
+    )
+    assert [g.shape for g in got] == [q.shape, k.shape]
