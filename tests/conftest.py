@@ -11,6 +11,31 @@ from posenc import _core
 SIMD_PATHS = ["scalar"] + (["avx2"] if _core.simd_cpu() == "avx2" else [])
 
 
+TESTS = os.path.dirname(os.path.abspath(__file__))
+INTEROP_FILES = {"test_torch.py", "test_jax.py", "test_torch_modules.py", "test_fork.py"}
+KERNEL_FIXTURES = {"simd", "threads", "on_every_path"}
+
+
+def _slow_tests():
+    with open(os.path.join(TESTS, "slow_tests.txt"), encoding="utf-8") as f:
+        return {line.strip() for line in f if line.strip() and not line.startswith("#")}
+
+
+def pytest_collection_modifyitems(config, items):
+    """The markers of pyproject.toml: `interop` (torch, JAX, transformers:
+    tests/conformance and the torch and JAX files), `kernels` (run on each
+    SIMD path or thread count), `slow` (listed in tests/slow_tests.txt)."""
+    slow = _slow_tests()
+    for item in items:
+        path = os.path.relpath(str(item.path), os.path.dirname(TESTS)).replace(os.sep, "/")
+        if path.startswith("tests/conformance/") or item.path.name in INTEROP_FILES:
+            item.add_marker(pytest.mark.interop)
+        if KERNEL_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.kernels)
+        if f"{path}::{getattr(item, 'originalname', item.name)}" in slow:
+            item.add_marker(pytest.mark.slow)
+
+
 def pytest_report_header(config):
     cfg = posenc.config()
     return [
