@@ -3,11 +3,11 @@ mistake: each raises TypeError or ValueError, and the message names the
 argument.  A row with `out=` also checks that the failed call left it as it
 was."""
 
-import os
 import tracemalloc
 
 import numpy as np
 import pytest
+from optional import require
 
 import posenc
 from posenc import probe
@@ -684,13 +684,7 @@ def _shared_numpy(kind, shape):
 
 
 def _torch():
-    try:
-        import torch
-    except ImportError:
-        if os.environ.get("POSENC_REQUIRE_CONFORMANCE") == "1":
-            raise
-        pytest.skip("torch is not installed")
-    return torch
+    return require("torch")
 
 
 def _shared_torch(kind, shape, grad):

@@ -9,7 +9,6 @@ users do, repeats the call in the child and checks that the child's result
 equals the parent's bit for bit; its exit code carries the verdict.
 """
 
-import importlib.util
 import os
 import signal
 import subprocess
@@ -17,6 +16,7 @@ import sys
 import textwrap
 
 import pytest
+from optional import require
 
 import posenc
 
@@ -186,19 +186,10 @@ def test_multiprocessing_fork_pool_map(tmp_path):
     check(res)
 
 
-def _require_torch():
-    """Skip without torch, except under POSENC_REQUIRE_CONFORMANCE=1 (as CI
-    sets it), where a missing torch is an error (as in tests/conformance)."""
-    if importlib.util.find_spec("torch") is None:
-        if os.environ.get("POSENC_REQUIRE_CONFORMANCE") == "1":
-            raise RuntimeError("torch is required (POSENC_REQUIRE_CONFORMANCE=1)")
-        pytest.skip("torch is not installed")
-
-
 @needs_fork
 @needs_threads
 def test_torch_dataloader_fork_workers(tmp_path):
-    _require_torch()
+    require("torch")
     res = run_script(
         tmp_path,
         """

@@ -8,7 +8,6 @@ POSENC_REQUIRE_CONFORMANCE=1 (as CI sets it) and the tests are skipped
 without it otherwise, as the conformance tests are.
 """
 
-import importlib
 import os
 import subprocess
 import sys
@@ -17,23 +16,14 @@ import warnings
 
 import numpy as np
 import pytest
+from optional import require
 
 import posenc
 from posenc import reference
 
-
-def _require(name):
-    try:
-        return importlib.import_module(name)
-    except ImportError as exc:
-        if os.environ.get("POSENC_REQUIRE_CONFORMANCE") == "1":
-            raise RuntimeError(f"{name} is required (POSENC_REQUIRE_CONFORMANCE=1)") from exc
-        pytest.skip(f"{name} is not installed", allow_module_level=True)
-
-
-jax = _require("jax")
-jnp = _require("jax.numpy")
-ml_dtypes = _require("ml_dtypes")
+jax = require("jax")
+jnp = require("jax.numpy")
+ml_dtypes = require("ml_dtypes")
 
 from posenc import _jax as pjx  # noqa: E402  (imports jax)
 

@@ -8,7 +8,6 @@ POSENC_REQUIRE_CONFORMANCE=1 (as CI sets it) and the tests are skipped
 without them otherwise, as the conformance tests are.
 """
 
-import importlib
 import inspect
 import os
 import subprocess
@@ -18,21 +17,12 @@ import textwrap
 import child_process
 import numpy as np
 import pytest
+from optional import require
 
 import posenc
 from posenc import _interop, reference
 
-
-def _require(name):
-    try:
-        return importlib.import_module(name)
-    except ImportError as exc:
-        if os.environ.get("POSENC_REQUIRE_CONFORMANCE") == "1":
-            raise RuntimeError(f"{name} is required (POSENC_REQUIRE_CONFORMANCE=1)") from exc
-        pytest.skip(f"{name} is not installed", allow_module_level=True)
-
-
-torch = _require("torch")
+torch = require("torch")
 
 from posenc import _torch as pt  # noqa: E402  (imports torch)
 
@@ -41,7 +31,7 @@ ROOT = os.path.dirname(os.path.dirname(posenc.__file__))
 
 @pytest.fixture(scope="module")
 def transformers():
-    return _require("transformers")
+    return require("transformers")
 
 
 def randn(*shape, dtype=torch.float32, seed=0):

@@ -6,28 +6,18 @@ ops do not call).  torch is required under POSENC_REQUIRE_CONFORMANCE=1 (as CI
 sets it) and the tests are skipped without it otherwise.
 """
 
-import importlib
 import os
 import subprocess
 import sys
 
 import numpy as np
 import pytest
+from optional import require
 
 import posenc
 from posenc import reference
 
-
-def _require(name):
-    try:
-        return importlib.import_module(name)
-    except ImportError as exc:
-        if os.environ.get("POSENC_REQUIRE_CONFORMANCE") == "1":
-            raise RuntimeError(f"{name} is required (POSENC_REQUIRE_CONFORMANCE=1)") from exc
-        pytest.skip(f"{name} is not installed", allow_module_level=True)
-
-
-torch = _require("torch")
+torch = require("torch")
 
 import posenc.torch as pt  # noqa: E402
 

@@ -5,22 +5,8 @@ except when POSENC_REQUIRE_CONFORMANCE=1 (as CI sets it): then a missing
 package is an error, so that the witness cannot silently drop out.
 """
 
-import importlib
-import os
-
 import pytest
-
-
-def require(name):
-    """Import `name`, or skip (error under POSENC_REQUIRE_CONFORMANCE=1)."""
-    try:
-        return importlib.import_module(name)
-    except ImportError as exc:
-        if os.environ.get("POSENC_REQUIRE_CONFORMANCE") == "1":
-            raise RuntimeError(
-                f"{name} is required for the conformance tests (POSENC_REQUIRE_CONFORMANCE=1)"
-            ) from exc
-        pytest.skip(f"{name} is not installed")
+from optional import require  # the conformance tests import it from here
 
 
 @pytest.fixture(scope="session")
