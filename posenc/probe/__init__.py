@@ -33,7 +33,9 @@ taller one.
 The modules: :mod:`.analyses` (the probes and their result classes),
 :mod:`.report` (:func:`report`, :class:`ProbeReport`, its plot), :mod:`.attention`
 (:func:`logit_decomposition`, :class:`LogitDecomposition`),
-:mod:`.checkpoints` (the file formats and :func:`load_position_embeddings`);
+:mod:`.checkpoints` (the file formats and :func:`load_position_embeddings`),
+:mod:`.hub` (a table from a model on the Hugging Face Hub, by name:
+:class:`HubError`, :func:`paper_rows`);
 every public name is here.
 """
 
@@ -58,11 +60,14 @@ from .attention import TERMS, LogitDecomposition, logit_decomposition
 from .checkpoints import KNOWN_KEYS as KNOWN_KEYS
 from .checkpoints import _load as _load
 from .checkpoints import load_position_embeddings
+from .hub import PAPER_PROTOCOL, HubError, paper_rows
 from .report import PUBLISHED, ProbeReport, PublishedRow, report
 from .report import _plot_format as _plot_format
 
 __all__ = [
+    "HubError",
     "MAX_POSITIONS",
+    "PAPER_PROTOCOL",
     "PUBLISHED",
     "AbsolutePositionResult",
     "Informativeness",
@@ -76,6 +81,7 @@ __all__ = [
     "informativeness",
     "load_position_embeddings",
     "logit_decomposition",
+    "paper_rows",
     "relative_order_classification",
     "report",
     "rope_long_term_decay",
