@@ -35,7 +35,8 @@ The modules: :mod:`.analyses` (the probes and their result classes),
 (:func:`logit_decomposition`, :class:`LogitDecomposition`),
 :mod:`.checkpoints` (the file formats and :func:`load_position_embeddings`),
 :mod:`.hub` (a table from a model on the Hugging Face Hub, by name:
-:class:`HubError`, :func:`paper_rows`);
+:class:`HubError`, :func:`paper_rows`), :mod:`.properties` (Wang et al.'s
+monotonicity, translation invariance and symmetry: :func:`position_properties`);
 every public name is here.
 """
 
@@ -61,6 +62,7 @@ from .checkpoints import KNOWN_KEYS as KNOWN_KEYS
 from .checkpoints import _load as _load
 from .checkpoints import load_position_embeddings
 from .hub import PAPER_PROTOCOL, HubError, paper_rows
+from .properties import PositionProperties, position_properties
 from .report import PUBLISHED, ProbeReport, PublishedRow, report
 from .report import _plot_format as _plot_format
 
@@ -69,6 +71,7 @@ __all__ = [
     "MAX_POSITIONS",
     "PAPER_PROTOCOL",
     "PUBLISHED",
+    "PositionProperties",
     "AbsolutePositionResult",
     "Informativeness",
     "LogitDecomposition",
@@ -82,6 +85,7 @@ __all__ = [
     "load_position_embeddings",
     "logit_decomposition",
     "paper_rows",
+    "position_properties",
     "relative_order_classification",
     "report",
     "rope_long_term_decay",

@@ -1,0 +1,102 @@
+"""probe.position_properties: Wang et al.'s monotonicity, translation
+invariance and symmetry, on tables whose answers are known exactly, and on a
+random table against scipy's Spearman correlation and NumPy written out."""
+
+import numpy as np
+import pytest
+
+import posenc
+from posenc import probe
+
+
+def _kernel_table(n, scale=5.0):
+    """A table whose Gram matrix is exp(-|i - j| / scale): Toeplitz, strictly
+    falling with the distance (its Cholesky factor)."""
+    i = np.arange(n)
+    return np.linalg.cholesky(np.exp(-np.abs(i[:, None] - i[None, :]) / scale))
+
+
+def test_a_falling_toeplitz_gram_has_every_property_exactly():
+    p = probe.position_properties(_kernel_table(40))
+    assert p.monotonicity_forward == pytest.approx(1.0, abs=1e-12)
+    assert p.monotonicity_backward == pytest.approx(1.0, abs=1e-12)
+    assert p.translation_invariance == pytest.approx(1.0, abs=1e-12)
+    assert p.symmetry == pytest.approx(1.0, abs=1e-12)
+    assert p.max_offset == 39
+
+
+def test_a_rising_proximity_has_monotonicity_minus_one():
+    E = _kernel_table(30)
+    p = probe.position_properties(E, W=-np.eye(30))
+    assert p.monotonicity_forward == pytest.approx(-1.0, abs=1e-12)
+    assert p.monotonicity_backward == pytest.approx(-1.0, abs=1e-12)
+    assert p.translation_invariance == pytest.approx(1.0, abs=1e-12)
+
+
+def test_an_antisymmetric_form_has_symmetry_minus_one():
+    rng = np.random.default_rng(3)
+    E, A = rng.standard_normal((12, 4)), rng.standard_normal((4, 4))
+    assert probe.position_properties(E, W=A - A.T).symmetry == pytest.approx(-1.0, abs=1e-12)
+    assert probe.position_properties(E).symmetry == 1.0  # the dot product
+
+
+def test_the_sinusoid_is_translation_invariant():
+    # sin(a) sin(b) + cos(a) cos(b) = cos(a - b): its Gram matrix is Toeplitz
+    p = probe.position_properties(posenc.sinusoid(128, 64, dtype="float64"))
+    assert p.translation_invariance == pytest.approx(1.0, abs=1e-12)
+
+
+@pytest.mark.parametrize("max_offset", [None, 7])
+def test_a_random_table_matches_scipy_and_numpy_written_out(max_offset):
+    stats = pytest.importorskip("scipy.stats")
+    rng = np.random.default_rng(0)
+    n = 30
+    E, W = rng.standard_normal((n, 6)), rng.standard_normal((6, 6))
+    p = probe.position_properties(E, W=W, max_offset=max_offset)
+    M = E @ W @ E.T
+    k = n - 1 if max_offset is None else max_offset
+    fwd, bwd = [], []
+    for x in range(n):
+        ahead = [M[x, x + m] for m in range(1, k + 1) if x + m < n]
+        behind = [M[x, x - m] for m in range(1, k + 1) if x - m >= 0]
+        if len(ahead) >= 3:
+            fwd.append(stats.spearmanr(np.arange(len(ahead)), -np.array(ahead))[0])
+        if len(behind) >= 3:
+            bwd.append(stats.spearmanr(np.arange(len(behind)), -np.array(behind))[0])
+    assert p.monotonicity_forward == pytest.approx(np.mean(fwd), abs=1e-12)
+    assert p.monotonicity_backward == pytest.approx(np.mean(bwd), abs=1e-12)
+    pairs = [(x, y) for x in range(n) for y in range(n) if 1 <= abs(y - x) <= k]
+    values = np.array([M[x, y] for x, y in pairs])
+    offsets = np.array([y - x for x, y in pairs])
+    within = sum(
+        ((values[offsets == m] - values[offsets == m].mean()) ** 2).sum() for m in set(offsets)
+    )
+    expected = 1 - within / ((values - values.mean()) ** 2).sum()
+    assert p.translation_invariance == pytest.approx(expected, abs=1e-12)
+    assert p.symmetry == pytest.approx((M * M.T).sum() / (M * M).sum(), abs=1e-12)
+    assert p.max_offset == k
+
+
+def test_ties_take_their_mean_rank_as_scipy_does():
+    stats = pytest.importorskip("scipy.stats")
+    E = np.repeat(np.eye(4), 3, axis=0)  # a proximity of 1 within blocks of 3, else 0
+    p = probe.position_properties(E)
+    M = E @ E.T
+    rows = [
+        stats.spearmanr(np.arange(11 - x), -M[x, x + 1 :])[0]
+        for x in range(12)
+        if 11 - x >= 3 and np.ptp(M[x, x + 1 :]) > 0
+    ]
+    assert p.monotonicity_forward == pytest.approx(np.mean(rows), abs=1e-12)
+
+
+def test_bad_arguments_are_refused_by_name():
+    E = np.random.default_rng(1).standard_normal((10, 4))
+    with pytest.raises(ValueError, match=r"W must have shape \(4, 4\)"):
+        probe.position_properties(E, W=np.eye(3))
+    with pytest.raises(ValueError, match="max_offset"):
+        probe.position_properties(E, max_offset=2)
+    with pytest.raises(TypeError, match="max_offset"):
+        probe.position_properties(E, max_offset=3.5)
+    with pytest.raises(ValueError, match="E"):
+        probe.position_properties(E[:4])
