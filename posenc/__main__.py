@@ -230,6 +230,8 @@ def _probe_names(args):
         print(f"{label}: {where}" + (f"; {note}" if note else ""))
         print()
         print(result.to_markdown(published=False))
+        if result.properties is not None:
+            print(result.properties.summary())
         print()
         results.append((label, result, paper, note))
         entry = result.to_dict()
@@ -298,6 +300,8 @@ def _probe(args):
     print(f"{name}: {where}")
     print()
     print(result.to_markdown())
+    if result.properties is not None:
+        print(result.properties.summary())
     if args.plot is not None:
         result.plot(args.plot)
         print(f"\nplot written to {args.plot}")

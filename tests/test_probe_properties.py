@@ -100,3 +100,44 @@ def test_bad_arguments_are_refused_by_name():
         probe.position_properties(E, max_offset=3.5)
     with pytest.raises(ValueError, match="E"):
         probe.position_properties(E[:4])
+
+
+def test_the_plot_draws_the_mean_proximity_per_offset(tmp_path):
+    pytest.importorskip("matplotlib")
+    p = probe.position_properties(_kernel_table(20))
+    # exact: the mean over x of exp(-|m| / 5) is exp(-|m| / 5), with no spread
+    np.testing.assert_allclose(p.mean_by_offset, np.exp(-np.abs(p.offsets) / 5.0), atol=1e-12)
+    np.testing.assert_allclose(p.std_by_offset, 0.0, atol=1e-12)
+    fig = p.plot()
+    lines = [line for ax in fig.axes for line in ax.get_lines()]
+    drawn = np.concatenate([line.get_ydata() for line in lines])
+    np.testing.assert_allclose(np.sort(drawn), np.sort(p.mean_by_offset), atol=1e-12)
+    out = p.plot(tmp_path / "props.png")
+    assert (tmp_path / "props.png").read_bytes().startswith(
+        b"\x89PNG"
+    ) and out == tmp_path / "props.png"
+
+
+def test_the_report_holds_the_properties_and_its_json_too():
+    E = _kernel_table(30)
+    r = probe.report(E, seeds=1, progress=False)
+    expected = probe.position_properties(E)
+    assert r.properties.translation_invariance == expected.translation_invariance
+    assert "translation invariance 1.000" in r.properties.summary()
+    d = r.to_dict()["position_properties"]
+    assert d["monotonicity_forward"] == pytest.approx(1.0, abs=1e-12)
+    assert d["symmetry"] == 1.0
+
+
+def test_the_command_line_prints_the_properties(tmp_path, capsys):
+    from posenc.__main__ import main
+
+    np.save(tmp_path / "k.npy", _kernel_table(30))
+    assert (
+        main(["probe", "--source", str(tmp_path / "k.npy"), "--seeds", "1", "--no-progress"]) == 0
+    )
+    out = capsys.readouterr().out
+    assert (
+        "Wang et al. 2021 properties (|offset| <= 29): monotonicity 1.000 forward, 1.000 "
+        "backward; translation invariance 1.000; symmetry 1.000." in out
+    )

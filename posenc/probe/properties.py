@@ -7,8 +7,9 @@ invariance and symmetry of the proximity ``phi(x, y) = E[x] W E[y]^T``
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Optional
+import os
+from dataclasses import dataclass, field
+from typing import Any, Dict, Optional
 
 import numpy as np
 
@@ -43,6 +44,11 @@ class PositionProperties:
         ``phi(x, y) = -phi(y, x)``.
     max_offset : int
         The largest ``|m|`` taken.
+    offsets : ndarray of int
+        ``-max_offset .. max_offset`` without 0.
+    mean_by_offset, std_by_offset : ndarray
+        The mean and standard deviation (``ddof=0``) of ``phi(x, x + m)``
+        over ``x``, for each offset (what :meth:`plot` draws).
     """
 
     monotonicity_forward: float
@@ -50,6 +56,58 @@ class PositionProperties:
     translation_invariance: float
     symmetry: float
     max_offset: int
+    offsets: np.ndarray = field(repr=False, default_factory=lambda: np.zeros(0, dtype=int))
+    mean_by_offset: np.ndarray = field(repr=False, default_factory=lambda: np.zeros(0))
+    std_by_offset: np.ndarray = field(repr=False, default_factory=lambda: np.zeros(0))
+
+    def to_dict(self) -> Dict[str, Any]:
+        """The figures as plain Python values."""
+        return {
+            "monotonicity_forward": self.monotonicity_forward,
+            "monotonicity_backward": self.monotonicity_backward,
+            "translation_invariance": self.translation_invariance,
+            "symmetry": self.symmetry,
+            "max_offset": self.max_offset,
+            "offsets": self.offsets.tolist(),
+            "mean_by_offset": self.mean_by_offset.tolist(),
+            "std_by_offset": self.std_by_offset.tolist(),
+        }
+
+    def summary(self) -> str:
+        """One sentence of the four figures."""
+        return (
+            f"Wang et al. 2021 properties (|offset| <= {self.max_offset}): monotonicity "
+            f"{self.monotonicity_forward:.3f} forward, {self.monotonicity_backward:.3f} "
+            f"backward; translation invariance {self.translation_invariance:.3f}; "
+            f"symmetry {self.symmetry:.3f}."
+        )
+
+    def plot(self, path: Optional[Any] = None, *, dpi: float = 110) -> Any:
+        """The proximity against the offset: its mean over positions, and the
+        band of one standard deviation (narrow for a translation-invariant
+        table, falling on both sides for a monotone one).  Returns the figure
+        without `path`, else writes it there (format by extension) and
+        returns `path`."""
+        from .report import _new_figure, _plot_format
+
+        fmt = None if path is None else _plot_format(path)
+        fig = _new_figure(figsize=(7, 4.2), dpi=dpi)
+        ax = fig.add_subplot(1, 1, 1)
+        for side in (self.offsets < 0, self.offsets > 0):
+            m, mean, std = self.offsets[side], self.mean_by_offset[side], self.std_by_offset[side]
+            ax.fill_between(m, mean - std, mean + std, color="C0", alpha=0.25, linewidth=0)
+            ax.plot(m, mean, color="C0")
+        ax.set_xlabel("offset m = y - x")
+        ax.set_ylabel("phi(x, x + m): mean ± std over x")
+        ax.set_title(
+            f"monotonicity {self.monotonicity_forward:.2f}/{self.monotonicity_backward:.2f}, "
+            f"translation invariance {self.translation_invariance:.2f}, "
+            f"symmetry {self.symmetry:.2f}"
+        )
+        if path is None:
+            return fig
+        fig.savefig(os.fspath(path), dpi=dpi, format=fmt)
+        return path
 
 
 def _ranks(values: np.ndarray) -> np.ndarray:
@@ -143,7 +201,8 @@ def position_properties(
     backward = _monotonicity(M[::-1, ::-1], max_offset)  # row x: phi(n-1-x, n-1-x - m)
 
     # one group per signed offset m: the diagonals of M above and below
-    diagonals = [np.diagonal(M, m) for m in range(-max_offset, max_offset + 1) if m != 0]
+    offsets = np.array([m for m in range(-max_offset, max_offset + 1) if m != 0])
+    diagonals = [np.diagonal(M, m) for m in offsets]
     all_values = np.concatenate(diagonals)
     total = float(((all_values - all_values.mean()) ** 2).sum())
     within = float(sum(((g - g.mean()) ** 2).sum() for g in diagonals))
@@ -151,4 +210,13 @@ def position_properties(
 
     norm = float((M * M).sum())
     symmetry = float((M * M.T).sum()) / norm if norm > 0 else 1.0
-    return PositionProperties(forward, backward, invariance, symmetry, int(max_offset))
+    return PositionProperties(
+        forward,
+        backward,
+        invariance,
+        symmetry,
+        int(max_offset),
+        offsets,
+        np.array([g.mean() for g in diagonals]),
+        np.array([g.std() for g in diagonals]),
+    )
