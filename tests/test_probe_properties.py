@@ -141,3 +141,50 @@ def test_the_command_line_prints_the_properties(tmp_path, capsys):
         "Wang et al. 2021 properties (|offset| <= 29): monotonicity 1.000 forward, 1.000 "
         "backward; translation invariance 1.000; symmetry 1.000." in out
     )
+
+
+# ---------------------------------------------------------------- Toeplitz fit
+
+
+def test_a_toeplitz_matrix_is_fitted_exactly():
+    i = np.arange(9)
+    M = np.cos(0.3 * (i[:, None] - i[None, :])) + 0.1 * (i[None, :] - i[:, None])  # not symmetric
+    fit = probe.toeplitz_fit(M)
+    assert fit.r2 == pytest.approx(1.0, abs=1e-12)
+    np.testing.assert_allclose(fit.toeplitz, M, atol=1e-12)
+    np.testing.assert_allclose(fit.diagonal_means, np.cos(0.3 * -fit.offsets) + 0.1 * fit.offsets)
+    # the sinusoid's Gram matrix is Toeplitz
+    E = posenc.sinusoid(64, 32, dtype="float64")
+    assert probe.toeplitz_fit(E @ E.T).r2 == pytest.approx(1.0, abs=1e-12)
+
+
+def test_a_hand_built_matrix_gives_its_hand_computed_share():
+    M = np.array([[1.0, 2.0, 0.0], [0.0, 3.0, 4.0], [5.0, 2.0, 5.0]])
+    # diagonals: main (1, 3, 5) -> 3; +1: (2, 4) -> 3; -1: (0, 2) -> 1; +2: 0; -2: 5
+    T = np.array([[3.0, 3.0, 0.0], [1.0, 3.0, 3.0], [5.0, 1.0, 3.0]])
+    fit = probe.toeplitz_fit(M)
+    np.testing.assert_array_equal(fit.toeplitz, T)
+    residual = ((M - T) ** 2).sum()  # 4 + 1 + 1 + 0 + 0 + 1 + 0 + 1 + 4 = 12
+    total = ((M - M.mean()) ** 2).sum()  # mean 22/9
+    assert residual == 12.0
+    assert fit.r2 == pytest.approx(1 - 12.0 / total, abs=1e-15)
+
+
+def test_a_random_matrix_is_far_from_toeplitz():
+    M = np.random.default_rng(5).standard_normal((200, 200))
+    fit = probe.toeplitz_fit(M)
+    # E[r2] = (2n - 1 - 1) / (n^2 - 1): one mean per diagonal, of 2n - 1
+    assert abs(fit.r2 - (2 * 200 - 2) / (200**2 - 1)) < 0.01
+
+
+def test_toeplitz_plot_and_bad_input(tmp_path):
+    pytest.importorskip("matplotlib")
+    M = np.random.default_rng(6).standard_normal((6, 6))
+    fit = probe.toeplitz_fit(M)
+    fig = fit.plot(M)
+    np.testing.assert_array_equal(fig.axes[1].images[0].get_array(), fit.toeplitz)
+    assert fit.plot(M, tmp_path / "t.png") == tmp_path / "t.png"
+    with pytest.raises(ValueError, match="M must be a square matrix"):
+        probe.toeplitz_fit(np.zeros((3, 4)))
+    with pytest.raises(ValueError, match="M must have the fitted shape"):
+        fit.plot(np.zeros((5, 5)))

@@ -36,7 +36,8 @@ The modules: :mod:`.analyses` (the probes and their result classes),
 :mod:`.checkpoints` (the file formats and :func:`load_position_embeddings`),
 :mod:`.hub` (a table from a model on the Hugging Face Hub, by name:
 :class:`HubError`, :func:`paper_rows`), :mod:`.properties` (Wang et al.'s
-monotonicity, translation invariance and symmetry: :func:`position_properties`);
+monotonicity, translation invariance and symmetry: :func:`position_properties`;
+Wennberg & Henter's Toeplitz share: :func:`toeplitz_fit`);
 every public name is here.
 """
 
@@ -62,7 +63,7 @@ from .checkpoints import KNOWN_KEYS as KNOWN_KEYS
 from .checkpoints import _load as _load
 from .checkpoints import load_position_embeddings
 from .hub import PAPER_PROTOCOL, HubError, paper_rows
-from .properties import PositionProperties, position_properties
+from .properties import PositionProperties, ToeplitzFit, position_properties, toeplitz_fit
 from .report import PUBLISHED, ProbeReport, PublishedRow, report
 from .report import _plot_format as _plot_format
 
@@ -79,6 +80,7 @@ __all__ = [
     "PublishedRow",
     "RelativeOrderResult",
     "TERMS",
+    "ToeplitzFit",
     "absolute_position_regression",
     "cosine_similarity",
     "informativeness",
@@ -90,4 +92,5 @@ __all__ = [
     "report",
     "rope_long_term_decay",
     "skip_positions",
+    "toeplitz_fit",
 ]

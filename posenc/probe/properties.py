@@ -220,3 +220,89 @@ def position_properties(
         np.array([g.mean() for g in diagonals]),
         np.array([g.std() for g in diagonals]),
     )
+
+
+@dataclass(frozen=True)
+class ToeplitzFit:
+    """How much of a square matrix is a function of ``i - j`` alone: the
+    result of :func:`toeplitz_fit`.
+
+    Attributes
+    ----------
+    r2 : float
+        ``1 - ||M - T||^2 / ||M - mean(M)||^2``, the coefficient of
+        determination of the best Toeplitz matrix ``T`` (least squares: each
+        diagonal replaced by its mean); 1 for a Toeplitz matrix.
+    offsets : ndarray of int
+        ``j - i`` from ``-(n - 1)`` to ``n - 1``.
+    diagonal_means : ndarray
+        The mean of each diagonal ``j - i = offset``: ``T``'s values.
+    toeplitz : ndarray of shape (n, n)
+        ``T``.
+    """
+
+    r2: float
+    offsets: np.ndarray = field(repr=False)
+    diagonal_means: np.ndarray = field(repr=False)
+    toeplitz: np.ndarray = field(repr=False)
+
+    def plot(self, M: Any, path: Optional[Any] = None, *, dpi: float = 110) -> Any:
+        """The matrix `M` that was fitted, its Toeplitz fit and the residual,
+        side by side.  Returns the figure without `path`, else writes it."""
+        from .report import _new_figure, _plot_format
+
+        fmt = None if path is None else _plot_format(path)
+        M = np.asarray(M, dtype=np.float64)
+        if M.shape != self.toeplitz.shape:
+            raise ValueError(f"M must have the fitted shape {self.toeplitz.shape}, got {M.shape}")
+        fig = _new_figure(figsize=(12, 4), dpi=dpi)
+        lim = float(np.abs(M).max()) or 1.0
+        for k, (data, title) in enumerate(
+            ((M, "matrix"), (self.toeplitz, "Toeplitz fit"), (M - self.toeplitz, "residual"))
+        ):
+            ax = fig.add_subplot(1, 3, k + 1)
+            im = ax.imshow(data, cmap="RdBu_r", vmin=-lim, vmax=lim)
+            ax.set_title(title if k else f"{title} (Toeplitz R² {self.r2:.3f})")
+            ax.set_xlabel("j")
+            ax.set_ylabel("i")
+        fig.colorbar(im, ax=fig.axes, shrink=0.8)
+        if path is None:
+            return fig
+        fig.savefig(os.fspath(path), dpi=dpi, format=fmt)
+        return path
+
+
+def toeplitz_fit(M: Any) -> ToeplitzFit:
+    """How Toeplitz a square matrix is (Wennberg & Henter, "The Case for
+    Translation-Invariant Self-Attention in Transformer-Based Language
+    Models", ACL 2021): the share of it that is a function of ``i - j``
+    alone.
+
+    Parameters
+    ----------
+    M : array_like of shape (n, n)
+        A Gram matrix ``E @ E.T`` of a position table, or a head's
+        position-position attention logits, ``n >= 2``.
+
+    Returns
+    -------
+    ToeplitzFit
+        ``r2`` (1 for a Toeplitz matrix), the diagonal means and the fit.
+
+    Raises
+    ------
+    ValueError
+        `M` not square, smaller than 2 x 2, or not finite.
+    """
+    m = _table(M, "M", min_rows=2)
+    n = m.shape[0]
+    if m.shape != (n, n):
+        raise ValueError(f"M must be a square matrix, got shape {m.shape}")
+    offsets = np.arange(-(n - 1), n)
+    means = np.array([np.diagonal(m, k).mean() for k in offsets])
+    i = np.arange(n)
+    fit = means[(i[None, :] - i[:, None]) + (n - 1)]
+    total = float(((m - m.mean()) ** 2).sum())
+    residual = float(((m - fit) ** 2).sum())
+    r2 = 1.0 - residual / total if total > 0 else 1.0
+    return ToeplitzFit(r2, offsets, means, fit)
