@@ -188,3 +188,40 @@ def test_toeplitz_plot_and_bad_input(tmp_path):
         probe.toeplitz_fit(np.zeros((3, 4)))
     with pytest.raises(ValueError, match="M must have the fitted shape"):
         fit.plot(np.zeros((5, 5)))
+
+
+# ---------------------------------------------------------------- RoPE frequency usage
+
+
+@pytest.mark.parametrize("layout", ["half", "interleaved"])
+def test_rope_usage_finds_the_one_pair_a_head_uses(layout):
+    n_heads, head_dim, d_model = 2, 8, 5
+    W = np.zeros((n_heads * head_dim, d_model))
+    # head 1 uses pair 3 only: rows 3 and 7 (half) or 6 and 7 (interleaved)
+    a, b = (3, 7) if layout == "half" else (6, 7)
+    W[head_dim + a] = [3.0, 0, 0, 0, 0]
+    W[head_dim + b] = [0, 4.0, 0, 0, 0]
+    W[0] = 1.0  # head 0: row 0, pair 0 in either layout
+    u = probe.rope_frequency_usage([W, 2 * W], n_heads, layout=layout)
+    expected = np.zeros((2, n_heads, head_dim // 2))
+    expected[0, 1, 3], expected[0, 0, 0] = 5.0, np.sqrt(5.0)
+    expected[1] = 2 * expected[0]
+    np.testing.assert_allclose(u.usage, expected, atol=1e-12)
+    np.testing.assert_allclose(u.share()[:, 1], np.eye(4)[[3, 3]], atol=1e-12)
+    np.testing.assert_allclose(u.frequencies, 10000.0 ** (-np.arange(4) / 4))
+
+
+def test_rope_usage_of_a_random_weight_matches_numpy_written_out(tmp_path):
+    pytest.importorskip("matplotlib")
+    W = np.random.default_rng(2).standard_normal((12, 7))  # 3 heads of 4
+    u = probe.rope_frequency_usage(W, 3)
+    for h in range(3):
+        for k in range(2):
+            rows = W[[4 * h + k, 4 * h + k + 2]]
+            assert u.usage[0, h, k] == pytest.approx(np.linalg.norm(rows), abs=1e-12)
+    fig = u.plot()
+    np.testing.assert_allclose(fig.axes[0].images[0].get_array(), u.share().reshape(3, 2))
+    with pytest.raises(ValueError, match="do not split into n_heads=5"):
+        probe.rope_frequency_usage(W, 5)
+    with pytest.raises(ValueError, match="layout"):
+        probe.rope_frequency_usage(W, 3, layout="neox")

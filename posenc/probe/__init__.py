@@ -37,7 +37,8 @@ The modules: :mod:`.analyses` (the probes and their result classes),
 :mod:`.hub` (a table from a model on the Hugging Face Hub, by name:
 :class:`HubError`, :func:`paper_rows`), :mod:`.properties` (Wang et al.'s
 monotonicity, translation invariance and symmetry: :func:`position_properties`;
-Wennberg & Henter's Toeplitz share: :func:`toeplitz_fit`);
+Wennberg & Henter's Toeplitz share: :func:`toeplitz_fit`), :mod:`.rope_usage`
+(the rotary frequencies a model's q/k weights use: :func:`rope_frequency_usage`);
 every public name is here.
 """
 
@@ -66,6 +67,7 @@ from .hub import PAPER_PROTOCOL, HubError, paper_rows
 from .properties import PositionProperties, ToeplitzFit, position_properties, toeplitz_fit
 from .report import PUBLISHED, ProbeReport, PublishedRow, report
 from .report import _plot_format as _plot_format
+from .rope_usage import RopeFrequencyUsage, rope_frequency_usage
 
 __all__ = [
     "HubError",
@@ -79,6 +81,7 @@ __all__ = [
     "ProbeReport",
     "PublishedRow",
     "RelativeOrderResult",
+    "RopeFrequencyUsage",
     "TERMS",
     "ToeplitzFit",
     "absolute_position_regression",
@@ -90,6 +93,7 @@ __all__ = [
     "position_properties",
     "relative_order_classification",
     "report",
+    "rope_frequency_usage",
     "rope_long_term_decay",
     "skip_positions",
     "toeplitz_fit",
