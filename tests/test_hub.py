@@ -332,3 +332,22 @@ def test_import_posenc_does_not_import_huggingface_hub():
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     ).stdout
     assert out.strip() == "[]"
+
+
+def test_without_huggingface_hub_the_message_names_the_extra(monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "huggingface_hub", None)  # import now fails
+    with pytest.raises(ImportError, match=r'pip install "posenc\[hub\]"'):
+        probe.load_position_embeddings("gpt2")
+    assert main(["probe", "gpt2", "--seeds", "1", "--no-progress"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(
+        PREFIX + "reading a model from the Hugging Face Hub needs huggingface_hub"
+    )
+
+
+def test_hf_home_places_the_cache(hub, monkeypatch, tmp_path):
+    monkeypatch.delenv("HF_HUB_CACHE")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "home"))
+    probe.load_position_embeddings("gpt2")
+    assert (tmp_path / "home" / "hub" / "posenc" / "models--gpt2").is_dir()
+    assert not (tmp_path / "cache").exists()
