@@ -38,7 +38,9 @@ The modules: :mod:`.analyses` (the probes and their result classes),
 :class:`HubError`, :func:`paper_rows`), :mod:`.properties` (Wang et al.'s
 monotonicity, translation invariance and symmetry: :func:`position_properties`;
 Wennberg & Henter's Toeplitz share: :func:`toeplitz_fit`), :mod:`.rope_usage`
-(the rotary frequencies a model's q/k weights use: :func:`rope_frequency_usage`);
+(the rotary frequencies a model's q/k weights use: :func:`rope_frequency_usage`),
+:mod:`.forward` (the skip-position attack through a model:
+:func:`skip_position_perplexity`);
 every public name is here.
 """
 
@@ -63,6 +65,7 @@ from .attention import TERMS, LogitDecomposition, logit_decomposition
 from .checkpoints import KNOWN_KEYS as KNOWN_KEYS
 from .checkpoints import _load as _load
 from .checkpoints import load_position_embeddings
+from .forward import SkipPerplexity, skip_position_perplexity
 from .hub import PAPER_PROTOCOL, HubError, paper_rows
 from .properties import PositionProperties, ToeplitzFit, position_properties, toeplitz_fit
 from .report import PUBLISHED, ProbeReport, PublishedRow, report
@@ -82,6 +85,7 @@ __all__ = [
     "PublishedRow",
     "RelativeOrderResult",
     "RopeFrequencyUsage",
+    "SkipPerplexity",
     "TERMS",
     "ToeplitzFit",
     "absolute_position_regression",
@@ -95,6 +99,7 @@ __all__ = [
     "report",
     "rope_frequency_usage",
     "rope_long_term_decay",
+    "skip_position_perplexity",
     "skip_positions",
     "toeplitz_fit",
 ]

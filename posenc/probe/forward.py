@@ -1,0 +1,121 @@
+"""The skip-position attack of Wang & Chen (2020) through a real forward
+pass: the perplexity of a language model on a text whose position ids are
+``i * k`` (:func:`skip_position_perplexity`).
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+from dataclasses import dataclass
+from typing import Any, Dict, Optional, Sequence
+
+import numpy as np
+
+from .. import _validate as v
+
+
+@dataclass(frozen=True)
+class SkipPerplexity:
+    """Perplexity per skip factor: the result of :func:`skip_position_perplexity`.
+
+    Attributes
+    ----------
+    perplexity : dict of int to float
+        ``{k: perplexity with position ids 0, k, 2k, ...}``; ``k = 1`` is the
+        model's own perplexity.
+    pseudo : bool
+        Whether these are pseudo-perplexities (a masked LM: each token
+        masked in turn and predicted from the rest, Salazar et al. 2020).
+    n_tokens : int
+        The tokens of the text.
+    """
+
+    perplexity: Dict[int, float]
+    pseudo: bool
+    n_tokens: int
+
+    def to_markdown(self) -> str:
+        what = "pseudo-perplexity" if self.pseudo else "perplexity"
+        lines = [f"| position ids | {what} |", "|---|---:|"]
+        lines += [f"| i * {k} | {p:.3f} |" for k, p in self.perplexity.items()]
+        return "\n".join(lines)
+
+
+def _max_positions(model: Any) -> Optional[int]:
+    config = getattr(model, "config", None)
+    for name in ("max_position_embeddings", "n_positions"):
+        value = getattr(config, name, None)
+        if isinstance(value, int):
+            return value
+    return None
+
+
+def skip_position_perplexity(
+    model: Any,
+    input_ids: Any,
+    *,
+    ks: Sequence[int] = (1, 2, 4),
+    mask_token_id: Optional[int] = None,
+) -> SkipPerplexity:
+    """The paper's skip-position attack (its Table 4) on a transformers model.
+
+    Parameters
+    ----------
+    model : transformers model with an LM head
+        A causal LM (``GPT2LMHeadModel``, ``LlamaForCausalLM``, ...) or, with
+        `mask_token_id`, a masked LM (``BertForMaskedLM``, ...); it must take
+        ``position_ids``.  Run in eval mode, without gradients.
+    input_ids : sequence of int or 1-D tensor
+        The text, tokenised (at least 2 tokens).
+    ks : sequence of int
+        The skip factors: position ids ``i * k``.
+    mask_token_id : int, optional
+        For a masked LM: its mask token; the pseudo-perplexity is computed,
+        each token masked in turn (one forward pass of ``n`` copies).
+
+    Returns
+    -------
+    SkipPerplexity
+
+    Raises
+    ------
+    ValueError
+        Fewer than 2 tokens, a `k` below 1, or position ids past the
+        model's table (``(n - 1) * k >= max_position_embeddings``): shorten
+        the text.
+    """
+    torch = importlib.import_module("torch")
+    ids = torch.as_tensor(np.asarray(input_ids), dtype=torch.long).reshape(-1)
+    n = int(ids.numel())
+    if n < 2:
+        raise ValueError(f"input_ids must hold at least 2 tokens, got {n}")
+    ks = [v.integer(k, "ks", minimum=1) for k in ks]
+    if not ks:
+        raise ValueError("ks must hold at least one skip factor")
+    limit = _max_positions(model)
+    if limit is not None and (n - 1) * max(ks) >= limit:
+        raise ValueError(
+            f"input_ids: {n} tokens with k = {max(ks)} reach position {(n - 1) * max(ks)}, "
+            f"past the model's {limit} positions; give at most {(limit - 1) // max(ks) + 1} tokens"
+        )
+    device = next(model.parameters()).device
+    ids = ids.to(device)
+    out: Dict[int, float] = {}
+    with torch.no_grad():
+        for k in ks:
+            positions = torch.arange(n, device=device) * k
+            if mask_token_id is None:
+                logits = model(input_ids=ids[None], position_ids=positions[None]).logits[0]
+                logp = torch.log_softmax(logits[:-1].double(), dim=-1)
+                nll = -logp[torch.arange(n - 1), ids[1:]].mean()
+            else:
+                masked = ids.repeat(n, 1)
+                masked[torch.arange(n), torch.arange(n)] = int(mask_token_id)
+                logits = model(
+                    input_ids=masked, position_ids=positions.repeat(n, 1)
+                ).logits  # (n copies, n, vocab)
+                logp = torch.log_softmax(logits[torch.arange(n), torch.arange(n)].double(), -1)
+                nll = -logp[torch.arange(n), ids].mean()
+            out[k] = math.exp(float(nll))
+    return SkipPerplexity(out, mask_token_id is not None, n)
