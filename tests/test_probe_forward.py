@@ -99,3 +99,25 @@ def test_positions_past_the_table_are_refused_by_name(gpt2):
         probe.skip_position_perplexity(gpt2, [3])
     with pytest.raises(ValueError, match="ks"):
         probe.skip_position_perplexity(gpt2, IDS, ks=(0,))
+
+
+def test_layer_probe_is_the_paper_probe_on_each_layers_hidden_states(gpt2, tmp_path):
+    import torch
+
+    from posenc import probe
+
+    ids = list(range(1, 25))
+    r = probe.layer_position_probe(gpt2, ids, seeds=2)
+    with torch.no_grad():
+        states = gpt2(input_ids=torch.tensor([ids]), output_hidden_states=True).hidden_states
+    assert len(r.mae) == 3  # the embedding output and 2 layers
+    for layer, h in enumerate(states):
+        maes = [
+            probe.absolute_position_regression(h[0].double().numpy(), seed=s).mae for s in (0, 1)
+        ]
+        assert r.mae[layer] == pytest.approx(np.mean(maes), abs=1e-9)
+        assert r.mae_std[layer] == pytest.approx(np.std(maes), abs=1e-9)
+    pytest.importorskip("matplotlib")
+    assert r.plot(tmp_path / "layers.png") == tmp_path / "layers.png"
+    with pytest.raises(ValueError, match="at least 5 tokens"):
+        probe.layer_position_probe(gpt2, [1, 2, 3])

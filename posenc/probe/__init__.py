@@ -40,7 +40,8 @@ monotonicity, translation invariance and symmetry: :func:`position_properties`;
 Wennberg & Henter's Toeplitz share: :func:`toeplitz_fit`), :mod:`.rope_usage`
 (the rotary frequencies a model's q/k weights use: :func:`rope_frequency_usage`),
 :mod:`.forward` (the skip-position attack through a model:
-:func:`skip_position_perplexity`);
+:func:`skip_position_perplexity`; position through the layers:
+:func:`layer_position_probe`);
 every public name is here.
 """
 
@@ -65,7 +66,12 @@ from .attention import TERMS, LogitDecomposition, logit_decomposition
 from .checkpoints import KNOWN_KEYS as KNOWN_KEYS
 from .checkpoints import _load as _load
 from .checkpoints import load_position_embeddings
-from .forward import SkipPerplexity, skip_position_perplexity
+from .forward import (
+    LayerPositionProbe,
+    SkipPerplexity,
+    layer_position_probe,
+    skip_position_perplexity,
+)
 from .hub import PAPER_PROTOCOL, HubError, paper_rows
 from .properties import PositionProperties, ToeplitzFit, position_properties, toeplitz_fit
 from .report import PUBLISHED, ProbeReport, PublishedRow, report
@@ -80,6 +86,7 @@ __all__ = [
     "PositionProperties",
     "AbsolutePositionResult",
     "Informativeness",
+    "LayerPositionProbe",
     "LogitDecomposition",
     "ProbeReport",
     "PublishedRow",
@@ -92,6 +99,7 @@ __all__ = [
     "cosine_similarity",
     "informativeness",
     "load_position_embeddings",
+    "layer_position_probe",
     "logit_decomposition",
     "paper_rows",
     "position_properties",

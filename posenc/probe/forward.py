@@ -119,3 +119,80 @@ def skip_position_perplexity(
                 nll = -logp[torch.arange(n), ids].mean()
             out[k] = math.exp(float(nll))
     return SkipPerplexity(out, mask_token_id is not None, n)
+
+
+@dataclass(frozen=True)
+class LayerPositionProbe:
+    """Absolute position read from each layer's hidden states: the result of
+    :func:`layer_position_probe`.
+
+    Attributes
+    ----------
+    mae : ndarray of shape (n_layers + 1,)
+        The linear probe's mean absolute error (in positions) on the
+        embedding output (index 0) and after each layer, mean over seeds.
+    mae_std : ndarray of shape (n_layers + 1,)
+        Its standard deviation over the seeds.
+    n_tokens : int
+        The tokens of the text (the rows each probe sees).
+    """
+
+    mae: np.ndarray
+    mae_std: np.ndarray
+    n_tokens: int
+
+    def plot(self, path: Optional[Any] = None, *, dpi: float = 110) -> Any:
+        """The MAE per layer, with its spread over seeds."""
+        import os
+
+        from .report import _new_figure, _plot_format
+
+        fmt = None if path is None else _plot_format(path)
+        fig = _new_figure(figsize=(6, 4), dpi=dpi)
+        ax = fig.add_subplot(1, 1, 1)
+        layers = np.arange(len(self.mae))
+        ax.errorbar(layers, self.mae, yerr=self.mae_std, marker="o", capsize=3)
+        ax.set_xlabel("layer (0: embedding output)")
+        ax.set_ylabel("absolute position MAE (positions)")
+        ax.set_title(f"position through the layers ({self.n_tokens} tokens)")
+        if path is None:
+            return fig
+        fig.savefig(os.fspath(path), dpi=dpi, format=fmt)
+        return path
+
+
+def layer_position_probe(model: Any, input_ids: Any, *, seeds: int = 3) -> LayerPositionProbe:
+    """Wang & Chen's absolute-position probe applied to each layer's hidden
+    states of a transformers model run on a text.
+
+    Parameters
+    ----------
+    model : transformers model
+        Any model that returns ``hidden_states`` with
+        ``output_hidden_states=True`` (run in eval mode, without gradients).
+    input_ids : sequence of int or 1-D tensor
+        The text, tokenised: at least 5 tokens (the probe's 5 folds); its
+        ``n`` hidden states per layer are the rows probed.
+    seeds : int
+        The probe runs with seeds ``0 .. seeds-1``.
+
+    Returns
+    -------
+    LayerPositionProbe
+    """
+    from .analyses import absolute_position_regression
+
+    torch = importlib.import_module("torch")
+    seeds = v.integer(seeds, "seeds", minimum=1)
+    ids = torch.as_tensor(np.asarray(input_ids), dtype=torch.long).reshape(-1)
+    n = int(ids.numel())
+    if n < 5:
+        raise ValueError(f"input_ids must hold at least 5 tokens, got {n}")
+    device = next(model.parameters()).device
+    with torch.no_grad():
+        out = model(input_ids=ids[None].to(device), output_hidden_states=True)
+    states = [h[0].detach().double().cpu().numpy() for h in out.hidden_states]
+    maes = np.array(
+        [[absolute_position_regression(h, seed=s).mae for s in range(seeds)] for h in states]
+    )
+    return LayerPositionProbe(maes.mean(axis=1), maes.std(axis=1), n)
