@@ -4,6 +4,8 @@ posenc info                       version, SIMD path, threads, NumPy
 posenc probe                      probe the 512 x 768 sinusoid
 posenc probe --source FILE        probe a table in a .npy, .npz, .safetensors
                                   or torch file, or a model directory
+posenc probe NAME [NAME ...]      probe models on the Hugging Face Hub (gpt2,
+                                  org/name@revision) or local paths
 """
 
 from __future__ import annotations
@@ -31,7 +33,15 @@ their n x n cosine map ({cosine_mib} MiB at {max_positions}).  For a taller tabl
 a slice (numpy.save("part.npy", E[:{max_positions}]) or every k-th row E[::k])
 and probe that file.  --source must be a regular file or a model directory
 (sharded checkpoints are read through their .index.json, one shard); FIFOs,
-devices and sockets are refused without being opened."""
+devices and sockets are refused without being opened.
+
+NAME is a local path or a model on the Hugging Face Hub (gpt2,
+bert-base-uncased, org/name@revision; needs huggingface_hub: pip install
+"posenc[hub]"): only the safetensors header and the position table are
+fetched, by HTTP range requests, and cached for offline use.  GPT-2, BERT and
+RoBERTa tables are probed as Wang & Chen did (512 positions: GPT-2 cut to its
+first 512 rows, RoBERTa's two padding-offset rows dropped), and several names
+give one table of the paper's figures side by side with posenc's."""
 
 
 def _build_parser():
@@ -49,6 +59,12 @@ def _build_parser():
             max_positions=MAX_POSITIONS, cosine_mib=MAX_POSITIONS**2 * 8 // 2**20
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    probe.add_argument(
+        "names",
+        nargs="*",
+        metavar="NAME",
+        help="models to probe: Hub repo ids (gpt2, org/name@revision) or local paths",
     )
     probe.add_argument(
         "--source",
@@ -143,13 +159,117 @@ def _check_plot_format(path):
         raise _Failure(f"--plot: {path}: .pgf needs LaTeX; write a .pdf or .svg file instead")
 
 
+def _load_named(name, key):
+    """``(table, where, key, published, note, fetched)`` for a NAME: a Hub
+    model (with the paper's rows) or a local path."""
+    from . import probe
+    from .probe import hub
+
+    if not hub.is_hub_name(name):
+        loaded, used = probe._load(name, key, max_rows=probe.MAX_POSITIONS)
+        return probe._to_numpy(loaded), name + (f" [{used}]" if used else ""), used, None, "", None
+    got = hub.fetch(name, key=key, max_rows=None)
+    rows, published, note = hub.paper_rows(got.table, got.model_type)
+    where = f"{got.repo_id}@{got.revision} ({got.commit[:12]}) on the Hub [{got.key}]"
+    fetched = "from the cache" if got.from_cache else f"{got.bytes_fetched:,} bytes fetched"
+    return rows, f"{where}; {fetched}", got.key, published, note, got
+
+
+def _paper_table(results):
+    """The paper's Tables 1 and 2 beside posenc's figures, one row a model."""
+    from .probe import PUBLISHED
+
+    published = {r.embedding: r for r in PUBLISHED}
+    lines = [
+        "| model | rows probed | absolute MAE (posenc) | order error (posenc) "
+        "| paper's row | absolute MAE (paper) | order error (paper) |",
+        "|---|---|---:|---:|---|---:|---:|",
+    ]
+    for name, report, paper, note in results:
+        row = published.get(paper) if paper else None
+        n = report.shape[0]
+        rows = f"{n}" + (f" ({note})" if note else "")
+        lines.append(
+            f"| {name} | {rows} | {report.mae:.2f} ± {report.mae_std:.2f} | "
+            f"{100 * report.error_rate:.2f}% ± {100 * report.error_rate_std:.2f}% | "
+            f"{row.embedding if row else '-'} | {f'{row.mae:.2f}' if row else '-'} | "
+            f"{f'{100 * row.error_rate:.2f}%' if row else '-'} |"
+        )
+    return "\n".join(lines)
+
+
+def _probe_names(args):
+    from . import probe
+
+    if args.source is not None:
+        raise _Failure("give either NAME ... or --source, not both")
+    if len(args.names) > 1 and (args.plot is not None or args.name is not None):
+        raise _Failure("--plot and --name take one NAME; probe the models one at a time")
+    for path, what in ((args.plot, "--plot"), (args.json, "--json")):
+        if path is not None:
+            _check_writable(path, what)
+            for name in args.names:
+                if os.path.exists(name):
+                    _check_not_source(path, what, name)
+    if args.plot is not None:
+        _check_plot_format(args.plot)
+    loaded = []
+    for name in args.names:
+        try:
+            table, where, key, paper, note, got = _load_named(name, args.key)
+            table = probe._table(
+                table, f"the table in {where}", min_rows=5, max_rows=probe.MAX_POSITIONS
+            )
+        except probe._TooManyPositions as exc:
+            raise _Failure(f"{exc} (numpy.save the slice to a .npy file and probe that)") from exc
+        loaded.append((name, table, where, key, paper, note, got))
+    results, data = [], []
+    for name, table, where, key, paper, note, got in loaded:
+        label = args.name or name
+        result = probe.report(table, name=label, seeds=args.seeds, progress=not args.no_progress)
+        print(f"{label}: {where}" + (f"; {note}" if note else ""))
+        print()
+        print(result.to_markdown(published=False))
+        if result.properties is not None:
+            print(result.properties.summary())
+        print()
+        results.append((label, result, paper, note))
+        entry = result.to_dict()
+        entry.update(source=name, key=key, published_row=paper, rows_note=note)
+        if got is not None:
+            entry.update(
+                repo_id=got.repo_id,
+                revision=got.revision,
+                commit=got.commit,
+                file=got.filename,
+                model_type=got.model_type,
+                bytes_fetched=got.bytes_fetched,
+                from_cache=got.from_cache,
+            )
+        data.append(entry)
+    print("Wang & Chen (2020), Tables 1 and 2, beside posenc:")
+    print()
+    print(_paper_table(results))
+    if args.plot is not None:
+        results[0][1].plot(args.plot)
+        print(f"\nplot written to {args.plot}")
+    if args.json is not None:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump(data[0] if len(data) == 1 else {"models": data}, f, indent=1)
+            f.write("\n")
+        print(f"figures written to {args.json}")
+    return 0
+
+
 def _probe(args):
     from . import probe, sinusoid
 
-    if args.key is not None and args.source is None:
-        raise _Failure("--key needs --source")
     if args.seeds < 1:
         raise _Failure(f"--seeds must be >= 1, got {args.seeds}")
+    if args.names:
+        return _probe_names(args)
+    if args.key is not None and args.source is None:
+        raise _Failure("--key needs --source")
     for path, what in ((args.plot, "--plot"), (args.json, "--json")):
         if path is not None:
             _check_writable(path, what)
@@ -180,6 +300,8 @@ def _probe(args):
     print(f"{name}: {where}")
     print()
     print(result.to_markdown())
+    if result.properties is not None:
+        print(result.properties.summary())
     if args.plot is not None:
         result.plot(args.plot)
         print(f"\nplot written to {args.plot}")

@@ -33,7 +33,15 @@ taller one.
 The modules: :mod:`.analyses` (the probes and their result classes),
 :mod:`.report` (:func:`report`, :class:`ProbeReport`, its plot), :mod:`.attention`
 (:func:`logit_decomposition`, :class:`LogitDecomposition`),
-:mod:`.checkpoints` (the file formats and :func:`load_position_embeddings`);
+:mod:`.checkpoints` (the file formats and :func:`load_position_embeddings`),
+:mod:`.hub` (a table from a model on the Hugging Face Hub, by name:
+:class:`HubError`, :func:`paper_rows`), :mod:`.properties` (Wang et al.'s
+monotonicity, translation invariance and symmetry: :func:`position_properties`;
+Wennberg & Henter's Toeplitz share: :func:`toeplitz_fit`), :mod:`.rope_usage`
+(the rotary frequencies a model's q/k weights use: :func:`rope_frequency_usage`),
+:mod:`.forward` (the skip-position attack through a model:
+:func:`skip_position_perplexity`; position through the layers:
+:func:`layer_position_probe`);
 every public name is here.
 """
 
@@ -58,26 +66,48 @@ from .attention import TERMS, LogitDecomposition, logit_decomposition
 from .checkpoints import KNOWN_KEYS as KNOWN_KEYS
 from .checkpoints import _load as _load
 from .checkpoints import load_position_embeddings
+from .forward import (
+    LayerPositionProbe,
+    SkipPerplexity,
+    layer_position_probe,
+    skip_position_perplexity,
+)
+from .hub import PAPER_PROTOCOL, HubError, paper_rows
+from .properties import PositionProperties, ToeplitzFit, position_properties, toeplitz_fit
 from .report import PUBLISHED, ProbeReport, PublishedRow, report
 from .report import _plot_format as _plot_format
+from .rope_usage import RopeFrequencyUsage, rope_frequency_usage
 
 __all__ = [
+    "HubError",
     "MAX_POSITIONS",
+    "PAPER_PROTOCOL",
     "PUBLISHED",
+    "PositionProperties",
     "AbsolutePositionResult",
     "Informativeness",
+    "LayerPositionProbe",
     "LogitDecomposition",
     "ProbeReport",
     "PublishedRow",
     "RelativeOrderResult",
+    "RopeFrequencyUsage",
+    "SkipPerplexity",
     "TERMS",
+    "ToeplitzFit",
     "absolute_position_regression",
     "cosine_similarity",
     "informativeness",
     "load_position_embeddings",
+    "layer_position_probe",
     "logit_decomposition",
+    "paper_rows",
+    "position_properties",
     "relative_order_classification",
     "report",
+    "rope_frequency_usage",
     "rope_long_term_decay",
+    "skip_position_perplexity",
     "skip_positions",
+    "toeplitz_fit",
 ]

@@ -382,12 +382,21 @@ class _SafetensorsFile:
         with _open_regular(self.path) as f:
             f.seek(self.data_start + begin)
             data = _read_exactly(f, end - begin, f"source: {self.path}, tensor {key}")
-        arr = data.view(dtype)
-        if dtype_name == "BF16":
-            arr = (arr.astype(np.uint32) << 16).view(np.float32)
-        if not arr.dtype.isnative:
-            arr = arr.astype(arr.dtype.newbyteorder("="))
-        return arr.reshape(shape)
+        return _decode_safetensors(data, dtype_name, shape, key)
+
+
+def _decode_safetensors(data, dtype_name, shape, key):
+    """A tensor from its raw bytes (an aligned uint8 array) as a safetensors
+    file stores them: little-endian, bfloat16 widened to float32."""
+    dtype = _SAFETENSORS_DTYPES.get(dtype_name)
+    if dtype is None:
+        raise ValueError(f"{key}: safetensors dtype {dtype_name} is not supported")
+    arr = data.view(dtype)
+    if dtype_name == "BF16":
+        arr = (arr.astype(np.uint32) << 16).view(np.float32)
+    if not arr.dtype.isnative:
+        arr = arr.astype(arr.dtype.newbyteorder("="))
+    return arr.reshape(shape)
 
 
 def _check_safetensors_header(header, data_size, bad):
@@ -695,6 +704,11 @@ def _load(
     With `max_rows`, a file whose header gives the table's shape (``.npy``,
     ``.npz``, ``.safetensors``) is refused before its data is read when the
     table has more rows (the command line's bound)."""
+    if isinstance(source, str) and _hub_name(source):
+        from . import hub
+
+        fetched = hub.fetch(source, key=key, max_rows=max_rows)
+        return fetched.table, fetched.key
     if isinstance(source, (str, os.PathLike)):
         path = os.fspath(source)
         stored = _open_path(path)
@@ -723,6 +737,12 @@ def _load(
     return stored[used], used
 
 
+def _hub_name(source):
+    from .hub import is_hub_name
+
+    return is_hub_name(source)
+
+
 def _check_declared_rows(shape, name, max_rows):
     if shape is not None and len(shape) == 2:
         _check_rows(shape[0], name, max_rows)
@@ -744,7 +764,13 @@ def load_position_embeddings(source: object, *, key: Optional[str] = None) -> ND
           one is read through: only the shard holding the table is read;
         - an in-memory state dict (nested dicts are flattened with dots), or
           any object with ``state_dict()`` such as a transformers model;
-        - an array or tensor, returned as it is (checked to be 2-D).
+        - an array or tensor, returned as it is (checked to be 2-D);
+        - the name of a model on the Hugging Face Hub (``"gpt2"``,
+          ``"org/name"``, ``"org/name@revision"``: a string that is not an
+          existing path), read through ``huggingface_hub`` (``pip install
+          "posenc[hub]"``): only the safetensors header and the table's
+          bytes are fetched, by HTTP range requests, and cached so that a
+          second run works offline.
     key : str, optional
         The name of the table.  By default the one key ending in
         ``wpe.weight`` (GPT-2), ``embeddings.position_embeddings.weight``
@@ -760,6 +786,10 @@ def load_position_embeddings(source: object, *, key: Optional[str] = None) -> ND
     ------
     FileNotFoundError
         The path does not exist.
+    OSError
+        A Hub model that cannot be read (:class:`~posenc.probe.HubError`:
+        missing, gated, no safetensors weights, no network or offline with
+        nothing cached); the message says which and what to do.
     ValueError
         Not a regular file (a FIFO, a device or a socket is refused without
         being opened, in a model directory too), not a readable or valid

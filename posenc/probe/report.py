@@ -39,6 +39,7 @@ from .analyses import (
     informativeness,
     relative_order_classification,
 )
+from .properties import position_properties
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -124,6 +125,10 @@ class ProbeReport:
         :func:`cosine_similarity` of the table.
     informativeness : Informativeness
         :func:`informativeness` of the table (uncentred, as in the paper).
+    properties : PositionProperties or None
+        :func:`position_properties` of the table (Wang et al. 2021:
+        monotonicity, translation invariance, symmetry of the dot product);
+        its own ``plot()`` draws it.
     mae, mae_std, error_rate, error_rate_std : float
         Mean and standard deviation (``ddof=0``) over the seeds.
     """
@@ -134,6 +139,7 @@ class ProbeReport:
     order: Tuple[RelativeOrderResult, ...]
     cosine: np.ndarray
     informativeness: Informativeness
+    properties: Optional[Any] = None  # PositionProperties (Wang et al. 2021)
     mae: float = field(init=False)
     mae_std: float = field(init=False)
     error_rate: float = field(init=False)
@@ -201,6 +207,7 @@ class ProbeReport:
                 "singular_values": info.singular_values.tolist(),
                 "cumulative_share": info.cumulative_share.tolist(),
             },
+            "position_properties": (None if self.properties is None else self.properties.to_dict()),
             "published": [
                 {"embedding": r.embedding, "mae": r.mae, "error_rate": r.error_rate}
                 for r in PUBLISHED
@@ -561,4 +568,5 @@ def report(
         order=tuple(order),
         cosine=cosine_similarity(table),
         informativeness=informativeness(table),
+        properties=position_properties(table),
     )

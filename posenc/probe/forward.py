@@ -1,0 +1,198 @@
+"""The skip-position attack of Wang & Chen (2020) through a real forward
+pass: the perplexity of a language model on a text whose position ids are
+``i * k`` (:func:`skip_position_perplexity`).
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+from dataclasses import dataclass
+from typing import Any, Dict, Optional, Sequence
+
+import numpy as np
+
+from .. import _validate as v
+
+
+@dataclass(frozen=True)
+class SkipPerplexity:
+    """Perplexity per skip factor: the result of :func:`skip_position_perplexity`.
+
+    Attributes
+    ----------
+    perplexity : dict of int to float
+        ``{k: perplexity with position ids 0, k, 2k, ...}``; ``k = 1`` is the
+        model's own perplexity.
+    pseudo : bool
+        Whether these are pseudo-perplexities (a masked LM: each token
+        masked in turn and predicted from the rest, Salazar et al. 2020).
+    n_tokens : int
+        The tokens of the text.
+    """
+
+    perplexity: Dict[int, float]
+    pseudo: bool
+    n_tokens: int
+
+    def to_markdown(self) -> str:
+        what = "pseudo-perplexity" if self.pseudo else "perplexity"
+        lines = [f"| position ids | {what} |", "|---|---:|"]
+        lines += [f"| i * {k} | {p:.3f} |" for k, p in self.perplexity.items()]
+        return "\n".join(lines)
+
+
+def _max_positions(model: Any) -> Optional[int]:
+    config = getattr(model, "config", None)
+    for name in ("max_position_embeddings", "n_positions"):
+        value = getattr(config, name, None)
+        if isinstance(value, int):
+            return value
+    return None
+
+
+def skip_position_perplexity(
+    model: Any,
+    input_ids: Any,
+    *,
+    ks: Sequence[int] = (1, 2, 4),
+    mask_token_id: Optional[int] = None,
+) -> SkipPerplexity:
+    """The paper's skip-position attack (its Table 4) on a transformers model.
+
+    Parameters
+    ----------
+    model : transformers model with an LM head
+        A causal LM (``GPT2LMHeadModel``, ``LlamaForCausalLM``, ...) or, with
+        `mask_token_id`, a masked LM (``BertForMaskedLM``, ...); it must take
+        ``position_ids``.  Run in eval mode, without gradients.
+    input_ids : sequence of int or 1-D tensor
+        The text, tokenised (at least 2 tokens).
+    ks : sequence of int
+        The skip factors: position ids ``i * k``.
+    mask_token_id : int, optional
+        For a masked LM: its mask token; the pseudo-perplexity is computed,
+        each token masked in turn (one forward pass of ``n`` copies).
+
+    Returns
+    -------
+    SkipPerplexity
+
+    Raises
+    ------
+    ValueError
+        Fewer than 2 tokens, a `k` below 1, or position ids past the
+        model's table (``(n - 1) * k >= max_position_embeddings``): shorten
+        the text.
+    """
+    torch = importlib.import_module("torch")
+    ids = torch.as_tensor(np.asarray(input_ids), dtype=torch.long).reshape(-1)
+    n = int(ids.numel())
+    if n < 2:
+        raise ValueError(f"input_ids must hold at least 2 tokens, got {n}")
+    ks = [v.integer(k, "ks", minimum=1) for k in ks]
+    if not ks:
+        raise ValueError("ks must hold at least one skip factor")
+    limit = _max_positions(model)
+    if limit is not None and (n - 1) * max(ks) >= limit:
+        raise ValueError(
+            f"input_ids: {n} tokens with k = {max(ks)} reach position {(n - 1) * max(ks)}, "
+            f"past the model's {limit} positions; give at most {(limit - 1) // max(ks) + 1} tokens"
+        )
+    device = next(model.parameters()).device
+    ids = ids.to(device)
+    out: Dict[int, float] = {}
+    with torch.no_grad():
+        for k in ks:
+            positions = torch.arange(n, device=device) * k
+            if mask_token_id is None:
+                logits = model(input_ids=ids[None], position_ids=positions[None]).logits[0]
+                logp = torch.log_softmax(logits[:-1].double(), dim=-1)
+                nll = -logp[torch.arange(n - 1), ids[1:]].mean()
+            else:
+                masked = ids.repeat(n, 1)
+                masked[torch.arange(n), torch.arange(n)] = int(mask_token_id)
+                logits = model(
+                    input_ids=masked, position_ids=positions.repeat(n, 1)
+                ).logits  # (n copies, n, vocab)
+                logp = torch.log_softmax(logits[torch.arange(n), torch.arange(n)].double(), -1)
+                nll = -logp[torch.arange(n), ids].mean()
+            out[k] = math.exp(float(nll))
+    return SkipPerplexity(out, mask_token_id is not None, n)
+
+
+@dataclass(frozen=True)
+class LayerPositionProbe:
+    """Absolute position read from each layer's hidden states: the result of
+    :func:`layer_position_probe`.
+
+    Attributes
+    ----------
+    mae : ndarray of shape (n_layers + 1,)
+        The linear probe's mean absolute error (in positions) on the
+        embedding output (index 0) and after each layer, mean over seeds.
+    mae_std : ndarray of shape (n_layers + 1,)
+        Its standard deviation over the seeds.
+    n_tokens : int
+        The tokens of the text (the rows each probe sees).
+    """
+
+    mae: np.ndarray
+    mae_std: np.ndarray
+    n_tokens: int
+
+    def plot(self, path: Optional[Any] = None, *, dpi: float = 110) -> Any:
+        """The MAE per layer, with its spread over seeds."""
+        import os
+
+        from .report import _new_figure, _plot_format
+
+        fmt = None if path is None else _plot_format(path)
+        fig = _new_figure(figsize=(6, 4), dpi=dpi)
+        ax = fig.add_subplot(1, 1, 1)
+        layers = np.arange(len(self.mae))
+        ax.errorbar(layers, self.mae, yerr=self.mae_std, marker="o", capsize=3)
+        ax.set_xlabel("layer (0: embedding output)")
+        ax.set_ylabel("absolute position MAE (positions)")
+        ax.set_title(f"position through the layers ({self.n_tokens} tokens)")
+        if path is None:
+            return fig
+        fig.savefig(os.fspath(path), dpi=dpi, format=fmt)
+        return path
+
+
+def layer_position_probe(model: Any, input_ids: Any, *, seeds: int = 3) -> LayerPositionProbe:
+    """Wang & Chen's absolute-position probe applied to each layer's hidden
+    states of a transformers model run on a text.
+
+    Parameters
+    ----------
+    model : transformers model
+        Any model that returns ``hidden_states`` with
+        ``output_hidden_states=True`` (run in eval mode, without gradients).
+    input_ids : sequence of int or 1-D tensor
+        The text, tokenised: at least 5 tokens (the probe's 5 folds); its
+        ``n`` hidden states per layer are the rows probed.
+    seeds : int
+        The probe runs with seeds ``0 .. seeds-1``.
+
+    Returns
+    -------
+    LayerPositionProbe
+    """
+    from .analyses import absolute_position_regression
+
+    torch = importlib.import_module("torch")
+    seeds = v.integer(seeds, "seeds", minimum=1)
+    ids = torch.as_tensor(np.asarray(input_ids), dtype=torch.long).reshape(-1)
+    n = int(ids.numel())
+    if n < 5:
+        raise ValueError(f"input_ids must hold at least 5 tokens, got {n}")
+    device = next(model.parameters()).device
+    with torch.no_grad():
+        out = model(input_ids=ids[None].to(device), output_hidden_states=True)
+    states = [h[0].detach().double().cpu().numpy() for h in out.hidden_states]
+    maes = np.array(
+        [[absolute_position_regression(h, seed=s).mae for s in range(seeds)] for h in states]
+    )
+    return LayerPositionProbe(maes.mean(axis=1), maes.std(axis=1), n)

