@@ -17,20 +17,10 @@ import sys
 import numpy as np
 import pytest
 from hub_server import HubServer, Repo
+from optional import require
 
 from posenc import probe
 from posenc.__main__ import main
-
-
-def require(name):
-    """Import `name`, or skip (an error under POSENC_REQUIRE_CONFORMANCE=1)."""
-    try:
-        return importlib.import_module(name)
-    except ImportError as exc:
-        if os.environ.get("POSENC_REQUIRE_CONFORMANCE") == "1":
-            raise RuntimeError(f"{name} is required (POSENC_REQUIRE_CONFORMANCE=1)") from exc
-        pytest.skip(f"{name} is not installed")
-
 
 PREFIX = "posenc probe: error: "
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"

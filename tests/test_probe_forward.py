@@ -3,21 +3,10 @@ forward pass of tiny transformers models, against the models' own loss and
 against a model whose position table holds only every k-th row."""
 
 import math
-import os
 
 import numpy as np
 import pytest
-
-
-def require(name):
-    import importlib
-
-    try:
-        return importlib.import_module(name)
-    except ImportError as exc:
-        if os.environ.get("POSENC_REQUIRE_CONFORMANCE") == "1":
-            raise RuntimeError(f"{name} is required (POSENC_REQUIRE_CONFORMANCE=1)") from exc
-        pytest.skip(f"{name} is not installed")
+from optional import require
 
 
 @pytest.fixture(scope="module")
