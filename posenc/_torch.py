@@ -59,7 +59,7 @@ if not (hasattr(torch.library, "custom_op") and hasattr(torch.compiler, "is_comp
 
 from torch.autograd.graph import increment_version  # noqa: E402
 
-from . import _dtypes, _relative_grad, _validate
+from . import _dtypes, _interop, _relative_grad, _validate
 from . import relative as _relative
 from . import rope_scaling as _rope_scaling
 from ._dtypes import BFLOAT16_BITS
@@ -990,7 +990,8 @@ def _apply_rope_call(
     layout="half",
     rotary_dim=None,
     offset=0,
-    seq_axis=-2,
+    seq_axis=None,
+    axes=None,
     inverse=False,
     out=None,
     layer_type=None,
@@ -1011,6 +1012,7 @@ def _apply_rope_call(
         "rotary_dim": rotary_dim,
         "offset": offset,
         "seq_axis": seq_axis,
+        "axes": axes,
         "inverse": inverse,
         **_channel_options(mrope_section, mrope_interleaved, axial),
         "xpos": xpos,
@@ -1030,6 +1032,7 @@ def _rope_cos_sin_call(
     layout="half",
     dtype="float32",
     layer_type=None,
+    seq_len=None,
     mrope_section=None,
     mrope_interleaved=None,
     axial=None,
@@ -1045,6 +1048,7 @@ def _rope_cos_sin_call(
         "base": base,
         "layout": layout,
         "dtype": _dtype_name(dtype),
+        "seq_len": seq_len,
         **_channel_options(mrope_section, mrope_interleaved, axial),
         "full": full,
         "xpos": xpos,
@@ -1266,7 +1270,7 @@ relative_op.register_autograd(_relative_backward, setup_context=_relative_setup)
 def _relative_builder(name):
     """The call of posenc.relative's function `name` through posenc::relative."""
     fn = getattr(_relative, name)
-    signature = inspect.signature(fn)
+    signature = inspect.signature(_numpy_function(fn))
     names = _relative_grad.DIFFERENTIABLE[name]
 
     def call(*args, device=None, **kwargs):
@@ -1286,8 +1290,7 @@ def _relative_builder(name):
         result = torch.ops.posenc.relative(name, *tensors, *encode(arguments))
         return result if scores is None else scores.copy_(result)
 
-    device = inspect.Parameter("device", inspect.Parameter.KEYWORD_ONLY, default=None)
-    call.__signature__ = signature.replace(parameters=[*signature.parameters.values(), device])
+    call.__signature__ = _interop.with_device(signature)
     call.__name__ = f"_{name}_call"
     return call
 

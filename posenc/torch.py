@@ -246,13 +246,11 @@ class RotaryEmbedding(nn.Module):
             # the families whose frequencies depend on the length: never past
             # the length that decides them
             length = max(n, min(length, grown or self._original_max(layer_type)))
-        positions = np.arange(length, dtype=np.int64)
-        if grown:  # one more position sets the sequence length to `grown`
-            positions = np.append(positions, grown - 1)
+        positions = torch.arange(length, dtype=torch.int64)
         cos, sin = _rope.rope_cos_sin(
-            torch.from_numpy(positions), self.head_dim, dtype=dtype, **self._kwargs(layer_type)
-        )
-        cos, sin = cos[:length], sin[:length]
+            positions, self.head_dim, dtype=dtype, seq_len=grown or None,
+            **self._kwargs(layer_type),
+        )  # fmt: skip
         if device.type != "cpu" or _FORCE_DEVICE_PATH:
             cos, sin = cos.to(device, copy=True), sin.to(device, copy=True)
         self._cache[key] = (grown, cos, sin)
