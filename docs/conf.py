@@ -73,7 +73,14 @@ GROUPS = [
     ),
     (
         "Attention biases",
-        ["alibi_slopes", "alibi_bias", "relative_position_bucket", "t5_bias", "relative_positions"],
+        [
+            "alibi_slopes",
+            "alibi_bias",
+            "alibi_key_bias",
+            "relative_position_bucket",
+            "t5_bias",
+            "relative_positions",
+        ],
     ),
     (
         "Relative encodings",
@@ -135,6 +142,9 @@ def _api_page():
             out.append(f".. autofunction:: posenc.probe.{name}\n")
         else:
             out.append(f".. autodata:: posenc.probe.{name}\n   :no-value:\n")
+    # the modules for models (torch imported by them, as by posenc.hf's patches)
+    out += ["``posenc.torch``", "-" * 16, "", ".. automodule:: posenc.torch", "   :members:", ""]
+    out += ["``posenc.hf``", "-" * 13, "", ".. automodule:: posenc.hf", "   :members:", ""]
     out += ["``posenc.reference``", "-" * 20, "", ".. automodule:: posenc.reference", ""]
     text = "\n".join(out)
     path = os.path.join(HERE, "api.rst")

@@ -495,9 +495,11 @@ class ALiBi(nn.Module):
     def key_bias(self, attention_mask: torch.Tensor, *, dtype: torch.dtype) -> torch.Tensor:
         if not torch.is_tensor(attention_mask) or attention_mask.ndim != 2:
             raise ValueError("attention_mask must be a (batch, k_len) tensor")
-        mask = attention_mask.to("cpu", torch.float64)
-        positions = (mask.cumsum(-1) - 1) * mask  # (batch, k)
-        out = (self.slopes[None, :, None] * positions[:, None, :]).to(dtype)[:, :, None, :]
+        mask = attention_mask if attention_mask.device.type == "cpu" else attention_mask.cpu()
+        out = cast(torch.Tensor, _bias.alibi_key_bias(
+            mask, self.n_heads, slopes=self.slopes.numpy() if self._given else None,
+            max_bias=self.max_bias if not self._given else 8.0, dtype=dtype,
+        ))  # fmt: skip
         return out if attention_mask.device.type == "cpu" else out.to(attention_mask.device)
 
     def forward(self, scores: torch.Tensor, *, q_offset: Optional[int] = None) -> torch.Tensor:
