@@ -13,16 +13,19 @@ a public name cannot be left out of it.  The performance page's tables and
 plots are made from a benchmark JSON by docs/make_performance.py, run here too.
 """
 
+import glob
 import os
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-try:  # the installed package (pip install -e ".[docs]")
-    import posenc
-except ImportError:  # else this tree, built in place (python setup.py build_ext --inplace)
+if glob.glob(os.path.join(ROOT, "posenc", "_core*.so")) + glob.glob(
+    os.path.join(ROOT, "posenc", "_core*.pyd")
+):
+    # this tree, built in place (python setup.py build_ext --inplace): the
+    # pages describe the code beside them, not another installed copy
     sys.path.insert(0, ROOT)
-    import posenc
+import posenc  # else the installed package (pip install -e ".[docs]")
 import posenc.probe  # noqa: E402
 
 project = "posenc"
