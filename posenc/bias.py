@@ -308,7 +308,7 @@ def alibi_key_bias(
     *,
     slopes: Optional[ArrayLike] = None,
     max_bias: float = 8.0,
-    dtype: DTypeLike = None,
+    dtype: Optional[DTypeLike] = None,
 ) -> NDArray[Any]:
     """ALiBi in the per-key form BLOOM and Falcon add: ``(batch, n_heads, 1, k)``.
 
@@ -356,21 +356,21 @@ def alibi_key_bias(
     if mask.size and not ((mask == 0) | (mask == 1)).all():
         raise ValueError("attention_mask must hold only 0 and 1")
     n_heads = v.integer(n_heads, "n_heads", minimum=1)
-    dtype = v.float_dtype(np.float32 if dtype is None else dtype, "dtype", bfloat16=True)
+    result = v.float_dtype(np.float32 if dtype is None else dtype, "dtype", bfloat16=True)
     batch, k = mask.shape
     v.shape_size((batch, n_heads, 1, k), "attention_mask and n_heads", 8, count=2)
     if slopes is None:
-        slopes = _slopes(n_heads, v.real(max_bias, "max_bias", positive=True))
+        per_head = _slopes(n_heads, v.real(max_bias, "max_bias", positive=True))
     else:
         if max_bias != 8.0:
             raise ValueError("give slopes or max_bias, not both")
-        slopes = v.real_array(slopes, "slopes").astype(np.float64)
-        if slopes.shape != (n_heads,):
-            raise ValueError(f"slopes must have shape ({n_heads},), not {slopes.shape}")
+        per_head = v.real_array(slopes, "slopes").astype(np.float64)
+        if per_head.shape != (n_heads,):
+            raise ValueError(f"slopes must have shape ({n_heads},), not {per_head.shape}")
     ones = mask.astype(np.int64)
     positions = ((np.cumsum(ones, axis=-1) - 1) * ones).astype(np.float64)
-    values = slopes[None, :, None, None] * positions[:, None, None, :]
-    return _rounded(values, dtype)
+    values = per_head[None, :, None, None] * positions[:, None, None, :]
+    return _rounded(values, result)
 
 
 def _rounded(values, dtype):
