@@ -25,7 +25,7 @@ if glob.glob(os.path.join(ROOT, "posenc", "_core*.so")) + glob.glob(
     # this tree, built in place (python setup.py build_ext --inplace): the
     # pages describe the code beside them, not another installed copy
     sys.path.insert(0, ROOT)
-import posenc  # else the installed package (pip install -e ".[docs]")
+import posenc  # noqa: E402  (else the installed package: pip install -e ".[docs]")
 import posenc.probe  # noqa: E402
 
 project = "posenc"
