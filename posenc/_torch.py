@@ -1011,14 +1011,15 @@ def _apply_rope_call(
         "layout": layout,
         "rotary_dim": rotary_dim,
         "offset": offset,
-        "seq_axis": seq_axis,
-        "axes": axes,
+        "seq_axis": -2 if seq_axis is None and axes is None else seq_axis,
         "inverse": inverse,
         **_channel_options(mrope_section, mrope_interleaved, axial),
         "xpos": xpos,
         "xpos_scale_base": xpos_scale_base,
         "xpos_centre": xpos_centre,
     }
+    if axes is not None:  # the layout by name (left out otherwise: the default's options)
+        options["axes"] = axes
     spec, floats, ints = encode(_scaling_options(options, scaling, layer_type))
     return _into(out, torch.ops.posenc.apply_rope(x, positions, spec, floats, ints))
 
@@ -1048,7 +1049,7 @@ def _rope_cos_sin_call(
         "base": base,
         "layout": layout,
         "dtype": _dtype_name(dtype),
-        "seq_len": seq_len,
+        **({} if seq_len is None else {"seq_len": seq_len}),
         **_channel_options(mrope_section, mrope_interleaved, axial),
         "full": full,
         "xpos": xpos,
