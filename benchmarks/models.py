@@ -8,6 +8,7 @@ looking up its cached tables).  Medians of several repeats after a warm-up,
 in milliseconds; ``ratio`` is patched / unpatched (1.0 or less: no slower).
 
     python benchmarks/models.py            # a small realistic config
+    python benchmarks/models.py --seq 1024 # a longer prompt
     python benchmarks/models.py --quick    # a tiny one, a few seconds
 """
 
@@ -43,9 +44,9 @@ def _model(quick, dtype):
             num_attention_heads=4,
             num_key_value_heads=2,
         )
-    else:  # a small Llama-3-like model: head_dim 64, grouped-query attention
+    else:  # a small Llama-3-like model: 4 layers, head_dim 64, grouped-query attention
         config = LlamaConfig(vocab_size=32000, hidden_size=1024, intermediate_size=2816,
-                             num_hidden_layers=8, num_attention_heads=16, num_key_value_heads=4,
+                             num_hidden_layers=4, num_attention_heads=16, num_key_value_heads=4,
                              max_position_embeddings=8192,
                              rope_parameters={
                                  "rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0,
@@ -55,11 +56,11 @@ def _model(quick, dtype):
     return LlamaForCausalLM(config).eval().to(dtype)
 
 
-def _timings(quick: bool, repeats: int, dtype: torch.dtype) -> dict:
+def _timings(quick: bool, repeats: int, dtype: torch.dtype, seq: int = 512) -> dict:
     """{"unpatched": {...}, "patched": {...}} for one dtype."""
     import posenc.hf
 
-    prompt = 32 if quick else 512
+    prompt = 32 if quick else seq
     model = _model(quick, dtype)
     ids = torch.randint(1, model.config.vocab_size, (1, prompt))
     with torch.no_grad():
@@ -96,13 +97,13 @@ def _timings(quick: bool, repeats: int, dtype: torch.dtype) -> dict:
     return timings
 
 
-def run(quick: bool, repeats: int) -> list:
+def run(quick: bool, repeats: int, seq: int = 512) -> list:
     import transformers
 
     transformers.logging.set_verbosity_error()
     rows = []
     for dtype in (torch.float32, torch.bfloat16):
-        timings = _timings(quick, repeats, dtype)
+        timings = _timings(quick, repeats, dtype, seq)
         for what in timings["unpatched"]:
             a, b = timings["unpatched"][what], timings["patched"][what]
             rows.append((str(dtype).replace("torch.", ""), what, a, b, b / a))
@@ -113,8 +114,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a tiny model, a few seconds")
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--seq", type=int, default=512, help="the prompt's length")
     args = parser.parse_args()
-    rows = run(args.quick, args.repeats)
+    rows = run(args.quick, args.repeats, args.seq)
     print(f"{'dtype':9} {'what':17} {'unpatched ms':>13} {'patched ms':>11} {'ratio':>6}")
     for dtype, what, a, b, ratio in rows:
         print(f"{dtype:9} {what:17} {a:13.3f} {b:11.3f} {ratio:6.2f}")

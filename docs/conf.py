@@ -13,16 +13,19 @@ a public name cannot be left out of it.  The performance page's tables and
 plots are made from a benchmark JSON by docs/make_performance.py, run here too.
 """
 
+import glob
 import os
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-try:  # the installed package (pip install -e ".[docs]")
-    import posenc
-except ImportError:  # else this tree, built in place (python setup.py build_ext --inplace)
+if glob.glob(os.path.join(ROOT, "posenc", "_core*.so")) + glob.glob(
+    os.path.join(ROOT, "posenc", "_core*.pyd")
+):
+    # this tree, built in place (python setup.py build_ext --inplace): the
+    # pages describe the code beside them, not another installed copy
     sys.path.insert(0, ROOT)
-    import posenc
+import posenc  # noqa: E402  (else the installed package: pip install -e ".[docs]")
 import posenc.probe  # noqa: E402
 
 project = "posenc"
@@ -73,7 +76,14 @@ GROUPS = [
     ),
     (
         "Attention biases",
-        ["alibi_slopes", "alibi_bias", "relative_position_bucket", "t5_bias", "relative_positions"],
+        [
+            "alibi_slopes",
+            "alibi_bias",
+            "alibi_key_bias",
+            "relative_position_bucket",
+            "t5_bias",
+            "relative_positions",
+        ],
     ),
     (
         "Relative encodings",
@@ -135,6 +145,9 @@ def _api_page():
             out.append(f".. autofunction:: posenc.probe.{name}\n")
         else:
             out.append(f".. autodata:: posenc.probe.{name}\n   :no-value:\n")
+    # the modules for models (torch imported by them, as by posenc.hf's patches)
+    out += ["``posenc.torch``", "-" * 16, "", ".. automodule:: posenc.torch", "   :members:", ""]
+    out += ["``posenc.hf``", "-" * 13, "", ".. automodule:: posenc.hf", "   :members:", ""]
     out += ["``posenc.reference``", "-" * 20, "", ".. automodule:: posenc.reference", ""]
     text = "\n".join(out)
     path = os.path.join(HERE, "api.rst")

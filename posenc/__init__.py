@@ -11,7 +11,7 @@ their own kind out, see the README's "With PyTorch and JAX"):
   :func:`positions_from_cu_seqlens`, :func:`permute_rope_weight`,
   :func:`attention_temperature`, :func:`mrope_position_ids`,
   :func:`vision_position_ids` around them.
-- :func:`alibi_bias`, :func:`alibi_slopes`: ALiBi; :func:`t5_bias`,
+- :func:`alibi_bias`, :func:`alibi_key_bias`, :func:`alibi_slopes`: ALiBi; :func:`t5_bias`,
   :func:`relative_position_bucket`: T5's bucketed relative bias;
   :func:`relative_positions`: Shaw et al.'s clipped relative positions.
 - The relative encodings inside attention (:mod:`posenc.relative`):
@@ -54,7 +54,14 @@ except ImportError as _exc:  # as NumPy does: say what to do, not only what fail
 from . import probe, reference
 from ._config import config, get_num_threads, set_num_threads, show_config, simd_path
 from ._version import __version__
-from .bias import alibi_bias, alibi_slopes, relative_position_bucket, relative_positions, t5_bias
+from .bias import (
+    alibi_bias,
+    alibi_key_bias,
+    alibi_slopes,
+    relative_position_bucket,
+    relative_positions,
+    t5_bias,
+)
 from .relative import (
     deberta_attention_bias,
     deberta_log_bucket,
@@ -82,6 +89,7 @@ from .sinusoid import sinusoid
 __all__ = [
     "__version__",
     "alibi_bias",
+    "alibi_key_bias",
     "alibi_slopes",
     "apply_rope",
     "attention_temperature",

@@ -90,11 +90,21 @@ def _torch_ready():
 _torch_ready._dynamo_marked_constant = True  # type: ignore[attr-defined]
 
 
+def with_device(signature: inspect.Signature) -> inspect.Signature:
+    """`signature` with a keyword-only ``device=None`` last (if it has none)."""
+    if "device" in signature.parameters:
+        return signature
+    device = inspect.Parameter("device", inspect.Parameter.KEYWORD_ONLY, default=None)
+    return signature.replace(parameters=[*signature.parameters.values(), device])
+
+
 def foreign(fn: _F) -> _F:
     """`fn`, taking torch tensors and JAX arrays as well as NumPy arrays.
 
-    The wrapper's signature is `fn`'s, so help() and inspect see the NumPy
-    function's parameters, and type checkers `fn`'s annotations.
+    The wrapper's signature is `fn`'s with a keyword-only ``device=None``
+    last (the one every routed function takes: a torch device asks for
+    torch tensors), so help() and inspect see the parameters a call
+    accepts, and type checkers `fn`'s annotations.
     """
     signature = inspect.signature(fn)
 
@@ -113,4 +123,5 @@ def foreign(fn: _F) -> _F:
         return _jax.call(fn, signature, args, kwargs)
 
     wrapper.__wrapped_numpy__ = fn  # type: ignore[attr-defined]
+    wrapper.__signature__ = with_device(signature)  # type: ignore[attr-defined]
     return wrapper  # type: ignore[return-value]

@@ -78,6 +78,7 @@ from jax.custom_derivatives import SymbolicZero
 from . import _dtypes
 from . import _relative_grad as _relative_grad_rules
 from . import _validate as v
+from . import rope as _rope
 from . import rope_scaling as _rope_scaling
 from .bias import t5_bias_table_grad
 
@@ -544,7 +545,13 @@ class _Op:
             if positions is False:
                 return False
             changed["positions"] = positions
-            axis = self.static.get("seq_axis", -2)
+            axis = self.static.get("seq_axis")
+            axes = self.static.get("axes")
+            if isinstance(axes, str):  # the layout by name: its axes after the batch's
+                axis = _rope.named_seq_axis(axes, axis, len(axes))
+                changed["axes"] = None
+            if axis is None:
+                axis = -2
             if isinstance(axis, (int, np.integer)) and not isinstance(axis, bool) and axis >= 0:
                 changed["seq_axis"] = axis + extra
             self.run([traced.get(n) for n in self.names], outs, **changed)

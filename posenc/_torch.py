@@ -59,7 +59,7 @@ if not (hasattr(torch.library, "custom_op") and hasattr(torch.compiler, "is_comp
 
 from torch.autograd.graph import increment_version  # noqa: E402
 
-from . import _dtypes, _relative_grad, _validate
+from . import _dtypes, _interop, _relative_grad, _validate
 from . import relative as _relative
 from . import rope_scaling as _rope_scaling
 from ._dtypes import BFLOAT16_BITS
@@ -990,7 +990,8 @@ def _apply_rope_call(
     layout="half",
     rotary_dim=None,
     offset=0,
-    seq_axis=-2,
+    seq_axis=None,
+    axes=None,
     inverse=False,
     out=None,
     layer_type=None,
@@ -1010,13 +1011,15 @@ def _apply_rope_call(
         "layout": layout,
         "rotary_dim": rotary_dim,
         "offset": offset,
-        "seq_axis": seq_axis,
+        "seq_axis": -2 if seq_axis is None and axes is None else seq_axis,
         "inverse": inverse,
         **_channel_options(mrope_section, mrope_interleaved, axial),
         "xpos": xpos,
         "xpos_scale_base": xpos_scale_base,
         "xpos_centre": xpos_centre,
     }
+    if axes is not None:  # the layout by name (left out otherwise: the default's options)
+        options["axes"] = axes
     spec, floats, ints = encode(_scaling_options(options, scaling, layer_type))
     return _into(out, torch.ops.posenc.apply_rope(x, positions, spec, floats, ints))
 
@@ -1030,6 +1033,7 @@ def _rope_cos_sin_call(
     layout="half",
     dtype="float32",
     layer_type=None,
+    seq_len=None,
     mrope_section=None,
     mrope_interleaved=None,
     axial=None,
@@ -1045,6 +1049,7 @@ def _rope_cos_sin_call(
         "base": base,
         "layout": layout,
         "dtype": _dtype_name(dtype),
+        **({} if seq_len is None else {"seq_len": seq_len}),
         **_channel_options(mrope_section, mrope_interleaved, axial),
         "full": full,
         "xpos": xpos,
@@ -1266,7 +1271,7 @@ relative_op.register_autograd(_relative_backward, setup_context=_relative_setup)
 def _relative_builder(name):
     """The call of posenc.relative's function `name` through posenc::relative."""
     fn = getattr(_relative, name)
-    signature = inspect.signature(fn)
+    signature = inspect.signature(_numpy_function(fn))
     names = _relative_grad.DIFFERENTIABLE[name]
 
     def call(*args, device=None, **kwargs):
@@ -1286,8 +1291,7 @@ def _relative_builder(name):
         result = torch.ops.posenc.relative(name, *tensors, *encode(arguments))
         return result if scores is None else scores.copy_(result)
 
-    device = inspect.Parameter("device", inspect.Parameter.KEYWORD_ONLY, default=None)
-    call.__signature__ = signature.replace(parameters=[*signature.parameters.values(), device])
+    call.__signature__ = _interop.with_device(signature)
     call.__name__ = f"_{name}_call"
     return call
 

@@ -16,6 +16,7 @@ import numpy as np
 
 from . import _core, _t5
 from . import _validate as v
+from ._dtypes import is_bfloat16, narrow
 from ._interop import foreign
 from ._typing import Array, ArrayLike, ArrayT, DTypeLike, NDArray, ScalarT
 
@@ -298,6 +299,94 @@ def alibi_bias(
         out,
         _ALIBI_SIZES,
     )
+
+
+@foreign
+def alibi_key_bias(
+    attention_mask: ArrayLike,
+    n_heads: int,
+    *,
+    slopes: Optional[ArrayLike] = None,
+    max_bias: float = 8.0,
+    dtype: Optional[DTypeLike] = None,
+) -> NDArray[Any]:
+    """ALiBi in the per-key form BLOOM and Falcon add: ``(batch, n_heads, 1, k)``.
+
+    ``slope[h] * p[b, j]``, where ``p[b, j]`` is the position of key ``j``
+    counted over the ones of `attention_mask` (``cumsum - 1``) and 0 at
+    padding: transformers' ``build_alibi_tensor`` (BLOOM, Falcon), whose
+    ``(batch * n_heads, 1, k)`` is this reshaped.  It differs from
+    :func:`alibi_bias`'s ``-slope * (i - j)`` by ``slope * i`` along each
+    query's row, which the softmax removes; with left padding it counts
+    each row's positions from its first token.
+
+    Parameters
+    ----------
+    attention_mask : array_like of shape (batch, k)
+        Ones for tokens, zeros for padding (ints, bools or floats of 0 and
+        1).
+    n_heads : int
+        Number of heads, >= 1.
+    slopes : array_like of shape (n_heads,), optional
+        The per-head slopes; :func:`alibi_slopes` ``(n_heads,
+        max_bias=max_bias)`` by default (BLOOM's and Falcon's).
+    max_bias : float
+        Passed to :func:`alibi_slopes` when `slopes` is not given.
+    dtype : float16, bfloat16, float32 or float64, optional
+        Of the result, float32 by default.
+
+    Returns
+    -------
+    ndarray of shape ``(batch, n_heads, 1, k)``
+
+    Notes
+    -----
+    Each value is formed in float64 and rounded once to `dtype`.  In
+    float32 this is transformers' value bit for bit when its float32 slopes
+    are exact (``n_heads <= 8``: powers of two; above, its slopes are
+    float32 powers of a rounded ``2 ** -0.5`` or finer root, and differ
+    from these by an ulp or two).  Falcon forms the products in bfloat16
+    (``slopes.bfloat16() * positions``), whatever the model's dtype: up to
+    about 0.4 % off, see the guide on models.
+    """
+    mask = attention_mask if isinstance(attention_mask, np.ndarray) else np.asarray(attention_mask)
+    mask = v.real_array(mask.view(np.uint8) if mask.dtype == np.bool_ else mask, "attention_mask")
+    if mask.ndim != 2:
+        raise ValueError(f"attention_mask must have shape (batch, k), not {mask.shape}")
+    if mask.size and not ((mask == 0) | (mask == 1)).all():
+        raise ValueError("attention_mask must hold only 0 and 1")
+    n_heads = v.integer(n_heads, "n_heads", minimum=1)
+    result = v.float_dtype(np.float32 if dtype is None else dtype, "dtype", bfloat16=True)
+    batch, k = mask.shape
+    v.shape_size((batch, n_heads, 1, k), "attention_mask and n_heads", 8, count=2)
+    if slopes is None:
+        per_head = _slopes(n_heads, v.real(max_bias, "max_bias", positive=True))
+    else:
+        if max_bias != 8.0:
+            raise ValueError("give slopes or max_bias, not both")
+        per_head = v.real_array(slopes, "slopes").astype(np.float64)
+        if per_head.shape != (n_heads,):
+            raise ValueError(f"slopes must have shape ({n_heads},), not {per_head.shape}")
+    ones = mask.astype(np.int64)
+    positions = ((np.cumsum(ones, axis=-1) - 1) * ones).astype(np.float64)
+    values = per_head[None, :, None, None] * positions[:, None, None, :]
+    return _rounded(values, result)
+
+
+def _rounded(values, dtype):
+    """float64 `values` rounded once to `dtype` (bfloat16 through float32
+    rounded to odd, which then rounds to bfloat16 as the float64 would)."""
+    if not is_bfloat16(dtype):
+        return values.astype(dtype)
+    f = values.astype(np.float32)
+    wide = f.astype(np.float64)
+    inexact = wide != values
+    if inexact.any():  # truncate toward zero, then set the last bit
+        over = inexact & (np.abs(wide) > np.abs(values))
+        f[over] = np.nextafter(f[over], np.float32(0))
+        bits = f.view(np.uint32)
+        bits[inexact] |= 1
+    return narrow(f).reshape(values.shape).view(dtype)
 
 
 # ---------------------------------------------------------------- T5

@@ -160,6 +160,7 @@ def rope_cos_sin(
     layout: Literal["half", "interleaved"] = "half",
     dtype: DTypeLike = "float32",
     layer_type: Optional[str] = None,
+    seq_len: Optional[int] = None,
     mrope_section: Optional[Sequence[int]] = None,
     mrope_interleaved: Optional[bool] = None,
     axial: Union[int, Sequence[int], None] = None,
@@ -180,6 +181,7 @@ def rope_cos_sin(
     layout: Literal["half", "interleaved"] = "half",
     dtype: DTypeLike = "float32",
     layer_type: Optional[str] = None,
+    seq_len: Optional[int] = None,
     mrope_section: Optional[Sequence[int]] = None,
     mrope_interleaved: Optional[bool] = None,
     axial: Union[int, Sequence[int], None] = None,
@@ -200,6 +202,7 @@ def rope_cos_sin(
     layout: Literal["half", "interleaved"] = "half",
     dtype: DTypeLike = "float32",
     layer_type: Optional[str] = None,
+    seq_len: Optional[int] = None,
     mrope_section: Optional[Sequence[int]] = None,
     mrope_interleaved: Optional[bool] = None,
     axial: Union[int, Sequence[int], None] = None,
@@ -220,6 +223,7 @@ def rope_cos_sin(
     layout="half",
     dtype="float32",
     layer_type=None,
+    seq_len=None,
     mrope_section=None,
     mrope_interleaved=None,
     axial=None,
@@ -244,6 +248,13 @@ def rope_cos_sin(
     base, scaling, layer_type
         As in :func:`rope_frequencies`.  ``dynamic`` and ``longrope`` take the
         sequence length as ``max(positions) + 1``, as transformers does.
+    seq_len : int, optional
+        The sequence length that decides the frequencies of ``dynamic`` and
+        ``longrope`` (as :func:`rope_frequencies`' `seq_len`) instead of
+        ``max(positions) + 1``: the length a transformers module has grown
+        to (a dynamic module keeps the frequencies of the longest call it
+        has seen), for tables of positions below it.  Ignored by the other
+        families, whose frequencies do not depend on a length.
     layout : {"half", "interleaved"}
         ``"half"`` (GPT-NeoX, Llama in transformers): the ``dim // 2`` angles
         repeated as two halves.  ``"interleaved"`` (GPT-J, RoFormer, Meta's
@@ -286,6 +297,8 @@ def rope_cos_sin(
     base = v.real(base, "base", positive=True)
     layout_code = _LAYOUTS[v.choice(layout, "layout", tuple(_LAYOUTS))]
     dtype = v.float_dtype(dtype, "dtype", bfloat16=True)
+    if seq_len is not None:
+        seq_len = v.integer(seq_len, "seq_len", minimum=0)
     full = _flag(full, "full")
     role, scale_base, centre = _xpos_options(xpos, xpos_scale_base, xpos_centre)
     rotary, base, rope = rope_scaling.resolve(dim, base, scaling, layer_type)
@@ -303,14 +316,18 @@ def rope_cos_sin(
 
     if chan is None:
         pos, shape = v.positions(positions, "positions", result=tables)
-        inv_freq, attention = rope_scaling.frequencies(rotary, base, rope, _seq_len(pos, rope))
+        if seq_len is None:
+            seq_len = _seq_len(pos, rope)
+        inv_freq, attention = rope_scaling.frequencies(rotary, base, rope, seq_len)
     else:
         arr = _channel_positions(positions, chan)
         shape = arr.shape[1:]
         tables(shape)
         v.shape_size(arr.shape, "positions")
         pos = np.array(arr, dtype=np.float64, order="C").reshape(chan.n, -1)
-        inv_freq, attention = chan.frequencies(rotary, base, rope, _seq_len(pos, rope))
+        if seq_len is None:
+            seq_len = _seq_len(pos, rope)
+        inv_freq, attention = chan.frequencies(rotary, base, rope, seq_len)
     xpos_args = _xpos_kernel_args(role, scale_base, centre, rotary, pos, dtype, False)
     cos = np.empty(shape + (width,), dtype)
     sin = np.empty(shape + (width,), dtype)
@@ -401,7 +418,8 @@ def apply_rope(
     layout: ApplyLayout = "half",
     rotary_dim: Optional[int] = None,
     offset: float = 0,
-    seq_axis: int = -2,
+    seq_axis: Optional[int] = None,
+    axes: Optional[str] = None,
     inverse: bool = False,
     out: Optional[Array] = None,
     layer_type: Optional[str] = None,
@@ -424,7 +442,8 @@ def apply_rope(
     layout: ApplyLayout = "half",
     rotary_dim: Optional[int] = None,
     offset: float = 0,
-    seq_axis: int = -2,
+    seq_axis: Optional[int] = None,
+    axes: Optional[str] = None,
     inverse: bool = False,
     out: Optional[ArrayT] = None,
     layer_type: Optional[str] = None,
@@ -447,7 +466,8 @@ def apply_rope(
     layout: ApplyLayout = "half",
     rotary_dim: Optional[int] = None,
     offset: float = 0,
-    seq_axis: int = -2,
+    seq_axis: Optional[int] = None,
+    axes: Optional[str] = None,
     inverse: bool = False,
     out: Optional[Array] = None,
     layer_type: Optional[str] = None,
@@ -470,7 +490,8 @@ def apply_rope(
     layout="half",
     rotary_dim=None,
     offset=0,
-    seq_axis=-2,
+    seq_axis=None,
+    axes=None,
     inverse=False,
     out=None,
     layer_type=None,
@@ -530,8 +551,24 @@ def apply_rope(
         ``rope_frequencies(r, ...)``.
     offset : int or float
         Added to the positions (a KV-cache offset with ``positions=None``).
-    seq_axis : int
-        Axis of `x` holding the sequence (not the last).
+    seq_axis : int, optional
+        Axis of `x` holding the sequence (not the last); -2 by default, or
+        the axis `axes` names.
+    axes : str, optional
+        `x`'s layout by name, one letter per axis: ``"b"`` batch, ``"h"``
+        heads, ``"s"`` sequence, ``"d"`` features (last), each at most once,
+        ``"s"`` and ``"d"`` required: ``"bhsd"`` (transformers),
+        ``"bshd"`` (flash-attn, ``torch.nn.functional.scaled_dot_product_
+        attention`` after a transpose), ``"bsd"``, ``"sd"``, ...  It sets
+        `seq_axis` to the position of ``"s"`` and checks that `x` has as
+        many dimensions as it has letters.  Giving `seq_axis` too is allowed
+        only if they agree (ValueError otherwise).  Without `axes` the
+        sequence is on axis -2, which is the heads axis of a ``(batch, seq,
+        heads, dim)`` tensor: when its ``seq == heads``, positions of shape
+        ``(batch, seq)`` fit either reading and the shapes cannot tell them
+        apart, so such a tensor rotated without ``axes="bshd"`` (or
+        ``seq_axis=-3``) is rotated along its heads, silently.  Name the
+        layout whenever `x` is not ``(..., seq, dim)``.
     inverse : bool
         Rotate by the negative angle: undoes the rotation (and is its
         backward pass; with xPos, see `xpos`).
@@ -645,6 +682,7 @@ def apply_rope(
     offset = v.real(offset, "offset")
     if not isinstance(inverse, (bool, np.bool_)):
         raise TypeError(f"inverse must be a bool, not {type(inverse).__name__}")
+    seq_axis = named_seq_axis(axes, seq_axis, x.ndim)
     role, scale_base, centre = _xpos_options(xpos, xpos_scale_base, xpos_centre)
     rotary, base, rope = _rotary_dim(dim, rotary_dim, base, scaling, layer_type)
     rope_scaling.check_layout(layout, rope)
@@ -879,6 +917,40 @@ def _rotary_dim(dim, rotary_dim, base, scaling, layer_type):
             )
     v.shape_size((rotary // 2,), "x.shape[-1] (its rotary_dim // 2 frequencies)")
     return rotary, rope_scaling.base_of(base, rope), rope
+
+
+def named_seq_axis(axes, seq_axis, ndim):
+    """The sequence axis of an `ndim`-dimensional x from ``axes=`` (a layout
+    by name such as ``"bshd"``) and ``seq_axis=`` (None: not given): -2 when
+    neither is given, a ValueError naming them when they disagree."""
+    if axes is None:
+        return -2 if seq_axis is None else seq_axis
+    if not isinstance(axes, str):
+        raise TypeError(
+            f"axes must be a string such as 'bhsd' or 'bshd', not {type(axes).__name__}"
+        )
+    if (
+        set(axes) - set("bhsd")
+        or len(set(axes)) != len(axes)
+        or "s" not in axes
+        or not axes.endswith("d")
+    ):
+        raise ValueError(
+            "axes must name x's axes with the letters b (batch), h (heads), s (sequence) and "
+            f"d (features, last), each at most once, s and d required: e.g. 'bhsd', 'bshd', "
+            f"'bsd', 'sd'; got {axes!r}"
+        )
+    if len(axes) != ndim:
+        raise ValueError(f"axes {axes!r} names {len(axes)} axes, x has {ndim}")
+    axis = axes.index("s")
+    if seq_axis is not None:
+        given = v.integer(seq_axis, "seq_axis")
+        if not -ndim <= given < ndim or given % ndim != axis:
+            raise ValueError(
+                f"seq_axis={given} disagrees with axes={axes!r} (sequence on axis {axis}); "
+                "give one of them"
+            )
+    return axis
 
 
 def _seq_axis(seq_axis, ndim):

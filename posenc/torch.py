@@ -246,13 +246,11 @@ class RotaryEmbedding(nn.Module):
             # the families whose frequencies depend on the length: never past
             # the length that decides them
             length = max(n, min(length, grown or self._original_max(layer_type)))
-        positions = np.arange(length, dtype=np.int64)
-        if grown:  # one more position sets the sequence length to `grown`
-            positions = np.append(positions, grown - 1)
+        positions = torch.arange(length, dtype=torch.int64)
         cos, sin = _rope.rope_cos_sin(
-            torch.from_numpy(positions), self.head_dim, dtype=dtype, **self._kwargs(layer_type)
-        )
-        cos, sin = cos[:length], sin[:length]
+            positions, self.head_dim, dtype=dtype, seq_len=grown or None,
+            **self._kwargs(layer_type),
+        )  # fmt: skip
         if device.type != "cpu" or _FORCE_DEVICE_PATH:
             cos, sin = cos.to(device, copy=True), sin.to(device, copy=True)
         self._cache[key] = (grown, cos, sin)
@@ -497,9 +495,11 @@ class ALiBi(nn.Module):
     def key_bias(self, attention_mask: torch.Tensor, *, dtype: torch.dtype) -> torch.Tensor:
         if not torch.is_tensor(attention_mask) or attention_mask.ndim != 2:
             raise ValueError("attention_mask must be a (batch, k_len) tensor")
-        mask = attention_mask.to("cpu", torch.float64)
-        positions = (mask.cumsum(-1) - 1) * mask  # (batch, k)
-        out = (self.slopes[None, :, None] * positions[:, None, :]).to(dtype)[:, :, None, :]
+        mask = attention_mask if attention_mask.device.type == "cpu" else attention_mask.cpu()
+        out = cast(torch.Tensor, _bias.alibi_key_bias(
+            mask, self.n_heads, slopes=self.slopes.numpy() if self._given else None,
+            max_bias=self.max_bias if not self._given else 8.0, dtype=dtype,
+        ))  # fmt: skip
         return out if attention_mask.device.type == "cpu" else out.to(attention_mask.device)
 
     def forward(self, scores: torch.Tensor, *, q_offset: Optional[int] = None) -> torch.Tensor:

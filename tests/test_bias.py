@@ -622,3 +622,48 @@ def test_the_c_glue_checks_what_it_is_given():
     with pytest.raises(ValueError, match="one head"):
         _core.relative_positions(np.zeros((1, 2, 3, 3), np.int64), -1, 0)
     assert not good.any()
+
+
+# -- alibi_key_bias: BLOOM's and Falcon's per-key form -----------------------------------
+
+
+def test_alibi_key_bias_is_slope_times_position_over_the_mask():
+    mask = np.array([[0, 0, 1, 1, 1], [1, 1, 0, 1, 1]])
+    slopes = np.array([0.5, 0.25, 0.3])
+    got = posenc.alibi_key_bias(mask, 3, slopes=slopes, dtype="float64")
+    pos = np.array([[0, 0, 0, 1, 2], [0, 1, 0, 2, 3]], np.float64)  # by hand
+    np.testing.assert_array_equal(got, slopes[None, :, None, None] * pos[:, None, None, :])
+    assert got.shape == (2, 3, 1, 5)
+    assert posenc.alibi_key_bias(mask, 3).dtype == np.float32
+    bools = posenc.alibi_key_bias(mask.astype(bool), 3, dtype="float64")
+    np.testing.assert_array_equal(bools, posenc.alibi_key_bias(mask, 3, dtype="float64"))
+
+
+def test_alibi_key_bias_bfloat16_is_one_rounding_of_the_float64_value():
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    # slopes whose products fall between two float32s near a bfloat16 tie:
+    # rounding through float32 to nearest would round twice
+    tie = 1.0 + 2.0**-8  # halfway between two bfloat16s
+    slopes = np.array([tie + 2.0**-40, tie - 2.0**-40, 1.0 + 2.0**-9])
+    got = posenc.alibi_key_bias(np.ones((1, 2)), 3, slopes=slopes, dtype="bfloat16")
+    assert got.dtype == ml_dtypes.bfloat16
+    want = [1.0 + 2.0**-7, 1.0, 1.0]  # up, down (ties-to-even would give 1.0 for both)
+    np.testing.assert_array_equal(got[0, :, 0, 1].astype(np.float64), want)
+
+
+@pytest.mark.parametrize(
+    "mask, kwargs, error, match",
+    [
+        (np.ones(4), {}, ValueError, "attention_mask must have shape \\(batch, k\\)"),
+        (np.full((2, 3), 2), {}, ValueError, "attention_mask must hold only 0 and 1"),
+        (np.ones((2, 3)), {"dtype": "int32"}, TypeError, "dtype"),
+        (np.ones((2, 3)), {"slopes": [1.0, 2.0]}, ValueError, "slopes must have shape"),
+        (np.ones((2, 3)), {"slopes": [1.0] * 3, "max_bias": 4.0}, ValueError, "slopes or max_bias"),
+        (np.ones((2, 3)).astype(complex), {}, TypeError, "attention_mask"),
+    ],
+)
+def test_alibi_key_bias_bad_input(mask, kwargs, error, match):
+    with pytest.raises(error, match=match):
+        posenc.alibi_key_bias(mask, 3, **kwargs)
+    with pytest.raises(ValueError, match="n_heads"):
+        posenc.alibi_key_bias(np.ones((2, 3)), 0)

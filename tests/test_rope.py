@@ -1277,3 +1277,59 @@ def test_apply_rope_rows_of_positions_within_one_ulp_at_2_24(
     y = posenc.apply_rope(x, rows, mrope_section=sections, mrope_interleaved=interleaved)[0, 0]
     assert ulp_distance(y[:, :32], np.cos(angle), np.float32).max() <= 1
     assert ulp_distance(y[:, 32:], np.sin(angle), np.float32).max() <= 1
+
+
+# -- rope_cos_sin's seq_len and the device= in the signatures -------------------------
+
+
+@pytest.mark.parametrize(
+    "scaling",
+    [
+        {"rope_type": "dynamic", "factor": 2.0, "max_position_embeddings": 16},
+        {
+            "rope_type": "longrope",
+            "short_factor": [1.0] * 4,
+            "long_factor": [2.0, 3.0, 4.0, 5.0],
+            "max_position_embeddings": 64,
+            "original_max_position_embeddings": 16,
+        },
+    ],
+)
+def test_rope_cos_sin_seq_len_decides_the_length_dependent_frequencies(scaling):
+    pos = np.arange(8)
+    inv_freq, attention = posenc.rope_frequencies(8, scaling=scaling, seq_len=40)
+    angles = pos[:, None] * inv_freq[None, :]
+    angles = np.concatenate([angles, angles], axis=-1)
+    cos, sin = posenc.rope_cos_sin(pos, 8, scaling=scaling, seq_len=40, dtype="float64")
+    np.testing.assert_allclose(cos, np.cos(angles) * attention, rtol=0, atol=1e-15)
+    np.testing.assert_allclose(sin, np.sin(angles) * attention, rtol=0, atol=1e-15)
+    # without it, the length is max(positions) + 1 = 8: the trained frequencies
+    short, _ = posenc.rope_cos_sin(pos, 8, scaling=scaling, dtype="float64")
+    assert np.abs(short - cos).max() > 1e-3
+    with pytest.raises(ValueError, match="seq_len"):
+        posenc.rope_cos_sin(pos, 8, scaling=scaling, seq_len=-1)
+    with pytest.raises(TypeError, match="seq_len"):
+        posenc.rope_cos_sin(pos, 8, scaling=scaling, seq_len=4.5)
+
+
+def test_rope_cos_sin_seq_len_is_ignored_by_the_other_families():
+    want = posenc.rope_cos_sin(6, 8, scaling={"rope_type": "linear", "factor": 2.0})
+    got = posenc.rope_cos_sin(6, 8, scaling={"rope_type": "linear", "factor": 2.0}, seq_len=99)
+    np.testing.assert_array_equal(got[0], want[0])
+    np.testing.assert_array_equal(got[1], want[1])
+
+
+def test_every_routed_function_shows_its_device_parameter():
+    import inspect
+
+    names = [n for n in posenc.__all__ if hasattr(getattr(posenc, n), "__wrapped_numpy__")]
+    assert "rope_cos_sin" in names and "apply_rope" in names and len(names) >= 15
+    for name in names:
+        params = inspect.signature(getattr(posenc, name)).parameters
+        device = params.get("device")
+        assert device is not None, name
+        assert device.kind is inspect.Parameter.KEYWORD_ONLY and device.default is None, name
+        assert list(params)[-1] == "device", name
+    # and the parameter is accepted with NumPy input (None: NumPy arrays out)
+    cos, _ = posenc.rope_cos_sin(4, 8, device=None)
+    assert isinstance(cos, np.ndarray)

@@ -901,7 +901,7 @@ def test_the_builders_have_the_public_signatures_and_device():
     for name, builder in pt.BUILDERS.items():
         public = inspect.signature(getattr(posenc, name))
         params = list(public.parameters.values())
-        params.append(inspect.Parameter("device", inspect.Parameter.KEYWORD_ONLY, default=None))
+        assert params[-1].name == "device" and params[-1].kind == inspect.Parameter.KEYWORD_ONLY
         expected = [(p.name, p.kind, p.default) for p in params]
         got = [(p.name, p.kind, p.default) for p in inspect.signature(builder).parameters.values()]
         assert got == expected, name

@@ -55,6 +55,50 @@ def test_causal_alibi_rows_differ_from_blooms_by_a_constant_per_row(torch, trans
         )
 
 
+@pytest.mark.parametrize("n_heads", [1, 2, 4, 6, 8, 12, 16, 32])
+def test_alibi_key_bias_equals_blooms_build_alibi_tensor(torch, transformers, n_heads):
+    from transformers.models.bloom.modeling_bloom import build_alibi_tensor
+
+    mask = torch.ones(3, 50, dtype=torch.long)
+    mask[0, :7] = 0  # left padding
+    mask[1, 20:] = 0  # right padding
+    mask[2, 5:9] = 0  # a hole
+    got = posenc.alibi_key_bias(mask, n_heads)
+    assert got.dtype == torch.float32 and got.shape == (3, n_heads, 1, 50)
+    want = build_alibi_tensor(mask, n_heads, torch.float32).reshape(3, n_heads, 1, 50)
+    if n_heads <= 8:  # BLOOM's float32 slopes are exact: bit for bit
+        assert torch.equal(got, want)
+    else:  # its slopes are powers of a rounded float32 root: within its slope's error
+        slopes = torch.as_tensor(posenc.alibi_slopes(n_heads))
+        bound = (torch.as_tensor(bloom_powers(n_heads)) + 2) * 2.0**-24 * slopes * 50
+        assert ((got - want).abs().double() <= bound[None, :, None, None] + 1e-12).all()
+    # the float64 value written out: slope * (cumsum - 1) * mask
+    m = mask.numpy().astype(np.float64)
+    pos = (np.cumsum(m, -1) - 1) * m
+    exact = posenc.alibi_slopes(n_heads)[None, :, None, None] * pos[:, None, None, :]
+    np.testing.assert_array_equal(posenc.alibi_key_bias(mask.numpy(), n_heads, dtype="float64"),
+                                  exact)  # fmt: skip
+    np.testing.assert_array_equal(got.numpy(), exact.astype(np.float32))
+
+
+def test_alibi_key_bias_bfloat16_rounds_once(torch, transformers):
+    # Falcon's bfloat16 slopes times the positions, rounded once to bfloat16,
+    # is what transformers' Falcon computes (in bfloat16 arithmetic)
+    from transformers.models.falcon.modeling_falcon import build_alibi_tensor
+
+    mask = torch.ones(2, 300, dtype=torch.long)
+    mask[0, :4] = 0
+    n_heads = 6
+    want = build_alibi_tensor(mask, n_heads, torch.bfloat16).reshape(2, n_heads, 1, 300)
+    bf16_slopes = torch.as_tensor(posenc.alibi_slopes(n_heads)).bfloat16().double().numpy()
+    got = posenc.alibi_key_bias(mask, n_heads, slopes=bf16_slopes, dtype=torch.bfloat16)
+    assert got.dtype == torch.bfloat16 and torch.equal(got, want)
+    # against float64 rounded by hand (round to nearest even, from the
+    # exact float32 products: slopes of 8 bits times positions below 2**16)
+    exact = posenc.alibi_key_bias(mask, n_heads, slopes=bf16_slopes, dtype=torch.float64)
+    assert torch.equal(got, exact.float().bfloat16())
+
+
 BUCKET_CONFIGS = [
     # (bidirectional, num_buckets, max_distance)
     (True, 32, 128),  # T5, LongT5, UMT5 encoders

@@ -471,3 +471,66 @@ def test_deepseek_v4_rotates_the_last_channels_and_its_config_is_refused(hf):
         c, s = posenc.rope_cos_sin(ids, rd, base=base, full=False)
         np.testing.assert_allclose(c, cos.numpy(), rtol=0, atol=4e-6)
         np.testing.assert_allclose(s, sin.numpy(), rtol=0, atol=4e-6)
+
+
+# -- the layout of x by name (axes=) -------------------------------------------------
+
+
+def test_bshd_named_rotates_along_seq_when_heads_equal_seq(hf):
+    # flash-attn's (batch, seq, heads, dim) with heads == seq: positions of
+    # shape (batch, seq) fit the default seq_axis=-2 (the heads) as well, so
+    # only the named layout says which axis is the sequence
+    torch = hf.torch
+    config = hf.LlamaConfig(hidden_size=64, num_attention_heads=4, max_position_embeddings=64)
+    rotary = hf.llama.LlamaRotaryEmbedding(config)
+    batch, seq, heads, dim = 2, 5, 5, 16
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(batch, heads, seq, dim, generator=g)  # transformers' bhsd
+    k = torch.randn(batch, heads, seq, dim, generator=g)
+    ids = torch.tensor([[0, 1, 2, 3, 4], [7, 9, 11, 13, 30]])
+    cos, sin = rotary(q, ids)
+    want_q, want_k = hf.llama.apply_rotary_pos_emb(q, k, cos, sin)
+    q_bshd, k_bshd = q.transpose(1, 2).contiguous(), k.transpose(1, 2).contiguous()
+    got_q = posenc.apply_rope(q_bshd, ids, scaling=config, axes="bshd").transpose(1, 2)
+    got_k = posenc.apply_rope(k_bshd, ids, scaling=config, axes="bshd").transpose(1, 2)
+    # transformers' float32 phases at positions below 32: within 2e-6
+    torch.testing.assert_close(got_q, want_q, rtol=0, atol=2e-5)
+    torch.testing.assert_close(got_k, want_k, rtol=0, atol=2e-5)
+    # the same through seq_axis, and the default reading is the heads axis
+    same = posenc.apply_rope(q_bshd, ids, scaling=config, seq_axis=-3, axes="bshd")
+    assert torch.equal(same, got_q.transpose(1, 2))
+    along_heads = posenc.apply_rope(q_bshd, ids, scaling=config).transpose(1, 2)
+    assert (along_heads - want_q).abs().max() > 0.1
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"axes": "bhsd", "seq_axis": -3}, "seq_axis=-3 disagrees with axes='bhsd'"),
+        ({"axes": "bshd", "seq_axis": 2}, "seq_axis=2 disagrees with axes='bshd'"),
+        ({"axes": "bsd"}, "axes 'bsd' names 3 axes, x has 4"),
+        ({"axes": "bhds"}, "axes must name x's axes"),
+        ({"axes": "bbsd"}, "axes must name x's axes"),
+        ({"axes": "bhxd"}, "axes must name x's axes"),
+    ],
+)
+def test_axes_refused_by_name(kwargs, match):
+    x = np.zeros((2, 3, 3, 8), np.float32)
+    with pytest.raises(ValueError, match=match):
+        posenc.apply_rope(x, **kwargs)
+    with pytest.raises(TypeError, match="axes must be a string"):
+        posenc.apply_rope(x, axes=["b", "s", "h", "d"])
+
+
+@pytest.mark.parametrize("axes, seq_axis", [("bhsd", 2), ("bshd", 1), ("sd", 0), ("shd", 0)])
+def test_axes_set_the_seq_axis(axes, seq_axis):
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((3, 4, 5, 8)[4 - len(axes) :]).astype(np.float32)
+    want = posenc.apply_rope(x, seq_axis=seq_axis, offset=3)
+    np.testing.assert_array_equal(posenc.apply_rope(x, axes=axes, offset=3), want)
+    # positions placed by the named axis: one position per entry of that axis
+    n = x.shape[seq_axis]
+    pos = np.arange(n) * 2.0
+    np.testing.assert_array_equal(
+        posenc.apply_rope(x, pos, axes=axes), posenc.apply_rope(x, pos, seq_axis=seq_axis)
+    )
