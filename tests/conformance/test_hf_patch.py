@@ -9,12 +9,12 @@ posenc, float64 values written out here with NumPy.
 import copy
 import importlib
 import inspect
-import os
 import warnings
 
 import numpy as np
 import pytest
 from conftest import require
+from rotary_classes import default_configs, rotary_classes
 
 
 @pytest.fixture(scope="module")
@@ -475,47 +475,6 @@ def test_a_module_posenc_does_not_reproduce_leaves_the_model_untouched(tf, hf):
 # -- every rotary class of transformers ---------------------------------------------------------
 
 
-def _rotary_classes(tf):
-    root = os.path.join(os.path.dirname(tf.__file__), "models")
-    for package in sorted(os.listdir(root)):
-        folder = os.path.join(root, package)
-        if not os.path.isdir(folder):
-            continue
-        for fname in sorted(os.listdir(folder)):
-            if not (fname.startswith("modeling_") and fname.endswith(".py")):
-                continue
-            with open(os.path.join(folder, fname), encoding="utf-8") as f:
-                if "RotaryEmbedding(" not in f.read():
-                    continue
-            modname = f"transformers.models.{package}.{fname[:-3]}"
-            try:
-                module = importlib.import_module(modname)
-            except Exception:
-                continue
-            for cname, cls in sorted(vars(module).items()):
-                if cname.endswith("RotaryEmbedding") and inspect.isclass(cls):
-                    if cls.__module__ == modname:
-                        yield module, cls
-
-
-def _a_config(tf, module, cls):
-    base = tf.PretrainedConfig
-    annotated = inspect.signature(cls.__init__).parameters.get("config")
-    classes = []
-    if annotated is not None and inspect.isclass(annotated.annotation):
-        classes.append(annotated.annotation)
-    classes += [c for c in vars(module).values() if inspect.isclass(c) and issubclass(c, base)]
-    for config_class in dict.fromkeys(classes):
-        if config_class is base or not issubclass(config_class, base):
-            continue
-        try:
-            config = config_class()
-        except Exception:
-            continue
-        text = getattr(config, "text_config", None)
-        yield from ([text] if isinstance(text, base) else []) + [config]
-
-
 def _same_tables(torch, original, patched):
     """The patched module's cos and sin against transformers' module's on 48
     positions (three rows for M-RoPE), every layer type: within transformers'
@@ -543,11 +502,11 @@ def test_every_rotary_class_is_patched_or_refused_by_name(tf, hf, capsys):
     import torch
 
     outcomes = {}
-    for module, cls in _rotary_classes(tf):
+    for module, cls in rotary_classes(tf):
         if "config" not in inspect.signature(cls.__init__).parameters:
             continue
         built = None
-        for config in _a_config(tf, module, cls):
+        for config in default_configs(tf, module, cls):
             try:
                 built = cls(config)
                 break
