@@ -266,6 +266,26 @@ def xl_relative_table(
         ``w_i = base ** (-2i / dim)`` -- the sines then the cosines.
         Transformers' ``XLNetModel.relative_positional_encoding`` forms it in
         float32; posenc forms every angle in float64 and rounds once.
+
+    Raises
+    ------
+    TypeError
+        `dim` not given, or a size, flag or dtype of the wrong kind.
+    ValueError
+        A size < 1, an odd `dim`, an `attn_type` other than "bi" or
+        "uni", or a table too large to allocate.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import posenc
+    >>> table = posenc.xl_relative_table(3, dim=4, dtype="float64")
+    >>> table.shape  # k_len + q_len rows: distances 3 down to -2
+    (6, 4)
+    >>> d = 3 - np.arange(6)[:, None]
+    >>> w = 10000.0 ** (-np.arange(0, 4, 2) / 4)
+    >>> np.allclose(table, np.concatenate([np.sin(d * w), np.cos(d * w)], axis=1))
+    True
     """
     q_len = v.integer(q_len, "q_len", minimum=1)
     k_len = q_len if k_len is None else v.integer(k_len, "k_len", minimum=1)
@@ -337,6 +357,31 @@ def xl_position_term(
     ``_rel_shift`` for past keys).  BLAS makes those products a block of
     rows at a time, for the ``k_len + rows - 1`` columns the block reads,
     and the C kernel adds each row's slice into the scores directly.
+
+    Raises
+    ------
+    TypeError
+        An input that is not a float array, or `scores` that cannot be
+        written in place.
+    ValueError
+        Shapes that do not match (heads, head_dim, rows, the leading axes,
+        `scores`' shape), or a table without the rows of the distances the
+        scores need (the message says which).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import posenc
+    >>> rng = np.random.default_rng(0)
+    >>> q = rng.standard_normal((2, 3, 4))  # (heads, q_len, head_dim)
+    >>> r = rng.standard_normal((2, 6, 4))  # the "bi" table: k_len + q_len rows
+    >>> term = posenc.xl_position_term(q, r)
+    >>> term.shape
+    (2, 3, 3)
+    >>> i, j = np.arange(3)[:, None], np.arange(3)[None, :]
+    >>> rows = r[:, 3 - (i - j)]  # row k_len - (q_offset + i - j), q_offset = 0
+    >>> np.allclose(term, np.einsum("hid,hijd->hij", q, rows))
+    True
     """
     return _finish(*_xl_term(q, r, bias, k_len, q_offset, causal, scores))
 
@@ -406,6 +451,28 @@ def xl_content_bias(k: ArrayLike, bias: ArrayLike, *, scores: Optional[Array] = 
         ``u . k_j``, which broadcasts over the queries; or `scores` with it
         added.  With the content product ``q @ k^T`` it makes XLNet's
         ``ac = (q + u) . k``.
+
+    Raises
+    ------
+    TypeError
+        `bias` None, an input that is not a float array, or `scores` that
+        cannot be written in place.
+    ValueError
+        `bias` not of shape (heads, head_dim), or `scores` of a shape the
+        term does not broadcast to.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import posenc
+    >>> rng = np.random.default_rng(0)
+    >>> k = rng.standard_normal((2, 5, 4))  # (heads, k_len, head_dim)
+    >>> u = rng.standard_normal((2, 4))
+    >>> term = posenc.xl_content_bias(k, u)
+    >>> term.shape
+    (2, 1, 5)
+    >>> np.allclose(term[:, 0], np.einsum("hd,hjd->hj", u, k))
+    True
     """
     k = _qk(k, "k")
     heads, k_len, d = k.shape[-3:]
@@ -462,6 +529,26 @@ def tener_relative_table(
         tensor2tensor spacing TENER's code uses, not ``-2i/dim``).  The sines
         change sign with the direction, the cosines do not: ``R[-p]`` and
         ``R[p]`` tell before from after.
+
+    Raises
+    ------
+    TypeError
+        A size, base or dtype of the wrong kind.
+    ValueError
+        `length` < 1, `dim` odd or < 4, `base` <= 0, or a table too large
+        to allocate.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import posenc
+    >>> table = posenc.tener_relative_table(3, 4, dtype="float64")
+    >>> table.shape  # positions -3 .. 2
+    (6, 4)
+    >>> p = np.arange(-3, 3)[:, None]
+    >>> w = 10000.0 ** -np.arange(2)  # h = 2: w_i = base ** (-i / (h - 1))
+    >>> np.allclose(table, np.concatenate([np.sin(p * w), np.cos(p * w)], axis=1))
+    True
     """
     length = v.integer(length, "length", minimum=1)
     dim = v.integer(dim, "dim")
@@ -523,6 +610,32 @@ def tener_position_term(
     Returns
     -------
     ndarray (..., heads, L, L), or `scores` with the terms added.
+
+    Raises
+    ------
+    TypeError
+        An input that is not a float array, or `scores` that cannot be
+        written in place.
+    ValueError
+        Shapes that do not match (heads, head_dim, `k`'s length, the
+        leading axes, `scores`' shape), or a table of fewer than
+        ``2 * L`` rows.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import posenc
+    >>> rng = np.random.default_rng(0)
+    >>> q, k = rng.standard_normal((2, 2, 3, 4))  # (heads, L, head_dim) each
+    >>> R = posenc.tener_relative_table(3, 4, dtype="float64")  # row 3 + p: position p
+    >>> term = posenc.tener_position_term(q, k, R)
+    >>> term.shape
+    (2, 3, 3)
+    >>> i, j = np.arange(3)[:, None], np.arange(3)[None, :]
+    >>> query_side = np.einsum("hid,ijd->hij", q, R[3 + j - i])  # q_i . R[j - i]
+    >>> key_side = np.einsum("hjd,ijd->hij", k, R[3 + i - j])  # k_j . R[i - j]
+    >>> np.allclose(term, query_side + key_side)
+    True
     """
     return _finish(*_tener_term(q, k, table, v, key_term, scores))
 
@@ -568,15 +681,43 @@ def tener_scores(
 ) -> Array:
     """TENER's attention scores (before the mask and softmax).
 
-    ``((q_i + u) . k_j + (q_i + v) . R[j - i] + k_j . R[i - j]) / s`` with
-    ``s = sqrt(head_dim)`` when `scale`, else 1 (TENER drops the scale for
-    NER); see :func:`tener_position_term` for the arguments.  `u` is the
-    content bias (TENER's code: ``r_r_bias``), `v` the position bias
-    (``r_w_bias``).
+    Parameters
+    ----------
+    q, k : array_like (..., heads, L, head_dim)
+        Queries and keys of one sequence (self-attention).
+    table : array_like (2 * M, head_dim), M >= L
+        :func:`tener_relative_table` ``(M, head_dim)``.
+    u, v : array_like (heads, head_dim), optional
+        The content bias (TENER's code: ``r_r_bias``) and the position
+        bias (``r_w_bias``).
+    scale : bool
+        Divide by ``sqrt(head_dim)`` (TENER drops the scale for NER).
+    key_term : bool
+        As in :func:`tener_position_term`.
 
     Returns
     -------
-    ndarray (..., heads, L, L) of the inputs' promoted dtype.
+    ndarray (..., heads, L, L) of the inputs' promoted dtype
+        ``((q_i + u) . k_j + (q_i + v) . R[j - i] + k_j . R[i - j]) / s``,
+        ``s = sqrt(head_dim)`` with `scale`, else 1.
+
+    Raises
+    ------
+    TypeError, ValueError
+        As :func:`tener_position_term`, and for `u` as for `v`.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import posenc
+    >>> rng = np.random.default_rng(0)
+    >>> q, k = rng.standard_normal((2, 2, 3, 4))  # (heads, L, head_dim) each
+    >>> R = posenc.tener_relative_table(3, 4, dtype="float64")
+    >>> scores = posenc.tener_scores(q, k, R, scale=True, key_term=False)
+    >>> i, j = np.arange(3)[:, None], np.arange(3)[None, :]
+    >>> want = (q @ np.swapaxes(k, -1, -2) + np.einsum("hid,ijd->hij", q, R[3 + j - i])) / 2
+    >>> np.allclose(scores, want)  # divided by sqrt(head_dim) = 2
+    True
     """
     q = _qk(q, "q")
     heads, length, d = q.shape[-3:]
@@ -736,12 +877,23 @@ def deberta_log_bucket(
 
     Raises
     ------
+    TypeError
+        `relative_pos` not of integers, or a size of the wrong kind.
     ValueError
-        Naming the sizes, where the formula has no int64 bucket for a
-        distance given past mid: in float32 where ``(max_position - 1) /
-        mid`` rounds to 1 (its logarithm 0 divides; transformers' buckets
-        are inf or nan there), in float64 where a bucket passes 2**63.
-        Distances up to mid never read the logarithm.
+        `bucket_size` < 4, `max_position` <= ``bucket_size // 2 + 1``,
+        distances past +-2**62; and, naming the sizes, where the formula
+        has no int64 bucket for a distance given past mid: in float32
+        where ``(max_position - 1) / mid`` rounds to 1 (its logarithm 0
+        divides; transformers' buckets are inf or nan there), in float64
+        where a bucket passes 2**63.  Distances up to mid never read the
+        logarithm.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import posenc
+    >>> posenc.deberta_log_bucket(np.array([-300, -5, 0, 5, 300]), 256, 512).tolist()
+    [-207, -5, 0, 5, 207]
     """
     arr = np.asarray(relative_pos)
     if arr.dtype.kind not in "iu":
@@ -787,6 +939,20 @@ def deberta_relative_positions(
     ndarray of int64 (q_len, k_len)
         ``(q_offset + i) - j``, bucketed: the opposite sign of
         :func:`posenc.relative_positions`.
+
+    Raises
+    ------
+    TypeError
+        A size or offset of the wrong kind.
+    ValueError
+        A size < 1, `max_position` < 1 with buckets, or sizes the log
+        buckets refuse (:func:`deberta_log_bucket`).
+
+    Examples
+    --------
+    >>> import posenc
+    >>> posenc.deberta_relative_positions(2, 4).tolist()  # query - key
+    [[0, -1, -2, -3], [1, 0, -1, -2]]
     """
     q_len = v.integer(q_len, "q_len", minimum=1)
     k_len = q_len if k_len is None else v.integer(k_len, "k_len", minimum=1)
@@ -853,6 +1019,33 @@ def deberta_attention_bias(
         as transformers' ``DisentangledSelfAttention.disentangled_attention_bias``
         (whose p2c index, ``span - bucket(j - i)``, is the same column
         since the buckets are odd).
+
+    Raises
+    ------
+    TypeError
+        An input that is not a float array, or `scores` that cannot be
+        written in place.
+    ValueError
+        Neither `pos_key` nor `pos_query`, shapes that do not match (heads,
+        head_dim, ``2 * span`` rows, the leading axes, `scores`' shape),
+        sizes the log buckets refuse, or a `scale_factor` whose scale is 0,
+        inf or nan.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import posenc
+    >>> rng = np.random.default_rng(0)
+    >>> q, k = rng.standard_normal((2, 2, 3, 4))  # (heads, length, head_dim) each
+    >>> pos_key = rng.standard_normal((2, 8, 4))  # span 4: 2 * span rows
+    >>> bias = posenc.deberta_attention_bias(q, k, pos_key, max_relative_positions=4)
+    >>> bias.shape
+    (2, 3, 3)
+    >>> i, j = np.arange(3)[:, None], np.arange(3)[None, :]
+    >>> c = np.clip(4 + (i - j), 0, 7)
+    >>> s = np.sqrt(4 * 2)  # sqrt(head_dim * scale_factor), c2p alone: scale_factor 2
+    >>> np.allclose(bias, np.einsum("hid,hijd->hij", q, pos_key[:, c]) / s)
+    True
     """
     return _finish(
         *_deberta_term(
@@ -984,6 +1177,28 @@ def shaw_key_term(
     Returns
     -------
     ndarray (..., heads, q_len, k_len), or `scores` with the term added.
+
+    Raises
+    ------
+    TypeError
+        An input that is not a float array, or `scores` that cannot be
+        written in place.
+    ValueError
+        Shapes that do not match (heads, head_dim, ``2k + 1`` rows, the
+        leading axes, `scores`' shape), or a negative `max_distance`.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import posenc
+    >>> rng = np.random.default_rng(0)
+    >>> q = rng.standard_normal((2, 3, 4))  # (heads, q_len, head_dim)
+    >>> a = rng.standard_normal((5, 4))  # max_distance 2: distances -2 .. 2
+    >>> term = posenc.shaw_key_term(q, a, max_distance=2, k_len=4)  # qpos = 1 + i
+    >>> i, j = np.arange(3)[:, None], np.arange(4)[None, :]
+    >>> rows = a[np.clip(j - (1 + i), -2, 2) + 2]
+    >>> np.allclose(term, np.einsum("hid,ijd->hij", q, rows))
+    True
     """
     return _finish(*_shaw_term(q, rel_keys, max_distance, k_len, q_offset, scores))
 
@@ -1047,6 +1262,28 @@ def shaw_value_term(
         To be added to ``weights @ values``.  The weights are first summed
         per distance bucket (a C scatter, ``(q_len, 2k + 1)`` per head),
         then one BLAS product with the table.
+
+    Raises
+    ------
+    TypeError
+        An input that is not a float array.
+    ValueError
+        `rel_values` not of ``2k + 1`` rows (one table, or one per head),
+        or a negative `max_distance`.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import posenc
+    >>> rng = np.random.default_rng(0)
+    >>> w = rng.random((2, 3, 3))  # (heads, q_len, k_len)
+    >>> a = rng.standard_normal((3, 4))  # max_distance 1: distances -1 .. 1
+    >>> out = posenc.shaw_value_term(w, a, max_distance=1)
+    >>> out.shape
+    (2, 3, 4)
+    >>> i, j = np.arange(3)[:, None], np.arange(3)[None, :]
+    >>> np.allclose(out, np.einsum("hij,ijd->hid", w, a[np.clip(j - i, -1, 1) + 1]))
+    True
     """
     w, rv, index, work = _shaw_value_args(weights, rel_values, max_distance, q_offset)
     summed = _by_distance(w, index, rv.shape[-2], work)
@@ -1115,6 +1352,30 @@ def tupe_bias(
         `untie_cls` row 0 is ``(p_0 U_Q)(p_0 U_K)^T / sqrt(2 d) + b[nb // 2]``
         ([CLS] to others) and column 0 of the other rows
         ``(p_1 U_Q)(p_1 U_K)^T / sqrt(2 d) + b[nb]`` (others to [CLS]).
+
+    Raises
+    ------
+    TypeError
+        An input that is not a float array, or `scores` that cannot be
+        written in place.
+    ValueError
+        `pos_q` and `pos_k` of different shapes, no [CLS] row with
+        `untie_cls`, a `rel_table` not of shape (buckets (+ 1), heads) with
+        an even number of buckets, or `scores` of another shape.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import posenc
+    >>> rng = np.random.default_rng(0)
+    >>> pos_q, pos_k = rng.standard_normal((2, 2, 4, 8))  # (heads, 1 + n, head_dim) each
+    >>> bias = posenc.tupe_bias(pos_q, pos_k, untie_cls=False)
+    >>> bias.shape
+    (2, 4, 4)
+    >>> np.allclose(bias, pos_q @ np.swapaxes(pos_k, -1, -2) / np.sqrt(2 * 8))
+    True
+    >>> posenc.tupe_bias(pos_q, pos_k).shape  # row 0 the [CLS] slot: n = 3 tokens
+    (2, 3, 3)
     """
     pq = _float(pos_q, "pos_q", 3)
     pk = _float(pos_k, "pos_k", 3)
