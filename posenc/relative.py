@@ -361,15 +361,15 @@ def xl_position_term(
     Raises
     ------
     TypeError
-        An input that is not a float array, or `scores` that cannot be
-        written in place.
+        `q`, `r` or `bias` not a float array; `scores` not writable in place.
     ValueError
-        Shapes that do not match (heads, head_dim, rows, the leading axes,
-        `scores`' shape), or a table without the rows of the distances the
-        scores need (the message says which).
+        Mismatched heads, head_dim, leading axes or `scores` shape, or an
+        `r` without rows for the distances the scores need (it says which).
 
     Examples
     --------
+    The relative shift is an index: score (i, j) reads row ``k_len - (i - j)``.
+
     >>> import numpy as np
     >>> import posenc
     >>> rng = np.random.default_rng(0)
@@ -455,7 +455,7 @@ def xl_content_bias(k: ArrayLike, bias: ArrayLike, *, scores: Optional[Array] = 
     Raises
     ------
     TypeError
-        `bias` None, an input that is not a float array, or `scores` that
+        `bias` None or not a float array, `k` not one, or `scores` that
         cannot be written in place.
     ValueError
         `bias` not of shape (heads, head_dim), or `scores` of a shape the
@@ -463,11 +463,12 @@ def xl_content_bias(k: ArrayLike, bias: ArrayLike, *, scores: Optional[Array] = 
 
     Examples
     --------
+    One row per head, which broadcasts over the queries:
+
     >>> import numpy as np
     >>> import posenc
-    >>> rng = np.random.default_rng(0)
-    >>> k = rng.standard_normal((2, 5, 4))  # (heads, k_len, head_dim)
-    >>> u = rng.standard_normal((2, 4))
+    >>> k = np.linspace(-1.0, 1.0, 40).reshape(2, 5, 4)  # (heads, k_len, head_dim)
+    >>> u = np.array([[1.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 2.0]])
     >>> term = posenc.xl_content_bias(k, u)
     >>> term.shape
     (2, 1, 5)
@@ -613,16 +614,17 @@ def tener_position_term(
 
     Raises
     ------
-    TypeError
-        An input that is not a float array, or `scores` that cannot be
-        written in place.
     ValueError
-        Shapes that do not match (heads, head_dim, `k`'s length, the
-        leading axes, `scores`' shape), or a table of fewer than
-        ``2 * L`` rows.
+        `k` not as long as `q`, a `table` of fewer than ``2 * L`` rows or
+        another head_dim, or mismatched heads, leading axes or `scores`.
+    TypeError
+        A float array expected (`q`, `k`, `table`, `v`) and something else
+        given, or `scores` that cannot be written in place.
 
     Examples
     --------
+    Row ``M + p`` of the table holds position ``p``, here with ``M = L = 3``:
+
     >>> import numpy as np
     >>> import posenc
     >>> rng = np.random.default_rng(0)
@@ -683,10 +685,9 @@ def tener_scores(
 
     Parameters
     ----------
-    q, k : array_like (..., heads, L, head_dim)
-        Queries and keys of one sequence (self-attention).
-    table : array_like (2 * M, head_dim), M >= L
-        :func:`tener_relative_table` ``(M, head_dim)``.
+    q, k, table : array_like
+        As in :func:`tener_position_term`: queries and keys ``(..., heads,
+        L, head_dim)`` and the table of :func:`tener_relative_table`.
     u, v : array_like (heads, head_dim), optional
         The content bias (TENER's code: ``r_r_bias``) and the position
         bias (``r_w_bias``).
@@ -708,6 +709,8 @@ def tener_scores(
 
     Examples
     --------
+    Without the key's term and with the scale, as the paper writes them:
+
     >>> import numpy as np
     >>> import posenc
     >>> rng = np.random.default_rng(0)
@@ -1022,17 +1025,19 @@ def deberta_attention_bias(
 
     Raises
     ------
-    TypeError
-        An input that is not a float array, or `scores` that cannot be
-        written in place.
     ValueError
-        Neither `pos_key` nor `pos_query`, shapes that do not match (heads,
-        head_dim, ``2 * span`` rows, the leading axes, `scores`' shape),
-        sizes the log buckets refuse, or a `scale_factor` whose scale is 0,
-        inf or nan.
+        Neither `pos_key` nor `pos_query`; a table without ``2 * span``
+        rows; mismatched heads, head_dim, leading axes or `scores` shape;
+        sizes the log buckets refuse (:func:`deberta_log_bucket`); or a
+        `scale_factor` whose scale is 0, inf or nan.
+    TypeError
+        Queries, keys or tables not float arrays, sizes not integers, or
+        `scores` that cannot be written in place.
 
     Examples
     --------
+    The c2p term alone, without log buckets (span 4, distances clipped):
+
     >>> import numpy as np
     >>> import posenc
     >>> rng = np.random.default_rng(0)
@@ -1047,20 +1052,7 @@ def deberta_attention_bias(
     >>> np.allclose(bias, np.einsum("hid,hijd->hij", q, pos_key[:, c]) / s)
     True
     """
-    return _finish(
-        *_deberta_term(
-            q,
-            k,
-            pos_key,
-            pos_query,
-            position_buckets,
-            max_relative_positions,
-            q_offset,
-            scale_factor,
-            precision,
-            scores,
-        )
-    )
+    return _finish(*_deberta_term(**locals()))  # the arguments by name, as they came
 
 
 def _deberta_term(
@@ -1181,20 +1173,22 @@ def shaw_key_term(
     Raises
     ------
     TypeError
-        An input that is not a float array, or `scores` that cannot be
-        written in place.
+        `q` or `rel_keys` not a float array, `max_distance` not an
+        integer, `scores` not writable in place.
     ValueError
-        Shapes that do not match (heads, head_dim, ``2k + 1`` rows, the
-        leading axes, `scores`' shape), or a negative `max_distance`.
+        `rel_keys` without ``2 * max_distance + 1`` rows, a negative
+        `max_distance`, mismatched heads, head_dim, leading axes or scores.
 
     Examples
     --------
+    Four keys, the three queries the last three of them (``qpos = 1 + i``):
+
     >>> import numpy as np
     >>> import posenc
     >>> rng = np.random.default_rng(0)
     >>> q = rng.standard_normal((2, 3, 4))  # (heads, q_len, head_dim)
     >>> a = rng.standard_normal((5, 4))  # max_distance 2: distances -2 .. 2
-    >>> term = posenc.shaw_key_term(q, a, max_distance=2, k_len=4)  # qpos = 1 + i
+    >>> term = posenc.shaw_key_term(q, a, max_distance=2, k_len=4)
     >>> i, j = np.arange(3)[:, None], np.arange(4)[None, :]
     >>> rows = a[np.clip(j - (1 + i), -2, 2) + 2]
     >>> np.allclose(term, np.einsum("hid,ijd->hij", q, rows))
@@ -1273,6 +1267,8 @@ def shaw_value_term(
 
     Examples
     --------
+    The weights summed by clipped distance ``j - i``, times the table's rows:
+
     >>> import numpy as np
     >>> import posenc
     >>> rng = np.random.default_rng(0)
@@ -1355,16 +1351,18 @@ def tupe_bias(
 
     Raises
     ------
-    TypeError
-        An input that is not a float array, or `scores` that cannot be
-        written in place.
     ValueError
         `pos_q` and `pos_k` of different shapes, no [CLS] row with
         `untie_cls`, a `rel_table` not of shape (buckets (+ 1), heads) with
         an even number of buckets, or `scores` of another shape.
+    TypeError
+        `pos_q`, `pos_k` or `rel_table` not float arrays, or `scores` that
+        cannot be written in place.
 
     Examples
     --------
+    The positional term alone, [CLS] tied, then the shape with [CLS] untied:
+
     >>> import numpy as np
     >>> import posenc
     >>> rng = np.random.default_rng(0)

@@ -57,292 +57,161 @@ def _shaw_term(
 def _shaw_value_args(
     weights: Any, rel_values: Any, max_distance: Any, q_offset: Any
 ) -> Tuple[np.ndarray, np.ndarray, np.ndarray, np.dtype[Any]]: ...
+
+# The public functions, one block each, their overloads typeshed-style: the
+# parameters packed on a few lines (ruff format would give each its own line).
+# fmt: off
 def xl_relative_table(
-    q_len: int,
-    k_len: Optional[int] = None,
-    dim: Optional[int] = None,
-    *,
-    attn_type: str = "bi",
-    bi_data: bool = False,
-    clamp_len: Optional[int] = None,
-    base: float = 10000.0,
+    q_len: int, k_len: Optional[int] = None, dim: Optional[int] = None, *, attn_type: str = "bi",
+    bi_data: bool = False, clamp_len: Optional[int] = None, base: float = 10000.0,
     dtype: Optional[DTypeLike] = None,
 ) -> NDArray[Any]: ...
+
 @overload
 def xl_position_term(
-    q: np.ndarray,
-    r: ArrayLike,
-    *,
-    bias: Optional[ArrayLike] = None,
-    k_len: Optional[int] = None,
-    q_offset: Optional[int] = None,
-    causal: bool = False,
-    scores: Optional[Array] = None,
+    q: np.ndarray, r: ArrayLike, *, bias: Optional[ArrayLike] = None, k_len: Optional[int] = None,
+    q_offset: Optional[int] = None, causal: bool = False, scores: Optional[Array] = None,
 ) -> NDArray[Any]: ...
 @overload
 def xl_position_term(
-    q: ArrayT,
-    r: ArrayLike,
-    *,
-    bias: Optional[ArrayLike] = None,
-    k_len: Optional[int] = None,
-    q_offset: Optional[int] = None,
-    causal: bool = False,
-    scores: Optional[Array] = None,
+    q: ArrayT, r: ArrayLike, *, bias: Optional[ArrayLike] = None, k_len: Optional[int] = None,
+    q_offset: Optional[int] = None, causal: bool = False, scores: Optional[Array] = None,
 ) -> ArrayT: ...
 @overload
 def xl_position_term(
-    q: ArrayLike,
-    r: ArrayLike,
-    *,
-    bias: Optional[ArrayLike] = None,
-    k_len: Optional[int] = None,
-    q_offset: Optional[int] = None,
-    causal: bool = False,
-    scores: Optional[Array] = None,
+    q: ArrayLike, r: ArrayLike, *, bias: Optional[ArrayLike] = None, k_len: Optional[int] = None,
+    q_offset: Optional[int] = None, causal: bool = False, scores: Optional[Array] = None,
 ) -> NDArray[Any]: ...
+
 @overload
 def xl_content_bias(
-    k: np.ndarray,
-    bias: ArrayLike,
-    *,
-    scores: Optional[Array] = None,
+    k: np.ndarray, bias: ArrayLike, *, scores: Optional[Array] = None,
 ) -> NDArray[Any]: ...
 @overload
 def xl_content_bias(k: ArrayT, bias: ArrayLike, *, scores: Optional[Array] = None) -> ArrayT: ...
 @overload
 def xl_content_bias(
-    k: ArrayLike,
-    bias: ArrayLike,
-    *,
-    scores: Optional[Array] = None,
+    k: ArrayLike, bias: ArrayLike, *, scores: Optional[Array] = None,
 ) -> NDArray[Any]: ...
+
 def tener_relative_table(
-    length: int,
-    dim: int,
-    *,
-    base: float = 10000.0,
-    dtype: Optional[DTypeLike] = None,
+    length: int, dim: int, *, base: float = 10000.0, dtype: Optional[DTypeLike] = None,
+) -> NDArray[Any]: ...
+
+@overload
+def tener_position_term(
+    q: np.ndarray, k: ArrayLike, table: ArrayLike, *, v: Optional[ArrayLike] = None,
+    key_term: bool = True, scores: Optional[Array] = None,
 ) -> NDArray[Any]: ...
 @overload
 def tener_position_term(
-    q: np.ndarray,
-    k: ArrayLike,
-    table: ArrayLike,
-    *,
-    v: Optional[ArrayLike] = None,
-    key_term: bool = True,
-    scores: Optional[Array] = None,
-) -> NDArray[Any]: ...
-@overload
-def tener_position_term(
-    q: ArrayT,
-    k: ArrayLike,
-    table: ArrayLike,
-    *,
-    v: Optional[ArrayLike] = None,
-    key_term: bool = True,
-    scores: Optional[Array] = None,
+    q: ArrayT, k: ArrayLike, table: ArrayLike, *, v: Optional[ArrayLike] = None,
+    key_term: bool = True, scores: Optional[Array] = None,
 ) -> ArrayT: ...
 @overload
 def tener_position_term(
-    q: ArrayLike,
-    k: ArrayLike,
-    table: ArrayLike,
-    *,
-    v: Optional[ArrayLike] = None,
-    key_term: bool = True,
-    scores: Optional[Array] = None,
+    q: ArrayLike, k: ArrayLike, table: ArrayLike, *, v: Optional[ArrayLike] = None,
+    key_term: bool = True, scores: Optional[Array] = None,
+) -> NDArray[Any]: ...
+
+@overload
+def tener_scores(
+    q: np.ndarray, k: ArrayLike, table: ArrayLike, *, u: Optional[ArrayLike] = None,
+    v: Optional[ArrayLike] = None, scale: bool = False, key_term: bool = True,
 ) -> NDArray[Any]: ...
 @overload
 def tener_scores(
-    q: np.ndarray,
-    k: ArrayLike,
-    table: ArrayLike,
-    *,
-    u: Optional[ArrayLike] = None,
-    v: Optional[ArrayLike] = None,
-    scale: bool = False,
-    key_term: bool = True,
-) -> NDArray[Any]: ...
-@overload
-def tener_scores(
-    q: ArrayT,
-    k: ArrayLike,
-    table: ArrayLike,
-    *,
-    u: Optional[ArrayLike] = None,
-    v: Optional[ArrayLike] = None,
-    scale: bool = False,
-    key_term: bool = True,
+    q: ArrayT, k: ArrayLike, table: ArrayLike, *, u: Optional[ArrayLike] = None,
+    v: Optional[ArrayLike] = None, scale: bool = False, key_term: bool = True,
 ) -> ArrayT: ...
 @overload
 def tener_scores(
-    q: ArrayLike,
-    k: ArrayLike,
-    table: ArrayLike,
-    *,
-    u: Optional[ArrayLike] = None,
-    v: Optional[ArrayLike] = None,
-    scale: bool = False,
-    key_term: bool = True,
+    q: ArrayLike, k: ArrayLike, table: ArrayLike, *, u: Optional[ArrayLike] = None,
+    v: Optional[ArrayLike] = None, scale: bool = False, key_term: bool = True,
 ) -> NDArray[Any]: ...
+
 @overload
 def deberta_log_bucket(
-    relative_pos: np.ndarray,
-    bucket_size: int,
-    max_position: int,
-    *,
-    precision: str = "float32",
+    relative_pos: np.ndarray, bucket_size: int, max_position: int, *, precision: str = "float32",
 ) -> NDArray[np.int64]: ...
 @overload
 def deberta_log_bucket(
-    relative_pos: ArrayT,
-    bucket_size: int,
-    max_position: int,
-    *,
-    precision: str = "float32",
+    relative_pos: ArrayT, bucket_size: int, max_position: int, *, precision: str = "float32",
 ) -> ArrayT: ...
 @overload
 def deberta_log_bucket(
-    relative_pos: ArrayLike,
-    bucket_size: int,
-    max_position: int,
-    *,
-    precision: str = "float32",
+    relative_pos: ArrayLike, bucket_size: int, max_position: int, *, precision: str = "float32",
 ) -> NDArray[np.int64]: ...
+
 def deberta_relative_positions(
-    q_len: int,
-    k_len: Optional[int] = None,
-    *,
-    bucket_size: int = -1,
-    max_position: int = -1,
-    q_offset: int = 0,
-    precision: str = "float32",
+    q_len: int, k_len: Optional[int] = None, *, bucket_size: int = -1, max_position: int = -1,
+    q_offset: int = 0, precision: str = "float32",
 ) -> NDArray[np.int64]: ...
+
 @overload
 def deberta_attention_bias(
-    q: np.ndarray,
-    k: ArrayLike,
-    pos_key: Optional[ArrayLike] = None,
-    pos_query: Optional[ArrayLike] = None,
-    *,
-    position_buckets: int = -1,
-    max_relative_positions: int = 512,
-    q_offset: int = 0,
-    scale_factor: Optional[float] = None,
-    precision: str = "float32",
-    scores: Optional[Array] = None,
+    q: np.ndarray, k: ArrayLike, pos_key: Optional[ArrayLike] = None,
+    pos_query: Optional[ArrayLike] = None, *, position_buckets: int = -1,
+    max_relative_positions: int = 512, q_offset: int = 0, scale_factor: Optional[float] = None,
+    precision: str = "float32", scores: Optional[Array] = None,
 ) -> NDArray[Any]: ...
 @overload
 def deberta_attention_bias(
-    q: ArrayT,
-    k: ArrayLike,
-    pos_key: Optional[ArrayLike] = None,
-    pos_query: Optional[ArrayLike] = None,
-    *,
-    position_buckets: int = -1,
-    max_relative_positions: int = 512,
-    q_offset: int = 0,
-    scale_factor: Optional[float] = None,
-    precision: str = "float32",
-    scores: Optional[Array] = None,
+    q: ArrayT, k: ArrayLike, pos_key: Optional[ArrayLike] = None,
+    pos_query: Optional[ArrayLike] = None, *, position_buckets: int = -1,
+    max_relative_positions: int = 512, q_offset: int = 0, scale_factor: Optional[float] = None,
+    precision: str = "float32", scores: Optional[Array] = None,
 ) -> ArrayT: ...
 @overload
 def deberta_attention_bias(
-    q: ArrayLike,
-    k: ArrayLike,
-    pos_key: Optional[ArrayLike] = None,
-    pos_query: Optional[ArrayLike] = None,
-    *,
-    position_buckets: int = -1,
-    max_relative_positions: int = 512,
-    q_offset: int = 0,
-    scale_factor: Optional[float] = None,
-    precision: str = "float32",
-    scores: Optional[Array] = None,
+    q: ArrayLike, k: ArrayLike, pos_key: Optional[ArrayLike] = None,
+    pos_query: Optional[ArrayLike] = None, *, position_buckets: int = -1,
+    max_relative_positions: int = 512, q_offset: int = 0, scale_factor: Optional[float] = None,
+    precision: str = "float32", scores: Optional[Array] = None,
+) -> NDArray[Any]: ...
+
+@overload
+def shaw_key_term(
+    q: np.ndarray, rel_keys: ArrayLike, *, max_distance: int, k_len: Optional[int] = None,
+    q_offset: Optional[int] = None, scores: Optional[Array] = None,
 ) -> NDArray[Any]: ...
 @overload
 def shaw_key_term(
-    q: np.ndarray,
-    rel_keys: ArrayLike,
-    *,
-    max_distance: int,
-    k_len: Optional[int] = None,
-    q_offset: Optional[int] = None,
-    scores: Optional[Array] = None,
-) -> NDArray[Any]: ...
-@overload
-def shaw_key_term(
-    q: ArrayT,
-    rel_keys: ArrayLike,
-    *,
-    max_distance: int,
-    k_len: Optional[int] = None,
-    q_offset: Optional[int] = None,
-    scores: Optional[Array] = None,
+    q: ArrayT, rel_keys: ArrayLike, *, max_distance: int, k_len: Optional[int] = None,
+    q_offset: Optional[int] = None, scores: Optional[Array] = None,
 ) -> ArrayT: ...
 @overload
 def shaw_key_term(
-    q: ArrayLike,
-    rel_keys: ArrayLike,
-    *,
-    max_distance: int,
-    k_len: Optional[int] = None,
-    q_offset: Optional[int] = None,
-    scores: Optional[Array] = None,
+    q: ArrayLike, rel_keys: ArrayLike, *, max_distance: int, k_len: Optional[int] = None,
+    q_offset: Optional[int] = None, scores: Optional[Array] = None,
 ) -> NDArray[Any]: ...
+
 @overload
 def shaw_value_term(
-    weights: np.ndarray,
-    rel_values: ArrayLike,
-    *,
-    max_distance: int,
+    weights: np.ndarray, rel_values: ArrayLike, *, max_distance: int,
     q_offset: Optional[int] = None,
 ) -> NDArray[Any]: ...
 @overload
 def shaw_value_term(
-    weights: ArrayT,
-    rel_values: ArrayLike,
-    *,
-    max_distance: int,
-    q_offset: Optional[int] = None,
+    weights: ArrayT, rel_values: ArrayLike, *, max_distance: int, q_offset: Optional[int] = None,
 ) -> ArrayT: ...
 @overload
 def shaw_value_term(
-    weights: ArrayLike,
-    rel_values: ArrayLike,
-    *,
-    max_distance: int,
-    q_offset: Optional[int] = None,
+    weights: ArrayLike, rel_values: ArrayLike, *, max_distance: int, q_offset: Optional[int] = None,
+) -> NDArray[Any]: ...
+
+@overload
+def tupe_bias(
+    pos_q: np.ndarray, pos_k: ArrayLike, *, rel_table: Optional[ArrayLike] = None,
+    max_distance: int = 128, untie_cls: bool = True, scores: Optional[Array] = None,
 ) -> NDArray[Any]: ...
 @overload
 def tupe_bias(
-    pos_q: np.ndarray,
-    pos_k: ArrayLike,
-    *,
-    rel_table: Optional[ArrayLike] = None,
-    max_distance: int = 128,
-    untie_cls: bool = True,
-    scores: Optional[Array] = None,
-) -> NDArray[Any]: ...
-@overload
-def tupe_bias(
-    pos_q: ArrayT,
-    pos_k: ArrayLike,
-    *,
-    rel_table: Optional[ArrayLike] = None,
-    max_distance: int = 128,
-    untie_cls: bool = True,
-    scores: Optional[Array] = None,
+    pos_q: ArrayT, pos_k: ArrayLike, *, rel_table: Optional[ArrayLike] = None,
+    max_distance: int = 128, untie_cls: bool = True, scores: Optional[Array] = None,
 ) -> ArrayT: ...
 @overload
 def tupe_bias(
-    pos_q: ArrayLike,
-    pos_k: ArrayLike,
-    *,
-    rel_table: Optional[ArrayLike] = None,
-    max_distance: int = 128,
-    untie_cls: bool = True,
-    scores: Optional[Array] = None,
+    pos_q: ArrayLike, pos_k: ArrayLike, *, rel_table: Optional[ArrayLike] = None,
+    max_distance: int = 128, untie_cls: bool = True, scores: Optional[Array] = None,
 ) -> NDArray[Any]: ...
