@@ -5,7 +5,7 @@
 # posenc.relative (posenc._relative_grad): the argument readers typed here, the
 # engine's names re-exported from posenc._relative_engine.
 
-from typing import Any, List, Optional, Tuple, overload
+from typing import Any, List, Tuple, overload
 
 import numpy as np
 
@@ -27,12 +27,10 @@ _check = _validate  # the module, as posenc.relative names it
 
 # (target or None, leading axes, (heads, q_len, k_len), result dtype, parts):
 # what a gathered term's reader hands to _finish
-_Term = Tuple[
-    Optional[np.ndarray], Tuple[int, ...], Tuple[int, int, int], np.dtype[Any], List[_Part]
-]
+_Term = Tuple[np.ndarray | None, Tuple[int, ...], Tuple[int, int, int], np.dtype[Any], List[_Part]]
 
-def _float(x: Any, name: str, ndim: Optional[int] = None) -> np.ndarray: ...
-def _qk(x: Any, name: str, heads: Optional[int] = None, d: Optional[int] = None) -> np.ndarray: ...
+def _float(x: Any, name: str, ndim: int | None = None) -> np.ndarray: ...
+def _qk(x: Any, name: str, heads: int | None = None, d: int | None = None) -> np.ndarray: ...
 def _bias_vector(bias: Any, heads: int, d: int, name: str) -> Any: ...
 def _broadcasts_to(lead: Tuple[int, ...], own: Tuple[int, ...]) -> bool: ...
 def _xl_term(
@@ -62,72 +60,72 @@ def _shaw_value_args(
 # parameters packed on a few lines (ruff format would give each its own line).
 # fmt: off
 def xl_relative_table(
-    q_len: int, k_len: Optional[int] = None, dim: Optional[int] = None, *, attn_type: str = "bi",
-    bi_data: bool = False, clamp_len: Optional[int] = None, base: float = 10000.0,
-    dtype: Optional[DTypeLike] = None,
+    q_len: int, k_len: int | None = None, dim: int | None = None, *, attn_type: str = "bi",
+    bi_data: bool = False, clamp_len: int | None = None, base: float = 10000.0,
+    dtype: DTypeLike | None = None,
 ) -> NDArray[Any]: ...
 
 @overload
 def xl_position_term(
-    q: np.ndarray, r: ArrayLike, *, bias: Optional[ArrayLike] = None, k_len: Optional[int] = None,
-    q_offset: Optional[int] = None, causal: bool = False, scores: Optional[Array] = None,
+    q: np.ndarray, r: ArrayLike, *, bias: ArrayLike | None = None, k_len: int | None = None,
+    q_offset: int | None = None, causal: bool = False, scores: Array | None = None,
 ) -> NDArray[Any]: ...
 @overload
 def xl_position_term(
-    q: ArrayT, r: ArrayLike, *, bias: Optional[ArrayLike] = None, k_len: Optional[int] = None,
-    q_offset: Optional[int] = None, causal: bool = False, scores: Optional[Array] = None,
+    q: ArrayT, r: ArrayLike, *, bias: ArrayLike | None = None, k_len: int | None = None,
+    q_offset: int | None = None, causal: bool = False, scores: Array | None = None,
 ) -> ArrayT: ...
 @overload
 def xl_position_term(
-    q: ArrayLike, r: ArrayLike, *, bias: Optional[ArrayLike] = None, k_len: Optional[int] = None,
-    q_offset: Optional[int] = None, causal: bool = False, scores: Optional[Array] = None,
+    q: ArrayLike, r: ArrayLike, *, bias: ArrayLike | None = None, k_len: int | None = None,
+    q_offset: int | None = None, causal: bool = False, scores: Array | None = None,
 ) -> NDArray[Any]: ...
 
 @overload
 def xl_content_bias(
-    k: np.ndarray, bias: ArrayLike, *, scores: Optional[Array] = None,
+    k: np.ndarray, bias: ArrayLike, *, scores: Array | None = None,
 ) -> NDArray[Any]: ...
 @overload
-def xl_content_bias(k: ArrayT, bias: ArrayLike, *, scores: Optional[Array] = None) -> ArrayT: ...
+def xl_content_bias(k: ArrayT, bias: ArrayLike, *, scores: Array | None = None) -> ArrayT: ...
 @overload
 def xl_content_bias(
-    k: ArrayLike, bias: ArrayLike, *, scores: Optional[Array] = None,
+    k: ArrayLike, bias: ArrayLike, *, scores: Array | None = None,
 ) -> NDArray[Any]: ...
 
 def tener_relative_table(
-    length: int, dim: int, *, base: float = 10000.0, dtype: Optional[DTypeLike] = None,
+    length: int, dim: int, *, base: float = 10000.0, dtype: DTypeLike | None = None,
 ) -> NDArray[Any]: ...
 
 @overload
 def tener_position_term(
-    q: np.ndarray, k: ArrayLike, table: ArrayLike, *, v: Optional[ArrayLike] = None,
-    key_term: bool = True, scores: Optional[Array] = None,
+    q: np.ndarray, k: ArrayLike, table: ArrayLike, *, v: ArrayLike | None = None,
+    key_term: bool = True, scores: Array | None = None,
 ) -> NDArray[Any]: ...
 @overload
 def tener_position_term(
-    q: ArrayT, k: ArrayLike, table: ArrayLike, *, v: Optional[ArrayLike] = None,
-    key_term: bool = True, scores: Optional[Array] = None,
+    q: ArrayT, k: ArrayLike, table: ArrayLike, *, v: ArrayLike | None = None, key_term: bool = True,
+    scores: Array | None = None,
 ) -> ArrayT: ...
 @overload
 def tener_position_term(
-    q: ArrayLike, k: ArrayLike, table: ArrayLike, *, v: Optional[ArrayLike] = None,
-    key_term: bool = True, scores: Optional[Array] = None,
+    q: ArrayLike, k: ArrayLike, table: ArrayLike, *, v: ArrayLike | None = None,
+    key_term: bool = True, scores: Array | None = None,
 ) -> NDArray[Any]: ...
 
 @overload
 def tener_scores(
-    q: np.ndarray, k: ArrayLike, table: ArrayLike, *, u: Optional[ArrayLike] = None,
-    v: Optional[ArrayLike] = None, scale: bool = False, key_term: bool = True,
+    q: np.ndarray, k: ArrayLike, table: ArrayLike, *, u: ArrayLike | None = None,
+    v: ArrayLike | None = None, scale: bool = False, key_term: bool = True,
 ) -> NDArray[Any]: ...
 @overload
 def tener_scores(
-    q: ArrayT, k: ArrayLike, table: ArrayLike, *, u: Optional[ArrayLike] = None,
-    v: Optional[ArrayLike] = None, scale: bool = False, key_term: bool = True,
+    q: ArrayT, k: ArrayLike, table: ArrayLike, *, u: ArrayLike | None = None,
+    v: ArrayLike | None = None, scale: bool = False, key_term: bool = True,
 ) -> ArrayT: ...
 @overload
 def tener_scores(
-    q: ArrayLike, k: ArrayLike, table: ArrayLike, *, u: Optional[ArrayLike] = None,
-    v: Optional[ArrayLike] = None, scale: bool = False, key_term: bool = True,
+    q: ArrayLike, k: ArrayLike, table: ArrayLike, *, u: ArrayLike | None = None,
+    v: ArrayLike | None = None, scale: bool = False, key_term: bool = True,
 ) -> NDArray[Any]: ...
 
 @overload
@@ -144,74 +142,72 @@ def deberta_log_bucket(
 ) -> NDArray[np.int64]: ...
 
 def deberta_relative_positions(
-    q_len: int, k_len: Optional[int] = None, *, bucket_size: int = -1, max_position: int = -1,
+    q_len: int, k_len: int | None = None, *, bucket_size: int = -1, max_position: int = -1,
     q_offset: int = 0, precision: str = "float32",
 ) -> NDArray[np.int64]: ...
 
 @overload
 def deberta_attention_bias(
-    q: np.ndarray, k: ArrayLike, pos_key: Optional[ArrayLike] = None,
-    pos_query: Optional[ArrayLike] = None, *, position_buckets: int = -1,
-    max_relative_positions: int = 512, q_offset: int = 0, scale_factor: Optional[float] = None,
-    precision: str = "float32", scores: Optional[Array] = None,
+    q: np.ndarray, k: ArrayLike, pos_key: ArrayLike | None = None,
+    pos_query: ArrayLike | None = None, *, position_buckets: int = -1,
+    max_relative_positions: int = 512, q_offset: int = 0, scale_factor: float | None = None,
+    precision: str = "float32", scores: Array | None = None,
 ) -> NDArray[Any]: ...
 @overload
 def deberta_attention_bias(
-    q: ArrayT, k: ArrayLike, pos_key: Optional[ArrayLike] = None,
-    pos_query: Optional[ArrayLike] = None, *, position_buckets: int = -1,
-    max_relative_positions: int = 512, q_offset: int = 0, scale_factor: Optional[float] = None,
-    precision: str = "float32", scores: Optional[Array] = None,
+    q: ArrayT, k: ArrayLike, pos_key: ArrayLike | None = None, pos_query: ArrayLike | None = None,
+    *, position_buckets: int = -1, max_relative_positions: int = 512, q_offset: int = 0,
+    scale_factor: float | None = None, precision: str = "float32", scores: Array | None = None,
 ) -> ArrayT: ...
 @overload
 def deberta_attention_bias(
-    q: ArrayLike, k: ArrayLike, pos_key: Optional[ArrayLike] = None,
-    pos_query: Optional[ArrayLike] = None, *, position_buckets: int = -1,
-    max_relative_positions: int = 512, q_offset: int = 0, scale_factor: Optional[float] = None,
-    precision: str = "float32", scores: Optional[Array] = None,
+    q: ArrayLike, k: ArrayLike, pos_key: ArrayLike | None = None,
+    pos_query: ArrayLike | None = None, *, position_buckets: int = -1,
+    max_relative_positions: int = 512, q_offset: int = 0, scale_factor: float | None = None,
+    precision: str = "float32", scores: Array | None = None,
 ) -> NDArray[Any]: ...
 
 @overload
 def shaw_key_term(
-    q: np.ndarray, rel_keys: ArrayLike, *, max_distance: int, k_len: Optional[int] = None,
-    q_offset: Optional[int] = None, scores: Optional[Array] = None,
+    q: np.ndarray, rel_keys: ArrayLike, *, max_distance: int, k_len: int | None = None,
+    q_offset: int | None = None, scores: Array | None = None,
 ) -> NDArray[Any]: ...
 @overload
 def shaw_key_term(
-    q: ArrayT, rel_keys: ArrayLike, *, max_distance: int, k_len: Optional[int] = None,
-    q_offset: Optional[int] = None, scores: Optional[Array] = None,
+    q: ArrayT, rel_keys: ArrayLike, *, max_distance: int, k_len: int | None = None,
+    q_offset: int | None = None, scores: Array | None = None,
 ) -> ArrayT: ...
 @overload
 def shaw_key_term(
-    q: ArrayLike, rel_keys: ArrayLike, *, max_distance: int, k_len: Optional[int] = None,
-    q_offset: Optional[int] = None, scores: Optional[Array] = None,
+    q: ArrayLike, rel_keys: ArrayLike, *, max_distance: int, k_len: int | None = None,
+    q_offset: int | None = None, scores: Array | None = None,
 ) -> NDArray[Any]: ...
 
 @overload
 def shaw_value_term(
-    weights: np.ndarray, rel_values: ArrayLike, *, max_distance: int,
-    q_offset: Optional[int] = None,
+    weights: np.ndarray, rel_values: ArrayLike, *, max_distance: int, q_offset: int | None = None,
 ) -> NDArray[Any]: ...
 @overload
 def shaw_value_term(
-    weights: ArrayT, rel_values: ArrayLike, *, max_distance: int, q_offset: Optional[int] = None,
+    weights: ArrayT, rel_values: ArrayLike, *, max_distance: int, q_offset: int | None = None,
 ) -> ArrayT: ...
 @overload
 def shaw_value_term(
-    weights: ArrayLike, rel_values: ArrayLike, *, max_distance: int, q_offset: Optional[int] = None,
+    weights: ArrayLike, rel_values: ArrayLike, *, max_distance: int, q_offset: int | None = None,
 ) -> NDArray[Any]: ...
 
 @overload
 def tupe_bias(
-    pos_q: np.ndarray, pos_k: ArrayLike, *, rel_table: Optional[ArrayLike] = None,
-    max_distance: int = 128, untie_cls: bool = True, scores: Optional[Array] = None,
+    pos_q: np.ndarray, pos_k: ArrayLike, *, rel_table: ArrayLike | None = None,
+    max_distance: int = 128, untie_cls: bool = True, scores: Array | None = None,
 ) -> NDArray[Any]: ...
 @overload
 def tupe_bias(
-    pos_q: ArrayT, pos_k: ArrayLike, *, rel_table: Optional[ArrayLike] = None,
-    max_distance: int = 128, untie_cls: bool = True, scores: Optional[Array] = None,
+    pos_q: ArrayT, pos_k: ArrayLike, *, rel_table: ArrayLike | None = None, max_distance: int = 128,
+    untie_cls: bool = True, scores: Array | None = None,
 ) -> ArrayT: ...
 @overload
 def tupe_bias(
-    pos_q: ArrayLike, pos_k: ArrayLike, *, rel_table: Optional[ArrayLike] = None,
-    max_distance: int = 128, untie_cls: bool = True, scores: Optional[Array] = None,
+    pos_q: ArrayLike, pos_k: ArrayLike, *, rel_table: ArrayLike | None = None,
+    max_distance: int = 128, untie_cls: bool = True, scores: Array | None = None,
 ) -> NDArray[Any]: ...
