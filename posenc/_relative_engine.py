@@ -14,7 +14,8 @@ The precision rules live here too: products formed in float32, or float64
 when an input or the scores are float64 (`_work`); a new result of the
 inputs' promoted dtype (`_promote`), rounded once (`_cast`).  The public
 functions (posenc.relative) read and check their arguments, then build the
-parts; nothing here checks a caller's argument.
+parts; here the arrays are the checked ones (only a result's size is checked
+against what can be allocated, before it is made).
 """
 
 from __future__ import annotations

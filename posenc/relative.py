@@ -13,8 +13,9 @@ distance names.  The gather and the add into the scores are one C kernel
 (src/relative.c) that reads the products where they are: no shifted copy
 and no ``(q, k)`` temporary of the term is made.  The products are made a
 block of rows (or keys) at a time, each block for the columns its
-distances reach only, and gathered while in cache (_gather_part); their
-last bits are BLAS's, which may depend on a block's shape.
+distances reach only, and gathered while in cache; their last bits are
+BLAS's, which may depend on a block's shape.  That engine is
+posenc._relative_engine; this module reads and checks the arguments.
 
 Distances: Transformer-XL, XLNet and DeBERTa count ``query - key`` (the
 opposite sign of :func:`posenc.relative_positions`); Shaw, TENER's query
