@@ -13,8 +13,9 @@ distance names.  The gather and the add into the scores are one C kernel
 (src/relative.c) that reads the products where they are: no shifted copy
 and no ``(q, k)`` temporary of the term is made.  The products are made a
 block of rows (or keys) at a time, each block for the columns its
-distances reach only, and gathered while in cache (_gather_part); their
-last bits are BLAS's, which may depend on a block's shape.
+distances reach only, and gathered while in cache; their last bits are
+BLAS's, which may depend on a block's shape.  That engine is
+posenc._relative_engine; this module reads and checks the arguments.
 
 Distances: Transformer-XL, XLNet and DeBERTa count ``query - key`` (the
 opposite sign of :func:`posenc.relative_positions`); Shaw, TENER's query
@@ -40,22 +41,40 @@ adds: the sum rounded once.
 from __future__ import annotations
 
 import math
-from typing import Any, NamedTuple, Optional, Tuple, overload
+from typing import Any, Optional
 
 import numpy as np
 
 from . import _core
 from . import _validate as v
-from ._dtypes import is_bfloat16, widen
 from ._interop import foreign
-from ._typing import Array, ArrayLike, ArrayT, DTypeLike, NDArray
+
+# the engine: products in blocks, the C gathers, scatters and dense adds,
+# the precision rules; _relative_grad reads some of these names from here
+from ._relative_engine import (  # noqa: F401
+    _KERNEL_DTYPES,
+    _add_into,
+    _Blocks,
+    _by_distance,
+    _cast,
+    _finish,
+    _ieee,
+    _main_run,
+    _padded_rows,
+    _Part,
+    _products,
+    _promote,
+    _result,
+    _up,
+    _walked_products,
+    _work,
+)
+from ._typing import Array, ArrayLike, DTypeLike, NDArray
 from .bias import _check_t5, _t5_bias
 from .sinusoid import sinusoid
 
 _check = v  # for the TENER functions, whose argument v (the position bias) hides the module
 _MAX_OFFSET = _core.MAX_Q_OFFSET
-# the element types the gather kernel adds into
-_KERNEL_DTYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
 
 
 # ---------------------------------------------------------------- helpers
@@ -69,66 +88,6 @@ def _float(x, name, ndim=None):
     if ndim is not None and arr.ndim < ndim:
         raise ValueError(f"{name} must have at least {ndim} dimensions, not shape {arr.shape}")
     return arr
-
-
-def _work(*dtypes):
-    """The dtype products are formed in: float64 if any input is, else float32."""
-    wide = any(v.native_dtype(d) == np.float64 for d in dtypes)  # '>f8' too
-    return np.dtype(np.float64) if wide else np.dtype(np.float32)
-
-
-def _ieee():
-    """Products of data holding an infinity or NaN (or overflowing) made
-    as IEEE arithmetic makes them, without NumPy's RuntimeWarning: the C
-    kernels give the same NaN and inf silently."""
-    return np.errstate(invalid="ignore", over="ignore")
-
-
-def _products(left, right):
-    """``left @ right^T`` over the last two axes, each operand first laid
-    out in C order, so that BLAS sums in one order whatever the caller's
-    layout (a Fortran-ordered or strided input gives the bits of the
-    contiguous one); see _ieee."""
-    left, right = np.ascontiguousarray(left), np.ascontiguousarray(right)
-    with _ieee():
-        return left @ np.swapaxes(right, -1, -2)
-
-
-def _up(x, work, copy=False):
-    """`x` in the working dtype `work`, a bfloat16 array widened exactly."""
-    if is_bfloat16(x.dtype):
-        return widen(x).astype(work, copy=False)
-    return x.astype(work, copy=copy)
-
-
-def _promote(*dtypes):
-    """The dtype of a new result: NumPy's promotion of the inputs' (native);
-    bfloat16 alone stays bfloat16 (the first input's kind of it), and with
-    float16 or float32 gives float32, as torch promotes (and ml_dtypes adds)."""
-    bf16 = [d for d in dtypes if is_bfloat16(d)]
-    others = [v.native_dtype(d) for d in dtypes if not is_bfloat16(d)]
-    if not bf16:
-        return np.result_type(*others)
-    return np.result_type(np.float32, *others) if others else bf16[0]
-
-
-def _result(*arrays):
-    """_promote of the arrays' dtypes."""
-    return _promote(*[a.dtype for a in arrays])
-
-
-def _cast(x, dtype):
-    """The float32 or float64 array `x` rounded once to `dtype` (a float32
-    `x` for bfloat16, which is rounded to nearest even by the dense kernel's
-    store, as narrow rounds it)."""
-    if not is_bfloat16(dtype):
-        return x.astype(dtype, copy=False)
-    x = np.ascontiguousarray(x, np.float32).reshape(np.shape(x))  # 0-d stays 0-d
-    out = np.empty(x.shape, np.uint16)
-    if x.size:
-        rows = (1, 1, -1, x.shape[-1] if x.ndim else 1)
-        _core.rel_dense_add(x.reshape(rows), out.reshape(rows), True)
-    return out.view(dtype)
 
 
 def _bias_vector(bias, heads, d, name):
@@ -241,191 +200,22 @@ def _checked_size(target, lead, shape):
     return v.shape_size(lead + shape, "result")
 
 
-# Bytes of products a gather reads per block: the products of a block are
-# made (BLAS) just before the C kernel adds them, and are read from cache.
-_BLOCK_BYTES = 1 << 21
+def _destination(scores, lead, shape, dtypes):
+    """Where a term goes: `scores` checked (_target; None without), the
+    number of scores the term makes (_checked_size) and the dtype its
+    products are made in (_work of the inputs' `dtypes` and the scores')."""
+    target = None if scores is None else _target(scores, lead, shape)
+    size = _checked_size(target, lead, shape)
+    work = _work(*dtypes, *(() if target is None else (target.dtype,)))
+    return target, size, work
 
 
-def _gather_part(work, lead, left, right, index, by_key, divisor):
-    """work (batch, heads, q, k) += the gather of ``left @ right^T`` at `index`.
-
-    left (..., heads, rows of the map's side, d), right (..., heads or 1,
-    columns, d), both of the dtype the products are made in, leading
-    axes broadcasting to `lead` (the target's); the products are rounded to
-    the kernel's float32 or float64 after `divisor` divides them.
-    The products are made a block of rows at a time (_Blocks), each block
-    only for the columns its part of the map reaches, and gathered while in
-    cache: no products of the whole term exist at once.  Between BLAS's
-    threads, the kernel runs on one: alternating two teams of threads on
-    the same cores costs more than the second thread gains."""
-    batch, heads, q_len, k_len = work.shape
-    wdt = np.dtype(np.float64) if v.native_dtype(work.dtype) == np.float64 else np.dtype(np.float32)
-    n = k_len if by_key else q_len
-    d, cols = left.shape[-1], right.shape[-2]
-    blocks = _Blocks(heads, q_len, k_len, cols, max(wdt.itemsize, left.dtype.itemsize), by_key)
-    lefts = np.broadcast_to(left, lead + (heads, n, d))
-    rights = np.broadcast_to(right, lead + (heads, cols, d))
-    single = batch * blocks.count > 1
-    spans = blocks.spans(index)
-    walked = by_key and left.dtype == wdt  # a row per step: rows apart, aligned to the loads
-    runs = {span[0]: _main_run(span[4]) for span in spans} if walked else {}
-    for b, at in enumerate(np.ndindex(*lead)):
-        lb, rb, wb = lefts[at], rights[at], work[b : b + 1]
-        for h0, h1, a0, a1, c0, c1, local in blocks.of(spans):
-            view = wb[:, h0:h1, :, a0:a1] if by_key else wb[:, h0:h1, a0:a1, :]
-            p = None
-            if walked:
-                p = _walked_products((h1 - h0, a1 - a0, c1 - c0), wdt, runs[a0], q_len)
-            p = np.matmul(lb[h0:h1, a0:a1], np.swapaxes(rb[h0:h1, c0:c1], -1, -2), out=p)
-            if divisor is not None:
-                np.divide(p, divisor, out=p)
-            p = p.astype(wdt, copy=False)
-            _core.rel_gather_add(p[None], local, v.for_kernel(view), by_key, single)
-
-
-class _Blocks:
-    """The blocks a gathered part is made in: a group of heads and a block
-    of rows (by query) or keys (by key), each for the columns its part of
-    the map reaches (a block of rows of Transformer-XL's shift reaches
-    k_len + rows - 1 of its q_len + k_len columns), at most about
-    _BLOCK_BYTES of products of `itemsize` bytes.  The forward gathers each
-    block's products, the backward scatters each block's gradient."""
-
-    def __init__(self, heads, q_len, k_len, cols, itemsize, by_key):
-        n, other = (k_len, q_len) if by_key else (q_len, k_len)
-        size = n * min(cols, n + other - 1) * itemsize  # one head's products, at most
-        if size <= _BLOCK_BYTES:
-            self.step, self.group = n, max(1, min(heads, _BLOCK_BYTES // max(size, 1)))
-        else:
-            rows = _BLOCK_BYTES // (itemsize * min(cols, other + 64))
-            self.step, self.group = max(8, rows - rows % 8), 1
-        self.heads, self.q_len, self.k_len, self.n, self.by_key = heads, q_len, k_len, n, by_key
-        self.count = -(-heads // self.group) * -(-n // self.step)
-
-    def spans(self, index):
-        """(a0, a1, c0, c1, local) for each block of rows (or keys) a0:a1
-        that reads a column: columns c0:c1 of the products, and the block's
-        own map (columns from c0, -1: none) in the gather's orientation;
-        the same for every group of heads and every batch."""
-        q_len, k_len, spans = self.q_len, self.k_len, []
-        for a0 in range(0, self.n, self.step):
-            a1 = min(self.n, a0 + self.step)
-            if self.by_key:
-                m = index[a0 : a0 + q_len + a1 - a0 - 1]
-            else:
-                m = index[q_len - a1 : q_len - a1 + a1 - a0 + k_len - 1]
-            valid = m >= 0
-            if not valid.any():
-                continue
-            c0, c1 = int(m[valid].min()), int(m[valid].max()) + 1
-            local = m - c0 if c0 == 0 or valid.all() else np.where(valid, m - c0, -1)
-            spans.append((a0, a1, c0, c1, local))
-        return spans
-
-    def of(self, spans):
-        """(h0, h1, a0, a1, c0, c1, local) for each group of heads h0:h1
-        and each of the `spans`."""
-        for h0 in range(0, self.heads, self.group):
-            for span in spans:
-                yield (h0, min(self.heads, h0 + self.group)) + span
-
-
-def _work_of(target):
-    """`target` (..., heads, q, k) as one (batch, heads, q, k) array the C
-    kernels add into, and whether it is `target` itself (a view) rather
-    than a temporary to copy back; (None, True) for an empty target.  A
-    target they cannot add into where it is (byte-swapped, unaligned,
-    strided last axis, leading axes that do not merge, a dtype they do not
-    know) goes through a native C-contiguous temporary (float32 for an
-    unknown dtype).  bfloat16 scores (ml_dtypes' or posenc's bits) are
-    added into as they are."""
-    bf16 = is_bfloat16(target.dtype)
-    native = v.native_dtype(target.dtype)
-    known = bf16 or native in _KERNEL_DTYPES
-    views = v.bias_views(target) if known else None
-    if views == []:
-        return None, True
-    if views is not None and len(views) == 1:
-        return views[0], True
-    kind = native if known else np.dtype(np.float32)
-    return np.array(target, dtype=kind, order="C").reshape((-1,) + target.shape[-3:]), False
-
-
-class _Part(NamedTuple):
-    """One gathered product of a term: score (i, j) += ``(left @ right^T)
-    [row, columns[q_len - 1 - i + j]] / divisor``, the row i (by query) or j
-    (by key); right (..., heads or 1, columns, d).  `left` is the sum of the
-    arguments `left_from` names (name, shape as broadcast into it), `right`
-    the argument `right_from` names: what the gradients
-    (posenc._relative_grad) flow back to."""
-
-    left: np.ndarray
-    right: np.ndarray
-    columns: np.ndarray
-    by_key: bool
-    divisor: Any
-    left_from: Tuple[Tuple[str, Tuple[int, ...]], ...]
-    right_from: Tuple[str, Tuple[int, ...]]
-
-
-def _gather_into(target, parts):
-    """target (..., heads, q, k) += each part's gathered products, in place
-    (through _work_of).
-
-    parts: _Part: the products ``left @ right^T`` (divided by `divisor` if
-    not None), score (i, j) reading row i (by query) or j (by key) at column
-    columns[q_len - 1 - i + j] (-1: none), see _gather_part."""
-    work, direct = _work_of(target)
-    if work is None:
-        return
-    # inputs read as they were before the call, as NumPy's ufuncs read them,
-    # although the scores they share memory with are written first
-    parts = [
-        p._replace(left=v.apart(p.left, target), right=v.apart(p.right, target)) for p in parts
-    ]
-    with _ieee():
-        for p in parts:
-            _gather_part(work, target.shape[:-3], p.left, p.right, p.columns, p.by_key, p.divisor)
-    if not direct:
-        np.copyto(target, work.reshape(target.shape), casting="unsafe")
-
-
-def _add_into(target, term):
-    """target (..., heads, q, k) += term (..., heads, 1 or q, k) (float32 or
-    float64, its leading axes broadcasting to the target's), the sum rounded
-    once to the target's dtype, as ``np.add(target, term, casting="unsafe")``
-    rounds it: by the C kernel (through _work_of; bfloat16 sums made in
-    float32), or by NumPy for a float64 term into scores of less precision
-    or scores of a dtype the kernel does not know."""
-    bf16 = is_bfloat16(target.dtype)
-    native = v.native_dtype(target.dtype)
-    if bf16:
-        term = term.astype(np.float32, copy=False)
-    kind = np.dtype(np.float64) if native == np.float64 else np.dtype(np.float32)
-    if not (bf16 or native in _KERNEL_DTYPES) or term.dtype != kind:
-        np.add(target, term, out=target, casting="unsafe")
-        return
-    work, direct = _work_of(target)
-    if work is None:
-        return
-    full = np.broadcast_to(term, target.shape[:-3] + term.shape[-3:])
-    _core.rel_dense_add(full.reshape((-1,) + full.shape[-3:]), v.for_kernel(work))
-    if not direct:
-        np.copyto(target, work.reshape(target.shape), casting="unsafe")
-
-
-def _finish(scores, lead, shape, dtype, parts):
-    """The terms added into `scores` (returned; each term rounded to the
-    scores' dtype, then added), or, without scores, summed in the working
-    precision (float32, or float64) into a new array rounded once to `dtype`."""
-    if scores is not None:
-        _gather_into(scores, parts)
-        return scores
-    v.shape_size(lead + shape, "result")
-    kind = np.dtype(np.float64) if v.native_dtype(dtype) == np.float64 else np.dtype(np.float32)
-    result = np.zeros(lead + shape, kind)
-    _gather_into(result, parts)
-    return result if kind == dtype else _cast(result, dtype)
+def _plus_bias(x, bias, work, names):
+    """``x + bias`` in `work` (a copy of `x` without a bias: its own array),
+    and the (name, shape) of the arguments it sums, `names` (x's, bias')."""
+    left = _up(x, work, copy=True) if bias is None else _up(x, work) + _up(bias, work)
+    sources = ((names[0], x.shape),) + (() if bias is None else ((names[1], bias.shape),))
+    return left, sources
 
 
 # ---------------------------------------------------------------- Transformer-XL / XLNet
@@ -477,6 +267,26 @@ def xl_relative_table(
         ``w_i = base ** (-2i / dim)`` -- the sines then the cosines.
         Transformers' ``XLNetModel.relative_positional_encoding`` forms it in
         float32; posenc forms every angle in float64 and rounds once.
+
+    Raises
+    ------
+    TypeError
+        `dim` not given, or a size, flag or dtype of the wrong kind.
+    ValueError
+        A size < 1, an odd `dim`, an `attn_type` other than "bi" or
+        "uni", or a table too large to allocate.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import posenc
+    >>> table = posenc.xl_relative_table(3, dim=4, dtype="float64")
+    >>> table.shape  # k_len + q_len rows: distances 3 down to -2
+    (6, 4)
+    >>> d = 3 - np.arange(6)[:, None]
+    >>> w = 10000.0 ** (-np.arange(0, 4, 2) / 4)
+    >>> np.allclose(table, np.concatenate([np.sin(d * w), np.cos(d * w)], axis=1))
+    True
     """
     q_len = v.integer(q_len, "q_len", minimum=1)
     k_len = q_len if k_len is None else v.integer(k_len, "k_len", minimum=1)
@@ -498,33 +308,7 @@ def xl_relative_table(
     return np.stack(out) if bi_data else out[0]
 
 
-@overload
-def xl_position_term(
-    q: np.ndarray,
-    r: ArrayLike,
-    *,
-    bias: Optional[ArrayLike] = None,
-    k_len: Optional[int] = None,
-    q_offset: Optional[int] = None,
-    causal: bool = False,
-    scores: Optional[Array] = None,
-) -> NDArray[Any]: ...
-
-
-@overload
-def xl_position_term(
-    q: ArrayT,
-    r: ArrayLike,
-    *,
-    bias: Optional[ArrayLike] = None,
-    k_len: Optional[int] = None,
-    q_offset: Optional[int] = None,
-    causal: bool = False,
-    scores: Optional[Array] = None,
-) -> ArrayT: ...
-
-
-@overload
+@foreign
 def xl_position_term(
     q: ArrayLike,
     r: ArrayLike,
@@ -534,11 +318,7 @@ def xl_position_term(
     q_offset: Optional[int] = None,
     causal: bool = False,
     scores: Optional[Array] = None,
-) -> NDArray[Any]: ...
-
-
-@foreign
-def xl_position_term(q, r, *, bias=None, k_len=None, q_offset=None, causal=False, scores=None):
+) -> Array:
     """Transformer-XL / XLNet's position term ``(q_i + v) . r[i - j]``, shifted by indexing.
 
     Parameters
@@ -578,6 +358,31 @@ def xl_position_term(q, r, *, bias=None, k_len=None, q_offset=None, causal=False
     ``_rel_shift`` for past keys).  BLAS makes those products a block of
     rows at a time, for the ``k_len + rows - 1`` columns the block reads,
     and the C kernel adds each row's slice into the scores directly.
+
+    Raises
+    ------
+    TypeError
+        `q`, `r` or `bias` not a float array; `scores` not writable in place.
+    ValueError
+        Mismatched heads, head_dim, leading axes or `scores` shape, or an
+        `r` without rows for the distances the scores need (it says which).
+
+    Examples
+    --------
+    The relative shift is an index: score (i, j) reads row ``k_len - (i - j)``.
+
+    >>> import numpy as np
+    >>> import posenc
+    >>> rng = np.random.default_rng(0)
+    >>> q = rng.standard_normal((2, 3, 4))  # (heads, q_len, head_dim)
+    >>> r = rng.standard_normal((2, 6, 4))  # the "bi" table: k_len + q_len rows
+    >>> term = posenc.xl_position_term(q, r)
+    >>> term.shape
+    (2, 3, 3)
+    >>> i, j = np.arange(3)[:, None], np.arange(3)[None, :]
+    >>> rows = r[:, 3 - (i - j)]  # row k_len - (q_offset + i - j), q_offset = 0
+    >>> np.allclose(term, np.einsum("hid,hijd->hij", q, rows))
+    True
     """
     return _finish(*_xl_term(q, r, bias, k_len, q_offset, causal, scores))
 
@@ -605,8 +410,7 @@ def _xl_term(q, r, bias, k_len, q_offset, causal, scores):
     else:
         k_len = v.integer(k_len, "k_len", minimum=0)
     q_offset = _offset(q_offset, q_len, k_len, k_len - q_len)
-    target = None if scores is None else _target(scores, lead, (heads, q_len, k_len))
-    size = _checked_size(target, lead, (heads, q_len, k_len))
+    target, size, work = _destination(scores, lead, (heads, q_len, k_len), (q.dtype, r.dtype))
     # the distances query - key the scores read, q_offset + i - j (those >= 0
     # if causal), must be rows of r: k_len - d in [0, rows); worked out from
     # the sizes, before anything of their size is made
@@ -624,37 +428,13 @@ def _xl_term(q, r, bias, k_len, q_offset, causal, scores):
             index = np.where(dist >= 0, index, -1)
     else:  # no scores: no distances
         index = np.empty(0, np.int64)
-    work = _work(q.dtype, r.dtype, *(() if target is None else (target.dtype,)))
-    qb = _up(q, work, copy=True) if b is None else _up(q, work) + _up(b, work)
-    sources = (("q", q.shape),) + (() if b is None else (("bias", b.shape),))
+    qb, sources = _plus_bias(q, b, work, ("q", "bias"))
     parts = [_Part(qb, _up(r, work), index, False, None, sources, ("r", r.shape))]
     return target, lead, (heads, q_len, k_len), _result(q, r), parts
 
 
-@overload
-def xl_content_bias(
-    k: np.ndarray,
-    bias: ArrayLike,
-    *,
-    scores: Optional[Array] = None,
-) -> NDArray[Any]: ...
-
-
-@overload
-def xl_content_bias(k: ArrayT, bias: ArrayLike, *, scores: Optional[Array] = None) -> ArrayT: ...
-
-
-@overload
-def xl_content_bias(
-    k: ArrayLike,
-    bias: ArrayLike,
-    *,
-    scores: Optional[Array] = None,
-) -> NDArray[Any]: ...
-
-
 @foreign
-def xl_content_bias(k, bias, *, scores=None):
+def xl_content_bias(k: ArrayLike, bias: ArrayLike, *, scores: Optional[Array] = None) -> Array:
     """Transformer-XL / XLNet's content bias ``u . k_j``, the same for every query.
 
     Parameters
@@ -672,6 +452,29 @@ def xl_content_bias(k, bias, *, scores=None):
         ``u . k_j``, which broadcasts over the queries; or `scores` with it
         added.  With the content product ``q @ k^T`` it makes XLNet's
         ``ac = (q + u) . k``.
+
+    Raises
+    ------
+    TypeError
+        `bias` None or not a float array, `k` not one, or `scores` that
+        cannot be written in place.
+    ValueError
+        `bias` not of shape (heads, head_dim), or `scores` of a shape the
+        term does not broadcast to.
+
+    Examples
+    --------
+    One row per head, which broadcasts over the queries:
+
+    >>> import numpy as np
+    >>> import posenc
+    >>> k = np.linspace(-1.0, 1.0, 40).reshape(2, 5, 4)  # (heads, k_len, head_dim)
+    >>> u = np.array([[1.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 2.0]])
+    >>> term = posenc.xl_content_bias(k, u)
+    >>> term.shape
+    (2, 1, 5)
+    >>> np.allclose(term[:, 0], np.einsum("hd,hjd->hj", u, k))
+    True
     """
     k = _qk(k, "k")
     heads, k_len, d = k.shape[-3:]
@@ -728,6 +531,26 @@ def tener_relative_table(
         tensor2tensor spacing TENER's code uses, not ``-2i/dim``).  The sines
         change sign with the direction, the cosines do not: ``R[-p]`` and
         ``R[p]`` tell before from after.
+
+    Raises
+    ------
+    TypeError
+        A size, base or dtype of the wrong kind.
+    ValueError
+        `length` < 1, `dim` odd or < 4, `base` <= 0, or a table too large
+        to allocate.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import posenc
+    >>> table = posenc.tener_relative_table(3, 4, dtype="float64")
+    >>> table.shape  # positions -3 .. 2
+    (6, 4)
+    >>> p = np.arange(-3, 3)[:, None]
+    >>> w = 10000.0 ** -np.arange(2)  # h = 2: w_i = base ** (-i / (h - 1))
+    >>> np.allclose(table, np.concatenate([np.sin(p * w), np.cos(p * w)], axis=1))
+    True
     """
     length = v.integer(length, "length", minimum=1)
     dim = v.integer(dim, "dim")
@@ -758,31 +581,7 @@ def _tener_table(table, d, length):
     return arr
 
 
-@overload
-def tener_position_term(
-    q: np.ndarray,
-    k: ArrayLike,
-    table: ArrayLike,
-    *,
-    v: Optional[ArrayLike] = None,
-    key_term: bool = True,
-    scores: Optional[Array] = None,
-) -> NDArray[Any]: ...
-
-
-@overload
-def tener_position_term(
-    q: ArrayT,
-    k: ArrayLike,
-    table: ArrayLike,
-    *,
-    v: Optional[ArrayLike] = None,
-    key_term: bool = True,
-    scores: Optional[Array] = None,
-) -> ArrayT: ...
-
-
-@overload
+@foreign
 def tener_position_term(
     q: ArrayLike,
     k: ArrayLike,
@@ -791,11 +590,7 @@ def tener_position_term(
     v: Optional[ArrayLike] = None,
     key_term: bool = True,
     scores: Optional[Array] = None,
-) -> NDArray[Any]: ...
-
-
-@foreign
-def tener_position_term(q, k, table, *, v=None, key_term=True, scores=None):
+) -> Array:
     """TENER's position terms ``(q_i + v) . R[j - i] + k_j . R[i - j]``.
 
     Parameters
@@ -817,6 +612,33 @@ def tener_position_term(q, k, table, *, v=None, key_term=True, scores=None):
     Returns
     -------
     ndarray (..., heads, L, L), or `scores` with the terms added.
+
+    Raises
+    ------
+    ValueError
+        `k` not as long as `q`, a `table` of fewer than ``2 * L`` rows or
+        another head_dim, or mismatched heads, leading axes or `scores`.
+    TypeError
+        A float array expected (`q`, `k`, `table`, `v`) and something else
+        given, or `scores` that cannot be written in place.
+
+    Examples
+    --------
+    Row ``M + p`` of the table holds position ``p``, here with ``M = L = 3``:
+
+    >>> import numpy as np
+    >>> import posenc
+    >>> rng = np.random.default_rng(0)
+    >>> q, k = rng.standard_normal((2, 2, 3, 4))  # (heads, L, head_dim) each
+    >>> R = posenc.tener_relative_table(3, 4, dtype="float64")  # row 3 + p: position p
+    >>> term = posenc.tener_position_term(q, k, R)
+    >>> term.shape
+    (2, 3, 3)
+    >>> i, j = np.arange(3)[:, None], np.arange(3)[None, :]
+    >>> query_side = np.einsum("hid,ijd->hij", q, R[3 + j - i])  # q_i . R[j - i]
+    >>> key_side = np.einsum("hjd,ijd->hij", k, R[3 + i - j])  # k_j . R[i - j]
+    >>> np.allclose(term, query_side + key_side)
+    True
     """
     return _finish(*_tener_term(q, k, table, v, key_term, scores))
 
@@ -835,13 +657,12 @@ def _tener_term(q, k, table, v, key_term, scores):
     m = R.shape[0] // 2
     lead = _lead(q.shape[:-3], k.shape[:-3], names=("q", "k"))
     bias = _bias_vector(v, heads, d, "v")
-    target = None if scores is None else _target(scores, lead, (heads, length, length))
-    _checked_size(target, lead, (heads, length, length))
-    work = _work(q.dtype, k.dtype, R.dtype, *(() if target is None else (target.dtype,)))
+    target, _, work = _destination(
+        scores, lead, (heads, length, length), (q.dtype, k.dtype, R.dtype)
+    )
     rel = _distances(length, length, 0)  # j - i
-    qb = _up(q, work, copy=True) if bias is None else _up(q, work) + _up(bias, work)
+    qb, sources = _plus_bias(q, bias, work, ("q", "v"))
     Rw = _up(R, work)[None]  # shared by the heads
-    sources = (("q", q.shape),) + (() if bias is None else (("v", bias.shape),))
     parts = [_Part(qb, Rw, m + rel, False, None, sources, ("table", R.shape))]
     if key_term:
         parts.append(
@@ -850,33 +671,7 @@ def _tener_term(q, k, table, v, key_term, scores):
     return target, lead, (heads, length, length), _result(q, k, R), parts
 
 
-@overload
-def tener_scores(
-    q: np.ndarray,
-    k: ArrayLike,
-    table: ArrayLike,
-    *,
-    u: Optional[ArrayLike] = None,
-    v: Optional[ArrayLike] = None,
-    scale: bool = False,
-    key_term: bool = True,
-) -> NDArray[Any]: ...
-
-
-@overload
-def tener_scores(
-    q: ArrayT,
-    k: ArrayLike,
-    table: ArrayLike,
-    *,
-    u: Optional[ArrayLike] = None,
-    v: Optional[ArrayLike] = None,
-    scale: bool = False,
-    key_term: bool = True,
-) -> ArrayT: ...
-
-
-@overload
+@foreign
 def tener_scores(
     q: ArrayLike,
     k: ArrayLike,
@@ -886,22 +681,47 @@ def tener_scores(
     v: Optional[ArrayLike] = None,
     scale: bool = False,
     key_term: bool = True,
-) -> NDArray[Any]: ...
-
-
-@foreign
-def tener_scores(q, k, table, *, u=None, v=None, scale=False, key_term=True):
+) -> Array:
     """TENER's attention scores (before the mask and softmax).
 
-    ``((q_i + u) . k_j + (q_i + v) . R[j - i] + k_j . R[i - j]) / s`` with
-    ``s = sqrt(head_dim)`` when `scale`, else 1 (TENER drops the scale for
-    NER); see :func:`tener_position_term` for the arguments.  `u` is the
-    content bias (TENER's code: ``r_r_bias``), `v` the position bias
-    (``r_w_bias``).
+    Parameters
+    ----------
+    q, k, table : array_like
+        As in :func:`tener_position_term`: queries and keys ``(..., heads,
+        L, head_dim)`` and the table of :func:`tener_relative_table`.
+    u, v : array_like (heads, head_dim), optional
+        The content bias (TENER's code: ``r_r_bias``) and the position
+        bias (``r_w_bias``).
+    scale : bool
+        Divide by ``sqrt(head_dim)`` (TENER drops the scale for NER).
+    key_term : bool
+        As in :func:`tener_position_term`.
 
     Returns
     -------
-    ndarray (..., heads, L, L) of the inputs' promoted dtype.
+    ndarray (..., heads, L, L) of the inputs' promoted dtype
+        ``((q_i + u) . k_j + (q_i + v) . R[j - i] + k_j . R[i - j]) / s``,
+        ``s = sqrt(head_dim)`` with `scale`, else 1.
+
+    Raises
+    ------
+    TypeError, ValueError
+        As :func:`tener_position_term`, and for `u` as for `v`.
+
+    Examples
+    --------
+    Without the key's term and with the scale, as the paper writes them:
+
+    >>> import numpy as np
+    >>> import posenc
+    >>> rng = np.random.default_rng(0)
+    >>> q, k = rng.standard_normal((2, 2, 3, 4))  # (heads, L, head_dim) each
+    >>> R = posenc.tener_relative_table(3, 4, dtype="float64")
+    >>> scores = posenc.tener_scores(q, k, R, scale=True, key_term=False)
+    >>> i, j = np.arange(3)[:, None], np.arange(3)[None, :]
+    >>> want = (q @ np.swapaxes(k, -1, -2) + np.einsum("hid,ijd->hij", q, R[3 + j - i])) / 2
+    >>> np.allclose(scores, want)  # divided by sqrt(head_dim) = 2
+    True
     """
     q = _qk(q, "q")
     heads, length, d = q.shape[-3:]
@@ -910,7 +730,7 @@ def tener_scores(q, k, table, *, u=None, v=None, scale=False, key_term=True):
     bias_u = _bias_vector(u, heads, d, "u")
     R = _tener_table(table, d, length)
     work = _work(q.dtype, k.dtype, R.dtype)
-    qu = _up(q, work, copy=True) if bias_u is None else _up(q, work) + _up(bias_u, work)
+    qu, _ = _plus_bias(q, bias_u, work, ("q", "u"))
     if k.shape[-2] != length:
         raise ValueError(
             f"k must have the {length} positions of q (self-attention), not {k.shape[-2]}"
@@ -1025,38 +845,14 @@ def _check_buckets(bucket_size, max_position, names=("bucket_size", "max_positio
     return bucket_size, max_position
 
 
-@overload
-def deberta_log_bucket(
-    relative_pos: np.ndarray,
-    bucket_size: int,
-    max_position: int,
-    *,
-    precision: str = "float32",
-) -> NDArray[np.int64]: ...
-
-
-@overload
-def deberta_log_bucket(
-    relative_pos: ArrayT,
-    bucket_size: int,
-    max_position: int,
-    *,
-    precision: str = "float32",
-) -> ArrayT: ...
-
-
-@overload
+@foreign
 def deberta_log_bucket(
     relative_pos: ArrayLike,
     bucket_size: int,
     max_position: int,
     *,
     precision: str = "float32",
-) -> NDArray[np.int64]: ...
-
-
-@foreign
-def deberta_log_bucket(relative_pos, bucket_size, max_position, *, precision="float32"):
+) -> Array:
     """DeBERTa's logarithmic buckets of relative positions (``make_log_bucket_position``).
 
     Parameters
@@ -1085,12 +881,23 @@ def deberta_log_bucket(relative_pos, bucket_size, max_position, *, precision="fl
 
     Raises
     ------
+    TypeError
+        `relative_pos` not of integers, or a size of the wrong kind.
     ValueError
-        Naming the sizes, where the formula has no int64 bucket for a
-        distance given past mid: in float32 where ``(max_position - 1) /
-        mid`` rounds to 1 (its logarithm 0 divides; transformers' buckets
-        are inf or nan there), in float64 where a bucket passes 2**63.
-        Distances up to mid never read the logarithm.
+        `bucket_size` < 4, `max_position` <= ``bucket_size // 2 + 1``,
+        distances past +-2**62; and, naming the sizes, where the formula
+        has no int64 bucket for a distance given past mid: in float32
+        where ``(max_position - 1) / mid`` rounds to 1 (its logarithm 0
+        divides; transformers' buckets are inf or nan there), in float64
+        where a bucket passes 2**63.  Distances up to mid never read the
+        logarithm.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import posenc
+    >>> posenc.deberta_log_bucket(np.array([-300, -5, 0, 5, 300]), 256, 512).tolist()
+    [-207, -5, 0, 5, 207]
     """
     arr = np.asarray(relative_pos)
     if arr.dtype.kind not in "iu":
@@ -1136,6 +943,20 @@ def deberta_relative_positions(
     ndarray of int64 (q_len, k_len)
         ``(q_offset + i) - j``, bucketed: the opposite sign of
         :func:`posenc.relative_positions`.
+
+    Raises
+    ------
+    TypeError
+        A size or offset of the wrong kind.
+    ValueError
+        A size < 1, `max_position` < 1 with buckets, or sizes the log
+        buckets refuse (:func:`deberta_log_bucket`).
+
+    Examples
+    --------
+    >>> import posenc
+    >>> posenc.deberta_relative_positions(2, 4).tolist()  # query - key
+    [[0, -1, -2, -3], [1, 0, -1, -2]]
     """
     q_len = v.integer(q_len, "q_len", minimum=1)
     k_len = q_len if k_len is None else v.integer(k_len, "k_len", minimum=1)
@@ -1150,39 +971,7 @@ def deberta_relative_positions(
     return dist[t]
 
 
-@overload
-def deberta_attention_bias(
-    q: np.ndarray,
-    k: ArrayLike,
-    pos_key: Optional[ArrayLike] = None,
-    pos_query: Optional[ArrayLike] = None,
-    *,
-    position_buckets: int = -1,
-    max_relative_positions: int = 512,
-    q_offset: int = 0,
-    scale_factor: Optional[float] = None,
-    precision: str = "float32",
-    scores: Optional[Array] = None,
-) -> NDArray[Any]: ...
-
-
-@overload
-def deberta_attention_bias(
-    q: ArrayT,
-    k: ArrayLike,
-    pos_key: Optional[ArrayLike] = None,
-    pos_query: Optional[ArrayLike] = None,
-    *,
-    position_buckets: int = -1,
-    max_relative_positions: int = 512,
-    q_offset: int = 0,
-    scale_factor: Optional[float] = None,
-    precision: str = "float32",
-    scores: Optional[Array] = None,
-) -> ArrayT: ...
-
-
-@overload
+@foreign
 def deberta_attention_bias(
     q: ArrayLike,
     k: ArrayLike,
@@ -1195,23 +984,7 @@ def deberta_attention_bias(
     scale_factor: Optional[float] = None,
     precision: str = "float32",
     scores: Optional[Array] = None,
-) -> NDArray[Any]: ...
-
-
-@foreign
-def deberta_attention_bias(
-    q,
-    k,
-    pos_key=None,
-    pos_query=None,
-    *,
-    position_buckets=-1,
-    max_relative_positions=512,
-    q_offset=0,
-    scale_factor=None,
-    precision="float32",
-    scores=None,
-):
+) -> Array:
     """DeBERTa's disentangled attention bias: content-to-position and position-to-content.
 
     Parameters
@@ -1250,21 +1023,37 @@ def deberta_attention_bias(
         as transformers' ``DisentangledSelfAttention.disentangled_attention_bias``
         (whose p2c index, ``span - bucket(j - i)``, is the same column
         since the buckets are odd).
+
+    Raises
+    ------
+    ValueError
+        Neither `pos_key` nor `pos_query`; a table without ``2 * span``
+        rows; mismatched heads, head_dim, leading axes or `scores` shape;
+        sizes the log buckets refuse (:func:`deberta_log_bucket`); or a
+        `scale_factor` whose scale is 0, inf or nan.
+    TypeError
+        Queries, keys or tables not float arrays, sizes not integers, or
+        `scores` that cannot be written in place.
+
+    Examples
+    --------
+    The c2p term alone, without log buckets (span 4, distances clipped):
+
+    >>> import numpy as np
+    >>> import posenc
+    >>> rng = np.random.default_rng(0)
+    >>> q, k = rng.standard_normal((2, 2, 3, 4))  # (heads, length, head_dim) each
+    >>> pos_key = rng.standard_normal((2, 8, 4))  # span 4: 2 * span rows
+    >>> bias = posenc.deberta_attention_bias(q, k, pos_key, max_relative_positions=4)
+    >>> bias.shape
+    (2, 3, 3)
+    >>> i, j = np.arange(3)[:, None], np.arange(3)[None, :]
+    >>> c = np.clip(4 + (i - j), 0, 7)
+    >>> s = np.sqrt(4 * 2)  # sqrt(head_dim * scale_factor), c2p alone: scale_factor 2
+    >>> np.allclose(bias, np.einsum("hid,hijd->hij", q, pos_key[:, c]) / s)
+    True
     """
-    return _finish(
-        *_deberta_term(
-            q,
-            k,
-            pos_key,
-            pos_query,
-            position_buckets,
-            max_relative_positions,
-            q_offset,
-            scale_factor,
-            precision,
-            scores,
-        )
-    )
+    return _finish(*_deberta_term(**locals()))  # the arguments by name, as they came
 
 
 def _deberta_term(
@@ -1307,8 +1096,8 @@ def _deberta_term(
     scale_factor = v.real(scale_factor, "scale_factor", positive=True)
     shapes = [q.shape[:-3], k.shape[:-3]] + [t.shape[:-3] for t in (pk, pq) if t is not None]
     lead = _lead(*shapes, names=("q", "k", "pos_key/pos_query"))
-    target = None if scores is None else _target(scores, lead, (heads, q_len, k_len))
-    _checked_size(target, lead, (heads, q_len, k_len))
+    dtypes = [x.dtype for x in (q, k, pk, pq) if x is not None]
+    target, _, work = _destination(scores, lead, (heads, q_len, k_len), dtypes)
     dist = -_distances(q_len, k_len, q_offset)  # query - key
     if position_buckets > 0 and max_relative_positions > 0:
         dist = _log_bucket(
@@ -1319,8 +1108,6 @@ def _deberta_term(
             ("position_buckets", "max_relative_positions"),
         )
     index = np.clip(dist + span, 0, 2 * span - 1)
-    dtypes = [x.dtype for x in (q, k, pk, pq) if x is not None]
-    work = _work(*dtypes, *(() if target is None else (target.dtype,)))
     with np.errstate(over="ignore", under="ignore"):  # refused just below
         # an empty head dim: sums of no products, 0 whatever the scale
         scale = np.sqrt(work.type(d) * work.type(scale_factor)) if d else work.type(1)
@@ -1350,31 +1137,7 @@ def _shaw_index(q_len, k_len, q_offset, max_distance):
     return rel + max_distance
 
 
-@overload
-def shaw_key_term(
-    q: np.ndarray,
-    rel_keys: ArrayLike,
-    *,
-    max_distance: int,
-    k_len: Optional[int] = None,
-    q_offset: Optional[int] = None,
-    scores: Optional[Array] = None,
-) -> NDArray[Any]: ...
-
-
-@overload
-def shaw_key_term(
-    q: ArrayT,
-    rel_keys: ArrayLike,
-    *,
-    max_distance: int,
-    k_len: Optional[int] = None,
-    q_offset: Optional[int] = None,
-    scores: Optional[Array] = None,
-) -> ArrayT: ...
-
-
-@overload
+@foreign
 def shaw_key_term(
     q: ArrayLike,
     rel_keys: ArrayLike,
@@ -1383,11 +1146,7 @@ def shaw_key_term(
     k_len: Optional[int] = None,
     q_offset: Optional[int] = None,
     scores: Optional[Array] = None,
-) -> NDArray[Any]: ...
-
-
-@foreign
-def shaw_key_term(q, rel_keys, *, max_distance, k_len=None, q_offset=None, scores=None):
+) -> Array:
     """Shaw et al.'s relative key term ``q_i . a^K[clip(j - qpos, -k, k)]``.
 
     Parameters
@@ -1411,6 +1170,30 @@ def shaw_key_term(q, rel_keys, *, max_distance, k_len=None, q_offset=None, score
     Returns
     -------
     ndarray (..., heads, q_len, k_len), or `scores` with the term added.
+
+    Raises
+    ------
+    TypeError
+        `q` or `rel_keys` not a float array, `max_distance` not an
+        integer, `scores` not writable in place.
+    ValueError
+        `rel_keys` without ``2 * max_distance + 1`` rows, a negative
+        `max_distance`, mismatched heads, head_dim, leading axes or scores.
+
+    Examples
+    --------
+    Four keys, the three queries the last three of them (``qpos = 1 + i``):
+
+    >>> import numpy as np
+    >>> import posenc
+    >>> rng = np.random.default_rng(0)
+    >>> q = rng.standard_normal((2, 3, 4))  # (heads, q_len, head_dim)
+    >>> a = rng.standard_normal((5, 4))  # max_distance 2: distances -2 .. 2
+    >>> term = posenc.shaw_key_term(q, a, max_distance=2, k_len=4)
+    >>> i, j = np.arange(3)[:, None], np.arange(4)[None, :]
+    >>> rows = a[np.clip(j - (1 + i), -2, 2) + 2]
+    >>> np.allclose(term, np.einsum("hid,ijd->hij", q, rows))
+    True
     """
     return _finish(*_shaw_term(q, rel_keys, max_distance, k_len, q_offset, scores))
 
@@ -1427,9 +1210,8 @@ def _shaw_term(q, rel_keys, max_distance, k_len, q_offset, scores):
     k_len = q_len if k_len is None else v.integer(k_len, "k_len", minimum=0)
     q_offset = _offset(q_offset, q_len, k_len, k_len - q_len)
     lead = _lead(q.shape[:-3], table.shape[:-3], names=("q", "rel_keys"))
-    target = None if scores is None else _target(scores, lead, (heads, q_len, k_len))
-    work = _work(q.dtype, table.dtype, *(() if target is None else (target.dtype,)))
-    if _checked_size(target, lead, (heads, q_len, k_len)):
+    target, size, work = _destination(scores, lead, (heads, q_len, k_len), (q.dtype, table.dtype))
+    if size:
         index = _shaw_index(q_len, k_len, q_offset, max_distance)
     else:  # no scores: no distances
         index = np.empty(0, np.int64)
@@ -1447,38 +1229,14 @@ def _shaw_term(q, rel_keys, max_distance, k_len, q_offset, scores):
     return target, lead, (heads, q_len, k_len), _result(q, table), parts
 
 
-@overload
-def shaw_value_term(
-    weights: np.ndarray,
-    rel_values: ArrayLike,
-    *,
-    max_distance: int,
-    q_offset: Optional[int] = None,
-) -> NDArray[Any]: ...
-
-
-@overload
-def shaw_value_term(
-    weights: ArrayT,
-    rel_values: ArrayLike,
-    *,
-    max_distance: int,
-    q_offset: Optional[int] = None,
-) -> ArrayT: ...
-
-
-@overload
+@foreign
 def shaw_value_term(
     weights: ArrayLike,
     rel_values: ArrayLike,
     *,
     max_distance: int,
     q_offset: Optional[int] = None,
-) -> NDArray[Any]: ...
-
-
-@foreign
-def shaw_value_term(weights, rel_values, *, max_distance, q_offset=None):
+) -> Array:
     """Shaw et al.'s relative value term ``sum_j w_ij a^V[clip(j - qpos, -k, k)]``.
 
     Parameters
@@ -1499,6 +1257,30 @@ def shaw_value_term(weights, rel_values, *, max_distance, q_offset=None):
         To be added to ``weights @ values``.  The weights are first summed
         per distance bucket (a C scatter, ``(q_len, 2k + 1)`` per head),
         then one BLAS product with the table.
+
+    Raises
+    ------
+    TypeError
+        An input that is not a float array.
+    ValueError
+        `rel_values` not of ``2k + 1`` rows (one table, or one per head),
+        or a negative `max_distance`.
+
+    Examples
+    --------
+    The weights summed by clipped distance ``j - i``, times the table's rows:
+
+    >>> import numpy as np
+    >>> import posenc
+    >>> rng = np.random.default_rng(0)
+    >>> w = rng.random((2, 3, 3))  # (heads, q_len, k_len)
+    >>> a = rng.standard_normal((3, 4))  # max_distance 1: distances -1 .. 1
+    >>> out = posenc.shaw_value_term(w, a, max_distance=1)
+    >>> out.shape
+    (2, 3, 4)
+    >>> i, j = np.arange(3)[:, None], np.arange(3)[None, :]
+    >>> np.allclose(out, np.einsum("hij,ijd->hid", w, a[np.clip(j - i, -1, 1) + 1]))
+    True
     """
     w, rv, index, work = _shaw_value_args(weights, rel_values, max_distance, q_offset)
     summed = _by_distance(w, index, rv.shape[-2], work)
@@ -1524,120 +1306,10 @@ def _shaw_value_args(weights, rel_values, max_distance, q_offset):
     return w, rv, _shaw_index(q_len, k_len, q_offset, max_distance), _work(w.dtype, rv.dtype)
 
 
-def _odd_lines(n, dtype):
-    """Items in the fewest 64-byte cache lines, an odd number of them,
-    that hold n items of `dtype`."""
-    line = 64 // dtype.itemsize
-    lines = -(-n // line)
-    return (lines + 1 - lines % 2) * line
-
-
-def _padded_rows(shape, dtype, make=np.zeros):
-    """An array of `shape` (made by `make`) whose rows lie an odd number of
-    64-byte cache lines apart: a kernel that reads or writes a row per step
-    (the gather and the scatter by key) then spreads its rows over every
-    cache set, where rows a multiple of 4 KiB apart (or of 2 KiB, ...)
-    would share a few sets."""
-    return make(shape[:-1] + (_odd_lines(shape[-1], dtype),), dtype)[..., : shape[-1]]
-
-
-def _main_run(index):
-    """(slope, index[t] - slope * t) of the run of slope 1 or -1 that holds
-    most of the map `index` (at least the 15 entries a block of 8 x 8 scores
-    by key reads), else (0, 0)."""
-    valid = (index[:-1] >= 0) & (index[1:] >= 0)
-    t, step = np.arange(len(index) - 1), np.diff(index)
-    best = (13, 0, 0)  # steps, slope, the run's index[t] - slope * t
-    for slope in (-1, 1):
-        on = valid & (step == slope)
-        if on.any():
-            at = index[:-1][on] - slope * t[on]
-            lo = int(at.min())
-            counts = np.bincount(at - lo)
-            best = max(best, (int(counts.max()), slope, lo + int(counts.argmax())))
-    return best[1:]
-
-
-def _walked_products(shape, dtype, run, q_len):
-    """An empty array of `shape` (heads, keys, columns) for the products the
-    by-key gather walks through a map whose main run is `run` (slope, index[t]
-    - slope * t; t = q_len - 1 - i + j, _main_run): along that run the C walk
-    loads eight float32 products of a key for eight queries, the next key's a
-    row and a column on.  Here rows lie an odd number of cache lines and one
-    product more (slope -1) or less (1) apart, so that the eight keys' loads
-    start at the same byte of their lines, and the first product lies where
-    that byte is 0 or 32 in every strip of eight queries: each load reads
-    half a line, whose other half the next strip reads (at another byte, a
-    key's eight products straddle two lines in 7 strips out of 16).  Without
-    a run, or for float64: _padded_rows."""
-    slope, k = run
-    if dtype != np.float32 or slope == 0:
-        return _padded_rows(shape, dtype, np.empty)
-    heads, keys, cols = shape
-    row = _odd_lines(cols + (slope > 0), dtype) - slope
-    rows = -(-keys // 8) * 8  # each head's products from the same byte of a line
-    flat = np.empty(heads * rows * row + 7, dtype)
-    # the load of key 0 for queries [i, i + 8), i a multiple of 8, reads
-    # from column k - (q_len - 1) + i (slope -1) or k + q_len - 8 - i (1)
-    first = k - q_len + 1 if slope < 0 else k + q_len - 8
-    skip = -(flat.ctypes.data // dtype.itemsize + first) % 8
-    return flat[skip : skip + heads * rows * row].reshape(heads, rows, row)[:, :keys, :cols]
-
-
-def _by_distance(w, index, width, work, by_key=False):
-    """``out[..., i, index[q_len - 1 - i + j]] += w[..., i, j]``: w (...,
-    heads, q_len, k_len) summed into (..., heads, q_len, width) of dtype
-    `work` by the C scatter (-1 in `index`: left out); by key into (...,
-    heads, k_len, width), at row j.  w is read where it is when its rows
-    are contiguous and of the dtype summed (float16 or float32 for float32
-    sums, float64 for float64), else through a copy."""
-    native = v.native_dtype(w.dtype)
-    if v.native_dtype(work) == np.float64:
-        kind = np.dtype(np.float64)
-    else:  # float16 or float32 weights, summed in float32; bfloat16 widened
-        kind = native if native in _KERNEL_DTYPES else np.dtype(np.float32)
-    rows = w.shape[-1] <= 1 or w.strides[-1] == w.itemsize
-    wk = w if w.dtype == kind and w.flags.aligned and rows else v.native_copy(w, kind)
-    wk = wk.reshape((math.prod(w.shape[:-3]),) + w.shape[-3:])  # -1 is ambiguous when empty
-    out_rows = w.shape[-1] if by_key else w.shape[-2]
-    shape = wk.shape[:-2] + (out_rows, width)
-    v.shape_size(shape, "result")
-    if w.size == 0:  # no weights: zero sums (none at all without rows)
-        return np.zeros(w.shape[:-2] + (out_rows, width), work)
-    summed = _padded_rows(shape, work) if by_key else np.zeros(shape, work)
-    # on one thread: BLAS's threads come next, on the same cores (see _gather_part)
-    _core.rel_scatter_add(wk, index, summed, True, by_key)
-    return summed.reshape(w.shape[:-2] + (out_rows, width))
-
-
 # ---------------------------------------------------------------- TUPE
 
 
-@overload
-def tupe_bias(
-    pos_q: np.ndarray,
-    pos_k: ArrayLike,
-    *,
-    rel_table: Optional[ArrayLike] = None,
-    max_distance: int = 128,
-    untie_cls: bool = True,
-    scores: Optional[Array] = None,
-) -> NDArray[Any]: ...
-
-
-@overload
-def tupe_bias(
-    pos_q: ArrayT,
-    pos_k: ArrayLike,
-    *,
-    rel_table: Optional[ArrayLike] = None,
-    max_distance: int = 128,
-    untie_cls: bool = True,
-    scores: Optional[Array] = None,
-) -> ArrayT: ...
-
-
-@overload
+@foreign
 def tupe_bias(
     pos_q: ArrayLike,
     pos_k: ArrayLike,
@@ -1646,19 +1318,7 @@ def tupe_bias(
     max_distance: int = 128,
     untie_cls: bool = True,
     scores: Optional[Array] = None,
-) -> NDArray[Any]: ...
-
-
-@foreign
-def tupe_bias(
-    pos_q,
-    pos_k,
-    *,
-    rel_table=None,
-    max_distance=128,
-    untie_cls=True,
-    scores=None,
-):
+) -> Array:
     """TUPE's positional attention bias, computed once and shared by the layers.
 
     Parameters
@@ -1689,6 +1349,32 @@ def tupe_bias(
         `untie_cls` row 0 is ``(p_0 U_Q)(p_0 U_K)^T / sqrt(2 d) + b[nb // 2]``
         ([CLS] to others) and column 0 of the other rows
         ``(p_1 U_Q)(p_1 U_K)^T / sqrt(2 d) + b[nb]`` (others to [CLS]).
+
+    Raises
+    ------
+    ValueError
+        `pos_q` and `pos_k` of different shapes, no [CLS] row with
+        `untie_cls`, a `rel_table` not of shape (buckets (+ 1), heads) with
+        an even number of buckets, or `scores` of another shape.
+    TypeError
+        `pos_q`, `pos_k` or `rel_table` not float arrays, or `scores` that
+        cannot be written in place.
+
+    Examples
+    --------
+    The positional term alone, [CLS] tied, then the shape with [CLS] untied:
+
+    >>> import numpy as np
+    >>> import posenc
+    >>> rng = np.random.default_rng(0)
+    >>> pos_q, pos_k = rng.standard_normal((2, 2, 4, 8))  # (heads, 1 + n, head_dim) each
+    >>> bias = posenc.tupe_bias(pos_q, pos_k, untie_cls=False)
+    >>> bias.shape
+    (2, 4, 4)
+    >>> np.allclose(bias, pos_q @ np.swapaxes(pos_k, -1, -2) / np.sqrt(2 * 8))
+    True
+    >>> posenc.tupe_bias(pos_q, pos_k).shape  # row 0 the [CLS] slot: n = 3 tokens
+    (2, 3, 3)
     """
     pq = _float(pos_q, "pos_q", 3)
     pk = _float(pos_k, "pos_k", 3)
@@ -1716,9 +1402,8 @@ def tupe_bias(
             raise ValueError(f"rel_table must have an even number of buckets, not {nb}")
         nb, max_distance = _check_t5(True, nb, max_distance)
     dtypes = [pq.dtype, pk.dtype] + ([] if table is None else [table.dtype])
-    target = None if scores is None else _target(scores, (), (heads, n, n))
-    work = _work(*dtypes, *(() if target is None else (target.dtype,)))
-    if not _checked_size(target, (), (heads, n, n)):
+    target, size, work = _destination(scores, (), (heads, n, n), dtypes)
+    if not size:
         return _cast(np.zeros((heads, n, n), work), _promote(*dtypes)) if target is None else target
     # an empty head dim: sums of no products, 0 whatever the scale
     qs = _up(pq, work) * work.type(1.0 / math.sqrt(2 * d) if d else 1.0)

@@ -19,6 +19,7 @@ import pytest
 from special_bits import SPECIAL_BITS
 
 import posenc
+from posenc import _relative_engine as engine
 from posenc import reference as ref
 from posenc import relative as rel
 from posenc._dtypes import narrow
@@ -873,20 +874,16 @@ def test_inputs_are_left_as_they_were(rng):
 
 
 def test_relative_functions_are_exported_and_wrapped_for_torch_and_jax():
-    for name in [
-        "xl_relative_table",
-        "xl_position_term",
-        "xl_content_bias",
-        "tener_relative_table",
-        "tener_position_term",
-        "tener_scores",
-        "deberta_log_bucket",
-        "deberta_relative_positions",
-        "deberta_attention_bias",
-        "shaw_key_term",
-        "shaw_value_term",
-        "tupe_bias",
-    ]:
+    # every public function defined in posenc.relative, found in the module
+    names = [
+        name
+        for name, obj in vars(rel).items()
+        if not name.startswith("_")
+        and callable(obj)
+        and getattr(obj, "__module__", None) == "posenc.relative"
+    ]
+    assert len(names) == 12 and "tupe_bias" in names and "xl_relative_table" in names
+    for name in names:
         fn = getattr(posenc, name)
         assert name in posenc.__all__ and fn is getattr(rel, name)
         assert hasattr(fn, "__wrapped_numpy__")
@@ -1569,7 +1566,7 @@ def test_terms_made_a_block_of_rows_at_a_time_equal_the_twin(
     # rows, blocks of 8 to 40 rows, and groups of heads.  Every score is
     # added once, from the right column, blocks crossing the diagonal, the
     # causal and clipped edges and a batch whose inputs broadcast.
-    monkeypatch.setattr(rel, "_BLOCK_BYTES", budget)
+    monkeypatch.setattr(engine, "_BLOCK_BYTES", budget)
     q, k = randn(rng, (2, 3, 29, 8)), randn(rng, (1, 3, 29, 8))
     cases = [
         (posenc.xl_position_term, ref.xl_position_term, (q, randn(rng, (3, 58, 8))), {}),
@@ -1612,14 +1609,14 @@ def test_blocks_of_products_stay_within_the_budget(rng, monkeypatch):
     # rows when a row alone is more): Transformer-XL's (4, 512, 1024) term
     # is made from (8-row) blocks of its 1535 columns, never all 4 heads at once
     seen = []
-    real = rel._core.rel_gather_add
+    real = engine._core.rel_gather_add
 
     def spy(products, index, scores, by_key, single=False):
         seen.append((products.shape, single))
         return real(products, index, scores, by_key, single)
 
-    monkeypatch.setattr(rel._core, "rel_gather_add", spy)
-    monkeypatch.setattr(rel, "_BLOCK_BYTES", 1 << 16)
+    monkeypatch.setattr(engine._core, "rel_gather_add", spy)
+    monkeypatch.setattr(engine, "_BLOCK_BYTES", 1 << 16)
     q, r = randn(rng, (4, 512, 16), "float32"), randn(rng, (4, 1536, 16), "float32")
     got = posenc.xl_position_term(q, r, k_len=1024)
     same_bits(got, ref.xl_position_term(q, r, k_len=1024))
@@ -1629,7 +1626,7 @@ def test_blocks_of_products_stay_within_the_budget(rng, monkeypatch):
     assert all(s[0][-1] == 8 + 1024 - 1 for s in seen)  # the block's columns only
     assert all(single for _, single in seen)
     seen.clear()
-    monkeypatch.setattr(rel, "_BLOCK_BYTES", 1 << 30)
+    monkeypatch.setattr(engine, "_BLOCK_BYTES", 1 << 30)
     posenc.xl_position_term(q, r, k_len=1024)
     assert [s[0] for s in seen] == [(1, 4, 512, 1535)] and not seen[0][1]
 
@@ -1637,7 +1634,7 @@ def test_blocks_of_products_stay_within_the_budget(rng, monkeypatch):
 def test_float64_inputs_make_their_products_in_float64_before_float32_scores(monkeypatch):
     # q . r = (1 + 2**-30) - 1 = 2**-30 in float64, 0 if q were rounded to
     # float32 first: the term added into float32 scores is 2**-30
-    monkeypatch.setattr(rel, "_BLOCK_BYTES", 64)  # blocks too
+    monkeypatch.setattr(engine, "_BLOCK_BYTES", 64)  # blocks too
     q = np.zeros((1, 16, 2))
     q[..., 0], q[..., 1] = 1 + 2.0**-30, -1
     r = np.ones((1, 32, 2))

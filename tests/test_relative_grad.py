@@ -112,7 +112,7 @@ def test_gradients_are_the_central_differences_of_the_term(case, budget, monkeyp
     # budget 64: products and gradients a block of 8 rows (or keys) and one
     # head at a time, the forward's blocks and the backward's
     if budget is not None:
-        monkeypatch.setattr(posenc.relative, "_BLOCK_BYTES", budget)
+        monkeypatch.setattr(posenc._relative_engine, "_BLOCK_BYTES", budget)
     rng = np.random.default_rng(len(case))
     name, args, kwargs = CASES[case]
     fn = getattr(posenc, name)

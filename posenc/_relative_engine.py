@@ -1,0 +1,375 @@
+"""The engine of posenc.relative: products made by BLAS a block at a time
+and gathered into the scores (or scattered by distance) by the C kernels.
+
+A relative term is a list of `_Part`s: score ``(i, j)`` += ``(left @
+right^T)[row, columns[q_len - 1 - i + j]] / divisor``, the row i (by query)
+or j (by key).  `_finish` adds the parts into the scores or a new result:
+`_gather_into` makes each part's products a block of rows at a time
+(`_Blocks`, `_gather_part`) and hands them to ``_core.rel_gather_add``
+while in cache; `_add_into` adds a dense term by ``_core.rel_dense_add``;
+`_by_distance` sums weights by distance (``_core.rel_scatter_add``), for
+Shaw's value term and the backward (posenc._relative_grad).
+
+The precision rules live here too: products formed in float32, or float64
+when an input or the scores are float64 (`_work`); a new result of the
+inputs' promoted dtype (`_promote`), rounded once (`_cast`).  The public
+functions (posenc.relative) read and check their arguments, then build the
+parts; here the arrays are the checked ones (only a result's size is checked
+against what can be allocated, before it is made).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, NamedTuple, Tuple
+
+import numpy as np
+
+from . import _core
+from . import _validate as v
+from ._dtypes import is_bfloat16, widen
+
+# ---------------------------------------------------------------- precision
+
+
+# the element types the gather kernel adds into
+_KERNEL_DTYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
+
+
+def _work(*dtypes):
+    """The dtype products are formed in: float64 if any input is, else float32."""
+    wide = any(v.native_dtype(d) == np.float64 for d in dtypes)  # '>f8' too
+    return np.dtype(np.float64) if wide else np.dtype(np.float32)
+
+
+def _ieee():
+    """Products of data holding an infinity or NaN (or overflowing) made
+    as IEEE arithmetic makes them, without NumPy's RuntimeWarning: the C
+    kernels give the same NaN and inf silently."""
+    return np.errstate(invalid="ignore", over="ignore")
+
+
+def _products(left, right):
+    """``left @ right^T`` over the last two axes, each operand first laid
+    out in C order, so that BLAS sums in one order whatever the caller's
+    layout (a Fortran-ordered or strided input gives the bits of the
+    contiguous one); see _ieee."""
+    left, right = np.ascontiguousarray(left), np.ascontiguousarray(right)
+    with _ieee():
+        return left @ np.swapaxes(right, -1, -2)
+
+
+def _up(x, work, copy=False):
+    """`x` in the working dtype `work`, a bfloat16 array widened exactly."""
+    if is_bfloat16(x.dtype):
+        return widen(x).astype(work, copy=False)
+    return x.astype(work, copy=copy)
+
+
+def _promote(*dtypes):
+    """The dtype of a new result: NumPy's promotion of the inputs' (native);
+    bfloat16 alone stays bfloat16 (the first input's kind of it), and with
+    float16 or float32 gives float32, as torch promotes (and ml_dtypes adds)."""
+    bf16 = [d for d in dtypes if is_bfloat16(d)]
+    others = [v.native_dtype(d) for d in dtypes if not is_bfloat16(d)]
+    if not bf16:
+        return np.result_type(*others)
+    return np.result_type(np.float32, *others) if others else bf16[0]
+
+
+def _result(*arrays):
+    """_promote of the arrays' dtypes."""
+    return _promote(*[a.dtype for a in arrays])
+
+
+def _cast(x, dtype):
+    """The float32 or float64 array `x` rounded once to `dtype` (a float32
+    `x` for bfloat16, which is rounded to nearest even by the dense kernel's
+    store, as narrow rounds it)."""
+    if not is_bfloat16(dtype):
+        return x.astype(dtype, copy=False)
+    x = np.ascontiguousarray(x, np.float32).reshape(np.shape(x))  # 0-d stays 0-d
+    out = np.empty(x.shape, np.uint16)
+    if x.size:
+        rows = (1, 1, -1, x.shape[-1] if x.ndim else 1)
+        _core.rel_dense_add(x.reshape(rows), out.reshape(rows), True)
+    return out.view(dtype)
+
+
+# ---------------------------------------------------------------- gather
+
+
+# Bytes of products a gather reads per block: the products of a block are
+# made (BLAS) just before the C kernel adds them, and are read from cache.
+_BLOCK_BYTES = 1 << 21
+
+
+def _gather_part(work, lead, left, right, index, by_key, divisor):
+    """work (batch, heads, q, k) += the gather of ``left @ right^T`` at `index`.
+
+    left (..., heads, rows of the map's side, d), right (..., heads or 1,
+    columns, d), both of the dtype the products are made in, leading
+    axes broadcasting to `lead` (the target's); the products are rounded to
+    the kernel's float32 or float64 after `divisor` divides them.
+    The products are made a block of rows at a time (_Blocks), each block
+    only for the columns its part of the map reaches, and gathered while in
+    cache: no products of the whole term exist at once.  Between BLAS's
+    threads, the kernel runs on one: alternating two teams of threads on
+    the same cores costs more than the second thread gains."""
+    batch, heads, q_len, k_len = work.shape
+    wdt = np.dtype(np.float64) if v.native_dtype(work.dtype) == np.float64 else np.dtype(np.float32)
+    n = k_len if by_key else q_len
+    d, cols = left.shape[-1], right.shape[-2]
+    blocks = _Blocks(heads, q_len, k_len, cols, max(wdt.itemsize, left.dtype.itemsize), by_key)
+    lefts = np.broadcast_to(left, lead + (heads, n, d))
+    rights = np.broadcast_to(right, lead + (heads, cols, d))
+    single = batch * blocks.count > 1
+    spans = blocks.spans(index)
+    walked = by_key and left.dtype == wdt  # a row per step: rows apart, aligned to the loads
+    runs = {span[0]: _main_run(span[4]) for span in spans} if walked else {}
+    for b, at in enumerate(np.ndindex(*lead)):
+        lb, rb, wb = lefts[at], rights[at], work[b : b + 1]
+        for h0, h1, a0, a1, c0, c1, local in blocks.of(spans):
+            view = wb[:, h0:h1, :, a0:a1] if by_key else wb[:, h0:h1, a0:a1, :]
+            p = None
+            if walked:
+                p = _walked_products((h1 - h0, a1 - a0, c1 - c0), wdt, runs[a0], q_len)
+            p = np.matmul(lb[h0:h1, a0:a1], np.swapaxes(rb[h0:h1, c0:c1], -1, -2), out=p)
+            if divisor is not None:
+                np.divide(p, divisor, out=p)
+            p = p.astype(wdt, copy=False)
+            _core.rel_gather_add(p[None], local, v.for_kernel(view), by_key, single)
+
+
+class _Blocks:
+    """The blocks a gathered part is made in: a group of heads and a block
+    of rows (by query) or keys (by key), each for the columns its part of
+    the map reaches (a block of rows of Transformer-XL's shift reaches
+    k_len + rows - 1 of its q_len + k_len columns), at most about
+    _BLOCK_BYTES of products of `itemsize` bytes.  The forward gathers each
+    block's products, the backward scatters each block's gradient."""
+
+    def __init__(self, heads, q_len, k_len, cols, itemsize, by_key):
+        n, other = (k_len, q_len) if by_key else (q_len, k_len)
+        size = n * min(cols, n + other - 1) * itemsize  # one head's products, at most
+        if size <= _BLOCK_BYTES:
+            self.step, self.group = n, max(1, min(heads, _BLOCK_BYTES // max(size, 1)))
+        else:
+            rows = _BLOCK_BYTES // (itemsize * min(cols, other + 64))
+            self.step, self.group = max(8, rows - rows % 8), 1
+        self.heads, self.q_len, self.k_len, self.n, self.by_key = heads, q_len, k_len, n, by_key
+        self.count = -(-heads // self.group) * -(-n // self.step)
+
+    def spans(self, index):
+        """(a0, a1, c0, c1, local) for each block of rows (or keys) a0:a1
+        that reads a column: columns c0:c1 of the products, and the block's
+        own map (columns from c0, -1: none) in the gather's orientation;
+        the same for every group of heads and every batch."""
+        q_len, k_len, spans = self.q_len, self.k_len, []
+        for a0 in range(0, self.n, self.step):
+            a1 = min(self.n, a0 + self.step)
+            if self.by_key:
+                m = index[a0 : a0 + q_len + a1 - a0 - 1]
+            else:
+                m = index[q_len - a1 : q_len - a1 + a1 - a0 + k_len - 1]
+            valid = m >= 0
+            if not valid.any():
+                continue
+            c0, c1 = int(m[valid].min()), int(m[valid].max()) + 1
+            local = m - c0 if c0 == 0 or valid.all() else np.where(valid, m - c0, -1)
+            spans.append((a0, a1, c0, c1, local))
+        return spans
+
+    def of(self, spans):
+        """(h0, h1, a0, a1, c0, c1, local) for each group of heads h0:h1
+        and each of the `spans`."""
+        for h0 in range(0, self.heads, self.group):
+            for span in spans:
+                yield (h0, min(self.heads, h0 + self.group)) + span
+
+
+def _work_of(target):
+    """`target` (..., heads, q, k) as one (batch, heads, q, k) array the C
+    kernels add into, and whether it is `target` itself (a view) rather
+    than a temporary to copy back; (None, True) for an empty target.  A
+    target they cannot add into where it is (byte-swapped, unaligned,
+    strided last axis, leading axes that do not merge, a dtype they do not
+    know) goes through a native C-contiguous temporary (float32 for an
+    unknown dtype).  bfloat16 scores (ml_dtypes' or posenc's bits) are
+    added into as they are."""
+    bf16 = is_bfloat16(target.dtype)
+    native = v.native_dtype(target.dtype)
+    known = bf16 or native in _KERNEL_DTYPES
+    views = v.bias_views(target) if known else None
+    if views == []:
+        return None, True
+    if views is not None and len(views) == 1:
+        return views[0], True
+    kind = native if known else np.dtype(np.float32)
+    return np.array(target, dtype=kind, order="C").reshape((-1,) + target.shape[-3:]), False
+
+
+class _Part(NamedTuple):
+    """One gathered product of a term: score (i, j) += ``(left @ right^T)
+    [row, columns[q_len - 1 - i + j]] / divisor``, the row i (by query) or j
+    (by key); right (..., heads or 1, columns, d).  `left` is the sum of the
+    arguments `left_from` names (name, shape as broadcast into it), `right`
+    the argument `right_from` names: what the gradients
+    (posenc._relative_grad) flow back to."""
+
+    left: np.ndarray
+    right: np.ndarray
+    columns: np.ndarray
+    by_key: bool
+    divisor: Any
+    left_from: Tuple[Tuple[str, Tuple[int, ...]], ...]
+    right_from: Tuple[str, Tuple[int, ...]]
+
+
+def _gather_into(target, parts):
+    """target (..., heads, q, k) += each part's gathered products, in place
+    (through _work_of).
+
+    parts: _Part: the products ``left @ right^T`` (divided by `divisor` if
+    not None), score (i, j) reading row i (by query) or j (by key) at column
+    columns[q_len - 1 - i + j] (-1: none), see _gather_part."""
+    work, direct = _work_of(target)
+    if work is None:
+        return
+    # inputs read as they were before the call, as NumPy's ufuncs read them,
+    # although the scores they share memory with are written first
+    parts = [
+        p._replace(left=v.apart(p.left, target), right=v.apart(p.right, target)) for p in parts
+    ]
+    with _ieee():
+        for p in parts:
+            _gather_part(work, target.shape[:-3], p.left, p.right, p.columns, p.by_key, p.divisor)
+    if not direct:
+        np.copyto(target, work.reshape(target.shape), casting="unsafe")
+
+
+def _add_into(target, term):
+    """target (..., heads, q, k) += term (..., heads, 1 or q, k) (float32 or
+    float64, its leading axes broadcasting to the target's), the sum rounded
+    once to the target's dtype, as ``np.add(target, term, casting="unsafe")``
+    rounds it: by the C kernel (through _work_of; bfloat16 sums made in
+    float32), or by NumPy for a float64 term into scores of less precision
+    or scores of a dtype the kernel does not know."""
+    bf16 = is_bfloat16(target.dtype)
+    native = v.native_dtype(target.dtype)
+    if bf16:
+        term = term.astype(np.float32, copy=False)
+    kind = np.dtype(np.float64) if native == np.float64 else np.dtype(np.float32)
+    if not (bf16 or native in _KERNEL_DTYPES) or term.dtype != kind:
+        np.add(target, term, out=target, casting="unsafe")
+        return
+    work, direct = _work_of(target)
+    if work is None:
+        return
+    full = np.broadcast_to(term, target.shape[:-3] + term.shape[-3:])
+    _core.rel_dense_add(full.reshape((-1,) + full.shape[-3:]), v.for_kernel(work))
+    if not direct:
+        np.copyto(target, work.reshape(target.shape), casting="unsafe")
+
+
+def _finish(scores, lead, shape, dtype, parts):
+    """The terms added into `scores` (returned; each term rounded to the
+    scores' dtype, then added), or, without scores, summed in the working
+    precision (float32, or float64) into a new array rounded once to `dtype`."""
+    if scores is not None:
+        _gather_into(scores, parts)
+        return scores
+    v.shape_size(lead + shape, "result")
+    kind = np.dtype(np.float64) if v.native_dtype(dtype) == np.float64 else np.dtype(np.float32)
+    result = np.zeros(lead + shape, kind)
+    _gather_into(result, parts)
+    return result if kind == dtype else _cast(result, dtype)
+
+
+# ---------------------------------------------------------------- scatter by distance
+
+
+def _odd_lines(n, dtype):
+    """Items in the fewest 64-byte cache lines, an odd number of them,
+    that hold n items of `dtype`."""
+    line = 64 // dtype.itemsize
+    lines = -(-n // line)
+    return (lines + 1 - lines % 2) * line
+
+
+def _padded_rows(shape, dtype, make=np.zeros):
+    """An array of `shape` (made by `make`) whose rows lie an odd number of
+    64-byte cache lines apart: a kernel that reads or writes a row per step
+    (the gather and the scatter by key) then spreads its rows over every
+    cache set, where rows a multiple of 4 KiB apart (or of 2 KiB, ...)
+    would share a few sets."""
+    return make(shape[:-1] + (_odd_lines(shape[-1], dtype),), dtype)[..., : shape[-1]]
+
+
+def _main_run(index):
+    """(slope, index[t] - slope * t) of the run of slope 1 or -1 that holds
+    most of the map `index` (at least the 15 entries a block of 8 x 8 scores
+    by key reads), else (0, 0)."""
+    valid = (index[:-1] >= 0) & (index[1:] >= 0)
+    t, step = np.arange(len(index) - 1), np.diff(index)
+    best = (13, 0, 0)  # steps, slope, the run's index[t] - slope * t
+    for slope in (-1, 1):
+        on = valid & (step == slope)
+        if on.any():
+            at = index[:-1][on] - slope * t[on]
+            lo = int(at.min())
+            counts = np.bincount(at - lo)
+            best = max(best, (int(counts.max()), slope, lo + int(counts.argmax())))
+    return best[1:]
+
+
+def _walked_products(shape, dtype, run, q_len):
+    """An empty array of `shape` (heads, keys, columns) for the products the
+    by-key gather walks through a map whose main run is `run` (slope, index[t]
+    - slope * t; t = q_len - 1 - i + j, _main_run): along that run the C walk
+    loads eight float32 products of a key for eight queries, the next key's a
+    row and a column on.  Here rows lie an odd number of cache lines and one
+    product more (slope -1) or less (1) apart, so that the eight keys' loads
+    start at the same byte of their lines, and the first product lies where
+    that byte is 0 or 32 in every strip of eight queries: each load reads
+    half a line, whose other half the next strip reads (at another byte, a
+    key's eight products straddle two lines in 7 strips out of 16).  Without
+    a run, or for float64: _padded_rows."""
+    slope, k = run
+    if dtype != np.float32 or slope == 0:
+        return _padded_rows(shape, dtype, np.empty)
+    heads, keys, cols = shape
+    row = _odd_lines(cols + (slope > 0), dtype) - slope
+    rows = -(-keys // 8) * 8  # each head's products from the same byte of a line
+    flat = np.empty(heads * rows * row + 7, dtype)
+    # the load of key 0 for queries [i, i + 8), i a multiple of 8, reads
+    # from column k - (q_len - 1) + i (slope -1) or k + q_len - 8 - i (1)
+    first = k - q_len + 1 if slope < 0 else k + q_len - 8
+    skip = -(flat.ctypes.data // dtype.itemsize + first) % 8
+    return flat[skip : skip + heads * rows * row].reshape(heads, rows, row)[:, :keys, :cols]
+
+
+def _by_distance(w, index, width, work, by_key=False):
+    """``out[..., i, index[q_len - 1 - i + j]] += w[..., i, j]``: w (...,
+    heads, q_len, k_len) summed into (..., heads, q_len, width) of dtype
+    `work` by the C scatter (-1 in `index`: left out); by key into (...,
+    heads, k_len, width), at row j.  w is read where it is when its rows
+    are contiguous and of the dtype summed (float16 or float32 for float32
+    sums, float64 for float64), else through a copy."""
+    native = v.native_dtype(w.dtype)
+    if v.native_dtype(work) == np.float64:
+        kind = np.dtype(np.float64)
+    else:  # float16 or float32 weights, summed in float32; bfloat16 widened
+        kind = native if native in _KERNEL_DTYPES else np.dtype(np.float32)
+    rows = w.shape[-1] <= 1 or w.strides[-1] == w.itemsize
+    wk = w if w.dtype == kind and w.flags.aligned and rows else v.native_copy(w, kind)
+    wk = wk.reshape((math.prod(w.shape[:-3]),) + w.shape[-3:])  # -1 is ambiguous when empty
+    out_rows = w.shape[-1] if by_key else w.shape[-2]
+    shape = wk.shape[:-2] + (out_rows, width)
+    v.shape_size(shape, "result")
+    if w.size == 0:  # no weights: zero sums (none at all without rows)
+        return np.zeros(w.shape[:-2] + (out_rows, width), work)
+    summed = _padded_rows(shape, work) if by_key else np.zeros(shape, work)
+    # on one thread: BLAS's threads come next, on the same cores (see _gather_part)
+    _core.rel_scatter_add(wk, index, summed, True, by_key)
+    return summed.reshape(w.shape[:-2] + (out_rows, width))

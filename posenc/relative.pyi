@@ -1,0 +1,213 @@
+# Types of posenc.relative for type checkers (mypy reads this stub instead of
+# relative.py): the public functions with their overloads (a NumPy array, a
+# list or a scalar in gives an NDArray; a torch tensor or a JAX array in gives
+# its own type), and the private names the other posenc modules read from
+# posenc.relative (posenc._relative_grad): the argument readers typed here, the
+# engine's names re-exported from posenc._relative_engine.
+
+from typing import Any, List, Tuple, overload
+
+import numpy as np
+
+from . import _validate
+from ._relative_engine import _Blocks as _Blocks
+from ._relative_engine import _by_distance as _by_distance
+from ._relative_engine import _cast as _cast
+from ._relative_engine import _finish as _finish
+from ._relative_engine import _ieee as _ieee
+from ._relative_engine import _main_run as _main_run
+from ._relative_engine import _padded_rows as _padded_rows
+from ._relative_engine import _Part as _Part
+from ._relative_engine import _up as _up
+from ._relative_engine import _walked_products as _walked_products
+from ._relative_engine import _work as _work
+from ._typing import Array, ArrayLike, ArrayT, DTypeLike, NDArray
+
+_check = _validate  # the module, as posenc.relative names it
+
+# (target or None, leading axes, (heads, q_len, k_len), result dtype, parts):
+# what a gathered term's reader hands to _finish
+_Term = Tuple[np.ndarray | None, Tuple[int, ...], Tuple[int, int, int], np.dtype[Any], List[_Part]]
+
+def _float(x: Any, name: str, ndim: int | None = None) -> np.ndarray: ...
+def _qk(x: Any, name: str, heads: int | None = None, d: int | None = None) -> np.ndarray: ...
+def _bias_vector(bias: Any, heads: int, d: int, name: str) -> Any: ...
+def _broadcasts_to(lead: Tuple[int, ...], own: Tuple[int, ...]) -> bool: ...
+def _xl_term(
+    q: Any, r: Any, bias: Any, k_len: Any, q_offset: Any, causal: Any, scores: Any
+) -> _Term: ...
+def _tener_term(q: Any, k: Any, table: Any, v: Any, key_term: Any, scores: Any) -> _Term: ...
+def _deberta_term(
+    q: Any,
+    k: Any,
+    pos_key: Any,
+    pos_query: Any,
+    position_buckets: Any,
+    max_relative_positions: Any,
+    q_offset: Any,
+    scale_factor: Any,
+    precision: Any,
+    scores: Any,
+) -> _Term: ...
+def _shaw_term(
+    q: Any, rel_keys: Any, max_distance: Any, k_len: Any, q_offset: Any, scores: Any
+) -> _Term: ...
+def _shaw_value_args(
+    weights: Any, rel_values: Any, max_distance: Any, q_offset: Any
+) -> Tuple[np.ndarray, np.ndarray, np.ndarray, np.dtype[Any]]: ...
+
+# The public functions, one block each, their overloads typeshed-style: the
+# parameters packed on a few lines (ruff format would give each its own line).
+# fmt: off
+def xl_relative_table(
+    q_len: int, k_len: int | None = None, dim: int | None = None, *, attn_type: str = "bi",
+    bi_data: bool = False, clamp_len: int | None = None, base: float = 10000.0,
+    dtype: DTypeLike | None = None,
+) -> NDArray[Any]: ...
+
+@overload
+def xl_position_term(
+    q: np.ndarray, r: ArrayLike, *, bias: ArrayLike | None = None, k_len: int | None = None,
+    q_offset: int | None = None, causal: bool = False, scores: Array | None = None,
+) -> NDArray[Any]: ...
+@overload
+def xl_position_term(
+    q: ArrayT, r: ArrayLike, *, bias: ArrayLike | None = None, k_len: int | None = None,
+    q_offset: int | None = None, causal: bool = False, scores: Array | None = None,
+) -> ArrayT: ...
+@overload
+def xl_position_term(
+    q: ArrayLike, r: ArrayLike, *, bias: ArrayLike | None = None, k_len: int | None = None,
+    q_offset: int | None = None, causal: bool = False, scores: Array | None = None,
+) -> NDArray[Any]: ...
+
+@overload
+def xl_content_bias(
+    k: np.ndarray, bias: ArrayLike, *, scores: Array | None = None,
+) -> NDArray[Any]: ...
+@overload
+def xl_content_bias(k: ArrayT, bias: ArrayLike, *, scores: Array | None = None) -> ArrayT: ...
+@overload
+def xl_content_bias(
+    k: ArrayLike, bias: ArrayLike, *, scores: Array | None = None,
+) -> NDArray[Any]: ...
+
+def tener_relative_table(
+    length: int, dim: int, *, base: float = 10000.0, dtype: DTypeLike | None = None,
+) -> NDArray[Any]: ...
+
+@overload
+def tener_position_term(
+    q: np.ndarray, k: ArrayLike, table: ArrayLike, *, v: ArrayLike | None = None,
+    key_term: bool = True, scores: Array | None = None,
+) -> NDArray[Any]: ...
+@overload
+def tener_position_term(
+    q: ArrayT, k: ArrayLike, table: ArrayLike, *, v: ArrayLike | None = None, key_term: bool = True,
+    scores: Array | None = None,
+) -> ArrayT: ...
+@overload
+def tener_position_term(
+    q: ArrayLike, k: ArrayLike, table: ArrayLike, *, v: ArrayLike | None = None,
+    key_term: bool = True, scores: Array | None = None,
+) -> NDArray[Any]: ...
+
+@overload
+def tener_scores(
+    q: np.ndarray, k: ArrayLike, table: ArrayLike, *, u: ArrayLike | None = None,
+    v: ArrayLike | None = None, scale: bool = False, key_term: bool = True,
+) -> NDArray[Any]: ...
+@overload
+def tener_scores(
+    q: ArrayT, k: ArrayLike, table: ArrayLike, *, u: ArrayLike | None = None,
+    v: ArrayLike | None = None, scale: bool = False, key_term: bool = True,
+) -> ArrayT: ...
+@overload
+def tener_scores(
+    q: ArrayLike, k: ArrayLike, table: ArrayLike, *, u: ArrayLike | None = None,
+    v: ArrayLike | None = None, scale: bool = False, key_term: bool = True,
+) -> NDArray[Any]: ...
+
+@overload
+def deberta_log_bucket(
+    relative_pos: np.ndarray, bucket_size: int, max_position: int, *, precision: str = "float32",
+) -> NDArray[np.int64]: ...
+@overload
+def deberta_log_bucket(
+    relative_pos: ArrayT, bucket_size: int, max_position: int, *, precision: str = "float32",
+) -> ArrayT: ...
+@overload
+def deberta_log_bucket(
+    relative_pos: ArrayLike, bucket_size: int, max_position: int, *, precision: str = "float32",
+) -> NDArray[np.int64]: ...
+
+def deberta_relative_positions(
+    q_len: int, k_len: int | None = None, *, bucket_size: int = -1, max_position: int = -1,
+    q_offset: int = 0, precision: str = "float32",
+) -> NDArray[np.int64]: ...
+
+@overload
+def deberta_attention_bias(
+    q: np.ndarray, k: ArrayLike, pos_key: ArrayLike | None = None,
+    pos_query: ArrayLike | None = None, *, position_buckets: int = -1,
+    max_relative_positions: int = 512, q_offset: int = 0, scale_factor: float | None = None,
+    precision: str = "float32", scores: Array | None = None,
+) -> NDArray[Any]: ...
+@overload
+def deberta_attention_bias(
+    q: ArrayT, k: ArrayLike, pos_key: ArrayLike | None = None, pos_query: ArrayLike | None = None,
+    *, position_buckets: int = -1, max_relative_positions: int = 512, q_offset: int = 0,
+    scale_factor: float | None = None, precision: str = "float32", scores: Array | None = None,
+) -> ArrayT: ...
+@overload
+def deberta_attention_bias(
+    q: ArrayLike, k: ArrayLike, pos_key: ArrayLike | None = None,
+    pos_query: ArrayLike | None = None, *, position_buckets: int = -1,
+    max_relative_positions: int = 512, q_offset: int = 0, scale_factor: float | None = None,
+    precision: str = "float32", scores: Array | None = None,
+) -> NDArray[Any]: ...
+
+@overload
+def shaw_key_term(
+    q: np.ndarray, rel_keys: ArrayLike, *, max_distance: int, k_len: int | None = None,
+    q_offset: int | None = None, scores: Array | None = None,
+) -> NDArray[Any]: ...
+@overload
+def shaw_key_term(
+    q: ArrayT, rel_keys: ArrayLike, *, max_distance: int, k_len: int | None = None,
+    q_offset: int | None = None, scores: Array | None = None,
+) -> ArrayT: ...
+@overload
+def shaw_key_term(
+    q: ArrayLike, rel_keys: ArrayLike, *, max_distance: int, k_len: int | None = None,
+    q_offset: int | None = None, scores: Array | None = None,
+) -> NDArray[Any]: ...
+
+@overload
+def shaw_value_term(
+    weights: np.ndarray, rel_values: ArrayLike, *, max_distance: int, q_offset: int | None = None,
+) -> NDArray[Any]: ...
+@overload
+def shaw_value_term(
+    weights: ArrayT, rel_values: ArrayLike, *, max_distance: int, q_offset: int | None = None,
+) -> ArrayT: ...
+@overload
+def shaw_value_term(
+    weights: ArrayLike, rel_values: ArrayLike, *, max_distance: int, q_offset: int | None = None,
+) -> NDArray[Any]: ...
+
+@overload
+def tupe_bias(
+    pos_q: np.ndarray, pos_k: ArrayLike, *, rel_table: ArrayLike | None = None,
+    max_distance: int = 128, untie_cls: bool = True, scores: Array | None = None,
+) -> NDArray[Any]: ...
+@overload
+def tupe_bias(
+    pos_q: ArrayT, pos_k: ArrayLike, *, rel_table: ArrayLike | None = None, max_distance: int = 128,
+    untie_cls: bool = True, scores: Array | None = None,
+) -> ArrayT: ...
+@overload
+def tupe_bias(
+    pos_q: ArrayLike, pos_k: ArrayLike, *, rel_table: ArrayLike | None = None,
+    max_distance: int = 128, untie_cls: bool = True, scores: Array | None = None,
+) -> NDArray[Any]: ...
