@@ -10,7 +10,7 @@ existing attention scores in place, with no ``(heads, q, k)`` temporary.
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import Any, Optional, overload
+from typing import Any, Optional
 
 import numpy as np
 
@@ -18,7 +18,7 @@ from . import _core, _t5
 from . import _validate as v
 from ._dtypes import is_bfloat16, narrow
 from ._interop import foreign
-from ._typing import Array, ArrayLike, ArrayT, DTypeLike, NDArray, ScalarT
+from ._typing import Array, ArrayLike, DTypeLike, NDArray
 
 _MAX_OFFSET = _core.MAX_Q_OFFSET
 _MAX_BUCKETS = _core.T5_MAX_BUCKETS
@@ -148,68 +148,20 @@ def _slopes(n, max_bias):
     return slopes
 
 
-@overload
-def alibi_bias(
-    n_heads: int,
-    q_len: int,
-    k_len: Optional[int] = None,
-    *,
-    slopes: Optional[ArrayLike] = None,
-    max_bias: float = 8.0,
-    causal: bool = True,
-    q_offset: Optional[int] = None,
-    dtype: Optional[DTypeLike] = None,
-    scores: ArrayT,
-    out: None = None,
-) -> ArrayT: ...
-
-
-@overload
-def alibi_bias(
-    n_heads: int,
-    q_len: int,
-    k_len: Optional[int] = None,
-    *,
-    slopes: Optional[ArrayLike] = None,
-    max_bias: float = 8.0,
-    causal: bool = True,
-    q_offset: Optional[int] = None,
-    dtype: Optional[DTypeLike] = None,
-    scores: None = None,
-    out: ArrayT,
-) -> ArrayT: ...
-
-
-@overload
-def alibi_bias(
-    n_heads: int,
-    q_len: int,
-    k_len: Optional[int] = None,
-    *,
-    slopes: Optional[ArrayLike] = None,
-    max_bias: float = 8.0,
-    causal: bool = True,
-    q_offset: Optional[int] = None,
-    dtype: Optional[DTypeLike] = None,
-    scores: None = None,
-    out: None = None,
-) -> NDArray[Any]: ...
-
-
 @foreign
 def alibi_bias(
-    n_heads,
-    q_len,
-    k_len=None,
+    n_heads: int,
+    q_len: int,
+    k_len: Optional[int] = None,
     *,
-    slopes=None,
-    max_bias=8.0,
-    causal=True,
-    q_offset=None,
-    dtype=None,
-    scores=None,
-    out=None,
-):
+    slopes: Optional[ArrayLike] = None,
+    max_bias: float = 8.0,
+    causal: bool = True,
+    q_offset: Optional[int] = None,
+    dtype: Optional[DTypeLike] = None,
+    scores: Optional[Array] = None,
+    out: Optional[Array] = None,
+) -> NDArray[Any]:
     """ALiBi's linear attention bias, or its add into attention scores.
 
     Parameters
@@ -392,40 +344,14 @@ def _rounded(values, dtype):
 # ---------------------------------------------------------------- T5
 
 
-@overload
-def relative_position_bucket(
-    relative_position: np.ndarray,
-    *,
-    bidirectional: bool = True,
-    num_buckets: int = 32,
-    max_distance: int = 128,
-) -> NDArray[np.int64]: ...
-
-
-@overload
-def relative_position_bucket(
-    relative_position: ArrayT,
-    *,
-    bidirectional: bool = True,
-    num_buckets: int = 32,
-    max_distance: int = 128,
-) -> ArrayT: ...
-
-
-@overload
+@foreign
 def relative_position_bucket(
     relative_position: ArrayLike,
     *,
     bidirectional: bool = True,
     num_buckets: int = 32,
     max_distance: int = 128,
-) -> NDArray[np.int64]: ...
-
-
-@foreign
-def relative_position_bucket(
-    relative_position, *, bidirectional=True, num_buckets=32, max_distance=128
-):
+) -> NDArray[np.int64]:
     """T5's bucket of each relative position ``key_pos - query_pos``.
 
     Parameters
@@ -480,35 +406,7 @@ def relative_position_bucket(
     return out.reshape(arr.shape)
 
 
-@overload
-def t5_bias(
-    table: NDArray[ScalarT],
-    q_len: int,
-    k_len: Optional[int] = None,
-    *,
-    bidirectional: bool = True,
-    max_distance: int = 128,
-    q_offset: int = 0,
-    scores: Optional[Array] = None,
-    out: Optional[Array] = None,
-) -> NDArray[ScalarT]: ...
-
-
-@overload
-def t5_bias(
-    table: ArrayT,
-    q_len: int,
-    k_len: Optional[int] = None,
-    *,
-    bidirectional: bool = True,
-    max_distance: int = 128,
-    q_offset: int = 0,
-    scores: Optional[Array] = None,
-    out: Optional[ArrayT] = None,
-) -> ArrayT: ...
-
-
-@overload
+@foreign
 def t5_bias(
     table: ArrayLike,
     q_len: int,
@@ -519,21 +417,7 @@ def t5_bias(
     q_offset: int = 0,
     scores: Optional[Array] = None,
     out: Optional[Array] = None,
-) -> NDArray[Any]: ...
-
-
-@foreign
-def t5_bias(
-    table,
-    q_len,
-    k_len=None,
-    *,
-    bidirectional=True,
-    max_distance=128,
-    q_offset=0,
-    scores=None,
-    out=None,
-):
+) -> NDArray[Any]:
     """T5's relative attention bias from its learned bucket table.
 
     Parameters
@@ -614,7 +498,14 @@ def _t5_bias(table, q_len, k_len, bidirectional, max_distance, q_offset, scores,
     return _fill(kernel(False), shape, tab.dtype, out, _T5_SIZES)
 
 
-def t5_bias_table_grad(grad, num_buckets, *, bidirectional=True, max_distance=128, q_offset=0):
+def t5_bias_table_grad(
+    grad: ArrayLike,
+    num_buckets: int,
+    *,
+    bidirectional: bool = True,
+    max_distance: int = 128,
+    q_offset: int = 0,
+) -> NDArray[Any]:
     """The gradient of :func:`t5_bias` with respect to its table: its backward pass.
 
     Parameters

@@ -3,44 +3,18 @@ side of src/sinusoid.c."""
 
 from __future__ import annotations
 
-from typing import Any, Literal, Optional, overload
-
-import numpy as np
+from typing import Any, Literal, Optional
 
 from . import _core
 from . import _validate as v
 from ._frequencies import inv_frequencies
 from ._interop import foreign
-from ._typing import Array, ArrayLike, ArrayT, DTypeLike, NDArray
+from ._typing import Array, ArrayLike, DTypeLike, NDArray
 
 _LAYOUTS = _core.SINUSOID_LAYOUTS
 
 
-@overload
-def sinusoid(
-    positions: np.ndarray,
-    dim: int,
-    *,
-    base: float = 10000.0,
-    layout: Literal["interleaved", "concat"] = "interleaved",
-    dtype: Optional[DTypeLike] = None,
-    out: Optional[Array] = None,
-) -> NDArray[Any]: ...
-
-
-@overload
-def sinusoid(
-    positions: ArrayT,
-    dim: int,
-    *,
-    base: float = 10000.0,
-    layout: Literal["interleaved", "concat"] = "interleaved",
-    dtype: Optional[DTypeLike] = None,
-    out: Optional[ArrayT] = None,
-) -> ArrayT: ...
-
-
-@overload
+@foreign
 def sinusoid(
     positions: ArrayLike,
     dim: int,
@@ -49,11 +23,7 @@ def sinusoid(
     layout: Literal["interleaved", "concat"] = "interleaved",
     dtype: Optional[DTypeLike] = None,
     out: Optional[Array] = None,
-) -> NDArray[Any]: ...
-
-
-@foreign
-def sinusoid(positions, dim, *, base=10000.0, layout="interleaved", dtype=None, out=None):
+) -> NDArray[Any]:
     """The sinusoidal position table of "Attention Is All You Need".
 
     Parameters

@@ -11,6 +11,7 @@ the modules' source read with ``ast`` and ``inspect.signature``.
 import ast
 import importlib.resources
 import inspect
+import os
 import sys
 import typing
 
@@ -53,20 +54,35 @@ def test_all_names_each_public_object_once(module):
 
 def definitions(fn):
     """The ``def`` nodes of `fn` in its module's source: its overloads when
-    it has them, else its own definition."""
+    it has them, else its own definition; and those of the stub beside the
+    module (``rope.pyi`` beside ``rope.py``), where the overloads are, when
+    there is one."""
     fn = inspect.unwrap(fn)
-    tree = ast.parse(inspect.getsource(sys.modules[fn.__module__]))
-    owner = fn.__qualname__.split(".")[0] if "." in fn.__qualname__ else None
-    scope = tree.body
-    if owner is not None:
-        scope = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == owner).body
-    nodes = [n for n in scope if isinstance(n, ast.FunctionDef) and n.name == fn.__name__]
-    overloads = [
-        n
-        for n in nodes
-        if any(getattr(d, "id", getattr(d, "attr", None)) == "overload" for d in n.decorator_list)
-    ]
-    return overloads or nodes
+    module = sys.modules[fn.__module__]
+    sources = [inspect.getsource(module)]
+    stub = module.__file__[: -len(".py")] + ".pyi"
+    if module.__file__.endswith(".py") and os.path.isfile(stub):
+        with open(stub, encoding="utf-8") as f:
+            sources.append(f.read())
+    found = []
+    for source in sources:
+        tree = ast.parse(source)
+        owner = fn.__qualname__.split(".")[0] if "." in fn.__qualname__ else None
+        scope = tree.body
+        if owner is not None:
+            scope = next(
+                n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == owner
+            ).body
+        nodes = [n for n in scope if isinstance(n, ast.FunctionDef) and n.name == fn.__name__]
+        overloads = [
+            n
+            for n in nodes
+            if any(
+                getattr(d, "id", getattr(d, "attr", None)) == "overload" for d in n.decorator_list
+            )
+        ]
+        found += overloads or nodes
+    return found
 
 
 def unannotated(node):
@@ -80,9 +96,15 @@ def unannotated(node):
 
 
 def namespace(fn):
-    """The names an annotation of `fn` may use: its module's, and those its
-    module imports for type checkers only."""
-    names = dict(vars(sys.modules[inspect.unwrap(fn).__module__]))
+    """The names an annotation of `fn` may use: its module's, those its
+    module imports for type checkers only, and those of posenc._typing and
+    typing, which the stubs beside the modules import."""
+    import numpy as np
+
+    from posenc import _typing
+
+    names = {**vars(typing), **vars(_typing), "np": np}
+    names.update(vars(sys.modules[inspect.unwrap(fn).__module__]))
     from matplotlib.figure import Figure
 
     names["Figure"] = Figure
@@ -117,6 +139,7 @@ def test_every_public_function_is_annotated_throughout(name, fn):
         )
         args = node.args
         declared = {a.arg for a in args.posonlyargs + args.args + args.kwonlyargs} - {"self"}
+        declared -= routed(fn)  # a stub declares device= (the wrapper's), the function not
         assert declared == params, f"{name} (line {node.lineno}) differs from the function"
 
 
