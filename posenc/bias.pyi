@@ -1,12 +1,46 @@
-"""Types of posenc.bias (the functions and their docs: bias.py)."""
+"""Types of posenc.bias (the functions and their documentation: bias.py).
 
-from typing import Any, Optional, overload
+The keyword options several signatures share are declared once, as the
+TypedDicts below (``**options: Unpack[...]`` reads as those keywords).
+"""
+
+from typing import Any, Optional, TypedDict, overload
 
 import numpy as np
+from typing_extensions import Unpack
 
 from ._typing import Array, ArrayLike, ArrayT, DTypeLike, NDArray, ScalarT
 
-def _check_t5(bidirectional: Any, num_buckets: Any, max_distance: Any) -> Any: ...
+class _Slopes(TypedDict, total=False):
+    slopes: Optional[ArrayLike]
+    max_bias: float
+    dtype: Optional[DTypeLike]
+    device: Any
+
+class _AlibiOptions(_Slopes, total=False):
+    causal: bool
+    q_offset: Optional[int]
+
+class _Buckets(TypedDict, total=False):
+    bidirectional: bool
+    max_distance: int
+
+class _BucketOptions(_Buckets, total=False):
+    num_buckets: int
+    device: Any
+
+class _GradOptions(_Buckets, total=False):
+    q_offset: int
+
+class _T5Options(_GradOptions, total=False):
+    scores: Optional[Array]
+    device: Any
+
+class _Clip(TypedDict, total=False):
+    max_distance: Optional[int]
+    q_offset: int
+    device: Any
+
 def alibi_slopes(
     n_heads: int, *, max_bias: float = 8.0, device: Any = None
 ) -> NDArray[np.float64]: ...
@@ -16,14 +50,9 @@ def alibi_bias(
     q_len: int,
     k_len: Optional[int] = None,
     *,
-    slopes: Optional[ArrayLike] = None,
-    max_bias: float = 8.0,
-    causal: bool = True,
-    q_offset: Optional[int] = None,
-    dtype: Optional[DTypeLike] = None,
     scores: ArrayT,
     out: None = None,
-    device: Any = None,
+    **options: Unpack[_AlibiOptions],
 ) -> ArrayT: ...
 @overload
 def alibi_bias(
@@ -31,14 +60,9 @@ def alibi_bias(
     q_len: int,
     k_len: Optional[int] = None,
     *,
-    slopes: Optional[ArrayLike] = None,
-    max_bias: float = 8.0,
-    causal: bool = True,
-    q_offset: Optional[int] = None,
-    dtype: Optional[DTypeLike] = None,
     scores: None = None,
     out: ArrayT,
-    device: Any = None,
+    **options: Unpack[_AlibiOptions],
 ) -> ArrayT: ...
 @overload
 def alibi_bias(
@@ -46,50 +70,24 @@ def alibi_bias(
     q_len: int,
     k_len: Optional[int] = None,
     *,
-    slopes: Optional[ArrayLike] = None,
-    max_bias: float = 8.0,
-    causal: bool = True,
-    q_offset: Optional[int] = None,
-    dtype: Optional[DTypeLike] = None,
     scores: None = None,
     out: None = None,
-    device: Any = None,
+    **options: Unpack[_AlibiOptions],
 ) -> NDArray[Any]: ...
 def alibi_key_bias(
-    attention_mask: ArrayLike,
-    n_heads: int,
-    *,
-    slopes: Optional[ArrayLike] = None,
-    max_bias: float = 8.0,
-    dtype: Optional[DTypeLike] = None,
-    device: Any = None,
+    attention_mask: ArrayLike, n_heads: int, **options: Unpack[_Slopes]
 ) -> NDArray[Any]: ...
 @overload
 def relative_position_bucket(
-    relative_position: np.ndarray,
-    *,
-    bidirectional: bool = True,
-    num_buckets: int = 32,
-    max_distance: int = 128,
-    device: Any = None,
+    relative_position: np.ndarray, **options: Unpack[_BucketOptions]
 ) -> NDArray[np.int64]: ...
 @overload
 def relative_position_bucket(
-    relative_position: ArrayT,
-    *,
-    bidirectional: bool = True,
-    num_buckets: int = 32,
-    max_distance: int = 128,
-    device: Any = None,
+    relative_position: ArrayT, **options: Unpack[_BucketOptions]
 ) -> ArrayT: ...
 @overload
 def relative_position_bucket(
-    relative_position: ArrayLike,
-    *,
-    bidirectional: bool = True,
-    num_buckets: int = 32,
-    max_distance: int = 128,
-    device: Any = None,
+    relative_position: ArrayLike, **options: Unpack[_BucketOptions]
 ) -> NDArray[np.int64]: ...
 @overload
 def t5_bias(
@@ -97,12 +95,8 @@ def t5_bias(
     q_len: int,
     k_len: Optional[int] = None,
     *,
-    bidirectional: bool = True,
-    max_distance: int = 128,
-    q_offset: int = 0,
-    scores: Optional[Array] = None,
     out: Optional[Array] = None,
-    device: Any = None,
+    **options: Unpack[_T5Options],
 ) -> NDArray[ScalarT]: ...
 @overload
 def t5_bias(
@@ -110,12 +104,8 @@ def t5_bias(
     q_len: int,
     k_len: Optional[int] = None,
     *,
-    bidirectional: bool = True,
-    max_distance: int = 128,
-    q_offset: int = 0,
-    scores: Optional[Array] = None,
     out: Optional[ArrayT] = None,
-    device: Any = None,
+    **options: Unpack[_T5Options],
 ) -> ArrayT: ...
 @overload
 def t5_bias(
@@ -123,37 +113,26 @@ def t5_bias(
     q_len: int,
     k_len: Optional[int] = None,
     *,
-    bidirectional: bool = True,
-    max_distance: int = 128,
-    q_offset: int = 0,
-    scores: Optional[Array] = None,
     out: Optional[Array] = None,
-    device: Any = None,
+    **options: Unpack[_T5Options],
 ) -> NDArray[Any]: ...
-def _t5_bias(
-    table: Any,
-    q_len: Any,
-    k_len: Any,
-    bidirectional: Any,
-    max_distance: Any,
-    q_offset: Any,
-    scores: Any,
-    out: Any,
-    single: Any = False,
-) -> Any: ...
 def t5_bias_table_grad(
-    grad: ArrayLike,
-    num_buckets: int,
-    *,
-    bidirectional: bool = True,
-    max_distance: int = 128,
-    q_offset: int = 0,
+    grad: ArrayLike, num_buckets: int, **options: Unpack[_GradOptions]
 ) -> NDArray[Any]: ...
 def relative_positions(
-    q_len: int,
-    k_len: Optional[int] = None,
-    *,
-    max_distance: Optional[int] = None,
-    q_offset: int = 0,
-    device: Any = None,
+    q_len: int, k_len: Optional[int] = None, **options: Unpack[_Clip]
 ) -> NDArray[np.int64]: ...
+
+# used by posenc.relative
+def _check_t5(bidirectional: bool, num_buckets: int, max_distance: int) -> Any: ...
+def _t5_bias(
+    table: Any,
+    q_len: int,
+    k_len: Optional[int],
+    bidirectional: bool,
+    max_distance: int,
+    q_offset: int,
+    scores: Any,
+    out: Any,
+    single: bool = False,
+) -> Any: ...

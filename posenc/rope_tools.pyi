@@ -1,8 +1,9 @@
-"""Types of posenc.rope_tools (the functions and their docs: rope_tools.py)."""
+"""Types of posenc.rope_tools (the functions and their documentation: rope_tools.py)."""
 
-from typing import Any, Literal, overload
+from typing import Any, Literal, TypedDict, overload
 
 import numpy as np
+from typing_extensions import Unpack
 
 from ._typing import ArrayLike, ArrayT, NDArray, ScalarT
 from .positions import mrope_position_ids as mrope_position_ids
@@ -17,35 +18,32 @@ __all__ = [
     "vision_position_ids",
 ]
 
+class _To(TypedDict, total=False):
+    to: Literal["half", "interleaved"]
+    device: Any
+
+class _Temperature(TypedDict, total=False):
+    floor_scale: float
+    attn_scale: float
+    device: Any
+
 @overload
 def permute_rope_weight(
-    weight: NDArray[ScalarT],
-    n_heads: int,
-    *,
-    to: Literal["half", "interleaved"] = "half",
-    device: Any = None,
+    weight: NDArray[ScalarT], n_heads: int, **options: Unpack[_To]
 ) -> NDArray[ScalarT]: ...
 @overload
-def permute_rope_weight(
-    weight: ArrayT, n_heads: int, *, to: Literal["half", "interleaved"] = "half", device: Any = None
-) -> ArrayT: ...
+def permute_rope_weight(weight: ArrayT, n_heads: int, **options: Unpack[_To]) -> ArrayT: ...
 @overload
 def permute_rope_weight(
-    weight: ArrayLike,
-    n_heads: int,
-    *,
-    to: Literal["half", "interleaved"] = "half",
-    device: Any = None,
+    weight: ArrayLike, n_heads: int, **options: Unpack[_To]
 ) -> NDArray[Any]: ...
 @overload
 def attention_temperature(
-    positions: np.ndarray, *, floor_scale: float = 8192, attn_scale: float = 0.1, device: Any = None
+    positions: np.ndarray, **options: Unpack[_Temperature]
 ) -> NDArray[np.float64]: ...
 @overload
-def attention_temperature(
-    positions: ArrayT, *, floor_scale: float = 8192, attn_scale: float = 0.1, device: Any = None
-) -> ArrayT: ...
+def attention_temperature(positions: ArrayT, **options: Unpack[_Temperature]) -> ArrayT: ...
 @overload
 def attention_temperature(
-    positions: ArrayLike, *, floor_scale: float = 8192, attn_scale: float = 0.1, device: Any = None
+    positions: ArrayLike, **options: Unpack[_Temperature]
 ) -> NDArray[np.float64]: ...

@@ -1,41 +1,27 @@
-"""Types of posenc.sinusoid (the function and its docs: sinusoid.py)."""
+"""Types of posenc.sinusoid (the function and its documentation: sinusoid.py)."""
 
-from typing import Any, Literal, Optional, overload
+from typing import Any, Literal, Optional, TypedDict, overload
 
 import numpy as np
+from typing_extensions import Unpack
 
 from ._typing import Array, ArrayLike, ArrayT, DTypeLike, NDArray
 
+class _Options(TypedDict, total=False):
+    base: float
+    layout: Literal["interleaved", "concat"]
+    dtype: Optional[DTypeLike]
+    device: Any
+
 @overload
 def sinusoid(
-    positions: np.ndarray,
-    dim: int,
-    *,
-    base: float = 10000.0,
-    layout: Literal["interleaved", "concat"] = "interleaved",
-    dtype: Optional[DTypeLike] = None,
-    out: Optional[Array] = None,
-    device: Any = None,
+    positions: np.ndarray, dim: int, *, out: Optional[Array] = None, **options: Unpack[_Options]
 ) -> NDArray[Any]: ...
 @overload
 def sinusoid(
-    positions: ArrayT,
-    dim: int,
-    *,
-    base: float = 10000.0,
-    layout: Literal["interleaved", "concat"] = "interleaved",
-    dtype: Optional[DTypeLike] = None,
-    out: Optional[ArrayT] = None,
-    device: Any = None,
+    positions: ArrayT, dim: int, *, out: Optional[ArrayT] = None, **options: Unpack[_Options]
 ) -> ArrayT: ...
 @overload
 def sinusoid(
-    positions: ArrayLike,
-    dim: int,
-    *,
-    base: float = 10000.0,
-    layout: Literal["interleaved", "concat"] = "interleaved",
-    dtype: Optional[DTypeLike] = None,
-    out: Optional[Array] = None,
-    device: Any = None,
+    positions: ArrayLike, dim: int, *, out: Optional[Array] = None, **options: Unpack[_Options]
 ) -> NDArray[Any]: ...

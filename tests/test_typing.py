@@ -52,6 +52,18 @@ def test_all_names_each_public_object_once(module):
     assert all(hasattr(module, name) for name in names)
 
 
+def stub_typed_dicts(tree):
+    """The keys of each TypedDict class of a stub, its bases' included."""
+    classes = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
+
+    def keys(name):
+        node = classes[name]
+        found = [k for b in node.bases if getattr(b, "id", None) in classes for k in keys(b.id)]
+        return found + [s.target.id for s in node.body if isinstance(s, ast.AnnAssign)]
+
+    return {name: keys(name) for name in classes}
+
+
 def definitions(fn):
     """The ``def`` nodes of `fn` in its module's source: its overloads when
     it has them, else its own definition; and those of the stub beside the
@@ -65,7 +77,7 @@ def definitions(fn):
         with open(stub, encoding="utf-8") as f:
             sources.append(f.read())
     found = []
-    for source in sources:
+    for in_stub, source in enumerate(sources):
         tree = ast.parse(source)
         owner = fn.__qualname__.split(".")[0] if "." in fn.__qualname__ else None
         scope = tree.body
@@ -81,7 +93,12 @@ def definitions(fn):
                 getattr(d, "id", getattr(d, "attr", None)) == "overload" for d in n.decorator_list
             )
         ]
-        found += overloads or nodes
+        for node in overloads or nodes:  # the keywords of ``**options: Unpack[TypedDict]``
+            kwarg = node.args.kwarg
+            if kwarg is not None and getattr(kwarg.annotation, "value", None) is not None:
+                node.unpacked = stub_typed_dicts(tree)[kwarg.annotation.slice.id]
+            node.stub = bool(in_stub)
+            found.append(node)
     return found
 
 
@@ -96,15 +113,9 @@ def unannotated(node):
 
 
 def namespace(fn):
-    """The names an annotation of `fn` may use: its module's, those its
-    module imports for type checkers only, and those of posenc._typing and
-    typing, which the stubs beside the modules import."""
-    import numpy as np
-
-    from posenc import _typing
-
-    names = {**vars(typing), **vars(_typing), "np": np}
-    names.update(vars(sys.modules[inspect.unwrap(fn).__module__]))
+    """The names an annotation of `fn` may use: its module's, and those its
+    module imports for type checkers only."""
+    names = dict(vars(sys.modules[inspect.unwrap(fn).__module__]))
     from matplotlib.figure import Figure
 
     names["Figure"] = Figure
@@ -139,6 +150,7 @@ def test_every_public_function_is_annotated_throughout(name, fn):
         )
         args = node.args
         declared = {a.arg for a in args.posonlyargs + args.args + args.kwonlyargs} - {"self"}
+        declared |= set(getattr(node, "unpacked", ()))
         declared -= routed(fn)  # a stub declares device= (the wrapper's), the function not
         assert declared == params, f"{name} (line {node.lineno}) differs from the function"
 
@@ -148,6 +160,8 @@ def test_every_public_function_is_annotated_throughout(name, fn):
 def test_every_annotation_resolves_at_run_time(name, fn):
     names = namespace(fn)
     for node in definitions(fn):
+        if node.stub:  # read by type checkers only, never evaluated
+            continue
         args = node.args
         for a in args.posonlyargs + args.args + args.kwonlyargs:
             if a.annotation is not None:
@@ -177,3 +191,39 @@ def test_the_installed_package_is_marked_typed_and_ships_the_extension_stub():
         assert f"def {name}(" in stub and callable(getattr(_core, name))
     for name in ("SINUSOID_LAYOUTS", "ROPE_LAYOUTS", "MAX_Q_OFFSET", "T5_MAX_BUCKETS", "openmp"):
         assert f"{name}:" in stub and hasattr(_core, name)
+
+
+STUBBED = [
+    (name, fn)
+    for name, fn in FUNCTIONS
+    + [(f"posenc.positions.{n}", getattr(posenc.positions, n)) for n in posenc.positions.__all__]
+    if os.path.isfile(sys.modules[inspect.unwrap(fn).__module__].__file__[:-3] + ".pyi")
+]
+
+
+@pytest.mark.skipif(not SOURCE_READABLE, reason="posenc's sources are not beside it")
+@pytest.mark.parametrize("name,fn", STUBBED, ids=[n for n, _ in STUBBED])
+def test_each_stub_signature_has_the_functions_parameters(name, fn):
+    # mypy.stubtest merges overloads before it reads ``**options: Unpack[TypedDict]``, so
+    # for the overloaded functions the comparison of names and kinds is made here
+    path = sys.modules[inspect.unwrap(fn).__module__].__file__[:-3] + ".pyi"
+    with open(path, encoding="utf-8") as f:
+        tree = ast.parse(f.read())
+    typed_dicts = stub_typed_dicts(tree)
+    runtime = inspect.signature(fn).parameters.values()
+    positional = [p.name for p in runtime if p.kind is p.POSITIONAL_OR_KEYWORD]
+    optional = sum(p.default is not p.empty for p in runtime if p.kind is p.POSITIONAL_OR_KEYWORD)
+    keywords = {p.name for p in runtime if p.kind is p.KEYWORD_ONLY}
+    nodes = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == fn.__name__]
+    assert nodes, f"{name}: not in {path}"
+    for node in nodes:
+        args = node.args
+        assert [a.arg for a in args.args] == positional, f"{name} (line {node.lineno})"
+        assert len(args.defaults) == optional, f"{name} (line {node.lineno}): defaults"
+        declared = [a.arg for a in args.kwonlyargs]
+        if args.kwarg is not None:
+            unpack = args.kwarg.annotation
+            assert isinstance(unpack, ast.Subscript) and unpack.value.id == "Unpack", name
+            declared += typed_dicts[unpack.slice.id]
+        assert len(set(declared)) == len(declared), f"{name} (line {node.lineno}) repeats"
+        assert set(declared) == keywords, f"{name} (line {node.lineno})"
