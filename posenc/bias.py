@@ -18,7 +18,7 @@ from . import _core, _t5
 from . import _validate as v
 from ._dtypes import is_bfloat16, narrow
 from ._interop import foreign
-from ._typing import Array, ArrayLike, DTypeLike, NDArray
+from ._typing import ArrayLike, DTypeLike, NDArray
 
 _MAX_OFFSET = _core.MAX_Q_OFFSET
 _MAX_BUCKETS = _core.T5_MAX_BUCKETS
@@ -150,18 +150,18 @@ def _slopes(n, max_bias):
 
 @foreign
 def alibi_bias(
-    n_heads: int,
-    q_len: int,
-    k_len: Optional[int] = None,
+    n_heads,
+    q_len,
+    k_len=None,
     *,
-    slopes: Optional[ArrayLike] = None,
-    max_bias: float = 8.0,
-    causal: bool = True,
-    q_offset: Optional[int] = None,
-    dtype: Optional[DTypeLike] = None,
-    scores: Optional[Array] = None,
-    out: Optional[Array] = None,
-) -> NDArray[Any]:
+    slopes=None,
+    max_bias=8.0,
+    causal=True,
+    q_offset=None,
+    dtype=None,
+    scores=None,
+    out=None,
+):
     """ALiBi's linear attention bias, or its add into attention scores.
 
     Parameters
@@ -346,12 +346,8 @@ def _rounded(values, dtype):
 
 @foreign
 def relative_position_bucket(
-    relative_position: ArrayLike,
-    *,
-    bidirectional: bool = True,
-    num_buckets: int = 32,
-    max_distance: int = 128,
-) -> NDArray[np.int64]:
+    relative_position, *, bidirectional=True, num_buckets=32, max_distance=128
+):
     """T5's bucket of each relative position ``key_pos - query_pos``.
 
     Parameters
@@ -408,16 +404,16 @@ def relative_position_bucket(
 
 @foreign
 def t5_bias(
-    table: ArrayLike,
-    q_len: int,
-    k_len: Optional[int] = None,
+    table,
+    q_len,
+    k_len=None,
     *,
-    bidirectional: bool = True,
-    max_distance: int = 128,
-    q_offset: int = 0,
-    scores: Optional[Array] = None,
-    out: Optional[Array] = None,
-) -> NDArray[Any]:
+    bidirectional=True,
+    max_distance=128,
+    q_offset=0,
+    scores=None,
+    out=None,
+):
     """T5's relative attention bias from its learned bucket table.
 
     Parameters

@@ -12,13 +12,11 @@ array of positions on ``x.shape[:-1]`` is written out in the guide on RoPE
 from __future__ import annotations
 
 from numbers import Integral
-from typing import Literal, Optional, Tuple
 
 import numpy as np
 
 from . import _validate as v
 from ._interop import foreign
-from ._typing import ArrayLike, NDArray
 
 __all__ = ["mrope_position_ids", "positions_from_cu_seqlens", "vision_position_ids"]
 
@@ -190,7 +188,7 @@ def _within_int64(arr, name):
 
 
 @foreign
-def positions_from_cu_seqlens(cu_seqlens: ArrayLike, *, start: int = 0) -> NDArray[np.int64]:
+def positions_from_cu_seqlens(cu_seqlens, *, start=0):
     """Position ids of packed sequences, from their boundaries.
 
     Parameters
@@ -256,15 +254,15 @@ def _grids(value, name):
 
 @foreign
 def mrope_position_ids(
-    token_types: ArrayLike,
+    token_types,
     *,
-    image_grids: Optional[ArrayLike] = None,
-    video_grids: Optional[ArrayLike] = None,
-    spatial_merge_size: int = 2,
-    video_time_intervals: Optional[ArrayLike] = None,
-    video_frames_apart: bool = False,
-    attention_mask: Optional[ArrayLike] = None,
-) -> Tuple[NDArray[np.int64], NDArray[np.int64]]:
+    image_grids=None,
+    video_grids=None,
+    spatial_merge_size=2,
+    video_time_intervals=None,
+    video_frames_apart=False,
+    attention_mask=None,
+):
     """The (temporal, height, width) position ids of a Qwen-VL prompt (M-RoPE).
 
     Text tokens count up by one on all three rows.  The tokens of an image
@@ -443,12 +441,7 @@ _VISION_CONVENTIONS = ("qwen2_vl", "llama4")
 
 
 @foreign
-def vision_position_ids(
-    grids: ArrayLike,
-    *,
-    spatial_merge_size: int = 1,
-    convention: Literal["qwen2_vl", "llama4"] = "qwen2_vl",
-) -> NDArray[np.int64]:
+def vision_position_ids(grids, *, spatial_merge_size=1, convention="qwen2_vl"):
     """The (row, column) coordinates of a vision tower's patches, for 2-D
     (axial) RoPE: ``apply_rope(q, vision_position_ids(...), axial=2)``.
 

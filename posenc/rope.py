@@ -12,14 +12,14 @@ from __future__ import annotations
 import functools
 import math
 from functools import lru_cache
-from typing import Any, Literal, Optional, Sequence, Tuple, Union
+from typing import Literal, Optional, Tuple
 
 import numpy as np
 
 from . import _core, rope_scaling
 from . import _validate as v
 from ._interop import foreign
-from ._typing import Array, ArrayLike, DTypeLike, NDArray, RopeScaling
+from ._typing import NDArray, RopeScaling
 from .positions import _broadcast, _channel_positions, _positions
 from .positions import _named_seq_axis as named_seq_axis
 
@@ -153,23 +153,23 @@ def _seq_len(pos, rope):
 
 @foreign
 def rope_cos_sin(
-    positions: ArrayLike,
-    dim: int,
+    positions,
+    dim,
     *,
-    base: float = 10000.0,
-    scaling: Optional[RopeScaling] = None,
-    layout: Literal["half", "interleaved"] = "half",
-    dtype: DTypeLike = "float32",
-    layer_type: Optional[str] = None,
-    seq_len: Optional[int] = None,
-    mrope_section: Optional[Sequence[int]] = None,
-    mrope_interleaved: Optional[bool] = None,
-    axial: Union[int, Sequence[int], None] = None,
-    full: bool = True,
-    xpos: Optional[XposRole] = None,
-    xpos_scale_base: float = 512.0,
-    xpos_centre: float = 0.0,
-) -> Tuple[NDArray[Any], NDArray[Any]]:
+    base=10000.0,
+    scaling=None,
+    layout="half",
+    dtype="float32",
+    layer_type=None,
+    seq_len=None,
+    mrope_section=None,
+    mrope_interleaved=None,
+    axial=None,
+    full=True,
+    xpos=None,
+    xpos_scale_base=512.0,
+    xpos_centre=0.0,
+):
     """cos and sin tables of RoPE for given positions, attention factor applied.
 
     For feeding a torch, JAX or NumPy model of one's own: ``x * cos +
@@ -348,26 +348,26 @@ def _xpos_kernel_args(role, scale_base, centre, rotary, pos, dtype, compute):
 
 @foreign
 def apply_rope(
-    x: ArrayLike,
-    positions: Optional[ArrayLike] = None,
+    x,
+    positions=None,
     *,
-    base: float = 10000.0,
-    scaling: Optional[RopeScaling] = None,
-    layout: ApplyLayout = "half",
-    rotary_dim: Optional[int] = None,
-    offset: float = 0,
-    seq_axis: Optional[int] = None,
-    axes: Optional[str] = None,
-    inverse: bool = False,
-    out: Optional[Array] = None,
-    layer_type: Optional[str] = None,
-    mrope_section: Optional[Sequence[int]] = None,
-    mrope_interleaved: Optional[bool] = None,
-    axial: Union[int, Sequence[int], None] = None,
-    xpos: Optional[XposRole] = None,
-    xpos_scale_base: float = 512.0,
-    xpos_centre: float = 0.0,
-) -> NDArray[Any]:
+    base=10000.0,
+    scaling=None,
+    layout="half",
+    rotary_dim=None,
+    offset=0,
+    seq_axis=None,
+    axes=None,
+    inverse=False,
+    out=None,
+    layer_type=None,
+    mrope_section=None,
+    mrope_interleaved=None,
+    axial=None,
+    xpos=None,
+    xpos_scale_base=512.0,
+    xpos_centre=0.0,
+):
     """Rotate queries or keys by their positions (rotary position embedding).
 
     Parameters

@@ -7,33 +7,20 @@ from here, where they were first)."""
 from __future__ import annotations
 
 import math
-from typing import Any, Literal
 
 import numpy as np
 
 from . import _validate as v
 from ._interop import foreign
-from ._typing import ArrayLike, NDArray
-from .positions import mrope_position_ids, positions_from_cu_seqlens, vision_position_ids
-
-__all__ = [
-    "attention_temperature",
-    "mrope_position_ids",
-    "permute_rope_weight",
-    "positions_from_cu_seqlens",
-    "vision_position_ids",
-]
+from .positions import mrope_position_ids as mrope_position_ids
+from .positions import positions_from_cu_seqlens as positions_from_cu_seqlens
+from .positions import vision_position_ids as vision_position_ids
 
 _LAYOUTS = ("half", "interleaved")
 
 
 @foreign
-def permute_rope_weight(
-    weight: ArrayLike,
-    n_heads: int,
-    *,
-    to: Literal["half", "interleaved"] = "half",
-) -> NDArray[Any]:
+def permute_rope_weight(weight, n_heads, *, to="half"):
     """A q or k projection converted between the interleaved and half layouts.
 
     A checkpoint trained with interleaved RoPE pairs (Meta's Llama, GPT-J)
@@ -77,12 +64,7 @@ def permute_rope_weight(
 
 
 @foreign
-def attention_temperature(
-    positions: ArrayLike,
-    *,
-    floor_scale: float = 8192,
-    attn_scale: float = 0.1,
-) -> NDArray[np.float64]:
+def attention_temperature(positions, *, floor_scale=8192, attn_scale=0.1):
     """Llama 4's query scale on its layers without RoPE (attention
     temperature tuning): ``1 + attn_scale * log(1 + floor((pos + 1) /
     floor_scale))``, which grows with the distance from the start.

@@ -10,14 +10,6 @@ from .positions import mrope_position_ids as mrope_position_ids
 from .positions import positions_from_cu_seqlens as positions_from_cu_seqlens
 from .positions import vision_position_ids as vision_position_ids
 
-__all__ = [
-    "attention_temperature",
-    "mrope_position_ids",
-    "permute_rope_weight",
-    "positions_from_cu_seqlens",
-    "vision_position_ids",
-]
-
 class _To(TypedDict, total=False):
     to: Literal["half", "interleaved"]
     device: Any

@@ -3,27 +3,16 @@ side of src/sinusoid.c."""
 
 from __future__ import annotations
 
-from typing import Any, Literal, Optional
-
 from . import _core
 from . import _validate as v
 from ._frequencies import inv_frequencies
 from ._interop import foreign
-from ._typing import Array, ArrayLike, DTypeLike, NDArray
 
 _LAYOUTS = _core.SINUSOID_LAYOUTS
 
 
 @foreign
-def sinusoid(
-    positions: ArrayLike,
-    dim: int,
-    *,
-    base: float = 10000.0,
-    layout: Literal["interleaved", "concat"] = "interleaved",
-    dtype: Optional[DTypeLike] = None,
-    out: Optional[Array] = None,
-) -> NDArray[Any]:
+def sinusoid(positions, dim, *, base=10000.0, layout="interleaved", dtype=None, out=None):
     """The sinusoidal position table of "Attention Is All You Need".
 
     Parameters

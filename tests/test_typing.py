@@ -65,41 +65,36 @@ def stub_typed_dicts(tree):
 
 
 def definitions(fn):
-    """The ``def`` nodes of `fn` in its module's source: its overloads when
-    it has them, else its own definition; and those of the stub beside the
-    module (``rope.pyi`` beside ``rope.py``), where the overloads are, when
-    there is one."""
+    """The ``def`` nodes of `fn` in the stub beside its module (``rope.pyi``
+    beside ``rope.py``, where the overloads are) when there is one, else in
+    its module's source: its overloads when it has them, else its own
+    definition.  A stub's ``**options: Unpack[T]`` is read as T's keys
+    (``node.unpacked``)."""
     fn = inspect.unwrap(fn)
     module = sys.modules[fn.__module__]
-    sources = [inspect.getsource(module)]
     stub = module.__file__[: -len(".py")] + ".pyi"
-    if module.__file__.endswith(".py") and os.path.isfile(stub):
+    in_stub = module.__file__.endswith(".py") and os.path.isfile(stub)
+    if in_stub:
         with open(stub, encoding="utf-8") as f:
-            sources.append(f.read())
-    found = []
-    for in_stub, source in enumerate(sources):
-        tree = ast.parse(source)
-        owner = fn.__qualname__.split(".")[0] if "." in fn.__qualname__ else None
-        scope = tree.body
-        if owner is not None:
-            scope = next(
-                n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == owner
-            ).body
-        nodes = [n for n in scope if isinstance(n, ast.FunctionDef) and n.name == fn.__name__]
-        overloads = [
-            n
-            for n in nodes
-            if any(
-                getattr(d, "id", getattr(d, "attr", None)) == "overload" for d in n.decorator_list
-            )
-        ]
-        for node in overloads or nodes:  # the keywords of ``**options: Unpack[TypedDict]``
-            kwarg = node.args.kwarg
-            if kwarg is not None and getattr(kwarg.annotation, "value", None) is not None:
-                node.unpacked = stub_typed_dicts(tree)[kwarg.annotation.slice.id]
-            node.stub = bool(in_stub)
-            found.append(node)
-    return found
+            tree = ast.parse(f.read())
+    else:
+        tree = ast.parse(inspect.getsource(module))
+    owner = fn.__qualname__.split(".")[0] if "." in fn.__qualname__ else None
+    scope = tree.body
+    if owner is not None:
+        scope = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == owner).body
+    nodes = [n for n in scope if isinstance(n, ast.FunctionDef) and n.name == fn.__name__]
+    overloads = [
+        n
+        for n in nodes
+        if any(getattr(d, "id", getattr(d, "attr", None)) == "overload" for d in n.decorator_list)
+    ]
+    for node in overloads or nodes:
+        node.stub = in_stub
+        kwarg = node.args.kwarg
+        if kwarg is not None and isinstance(kwarg.annotation, ast.Subscript):
+            node.unpacked = stub_typed_dicts(tree)[kwarg.annotation.slice.id]
+    return overloads or nodes
 
 
 def unannotated(node):
@@ -196,7 +191,6 @@ def test_the_installed_package_is_marked_typed_and_ships_the_extension_stub():
 STUBBED = [
     (name, fn)
     for name, fn in FUNCTIONS
-    + [(f"posenc.positions.{n}", getattr(posenc.positions, n)) for n in posenc.positions.__all__]
     if os.path.isfile(sys.modules[inspect.unwrap(fn).__module__].__file__[:-3] + ".pyi")
 ]
 
