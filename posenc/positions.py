@@ -208,6 +208,20 @@ def positions_from_cu_seqlens(cu_seqlens, *, start=0):
         ``start + t - cu_seqlens[k]`` for token ``t`` of sequence ``k``: each
         sequence restarts at `start`, so one ``apply_rope`` call rotates a
         packed batch as if its sequences were apart.
+
+    Raises
+    ------
+    TypeError, ValueError
+        Naming `cu_seqlens` (not integers, not 1-D, not from 0, decreasing) or
+        `start` (positions past int64).
+
+
+    Examples
+    --------
+    >>> posenc.positions_from_cu_seqlens([0, 3, 5]).tolist()
+    [0, 1, 2, 0, 1]
+    >>> posenc.positions.positions_from_cu_seqlens([0, 2, 4], start=2).tolist()
+    [2, 3, 2, 3]
     """
     cu = np.asarray(cu_seqlens)
     _within_int64(cu, "cu_seqlens")
@@ -299,6 +313,22 @@ def mrope_position_ids(
     deltas : ndarray of int64, shape (batch, 1) (or (1,))
         ``max(positions) + 1 - n_tokens`` per sequence: where decoding
         resumes (``positions = n_tokens_so_far + delta``).
+
+    Raises
+    ------
+    TypeError, ValueError
+        Naming the argument: token types other than 0, 1, 2, grids that do
+        not match the runs of image or video tokens, sizes not multiples of
+        `spatial_merge_size`, a mask of another shape.
+
+
+    Examples
+    --------
+    >>> ids, delta = posenc.mrope_position_ids([0, 0, 1, 1, 1, 1, 0], image_grids=[[1, 4, 4]])
+    >>> ids.tolist()
+    [[0, 1, 2, 2, 2, 2, 4], [0, 1, 2, 2, 3, 3, 4], [0, 1, 2, 3, 2, 3, 4]]
+    >>> delta.tolist()
+    [-2]
     """
     types = np.asarray(token_types)
     if types.dtype.kind not in "iub":
@@ -477,6 +507,20 @@ def vision_position_ids(grids, *, spatial_merge_size=1, convention="qwen2_vl"):
         second by row 1 (Qwen2-VL's ``VisionRotaryEmbedding``, Llama 4's
         ``Llama4VisionRotaryEmbedding``, with ``layout="interleaved"`` for
         Llama 4).
+
+    Raises
+    ------
+    TypeError, ValueError
+        Naming the argument: grids not integers of the convention's shape,
+        sizes below 1 or not multiples of `spatial_merge_size`.
+
+
+    Examples
+    --------
+    >>> posenc.vision_position_ids([1, 2, 4], spatial_merge_size=2).tolist()
+    [[0, 0, 1, 1, 0, 0, 1, 1], [0, 1, 0, 1, 2, 3, 2, 3]]
+    >>> posenc.vision_position_ids(2, convention="llama4").tolist()
+    [[1, 2, 1, 2, 0], [1, 1, 2, 2, 0]]
     """
     convention = v.choice(convention, "convention", _VISION_CONVENTIONS)
     merge = v.integer(spatial_merge_size, "spatial_merge_size", minimum=1, maximum=2**62)

@@ -96,6 +96,12 @@ def rope_frequencies(
     attention_factor : float
         Factor on cos and sin (1.0 except for ``yarn`` and ``longrope``).
 
+    Raises
+    ------
+    TypeError, ValueError
+        Naming the argument or configuration key that is missing, of the wrong
+        kind, or asks for what posenc does not implement.
+
     Notes
     -----
     The values equal those of transformers' ``ROPE_INIT_FUNCTIONS`` for the
@@ -134,6 +140,14 @@ def rope_frequencies(
       decay ``zeta_i ** ((p - c) / scale_base)``, queries multiplied, keys
       divided (Sun et al.'s LeX Transformer, torchscale, flash-attn's
       ``scale_base``, rotary-embedding-torch's ``use_xpos``).
+
+    Examples
+    --------
+    >>> inv_freq, factor = posenc.rope_frequencies(8)
+    >>> inv_freq.tolist(), factor
+    ([1.0, 0.1, 0.01, 0.001], 1.0)
+    >>> posenc.rope_frequencies(8, scaling={"rope_type": "linear", "factor": 2.0})[0].tolist()
+    [0.5, 0.05, 0.005, 0.0005]
     """
     dim = v.even_dim(dim, "dim")
     base = v.real(base, "base", positive=True)
@@ -223,6 +237,12 @@ def rope_cos_sin(
         tables M-RoPE's models recompose from their three; ``(rotary_dim //
         2,)`` last if not `full`).
 
+    Raises
+    ------
+    TypeError, ValueError
+        Naming the argument: as for :func:`rope_frequencies`, and positions,
+        rows or options the tables cannot take.
+
     Notes
     -----
     Angles are formed and reduced in float64, multiplied by the attention
@@ -230,6 +250,17 @@ def rope_cos_sin(
     float32 tables are within 1 ulp of the float64 values at positions up
     to 2**24 and beyond (float16 and bfloat16 tables too, in their own
     ulps).
+
+    Examples
+    --------
+    >>> cos, sin = posenc.rope_cos_sin(5, 8)
+    >>> cos.shape, cos.dtype
+    ((5, 8), dtype('float32'))
+    >>> np.array_equal(cos[:, :4], cos[:, 4:])  # "half": the angles repeated
+    True
+    >>> cos, sin = posenc.rope_cos_sin(np.array([0, 3]), 8, full=False, dtype="float64")
+    >>> np.allclose(cos, np.cos(np.outer([0, 3], 10000.0 ** (-np.arange(0, 8, 2) / 8))))
+    True
     """
     dim = v.even_dim(dim, "dim")
     base = v.real(base, "base", positive=True)
@@ -373,166 +404,62 @@ def apply_rope(
     Parameters
     ----------
     x : array_like of float16, bfloat16, float32 or float64, shape ``(..., dim)``
-        E.g. ``(batch, heads, seq, head_dim)`` as transformers lays it out, or
-        ``(batch, seq, heads, head_dim)`` with ``seq_axis=-3``.  bfloat16:
-        a NumPy array of ml_dtypes' ``bfloat16`` (JAX's type).
+        E.g. transformers' ``(batch, heads, seq, head_dim)``; another layout
+        is named by `axes`.  bfloat16: ml_dtypes' ``bfloat16``.
     positions : array_like, optional
-        Positions (ints or floats).  None means ``offset +
-        arange(x.shape[seq_axis])`` along `seq_axis`.  An array with as many
-        dimensions as ``x.shape[:-1]`` broadcasts against it.  One with
-        fewer dimensions puts its last axis on `seq_axis` and its leading
-        axes on the leading (batch) axes of `x`, broadcasting over the axes
-        in between: transformers' ``position_ids`` of shape ``(batch, seq)``
-        work as they are for ``(batch, heads, seq, head_dim)`` and, with
-        ``seq_axis=-3``, for ``(batch, seq, heads, head_dim)`` (per-batch
-        ids, left padding, packed sequences with restarts); ``(seq,)`` is
-        one sequence for every batch and head, a scalar one position for
-        all.  A shape this rule cannot place raises ValueError naming the
-        shape it expected.
+        Positions (ints or floats); None: ``offset + arange(seq)``.  Its last
+        axis goes on the sequence axis, its leading axes on x's (the guide's
+        "Where the positions go"): transformers' ``(batch, seq)`` ids fit.
     base, scaling, layer_type
-        As in :func:`rope_frequencies` (``dynamic`` and ``longrope`` take the
-        sequence length as ``max(positions) + 1``, as transformers does).
-        With a config, its head dimension must be ``x.shape[-1]``.
+        As in :func:`rope_frequencies`; a config's head_dim is ``x.shape[-1]``.
     layout : {"half", "interleaved", "interleaved_to_half"}
-        Which elements form the rotated pairs: ``(x[i], x[i + r/2])`` for
-        ``"half"`` (GPT-NeoX, Llama in transformers), ``(x[2i], x[2i+1])`` for
-        ``"interleaved"`` (GPT-J, RoFormer, Meta's Llama).
-        ``"interleaved_to_half"`` is DeepSeek-V3's rotation (transformers'
-        ``apply_rotary_pos_emb_interleave``, used when the config has
-        ``rope_interleave``): pair ``i`` is read at ``(x[2i], x[2i+1])`` and
-        its rotation written at ``(out[i], out[i + r/2])``, so the result is
-        in the half layout.  Its `inverse` reads the half layout and writes
-        the interleaved one: the exact inverse, and (the rotation being
-        orthogonal and the change of layout a permutation) the backward
-        pass.  ``out=x`` goes through a temporary (a row is read in one
-        layout and written in the other).  With the config of a model whose
-        code turns interleaved pairs (Cohere, GLM, Helium, Ernie 4.5, Llama 4,
-        ...; a DeepSeek-V3 config with ``rope_interleave``), ``"half"`` is
-        refused and the error names the layout to pass.
+        Pairs ``(x[i], x[i + r/2])`` (GPT-NeoX, transformers' Llama) or
+        ``(x[2i], x[2i+1])`` (GPT-J, Meta's Llama); or read interleaved and
+        written half (DeepSeek-V3's ``rope_interleave``).
     rotary_dim : int, optional
-        The number ``r`` of leading features rotated (partial rotary, as in
-        GPT-NeoX, Phi, GLM), even and ``<= dim``; the rest pass through.  The
-        default is ``dim``, or ``int(dim * partial_rotary_factor)`` when
-        `scaling` has that key.  The frequencies are those of
-        ``rope_frequencies(r, ...)``.
+        The ``r`` leading features rotated (even, ``<= dim``), the rest passed
+        through; default ``dim``, or the config's ``partial_rotary_factor``.
     offset : int or float
-        Added to the positions (a KV-cache offset with ``positions=None``).
+        Added to the positions (a KV-cache offset).
     seq_axis : int, optional
-        Axis of `x` holding the sequence (not the last); -2 by default, or
-        the axis `axes` names.
+        The sequence axis of `x` (not the last), -2 by default.
     axes : str, optional
-        `x`'s layout by name, one letter per axis: ``"b"`` batch, ``"h"``
-        heads, ``"s"`` sequence, ``"d"`` features (last), each at most once,
-        ``"s"`` and ``"d"`` required: ``"bhsd"`` (transformers),
-        ``"bshd"`` (flash-attn, ``torch.nn.functional.scaled_dot_product_
-        attention`` after a transpose), ``"bsd"``, ``"sd"``, ...  It sets
-        `seq_axis` to the position of ``"s"`` and checks that `x` has as
-        many dimensions as it has letters.  Giving `seq_axis` too is allowed
-        only if they agree (ValueError otherwise).  Without `axes` the
-        sequence is on axis -2, which is the heads axis of a ``(batch, seq,
-        heads, dim)`` tensor: when its ``seq == heads``, positions of shape
-        ``(batch, seq)`` fit either reading and the shapes cannot tell them
-        apart, so such a tensor rotated without ``axes="bshd"`` (or
-        ``seq_axis=-3``) is rotated along its heads, silently.  Name the
-        layout whenever `x` is not ``(..., seq, dim)``.
+        x's layout by name (``"bhsd"``, ``"bshd"``, ``"bsd"``, ...); sets
+        `seq_axis`.  Name it whenever `x` is not ``(..., seq, dim)``: a
+        ``(batch, seq, heads, dim)`` x with ``seq == heads`` would otherwise
+        be rotated along its heads.
     inverse : bool
-        Rotate by the negative angle: undoes the rotation (and is its
-        backward pass; with xPos, see `xpos`).
+        Rotate by the negative angle: the inverse and the backward pass.
     out : ndarray, optional
         Where to write, of x's shape and dtype; may be `x` itself.
-    mrope_section : list of int, optional
-        M-RoPE (Qwen2-VL, Qwen2.5-VL, Qwen3-VL): `positions` has a leading
-        axis of rows (temporal, height, width: transformers' ``(3, batch,
-        seq)``; the rest of its shape is placed as one row would be), and
-        row ``c`` rotates ``mrope_section[c]`` of the ``rotary_dim // 2``
-        pairs, which they must add up to, with the frequencies of the whole
-        rotary part.  Read from `scaling` when the config has it (transformers
-        keeps it in ``rope_parameters``); a config with sections needs
-        positions in rows, and rows are never guessed without sections.
-        Equal rows (text tokens) give plain RoPE, bit for bit.
-    mrope_interleaved : bool, optional
-        How the rows share the pairs: in turn, ``mrope_section[0]`` pairs
-        from row 0, then row 1's, ... (False: Qwen2-VL, Qwen2.5-VL), or
-        interleaved (True: Qwen3-VL): row ``c >= 1`` on pairs ``c, c + n,
-        c + 2n, ...`` (``mrope_section[c]`` of them, ``n`` rows), row 0 on
-        the rest.  Default: from a config, the layout its model's rotary
-        code uses (``model_type``: Qwen2-VL's runs, Qwen3-VL's interleaving;
-        sections in the config of another model are refused), from a rope
-        dict its ``mrope_interleaved`` (required there, but in Qwen2-VL's
-        ``"type": "mrope"``), else False.
-    axial : int or list of int, optional
-        2-D (axial) RoPE of vision transformers: `positions` has a leading
-        axis of rows (a patch's row and column: ``(2, n_patches)``, see
-        :func:`vision_position_ids`), row ``c`` rotating the next
-        ``axial[c]`` pairs with the frequencies of a rotary part of
-        ``2 * axial[c]`` features (``base ** (-2j / (2 axial[c]))``); an int
-        ``n`` is ``n`` equal parts.  Qwen2-VL to Qwen3-VL's vision towers
-        (``axial=2``), Llama 4's vision encoder (``axial=2``,
-        ``layout="interleaved"``), rotary-embedding-torch's axial
-        frequencies (``layout="interleaved"`` with `rotary_dim`).  The
-        default frequencies only (no `scaling` family); a vision tower's
-        config (``rope_type: "axial"``, e.g. Qwen2-VL's ``vision_config``)
-        means ``axial=2`` for the towers whose scheme is Qwen2-VL's; the
-        configs of other towers that call theirs "axial" (Pixtral, Gemma 4,
-        ...) and a bare ``{"rope_type": "axial"}`` dict are refused.
-    xpos : {None, "query", "key"}
-        xPos (Sun et al. 2022, "A Length-Extrapolatable Transformer"; the
-        ``scale_base`` of flash-attn's rotary embedding, the ``use_xpos``
-        of rotary-embedding-torch, torchscale's ``XPOS``): besides the
-        rotation, pair ``i`` at position ``p`` is multiplied (queries) or
-        divided (keys) by ``zeta_i ** ((p - c) / xpos_scale_base)``, where
-        ``zeta_i = (2i + 0.4 r) / (1.4 r)`` (``r`` the rotary dimension) and ``c`` is
-        `xpos_centre`.  A query at ``m`` and a key at ``n`` then give
-        ``q'.k' = sum_i zeta_i ** ((m - n) / xpos_scale_base) * (rotated
-        pair i's dot product)``: the centre cancels, and the score depends
-        on the positions only through ``m - n``, whatever ``c`` is, provided
-        queries and keys use the same ``c``.  ``inverse=True`` undoes the
-        transform (divides a query by the factor it multiplied); the
-        backward pass of a query's transform is the inverse of a key's (the
-        same factor, the negative angle), and the other way round.
-    xpos_scale_base : float
-        The paper's ``gamma`` (flash-attn's ``scale_base``,
-        rotary-embedding-torch's ``xpos_scale_base``): 512 by default.
-    xpos_centre : float
-        The position ``c`` whose factor is 1.  It only keeps the factors
-        within floating-point range (a ValueError says when they leave it):
-        it must be one number for all the queries and keys that meet in an
-        attention, fixed by the caller.  The reference implementations
-        centre on half of a length they see at the call: rotary-embedding-
-        torch ``seq_len // 2`` of the call, flash-attn ``seqlen // 2`` of
-        its cached length, torchscale ``ceil((length + offset) / 2)``; pass
-        that number here to reproduce one of them.  A centre taken from the
-        call breaks the relative property as soon as queries and keys are
-        rotated in different calls (a KV cache, or packed sequences of
-        different lengths: flash-attn issue #522): the score picks up a
-        factor ``zeta_i ** ((c_k - c_q) / xpos_scale_base)``.  Here each
-        token's factor depends on its own position and on ``c`` alone, so
-        packed batches (positions from
-        :func:`posenc.rope_tools.positions_from_cu_seqlens`), KV-cache steps
-        and whole sequences give the same numbers.
+    mrope_section, mrope_interleaved, axial
+        Positions in rows (M-RoPE's ``(3, batch, seq)``, 2-D vision RoPE's
+        ``(2, n_patches)``), each row rotating its own pairs; read from a
+        config that has them, never guessed (guide: "Multimodal and vision
+        RoPE").
+    xpos, xpos_scale_base, xpos_centre
+        xPos: a ``"query"`` multiplied, a ``"key"`` divided by ``zeta_i **
+        ((p - xpos_centre) / xpos_scale_base)``, one centre for all that meet
+        (guide: "DeepSeek-V3's layout and xPos").
 
     Returns
     -------
-    ndarray of x's shape and dtype.
+    ndarray of x's shape and dtype (`out` if given).
 
-    Notes
-    -----
-    cos and sin are computed once per distinct entry of the (unbroadcast)
-    positions, from float64 angles, and rounded once; the rotation runs in
-    float32 for float16, bfloat16 and float32 input and in float64 for
-    float64 input, and is rounded once to x's dtype: a bfloat16 result is
-    within one bfloat16 rounding of the exact rotation of its input at any
-    position (at 2**20 too, where a float32 phase ``pos * inv_freq`` is
-    off by about 0.06 radian).  For float16, bfloat16 and float32 input,
-    runs of evenly spaced positions get cos and sin by rotating an exact
-    value every 32 positions: still within 1 ulp
-    of the float64 value, but a position's last bit may depend on its
-    neighbours in the call (never on threads, SIMD path or memory layout).
-    With positions in rows (M-RoPE, axial RoPE) the same holds row by row:
-    each row's positions are read as above for its own pairs, and the
-    rotation is the same single pass over `x`.
-    The xPos factor is formed in float64 for each position and pair, and
-    multiplies cos and sin before their one rounding.
+    Raises
+    ------
+    TypeError, ValueError
+        Naming the argument that cannot be taken exactly.
+
+    Examples
+    --------
+    >>> q = np.random.default_rng(0).standard_normal((1, 2, 5, 8)).astype(np.float32)
+    >>> r = posenc.apply_rope(q, np.arange(5))
+    >>> cos, sin = posenc.rope_cos_sin(5, 8)
+    >>> np.allclose(r, q * cos + np.concatenate([-q[..., 4:], q[..., :4]], -1) * sin, atol=1e-6)
+    True
+    >>> np.allclose(posenc.apply_rope(r, inverse=True), q, atol=1e-6)
+    True
     """
     x = x if isinstance(x, np.ndarray) else np.asarray(x)
     dtype = v.float_array_dtype(x, "x", bfloat16=True)

@@ -44,6 +44,22 @@ def permute_rope_weight(weight, n_heads, *, to="half"):
     Returns
     -------
     ndarray (a new array) of weight's shape and dtype.
+
+    Raises
+    ------
+    TypeError, ValueError
+        Naming the argument: `weight` not 1- or 2-dimensional, or its rows not
+        `n_heads` times an even head_dim; an unknown `to`.
+
+
+    Examples
+    --------
+    >>> posenc.permute_rope_weight(np.arange(8), 1).tolist()
+    [0, 2, 4, 6, 1, 3, 5, 7]
+    >>> w = np.arange(24.0).reshape(8, 3)
+    >>> back = posenc.permute_rope_weight(posenc.permute_rope_weight(w, 2), 2, to="interleaved")
+    >>> np.array_equal(back, w)
+    True
     """
     w = np.asarray(weight)
     if w.ndim not in (1, 2):
@@ -86,6 +102,18 @@ def attention_temperature(positions, *, floor_scale=8192, attn_scale=0.1):
     ndarray of float64, the shape of `positions`
         The factor to multiply the queries by, computed in float64 (the
         model computes it in float32).
+
+    Raises
+    ------
+    TypeError, ValueError
+        Naming the argument: negative or non-finite positions, a factor that
+        overflows float64.
+
+
+    Examples
+    --------
+    >>> [round(s, 4) for s in posenc.attention_temperature([0, 8191, 100000]).tolist()]
+    [1.0, 1.0693, 1.2565]
     """
     floor_scale = v.real(floor_scale, "floor_scale", positive=True)
     attn_scale = v.real(attn_scale, "attn_scale")

@@ -40,11 +40,28 @@ def sinusoid(positions, dim, *, base=10000.0, layout="interleaved", dtype=None, 
     -------
     ndarray of shape ``positions.shape + (dim,)`` (``(n, dim)`` for an int).
 
+    Raises
+    ------
+    TypeError, ValueError
+        Naming the argument: `dim` not a positive even int, positions not finite
+        numbers, an unknown `layout`, `out` of another shape or dtype.
+
     Notes
     -----
     Angles are formed and reduced in float64 and rounded once to `dtype`:
     float32 tables are within 1 ulp of the float64 values at positions up to
     2**24 and beyond (float16 and bfloat16 tables too, in their own ulps).
+
+    Examples
+    --------
+    >>> table = posenc.sinusoid(3, 4, dtype="float64")
+    >>> table.shape
+    (3, 4)
+    >>> freq = 10000.0 ** (-np.arange(0, 4, 2) / 4)
+    >>> np.allclose(table[:, 0::2], np.sin(np.outer(np.arange(3), freq)))
+    True
+    >>> posenc.sinusoid(np.array([[0.5, 2.0]]), 4, layout="concat").shape
+    (1, 2, 4)
     """
     dim = v.even_dim(dim, "dim")
     base = v.real(base, "base", positive=True)
