@@ -565,14 +565,7 @@ def _t5_bias(table, q_len, k_len, bidirectional, max_distance, q_offset, scores,
     return _fill(kernel(False), shape, tab.dtype, out, _T5_SIZES)
 
 
-def t5_bias_table_grad(
-    grad: ArrayLike,
-    num_buckets: int,
-    *,
-    bidirectional: bool = True,
-    max_distance: int = 128,
-    q_offset: int = 0,
-) -> NDArray[Any]:
+def t5_bias_table_grad(grad, num_buckets, *, bidirectional=True, max_distance=128, q_offset=0):
     """The gradient of :func:`t5_bias` with respect to its table: its backward pass.
 
     Parameters
