@@ -5,8 +5,8 @@ RoPE).
 :func:`positions_from_cu_seqlens`, :func:`mrope_position_ids` and
 :func:`vision_position_ids` make the ids :func:`posenc.apply_rope` and
 :func:`posenc.rope_cos_sin` take; the rule by which ``apply_rope`` places an
-array of positions on ``x.shape[:-1]`` is written out in the guide on RoPE
-("Positions").
+array of positions on ``x.shape[:-1]`` is written out in the RoPE guide
+("Where the positions go").
 """
 
 from __future__ import annotations

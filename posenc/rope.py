@@ -125,7 +125,7 @@ def rope_frequencies(
     - ``ntk_alpha``: HunYuan (``alpha``: ``base * alpha ** (d/(d-2))``).
     - M-RoPE (``mrope_section``, Qwen3-VL's ``mrope_interleaved``; position
       ids of shape ``(3, batch, seq)``, see
-      :func:`posenc.rope_tools.mrope_position_ids`): Qwen2-VL, Qwen2.5-VL,
+      :func:`posenc.positions.mrope_position_ids`): Qwen2-VL, Qwen2.5-VL,
       Qwen3-VL.
     - 2-D (axial) vision RoPE, by the row and column of a patch: the
       vision towers of Qwen2-VL and Llama 4.

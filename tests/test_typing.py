@@ -221,3 +221,21 @@ def test_each_stub_signature_has_the_functions_parameters(name, fn):
             declared += typed_dicts[unpack.slice.id]
         assert len(set(declared)) == len(declared), f"{name} (line {node.lineno}) repeats"
         assert set(declared) == keywords, f"{name} (line {node.lineno})"
+
+
+def test_the_position_ids_are_one_function_under_each_name():
+    import posenc.positions
+    import posenc.rope_tools
+    from posenc.rope_tools import mrope_position_ids  # the name of earlier releases
+
+    assert posenc.positions.__all__ == [
+        "mrope_position_ids",
+        "positions_from_cu_seqlens",
+        "vision_position_ids",
+    ]
+    assert "positions" in posenc.__all__ and posenc.positions is sys.modules["posenc.positions"]
+    for name in posenc.positions.__all__:
+        fn = getattr(posenc.positions, name)
+        assert fn is getattr(posenc, name) is getattr(posenc.rope_tools, name)
+        assert inspect.unwrap(fn).__module__ == "posenc.positions"
+    assert mrope_position_ids is posenc.positions.mrope_position_ids
