@@ -4,10 +4,10 @@ The keyword options several signatures share are declared once, as the
 TypedDicts below (``**options: Unpack[...]`` reads as those keywords).
 """
 
-from typing import Any, Optional, TypedDict, overload
+from typing import Any, Generic, Optional, TypedDict, overload
 
 import numpy as np
-from typing_extensions import Unpack
+from typing_extensions import Required, Unpack
 
 from ._typing import Array, ArrayLike, ArrayT, DTypeLike, NDArray, ScalarT
 
@@ -20,6 +20,18 @@ class _Slopes(TypedDict, total=False):
 class _AlibiOptions(_Slopes, total=False):
     causal: bool
     q_offset: Optional[int]
+
+class _AddInto(_AlibiOptions, Generic[ArrayT], total=False):
+    scores: Required[ArrayT]
+    out: None
+
+class _WriteInto(_AlibiOptions, Generic[ArrayT], total=False):
+    scores: None
+    out: Required[ArrayT]
+
+class _Alibi(_AlibiOptions, total=False):
+    scores: None
+    out: None
 
 class _Buckets(TypedDict, total=False):
     bidirectional: bool
@@ -36,6 +48,12 @@ class _T5Options(_GradOptions, total=False):
     scores: Optional[Array]
     device: Any
 
+class _T5(_T5Options, total=False):
+    out: Optional[Array]
+
+class _T5Into(_T5Options, Generic[ArrayT], total=False):
+    out: Optional[ArrayT]
+
 class _Clip(TypedDict, total=False):
     max_distance: Optional[int]
     q_offset: int
@@ -46,33 +64,15 @@ def alibi_slopes(
 ) -> NDArray[np.float64]: ...
 @overload
 def alibi_bias(
-    n_heads: int,
-    q_len: int,
-    k_len: Optional[int] = None,
-    *,
-    scores: ArrayT,
-    out: None = None,
-    **options: Unpack[_AlibiOptions],
+    n_heads: int, q_len: int, k_len: Optional[int] = None, **options: Unpack[_AddInto[ArrayT]]
 ) -> ArrayT: ...
 @overload
 def alibi_bias(
-    n_heads: int,
-    q_len: int,
-    k_len: Optional[int] = None,
-    *,
-    scores: None = None,
-    out: ArrayT,
-    **options: Unpack[_AlibiOptions],
+    n_heads: int, q_len: int, k_len: Optional[int] = None, **options: Unpack[_WriteInto[ArrayT]]
 ) -> ArrayT: ...
 @overload
 def alibi_bias(
-    n_heads: int,
-    q_len: int,
-    k_len: Optional[int] = None,
-    *,
-    scores: None = None,
-    out: None = None,
-    **options: Unpack[_AlibiOptions],
+    n_heads: int, q_len: int, k_len: Optional[int] = None, **options: Unpack[_Alibi]
 ) -> NDArray[Any]: ...
 def alibi_key_bias(
     attention_mask: ArrayLike, n_heads: int, **options: Unpack[_Slopes]
@@ -91,30 +91,15 @@ def relative_position_bucket(
 ) -> NDArray[np.int64]: ...
 @overload
 def t5_bias(
-    table: NDArray[ScalarT],
-    q_len: int,
-    k_len: Optional[int] = None,
-    *,
-    out: Optional[Array] = None,
-    **options: Unpack[_T5Options],
+    table: NDArray[ScalarT], q_len: int, k_len: Optional[int] = None, **options: Unpack[_T5]
 ) -> NDArray[ScalarT]: ...
 @overload
 def t5_bias(
-    table: ArrayT,
-    q_len: int,
-    k_len: Optional[int] = None,
-    *,
-    out: Optional[ArrayT] = None,
-    **options: Unpack[_T5Options],
+    table: ArrayT, q_len: int, k_len: Optional[int] = None, **options: Unpack[_T5Into[ArrayT]]
 ) -> ArrayT: ...
 @overload
 def t5_bias(
-    table: ArrayLike,
-    q_len: int,
-    k_len: Optional[int] = None,
-    *,
-    out: Optional[Array] = None,
-    **options: Unpack[_T5Options],
+    table: ArrayLike, q_len: int, k_len: Optional[int] = None, **options: Unpack[_T5]
 ) -> NDArray[Any]: ...
 def t5_bias_table_grad(
     grad: ArrayLike, num_buckets: int, **options: Unpack[_GradOptions]

@@ -4,7 +4,7 @@ The keyword options several signatures share are declared once, as the
 TypedDicts below (``**options: Unpack[...]`` reads as those keywords).
 """
 
-from typing import Any, Literal, Optional, Sequence, Tuple, TypedDict, Union, overload
+from typing import Any, Generic, Literal, Optional, Sequence, Tuple, TypedDict, Union, overload
 
 import numpy as np
 from typing_extensions import Unpack
@@ -42,6 +42,12 @@ class _ApplyOptions(_Rows, total=False):
     axes: Optional[str]
     inverse: bool
 
+class _Apply(_ApplyOptions, total=False):
+    out: Optional[Array]
+
+class _ApplyInto(_ApplyOptions, Generic[ArrayT], total=False):
+    out: Optional[ArrayT]
+
 _Tables = Tuple[NDArray[Any], NDArray[Any]]
 
 def rope_frequencies(
@@ -57,27 +63,15 @@ def rope_cos_sin(
 def rope_cos_sin(positions: ArrayLike, dim: int, **options: Unpack[_TableOptions]) -> _Tables: ...
 @overload
 def apply_rope(
-    x: NDArray[ScalarT],
-    positions: Optional[ArrayLike] = None,
-    *,
-    out: Optional[Array] = None,
-    **options: Unpack[_ApplyOptions],
+    x: NDArray[ScalarT], positions: Optional[ArrayLike] = None, **options: Unpack[_Apply]
 ) -> NDArray[ScalarT]: ...
 @overload
 def apply_rope(
-    x: ArrayT,
-    positions: Optional[ArrayLike] = None,
-    *,
-    out: Optional[ArrayT] = None,
-    **options: Unpack[_ApplyOptions],
+    x: ArrayT, positions: Optional[ArrayLike] = None, **options: Unpack[_ApplyInto[ArrayT]]
 ) -> ArrayT: ...
 @overload
 def apply_rope(
-    x: ArrayLike,
-    positions: Optional[ArrayLike] = None,
-    *,
-    out: Optional[Array] = None,
-    **options: Unpack[_ApplyOptions],
+    x: ArrayLike, positions: Optional[ArrayLike] = None, **options: Unpack[_Apply]
 ) -> NDArray[Any]: ...
 
 # used by posenc._jax

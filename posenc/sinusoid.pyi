@@ -1,6 +1,6 @@
 """Types of posenc.sinusoid (the function and its documentation: sinusoid.py)."""
 
-from typing import Any, Literal, Optional, TypedDict, overload
+from typing import Any, Generic, Literal, Optional, TypedDict, overload
 
 import numpy as np
 from typing_extensions import Unpack
@@ -13,15 +13,15 @@ class _Options(TypedDict, total=False):
     dtype: Optional[DTypeLike]
     device: Any
 
+class _Table(_Options, total=False):
+    out: Optional[Array]
+
+class _Into(_Options, Generic[ArrayT], total=False):
+    out: Optional[ArrayT]
+
 @overload
-def sinusoid(
-    positions: np.ndarray, dim: int, *, out: Optional[Array] = None, **options: Unpack[_Options]
-) -> NDArray[Any]: ...
+def sinusoid(positions: np.ndarray, dim: int, **options: Unpack[_Table]) -> NDArray[Any]: ...
 @overload
-def sinusoid(
-    positions: ArrayT, dim: int, *, out: Optional[ArrayT] = None, **options: Unpack[_Options]
-) -> ArrayT: ...
+def sinusoid(positions: ArrayT, dim: int, **options: Unpack[_Into[ArrayT]]) -> ArrayT: ...
 @overload
-def sinusoid(
-    positions: ArrayLike, dim: int, *, out: Optional[Array] = None, **options: Unpack[_Options]
-) -> NDArray[Any]: ...
+def sinusoid(positions: ArrayLike, dim: int, **options: Unpack[_Table]) -> NDArray[Any]: ...

@@ -52,6 +52,12 @@ def test_all_names_each_public_object_once(module):
     assert all(hasattr(module, name) for name in names)
 
 
+def typed_dict_name(unpack):
+    """T of ``Unpack[T]`` or ``Unpack[T[ArrayT]]``."""
+    inner = unpack.slice
+    return inner.value.id if isinstance(inner, ast.Subscript) else inner.id
+
+
 def stub_typed_dicts(tree):
     """The keys of each TypedDict class of a stub, its bases' included."""
     classes = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
@@ -93,7 +99,7 @@ def definitions(fn):
         node.stub = in_stub
         kwarg = node.args.kwarg
         if kwarg is not None and isinstance(kwarg.annotation, ast.Subscript):
-            node.unpacked = stub_typed_dicts(tree)[kwarg.annotation.slice.id]
+            node.unpacked = stub_typed_dicts(tree)[typed_dict_name(kwarg.annotation)]
     return overloads or nodes
 
 
@@ -218,7 +224,7 @@ def test_each_stub_signature_has_the_functions_parameters(name, fn):
         if args.kwarg is not None:
             unpack = args.kwarg.annotation
             assert isinstance(unpack, ast.Subscript) and unpack.value.id == "Unpack", name
-            declared += typed_dicts[unpack.slice.id]
+            declared += typed_dicts[typed_dict_name(unpack)]
         assert len(set(declared)) == len(declared), f"{name} (line {node.lineno}) repeats"
         assert set(declared) == keywords, f"{name} (line {node.lineno})"
 
