@@ -67,12 +67,15 @@ GROUPS = [
             "apply_rope",
             "rope_cos_sin",
             "rope_frequencies",
-            "positions_from_cu_seqlens",
             "permute_rope_weight",
             "attention_temperature",
-            "mrope_position_ids",
-            "vision_position_ids",
         ],
+    ),
+    # a module's names (also in posenc.__all__) under the module's own name
+    (
+        "Position ids: ``posenc.positions``",
+        ["positions_from_cu_seqlens", "mrope_position_ids", "vision_position_ids"],
+        "positions",
     ),
     (
         "Attention biases",
@@ -107,11 +110,11 @@ GROUPS = [
         ["show_config", "config", "simd_path", "set_num_threads", "get_num_threads"],
     ),
 ]
-MODULES = {"probe", "reference", "__version__"}  # documented on their own
+MODULES = {"positions", "probe", "reference", "__version__"}  # documented on their own
 
 
 def _api_page():
-    listed = [name for _, names in GROUPS for name in names]
+    listed = [name for _, names, *_ in GROUPS for name in names]
     missing = sorted(set(posenc.__all__) - set(listed) - MODULES)
     unknown = sorted(set(listed) - set(posenc.__all__))
     if missing or unknown:
@@ -133,9 +136,13 @@ def _api_page():
         "   :depth: 1",
         "",
     ]
-    for title, names in GROUPS:
+    for title, names, *module in GROUPS:
         out += [title, "-" * len(title), ""]
-        out += [f".. autofunction:: posenc.{name}\n" for name in names]
+        prefix = "posenc."
+        if module:
+            prefix += f"{module[0]}."
+            out += [f".. automodule:: posenc.{module[0]}", "   :no-members:", ""]
+        out += [f".. autofunction:: {prefix}{name}\n" for name in names]
     out += ["``posenc.probe``", "-" * 16, "", ".. automodule:: posenc.probe", "   :no-members:", ""]
     for name in posenc.probe.__all__:
         obj = getattr(posenc.probe, name)

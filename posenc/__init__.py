@@ -51,7 +51,7 @@ except ImportError as _exc:  # as NumPy does: say what to do, not only what fail
         f"posenc's C extension posenc._core cannot be imported ({_exc}); reinstall posenc"
     ) from _exc
 
-from . import probe, reference
+from . import positions, probe, reference
 from ._config import config, get_num_threads, set_num_threads, show_config, simd_path
 from ._version import __version__
 from .bias import (
@@ -100,6 +100,7 @@ __all__ = [
     "get_num_threads",
     "mrope_position_ids",
     "permute_rope_weight",
+    "positions",
     "positions_from_cu_seqlens",
     "probe",
     "reference",

@@ -10,7 +10,7 @@ existing attention scores in place, with no ``(heads, q, k)`` temporary.
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import Any, Optional, overload
+from typing import Any, Optional
 
 import numpy as np
 
@@ -18,7 +18,7 @@ from . import _core, _t5
 from . import _validate as v
 from ._dtypes import is_bfloat16, narrow
 from ._interop import foreign
-from ._typing import Array, ArrayLike, ArrayT, DTypeLike, NDArray, ScalarT
+from ._typing import ArrayLike, DTypeLike, NDArray
 
 _MAX_OFFSET = _core.MAX_Q_OFFSET
 _MAX_BUCKETS = _core.T5_MAX_BUCKETS
@@ -127,6 +127,19 @@ def alibi_slopes(n_heads: int, *, max_bias: float = 8.0) -> NDArray[np.float64]:
         followed by every other slope of ``2c`` (``[0::2]``) until ``n`` are
         filled, as BLOOM's ``build_alibi_tensor`` in transformers (which
         rounds them to float32).
+
+    Raises
+    ------
+    TypeError, ValueError
+        Naming `n_heads` (not an int >= 1) or `max_bias` (not positive).
+
+
+    Examples
+    --------
+    >>> posenc.alibi_slopes(4).tolist()
+    [0.25, 0.0625, 0.015625, 0.00390625]
+    >>> posenc.alibi_slopes(6).tolist()[4:]  # every other slope of 8 heads
+    [0.5, 0.125]
     """
     n = v.integer(n_heads, "n_heads", minimum=1)
     max_bias = v.real(max_bias, "max_bias", positive=True)
@@ -146,54 +159,6 @@ def _slopes(n, max_bias):
             slopes = np.concatenate([slopes, halves[: n - c]])
     slopes.setflags(write=False)
     return slopes
-
-
-@overload
-def alibi_bias(
-    n_heads: int,
-    q_len: int,
-    k_len: Optional[int] = None,
-    *,
-    slopes: Optional[ArrayLike] = None,
-    max_bias: float = 8.0,
-    causal: bool = True,
-    q_offset: Optional[int] = None,
-    dtype: Optional[DTypeLike] = None,
-    scores: ArrayT,
-    out: None = None,
-) -> ArrayT: ...
-
-
-@overload
-def alibi_bias(
-    n_heads: int,
-    q_len: int,
-    k_len: Optional[int] = None,
-    *,
-    slopes: Optional[ArrayLike] = None,
-    max_bias: float = 8.0,
-    causal: bool = True,
-    q_offset: Optional[int] = None,
-    dtype: Optional[DTypeLike] = None,
-    scores: None = None,
-    out: ArrayT,
-) -> ArrayT: ...
-
-
-@overload
-def alibi_bias(
-    n_heads: int,
-    q_len: int,
-    k_len: Optional[int] = None,
-    *,
-    slopes: Optional[ArrayLike] = None,
-    max_bias: float = 8.0,
-    causal: bool = True,
-    q_offset: Optional[int] = None,
-    dtype: Optional[DTypeLike] = None,
-    scores: None = None,
-    out: None = None,
-) -> NDArray[Any]: ...
 
 
 @foreign
@@ -248,6 +213,12 @@ def alibi_bias(
     ndarray
         The ``(n_heads, q_len, k_len)`` bias, or `scores` with the bias added.
 
+    Raises
+    ------
+    TypeError, ValueError
+        Naming the argument: lengths or offset out of range, `slopes` of another
+        shape, `scores` / `out` of another shape or dtype, both given.
+
     Notes
     -----
     Each value is formed in float64 and rounded once to the dtype; the
@@ -257,6 +228,16 @@ def alibi_bias(
     through float32, which rounds the same).  Future keys become ``-inf`` by that
     add, so a ``+inf`` or ``nan`` score there becomes ``nan``, as in NumPy.
     No bias array is made: the add reads and writes the scores once.
+
+    Examples
+    --------
+    >>> posenc.alibi_bias(1, 3, dtype="float64")[0].tolist()
+    [[0.0, -inf, -inf], [-0.00390625, 0.0, -inf], [-0.0078125, -0.00390625, 0.0]]
+    >>> scores = np.zeros((2, 1, 3, 3), np.float32)
+    >>> posenc.alibi_bias(1, 3, causal=False, scores=scores) is scores
+    True
+    >>> scores[1, 0, 0].tolist()
+    [0.0, -0.00390625, -0.0078125]
     """
     n_heads = v.integer(n_heads, "n_heads", minimum=1)
     q_len, k_len = _lengths(q_len, k_len)
@@ -339,6 +320,12 @@ def alibi_key_bias(
     -------
     ndarray of shape ``(batch, n_heads, 1, k)``
 
+    Raises
+    ------
+    TypeError, ValueError
+        Naming the argument: a mask not 2-D or not of 0 and 1, `slopes` of
+        another shape, both `slopes` and `max_bias`.
+
     Notes
     -----
     Each value is formed in float64 and rounded once to `dtype`.  In
@@ -348,6 +335,14 @@ def alibi_key_bias(
     from these by an ulp or two).  Falcon forms the products in bfloat16
     (``slopes.bfloat16() * positions``), whatever the model's dtype: up to
     about 0.4 % off, see the guide on models.
+
+    Examples
+    --------
+    >>> bias = posenc.alibi_key_bias([[0, 1, 1]], 2)
+    >>> bias.shape
+    (1, 2, 1, 3)
+    >>> bias[0, :, 0].tolist()
+    [[0.0, 0.0, 0.0625], [0.0, 0.0, 0.00390625]]
     """
     mask = attention_mask if isinstance(attention_mask, np.ndarray) else np.asarray(attention_mask)
     mask = v.real_array(mask.view(np.uint8) if mask.dtype == np.bool_ else mask, "attention_mask")
@@ -392,36 +387,6 @@ def _rounded(values, dtype):
 # ---------------------------------------------------------------- T5
 
 
-@overload
-def relative_position_bucket(
-    relative_position: np.ndarray,
-    *,
-    bidirectional: bool = True,
-    num_buckets: int = 32,
-    max_distance: int = 128,
-) -> NDArray[np.int64]: ...
-
-
-@overload
-def relative_position_bucket(
-    relative_position: ArrayT,
-    *,
-    bidirectional: bool = True,
-    num_buckets: int = 32,
-    max_distance: int = 128,
-) -> ArrayT: ...
-
-
-@overload
-def relative_position_bucket(
-    relative_position: ArrayLike,
-    *,
-    bidirectional: bool = True,
-    num_buckets: int = 32,
-    max_distance: int = 128,
-) -> NDArray[np.int64]: ...
-
-
 @foreign
 def relative_position_bucket(
     relative_position, *, bidirectional=True, num_buckets=32, max_distance=128
@@ -445,6 +410,12 @@ def relative_position_bucket(
     -------
     ndarray of int64, the shape of `relative_position`
 
+    Raises
+    ------
+    TypeError, ValueError
+        Naming the argument: positions not integers, `num_buckets` below 2,
+        `max_distance` not above the exact buckets.
+
     Notes
     -----
     As transformers' ``T5Attention._relative_position_bucket``: of the
@@ -463,6 +434,13 @@ def relative_position_bucket(
     float32, and posenc gives the exact bucket.  With two or three buckets
     bidirectional, ``max_exact`` is 0 and each direction has one bucket
     (transformers divides by zero there).
+
+    Examples
+    --------
+    >>> posenc.relative_position_bucket(np.array([-3, 0, 2, 100])).tolist()
+    [3, 0, 18, 31]
+    >>> posenc.relative_position_bucket(np.array([-3, 0, 2]), bidirectional=False).tolist()
+    [3, 0, 0]
     """
     arr = np.asarray(relative_position)
     if arr.dtype.kind not in "iu":
@@ -478,48 +456,6 @@ def relative_position_bucket(
     thresholds = _t5.thresholds(bidirectional, num_buckets, max_distance, largest)
     _core.t5_buckets(rel, out, bidirectional, num_buckets, thresholds)
     return out.reshape(arr.shape)
-
-
-@overload
-def t5_bias(
-    table: NDArray[ScalarT],
-    q_len: int,
-    k_len: Optional[int] = None,
-    *,
-    bidirectional: bool = True,
-    max_distance: int = 128,
-    q_offset: int = 0,
-    scores: Optional[Array] = None,
-    out: Optional[Array] = None,
-) -> NDArray[ScalarT]: ...
-
-
-@overload
-def t5_bias(
-    table: ArrayT,
-    q_len: int,
-    k_len: Optional[int] = None,
-    *,
-    bidirectional: bool = True,
-    max_distance: int = 128,
-    q_offset: int = 0,
-    scores: Optional[Array] = None,
-    out: Optional[ArrayT] = None,
-) -> ArrayT: ...
-
-
-@overload
-def t5_bias(
-    table: ArrayLike,
-    q_len: int,
-    k_len: Optional[int] = None,
-    *,
-    bidirectional: bool = True,
-    max_distance: int = 128,
-    q_offset: int = 0,
-    scores: Optional[Array] = None,
-    out: Optional[Array] = None,
-) -> NDArray[Any]: ...
 
 
 @foreign
@@ -561,11 +497,26 @@ def t5_bias(
         ``out[h, i, j] = table[bucket(j - (q_offset + i)), h]`` in the
         table's dtype, or `scores` with the bias added.
 
+    Raises
+    ------
+    TypeError, ValueError
+        Naming the argument: a table not 2-D with >= 2 rows, lengths or offset
+        out of range, `scores` / `out` of another shape or dtype, both given.
+
     Notes
     -----
     Only the ``q_len + k_len - 1`` distinct distances are bucketed; the
     table is then a gather of those, row by row.  With `scores` the result
     is exactly that of ``scores += t5_bias(table.astype(scores.dtype), ...)``.
+
+    Examples
+    --------
+    >>> table = np.arange(64.0).reshape(32, 2)
+    >>> posenc.t5_bias(table, 2, 3)[0].tolist()
+    [[0.0, 34.0, 36.0], [2.0, 0.0, 34.0]]
+    >>> buckets = posenc.relative_position_bucket(np.arange(3) - np.arange(2)[:, None])
+    >>> np.array_equal(posenc.t5_bias(table, 2, 3)[1], table[buckets, 1])
+    True
     """
     return _t5_bias(table, q_len, k_len, bidirectional, max_distance, q_offset, scores, out)
 
@@ -637,6 +588,12 @@ def t5_bias_table_grad(grad, num_buckets, *, bidirectional=True, max_distance=12
         for the others: float16 and bfloat16 too, whose own precision would
         lose the sums (cast to the table's dtype as needed).
 
+    Raises
+    ------
+    TypeError, ValueError
+        Naming the argument: `grad` not of shape (..., n_heads, q_len, k_len)
+        or not floating, bucket options as for :func:`t5_bias`.
+
     Notes
     -----
     Summed in float64 for float64 `grad` and in float32 for the others:
@@ -648,6 +605,15 @@ def t5_bias_table_grad(grad, num_buckets, *, bidirectional=True, max_distance=12
     ``(batch * q_len + q_len + k_len) * 2**-24`` (``2**-53`` in float64)
     times the sum of ``|grad|`` over its bucket.  One read of `grad`, no
     ``(q, k)`` index array.
+
+    Examples
+    --------
+    >>> from posenc.bias import t5_bias_table_grad
+    >>> grad = t5_bias_table_grad(np.ones((2, 2, 3)), 32)
+    >>> grad.shape, grad.sum(axis=0).tolist()  # each head: its 2 * 3 entries
+    ((32, 2), [6.0, 6.0])
+    >>> grad[[0, 1, 17, 18], 0].tolist()  # the buckets of distances 0, -1, +1, +2
+    [2.0, 1.0, 2.0, 1.0]
     """
     arr = grad if isinstance(grad, np.ndarray) else np.asarray(grad)
     dtype = v.float_array_dtype(arr, "grad", bfloat16=True)
@@ -712,6 +678,20 @@ def relative_positions(
     ndarray of int64, shape ``(q_len, k_len)``
         ``clip(j - (q_offset + i), -max_distance, max_distance)``; add
         `max_distance` to index a table of ``2 * max_distance + 1`` embeddings.
+
+    Raises
+    ------
+    TypeError, ValueError
+        Naming the argument: lengths below 1, a negative `max_distance`, an
+        offset out of range.
+
+
+    Examples
+    --------
+    >>> posenc.relative_positions(3, max_distance=1).tolist()
+    [[0, 1, 1], [-1, 0, 1], [-1, -1, 0]]
+    >>> posenc.relative_positions(1, 3, q_offset=2).tolist()
+    [[-2, -1, 0]]
     """
     q_len, k_len = _lengths(q_len, k_len)
     q_offset = _offset(q_offset)

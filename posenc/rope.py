@@ -12,15 +12,16 @@ from __future__ import annotations
 import functools
 import math
 from functools import lru_cache
-from numbers import Integral
-from typing import Any, Literal, Optional, Sequence, Tuple, Union, overload
+from typing import Literal, Optional, Tuple
 
 import numpy as np
 
 from . import _core, rope_scaling
 from . import _validate as v
 from ._interop import foreign
-from ._typing import Array, ArrayLike, ArrayT, DTypeLike, NDArray, RopeScaling, ScalarT
+from ._typing import NDArray, RopeScaling
+from .positions import _broadcast, _channel_positions, _positions
+from .positions import _named_seq_axis as named_seq_axis
 
 #: the layouts of the cos/sin tables (rope_cos_sin)
 _LAYOUTS = _core.ROPE_LAYOUTS
@@ -95,6 +96,12 @@ def rope_frequencies(
     attention_factor : float
         Factor on cos and sin (1.0 except for ``yarn`` and ``longrope``).
 
+    Raises
+    ------
+    TypeError, ValueError
+        Naming the argument or configuration key that is missing, of the wrong
+        kind, or asks for what posenc does not implement.
+
     Notes
     -----
     The values equal those of transformers' ``ROPE_INIT_FUNCTIONS`` for the
@@ -118,7 +125,7 @@ def rope_frequencies(
     - ``ntk_alpha``: HunYuan (``alpha``: ``base * alpha ** (d/(d-2))``).
     - M-RoPE (``mrope_section``, Qwen3-VL's ``mrope_interleaved``; position
       ids of shape ``(3, batch, seq)``, see
-      :func:`posenc.rope_tools.mrope_position_ids`): Qwen2-VL, Qwen2.5-VL,
+      :func:`posenc.positions.mrope_position_ids`): Qwen2-VL, Qwen2.5-VL,
       Qwen3-VL.
     - 2-D (axial) vision RoPE, by the row and column of a patch: the
       vision towers of Qwen2-VL and Llama 4.
@@ -133,6 +140,14 @@ def rope_frequencies(
       decay ``zeta_i ** ((p - c) / scale_base)``, queries multiplied, keys
       divided (Sun et al.'s LeX Transformer, torchscale, flash-attn's
       ``scale_base``, rotary-embedding-torch's ``use_xpos``).
+
+    Examples
+    --------
+    >>> inv_freq, factor = posenc.rope_frequencies(8)
+    >>> inv_freq.tolist(), factor
+    ([1.0, 0.1, 0.01, 0.001], 1.0)
+    >>> posenc.rope_frequencies(8, scaling={"rope_type": "linear", "factor": 2.0})[0].tolist()
+    [0.5, 0.05, 0.005, 0.0005]
     """
     dim = v.even_dim(dim, "dim")
     base = v.real(base, "base", positive=True)
@@ -148,69 +163,6 @@ def _seq_len(pos, rope):
     if not rope.family.needs_seq_len or pos.size == 0:
         return None
     return int(math.floor(float(pos.max()))) + 1
-
-
-@overload
-def rope_cos_sin(
-    positions: np.ndarray,
-    dim: int,
-    *,
-    base: float = 10000.0,
-    scaling: Optional[RopeScaling] = None,
-    layout: Literal["half", "interleaved"] = "half",
-    dtype: DTypeLike = "float32",
-    layer_type: Optional[str] = None,
-    seq_len: Optional[int] = None,
-    mrope_section: Optional[Sequence[int]] = None,
-    mrope_interleaved: Optional[bool] = None,
-    axial: Union[int, Sequence[int], None] = None,
-    full: bool = True,
-    xpos: Optional[XposRole] = None,
-    xpos_scale_base: float = 512.0,
-    xpos_centre: float = 0.0,
-) -> Tuple[NDArray[Any], NDArray[Any]]: ...
-
-
-@overload
-def rope_cos_sin(
-    positions: ArrayT,
-    dim: int,
-    *,
-    base: float = 10000.0,
-    scaling: Optional[RopeScaling] = None,
-    layout: Literal["half", "interleaved"] = "half",
-    dtype: DTypeLike = "float32",
-    layer_type: Optional[str] = None,
-    seq_len: Optional[int] = None,
-    mrope_section: Optional[Sequence[int]] = None,
-    mrope_interleaved: Optional[bool] = None,
-    axial: Union[int, Sequence[int], None] = None,
-    full: bool = True,
-    xpos: Optional[XposRole] = None,
-    xpos_scale_base: float = 512.0,
-    xpos_centre: float = 0.0,
-) -> Tuple[ArrayT, ArrayT]: ...
-
-
-@overload
-def rope_cos_sin(
-    positions: ArrayLike,
-    dim: int,
-    *,
-    base: float = 10000.0,
-    scaling: Optional[RopeScaling] = None,
-    layout: Literal["half", "interleaved"] = "half",
-    dtype: DTypeLike = "float32",
-    layer_type: Optional[str] = None,
-    seq_len: Optional[int] = None,
-    mrope_section: Optional[Sequence[int]] = None,
-    mrope_interleaved: Optional[bool] = None,
-    axial: Union[int, Sequence[int], None] = None,
-    full: bool = True,
-    xpos: Optional[XposRole] = None,
-    xpos_scale_base: float = 512.0,
-    xpos_centre: float = 0.0,
-) -> Tuple[NDArray[Any], NDArray[Any]]: ...
 
 
 @foreign
@@ -285,6 +237,12 @@ def rope_cos_sin(
         tables M-RoPE's models recompose from their three; ``(rotary_dim //
         2,)`` last if not `full`).
 
+    Raises
+    ------
+    TypeError, ValueError
+        Naming the argument: as for :func:`rope_frequencies`, and positions,
+        rows or options the tables cannot take.
+
     Notes
     -----
     Angles are formed and reduced in float64, multiplied by the attention
@@ -292,6 +250,17 @@ def rope_cos_sin(
     float32 tables are within 1 ulp of the float64 values at positions up
     to 2**24 and beyond (float16 and bfloat16 tables too, in their own
     ulps).
+
+    Examples
+    --------
+    >>> cos, sin = posenc.rope_cos_sin(5, 8)
+    >>> cos.shape, cos.dtype
+    ((5, 8), dtype('float32'))
+    >>> np.array_equal(cos[:, :4], cos[:, 4:])  # "half": the angles repeated
+    True
+    >>> cos, sin = posenc.rope_cos_sin(np.array([0, 3]), 8, full=False, dtype="float64")
+    >>> np.allclose(cos, np.cos(np.outer([0, 3], 10000.0 ** (-np.arange(0, 8, 2) / 8))))
+    True
     """
     dim = v.even_dim(dim, "dim")
     base = v.real(base, "base", positive=True)
@@ -408,78 +377,6 @@ def _xpos_kernel_args(role, scale_base, centre, rotary, pos, dtype, compute):
     return (log_zeta, centre, rate)
 
 
-@overload
-def apply_rope(
-    x: NDArray[ScalarT],
-    positions: Optional[ArrayLike] = None,
-    *,
-    base: float = 10000.0,
-    scaling: Optional[RopeScaling] = None,
-    layout: ApplyLayout = "half",
-    rotary_dim: Optional[int] = None,
-    offset: float = 0,
-    seq_axis: Optional[int] = None,
-    axes: Optional[str] = None,
-    inverse: bool = False,
-    out: Optional[Array] = None,
-    layer_type: Optional[str] = None,
-    mrope_section: Optional[Sequence[int]] = None,
-    mrope_interleaved: Optional[bool] = None,
-    axial: Union[int, Sequence[int], None] = None,
-    xpos: Optional[XposRole] = None,
-    xpos_scale_base: float = 512.0,
-    xpos_centre: float = 0.0,
-) -> NDArray[ScalarT]: ...
-
-
-@overload
-def apply_rope(
-    x: ArrayT,
-    positions: Optional[ArrayLike] = None,
-    *,
-    base: float = 10000.0,
-    scaling: Optional[RopeScaling] = None,
-    layout: ApplyLayout = "half",
-    rotary_dim: Optional[int] = None,
-    offset: float = 0,
-    seq_axis: Optional[int] = None,
-    axes: Optional[str] = None,
-    inverse: bool = False,
-    out: Optional[ArrayT] = None,
-    layer_type: Optional[str] = None,
-    mrope_section: Optional[Sequence[int]] = None,
-    mrope_interleaved: Optional[bool] = None,
-    axial: Union[int, Sequence[int], None] = None,
-    xpos: Optional[XposRole] = None,
-    xpos_scale_base: float = 512.0,
-    xpos_centre: float = 0.0,
-) -> ArrayT: ...
-
-
-@overload
-def apply_rope(
-    x: ArrayLike,
-    positions: Optional[ArrayLike] = None,
-    *,
-    base: float = 10000.0,
-    scaling: Optional[RopeScaling] = None,
-    layout: ApplyLayout = "half",
-    rotary_dim: Optional[int] = None,
-    offset: float = 0,
-    seq_axis: Optional[int] = None,
-    axes: Optional[str] = None,
-    inverse: bool = False,
-    out: Optional[Array] = None,
-    layer_type: Optional[str] = None,
-    mrope_section: Optional[Sequence[int]] = None,
-    mrope_interleaved: Optional[bool] = None,
-    axial: Union[int, Sequence[int], None] = None,
-    xpos: Optional[XposRole] = None,
-    xpos_scale_base: float = 512.0,
-    xpos_centre: float = 0.0,
-) -> NDArray[Any]: ...
-
-
 @foreign
 def apply_rope(
     x,
@@ -507,166 +404,62 @@ def apply_rope(
     Parameters
     ----------
     x : array_like of float16, bfloat16, float32 or float64, shape ``(..., dim)``
-        E.g. ``(batch, heads, seq, head_dim)`` as transformers lays it out, or
-        ``(batch, seq, heads, head_dim)`` with ``seq_axis=-3``.  bfloat16:
-        a NumPy array of ml_dtypes' ``bfloat16`` (JAX's type).
+        E.g. transformers' ``(batch, heads, seq, head_dim)``; another layout
+        is named by `axes`.  bfloat16: ml_dtypes' ``bfloat16``.
     positions : array_like, optional
-        Positions (ints or floats).  None means ``offset +
-        arange(x.shape[seq_axis])`` along `seq_axis`.  An array with as many
-        dimensions as ``x.shape[:-1]`` broadcasts against it.  One with
-        fewer dimensions puts its last axis on `seq_axis` and its leading
-        axes on the leading (batch) axes of `x`, broadcasting over the axes
-        in between: transformers' ``position_ids`` of shape ``(batch, seq)``
-        work as they are for ``(batch, heads, seq, head_dim)`` and, with
-        ``seq_axis=-3``, for ``(batch, seq, heads, head_dim)`` (per-batch
-        ids, left padding, packed sequences with restarts); ``(seq,)`` is
-        one sequence for every batch and head, a scalar one position for
-        all.  A shape this rule cannot place raises ValueError naming the
-        shape it expected.
+        Positions (ints or floats); None: ``offset + arange(seq)``.  Its last
+        axis goes on the sequence axis, its leading axes on x's (the guide's
+        "Where the positions go"): transformers' ``(batch, seq)`` ids fit.
     base, scaling, layer_type
-        As in :func:`rope_frequencies` (``dynamic`` and ``longrope`` take the
-        sequence length as ``max(positions) + 1``, as transformers does).
-        With a config, its head dimension must be ``x.shape[-1]``.
+        As in :func:`rope_frequencies`; a config's head_dim is ``x.shape[-1]``.
     layout : {"half", "interleaved", "interleaved_to_half"}
-        Which elements form the rotated pairs: ``(x[i], x[i + r/2])`` for
-        ``"half"`` (GPT-NeoX, Llama in transformers), ``(x[2i], x[2i+1])`` for
-        ``"interleaved"`` (GPT-J, RoFormer, Meta's Llama).
-        ``"interleaved_to_half"`` is DeepSeek-V3's rotation (transformers'
-        ``apply_rotary_pos_emb_interleave``, used when the config has
-        ``rope_interleave``): pair ``i`` is read at ``(x[2i], x[2i+1])`` and
-        its rotation written at ``(out[i], out[i + r/2])``, so the result is
-        in the half layout.  Its `inverse` reads the half layout and writes
-        the interleaved one: the exact inverse, and (the rotation being
-        orthogonal and the change of layout a permutation) the backward
-        pass.  ``out=x`` goes through a temporary (a row is read in one
-        layout and written in the other).  With the config of a model whose
-        code turns interleaved pairs (Cohere, GLM, Helium, Ernie 4.5, Llama 4,
-        ...; a DeepSeek-V3 config with ``rope_interleave``), ``"half"`` is
-        refused and the error names the layout to pass.
+        Pairs ``(x[i], x[i + r/2])`` (GPT-NeoX, transformers' Llama) or
+        ``(x[2i], x[2i+1])`` (GPT-J, Meta's Llama); or read interleaved and
+        written half (DeepSeek-V3's ``rope_interleave``).
     rotary_dim : int, optional
-        The number ``r`` of leading features rotated (partial rotary, as in
-        GPT-NeoX, Phi, GLM), even and ``<= dim``; the rest pass through.  The
-        default is ``dim``, or ``int(dim * partial_rotary_factor)`` when
-        `scaling` has that key.  The frequencies are those of
-        ``rope_frequencies(r, ...)``.
+        The ``r`` leading features rotated (even, ``<= dim``), the rest passed
+        through; default ``dim``, or the config's ``partial_rotary_factor``.
     offset : int or float
-        Added to the positions (a KV-cache offset with ``positions=None``).
+        Added to the positions (a KV-cache offset).
     seq_axis : int, optional
-        Axis of `x` holding the sequence (not the last); -2 by default, or
-        the axis `axes` names.
+        The sequence axis of `x` (not the last), -2 by default.
     axes : str, optional
-        `x`'s layout by name, one letter per axis: ``"b"`` batch, ``"h"``
-        heads, ``"s"`` sequence, ``"d"`` features (last), each at most once,
-        ``"s"`` and ``"d"`` required: ``"bhsd"`` (transformers),
-        ``"bshd"`` (flash-attn, ``torch.nn.functional.scaled_dot_product_
-        attention`` after a transpose), ``"bsd"``, ``"sd"``, ...  It sets
-        `seq_axis` to the position of ``"s"`` and checks that `x` has as
-        many dimensions as it has letters.  Giving `seq_axis` too is allowed
-        only if they agree (ValueError otherwise).  Without `axes` the
-        sequence is on axis -2, which is the heads axis of a ``(batch, seq,
-        heads, dim)`` tensor: when its ``seq == heads``, positions of shape
-        ``(batch, seq)`` fit either reading and the shapes cannot tell them
-        apart, so such a tensor rotated without ``axes="bshd"`` (or
-        ``seq_axis=-3``) is rotated along its heads, silently.  Name the
-        layout whenever `x` is not ``(..., seq, dim)``.
+        x's layout by name (``"bhsd"``, ``"bshd"``, ``"bsd"``, ...); sets
+        `seq_axis`.  Name it whenever `x` is not ``(..., seq, dim)``: a
+        ``(batch, seq, heads, dim)`` x with ``seq == heads`` would otherwise
+        be rotated along its heads.
     inverse : bool
-        Rotate by the negative angle: undoes the rotation (and is its
-        backward pass; with xPos, see `xpos`).
+        Rotate by the negative angle: the inverse and the backward pass.
     out : ndarray, optional
         Where to write, of x's shape and dtype; may be `x` itself.
-    mrope_section : list of int, optional
-        M-RoPE (Qwen2-VL, Qwen2.5-VL, Qwen3-VL): `positions` has a leading
-        axis of rows (temporal, height, width: transformers' ``(3, batch,
-        seq)``; the rest of its shape is placed as one row would be), and
-        row ``c`` rotates ``mrope_section[c]`` of the ``rotary_dim // 2``
-        pairs, which they must add up to, with the frequencies of the whole
-        rotary part.  Read from `scaling` when the config has it (transformers
-        keeps it in ``rope_parameters``); a config with sections needs
-        positions in rows, and rows are never guessed without sections.
-        Equal rows (text tokens) give plain RoPE, bit for bit.
-    mrope_interleaved : bool, optional
-        How the rows share the pairs: in turn, ``mrope_section[0]`` pairs
-        from row 0, then row 1's, ... (False: Qwen2-VL, Qwen2.5-VL), or
-        interleaved (True: Qwen3-VL): row ``c >= 1`` on pairs ``c, c + n,
-        c + 2n, ...`` (``mrope_section[c]`` of them, ``n`` rows), row 0 on
-        the rest.  Default: from a config, the layout its model's rotary
-        code uses (``model_type``: Qwen2-VL's runs, Qwen3-VL's interleaving;
-        sections in the config of another model are refused), from a rope
-        dict its ``mrope_interleaved`` (required there, but in Qwen2-VL's
-        ``"type": "mrope"``), else False.
-    axial : int or list of int, optional
-        2-D (axial) RoPE of vision transformers: `positions` has a leading
-        axis of rows (a patch's row and column: ``(2, n_patches)``, see
-        :func:`vision_position_ids`), row ``c`` rotating the next
-        ``axial[c]`` pairs with the frequencies of a rotary part of
-        ``2 * axial[c]`` features (``base ** (-2j / (2 axial[c]))``); an int
-        ``n`` is ``n`` equal parts.  Qwen2-VL to Qwen3-VL's vision towers
-        (``axial=2``), Llama 4's vision encoder (``axial=2``,
-        ``layout="interleaved"``), rotary-embedding-torch's axial
-        frequencies (``layout="interleaved"`` with `rotary_dim`).  The
-        default frequencies only (no `scaling` family); a vision tower's
-        config (``rope_type: "axial"``, e.g. Qwen2-VL's ``vision_config``)
-        means ``axial=2`` for the towers whose scheme is Qwen2-VL's; the
-        configs of other towers that call theirs "axial" (Pixtral, Gemma 4,
-        ...) and a bare ``{"rope_type": "axial"}`` dict are refused.
-    xpos : {None, "query", "key"}
-        xPos (Sun et al. 2022, "A Length-Extrapolatable Transformer"; the
-        ``scale_base`` of flash-attn's rotary embedding, the ``use_xpos``
-        of rotary-embedding-torch, torchscale's ``XPOS``): besides the
-        rotation, pair ``i`` at position ``p`` is multiplied (queries) or
-        divided (keys) by ``zeta_i ** ((p - c) / xpos_scale_base)``, where
-        ``zeta_i = (2i + 0.4 r) / (1.4 r)`` (``r`` the rotary dimension) and ``c`` is
-        `xpos_centre`.  A query at ``m`` and a key at ``n`` then give
-        ``q'.k' = sum_i zeta_i ** ((m - n) / xpos_scale_base) * (rotated
-        pair i's dot product)``: the centre cancels, and the score depends
-        on the positions only through ``m - n``, whatever ``c`` is, provided
-        queries and keys use the same ``c``.  ``inverse=True`` undoes the
-        transform (divides a query by the factor it multiplied); the
-        backward pass of a query's transform is the inverse of a key's (the
-        same factor, the negative angle), and the other way round.
-    xpos_scale_base : float
-        The paper's ``gamma`` (flash-attn's ``scale_base``,
-        rotary-embedding-torch's ``xpos_scale_base``): 512 by default.
-    xpos_centre : float
-        The position ``c`` whose factor is 1.  It only keeps the factors
-        within floating-point range (a ValueError says when they leave it):
-        it must be one number for all the queries and keys that meet in an
-        attention, fixed by the caller.  The reference implementations
-        centre on half of a length they see at the call: rotary-embedding-
-        torch ``seq_len // 2`` of the call, flash-attn ``seqlen // 2`` of
-        its cached length, torchscale ``ceil((length + offset) / 2)``; pass
-        that number here to reproduce one of them.  A centre taken from the
-        call breaks the relative property as soon as queries and keys are
-        rotated in different calls (a KV cache, or packed sequences of
-        different lengths: flash-attn issue #522): the score picks up a
-        factor ``zeta_i ** ((c_k - c_q) / xpos_scale_base)``.  Here each
-        token's factor depends on its own position and on ``c`` alone, so
-        packed batches (positions from
-        :func:`posenc.rope_tools.positions_from_cu_seqlens`), KV-cache steps
-        and whole sequences give the same numbers.
+    mrope_section, mrope_interleaved, axial
+        Positions in rows (M-RoPE's ``(3, batch, seq)``, 2-D vision RoPE's
+        ``(2, n_patches)``), each row rotating its own pairs; read from a
+        config that has them, never guessed (guide: "Multimodal and vision
+        RoPE").
+    xpos, xpos_scale_base, xpos_centre
+        xPos: a ``"query"`` multiplied, a ``"key"`` divided by ``zeta_i **
+        ((p - xpos_centre) / xpos_scale_base)``, one centre for all that meet
+        (guide: "DeepSeek-V3's layout and xPos").
 
     Returns
     -------
-    ndarray of x's shape and dtype.
+    ndarray of x's shape and dtype (`out` if given).
 
-    Notes
-    -----
-    cos and sin are computed once per distinct entry of the (unbroadcast)
-    positions, from float64 angles, and rounded once; the rotation runs in
-    float32 for float16, bfloat16 and float32 input and in float64 for
-    float64 input, and is rounded once to x's dtype: a bfloat16 result is
-    within one bfloat16 rounding of the exact rotation of its input at any
-    position (at 2**20 too, where a float32 phase ``pos * inv_freq`` is
-    off by about 0.06 radian).  For float16, bfloat16 and float32 input,
-    runs of evenly spaced positions get cos and sin by rotating an exact
-    value every 32 positions: still within 1 ulp
-    of the float64 value, but a position's last bit may depend on its
-    neighbours in the call (never on threads, SIMD path or memory layout).
-    With positions in rows (M-RoPE, axial RoPE) the same holds row by row:
-    each row's positions are read as above for its own pairs, and the
-    rotation is the same single pass over `x`.
-    The xPos factor is formed in float64 for each position and pair, and
-    multiplies cos and sin before their one rounding.
+    Raises
+    ------
+    TypeError, ValueError
+        Naming the argument that cannot be taken exactly.
+
+    Examples
+    --------
+    >>> q = np.random.default_rng(0).standard_normal((1, 2, 5, 8)).astype(np.float32)
+    >>> r = posenc.apply_rope(q, np.arange(5))
+    >>> cos, sin = posenc.rope_cos_sin(5, 8)
+    >>> np.allclose(r, q * cos + np.concatenate([-q[..., 4:], q[..., :4]], -1) * sin, atol=1e-6)
+    True
+    >>> np.allclose(posenc.apply_rope(r, inverse=True), q, atol=1e-6)
+    True
     """
     x = x if isinstance(x, np.ndarray) else np.asarray(x)
     dtype = v.float_array_dtype(x, "x", bfloat16=True)
@@ -875,25 +668,6 @@ def _channel_plan(rotary, base, rope, mrope_section, mrope_interleaved, axial):
     return _Channels(n, channel, sections, f"axial {list(sections)}", f"({n}, n_patches)")
 
 
-def _channel_positions(positions, chan):
-    """Positions of M-RoPE or axial RoPE: an array whose first axis holds one
-    row per channel, or a ValueError saying so."""
-    if positions is None or isinstance(positions, (Integral, np.integer)):
-        raise ValueError(
-            f"{chan.what} needs positions with a leading axis of {chan.n} rows (e.g. "
-            f"{chan.example}), not {'None' if positions is None else 'a length'}"
-        )
-    if isinstance(positions, (bool, np.bool_)):
-        raise TypeError("positions must be numbers, not bool")
-    arr = v.real_array(positions, "positions")
-    if arr.ndim == 0 or arr.shape[0] != chan.n:
-        raise ValueError(
-            f"{chan.what} needs positions with a leading axis of {chan.n} rows (e.g. "
-            f"{chan.example}), got shape {arr.shape}"
-        )
-    return arr
-
-
 def _rotary_dim(dim, rotary_dim, base, scaling, layer_type):
     """The rotary dimension r of apply_rope, its base and configuration."""
     rope = rope_scaling.read(scaling, layer_type)
@@ -917,138 +691,6 @@ def _rotary_dim(dim, rotary_dim, base, scaling, layer_type):
             )
     v.shape_size((rotary // 2,), "x.shape[-1] (its rotary_dim // 2 frequencies)")
     return rotary, rope_scaling.base_of(base, rope), rope
-
-
-def named_seq_axis(axes, seq_axis, ndim):
-    """The sequence axis of an `ndim`-dimensional x from ``axes=`` (a layout
-    by name such as ``"bshd"``) and ``seq_axis=`` (None: not given): -2 when
-    neither is given, a ValueError naming them when they disagree."""
-    if axes is None:
-        return -2 if seq_axis is None else seq_axis
-    if not isinstance(axes, str):
-        raise TypeError(
-            f"axes must be a string such as 'bhsd' or 'bshd', not {type(axes).__name__}"
-        )
-    if (
-        set(axes) - set("bhsd")
-        or len(set(axes)) != len(axes)
-        or "s" not in axes
-        or not axes.endswith("d")
-    ):
-        raise ValueError(
-            "axes must name x's axes with the letters b (batch), h (heads), s (sequence) and "
-            f"d (features, last), each at most once, s and d required: e.g. 'bhsd', 'bshd', "
-            f"'bsd', 'sd'; got {axes!r}"
-        )
-    if len(axes) != ndim:
-        raise ValueError(f"axes {axes!r} names {len(axes)} axes, x has {ndim}")
-    axis = axes.index("s")
-    if seq_axis is not None:
-        given = v.integer(seq_axis, "seq_axis")
-        if not -ndim <= given < ndim or given % ndim != axis:
-            raise ValueError(
-                f"seq_axis={given} disagrees with axes={axes!r} (sequence on axis {axis}); "
-                "give one of them"
-            )
-    return axis
-
-
-def _seq_axis(seq_axis, ndim):
-    """`seq_axis` as a non-negative axis of x other than the last."""
-    seq_axis = v.integer(seq_axis, "seq_axis")
-    if not -ndim <= seq_axis < ndim or seq_axis % ndim == ndim - 1:
-        raise ValueError(
-            f"seq_axis must be an axis of x other than the last (x has {ndim} dimensions), "
-            f"got {seq_axis}"
-        )
-    return seq_axis % ndim
-
-
-def place_positions(shape, lead, axis):
-    """The shape positions of `shape` take to broadcast against `lead`
-    (``x.shape[:-1]``) with the sequence on `axis`, or a ValueError.
-
-    As many dimensions as `lead`: as they are.  Fewer: the last on `axis`,
-    the leading ones on the leading axes of `lead`, 1 (broadcast) between.
-    """
-    if axis is None:  # x is one vector
-        expected = "a scalar"
-    else:
-        expected = f"(seq,) = ({lead[axis]},)"
-        if axis > 0:
-            expected += f" or (batch, seq) = ({lead[0]}, {lead[axis]})"
-    k = len(shape)
-    if k == 0 or k == len(lead):
-        placed = shape
-    elif k > len(lead) or k - 1 > axis:
-        placed = None
-    else:
-        placed = shape[:-1] + (1,) * (axis - (k - 1)) + shape[-1:] + (1,) * (len(lead) - 1 - axis)
-    try:
-        if placed is None or np.broadcast_shapes(placed, lead) != lead:
-            raise ValueError
-    except ValueError:
-        raise ValueError(
-            f"positions of shape {shape} cannot be placed on x.shape[:-1] = {lead} with the "
-            f"sequence on axis {axis}: expected {expected} (the last axis on seq_axis, "
-            f"leading axes on x's leading axes), or a shape that broadcasts to {lead}"
-        ) from None
-    return placed
-
-
-def _positions(positions, lead, offset, seq_axis, chan=None):
-    """Positions as float64 with offset added, shaped to broadcast against
-    `lead` (after a leading axis of channels with `chan`)."""
-    if not lead and positions is not None:  # one vector: seq_axis does not apply
-        axis = None
-    else:
-        axis = _seq_axis(seq_axis, len(lead) + 1)
-    if chan is not None:
-        arr = _channel_positions(positions, chan)
-        placed = place_positions(arr.shape[1:], lead, axis)
-        placed = (chan.n,) + (1,) * (len(lead) - len(placed)) + placed
-    elif positions is None:
-        n = lead[axis]
-        pos = offset + np.arange(n, dtype=np.float64)
-        return pos.reshape((n,) + (1,) * (len(lead) - 1 - axis))
-    else:
-        if isinstance(positions, (bool, np.bool_)):
-            raise TypeError("positions must be numbers, not bool")
-        arr = v.real_array(positions, "positions")
-        try:
-            placed = place_positions(arr.shape, lead, axis)
-        except ValueError as exc:
-            if arr.ndim >= 2 and arr.shape[0] in (2, 3):
-                raise ValueError(
-                    f"{exc}; if the first axis of positions holds M-RoPE's (temporal, height, "
-                    "width) rows or the (row, column) coordinates of patches, pass "
-                    "mrope_section= (or a config that has it) or axial="
-                ) from None
-            raise
-    # a native copy: the kernel reads it from threads
-    v.shape_size(arr.shape, "positions")
-    pos = np.array(arr, dtype=np.float64, order="C").reshape(placed)
-    if offset:
-        with np.errstate(over="ignore"):  # an overflow is reported just below
-            pos += offset
-        if not np.isfinite(pos).all():
-            raise ValueError("positions + offset must be finite")
-    return pos
-
-
-def _broadcast(pos, lead, channels=False):
-    """`pos` (C-contiguous float64, each dimension 1 or lead's, aligned to
-    the right) seen with `lead`'s shape: what np.broadcast_to makes, a few
-    times faster.  With `channels`, its first axis (the channels) is kept
-    before `lead`."""
-    if channels:
-        strides = (pos.strides[0],) + tuple(
-            0 if n == 1 else s for n, s in zip(pos.shape[1:], pos.strides[1:])
-        )
-        return np.ndarray((pos.shape[0],) + lead, np.float64, pos, 0, strides)
-    pad = len(lead) - pos.ndim
-    strides = (0,) * pad + tuple(0 if n == 1 else s for n, s in zip(pos.shape, pos.strides))
-    return np.ndarray(lead, np.float64, pos, 0, strides)
 
 
 def _same_view(a, b):

@@ -3,53 +3,12 @@ side of src/sinusoid.c."""
 
 from __future__ import annotations
 
-from typing import Any, Literal, Optional, overload
-
-import numpy as np
-
 from . import _core
 from . import _validate as v
 from ._frequencies import inv_frequencies
 from ._interop import foreign
-from ._typing import Array, ArrayLike, ArrayT, DTypeLike, NDArray
 
 _LAYOUTS = _core.SINUSOID_LAYOUTS
-
-
-@overload
-def sinusoid(
-    positions: np.ndarray,
-    dim: int,
-    *,
-    base: float = 10000.0,
-    layout: Literal["interleaved", "concat"] = "interleaved",
-    dtype: Optional[DTypeLike] = None,
-    out: Optional[Array] = None,
-) -> NDArray[Any]: ...
-
-
-@overload
-def sinusoid(
-    positions: ArrayT,
-    dim: int,
-    *,
-    base: float = 10000.0,
-    layout: Literal["interleaved", "concat"] = "interleaved",
-    dtype: Optional[DTypeLike] = None,
-    out: Optional[ArrayT] = None,
-) -> ArrayT: ...
-
-
-@overload
-def sinusoid(
-    positions: ArrayLike,
-    dim: int,
-    *,
-    base: float = 10000.0,
-    layout: Literal["interleaved", "concat"] = "interleaved",
-    dtype: Optional[DTypeLike] = None,
-    out: Optional[Array] = None,
-) -> NDArray[Any]: ...
 
 
 @foreign
@@ -81,11 +40,28 @@ def sinusoid(positions, dim, *, base=10000.0, layout="interleaved", dtype=None, 
     -------
     ndarray of shape ``positions.shape + (dim,)`` (``(n, dim)`` for an int).
 
+    Raises
+    ------
+    TypeError, ValueError
+        Naming the argument: `dim` not a positive even int, positions not finite
+        numbers, an unknown `layout`, `out` of another shape or dtype.
+
     Notes
     -----
     Angles are formed and reduced in float64 and rounded once to `dtype`:
     float32 tables are within 1 ulp of the float64 values at positions up to
     2**24 and beyond (float16 and bfloat16 tables too, in their own ulps).
+
+    Examples
+    --------
+    >>> table = posenc.sinusoid(3, 4, dtype="float64")
+    >>> table.shape
+    (3, 4)
+    >>> freq = 10000.0 ** (-np.arange(0, 4, 2) / 4)
+    >>> np.allclose(table[:, 0::2], np.sin(np.outer(np.arange(3), freq)))
+    True
+    >>> posenc.sinusoid(np.array([[0.5, 2.0]]), 4, layout="concat").shape
+    (1, 2, 4)
     """
     dim = v.even_dim(dim, "dim")
     base = v.real(base, "base", positive=True)

@@ -11,6 +11,7 @@ the modules' source read with ``ast`` and ``inspect.signature``.
 import ast
 import importlib.resources
 import inspect
+import os
 import sys
 import typing
 
@@ -51,11 +52,39 @@ def test_all_names_each_public_object_once(module):
     assert all(hasattr(module, name) for name in names)
 
 
+def typed_dict_name(unpack):
+    """T of ``Unpack[T]`` or ``Unpack[T[ArrayT]]``."""
+    inner = unpack.slice
+    return inner.value.id if isinstance(inner, ast.Subscript) else inner.id
+
+
+def stub_typed_dicts(tree):
+    """The keys of each TypedDict class of a stub, its bases' included."""
+    classes = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
+
+    def keys(name):
+        node = classes[name]
+        found = [k for b in node.bases if getattr(b, "id", None) in classes for k in keys(b.id)]
+        return found + [s.target.id for s in node.body if isinstance(s, ast.AnnAssign)]
+
+    return {name: keys(name) for name in classes}
+
+
 def definitions(fn):
-    """The ``def`` nodes of `fn` in its module's source: its overloads when
-    it has them, else its own definition."""
+    """The ``def`` nodes of `fn` in the stub beside its module (``rope.pyi``
+    beside ``rope.py``, where the overloads are) when there is one, else in
+    its module's source: its overloads when it has them, else its own
+    definition.  A stub's ``**options: Unpack[T]`` is read as T's keys
+    (``node.unpacked``)."""
     fn = inspect.unwrap(fn)
-    tree = ast.parse(inspect.getsource(sys.modules[fn.__module__]))
+    module = sys.modules[fn.__module__]
+    stub = module.__file__[: -len(".py")] + ".pyi"
+    in_stub = module.__file__.endswith(".py") and os.path.isfile(stub)
+    if in_stub:
+        with open(stub, encoding="utf-8") as f:
+            tree = ast.parse(f.read())
+    else:
+        tree = ast.parse(inspect.getsource(module))
     owner = fn.__qualname__.split(".")[0] if "." in fn.__qualname__ else None
     scope = tree.body
     if owner is not None:
@@ -66,6 +95,11 @@ def definitions(fn):
         for n in nodes
         if any(getattr(d, "id", getattr(d, "attr", None)) == "overload" for d in n.decorator_list)
     ]
+    for node in overloads or nodes:
+        node.stub = in_stub
+        kwarg = node.args.kwarg
+        if kwarg is not None and isinstance(kwarg.annotation, ast.Subscript):
+            node.unpacked = stub_typed_dicts(tree)[typed_dict_name(kwarg.annotation)]
     return overloads or nodes
 
 
@@ -117,6 +151,8 @@ def test_every_public_function_is_annotated_throughout(name, fn):
         )
         args = node.args
         declared = {a.arg for a in args.posonlyargs + args.args + args.kwonlyargs} - {"self"}
+        declared |= set(getattr(node, "unpacked", ()))
+        declared -= routed(fn)  # a stub declares device= (the wrapper's), the function not
         assert declared == params, f"{name} (line {node.lineno}) differs from the function"
 
 
@@ -125,6 +161,8 @@ def test_every_public_function_is_annotated_throughout(name, fn):
 def test_every_annotation_resolves_at_run_time(name, fn):
     names = namespace(fn)
     for node in definitions(fn):
+        if node.stub:  # read by type checkers only, never evaluated
+            continue
         args = node.args
         for a in args.posonlyargs + args.args + args.kwonlyargs:
             if a.annotation is not None:
@@ -154,3 +192,56 @@ def test_the_installed_package_is_marked_typed_and_ships_the_extension_stub():
         assert f"def {name}(" in stub and callable(getattr(_core, name))
     for name in ("SINUSOID_LAYOUTS", "ROPE_LAYOUTS", "MAX_Q_OFFSET", "T5_MAX_BUCKETS", "openmp"):
         assert f"{name}:" in stub and hasattr(_core, name)
+
+
+STUBBED = [
+    (name, fn)
+    for name, fn in FUNCTIONS
+    if os.path.isfile(sys.modules[inspect.unwrap(fn).__module__].__file__[:-3] + ".pyi")
+]
+
+
+@pytest.mark.skipif(not SOURCE_READABLE, reason="posenc's sources are not beside it")
+@pytest.mark.parametrize("name,fn", STUBBED, ids=[n for n, _ in STUBBED])
+def test_each_stub_signature_has_the_functions_parameters(name, fn):
+    # mypy.stubtest merges overloads before it reads ``**options: Unpack[TypedDict]``, so
+    # for the overloaded functions the comparison of names and kinds is made here
+    path = sys.modules[inspect.unwrap(fn).__module__].__file__[:-3] + ".pyi"
+    with open(path, encoding="utf-8") as f:
+        tree = ast.parse(f.read())
+    typed_dicts = stub_typed_dicts(tree)
+    runtime = inspect.signature(fn).parameters.values()
+    positional = [p.name for p in runtime if p.kind is p.POSITIONAL_OR_KEYWORD]
+    optional = sum(p.default is not p.empty for p in runtime if p.kind is p.POSITIONAL_OR_KEYWORD)
+    keywords = {p.name for p in runtime if p.kind is p.KEYWORD_ONLY}
+    nodes = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == fn.__name__]
+    assert nodes, f"{name}: not in {path}"
+    for node in nodes:
+        args = node.args
+        assert [a.arg for a in args.args] == positional, f"{name} (line {node.lineno})"
+        assert len(args.defaults) == optional, f"{name} (line {node.lineno}): defaults"
+        declared = [a.arg for a in args.kwonlyargs]
+        if args.kwarg is not None:
+            unpack = args.kwarg.annotation
+            assert isinstance(unpack, ast.Subscript) and unpack.value.id == "Unpack", name
+            declared += typed_dicts[typed_dict_name(unpack)]
+        assert len(set(declared)) == len(declared), f"{name} (line {node.lineno}) repeats"
+        assert set(declared) == keywords, f"{name} (line {node.lineno})"
+
+
+def test_the_position_ids_are_one_function_under_each_name():
+    import posenc.positions
+    import posenc.rope_tools
+    from posenc.rope_tools import mrope_position_ids  # the name of earlier releases
+
+    assert posenc.positions.__all__ == [
+        "mrope_position_ids",
+        "positions_from_cu_seqlens",
+        "vision_position_ids",
+    ]
+    assert "positions" in posenc.__all__ and posenc.positions is sys.modules["posenc.positions"]
+    for name in posenc.positions.__all__:
+        fn = getattr(posenc.positions, name)
+        assert fn is getattr(posenc, name) is getattr(posenc.rope_tools, name)
+        assert inspect.unwrap(fn).__module__ == "posenc.positions"
+    assert mrope_position_ids is posenc.positions.mrope_position_ids

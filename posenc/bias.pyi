@@ -1,0 +1,123 @@
+"""Types of posenc.bias (the functions and their documentation: bias.py).
+
+The keyword options several signatures share are declared once, as the
+TypedDicts below (``**options: Unpack[...]`` reads as those keywords).
+"""
+
+from typing import Any, Generic, Optional, TypedDict, overload
+
+import numpy as np
+from typing_extensions import Required, Unpack
+
+from ._typing import Array, ArrayLike, ArrayT, DTypeLike, NDArray, ScalarT
+
+class _Slopes(TypedDict, total=False):
+    slopes: Optional[ArrayLike]
+    max_bias: float
+    dtype: Optional[DTypeLike]
+    device: Any
+
+class _AlibiOptions(_Slopes, total=False):
+    causal: bool
+    q_offset: Optional[int]
+
+class _AddInto(_AlibiOptions, Generic[ArrayT], total=False):
+    scores: Required[ArrayT]
+    out: None
+
+class _WriteInto(_AlibiOptions, Generic[ArrayT], total=False):
+    scores: None
+    out: Required[ArrayT]
+
+class _Alibi(_AlibiOptions, total=False):
+    scores: None
+    out: None
+
+class _Buckets(TypedDict, total=False):
+    bidirectional: bool
+    max_distance: int
+
+class _BucketOptions(_Buckets, total=False):
+    num_buckets: int
+    device: Any
+
+class _GradOptions(_Buckets, total=False):
+    q_offset: int
+
+class _T5Options(_GradOptions, total=False):
+    scores: Optional[Array]
+    device: Any
+
+class _T5(_T5Options, total=False):
+    out: Optional[Array]
+
+class _T5Into(_T5Options, Generic[ArrayT], total=False):
+    out: Optional[ArrayT]
+
+class _Clip(TypedDict, total=False):
+    max_distance: Optional[int]
+    q_offset: int
+    device: Any
+
+def alibi_slopes(
+    n_heads: int, *, max_bias: float = 8.0, device: Any = None
+) -> NDArray[np.float64]: ...
+@overload
+def alibi_bias(
+    n_heads: int, q_len: int, k_len: Optional[int] = None, **options: Unpack[_AddInto[ArrayT]]
+) -> ArrayT: ...
+@overload
+def alibi_bias(
+    n_heads: int, q_len: int, k_len: Optional[int] = None, **options: Unpack[_WriteInto[ArrayT]]
+) -> ArrayT: ...
+@overload
+def alibi_bias(
+    n_heads: int, q_len: int, k_len: Optional[int] = None, **options: Unpack[_Alibi]
+) -> NDArray[Any]: ...
+def alibi_key_bias(
+    attention_mask: ArrayLike, n_heads: int, **options: Unpack[_Slopes]
+) -> NDArray[Any]: ...
+@overload
+def relative_position_bucket(
+    relative_position: np.ndarray, **options: Unpack[_BucketOptions]
+) -> NDArray[np.int64]: ...
+@overload
+def relative_position_bucket(
+    relative_position: ArrayT, **options: Unpack[_BucketOptions]
+) -> ArrayT: ...
+@overload
+def relative_position_bucket(
+    relative_position: ArrayLike, **options: Unpack[_BucketOptions]
+) -> NDArray[np.int64]: ...
+@overload
+def t5_bias(
+    table: NDArray[ScalarT], q_len: int, k_len: Optional[int] = None, **options: Unpack[_T5]
+) -> NDArray[ScalarT]: ...
+@overload
+def t5_bias(
+    table: ArrayT, q_len: int, k_len: Optional[int] = None, **options: Unpack[_T5Into[ArrayT]]
+) -> ArrayT: ...
+@overload
+def t5_bias(
+    table: ArrayLike, q_len: int, k_len: Optional[int] = None, **options: Unpack[_T5]
+) -> NDArray[Any]: ...
+def t5_bias_table_grad(
+    grad: ArrayLike, num_buckets: int, **options: Unpack[_GradOptions]
+) -> NDArray[Any]: ...
+def relative_positions(
+    q_len: int, k_len: Optional[int] = None, **options: Unpack[_Clip]
+) -> NDArray[np.int64]: ...
+
+# used by posenc.relative
+def _check_t5(bidirectional: bool, num_buckets: int, max_distance: int) -> Any: ...
+def _t5_bias(
+    table: Any,
+    q_len: int,
+    k_len: Optional[int],
+    bidirectional: bool,
+    max_distance: int,
+    q_offset: int,
+    scores: Any,
+    out: Any,
+    single: bool = False,
+) -> Any: ...
