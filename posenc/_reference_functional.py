@@ -46,6 +46,7 @@ def kerple_bias(
         bias = -p * np.log(1.0 + a * dist)
     else:
         bias = -p * dist**a
+    bias = bias + 0.0  # +0.0 at distance 0
     if causal:
         bias = np.where(j > i, -np.inf, bias)
     return _add_or_return(bias, dtype or np.float32, scores, None)

@@ -228,6 +228,7 @@ def kerple_values(r1, r2, kind, delta, causal):
     a, b = r1[:, None], r2[:, None]
     with np.errstate(over="ignore"):
         values = -a * np.log1p(b * d) if kind == "log" else -a * d**b
+    values += 0.0  # the diagonal +0.0, as alibi_bias's
     if causal:
         values[:, delta < 0] = -np.inf
     return values
@@ -400,7 +401,11 @@ def fire_tile(x, w1, b1, w2, b2):
     pre-activation (r, s, width)."""
     pre = x[..., None] * w1 + b1
     hidden = np.maximum(pre, 0.0)
-    out = hidden @ w2.T + b2
+    out = np.empty(x.shape + (w2.shape[0],), np.float64)
+    np.multiply(hidden[..., :1], w2[:, 0], out=out)
+    for w in range(1, w2.shape[1]):  # in order: the same bits for any tiling
+        out += hidden[..., w : w + 1] * w2[:, w]
+    out += b2
     return np.moveaxis(out, -1, 0), pre
 
 
@@ -464,16 +469,16 @@ def fire_bias(
     activations, each rounded once and stored (or added) as it is made.
     The backward pass is ``posenc._functional_grad.fire_bias_grad``.
     """
-    w1, b1, w2, b2, c, threshold, eps, _ = fire_params(w1, b1, w2, b2, c, threshold, eps)
+    p1, q1, p2, q2, scale, limit, tiny, _ = fire_params(w1, b1, w2, b2, c, threshold, eps)
     q_len, k_len, q_offset, causal = _positions(q_len, k_len, q_offset, causal)
-    n_heads, width = w2.shape
+    n_heads, width = p2.shape
     shape = (n_heads, q_len, k_len)
     target, add = _target(shape, dtype, scores, "w2's n_heads, q_len and k_len")
     keys = np.arange(k_len, dtype=np.float64)
     qpos = float(q_offset) + np.arange(q_len, dtype=np.float64)
     for rows, cols in tiles(q_len, k_len, width + n_heads):
-        x = fire_inputs(qpos[rows], keys[cols], c, threshold, eps)[0]
-        values = fire_tile(x, w1, b1, w2, b2)[0]
+        x = fire_inputs(qpos[rows], keys[cols], scale, limit, tiny)[0]
+        values = fire_tile(x, p1, q1, p2, q2)[0]
         if causal:
             values[:, qpos[rows][:, None] < keys[cols][None, :]] = -np.inf
         _put(target[..., rows, cols], _storage(values, target.dtype), add)
