@@ -144,12 +144,16 @@ def _positions(q_len, k_len, q_offset, causal):
     return q_len, k_len, q_offset, causal
 
 
-def _target(shape, dtype, scores, sizes):
-    """The array the bias goes into and whether it is added: `scores`
-    checked, or a new array of `dtype` (float32 by default)."""
+def _target(shape, dtype, scores, out, sizes):
+    """The array the bias goes into and whether it is added: `scores` or
+    `out` checked, or a new array of `dtype` (float32 by default)."""
     if scores is not None:
+        if out is not None:
+            raise ValueError("give scores (to add into) or out (to write), not both")
         return _scores(scores, shape, dtype), True
-    dtype = v.result_dtype(dtype, None, bfloat16=True)
+    dtype = v.result_dtype(dtype, out, bfloat16=True)
+    if out is not None:
+        return v.out_array(out, shape, dtype, "out"), False
     v.shape_size(shape, sizes, dtype.itemsize)
     return np.empty(shape, dtype), False
 
@@ -208,11 +212,11 @@ def distances(q_len, k_len, q_offset):
     return float(q_offset + q_len - 1) - np.arange(q_len + k_len - 1, dtype=np.float64)
 
 
-def _by_distance(per_head, q_len, k_len, q_offset, dtype, scores, sizes):
+def _by_distance(per_head, q_len, k_len, dtype, scores, out, sizes):
     """The bias whose float64 values per head and diagonal are `per_head`
     (heads, q_len + k_len - 1), stored or added through a Toeplitz view."""
     shape = (per_head.shape[0], q_len, k_len)
-    target, add = _target(shape, dtype, scores, sizes)
+    target, add = _target(shape, dtype, scores, out, sizes)
     vals = _toeplitz(_storage(per_head, target.dtype), q_len, k_len)
     _put(target, vals, add)
     return target
@@ -246,6 +250,7 @@ def kerple_bias(
     q_offset: Optional[int] = None,
     dtype: Optional[DTypeLike] = None,
     scores: Any = None,
+    out: Any = None,
 ) -> NDArray[Any]:
     """KERPLE's attention bias (Chi et al., 2022), or its add into scores.
 
@@ -273,6 +278,9 @@ def kerple_bias(
         Of the table, float32 by default; with `scores`, their dtype or None.
     scores : ndarray of shape (..., n_heads, q_len, k_len), optional
         Attention scores to add the bias into, in place (returned).
+    out : ndarray of shape (n_heads, q_len, k_len), optional
+        Where to write the table (not together with `scores`); its dtype is
+        the table's unless `dtype` says otherwise.
 
     Returns
     -------
@@ -293,9 +301,7 @@ def kerple_bias(
     q_len, k_len, q_offset, causal = _positions(q_len, k_len, q_offset, causal)
     v.shape_size((a.shape[0], q_len + k_len - 1), "r1, q_len and k_len")
     values = kerple_values(a, b, kind, distances(q_len, k_len, q_offset), causal)
-    return _by_distance(
-        values, q_len, k_len, q_offset, dtype, scores, "r1's n_heads, q_len and k_len"
-    )
+    return _by_distance(values, q_len, k_len, dtype, scores, out, "r1's n_heads, q_len and k_len")
 
 
 # ---------------------------------------------------------------- Sandwich
@@ -328,6 +334,7 @@ def sandwich_bias(
     q_offset: Optional[int] = None,
     dtype: Optional[DTypeLike] = None,
     scores: Any = None,
+    out: Any = None,
 ) -> NDArray[Any]:
     """Sandwich's attention bias (Chi et al., 2023), or its add into scores.
 
@@ -349,7 +356,7 @@ def sandwich_bias(
         True: ``-inf`` for keys after the query (as :func:`posenc.alibi_bias`;
         NeMo's non-bidirectional module gives them distance 0, bias 0, for its
         causal mask to hide).  False: the symmetric formula everywhere.
-    q_offset, dtype, scores
+    q_offset, dtype, scores, out
         As for :func:`kerple_bias`.
 
     Returns
@@ -368,7 +375,7 @@ def sandwich_bias(
     q_len, k_len, q_offset, causal = _positions(q_len, k_len, q_offset, causal)
     v.shape_size((n_heads, q_len + k_len - 1), "n_heads, q_len and k_len")
     values = sandwich_values(n_heads, dim, distances(q_len, k_len, q_offset), causal)
-    return _by_distance(values, q_len, k_len, q_offset, dtype, scores, "n_heads, q_len and k_len")
+    return _by_distance(values, q_len, k_len, dtype, scores, out, "n_heads, q_len and k_len")
 
 
 # ---------------------------------------------------------------- FIRE
@@ -425,6 +432,7 @@ def fire_bias(
     q_offset: Optional[int] = None,
     dtype: Optional[DTypeLike] = None,
     scores: Any = None,
+    out: Any = None,
 ) -> NDArray[Any]:
     """FIRE's attention bias (Li et al., 2024), or its add into scores.
 
@@ -454,7 +462,7 @@ def fire_bias(
         True (the paper's decoders): ``-inf`` for future keys, as
         :func:`posenc.alibi_bias`.  False: the formula at ``|qpos - j|``,
         as the authors' module computes it for every pair before the mask.
-    q_offset, dtype, scores
+    q_offset, dtype, scores, out
         As for :func:`kerple_bias`; the normaliser uses the query's position
         ``qpos = q_offset + i``.
 
@@ -473,7 +481,7 @@ def fire_bias(
     q_len, k_len, q_offset, causal = _positions(q_len, k_len, q_offset, causal)
     n_heads, width = p2.shape
     shape = (n_heads, q_len, k_len)
-    target, add = _target(shape, dtype, scores, "w2's n_heads, q_len and k_len")
+    target, add = _target(shape, dtype, scores, out, "w2's n_heads, q_len and k_len")
     keys = np.arange(k_len, dtype=np.float64)
     qpos = float(q_offset) + np.arange(q_len, dtype=np.float64)
     for rows, cols in tiles(q_len, k_len, width + n_heads):

@@ -215,6 +215,21 @@ def test_scores_in_place_equal_the_reference_add(dtype, which):
         assert_matches(s, want, dtype, atol=1e-14)  # float64: after the add's cancellation
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_out_is_written_with_the_tables_bits(dtype):
+    dt = np_dtype(dtype)
+    p = fire_params(np.random.default_rng(19))
+    for ours, args, kw in [
+        (fb.kerple_bias, (R1, R2, 4, 6), {"kind": "power"}),
+        (fb.sandwich_bias, (3, 4, 6), {"dim": 6}),
+        (fb.fire_bias, tuple(p.values()) + (4, 6), {}),
+    ]:
+        want = ours(*args, **kw, dtype=dt)
+        out = np.full((3, 6, 4), np.nan, dt).transpose(0, 2, 1)  # strided
+        assert ours(*args, **kw, out=out) is out
+        assert_same_bits(out, want)
+
+
 def test_scores_byte_swapped():
     rng = np.random.default_rng(6)
     base = rng.standard_normal((3, 5, 5))
@@ -273,6 +288,9 @@ def _bad_calls():
         (fire(b1=np.full(8, np.inf)), ValueError, "b1"),
         (fire(c="0.3"), TypeError, "c"),
         (lambda s: fb.fire_bias(**p, q_len=4, eps=0.0, scores=s), ValueError, "eps"),
+        (lambda s: fb.kerple_bias(R1, R2, 4, scores=s, out=s[0]), ValueError, "out"),
+        (lambda s: fb.sandwich_bias(3, 4, dim=4, out=s[0, :2]), ValueError, "out"),
+        (lambda s: fb.sandwich_bias(3, 4, dim=4, out=s[0], dtype="float64"), TypeError, "out"),
     ]
 
 
