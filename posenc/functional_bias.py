@@ -26,14 +26,14 @@ tiles of bounded size.
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Optional, overload
 
 import numpy as np
 
 from . import _validate as v
 from ._dtypes import is_bfloat16, narrow, widen
 from ._interop import foreign
-from ._typing import ArrayLike, DTypeLike, NDArray
+from ._typing import ArrayLike, ArrayT, DTypeLike, NDArray
 from .bias import _lengths, _offset, _rounded, _scores
 
 # float64 elements of one tile of work (the FIRE MLP's hidden layer, the
@@ -238,7 +238,7 @@ def kerple_values(r1, r2, kind, delta, causal):
     return values
 
 
-@foreign
+@overload
 def kerple_bias(
     r1: ArrayLike,
     r2: ArrayLike,
@@ -249,9 +249,57 @@ def kerple_bias(
     causal: bool = True,
     q_offset: Optional[int] = None,
     dtype: Optional[DTypeLike] = None,
-    scores: Any = None,
-    out: Any = None,
-) -> NDArray[Any]:
+    scores: ArrayT,
+    out: None = None,
+) -> ArrayT: ...
+
+
+@overload
+def kerple_bias(
+    r1: ArrayLike,
+    r2: ArrayLike,
+    q_len: int,
+    k_len: Optional[int] = None,
+    *,
+    kind: str = "log",
+    causal: bool = True,
+    q_offset: Optional[int] = None,
+    dtype: Optional[DTypeLike] = None,
+    scores: None = None,
+    out: ArrayT,
+) -> ArrayT: ...
+
+
+@overload
+def kerple_bias(
+    r1: ArrayLike,
+    r2: ArrayLike,
+    q_len: int,
+    k_len: Optional[int] = None,
+    *,
+    kind: str = "log",
+    causal: bool = True,
+    q_offset: Optional[int] = None,
+    dtype: Optional[DTypeLike] = None,
+    scores: None = None,
+    out: None = None,
+) -> NDArray[Any]: ...
+
+
+@foreign
+def kerple_bias(
+    r1,
+    r2,
+    q_len,
+    k_len=None,
+    *,
+    kind="log",
+    causal=True,
+    q_offset=None,
+    dtype=None,
+    scores=None,
+    out=None,
+):
     """KERPLE's attention bias (Chi et al., 2022), or its add into scores.
 
     Parameters
@@ -323,7 +371,7 @@ def sandwich_values(n_heads, dim, delta, causal):
     return values
 
 
-@foreign
+@overload
 def sandwich_bias(
     n_heads: int,
     q_len: int,
@@ -333,9 +381,54 @@ def sandwich_bias(
     causal: bool = True,
     q_offset: Optional[int] = None,
     dtype: Optional[DTypeLike] = None,
-    scores: Any = None,
-    out: Any = None,
-) -> NDArray[Any]:
+    scores: ArrayT,
+    out: None = None,
+) -> ArrayT: ...
+
+
+@overload
+def sandwich_bias(
+    n_heads: int,
+    q_len: int,
+    k_len: Optional[int] = None,
+    *,
+    dim: int,
+    causal: bool = True,
+    q_offset: Optional[int] = None,
+    dtype: Optional[DTypeLike] = None,
+    scores: None = None,
+    out: ArrayT,
+) -> ArrayT: ...
+
+
+@overload
+def sandwich_bias(
+    n_heads: int,
+    q_len: int,
+    k_len: Optional[int] = None,
+    *,
+    dim: int,
+    causal: bool = True,
+    q_offset: Optional[int] = None,
+    dtype: Optional[DTypeLike] = None,
+    scores: None = None,
+    out: None = None,
+) -> NDArray[Any]: ...
+
+
+@foreign
+def sandwich_bias(
+    n_heads,
+    q_len,
+    k_len=None,
+    *,
+    dim,
+    causal=True,
+    q_offset=None,
+    dtype=None,
+    scores=None,
+    out=None,
+):
     """Sandwich's attention bias (Chi et al., 2023), or its add into scores.
 
     ``bias[h, i, j] = (sum_{k=1}^{dim/2} cos((qpos - j) * 10000 ** (-2k / dim))
@@ -416,7 +509,7 @@ def fire_tile(x, w1, b1, w2, b2):
     return np.moveaxis(out, -1, 0), pre
 
 
-@foreign
+@overload
 def fire_bias(
     w1: ArrayLike,
     b1: ArrayLike,
@@ -431,9 +524,69 @@ def fire_bias(
     causal: bool = True,
     q_offset: Optional[int] = None,
     dtype: Optional[DTypeLike] = None,
-    scores: Any = None,
-    out: Any = None,
-) -> NDArray[Any]:
+    scores: ArrayT,
+    out: None = None,
+) -> ArrayT: ...
+
+
+@overload
+def fire_bias(
+    w1: ArrayLike,
+    b1: ArrayLike,
+    w2: ArrayLike,
+    b2: ArrayLike,
+    c: float,
+    threshold: float,
+    q_len: int,
+    k_len: Optional[int] = None,
+    *,
+    eps: float = 1e-6,
+    causal: bool = True,
+    q_offset: Optional[int] = None,
+    dtype: Optional[DTypeLike] = None,
+    scores: None = None,
+    out: ArrayT,
+) -> ArrayT: ...
+
+
+@overload
+def fire_bias(
+    w1: ArrayLike,
+    b1: ArrayLike,
+    w2: ArrayLike,
+    b2: ArrayLike,
+    c: float,
+    threshold: float,
+    q_len: int,
+    k_len: Optional[int] = None,
+    *,
+    eps: float = 1e-6,
+    causal: bool = True,
+    q_offset: Optional[int] = None,
+    dtype: Optional[DTypeLike] = None,
+    scores: None = None,
+    out: None = None,
+) -> NDArray[Any]: ...
+
+
+@foreign
+def fire_bias(
+    w1,
+    b1,
+    w2,
+    b2,
+    c,
+    threshold,
+    q_len,
+    k_len=None,
+    *,
+    eps=1e-6,
+    causal=True,
+    q_offset=None,
+    dtype=None,
+    scores=None,
+    out=None,
+):
     """FIRE's attention bias (Li et al., 2024), or its add into scores.
 
     ``x = log(|c| d + 1) / (log(|c| max(qpos, threshold) + 1) + eps)`` with
