@@ -270,6 +270,9 @@ def _bad_calls():
         (lambda s: fb.kerple_bias(R1[:2], R2[:2], 4, scores=s), ValueError, "scores"),
         (lambda s: fb.kerple_bias(R1.reshape(3, 1), R2, 4, scores=s), ValueError, "r1"),
         (lambda s: fb.kerple_bias(R1, R2, 4, kind="gauss", scores=s), ValueError, "kind"),
+        (lambda s: fb.kerple_bias(R1 > 0, R2, 4, scores=s), TypeError, "r1"),
+        (lambda s: fb.kerple_bias(R1, R2, 4, scores=s.astype(np.int32)), TypeError, "scores"),
+        (lambda s: fb.kerple_bias(R1, R2, 4, scores=s.tolist()), TypeError, "scores"),
         (lambda s: fb.kerple_bias(R1, R2, 4, causal=1, scores=s), TypeError, "causal"),
         (lambda s: fb.kerple_bias(R1, R2, 4, dtype="float64", scores=s), TypeError, "dtype"),
         (lambda s: fb.kerple_bias(R1, R2, 5, 4, scores=s), ValueError, "q_offset"),
@@ -549,11 +552,13 @@ def test_torch_tensors_in_and_out():
     got = fb.kerple_bias(torch.tensor(R1), torch.tensor(R2), 4, dtype=torch.float32)
     assert isinstance(got, torch.Tensor) and got.dtype == torch.float32
     assert_same_bits(got.numpy(), rf.kerple_bias(R1, R2, 4))
-    s = torch.zeros(3, 4, 4, dtype=torch.bfloat16)
-    out = fb.sandwich_bias(3, 4, dim=8, scores=s)
+    ml = require("ml_dtypes")
+    s = (torch.randn(2, 3, 4, 4, generator=torch.Generator().manual_seed(0)) * 4).bfloat16()
+    want = s.float().numpy().astype(ml.bfloat16)  # exact: the same bfloat16 values
+    out = fb.sandwich_bias(3, 4, dim=8, scores=s)  # bfloat16 tensors come in as bits
     assert out is s
-    want = rf.sandwich_bias(3, 4, dim=8, dtype="float32")
-    np.testing.assert_allclose(s.float().numpy(), want, rtol=2**-8)
+    rf.sandwich_bias(3, 4, dim=8, scores=want)
+    assert_same_bits(s.view(torch.int16).numpy(), want.view(np.int16))
     with pytest.raises(TypeError, match="r1"):
         fb.kerple_bias(torch.tensor(R1, requires_grad=True), torch.tensor(R2), 4)
 
