@@ -27,8 +27,20 @@ from .functional_bias import (
     fire_inputs,
     fire_params,
     kerple_params,
+    log1p_product,
     tiles,
 )
+
+
+def _ratio(x, y):
+    """``x / (1 + y x)`` for ``x, y >= 0``, as ``1 / (1/x + y)`` so that a
+    huge ``y x`` does not overflow (0 where ``x`` is 0)."""
+    x, y = np.broadcast_arrays(np.asarray(x, np.float64), np.asarray(y, np.float64))
+    out = np.zeros(x.shape)
+    pos = x > 0
+    with np.errstate(over="ignore"):
+        out[pos] = 1.0 / (1.0 / x[pos] + y[pos])
+    return out
 
 
 def _grad_array(grad):
@@ -97,8 +109,8 @@ def kerple_bias_grad(grad, r1, r2, *, kind="log", causal=True, q_offset=None):
     g = sums[:, keep]
     ra, rb = a[:, None], b[:, None]
     if kind == "log":
-        g_r1 = -(g * np.log1p(rb * d)).sum(axis=1)
-        g_r2 = -(g * ra * d / (1.0 + rb * d)).sum(axis=1)
+        g_r1 = -(g * log1p_product(rb, d)).sum(axis=1)
+        g_r2 = -(g * ra * _ratio(d, rb)).sum(axis=1)
     else:
         power = d**rb
         with np.errstate(divide="ignore"):
@@ -158,11 +170,11 @@ def fire_bias_grad(grad, w1, b1, w2, b2, c, threshold, *, eps=1e-6, causal=True,
         g_b1 += g_pre.sum(axis=(0, 1))
         g_x = g_pre @ w1
         # x = num / den: d x / d|c| and d x / d m
-        dnum = d / (1.0 + abs(c) * d)
-        dden_c = m / (1.0 + abs(c) * m)
+        dnum = _ratio(d, abs(c))
+        dden_c = _ratio(m, abs(c))
         g_c += sign_c * float((g_x * (dnum / den - num * dden_c / den**2)).sum())
         below = (qpos[rows] < threshold)[:, None]  # m is the threshold there
-        dden_l = abs(c) / (1.0 + abs(c) * m)
+        dden_l = _ratio(abs(c), m)
         g_l += float((g_x * np.where(below, -num * dden_l / den**2, 0.0)).sum())
     return (
         g_w1.reshape(shapes[0]),

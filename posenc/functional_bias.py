@@ -86,13 +86,13 @@ def kerple_params(r1, r2, kind):
             f"r1 and r2 must have one value per head each: r1 has {a.shape[0]}, r2 {b.shape[0]}"
         )
     if not (a > 0).all():
-        raise ValueError(f"r1 must be > 0 (found {a[~(a > 0)][0]!r})")
+        raise ValueError(f"r1 must be > 0 (found {float(a[~(a > 0)][0])})")
     if not (b > 0).all():
-        raise ValueError(f"r2 must be > 0 (found {b[~(b > 0)][0]!r})")
+        raise ValueError(f"r2 must be > 0 (found {float(b[~(b > 0)][0])})")
     if kind == "power" and not (b <= 2).all():
         raise ValueError(
             f"r2 must be <= 2 for kind='power' (0 < r2 <= 2 keeps the kernel conditionally "
-            f"positive definite, as in the paper), found {b[b > 2][0]!r}"
+            f"positive definite, as in the paper), found {float(b[b > 2][0])}"
         )
     return a, b, kind, a_shape, b_shape
 
@@ -225,13 +225,26 @@ def _by_distance(per_head, q_len, k_len, dtype, scores, out, sizes):
 # ---------------------------------------------------------------- KERPLE
 
 
+def log1p_product(s, d):
+    """``log(1 + s * d)`` for ``s, d >= 0``, also where the product overflows
+    float64 (``log s + log d`` there, instead of infinity)."""
+    with np.errstate(over="ignore"):
+        x = s * d
+    out = np.log1p(x)
+    big = np.isinf(x)
+    if big.any():
+        s, d = np.broadcast_arrays(s, d)
+        out[big] = np.log(s[big]) + np.log(d[big])
+    return out
+
+
 def kerple_values(r1, r2, kind, delta, causal):
     """float64 (heads, len(delta)): KERPLE at the distances `delta` (qpos - j),
     -inf at the negative ones when `causal`."""
     d = np.abs(delta)[None, :]
     a, b = r1[:, None], r2[:, None]
     with np.errstate(over="ignore"):
-        values = -a * np.log1p(b * d) if kind == "log" else -a * d**b
+        values = -a * log1p_product(b, d) if kind == "log" else -a * d**b
     values += 0.0  # the diagonal +0.0, as alibi_bias's
     if causal:
         values[:, delta < 0] = -np.inf
@@ -465,6 +478,7 @@ def sandwich_bias(
     """
     n_heads = v.integer(n_heads, "n_heads", minimum=1)
     dim = v.even_dim(dim, "dim")
+    v.shape_size((dim // 2,), "dim", count=2)  # its frequencies, a row of cosines
     q_len, k_len, q_offset, causal = _positions(q_len, k_len, q_offset, causal)
     v.shape_size((n_heads, q_len + k_len - 1), "n_heads, q_len and k_len")
     values = sandwich_values(n_heads, dim, distances(q_len, k_len, q_offset), causal)
@@ -491,8 +505,8 @@ def fire_inputs(qpos, keys, c, threshold, eps):
     ``m = max(qpos, threshold)``."""
     d = np.abs(qpos[:, None] - keys[None, :])
     m = np.maximum(qpos, threshold)[:, None]
-    num = np.log1p(abs(c) * d)
-    den = np.log1p(abs(c) * m) + eps
+    num = log1p_product(abs(c), d)
+    den = log1p_product(abs(c), m) + eps
     return num / den, d, m, num, den
 
 

@@ -167,6 +167,25 @@ def test_fire_hand_value():
     assert got[0, 0, 0] == 0.0
 
 
+def test_kerple_log_where_r2_times_the_distance_overflows():
+    # -log(1 + 1e300 * 1e10) = -(300 + 10) ln 10: finite, though 1e310 is not
+    got = fb.kerple_bias([1.0], [1e300], 1, 1, q_offset=10**10, dtype="float64")
+    assert got[0, 0, 0] == pytest.approx(-310 * math.log(10), rel=1e-15)
+    g_r1, g_r2 = fg.kerple_bias_grad(np.ones((1, 1, 1)), [1.0], [1e300], q_offset=10**10)
+    assert g_r1[0] == pytest.approx(-310 * math.log(10), rel=1e-15)
+    # -r1 d / (1 + r2 d) = -1 / (1e-10 + 1e300)
+    assert g_r2[0] == pytest.approx(-1e-300, rel=1e-15)
+
+
+def test_fire_where_c_times_the_distance_overflows():
+    # x = log(1 + 1e300 * 1e10) / (log(1 + 1e300 * 1e10) + eps) at qpos 1e10 > L
+    got = fb.fire_bias(
+        [[1.0]], [0.0], [[1.0]], [0.0], 1e300, 3.0, 1, 1, q_offset=10**10, dtype="float64"
+    )
+    big = 310 * math.log(10)
+    assert got[0, 0, 0] == pytest.approx(big / (big + 1e-6), rel=1e-15)
+
+
 # ---------------------------------------------------------------- q_offset
 
 
