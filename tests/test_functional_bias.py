@@ -111,6 +111,34 @@ def test_fire_in_many_tiles_equals_one_tile(monkeypatch):
     assert_same_bits(s[1], whole.astype(np.float32))
 
 
+def _peak_bytes(call):
+    import tracemalloc  # NumPy reports its allocations to it
+
+    tracemalloc.start()
+    try:
+        call()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def test_adds_make_no_array_of_the_scores_size(monkeypatch):
+    # 2 heads of 512 x 512 float32 scores (2 MiB): KERPLE and Sandwich add a view of
+    # their 2 x 1023 vector, FIRE works in tiles (tiles made small here): no temporary
+    # of one head (1 MiB in float32, 2 MiB in float64)
+    monkeypatch.setattr(fb, "_TILE", 4096)
+    s = np.zeros((2, 512, 512), np.float32)
+    assert _peak_bytes(lambda: fb.kerple_bias(R1[:2], R2[:2], 512, scores=s)) < 500_000
+    assert _peak_bytes(lambda: fb.sandwich_bias(2, 512, dim=64, scores=s)) < 500_000
+    p = fire_params(np.random.default_rng(20), heads=2, width=8)
+    assert _peak_bytes(lambda: fb.fire_bias(**p, q_len=512, scores=s)) < 500_000
+    want = np.zeros((2, 512, 512), np.float32)
+    rf.kerple_bias(R1[:2], R2[:2], 512, scores=want)
+    rf.sandwich_bias(2, 512, dim=64, scores=want)
+    rf.fire_bias(**p, q_len=512, scores=want)
+    np.testing.assert_allclose(s, want, rtol=1e-6, atol=1e-6)
+
+
 def test_bfloat16_add_in_several_row_blocks(monkeypatch):
     ml = require("ml_dtypes")
     rng = np.random.default_rng(3)
