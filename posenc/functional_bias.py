@@ -212,13 +212,12 @@ def distances(q_len, k_len, q_offset):
     return float(q_offset + q_len - 1) - np.arange(q_len + k_len - 1, dtype=np.float64)
 
 
-def _by_distance(per_head, q_len, k_len, dtype, scores, out, sizes):
-    """The bias whose float64 values per head and diagonal are `per_head`
-    (heads, q_len + k_len - 1), stored or added through a Toeplitz view."""
-    shape = (per_head.shape[0], q_len, k_len)
-    target, add = _target(shape, dtype, scores, out, sizes)
-    vals = _toeplitz(_storage(per_head, target.dtype), q_len, k_len)
-    _put(target, vals, add)
+def _by_distance(target, add, per_head):
+    """`target` (..., heads, q_len, k_len) given the bias whose float64 values
+    per head and diagonal are `per_head` (heads, q_len + k_len - 1), stored
+    or added through a Toeplitz view of them rounded."""
+    q_len, k_len = target.shape[-2:]
+    _put(target, _toeplitz(_storage(per_head, target.dtype), q_len, k_len), add)
     return target
 
 
@@ -360,9 +359,11 @@ def kerple_bias(
     """
     a, b, kind, _, _ = kerple_params(r1, r2, kind)
     q_len, k_len, q_offset, causal = _positions(q_len, k_len, q_offset, causal)
+    shape = (a.shape[0], q_len, k_len)
     v.shape_size((a.shape[0], q_len + k_len - 1), "r1, q_len and k_len")
+    target, add = _target(shape, dtype, scores, out, "r1's n_heads, q_len and k_len")
     values = kerple_values(a, b, kind, distances(q_len, k_len, q_offset), causal)
-    return _by_distance(values, q_len, k_len, dtype, scores, out, "r1's n_heads, q_len and k_len")
+    return _by_distance(target, add, values)
 
 
 # ---------------------------------------------------------------- Sandwich
@@ -480,9 +481,11 @@ def sandwich_bias(
     dim = v.even_dim(dim, "dim")
     v.shape_size((dim // 2,), "dim", count=2)  # its frequencies, a row of cosines
     q_len, k_len, q_offset, causal = _positions(q_len, k_len, q_offset, causal)
+    shape = (n_heads, q_len, k_len)
     v.shape_size((n_heads, q_len + k_len - 1), "n_heads, q_len and k_len")
+    target, add = _target(shape, dtype, scores, out, "n_heads, q_len and k_len")
     values = sandwich_values(n_heads, dim, distances(q_len, k_len, q_offset), causal)
-    return _by_distance(values, q_len, k_len, dtype, scores, out, "n_heads, q_len and k_len")
+    return _by_distance(target, add, values)
 
 
 # ---------------------------------------------------------------- FIRE
