@@ -23,6 +23,13 @@ __all__ = [
 ]
 
 
+def _sigmoid(x: float) -> float:
+    """1 / (1 + e^-x), written on the side where the exponential cannot overflow."""
+    if x >= 0:
+        return 1.0 / (1.0 + math.exp(-x))
+    return math.exp(x) / (1.0 + math.exp(x))  # exp(-inf) = 0: a masked key
+
+
 def cope_bias(
     query: Any,
     attn_logits: Any,
@@ -43,12 +50,7 @@ def cope_bias(
     for lead in np.ndindex(*a.shape[:-2]):
         for i in range(q_len):
             gates = [
-                0.0
-                if (causal and j > off + i)
-                else 1.0 / (1.0 + math.exp(-a[lead + (i, j)]))
-                if a[lead + (i, j)] > -math.inf
-                else 0.0
-                for j in range(k_len)
+                0.0 if causal and j > off + i else _sigmoid(a[lead + (i, j)]) for j in range(k_len)
             ]
             logits_int = [float(np.dot(q[lead + (i,)], e[p])) for p in range(npos)]
             for j in range(k_len):

@@ -118,7 +118,7 @@ class _Args:
 def _forward(a):
     """Gates, positions and the interpolation of one checked call, in float64."""
     logits = a.logits.astype(np.float64)
-    sig = 0.5 * (1.0 + np.tanh(0.5 * logits))  # exact 0 at -inf, no overflow warning
+    sig = np.exp(-np.logaddexp(0.0, -logits))  # 1 / (1 + e^-a): no overflow, 0 at -inf
     gates = np.where(a.visible(), sig, 0.0) if a.causal else sig
     pos = np.flip(np.cumsum(np.flip(gates, -1), -1), -1)
     clipped = np.minimum(pos, a.npos - 1)
@@ -226,7 +226,8 @@ def cope_bias_grad(query, attn_logits, pos_emb, grad, *, causal=True, q_offset=N
     dgate = np.cumsum(dp, -1)
     if a.causal:
         dgate = np.where(a.visible(), dgate, 0.0)
-    d_logits = dgate * sig * (1.0 - sig)
+    # sigmoid'(a) = sigmoid(a) * sigmoid(-a): no cancellation in 1 - sigmoid(a) at large a
+    d_logits = dgate * sig * np.exp(-np.logaddexp(0.0, a.logits.astype(np.float64)))
     d_emb = d_table.T[None] if a.authors_layout else d_table
     return (
         d_query.astype(a.query.dtype),

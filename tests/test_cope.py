@@ -21,11 +21,11 @@ def _inputs(batch, heads, q_len, k_len, dim, npos, seed=0, scale=2.0):
     return q, a, e
 
 
-def _authors_torch(torch, q, a, e_authors, mask):
+def _authors_torch(torch, q, a, e_authors, mask, sigmoid=None):
     """The authors' CoPE.forward (facebookresearch/RAM, projects/cope) in
     torch, on logits with the causal mask's log added as their example does."""
     logits = a + mask.log()
-    gates = torch.sigmoid(logits)
+    gates = (sigmoid or torch.sigmoid)(logits)
     pos = gates.flip(-1).cumsum(dim=-1).flip(-1)
     pos = pos.clamp(max=e_authors.shape[-1] - 1)
     pos_ceil = pos.ceil().long()
@@ -194,6 +194,39 @@ def test_cope_grad_non_causal_matches_torch_autograd():
     np.testing.assert_allclose(d_q, qt.grad.numpy(), atol=1e-12)
     np.testing.assert_allclose(d_a, at.grad.numpy(), atol=1e-12)
     np.testing.assert_allclose(d_e, et.grad.numpy()[0].T, atol=1e-12)
+
+
+def test_cope_grad_extreme_logits_match_torch_autograd():
+    # Far from 0, sigmoid' is tiny but not 0 and must keep its relative
+    # accuracy on both sides.  The witness spells the authors' sigmoid as
+    # exp(-softplus(-a)), whose autograd derivative is sigmoid(a) sigmoid(-a);
+    # torch.sigmoid's y (1 - y) loses the digits of 1 - y at large a.
+    torch = pytest.importorskip("torch")
+    a = np.array([[[-40.0, -700.0, 30.0, -36.5], [-745.0, 35.0, -20.0, 710.0]]])
+    q = np.array([[[0.5, -1.0], [2.0, 0.25]]])
+    e = np.array([[1.0, 2.0], [-3.0, 0.5], [4.0, -1.5]])
+    grad = np.array([[[1.0, -2.0, 0.5, 3.0], [0.25, 1.5, -1.0, 2.0]]])
+    qt, at = torch.tensor(q, requires_grad=True), torch.tensor(a, requires_grad=True)
+    et = torch.tensor(e.T[None].copy(), requires_grad=True)
+    mask = torch.ones(2, 4, dtype=torch.float64)
+
+    def sigmoid(x):
+        return torch.exp(-torch.nn.functional.softplus(-x))
+
+    _authors_torch(torch, qt, at, et, mask, sigmoid).backward(torch.from_numpy(grad))
+    _, d_a, _ = cope_bias_grad(q, a, e, grad, causal=False)
+    want = at.grad.numpy()
+    assert (want != 0).sum() >= 5
+    np.testing.assert_allclose(d_a, want, rtol=1e-12, atol=1e-300)
+
+
+def test_cope_logits_in_place_as_the_authors_add_them():
+    # attn_logits += cpe(query, attn_logits): the bias is formed before the write.
+    q, a, e = _inputs(2, 2, 4, 4, 3, 5, seed=19)
+    logits = a.copy()
+    got = cope_bias(q, logits, e, scores=logits)
+    assert got is logits
+    np.testing.assert_allclose(logits, a + reference.cope_bias(q, a, e), atol=1e-12)
 
 
 def test_cope_grad_of_pos_emb_by_finite_differences():
