@@ -103,6 +103,9 @@ def pose_position_ids(n, target_len, *, batch=None, seed=None):
     ``u_{i-1} .. target_len - n``; its experiments and its code use
     ``N = 2``, which is what this function gives.  The ids span at most
     ``target_len`` and their largest is ``n - 1 + u <= target_len - 1``.
+    The repository also takes the second chunk's tokens from further on in
+    the document (``ids[lt2:rt2]``); which text fills the chunks is the
+    data loader's choice, and only the ids are made here.
 
     Parameters
     ----------
