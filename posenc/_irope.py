@@ -118,8 +118,6 @@ def _read(config):
 
 def _flags(values, name, layers):
     """A list of 0/1 (or bool) per layer, at least `layers` long."""
-    if isinstance(values, (str, bytes)) or not hasattr(values, "__len__"):
-        raise TypeError(f"{name} must be a list of 0 and 1, not {type(values).__name__}")
     if len(values) < layers:
         raise ValueError(
             f"{name} must have at least num_hidden_layers ({layers}) entries, got {len(values)}"
@@ -161,8 +159,15 @@ def irope_layers(config):
     chunk = c["attention_chunk_size"]
     if chunk is not None:
         chunk = _validate.integer(chunk, "attention_chunk_size", minimum=1)
-    if c["no_rope_layers"]:  # transformers: an empty list takes the default too
-        rope = _flags(c["no_rope_layers"], "no_rope_layers", layers)
+    given_rope = c["no_rope_layers"]
+    if given_rope is not None and (
+        isinstance(given_rope, (str, bytes)) or not hasattr(given_rope, "__len__")
+    ):
+        raise TypeError(
+            f"no_rope_layers must be a list of 0 and 1, not {type(given_rope).__name__}"
+        )
+    if given_rope is not None and len(given_rope):  # transformers: an empty list takes the default
+        rope = _flags(given_rope, "no_rope_layers", layers)
         if c["layer_types"] is None and len(c["no_rope_layers"]) != layers:
             # transformers derives layer_types from it and refuses a length other than the layers'
             raise ValueError(

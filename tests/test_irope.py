@@ -78,6 +78,15 @@ def test_irope_layers_of_llama4_config_reads_text_config():
     ) == irope_layers(text)
 
 
+def test_irope_layers_take_arrays_of_flags():
+    flags = np.array([1, 1, 0, 1, 0])
+    got = irope_layers({"num_hidden_layers": 5, "no_rope_layers": flags})
+    assert got.nope_layers == (2, 4)
+    assert irope_layers(
+        {"num_hidden_layers": 4, "no_rope_layers": np.array([], int)}
+    ).nope_layers == (3,)
+
+
 def test_irope_layers_hand_derived_scout_defaults():
     # Llama4TextConfig's defaults: 48 layers, every 4th NoPE, chunks of 8192.
     got = irope_layers({})
@@ -112,6 +121,10 @@ def test_irope_layers_bad_config_names_the_key():
         irope_layers({"num_hidden_layers": 2, "no_rope_layers": [1, 0, 1]})
     with pytest.raises(ValueError, match="layer_types"):
         irope_layers({"num_hidden_layers": 2, "layer_types": ["full_attention"] * 3})
+    with pytest.raises(TypeError, match="no_rope_layers"):
+        irope_layers({"num_hidden_layers": 2, "no_rope_layers": "11"})
+    with pytest.raises(TypeError, match="no_rope_layers"):
+        irope_layers({"num_hidden_layers": 2, "no_rope_layers": 1})
     with pytest.raises(ValueError, match="no_rope_layer_interval"):
         irope_layers({"num_hidden_layers": 2, "no_rope_layer_interval": 0})
 
