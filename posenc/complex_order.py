@@ -1,0 +1,178 @@
+"""Complex-order word embeddings, Wang et al. 2020.
+
+"Encoding word order in complex embeddings" (ICLR 2020): a word is not a
+vector but a function of its position.  Word ``t`` at position ``pos`` is,
+feature by feature,
+
+    f(t, pos) = r[t] * exp(i * (w[t] * pos + theta[t]))
+
+with three learned tables of shape ``(vocab, dim)``: the amplitude ``r``
+(what the word means), the frequency ``w`` (how fast its phase turns with
+the position) and the initial phase ``theta``.  The phase is linear in the
+position, so a shift of every position by ``k`` turns each feature by
+``w[t] * k`` whatever the position: relative order comes with the absolute
+one.  The authors' code splits the result into its real and imaginary parts
+(``amp * cos(phase)``, ``amp * sin(phase)``) and counts positions from 1; it
+reduces ``theta`` modulo ``2 pi``, which changes no value.
+
+The phase is formed in float64 and each part rounded once to the result
+dtype, so long positions keep their accuracy.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import _validate
+
+__all__ = ["complex_order_embedding", "complex_order_embedding_grad"]
+
+
+def _tables(amplitude, frequency, phase):
+    out = []
+    for value, name in ((amplitude, "amplitude"), (frequency, "frequency"), (phase, "phase")):
+        arr = value if isinstance(value, np.ndarray) else np.asarray(value)
+        if arr.dtype.kind != "f" or arr.dtype.itemsize > 8:
+            raise TypeError(
+                f"{name} must be an array of float16, float32 or float64, not dtype {arr.dtype}"
+            )
+        if arr.ndim != 2:
+            raise ValueError(f"{name} must have shape (vocab, dim), got {arr.shape}")
+        out.append(arr)
+    if not (out[0].shape == out[1].shape == out[2].shape):
+        raise ValueError(
+            "amplitude, frequency and phase must have the same shape (vocab, dim), got "
+            f"{out[0].shape}, {out[1].shape} and {out[2].shape}"
+        )
+    for arr, name in zip(out, ("amplitude", "frequency", "phase")):
+        if not np.isfinite(arr).all():
+            raise ValueError(f"{name} must be finite (found nan or inf)")
+    return out
+
+
+def _ids(token_ids, vocab):
+    ids = token_ids if isinstance(token_ids, np.ndarray) else np.asarray(token_ids)
+    if ids.dtype.kind not in "iu":
+        raise TypeError(f"token_ids must be an array of integers, not dtype {ids.dtype}")
+    if ids.size and (ids.min() < 0 or ids.max() >= vocab):
+        raise ValueError(
+            f"token_ids must be in [0, {vocab}) (the tables' rows), got {ids.min()}..{ids.max()}"
+        )
+    return ids
+
+
+def _positions(positions, shape):
+    pos = _validate.real_array(positions, "positions")
+    try:
+        if np.broadcast_shapes(pos.shape, shape) != shape:
+            raise ValueError
+    except ValueError:
+        raise ValueError(
+            f"positions must broadcast to token_ids' shape {shape}, got {pos.shape}"
+        ) from None
+    return np.broadcast_to(pos.astype(np.float64), shape)
+
+
+def _check(token_ids, positions, amplitude, frequency, phase):
+    r, w, theta = _tables(amplitude, frequency, phase)
+    ids = _ids(token_ids, r.shape[0])
+    pos = _positions(positions, ids.shape)
+    _validate.shape_size(ids.shape + (r.shape[1],), "token_ids", 8, count=2)
+    return ids, pos, r, w, theta
+
+
+def _phase(ids, pos, w, theta):
+    return pos[..., None] * w.astype(np.float64)[ids] + theta.astype(np.float64)[ids]
+
+
+def complex_order_embedding(token_ids, positions, amplitude, frequency, phase, *, as_complex=False):
+    """The complex-order embeddings ``r[t] exp(i (w[t] pos + theta[t]))``.
+
+    Parameters
+    ----------
+    token_ids : array_like of int, any shape
+        Rows of the tables, ``0 <= id < vocab``.
+    positions : array_like of real, broadcastable to ``token_ids.shape``
+        The position of each token (e.g. ``np.arange(1, n + 1)`` as the
+        authors count, or ids from a sampler); ints or floats, finite.
+    amplitude, frequency, phase : array_like of float, shape ``(vocab, dim)``
+        The tables ``r``, ``w`` and ``theta``.
+    as_complex : bool
+        False (the default): the pair ``(real, imag)``.  True: one complex
+        array (complex128 for float64 tables, complex64 otherwise).
+
+    Returns
+    -------
+    (real, imag) : tuple of numpy.ndarray of shape ``token_ids.shape + (dim,)``
+        ``r cos(phi)`` and ``r sin(phi)`` with ``phi = w pos + theta``, in
+        the tables' result dtype; or the complex array with `as_complex`.
+    """
+    as_complex = _validate.flag(as_complex, "as_complex")
+    ids, pos, r, w, theta = _check(token_ids, positions, amplitude, frequency, phase)
+    dtype = np.result_type(r.dtype, w.dtype, theta.dtype)
+    phi = _phase(ids, pos, w, theta)
+    amp = r.astype(np.float64)[ids]
+    real = amp * np.cos(phi)
+    imag = amp * np.sin(phi)
+    if as_complex:
+        out = np.empty(real.shape, np.complex128 if dtype == np.float64 else np.complex64)
+        out.real = real
+        out.imag = imag
+        return out
+    return real.astype(dtype), imag.astype(dtype)
+
+
+def complex_order_embedding_grad(
+    token_ids, positions, amplitude, frequency, phase, grad_real, grad_imag
+):
+    """The backward of :func:`complex_order_embedding` into its three tables.
+
+    Parameters
+    ----------
+    token_ids, positions, amplitude, frequency, phase
+        As :func:`complex_order_embedding` took them.
+    grad_real, grad_imag : array_like of float, shape ``token_ids.shape + (dim,)``, or None
+        The gradients of the loss with respect to the real and imaginary
+        parts (None for zero).
+
+    Returns
+    -------
+    (d_amplitude, d_frequency, d_phase) : tuple of numpy.ndarray of shape ``(vocab, dim)``
+        In each table's dtype; a row no token uses is 0, a row used several
+        times sums its uses:
+        ``d r = gR cos(phi) + gI sin(phi)``,
+        ``d theta = r (gI cos(phi) - gR sin(phi))``, ``d w = pos * d theta``.
+    """
+    ids, pos, r, w, theta = _check(token_ids, positions, amplitude, frequency, phase)
+    shape = ids.shape + (r.shape[1],)
+    grads = []
+    for value, name in ((grad_real, "grad_real"), (grad_imag, "grad_imag")):
+        if value is None:
+            grads.append(None)
+            continue
+        arr = value if isinstance(value, np.ndarray) else np.asarray(value)
+        if arr.dtype.kind != "f":
+            raise TypeError(f"{name} must be a float array, not dtype {arr.dtype}")
+        if arr.shape != shape:
+            raise ValueError(f"{name} must have shape {shape}, got {arr.shape}")
+        if not np.isfinite(arr).all():
+            raise ValueError(f"{name} must be finite (found nan or inf)")
+        grads.append(arr.astype(np.float64))
+    g_re, g_im = grads
+    phi = _phase(ids, pos, w, theta)
+    cos, sin = np.cos(phi), np.sin(phi)
+    amp = r.astype(np.float64)[ids]
+    zero = np.zeros(shape)
+    g_re = zero if g_re is None else g_re
+    g_im = zero if g_im is None else g_im
+    d_r = g_re * cos + g_im * sin
+    d_theta = amp * (g_im * cos - g_re * sin)
+    d_w = d_theta * pos[..., None]
+    vocab, dim = r.shape
+    flat = ids.reshape(-1)
+    out = []
+    for d, table in ((d_r, r), (d_w, w), (d_theta, theta)):
+        acc = np.zeros((vocab, dim))
+        np.add.at(acc, flat, d.reshape(-1, dim))
+        out.append(acc.astype(table.dtype))
+    return tuple(out)

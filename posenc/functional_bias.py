@@ -1,0 +1,663 @@
+"""Attention biases that are functions of the distance: KERPLE, Sandwich, FIRE.
+
+* :func:`kerple_bias`: KERPLE (Chi et al., 2022), the logarithmic
+  ``-r1 * log(1 + r2 * |i - j|)`` and power ``-r1 * |i - j| ** r2`` kernels
+  with learned per-head ``r1, r2 > 0``.
+* :func:`sandwich_bias`: Sandwich (Chi et al., 2023), the inner product of
+  two sinusoidal embeddings ``sum_k cos((i - j) w_k) - d'/2``, scaled per head.
+* :func:`fire_bias`: FIRE (Li et al., 2024), a small MLP of the
+  log-transformed distance normalised by the query's position.
+
+All three follow :func:`posenc.alibi_bias`: query ``i`` sits at position
+``qpos = q_offset + i`` (by default ``k_len - q_len``, the newest tokens of a
+KV cache), ``causal=True`` gives ``-inf`` to the keys after the query (the
+bias also masks), ``causal=False`` the formula at ``|qpos - j|`` everywhere.
+Values are formed in float64 and rounded once to the dtype; with
+``scores=`` the bias is added in place, exactly as ``scores +=
+bias(dtype=scores.dtype)`` would (float16 and bfloat16 through float32,
+which rounds the same).
+
+KERPLE and Sandwich depend only on ``qpos - j``: their ``q_len + k_len - 1``
+values per head are made once in float64, rounded, and added into the scores
+through a Toeplitz view of that vector (no ``(q, k)`` array per head).  FIRE
+depends on the query's position through its normaliser: it is evaluated in
+tiles of bounded size.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional, overload
+
+import numpy as np
+
+from . import _validate as v
+from ._dtypes import is_bfloat16, narrow, widen
+from ._interop import foreign
+from ._typing import ArrayLike, ArrayT, DTypeLike, NDArray
+from .bias import _lengths, _offset, _rounded, _scores
+
+# float64 elements of one tile of work (the FIRE MLP's hidden layer, the
+# Sandwich cosines, a bfloat16 add's float32 rows): 4 MiB
+_TILE = 1 << 19
+_KINDS = ("log", "power")
+
+
+# ---------------------------------------------------------------- arguments
+
+
+def _scalar(value, name, *, positive=False, minimum=None):
+    """A finite real number; a 0-d array (JAX's scalars) as its value."""
+    if isinstance(value, np.ndarray) and value.ndim == 0:
+        if value.dtype.kind not in "iuf" and not is_bfloat16(value.dtype):
+            raise TypeError(f"{name} must be a real number, not an array of {value.dtype}")
+        value = float(v.real_array(value, name)[()])
+    value = v.real(value, name, positive=positive)
+    if minimum is not None and value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    return value
+
+
+def _float_params(value, name):
+    """`value` as a float64 copy (never a view of the caller's memory), its
+    elements finite."""
+    arr = v.real_array(value, name)
+    return np.array(arr, dtype=np.float64, copy=True)
+
+
+def _per_head(value, name):
+    """KERPLE's ``(n_heads,)`` parameter (or the authors' ``(n_heads, 1, 1)``)
+    as a float64 vector, and the shape it came in."""
+    arr = _float_params(value, name)
+    if arr.ndim == 1 and arr.shape[0] >= 1:
+        return arr, arr.shape
+    if arr.ndim == 3 and arr.shape[0] >= 1 and arr.shape[1:] == (1, 1):
+        return arr.reshape(-1), arr.shape
+    raise ValueError(f"{name} must have shape (n_heads,) or (n_heads, 1, 1), not {arr.shape}")
+
+
+def kerple_params(r1, r2, kind):
+    """r1, r2 and kind checked: float64 vectors of one length, r1 > 0,
+    r2 > 0 (and r2 <= 2 for the power kernel); with the shapes given."""
+    kind = v.choice(kind, "kind", _KINDS)
+    a, a_shape = _per_head(r1, "r1")
+    b, b_shape = _per_head(r2, "r2")
+    if a.shape != b.shape:
+        raise ValueError(
+            f"r1 and r2 must have one value per head each: r1 has {a.shape[0]}, r2 {b.shape[0]}"
+        )
+    if not (a > 0).all():
+        raise ValueError(f"r1 must be > 0 (found {float(a[~(a > 0)][0])})")
+    if not (b > 0).all():
+        raise ValueError(f"r2 must be > 0 (found {float(b[~(b > 0)][0])})")
+    if kind == "power" and not (b <= 2).all():
+        raise ValueError(
+            f"r2 must be <= 2 for kind='power' (0 < r2 <= 2 keeps the kernel conditionally "
+            f"positive definite, as in the paper), found {float(b[b > 2][0])}"
+        )
+    return a, b, kind, a_shape, b_shape
+
+
+def fire_params(w1, b1, w2, b2, c, threshold, eps):
+    """FIRE's MLP and scalars checked, as float64 (w1 as a vector), with the
+    shapes given."""
+    a1 = _float_params(w1, "w1")
+    shapes = (a1.shape,)
+    if a1.ndim == 2 and a1.shape[1] == 1:
+        a1 = a1[:, 0]
+    if a1.ndim != 1 or a1.shape[0] < 1:
+        raise ValueError(
+            f"w1 must have shape (width, 1) (torch's Linear(1, width).weight) or (width,), "
+            f"not {shapes[0]}"
+        )
+    width = a1.shape[0]
+    c1 = _float_params(b1, "b1")
+    if c1.shape != (width,):
+        raise ValueError(f"b1 must have shape ({width},), as w1 has {width} rows; not {c1.shape}")
+    a2 = _float_params(w2, "w2")
+    if a2.ndim != 2 or a2.shape[1] != width or a2.shape[0] < 1:
+        raise ValueError(
+            f"w2 must have shape (n_heads, {width}) (torch's Linear({width}, n_heads).weight), "
+            f"not {a2.shape}"
+        )
+    n_heads = a2.shape[0]
+    c2 = _float_params(b2, "b2")
+    if c2.shape != (n_heads,):
+        raise ValueError(
+            f"b2 must have shape ({n_heads},), as w2 has {n_heads} rows; not {c2.shape}"
+        )
+    c = _scalar(c, "c")
+    threshold = _scalar(threshold, "threshold", minimum=0.0)
+    eps = _scalar(eps, "eps", positive=True)
+    shapes = (shapes[0], c1.shape, a2.shape, c2.shape)
+    return a1, c1, a2, c2, c, threshold, eps, shapes
+
+
+def _positions(q_len, k_len, q_offset, causal):
+    q_len, k_len = _lengths(q_len, k_len)
+    if q_offset is None and q_len > k_len:
+        raise ValueError(
+            f"q_len ({q_len}) > k_len ({k_len}): the default q_offset = k_len - q_len would put "
+            "queries before the first key; pass q_offset"
+        )
+    q_offset = _offset(q_offset, k_len - q_len)
+    causal = v.flag(causal, "causal")
+    return q_len, k_len, q_offset, causal
+
+
+def _target(shape, dtype, scores, out, sizes):
+    """The array the bias goes into and whether it is added: `scores` or
+    `out` checked, or a new array of `dtype` (float32 by default)."""
+    if scores is not None:
+        if out is not None:
+            raise ValueError("give scores (to add into) or out (to write), not both")
+        return _scores(scores, shape, dtype), True
+    dtype = v.result_dtype(dtype, out, bfloat16=True)
+    if out is not None:
+        return v.out_array(out, shape, dtype, "out"), False
+    v.shape_size(shape, sizes, dtype.itemsize)
+    return np.empty(shape, dtype), False
+
+
+# ---------------------------------------------------------------- writing
+
+
+def _storage(values64, dtype):
+    """float64 `values` rounded once to `dtype`, as the target stores them:
+    a bfloat16's bits as uint16, others in the dtype."""
+    if is_bfloat16(dtype):
+        return _rounded(values64, dtype).view(np.uint16)
+    return values64.astype(dtype.newbyteorder("="))
+
+
+def _put(dst, vals, add):
+    """`vals` (heads, r, c) stored into or added into `dst` (..., heads, r, c),
+    a view of the target; bfloat16 (`vals` as bits) through float32 a few
+    rows at a time, the other dtypes by one NumPy add."""
+    if not is_bfloat16(dst.dtype):
+        if add:
+            np.add(dst, vals, out=dst)
+        else:
+            dst[...] = vals
+        return
+    bits = dst.view(np.uint16)
+    if not add:
+        bits[...] = vals
+        return
+    heads, rows, cols = bits.shape[-3:]
+    step = max(1, _TILE // max(1, heads * cols))
+    for lead in np.ndindex(bits.shape[:-3]):
+        one = bits[lead]
+        for r in range(0, rows, step):
+            part = one[:, r : r + step]
+            total = widen(part)
+            total += widen(vals[:, r : r + step])
+            part[...] = narrow(total)
+
+
+def _toeplitz(vec, q_len, k_len):
+    """The read-only (heads, q_len, k_len) view ``vec[:, q_len - 1 - i + j]``
+    of the (heads, q_len + k_len - 1) array `vec`: no copy."""
+    s0, s1 = vec.strides
+    return np.lib.stride_tricks.as_strided(
+        vec[:, q_len - 1 :],
+        shape=(vec.shape[0], q_len, k_len),
+        strides=(s0, -s1, s1),
+        writeable=False,
+    )
+
+
+def distances(q_len, k_len, q_offset):
+    """float64 ``qpos - j`` for the ``q_len + k_len - 1`` diagonals, in the
+    order of :func:`_toeplitz` (index ``q_len - 1 - i + j``)."""
+    return float(q_offset + q_len - 1) - np.arange(q_len + k_len - 1, dtype=np.float64)
+
+
+def _by_distance(target, add, per_head):
+    """`target` (..., heads, q_len, k_len) given the bias whose float64 values
+    per head and diagonal are `per_head` (heads, q_len + k_len - 1), stored
+    or added through a Toeplitz view of them rounded."""
+    q_len, k_len = target.shape[-2:]
+    _put(target, _toeplitz(_storage(per_head, target.dtype), q_len, k_len), add)
+    return target
+
+
+# ---------------------------------------------------------------- KERPLE
+
+
+def log1p_product(s, d):
+    """``log(1 + s * d)`` for ``s, d >= 0``, also where the product overflows
+    float64 (``log s + log d`` there, instead of infinity)."""
+    with np.errstate(over="ignore"):
+        x = s * d
+    out = np.log1p(x)
+    big = np.isinf(x)
+    if big.any():
+        s, d = np.broadcast_arrays(s, d)
+        out[big] = np.log(s[big]) + np.log(d[big])
+    return out
+
+
+def kerple_values(r1, r2, kind, delta, causal):
+    """float64 (heads, len(delta)): KERPLE at the distances `delta` (qpos - j),
+    -inf at the negative ones when `causal`."""
+    d = np.abs(delta)[None, :]
+    a, b = r1[:, None], r2[:, None]
+    with np.errstate(over="ignore"):
+        values = -a * log1p_product(b, d) if kind == "log" else -a * d**b
+    values += 0.0  # the diagonal +0.0, as alibi_bias's
+    if causal:
+        values[:, delta < 0] = -np.inf
+    return values
+
+
+@overload
+def kerple_bias(
+    r1: ArrayLike,
+    r2: ArrayLike,
+    q_len: int,
+    k_len: Optional[int] = None,
+    *,
+    kind: str = "log",
+    causal: bool = True,
+    q_offset: Optional[int] = None,
+    dtype: Optional[DTypeLike] = None,
+    scores: ArrayT,
+    out: None = None,
+) -> ArrayT: ...
+
+
+@overload
+def kerple_bias(
+    r1: ArrayLike,
+    r2: ArrayLike,
+    q_len: int,
+    k_len: Optional[int] = None,
+    *,
+    kind: str = "log",
+    causal: bool = True,
+    q_offset: Optional[int] = None,
+    dtype: Optional[DTypeLike] = None,
+    scores: None = None,
+    out: ArrayT,
+) -> ArrayT: ...
+
+
+@overload
+def kerple_bias(
+    r1: ArrayLike,
+    r2: ArrayLike,
+    q_len: int,
+    k_len: Optional[int] = None,
+    *,
+    kind: str = "log",
+    causal: bool = True,
+    q_offset: Optional[int] = None,
+    dtype: Optional[DTypeLike] = None,
+    scores: None = None,
+    out: None = None,
+) -> NDArray[Any]: ...
+
+
+@foreign
+def kerple_bias(
+    r1,
+    r2,
+    q_len,
+    k_len=None,
+    *,
+    kind="log",
+    causal=True,
+    q_offset=None,
+    dtype=None,
+    scores=None,
+    out=None,
+):
+    """KERPLE's attention bias (Chi et al., 2022), or its add into scores.
+
+    Parameters
+    ----------
+    r1, r2 : array_like of shape (n_heads,) or (n_heads, 1, 1)
+        The learned per-head parameters of the paper, all ``> 0`` (and
+        ``r2 <= 2`` for the power kernel).  The authors' modules name them
+        after their role in each kernel, which swaps between the two:
+        ``ParallelKerpleLog`` has ``r1 = bias_p``, ``r2 = bias_a``;
+        ``ParallelKerplePower`` has ``r1 = bias_a``, ``r2 = bias_p``.  Their
+        ``(n_heads, 1, 1)`` parameters are taken as they are.
+    q_len, k_len : int
+        Number of queries and keys (``k_len`` defaults to ``q_len``), >= 1.
+    kind : "log" or "power"
+        ``-r1 * log(1 + r2 * |qpos - j|)`` or ``-r1 * |qpos - j| ** r2``.
+    causal : bool
+        True: the kernel for keys ``j <= qpos`` and ``-inf`` for future
+        keys, so that the bias also masks (as :func:`posenc.alibi_bias`).
+        False: the same formula at ``|qpos - j|`` on both sides.
+    q_offset : int, optional
+        Query ``i`` sits at position ``qpos = q_offset + i``; by default
+        ``k_len - q_len`` (which needs ``q_len <= k_len``).
+    dtype : float16, bfloat16, float32 or float64, optional
+        Of the table, float32 by default; with `scores`, their dtype or None.
+    scores : ndarray of shape (..., n_heads, q_len, k_len), optional
+        Attention scores to add the bias into, in place (returned).
+    out : ndarray of shape (n_heads, q_len, k_len), optional
+        Where to write the table (not together with `scores`); its dtype is
+        the table's unless `dtype` says otherwise.
+
+    Returns
+    -------
+    ndarray
+        The ``(n_heads, q_len, k_len)`` bias, or `scores` with it added.
+
+    Notes
+    -----
+    The authors' causal code evaluates the kernel at the distance of the
+    lower triangle and zero above it, which their causal mask then hides;
+    here the future gets ``-inf``, the rows of the softmax are the same.
+    Each value is formed in float64 and rounded once; with `scores` the
+    result is that of ``scores += kerple_bias(..., dtype=scores.dtype)``,
+    made in one read and write of the scores.  The backward pass is
+    ``posenc._functional_grad.kerple_bias_grad``.
+    """
+    a, b, kind, _, _ = kerple_params(r1, r2, kind)
+    q_len, k_len, q_offset, causal = _positions(q_len, k_len, q_offset, causal)
+    shape = (a.shape[0], q_len, k_len)
+    v.shape_size((a.shape[0], q_len + k_len - 1), "r1, q_len and k_len")
+    target, add = _target(shape, dtype, scores, out, "r1's n_heads, q_len and k_len")
+    values = kerple_values(a, b, kind, distances(q_len, k_len, q_offset), causal)
+    return _by_distance(target, add, values)
+
+
+# ---------------------------------------------------------------- Sandwich
+
+
+def sandwich_values(n_heads, dim, delta, causal):
+    """float64 (n_heads, len(delta)): Sandwich at the distances `delta`."""
+    half = dim // 2
+    inv_freq = 10000.0 ** (-2.0 * np.arange(1, half + 1, dtype=np.float64) / dim)
+    base = np.empty(delta.shape, np.float64)
+    step = max(1, _TILE // half)
+    for s in range(0, delta.size, step):
+        angles = np.multiply.outer(delta[s : s + step], inv_freq)
+        base[s : s + step] = np.cos(angles, out=angles).sum(axis=1) - half
+    scale = (np.arange(1, n_heads + 1, dtype=np.float64) * 8.0 / n_heads)[:, None]
+    values = base[None, :] / scale
+    if causal:
+        values[:, delta < 0] = -np.inf
+    return values
+
+
+@overload
+def sandwich_bias(
+    n_heads: int,
+    q_len: int,
+    k_len: Optional[int] = None,
+    *,
+    dim: int,
+    causal: bool = True,
+    q_offset: Optional[int] = None,
+    dtype: Optional[DTypeLike] = None,
+    scores: ArrayT,
+    out: None = None,
+) -> ArrayT: ...
+
+
+@overload
+def sandwich_bias(
+    n_heads: int,
+    q_len: int,
+    k_len: Optional[int] = None,
+    *,
+    dim: int,
+    causal: bool = True,
+    q_offset: Optional[int] = None,
+    dtype: Optional[DTypeLike] = None,
+    scores: None = None,
+    out: ArrayT,
+) -> ArrayT: ...
+
+
+@overload
+def sandwich_bias(
+    n_heads: int,
+    q_len: int,
+    k_len: Optional[int] = None,
+    *,
+    dim: int,
+    causal: bool = True,
+    q_offset: Optional[int] = None,
+    dtype: Optional[DTypeLike] = None,
+    scores: None = None,
+    out: None = None,
+) -> NDArray[Any]: ...
+
+
+@foreign
+def sandwich_bias(
+    n_heads,
+    q_len,
+    k_len=None,
+    *,
+    dim,
+    causal=True,
+    q_offset=None,
+    dtype=None,
+    scores=None,
+    out=None,
+):
+    """Sandwich's attention bias (Chi et al., 2023), or its add into scores.
+
+    ``bias[h, i, j] = (sum_{k=1}^{dim/2} cos((qpos - j) * 10000 ** (-2k / dim))
+    - dim / 2) / ((h + 1) * 8 / n_heads)``: the inner product of two
+    sinusoidal embeddings of size `dim` (``d'`` in the paper), less its value
+    at distance 0, with ALiBi-like per-head scales, as NeMo's
+    ``SandwichRelativePositionEmbedding`` (``hidden_size`` is `dim`).
+
+    Parameters
+    ----------
+    n_heads : int
+        Number of heads, >= 1.
+    q_len, k_len : int
+        Number of queries and keys (``k_len`` defaults to ``q_len``), >= 1.
+    dim : int
+        ``d'``, a positive even integer; ``k`` runs from 1 to ``dim / 2``.
+    causal : bool
+        True: ``-inf`` for keys after the query (as :func:`posenc.alibi_bias`;
+        NeMo's non-bidirectional module gives them distance 0, bias 0, for its
+        causal mask to hide).  False: the symmetric formula everywhere.
+    q_offset, dtype, scores, out
+        As for :func:`kerple_bias`.
+
+    Returns
+    -------
+    ndarray
+        The ``(n_heads, q_len, k_len)`` bias, or `scores` with it added.
+
+    Notes
+    -----
+    The ``q_len + k_len - 1`` distinct values are formed in float64 (the
+    angles and cosines too) and rounded once.  No parameter is learned:
+    there is no backward pass.
+    """
+    n_heads = v.integer(n_heads, "n_heads", minimum=1)
+    dim = v.even_dim(dim, "dim")
+    v.shape_size((dim // 2,), "dim", count=2)  # its frequencies, a row of cosines
+    q_len, k_len, q_offset, causal = _positions(q_len, k_len, q_offset, causal)
+    shape = (n_heads, q_len, k_len)
+    v.shape_size((n_heads, q_len + k_len - 1), "n_heads, q_len and k_len")
+    target, add = _target(shape, dtype, scores, out, "n_heads, q_len and k_len")
+    values = sandwich_values(n_heads, dim, distances(q_len, k_len, q_offset), causal)
+    return _by_distance(target, add, values)
+
+
+# ---------------------------------------------------------------- FIRE
+
+
+def tiles(q_len, k_len, per_pair):
+    """(rows, cols) slices covering (q_len, k_len), each tile at most about
+    `_TILE` float64 elements when each pair holds `per_pair` of them."""
+    cols = max(1, min(k_len, _TILE // max(1, per_pair)))
+    rows = max(1, _TILE // (cols * max(1, per_pair)))
+    for r in range(0, q_len, rows):
+        for s in range(0, k_len, cols):
+            yield slice(r, min(r + rows, q_len)), slice(s, min(s + cols, k_len))
+
+
+def fire_inputs(qpos, keys, c, threshold, eps):
+    """FIRE's normalised distance for queries at `qpos` (r,) and keys at
+    `keys` (s,), float64 (r, s), with its parts: ``x = num / den``,
+    ``num = log(1 + |c| d)``, ``den = log(1 + |c| m) + eps``, ``d = |qpos - j|``,
+    ``m = max(qpos, threshold)``."""
+    d = np.abs(qpos[:, None] - keys[None, :])
+    m = np.maximum(qpos, threshold)[:, None]
+    num = log1p_product(abs(c), d)
+    den = log1p_product(abs(c), m) + eps
+    return num / den, d, m, num, den
+
+
+def fire_tile(x, w1, b1, w2, b2):
+    """The MLP at `x` (r, s): float64 (heads, r, s), with the hidden layer's
+    pre-activation (r, s, width)."""
+    pre = x[..., None] * w1 + b1
+    hidden = np.maximum(pre, 0.0)
+    out = np.empty(x.shape + (w2.shape[0],), np.float64)
+    np.multiply(hidden[..., :1], w2[:, 0], out=out)
+    for w in range(1, w2.shape[1]):  # in order: the same bits for any tiling
+        out += hidden[..., w : w + 1] * w2[:, w]
+    out += b2
+    return np.moveaxis(out, -1, 0), pre
+
+
+@overload
+def fire_bias(
+    w1: ArrayLike,
+    b1: ArrayLike,
+    w2: ArrayLike,
+    b2: ArrayLike,
+    c: float,
+    threshold: float,
+    q_len: int,
+    k_len: Optional[int] = None,
+    *,
+    eps: float = 1e-6,
+    causal: bool = True,
+    q_offset: Optional[int] = None,
+    dtype: Optional[DTypeLike] = None,
+    scores: ArrayT,
+    out: None = None,
+) -> ArrayT: ...
+
+
+@overload
+def fire_bias(
+    w1: ArrayLike,
+    b1: ArrayLike,
+    w2: ArrayLike,
+    b2: ArrayLike,
+    c: float,
+    threshold: float,
+    q_len: int,
+    k_len: Optional[int] = None,
+    *,
+    eps: float = 1e-6,
+    causal: bool = True,
+    q_offset: Optional[int] = None,
+    dtype: Optional[DTypeLike] = None,
+    scores: None = None,
+    out: ArrayT,
+) -> ArrayT: ...
+
+
+@overload
+def fire_bias(
+    w1: ArrayLike,
+    b1: ArrayLike,
+    w2: ArrayLike,
+    b2: ArrayLike,
+    c: float,
+    threshold: float,
+    q_len: int,
+    k_len: Optional[int] = None,
+    *,
+    eps: float = 1e-6,
+    causal: bool = True,
+    q_offset: Optional[int] = None,
+    dtype: Optional[DTypeLike] = None,
+    scores: None = None,
+    out: None = None,
+) -> NDArray[Any]: ...
+
+
+@foreign
+def fire_bias(
+    w1,
+    b1,
+    w2,
+    b2,
+    c,
+    threshold,
+    q_len,
+    k_len=None,
+    *,
+    eps=1e-6,
+    causal=True,
+    q_offset=None,
+    dtype=None,
+    scores=None,
+    out=None,
+):
+    """FIRE's attention bias (Li et al., 2024), or its add into scores.
+
+    ``x = log(|c| d + 1) / (log(|c| max(qpos, threshold) + 1) + eps)`` with
+    ``d = |qpos - j|``, then ``bias[h, i, j] = w2[h] . relu(w1 x + b1) + b2[h]``.
+
+    Parameters
+    ----------
+    w1, b1 : array_like of shapes (width, 1) and (width,)
+        The first layer, ``Linear(1, width)`` (the authors' ``mlp[0].weight``
+        and ``mlp[0].bias``); w1 may also be given as ``(width,)``.
+    w2, b2 : array_like of shapes (n_heads, width) and (n_heads,)
+        The second layer, ``Linear(width, n_heads)`` (``mlp[2].weight``,
+        ``mlp[2].bias``).  These are torch's ``nn.Linear`` names and layouts,
+        so a module's weights go in as they are.
+    c : float
+        The learned scale of the distances (the authors' ``c``), any finite
+        real; only ``|c|`` matters.
+    threshold : float
+        ``L``, >= 0: the authors' ``threshold = |L_multiplier * init_L|``.
+        Queries before it are normalised by it, later ones by their position.
+    q_len, k_len : int
+        Number of queries and keys (``k_len`` defaults to ``q_len``), >= 1.
+    eps : float
+        Added to the normaliser, > 0 (1e-6 as the authors).
+    causal : bool
+        True (the paper's decoders): ``-inf`` for future keys, as
+        :func:`posenc.alibi_bias`.  False: the formula at ``|qpos - j|``,
+        as the authors' module computes it for every pair before the mask.
+    q_offset, dtype, scores, out
+        As for :func:`kerple_bias`; the normaliser uses the query's position
+        ``qpos = q_offset + i``.
+
+    Returns
+    -------
+    ndarray
+        The ``(n_heads, q_len, k_len)`` bias, or `scores` with it added.
+
+    Notes
+    -----
+    Evaluated in float64 in tiles of at most about 4 MiB of hidden
+    activations, each rounded once and stored (or added) as it is made.
+    The backward pass is ``posenc._functional_grad.fire_bias_grad``.
+    """
+    p1, q1, p2, q2, scale, limit, tiny, _ = fire_params(w1, b1, w2, b2, c, threshold, eps)
+    q_len, k_len, q_offset, causal = _positions(q_len, k_len, q_offset, causal)
+    n_heads, width = p2.shape
+    shape = (n_heads, q_len, k_len)
+    target, add = _target(shape, dtype, scores, out, "w2's n_heads, q_len and k_len")
+    keys = np.arange(k_len, dtype=np.float64)
+    qpos = float(q_offset) + np.arange(q_len, dtype=np.float64)
+    for rows, cols in tiles(q_len, k_len, width + n_heads):
+        x = fire_inputs(qpos[rows], keys[cols], scale, limit, tiny)[0]
+        values = fire_tile(x, p1, q1, p2, q2)[0]
+        if causal:
+            values[:, qpos[rows][:, None] < keys[cols][None, :]] = -np.inf
+        _put(target[..., rows, cols], _storage(values, target.dtype), add)
+    return target

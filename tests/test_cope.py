@@ -1,0 +1,297 @@
+"""CoPE (contextual position encoding): the forward against the float64 twin,
+x-transformers' CoPE and the authors' formula written in torch; the backward
+against torch.autograd of that formula; bad input refused."""
+
+import math
+
+import numpy as np
+import pytest
+
+from posenc import _reference_newer as reference
+from posenc.cope import cope_bias, cope_bias_grad
+
+SIZES = [(1, 1, 1, 1, 1, 1), (2, 3, 4, 6, 5, 4), (1, 2, 5, 5, 3, 3), (2, 1, 3, 7, 4, 16)]
+
+
+def _inputs(batch, heads, q_len, k_len, dim, npos, seed=0, scale=2.0):
+    rng = np.random.default_rng(seed)
+    q = rng.normal(size=(batch, heads, q_len, dim))
+    a = rng.normal(size=(batch, heads, q_len, k_len)) * scale
+    e = rng.normal(size=(npos, dim))
+    return q, a, e
+
+
+def _authors_torch(torch, q, a, e_authors, mask, sigmoid=None):
+    """The authors' CoPE.forward (facebookresearch/RAM, projects/cope) in
+    torch, on logits with the causal mask's log added as their example does."""
+    logits = a + mask.log()
+    gates = (sigmoid or torch.sigmoid)(logits)
+    pos = gates.flip(-1).cumsum(dim=-1).flip(-1)
+    pos = pos.clamp(max=e_authors.shape[-1] - 1)
+    pos_ceil = pos.ceil().long()
+    pos_floor = pos.floor().long()
+    logits_int = torch.matmul(q, e_authors)
+    logits_ceil = logits_int.gather(-1, pos_ceil)
+    logits_floor = logits_int.gather(-1, pos_floor)
+    w = pos - pos_floor
+    return logits_ceil * w + logits_floor * (1 - w)
+
+
+# --- forward -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("sizes", SIZES)
+@pytest.mark.parametrize("causal", [True, False])
+def test_cope_matches_float64_reference(sizes, causal):
+    q, a, e = _inputs(*sizes)
+    got = cope_bias(q, a, e, causal=causal)
+    want = reference.cope_bias(q, a, e, causal=causal)
+    assert got.dtype == np.float64 and got.shape == a.shape
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+
+
+def test_cope_q_offset_matches_reference():
+    q, a, e = _inputs(1, 2, 3, 8, 4, 6, seed=3)
+    for off in (0, 2, 5, 7):
+        np.testing.assert_allclose(
+            cope_bias(q, a, e, q_offset=off), reference.cope_bias(q, a, e, q_offset=off), atol=1e-12
+        )
+
+
+def test_cope_hand_derived_two_tokens():
+    # Logits 0: every gate 0.5.  Causal 2x2: row 0 sees key 0 at p = 0.5,
+    # key 1 is in the future (p = 0); row 1: key 0 at p = 1, key 1 at 0.5.
+    q = np.array([[1.0, 0.0], [0.0, 1.0]])
+    e = np.array([[2.0, 3.0], [5.0, 7.0], [11.0, 13.0]])  # z_0 = q.e[0], z_1 = q.e[1]
+    got = cope_bias(q, np.zeros((2, 2)), e)
+    want = np.array([[0.5 * 2 + 0.5 * 5, 2.0], [7.0, 0.5 * 3 + 0.5 * 7]])
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-15)
+
+
+def test_cope_clips_positions_at_npos_max_minus_one():
+    # 6 visible keys with gates near 1 count past npos_max - 1 = 2.
+    q = np.ones((1, 6, 1))
+    e = np.array([[0.0], [10.0], [20.0]])
+    got = cope_bias(q, np.full((1, 6, 6), 50.0), e)
+    assert got[0, 5, 0] == pytest.approx(20.0, abs=1e-12)  # p = 6 -> clipped to 2
+    assert got[0, 5, 5] == pytest.approx(10.0, abs=1e-12)  # p = sigmoid(50) ~ 1
+
+
+def test_cope_causal_ignores_future_logits():
+    q, a, e = _inputs(2, 2, 4, 4, 3, 5, seed=5)
+    b = a.copy()
+    b[..., np.triu_indices(4, 1)[0], np.triu_indices(4, 1)[1]] = 123.0
+    np.testing.assert_array_equal(cope_bias(q, a, e), cope_bias(q, b, e))
+
+
+def test_cope_minus_inf_logits_are_masked_keys():
+    q, a, e = _inputs(1, 1, 4, 4, 3, 5, seed=6)
+    masked = np.where(np.tril(np.ones((4, 4), bool)), a, -np.inf)
+    np.testing.assert_allclose(
+        cope_bias(q, masked, e, causal=False), cope_bias(q, a, e), atol=1e-15
+    )
+
+
+def test_cope_authors_layout_gives_the_same():
+    q, a, e = _inputs(2, 3, 4, 6, 5, 4, seed=7)
+    np.testing.assert_array_equal(cope_bias(q, a, e.T[None]), cope_bias(q, a, e))
+
+
+def test_cope_float32_rounds_the_float64_result_once():
+    q, a, e = _inputs(2, 2, 3, 5, 4, 4, seed=8)
+    q32, a32, e32 = q.astype(np.float32), a.astype(np.float32), e.astype(np.float32)
+    got = cope_bias(q32, a32, e32)
+    assert got.dtype == np.float32
+    want = reference.cope_bias(q32, a32, e32).astype(np.float32)
+    np.testing.assert_allclose(got, want, rtol=2e-6, atol=1e-6)
+
+
+def test_cope_scores_added_in_place():
+    q, a, e = _inputs(2, 2, 3, 5, 4, 4, seed=9)
+    scores = np.arange(a.size, dtype=np.float64).reshape(a.shape)
+    before = scores.copy()
+    got = cope_bias(q, a, e, scores=scores)
+    assert got is scores
+    np.testing.assert_allclose(scores, before + reference.cope_bias(q, a, e), atol=1e-12)
+
+
+def test_cope_leaves_inputs_untouched():
+    q, a, e = _inputs(2, 2, 3, 5, 4, 4, seed=10)
+    copies = [x.copy() for x in (q, a, e)]
+    cope_bias(q, a, e)
+    cope_bias_grad(q, a, e, np.ones_like(a))
+    for x, c in zip((q, a, e), copies):
+        np.testing.assert_array_equal(x, c)
+
+
+# --- witnesses: x-transformers and the authors' formula ----------------------
+
+
+@pytest.mark.parametrize("sizes", SIZES)
+def test_cope_matches_x_transformers(sizes):
+    torch = pytest.importorskip("torch")
+    xt = pytest.importorskip("x_transformers.x_transformers")
+    batch, heads, q_len, k_len, dim, npos = sizes
+    q, a, e = _inputs(*sizes, seed=11)
+    module = xt.CoPE(dim=dim, heads=heads, max_pos=npos).double()
+    with torch.no_grad():
+        module.pos_emb.copy_(torch.from_numpy(e))
+    # x-transformers' Attend masks the future with -finfo.max before CoPE.
+    future = torch.ones(q_len, k_len, dtype=torch.bool).triu(k_len - q_len + 1)
+    logits = torch.from_numpy(a).masked_fill(future, -torch.finfo(torch.float64).max)
+    with torch.no_grad():
+        want = module(torch.from_numpy(q), logits).numpy()
+    np.testing.assert_allclose(cope_bias(q, a, e), want, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("sizes", SIZES)
+def test_cope_matches_the_authors_formula_in_torch(sizes):
+    torch = pytest.importorskip("torch")
+    q, a, e = _inputs(*sizes, seed=12)
+    q_len, k_len = a.shape[-2:]
+    mask = torch.ones(q_len, k_len, dtype=torch.float64).tril(k_len - q_len)
+    want = _authors_torch(
+        torch, torch.from_numpy(q), torch.from_numpy(a), torch.from_numpy(e.T[None].copy()), mask
+    )
+    np.testing.assert_allclose(cope_bias(q, a, e.T[None]), want.numpy(), rtol=1e-12, atol=1e-12)
+
+
+# --- backward ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("sizes", SIZES)
+@pytest.mark.parametrize("layout", ["rows", "authors"])
+def test_cope_grad_matches_torch_autograd(sizes, layout):
+    torch = pytest.importorskip("torch")
+    q, a, e = _inputs(*sizes, seed=13)
+    q_len, k_len = a.shape[-2:]
+    grad = np.random.default_rng(14).normal(size=a.shape)
+    e_authors = e.T[None].copy()
+    qt = torch.tensor(q, requires_grad=True)
+    at = torch.tensor(a, requires_grad=True)
+    et = torch.tensor(e_authors, requires_grad=True)
+    mask = torch.ones(q_len, k_len, dtype=torch.float64).tril(k_len - q_len)
+    _authors_torch(torch, qt, at, et, mask).backward(torch.from_numpy(grad))
+    emb = e if layout == "rows" else e_authors
+    d_q, d_a, d_e = cope_bias_grad(q, a, emb, grad)
+    np.testing.assert_allclose(d_q, qt.grad.numpy(), rtol=1e-11, atol=1e-12)
+    np.testing.assert_allclose(d_a, at.grad.numpy(), rtol=1e-11, atol=1e-12)
+    want_e = et.grad.numpy() if layout == "authors" else et.grad.numpy()[0].T
+    assert d_e.shape == emb.shape
+    np.testing.assert_allclose(d_e, want_e, rtol=1e-11, atol=1e-12)
+
+
+def test_cope_grad_non_causal_matches_torch_autograd():
+    torch = pytest.importorskip("torch")
+    q, a, e = _inputs(2, 2, 5, 5, 3, 4, seed=15)
+    grad = np.random.default_rng(16).normal(size=a.shape)
+    qt, at = torch.tensor(q, requires_grad=True), torch.tensor(a, requires_grad=True)
+    et = torch.tensor(e.T[None].copy(), requires_grad=True)
+    _authors_torch(torch, qt, at, et, torch.ones(5, 5, dtype=torch.float64)).backward(
+        torch.from_numpy(grad)
+    )
+    d_q, d_a, d_e = cope_bias_grad(q, a, e, grad, causal=False)
+    np.testing.assert_allclose(d_q, qt.grad.numpy(), atol=1e-12)
+    np.testing.assert_allclose(d_a, at.grad.numpy(), atol=1e-12)
+    np.testing.assert_allclose(d_e, et.grad.numpy()[0].T, atol=1e-12)
+
+
+def test_cope_grad_extreme_logits_match_torch_autograd():
+    # Far from 0, sigmoid' is tiny but not 0 and must keep its relative
+    # accuracy on both sides.  The witness spells the authors' sigmoid as
+    # exp(-softplus(-a)), whose autograd derivative is sigmoid(a) sigmoid(-a);
+    # torch.sigmoid's y (1 - y) loses the digits of 1 - y at large a.
+    torch = pytest.importorskip("torch")
+    a = np.array([[[-40.0, -700.0, 30.0, -36.5], [-745.0, 35.0, -20.0, 710.0]]])
+    q = np.array([[[0.5, -1.0], [2.0, 0.25]]])
+    e = np.array([[1.0, 2.0], [-3.0, 0.5], [4.0, -1.5]])
+    grad = np.array([[[1.0, -2.0, 0.5, 3.0], [0.25, 1.5, -1.0, 2.0]]])
+    qt, at = torch.tensor(q, requires_grad=True), torch.tensor(a, requires_grad=True)
+    et = torch.tensor(e.T[None].copy(), requires_grad=True)
+    mask = torch.ones(2, 4, dtype=torch.float64)
+
+    def sigmoid(x):
+        return torch.exp(-torch.nn.functional.softplus(-x))
+
+    _authors_torch(torch, qt, at, et, mask, sigmoid).backward(torch.from_numpy(grad))
+    _, d_a, _ = cope_bias_grad(q, a, e, grad, causal=False)
+    want = at.grad.numpy()
+    assert (want != 0).sum() >= 5
+    np.testing.assert_allclose(d_a, want, rtol=1e-12, atol=1e-300)
+
+
+def test_cope_logits_in_place_as_the_authors_add_them():
+    # attn_logits += cpe(query, attn_logits): the bias is formed before the write.
+    q, a, e = _inputs(2, 2, 4, 4, 3, 5, seed=19)
+    logits = a.copy()
+    got = cope_bias(q, logits, e, scores=logits)
+    assert got is logits
+    np.testing.assert_allclose(logits, a + reference.cope_bias(q, a, e), atol=1e-12)
+
+
+def test_cope_grad_of_pos_emb_by_finite_differences():
+    # The bias is linear in pos_emb: a central difference is exact up to rounding.
+    q, a, e = _inputs(1, 2, 3, 4, 3, 5, seed=17)
+    grad = np.random.default_rng(18).normal(size=a.shape)
+    _, _, d_e = cope_bias_grad(q, a, e, grad)
+    h = 1e-6
+    for p, d in [(0, 0), (1, 2), (4, 1)]:
+        up, down = e.copy(), e.copy()
+        up[p, d] += h
+        down[p, d] -= h
+        fd = ((reference.cope_bias(q, a, up) - reference.cope_bias(q, a, down)) * grad).sum() / (
+            2 * h
+        )
+        assert d_e[p, d] == pytest.approx(fd, rel=1e-6, abs=1e-8)
+
+
+# --- bad input ---------------------------------------------------------------
+
+
+def test_cope_bad_input_names_the_argument():
+    q, a, e = _inputs(1, 2, 3, 4, 5, 4)
+    with pytest.raises(TypeError, match="query"):
+        cope_bias(q.astype(np.int64), a, e)
+    with pytest.raises(ValueError, match="attn_logits"):
+        cope_bias(q, a[..., :2, :], e)
+    with pytest.raises(ValueError, match="attn_logits"):
+        cope_bias(q, a[0], e)
+    with pytest.raises(ValueError, match="pos_emb"):
+        cope_bias(q, a, e[:, :3])
+    with pytest.raises(ValueError, match="pos_emb"):
+        cope_bias(q, a, e.T[None, :3])
+    with pytest.raises(ValueError, match="pos_emb"):
+        cope_bias(q, a, e[:0])
+    bad = a.copy()
+    bad[0, 0, 0, 0] = math.nan
+    with pytest.raises(ValueError, match="attn_logits"):
+        cope_bias(q, bad, e)
+    bad[0, 0, 0, 0] = math.inf
+    with pytest.raises(ValueError, match="attn_logits"):
+        cope_bias(q, bad, e)
+    with pytest.raises(ValueError, match="query"):
+        cope_bias(np.full_like(q, math.inf), a, e)
+    with pytest.raises(TypeError, match="causal"):
+        cope_bias(q, a, e, causal=1)
+    with pytest.raises(TypeError, match="q_offset"):
+        cope_bias(q, a, e, q_offset=1.5)
+    with pytest.raises(ValueError, match="scores"):
+        cope_bias(q, a, e, scores=np.zeros(a.shape[:-1]))
+    with pytest.raises(TypeError, match="scores"):
+        cope_bias(q, a, e, scores=a.tolist())
+    with pytest.raises(ValueError, match="grad"):
+        cope_bias_grad(q, a, e, np.ones(a.shape[:-1]))
+
+
+def test_cope_refused_scores_left_untouched():
+    q, a, e = _inputs(1, 2, 3, 4, 5, 4)
+    scores = np.ones(a.shape)
+    bad = a.copy()
+    bad[0, 0, 0, 0] = math.nan
+    with pytest.raises(ValueError, match="attn_logits"):
+        cope_bias(q, bad, e, scores=scores)
+    np.testing.assert_array_equal(scores, 1.0)
+    readonly = np.zeros(a.shape)
+    readonly.flags.writeable = False
+    with pytest.raises(ValueError, match="scores"):
+        cope_bias(q, a, e, scores=readonly)

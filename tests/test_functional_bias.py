@@ -1,0 +1,619 @@
+"""KERPLE, Sandwich and FIRE (posenc.functional_bias) and their backward.
+
+Checked against their float64 twins in posenc._reference_functional (bit for
+bit once rounded), against witnesses written in torch from the papers and the
+authors' modules (KERPLE's ParallelKerpleLog/Power, NeMo's Sandwich, FIRE's
+module) with torch.autograd for the gradients, against finite differences,
+and against hand-derived values.
+"""
+
+import math
+
+import numpy as np
+import pytest
+from optional import require
+
+from posenc import _functional_grad as fg
+from posenc import _reference_functional as rf
+from posenc import functional_bias as fb
+
+DTYPES = ["float16", "bfloat16", "float32", "float64"]
+
+
+def np_dtype(name):
+    if name == "bfloat16":
+        return np.dtype(require("ml_dtypes").bfloat16)
+    return np.dtype(name)
+
+
+def assert_same_bits(actual, expected):
+    actual, expected = np.asarray(actual), np.asarray(expected)
+    assert actual.shape == expected.shape
+    assert actual.dtype.itemsize == expected.dtype.itemsize
+    bits = {2: np.uint16, 4: np.uint32, 8: np.uint64}[actual.dtype.itemsize]
+    a = np.ascontiguousarray(actual, dtype=actual.dtype.newbyteorder("=")).view(bits)
+    e = np.ascontiguousarray(expected, dtype=expected.dtype.newbyteorder("=")).view(bits)
+    bad = np.flatnonzero((a != e).ravel())
+    assert bad.size == 0, f"{bad.size} elements differ, first at {bad[:5]}"
+
+
+def assert_matches(got, want, dtype, atol=1e-300):
+    """float64: within a few ulps (log1p against the papers' log(1 + x));
+    the other dtypes: the same bits once rounded."""
+    if dtype == "float64":
+        np.testing.assert_array_equal(np.isinf(got), np.isinf(want))
+        np.testing.assert_allclose(got, want, rtol=4e-15, atol=atol)
+    else:
+        assert_same_bits(got, want)
+
+
+def fire_params(rng, heads=3, width=8):
+    return dict(
+        w1=rng.normal(size=(width, 1)),
+        b1=rng.normal(size=width),
+        w2=rng.normal(size=(heads, width)),
+        b2=rng.normal(size=heads),
+        c=0.3,
+        threshold=4.5,
+    )
+
+
+R1 = np.array([0.7, 1.3, 0.05])
+R2 = np.array([0.4, 1.9, 1.0])
+
+
+# ---------------------------------------------------------------- the oracle
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("kind", ["log", "power"])
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("q_offset", [None, 0, 5, -3])
+def test_kerple_matches_reference_bit_for_bit(dtype, kind, causal, q_offset):
+    dt = np_dtype(dtype)
+    got = fb.kerple_bias(R1, R2, 5, 9, kind=kind, causal=causal, q_offset=q_offset, dtype=dt)
+    want = rf.kerple_bias(R1, R2, 5, 9, kind=kind, causal=causal, q_offset=q_offset, dtype=dt)
+    assert got.dtype == dt and got.shape == (3, 5, 9)
+    assert_matches(got, want, dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("q_offset", [None, 0, 7, -4])
+def test_sandwich_matches_reference_bit_for_bit(dtype, causal, q_offset):
+    dt = np_dtype(dtype)
+    got = fb.sandwich_bias(4, 6, 10, dim=16, causal=causal, q_offset=q_offset, dtype=dt)
+    want = rf.sandwich_bias(4, 6, 10, dim=16, causal=causal, q_offset=q_offset, dtype=dt)
+    assert got.dtype == dt
+    assert_same_bits(got, want)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("q_offset", [None, 0, 6, -2])
+def test_fire_matches_reference(dtype, causal, q_offset):
+    p = fire_params(np.random.default_rng(1))
+    dt = np_dtype(dtype)
+    got = fb.fire_bias(**p, q_len=5, k_len=11, causal=causal, q_offset=q_offset, dtype=dt)
+    want = rf.fire_bias(**p, q_len=5, k_len=11, causal=causal, q_offset=q_offset, dtype=dt)
+    assert got.dtype == dt
+    assert_matches(got, want, dtype)
+
+
+def test_fire_in_many_tiles_equals_one_tile(monkeypatch):
+    p = fire_params(np.random.default_rng(2), heads=2, width=4)
+    whole = fb.fire_bias(**p, q_len=9, k_len=13, causal=False, dtype="float64")
+    monkeypatch.setattr(fb, "_TILE", 16)  # tiles of 1 to 2 pairs
+    assert len(list(fb.tiles(9, 13, 6))) > 20
+    assert_same_bits(fb.fire_bias(**p, q_len=9, k_len=13, causal=False, dtype="float64"), whole)
+    s = np.zeros((2, 2, 9, 13), np.float32)
+    fb.fire_bias(**p, q_len=9, k_len=13, causal=False, scores=s)
+    assert_same_bits(s[1], whole.astype(np.float32))
+
+
+def _peak_bytes(call):
+    import tracemalloc  # NumPy reports its allocations to it
+
+    tracemalloc.start()
+    try:
+        call()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def test_adds_make_no_array_of_the_scores_size(monkeypatch):
+    # 2 heads of 512 x 512 float32 scores (2 MiB): KERPLE and Sandwich add a view of
+    # their 2 x 1023 vector, FIRE works in tiles (tiles made small here): no temporary
+    # of one head (1 MiB in float32, 2 MiB in float64)
+    monkeypatch.setattr(fb, "_TILE", 4096)
+    s = np.zeros((2, 512, 512), np.float32)
+    assert _peak_bytes(lambda: fb.kerple_bias(R1[:2], R2[:2], 512, scores=s)) < 500_000
+    assert _peak_bytes(lambda: fb.sandwich_bias(2, 512, dim=64, scores=s)) < 500_000
+    p = fire_params(np.random.default_rng(20), heads=2, width=8)
+    assert _peak_bytes(lambda: fb.fire_bias(**p, q_len=512, scores=s)) < 500_000
+    want = np.zeros((2, 512, 512), np.float32)
+    rf.kerple_bias(R1[:2], R2[:2], 512, scores=want)
+    rf.sandwich_bias(2, 512, dim=64, scores=want)
+    rf.fire_bias(**p, q_len=512, scores=want)
+    np.testing.assert_allclose(s, want, rtol=1e-6, atol=1e-6)
+
+
+def test_bfloat16_add_in_several_row_blocks(monkeypatch):
+    ml = require("ml_dtypes")
+    rng = np.random.default_rng(3)
+    s = rng.normal(size=(2, 3, 7, 9)).astype(ml.bfloat16)
+    want = s.copy()
+    rf.kerple_bias(R1, R2, 7, 9, scores=want)
+    monkeypatch.setattr(fb, "_TILE", 20)  # two rows of the three heads at a time
+    fb.kerple_bias(R1, R2, 7, 9, scores=s)
+    assert_same_bits(s, want)
+
+
+# ---------------------------------------------------------------- hand-derived
+
+
+def test_kerple_log_with_unit_r1_at_e_minus_one_is_minus_one():
+    # -1 * log(1 + (e - 1) * 1) = -1 at distance 1; 0 on the diagonal
+    got = fb.kerple_bias([1.0], [math.e - 1], 2, dtype="float64")
+    assert got[0, 1, 0] == pytest.approx(-1.0, rel=1e-15)
+    assert got[0, 0, 0] == 0.0 and got[0, 1, 1] == 0.0
+    assert got[0, 0, 1] == -np.inf  # causal: the future is masked
+
+
+def test_kerple_power_hand_values():
+    # -0.5 * 3 ** 2 = -4.5, -0.5 * 2 ** 2 = -2, bidirectional symmetric
+    got = fb.kerple_bias([0.5], [2.0], 4, kind="power", causal=False, dtype="float64")
+    assert got[0, 3, 0] == -4.5 and got[0, 0, 3] == -4.5 and got[0, 2, 0] == -2.0
+
+
+def test_sandwich_with_two_dims_is_one_cosine():
+    # d' = 2: (cos(delta / 10000) - 1) / ((h + 1) * 8 / H); H = 2
+    got = fb.sandwich_bias(2, 1, 101, dim=2, q_offset=100, dtype="float64")
+    for h, scale in enumerate([4.0, 8.0]):
+        assert got[h, 0, 0] == pytest.approx((math.cos(0.01) - 1) / scale, rel=1e-12)
+        assert got[h, 0, 100] == 0.0
+
+
+def test_fire_hand_value():
+    # one hidden unit and head, identity MLP: x(qpos 0, key 1) = log 2 / (log(1 + 3) + eps)
+    got = fb.fire_bias(
+        [[1.0]],
+        [0.0],
+        [[1.0]],
+        [0.0],
+        1.0,
+        3.0,
+        1,
+        2,
+        causal=False,
+        q_offset=0,
+        eps=1e-6,
+        dtype="float64",
+    )
+    assert got[0, 0, 1] == pytest.approx(math.log(2) / (math.log(4) + 1e-6), rel=1e-15)
+    assert got[0, 0, 0] == 0.0
+
+
+def test_kerple_log_where_r2_times_the_distance_overflows():
+    # -log(1 + 1e300 * 1e10) = -(300 + 10) ln 10: finite, though 1e310 is not
+    got = fb.kerple_bias([1.0], [1e300], 1, 1, q_offset=10**10, dtype="float64")
+    assert got[0, 0, 0] == pytest.approx(-310 * math.log(10), rel=1e-15)
+    g_r1, g_r2 = fg.kerple_bias_grad(np.ones((1, 1, 1)), [1.0], [1e300], q_offset=10**10)
+    assert g_r1[0] == pytest.approx(-310 * math.log(10), rel=1e-15)
+    # -r1 d / (1 + r2 d) = -1 / (1e-10 + 1e300)
+    assert g_r2[0] == pytest.approx(-1e-300, rel=1e-15)
+
+
+def test_fire_where_c_times_the_distance_overflows():
+    # x = log(1 + 1e300 * 1e10) / (log(1 + 1e300 * 1e10) + eps) at qpos 1e10 > L
+    got = fb.fire_bias(
+        [[1.0]], [0.0], [[1.0]], [0.0], 1e300, 3.0, 1, 1, q_offset=10**10, dtype="float64"
+    )
+    big = 310 * math.log(10)
+    assert got[0, 0, 0] == pytest.approx(big / (big + 1e-6), rel=1e-15)
+
+
+# ---------------------------------------------------------------- q_offset
+
+
+@pytest.mark.parametrize("which", ["kerple", "sandwich", "fire"])
+def test_a_decoding_step_is_the_last_row_of_the_full_bias(which):
+    p = fire_params(np.random.default_rng(4))
+    calls = {
+        "kerple": lambda q, k, **kw: fb.kerple_bias(R1, R2, q, k, kind="power", **kw),
+        "sandwich": lambda q, k, **kw: fb.sandwich_bias(3, q, k, dim=8, **kw),
+        "fire": lambda q, k, **kw: fb.fire_bias(**p, q_len=q, k_len=k, **kw),
+    }
+    call = calls[which]
+    full = call(12, 12, dtype="float64")
+    assert_same_bits(call(1, 12, dtype="float64"), full[:, -1:, :])  # default q_offset
+    assert_same_bits(call(3, 12, q_offset=4, dtype="float64"), full[:, 4:7, :])
+
+
+# ---------------------------------------------------------------- scores=
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("which", ["kerple", "sandwich", "fire"])
+def test_scores_in_place_equal_the_reference_add(dtype, which):
+    rng = np.random.default_rng(5)
+    p = fire_params(rng)
+    dt = np_dtype(dtype)
+    calls = {
+        "kerple": (fb.kerple_bias, rf.kerple_bias, (R1, R2, 6, 8), {"kind": "log"}),
+        "sandwich": (fb.sandwich_bias, rf.sandwich_bias, (3, 6, 8), {"dim": 12}),
+        "fire": (fb.fire_bias, rf.fire_bias, tuple(p.values()) + (6, 8), {}),
+    }
+    ours, theirs, args, kw = calls[which]
+    base = (rng.standard_normal((2, 3, 6, 8)) * 4).astype(dt)
+    want = base.copy()
+    theirs(*args, **kw, causal=False, scores=want)
+    for layout in ["c", "transposed", "strided"]:
+        s = base.copy()
+        if layout == "transposed":  # F-order storage: non-contiguous last axis
+            s = np.asfortranarray(base)
+        elif layout == "strided":
+            big = np.zeros((2, 3, 6, 16), dt)
+            big[..., ::2] = base
+            s = big[..., ::2]
+        got = ours(*args, **kw, causal=False, scores=s)
+        assert got is s
+        assert_matches(s, want, dtype, atol=1e-14)  # float64: after the add's cancellation
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_out_is_written_with_the_tables_bits(dtype):
+    dt = np_dtype(dtype)
+    p = fire_params(np.random.default_rng(19))
+    for ours, args, kw in [
+        (fb.kerple_bias, (R1, R2, 4, 6), {"kind": "power"}),
+        (fb.sandwich_bias, (3, 4, 6), {"dim": 6}),
+        (fb.fire_bias, tuple(p.values()) + (4, 6), {}),
+    ]:
+        want = ours(*args, **kw, dtype=dt)
+        out = np.full((3, 6, 4), np.nan, dt).transpose(0, 2, 1)  # strided
+        assert ours(*args, **kw, out=out) is out
+        assert_same_bits(out, want)
+
+
+def test_scores_byte_swapped():
+    rng = np.random.default_rng(6)
+    base = rng.standard_normal((3, 5, 5))
+    want = base.copy()
+    rf.kerple_bias(R1, R2, 5, scores=want)
+    s = base.astype(">f8")
+    fb.kerple_bias(R1, R2, 5, scores=s)
+    assert s.dtype == np.dtype(">f8")
+    np.testing.assert_allclose(s.astype(np.float64), want, rtol=4e-15)
+
+
+def test_causal_add_gives_minus_inf_in_the_future():
+    s = np.zeros((3, 4, 4), np.float32)
+    fb.sandwich_bias(3, 4, dim=8, scores=s)
+    assert np.isneginf(s[:, 0, 1:]).all() and np.isfinite(s[:, 1:, 0]).all()
+
+
+# ---------------------------------------------------------------- bad input
+
+
+def _bad_calls():
+    p = fire_params(np.random.default_rng(7))
+
+    def fire(**changes):
+        q = {**p, **changes}
+        return lambda s: fb.fire_bias(**q, q_len=4, k_len=4, scores=s)
+
+    return [
+        (lambda s: fb.kerple_bias([0.5, -1.0, 1.0], R2, 4, scores=s), ValueError, "r1"),
+        (lambda s: fb.kerple_bias(R1, [0.5, 0.0, 1.0], 4, scores=s), ValueError, "r2"),
+        (
+            lambda s: fb.kerple_bias(R1, [0.5, 2.5, 1.0], 4, kind="power", scores=s),
+            ValueError,
+            "r2",
+        ),
+        (lambda s: fb.kerple_bias([0.5, np.nan, 1.0], R2, 4, scores=s), ValueError, "r1"),
+        (lambda s: fb.kerple_bias(R1, [0.5, 1.0], 4, scores=s), ValueError, "r1 and r2"),
+        (lambda s: fb.kerple_bias(R1[:2], R2[:2], 4, scores=s), ValueError, "scores"),
+        (lambda s: fb.kerple_bias(R1.reshape(3, 1), R2, 4, scores=s), ValueError, "r1"),
+        (lambda s: fb.kerple_bias(R1, R2, 4, kind="gauss", scores=s), ValueError, "kind"),
+        (lambda s: fb.kerple_bias(R1 > 0, R2, 4, scores=s), TypeError, "r1"),
+        (lambda s: fb.kerple_bias(R1, R2, 4, scores=s.astype(np.int32)), TypeError, "scores"),
+        (lambda s: fb.kerple_bias(R1, R2, 4, scores=s.tolist()), TypeError, "scores"),
+        (lambda s: fb.kerple_bias(R1, R2, 4, causal=1, scores=s), TypeError, "causal"),
+        (lambda s: fb.kerple_bias(R1, R2, 4, dtype="float64", scores=s), TypeError, "dtype"),
+        (lambda s: fb.kerple_bias(R1, R2, 5, 4, scores=s), ValueError, "q_offset"),
+        (lambda s: fb.kerple_bias(R1, R2, 0, 4, scores=s), ValueError, "q_len"),
+        (lambda s: fb.sandwich_bias(3, 4, dim=7, scores=s), ValueError, "dim"),
+        (lambda s: fb.sandwich_bias(3, 4, dim=0, scores=s), ValueError, "dim"),
+        (lambda s: fb.sandwich_bias(2, 4, dim=8, scores=s), ValueError, "scores"),
+        (lambda s: fb.sandwich_bias(0, 4, dim=8, scores=s), ValueError, "n_heads"),
+        (fire(w1=np.ones((8, 2))), ValueError, "w1"),
+        (fire(b1=np.ones(7)), ValueError, "b1"),
+        (fire(w2=np.ones((3, 7))), ValueError, "w2"),
+        (fire(b2=np.ones(2)), ValueError, "b2"),
+        (fire(w2=np.ones((2, 8)), b2=np.ones(2)), ValueError, "scores"),
+        (fire(c=float("nan")), ValueError, "c"),
+        (fire(threshold=-1.0), ValueError, "threshold"),
+        (fire(b1=np.full(8, np.inf)), ValueError, "b1"),
+        (fire(c="0.3"), TypeError, "c"),
+        (lambda s: fb.fire_bias(**p, q_len=4, eps=0.0, scores=s), ValueError, "eps"),
+        (lambda s: fb.kerple_bias(R1, R2, 4, scores=s, out=s[0]), ValueError, "out"),
+        (lambda s: fb.sandwich_bias(3, 4, dim=4, out=s[0, :2]), ValueError, "out"),
+        (lambda s: fb.sandwich_bias(3, 4, dim=4, out=s[0], dtype="float64"), TypeError, "out"),
+    ]
+
+
+@pytest.mark.parametrize("i", range(len(_bad_calls())))
+def test_bad_input_is_refused_naming_the_argument_and_scores_are_untouched(i):
+    call, error, name = _bad_calls()[i]
+    s = np.random.default_rng(8).standard_normal((2, 3, 4, 4)).astype(np.float32)
+    before = s.copy()
+    with pytest.raises(error, match=name):
+        call(s)
+    assert_same_bits(s, before)
+
+
+def test_read_only_scores_are_refused():
+    s = np.zeros((3, 4, 4))
+    s.flags.writeable = False
+    with pytest.raises(ValueError, match="scores"):
+        fb.kerple_bias(R1, R2, 4, scores=s)
+
+
+def test_grad_functions_refuse_bad_input():
+    p = fire_params(np.random.default_rng(9))
+    with pytest.raises(ValueError, match="heads"):
+        fg.kerple_bias_grad(np.ones((2, 4, 4)), R1, R2)
+    with pytest.raises(ValueError, match="grad"):
+        fg.kerple_bias_grad(np.ones((4, 4)), R1, R2)
+    with pytest.raises(TypeError, match="grad"):
+        fg.kerple_bias_grad(np.ones((3, 4, 4), np.int64), R1, R2)
+    with pytest.raises(ValueError, match="heads"):
+        fg.fire_bias_grad(np.ones((2, 4, 4)), **p)
+    with pytest.raises(ValueError, match="r2"):
+        fg.kerple_bias_grad(np.ones((3, 4, 4)), R1, -R2)
+
+
+# ---------------------------------------------------------------- witnesses (torch)
+
+
+def kerple_witness(torch, x, bias_p, bias_a, kind):
+    """ParallelKerpleLog / ParallelKerplePower's forward, written from the
+    paper and the authors' description: the tril'd distance matrix, the
+    kernel on it, added to x (b, h, n, n)."""
+    n = x.shape[-1]
+    diff = torch.tril(torch.arange(n).view(n, 1).repeat(1, n) + torch.arange(0, -n, -1)).to(x.dtype)
+    if kind == "log":
+        bias = -bias_p * torch.log(1 + bias_a * diff)
+    else:
+        bias = -bias_a * diff.pow(bias_p)
+    return x + bias
+
+
+@pytest.mark.parametrize("kind", ["log", "power"])
+def test_kerple_against_the_authors_formula_in_torch(kind):
+    torch = require("torch")
+    n, rng = 10, np.random.default_rng(10)
+    r1, r2 = rng.uniform(0.1, 2.0, 4), rng.uniform(0.1, 2.0, 4)
+    p, a = (r2, r1) if kind == "power" else (r1, r2)  # bias_p, bias_a
+    x = torch.zeros(1, 4, n, n, dtype=torch.float64)
+    bias_p = torch.tensor(p[:, None, None], requires_grad=True)
+    bias_a = torch.tensor(a[:, None, None], requires_grad=True)
+    witness = kerple_witness(torch, x, bias_p, bias_a, kind)
+    lower = np.tril(np.ones((n, n), bool))
+    for dtype, tol in [("float64", 1e-15), ("float32", 2**-24)]:
+        ours = fb.kerple_bias(r1, r2, n, kind=kind, dtype=dtype).astype(np.float64)
+        w = witness.detach().numpy()[0]
+        err = np.abs(ours - w)[:, lower]
+        assert err.max() <= tol * np.abs(w[:, lower]).max() + 1e-300, err.max()
+        assert np.isneginf(ours[:, ~lower]).all()  # the authors' 0 there is masked
+    # gradients: torch.autograd of the witness against the NumPy backward
+    g = torch.tensor(rng.standard_normal((2, 4, n, n)))
+    (witness * g).sum().backward()
+    g_r1, g_r2 = fg.kerple_bias_grad(g.numpy(), r1, r2, kind=kind)
+    want_p, want_a = bias_p.grad.numpy().ravel(), bias_a.grad.numpy().ravel()
+    want_r1, want_r2 = (want_a, want_p) if kind == "power" else (want_p, want_a)
+    np.testing.assert_allclose(g_r1, want_r1, rtol=1e-12)
+    np.testing.assert_allclose(g_r2, want_r2, rtol=1e-12)
+    # the authors' (n_heads, 1, 1) parameters go in as they are
+    shaped = fg.kerple_bias_grad(g.numpy(), r1[:, None, None], r2[:, None, None], kind=kind)
+    assert shaped[0].shape == (4, 1, 1)
+
+
+def nemo_sandwich(torch, q, k, heads, hidden, bidirectional, dtype):
+    """NeMo's SandwichRelativePositionEmbedding.forward written out (on CPU,
+    in `dtype`): |i - j| from build_relative_position, its last q rows and
+    k columns, tril'd unless bidirectional."""
+    m = max(q, k)
+    rel = torch.arange(1 - m, 1)[None, :].mul(-1)
+    mem = torch.arange(1 - m, 1)[:, None].mul(-1)
+    rel = torch.abs(mem - rel)[-q:, -k:]
+    if not bidirectional:
+        rel = torch.tril(rel)
+    inv_freq = 1.0 / (10000 ** (2 * torch.arange(1, hidden / 2 + 1, dtype=dtype) / hidden))
+    bias = torch.sum((rel[:, :, None].repeat(1, 1, len(inv_freq)) * inv_freq).cos(), axis=2)
+    bias = bias.repeat(heads, 1, 1)
+    scales = torch.arange(1, heads + 1, 1)[:, None, None]
+    return ((bias - hidden / 2) / (scales * 8 / heads)).unsqueeze(0)
+
+
+@pytest.mark.parametrize("q,k", [(9, 9), (1, 9), (4, 9)])
+def test_sandwich_against_nemo_in_torch(q, k):
+    torch = require("torch")
+    heads, hidden = 4, 32
+    w = nemo_sandwich(torch, q, k, heads, hidden, True, torch.float64).numpy()[0]
+    np.testing.assert_allclose(
+        fb.sandwich_bias(heads, q, k, dim=hidden, causal=False, dtype="float64"),
+        w,
+        rtol=1e-12,
+        atol=1e-12,
+    )
+    ours = fb.sandwich_bias(heads, q, k, dim=hidden, dtype="float64")
+    past = np.tril(np.ones((q, k), bool), k - q)  # keys j <= qpos = k - q + i
+    np.testing.assert_allclose(ours[:, past], w[:, past], rtol=1e-12, atol=1e-12)
+    assert np.isneginf(ours[:, ~past]).all()
+    if q == k:  # NeMo's causal form gives the future distance 0 (bias 0) for its mask to hide
+        causal = nemo_sandwich(torch, q, k, heads, hidden, False, torch.float64).numpy()[0]
+        assert (causal[:, ~past] == 0).all()
+        np.testing.assert_allclose(causal[:, past], w[:, past], rtol=0, atol=0)
+
+
+def fire_witness(torch, heads, width, seq, params, init_l, l_mult, eps=1e-6):
+    """FIRE's module from the paper (Li et al., 2024, its appendix code's
+    forward written out): bias (1, heads, seq, seq) over positions 0..seq-1."""
+    mlp = torch.nn.Sequential(
+        torch.nn.Linear(1, width), torch.nn.ReLU(), torch.nn.Linear(width, heads)
+    ).double()
+    with torch.no_grad():
+        mlp[0].weight.copy_(torch.tensor(params["w1"]))
+        mlp[0].bias.copy_(torch.tensor(params["b1"]))
+        mlp[2].weight.copy_(torch.tensor(params["w2"]))
+        mlp[2].bias.copy_(torch.tensor(params["b2"]))
+    c = torch.nn.Parameter(torch.tensor(params["c"], dtype=torch.float64))
+    init_L = torch.tensor(init_l, dtype=torch.float64)
+    L_multiplier = torch.nn.Parameter(torch.tensor(l_mult, dtype=torch.float64))
+    positions = torch.arange(seq, dtype=torch.float64)
+    rel_distance = positions[:, None] - positions[None, :]
+    threshold = torch.abs(L_multiplier * init_L)
+    pos_normalizer = torch.max(positions, threshold)[:, None]
+    rel_distance = torch.log(torch.abs(c * rel_distance) + 1)
+    pos_normalizer = torch.log(torch.abs(c * pos_normalizer) + 1) + eps
+    normalized = rel_distance / pos_normalizer
+    bias = mlp(normalized.unsqueeze(-1)).unsqueeze(0).permute(0, 3, 1, 2)
+    return bias, mlp, c, L_multiplier
+
+
+@pytest.mark.parametrize("c", [0.3, -0.7])
+def test_fire_and_its_gradients_against_the_papers_module_in_torch(c):
+    torch = require("torch")
+    heads, width, n = 3, 8, 12
+    p = fire_params(np.random.default_rng(11), heads, width)
+    p["c"] = c
+    init_l, l_mult = 6.0, 0.75  # threshold 4.5: queries 0..4 use it
+    bias, mlp, c_t, l_t = fire_witness(torch, heads, width, n, p, init_l, l_mult)
+    p["threshold"] = abs(init_l * l_mult)
+    w = bias.detach().numpy()[0]
+    for causal in [False, True]:
+        ours = fb.fire_bias(**p, q_len=n, causal=causal, dtype="float64")
+        keep = np.ones((n, n), bool) if not causal else np.tril(np.ones((n, n), bool))
+        np.testing.assert_allclose(ours[:, keep], w[:, keep], rtol=1e-13, atol=1e-14)
+    # gradients through the authors' parameters, upstream gradient on the past only
+    g = np.random.default_rng(12).standard_normal((2, heads, n, n))
+    g_past = g * np.tril(np.ones((n, n)))
+    (bias * torch.tensor(g_past.sum(axis=0))).sum().backward()
+    got = fg.fire_bias_grad(g, **p, causal=True)
+    np.testing.assert_allclose(got[0], mlp[0].weight.grad.numpy(), rtol=1e-11, atol=1e-12)
+    np.testing.assert_allclose(got[1], mlp[0].bias.grad.numpy(), rtol=1e-11, atol=1e-12)
+    np.testing.assert_allclose(got[2], mlp[2].weight.grad.numpy(), rtol=1e-11, atol=1e-12)
+    np.testing.assert_allclose(got[3], mlp[2].bias.grad.numpy(), rtol=1e-11, atol=1e-12)
+    assert got[4] == pytest.approx(c_t.grad.item(), rel=1e-11)
+    # threshold = |L_multiplier * init_L|: d/dL_multiplier = init_L * d/dthreshold
+    assert got[5] * init_l == pytest.approx(l_t.grad.item(), rel=1e-11)
+    assert got[5] != 0.0
+
+
+def test_fire_threshold_gradient_is_zero_when_every_query_is_past_it():
+    p = fire_params(np.random.default_rng(13))
+    p["threshold"] = 2.0
+    g = np.ones((3, 4, 4))
+    assert fg.fire_bias_grad(g, **p, q_offset=2)[5] == 0.0  # qpos 2..5 >= 2
+    assert fg.fire_bias_grad(g, **p, q_offset=1)[5] != 0.0  # qpos 1 < 2
+
+
+# ---------------------------------------------------------------- finite differences
+
+
+def _central(f, x, h):
+    grads = np.zeros(x.size)
+    for n in range(x.size):
+        up, down = x.copy(), x.copy()
+        up.flat[n] += h
+        down.flat[n] -= h
+        grads[n] = (f(up) - f(down)) / (2 * h)
+    return grads.reshape(x.shape)
+
+
+@pytest.mark.parametrize("kind", ["log", "power"])
+@pytest.mark.parametrize("causal", [True, False])
+def test_kerple_grad_against_finite_differences(kind, causal):
+    rng = np.random.default_rng(14)
+    g = rng.standard_normal((2, 3, 5, 8))
+    r1, r2 = np.array([0.6, 1.1, 0.3]), np.array([0.5, 1.5, 0.9])
+
+    def loss(a, b):
+        bias = fb.kerple_bias(a, b, 5, 8, kind=kind, causal=causal, q_offset=4, dtype="float64")
+        return float(np.sum(np.where(np.isinf(bias), 0.0, bias) * g))
+
+    g_r1, g_r2 = fg.kerple_bias_grad(g, r1, r2, kind=kind, causal=causal, q_offset=4)
+    np.testing.assert_allclose(g_r1, _central(lambda a: loss(a, r2), r1, 1e-6), rtol=1e-7)
+    np.testing.assert_allclose(g_r2, _central(lambda b: loss(r1, b), r2, 1e-6), rtol=1e-7)
+
+
+def test_kerple_grad_sums_by_columns_when_queries_outnumber_keys():
+    rng = np.random.default_rng(15)
+    g = rng.standard_normal((3, 9, 4))
+    by_cols = fg.kerple_bias_grad(g, R1, R2, causal=False, q_offset=0)
+    wide = fg.diagonal_sums(g)
+    assert wide.shape == (3, 12)
+    np.testing.assert_allclose(wide[:, 8], np.einsum("hii->h", g[:, :4, :]), rtol=1e-14)
+    # transposed: 4 queries, 9 keys (summed by rows), the same |distances|
+    by_rows = fg.kerple_bias_grad(g.transpose(0, 2, 1), R1, R2, causal=False, q_offset=0)
+    np.testing.assert_allclose(by_cols[0], by_rows[0], rtol=1e-12)
+    np.testing.assert_allclose(by_cols[1], by_rows[1], rtol=1e-12)
+
+
+def test_fire_grad_against_finite_differences():
+    rng = np.random.default_rng(16)
+    p = fire_params(rng, heads=2, width=5)
+    g = rng.standard_normal((2, 6, 7))
+    names = ["w1", "b1", "w2", "b2", "c", "threshold"]
+
+    def loss(**changes):
+        bias = fb.fire_bias(
+            **{**p, **changes}, q_len=6, k_len=7, q_offset=1, causal=False, dtype="float64"
+        )
+        return float(np.sum(bias * g))
+
+    got = fg.fire_bias_grad(g, **p, q_offset=1, causal=False)
+    for name, grad in zip(names, got):
+        x = np.asarray(p[name], dtype=np.float64)
+        num = _central(lambda y, name=name: loss(**{name: y if y.ndim else float(y)}), x, 1e-6)
+        np.testing.assert_allclose(grad, num, rtol=1e-6, atol=1e-8, err_msg=name)
+
+
+def test_grad_of_low_precision_scores_is_summed_in_float64():
+    rng = np.random.default_rng(17)
+    g = rng.standard_normal((2, 3, 4, 6)).astype(np.float32)
+    a = fg.kerple_bias_grad(g, R1, R2, kind="power")
+    b = fg.kerple_bias_grad(g.astype(np.float64).sum(axis=0), R1, R2, kind="power")
+    np.testing.assert_allclose(a[0], b[0], rtol=1e-13)
+    np.testing.assert_allclose(a[1], b[1], rtol=1e-13)
+
+
+# ---------------------------------------------------------------- torch and JAX objects
+
+
+def test_torch_tensors_in_and_out():
+    torch = require("torch")
+    got = fb.kerple_bias(torch.tensor(R1), torch.tensor(R2), 4, dtype=torch.float32)
+    assert isinstance(got, torch.Tensor) and got.dtype == torch.float32
+    assert_same_bits(got.numpy(), rf.kerple_bias(R1, R2, 4))
+    ml = require("ml_dtypes")
+    s = (torch.randn(2, 3, 4, 4, generator=torch.Generator().manual_seed(0)) * 4).bfloat16()
+    want = s.float().numpy().astype(ml.bfloat16)  # exact: the same bfloat16 values
+    out = fb.sandwich_bias(3, 4, dim=8, scores=s)  # bfloat16 tensors come in as bits
+    assert out is s
+    rf.sandwich_bias(3, 4, dim=8, scores=want)
+    assert_same_bits(s.view(torch.int16).numpy(), want.view(np.int16))
+    with pytest.raises(TypeError, match="r1"):
+        fb.kerple_bias(torch.tensor(R1, requires_grad=True), torch.tensor(R2), 4)
+
+
+def test_jax_arrays_in_and_out():
+    jnp = require("jax.numpy")
+    p = fire_params(np.random.default_rng(18))
+    args = {k: jnp.asarray(v) for k, v in p.items()}
+    got = fb.fire_bias(**args, q_len=5)
+    want = rf.fire_bias(**p, q_len=5)
+    np.testing.assert_allclose(np.asarray(got), want, rtol=1e-6, atol=1e-6)

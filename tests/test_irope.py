@@ -1,0 +1,206 @@
+"""Llama 4's iRoPE: the per-layer NoPE/RoPE pattern against transformers'
+Llama4 config and attention modules, the chunked mask against its masking
+utilities, hand-derived cases; bad input refused."""
+
+import numpy as np
+import pytest
+
+from posenc import _reference_newer as reference
+from posenc._irope import IRoPELayers, chunked_causal_mask, irope_layers
+
+# --- Llama 4's iRoPE pattern ---------------------------------------------------
+
+
+def _text_config(**kwargs):
+    transformers = pytest.importorskip("transformers")
+    base = dict(
+        hidden_size=16,
+        intermediate_size=32,
+        intermediate_size_mlp=32,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=8,
+        num_local_experts=2,
+        vocab_size=32,
+    )
+    base.update(kwargs)
+    return transformers.Llama4TextConfig(**base)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        dict(num_hidden_layers=8),
+        dict(num_hidden_layers=7, no_rope_layer_interval=3),
+        dict(num_hidden_layers=5, no_rope_layers=[1, 0, 0, 1, 1]),
+        dict(
+            num_hidden_layers=3,
+            no_rope_layers=[0, 1, 1, 0],
+            layer_types=["full_attention", "chunked_attention", "full_attention"],
+        ),
+        dict(num_hidden_layers=4, attention_chunk_size=None),
+        dict(num_hidden_layers=6, interleave_moe_layer_step=2, use_qk_norm=False),
+        dict(num_hidden_layers=4, no_rope_layers=[]),
+    ],
+)
+def test_irope_layers_match_transformers_config_and_modules(kwargs):
+    pytest.importorskip("torch")
+    from transformers.models.llama4 import modeling_llama4
+
+    config = _text_config(**kwargs)
+    got = irope_layers(config)
+    assert isinstance(got, IRoPELayers)
+    layers = config.num_hidden_layers
+    attn = [modeling_llama4.Llama4TextAttention(config, i) for i in range(layers)]
+    assert got.rope == tuple(bool(a.use_rope) for a in attn)
+    assert got.qk_norm == tuple(hasattr(a, "qk_norm") for a in attn)
+    assert got.temperature_tuning == tuple(
+        a.attn_temperature_tuning and not a.use_rope for a in attn
+    )
+    assert got.layer_types == tuple(config.layer_types[:layers])
+    assert got.moe == tuple(i in config.moe_layers for i in range(layers))
+    assert got.attention_chunk_size == config.attention_chunk_size
+    # the same from the dict of its keys, and from the twin
+    assert irope_layers(kwargs | {"num_hidden_layers": layers}) == got
+    flags, nope = reference.irope_rope_layers(
+        layers, kwargs.get("no_rope_layers"), kwargs.get("no_rope_layer_interval", 4)
+    )
+    assert list(got.rope) == flags and list(got.nope_layers) == nope
+
+
+def test_irope_layers_of_llama4_config_reads_text_config():
+    transformers = pytest.importorskip("transformers")
+    text = _text_config(num_hidden_layers=8, no_rope_layer_interval=2)
+    full = transformers.Llama4Config(text_config=text.to_dict())
+    assert irope_layers(full) == irope_layers(text)
+    assert irope_layers(
+        {"text_config": {"num_hidden_layers": 8, "no_rope_layer_interval": 2}}
+    ) == irope_layers(text)
+
+
+def test_irope_layers_take_arrays_of_flags():
+    flags = np.array([1, 1, 0, 1, 0])
+    got = irope_layers({"num_hidden_layers": 5, "no_rope_layers": flags})
+    assert got.nope_layers == (2, 4)
+    assert irope_layers(
+        {"num_hidden_layers": 4, "no_rope_layers": np.array([], int)}
+    ).nope_layers == (3,)
+
+
+def test_irope_layers_hand_derived_scout_defaults():
+    # Llama4TextConfig's defaults: 48 layers, every 4th NoPE, chunks of 8192.
+    got = irope_layers({})
+    assert got.nope_layers == tuple(range(3, 48, 4))
+    assert got.layer_types[:4] == ("chunked_attention",) * 3 + ("full_attention",)
+    assert got.attention_chunk_size == 8192
+    assert str(got).endswith("RRRN" * 12 + ")")
+
+
+def test_irope_layers_bad_config_names_the_key():
+    with pytest.raises(TypeError, match="config"):
+        irope_layers(42)
+    with pytest.raises(ValueError, match="no_rope_layers"):
+        irope_layers({"num_hidden_layers": 4, "no_rope_layers": [1, 0]})
+    with pytest.raises(ValueError, match="no_rope_layers"):
+        irope_layers({"num_hidden_layers": 2, "no_rope_layers": [1, 2]})
+    with pytest.raises(ValueError, match="attention_chunk_size"):
+        irope_layers({"num_hidden_layers": 2, "attention_chunk_size": 0})
+    with pytest.raises(ValueError, match="layer_types"):
+        irope_layers(
+            {"num_hidden_layers": 2, "layer_types": ["full_attention", "sliding_attention"]}
+        )
+    with pytest.raises(ValueError, match="attention_chunk_size"):
+        irope_layers(
+            {
+                "num_hidden_layers": 1,
+                "attention_chunk_size": None,
+                "layer_types": ["chunked_attention"],
+            }
+        )
+    with pytest.raises(ValueError, match="no_rope_layers"):
+        irope_layers({"num_hidden_layers": 2, "no_rope_layers": [1, 0, 1]})
+    with pytest.raises(ValueError, match="layer_types"):
+        irope_layers({"num_hidden_layers": 2, "layer_types": ["full_attention"] * 3})
+    with pytest.raises(TypeError, match="no_rope_layers"):
+        irope_layers({"num_hidden_layers": 2, "no_rope_layers": "11"})
+    with pytest.raises(TypeError, match="no_rope_layers"):
+        irope_layers({"num_hidden_layers": 2, "no_rope_layers": 1})
+    with pytest.raises(ValueError, match="no_rope_layer_interval"):
+        irope_layers({"num_hidden_layers": 2, "no_rope_layer_interval": 0})
+
+
+# --- the chunked mask -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("q_len,chunk", [(1, 1), (7, 3), (12, 4), (5, 8)])
+def test_chunked_mask_matches_transformers_prefill(q_len, chunk):
+    torch = pytest.importorskip("torch")
+    from transformers.masking_utils import create_chunked_causal_mask
+
+    config = _text_config(num_hidden_layers=4, attention_chunk_size=chunk)
+    config._attn_implementation = "eager"
+    embeds = torch.zeros(1, q_len, 16)
+    mask = create_chunked_causal_mask(
+        config=config,
+        inputs_embeds=embeds,
+        attention_mask=None,
+        cache=None,
+        position_ids=torch.arange(q_len)[None],
+    )
+    want = (mask[0, 0] == 0).numpy()  # eager: 0 where seen, -inf where not
+    got = chunked_causal_mask(q_len, chunk_size=chunk)
+    assert got.dtype == np.bool_ and got.shape == (q_len, q_len)
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(got, reference.chunked_causal_mask(q_len, q_len, chunk, 0))
+
+
+@pytest.mark.parametrize("q_len,k_len,chunk", [(1, 9, 4), (3, 11, 4), (2, 5, 2), (1, 8, 8)])
+def test_chunked_mask_decoding_matches_transformers_mask_function(q_len, k_len, chunk):
+    torch = pytest.importorskip("torch")
+    from transformers.masking_utils import chunked_causal_mask_function, sdpa_mask
+
+    q_offset = k_len - q_len
+    fn = chunked_causal_mask_function(chunk, torch.zeros(1, dtype=torch.long))
+    want = sdpa_mask(
+        batch_size=1,
+        q_length=q_len,
+        kv_length=k_len,
+        q_offset=q_offset,
+        kv_offset=0,
+        mask_function=fn,
+        allow_is_causal_skip=False,
+    )[0, 0].numpy()
+    np.testing.assert_array_equal(chunked_causal_mask(q_len, k_len, chunk_size=chunk), want)
+    np.testing.assert_array_equal(
+        chunked_causal_mask(q_len, chunk_size=chunk, q_offset=q_offset), want
+    )
+
+
+def test_chunked_mask_hand_derived():
+    want = np.array(
+        [
+            [1, 0, 0, 0, 0],
+            [1, 1, 0, 0, 0],
+            [0, 0, 1, 0, 0],
+            [0, 0, 1, 1, 0],
+            [0, 0, 0, 0, 1],
+        ],
+        dtype=bool,
+    )
+    np.testing.assert_array_equal(chunked_causal_mask(5, chunk_size=2), want)
+    np.testing.assert_array_equal(chunked_causal_mask(2, 5, chunk_size=2), want[3:])
+
+
+def test_chunked_mask_bad_input_names_the_argument():
+    with pytest.raises(ValueError, match="chunk_size"):
+        chunked_causal_mask(3, chunk_size=0)
+    with pytest.raises(TypeError, match="chunk_size"):
+        chunked_causal_mask(3, chunk_size=2.0)
+    with pytest.raises(ValueError, match="q_len"):
+        chunked_causal_mask(0, chunk_size=2)
+    with pytest.raises(ValueError, match="k_len"):
+        chunked_causal_mask(4, 3, chunk_size=2)
+    with pytest.raises(ValueError, match="q_offset"):
+        chunked_causal_mask(4, chunk_size=2, q_offset=-1)
+    with pytest.raises(ValueError, match="q_len"):
+        chunked_causal_mask(2**40, chunk_size=2)

@@ -1,0 +1,154 @@
+"""Position-id samplers (randomized positions, PoSE): against the twins and
+the papers' definitions, as positions of apply_rope, sinusoid and the
+relative buckets; bad input refused."""
+
+import numpy as np
+import pytest
+
+import posenc
+from posenc import _reference_newer as reference
+from posenc._samplers import pose_position_ids, randomized_position_ids
+
+# --- randomized positional encodings (Ruoss et al. 2023) ----------------------
+
+
+def test_randomized_matches_reference_row_by_row():
+    got = randomized_position_ids(6, 40, batch=3, seed=7)
+    rng = np.random.default_rng(7)
+    want = np.stack([reference.randomized_position_ids(6, 40, rng) for _ in range(3)])
+    assert got.dtype == np.int64 and got.shape == (3, 6)
+    np.testing.assert_array_equal(got, want)
+
+
+def test_randomized_is_sorted_distinct_and_in_range():
+    ids = randomized_position_ids(50, 64, batch=20, seed=1)
+    assert (np.diff(ids, axis=-1) > 0).all()
+    assert ids.min() >= 0 and ids.max() < 64
+
+
+def test_randomized_full_draw_is_every_position():
+    np.testing.assert_array_equal(randomized_position_ids(9, 9, seed=0), np.arange(9))
+    assert randomized_position_ids(0, 5, seed=0).shape == (0,)
+
+
+def test_randomized_covers_the_whole_range():
+    # Positions are drawn from all of range(max_len), not only the first n.
+    ids = randomized_position_ids(3, 30, batch=200, seed=2)
+    assert set(np.unique(ids)) == set(range(30))
+
+
+def test_randomized_deterministic_given_seed_and_generator():
+    a = randomized_position_ids(5, 100, batch=2, seed=123)
+    b = randomized_position_ids(5, 100, batch=2, seed=123)
+    np.testing.assert_array_equal(a, b)
+    g1, g2 = np.random.default_rng(5), np.random.default_rng(5)
+    np.testing.assert_array_equal(
+        randomized_position_ids(5, 100, seed=g1), randomized_position_ids(5, 100, seed=g2)
+    )
+    # The caller's generator is advanced: a second draw differs.
+    assert not np.array_equal(
+        randomized_position_ids(5, 100, seed=g1), randomized_position_ids(5, 100, seed=5)
+    )
+
+
+def test_randomized_bad_input_names_the_argument():
+    with pytest.raises(ValueError, match="n must be <= max_len"):
+        randomized_position_ids(11, 10)
+    with pytest.raises(ValueError, match="max_len"):
+        randomized_position_ids(0, 0)
+    with pytest.raises(ValueError, match="n"):
+        randomized_position_ids(-1, 10)
+    with pytest.raises(TypeError, match="n"):
+        randomized_position_ids(2.0, 10)
+    with pytest.raises(ValueError, match="batch"):
+        randomized_position_ids(2, 10, batch=0)
+    with pytest.raises(TypeError, match="seed"):
+        randomized_position_ids(2, 10, seed="x")
+    with pytest.raises(ValueError, match="seed"):
+        randomized_position_ids(2, 10, seed=-1)
+    with pytest.raises(TypeError, match="seed"):
+        randomized_position_ids(2, 10, seed=np.random.RandomState(0))
+
+
+# --- PoSE (Zhu et al. 2023) ---------------------------------------------------
+
+
+def test_pose_matches_reference_row_by_row():
+    got = pose_position_ids(8, 50, batch=4, seed=3)
+    rng = np.random.default_rng(3)
+    want = np.stack([reference.pose_position_ids(8, 50, rng) for _ in range(4)])
+    assert got.dtype == np.int64 and got.shape == (4, 8)
+    np.testing.assert_array_equal(got, want)
+
+
+def _chunks(row):
+    """(length of the first chunk, skip of the second) of one PoSE row."""
+    jumps = np.flatnonzero(np.diff(row) != 1)
+    assert len(jumps) <= 1, row
+    first = int(jumps[0]) + 1 if len(jumps) else len(row)
+    return first, int(row[-1] - (len(row) - 1))
+
+
+def test_pose_two_chunks_as_train_pose_draws_them():
+    n, target = 9, 30
+    ids = pose_position_ids(n, target, batch=400, seed=4)
+    assert (ids[:, 0] == 0).all()  # the first chunk's skip is 0
+    assert (np.diff(ids, axis=-1) >= 1).all() and ids.max() <= target - 1
+    firsts, skips = zip(*(_chunks(r) for r in ids))
+    # A row whose skip is 0 is one run, so its first chunk is not seen.
+    seen = {f for f, s in zip(firsts, skips) if s}
+    assert seen == set(range(1, (n + 1) // 2 + 1))  # randint(1, (n + 1) // 2)
+    assert set(skips) == set(range(0, target - n + 1))  # randint(0, target - n)
+
+
+def test_pose_hand_derived_edges():
+    # n == target: no room to skip, the ids are 0..n-1.
+    np.testing.assert_array_equal(pose_position_ids(5, 5, seed=0), np.arange(5))
+    # n == 1: one token at 0 (first chunk of 1, empty second chunk).
+    np.testing.assert_array_equal(
+        pose_position_ids(1, 100, batch=3, seed=0), np.zeros((3, 1), np.int64)
+    )
+
+
+def test_pose_deterministic_given_seed():
+    np.testing.assert_array_equal(
+        pose_position_ids(16, 256, seed=9), pose_position_ids(16, 256, seed=9)
+    )
+
+
+def test_pose_bad_input_names_the_argument():
+    with pytest.raises(ValueError, match="n must be <= target_len"):
+        pose_position_ids(10, 9)
+    with pytest.raises(ValueError, match="n"):
+        pose_position_ids(0, 9)
+    with pytest.raises(TypeError, match="target_len"):
+        pose_position_ids(4, "9")
+    with pytest.raises(ValueError, match="batch"):
+        pose_position_ids(4, 9, batch=-2)
+
+
+# --- the ids work as positions -------------------------------------------------
+
+
+@pytest.mark.parametrize("sampler", [randomized_position_ids, pose_position_ids])
+def test_sampled_ids_work_as_positions(sampler):
+    ids = sampler(6, 64, batch=2, seed=10)
+    x = np.random.default_rng(11).normal(size=(2, 3, 6, 8))
+    got = posenc.apply_rope(x, ids)
+    want = posenc.reference.apply_rope(x, ids[:, None, :])
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+    table = posenc.sinusoid(ids[0], 8, dtype=np.float64)
+    np.testing.assert_allclose(
+        table, posenc.reference.sinusoid(ids[0].astype(float), 8), atol=1e-12
+    )
+    rel = ids[0][None, :] - ids[0][:, None]
+    buckets = posenc.relative_position_bucket(
+        rel, bidirectional=True, num_buckets=32, max_distance=64
+    )
+    want_b = posenc.reference.relative_position_bucket(
+        rel, bidirectional=True, num_buckets=32, max_distance=64
+    )
+    np.testing.assert_array_equal(buckets, want_b)
+    np.testing.assert_array_equal(
+        posenc.deberta_log_bucket(rel, 8, 64), posenc.reference.deberta_log_bucket(rel, 8, 64)
+    )
