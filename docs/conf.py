@@ -74,7 +74,13 @@ GROUPS = [
     # a module's names (also in posenc.__all__) under the module's own name
     (
         "Position ids: ``posenc.positions``",
-        ["positions_from_cu_seqlens", "mrope_position_ids", "vision_position_ids"],
+        [
+            "positions_from_cu_seqlens",
+            "mrope_position_ids",
+            "vision_position_ids",
+            "randomized_position_ids",
+            "pose_position_ids",
+        ],
         "positions",
     ),
     (
@@ -86,6 +92,18 @@ GROUPS = [
             "relative_position_bucket",
             "t5_bias",
             "relative_positions",
+        ],
+    ),
+    (
+        "Encodings since 2022",
+        [
+            "kerple_bias",
+            "sandwich_bias",
+            "fire_bias",
+            "cope_bias",
+            "complex_order_embedding",
+            "irope_layers",
+            "chunked_causal_mask",
         ],
     ),
     (

@@ -21,6 +21,12 @@ their own kind out, see the README's "With PyTorch and JAX"):
   (:func:`deberta_log_bucket`, :func:`deberta_relative_positions`,
   :func:`deberta_attention_bias`), Shaw et al. (:func:`shaw_key_term`,
   :func:`shaw_value_term`) and TUPE (:func:`tupe_bias`).
+- The encodings researchers compare against since 2022: KERPLE
+  (:func:`kerple_bias`), Sandwich (:func:`sandwich_bias`), FIRE
+  (:func:`fire_bias`), CoPE (:func:`cope_bias`), complex-order embeddings
+  (:func:`complex_order_embedding`), Llama 4's iRoPE (:func:`irope_layers`,
+  :func:`chunked_causal_mask`), and position ids sampled for length
+  generalisation (:func:`randomized_position_ids`, :func:`pose_position_ids`).
 
 Analyses (:mod:`posenc.probe`): what a position embedding has learned, after
 Wang & Chen, "What Do Position Embeddings Learn?" (EMNLP 2020).
@@ -53,6 +59,7 @@ except ImportError as _exc:  # as NumPy does: say what to do, not only what fail
 
 from . import positions, probe, reference
 from ._config import config, get_num_threads, set_num_threads, show_config, simd_path
+from ._irope import chunked_causal_mask, irope_layers
 from ._version import __version__
 from .bias import (
     alibi_bias,
@@ -62,6 +69,10 @@ from .bias import (
     relative_positions,
     t5_bias,
 )
+from .complex_order import complex_order_embedding
+from .cope import cope_bias
+from .functional_bias import fire_bias, kerple_bias, sandwich_bias
+from .positions import pose_position_ids, randomized_position_ids
 from .relative import (
     deberta_attention_bias,
     deberta_log_bucket,
@@ -93,21 +104,30 @@ __all__ = [
     "alibi_slopes",
     "apply_rope",
     "attention_temperature",
+    "chunked_causal_mask",
+    "complex_order_embedding",
     "config",
+    "cope_bias",
     "deberta_attention_bias",
     "deberta_log_bucket",
     "deberta_relative_positions",
+    "fire_bias",
     "get_num_threads",
+    "irope_layers",
+    "kerple_bias",
     "mrope_position_ids",
     "permute_rope_weight",
+    "pose_position_ids",
     "positions",
     "positions_from_cu_seqlens",
     "probe",
+    "randomized_position_ids",
     "reference",
     "relative_position_bucket",
     "relative_positions",
     "rope_cos_sin",
     "rope_frequencies",
+    "sandwich_bias",
     "set_num_threads",
     "shaw_key_term",
     "shaw_value_term",

@@ -29,10 +29,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from numbers import Integral
+from typing import Any, Optional
 
 import numpy as np
 
 from . import _validate
+from ._typing import NDArray
 
 __all__ = ["IRoPELayers", "chunked_causal_mask", "irope_layers"]
 
@@ -136,7 +138,7 @@ def _flag(value, name):
     return bool(value)
 
 
-def irope_layers(config):
+def irope_layers(config: Any) -> IRoPELayers:
     """Which layers of a Llama 4 text model use RoPE, and their masks.
 
     Parameters
@@ -215,7 +217,13 @@ def irope_layers(config):
     )
 
 
-def chunked_causal_mask(q_len, k_len=None, *, chunk_size, q_offset=None):
+def chunked_causal_mask(
+    q_len: int,
+    k_len: Optional[int] = None,
+    *,
+    chunk_size: int,
+    q_offset: Optional[int] = None,
+) -> NDArray[np.bool_]:
     """The boolean mask of Llama 4's chunked-attention (RoPE) layers.
 
     ``mask[i, j]`` is True where query ``i`` (at position ``q_offset + i``)

@@ -22,9 +22,12 @@ ids; the caller's generator is advanced, never replaced.
 
 from __future__ import annotations
 
+from typing import Any, Optional
+
 import numpy as np
 
 from . import _validate
+from ._typing import NDArray
 
 __all__ = ["pose_position_ids", "randomized_position_ids"]
 
@@ -48,7 +51,9 @@ def _batch(batch):
     return None if batch is None else _validate.integer(batch, "batch", minimum=1)
 
 
-def randomized_position_ids(n, max_len, *, batch=None, seed=None):
+def randomized_position_ids(
+    n: int, max_len: int, *, batch: Optional[int] = None, seed: Any = None
+) -> NDArray[np.int64]:
     """Sorted random position ids (Ruoss et al. 2023).
 
     Parameters
@@ -83,7 +88,9 @@ def randomized_position_ids(n, max_len, *, batch=None, seed=None):
     return ids[0] if batch is None else ids
 
 
-def pose_position_ids(n, target_len, *, batch=None, seed=None):
+def pose_position_ids(
+    n: int, target_len: int, *, batch: Optional[int] = None, seed: Any = None
+) -> NDArray[np.int64]:
     """Skip-wise position ids of PoSE (Zhu et al. 2023), two chunks.
 
     The ``n`` tokens of a training window are cut into a first chunk of

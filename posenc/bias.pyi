@@ -4,7 +4,7 @@ The keyword options several signatures share are declared once, as the
 TypedDicts below (``**options: Unpack[...]`` reads as those keywords).
 """
 
-from typing import Any, Generic, Optional, TypedDict, overload
+from typing import Any, Generic, Optional, Tuple, TypedDict, overload
 
 import numpy as np
 from typing_extensions import Required, Unpack
@@ -121,3 +121,9 @@ def _t5_bias(
     out: Any,
     single: bool = False,
 ) -> Any: ...
+
+# used by posenc.functional_bias
+def _lengths(q_len: Any, k_len: Any) -> Tuple[int, int]: ...
+def _offset(q_offset: Any, default: int = 0) -> int: ...
+def _scores(scores: Any, shape: Tuple[int, ...], dtype: Any) -> NDArray[Any]: ...
+def _rounded(values: NDArray[np.float64], dtype: Any) -> NDArray[Any]: ...

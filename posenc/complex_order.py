@@ -21,9 +21,12 @@ dtype, so long positions keep their accuracy.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from . import _validate
+from ._typing import ArrayLike
 
 __all__ = ["complex_order_embedding", "complex_order_embedding_grad"]
 
@@ -85,7 +88,15 @@ def _phase(ids, pos, w, theta):
     return pos[..., None] * w.astype(np.float64)[ids] + theta.astype(np.float64)[ids]
 
 
-def complex_order_embedding(token_ids, positions, amplitude, frequency, phase, *, as_complex=False):
+def complex_order_embedding(
+    token_ids: ArrayLike,
+    positions: ArrayLike,
+    amplitude: ArrayLike,
+    frequency: ArrayLike,
+    phase: ArrayLike,
+    *,
+    as_complex: bool = False,
+) -> Any:
     """The complex-order embeddings ``r[t] exp(i (w[t] pos + theta[t]))``.
 
     Parameters

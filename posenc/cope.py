@@ -25,9 +25,12 @@ Everything is computed in float64 and rounded once to the result dtype.
 
 from __future__ import annotations
 
+from typing import Any, Optional
+
 import numpy as np
 
 from . import _validate
+from ._typing import Array, ArrayLike, NDArray
 
 __all__ = ["cope_bias", "cope_bias_grad"]
 
@@ -132,7 +135,15 @@ def _forward(a):
     return sig, pos, lo, hi, w, e, z_hi, z_lo
 
 
-def cope_bias(query, attn_logits, pos_emb, *, causal=True, q_offset=None, scores=None):
+def cope_bias(
+    query: ArrayLike,
+    attn_logits: ArrayLike,
+    pos_emb: ArrayLike,
+    *,
+    causal: bool = True,
+    q_offset: Optional[int] = None,
+    scores: Optional[Array] = None,
+) -> NDArray[Any]:
     """CoPE's position logits, ``z_i(p_ij)``, or their add into `scores`.
 
     Parameters

@@ -17,8 +17,15 @@ import numpy as np
 
 from . import _validate as v
 from ._interop import foreign
+from ._samplers import pose_position_ids, randomized_position_ids
 
-__all__ = ["mrope_position_ids", "positions_from_cu_seqlens", "vision_position_ids"]
+__all__ = [
+    "mrope_position_ids",
+    "pose_position_ids",
+    "positions_from_cu_seqlens",
+    "randomized_position_ids",
+    "vision_position_ids",
+]
 
 
 def _named_seq_axis(axes, seq_axis, ndim):

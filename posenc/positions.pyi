@@ -51,3 +51,13 @@ def vision_position_ids(grids: np.ndarray, **options: Unpack[_Vision]) -> _Ids: 
 def vision_position_ids(grids: ArrayT, **options: Unpack[_Vision]) -> ArrayT: ...
 @overload
 def vision_position_ids(grids: ArrayLike, **options: Unpack[_Vision]) -> _Ids: ...
+
+# sampled for length generalisation (posenc._samplers)
+_Seed = Optional[int | np.random.SeedSequence | np.random.Generator]
+
+def randomized_position_ids(
+    n: int, max_len: int, *, batch: Optional[int] = None, seed: _Seed = None
+) -> _Ids: ...
+def pose_position_ids(
+    n: int, target_len: int, *, batch: Optional[int] = None, seed: _Seed = None
+) -> _Ids: ...

@@ -881,3 +881,16 @@ def tupe_bias(pos_q, pos_k, *, rel_table=None, max_distance=128, untie_cls=True,
         a = a + np.moveaxis(table[buckets], -1, 0)
     dtypes = [pq, pk] + ([] if rel_table is None else [np.asarray(rel_table)])
     return _rel_result([a], scores, np.result_type(*dtypes))
+
+
+# the encodings since 2022, written out in their own files (the biases' twin
+# reads _add_or_return above, hence at the end)
+from ._reference_functional import fire_bias, kerple_bias, sandwich_bias  # noqa: E402, F401
+from ._reference_newer import (  # noqa: E402, F401
+    chunked_causal_mask,
+    complex_order_embedding,
+    cope_bias,
+    irope_rope_layers,
+    pose_position_ids,
+    randomized_position_ids,
+)

@@ -63,87 +63,107 @@ def xl_relative_table(
     q_len: int, k_len: int | None = None, dim: int | None = None, *, attn_type: str = "bi",
     bi_data: bool = False, clamp_len: int | None = None, base: float = 10000.0,
     dtype: DTypeLike | None = None,
+    device: Any = None,
 ) -> NDArray[Any]: ...
 
 @overload
 def xl_position_term(
     q: np.ndarray, r: ArrayLike, *, bias: ArrayLike | None = None, k_len: int | None = None,
     q_offset: int | None = None, causal: bool = False, scores: Array | None = None,
+    device: Any = None,
 ) -> NDArray[Any]: ...
 @overload
 def xl_position_term(
     q: ArrayT, r: ArrayLike, *, bias: ArrayLike | None = None, k_len: int | None = None,
     q_offset: int | None = None, causal: bool = False, scores: Array | None = None,
+    device: Any = None,
 ) -> ArrayT: ...
 @overload
 def xl_position_term(
     q: ArrayLike, r: ArrayLike, *, bias: ArrayLike | None = None, k_len: int | None = None,
     q_offset: int | None = None, causal: bool = False, scores: Array | None = None,
+    device: Any = None,
 ) -> NDArray[Any]: ...
 
 @overload
 def xl_content_bias(
     k: np.ndarray, bias: ArrayLike, *, scores: Array | None = None,
+    device: Any = None,
 ) -> NDArray[Any]: ...
 @overload
-def xl_content_bias(k: ArrayT, bias: ArrayLike, *, scores: Array | None = None) -> ArrayT: ...
+def xl_content_bias(
+    k: ArrayT, bias: ArrayLike, *, scores: Array | None = None,
+    device: Any = None,
+) -> ArrayT: ...
 @overload
 def xl_content_bias(
     k: ArrayLike, bias: ArrayLike, *, scores: Array | None = None,
+    device: Any = None,
 ) -> NDArray[Any]: ...
 
 def tener_relative_table(
     length: int, dim: int, *, base: float = 10000.0, dtype: DTypeLike | None = None,
+    device: Any = None,
 ) -> NDArray[Any]: ...
 
 @overload
 def tener_position_term(
     q: np.ndarray, k: ArrayLike, table: ArrayLike, *, v: ArrayLike | None = None,
     key_term: bool = True, scores: Array | None = None,
+    device: Any = None,
 ) -> NDArray[Any]: ...
 @overload
 def tener_position_term(
     q: ArrayT, k: ArrayLike, table: ArrayLike, *, v: ArrayLike | None = None, key_term: bool = True,
     scores: Array | None = None,
+    device: Any = None,
 ) -> ArrayT: ...
 @overload
 def tener_position_term(
     q: ArrayLike, k: ArrayLike, table: ArrayLike, *, v: ArrayLike | None = None,
     key_term: bool = True, scores: Array | None = None,
+    device: Any = None,
 ) -> NDArray[Any]: ...
 
 @overload
 def tener_scores(
     q: np.ndarray, k: ArrayLike, table: ArrayLike, *, u: ArrayLike | None = None,
     v: ArrayLike | None = None, scale: bool = False, key_term: bool = True,
+    device: Any = None,
 ) -> NDArray[Any]: ...
 @overload
 def tener_scores(
     q: ArrayT, k: ArrayLike, table: ArrayLike, *, u: ArrayLike | None = None,
     v: ArrayLike | None = None, scale: bool = False, key_term: bool = True,
+    device: Any = None,
 ) -> ArrayT: ...
 @overload
 def tener_scores(
     q: ArrayLike, k: ArrayLike, table: ArrayLike, *, u: ArrayLike | None = None,
     v: ArrayLike | None = None, scale: bool = False, key_term: bool = True,
+    device: Any = None,
 ) -> NDArray[Any]: ...
 
 @overload
 def deberta_log_bucket(
     relative_pos: np.ndarray, bucket_size: int, max_position: int, *, precision: str = "float32",
+    device: Any = None,
 ) -> NDArray[np.int64]: ...
 @overload
 def deberta_log_bucket(
     relative_pos: ArrayT, bucket_size: int, max_position: int, *, precision: str = "float32",
+    device: Any = None,
 ) -> ArrayT: ...
 @overload
 def deberta_log_bucket(
     relative_pos: ArrayLike, bucket_size: int, max_position: int, *, precision: str = "float32",
+    device: Any = None,
 ) -> NDArray[np.int64]: ...
 
 def deberta_relative_positions(
     q_len: int, k_len: int | None = None, *, bucket_size: int = -1, max_position: int = -1,
     q_offset: int = 0, precision: str = "float32",
+    device: Any = None,
 ) -> NDArray[np.int64]: ...
 
 @overload
@@ -152,12 +172,14 @@ def deberta_attention_bias(
     pos_query: ArrayLike | None = None, *, position_buckets: int = -1,
     max_relative_positions: int = 512, q_offset: int = 0, scale_factor: float | None = None,
     precision: str = "float32", scores: Array | None = None,
+    device: Any = None,
 ) -> NDArray[Any]: ...
 @overload
 def deberta_attention_bias(
     q: ArrayT, k: ArrayLike, pos_key: ArrayLike | None = None, pos_query: ArrayLike | None = None,
     *, position_buckets: int = -1, max_relative_positions: int = 512, q_offset: int = 0,
     scale_factor: float | None = None, precision: str = "float32", scores: Array | None = None,
+    device: Any = None,
 ) -> ArrayT: ...
 @overload
 def deberta_attention_bias(
@@ -165,49 +187,59 @@ def deberta_attention_bias(
     pos_query: ArrayLike | None = None, *, position_buckets: int = -1,
     max_relative_positions: int = 512, q_offset: int = 0, scale_factor: float | None = None,
     precision: str = "float32", scores: Array | None = None,
+    device: Any = None,
 ) -> NDArray[Any]: ...
 
 @overload
 def shaw_key_term(
     q: np.ndarray, rel_keys: ArrayLike, *, max_distance: int, k_len: int | None = None,
     q_offset: int | None = None, scores: Array | None = None,
+    device: Any = None,
 ) -> NDArray[Any]: ...
 @overload
 def shaw_key_term(
     q: ArrayT, rel_keys: ArrayLike, *, max_distance: int, k_len: int | None = None,
     q_offset: int | None = None, scores: Array | None = None,
+    device: Any = None,
 ) -> ArrayT: ...
 @overload
 def shaw_key_term(
     q: ArrayLike, rel_keys: ArrayLike, *, max_distance: int, k_len: int | None = None,
     q_offset: int | None = None, scores: Array | None = None,
+    device: Any = None,
 ) -> NDArray[Any]: ...
 
 @overload
 def shaw_value_term(
     weights: np.ndarray, rel_values: ArrayLike, *, max_distance: int, q_offset: int | None = None,
+    device: Any = None,
 ) -> NDArray[Any]: ...
 @overload
 def shaw_value_term(
     weights: ArrayT, rel_values: ArrayLike, *, max_distance: int, q_offset: int | None = None,
+    device: Any = None,
 ) -> ArrayT: ...
 @overload
 def shaw_value_term(
     weights: ArrayLike, rel_values: ArrayLike, *, max_distance: int, q_offset: int | None = None,
+    device: Any = None,
 ) -> NDArray[Any]: ...
 
 @overload
 def tupe_bias(
     pos_q: np.ndarray, pos_k: ArrayLike, *, rel_table: ArrayLike | None = None,
     max_distance: int = 128, untie_cls: bool = True, scores: Array | None = None,
+    device: Any = None,
 ) -> NDArray[Any]: ...
 @overload
 def tupe_bias(
     pos_q: ArrayT, pos_k: ArrayLike, *, rel_table: ArrayLike | None = None, max_distance: int = 128,
     untie_cls: bool = True, scores: Array | None = None,
+    device: Any = None,
 ) -> ArrayT: ...
 @overload
 def tupe_bias(
     pos_q: ArrayLike, pos_k: ArrayLike, *, rel_table: ArrayLike | None = None,
     max_distance: int = 128, untie_cls: bool = True, scores: Array | None = None,
+    device: Any = None,
 ) -> NDArray[Any]: ...

@@ -79,7 +79,9 @@
     PE_SPECIALISE_ONE(table##_##l##_f64, body, params, args, l, PE_F64)                            \
     PE_SPECIALISE_ONE(table##_##l##_bf16, body, params, args, l, PE_BF16)
 #define PE_SPECIALISE_ROW(table, l)                                                                \
-    {table##_##l##_f16, table##_##l##_f32, table##_##l##_f64, table##_##l##_bf16}
+    {                                                                                              \
+        table##_##l##_f16, table##_##l##_f32, table##_##l##_f64, table##_##l##_bf16                \
+    }
 #define PE_SPECIALISE_ROPE(type, table, body, params, args)                                        \
     PE_SPECIALISE_LAYOUT(table, body, params, args, 0)                                             \
     PE_SPECIALISE_LAYOUT(table, body, params, args, 1)                                             \

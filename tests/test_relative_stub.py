@@ -75,12 +75,11 @@ def test_the_module_has_its_twelve_public_functions():
 def test_each_public_function_is_in_the_stub_with_its_parameters(name):
     nodes = stub_defs(name)
     assert nodes, f"{name} is missing from {STUB.name}"
-    # the run-time signature, without the device= the torch/JAX routing adds
+    # the run-time signature, with the device= the torch/JAX routing adds
     signature = inspect.signature(getattr(rel, name))
     want = [
         (p.name, p.kind.name, None if p.default is inspect.Parameter.empty else p.default)
         for p in signature.parameters.values()
-        if p.name != "device"
     ]
     for node in nodes:
         assert parameters(node) == want, f"{name} (stub line {node.lineno})"
