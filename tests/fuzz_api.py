@@ -525,6 +525,15 @@ def g_xl_relative_table(rng, n, dt):
     )
 
 
+def _maybe_scores(rng, p, shape):
+    """Sometimes (0.4) scores= of `shape` (a callable: drawn only then) into
+    `p`: the sink's name, else None."""
+    if not _maybe(rng, 0.4):
+        return None
+    p["scores"] = _scores(rng, shape() if callable(shape) else shape)
+    return "scores"
+
+
 def g_xl_position_term(rng, n, dt):
     b, h, q, k, d = n(1, 2), n(1, 3), n(0, 5), n(0, 7), 2 * n(1, 4)
     rows = k + q + int(rng.integers(0, 3))
@@ -539,9 +548,7 @@ def g_xl_position_term(rng, n, dt):
         p["q_offset"] = int(rng.integers(0, max(1, rows - q)))
     if _maybe(rng, 0.3):
         p["causal"] = True
-    sink = None
-    if _maybe(rng, 0.4):
-        p["scores"], sink = _scores(rng, (b, h, q, k)), "scores"
+    sink = _maybe_scores(rng, p, (b, h, q, k))
     return Case(
         "xl_position_term",
         ["q", "r"],
@@ -557,9 +564,7 @@ def g_xl_position_term(rng, n, dt):
 def g_xl_content_bias(rng, n, dt):
     b, h, k, d = n(1, 2), n(1, 3), n(0, 6), 2 * n(1, 4)
     p = {"k": randn(rng, (b, h, k, d), dt), "bias": randn(rng, (h, d), _other(rng, dt))}
-    sink = None
-    if _maybe(rng, 0.4):
-        p["scores"], sink = _scores(rng, (b, h, n(1, 3), k)), "scores"
+    sink = _maybe_scores(rng, p, lambda: (b, h, n(1, 3), k))
     return Case(
         "xl_content_bias",
         ["k", "bias"],
@@ -602,9 +607,7 @@ def g_tener_position_term(rng, n, dt):
         p["v"], kinds["v"] = randn(rng, (h, d), dt), "data"
     if _maybe(rng, 0.3):
         p["key_term"] = False
-    sink = None
-    if _maybe(rng, 0.4):
-        p["scores"], sink = _scores(rng, (b, h, length, length)), "scores"
+    sink = _maybe_scores(rng, p, (b, h, length, length))
     return Case("tener_position_term", ["q", "k", "table"], p, kinds=kinds, sink=sink, tol="term")
 
 
@@ -682,9 +685,7 @@ def g_deberta_attention_bias(rng, n, dt):
         p["scale_factor"] = float(_pick(rng, [1.0, 2.0, 3.0]))
     if _maybe(rng, 0.3):
         p["precision"] = _pick(rng, ["float32", "float64"])
-    sink = None
-    if _maybe(rng, 0.4):
-        p["scores"], sink = _scores(rng, (b, h, q, k)), "scores"
+    sink = _maybe_scores(rng, p, (b, h, q, k))
     return Case(
         "deberta_attention_bias",
         ["q", "k", "pos_key", "pos_query"],
@@ -706,9 +707,7 @@ def g_shaw_key_term(rng, n, dt):
     p["k_len"] = k
     if _maybe(rng, 0.3):
         p["q_offset"] = int(rng.integers(0, 9))
-    sink = None
-    if _maybe(rng, 0.4):
-        p["scores"], sink = _scores(rng, (b, h, q, k)), "scores"
+    sink = _maybe_scores(rng, p, (b, h, q, k))
     return Case(
         "shaw_key_term",
         ["q", "rel_keys"],
@@ -756,9 +755,7 @@ def g_tupe_bias(rng, n, dt):
         kinds["rel_table"] = "data"
         p["max_distance"] = int(rng.integers(nb // 2 + 1, 4 * nb + 2))
     size = max(0, length - 1) if untie else length
-    sink = None
-    if _maybe(rng, 0.4):
-        p["scores"], sink = _scores(rng, (n(1, 2), h, size, size)), "scores"
+    sink = _maybe_scores(rng, p, lambda: (n(1, 2), h, size, size))
     return Case(
         "tupe_bias",
         ["pos_q", "pos_k"],
