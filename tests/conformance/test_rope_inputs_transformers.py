@@ -423,6 +423,11 @@ def _hunyuan_config(hf):
     )
 
 
+def _llama(head_dim, spans=(3000,), **kwargs):
+    """A CONFIGS entry of a Llama config with these keys."""
+    return (lambda hf: _llama_config(hf, head_dim, **kwargs), "llama", None, spans)
+
+
 # name: (config builder, rotary module and apply_rotary_pos_emb's module, layer_type, spans)
 # A span n gives position ids whose largest is n - 1 (transformers' seq_len n).
 CONFIGS = {
@@ -432,99 +437,58 @@ CONFIGS = {
         None,
         (64, 3000),
     ),
-    "llama-linear": (
-        lambda hf: _llama_config(
-            hf,
-            128,
-            rope_parameters={"rope_type": "linear", "factor": 4.0, "rope_theta": 500000.0},
-        ),
-        "llama",
-        None,
-        (3000,),
+    "llama-linear": _llama(
+        128, rope_parameters={"rope_type": "linear", "factor": 4.0, "rope_theta": 500000.0}
     ),
-    "llama-linear-legacy-rope_scaling": (
-        lambda hf: _llama_config(
-            hf, 64, rope_scaling={"type": "linear", "factor": 2.0}, rope_theta=123456.0
-        ),
-        "llama",
-        None,
-        (3000,),
+    "llama-linear-legacy-rope_scaling": _llama(
+        64, rope_scaling={"type": "linear", "factor": 2.0}, rope_theta=123456.0
     ),
-    "llama-dynamic": (
-        lambda hf: _llama_config(
-            hf,
-            64,
-            max_position_embeddings=256,
-            rope_parameters={"rope_type": "dynamic", "factor": 4.0, "rope_theta": 10000.0},
-        ),
-        "llama",
-        None,
-        (100, 256, 257, 700),
+    "llama-dynamic": _llama(
+        64,
+        max_position_embeddings=256,
+        rope_parameters={"rope_type": "dynamic", "factor": 4.0, "rope_theta": 10000.0},
+        spans=(100, 256, 257, 700),
     ),
-    "llama-yarn": (
-        lambda hf: _llama_config(
-            hf,
-            128,
-            max_position_embeddings=8192,
-            rope_parameters={
-                "rope_type": "yarn",
-                "factor": 4.0,
-                "original_max_position_embeddings": 2048,
-                "rope_theta": 500000.0,
-            },
-        ),
-        "llama",
-        None,
-        (3000,),
+    "llama-yarn": _llama(
+        128,
+        max_position_embeddings=8192,
+        rope_parameters={
+            "rope_type": "yarn",
+            "factor": 4.0,
+            "original_max_position_embeddings": 2048,
+            "rope_theta": 500000.0,
+        },
     ),
-    "llama-yarn-trained-length-from-max_position_embeddings": (
-        lambda hf: _llama_config(
-            hf,
-            64,
-            max_position_embeddings=4096,
-            rope_parameters={"rope_type": "yarn", "factor": 4.0, "rope_theta": 10000.0},
-        ),
-        "llama",
-        None,
-        (3000,),
+    "llama-yarn-trained-length-from-max_position_embeddings": _llama(
+        64,
+        max_position_embeddings=4096,
+        rope_parameters={"rope_type": "yarn", "factor": 4.0, "rope_theta": 10000.0},
     ),
-    "llama-yarn-deepseek-mscale": (
-        lambda hf: _llama_config(
-            hf,
-            64,
-            max_position_embeddings=163840,
-            rope_parameters={
-                "rope_type": "yarn",
-                "factor": 40.0,
-                "original_max_position_embeddings": 4096,
-                "beta_fast": 32,
-                "beta_slow": 1,
-                "mscale": 1.0,
-                "mscale_all_dim": 0.707,
-                "rope_theta": 10000.0,
-            },
-        ),
-        "llama",
-        None,
-        (3000,),
+    "llama-yarn-deepseek-mscale": _llama(
+        64,
+        max_position_embeddings=163840,
+        rope_parameters={
+            "rope_type": "yarn",
+            "factor": 40.0,
+            "original_max_position_embeddings": 4096,
+            "beta_fast": 32,
+            "beta_slow": 1,
+            "mscale": 1.0,
+            "mscale_all_dim": 0.707,
+            "rope_theta": 10000.0,
+        },
     ),
-    "llama3": (
-        lambda hf: _llama_config(
-            hf,
-            128,
-            max_position_embeddings=131072,
-            rope_parameters={
-                "rope_type": "llama3",
-                "factor": 8.0,
-                "low_freq_factor": 1.0,
-                "high_freq_factor": 4.0,
-                "original_max_position_embeddings": 8192,
-                "rope_theta": 500000.0,
-            },
-        ),
-        "llama",
-        None,
-        (3000,),
+    "llama3": _llama(
+        128,
+        max_position_embeddings=131072,
+        rope_parameters={
+            "rope_type": "llama3",
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 8192,
+            "rope_theta": 500000.0,
+        },
     ),
     "phi3-longrope": (lambda hf: _phi3_config(hf), "phi3", None, (100, 4096, 4097, 6000)),
     "phi3-longrope-partial": (
