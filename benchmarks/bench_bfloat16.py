@@ -57,26 +57,31 @@ def bfloat16_cases(quick):
             a, causal = _hf_alibi(n_heads, n, n)
             return tscores.add_((a[None] + causal).to(torch.bfloat16))
 
-    cases.append(
-        Case(
-            name=f"alibi_bias({n_heads}, {n}, scores=) bfloat16 (1, {n_heads}, {n}, {n})",
-            nbytes=scores.nbytes,
-            posenc=lambda: posenc.alibi_bias(n_heads, n, scores=scores),
-            memory=_rmw_of(scores),
-            torch=torch_alibi_add if torch is not None else None,
-            note="memory: one read and one write of the scores; torch: + alibi + mask",
-        )
-    )
     have_hf = have_transformers()  # the T5 comparison calls transformers' own bucketing
     ttable = torch.from_numpy(table).to(torch.bfloat16) if have_hf else None
-    cases.append(
-        Case(
-            name=f"t5_bias((32, {n_heads}) table, {n}, scores=) bfloat16",
-            nbytes=scores.nbytes,
-            posenc=lambda: posenc.t5_bias(table, n, scores=scores),
-            memory=_rmw_of(scores),
-            torch=(lambda: tscores.add_(_hf_t5_bias(ttable, n, n))) if have_hf else None,
-            note="memory: one read and one write of the scores; torch: + compute_bias(...)",
+    rmw = "memory: one read and one write of the scores; torch: "
+    for title, call, torch_fn, note in [
+        (
+            f"alibi_bias({n_heads}, {n}, scores=) bfloat16 (1, {n_heads}, {n}, {n})",
+            lambda: posenc.alibi_bias(n_heads, n, scores=scores),
+            torch_alibi_add if torch is not None else None,
+            "+ alibi + mask",
+        ),
+        (
+            f"t5_bias((32, {n_heads}) table, {n}, scores=) bfloat16",
+            lambda: posenc.t5_bias(table, n, scores=scores),
+            (lambda: tscores.add_(_hf_t5_bias(ttable, n, n))) if have_hf else None,
+            "+ compute_bias(...)",
+        ),
+    ]:
+        cases.append(
+            Case(
+                name=title,
+                nbytes=scores.nbytes,
+                posenc=call,
+                memory=_rmw_of(scores),
+                torch=torch_fn,
+                note=rmw + note,
+            )
         )
-    )
     return cases

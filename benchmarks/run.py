@@ -30,40 +30,27 @@ group with JAX arrays: eagerly, under jax.jit, and under jax.grad.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import platform
 import sys
 
-import bench_bfloat16
-import bench_bias
-import bench_jax
-import bench_multimodal
-import bench_relative
-import bench_relative_grad
-import bench_rope
-import bench_sinusoid
-import bench_t5_grad
-import bench_torch
-import bench_xpos
 from common import jax, markdown, run, torch
 
 import posenc
 
-# the groups in the order they run, each a function make(quick) -> list[Case]
+# the groups in the order they run: bench_<group>.<group>_cases(quick) -> list[Case]
+GROUPS = (
+    "sinusoid rope multimodal xpos deepseek bias bfloat16 t5_grad relative relative_grad torch jax"
+).split()
+_MODULE = {"deepseek": "xpos"}  # DeepSeek-V3's layout is timed beside xPos
 CASES = [
-    ("sinusoid", bench_sinusoid.sinusoid_cases),
-    ("rope", bench_rope.rope_cases),
-    ("multimodal", bench_multimodal.multimodal_cases),
-    ("xpos", bench_xpos.xpos_cases),
-    ("deepseek", bench_xpos.deepseek_cases),
-    ("bias", bench_bias.bias_cases),
-    ("bfloat16", bench_bfloat16.bfloat16_cases),
-    ("t5_grad", bench_t5_grad.t5_grad_cases),
-    ("relative", bench_relative.relative_cases),
-    ("relative_grad", bench_relative_grad.relative_grad_cases),
-    ("torch", bench_torch.torch_cases),
-    ("jax", bench_jax.jax_cases),
+    (
+        group,
+        getattr(importlib.import_module(f"bench_{_MODULE.get(group, group)}"), f"{group}_cases"),
+    )
+    for group in GROUPS
 ]
 
 
