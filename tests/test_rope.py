@@ -885,7 +885,7 @@ def test_bad_arguments_of_the_tables_raise(call, exc, match):
 
 def _glue(*tail, x=None, positions=None, inv_freq=None, out=None, layout=0, factor=1.0):
     """_core.rope_apply's arguments: a (2, 8) float64 x into a new out,
-    positions 0, frequencies 1 (each replaceable), not in place, then `tail`
+    positions 0, frequencies 1 (each replaceable), not inverse, then `tail`
     (xPos's log zeta, centre and rate)."""
     return (
         np.ones((2, 8)) if x is None else x,
@@ -939,55 +939,21 @@ def test_the_c_glue_refuses_deepseeks_layout_in_place():
         _core.rope_apply(x, np.zeros(2), np.ones(4), x, 2, 1.0, False)
 
 
+def _table_glue(*tail, width=8, layout=0):
+    """_core.rope_table's arguments: positions 0, frequencies 1, (2, width)
+    cos and sin tables, then `tail` (xPos's log zeta, centre and rate, then
+    full)."""
+    return (np.zeros(2), np.ones(4), np.ones((2, width)), np.ones((2, width)), layout, 1.0, *tail)
+
+
 @pytest.mark.parametrize(
     "args,exc",
     [
-        ((np.zeros(2), np.ones(4), np.ones((2, 8)), np.ones((2, 8)), 0, 1.0), None),
-        (
-            (
-                np.zeros(2),
-                np.ones(4),
-                np.ones((2, 4)),
-                np.ones((2, 4)),
-                0,
-                1.0,
-                None,
-                0.0,
-                0.0,
-                False,
-            ),
-            None,
-        ),
-        (
-            (
-                np.zeros(2),
-                np.ones(4),
-                np.ones((2, 8)),
-                np.ones((2, 8)),
-                0,
-                1.0,
-                None,
-                0.0,
-                0.0,
-                False,
-            ),
-            ValueError,
-        ),
-        ((np.zeros(2), np.ones(4), np.ones((2, 8)), np.ones((2, 8)), 2, 1.0), ValueError),
-        (
-            (
-                np.zeros(2),
-                np.ones(4),
-                np.ones((2, 8)),
-                np.ones((2, 8)),
-                0,
-                1.0,
-                np.ones(5),
-                0.0,
-                1.0,
-            ),
-            ValueError,
-        ),
+        (_table_glue(), None),
+        (_table_glue(None, 0.0, 0.0, False, width=4), None),
+        (_table_glue(None, 0.0, 0.0, False), ValueError),
+        (_table_glue(layout=2), ValueError),
+        (_table_glue(np.ones(5), 0.0, 1.0), ValueError),
     ],
 )
 def test_the_c_glue_of_the_tables_checks_the_new_options(args, exc):

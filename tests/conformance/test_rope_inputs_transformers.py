@@ -35,48 +35,6 @@ import pytest
 
 import posenc
 
-
-@pytest.fixture(scope="module")
-def hf(torch, transformers):
-    """torch, the config classes and modelling modules used here (the `torch`
-    and `transformers` fixtures skip, or fail in CI, without them)."""
-    transformers.logging.set_verbosity_error()
-    from transformers import (
-        Gemma3TextConfig,
-        GPTNeoXConfig,
-        HunYuanDenseV1Config,
-        LlamaConfig,
-        Phi3Config,
-        Qwen2VLTextConfig,
-    )
-    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
-    from transformers.models.gemma3 import modeling_gemma3
-    from transformers.models.gpt_neox import modeling_gpt_neox
-    from transformers.models.gptj import modeling_gptj
-    from transformers.models.hunyuan_v1_dense import modeling_hunyuan_v1_dense
-    from transformers.models.llama import modeling_llama
-    from transformers.models.phi3 import modeling_phi3
-    from transformers.models.qwen2_vl import modeling_qwen2_vl
-
-    return types.SimpleNamespace(
-        torch=torch,
-        LlamaConfig=LlamaConfig,
-        Phi3Config=Phi3Config,
-        GPTNeoXConfig=GPTNeoXConfig,
-        Gemma3TextConfig=Gemma3TextConfig,
-        HunYuanDenseV1Config=HunYuanDenseV1Config,
-        Qwen2VLTextConfig=Qwen2VLTextConfig,
-        init_functions=ROPE_INIT_FUNCTIONS,
-        llama=modeling_llama,
-        phi3=modeling_phi3,
-        neox=modeling_gpt_neox,
-        gemma3=modeling_gemma3,
-        hunyuan=modeling_hunyuan_v1_dense,
-        gptj=modeling_gptj,
-        qwen2_vl=modeling_qwen2_vl,
-    )
-
-
 # ---------------------------------------------------------------- tolerances
 
 
@@ -180,6 +138,19 @@ def _phase_atol(witness, position_ids, rtol):
 
 
 # ---------------------------------------------------------------- position ids
+
+
+def _assert_reads_as_module(scaling, head_dim, span, ids, witness, rtol):
+    """posenc's inv_freq (to `rtol`), attention factor (exactly) and float64
+    cos/sin of position ids `ids` below `span`, read from `scaling`, against
+    the rotary module's witness."""
+    inv_freq, attention = posenc.rope_frequencies(head_dim, scaling=scaling, seq_len=span)
+    np.testing.assert_allclose(inv_freq, witness.inv_freq, rtol=rtol, atol=0)
+    assert attention == witness.attention
+    cos, sin = posenc.rope_cos_sin(ids, head_dim, scaling=scaling, dtype="float64")
+    atol = _phase_atol(witness, ids, rtol)
+    _assert_within(cos, witness.cos, atol)
+    _assert_within(sin, witness.sin, atol)
 
 
 def _padded_ids(seq, pads):
@@ -703,14 +674,7 @@ def test_phi3_legacy_su_and_yarn_are_longrope_as_phi3_reads_them(hf, kind, form,
     ids = _span_ids(span, seed=span + 1)
     witness = _module_witness(hf, rotary, ids)
     scaling = config if form == "config" else _phi3_legacy_forms(kind)[form]
-    rtol = _float32_rtol(PHI3_THETA)
-    inv_freq, attention = posenc.rope_frequencies(64, scaling=scaling, seq_len=span)
-    np.testing.assert_allclose(inv_freq, witness.inv_freq, rtol=rtol, atol=0)
-    assert attention == witness.attention
-    cos, sin = posenc.rope_cos_sin(ids, 64, scaling=scaling, dtype="float64")
-    atol = _phase_atol(witness, ids, rtol)
-    _assert_within(cos, witness.cos, atol)
-    _assert_within(sin, witness.sin, atol)
+    _assert_reads_as_module(scaling, 64, span, ids, witness, _float32_rtol(PHI3_THETA))
 
 
 @pytest.mark.parametrize("span", [100, 3000])
@@ -742,14 +706,7 @@ def test_hunyuan_dynamic_with_alpha_is_ntk_alpha_as_hunyuan_reads_it(hf, form, s
             "head_dim": 128,
         },
     }[form]
-    rtol = _float32_rtol(base)
-    inv_freq, attention = posenc.rope_frequencies(128, scaling=scaling, seq_len=span)
-    np.testing.assert_allclose(inv_freq, witness.inv_freq, rtol=rtol, atol=0)
-    assert attention == witness.attention
-    cos, sin = posenc.rope_cos_sin(ids, 128, scaling=scaling, dtype="float64")
-    atol = _phase_atol(witness, ids, rtol)
-    _assert_within(cos, witness.cos, atol)
-    _assert_within(sin, witness.sin, atol)
+    _assert_reads_as_module(scaling, 128, span, ids, witness, _float32_rtol(base))
 
 
 # ---------------------------------------------------------------- refusals
