@@ -36,14 +36,9 @@ def _model(quick, dtype):
     from transformers import LlamaConfig, LlamaForCausalLM
 
     if quick:
-        config = LlamaConfig(
-            vocab_size=256,
-            hidden_size=64,
-            intermediate_size=128,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-        )
+        config = LlamaConfig(vocab_size=256, hidden_size=64, intermediate_size=128,
+                             num_hidden_layers=2, num_attention_heads=4,
+                             num_key_value_heads=2)  # fmt: skip
     else:  # a small Llama-3-like model: 4 layers, head_dim 64, grouped-query attention
         config = LlamaConfig(vocab_size=32000, hidden_size=1024, intermediate_size=2816,
                              num_hidden_layers=4, num_attention_heads=16, num_key_value_heads=4,

@@ -3,7 +3,7 @@
 Each term makes its products a block of rows (or keys) at a time with BLAS
 and gathers them while they are in cache (posenc/relative.py,
 _gather_part).  Here the gathers one call of each term makes are recorded
-(benchmarks/run.py, _recorded_gathers) and replayed alone, by query and by
+(benchmarks/bench_relative.py, _recorded_gathers) and replayed alone, by query and by
 key separately, each replay timed alternately with the read-modify-write of
 the same (1, 16, 1024, 1024) float32 scores (``uint64 += 0`` over their
 bytes); the medians of the per-pair ratios are reported.  On a machine
@@ -32,7 +32,8 @@ import numpy as np
 import posenc
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from run import _recorded_gathers, _rmw_of  # noqa: E402
+from bench_relative import _recorded_gathers  # noqa: E402
+from common import _rmw_of  # noqa: E402
 
 
 def _terms(scores, n, heads, d):

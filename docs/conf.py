@@ -14,6 +14,7 @@ plots are made from a benchmark JSON by docs/make_performance.py, run here too.
 """
 
 import glob
+import inspect
 import os
 import sys
 
@@ -58,6 +59,16 @@ autodoc_member_order = "bysource"
 intersphinx_mapping = {}  # offline builds: no inventories fetched
 
 # ------------------------------------------------------------ the API page
+
+
+def _defined_in(module):
+    """The public functions `module` defines, in the order it defines them."""
+    return [
+        name
+        for name, fn in vars(module).items()
+        if not name.startswith("_") and inspect.isfunction(fn) and fn.__module__ == module.__name__
+    ]
+
 
 GROUPS = [
     ("Sinusoidal table", ["sinusoid"]),
@@ -106,23 +117,8 @@ GROUPS = [
             "chunked_causal_mask",
         ],
     ),
-    (
-        "Relative encodings",
-        [
-            "xl_relative_table",
-            "xl_position_term",
-            "xl_content_bias",
-            "tener_relative_table",
-            "tener_position_term",
-            "tener_scores",
-            "deberta_log_bucket",
-            "deberta_relative_positions",
-            "deberta_attention_bias",
-            "shaw_key_term",
-            "shaw_value_term",
-            "tupe_bias",
-        ],
-    ),
+    # every public function of posenc.relative, in the order it defines them
+    ("Relative encodings", _defined_in(posenc.relative)),
     (
         "Configuration",
         ["show_config", "config", "simd_path", "set_num_threads", "get_num_threads"],

@@ -98,16 +98,25 @@ def plots(rows, outdir):
     y = range(len(cases))
     height = max(3.0, 0.3 * len(cases) + 1.2)
 
+    def save(fig, ax, xlabel, name):
+        """The cases down the y axis, a log x axis, the legend above; written as `name`."""
+        ax.set_xscale("log")
+        ax.set_yticks(list(y), labels, fontsize=8)
+        ax.invert_yaxis()
+        ax.set_xlabel(xlabel)
+        ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncols=2, frameon=False)
+        fig.savefig(os.path.join(outdir, name), dpi=100)
+        plt.close(fig)
+
     fig, ax = plt.subplots(figsize=(8.5, height), layout="constrained")
     ax.barh([i - 0.2 for i in y], [r["posenc_ms"] for r in cases], 0.4, label="posenc")
     ax.barh([i + 0.2 for i in y], [r["memory_ms"] for r in cases], 0.4, label="memory floor")
-    ax.set_xscale("log")
-    ax.set_yticks(list(y), labels, fontsize=8)
-    ax.invert_yaxis()
-    ax.set_xlabel("median time, ms (log scale; each case at its faster thread count)")
-    ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncols=2, frameon=False)
-    fig.savefig(os.path.join(outdir, "perf_times.png"), dpi=100)
-    plt.close(fig)
+    save(
+        fig,
+        ax,
+        "median time, ms (log scale; each case at its faster thread count)",
+        "perf_times.png",
+    )
 
     fig, ax = plt.subplots(figsize=(8.5, height), layout="constrained")
     for offset, key, name in ((-0.2, "numpy_speedup", "NumPy"), (0.2, "torch_speedup", "PyTorch")):
@@ -118,13 +127,7 @@ def plots(rows, outdir):
             label=f"{name} time / posenc time",
         )
     ax.axvline(1.0, color="black", linewidth=0.8)
-    ax.set_xscale("log")
-    ax.set_yticks(list(y), labels, fontsize=8)
-    ax.invert_yaxis()
-    ax.set_xlabel("speed-up of posenc (log scale; 1 = as fast)")
-    ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncols=2, frameon=False)
-    fig.savefig(os.path.join(outdir, "perf_speedup.png"), dpi=100)
-    plt.close(fig)
+    save(fig, ax, "speed-up of posenc (log scale; 1 = as fast)", "perf_speedup.png")
     return [
         ("posenc and the memory floor", "perf_times.png"),
         ("posenc against NumPy and PyTorch", "perf_speedup.png"),

@@ -118,13 +118,10 @@ def _inv_freq(module: Any, layer_type: Optional[str]) -> Any:
 
 def _head_dims(config: Any, layer_type: Optional[str]) -> List[int]:
     """The head dimensions the config may mean, the config's own first."""
+    from .rope_scaling import _layer_config
     from .torch import _config_value
 
-    if layer_type is not None:
-        try:
-            config = config.per_layer_config[layer_type]
-        except Exception:
-            pass
+    config = _layer_config(config, layer_type)
     dims = []
     head_dim = _config_value(config, "head_dim")
     if isinstance(head_dim, int):
@@ -455,6 +452,19 @@ def _deberta_bias(
     return term(query_layer, key_layer, pos_key, pos_query, scale_factor=int(scale_factor))
 
 
+def _check_same(name: str, module: Any, what: str, mine: Any, theirs: Any, torch: Any) -> None:
+    """Run ``mine()`` and ``theirs()`` (posenc's replacement and the module's
+    own) without gradients: a TypeError or ValueError of either names the
+    module, results apart by more than 1e-4 of their size raise."""
+    try:
+        with torch.no_grad():
+            a, b = mine(), theirs()
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{name} ({type(module).__name__}): {exc}") from exc
+    if a.shape != b.shape or _max_diff(a, b) > 1e-4 * (float(b.abs().max()) + 1):
+        raise ValueError(f"{name}: posenc's {what} differs from transformers'")
+
+
 def _deberta_change(name: str, module: Any, torch: Any) -> _Change:
     method = types.MethodType(_deberta_bias, module)
     heads = module.num_attention_heads
@@ -465,16 +475,14 @@ def _deberta_change(name: str, module: Any, torch: Any) -> _Change:
     k = torch.randn(2 * heads, 7, d, generator=g).to(dtype)
     rel = torch.randn(2 * module.pos_ebd_size, heads * d, generator=g).to(dtype)
     factor = 1 + len(module.pos_att_type)
-    try:
-        with torch.no_grad():
-            mine = method(q, k, None, rel, factor)
-            theirs = module.disentangled_attention_bias(q, k, None, rel, factor)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"{name} ({type(module).__name__}): {exc}") from exc
-    if mine.shape != theirs.shape or _max_diff(mine, theirs) > 1e-4 * (
-        float(theirs.abs().max()) + 1
-    ):
-        raise ValueError(f"{name}: posenc's DeBERTa bias differs from transformers'")
+    _check_same(
+        name,
+        module,
+        "DeBERTa bias",
+        lambda: method(q, k, None, rel, factor),
+        lambda: module.disentangled_attention_bias(q, k, None, rel, factor),
+        torch,
+    )
     return _instance_attr_change(
         module, "disentangled_attention_bias", method, f"{name} (DeBERTa-v2 relative attention)"
     )
@@ -534,19 +542,19 @@ def _xlnet_change(name: str, module: Any, torch: Any) -> _Change:
     kr = rand(k_len + q_len, b, n, d)
     seg = torch.nn.functional.one_hot(torch.randint(0, 2, (q_len, k_len, b), generator=g), 2)
     seg = seg.to(dtype)
+    was = module.training
+    module.eval()
     try:
-        with torch.no_grad():
-            was = module.training
-            module.eval()
-            mine = method(q, kh, vh, kr, seg_mat=seg)
-            theirs = module.rel_attn_core(q, kh, vh, kr, seg_mat=seg)
-            module.train(was)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"{name} ({type(module).__name__}): {exc}") from exc
-    if mine.shape != theirs.shape or _max_diff(mine, theirs) > 1e-4 * (
-        float(theirs.abs().max()) + 1
-    ):
-        raise ValueError(f"{name}: posenc's XLNet attention differs from transformers'")
+        _check_same(
+            name,
+            module,
+            "XLNet attention",
+            lambda: method(q, kh, vh, kr, seg_mat=seg),
+            lambda: module.rel_attn_core(q, kh, vh, kr, seg_mat=seg),
+            torch,
+        )
+    finally:
+        module.train(was)
     return _instance_attr_change(
         module, "rel_attn_core", method, f"{name} (XLNet relative attention)"
     )

@@ -8,7 +8,7 @@ import sys
 import posenc
 
 
-def run(*args, check=False, cwd=None, **env):
+def run(*args, check=False, cwd=None, timeout=None, **env):
     """``python *args`` with `env` added to this environment, output captured.
 
     It runs in `cwd`, by default the folder holding the posenc under test,
@@ -24,4 +24,5 @@ def run(*args, check=False, cwd=None, **env):
         env=full_env,
         check=check,
         cwd=root if cwd is None else cwd,
+        timeout=timeout,
     )

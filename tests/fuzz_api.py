@@ -525,6 +525,24 @@ def g_xl_relative_table(rng, n, dt):
     )
 
 
+def _term(name, positional, params, kinds=None, sink=None, **kwargs):
+    """The Case of a relative term (its positional arguments data unless
+    `kinds` says otherwise): compared with the oracle within the terms'
+    tolerance."""
+    if kinds is None:
+        kinds = {key: "data" for key in positional}
+    return Case(name, positional, params, kinds=kinds, sink=sink, tol="term", **kwargs)
+
+
+def _maybe_scores(rng, p, shape):
+    """Sometimes (0.4) scores= of `shape` (a callable: drawn only then) into
+    `p`: the sink's name, else None."""
+    if not _maybe(rng, 0.4):
+        return None
+    p["scores"] = _scores(rng, shape() if callable(shape) else shape)
+    return "scores"
+
+
 def g_xl_position_term(rng, n, dt):
     b, h, q, k, d = n(1, 2), n(1, 3), n(0, 5), n(0, 7), 2 * n(1, 4)
     rows = k + q + int(rng.integers(0, 3))
@@ -539,35 +557,17 @@ def g_xl_position_term(rng, n, dt):
         p["q_offset"] = int(rng.integers(0, max(1, rows - q)))
     if _maybe(rng, 0.3):
         p["causal"] = True
-    sink = None
-    if _maybe(rng, 0.4):
-        p["scores"], sink = _scores(rng, (b, h, q, k)), "scores"
-    return Case(
-        "xl_position_term",
-        ["q", "r"],
-        p,
-        kinds=kinds,
-        sink=sink,
-        sizes=("k_len",),
-        bigs=("q_offset",),
-        tol="term",
+    sink = _maybe_scores(rng, p, (b, h, q, k))
+    return _term(
+        "xl_position_term", ["q", "r"], p, kinds, sink, sizes=("k_len",), bigs=("q_offset",)
     )
 
 
 def g_xl_content_bias(rng, n, dt):
     b, h, k, d = n(1, 2), n(1, 3), n(0, 6), 2 * n(1, 4)
     p = {"k": randn(rng, (b, h, k, d), dt), "bias": randn(rng, (h, d), _other(rng, dt))}
-    sink = None
-    if _maybe(rng, 0.4):
-        p["scores"], sink = _scores(rng, (b, h, n(1, 3), k)), "scores"
-    return Case(
-        "xl_content_bias",
-        ["k", "bias"],
-        p,
-        kinds={"k": "data", "bias": "data"},
-        sink=sink,
-        tol="term",
-    )
+    sink = _maybe_scores(rng, p, lambda: (b, h, n(1, 3), k))
+    return _term("xl_content_bias", ["k", "bias"], p, sink=sink)
 
 
 def g_tener_relative_table(rng, n, dt):
@@ -602,10 +602,8 @@ def g_tener_position_term(rng, n, dt):
         p["v"], kinds["v"] = randn(rng, (h, d), dt), "data"
     if _maybe(rng, 0.3):
         p["key_term"] = False
-    sink = None
-    if _maybe(rng, 0.4):
-        p["scores"], sink = _scores(rng, (b, h, length, length)), "scores"
-    return Case("tener_position_term", ["q", "k", "table"], p, kinds=kinds, sink=sink, tol="term")
+    sink = _maybe_scores(rng, p, (b, h, length, length))
+    return _term("tener_position_term", ["q", "k", "table"], p, kinds, sink)
 
 
 def g_tener_scores(rng, n, dt):
@@ -617,7 +615,7 @@ def g_tener_scores(rng, n, dt):
         p["scale"] = True
     if _maybe(rng, 0.3):
         p["key_term"] = False
-    return Case("tener_scores", ["q", "k", "table"], p, kinds=kinds, tol="term")
+    return _term("tener_scores", ["q", "k", "table"], p, kinds)
 
 
 def _buckets(rng):
@@ -682,18 +680,15 @@ def g_deberta_attention_bias(rng, n, dt):
         p["scale_factor"] = float(_pick(rng, [1.0, 2.0, 3.0]))
     if _maybe(rng, 0.3):
         p["precision"] = _pick(rng, ["float32", "float64"])
-    sink = None
-    if _maybe(rng, 0.4):
-        p["scores"], sink = _scores(rng, (b, h, q, k)), "scores"
-    return Case(
+    sink = _maybe_scores(rng, p, (b, h, q, k))
+    return _term(
         "deberta_attention_bias",
         ["q", "k", "pos_key", "pos_query"],
         p,
-        kinds=kinds,
-        sink=sink,
+        kinds,
+        sink,
         bigs=("q_offset",),
         reals=("scale_factor",),
-        tol="term",
     )
 
 
@@ -706,18 +701,9 @@ def g_shaw_key_term(rng, n, dt):
     p["k_len"] = k
     if _maybe(rng, 0.3):
         p["q_offset"] = int(rng.integers(0, 9))
-    sink = None
-    if _maybe(rng, 0.4):
-        p["scores"], sink = _scores(rng, (b, h, q, k)), "scores"
-    return Case(
-        "shaw_key_term",
-        ["q", "rel_keys"],
-        p,
-        kinds={"q": "data", "rel_keys": "data"},
-        sink=sink,
-        sizes=("k_len",),
-        bigs=("q_offset",),
-        tol="term",
+    sink = _maybe_scores(rng, p, (b, h, q, k))
+    return _term(
+        "shaw_key_term", ["q", "rel_keys"], p, sink=sink, sizes=("k_len",), bigs=("q_offset",)
     )
 
 
@@ -731,14 +717,7 @@ def g_shaw_value_term(rng, n, dt):
     }
     if _maybe(rng, 0.3):
         p["q_offset"] = int(rng.integers(0, 9))
-    return Case(
-        "shaw_value_term",
-        ["weights", "rel_values"],
-        p,
-        kinds={"weights": "data", "rel_values": "data"},
-        bigs=("q_offset",),
-        tol="term",
-    )
+    return _term("shaw_value_term", ["weights", "rel_values"], p, bigs=("q_offset",))
 
 
 def g_tupe_bias(rng, n, dt):
@@ -756,18 +735,8 @@ def g_tupe_bias(rng, n, dt):
         kinds["rel_table"] = "data"
         p["max_distance"] = int(rng.integers(nb // 2 + 1, 4 * nb + 2))
     size = max(0, length - 1) if untie else length
-    sink = None
-    if _maybe(rng, 0.4):
-        p["scores"], sink = _scores(rng, (n(1, 2), h, size, size)), "scores"
-    return Case(
-        "tupe_bias",
-        ["pos_q", "pos_k"],
-        p,
-        kinds=kinds,
-        sink=sink,
-        bigs=("max_distance",),
-        tol="term",
-    )
+    sink = _maybe_scores(rng, p, lambda: (n(1, 2), h, size, size))
+    return _term("tupe_bias", ["pos_q", "pos_k"], p, kinds, sink, bigs=("max_distance",))
 
 
 def _rope_variant(rng, n, half):
@@ -1084,16 +1053,27 @@ def _values(a):
     return a
 
 
-def _same(got, want):
-    """None if the two results hold the same values (NaN where NaN), else why not."""
+def _pairs(got, want, count, other):
+    """(why not, []) if the arrays of two results differ in number, shape or
+    dtype (byte order aside), the second's `count` of results and `other`
+    shape or dtype named so; else (None, their pairs)."""
     g, w = _arrays(got), _arrays(want)
     if len(g) != len(w):
-        return f"{len(g)} results, expected {len(w)}"
+        return f"{len(g)} results, {count} {len(w)}", []
     for a, b in zip(g, w):
         if a.shape != b.shape:
-            return f"shape {a.shape}, expected {b.shape}"
+            return f"shape {a.shape}, {other} {b.shape}", []
         if np.dtype(a.dtype).newbyteorder("=") != np.dtype(b.dtype).newbyteorder("="):
-            return f"dtype {a.dtype}, expected {b.dtype}"
+            return f"dtype {a.dtype}, {other} {b.dtype}", []
+    return None, list(zip(g, w))
+
+
+def _same(got, want):
+    """None if the two results hold the same values (NaN where NaN), else why not."""
+    why, pairs = _pairs(got, want, "expected", "expected")
+    if why is not None:
+        return why
+    for a, b in pairs:
         va, vb = _values(a), _values(b)
         if not np.array_equal(va, vb, equal_nan=va.dtype.kind in "fc"):
             bad = np.flatnonzero(
@@ -1146,14 +1126,10 @@ def _tolerance(case, params, want):
 
 def _close(case, params, got, want):
     """None if `got` is the oracle's result within the dtype's tolerance."""
-    g, w = _arrays(got), _arrays(want)
-    if len(g) != len(w):
-        return f"{len(g)} results, the oracle {len(w)}"
-    for a, b in zip(g, w):
-        if a.shape != b.shape:
-            return f"shape {a.shape}, the oracle's {b.shape}"
-        if np.dtype(a.dtype).newbyteorder("=") != np.dtype(b.dtype).newbyteorder("="):
-            return f"dtype {a.dtype}, the oracle's {b.dtype}"
+    why, pairs = _pairs(got, want, "the oracle", "the oracle's")
+    if why is not None:
+        return why
+    for a, b in pairs:
         va, vb = _f64(a), _f64(b)
         if va.dtype.kind not in "fc" and not np.array_equal(va, vb):
             return "values differ from the oracle's"

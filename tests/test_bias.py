@@ -9,6 +9,7 @@ transformers' own functions are the witness in tests/conformance.
 import numpy as np
 import pytest
 from special_bits import SPECIAL_BITS
+from t5_models import BUCKET_CONFIGS as T5_BUCKETS
 
 import posenc
 from posenc import _core
@@ -234,13 +235,8 @@ def test_alibi_dtype_follows_out_when_not_given():
 
 # ---------------------------------------------------------------- T5 buckets
 
-BUCKET_CONFIGS = [
-    # (bidirectional, num_buckets, max_distance)
-    (True, 32, 128),  # T5
-    (False, 32, 128),  # T5's decoder
+BUCKET_CONFIGS = T5_BUCKETS + [
     (True, 64, 512),
-    (False, 20, 320),  # float32 decides at exact bucket boundaries
-    (True, 40, 320),
     (True, 2, 5),  # one bucket per direction
     (True, 3, 1),
     (False, 2, 1000),

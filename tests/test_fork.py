@@ -117,15 +117,21 @@ def run_script(cwd, body, prelude=COMMON + PARALLEL_PARENT, **env):
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
-def check(res):
+def run_ok(cwd, body, **kwargs):
+    """run_script, which must exit 0 having printed ok."""
+    res = run_script(cwd, body, **kwargs)
     assert res.returncode == 0, f"exit code {res.returncode}\n{res.stdout}\n{res.stderr}"
     assert "ok" in res.stdout.split(), res.stdout + res.stderr
 
 
-@needs_fork
-@needs_threads
+def forking(test):
+    """A test that forks while posenc's threads run: it needs both."""
+    return needs_fork(needs_threads(test))
+
+
+@forking
 def test_os_fork_child_gets_the_parents_result(tmp_path):
-    res = run_script(
+    run_ok(
         tmp_path,
         """
         pid = os.fork()
@@ -138,13 +144,11 @@ def test_os_fork_child_gets_the_parents_result(tmp_path):
         print("ok")
         """,
     )
-    check(res)
 
 
-@needs_fork
-@needs_threads
+@forking
 def test_multiprocessing_fork_process(tmp_path):
-    res = run_script(
+    run_ok(
         tmp_path,
         """
         import multiprocessing
@@ -161,13 +165,11 @@ def test_multiprocessing_fork_process(tmp_path):
         print("ok")
         """,
     )
-    check(res)
 
 
-@needs_fork
-@needs_threads
+@forking
 def test_multiprocessing_fork_pool_map(tmp_path):
-    res = run_script(
+    run_ok(
         tmp_path,
         """
         import multiprocessing
@@ -183,14 +185,12 @@ def test_multiprocessing_fork_pool_map(tmp_path):
         print("ok")
         """,
     )
-    check(res)
 
 
-@needs_fork
-@needs_threads
+@forking
 def test_torch_dataloader_fork_workers(tmp_path):
     require("torch")
-    res = run_script(
+    run_ok(
         tmp_path,
         """
         import torch
@@ -213,15 +213,13 @@ def test_torch_dataloader_fork_workers(tmp_path):
         print("ok")
         """,
     )
-    check(res)
 
 
-@needs_fork
-@needs_threads
+@forking
 def test_set_num_threads_in_forked_child_brings_threads_back(tmp_path):
     # the child starts at one thread; set_num_threads(2) there gives it two
     # that work, and so does its own forked child once it asks again
-    res = run_script(
+    run_ok(
         tmp_path,
         """
         pid = os.fork()
@@ -254,15 +252,13 @@ def test_set_num_threads_in_forked_child_brings_threads_back(tmp_path):
         print("ok")
         """,
     )
-    check(res)
 
 
-@needs_fork
-@needs_threads
+@forking
 def test_child_forked_before_any_parallel_call_keeps_its_threads(tmp_path):
     # nothing to work around there: the child has its threads and its
     # setting, and its results are the parent's
-    res = run_script(
+    run_ok(
         tmp_path,
         """
         posenc.set_num_threads(2)
@@ -276,7 +272,6 @@ def test_child_forked_before_any_parallel_call_keeps_its_threads(tmp_path):
         """,
         prelude=COMMON,
     )
-    check(res)
 
 
 # The bound: never more threads than CPUs this process may run on.
@@ -288,7 +283,7 @@ ONE = compute()
 
 
 def test_set_num_threads_above_the_cpu_count_is_clamped(tmp_path):
-    res = run_script(
+    run_ok(
         tmp_path,
         """
         posenc.set_num_threads(4096)
@@ -301,11 +296,10 @@ def test_set_num_threads_above_the_cpu_count_is_clamped(tmp_path):
         """,
         prelude=COMMON + BOUND,
     )
-    check(res)
 
 
 def test_omp_num_threads_above_the_cpu_count_is_clamped(tmp_path):
-    res = run_script(
+    run_ok(
         tmp_path,
         """
         posenc.set_num_threads(0)
@@ -316,7 +310,6 @@ def test_omp_num_threads_above_the_cpu_count_is_clamped(tmp_path):
         prelude=COMMON + BOUND,
         OMP_NUM_THREADS="4096",
     )
-    check(res)
 
 
 def test_set_num_threads_rejects_negative_and_non_integer_n():

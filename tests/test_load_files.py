@@ -37,6 +37,18 @@ def cli(*args):
     return child_process.run("-m", "posenc", "probe", "--seeds", "1", "--no-progress", *args)
 
 
+def assert_reads_table_only(source, E, key, match, *also):
+    """`source` (and each of `also`) gives the table E, and the command line
+    runs on it; the member `key` beside it is never read for that, since
+    reading it raises ValueError matching `match`."""
+    for where in (source, *also):
+        np.testing.assert_array_equal(probe.load_position_embeddings(where), E)
+    with pytest.raises(ValueError, match=match):
+        probe.load_position_embeddings(source, key=key)
+    result = cli("--source", str(source))
+    assert result.returncode == 0, result.stderr
+
+
 def assert_cli_error(source, *words, args=()):
     """``posenc probe --source SOURCE`` fails with one line holding `words`."""
     result = cli("--source", str(source), *args)
@@ -173,32 +185,31 @@ def test_a_socket_is_refused(tmp_path):
 # ---------------------------------------------------------------- .npz
 
 
-def test_npz_reads_only_the_member_holding_the_table(tmp_path):
-    E = table()
-    path = tmp_path / "m.npz"
+def write_npz_beside_table(path, E, name, header, **kwargs):
+    """An .npz at `path`: the table E as wpe.weight, and beside it the member
+    `name` written by write_npy_member(header, **kwargs)."""
     with zipfile.ZipFile(path, "w") as archive:
         with archive.open("wpe.weight.npy", "w") as f:
             np.lib.format.write_array(f, E)
-        # a member that cannot be read (a pickle): reading it would fail
-        write_npy_member(
-            archive, "other.npy", {"descr": "|O", "fortran_order": False, "shape": (3,)}
-        )
-    np.testing.assert_array_equal(probe.load_position_embeddings(path), E)
-    with pytest.raises(ValueError, match="Python objects"):
-        probe.load_position_embeddings(path, key="other")
-    result = cli("--source", str(path))
-    assert result.returncode == 0, result.stderr
+        write_npy_member(archive, name, header, **kwargs)
+
+
+def test_npz_reads_only_the_member_holding_the_table(tmp_path):
+    E = table()
+    path = tmp_path / "m.npz"
+    # beside the table, a member that cannot be read (a pickle): reading it would fail
+    write_npz_beside_table(
+        path, E, "other.npy", {"descr": "|O", "fortran_order": False, "shape": (3,)}
+    )
+    assert_reads_table_only(path, E, "other", "Python objects")
 
 
 @resource_only
 def test_npz_with_a_huge_compressed_member_beside_the_table_costs_no_memory(tmp_path):
     E = table()
     path = tmp_path / "bomb.npz"
-    with zipfile.ZipFile(path, "w") as archive:
-        with archive.open("wpe.weight.npy", "w") as f:
-            np.lib.format.write_array(f, E)
-        header = {"descr": "|u1", "fortran_order": False, "shape": (512 << 20,)}
-        write_npy_member(archive, "zeros.npy", header, repeat=512)  # 512 MiB of zeros
+    header = {"descr": "|u1", "fortran_order": False, "shape": (512 << 20,)}
+    write_npz_beside_table(path, E, "zeros.npy", header, repeat=512)  # 512 MiB of zeros
     assert path.stat().st_size < 4 << 20
     load = f"from posenc import probe; probe.load_position_embeddings({str(path)!r})"
     baseline = peak_rss_mib("from posenc import probe")
@@ -374,13 +385,13 @@ def test_sharded_safetensors_are_read_through_the_index_one_shard(tmp_path):
             "transformer.wpe.weight": "model-00002-of-00002.safetensors",
         },
     )
-    np.testing.assert_array_equal(probe.load_position_embeddings(tmp_path), E)
-    index = tmp_path / "model.safetensors.index.json"
-    np.testing.assert_array_equal(probe.load_position_embeddings(index), E)
-    with pytest.raises(ValueError, match="00001-of-00002.safetensors is not a safetensors file"):
-        probe.load_position_embeddings(tmp_path, key="transformer.h.0.mlp.weight")
-    result = cli("--source", str(tmp_path))
-    assert result.returncode == 0, result.stderr
+    assert_reads_table_only(
+        tmp_path,
+        E,
+        "transformer.h.0.mlp.weight",
+        "00001-of-00002.safetensors is not a safetensors file",
+        tmp_path / "model.safetensors.index.json",
+    )
 
 
 def test_sharded_torch_checkpoints_are_read_through_the_index_one_shard(tmp_path):
@@ -399,14 +410,13 @@ def test_sharded_torch_checkpoints_are_read_through_the_index_one_shard(tmp_path
             "transformer.ln_f.weight": "pytorch_model-00002-of-00002.bin",
         },
     )
-    np.testing.assert_array_equal(probe.load_position_embeddings(tmp_path), E)
-    np.testing.assert_array_equal(
-        probe.load_position_embeddings(tmp_path / "pytorch_model.bin.index.json"), E
+    assert_reads_table_only(
+        tmp_path,
+        E,
+        "transformer.wte.weight",
+        "cannot read .*00001-of-00002.bin with torch.load",
+        tmp_path / "pytorch_model.bin.index.json",
     )
-    with pytest.raises(ValueError, match="cannot read .*00001-of-00002.bin with torch.load"):
-        probe.load_position_embeddings(tmp_path, key="transformer.wte.weight")
-    result = cli("--source", str(tmp_path))
-    assert result.returncode == 0, result.stderr
 
 
 @posix_only

@@ -883,90 +883,46 @@ def test_bad_arguments_of_the_tables_raise(call, exc, match):
         call()
 
 
+def _glue(*tail, x=None, positions=None, inv_freq=None, out=None, layout=0, factor=1.0):
+    """_core.rope_apply's arguments: a (2, 8) float64 x into a new out,
+    positions 0, frequencies 1 (each replaceable), not inverse, then `tail`
+    (xPos's log zeta, centre and rate)."""
+    return (
+        np.ones((2, 8)) if x is None else x,
+        np.zeros(2) if positions is None else positions,
+        np.ones(4) if inv_freq is None else inv_freq,
+        np.ones((2, 8)) if out is None else out,
+        layout,
+        factor,
+        False,
+        *tail,
+    )
+
+
 @pytest.mark.parametrize(
     "args,exc",
     [
-        ((np.ones((2, 8)), np.zeros(2), np.ones(4), np.ones((2, 8)), 0, 1.0, False), None),
-        (([[1.0] * 8], np.zeros(1), np.ones(4), np.ones((1, 8)), 0, 1.0, False), TypeError),
-        (
-            (np.ones((2, 8), np.int32), np.zeros(2), np.ones(4), np.ones((2, 8)), 0, 1.0, False),
-            TypeError,
-        ),
-        ((np.ones((2, 8)), np.zeros(3), np.ones(4), np.ones((2, 8)), 0, 1.0, False), ValueError),
-        (
-            (np.ones((2, 8)), np.zeros(2, np.float32), np.ones(4), np.ones((2, 8)), 0, 1.0, False),
-            TypeError,
-        ),
-        ((np.ones((2, 8)), np.zeros(2), np.ones(5), np.ones((2, 8)), 0, 1.0, False), ValueError),
-        ((np.ones((2, 8)), np.zeros(2), np.ones(0), np.ones((2, 8)), 0, 1.0, False), ValueError),
-        (
-            (np.ones((2, 8)), np.zeros(2), np.ones(4), np.ones((2, 8), np.float32), 0, 1.0, False),
-            TypeError,
-        ),
-        ((np.ones((2, 8)), np.zeros(2), np.ones(4), np.ones((2, 9)), 0, 1.0, False), ValueError),
-        ((np.ones((2, 8)), np.zeros(2), np.ones(4), np.ones((2, 8)), 3, 1.0, False), ValueError),
-        # DeepSeek-V3's layout (2) cannot be written in place; xPos's log zeta, centre, rate
-        ((np.ones((2, 8)), np.zeros(2), np.ones(4), np.ones((2, 8)), 2, 1.0, False), None),
-        (
-            (np.ones((2, 8)), np.zeros(2), np.ones(4), np.ones((2, 8)), 0, 1.0, False, -np.ones(4)),
-            None,
-        ),
-        (
-            (np.ones((2, 8)), np.zeros(2), np.ones(4), np.ones((2, 8)), 0, 1.0, False, -np.ones(3)),
-            ValueError,
-        ),
-        (
-            (np.ones((2, 8)), np.zeros(2), np.ones(4), np.ones((2, 8)), 0, 1.0, False, [1.0] * 4),
-            TypeError,
-        ),
-        (
-            (
-                np.ones((2, 8)),
-                np.zeros(2),
-                np.ones(4),
-                np.ones((2, 8)),
-                0,
-                1.0,
-                False,
-                np.ones(4),
-                np.inf,
-                1.0,
-            ),
-            ValueError,
-        ),
-        (
-            (
-                np.ones((2, 8)),
-                np.zeros(2),
-                np.ones(4),
-                np.ones((2, 8)),
-                0,
-                1.0,
-                False,
-                np.ones(4),
-                0.0,
-                np.nan,
-            ),
-            ValueError,
-        ),
-        ((np.ones((2, 8)), np.zeros(2), np.ones(4), np.ones((2, 8)), 0, np.inf, False), ValueError),
-        (
-            (np.ones((2, 8)), np.zeros(2), np.ones(4), np.ones((2, 16))[:, ::2], 0, 1.0, False),
-            ValueError,
-        ),
-        (
-            (
-                np.ones((2, 8)),
-                np.zeros(2),
-                np.ones(4),
-                np.ones((2, 8)).astype(">f8"),
-                0,
-                1.0,
-                False,
-            ),
-            TypeError,
-        ),
+        (_glue(), None),
+        (_glue(x=[[1.0] * 8], positions=np.zeros(1), out=np.ones((1, 8))), TypeError),
+        (_glue(x=np.ones((2, 8), np.int32)), TypeError),
+        (_glue(positions=np.zeros(3)), ValueError),
+        (_glue(positions=np.zeros(2, np.float32)), TypeError),
+        (_glue(inv_freq=np.ones(5)), ValueError),
+        (_glue(inv_freq=np.ones(0)), ValueError),
+        (_glue(out=np.ones((2, 8), np.float32)), TypeError),
+        (_glue(factor=np.inf), ValueError),
+        (_glue(out=np.ones((2, 16))[:, ::2]), ValueError),
+        (_glue(out=np.ones((2, 8)).astype(">f8")), TypeError),
         ((np.ones(()), np.zeros(()), np.ones(1), np.ones(()), 0, 1.0, False), ValueError),
+        (_glue(out=np.ones((2, 9))), ValueError),
+        (_glue(layout=3), ValueError),
+        # DeepSeek-V3's layout (2) cannot be written in place; xPos's log zeta, centre, rate
+        (_glue(layout=2), None),
+        (_glue(-np.ones(4)), None),
+        (_glue(-np.ones(3)), ValueError),
+        (_glue([1.0] * 4), TypeError),
+        (_glue(np.ones(4), np.inf, 1.0), ValueError),
+        (_glue(np.ones(4), 0.0, np.nan), ValueError),
     ],
 )
 def test_the_c_glue_checks_what_it_is_given(args, exc):
@@ -983,55 +939,21 @@ def test_the_c_glue_refuses_deepseeks_layout_in_place():
         _core.rope_apply(x, np.zeros(2), np.ones(4), x, 2, 1.0, False)
 
 
+def _table_glue(*tail, width=8, layout=0):
+    """_core.rope_table's arguments: positions 0, frequencies 1, (2, width)
+    cos and sin tables, then `tail` (xPos's log zeta, centre and rate, then
+    full)."""
+    return (np.zeros(2), np.ones(4), np.ones((2, width)), np.ones((2, width)), layout, 1.0, *tail)
+
+
 @pytest.mark.parametrize(
     "args,exc",
     [
-        ((np.zeros(2), np.ones(4), np.ones((2, 8)), np.ones((2, 8)), 0, 1.0), None),
-        (
-            (
-                np.zeros(2),
-                np.ones(4),
-                np.ones((2, 4)),
-                np.ones((2, 4)),
-                0,
-                1.0,
-                None,
-                0.0,
-                0.0,
-                False,
-            ),
-            None,
-        ),
-        (
-            (
-                np.zeros(2),
-                np.ones(4),
-                np.ones((2, 8)),
-                np.ones((2, 8)),
-                0,
-                1.0,
-                None,
-                0.0,
-                0.0,
-                False,
-            ),
-            ValueError,
-        ),
-        ((np.zeros(2), np.ones(4), np.ones((2, 8)), np.ones((2, 8)), 2, 1.0), ValueError),
-        (
-            (
-                np.zeros(2),
-                np.ones(4),
-                np.ones((2, 8)),
-                np.ones((2, 8)),
-                0,
-                1.0,
-                np.ones(5),
-                0.0,
-                1.0,
-            ),
-            ValueError,
-        ),
+        (_table_glue(), None),
+        (_table_glue(None, 0.0, 0.0, False, width=4), None),
+        (_table_glue(None, 0.0, 0.0, False), ValueError),
+        (_table_glue(layout=2), ValueError),
+        (_table_glue(np.ones(5), 0.0, 1.0), ValueError),
     ],
 )
 def test_the_c_glue_of_the_tables_checks_the_new_options(args, exc):

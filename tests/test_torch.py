@@ -10,14 +10,13 @@ without them otherwise, as the conformance tests are.
 
 import inspect
 import os
-import subprocess
-import sys
 import textwrap
 
 import child_process
 import numpy as np
 import pytest
 from optional import require
+from t5_models import t5_attention
 
 import posenc
 from posenc import _interop, reference
@@ -25,8 +24,6 @@ from posenc import _interop, reference
 torch = require("torch")
 
 from posenc import _torch as pt  # noqa: E402  (imports torch)
-
-ROOT = os.path.dirname(os.path.dirname(posenc.__file__))
 
 
 @pytest.fixture(scope="module")
@@ -412,10 +409,7 @@ def test_bfloat16_tensors_need_no_ml_dtypes():
         "s = posenc.alibi_bias(2, 3, scores=torch.zeros(1, 2, 3, 3, dtype=torch.bfloat16))\n"
         "print(y.dtype, t.dtype, s.dtype)\n"
     )
-    env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    done = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=env
-    )
+    done = child_process.run("-c", code)
     assert done.stdout.split() == ["torch.bfloat16"] * 3, done.stdout + done.stderr
 
 
@@ -429,10 +423,7 @@ def test_numpy_calls_do_not_import_torch():
         "posenc.t5_bias(np.ones((32, 2)), 3); posenc.sinusoid(8, 4, device=None)\n"
         "print('torch' in sys.modules)\n"
     )
-    env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    done = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=env, check=True
-    )
+    done = child_process.run("-c", code, check=True)
     assert done.stdout.strip() == "False", done.stdout + done.stderr
 
 
@@ -445,10 +436,7 @@ def test_a_torch_without_custom_operators_gets_an_error_that_says_what_to_do():
         "except ImportError as exc:\n"
         "    print(exc)\n"
     )
-    env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    done = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=env
-    )
+    done = child_process.run("-c", code)
     assert "from torch 2.4 on" in done.stdout and "tensor.numpy()" in done.stdout, (
         done.stdout + done.stderr
     )
@@ -768,20 +756,7 @@ def test_gptj_interleaved_rotation_and_its_gradient_equal_transformers_in_float3
 
 @pytest.mark.parametrize("is_decoder", [False, True])
 def test_t5_bias_and_its_table_gradient_equal_t5_attentions_in_float32(transformers, is_decoder):
-    from transformers import T5Config
-    from transformers.models.t5.modeling_t5 import T5Attention
-
-    config = T5Config(
-        d_model=16,
-        d_kv=4,
-        d_ff=32,
-        num_layers=1,
-        num_heads=4,
-        relative_attention_num_buckets=32,
-        relative_attention_max_distance=128,
-        is_decoder=is_decoder,
-    )
-    attention = T5Attention(config, has_relative_attention_bias=True, layer_idx=0)
+    attention = t5_attention(torch, is_decoder)  # 4 heads, 32 buckets up to 128
     q_len, k_len, past = 9, 300, 291
     w = randn(1, 4, q_len, k_len, seed=4)
     theirs = attention.compute_bias(q_len, k_len, past_seen_tokens=past)
@@ -1165,15 +1140,7 @@ def test_dataloader_workers_forked_from_a_parent_call_rotate_tensors(tmp_path):
         print("ok")
         """
     )
-    env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    done = subprocess.run(
-        [sys.executable, "-c", script],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        env=env,
-        timeout=120,
-    )
+    done = child_process.run("-c", script, cwd=tmp_path, timeout=120)
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stdout + done.stderr
 
 

@@ -13,6 +13,7 @@ weight, by torch's autograd, against posenc.bias.t5_bias_table_grad.
 
 import numpy as np
 import pytest
+from t5_models import t5_attention
 
 import posenc
 from posenc.bias import t5_bias_table_grad
@@ -125,23 +126,6 @@ def test_a_bfloat16_phase_has_no_correct_digit_at_2_20(torch):
 # ---------------------------------------------------------------- T5's table gradient
 
 
-def t5_attention(torch, is_decoder, num_buckets, max_distance, n_heads, dtype):
-    from transformers import T5Config
-    from transformers.models.t5.modeling_t5 import T5Attention
-
-    config = T5Config(
-        d_model=16,
-        d_kv=4,
-        d_ff=32,
-        num_layers=1,
-        num_heads=n_heads,
-        relative_attention_num_buckets=num_buckets,
-        relative_attention_max_distance=max_distance,
-        is_decoder=is_decoder,
-    )
-    return T5Attention(config, has_relative_attention_bias=True, layer_idx=0).to(dtype)
-
-
 @pytest.mark.parametrize("is_decoder", [False, True])
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("q_len, k_len, past", [(50, 50, 0), (1, 700, 699), (37, 300, 263)])
@@ -149,9 +133,8 @@ def test_t5_table_grad_equals_autograd_through_compute_bias(
     torch, transformers, is_decoder, dtype, q_len, k_len, past
 ):
     n_heads, num_buckets, max_distance = 6, 32, 128
-    attention = t5_attention(
-        torch, is_decoder, num_buckets, max_distance, n_heads, getattr(torch, dtype)
-    )
+    attention = t5_attention(torch, is_decoder, num_buckets, max_distance, n_heads)
+    attention = attention.to(getattr(torch, dtype))
     weight = attention.relative_attention_bias.weight
     g = np.random.default_rng(q_len).standard_normal((3, n_heads, q_len, k_len)).astype(dtype)
 

@@ -342,6 +342,32 @@ def test_a_deep_copy_of_a_patched_model_is_patched_on_its_own(tf, hf, name):
     hf.unpatch(model)
 
 
+def _patched_equals_unpatched(hf, model, forward):
+    """The logits of forward() and the gradients of their mean square, model
+    as it is and then patched (2 parts): the same within float32's rounding.
+    Returns the unpatched logits, their largest size and the run (the model
+    left patched)."""
+    import torch
+
+    def run():
+        model.zero_grad()
+        logits = forward()
+        logits.square().mean().backward()
+        grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+        return logits.detach(), grads
+
+    want, want_grads = run()
+    hf.patch(model)
+    assert len(hf.patched_parts(model)) == 2
+    got, got_grads = run()
+    scale = float(want.abs().max())
+    assert float((got - want).abs().max()) <= 1e-5 * scale
+    for key in want_grads:
+        torch.testing.assert_close(got_grads[key], want_grads[key], rtol=1e-3, atol=1e-5,
+                                   msg=key)  # fmt: skip
+    return want, scale, run
+
+
 @pytest.mark.parametrize(
     "buckets",
     [dict(position_buckets=8, max_relative_positions=16, share_att_key=True),
@@ -366,24 +392,8 @@ def test_deberta_v2_relative_attention_patched(tf, hf, buckets):
                 m.weight.fill_(1.0)
                 m.bias.zero_()
     ids = torch.randint(1, VOCAB, (2, 30), generator=torch.Generator().manual_seed(3))
-
-    def run():
-        model.zero_grad()
-        logits = model(ids).logits
-        logits.square().mean().backward()
-        grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
-        return logits.detach(), grads
-
-    want, want_grads = run()
-    hf.patch(model)
-    assert len(hf.patched_parts(model)) == 2
-    got, got_grads = run()
+    want, scale, _ = _patched_equals_unpatched(hf, model, lambda: model(ids).logits)
     hf.unpatch(model)
-    scale = float(want.abs().max())
-    assert float((got - want).abs().max()) <= 1e-5 * scale
-    for key in want_grads:
-        torch.testing.assert_close(got_grads[key], want_grads[key], rtol=1e-3, atol=1e-5,
-                                   msg=key)  # fmt: skip
     # the relative terms move these logits by far more than that
     for m in model.modules():
         if type(m).__name__ == "DisentangledSelfAttention":
@@ -408,25 +418,13 @@ def test_xlnet_relative_attention_patched_with_memory(tf, hf, monkeypatch):
     first, second = torch.randint(1, VOCAB, (2, 2, 10), generator=g)
     types = torch.randint(0, 2, (2, 10), generator=g)
 
-    def run():
-        model.zero_grad()
+    def forward():
         with torch.no_grad():
             mems = model(first, token_type_ids=types, use_mems=True).mems
         # a segment after a memory: 10 queries, 18 keys
-        logits = model(second, token_type_ids=types, mems=mems, use_mems=True).logits
-        logits.square().mean().backward()
-        grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
-        return logits.detach(), grads
+        return model(second, token_type_ids=types, mems=mems, use_mems=True).logits
 
-    want, want_grads = run()
-    hf.patch(model)
-    assert len(hf.patched_parts(model)) == 2
-    got, got_grads = run()
-    scale = float(want.abs().max())
-    assert float((got - want).abs().max()) <= 1e-5 * scale
-    for key in want_grads:
-        torch.testing.assert_close(got_grads[key], want_grads[key], rtol=1e-3, atol=1e-5,
-                                   msg=key)  # fmt: skip
+    want, scale, run = _patched_equals_unpatched(hf, model, forward)
     # the position term moves these logits by far more than that
     zero = lambda q, r, **kw: torch.zeros(q.shape[:-1] + (kw["k_len"],))  # noqa: E731
     monkeypatch.setattr(posenc.relative, "xl_position_term", zero)

@@ -42,15 +42,9 @@ def _nn_init(torch, module, seed):
 def test_xl_table_equals_xlnet_relative_positional_encoding(
     transformers, torch, attn_type, bi_data, clamp_len
 ):
+    sizes = dict(d_model=32, n_head=2, d_inner=16, n_layer=1, vocab_size=10)
     cfg = transformers.XLNetConfig(
-        d_model=32,
-        n_head=2,
-        d_inner=16,
-        n_layer=1,
-        vocab_size=10,
-        attn_type=attn_type,
-        bi_data=bi_data,
-        clamp_len=clamp_len,
+        **sizes, attn_type=attn_type, bi_data=bi_data, clamp_len=clamp_len
     )
     model = transformers.XLNetModel(cfg)
     for q_len, k_len in [(5, 5), (6, 19), (1, 40)]:

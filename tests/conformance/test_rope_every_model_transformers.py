@@ -41,14 +41,11 @@ def hf(torch, transformers):
 
 
 def _layer_types(config):
-    params = getattr(config, "rope_parameters", None)
-    if (
-        isinstance(params, dict)
-        and params
-        and all(isinstance(p, dict) or p is None for p in params.values())
-    ):
-        return [k for k, p in params.items() if p is not None]
-    return [None]
+    """The layer types of per-layer parameters (Gemma 3's), as posenc's
+    modules list them: which of the config's readings the checks compare."""
+    from posenc.torch import _layer_types  # torch is there: the tests ask for it
+
+    return _layer_types(config)
 
 
 def _params(config, layer_type):
@@ -68,13 +65,18 @@ def _positions(params):
     return ids, ids
 
 
+def _layer_config(config, layer_type):
+    """The config transformers builds the first layer of `layer_type` with:
+    its own per-layer config where the config is heterogeneous (Gemma 4's
+    full-attention layers have their own head_dim), else the config."""
+    if layer_type is None or not getattr(config, "is_heterogeneous", False):
+        return config
+    return config.per_layer_config[list(config.layer_types).index(layer_type)]
+
+
 def _head_dims(config, layer_type):
     """The head dimensions a user of this config may pass."""
-    if layer_type is not None:
-        try:
-            config = config.per_layer_config[layer_type]
-        except Exception:
-            pass
+    config = _layer_config(config, layer_type)
     dims = []
 
     def value(key):

@@ -35,48 +35,6 @@ import pytest
 
 import posenc
 
-
-@pytest.fixture(scope="module")
-def hf(torch, transformers):
-    """torch, the config classes and modelling modules used here (the `torch`
-    and `transformers` fixtures skip, or fail in CI, without them)."""
-    transformers.logging.set_verbosity_error()
-    from transformers import (
-        Gemma3TextConfig,
-        GPTNeoXConfig,
-        HunYuanDenseV1Config,
-        LlamaConfig,
-        Phi3Config,
-        Qwen2VLTextConfig,
-    )
-    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
-    from transformers.models.gemma3 import modeling_gemma3
-    from transformers.models.gpt_neox import modeling_gpt_neox
-    from transformers.models.gptj import modeling_gptj
-    from transformers.models.hunyuan_v1_dense import modeling_hunyuan_v1_dense
-    from transformers.models.llama import modeling_llama
-    from transformers.models.phi3 import modeling_phi3
-    from transformers.models.qwen2_vl import modeling_qwen2_vl
-
-    return types.SimpleNamespace(
-        torch=torch,
-        LlamaConfig=LlamaConfig,
-        Phi3Config=Phi3Config,
-        GPTNeoXConfig=GPTNeoXConfig,
-        Gemma3TextConfig=Gemma3TextConfig,
-        HunYuanDenseV1Config=HunYuanDenseV1Config,
-        Qwen2VLTextConfig=Qwen2VLTextConfig,
-        init_functions=ROPE_INIT_FUNCTIONS,
-        llama=modeling_llama,
-        phi3=modeling_phi3,
-        neox=modeling_gpt_neox,
-        gemma3=modeling_gemma3,
-        hunyuan=modeling_hunyuan_v1_dense,
-        gptj=modeling_gptj,
-        qwen2_vl=modeling_qwen2_vl,
-    )
-
-
 # ---------------------------------------------------------------- tolerances
 
 
@@ -180,6 +138,19 @@ def _phase_atol(witness, position_ids, rtol):
 
 
 # ---------------------------------------------------------------- position ids
+
+
+def _assert_reads_as_module(scaling, head_dim, span, ids, witness, rtol):
+    """posenc's inv_freq (to `rtol`), attention factor (exactly) and float64
+    cos/sin of position ids `ids` below `span`, read from `scaling`, against
+    the rotary module's witness."""
+    inv_freq, attention = posenc.rope_frequencies(head_dim, scaling=scaling, seq_len=span)
+    np.testing.assert_allclose(inv_freq, witness.inv_freq, rtol=rtol, atol=0)
+    assert attention == witness.attention
+    cos, sin = posenc.rope_cos_sin(ids, head_dim, scaling=scaling, dtype="float64")
+    atol = _phase_atol(witness, ids, rtol)
+    _assert_within(cos, witness.cos, atol)
+    _assert_within(sin, witness.sin, atol)
 
 
 def _padded_ids(seq, pads):
@@ -423,6 +394,11 @@ def _hunyuan_config(hf):
     )
 
 
+def _llama(head_dim, spans=(3000,), **kwargs):
+    """A CONFIGS entry of a Llama config with these keys."""
+    return (lambda hf: _llama_config(hf, head_dim, **kwargs), "llama", None, spans)
+
+
 # name: (config builder, rotary module and apply_rotary_pos_emb's module, layer_type, spans)
 # A span n gives position ids whose largest is n - 1 (transformers' seq_len n).
 CONFIGS = {
@@ -432,99 +408,58 @@ CONFIGS = {
         None,
         (64, 3000),
     ),
-    "llama-linear": (
-        lambda hf: _llama_config(
-            hf,
-            128,
-            rope_parameters={"rope_type": "linear", "factor": 4.0, "rope_theta": 500000.0},
-        ),
-        "llama",
-        None,
-        (3000,),
+    "llama-linear": _llama(
+        128, rope_parameters={"rope_type": "linear", "factor": 4.0, "rope_theta": 500000.0}
     ),
-    "llama-linear-legacy-rope_scaling": (
-        lambda hf: _llama_config(
-            hf, 64, rope_scaling={"type": "linear", "factor": 2.0}, rope_theta=123456.0
-        ),
-        "llama",
-        None,
-        (3000,),
+    "llama-linear-legacy-rope_scaling": _llama(
+        64, rope_scaling={"type": "linear", "factor": 2.0}, rope_theta=123456.0
     ),
-    "llama-dynamic": (
-        lambda hf: _llama_config(
-            hf,
-            64,
-            max_position_embeddings=256,
-            rope_parameters={"rope_type": "dynamic", "factor": 4.0, "rope_theta": 10000.0},
-        ),
-        "llama",
-        None,
-        (100, 256, 257, 700),
+    "llama-dynamic": _llama(
+        64,
+        max_position_embeddings=256,
+        rope_parameters={"rope_type": "dynamic", "factor": 4.0, "rope_theta": 10000.0},
+        spans=(100, 256, 257, 700),
     ),
-    "llama-yarn": (
-        lambda hf: _llama_config(
-            hf,
-            128,
-            max_position_embeddings=8192,
-            rope_parameters={
-                "rope_type": "yarn",
-                "factor": 4.0,
-                "original_max_position_embeddings": 2048,
-                "rope_theta": 500000.0,
-            },
-        ),
-        "llama",
-        None,
-        (3000,),
+    "llama-yarn": _llama(
+        128,
+        max_position_embeddings=8192,
+        rope_parameters={
+            "rope_type": "yarn",
+            "factor": 4.0,
+            "original_max_position_embeddings": 2048,
+            "rope_theta": 500000.0,
+        },
     ),
-    "llama-yarn-trained-length-from-max_position_embeddings": (
-        lambda hf: _llama_config(
-            hf,
-            64,
-            max_position_embeddings=4096,
-            rope_parameters={"rope_type": "yarn", "factor": 4.0, "rope_theta": 10000.0},
-        ),
-        "llama",
-        None,
-        (3000,),
+    "llama-yarn-trained-length-from-max_position_embeddings": _llama(
+        64,
+        max_position_embeddings=4096,
+        rope_parameters={"rope_type": "yarn", "factor": 4.0, "rope_theta": 10000.0},
     ),
-    "llama-yarn-deepseek-mscale": (
-        lambda hf: _llama_config(
-            hf,
-            64,
-            max_position_embeddings=163840,
-            rope_parameters={
-                "rope_type": "yarn",
-                "factor": 40.0,
-                "original_max_position_embeddings": 4096,
-                "beta_fast": 32,
-                "beta_slow": 1,
-                "mscale": 1.0,
-                "mscale_all_dim": 0.707,
-                "rope_theta": 10000.0,
-            },
-        ),
-        "llama",
-        None,
-        (3000,),
+    "llama-yarn-deepseek-mscale": _llama(
+        64,
+        max_position_embeddings=163840,
+        rope_parameters={
+            "rope_type": "yarn",
+            "factor": 40.0,
+            "original_max_position_embeddings": 4096,
+            "beta_fast": 32,
+            "beta_slow": 1,
+            "mscale": 1.0,
+            "mscale_all_dim": 0.707,
+            "rope_theta": 10000.0,
+        },
     ),
-    "llama3": (
-        lambda hf: _llama_config(
-            hf,
-            128,
-            max_position_embeddings=131072,
-            rope_parameters={
-                "rope_type": "llama3",
-                "factor": 8.0,
-                "low_freq_factor": 1.0,
-                "high_freq_factor": 4.0,
-                "original_max_position_embeddings": 8192,
-                "rope_theta": 500000.0,
-            },
-        ),
-        "llama",
-        None,
-        (3000,),
+    "llama3": _llama(
+        128,
+        max_position_embeddings=131072,
+        rope_parameters={
+            "rope_type": "llama3",
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 8192,
+            "rope_theta": 500000.0,
+        },
     ),
     "phi3-longrope": (lambda hf: _phi3_config(hf), "phi3", None, (100, 4096, 4097, 6000)),
     "phi3-longrope-partial": (
@@ -739,14 +674,7 @@ def test_phi3_legacy_su_and_yarn_are_longrope_as_phi3_reads_them(hf, kind, form,
     ids = _span_ids(span, seed=span + 1)
     witness = _module_witness(hf, rotary, ids)
     scaling = config if form == "config" else _phi3_legacy_forms(kind)[form]
-    rtol = _float32_rtol(PHI3_THETA)
-    inv_freq, attention = posenc.rope_frequencies(64, scaling=scaling, seq_len=span)
-    np.testing.assert_allclose(inv_freq, witness.inv_freq, rtol=rtol, atol=0)
-    assert attention == witness.attention
-    cos, sin = posenc.rope_cos_sin(ids, 64, scaling=scaling, dtype="float64")
-    atol = _phase_atol(witness, ids, rtol)
-    _assert_within(cos, witness.cos, atol)
-    _assert_within(sin, witness.sin, atol)
+    _assert_reads_as_module(scaling, 64, span, ids, witness, _float32_rtol(PHI3_THETA))
 
 
 @pytest.mark.parametrize("span", [100, 3000])
@@ -778,14 +706,7 @@ def test_hunyuan_dynamic_with_alpha_is_ntk_alpha_as_hunyuan_reads_it(hf, form, s
             "head_dim": 128,
         },
     }[form]
-    rtol = _float32_rtol(base)
-    inv_freq, attention = posenc.rope_frequencies(128, scaling=scaling, seq_len=span)
-    np.testing.assert_allclose(inv_freq, witness.inv_freq, rtol=rtol, atol=0)
-    assert attention == witness.attention
-    cos, sin = posenc.rope_cos_sin(ids, 128, scaling=scaling, dtype="float64")
-    atol = _phase_atol(witness, ids, rtol)
-    _assert_within(cos, witness.cos, atol)
-    _assert_within(sin, witness.sin, atol)
+    _assert_reads_as_module(scaling, 128, span, ids, witness, _float32_rtol(base))
 
 
 # ---------------------------------------------------------------- refusals

@@ -10,8 +10,6 @@
   transformers' ``LlamaRotaryEmbedding``.
 """
 
-import types
-
 import numpy as np
 import pytest
 
@@ -28,22 +26,6 @@ YARN = {
     "mscale_all_dim": 1.0,
     "rope_theta": 10000.0,
 }
-
-
-@pytest.fixture(scope="module")
-def hf(torch, transformers):
-    transformers.logging.set_verbosity_error()
-    from transformers import DeepseekV3Config, LlamaConfig
-    from transformers.models.deepseek_v3 import modeling_deepseek_v3
-    from transformers.models.llama import modeling_llama
-
-    return types.SimpleNamespace(
-        torch=torch,
-        DeepseekV3Config=DeepseekV3Config,
-        LlamaConfig=LlamaConfig,
-        deepseek=modeling_deepseek_v3,
-        llama=modeling_llama,
-    )
 
 
 def _deepseek_config(hf, rope_head_dim=16, rope_parameters=None):

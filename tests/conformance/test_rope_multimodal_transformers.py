@@ -16,34 +16,11 @@ classes' own recomposition and rotation functions with cos and sin formed
 in float64 from the definition; the float32 ones run the classes whole.
 """
 
-import types
-
 import numpy as np
 import pytest
 
 import posenc
 from posenc import reference
-
-
-@pytest.fixture(scope="module")
-def hf(torch, transformers):
-    transformers.logging.set_verbosity_error()
-    from transformers import vision_utils
-    from transformers.models.llama4 import modeling_llama4
-    from transformers.models.qwen2_5_vl import modeling_qwen2_5_vl
-    from transformers.models.qwen2_vl import modeling_qwen2_vl
-    from transformers.models.qwen3_vl import modeling_qwen3_vl
-
-    return types.SimpleNamespace(
-        torch=torch,
-        t=transformers,
-        qwen2_vl=modeling_qwen2_vl,
-        qwen2_5_vl=modeling_qwen2_5_vl,
-        qwen3_vl=modeling_qwen3_vl,
-        llama4=modeling_llama4,
-        vision_utils=vision_utils,
-    )
-
 
 # ---------------------------------------------------------------- M-RoPE
 
@@ -51,22 +28,16 @@ def hf(torch, transformers):
 def _text_model(hf, name):
     """(config, rotary class, its module) of a model's text tower at its real
     head size and sections (transformers' config classes, no weights)."""
-    if name == "qwen2_vl":
-        config = hf.t.Qwen2VLTextConfig(
+    if name in ("qwen2_vl", "qwen2_5_vl"):  # the same text tower, two classes
+        prefix = {"qwen2_vl": "Qwen2VL", "qwen2_5_vl": "Qwen2_5_VL"}[name]
+        config = getattr(hf.t, f"{prefix}TextConfig")(
             hidden_size=256,
             num_attention_heads=2,
             num_key_value_heads=1,
             rope_scaling={"type": "mrope", "mrope_section": [16, 24, 24], "rope_theta": 1e6},
         )
-        return config, hf.qwen2_vl.Qwen2VLRotaryEmbedding, hf.qwen2_vl
-    if name == "qwen2_5_vl":
-        config = hf.t.Qwen2_5_VLTextConfig(
-            hidden_size=256,
-            num_attention_heads=2,
-            num_key_value_heads=1,
-            rope_scaling={"type": "mrope", "mrope_section": [16, 24, 24], "rope_theta": 1e6},
-        )
-        return config, hf.qwen2_5_vl.Qwen2_5_VLRotaryEmbedding, hf.qwen2_5_vl
+        module = getattr(hf, name)
+        return config, getattr(module, f"{prefix}RotaryEmbedding"), module
     config = hf.t.Qwen3VLTextConfig(
         hidden_size=256,
         num_attention_heads=2,

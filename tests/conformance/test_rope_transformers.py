@@ -59,31 +59,6 @@ FAMILIES = {
 }
 
 
-@pytest.fixture(scope="module")
-def hf(torch, transformers):
-    """torch, transformers' configs and the modelling modules used here (the
-    `torch` and `transformers` fixtures skip, or fail in CI, without them)."""
-    transformers.logging.set_verbosity_error()
-    from transformers import GPTNeoXConfig, LlamaConfig
-    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
-    from transformers.models.gpt_neox import modeling_gpt_neox
-    from transformers.models.gptj import modeling_gptj
-    from transformers.models.llama import modeling_llama
-
-    class HF:
-        pass
-
-    h = HF()
-    h.torch, h.LlamaConfig, h.GPTNeoXConfig = torch, LlamaConfig, GPTNeoXConfig
-    h.init_functions, h.llama, h.neox, h.gptj = (
-        ROPE_INIT_FUNCTIONS,
-        modeling_llama,
-        modeling_gpt_neox,
-        modeling_gptj,
-    )
-    return h
-
-
 def _scaling(name, dim):
     s = FAMILIES[name]
     if s == "longrope":

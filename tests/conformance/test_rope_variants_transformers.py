@@ -16,22 +16,6 @@ import posenc
 from posenc import reference
 
 
-@pytest.fixture(scope="module")
-def hf(torch, transformers):
-    transformers.logging.set_verbosity_error()
-    from transformers import Gemma4TextConfig, LlamaConfig
-    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
-    from transformers.models.gemma4 import modeling_gemma4
-
-    return types.SimpleNamespace(
-        torch=torch,
-        Gemma4TextConfig=Gemma4TextConfig,
-        LlamaConfig=LlamaConfig,
-        init_functions=ROPE_INIT_FUNCTIONS,
-        gemma4=modeling_gemma4,
-    )
-
-
 def _gemma4_config(hf, head_dim=64, global_head_dim=128, fraction=0.25, theta=1e6):
     return hf.Gemma4TextConfig(
         hidden_size=256,

@@ -1,0 +1,207 @@
+"""What every benchmark group shares: the `Case` record, the timer, the
+memory floors, the driver that times the cases and the table it prints."""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+import posenc
+
+try:  # the comparison only; never a dependency of posenc
+    import torch
+except ImportError:  # pragma: no cover - depends on the machine
+    torch = None
+
+try:  # the comparison only; never a dependency of posenc
+    import jax
+    import jax.numpy as jnp
+except ImportError:  # pragma: no cover - depends on the machine
+    jax = jnp = None
+
+
+@dataclass
+class Case:
+    """One benchmark: callables for each contender, built for a thread count."""
+
+    name: str
+    nbytes: int
+    posenc: object
+    memory: object
+    numpy: object = None
+    torch: object = None
+    compiled: object = None  # None: torch.compile of `torch`
+    jit: object = None  # the jax.numpy formula under jax.jit
+    note: str = ""
+    extra: dict = field(default_factory=dict)
+
+
+def have_transformers():
+    """Whether the torch comparisons that call transformers' own code can run."""
+    if torch is None:
+        return False
+    try:
+        import transformers  # noqa: F401
+    except ImportError:  # pragma: no cover - depends on the machine
+        return False
+    return True
+
+
+def timeit(fn, repeats, min_time=0.2):
+    """Median seconds of `fn()`, after one warm-up call; at least `repeats`
+    calls, more for fast functions so that the total is ~`min_time`."""
+    fn()
+    t0 = time.perf_counter()
+    fn()
+    once = max(time.perf_counter() - t0, 1e-7)
+    n = max(repeats, min(200, int(min_time / once)))
+    times = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return float(np.median(times))
+
+
+def copyto_of(shape, dtype):
+    src = np.ones(shape, dtype)
+    dst = np.empty(shape, dtype)
+    return lambda: np.copyto(dst, src)
+
+
+def copyto_like(x):
+    """copyto_of the bytes of `x` (bfloat16 copied as float16, the same bytes)."""
+    return copyto_of(x.shape, np.float16 if x.dtype.name == "bfloat16" else x.dtype)
+
+
+def _rmw_of(arr, passes=1):
+    """The read-modify-write of `arr`'s bytes in place (as uint64 += 0),
+    `passes` times: one read and one write each, what as many adds into it
+    cannot go below."""
+    words = arr.reshape(-1).view(np.uint64)
+
+    def rmw():
+        for _ in range(passes):
+            np.add(words, np.uint64(0), out=words)
+
+    return rmw
+
+
+def _torch_of(x):
+    """A NumPy array as a torch tensor sharing its memory; bfloat16 (ml_dtypes') by its bits."""
+    if x.dtype.name == "bfloat16":
+        return torch.from_numpy(x.view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(x)
+
+
+def _dtype_of(name):
+    if name == "bfloat16":
+        import ml_dtypes
+
+        return np.dtype(ml_dtypes.bfloat16)
+    return np.dtype(name)
+
+
+def _dtypes():
+    try:
+        import ml_dtypes  # noqa: F401
+
+        return ("float32", "bfloat16")
+    except ImportError:  # pragma: no cover - depends on the machine
+        return ("float32",)
+
+
+def _compile_column(case, torch_ok, compile_ok):
+    """The callable timed in the compiled column: the case's own, else
+    torch.compile of its torch callable (compiled on its first call)."""
+    if not (torch_ok and compile_ok):
+        return None
+    if case.compiled is not None:
+        return case.compiled
+    return torch.compile(case.torch) if case.torch is not None else None
+
+
+def run(cases, selected, threads, repeats, quick, torch_ok, compile_ok=True, jax_ok=True):
+    """Time every case of the groups `cases` ((group, make) pairs) whose
+    name contains one of `selected` (all if empty), at each thread count."""
+    rows = []
+    for group, make in cases:
+        if selected and not any(k in group for k in selected):
+            continue
+        for c in make(quick):
+            compiled = _compile_column(c, torch_ok, compile_ok)
+            for nt in threads:
+                posenc.set_num_threads(nt)
+                if torch_ok:
+                    torch.set_num_threads(nt)
+                row = {
+                    "group": group,
+                    "case": c.name,
+                    "threads": nt,
+                    "bytes": c.nbytes,
+                    "note": c.note,
+                    **c.extra,
+                }
+                row["posenc_ms"] = timeit(c.posenc, repeats) * 1e3
+                row["memory_ms"] = timeit(c.memory, repeats) * 1e3
+                row["numpy_ms"] = (
+                    timeit(c.numpy, max(3, repeats // 4)) * 1e3
+                    if c.numpy is not None and nt == threads[0]
+                    else None
+                )
+                row["torch_ms"] = (
+                    timeit(c.torch, repeats) * 1e3 if c.torch is not None and torch_ok else None
+                )
+                row["compiled_ms"] = timeit(compiled, repeats) * 1e3 if compiled else None
+                row["jit_ms"] = timeit(c.jit, repeats) * 1e3 if c.jit and jax_ok else None
+                rows.append(row)
+                print(format_row(row), file=sys.stderr, flush=True)
+    posenc.set_num_threads(0)
+    # the NumPy reference runs on one thread whatever is set: one figure per case
+    by_case = {}
+    for row in rows:
+        by_case.setdefault(row["case"], row["numpy_ms"])
+        if row["numpy_ms"] is None:
+            row["numpy_ms"] = by_case[row["case"]]
+    for row in rows:
+        row["vs_memory"] = row["posenc_ms"] / row["memory_ms"]
+        row["numpy_speedup"] = row["numpy_ms"] / row["posenc_ms"] if row["numpy_ms"] else None
+        row["torch_speedup"] = row["torch_ms"] / row["posenc_ms"] if row["torch_ms"] else None
+        row["compiled_speedup"] = (
+            row["compiled_ms"] / row["posenc_ms"] if row["compiled_ms"] else None
+        )
+        row["jit_speedup"] = row["jit_ms"] / row["posenc_ms"] if row["jit_ms"] else None
+    return rows
+
+
+def fmt(x, spec):
+    return "—" if x is None else format(x, spec)
+
+
+def format_row(row):
+    return (
+        f"{row['case']} [{row['threads']} thr]: posenc {row['posenc_ms']:.2f} ms, "
+        f"memory {row['memory_ms']:.2f} ms"
+    )
+
+
+def markdown(rows):
+    head = (
+        "| case | thr | MiB | posenc ms | memory ms | numpy ms | torch ms | compiled ms | jit ms "
+        "| posenc/memory | numpy/posenc | torch/posenc | compiled/posenc | jit/posenc |\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n"
+    )
+    lines = []
+    for r in rows:
+        lines.append(
+            f"| {r['case']} | {r['threads']} | {r['bytes'] / 2**20:.0f} | {r['posenc_ms']:.2f} "
+            f"| {r['memory_ms']:.2f} | {fmt(r['numpy_ms'], '.1f')} | {fmt(r['torch_ms'], '.2f')} "
+            f"| {fmt(r['compiled_ms'], '.2f')} | {fmt(r['jit_ms'], '.2f')} "
+            f"| {r['vs_memory']:.2f}x | {fmt(r['numpy_speedup'], '.1f')}x "
+            f"| {fmt(r['torch_speedup'], '.2f')}x | {fmt(r['compiled_speedup'], '.2f')}x "
+            f"| {fmt(r['jit_speedup'], '.2f')}x |"
+        )
+    return head + "\n".join(lines) + "\n"
