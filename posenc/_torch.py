@@ -59,10 +59,13 @@ if not (hasattr(torch.library, "custom_op") and hasattr(torch.compiler, "is_comp
 
 from torch.autograd.graph import increment_version  # noqa: E402
 
-from . import _dtypes, _interop, _relative_grad, _validate
+from . import _dtypes, _interop, _records, _validate
+from . import _grad as _relative_grad
 from . import relative as _relative
 from . import rope_scaling as _rope_scaling
 from ._dtypes import BFLOAT16_BITS
+
+_RELATIVE_ARGS = {n: _records.RECORDS[n].differentiable for n in _records.RELATIVE}
 
 # ---------------------------------------------------------------- dtypes
 
@@ -247,7 +250,7 @@ DIFFERENTIABLE = {
     "apply_rope": frozenset({"x"}),
     "t5_bias": frozenset({"table", "scores"}),
     "alibi_bias": frozenset({"scores"}),
-    **{name: frozenset(args) for name, args in _relative_grad.DIFFERENTIABLE.items()},
+    **{name: frozenset(args) for name, args in _RELATIVE_ARGS.items()},
 }
 
 
@@ -364,7 +367,7 @@ class _Plan:
 
     def refuse_traced(self, name, value):
         if isinstance(value, torch.Tensor) and value.requires_grad and name in self.grads:
-            if name not in SINKS or self.name in _relative_grad.DIFFERENTIABLE:
+            if name not in SINKS or self.name in _RELATIVE_ARGS:
                 raise transform_error(name, self.name)
 
     def name_of(self, i):
@@ -1149,7 +1152,7 @@ def _t5_bias_call(
 #
 # One operator for all of posenc.relative's functions: its tensors are the
 # function's array arguments (those it is differentiable with respect to,
-# in _relative_grad.DIFFERENTIABLE's order, None after the last: five
+# in _RELATIVE_ARGS's order, None after the last: five
 # arguments of their own, as autograd sees no tensor in a list of optional
 # ones), its options the others.  With scores=, the operator adds into a
 # copy of the scores and returns it (the bits of the direct path), and the
@@ -1158,13 +1161,13 @@ def _t5_bias_call(
 
 
 _RELATIVE_SLOTS = 5
-assert max(map(len, _relative_grad.DIFFERENTIABLE.values())) <= _RELATIVE_SLOTS
+assert max(map(len, _RELATIVE_ARGS.values())) <= _RELATIVE_SLOTS
 
 
 def _relative_arrays(name, tensors):
     return {
         key: None if t is None else array(t, key)
-        for key, t in zip(_relative_grad.DIFFERENTIABLE[name], tensors)
+        for key, t in zip(_RELATIVE_ARGS[name], tensors)
     }
 
 
@@ -1194,7 +1197,7 @@ def _relative_fake(name, t0, t1, t2, t3, t4, spec, floats, ints):
     # that take no memory, writeable scores): its checks, and its result's
     # shape and dtype (the scores' when given)
     stand_ins = {}
-    for key, t in zip(_relative_grad.DIFFERENTIABLE[name], (t0, t1, t2, t3, t4)):
+    for key, t in zip(_RELATIVE_ARGS[name], (t0, t1, t2, t3, t4)):
         if t is not None:
             dtype = _NUMPY_DTYPES.get(t.dtype)
             if dtype is None:
@@ -1221,7 +1224,7 @@ def relative_grad_op(
     """The gradients of posenc::relative with respect to the arguments
     `wanted` marks (each of its dtype; scores= is read for its shape only,
     and gets none)."""
-    names = _relative_grad.DIFFERENTIABLE[name]
+    names = _RELATIVE_ARGS[name]
     keys = [key for key, want in zip(names, wanted) if want]
     arrays = _relative_arrays(name, tensors)
     if arrays.get("scores") is not None:  # read for its shape
@@ -1239,7 +1242,7 @@ def _relative_grad_fake(name, tensors, grad, wanted, spec, floats, ints):
 
 def _relative_setup(ctx, inputs, output):
     name, *tensors, spec, floats, ints = inputs
-    names = _relative_grad.DIFFERENTIABLE[name]
+    names = _RELATIVE_ARGS[name]
     ctx.wanted = [k for k, t in zip(names, tensors) if t is not None and t.requires_grad]
     ctx.saved = [k for k, t in zip(names, tensors) if t is not None and k != "scores"]
     ctx.save_for_backward(*[t for k, t in zip(names, tensors) if k in ctx.saved])
@@ -1250,7 +1253,7 @@ def _relative_setup(ctx, inputs, output):
 
 def _relative_backward(ctx, grad):
     name, spec, floats, ints = ctx.call
-    names = _relative_grad.DIFFERENTIABLE[name]
+    names = _RELATIVE_ARGS[name]
     saved = dict(zip(ctx.saved, ctx.saved_tensors))
     tensors = [ctx.scores if k == "scores" else saved.get(k) for k in names]
     wanted = [k in ctx.wanted and k != "scores" for k in names]
@@ -1272,7 +1275,7 @@ def _relative_builder(name):
     """The call of posenc.relative's function `name` through posenc::relative."""
     fn = getattr(_relative, name)
     signature = inspect.signature(_numpy_function(fn))
-    names = _relative_grad.DIFFERENTIABLE[name]
+    names = _RELATIVE_ARGS[name]
 
     def call(*args, device=None, **kwargs):
         check_device(device)
@@ -1303,5 +1306,5 @@ BUILDERS = {
     "sinusoid": _sinusoid_call,
     "alibi_bias": _alibi_bias_call,
     "t5_bias": _t5_bias_call,
-    **{name: _relative_builder(name) for name in _relative_grad.DIFFERENTIABLE},
+    **{name: _relative_builder(name) for name in _RELATIVE_ARGS},
 }

@@ -908,7 +908,7 @@ def test_the_builders_have_the_public_signatures_and_device():
 
 
 @pytest.mark.parametrize(
-    "name", sorted(set(pt.BUILDERS) - set(pt._relative_grad.DIFFERENTIABLE))
+    "name", sorted(set(pt.BUILDERS) - set(pt._RELATIVE_ARGS))
 )  # the relative terms': tests/test_relative_grad.py
 def test_the_operator_path_gives_the_numbers_of_the_direct_path(name):
     # the same call, once directly and once through the operators (a tensor

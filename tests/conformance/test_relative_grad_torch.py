@@ -130,7 +130,7 @@ def test_the_operator_path_gives_the_bits_of_the_direct_path(torch, pt):
         "shaw_value_term": ((t(1, h, q, k), t(5, d)), {"max_distance": 2}, None),
         "tupe_bias": ((t(h, q + 1, d), t(h, q + 1, d)), {"rel_table": t(9, h)}, (3, h, q, q)),
     }  # fmt: skip
-    assert set(calls) == set(pt._relative_grad.DIFFERENTIABLE)
+    assert set(calls) == set(pt._RELATIVE_ARGS)
     for name, (args, kwargs, shape) in calls.items():
         for into in [None] + ([torch.randn(shape).bfloat16()] if shape else []):
             direct = _call(getattr(posenc, name), args[0], args, kwargs, into)
