@@ -66,8 +66,13 @@ class Call(NamedTuple):
     arguments: Dict[str, Any]
 
 
+class _Host:
+    def __repr__(self):
+        return "HOST"
+
+
 #: a gradient computed by grads() on the host
-HOST = "host"
+HOST: Any = _Host()
 
 
 def _swapped_role(xpos):
@@ -128,6 +133,12 @@ _BACKWARDS = {
     "scores": _scores,
     "relative": _relative,
 }
+
+
+def reads_values(rule):
+    """Whether the backward rule `rule` reads the values of the function's
+    arrays (else only their shapes and dtypes, and the indices' values)."""
+    return rule == "relative"
 
 
 def backward(name, arguments, grad, wanted):

@@ -743,7 +743,7 @@ def _differentiable(plan, op, static, names):
                     got[key] = jnp.zeros(traced[key].shape, traced[key].dtype)
             wanted = [key for key in wanted if key not in got]
             rules = _grad.backward(plan.name, {**static, **traced}, cotangent, wanted)
-            host = tuple(key for key in wanted if rules[key] == _grad.HOST)
+            host = tuple(key for key in wanted if rules[key] is _grad.HOST)
             if host:  # one callback for all of them
                 got.update(zip(host, _host_grads(plan, static, names, values, cotangent, host)))
             for key, rule in rules.items():

@@ -23,6 +23,7 @@ from typing import Any, Callable, Dict, Optional, Tuple
 
 #: the indices of the position functions: read without their gradient
 _POSITIONS = frozenset({"positions"})
+_Q_OFFSET = frozenset({"q_offset"})
 
 
 @dataclass(frozen=True)
@@ -49,7 +50,7 @@ class Record:
     #: the shape of its result depends on the values of its arguments
     value_shaped: bool = False
     #: the shape of its result from its arguments (see the rules below)
-    shape: Optional[Callable[[Dict[str, Any]], tuple]] = None
+    shape: Optional[Callable[..., tuple]] = None
     #: whose dtype the result has: an array argument, or "dtype" (float32 if None)
     dtype_from: Optional[str] = None
     #: for a function no wrapper registers: the routed function beside it
@@ -59,8 +60,9 @@ class Record:
 # ---------------------------------------------------------------- result shapes
 #
 # From the arguments as the NumPy function takes them (arrays, or tensors of
-# a torch trace whose sizes may be symbolic); they may raise where the
-# arguments do not say (the caller then finds out otherwise).
+# a torch trace whose sizes may be symbolic), and perhaps `found`, the shape
+# of a call on stand-ins; they may raise where the arguments do not say
+# (the caller then finds out otherwise).
 
 
 def _lengths(a):
@@ -69,32 +71,42 @@ def _lengths(a):
     return q_len, q_len if k_len is None else k_len
 
 
-def _sinusoid_shape(a):
+def _sinusoid_shape(a, found=None):
     positions = a["positions"]
     shape = tuple(getattr(positions, "shape", ()))
     return (shape if shape else (positions,)) + (a["dim"],)
 
 
-def _alibi_shape(a):
+def _alibi_shape(a, found=None):
     return (a["n_heads"], *_lengths(a))
 
 
-def _t5_shape(a):
+def _t5_shape(a, found=None):
     return (a["table"].shape[1], *_lengths(a))
 
 
-def _t5_grad_shape(a):
+def _t5_grad_shape(a, found=None):
     return (a["num_buckets"], a["grad"].shape[-3])
 
 
-def _rope_shape(a):
+def _rope_shape(a, found=None):
     return tuple(a["x"].shape)
+
+
+def _cos_sin_shape(a, found=None):
+    """Known from the positions' axes (a row axis of M-RoPE's left out) and
+    the last axis of `found`, the shape of a call on stand-ins."""
+    if found is None:
+        raise TypeError("rope_cos_sin's last axis is known from a call")
+    positions = a["positions"]
+    lead = tuple(getattr(positions, "shape", (positions,)))
+    return lead[len(lead) - len(found) + 1 :] + tuple(found[-1:])
 
 
 # ---------------------------------------------------------------- the records
 
 
-def _relative(name, differentiable, indexes=(), traced=("q_offset",)):
+def _relative(name, differentiable, indexes=(), traced=()):
     """A term of posenc.relative: its operator takes the differentiable
     arrays and indices; scores= gets the incoming gradient as it is."""
     return Record(
@@ -125,6 +137,7 @@ _RECORDS = (
         arrays=("positions",),
         indexes=_POSITIONS,
         float_scalars=_POSITIONS,
+        shape=_cos_sin_shape,
     ),
     Record("rope_frequencies"),
     Record(
@@ -138,9 +151,9 @@ _RECORDS = (
     ),
     Record(
         "alibi_bias",
-        arrays=("slopes", "scores"),
+        arrays=("slopes",),
         sinks=("scores", "out"),
-        traced_scalars=frozenset({"q_offset"}),
+        traced_scalars=_Q_OFFSET,
         differentiable=("scores",),
         backward="scores",
         shape=_alibi_shape,
@@ -150,9 +163,9 @@ _RECORDS = (
     Record("alibi_slopes"),
     Record(
         "t5_bias",
-        arrays=("table", "scores"),
+        arrays=("table",),
         sinks=("scores", "out"),
-        traced_scalars=frozenset({"q_offset"}),
+        traced_scalars=_Q_OFFSET,
         differentiable=("table", "scores"),
         backward="t5",
         shape=_t5_shape,
@@ -161,7 +174,7 @@ _RECORDS = (
     Record(
         "t5_bias_table_grad",
         arrays=("grad",),
-        traced_scalars=frozenset({"q_offset"}),
+        traced_scalars=_Q_OFFSET,
         differentiable=("grad",),
         backward="t5_table",
         shape=_t5_grad_shape,
@@ -172,18 +185,17 @@ _RECORDS = (
         indexes=frozenset({"relative_position"}),
         traced_scalars=frozenset({"relative_position"}),
     ),
-    Record("relative_positions", traced_scalars=frozenset({"q_offset"})),
-    _relative("xl_position_term", ("q", "r", "bias", "scores")),
+    Record("relative_positions", traced_scalars=_Q_OFFSET),
+    _relative("xl_position_term", ("q", "r", "bias", "scores"), traced=_Q_OFFSET),
     _relative("xl_content_bias", ("k", "bias", "scores")),
     _relative("tener_position_term", ("q", "k", "table", "v", "scores")),
     _relative("tener_scores", ("q", "k", "table", "u", "v")),
     _relative(
-        "deberta_attention_bias",
-        ("q", "k", "pos_key", "pos_query", "scores"),
+        "deberta_attention_bias", ("q", "k", "pos_key", "pos_query", "scores"), traced=_Q_OFFSET
     ),
-    _relative("shaw_key_term", ("q", "rel_keys", "scores")),
-    _relative("shaw_value_term", ("weights", "rel_values")),
-    _relative("tupe_bias", ("pos_q", "pos_k", "rel_table", "scores"), traced=()),
+    _relative("shaw_key_term", ("q", "rel_keys", "scores"), traced=_Q_OFFSET),
+    _relative("shaw_value_term", ("weights", "rel_values"), traced=_Q_OFFSET),
+    _relative("tupe_bias", ("pos_q", "pos_k", "rel_table", "scores")),
     Record("xl_relative_table"),
     Record("tener_relative_table"),
     Record(
@@ -191,7 +203,7 @@ _RECORDS = (
         indexes=frozenset({"relative_pos"}),
         traced_scalars=frozenset({"relative_pos"}),
     ),
-    Record("deberta_relative_positions", traced_scalars=frozenset({"q_offset"})),
+    Record("deberta_relative_positions", traced_scalars=_Q_OFFSET),
     Record("positions_from_cu_seqlens", value_shaped=True),
     Record("permute_rope_weight"),
     Record("attention_temperature", indexes=_POSITIONS, float_scalars=_POSITIONS),
