@@ -79,3 +79,25 @@ def narrow(x):
         if nan.any():
             out[a : a + step][nan] = ((u[nan] >> 16) | 0x40).astype(np.uint16)
     return out.reshape(np.shape(x))
+
+
+def float_name(value, name="dtype"):
+    """A float dtype given as NumPy takes one or by name, bfloat16 too
+    (without ml_dtypes), as its name: "float16", "bfloat16", "float32" or
+    "float64"."""
+    if isinstance(value, str) and value in ("float16", "float32", "float64"):
+        return value
+    if is_bfloat16_name(value):
+        return "bfloat16"
+    try:
+        dt = np.dtype(value)
+    except TypeError as exc:
+        raise TypeError(
+            f"{name} must be float16, bfloat16, float32 or float64, not {value!r}"
+        ) from exc
+    if is_bfloat16(dt):
+        return "bfloat16"
+    dt = dt.newbyteorder("=")
+    if dt.name not in ("float16", "float32", "float64"):
+        raise TypeError(f"{name} must be float16, bfloat16, float32 or float64, not {dt}")
+    return dt.name

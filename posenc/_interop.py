@@ -18,6 +18,8 @@ from typing import Any, Callable, TypeVar
 
 import numpy as np
 
+from . import _records
+
 _F = TypeVar("_F", bound=Callable[..., Any])
 
 # the top-level packages whose objects a call is routed for; a JAX array's
@@ -107,6 +109,7 @@ def foreign(fn: _F) -> _F:
     accepts, and type checkers `fn`'s annotations.
     """
     signature = inspect.signature(fn)
+    _records.register(fn)  # the adapters find it there by name
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):

@@ -49,7 +49,7 @@ respect to ``x`` (its backward is the inverse rotation by the same
 positions, with xPos the inverse of the other role's transform, itself a
 posenc call) and ``t5_bias`` with respect to
 ``table`` (a scatter-add of the incoming gradient by bucket); the relative
-terms with respect to their arrays (posenc._relative_grad, one callback
+terms with respect to their arrays (posenc._grad, one callback
 for all of them).  Any other
 argument that JAX differentiates (float positions, ALiBi slopes, a
 sinusoid's positions) raises a TypeError naming it, never a silent zero;
@@ -68,19 +68,15 @@ import functools
 import inspect
 import warnings
 from numbers import Integral
-from typing import Any, Callable, Dict, Tuple
+from typing import Any, Dict
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.custom_derivatives import SymbolicZero
 
-from . import _dtypes
-from . import _relative_grad as _relative_grad_rules
+from . import _dtypes, _grad, _records
 from . import _validate as v
-from . import rope as _rope
-from . import rope_scaling as _rope_scaling
-from .bias import t5_bias_table_grad
 
 if "vmap_method" not in inspect.signature(jax.pure_callback).parameters:
     raise ImportError(
@@ -90,17 +86,6 @@ if "vmap_method" not in inspect.signature(jax.pure_callback).parameters:
 
 _Tracer = jax.core.Tracer
 _Array = jax.Array
-
-#: arguments a NumPy function writes into
-SINKS = ("out", "scores")
-
-#: 0-d arguments that may be traced: values that do not decide a shape
-_TRACED_SCALARS = frozenset({"offset", "q_offset", "relative_position", "relative_pos"})
-
-#: functions whose result's shape depends on the values of their arguments
-_VALUE_SHAPED = frozenset(
-    {"positions_from_cu_seqlens", "mrope_position_ids", "vision_position_ids"}
-)
 
 #: results at least this large are handed to XLA without a copy (smaller
 #: ones are copied: jnp.asarray of a small array costs less than adopting it)
@@ -203,67 +188,34 @@ def _float_array(value):
     )
 
 
-def _table_dtype(a):
-    dtype = a.get("dtype")
-    return np.dtype(np.float32) if dtype is None else v.float_dtype(dtype, bfloat16=True)
-
-
 def _length(value):
     if isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)):
         return int(value)
     raise TypeError
 
 
-def _sinusoid_out(a):
-    positions, dim = a["positions"], _length(a["dim"])
-    if isinstance(positions, np.ndarray) and positions.ndim and positions.dtype.kind in "iuf":
-        shape = positions.shape
-    else:
-        shape = (_length(positions),)
-    return shape + (dim,), _table_dtype(a)
-
-
-def _alibi_out(a):
-    q_len = _length(a["q_len"])
-    k_len = q_len if a.get("k_len") is None else _length(a["k_len"])
-    return (_length(a["n_heads"]), q_len, k_len), _table_dtype(a)
-
-
-def _t5_out(a):
-    table = a["table"]
-    if not (_float_array(table) and table.ndim == 2):
+def _layout(record, a):
+    """The shape and dtype of a function's result from its NumPy arguments
+    (its record's rule), raising when they do not say."""
+    shape = tuple(_length(n) for n in record.shape(a))
+    if record.dtype_from == "dtype":
+        dtype = a.get("dtype")
+        return shape, np.dtype(np.float32) if dtype is None else v.float_dtype(dtype, bfloat16=True)
+    source = a[record.dtype_from]
+    if not _float_array(source):
         raise TypeError
-    q_len = _length(a["q_len"])
-    k_len = q_len if a.get("k_len") is None else _length(a["k_len"])
-    return (table.shape[1], q_len, k_len), table.dtype
-
-
-def _rope_out(a):
-    x = a["x"]
-    if not _float_array(x):
-        raise TypeError
-    return x.shape, x.dtype
-
-
-#: the shape and dtype of a function's result, from its NumPy arguments
-#: (raising when they do not say: the function then allocates its own)
-_OUT_RULES: Dict[str, Callable[[Dict[str, Any]], Tuple[tuple, np.dtype]]] = {
-    "apply_rope": _rope_out,
-    "sinusoid": _sinusoid_out,
-    "alibi_bias": _alibi_out,
-    "t5_bias": _t5_out,
-}
+    return shape, source.dtype
 
 
 def _run_eager(plan, args, kwargs):
     """The NumPy function on NumPy arguments; a large result written into a
     buffer that XLA can adopt."""
     fn = plan.fn
-    if plan.rule is not None and kwargs.get("out") is None and kwargs.get("scores") is None:
+    if plan.record.shape is not None and kwargs.get("out") is None and kwargs.get("scores") is None:
         named = dict(zip(plan.positional, args))
         named.update(kwargs)
         try:
-            shape, dtype = plan.rule(named)
+            shape, dtype = _layout(plan.record, named)
             nbytes = dtype.itemsize * int(np.prod(shape, dtype=np.float64))
         except Exception:  # the arguments do not say: fn allocates (or reports them)
             nbytes = 0
@@ -290,8 +242,9 @@ class _Plan:
         self.positional = tuple(
             p.name for p in signature.parameters.values() if p.kind in positional
         )
-        self.rule = _OUT_RULES.get(self.name)
-        self.grads = _GRADIENTS.get(self.name, {})
+        self.record = _records.record(self.name)
+        # what JAX may differentiate (not a sink: JAX arrays are never written)
+        self.grads = frozenset(self.record.differentiable) - set(self.record.sinks)
 
     def bind(self, args, kwargs):
         try:
@@ -354,7 +307,7 @@ class _Placement:
 def _eager_arg(plan, name, value, placement):
     """One argument of an eager call as the NumPy function takes it."""
     if isinstance(value, _Array):
-        if name in SINKS:
+        if name in plan.record.sinks:
             raise _sink_error(plan.name, name)
         placement.add(value, name)
         arr = np.asarray(value)  # a CPU array: its buffer, read-only, no copy
@@ -375,7 +328,7 @@ def _eager(plan, args, kwargs, device):
     if device is None and placement.one:
         device = placement.device
     result = _run_eager(plan, np_args, np_kwargs)
-    for sink in SINKS:
+    for sink in plan.record.sinks:
         if np_kwargs.get(sink) is not None and result is np_kwargs[sink]:
             return result  # a NumPy out= or scores=, written in place
     return to_jax(result, device)
@@ -410,9 +363,8 @@ def _stand_in(tracer):
 
 def _check_traced_scalar(plan, name, tracer):
     dtype = np.dtype(tracer.dtype)
-    if name in _TRACED_SCALARS:
-        return
-    if name == "positions" and (plan.name == "apply_rope" or dtype.kind == "f"):
+    record = plan.record
+    if name in record.traced_scalars or (name in record.float_scalars and dtype.kind == "f"):
         return
     raise TypeError(
         f"{name} is traced (posenc.{plan.name} under jax.jit, jax.vmap or jax.grad), and it must "
@@ -548,7 +500,7 @@ class _Op:
             axis = self.static.get("seq_axis")
             axes = self.static.get("axes")
             if isinstance(axes, str):  # the layout by name: its axes after the batch's
-                axis = _rope.named_seq_axis(axes, axis, len(axes))
+                axis = _rope().named_seq_axis(axes, axis, len(axes))
                 changed["axes"] = None
             if axis is None:
                 axis = -2
@@ -586,8 +538,7 @@ _UNKNOWN = object()
 def _positions_in_rows(plan, static, dim):
     """rope.py's own reading of the options: whether `positions` has a
     leading axis of rows (M-RoPE's sections, axial RoPE), or None."""
-    from . import rope as _rope
-
+    rope_module = _rope()
     given = {
         p.name: p.default
         for p in plan.signature.parameters.values()
@@ -597,15 +548,15 @@ def _positions_in_rows(plan, static, dim):
     try:
         base = v.real(given["base"], "base", positive=True)
         if plan.name == "apply_rope":
-            rotary, base, rope = _rope._rotary_dim(
+            rotary, base, rope = rope_module._rotary_dim(
                 dim, given["rotary_dim"], base, given["scaling"], given["layer_type"]
             )
         else:
             dim = v.even_dim(given["dim"], "dim")
-            rotary, base, rope = _rope_scaling.resolve(
+            rotary, base, rope = rope_module.rope_scaling.resolve(
                 dim, base, given["scaling"], given["layer_type"]
             )
-        chan = _rope._channel_plan(
+        chan = rope_module._channel_plan(
             rotary, base, rope, given["mrope_section"], given["mrope_interleaved"], given["axial"]
         )
     except Exception:
@@ -667,7 +618,7 @@ def _seq_free(static):
     if scaling is None:
         return True
     try:
-        rope = _rope_scaling.read(scaling, static.get("layer_type"))
+        rope = _rope().rope_scaling.read(scaling, static.get("layer_type"))
     except Exception:
         return False
     return not rope.family.needs_seq_len
@@ -716,7 +667,7 @@ def _result_spec(plan, static, names, tracers):
 
 
 def _traced(plan, arguments):
-    if plan.name in _VALUE_SHAPED:
+    if plan.record.value_shaped:
         raise TypeError(
             f"posenc.{plan.name} cannot be traced by jax.jit, jax.vmap or jax.grad: the shape of "
             "its result depends on the values of its arguments; call it on concrete arrays "
@@ -727,19 +678,19 @@ def _traced(plan, arguments):
     tracers = []
     for name, value in arguments.items():
         if isinstance(value, _Tracer):
-            if name in SINKS:
+            if name in plan.record.sinks:
                 raise _sink_error(plan.name, name)
             if value.ndim == 0:
                 _check_traced_scalar(plan, name, value)
             names.append(name)
             tracers.append(value)
         elif isinstance(value, _Array):
-            if name in SINKS:
+            if name in plan.record.sinks:
                 raise _sink_error(plan.name, name)
             check_cpu(value, name)
             arr = np.asarray(value)
             static[name] = arr.item() if arr.ndim == 0 and not _is_bfloat16(arr.dtype) else arr
-        elif name in SINKS and value is not None:
+        elif name in plan.record.sinks and value is not None:
             raise _traced_sink_error(plan.name, name)
         elif name == "dtype" and value is not None and type(value).__module__.startswith("jax"):
             static[name] = _numpy_dtype(value, name)
@@ -785,20 +736,20 @@ def _differentiable(plan, op, static, names):
         got = {}
         if not isinstance(cotangent, SymbolicZero):
             traced = dict(zip(names, values))
-            for name in names:
-                rule = plan.grads.get(name)
-                if rule is None or name in got:
-                    continue
-                # one call of a rule for all the arguments it serves; an
-                # empty result (q_len = 0) or argument has a zero gradient,
-                # without a call
-                keys = tuple(n for n in names if plan.grads.get(n) is rule)
-                for key in keys:
-                    if cotangent.size == 0 or traced[key].size == 0:
-                        got[key] = jnp.zeros(traced[key].shape, traced[key].dtype)
-                keys = tuple(key for key in keys if key not in got)
-                if keys:
-                    got.update(zip(keys, rule(plan, static, names, values, cotangent, keys)))
+            wanted = [name for name in names if name in plan.grads]
+            # an empty result (q_len = 0) or argument has a zero gradient, without a call
+            for key in wanted:
+                if cotangent.size == 0 or traced[key].size == 0:
+                    got[key] = jnp.zeros(traced[key].shape, traced[key].dtype)
+            wanted = [key for key in wanted if key not in got]
+            rules = _grad.backward(plan.name, {**static, **traced}, cotangent, wanted)
+            host = tuple(key for key in wanted if rules[key] is _grad.HOST)
+            if host:  # one callback for all of them
+                got.update(zip(host, _host_grads(plan, static, names, values, cotangent, host)))
+            for key, rule in rules.items():
+                if isinstance(rule, _grad.Call):
+                    result = _run(rule).astype(traced[key].dtype)
+                    got[key] = jnp.broadcast_to(result, traced[key].shape)
         return tuple(got.get(name) for name in names)
 
     def traced(*values):
@@ -822,42 +773,34 @@ def _grad_error(plan, name):
 # ---------------------------------------------------------------- gradients
 
 
-def _rope_grad(plan, static, names, values, cotangent, keys):
-    """apply_rope's backward with respect to x (`keys`, a 1-tuple): the
-    inverse rotation of the incoming gradient (with xPos, the inverse of the
-    other role's transform: the same factor, the negative angle)."""
-    backward = dict(static, inverse=not static.get("inverse", False))
-    if static.get("xpos") in ("query", "key"):
-        backward["xpos"] = "key" if static["xpos"] == "query" else "query"
-    traced = dict(zip(names, values))
-    traced["x"] = cotangent
-    return (_apply(plan, backward, tuple(traced), list(traced.values())),)
+def _rope():
+    """posenc.rope (and its rope_scaling), as the registry finds it."""
+    return _records.module("apply_rope")
 
 
-def _t5_grad(plan, static, names, values, cotangent, keys):
-    """t5_bias's backward with respect to its table (`keys`, a 1-tuple): by
-    bucket, in C."""
-    traced = dict(zip(names, values))
-    table = traced["table"]
-    grad_static = {
-        "num_buckets": table.shape[0],
-        "bidirectional": static.get("bidirectional", True),
-        "max_distance": static.get("max_distance", 128),
-    }
-    grad_names = ["grad"]
-    grad_values = [cotangent]
-    if "q_offset" in traced:
-        grad_names.append("q_offset")
-        grad_values.append(traced["q_offset"])
-    else:
-        grad_static["q_offset"] = static.get("q_offset", 0)
-    result = _apply(_GRAD_PLAN, grad_static, tuple(grad_names), grad_values)
-    return (result.astype(table.dtype),)
+def _plan_of(fn):
+    plan = _PLANS.get(fn)
+    if plan is None:
+        plan = _PLANS[fn] = _Plan(fn, inspect.signature(fn))
+    return plan
 
 
-def _relative_grads(plan, static, names, values, cotangent, keys):
+def _run(call):
+    """A backward rule's call of a routed function (posenc._grad.Call),
+    traced as that function's own call: differentiable in its turn."""
+    static, names, values = {}, [], []
+    for name, value in call.arguments.items():
+        if isinstance(value, (_Tracer, _Array)):
+            names.append(name)
+            values.append(value)
+        else:
+            static[name] = value
+    return _apply(_plan_of(_records.function(call.name)), static, tuple(names), values)
+
+
+def _host_grads(plan, static, names, values, cotangent, keys):
     """The backward of a relative term with respect to its arguments `keys`
-    at once (posenc._relative_grad, in one callback: the incoming gradient
+    at once (posenc._grad, in one callback: the incoming gradient
     is summed by column once for all of them)."""
     grad_plan = _RELATIVE_GRAD_PLANS.get((plan.name, keys))
     if grad_plan is None:
@@ -867,42 +810,17 @@ def _relative_grads(plan, static, names, values, cotangent, keys):
     return tuple(r.astype(traced[key].dtype) for r, key in zip(result, keys))
 
 
-#: for each function, the arguments JAX may differentiate and their backward:
-#: ``rule(plan, static, names, values, cotangent, keys)``, called once for
-#: all the arguments `keys` it serves, gives their gradients in that order
-_GRADIENTS: Dict[str, Dict[str, Callable[..., Any]]] = {
-    "apply_rope": {"x": _rope_grad},
-    "t5_bias": {"table": _t5_grad},
-    **{
-        name: {key: _relative_grads for key in keys if key != "scores"}
-        for name, keys in _relative_grad_rules.DIFFERENTIABLE.items()
-    },
-}
-
-
-class _GradPlan(_Plan):
-    def __init__(self):
-        self.fn = t5_bias_table_grad
-        self.name = "t5_bias_table_grad"
-        self.signature = inspect.signature(t5_bias_table_grad)
-        self.rule = None
-        self.grads = {}
-
-
-_GRAD_PLAN = _GradPlan()
-
-
 class _RelativeGradPlan(_Plan):
     """The gradients of a relative term with respect to some of its
     arguments, as a function of the incoming gradient and the term's own
     arguments."""
 
     def __init__(self, plan, keys):
-        self.fn = functools.partial(_relative_grad_rules.grads_of, plan.name, keys)
+        self.fn = functools.partial(_grad.grads_of, plan.name, keys)
         self.name = f"{plan.name} (its gradient with respect to {', '.join(keys)})"
         self.signature = plan.signature
-        self.rule = None
-        self.grads = {}
+        self.record = _records.Record(self.name)
+        self.grads = frozenset()
 
 
 _RELATIVE_GRAD_PLANS: Dict[Any, _Plan] = {}

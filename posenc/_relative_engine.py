@@ -8,7 +8,7 @@ or j (by key).  `_finish` adds the parts into the scores or a new result:
 (`_Blocks`, `_gather_part`) and hands them to ``_core.rel_gather_add``
 while in cache; `_add_into` adds a dense term by ``_core.rel_dense_add``;
 `_by_distance` sums weights by distance (``_core.rel_scatter_add``), for
-Shaw's value term and the backward (posenc._relative_grad).
+Shaw's value term and the backward (posenc._grad).
 
 The precision rules live here too: products formed in float32, or float64
 when an input or the scores are float64 (`_work`); a new result of the
@@ -215,7 +215,7 @@ class _Part(NamedTuple):
     (by key); right (..., heads or 1, columns, d).  `left` is the sum of the
     arguments `left_from` names (name, shape as broadcast into it), `right`
     the argument `right_from` names: what the gradients
-    (posenc._relative_grad) flow back to."""
+    (posenc._grad) flow back to."""
 
     left: np.ndarray
     right: np.ndarray

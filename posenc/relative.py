@@ -50,7 +50,7 @@ from . import _validate as v
 from ._interop import foreign
 
 # the engine: products in blocks, the C gathers, scatters and dense adds,
-# the precision rules; _relative_grad reads some of these names from here
+# the precision rules; posenc._grad reads some of these names from here
 from ._relative_engine import (  # noqa: F401
     _KERNEL_DTYPES,
     _add_into,

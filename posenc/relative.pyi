@@ -2,7 +2,7 @@
 # relative.py): the public functions with their overloads (a NumPy array, a
 # list or a scalar in gives an NDArray; a torch tensor or a JAX array in gives
 # its own type), and the private names the other posenc modules read from
-# posenc.relative (posenc._relative_grad): the argument readers typed here, the
+# posenc.relative (posenc._grad): the argument readers typed here, the
 # engine's names re-exported from posenc._relative_engine.
 
 from typing import Any, List, Tuple, overload

@@ -57,7 +57,7 @@ def compute():
     # the relative terms' products small enough for one call of each
     # kernel on its threads: the gathers by query and by key, the dense add;
     # DeBERTa's backward (the scatters by query and by key, BLAS)
-    from posenc._relative_grad import grads
+    from posenc._grad import grads
 
     scores = posenc.xl_position_term(Q, R)
     args, options = (Q, K, R[:, :256], R[:, 256:]), dict(

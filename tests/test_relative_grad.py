@@ -1,4 +1,4 @@
-"""The gradients of posenc.relative's functions (posenc._relative_grad).
+"""The gradients of posenc.relative's functions (posenc._grad).
 
 Each term is linear in each of its array arguments taken alone, so the
 central difference ``(f(x + D) - f(x - D)) / 2`` along any direction D is
@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 import posenc
-from posenc import _core
-from posenc import _relative_grad as rg
+from posenc import _core, _records
+from posenc import _grad as rg
 
 H, Q, K, D = 2, 9, 11, 4  # 9 rows: two blocks of at least 8 under a small budget
 
@@ -124,7 +124,7 @@ def test_gradients_are_the_central_differences_of_the_term(case, budget, monkeyp
         arguments["scores"] = rng.standard_normal(scores_shape)
     result = _call(name, {k: a for k, a in arguments.items() if k != "scores"}, scores_shape)
     grad = rng.standard_normal(result.shape)
-    wanted = [a for a in rg.DIFFERENTIABLE[name] if arguments.get(a) is not None]
+    wanted = [a for a in _records.RECORDS[name].differentiable if arguments.get(a) is not None]
     given = dict(arguments)
     got = rg.grads(name, grad, wanted, (), given)
     for key, value in given.items():  # nothing the caller handed over was written

@@ -3,7 +3,7 @@ in place of relative.py: it must say what the module does.
 
 The witnesses are the module itself at run time (``inspect.signature`` of
 each public function, the names it holds) and the source of
-posenc._relative_grad (the names it reads from posenc.relative); the stub is
+posenc._grad (the names it reads from posenc.relative); the stub is
 read with ``ast``.  ``python -m mypy.stubtest posenc.relative`` checks the
 same and more where mypy is installed; here it is checked on every run.
 """
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from posenc import _relative_grad
+from posenc import _grad
 from posenc import relative as rel
 
 STUB = Path(rel.__file__).with_suffix(".pyi")
@@ -93,7 +93,7 @@ def test_each_public_function_is_in_the_stub_with_its_parameters(name):
 
 
 def test_the_stub_declares_every_name_posenc_reads_from_posenc_relative():
-    source = inspect.getsource(_relative_grad)
+    source = inspect.getsource(_grad)
     read = set(re.findall(r"\b_rel\.(\w+)", source))
     assert {"_Part", "_Blocks", "_xl_term", "_work"} <= read
     missing = read - declared_names()

@@ -781,33 +781,33 @@ def _options(**kwargs):
 
 def test_the_operators_pass_torchs_opcheck():
     x = randn(2, 3, 5, 8, dtype=torch.float64).requires_grad_()
-    rope = _options(
-        base=10000.0, layout="half", rotary_dim=None, offset=3, seq_axis=-2, inverse=False,
-        scaling=None, layer_type=None,
-    )  # fmt: skip
-    t5 = _options(bidirectional=True, max_distance=128)
+    rope = dict(base=10000.0, layout="half", rotary_dim=None, offset=3, seq_axis=-2,
+                inverse=False, scaling=None, layer_type=None)  # fmt: skip
+    t5 = dict(bidirectional=True, max_distance=128, q_offset=2)
     table = randn(32, 3, dtype=torch.float64).requires_grad_()
     grad = randn(3, 5, 9, dtype=torch.float64).requires_grad_()
-    tables = _options(base=10000.0, layout="interleaved", dtype="float32")
-    cos_sin = _options(
+    tables = dict(base=10000.0, layout="interleaved", dtype="float32")
+    cos_sin = dict(
         base=10000.0, layout="half", dtype="float64", layer_type=None,
         scaling={"rope_type": "linear", "factor": 2.0, "partial_rotary_factor": 0.5},
     )  # fmt: skip
-    cases = [
-        (torch.ops.posenc.apply_rope, (x, None, *rope)),
-        (torch.ops.posenc.apply_rope, (x, torch.tensor([[3, 1, 4, 1, 5]]), *rope)),
-        (torch.ops.posenc.t5_bias, (table, 5, 9, 2, *t5)),
-        (torch.ops.posenc.t5_bias_table_grad, (grad, 32, 2, *t5)),
-        (torch.ops.posenc.alibi_bias, (None, 4, 3, 7, None, *_options(
-            max_bias=8.0, causal=True, dtype="float32"))),
-        (torch.ops.posenc.sinusoid, (None, 7, 8, *tables)),
-        (torch.ops.posenc.sinusoid, (torch.arange(6.0).reshape(2, 3), 0, 8, *tables)),
-        (torch.ops.posenc.rope_cos_sin, (torch.arange(6), 0, 8, *cos_sin)),
-    ]  # fmt: skip
-    for op, args in cases:
-        result = torch.library.opcheck(op.default, args)
-        assert set(result.values()) == {"SUCCESS"}, (op, result)
-    cos, sin = torch.ops.posenc.rope_cos_sin(torch.arange(6), 0, 8, *cos_sin)
+    cases = [  # (function, its tensors, its options)
+        ("apply_rope", (x, None), rope),
+        ("apply_rope", (x, torch.tensor([[3, 1, 4, 1, 5]])), rope),
+        ("t5_bias", (table,), dict(q_len=5, k_len=9, **t5)),
+        ("t5_bias_table_grad", (grad,), dict(num_buckets=32, **t5)),
+        ("alibi_bias", (None,), dict(n_heads=4, q_len=3, k_len=7, max_bias=8.0, dtype="float32")),
+        ("sinusoid", (None,), dict(positions=7, dim=8, **tables)),
+        ("sinusoid", (torch.arange(6.0).reshape(2, 3),), dict(dim=8, **tables)),
+        ("rope_cos_sin", (torch.arange(6),), dict(dim=8, **cos_sin)),
+    ]
+    for name, tensors, options in cases:
+        args = (name, *tensors, *[None] * (5 - len(tensors)), *_options(**options))
+        result = torch.library.opcheck(torch.ops.posenc.call.default, args)
+        assert set(result.values()) == {"SUCCESS"}, (name, result)
+    cos, sin = torch.ops.posenc.call(
+        "rope_cos_sin", torch.arange(6), None, None, None, None, *_options(dim=8, **cos_sin)
+    )
     assert cos.shape == (6, 4)  # partial_rotary_factor 0.5
 
 
@@ -883,7 +883,7 @@ def test_the_builders_have_the_public_signatures_and_device():
 
 
 @pytest.mark.parametrize(
-    "name", sorted(set(pt.BUILDERS) - set(pt._relative_grad.DIFFERENTIABLE))
+    "name", sorted(set(pt.BUILDERS) - set(pt._records.RELATIVE))
 )  # the relative terms': tests/test_relative_grad.py
 def test_the_operator_path_gives_the_numbers_of_the_direct_path(name):
     # the same call, once directly and once through the operators (a tensor
@@ -1032,9 +1032,10 @@ def test_torch_export_records_the_operators_and_the_exported_program_gives_the_n
     model = Model()
     q, ids = randn(2, 4, 6, 6), torch.arange(6).expand(2, 6)
     program = torch.export.export(model, (q, ids))
-    ops = {str(node.target) for node in program.graph.nodes if "posenc" in str(node.target)}
+    nodes = [node for node in program.graph.nodes if "posenc" in str(node.target)]
+    assert {str(node.target) for node in nodes} == {"posenc.call.default"}
     expected = {"apply_rope", "t5_bias", "alibi_bias", "sinusoid", "rope_cos_sin"}
-    assert ops == {f"posenc.{name}.default" for name in expected}
+    assert {node.args[0] for node in nodes} == expected  # the function each call runs
     torch.testing.assert_close(program.module()(q, ids), model(q, ids), rtol=0, atol=0)
 
 

@@ -3,7 +3,7 @@ autograd: tests/conformance/test_relative_transformers.py).
 
 - ``torch.autograd.gradcheck`` (finite differences) of every function,
   with ``scores=`` and broadcast batches;
-- the operators (``torch.ops.posenc.relative`` and ``relative_grad``):
+- the operators (``torch.ops.posenc.call`` and ``relative_grad``):
   torch's opcheck, the bits of the direct path, dtypes, torch.compile.
 """
 
@@ -130,7 +130,7 @@ def test_the_operator_path_gives_the_bits_of_the_direct_path(torch, pt):
         "shaw_value_term": ((t(1, h, q, k), t(5, d)), {"max_distance": 2}, None),
         "tupe_bias": ((t(h, q + 1, d), t(h, q + 1, d)), {"rel_table": t(9, h)}, (3, h, q, q)),
     }  # fmt: skip
-    assert set(calls) == set(pt._relative_grad.DIFFERENTIABLE)
+    assert set(calls) == set(pt._records.RELATIVE)
     for name, (args, kwargs, shape) in calls.items():
         for into in [None] + ([torch.randn(shape).bfloat16()] if shape else []):
             direct = _call(getattr(posenc, name), args[0], args, kwargs, into)
@@ -161,7 +161,7 @@ def test_the_operators_pass_torchs_opcheck(torch, pt):
         ("xl_position_term", q, r, None, None, None, *given),
         ("xl_position_term", q, r, bias, scores, None, *from_scores),
     ):
-        result = torch.library.opcheck(torch.ops.posenc.relative.default, args)
+        result = torch.library.opcheck(torch.ops.posenc.call.default, args)
         assert set(result.values()) == {"SUCCESS"}, result
     grad = torch.randn(2, 2, 4, 6, dtype=torch.float64)
     wanted = [True, True, False, False]

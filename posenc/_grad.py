@@ -1,8 +1,25 @@
-"""The backward of posenc.relative's functions: their gradients in NumPy.
+"""Every backward rule of posenc, written once in NumPy terms.
 
-The torch operators and JAX's custom_vjp of the relative functions call
-:func:`grads` with the incoming gradient and the NumPy arguments of the
-call.  Each gathered part of a term (see ``relative._Part``) is
+The torch operators (posenc._torch) and JAX's custom VJPs (posenc._jax)
+adapt these rules; which function has which rule is its record's
+``backward`` (posenc._records).  :func:`backward` gives, for each argument
+whose gradient is wanted, one of:
+
+- the incoming gradient itself (``scores=``, which the bias or term is
+  added into, passes it through unchanged);
+- a :class:`Call` of a routed function on the incoming gradient: RoPE's
+  backward is the inverse rotation by the same positions and
+  configuration (with xPos the inverse of the other role's transform: a
+  query's transform, scaled by ``zeta ** t``, has as its transpose the
+  inverse rotation scaled by the same factor, which is a key's inverse),
+  T5's is ``t5_bias_table_grad`` (the incoming gradient summed by bucket),
+  whose own backward is ``t5_bias`` again.  An adapter runs the call as it
+  runs the function, so that it is differentiable in its turn;
+- :data:`HOST`: computed by :func:`grads` on NumPy arrays, the relative
+  terms' backward (one call for all the arguments wanted).
+
+The relative terms.  Each gathered part of a term (see
+``relative._Part``) is
 ``score[i, j] += (left @ right^T)[row, columns[q_len - 1 - i + j]] / divisor``;
 its transpose sums the incoming gradient by column (the C scatter that
 :func:`posenc.shaw_value_term` uses, into a row per key for a part gathered
@@ -15,30 +32,124 @@ each argument summed into it (queries and a per-head bias), summed over
 the axes it was broadcast along.  Everything is formed in the term's
 working dtype (float32, or float64 when an input is) and returned so: the
 caller casts it to each argument's dtype.
+
+posenc.relative's private helpers are reached through the registry of
+posenc._records (the module of its functions), never imported.
 """
 
 from __future__ import annotations
 
 import inspect
 import math
+from typing import Any, Dict, NamedTuple
 
 import numpy as np
 
-from . import relative as _rel
-from .bias import t5_bias_table_grad
+from . import _records
 
-#: for each function, the arguments it is differentiable with respect to
-#: (``scores``, when given, gets the incoming gradient unchanged)
-DIFFERENTIABLE = {
-    "xl_position_term": ("q", "r", "bias", "scores"),
-    "xl_content_bias": ("k", "bias", "scores"),
-    "tener_position_term": ("q", "k", "table", "v", "scores"),
-    "tener_scores": ("q", "k", "table", "u", "v"),
-    "deberta_attention_bias": ("q", "k", "pos_key", "pos_query", "scores"),
-    "shaw_key_term": ("q", "rel_keys", "scores"),
-    "shaw_value_term": ("weights", "rel_values"),
-    "tupe_bias": ("pos_q", "pos_k", "rel_table", "scores"),
+
+class _Relative:
+    """posenc.relative, as the registry finds it (on first use)."""
+
+    def __getattr__(self, name):
+        return getattr(_records.module("xl_position_term"), name)
+
+
+_rel: Any = _Relative()
+
+
+class Call(NamedTuple):
+    """A gradient that is a routed function's result: `name` called with
+    `arguments` (the incoming gradient among them)."""
+
+    name: str
+    arguments: Dict[str, Any]
+
+
+class _Host:
+    def __repr__(self):
+        return "HOST"
+
+
+#: a gradient computed by grads() on the host
+HOST: Any = _Host()
+
+
+def _swapped_role(xpos):
+    return {"query": "key", "key": "query"}.get(xpos, xpos)
+
+
+def _rope(a, grad, wanted):
+    """apply_rope's: the rotation is orthogonal, its transpose the inverse."""
+    arguments = {key: value for key, value in a.items() if key != "out"}
+    arguments.update(x=grad, inverse=not a.get("inverse", False))
+    if a.get("xpos") is not None:
+        arguments["xpos"] = _swapped_role(a["xpos"])
+    return {"x": Call("apply_rope", arguments)}
+
+
+_T5_OPTIONS = ("bidirectional", "max_distance", "q_offset")
+
+
+def _t5_options(a):
+    return {key: a[key] for key in _T5_OPTIONS if key in a}
+
+
+def _t5(a, grad, wanted):
+    """t5_bias's: each table entry's gradient is the sum of the incoming
+    gradient over the (query, key) pairs of its bucket, per head."""
+    out = _scores(a, grad, wanted)
+    if "table" in wanted:
+        arguments = {"grad": grad, "num_buckets": a["table"].shape[0], **_t5_options(a)}
+        out["table"] = Call("t5_bias_table_grad", arguments)
+    return out
+
+
+def _t5_table(a, grad, wanted):
+    """t5_bias_table_grad's: the scatter-add by bucket is linear in the
+    incoming gradient; its transpose is the gather, t5_bias (broadcast
+    over the incoming gradient's leading axes)."""
+    q_len, k_len = a["grad"].shape[-2:]
+    return {
+        "grad": Call("t5_bias", {"table": grad, "q_len": q_len, "k_len": k_len, **_t5_options(a)})
+    }
+
+
+def _scores(a, grad, wanted):
+    """scores= gets the incoming gradient unchanged."""
+    return {"scores": grad} if "scores" in wanted else {}
+
+
+def _relative(a, grad, wanted):
+    out = _scores(a, grad, wanted)
+    out.update((key, HOST) for key in wanted if key != "scores")
+    return out
+
+
+_BACKWARDS = {
+    "rope": _rope,
+    "t5": _t5,
+    "t5_table": _t5_table,
+    "scores": _scores,
+    "relative": _relative,
 }
+
+
+def reads_values(rule):
+    """Whether the backward rule `rule` reads the values of the function's
+    arrays (else only their shapes and dtypes, and the indices' values)."""
+    return rule == "relative"
+
+
+def backward(name, arguments, grad, wanted):
+    """The gradients of the routed function `name`, called with
+    `arguments` (arrays, or an adapter's tensors and tracers), for the
+    incoming gradient `grad`, with respect to the arguments `wanted`: a dict
+    from each to the incoming gradient, a :class:`Call` or :data:`HOST`."""
+    wanted = frozenset(wanted)
+    if not wanted:
+        return {}
+    return _BACKWARDS[_records.RECORDS[name].backward](arguments, grad, wanted)
 
 
 def _sum_to(g, shape):
@@ -245,7 +356,9 @@ def _tupe_bias(a, grad, wanted):
             buckets[:, :, 0] = 0
         d_table = np.zeros(table.shape, work)
         if g.size:  # no scores (no heads or tokens): nothing read from the table
-            d_table[:nb] = t5_bias_table_grad(buckets, nb, max_distance=a["max_distance"])
+            d_table[:nb] = _records.function("t5_bias_table_grad")(
+                buckets, nb, max_distance=a["max_distance"]
+            )
         if untie:
             d_table[nb] += g[:, 1:, 0].sum(axis=-1)
             d_table[nb // 2] += g[:, 0, :].sum(axis=-1)
@@ -271,7 +384,7 @@ def grads(name, grad, wanted, args, kwargs):
     (the shape of its result, or of `scores=`): a dict from each argument
     named in `wanted` (but scores) to its gradient, of the argument's shape
     and the term's working dtype (float32 or float64)."""
-    fn = getattr(_rel, name).__wrapped_numpy__
+    fn = _records.function(name)
     bound = inspect.signature(fn).bind(*args, **kwargs)
     bound.apply_defaults()
     a = bound.arguments
