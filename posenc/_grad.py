@@ -45,7 +45,7 @@ from typing import Any, Dict, NamedTuple
 
 import numpy as np
 
-from . import _records
+from . import _functional_grad, _records
 
 
 class _Relative:
@@ -132,13 +132,14 @@ _BACKWARDS = {
     "t5_table": _t5_table,
     "scores": _scores,
     "relative": _relative,
+    "host": _relative,
 }
 
 
 def reads_values(rule):
     """Whether the backward rule `rule` reads the values of the function's
     arrays (else only their shapes and dtypes, and the indices' values)."""
-    return rule == "relative"
+    return rule in ("relative", "host")
 
 
 def backward(name, arguments, grad, wanted):
@@ -366,7 +367,24 @@ def _tupe_bias(a, grad, wanted):
     return out
 
 
+def _kerple_bias(a, grad, wanted):
+    options = {key: a[key] for key in ("kind", "causal", "q_offset")}
+    g_r1, g_r2 = _functional_grad.kerple_bias_grad(grad, a["r1"], a["r2"], **options)
+    return {"r1": g_r1, "r2": g_r2}
+
+
+_FIRE = ("w1", "b1", "w2", "b2", "c", "threshold")
+
+
+def _fire_bias(a, grad, wanted):
+    options = {key: a[key] for key in ("eps", "causal", "q_offset")}
+    got = _functional_grad.fire_bias_grad(grad, *(a[key] for key in _FIRE), **options)
+    return {key: np.asarray(g) for key, g in zip(_FIRE, got)}
+
+
 _RULES = {
+    "kerple_bias": _kerple_bias,
+    "fire_bias": _fire_bias,
     "xl_position_term": _xl_position_term,
     "xl_content_bias": _xl_content_bias,
     "tener_position_term": _tener_position_term,

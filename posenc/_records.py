@@ -89,6 +89,15 @@ def _t5_grad_shape(a, found=None):
     return (a["num_buckets"], a["grad"].shape[-3])
 
 
+def _heads_shape(of):
+    """(heads, q_len, k_len), the heads counted by the first axis of `of`."""
+
+    def shape(a, found=None):
+        return (a[of].shape[0], *_lengths(a))
+
+    return shape
+
+
 def _rope_shape(a, found=None):
     return tuple(a["x"].shape)
 
@@ -196,6 +205,35 @@ _RECORDS = (
     _relative("shaw_key_term", ("q", "rel_keys", "scores"), traced=_Q_OFFSET),
     _relative("shaw_value_term", ("weights", "rel_values"), traced=_Q_OFFSET),
     _relative("tupe_bias", ("pos_q", "pos_k", "rel_table", "scores")),
+    Record(
+        "kerple_bias",
+        arrays=("r1", "r2"),
+        sinks=("scores", "out"),
+        traced_scalars=_Q_OFFSET,
+        differentiable=("r1", "r2", "scores"),
+        backward="host",
+        shape=_heads_shape("r1"),
+        dtype_from="dtype",
+    ),
+    Record(
+        "sandwich_bias",
+        sinks=("scores", "out"),
+        traced_scalars=_Q_OFFSET,
+        differentiable=("scores",),
+        backward="scores",
+        shape=_alibi_shape,
+        dtype_from="dtype",
+    ),
+    Record(
+        "fire_bias",
+        arrays=("w1", "b1", "w2", "b2", "c", "threshold"),
+        sinks=("scores", "out"),
+        traced_scalars=_Q_OFFSET,
+        differentiable=("w1", "b1", "w2", "b2", "c", "threshold", "scores"),
+        backward="host",
+        shape=_heads_shape("w2"),
+        dtype_from="dtype",
+    ),
     Record("xl_relative_table"),
     Record("tener_relative_table"),
     Record(

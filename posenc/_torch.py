@@ -375,9 +375,11 @@ def encode(options):
 
 
 def _input(value, name):
-    """A data argument of an operator as a CPU tensor."""
+    """A data argument of an operator as a CPU tensor (a Python number or
+    list read as NumPy reads it, in float64 or int64, as the direct path
+    and a NumPy call read it: not in torch's default float32)."""
     if not isinstance(value, torch.Tensor):
-        value = torch.as_tensor(value)
+        value = torch.as_tensor(value if isinstance(value, np.ndarray) else np.asarray(value))
     if value.device.type != "cpu":
         raise device_error(name, value.device)
     return value
@@ -496,13 +498,14 @@ def call_op(
     t2: Optional[torch.Tensor],
     t3: Optional[torch.Tensor],
     t4: Optional[torch.Tensor],
+    t5: Optional[torch.Tensor],
     spec: str,
     floats: List[float],
     ints: List[int],
 ) -> List[torch.Tensor]:
     """The routed function `name` as an operator (see above)."""
     arguments = _np_options(spec, floats, ints)
-    for key, t in zip(_records.RECORDS[name].arrays, (t0, t1, t2, t3, t4)):
+    for key, t in zip(_records.RECORDS[name].arrays, (t0, t1, t2, t3, t4, t5)):
         if t is not None:
             arguments[key] = array(t, key).copy() if key == "scores" else array(t, key)
     return [tensor(r) for r in _results(_records.function(name)(**arguments))]
@@ -513,9 +516,9 @@ def _hint(value):
 
 
 @call_op.register_fake
-def _call_fake(name, t0, t1, t2, t3, t4, spec, floats, ints):
+def _call_fake(name, t0, t1, t2, t3, t4, t5, spec, floats, ints):
     record = _records.RECORDS[name]
-    slots = {k: t for k, t in zip(record.arrays, (t0, t1, t2, t3, t4)) if t is not None}
+    slots = {k: t for k, t in zip(record.arrays, (t0, t1, t2, t3, t4, t5)) if t is not None}
     sizes = [*floats, *ints, *(n for t in slots.values() for n in t.shape)]
     symbolic = not all(isinstance(n, (int, float)) for n in sizes)
     arguments = _np_options(spec, [_hint(f) for f in floats], [_hint(i) for i in ints])
@@ -527,7 +530,14 @@ def _call_fake(name, t0, t1, t2, t3, t4, spec, floats, ints):
         zero = np.zeros((), dtype)
         arguments[key] = np.zeros(shape, dtype) if key == "scores" else np.broadcast_to(zero, shape)
     try:
-        results = _results(_records.function(name)(**arguments))
+        try:
+            results = _results(_records.function(name)(**arguments))
+        except (TypeError, ValueError):  # zeros refused (KERPLE's positive parameters): ones
+            for key in slots.keys() - {"scores"}:
+                arguments[key] = np.broadcast_to(
+                    np.ones((), arguments[key].dtype), arguments[key].shape
+                )
+            results = _results(_records.function(name)(**arguments))
     except (TypeError, ValueError) as exc:
         # refused: a graph break, and the call made eagerly raises it itself
         refused = DataDependentOutputException(torch.ops.posenc.call.default)
@@ -708,5 +718,5 @@ def _builder(name):
 BUILDERS = {
     name: _builder(name)
     for name, record in _records.RECORDS.items()
-    if record.arrays and record.beside is None
+    if (record.arrays or record.differentiable) and record.beside is None
 }

@@ -58,6 +58,8 @@ def fire_params(rng, heads=3, width=8):
     )
 
 
+FIRE_KEYS = ("w1", "b1", "w2", "b2", "c", "threshold")
+
 R1 = np.array([0.7, 1.3, 0.05])
 R2 = np.array([0.4, 1.9, 1.0])
 
@@ -606,8 +608,78 @@ def test_torch_tensors_in_and_out():
     assert out is s
     rf.sandwich_bias(3, 4, dim=8, scores=want)
     assert_same_bits(s.view(torch.int16).numpy(), want.view(np.int16))
-    with pytest.raises(TypeError, match="r1"):
-        fb.kerple_bias(torch.tensor(R1, requires_grad=True), torch.tensor(R2), 4)
+
+
+@pytest.mark.parametrize("kind", ["log", "power"])
+@pytest.mark.parametrize("causal", [True, False])
+def test_kerple_torch_autograd_passes_gradcheck(kind, causal):
+    torch = require("torch")
+    r1 = torch.tensor([0.5, 1.5, 0.25], dtype=torch.float64, requires_grad=True)
+    r2 = torch.tensor([0.75, 1.25, 1.9], dtype=torch.float64, requires_grad=True)
+    scores = torch.randn(2, 3, 4, 6, dtype=torch.float64, requires_grad=True)
+
+    def bias(s, a, b):
+        out = fb.kerple_bias(a, b, 4, 6, kind=kind, causal=causal, scores=s.clone())
+        # the future's -inf (causal) has no gradient: the past and present only
+        return out[..., torch.ones(4, 6, dtype=torch.bool).tril(2)] if causal else out
+
+    assert torch.autograd.gradcheck(bias, (scores, r1, r2))
+
+
+def test_fire_torch_autograd_passes_gradcheck():
+    torch = require("torch")
+    p = fire_params(np.random.default_rng(21))
+    args = [torch.tensor(np.asarray(p[k], np.float64), requires_grad=True) for k in FIRE_KEYS]
+    args[-1] = torch.tensor(3.5, dtype=torch.float64, requires_grad=True)  # no tie with i
+
+    def bias(*a):
+        return fb.fire_bias(*a, 6, 6, causal=False, dtype=torch.float64)
+
+    assert torch.autograd.gradcheck(bias, tuple(args))
+
+
+def test_sandwich_scores_pass_their_gradient_through():
+    torch = require("torch")
+    scores = torch.randn(2, 3, 4, 4, dtype=torch.float64, requires_grad=True)
+    out = fb.sandwich_bias(3, 4, dim=8, causal=False, scores=scores.clone())
+    out.backward(torch.ones_like(out))
+    assert torch.equal(scores.grad, torch.ones_like(scores))
+
+
+def test_compiled_and_jitted_biases_are_the_eager_ones():
+    torch = require("torch")
+    jax = require("jax")
+    r1, r2 = torch.tensor(R1), torch.tensor(R2)
+    compiled = torch.compile(lambda a, b: fb.kerple_bias(a, b, 4, 6), fullgraph=True)
+    assert torch.equal(compiled(r1, r2), fb.kerple_bias(r1, r2, 4, 6))
+    p = fire_params(np.random.default_rng(22))
+    w = [torch.tensor(np.asarray(p[k])) for k in FIRE_KEYS[:4]]
+    fire = torch.compile(lambda *a: fb.fire_bias(*a, 0.3, 3.5, 5, 5), fullgraph=True)
+    assert torch.equal(fire(*w), fb.fire_bias(*w, 0.3, 3.5, 5, 5))
+    # (JAX without x64 holds the parameters in float32)
+    jitted = jax.jit(lambda a, b: fb.kerple_bias(a, b, 4, 6))(R1, R2)
+    want = fb.kerple_bias(R1.astype(np.float32), R2.astype(np.float32), 4, 6)
+    assert_same_bits(np.asarray(jitted), want)
+
+
+def test_jax_gradients_are_torchs():
+    torch = require("torch")
+    jax = require("jax")
+    if hasattr(jax, "enable_x64"):  # a context (jax.experimental's in older JAX)
+        x64 = jax.enable_x64
+    else:
+        from jax.experimental import enable_x64 as x64
+    with x64(True):
+        a, b = jax.numpy.asarray(R1, np.float64), jax.numpy.asarray(R2, np.float64)
+        got = jax.grad(
+            lambda a, b: (fb.kerple_bias(a, b, 4, 6, causal=False, dtype=np.float64) ** 2).sum(),
+            argnums=(0, 1),
+        )(a, b)
+    r1 = torch.tensor(R1, dtype=torch.float64, requires_grad=True)
+    r2 = torch.tensor(R2, dtype=torch.float64, requires_grad=True)
+    (fb.kerple_bias(r1, r2, 4, 6, causal=False, dtype=torch.float64) ** 2).sum().backward()
+    np.testing.assert_allclose(np.asarray(got[0]), r1.grad.numpy(), rtol=1e-12)
+    np.testing.assert_allclose(np.asarray(got[1]), r2.grad.numpy(), rtol=1e-12)
 
 
 def test_jax_arrays_in_and_out():
