@@ -43,6 +43,10 @@ typedef int (*kernel_fn)(const struct pe_kernels *k, void *args, int nthreads);
  * PE_PARALLEL_MIN every kernel runs on one thread. */
 int run_kernel(kernel_fn fn, void *args, npy_intp size);
 
+/* What a method returns after run_kernel returned rc: None for 0, a
+ * MemoryError for -1, else a ValueError with the message out_of_range. */
+PyObject *kernel_result(int rc, const char *out_of_range);
+
 /* Select "scalar", "avx2" (if the CPU has it) or "auto"; 0, or -1 for
  * another name. */
 int select_simd(const char *name);

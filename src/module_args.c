@@ -83,27 +83,24 @@ int check_no_overlap(PyArrayObject *out, const char *out_name, PyArrayObject *in
     return 0;
 }
 
-/* The kernel's element type for a NumPy float type, or -1. */
-int pe_dtype_of(PyArrayObject *a)
+/* The element types' NumPy types, from the one list of them (pe.h). */
+#define NPY_TYPE_CASE(s, E, ctype, npy, ...)                                                       \
+    case npy:                                                                                      \
+        return E;
+
+int pe_dtype_bf16_of(PyArrayObject *a)
 {
     switch (PyArray_TYPE(a)) {
-    case NPY_HALF:
-        return PE_F16;
-    case NPY_FLOAT:
-        return PE_F32;
-    case NPY_DOUBLE:
-        return PE_F64;
+        PE_DTYPES(NPY_TYPE_CASE, ~)
     default:
         return -1;
     }
 }
 
-/* As pe_dtype_of, and PE_BF16 for uint16: NumPy has no bfloat16 type, so
- * the kernels that take bfloat16 are handed its bits, as uint16 views
- * (posenc/_dtypes.py). */
-int pe_dtype_bf16_of(PyArrayObject *a)
+int pe_dtype_of(PyArrayObject *a)
 {
-    return PyArray_TYPE(a) == NPY_UINT16 ? PE_BF16 : pe_dtype_of(a);
+    int dtype = pe_dtype_bf16_of(a);
+    return dtype == PE_BF16 ? -1 : dtype;
 }
 
 PyArrayObject *arg_float_array(PyObject *obj, const char *name, int ndim, int flags, int bf16)

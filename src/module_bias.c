@@ -89,9 +89,7 @@ PyObject *py_alibi(PyObject *self, PyObject *args)
         return NULL;
     struct alibi_call c = {(const double *)PyArray_DATA(slopes), causal, add, (int64_t)q_offset,
                            &d};
-    if (run_kernel(alibi_kernel, &c, PyArray_SIZE(dst)) < 0)
-        return PyErr_NoMemory();
-    Py_RETURN_NONE;
+    return kernel_result(run_kernel(alibi_kernel, &c, PyArray_SIZE(dst)), NULL);
 }
 
 struct t5_bias_call {
@@ -141,9 +139,7 @@ PyObject *py_t5_bias(PyObject *self, PyObject *args)
         .q_offset = (int64_t)q_offset,
         .dst = &d,
     };
-    if (run_kernel(t5_bias_kernel, &c, single ? 0 : PyArray_SIZE(dst)) < 0)
-        return PyErr_NoMemory();
-    Py_RETURN_NONE;
+    return kernel_result(run_kernel(t5_bias_kernel, &c, single ? 0 : PyArray_SIZE(dst)), NULL);
 }
 
 struct t5_grad_call {
@@ -206,9 +202,7 @@ PyObject *py_t5_table_grad(PyObject *self, PyObject *args)
         .acc64 = acc64,
         .out = PyArray_BYTES(out),
     };
-    if (run_kernel(t5_grad_kernel, &c, PyArray_SIZE(grad)) < 0)
-        return PyErr_NoMemory();
-    Py_RETURN_NONE;
+    return kernel_result(run_kernel(t5_grad_kernel, &c, PyArray_SIZE(grad)), NULL);
 }
 
 struct t5_buckets_call {
@@ -257,9 +251,7 @@ PyObject *py_t5_buckets(PyObject *self, PyObject *args)
         .thresh = (const int64_t *)PyArray_DATA(thresh),
         .out = (int64_t *)PyArray_DATA(out),
     };
-    if (run_kernel(t5_buckets_kernel, &c, PyArray_SIZE(out)) < 0)
-        return PyErr_NoMemory();
-    Py_RETURN_NONE;
+    return kernel_result(run_kernel(t5_buckets_kernel, &c, PyArray_SIZE(out)), NULL);
 }
 
 struct relative_positions_call {
@@ -289,7 +281,5 @@ PyObject *py_relative_positions(PyObject *self, PyObject *args)
         return NULL;
     }
     struct relative_positions_call c = {(int64_t)max_distance, (int64_t)q_offset, &d};
-    if (run_kernel(relative_positions_kernel, &c, PyArray_SIZE(out)) < 0)
-        return PyErr_NoMemory();
-    Py_RETURN_NONE;
+    return kernel_result(run_kernel(relative_positions_kernel, &c, PyArray_SIZE(out)), NULL);
 }

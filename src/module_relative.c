@@ -171,8 +171,7 @@ PyObject *py_rel_dense_add(PyObject *self, PyObject *args)
         .dst = &d,
         .store = store,
     };
-    run_kernel(rel_dense_kernel, &c, PyArray_SIZE(dst));
-    Py_RETURN_NONE;
+    return kernel_result(run_kernel(rel_dense_kernel, &c, PyArray_SIZE(dst)), NULL);
 }
 
 struct rel_scatter_call {
@@ -237,9 +236,7 @@ PyObject *py_rel_scatter_add(PyObject *self, PyObject *args)
                 PyArray_STRIDE(out, 0), PyArray_STRIDE(out, 1), PyArray_STRIDE(out, 2)},
         .map = (const int64_t *)PyArray_DATA(map),
     };
-    if (run_kernel(rel_scatter_kernel, &c, single ? 0 : PyArray_SIZE(w)) < 0)
-        return PyErr_NoMemory();
-    Py_RETURN_NONE;
+    return kernel_result(run_kernel(rel_scatter_kernel, &c, single ? 0 : PyArray_SIZE(w)), NULL);
 }
 
 struct cast_call {
@@ -277,6 +274,5 @@ PyObject *py_cast(PyObject *self, PyObject *args)
     if (check_no_overlap(out, "out", x, "x") < 0)
         return NULL;
     struct cast_call c = {PyArray_BYTES(x), PyArray_BYTES(out), PyArray_DIM(x, 0), dtype};
-    run_kernel(cast_kernel, &c, PyArray_SIZE(out));
-    Py_RETURN_NONE;
+    return kernel_result(run_kernel(cast_kernel, &c, PyArray_SIZE(out)), NULL);
 }

@@ -215,14 +215,8 @@ PyObject *py_rope_apply(PyObject *self, PyObject *args)
         .chan_stride = chans ? PyArray_STRIDE(pos, 0) : 0,
         .xpos = xpos,
     };
-    int rc = run_kernel(rope_apply_kernel, &a, PyArray_SIZE(out));
-    if (rc == -1)
-        return PyErr_NoMemory();
-    if (rc != 0) {
-        PyErr_SetString(PyExc_ValueError, "rope_apply: arguments out of range");
-        return NULL;
-    }
-    Py_RETURN_NONE;
+    return kernel_result(run_kernel(rope_apply_kernel, &a, PyArray_SIZE(out)),
+                         "rope_apply: arguments out of range");
 }
 
 struct rope_table_call {
@@ -303,12 +297,6 @@ PyObject *py_rope_table(PyObject *self, PyObject *args)
         .nchan = chans ? (int)PyArray_DIM(pos, 0) : 0,
         .xpos = xpos,
     };
-    int rc = run_kernel(rope_table_kernel, &c, 2 * PyArray_SIZE(cos));
-    if (rc == -1)
-        return PyErr_NoMemory();
-    if (rc != 0) {
-        PyErr_SetString(PyExc_ValueError, "rope_table: channel out of range");
-        return NULL;
-    }
-    Py_RETURN_NONE;
+    return kernel_result(run_kernel(rope_table_kernel, &c, 2 * PyArray_SIZE(cos)),
+                         "rope_table: channel out of range");
 }

@@ -193,3 +193,14 @@ void module_threads_init(void)
     (void)pthread_atfork(NULL, NULL, after_fork_in_child);
 #endif
 }
+
+PyObject *kernel_result(int rc, const char *out_of_range)
+{
+    if (rc == -1)
+        return PyErr_NoMemory();
+    if (rc != 0) {
+        PyErr_SetString(PyExc_ValueError, out_of_range != NULL ? out_of_range : "out of range");
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}

@@ -56,7 +56,5 @@ PyObject *py_sinusoid(PyObject *self, PyObject *args)
         .dtype = pe_dtype_bf16_of(out),
         .out = PyArray_BYTES(out),
     };
-    if (run_kernel(sinusoid_kernel, &c, PyArray_SIZE(out)) < 0)
-        return PyErr_NoMemory();
-    Py_RETURN_NONE;
+    return kernel_result(run_kernel(sinusoid_kernel, &c, PyArray_SIZE(out)), NULL);
 }
