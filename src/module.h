@@ -85,6 +85,10 @@ PyArrayObject *arg_float_out(PyObject *obj, const char *name, int ndim, int bf16
 int check_no_overlap(PyArrayObject *out, const char *out_name, PyArrayObject *in,
                      const char *in_name);
 
+/* A 1-D out with one element per element of the 1-D `in` and no byte of
+ * it: 0, or -1 with a ValueError naming them. */
+int check_out_vector(PyArrayObject *out, PyArrayObject *in, const char *in_name);
+
 /* The typenum of bias_target for float16/32/64 or bfloat16 bits (-1:
  * float16/32/64 only). */
 #define FLOAT_OR_BF16 (-2)

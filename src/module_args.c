@@ -83,6 +83,15 @@ int check_no_overlap(PyArrayObject *out, const char *out_name, PyArrayObject *in
     return 0;
 }
 
+int check_out_vector(PyArrayObject *out, PyArrayObject *in, const char *in_name)
+{
+    if (PyArray_DIM(out, 0) != PyArray_DIM(in, 0)) {
+        PyErr_Format(PyExc_ValueError, "out must have the length of %s", in_name);
+        return -1;
+    }
+    return check_no_overlap(out, "out", in, in_name);
+}
+
 /* The element types' NumPy types, from the one list of them (pe.h). */
 #define NPY_TYPE_CASE(s, E, ctype, npy, ...)                                                       \
     case npy:                                                                                      \

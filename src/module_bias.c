@@ -236,11 +236,7 @@ PyObject *py_t5_buckets(PyObject *self, PyObject *args)
     PyArrayObject *thresh = out ? check_t5(num_buckets, bidirectional, thresh_o) : NULL;
     if (thresh == NULL)
         return NULL;
-    if (PyArray_DIM(out, 0) != PyArray_DIM(rel, 0)) {
-        PyErr_SetString(PyExc_ValueError, "out must have the length of relative_position");
-        return NULL;
-    }
-    if (check_no_overlap(out, "out", rel, "relative_position") < 0)
+    if (check_out_vector(out, rel, "relative_position") < 0)
         return NULL;
     struct t5_buckets_call c = {
         .rel = (const int64_t *)PyArray_DATA(rel),

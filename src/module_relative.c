@@ -267,11 +267,7 @@ PyObject *py_cast(PyObject *self, PyObject *args)
         arg_array(x_o, "x", dtype == PE_F64 ? NPY_DOUBLE : NPY_FLOAT, 1, ARG_CONTIGUOUS);
     if (x == NULL)
         return NULL;
-    if (PyArray_DIM(x, 0) != PyArray_DIM(out, 0)) {
-        PyErr_SetString(PyExc_ValueError, "out must have the length of x");
-        return NULL;
-    }
-    if (check_no_overlap(out, "out", x, "x") < 0)
+    if (check_out_vector(out, x, "x") < 0)
         return NULL;
     struct cast_call c = {PyArray_BYTES(x), PyArray_BYTES(out), PyArray_DIM(x, 0), dtype};
     return kernel_result(run_kernel(cast_kernel, &c, PyArray_SIZE(out)), NULL);
