@@ -204,19 +204,189 @@ PE_INLINE __m128i pe_half8_from_ps(__m256 v, const int dtype)
     return _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
 }
 
+/* ---- stores, plain or non-temporal ---- */
+
+/* 32 bytes (eight floats, four doubles, sixteen 16-bit elements) or 16
+ * bytes at p; with stream, non-temporal stores (p 16-byte aligned): an
+ * output that does not fit in cache then goes to memory without being read
+ * first.  The caller orders them with _mm_sfence() before it hands the
+ * array back. */
+PE_INLINE void pe_store_si256(void *p, __m256i v, const int stream)
+{
+    if (stream) {
+        _mm_stream_si128((__m128i *)p, _mm256_castsi256_si128(v));
+        _mm_stream_si128((__m128i *)p + 1, _mm256_extracti128_si256(v, 1));
+    } else {
+        _mm256_storeu_si256((__m256i *)p, v);
+    }
+}
+
+PE_INLINE void pe_store_si128(void *p, __m128i v, const int stream)
+{
+    if (stream)
+        _mm_stream_si128((__m128i *)p, v);
+    else
+        _mm_storeu_si128((__m128i *)p, v);
+}
+
+/* Eight floats, four doubles, or eight floats rounded to float16 or
+ * bfloat16 (pe_half8_from_ps), stored as pe_store_si256 stores. */
+PE_INLINE void pe_store_ps(float *p, __m256 v, const int stream)
+{
+    pe_store_si256(p, _mm256_castps_si256(v), stream);
+}
+
+PE_INLINE void pe_store_pd(double *p, __m256d v, const int stream)
+{
+    pe_store_si256(p, _mm256_castpd_si256(v), stream);
+}
+
+PE_INLINE void pe_store_h8(uint16_t *p, __m256 v, const int dtype, const int stream)
+{
+    pe_store_si128(p, pe_half8_from_ps(v, dtype), stream);
+}
+
 /* bytes (a multiple of 16) from src to 16-byte aligned dst, with
- * non-temporal stores; the caller orders them with _mm_sfence() before it
- * returns. */
+ * non-temporal stores. */
 static inline void pe_stream_copy(char *dst, const char *src, ptrdiff_t bytes)
 {
     ptrdiff_t k = 0;
-    for (; k + 32 <= bytes; k += 32) {
-        __m256i v = _mm256_loadu_si256((const __m256i *)(src + k));
-        _mm_stream_si128((__m128i *)(dst + k), _mm256_castsi256_si128(v));
-        _mm_stream_si128((__m128i *)(dst + k + 16), _mm256_extracti128_si256(v, 1));
-    }
+    for (; k + 32 <= bytes; k += 32)
+        pe_store_si256(dst + k, _mm256_loadu_si256((const __m256i *)(src + k)), 1);
     for (; k < bytes; k += 16)
-        _mm_stream_si128((__m128i *)(dst + k), _mm_loadu_si128((const __m128i *)(src + k)));
+        pe_store_si128(dst + k, _mm_loadu_si128((const __m128i *)(src + k)), 1);
+}
+
+/* ---- rows of scores (simd.h's pe_row_add) ---- */
+
+/* o[0 .. 8) += x: eight scores of a 32-bit or 16-bit type and eight
+ * float32 values, each sum rounded once (pe_row_add's PE_ROW_SUM). */
+PE_INLINE void pe_sum8(char *o, __m256 x, const int dtype)
+{
+    if (dtype == PE_F32) {
+        _mm256_storeu_ps((float *)o, _mm256_add_ps(_mm256_loadu_ps((const float *)o), x));
+        return;
+    }
+    __m256 a = pe_ps_from_half8(_mm_loadu_si128((const __m128i *)o), dtype);
+    _mm_storeu_si128((__m128i *)o, pe_half8_from_ps(_mm256_add_ps(a, x), dtype));
+}
+
+/* Eight float32 products rounded to the scores' type and widened back
+ * (pe_row_add's PE_ROW_PRODUCT; for bfloat16 the rounded top halves kept,
+ * without a pack and an unpack); float32 as they are. */
+PE_INLINE __m256 pe_round8(__m256 x, const int dtype)
+{
+    if (dtype == PE_BF16)
+        return _mm256_castsi256_ps(
+            _mm256_and_si256(pe_bf16_rounded(x), _mm256_set1_epi32((int)0xffff0000u)));
+    if (dtype == PE_F16)
+        return pe_ps_from_half8(pe_half8_from_ps(x, dtype), dtype);
+    return x;
+}
+
+/* Sixteen bfloat16 scores o[0 .. 16) += x0, x1 (eight float32 values each
+ * for scores 0 .. 8 and 8 .. 16), each sum rounded once, as pe_sum8 rounds
+ * it, or (store) = x0, x1 rounded as pe_half8_from_ps rounds them; with one
+ * test for NaNs per rounding of sixteen and no lane-crossing narrowing:
+ * unpacking the scores' words with zeros widens scores 0-3 and 8-11 (lo),
+ * 4-7 and 12-15 (hi), the order packus narrows back into 0 .. 16. */
+PE_INLINE void pe_bf16_sum16(char *o, __m256 x0, __m256 x1, const int store)
+{
+    __m256i rl, rh;
+    __m256 lo = _mm256_permute2f128_ps(x0, x1, 0x20), hi = _mm256_permute2f128_ps(x0, x1, 0x31);
+    if (!store) {
+        const __m256i zero = _mm256_setzero_si256(), h = _mm256_loadu_si256((const __m256i *)o);
+        lo = _mm256_add_ps(_mm256_castsi256_ps(_mm256_unpacklo_epi16(zero, h)), lo);
+        hi = _mm256_add_ps(_mm256_castsi256_ps(_mm256_unpackhi_epi16(zero, h)), hi);
+    }
+    pe_bf16_rounded2(lo, hi, &rl, &rh);
+    _mm256_storeu_si256((__m256i *)o,
+                        _mm256_packus_epi32(_mm256_srli_epi32(rl, 16), _mm256_srli_epi32(rh, 16)));
+}
+
+/* pe_cast_row on the AVX2 path: eight values at a time (four doubles,
+ * sixteen bfloat16 with one test for NaNs), each rounded as pe_cast_row
+ * rounds it. */
+PE_INLINE void pe_cast_row_simd(char *o, const char *x, ptrdiff_t n, const int dtype)
+{
+    const ptrdiff_t isz = (ptrdiff_t)pe_itemsize(dtype), xsz = dtype == PE_F64 ? 8 : 4;
+    ptrdiff_t j = 0;
+    if (dtype == PE_F64) {
+        for (; j + 4 <= n; j += 4)
+            _mm256_storeu_pd((double *)o + j, _mm256_loadu_pd((const double *)x + j));
+    } else if (dtype == PE_F32) {
+        for (; j + 8 <= n; j += 8)
+            _mm256_storeu_ps((float *)o + j, _mm256_loadu_ps((const float *)x + j));
+    } else {
+        const float *s = (const float *)x;
+        for (; dtype == PE_BF16 && j + 16 <= n; j += 16)
+            pe_bf16_sum16(o + j * isz, _mm256_loadu_ps(s + j), _mm256_loadu_ps(s + j + 8), 1);
+        for (; j + 8 <= n; j += 8)
+            _mm_storeu_si128((__m128i *)(o + j * isz),
+                             pe_half8_from_ps(_mm256_loadu_ps(s + j), dtype));
+    }
+    pe_cast_row(o + j * isz, x + j * xsz, n - j, dtype);
+}
+
+/* pe_row_add on the AVX2 path (pe_row_add_simd): four doubles, eight floats, eight float16
+ * or sixteen bfloat16 scores at a time (bfloat16 rounding bounds its
+ * time), each sum as pe_row_add makes it, the rest by pe_row_add. */
+PE_INLINE void pe_row_add_simd(char *o, const char *x, ptrdiff_t n, const int kind, const int dtype)
+{
+    const ptrdiff_t isz = (ptrdiff_t)pe_itemsize(dtype);
+    const ptrdiff_t xsz = kind == PE_ROW_SAME || dtype == PE_F64 ? isz : 4;
+    ptrdiff_t j = 0;
+    if (kind == PE_ROW_CAST) {
+        pe_cast_row_simd(o, x, n, dtype);
+        return;
+    }
+    if (dtype == PE_F64) {
+        double *d = (double *)o;
+        const double *s = (const double *)x;
+        for (; j + 4 <= n; j += 4)
+            _mm256_storeu_pd(d + j, _mm256_add_pd(_mm256_loadu_pd(d + j), _mm256_loadu_pd(s + j)));
+    } else if (dtype == PE_F32) {
+        float *d = (float *)o;
+        const float *s = (const float *)x;
+        for (; j + 8 <= n; j += 8)
+            _mm256_storeu_ps(d + j, _mm256_add_ps(_mm256_loadu_ps(d + j), _mm256_loadu_ps(s + j)));
+    } else if (kind == PE_ROW_SAME && dtype == PE_BF16) {
+        uint16_t *d = (uint16_t *)o;
+        const uint16_t *s = (const uint16_t *)x;
+        for (; j + 16 <= n; j += 16) {
+            __m256 ae, ao, be, bo;
+            pe_ps_from_bf16x16(_mm256_loadu_si256((const __m256i *)(d + j)), &ae, &ao);
+            pe_ps_from_bf16x16(_mm256_loadu_si256((const __m256i *)(s + j)), &be, &bo);
+            _mm256_storeu_si256((__m256i *)(d + j),
+                                pe_bf16x16_from_ps(_mm256_add_ps(ae, be), _mm256_add_ps(ao, bo)));
+        }
+    } else if (kind == PE_ROW_SAME) {
+        uint16_t *d = (uint16_t *)o;
+        const uint16_t *s = (const uint16_t *)x;
+        for (; j + 8 <= n; j += 8) {
+            __m256 a = pe_ps_from_half8(_mm_loadu_si128((const __m128i *)(d + j)), dtype);
+            __m256 b = pe_ps_from_half8(_mm_loadu_si128((const __m128i *)(s + j)), dtype);
+            _mm_storeu_si128((__m128i *)(d + j), pe_half8_from_ps(_mm256_add_ps(a, b), dtype));
+        }
+    } else {
+        const float *s = (const float *)x;
+        for (; dtype == PE_BF16 && j + 16 <= n; j += 16) {
+            __m256 x0 = _mm256_loadu_ps(s + j), x1 = _mm256_loadu_ps(s + j + 8);
+            if (kind == PE_ROW_PRODUCT) {
+                const __m256i top = _mm256_set1_epi32((int)0xffff0000u);
+                __m256i r0, r1;
+                pe_bf16_rounded2(x0, x1, &r0, &r1);
+                x0 = _mm256_castsi256_ps(_mm256_and_si256(r0, top));
+                x1 = _mm256_castsi256_ps(_mm256_and_si256(r1, top));
+            }
+            pe_bf16_sum16(o + j * isz, x0, x1, 0);
+        }
+        for (; j + 8 <= n; j += 8) {
+            __m256 v = _mm256_loadu_ps(s + j);
+            pe_sum8(o + j * isz, kind == PE_ROW_PRODUCT ? pe_round8(v, dtype) : v, dtype);
+        }
+    }
+    pe_row_add(o + j * isz, x + j * xsz, n - j, kind, dtype);
 }
 
 #endif /* PE_X86 */

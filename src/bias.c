@@ -65,7 +65,7 @@ PE_INLINE void rows_scalar(const struct pe_toeplitz *t, ptrdiff_t r0, ptrdiff_t 
         const char *src;
         char *row = pe_toeplitz_row(t, r, isz, &src);
         if (op == PE_BIAS_ADD)
-            pe_add_row(row, src, k, dtype);
+            pe_row_add(row, src, k, PE_ROW_SAME, dtype);
         else
             memcpy(row, src, (size_t)k * isz);
     }

@@ -1,7 +1,7 @@
 /*
  * bias.h -- what bias.c and bias_avx2.c share: the rows of a bias as
- * slices of its heads' vectors, the portable add of a row, and the values
- * of an ALiBi vector.
+ * slices of its heads' vectors (each row added with simd.h's pe_row_add),
+ * and the values of an ALiBi vector.
  */
 #ifndef PE_BIAS_H
 #define PE_BIAS_H
@@ -39,29 +39,6 @@ PE_INLINE char *pe_toeplitz_row(const struct pe_toeplitz *t, ptrdiff_t r, size_t
     ptrdiff_t b = r / hq, h = (r / q) % d->heads, i = r % q;
     *src = t->vals + (h * t->vlen + (q - 1 - i)) * (ptrdiff_t)isz;
     return d->data + b * d->stride_b + h * d->stride_h + i * d->stride_q;
-}
-
-/* dst[j] += src[j] for j < n; float16 and bfloat16 widened to float32,
- * added and rounded once: the correctly rounded float16 or bfloat16 sum
- * (float32 has more than twice their bits, plus two). */
-PE_INLINE void pe_add_row(char *dst, const char *src, ptrdiff_t n, const int dtype)
-{
-    if (dtype == PE_F32) {
-        float *o = (float *)dst;
-        const float *s = (const float *)src;
-        for (ptrdiff_t j = 0; j < n; ++j)
-            o[j] = o[j] + s[j];
-    } else if (dtype == PE_F64) {
-        double *o = (double *)dst;
-        const double *s = (const double *)src;
-        for (ptrdiff_t j = 0; j < n; ++j)
-            o[j] = o[j] + s[j];
-    } else {
-        uint16_t *o = (uint16_t *)dst;
-        const uint16_t *s = (const uint16_t *)src;
-        for (ptrdiff_t j = 0; j < n; ++j)
-            o[j] = pe_store16(pe_load16(o[j], dtype) + pe_load16(s[j], dtype), dtype);
-    }
 }
 
 /* ---- T5's backward pass: a gradient summed along its diagonals ---- */

@@ -15,50 +15,6 @@
 #if PE_X86
 /* ---- rows: copy or add a slice of the per-head vector ---- */
 
-PE_INLINE void add_row(char *dst, const char *src, ptrdiff_t n, const int dtype)
-{
-    ptrdiff_t j = 0;
-    if (dtype == PE_F32) {
-        float *o = (float *)dst;
-        const float *s = (const float *)src;
-        for (; j + 8 <= n; j += 8)
-            _mm256_storeu_ps(o + j, _mm256_add_ps(_mm256_loadu_ps(o + j), _mm256_loadu_ps(s + j)));
-    } else if (dtype == PE_F64) {
-        double *o = (double *)dst;
-        const double *s = (const double *)src;
-        for (; j + 4 <= n; j += 4)
-            _mm256_storeu_pd(o + j, _mm256_add_pd(_mm256_loadu_pd(o + j), _mm256_loadu_pd(s + j)));
-    } else if (dtype == PE_BF16) {
-        uint16_t *o = (uint16_t *)dst;
-        const uint16_t *s = (const uint16_t *)src;
-        for (; j + 16 <= n; j += 16) {
-            __m256 ae, ao, be, bo;
-            pe_ps_from_bf16x16(_mm256_loadu_si256((const __m256i *)(o + j)), &ae, &ao);
-            pe_ps_from_bf16x16(_mm256_loadu_si256((const __m256i *)(s + j)), &be, &bo);
-            _mm256_storeu_si256((__m256i *)(o + j),
-                                pe_bf16x16_from_ps(_mm256_add_ps(ae, be), _mm256_add_ps(ao, bo)));
-        }
-    } else {
-        uint16_t *o = (uint16_t *)dst;
-        const uint16_t *s = (const uint16_t *)src;
-        for (; j + 8 <= n; j += 8) {
-            __m256 a = pe_ps_from_half8(_mm_loadu_si128((const __m128i *)(o + j)), dtype);
-            __m256 b = pe_ps_from_half8(_mm_loadu_si128((const __m128i *)(s + j)), dtype);
-            _mm_storeu_si128((__m128i *)(o + j), pe_half8_from_ps(_mm256_add_ps(a, b), dtype));
-        }
-    }
-    size_t isz = pe_itemsize(dtype);
-    pe_add_row(dst + j * isz, src + j * isz, n - j, dtype);
-}
-
-PE_INLINE void store256(char *p, __m256i v, const int stream)
-{
-    if (stream)
-        _mm256_stream_si256((__m256i *)p, v);
-    else
-        _mm256_storeu_si256((__m256i *)p, v);
-}
-
 /* A row copy with vector stores: plain ones (memcpy's "rep movsb" for rows
  * of a few KiB is slower than this on some CPUs), or non-temporal ones for
  * the 32-byte-aligned middle of the row. */
@@ -75,13 +31,13 @@ PE_INLINE void copy_row(char *dst, const char *src, size_t nbytes, const int str
         __m256i v1 = _mm256_loadu_si256((const __m256i *)(src + b + 32));
         __m256i v2 = _mm256_loadu_si256((const __m256i *)(src + b + 64));
         __m256i v3 = _mm256_loadu_si256((const __m256i *)(src + b + 96));
-        store256(dst + b, v0, stream);
-        store256(dst + b + 32, v1, stream);
-        store256(dst + b + 64, v2, stream);
-        store256(dst + b + 96, v3, stream);
+        pe_store_si256(dst + b, v0, stream);
+        pe_store_si256(dst + b + 32, v1, stream);
+        pe_store_si256(dst + b + 64, v2, stream);
+        pe_store_si256(dst + b + 96, v3, stream);
     }
     for (; b + 32 <= nbytes; b += 32)
-        store256(dst + b, _mm256_loadu_si256((const __m256i *)(src + b)), stream);
+        pe_store_si256(dst + b, _mm256_loadu_si256((const __m256i *)(src + b)), stream);
     memcpy(dst + b, src + b, nbytes - b);
 }
 
@@ -96,7 +52,7 @@ PE_INLINE void rows_avx2(const struct pe_toeplitz *t, ptrdiff_t r0, ptrdiff_t r1
     if (op == PE_BIAS_ADD) {
         for (ptrdiff_t r = r0; r < r1; ++r) {
             char *row = pe_toeplitz_row(t, r, isz, &src);
-            add_row(row, src, k, dtype);
+            pe_row_add_simd(row, src, k, PE_ROW_SAME, dtype);
         }
     } else if (t->stream) {
         for (ptrdiff_t r = r0; r < r1; ++r) {

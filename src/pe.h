@@ -16,12 +16,23 @@
 
 #include "half.h"
 
-/* Element type of a table written or an array transformed.  bfloat16
- * arrays reach the kernels as their bits, uint16. */
-enum pe_dtype { PE_F16 = 0, PE_F32 = 1, PE_F64 = 2, PE_BF16 = 3 };
+/* The element types of the kernels, in the order of enum pe_dtype:
+ * X(suffix, enum value, C type of an element, NumPy type of an element,
+ * ...) with the caller's further arguments.  bfloat16 arrays reach the
+ * kernels as their bits (uint16).  The specialisation tables (simd.h),
+ * the element helpers below and module_args.c's type mapping are made
+ * from this one list. */
+#define PE_DTYPES(X, ...)                                                                          \
+    X(f16, PE_F16, uint16_t, NPY_HALF, __VA_ARGS__)                                                \
+    X(f32, PE_F32, float, NPY_FLOAT, __VA_ARGS__)                                                  \
+    X(f64, PE_F64, double, NPY_DOUBLE, __VA_ARGS__)                                                \
+    X(bf16, PE_BF16, uint16_t, NPY_UINT16, __VA_ARGS__)
 
-/* The number of element types: the extent of the kernels' tables. */
-#define PE_NDTYPES 4
+/* Element type of a table written or an array transformed. */
+#define PE_DTYPE_ENUM(s, E, ctype, npy, ...) E,
+enum pe_dtype { PE_DTYPES(PE_DTYPE_ENUM, ~) PE_NDTYPES };
+/* PE_NDTYPES: the number of element types, the extent of the kernels'
+ * tables. */
 
 /* Layout of a sinusoid row: sin/cos pairs, or all sines then all cosines. */
 enum pe_layout { PE_INTERLEAVED = 0, PE_CONCAT = 1 };
@@ -39,36 +50,80 @@ static inline int pe_team(int nthreads, ptrdiff_t work)
 
 /* ---- elements of any type ---- */
 
+/* Element i of p as a double (exact), and v rounded once stored there, one
+ * pair per element type. */
+static inline double pe_load_f16(const char *p, ptrdiff_t i)
+{
+    return (double)pe_f32_from_f16(((const uint16_t *)p)[i]);
+}
+static inline void pe_store_f16(char *p, ptrdiff_t i, double v)
+{
+    ((uint16_t *)p)[i] = pe_f16_from_f64(v);
+}
+static inline double pe_load_f32(const char *p, ptrdiff_t i)
+{
+    return (double)((const float *)p)[i];
+}
+static inline void pe_store_f32(char *p, ptrdiff_t i, double v)
+{
+    ((float *)p)[i] = (float)v;
+}
+static inline double pe_load_f64(const char *p, ptrdiff_t i)
+{
+    return ((const double *)p)[i];
+}
+static inline void pe_store_f64(char *p, ptrdiff_t i, double v)
+{
+    ((double *)p)[i] = v;
+}
+static inline double pe_load_bf16(const char *p, ptrdiff_t i)
+{
+    return (double)pe_f32_from_bf16(((const uint16_t *)p)[i]);
+}
+static inline void pe_store_bf16(char *p, ptrdiff_t i, double v)
+{
+    ((uint16_t *)p)[i] = pe_bf16_from_f64(v);
+}
+
 /* Bytes of an element of type dtype (an enum pe_dtype; 8 for any other
  * 8-byte type). */
+#define PE_ITEMSIZE_CASE(s, E, ctype, ...)                                                         \
+    case E:                                                                                        \
+        return sizeof(ctype);
 static inline size_t pe_itemsize(int dtype)
 {
-    return dtype == PE_F16 || dtype == PE_BF16 ? 2 : dtype == PE_F32 ? 4 : 8;
+    switch (dtype) {
+        PE_DTYPES(PE_ITEMSIZE_CASE, ~)
+    default:
+        return 8;
+    }
 }
 
 /* v rounded once to dtype, stored as element i of p. */
+#define PE_STORE_CASE(s, E, ctype, npy, p, i, v)                                                   \
+    case E:                                                                                        \
+        pe_store_##s(p, i, v);                                                                     \
+        break;
 static inline void pe_store(char *p, ptrdiff_t i, int dtype, double v)
 {
-    if (dtype == PE_F64)
-        ((double *)p)[i] = v;
-    else if (dtype == PE_F32)
-        ((float *)p)[i] = (float)v;
-    else if (dtype == PE_BF16)
-        ((uint16_t *)p)[i] = pe_bf16_from_f64(v);
-    else
-        ((uint16_t *)p)[i] = pe_f16_from_f64(v);
+    switch (dtype) {
+        PE_DTYPES(PE_STORE_CASE, p, i, v)
+    default:
+        break;
+    }
 }
 
 /* Element i of p, of type dtype, as a double (exact). */
+#define PE_LOAD_CASE(s, E, ctype, npy, p, i)                                                       \
+    case E:                                                                                        \
+        return pe_load_##s(p, i);
 static inline double pe_load(const char *p, ptrdiff_t i, int dtype)
 {
-    if (dtype == PE_F64)
-        return ((const double *)p)[i];
-    if (dtype == PE_F32)
-        return (double)((const float *)p)[i];
-    if (dtype == PE_BF16)
-        return (double)pe_f32_from_bf16(((const uint16_t *)p)[i]);
-    return (double)pe_f32_from_f16(((const uint16_t *)p)[i]);
+    switch (dtype) {
+        PE_DTYPES(PE_LOAD_CASE, p, i)
+    default:
+        return 0.0;
+    }
 }
 
 /* A 16-bit element (float16 or bfloat16) widened to float32, exactly. */
@@ -90,6 +145,14 @@ static inline uint16_t pe_store16(float f, int dtype)
 
 /* The table of kernels of one SIMD path (simd.h). */
 struct pe_kernels;
+
+/* ---- a cast (row.c) ---- */
+
+/* out[j] = x[j], j < n: float32 values (float64 for a float64 out) each
+ * rounded once to dtype (simd.h's pe_cast_row: as NumPy's astype, and
+ * bfloat16 as ml_dtypes rounds). */
+void pe_cast(const struct pe_kernels *k, const char *x, char *out, ptrdiff_t n, int dtype,
+             int nthreads);
 
 /* ---- sinusoid tables (sinusoid.c) ---- */
 

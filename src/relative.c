@@ -98,25 +98,6 @@ static ptrdiff_t merge_runs(const struct pe_rel_run *runs, ptrdiff_t nruns, stru
 
 /* ---- adds of one segment of a row ---- */
 
-/* o[j] += s[j], j < n: a contiguous slice of products. */
-static void add_slice(char *o, const char *s, ptrdiff_t n, int dtype)
-{
-    if (dtype == PE_F32) {
-        float *d = (float *)o;
-        const float *x = (const float *)s;
-        for (ptrdiff_t j = 0; j < n; ++j)
-            d[j] = d[j] + x[j];
-    } else if (dtype == PE_F64) {
-        double *d = (double *)o;
-        const double *x = (const double *)s;
-        for (ptrdiff_t j = 0; j < n; ++j)
-            d[j] = d[j] + x[j];
-    } else {
-        for (ptrdiff_t j = 0; j < n; ++j)
-            pe_rel_add1(o + 2 * j, s + 4 * j, dtype);
-    }
-}
-
 /* o[j] += *s, j < n: one product for a run of clipped distances. */
 static void add_value(char *o, const char *s, ptrdiff_t n, int dtype)
 {
@@ -177,7 +158,7 @@ void pe_rel_row_scalar(const struct pe_rel_gather *g, ptrdiff_t b, ptrdiff_t h, 
         if (!s->by_key) {
             const char *p = prod + i * s->stride_r + col * ssz;
             if (run->slope == 1)
-                add_slice(o, p, n, d->dtype);
+                pe_row_add(o, p, n, PE_ROW_PRODUCT, d->dtype);
             else if (run->slope == 0)
                 add_value(o, p, n, d->dtype);
             else
@@ -244,12 +225,9 @@ void pe_rel_tile_scalar(const struct pe_rel_gather *g, ptrdiff_t b, ptrdiff_t h,
             for (ptrdiff_t ii = 0; ii < ni; ++ii)
                 buf[ii * TILE + jj] = p[m[-ii]];
         }
-        for (ptrdiff_t ii = 0; ii < ni; ++ii) {
-            double *o = (double *)(out + (i0 + ii) * d->stride_q) + j0;
-            const double *x = buf + ii * TILE;
-            for (ptrdiff_t jj = 0; jj < nj; ++jj)
-                o[jj] = o[jj] + x[jj];
-        }
+        for (ptrdiff_t ii = 0; ii < ni; ++ii)
+            pe_row_add(out + (i0 + ii) * d->stride_q + j0 * 8, (const char *)(buf + ii * TILE), nj,
+                       PE_ROW_PRODUCT, PE_F64);
         return;
     }
     float buf[TILE * TILE];
@@ -263,7 +241,7 @@ void pe_rel_tile_scalar(const struct pe_rel_gather *g, ptrdiff_t b, ptrdiff_t h,
     }
     for (ptrdiff_t ii = 0; ii < ni; ++ii) {
         char *o = out + (i0 + ii) * d->stride_q + j0 * (ptrdiff_t)g->isz;
-        add_slice(o, (const char *)(buf + ii * TILE), nj, d->dtype);
+        pe_row_add(o, (const char *)(buf + ii * TILE), nj, PE_ROW_PRODUCT, d->dtype);
     }
 }
 
@@ -434,33 +412,11 @@ int pe_rel_gather_add(const struct pe_kernels *k, const struct pe_rel_src *src, 
 
 /* ---- dense terms ---- */
 
-/* The portable row of a dense term: float32 and float64 as add_slice adds
- * them, float16 and bfloat16 with the sum rounded once; store (the
- * layout 1): each value rounded once instead. */
-PE_INLINE void sum_scalar(char *o, const char *x, ptrdiff_t n, const int store, const int dtype)
-{
-    const ptrdiff_t isz = (ptrdiff_t)pe_itemsize(dtype), ssz = dtype == PE_F64 ? 8 : 4;
-    if (store) {
-        for (ptrdiff_t j = 0; j < n; ++j)
-            pe_rel_store1(o + isz * j, x + ssz * j, dtype);
-        return;
-    }
-    if (dtype == PE_F32 || dtype == PE_F64) {
-        add_slice(o, x, n, dtype);
-        return;
-    }
-    for (ptrdiff_t j = 0; j < n; ++j)
-        pe_rel_sum1(o + isz * j, x + ssz * j, dtype);
-}
-
-PE_SPECIALISE(const pe_rel_sum_fn, pe_rel_sum_scalar, sum_scalar,
-              (char *o, const char *x, ptrdiff_t n), (o, x, n));
-
 void pe_rel_dense_add(const struct pe_kernels *k, const struct pe_rel_src *src,
                       const struct pe_bias_dst *dst, int store, int nthreads)
 {
     ptrdiff_t q = dst->q_len, rows = dst->batch * dst->heads * q;
-    pe_rel_sum_fn fn = k->rel_sum[store != 0][dst->dtype];
+    pe_row_add_fn fn = k->row_add[store ? PE_ROW_CAST : PE_ROW_SUM][dst->dtype];
 #pragma omp parallel for schedule(static) num_threads(pe_team(nthreads, rows * dst->k_len))
     for (ptrdiff_t r = 0; r < rows; ++r) {
         ptrdiff_t i = r % q, p = r / q, b = p / dst->heads, h = p % dst->heads;

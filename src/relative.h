@@ -142,48 +142,13 @@ static inline void pe_rel_prefetch_row(const struct pe_rel_gather *g, ptrdiff_t 
     pe_rel_prefetch(prod + (hi + 1) * (int64_t)g->ssz - 1);
 }
 
-/* *o += *x for one score o of dtype and a float x (float64 for float64
- * scores, else float32), the sum rounded once to dtype (float16 and
- * bfloat16 summed in float32, as NumPy adds a float32 array into such
- * scores). */
-static inline void pe_rel_sum1(char *o, const char *x, int dtype)
-{
-    if (dtype == PE_F64) {
-        *(double *)o = *(double *)o + *(const double *)x;
-        return;
-    }
-    float v = *(const float *)x;
-    if (dtype == PE_F32)
-        *(float *)o = *(float *)o + v;
-    else
-        *(uint16_t *)o = pe_store16(pe_load16(*(const uint16_t *)o, dtype) + v, dtype);
-}
-
-/* *o = *x for one element o of dtype and a float x (float64 for float64,
- * else float32), rounded once to dtype, as NumPy's astype rounds it
- * (bfloat16 as ml_dtypes: to nearest even, a NaN made quiet with its sign
- * and top payload bits). */
-static inline void pe_rel_store1(char *o, const char *x, int dtype)
-{
-    if (dtype == PE_F64)
-        *(double *)o = *(const double *)x;
-    else if (dtype == PE_F32)
-        *(float *)o = *(const float *)x;
-    else
-        *(uint16_t *)o = pe_store16(*(const float *)x, dtype);
-}
-
-/* *o += *x for one score o of dtype and its product x: the product rounded
- * to the scores' type first (the term made in that type), then summed as
- * pe_rel_sum1 does. */
+/* *o += *x for one score o of dtype and its product x (float64 for float64
+ * scores, else float32): the product rounded to the scores' type first
+ * (the term made in that type), then added with one rounding (float16 and
+ * bfloat16 summed in float32), as pe_row_add adds a row of products. */
 static inline void pe_rel_add1(char *o, const char *x, int dtype)
 {
-    if (dtype == PE_F16 || dtype == PE_BF16) {
-        float v = pe_load16(pe_store16(*(const float *)x, dtype), dtype);
-        pe_rel_sum1(o, (const char *)&v, dtype);
-    } else {
-        pe_rel_sum1(o, x, dtype);
-    }
+    pe_row_add(o, x, 1, PE_ROW_PRODUCT, dtype);
 }
 
 /* The portable gathers, which the vector path falls back on: keys
@@ -197,9 +162,9 @@ void pe_rel_tile_scalar(const struct pe_rel_gather *g, ptrdiff_t b, ptrdiff_t h,
 /* A dense term added into scores: dst[b, h, i, j] += src[b, h, i, j], src
  * of float32 (float64 for float64 scores), src->rows q_len or 1 (one row
  * for every query), src->batch 1 or dst's (by_key unused); each sum
- * rounded once to the scores' type, as pe_rel_sum1 does, the same bits
- * on every path and for any thread count.  store: dst = src instead, each
- * value rounded once (pe_rel_store1). */
+ * rounded once to the scores' type (the kernels' row_add, PE_ROW_SUM),
+ * the same bits on every path and for any thread count.  store: dst = src
+ * instead, each value rounded once (PE_ROW_CAST, as pe_cast). */
 void pe_rel_dense_add(const struct pe_kernels *k, const struct pe_rel_src *src,
                       const struct pe_bias_dst *dst, int store, int nthreads);
 

@@ -31,10 +31,7 @@
  * shifts of avx2.h for bfloat16), as pe_rel_add1 does one score; bfloat16
  * scores sixteen at a time (add16), where the roundings bound the time.
  *
- * Dense terms (a row of the term for a row of scores): eight sums at a
- * time (sixteen into bfloat16 scores, bf16_sum16), each rounded once, as
- * pe_rel_sum1 does one score; or the term's values stored, each rounded
- * once (pe_rel_store1), as a float32 result becomes a bfloat16 one.
+ * Dense terms are rows added whole: the kernels' row_add (row_avx2.c).
  */
 #include "pe.h"
 #include "relative.h"
@@ -45,65 +42,16 @@
 #include <stdlib.h>
 
 #if PE_X86
-/* o[0 .. 8) += x: eight scores of a 32-bit or 16-bit type and eight
- * float32 values, each sum rounded once (pe_rel_sum1). */
-PE_INLINE void sum8(char *o, __m256 x, const int dtype)
-{
-    if (dtype == PE_F32) {
-        _mm256_storeu_ps((float *)o, _mm256_add_ps(_mm256_loadu_ps((const float *)o), x));
-        return;
-    }
-    __m256 a = pe_ps_from_half8(_mm_loadu_si128((const __m128i *)o), dtype);
-    _mm_storeu_si128((__m128i *)o, pe_half8_from_ps(_mm256_add_ps(a, x), dtype));
-}
-
 /* o[0 .. 8) += x, their products: each product rounded to the scores'
  * type first (pe_rel_add1). */
 PE_INLINE void add8(char *o, __m256 x, const int dtype)
 {
-    /* the product rounded and widened back: for bfloat16 its top half
-     * kept, without a pack and an unpack */
-    if (dtype == PE_BF16)
-        x = _mm256_castsi256_ps(
-            _mm256_and_si256(pe_bf16_rounded(x), _mm256_set1_epi32((int)0xffff0000u)));
-    else if (dtype == PE_F16)
-        x = pe_ps_from_half8(pe_half8_from_ps(x, dtype), dtype);
-    sum8(o, x, dtype);
-}
-
-/* o[0 .. 8) = x, each value rounded once to the scores' type
- * (pe_rel_store1). */
-PE_INLINE void store8(char *o, __m256 x, const int dtype)
-{
-    if (dtype == PE_F32)
-        _mm256_storeu_ps((float *)o, x);
-    else
-        _mm_storeu_si128((__m128i *)o, pe_half8_from_ps(x, dtype));
-}
-
-/* Sixteen bfloat16 scores o[0 .. 16) += x0, x1 (eight float32 values each
- * for scores 0 .. 8 and 8 .. 16), each sum rounded once, as sum8 rounds
- * it, or (store) = x0, x1 rounded as store8 rounds them; with one test for
- * NaNs per rounding of sixteen and no lane-crossing narrowing: unpacking
- * the scores' words with zeros widens scores 0-3 and 8-11 (lo), 4-7 and
- * 12-15 (hi), the order packus narrows back into 0 .. 16. */
-PE_INLINE void bf16_sum16(char *o, __m256 x0, __m256 x1, const int store)
-{
-    __m256i rl, rh;
-    __m256 lo = _mm256_permute2f128_ps(x0, x1, 0x20), hi = _mm256_permute2f128_ps(x0, x1, 0x31);
-    if (!store) {
-        const __m256i zero = _mm256_setzero_si256(), h = _mm256_loadu_si256((const __m256i *)o);
-        lo = _mm256_add_ps(_mm256_castsi256_ps(_mm256_unpacklo_epi16(zero, h)), lo);
-        hi = _mm256_add_ps(_mm256_castsi256_ps(_mm256_unpackhi_epi16(zero, h)), hi);
-    }
-    pe_bf16_rounded2(lo, hi, &rl, &rh);
-    _mm256_storeu_si256((__m256i *)o,
-                        _mm256_packus_epi32(_mm256_srli_epi32(rl, 16), _mm256_srli_epi32(rh, 16)));
+    pe_sum8(o, pe_round8(x, dtype), dtype);
 }
 
 /* o[0 .. 16) += x0, x1, their products: each product rounded to the
  * scores' type first, as add8 rounds it (for bfloat16 the sixteen with one
- * test for NaNs), then summed (bf16_sum16). */
+ * test for NaNs), then summed (pe_bf16_sum16). */
 PE_INLINE void add16(char *o, __m256 x0, __m256 x1, const int dtype)
 {
     if (dtype != PE_BF16) {
@@ -114,8 +62,8 @@ PE_INLINE void add16(char *o, __m256 x0, __m256 x1, const int dtype)
     const __m256i top = _mm256_set1_epi32((int)0xffff0000u);
     __m256i r0, r1;
     pe_bf16_rounded2(x0, x1, &r0, &r1);
-    bf16_sum16(o, _mm256_castsi256_ps(_mm256_and_si256(r0, top)),
-               _mm256_castsi256_ps(_mm256_and_si256(r1, top)), 0);
+    pe_bf16_sum16(o, _mm256_castsi256_ps(_mm256_and_si256(r0, top)),
+                  _mm256_castsi256_ps(_mm256_and_si256(r1, top)), 0);
 }
 
 /* The eight lanes perm[0 .. 8) (relative.h), as int32. */
@@ -463,48 +411,6 @@ PE_INLINE void task_avx2(const struct pe_rel_gather *g, ptrdiff_t task, const in
 
 PE_SPECIALISE(const pe_rel_task_fn, pe_rel_task_avx2, task_avx2,
               (const struct pe_rel_gather *g, ptrdiff_t task), (g, task));
-
-/* ---- dense terms ---- */
-
-/* A row of a dense term (pe_rel_sum_fn), eight scores at a time (four of
- * float64, sixteen of bfloat16), each sum rounded once, as pe_rel_sum1
- * rounds it; store (the layout 1): each value rounded once instead, as
- * pe_rel_store1 rounds it. */
-PE_INLINE void sum_avx2(char *o, const char *x, ptrdiff_t n, const int store, const int dtype)
-{
-    const ptrdiff_t isz = (ptrdiff_t)pe_itemsize(dtype), ssz = dtype == PE_F64 ? 8 : 4;
-    ptrdiff_t m = 0;
-    if (dtype == PE_F64) {
-        for (; m + 4 <= n; m += 4) {
-            __m256d v = _mm256_loadu_pd((const double *)x + m);
-            if (store)
-                _mm256_storeu_pd((double *)(o + m * 8), v);
-            else
-                add4(o + m * 8, v);
-        }
-    } else {
-        /* bfloat16 sixteen at a time, where the roundings bound the time */
-        for (; dtype == PE_BF16 && m + 16 <= n; m += 16)
-            bf16_sum16(o + m * isz, _mm256_loadu_ps((const float *)x + m),
-                       _mm256_loadu_ps((const float *)x + m + 8), store);
-        for (; m + 8 <= n; m += 8) {
-            __m256 v = _mm256_loadu_ps((const float *)x + m);
-            if (store)
-                store8(o + m * isz, v, dtype);
-            else
-                sum8(o + m * isz, v, dtype);
-        }
-    }
-    for (; m < n; ++m) {
-        if (store)
-            pe_rel_store1(o + m * isz, x + m * ssz, dtype);
-        else
-            pe_rel_sum1(o + m * isz, x + m * ssz, dtype);
-    }
-}
-
-PE_SPECIALISE(const pe_rel_sum_fn, pe_rel_sum_avx2, sum_avx2, (char *o, const char *x, ptrdiff_t n),
-              (o, x, n));
 
 PE_AVX2_END
 #endif

@@ -47,7 +47,7 @@
  *
  * Paths.  The row kernels are the table's rope_run, indexed by layout and
  * dtype: the AVX2 ones (rope_avx2.c) do 8 (float32, float16 through F16C)
- * or 4 (float64) elements per step; the portable ones (rope_rows.c) the
+ * or 4 (float64) elements per step; the portable ones (rope_run.c) the
  * same arithmetic one element at a time (fmaf/fma in the same order), so
  * both give the same bits.  OpenMP threads take tiles (or, when there are
  * few, slices of the outermost broadcast dimension) dynamically.

@@ -1,6 +1,6 @@
 /*
  * rope.h -- what the files of apply_rope share: a run of rows (the unit the
- * row kernels of rope_rows.c and rope_avx2.c rotate), the rotation of one
+ * row kernels of rope_run.c and rope_avx2.c rotate), the rotation of one
  * row's pairs in portable C (the portable kernels, and the tails of the
  * AVX2 ones), and the cos/sin table of a tile (rope_table.c).  The plan of
  * the iteration, and the entry point, are in rope.c.

@@ -2,7 +2,7 @@
  * rope_avx2.c -- the row kernels of apply_rope on the AVX2 path: 8
  * elements (float32, float16 through F16C, bfloat16 through shifts) or 4
  * (float64) per step, the
- * arithmetic of rope_rows.c (the same bits), each cos/sin vector loaded
+ * arithmetic of rope_run.c (the same bits), each cos/sin vector loaded
  * once for the PE_ROPE_LANES rows that share it, and large outputs written
  * with non-temporal stores.
  */
@@ -43,45 +43,6 @@ PE_INLINE __m256 dup4(const float *p)
 PE_INLINE __m256 load_h8(const uint16_t *p, const int dtype)
 {
     return pe_ps_from_half8(_mm_loadu_si128((const __m128i *)p), dtype);
-}
-
-/* Stores of eight floats, four doubles or eight 16-bit elements; with stream, as
- * non-temporal stores (16-byte aligned p): an output that does not fit in
- * cache then goes to memory without being read first, so that rotating out
- * of place moves the bytes np.copyto moves, not half as many again. */
-PE_INLINE void store_ps(float *p, __m256 v, const int stream)
-{
-    if (stream) {
-        _mm_stream_ps(p, _mm256_castps256_ps128(v));
-        _mm_stream_ps(p + 4, _mm256_extractf128_ps(v, 1));
-    } else {
-        _mm256_storeu_ps(p, v);
-    }
-}
-
-PE_INLINE void store_pd(double *p, __m256d v, const int stream)
-{
-    store_ps((float *)p, _mm256_castpd_ps(v), stream); /* the same 32 bytes */
-}
-
-PE_INLINE void store_h8(uint16_t *p, __m256 v, const int dtype, const int stream)
-{
-    __m128i h = pe_half8_from_ps(v, dtype);
-    if (stream)
-        _mm_stream_si128((__m128i *)p, h);
-    else
-        _mm_storeu_si128((__m128i *)p, h);
-}
-
-/* Sixteen bfloat16 elements (pe_bf16x16_from_ps), stored as store_h8 does. */
-PE_INLINE void store_h16(uint16_t *p, __m256i h, const int stream)
-{
-    if (stream) {
-        _mm_stream_si128((__m128i *)p, _mm256_castsi256_si128(h));
-        _mm_stream_si128((__m128i *)(p + 8), _mm256_extracti128_si256(h, 1));
-    } else {
-        _mm256_storeu_si256((__m256i *)p, h);
-    }
 }
 
 /* Eight floats of p and eight of p + 8 as their even and odd elements. */
@@ -159,11 +120,11 @@ PE_INLINE void store_pairs8(char *orow, ptrdiff_t i, ptrdiff_t half, int out_hal
     if (!out_half)
         interleave8(ra, rb, &lo, &hi), p = 2 * i, q = 2 * i + 8;
     if (dtype == PE_F32) {
-        store_ps((float *)orow + p, lo, stream);
-        store_ps((float *)orow + q, hi, stream);
+        pe_store_ps((float *)orow + p, lo, stream);
+        pe_store_ps((float *)orow + q, hi, stream);
     } else {
-        store_h8((uint16_t *)orow + p, lo, dtype, stream);
-        store_h8((uint16_t *)orow + q, hi, dtype, stream);
+        pe_store_h8((uint16_t *)orow + p, lo, dtype, stream);
+        pe_store_h8((uint16_t *)orow + q, hi, dtype, stream);
     }
 }
 
@@ -194,9 +155,9 @@ PE_INLINE ptrdiff_t rows_relayout(const char *x0, ptrdiff_t lxs, char *o0, ptrdi
                 rot8(a0, b0, c0, s0, &ra0, &rb0);
                 rot8(a1, b1, c1, s1, &ra1, &rb1);
                 deinterleave8(ra0, ra1, &ev, &od);
-                store_h16(o + i, pe_bf16x16_from_ps(ev, od), stream);
+                pe_store_si256(o + i, pe_bf16x16_from_ps(ev, od), stream);
                 deinterleave8(rb0, rb1, &ev, &od);
-                store_h16(o + half + i, pe_bf16x16_from_ps(ev, od), stream);
+                pe_store_si256(o + half + i, pe_bf16x16_from_ps(ev, od), stream);
             }
         }
         for (; i + 8 <= half; i += 8) {
@@ -212,10 +173,10 @@ PE_INLINE ptrdiff_t rows_relayout(const char *x0, ptrdiff_t lxs, char *o0, ptrdi
                 }
                 rot8(a, b, cv, sv, &ra, &rb);
                 if (in_half) {
-                    store_h16(o + 2 * i, pe_bf16x16_from_ps(ra, rb), stream);
+                    pe_store_si256(o + 2 * i, pe_bf16x16_from_ps(ra, rb), stream);
                 } else {
-                    store_h8(o + i, ra, dtype, stream);
-                    store_h8(o + half + i, rb, dtype, stream);
+                    pe_store_h8(o + i, ra, dtype, stream);
+                    pe_store_h8(o + half + i, rb, dtype, stream);
                 }
             }
         }
@@ -250,11 +211,11 @@ PE_INLINE ptrdiff_t rows_relayout(const char *x0, ptrdiff_t lxs, char *o0, ptrdi
             if (in_half) {
                 __m256d lo, hi;
                 interleave4(ra, rb, &lo, &hi);
-                store_pd(o + 2 * i, lo, stream);
-                store_pd(o + 2 * i + 4, hi, stream);
+                pe_store_pd(o + 2 * i, lo, stream);
+                pe_store_pd(o + 2 * i + 4, hi, stream);
             } else {
-                store_pd(o + i, ra, stream);
-                store_pd(o + half + i, rb, stream);
+                pe_store_pd(o + i, ra, stream);
+                pe_store_pd(o + half + i, rb, stream);
             }
         }
     }
@@ -284,8 +245,8 @@ PE_INLINE ptrdiff_t rows_bf16x16(const char *x0, ptrdiff_t lxs, char *o0, ptrdif
                 pe_ps_from_bf16x16(_mm256_loadu_si256((const __m256i *)(x + half + i)), &be, &bo);
                 rot8(ae, be, ce, se, &rae, &rbe);
                 rot8(ao, bo, co, so, &rao, &rbo);
-                store_h16(o + i, pe_bf16x16_from_ps(rae, rao), stream);
-                store_h16(o + half + i, pe_bf16x16_from_ps(rbe, rbo), stream);
+                pe_store_si256(o + i, pe_bf16x16_from_ps(rae, rao), stream);
+                pe_store_si256(o + half + i, pe_bf16x16_from_ps(rbe, rbo), stream);
             }
         }
     } else {
@@ -297,7 +258,7 @@ PE_INLINE ptrdiff_t rows_bf16x16(const char *x0, ptrdiff_t lxs, char *o0, ptrdif
                 __m256 a, b, ra, rb;
                 pe_ps_from_bf16x16(_mm256_loadu_si256((const __m256i *)(x + 2 * i)), &a, &b);
                 rot8(a, b, cv, sv, &ra, &rb);
-                store_h16(o + 2 * i, pe_bf16x16_from_ps(ra, rb), stream);
+                pe_store_si256(o + 2 * i, pe_bf16x16_from_ps(ra, rb), stream);
             }
         }
     }
@@ -330,14 +291,14 @@ PE_INLINE void rows_avx2(const char *x0, ptrdiff_t lxs, char *o0, ptrdiff_t los,
                         float *o = (float *)(o0 + g * los);
                         rot8(_mm256_loadu_ps(x + i), _mm256_loadu_ps(x + half + i), cv, sv, &ra,
                              &rb);
-                        store_ps(o + i, ra, stream);
-                        store_ps(o + half + i, rb, stream);
+                        pe_store_ps(o + i, ra, stream);
+                        pe_store_ps(o + half + i, rb, stream);
                     } else {
                         const uint16_t *x = (const uint16_t *)(x0 + g * lxs);
                         uint16_t *o = (uint16_t *)(o0 + g * los);
                         rot8(load_h8(x + i, dtype), load_h8(x + half + i, dtype), cv, sv, &ra, &rb);
-                        store_h8(o + i, ra, dtype, stream);
-                        store_h8(o + half + i, rb, dtype, stream);
+                        pe_store_h8(o + i, ra, dtype, stream);
+                        pe_store_h8(o + half + i, rb, dtype, stream);
                     }
                 }
             }
@@ -348,12 +309,13 @@ PE_INLINE void rows_avx2(const char *x0, ptrdiff_t lxs, char *o0, ptrdiff_t los,
                     if (dtype == PE_F32) {
                         const float *x = (const float *)(x0 + g * lxs);
                         float *o = (float *)(o0 + g * los);
-                        store_ps(o + 2 * i, rot_inter8(_mm256_loadu_ps(x + 2 * i), cc, ss), stream);
+                        pe_store_ps(o + 2 * i, rot_inter8(_mm256_loadu_ps(x + 2 * i), cc, ss),
+                                    stream);
                     } else {
                         const uint16_t *x = (const uint16_t *)(x0 + g * lxs);
                         uint16_t *o = (uint16_t *)(o0 + g * los);
-                        store_h8(o + 2 * i, rot_inter8(load_h8(x + 2 * i, dtype), cc, ss), dtype,
-                                 stream);
+                        pe_store_h8(o + 2 * i, rot_inter8(load_h8(x + 2 * i, dtype), cc, ss), dtype,
+                                    stream);
                     }
                 }
             }
@@ -369,8 +331,8 @@ PE_INLINE void rows_avx2(const char *x0, ptrdiff_t lxs, char *o0, ptrdiff_t los,
                     const double *x = (const double *)(x0 + g * lxs);
                     double *o = (double *)(o0 + g * los);
                     __m256d a = _mm256_loadu_pd(x + i), b = _mm256_loadu_pd(x + half + i);
-                    store_pd(o + i, _mm256_fmsub_pd(a, cv, _mm256_mul_pd(b, sv)), stream);
-                    store_pd(o + half + i, _mm256_fmadd_pd(b, cv, _mm256_mul_pd(a, sv)), stream);
+                    pe_store_pd(o + i, _mm256_fmsub_pd(a, cv, _mm256_mul_pd(b, sv)), stream);
+                    pe_store_pd(o + half + i, _mm256_fmadd_pd(b, cv, _mm256_mul_pd(a, sv)), stream);
                 }
             }
         } else {
@@ -384,7 +346,8 @@ PE_INLINE void rows_avx2(const char *x0, ptrdiff_t lxs, char *o0, ptrdiff_t los,
                     double *o = (double *)(o0 + g * los);
                     __m256d v = _mm256_loadu_pd(x + 2 * i);
                     __m256d sw = _mm256_permute_pd(v, 0x5);
-                    store_pd(o + 2 * i, _mm256_fmaddsub_pd(v, cc, _mm256_mul_pd(sw, ss)), stream);
+                    pe_store_pd(o + 2 * i, _mm256_fmaddsub_pd(v, cc, _mm256_mul_pd(sw, ss)),
+                                stream);
                 }
             }
         }

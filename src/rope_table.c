@@ -368,6 +368,19 @@ struct pair_sink {
     ptrdiff_t count;
 };
 
+/* Pair i's cos and sin, cv and sv, rounded once to dtype and stored twice
+ * in rows crow and srow of a full table, in its layout. */
+PE_INLINE void store_pair(char *crow, char *srow, ptrdiff_t i, ptrdiff_t half, double cv, double sv,
+                          const int layout, const int dtype)
+{
+    ptrdiff_t a = layout == PE_ROPE_HALF ? i : 2 * i;
+    ptrdiff_t b = layout == PE_ROPE_HALF ? half + i : 2 * i + 1;
+    pe_store(crow, a, dtype, cv);
+    pe_store(crow, b, dtype, cv);
+    pe_store(srow, a, dtype, sv);
+    pe_store(srow, b, dtype, sv);
+}
+
 /* Row j: each value twice in the layout (once if not full), rounded once
  * to dtype. */
 PE_INLINE void emit_pair(void *ctx, ptrdiff_t j, const double *s, const double *c, const int layout,
@@ -389,12 +402,7 @@ PE_INLINE void emit_pair(void *ctx, ptrdiff_t j, const double *s, const double *
             pe_store(srow, i, dtype, sv);
             continue;
         }
-        ptrdiff_t a = layout == PE_ROPE_HALF ? i : 2 * i;
-        ptrdiff_t b = layout == PE_ROPE_HALF ? half + i : 2 * i + 1;
-        pe_store(crow, a, dtype, cv);
-        pe_store(crow, b, dtype, cv);
-        pe_store(srow, a, dtype, sv);
-        pe_store(srow, b, dtype, sv);
+        store_pair(crow, srow, i, half, cv, sv, layout, dtype);
     }
 }
 
@@ -412,12 +420,7 @@ PE_INLINE void emit_chan_pair(void *ctx, ptrdiff_t j, const double *s, const dou
     for (ptrdiff_t q = 0; q < k->count; ++q) {
         ptrdiff_t i = k->idx[q];
         double cv = c[q] * k->scale, sv = s[q] * k->scale;
-        ptrdiff_t a = layout == PE_ROPE_HALF ? i : 2 * i;
-        ptrdiff_t b = layout == PE_ROPE_HALF ? half + i : 2 * i + 1;
-        pe_store(crow, a, dtype, cv);
-        pe_store(crow, b, dtype, cv);
-        pe_store(srow, a, dtype, sv);
-        pe_store(srow, b, dtype, sv);
+        store_pair(crow, srow, i, half, cv, sv, layout, dtype);
     }
 }
 

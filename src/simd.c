@@ -8,34 +8,20 @@
 #include <cpuid.h>
 #endif
 
-const struct pe_kernels pe_kernels_scalar = {
-    .name = "scalar",
-    .sincos_row = pe_sincos_row_scalar,
-    .rotate_row = pe_rotate_row_scalar,
-    .sinusoid_cell = pe_sinusoid_cell_scalar,
-    .rope_run = pe_rope_run_scalar,
-    .bias_rows = pe_bias_rows_scalar,
-    .alibi_block = pe_alibi_block_scalar,
-    .diagonals = pe_diagonals_scalar,
-    .rel_task = pe_rel_task_scalar,
-    .rel_sum = pe_rel_sum_scalar,
-    .store_fence = pe_store_fence_scalar,
-};
+/* The instance of a path, from the pieces its files define. */
+#define PE_KERNELS_OF(path)                                                                        \
+    {                                                                                              \
+        .name = #path, .sincos_row = pe_sincos_row_##path, .rotate_row = pe_rotate_row_##path,     \
+        .sinusoid_cell = pe_sinusoid_cell_##path, .rope_run = pe_rope_run_##path,                  \
+        .bias_rows = pe_bias_rows_##path, .alibi_block = pe_alibi_block_##path,                    \
+        .diagonals = pe_diagonals_##path, .rel_task = pe_rel_task_##path,                          \
+        .row_add = pe_row_add_##path, .store_fence = pe_store_fence_##path,                        \
+    }
+
+const struct pe_kernels pe_kernels_scalar = PE_KERNELS_OF(scalar);
 
 #if PE_X86
-const struct pe_kernels pe_kernels_avx2 = {
-    .name = "avx2",
-    .sincos_row = pe_sincos_row_avx2,
-    .rotate_row = pe_rotate_row_avx2,
-    .sinusoid_cell = pe_sinusoid_cell_avx2,
-    .rope_run = pe_rope_run_avx2,
-    .bias_rows = pe_bias_rows_avx2,
-    .alibi_block = pe_alibi_block_avx2,
-    .diagonals = pe_diagonals_avx2,
-    .rel_task = pe_rel_task_avx2,
-    .rel_sum = pe_rel_sum_avx2,
-    .store_fence = pe_store_fence_avx2,
-};
+const struct pe_kernels pe_kernels_avx2 = PE_KERNELS_OF(avx2);
 
 /* AVX2, FMA and F16C, and an operating system that saves the YMM registers
  * (cpuid and xgetbv, as GCC's and clang's cpu_supports builtins do; clang's

@@ -48,54 +48,114 @@
  *
  * PE_SPECIALISE(type, table, body, (params), (args)) defines a function
  * `static void f(params) { body(args, layout, dtype); }` for each layout
- * 0, 1 and dtype PE_F16, PE_F32, PE_F64, PE_BF16 (body inlined with both
- * constant, so its branches on them fold away), and
- * `type table[2][PE_NDTYPES]` holding them, indexed [layout][dtype].  type
- * is the table's element type with its qualifiers (`const pe_rope_run_fn`,
- * or `static const ...` for a table of one file). */
+ * 0, 1 and each dtype of PE_DTYPES (body inlined with both constant, so
+ * its branches on them fold away), and `type table[2][PE_NDTYPES]` holding
+ * them, indexed [layout][dtype].  type is the table's element type with
+ * its qualifiers (`const pe_rope_run_fn`, or `static const ...` for a
+ * table of one file). */
 #define PE_UNPAREN(...) __VA_ARGS__
 #define PE_SPECIALISE_ONE(name, body, params, args, layout, dtype)                                 \
     static void name params                                                                        \
     {                                                                                              \
         body(PE_UNPAREN args, layout, dtype);                                                      \
     }
-#define PE_SPECIALISE(type, table, body, params, args)                                             \
-    PE_SPECIALISE_ONE(table##_0_f16, body, params, args, 0, PE_F16)                                \
-    PE_SPECIALISE_ONE(table##_0_f32, body, params, args, 0, PE_F32)                                \
-    PE_SPECIALISE_ONE(table##_0_f64, body, params, args, 0, PE_F64)                                \
-    PE_SPECIALISE_ONE(table##_0_bf16, body, params, args, 0, PE_BF16)                              \
-    PE_SPECIALISE_ONE(table##_1_f16, body, params, args, 1, PE_F16)                                \
-    PE_SPECIALISE_ONE(table##_1_f32, body, params, args, 1, PE_F32)                                \
-    PE_SPECIALISE_ONE(table##_1_f64, body, params, args, 1, PE_F64)                                \
-    PE_SPECIALISE_ONE(table##_1_bf16, body, params, args, 1, PE_BF16)                              \
-    type table[2][PE_NDTYPES] = {{table##_0_f16, table##_0_f32, table##_0_f64, table##_0_bf16},    \
-                                 {table##_1_f16, table##_1_f32, table##_1_f64, table##_1_bf16}}
-
-/* PE_SPECIALISE_ROPE: the same for the four layouts of enum
- * pe_rope_layout, a table `type table[PE_ROPE_NLAYOUTS][PE_NDTYPES]`. */
+/* The functions of layout l, one per dtype, and the row of the table
+ * holding them. */
+#define PE_SPECIALISE_DT(s, E, ctype, npy, table, body, params, args, l)                           \
+    PE_SPECIALISE_ONE(table##_##l##_##s, body, params, args, l, E)
 #define PE_SPECIALISE_LAYOUT(table, body, params, args, l)                                         \
-    PE_SPECIALISE_ONE(table##_##l##_f16, body, params, args, l, PE_F16)                            \
-    PE_SPECIALISE_ONE(table##_##l##_f32, body, params, args, l, PE_F32)                            \
-    PE_SPECIALISE_ONE(table##_##l##_f64, body, params, args, l, PE_F64)                            \
-    PE_SPECIALISE_ONE(table##_##l##_bf16, body, params, args, l, PE_BF16)
+    PE_DTYPES(PE_SPECIALISE_DT, table, body, params, args, l)
+#define PE_SPECIALISE_ENTRY(s, E, ctype, npy, table, l) table##_##l##_##s,
 #define PE_SPECIALISE_ROW(table, l)                                                                \
     {                                                                                              \
-        table##_##l##_f16, table##_##l##_f32, table##_##l##_f64, table##_##l##_bf16                \
+        PE_DTYPES(PE_SPECIALISE_ENTRY, table, l)                                                   \
     }
-#define PE_SPECIALISE_ROPE(type, table, body, params, args)                                        \
+#define PE_SPECIALISE(type, table, body, params, args)                                             \
+    PE_SPECIALISE_LAYOUT(table, body, params, args, 0)                                             \
+    PE_SPECIALISE_LAYOUT(table, body, params, args, 1)                                             \
+    type table[2][PE_NDTYPES] = {PE_SPECIALISE_ROW(table, 0), PE_SPECIALISE_ROW(table, 1)}
+
+/* PE_SPECIALISE_4: the same for four layouts, a table `type
+ * table[4][PE_NDTYPES]`; PE_SPECIALISE_ROPE, for the four layouts of enum
+ * pe_rope_layout (PE_ROPE_NLAYOUTS). */
+#define PE_SPECIALISE_4(type, table, body, params, args)                                           \
     PE_SPECIALISE_LAYOUT(table, body, params, args, 0)                                             \
     PE_SPECIALISE_LAYOUT(table, body, params, args, 1)                                             \
     PE_SPECIALISE_LAYOUT(table, body, params, args, 2)                                             \
     PE_SPECIALISE_LAYOUT(table, body, params, args, 3)                                             \
-    type table[PE_ROPE_NLAYOUTS][PE_NDTYPES] = {                                                   \
-        PE_SPECIALISE_ROW(table, 0), PE_SPECIALISE_ROW(table, 1), PE_SPECIALISE_ROW(table, 2),     \
-        PE_SPECIALISE_ROW(table, 3)}
+    type table[4][PE_NDTYPES] = {PE_SPECIALISE_ROW(table, 0), PE_SPECIALISE_ROW(table, 1),         \
+                                 PE_SPECIALISE_ROW(table, 2), PE_SPECIALISE_ROW(table, 3)}
+#define PE_SPECIALISE_ROPE PE_SPECIALISE_4
 
 /* PE_SPECIALISE_DTYPE: the same for a table `type table[PE_NDTYPES]`,
  * body taking a layout of 0. */
 #define PE_SPECIALISE_DTYPE(type, table, body, params, args)                                       \
     PE_SPECIALISE_LAYOUT(table, body, params, args, 0)                                             \
     type table[PE_NDTYPES] = PE_SPECIALISE_ROW(table, 0)
+
+/* ---- a row of values added into a row of scores ----
+ *
+ * The one way every bias and relative kernel adds a row: o[j] += x[j],
+ * j < n, o of dtype, each sum rounded once (float16 and bfloat16 widened
+ * to float32, added and rounded once: the correctly rounded sum, as NumPy
+ * adds float16 arrays and ml_dtypes bfloat16 ones, float32 having more
+ * than twice their bits plus two).  What x holds is the kind, the first
+ * index of the kernels' row_add table:
+ *   PE_ROW_SAME     elements of o's own type (a bias's vector)
+ *   PE_ROW_SUM      float32 (float64 into float64 scores), added as they
+ *                   are (a dense term)
+ *   PE_ROW_PRODUCT  float32 (float64 into float64 scores), each rounded to
+ *                   o's type first (a gathered product: the term made in
+ *                   the scores' type)
+ *   PE_ROW_CAST     as PE_ROW_SUM, but o[j] = x[j] instead: each value
+ *                   rounded once to o's type (pe_cast_row, the cast)
+ * pe_row_add is the portable body; avx2.h's pe_row_add_simd the vector
+ * one, which ends with this one: the same bits. */
+enum { PE_ROW_SAME = 0, PE_ROW_SUM = 1, PE_ROW_PRODUCT = 2, PE_ROW_CAST = 3, PE_ROW_NKINDS = 4 };
+
+/* o[j] = x[j], j < n: float32 values (float64 for float64) each rounded
+ * once to dtype, as NumPy's astype rounds them (bfloat16 as ml_dtypes: to
+ * nearest even, a NaN made quiet with its sign and top payload bits); the
+ * body of PE_ROW_CAST (pe_cast). */
+PE_INLINE void pe_cast_row(char *o, const char *x, ptrdiff_t n, const int dtype)
+{
+    if (dtype == PE_F64) {
+        for (ptrdiff_t j = 0; j < n; ++j)
+            ((double *)o)[j] = ((const double *)x)[j];
+    } else if (dtype == PE_F32) {
+        for (ptrdiff_t j = 0; j < n; ++j)
+            ((float *)o)[j] = ((const float *)x)[j];
+    } else {
+        for (ptrdiff_t j = 0; j < n; ++j)
+            ((uint16_t *)o)[j] = pe_store16(((const float *)x)[j], dtype);
+    }
+}
+
+PE_INLINE void pe_row_add(char *o, const char *x, ptrdiff_t n, const int kind, const int dtype)
+{
+    if (kind == PE_ROW_CAST) {
+        pe_cast_row(o, x, n, dtype);
+    } else if (dtype == PE_F32) {
+        float *d = (float *)o;
+        const float *s = (const float *)x;
+        for (ptrdiff_t j = 0; j < n; ++j)
+            d[j] = d[j] + s[j];
+    } else if (dtype == PE_F64) {
+        double *d = (double *)o;
+        const double *s = (const double *)x;
+        for (ptrdiff_t j = 0; j < n; ++j)
+            d[j] = d[j] + s[j];
+    } else {
+        uint16_t *d = (uint16_t *)o;
+        for (ptrdiff_t j = 0; j < n; ++j) {
+            float v = kind == PE_ROW_SAME ? pe_load16(((const uint16_t *)x)[j], dtype)
+                                          : ((const float *)x)[j];
+            if (kind == PE_ROW_PRODUCT)
+                v = pe_load16(pe_store16(v, dtype), dtype);
+            d[j] = pe_store16(pe_load16(d[j], dtype) + v, dtype);
+        }
+    }
+}
 
 /* ---- the table of kernels ---- */
 
@@ -115,7 +175,7 @@ typedef void (*pe_rotate_row_fn)(double *s, double *c, const double *sd, const d
 typedef void (*pe_sinusoid_cell_fn)(struct pe_rotor *rt, const double *pos, ptrdiff_t r0,
                                     ptrdiff_t n, const double *freq, ptrdiff_t half, double wmax,
                                     char *out, ptrdiff_t row_stride);
-/* rope_rows.c: one run of rows of apply_rope. */
+/* rope_run.c: one run of rows of apply_rope. */
 typedef void (*pe_rope_run_fn)(const struct pe_rope_run *r);
 /* bias.c: rows [r0, r1) of a bias, each a slice of its head's vector. */
 typedef void (*pe_bias_rows_fn)(const struct pe_toeplitz *t, ptrdiff_t r0, ptrdiff_t r1);
@@ -129,9 +189,9 @@ struct pe_rel_gather;
  * (batch * heads * q_len) rows by query, or the row of tiles `task` of the
  * (batch * heads * tiles_q) rows of tiles by key. */
 typedef void (*pe_rel_task_fn)(const struct pe_rel_gather *g, ptrdiff_t task);
-/* relative.c: o[j] += x[j], j < n, a row of scores and of a dense term
- * (float32, or float64 for float64 scores), each sum rounded once. */
-typedef void (*pe_rel_sum_fn)(char *o, const char *x, ptrdiff_t n);
+/* row.c: a row of values added into a row of scores, or cast into a row
+ * (pe_row_add). */
+typedef void (*pe_row_add_fn)(char *o, const char *x, ptrdiff_t n);
 
 struct pe_kernels {
     const char *name; /* "scalar" or "avx2", as set_simd takes it */
@@ -144,7 +204,7 @@ struct pe_kernels {
     /* [sums in float64][enum pe_dtype of the gradient] */
     const pe_diagonals_fn (*diagonals)[PE_NDTYPES];
     const pe_rel_task_fn (*rel_task)[PE_NDTYPES]; /* [by key][enum pe_dtype of the scores] */
-    const pe_rel_sum_fn (*rel_sum)[PE_NDTYPES];   /* [store][enum pe_dtype of the scores] */
+    const pe_row_add_fn (*row_add)[PE_NDTYPES]; /* [PE_ROW_SAME, ..., PE_ROW_CAST][enum pe_dtype] */
     /* orders the calling thread's non-temporal stores (bias_rows') before
      * what it does next; nothing on the portable path */
     void (*store_fence)(void);
@@ -163,31 +223,24 @@ extern const struct pe_kernels pe_kernels_scalar;
 extern const struct pe_kernels pe_kernels_avx2;
 #endif
 
-/* The pieces of the two instances, defined in the kernel files. */
-void pe_sincos_row_scalar(double pos, const double *freq, ptrdiff_t n, double *s, double *c);
-void pe_rotate_row_scalar(double *s, double *c, const double *sd, const double *cd,
-                          const double *freq, double pos, double m, ptrdiff_t n);
-extern const pe_sinusoid_cell_fn pe_sinusoid_cell_scalar[2][PE_NDTYPES];
-extern const pe_rope_run_fn pe_rope_run_scalar[PE_ROPE_NLAYOUTS][PE_NDTYPES];
-extern const pe_bias_rows_fn pe_bias_rows_scalar[2][PE_NDTYPES];
-extern const pe_alibi_block_fn pe_alibi_block_scalar[2][PE_NDTYPES];
-extern const pe_diagonals_fn pe_diagonals_scalar[2][PE_NDTYPES];
-extern const pe_rel_task_fn pe_rel_task_scalar[2][PE_NDTYPES];
-extern const pe_rel_sum_fn pe_rel_sum_scalar[2][PE_NDTYPES];
-void pe_store_fence_scalar(void);
+/* The pieces of the instance of a path (scalar, avx2), defined in the
+ * kernel files. */
+#define PE_KERNELS_DECLARE(path)                                                                   \
+    void pe_sincos_row_##path(double pos, const double *freq, ptrdiff_t n, double *s, double *c);  \
+    void pe_rotate_row_##path(double *s, double *c, const double *sd, const double *cd,            \
+                              const double *freq, double pos, double m, ptrdiff_t n);              \
+    extern const pe_sinusoid_cell_fn pe_sinusoid_cell_##path[2][PE_NDTYPES];                       \
+    extern const pe_rope_run_fn pe_rope_run_##path[PE_ROPE_NLAYOUTS][PE_NDTYPES];                  \
+    extern const pe_bias_rows_fn pe_bias_rows_##path[2][PE_NDTYPES];                               \
+    extern const pe_alibi_block_fn pe_alibi_block_##path[2][PE_NDTYPES];                           \
+    extern const pe_diagonals_fn pe_diagonals_##path[2][PE_NDTYPES];                               \
+    extern const pe_rel_task_fn pe_rel_task_##path[2][PE_NDTYPES];                                 \
+    extern const pe_row_add_fn pe_row_add_##path[PE_ROW_NKINDS][PE_NDTYPES];                       \
+    void pe_store_fence_##path(void);
 
+PE_KERNELS_DECLARE(scalar)
 #if PE_X86
-void pe_sincos_row_avx2(double pos, const double *freq, ptrdiff_t n, double *s, double *c);
-void pe_rotate_row_avx2(double *s, double *c, const double *sd, const double *cd,
-                        const double *freq, double pos, double m, ptrdiff_t n);
-extern const pe_sinusoid_cell_fn pe_sinusoid_cell_avx2[2][PE_NDTYPES];
-extern const pe_rope_run_fn pe_rope_run_avx2[PE_ROPE_NLAYOUTS][PE_NDTYPES];
-extern const pe_bias_rows_fn pe_bias_rows_avx2[2][PE_NDTYPES];
-extern const pe_alibi_block_fn pe_alibi_block_avx2[2][PE_NDTYPES];
-extern const pe_diagonals_fn pe_diagonals_avx2[2][PE_NDTYPES];
-extern const pe_rel_task_fn pe_rel_task_avx2[2][PE_NDTYPES];
-extern const pe_rel_sum_fn pe_rel_sum_avx2[2][PE_NDTYPES];
-void pe_store_fence_avx2(void);
+PE_KERNELS_DECLARE(avx2)
 #endif
 
 #endif

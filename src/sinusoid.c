@@ -48,18 +48,13 @@ PE_INLINE void cell_scalar(struct pe_rotor *rt, const double *pos, ptrdiff_t r0,
                 pe_sinusoid_store1(row, j, half, layout, dtype, s[j], c[j]);
             }
         } else {
-            for (ptrdiff_t j = 0; j < half; ++j) {
-                pe_rotate1(&s[j], &c[j], rt->sd[j], rt->cd[j], freq[j], m, p);
-                pe_sinusoid_store1(row, j, half, layout, dtype, s[j], c[j]);
-            }
+            pe_sinusoid_rotate_tail(row, 0, half, s, c, rt->sd, rt->cd, freq, m, p, layout, dtype);
         }
     }
 }
 
 PE_SPECIALISE(const pe_sinusoid_cell_fn, pe_sinusoid_cell_scalar, cell_scalar,
-              (struct pe_rotor * rt, const double *pos, ptrdiff_t r0, ptrdiff_t n,
-               const double *freq, ptrdiff_t half, double wmax, char *out, ptrdiff_t row_stride),
-              (rt, pos, r0, n, freq, half, wmax, out, row_stride));
+              PE_SINUSOID_CELL_PARAMS, PE_SINUSOID_CELL_ARGS);
 
 struct sinusoid_job {
     pe_sinusoid_cell_fn cell;

@@ -110,17 +110,12 @@ PE_INLINE void cell_avx2(struct pe_rotor *rt, const double *pos, ptrdiff_t r0, p
             _mm256_storeu_pd(c + j, vc);
             store4(row, j, half, layout, dtype, vs, vc);
         }
-        for (; j < half; ++j) {
-            pe_rotate1(&s[j], &c[j], rt->sd[j], rt->cd[j], freq[j], m, p);
-            pe_sinusoid_store1(row, j, half, layout, dtype, s[j], c[j]);
-        }
+        pe_sinusoid_rotate_tail(row, j, half, s, c, rt->sd, rt->cd, freq, m, p, layout, dtype);
     }
 }
 
-PE_SPECIALISE(const pe_sinusoid_cell_fn, pe_sinusoid_cell_avx2, cell_avx2,
-              (struct pe_rotor * rt, const double *pos, ptrdiff_t r0, ptrdiff_t n,
-               const double *freq, ptrdiff_t half, double wmax, char *out, ptrdiff_t row_stride),
-              (rt, pos, r0, n, freq, half, wmax, out, row_stride));
+PE_SPECIALISE(const pe_sinusoid_cell_fn, pe_sinusoid_cell_avx2, cell_avx2, PE_SINUSOID_CELL_PARAMS,
+              PE_SINUSOID_CELL_ARGS);
 
 PE_AVX2_END
 #endif

@@ -1,0 +1,274 @@
+/*
+ * module_relative.c -- posenc._core's relative terms inside attention:
+ * rel_gather_add, rel_dense_add, rel_scatter_add and cast, their arguments
+ * checked, then the entry points of relative.c.
+ */
+#include "module.h"
+
+#include <stdlib.h>
+
+#include "relative.h"
+
+/* ---- relative terms inside attention (relative.c) ---- */
+
+/* 0 if the strides of the 4-D `a`'s outer three axes are whole elements
+ * (the kernels step by elements), else -1 with a ValueError. */
+static int whole_strides(PyArrayObject *a, const char *name)
+{
+    for (int ax = 0; ax < 3; ++ax)
+        if (PyArray_STRIDE(a, ax) % PyArray_ITEMSIZE(a) != 0) {
+            PyErr_Format(PyExc_ValueError, "%s must have strides of whole elements", name);
+            return -1;
+        }
+    return 0;
+}
+
+/* The column of products each distance reads: a C-contiguous int64 vector
+ * of q_len + k_len - 1 entries in [-1, width).  NULL with an error if not. */
+static PyArrayObject *rel_map_arg(PyObject *obj, npy_intp n, npy_intp width)
+{
+    PyArrayObject *map = arg_array(obj, "map", NPY_INT64, 1, ARG_CONTIGUOUS);
+    if (map == NULL)
+        return NULL;
+    if (PyArray_DIM(map, 0) != n) {
+        PyErr_Format(PyExc_ValueError, "map must have q_len + k_len - 1 = %zd entries",
+                     (Py_ssize_t)n);
+        return NULL;
+    }
+    const int64_t *m = (const int64_t *)PyArray_DATA(map);
+    int64_t lo = 0, hi = 0;
+    for (npy_intp t = 0; t < n; ++t) {
+        lo = m[t] < lo ? m[t] : lo;
+        hi = m[t] > hi ? m[t] : hi;
+    }
+    if (lo < -1 || hi >= width) {
+        PyErr_Format(PyExc_ValueError, "map entries must be in [-1, %zd)", (Py_ssize_t)width);
+        return NULL;
+    }
+    return map;
+}
+
+struct rel_gather_call {
+    struct pe_rel_src src;
+    const int64_t *map;
+    const struct pe_bias_dst *dst;
+    void *scratch;
+};
+
+/* The gather's scratch memory, kept between calls (a term gathers a block
+ * at a time) up to this size, for one call at a time: taken and given back
+ * with the GIL held; a call that finds it taken has its own. */
+#define GATHER_CACHE_MAX (1 << 20)
+static void *gather_cache;
+static size_t gather_cache_size;
+static int gather_cache_taken;
+
+static void *take_gather_cache(size_t size)
+{
+    if (gather_cache_taken || size > GATHER_CACHE_MAX)
+        return NULL;
+    if (gather_cache_size < size) {
+        void *bigger = realloc(gather_cache, size);
+        if (bigger == NULL)
+            return NULL;
+        gather_cache = bigger;
+        gather_cache_size = size;
+    }
+    gather_cache_taken = 1;
+    return gather_cache;
+}
+
+static int rel_gather_kernel(const struct pe_kernels *k, void *args, int nthreads)
+{
+    const struct rel_gather_call *c = args;
+    return pe_rel_gather_add(k, &c->src, c->map, c->dst, nthreads, c->scratch);
+}
+
+PyObject *py_rel_gather_add(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *src_o, *map_o, *dst_o;
+    int by_key, single = 0;
+    if (!PyArg_ParseTuple(args, "OOOp|p:rel_gather_add", &src_o, &map_o, &dst_o, &by_key, &single))
+        return NULL;
+    struct pe_bias_dst d;
+    PyArrayObject *dst = bias_target(dst_o, "scores", FLOAT_OR_BF16, &d);
+    if (dst == NULL)
+        return NULL;
+    PyArrayObject *src =
+        arg_array(src_o, "products", d.dtype == PE_F64 ? NPY_DOUBLE : NPY_FLOAT, 4, 0);
+    if (src == NULL)
+        return NULL;
+    npy_intp rows = by_key ? d.k_len : d.q_len, width = PyArray_DIM(src, 3);
+    npy_intp sb = PyArray_DIM(src, 0);
+    if ((sb != 1 && sb != d.batch) || PyArray_DIM(src, 1) != d.heads ||
+        PyArray_DIM(src, 2) != rows || width < 1) {
+        PyErr_Format(PyExc_ValueError, "products must have shape (1 or %zd, %zd, %zd, width >= 1)",
+                     (Py_ssize_t)d.batch, (Py_ssize_t)d.heads, (Py_ssize_t)rows);
+        return NULL;
+    }
+    if (whole_strides(src, "products") < 0)
+        return NULL;
+    PyArrayObject *map = rel_map_arg(map_o, d.q_len + d.k_len - 1, width);
+    if (map == NULL || check_no_overlap(dst, "scores", src, "products") < 0 ||
+        check_no_overlap(dst, "scores", map, "map") < 0)
+        return NULL;
+    struct rel_gather_call c = {
+        .src = {PyArray_BYTES(src), sb, rows, width, PyArray_STRIDE(src, 0), PyArray_STRIDE(src, 1),
+                PyArray_STRIDE(src, 2), by_key},
+        .map = (const int64_t *)PyArray_DATA(map),
+        .dst = &d,
+        .scratch = take_gather_cache(pe_rel_gather_scratch(d.q_len + d.k_len - 1)),
+    };
+    int rc = run_kernel(rel_gather_kernel, &c, single ? 0 : PyArray_SIZE(dst));
+    if (c.scratch != NULL)
+        gather_cache_taken = 0;
+    if (rc < 0)
+        return PyErr_NoMemory();
+    Py_RETURN_NONE;
+}
+
+struct rel_dense_call {
+    struct pe_rel_src src;
+    const struct pe_bias_dst *dst;
+    int store;
+};
+
+static int rel_dense_kernel(const struct pe_kernels *k, void *args, int nthreads)
+{
+    const struct rel_dense_call *c = args;
+    pe_rel_dense_add(k, &c->src, c->dst, c->store, nthreads);
+    return 0;
+}
+
+PyObject *py_rel_dense_add(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *src_o, *dst_o;
+    int store = 0;
+    if (!PyArg_ParseTuple(args, "OO|p:rel_dense_add", &src_o, &dst_o, &store))
+        return NULL;
+    struct pe_bias_dst d;
+    PyArrayObject *dst = bias_target(dst_o, "scores", FLOAT_OR_BF16, &d);
+    if (dst == NULL)
+        return NULL;
+    PyArrayObject *src = arg_array(src_o, "term", d.dtype == PE_F64 ? NPY_DOUBLE : NPY_FLOAT, 4, 0);
+    if (src == NULL)
+        return NULL;
+    npy_intp sb = PyArray_DIM(src, 0), rows = PyArray_DIM(src, 2);
+    if ((sb != 1 && sb != d.batch) || PyArray_DIM(src, 1) != d.heads ||
+        (rows != 1 && rows != d.q_len) || PyArray_DIM(src, 3) != d.k_len) {
+        PyErr_Format(PyExc_ValueError, "term must have shape (1 or %zd, %zd, 1 or %zd, %zd)",
+                     (Py_ssize_t)d.batch, (Py_ssize_t)d.heads, (Py_ssize_t)d.q_len,
+                     (Py_ssize_t)d.k_len);
+        return NULL;
+    }
+    if (check_no_overlap(dst, "scores", src, "term") < 0)
+        return NULL;
+    struct rel_dense_call c = {
+        .src = {PyArray_BYTES(src), sb, rows, d.k_len, PyArray_STRIDE(src, 0),
+                PyArray_STRIDE(src, 1), PyArray_STRIDE(src, 2), 0},
+        .dst = &d,
+        .store = store,
+    };
+    return kernel_result(run_kernel(rel_dense_kernel, &c, PyArray_SIZE(dst)), NULL);
+}
+
+struct rel_scatter_call {
+    struct pe_rel_weights w;
+    struct pe_rel_sums out;
+    const int64_t *map;
+};
+
+static int rel_scatter_kernel(const struct pe_kernels *k, void *args, int nthreads)
+{
+    const struct rel_scatter_call *c = args;
+    (void)k;
+    return pe_rel_scatter_add(&c->w, c->map, &c->out, nthreads);
+}
+
+PyObject *py_rel_scatter_add(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *w_o, *map_o, *out_o;
+    int single = 0, by_key = 0;
+    if (!PyArg_ParseTuple(args, "OOO|pp:rel_scatter_add", &w_o, &map_o, &out_o, &single, &by_key))
+        return NULL;
+    PyArrayObject *w = arg_float_array(w_o, "weights", 4, 0, 0);
+    PyArrayObject *out =
+        w ? arg_array(out_o, "out", PyArray_TYPE(w) == NPY_DOUBLE ? NPY_DOUBLE : NPY_FLOAT, 4,
+                      ARG_WRITE)
+          : NULL;
+    if (out == NULL)
+        return NULL;
+    npy_intp width = PyArray_DIM(out, 3), rows = PyArray_DIM(w, by_key ? 3 : 2);
+    if (PyArray_DIM(out, 0) != PyArray_DIM(w, 0) || PyArray_DIM(out, 1) != PyArray_DIM(w, 1) ||
+        PyArray_DIM(out, 2) != rows) {
+        PyErr_Format(PyExc_ValueError, "out must have shape (%zd, %zd, %zd, width)",
+                     (Py_ssize_t)PyArray_DIM(w, 0), (Py_ssize_t)PyArray_DIM(w, 1),
+                     (Py_ssize_t)rows);
+        return NULL;
+    }
+    if (width < 1) {
+        PyErr_SetString(PyExc_ValueError, "out must have a last axis of at least one element");
+        return NULL;
+    }
+    if (whole_strides(w, "weights") < 0 || whole_strides(out, "out") < 0)
+        return NULL;
+    /* rows, then planes of them, one after the other (gaps allowed): no
+     * entry written twice by two threads */
+    npy_intp row = PyArray_STRIDE(out, 2), head = PyArray_STRIDE(out, 1);
+    if (row < width * PyArray_ITEMSIZE(out) || head < PyArray_DIM(out, 2) * row ||
+        PyArray_STRIDE(out, 0) < PyArray_DIM(out, 1) * head) {
+        PyErr_SetString(PyExc_ValueError, "out must be laid out as C-contiguous rows, with gaps "
+                                          "between them at most");
+        return NULL;
+    }
+    PyArrayObject *map = rel_map_arg(map_o, PyArray_DIM(w, 2) + PyArray_DIM(w, 3) - 1, width);
+    if (map == NULL || check_no_overlap(out, "out", w, "weights") < 0 ||
+        check_no_overlap(out, "out", map, "map") < 0)
+        return NULL;
+    struct rel_scatter_call c = {
+        .w = {PyArray_BYTES(w), pe_dtype_of(w), PyArray_DIM(w, 0), PyArray_DIM(w, 1),
+              PyArray_DIM(w, 2), PyArray_DIM(w, 3), PyArray_STRIDE(w, 0), PyArray_STRIDE(w, 1),
+              PyArray_STRIDE(w, 2), by_key},
+        .out = {PyArray_BYTES(out), PyArray_TYPE(out) == NPY_DOUBLE ? PE_F64 : PE_F32, width,
+                PyArray_STRIDE(out, 0), PyArray_STRIDE(out, 1), PyArray_STRIDE(out, 2)},
+        .map = (const int64_t *)PyArray_DATA(map),
+    };
+    return kernel_result(run_kernel(rel_scatter_kernel, &c, single ? 0 : PyArray_SIZE(w)), NULL);
+}
+
+struct cast_call {
+    const char *x;
+    char *out;
+    npy_intp n;
+    int dtype;
+};
+
+static int cast_kernel(const struct pe_kernels *k, void *args, int nthreads)
+{
+    const struct cast_call *c = args;
+    pe_cast(k, c->x, c->out, c->n, c->dtype, nthreads);
+    return 0;
+}
+
+PyObject *py_cast(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *x_o, *out_o;
+    if (!PyArg_ParseTuple(args, "OO:cast", &x_o, &out_o))
+        return NULL;
+    PyArrayObject *out = arg_float_out(out_o, "out", 1, 1);
+    if (out == NULL)
+        return NULL;
+    int dtype = pe_dtype_bf16_of(out);
+    PyArrayObject *x =
+        arg_array(x_o, "x", dtype == PE_F64 ? NPY_DOUBLE : NPY_FLOAT, 1, ARG_CONTIGUOUS);
+    if (x == NULL)
+        return NULL;
+    if (check_out_vector(out, x, "x") < 0)
+        return NULL;
+    struct cast_call c = {PyArray_BYTES(x), PyArray_BYTES(out), PyArray_DIM(x, 0), dtype};
+    return kernel_result(run_kernel(cast_kernel, &c, PyArray_SIZE(out)), NULL);
+}

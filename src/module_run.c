@@ -1,0 +1,206 @@
+/*
+ * module_run.c -- how posenc._core runs a kernel: the threads (OpenMP,
+ * clamped to the CPU affinity, one thread in a child forked after a team
+ * ran), the SIMD path in use, and run_kernel, which releases the GIL around
+ * the kernel.
+ */
+#include "module.h"
+
+#include <limits.h>
+#include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+/* The kernels of the SIMD path in use (simd.h).  Read and written only
+ * with the GIL held: run_kernel hands it to the kernel before releasing the
+ * GIL, so a call keeps the path it started on whatever set_simd does
+ * meanwhile on another thread. */
+static const struct pe_kernels *kernels = &pe_kernels_scalar;
+
+static const char *const simd_names[] = {"scalar", "avx2"};
+
+/* ---- threads ---- */
+
+#if defined(_OPENMP) && (defined(__unix__) || defined(__APPLE__))
+#include <pthread.h>
+#define PE_FORK_AWARE 1
+#else
+#define PE_FORK_AWARE 0
+#endif
+
+/* 0: follow OpenMP (OMP_NUM_THREADS, threadpoolctl); > 0: set by the user. */
+static int threads_requested = 0;
+
+/* libgomp's threads do not survive fork(): in the child, the thread that
+ * forked still holds a pool of threads that no longer exist, and the next
+ * parallel region it starts with more than one thread waits for them
+ * forever.  A region of one thread never touches the pool, and a thread
+ * started after the fork gets a pool of its own.  So team_started records
+ * that a kernel may have started a team of threads on a caller's thread;
+ * in a child forked after that (forked_child), the kernels run on one
+ * thread, and if set_num_threads asks for more there, each call large
+ * enough for threads runs its kernel on a thread started for it
+ * (fresh_call).  Both flags are written with the GIL held or in the
+ * child's only thread. */
+#if PE_FORK_AWARE
+static int team_started = 0;
+static int forked_child = 0;
+#else
+enum { forked_child = 0 };
+#endif
+
+static int effective_threads(void)
+{
+#ifdef _OPENMP
+    int n = threads_requested;
+    if (n == 0)
+        n = forked_child ? 1 : omp_get_max_threads();
+    /* no more threads than CPUs this process may run on (its affinity) */
+    int cpus = omp_get_num_procs();
+    if (n > cpus)
+        n = cpus;
+    return n > 1 ? n : 1;
+#else
+    return 1;
+#endif
+}
+
+#if PE_FORK_AWARE
+static void after_fork_in_child(void)
+{
+    if (team_started || forked_child) {
+        forked_child = 1;
+        threads_requested = 0; /* such a child starts at one thread */
+    }
+}
+
+struct fresh_call {
+    kernel_fn fn;
+    const struct pe_kernels *k;
+    void *args;
+    int nthreads, rc;
+};
+
+static void *fresh_call_main(void *p)
+{
+    struct fresh_call *c = p;
+    c->rc = c->fn(c->k, c->args, c->nthreads);
+    return NULL;
+}
+#endif
+
+/* fn(k, args, nthreads) with the GIL released, on effective_threads()
+ * threads, k the kernels of the path in use now; returns what fn returns.
+ * `size` is the number of elements the kernel writes: below
+ * PE_PARALLEL_MIN every kernel runs on one thread. */
+int run_kernel(kernel_fn fn, void *args, npy_intp size)
+{
+    const struct pe_kernels *k = kernels; /* once, with the GIL held */
+    int nthreads = size < PE_PARALLEL_MIN ? 1 : effective_threads(), rc;
+#if PE_FORK_AWARE
+    if (forked_child && nthreads > 1) {
+        struct fresh_call c = {fn, k, args, nthreads, 0};
+        pthread_t t;
+        PyThreadState *save = PyEval_SaveThread();
+        if (pthread_create(&t, NULL, fresh_call_main, &c) == 0)
+            pthread_join(t, NULL);
+        else
+            c.rc = fn(k, args, 1); /* no thread to be had: one thread here */
+        PyEval_RestoreThread(save);
+        return c.rc;
+    }
+    if (nthreads > 1)
+        team_started = 1;
+#endif
+    PyThreadState *save = PyEval_SaveThread();
+    rc = fn(k, args, nthreads);
+    PyEval_RestoreThread(save);
+    return rc;
+}
+
+PyObject *py_set_num_threads(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    int overflow;
+    long n = PyLong_AsLongAndOverflow(arg, &overflow);
+    if (n == -1 && PyErr_Occurred())
+        return NULL;
+    if (overflow < 0 || (overflow == 0 && n < 0)) {
+        PyErr_SetString(PyExc_ValueError, "n must be >= 0 (0 follows OpenMP)");
+        return NULL;
+    }
+    /* above the CPU count: kept, and clamped to it when a kernel runs */
+    threads_requested = (overflow > 0 || n > INT_MAX) ? INT_MAX : (int)n;
+    Py_RETURN_NONE;
+}
+
+PyObject *py_get_num_threads(PyObject *self, PyObject *unused)
+{
+    (void)self, (void)unused;
+    return PyLong_FromLong(effective_threads());
+}
+
+/* ---- SIMD ---- */
+
+PyObject *py_simd_path(PyObject *self, PyObject *unused)
+{
+    (void)self, (void)unused;
+    return PyUnicode_FromString(kernels->name);
+}
+
+PyObject *py_simd_cpu(PyObject *self, PyObject *unused)
+{
+    (void)self, (void)unused;
+    return PyUnicode_FromString(simd_names[pe_simd_cpu_best()]);
+}
+
+/* Select "scalar", "avx2" (if the CPU has it) or "auto"; returns the path
+ * now in use.  The environment variable POSENC_SIMD goes through here at
+ * import; tests call it to run both paths in one process. */
+int select_simd(const char *name)
+{
+    int best = pe_simd_cpu_best(), level;
+    if (name == NULL || name[0] == '\0' || strcmp(name, "auto") == 0)
+        level = best;
+    else if (strcmp(name, "scalar") == 0)
+        level = PE_SIMD_SCALAR;
+    else if (strcmp(name, "avx2") == 0)
+        level = best >= PE_SIMD_AVX2 ? PE_SIMD_AVX2 : PE_SIMD_SCALAR;
+    else
+        return -1;
+    kernels = pe_kernels_for(level);
+    return 0;
+}
+
+PyObject *py_set_simd(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    const char *name = PyUnicode_AsUTF8(arg);
+    if (name == NULL)
+        return NULL;
+    if (select_simd(name) < 0) {
+        PyErr_Format(PyExc_ValueError, "simd must be 'auto', 'scalar' or 'avx2', not '%s'", name);
+        return NULL;
+    }
+    return PyUnicode_FromString(kernels->name);
+}
+
+void module_threads_init(void)
+{
+#if PE_FORK_AWARE
+    /* without the handler (out of memory) a forked child may hang as before */
+    (void)pthread_atfork(NULL, NULL, after_fork_in_child);
+#endif
+}
+
+PyObject *kernel_result(int rc, const char *out_of_range)
+{
+    if (rc == -1)
+        return PyErr_NoMemory();
+    if (rc != 0) {
+        PyErr_SetString(PyExc_ValueError, out_of_range != NULL ? out_of_range : "out of range");
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
