@@ -38,7 +38,10 @@ The modules: :mod:`.analyses` (the probes and their result classes),
 :class:`HubError`, :func:`paper_rows`), :mod:`.properties` (Wang et al.'s
 monotonicity, translation invariance and symmetry: :func:`position_properties`;
 Wennberg & Henter's Toeplitz share: :func:`toeplitz_fit`), :mod:`.rope_usage`
-(the rotary frequencies a model's q/k weights use: :func:`rope_frequency_usage`),
+(the rotary frequencies a model uses: from its q/k weights,
+:func:`rope_frequency_usage`, layer by layer from a checkpoint or the Hub,
+:func:`rope_frequency_usage_from_checkpoint`, from a forward pass,
+:func:`rope_activation_usage`),
 :mod:`.locality` (Chen et al.'s locality and symmetry of the attention
 positions alone give: :func:`attention_locality_symmetry`,
 :func:`position_attention`),
@@ -85,7 +88,13 @@ from .locality import (
 from .properties import PositionProperties, ToeplitzFit, position_properties, toeplitz_fit
 from .report import EXTRAS, PUBLISHED, ProbeReport, PublishedRow, report
 from .report import _plot_format as _plot_format
-from .rope_usage import RopeFrequencyUsage, rope_frequency_usage
+from .rope_usage import (
+    RopeActivationUsage,
+    RopeFrequencyUsage,
+    rope_activation_usage,
+    rope_frequency_usage,
+    rope_frequency_usage_from_checkpoint,
+)
 
 __all__ = [
     "EXTRAS",
@@ -102,6 +111,7 @@ __all__ = [
     "ProbeReport",
     "PublishedRow",
     "RelativeOrderResult",
+    "RopeActivationUsage",
     "RopeFrequencyUsage",
     "SYMMETRY_TOLERANCE",
     "SkipPerplexity",
@@ -119,7 +129,9 @@ __all__ = [
     "position_properties",
     "relative_order_classification",
     "report",
+    "rope_activation_usage",
     "rope_frequency_usage",
+    "rope_frequency_usage_from_checkpoint",
     "rope_long_term_decay",
     "skip_position_perplexity",
     "skip_positions",
