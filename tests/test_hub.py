@@ -344,6 +344,18 @@ def test_cli_prints_the_papers_table_for_the_emulated_models(hub, models, capsys
     assert all(d["bytes_fetched"] > 0 and not d["from_cache"] for d in data)
 
 
+def test_cli_rope_usage_of_a_hub_model_fetches_the_q_proj_rows(hub, models, capsys, tmp_path):
+    js = tmp_path / "r.json"
+    assert main(["probe", "org/llama-2l", "--analyses", "rope_usage", "--json", str(js)]) == 0
+    out = capsys.readouterr().out
+    data = json.loads(js.read_text())
+    expected = probe.rope_frequency_usage(_q_proj(models["org/llama-2l"][1]), 4)
+    np.testing.assert_array_equal(np.array(data["rope_usage"]["usage"]), expected.usage)
+    assert data["rope_usage"]["bytes_fetched"] == hub.ranged_bytes("org/llama-2l")
+    assert f"({hub.ranged_bytes():,} bytes fetched)" in out
+    assert not any("position" in r.path for r in hub.log)  # no table looked for
+
+
 def test_cli_of_minilm_says_the_bytes_fetched(hub, capsys):
     assert main(["probe", MINILM, "--seeds", "1", "--no-progress"]) == 0
     out = capsys.readouterr().out

@@ -18,7 +18,6 @@ position ``i`` gives the key positions), the authors define
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from typing import Any, Dict, Optional
 
@@ -86,7 +85,7 @@ class LocalitySymmetry:
         """The attention matrix and its mean weight per offset ``j - i``.
         Returns the figure without `path`, else writes it there (format by
         extension) and returns `path`."""
-        from .report import _new_figure, _plot_format
+        from .report import _finish, _new_figure, _plot_format
 
         fmt = None if path is None else _plot_format(path)
         fig = _new_figure(figsize=(11, 4.4), dpi=dpi)
@@ -101,10 +100,7 @@ class LocalitySymmetry:
         ax.set_xlabel("offset j - i")
         ax.set_ylabel("mean attention weight")
         ax.set_title("mean weight per offset")
-        if path is None:
-            return fig
-        fig.savefig(os.fspath(path), dpi=dpi, format=fmt)
-        return path
+        return _finish(fig, path, dpi, fmt)
 
 
 def position_attention(E: Any, *, W: Optional[Any] = None, scale: Optional[float] = None) -> Any:

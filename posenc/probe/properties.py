@@ -7,7 +7,6 @@ invariance and symmetry of the proximity ``phi(x, y) = E[x] W E[y]^T``
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from typing import Any, Dict, Optional
 
@@ -88,7 +87,7 @@ class PositionProperties:
         table, falling on both sides for a monotone one).  Returns the figure
         without `path`, else writes it there (format by extension) and
         returns `path`."""
-        from .report import _new_figure, _plot_format
+        from .report import _finish, _new_figure, _plot_format
 
         fmt = None if path is None else _plot_format(path)
         fig = _new_figure(figsize=(7, 4.2), dpi=dpi)
@@ -104,10 +103,7 @@ class PositionProperties:
             f"translation invariance {self.translation_invariance:.2f}, "
             f"symmetry {self.symmetry:.2f}"
         )
-        if path is None:
-            return fig
-        fig.savefig(os.fspath(path), dpi=dpi, format=fmt)
-        return path
+        return _finish(fig, path, dpi, fmt)
 
 
 def _ranks(values: np.ndarray) -> np.ndarray:
@@ -249,7 +245,7 @@ class ToeplitzFit:
     def plot(self, M: Any, path: Optional[Any] = None, *, dpi: float = 110) -> Any:
         """The matrix `M` that was fitted, its Toeplitz fit and the residual,
         side by side.  Returns the figure without `path`, else writes it."""
-        from .report import _new_figure, _plot_format
+        from .report import _finish, _new_figure, _plot_format
 
         fmt = None if path is None else _plot_format(path)
         M = np.asarray(M, dtype=np.float64)
@@ -266,10 +262,7 @@ class ToeplitzFit:
             ax.set_xlabel("j")
             ax.set_ylabel("i")
         fig.colorbar(im, ax=fig.axes, shrink=0.8)
-        if path is None:
-            return fig
-        fig.savefig(os.fspath(path), dpi=dpi, format=fmt)
-        return path
+        return _finish(fig, path, dpi, fmt)
 
 
 def toeplitz_fit(M: Any) -> ToeplitzFit:

@@ -450,10 +450,7 @@ class ProbeReport:
             ax.set_xticks(seeds if len(seeds) <= 12 else seeds[:: max(1, len(seeds) // 10)])
             if col == 0:
                 ax.set_ylabel("dots: folds, bars: seed mean, dashed: mean")
-        if path is None:
-            return fig
-        fig.savefig(os.fspath(path), dpi=dpi, format=fmt)
-        return path
+        return _finish(fig, path, dpi, fmt)
 
 
 #: The most positions a side of the plotted cosine heatmap shows.
@@ -518,6 +515,14 @@ def _new_figure(figsize: Tuple[float, float], dpi: float) -> Any:
     fig = _figure_class()(figsize=figsize, dpi=dpi, layout="constrained")
     agg.FigureCanvasAgg(fig)
     return fig
+
+
+def _finish(fig: Any, path: Optional[PathLike], dpi: float, fmt: Optional[str]) -> Any:
+    """The figure without `path`; else written there (format `fmt`) and `path`."""
+    if path is None:
+        return fig
+    fig.savefig(os.fspath(path), dpi=dpi, format=fmt)
+    return path
 
 
 def _plot_formats() -> List[str]:

@@ -84,7 +84,7 @@ class RopeFrequencyUsage:
     def plot(self, path: Optional[Any] = None, *, dpi: float = 110) -> Any:
         """A heatmap: rows are (layer, head), columns the pairs from the
         fastest frequency to the slowest; the colour is :meth:`share`."""
-        from .report import _new_figure, _plot_format
+        from .report import _finish, _new_figure, _plot_format
 
         fmt = None if path is None else _plot_format(path)
         n_layers, n_heads, n_pairs = self.usage.shape
@@ -97,10 +97,7 @@ class RopeFrequencyUsage:
         ax.set_ylabel("layer x head")
         ax.set_title(f"share of each head's norm² per rotary pair ({self.what})")
         fig.colorbar(im, ax=ax)
-        if path is None:
-            return fig
-        fig.savefig(os.fspath(path), dpi=dpi, format=fmt)
-        return path
+        return _finish(fig, path, dpi, fmt)
 
 
 def rope_frequency_usage(
@@ -295,7 +292,7 @@ def rope_frequency_usage_from_checkpoint(
                 f"{where}: {key} has shape {tuple(weight.shape)}, not ({heads} heads x "
                 f"{head_dim}, d_model) as the config says"
             )
-        per_layer.append(rope_frequency_usage(weight, heads, layout=layout).usage[0])
+        per_layer.append(rope_frequency_usage([weight], heads, layout=layout).usage[0])
         del weight
     fetched = reader.bytes_fetched if isinstance(reader, hub.HubTensors) else None
     return RopeFrequencyUsage(
@@ -340,7 +337,7 @@ class RopeActivationUsage:
     def plot(self, path: Optional[Any] = None, *, dpi: float = 110) -> Any:
         """Two heatmaps, queries and keys: rows (layer, head), columns the
         pairs from fast to slow, colour the share of the head's norm²."""
-        from .report import _new_figure, _plot_format
+        from .report import _finish, _new_figure, _plot_format
 
         fmt = None if path is None else _plot_format(path)
         n_layers, n_heads, _ = self.queries.usage.shape
@@ -353,10 +350,7 @@ class RopeActivationUsage:
             ax.set_ylabel("layer x head")
             ax.set_title(f"{title}: share of norm² per pair ({self.n_tokens} tokens)")
             fig.colorbar(im, ax=ax)
-        if path is None:
-            return fig
-        fig.savefig(os.fspath(path), dpi=dpi, format=fmt)
-        return path
+        return _finish(fig, path, dpi, fmt)
 
 
 def rope_activation_usage(model: Any, input_ids: Any) -> RopeActivationUsage:
@@ -417,7 +411,8 @@ def rope_activation_usage(model: Any, input_ids: Any) -> RopeActivationUsage:
         pair = torch.sqrt(first * first + second * second)  # (batch, heads, seq, pairs)
         return pair.mean(dim=(0, 2)).cpu().numpy()
 
-    originals = {name: sys.modules[name].apply_rotary_pos_emb for name in modules}
+    files: Dict[str, Any] = {name: sys.modules[name] for name in modules}
+    originals = {name: files[name].apply_rotary_pos_emb for name in modules}
 
     def wrap(original: Any) -> Any:
         def capture(q: Any, k: Any, *args: Any, **kwargs: Any) -> Any:
@@ -434,12 +429,12 @@ def rope_activation_usage(model: Any, input_ids: Any) -> RopeActivationUsage:
     device = next(model.parameters()).device
     try:
         for name, original in originals.items():
-            sys.modules[name].apply_rotary_pos_emb = wrap(original)
+            files[name].apply_rotary_pos_emb = wrap(original)
         with torch.no_grad():
             model(input_ids=ids[None].to(device))
     finally:
         for name, original in originals.items():
-            sys.modules[name].apply_rotary_pos_emb = original
+            files[name].apply_rotary_pos_emb = original
     n_layers = _config_get(text_config, "num_hidden_layers")
     if not captured or (isinstance(n_layers, int) and len(captured) != n_layers):
         raise ValueError(

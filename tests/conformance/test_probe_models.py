@@ -150,3 +150,33 @@ def test_probes_take_torch_parameters_and_bfloat16_tensors(torch):
     a = probe.absolute_position_regression(weight, seed=1)
     b = probe.absolute_position_regression(weight.detach().numpy(), seed=1)
     np.testing.assert_array_equal(a.predictions, b.predictions)
+
+
+# ---------------------------------------------------------------- Chen et al. 2023 on MiniLM
+
+
+def _authors_figures(M):
+    """Locality and symmetry written out row by row as Chen et al. define them
+    (per-row min-max scaling of the left/right differences, no tolerance)."""
+    n = len(M)
+    locality = np.mean([sum(M[i][j] / 2 ** abs(i - j) for j in range(n)) for i in range(n)])
+    scaled = []
+    for i in range(n):
+        k = min(i, n - 1 - i)
+        if k == 0:
+            continue
+        d = np.array([abs(M[i][i - m] - M[i][i + m]) for m in range(1, k + 1)])
+        span = d.max() - d.min()
+        scaled.extend((d - d.min()) / span if span > 0 else np.zeros(k))
+    return locality, 1 - np.mean(scaled)
+
+
+def test_minilm_locality_and_symmetry_as_the_authors_define_them(minilm_table):
+    A = probe.position_attention(minilm_table)
+    r = probe.attention_locality_symmetry(A, tolerance=0)
+    locality, symmetry = _authors_figures(A)
+    assert r.locality == pytest.approx(locality, rel=1e-12)
+    assert r.symmetry == pytest.approx(symmetry, rel=1e-12)
+    # the figures quoted in docs/guide/probe.md
+    default = probe.attention_locality_symmetry(A)
+    assert (round(default.locality, 4), round(default.symmetry, 3)) == (0.0059, 0.740)
