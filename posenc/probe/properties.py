@@ -106,40 +106,45 @@ class PositionProperties:
         return _finish(fig, path, dpi, fmt)
 
 
-def _ranks(values: np.ndarray) -> np.ndarray:
-    """Ranks 1..n along the last axis, ties given their mean rank."""
-    order = np.argsort(values, kind="stable")
-    sorted_values = np.take_along_axis(values, order, axis=-1)
-    n = values.shape[-1]
-    ranks = np.empty(values.shape, dtype=np.float64)
-    flat_sorted = sorted_values.reshape(-1, n)
-    flat_order = order.reshape(-1, n)
-    flat_ranks = ranks.reshape(-1, n)
-    for row in range(flat_sorted.shape[0]):
-        s = flat_sorted[row]
-        starts = np.flatnonzero(np.r_[True, s[1:] != s[:-1]])
-        ends = np.r_[starts[1:], n]
-        mean_rank = (starts + ends + 1) / 2.0  # ranks start..end-1, 1-based
-        flat_ranks[row, flat_order[row]] = np.repeat(mean_rank, ends - starts)
+def _masked_ranks(values: np.ndarray, valid: np.ndarray) -> np.ndarray:
+    """Ranks 1..k of each row's valid entries (the first ``k`` of the row),
+    ties given their mean rank; the invalid entries get ranks past ``k``."""
+    rows, n = values.shape
+    keyed = np.where(valid, values, np.inf)  # after every valid entry
+    order = np.argsort(keyed, axis=1, kind="stable")
+    s = np.take_along_axis(keyed, order, axis=1)
+    start = np.ones((rows, n), dtype=bool)
+    start[:, 1:] = s[:, 1:] != s[:, :-1]  # a new run of equal values
+    flat = start.ravel()
+    firsts = np.flatnonzero(flat)
+    lasts = np.r_[firsts[1:], flat.size] - 1
+    column = np.arange(flat.size) % n
+    mean_rank = (column[firsts] + column[lasts]) / 2.0 + 1.0  # 1-based
+    by_sorted = np.repeat(mean_rank, lasts - firsts + 1).reshape(rows, n)
+    ranks = np.empty((rows, n))
+    np.put_along_axis(ranks, order, by_sorted, axis=1)
     return ranks
 
 
-def _spearman(a: np.ndarray, b: np.ndarray) -> float:
-    ra, rb = _ranks(a) - (len(a) + 1) / 2.0, _ranks(b) - (len(b) + 1) / 2.0
-    denom = np.sqrt((ra * ra).sum() * (rb * rb).sum())
-    return float((ra * rb).sum() / denom) if denom > 0 else float("nan")
-
-
 def _monotonicity(M: np.ndarray, max_offset: int) -> float:
+    """The mean over rows ``x`` with ``k = min(max_offset, n - 1 - x) >= 3`` of
+    Spearman's correlation between ``m = 1..k`` and ``-M[x, x + m]``."""
     n = M.shape[0]
-    scores = []
-    for x in range(n):
-        k = min(max_offset, n - 1 - x)
-        if k >= 3:
-            m = np.arange(1, k + 1, dtype=np.float64)
-            scores.append(_spearman(m, -M[x, x + 1 : x + k + 1]))
-    finite = [s for s in scores if np.isfinite(s)]
-    return float(np.mean(finite)) if finite else float("nan")
+    x = np.arange(n)
+    k = np.minimum(max_offset, n - 1 - x)
+    x, k = x[k >= 3], k[k >= 3]
+    if not len(x):
+        return float("nan")
+    m = np.arange(1, int(k.max()) + 1)
+    valid = m[None, :] <= k[:, None]
+    values = -M[x[:, None], np.minimum(x[:, None] + m[None, :], n - 1)]
+    centre = (k[:, None] + 1) / 2.0
+    ra = np.where(valid, m[None, :] - centre, 0.0)  # the offsets' ranks are the offsets
+    rb = np.where(valid, _masked_ranks(values, valid) - centre, 0.0)
+    denom = np.sqrt((ra * ra).sum(axis=1) * (rb * rb).sum(axis=1))
+    scores = np.divide((ra * rb).sum(axis=1), denom, out=np.full(len(x), np.nan), where=denom > 0)
+    finite = scores[np.isfinite(scores)]
+    return float(finite.mean()) if len(finite) else float("nan")
 
 
 def position_properties(

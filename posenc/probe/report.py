@@ -549,6 +549,46 @@ def _plot_format(path: PathLike, what: str = "plot") -> str:
     return fmt
 
 
+def _seed(table: np.ndarray, seed: int) -> Tuple[AbsolutePositionResult, RelativeOrderResult]:
+    return (
+        absolute_position_regression(table, seed=seed),
+        relative_order_classification(table, seed=seed),
+    )
+
+
+def _run_seeds(
+    table: np.ndarray, seeds: int, bar: _Progress
+) -> Tuple[List[AbsolutePositionResult], List[RelativeOrderResult]]:
+    """The two probes for seeds ``0 .. seeds-1``, on up to
+    ``posenc.get_num_threads()`` threads at once (the fits release the GIL;
+    each runs its BLAS on one thread, so the figures are those of a run one
+    seed after the other)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from .. import get_num_threads
+    from .analyses import _one_thread
+
+    workers = max(1, min(seeds, get_num_threads()))
+    results = []
+    try:
+        # one thread for BLAS set once around the pool: the probes' own
+        # settings inside it then find and restore that same value
+        with _one_thread():
+            if workers == 1:
+                for s in range(seeds):
+                    results.append(_seed(table, s))
+                    bar.draw(s + 1)
+            else:
+                with ThreadPoolExecutor(max_workers=workers) as pool:
+                    futures = [pool.submit(_seed, table, s) for s in range(seeds)]
+                    for s, future in enumerate(futures):
+                        results.append(future.result())
+                        bar.draw(s + 1)
+    finally:
+        bar.close()
+    return [a for a, _ in results], [o for _, o in results]
+
+
 #: The analyses :func:`report` runs beside the paper's probes, by default all:
 #: Wang et al.'s properties, the Toeplitz share of the Gram matrix, Chen et
 #: al.'s locality and symmetry of the position attention.
@@ -616,15 +656,7 @@ def report(
     chosen = _extras(extras)
     table = _table(E, min_rows=5, max_rows=MAX_POSITIONS)
     bar = _Progress(f"probing {name}", seeds, bool(progress))
-    absolute: List[AbsolutePositionResult] = []
-    order: List[RelativeOrderResult] = []
-    try:
-        for s in range(seeds):
-            absolute.append(absolute_position_regression(table, seed=s))
-            order.append(relative_order_classification(table, seed=s))
-            bar.draw(s + 1)
-    finally:
-        bar.close()
+    absolute, order = _run_seeds(table, seeds, bar)
     return ProbeReport(
         name=name,
         shape=(int(table.shape[0]), int(table.shape[1])),
