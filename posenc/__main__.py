@@ -279,6 +279,8 @@ def _check_analyses(args, analyses):
             "--text is read by the analyses layer_probe, skip_perplexity and rope_activations; "
             "name one in --analyses"
         )
+    if args.text is not None and (not args.names or args.source is not None):
+        raise _Failure("--text is read by a model: give a model NAME, not --source or no NAME")
     if args.plot is not None and "paper" not in analyses:
         raise _Failure("--plot draws the paper's probes: add paper to --analyses")
 
@@ -336,7 +338,10 @@ def _token_ids(tokenizer, text, limit):
     return ids[:limit]
 
 
-def _run_text_analyses(name, analyses, text, out, entry):
+def _run_text_analyses(name, analyses, text, out, entry, skipped=None):
+    """The analyses of a model run on `text`; with `skipped` (a dict), one
+    that does not apply to the model (rope_activations of a model without
+    RoPE) is recorded there instead of stopping the run."""
     from . import probe
     from .probe.forward import _max_positions
 
@@ -358,10 +363,16 @@ def _run_text_analyses(name, analyses, text, out, entry):
         out.append(f"Skip-position attack ({what}, {r.n_tokens} tokens, ids i*k): {figures}.")
         entry["skip_perplexity"] = r.to_dict()
     if "rope_activations" in analyses:
-        r = probe.rope_activation_usage(model, ids)
-        out.append(r.queries.summary())
-        out.append(r.keys.summary())
-        entry["rope_activations"] = r.to_dict()
+        try:
+            r = probe.rope_activation_usage(model, ids)
+        except ValueError as exc:
+            if skipped is None:
+                raise
+            skipped["rope_activations"] = _one_line(exc)
+        else:
+            out.append(r.queries.summary())
+            out.append(r.keys.summary())
+            entry["rope_activations"] = r.to_dict()
 
 
 def _table_extras(table, analyses, entry):
@@ -375,12 +386,8 @@ def _table_extras(table, analyses, entry):
         entry["position_properties"] = r.to_dict()
     if "toeplitz" in analyses:
         r = probe.toeplitz_fit(table @ table.T)
-        lines.append(f"Wennberg & Henter 2021: Toeplitz share of E @ E.T, R² {r.r2:.3f}.")
-        entry["toeplitz"] = {
-            "r2": r.r2,
-            "offsets": r.offsets.tolist(),
-            "diagonal_means": r.diagonal_means.tolist(),
-        }
+        lines.append(r.summary())
+        entry["toeplitz"] = r.to_dict()
     if "locality" in analyses:
         r = probe.attention_locality_symmetry(probe.position_attention(table))
         lines.append(r.summary())
@@ -405,9 +412,11 @@ def _probe_names(args, analyses):
         _check_plot_format(args.plot)
     text = _read_text(args.text) if args.text is not None else None
     tables = any(a in _TABLE_ANALYSES for a in analyses)
+    lenient = args.analyses == "all"  # what does not apply to a NAME is skipped, said why
     loaded = []
     for name in args.names:
-        got = None
+        got, skipped = None, {}
+        table, where, key, paper, note = None, name, None, None, ""
         if tables:
             try:
                 table, where, key, paper, note, got = _load_named(name, args.key)
@@ -418,17 +427,20 @@ def _probe_names(args, analyses):
                 raise _Failure(
                     f"{exc} (numpy.save the slice to a .npy file and probe that)"
                 ) from exc
-        else:
-            table, where, key, paper, note = None, name, None, None, ""
-        loaded.append((name, table, where, key, paper, note, got))
+            except ValueError as exc:
+                if not lenient:
+                    raise
+                table, where, key, paper, note, got = None, name, None, None, "", None
+                skipped["table analyses"] = _one_line(exc)
+        loaded.append((name, table, where, key, paper, note, got, skipped))
     results, data = [], []
     extras = tuple(a for a in analyses if a in EXTRAS)
-    for name, table, where, key, paper, note, got in loaded:
+    for name, table, where, key, paper, note, got, skipped in loaded:
         label = args.name or name
-        entry = {"name": label, "analyses": list(analyses)}
+        entry = {"name": label, "analyses": list(analyses), "skipped": skipped}
         print(f"{label}: {where}" + (f"; {note}" if note else ""))
         print()
-        if "paper" in analyses:
+        if "paper" in analyses and table is not None:
             result = probe.report(
                 table, name=label, seeds=args.seeds, progress=not args.no_progress, extras=extras
             )
@@ -442,14 +454,21 @@ def _probe_names(args, analyses):
             lines = []
         lines = list(lines)
         if "rope_usage" in analyses:
-            usage = probe.rope_frequency_usage_from_checkpoint(name)
-            fetched = (
-                "" if usage.bytes_fetched is None else f" ({usage.bytes_fetched:,} bytes fetched)"
-            )
-            lines.append(usage.summary() + fetched)
-            entry["rope_usage"] = usage.to_dict()
+            try:
+                usage = probe.rope_frequency_usage_from_checkpoint(name)
+            except ValueError as exc:
+                if not lenient:
+                    raise
+                skipped["rope_usage"] = _one_line(exc)
+            else:
+                fetched = usage.bytes_fetched
+                lines.append(
+                    usage.summary() + ("" if fetched is None else f" ({fetched:,} bytes fetched)")
+                )
+                entry["rope_usage"] = usage.to_dict()
         if text is not None:
-            _run_text_analyses(name, analyses, text, lines, entry)
+            _run_text_analyses(name, analyses, text, lines, entry, skipped if lenient else None)
+        lines += [f"{what}: skipped, {why}" for what, why in skipped.items()]
         for line in lines:
             print(line)
         print()

@@ -384,9 +384,26 @@ def test_analyses_that_cannot_run_are_refused_before_anything_runs(
         ([folder, "--text", text_file], "--text is read by the analyses layer_probe"),
         ([folder, "--analyses", "locality", "--plot", "x.png"], "add paper to --analyses"),
         ([folder, "--analyses", "layer_probe", "--text", "no.txt"], "--text: no such file"),
+        (["--analyses", "all", "--text", text_file], "--text is read by a model"),
     ]
     for args, words in cases:
         assert main(["probe", *args]) == 1, args
         out, err = capsys.readouterr()
         assert out == "" and err.startswith(PREFIX) and err.count("\n") == 1, (args, err)
         assert words in err, (args, err)
+
+
+def test_all_on_a_model_runs_what_applies_and_says_what_it_skipped(saved, text_file, tmp_path):
+    js = tmp_path / "all.json"
+    args = ["--analyses", "all", "--text", text_file, "--seeds", "1", "--no-progress"]
+    assert main(["probe", saved["gpt2"][0], *args, "--json", str(js)]) == 0
+    data = json.loads(js.read_text())  # learned positions: a table, no rotation
+    assert data["absolute_position"] is not None and data["locality_symmetry"] is not None
+    assert "layer_probe" in data and "skip_perplexity" in data
+    assert sorted(data["skipped"]) == ["rope_activations", "rope_usage"]
+    assert "no q_proj weights" in data["skipped"]["rope_usage"]
+    assert main(["probe", saved["llama"][0], *args, "--json", str(js)]) == 0
+    data = json.loads(js.read_text())  # a rotation, no table
+    assert sorted(data["skipped"]) == ["table analyses"]
+    assert "rope_usage" in data and "rope_activations" in data and "layer_probe" in data
+    assert "absolute_position" not in data

@@ -206,6 +206,13 @@ def test_rope_usage_of_the_keys_and_of_a_sharded_checkpoint(hub, models):
     assert weight_bytes == 2 * (16 * 32 * 4)  # two 16 x 32 float32 k_proj weights
 
 
+def test_bytes_fetched_leave_out_what_huggingface_hub_had_cached(hub):
+    probe.rope_frequency_usage_from_checkpoint("org/llama-2l")  # config.json now cached
+    before = hub.ranged_bytes("org/llama-2l")
+    r = probe.rope_frequency_usage_from_checkpoint("org/llama-2l", projection="k")
+    assert r.bytes_fetched == hub.ranged_bytes("org/llama-2l") - before
+
+
 def test_rope_usage_refuses_a_model_without_per_layer_projections(hub):
     with pytest.raises(ValueError, match="no q_proj weights"):
         probe.rope_frequency_usage_from_checkpoint(MINILM)

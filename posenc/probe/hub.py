@@ -204,6 +204,12 @@ class _Remote:
         return self.commit, [s.rfilename for s in (info.siblings or [])]
 
     def json_file(self, filename: str) -> Any:
+        # huggingface_hub keeps the file in its own cache: count its bytes as
+        # fetched only when they were not there already
+        cached = self.hf.try_to_load_from_cache(
+            self.repo_id, filename, cache_dir=self.cache, revision=self.commit
+        )
+        was_cached = isinstance(cached, str) and os.path.isfile(cached)
         path = self.hf.hf_hub_download(
             self.repo_id,
             filename,
@@ -214,7 +220,8 @@ class _Remote:
         size = os.path.getsize(path)
         if size > _JSON_MAX_BYTES:
             raise ValueError(f"{self.repo_id}: {filename} is {size} bytes, above {_JSON_MAX_BYTES}")
-        self.fetched += size
+        if not was_cached:
+            self.fetched += size
         with open(path, "rb") as f:
             return _parse_json(f.read(), f"{self.repo_id}: {filename} is not valid JSON")
 

@@ -218,15 +218,7 @@ class ProbeReport:
                 "cumulative_share": info.cumulative_share.tolist(),
             },
             "position_properties": (None if self.properties is None else self.properties.to_dict()),
-            "toeplitz": (
-                None
-                if self.toeplitz is None
-                else {
-                    "r2": self.toeplitz.r2,
-                    "offsets": self.toeplitz.offsets.tolist(),
-                    "diagonal_means": self.toeplitz.diagonal_means.tolist(),
-                }
-            ),
+            "toeplitz": None if self.toeplitz is None else self.toeplitz.to_dict(),
             "locality_symmetry": None if self.locality is None else self.locality.to_dict(),
             "published": [
                 {"embedding": r.embedding, "mae": r.mae, "error_rate": r.error_rate}
@@ -240,9 +232,7 @@ class ProbeReport:
         if self.properties is not None:
             lines.append(self.properties.summary())
         if self.toeplitz is not None:
-            lines.append(
-                f"Wennberg & Henter 2021: Toeplitz share of E @ E.T, R² {self.toeplitz.r2:.3f}."
-            )
+            lines.append(self.toeplitz.summary())
         if self.locality is not None:
             lines.append(self.locality.summary())
         return lines
