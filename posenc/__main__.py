@@ -489,6 +489,8 @@ def _probe_names(args, analyses):
         print()
         print(_paper_table(results))
     if args.plot is not None:
+        if not results:
+            raise _Failure(f"--plot: {args.names[0]} has no position table to draw; not written")
         results[0][1].plot(args.plot)
         print(f"\nplot written to {args.plot}")
     if args.json is not None:

@@ -407,3 +407,12 @@ def test_all_on_a_model_runs_what_applies_and_says_what_it_skipped(saved, text_f
     assert sorted(data["skipped"]) == ["table analyses"]
     assert "rope_usage" in data and "rope_activations" in data and "layer_probe" in data
     assert "absolute_position" not in data
+
+
+def test_plot_of_a_model_without_a_table_is_one_line(saved, tmp_path, capsys):
+    png = tmp_path / "p.png"
+    args = [saved["llama"][0], "--analyses", "all", "--seeds", "1", "--plot", str(png)]
+    assert main(["probe", *args]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(PREFIX) and err.count("\n") == 1 and "has no position table" in err
+    assert not png.exists()
