@@ -16,7 +16,7 @@ import os
 import sys
 from typing import Optional, Sequence, Tuple
 
-from .probe import MAX_POSITIONS
+from .probe import EXTRAS, MAX_POSITIONS
 
 _PROG = "posenc"
 
@@ -41,7 +41,26 @@ bert-base-uncased, org/name@revision; needs huggingface_hub: pip install
 fetched, by HTTP range requests, and cached for offline use.  GPT-2, BERT and
 RoBERTa tables are probed as Wang & Chen did (512 positions: GPT-2 cut to its
 first 512 rows, RoBERTa's two padding-offset rows dropped), and several names
-give one table of the paper's figures side by side with posenc's."""
+give one table of the paper's figures side by side with posenc's.
+
+--analyses chooses what runs (comma-separated; default: paper):
+  paper             Wang & Chen's probes (absolute position, relative order,
+                    cosine map, informativeness), beside the published rows
+  properties        Wang et al. 2021: monotonicity, translation invariance,
+                    symmetry of the table's dot product
+  toeplitz          Wennberg & Henter 2021: Toeplitz share of E @ E.T
+  locality          Chen et al. 2023: locality and symmetry of the attention
+                    softmax(E E^T / sqrt(dim)) the positions alone give
+  rope_usage        Barbero et al. 2025: the norm of each rotary pair's q_proj
+                    rows per layer and head, read layer by layer (a Hub model:
+                    only those rows are fetched); a RoPE model NAME
+  layer_probe       the absolute-position probe on each layer's hidden states
+  skip_perplexity   the skip-position attack: perplexity with position ids i*k
+                    (k = 1, 2, 4; a masked LM's pseudo-perplexity)
+  rope_activations  the norm of each rotary pair of the queries and keys
+  all               every analysis that applies to the NAME given
+The last three run the model (transformers, with its tokenizer) on the text
+of --text FILE; with a Hub NAME, transformers downloads the model."""
 
 
 def _build_parser():
@@ -89,6 +108,18 @@ def _build_parser():
         ".svg, ...: those matplotlib writes; PNG without one); checked before the probes run",
     )
     probe.add_argument("--json", metavar="FILE", help="write the figures to this JSON file")
+    probe.add_argument(
+        "--analyses",
+        metavar="LIST",
+        default="paper",
+        help="comma-separated analyses to run (see above; default: paper)",
+    )
+    probe.add_argument(
+        "--text",
+        metavar="FILE",
+        help="a UTF-8 text file the model is run on, for layer_probe, skip_perplexity and "
+        "rope_activations",
+    )
     probe.add_argument(
         "--no-progress", action="store_true", help="no progress bar on stderr while probing"
     )
@@ -198,7 +229,173 @@ def _paper_table(results):
     return "\n".join(lines)
 
 
-def _probe_names(args):
+#: What --analyses may name, in the order they run and print.
+ANALYSES: Tuple[str, ...] = (
+    "paper",
+    "properties",
+    "toeplitz",
+    "locality",
+    "rope_usage",
+    "layer_probe",
+    "skip_perplexity",
+    "rope_activations",
+)
+_TABLE_ANALYSES = ("paper", "properties", "toeplitz", "locality")
+_TEXT_ANALYSES = ("layer_probe", "skip_perplexity", "rope_activations")
+_MODEL_ANALYSES = ("rope_usage",) + _TEXT_ANALYSES
+#: The skip factors of skip_perplexity.
+_KS = (1, 2, 4)
+#: The most tokens of --text a model is run on.
+_MAX_TOKENS = 512
+
+
+def _analyses(text):
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    if not names:
+        raise _Failure("--analyses: name at least one analysis")
+    if "all" in names:
+        return ANALYSES
+    unknown = [n for n in names if n not in ANALYSES]
+    if unknown:
+        raise _Failure(
+            f"--analyses: unknown analysis {unknown[0]!r}; choose from {', '.join(ANALYSES)} or all"
+        )
+    return tuple(n for n in ANALYSES if n in names)
+
+
+def _check_analyses(args, analyses):
+    """What the chosen analyses need, checked before anything runs."""
+    model_ones = [a for a in analyses if a in _MODEL_ANALYSES]
+    if model_ones and (not args.names or args.source is not None) and args.analyses != "all":
+        raise _Failure(
+            f"--analyses {model_ones[0]} needs a model NAME (a model directory or a Hub model), "
+            "not --source or the built-in sinusoid"
+        )
+    text_ones = [a for a in analyses if a in _TEXT_ANALYSES]
+    if text_ones and args.text is None and args.analyses != "all":
+        raise _Failure(f"--analyses {text_ones[0]} needs --text FILE (the text the model reads)")
+    if args.text is not None and not text_ones:
+        raise _Failure(
+            "--text is read by the analyses layer_probe, skip_perplexity and rope_activations; "
+            "name one in --analyses"
+        )
+    if args.text is not None and (not args.names or args.source is not None):
+        raise _Failure("--text is read by a model: give a model NAME, not --source or no NAME")
+    if args.plot is not None and "paper" not in analyses:
+        raise _Failure("--plot draws the paper's probes: add paper to --analyses")
+
+
+def _applicable(args, analyses):
+    """``all`` runs what applies: the table analyses, and the model ones for a
+    NAME (those reading a text only with --text)."""
+    if args.analyses != "all":
+        return analyses
+    out = tuple(a for a in analyses if a in _TABLE_ANALYSES)
+    if args.names and args.source is None:
+        out += ("rope_usage",)
+        if args.text is not None:
+            out += _TEXT_ANALYSES
+    return out
+
+
+def _read_text(path):
+    if not os.path.isfile(path):
+        raise _Failure(f"--text: no such file: {path}")
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read(1 << 20)
+    except UnicodeDecodeError as exc:
+        raise _Failure(f"--text: {path} is not UTF-8 text ({exc.reason})") from exc
+    if not text.strip():
+        raise _Failure(f"--text: {path} holds no text")
+    return text
+
+
+def _language_model(name):
+    """``(model, tokenizer, mask_token_id)`` of a NAME, by transformers: a
+    masked LM where the checkpoint is one (or a bare encoder whose tokenizer
+    has a mask token), else a causal LM."""
+    from .probe.analyses import _require
+
+    transformers = _require("transformers", "--analyses with --text")
+    _require("torch", "--analyses with --text")
+    tokenizer = transformers.AutoTokenizer.from_pretrained(name)
+    config = transformers.AutoConfig.from_pretrained(name)
+    archs = tuple(getattr(config, "architectures", None) or ())
+    masked = any(a.endswith("ForMaskedLM") for a in archs) or (
+        not any(a.endswith(("ForCausalLM", "LMHeadModel")) for a in archs)
+        and getattr(tokenizer, "mask_token_id", None) is not None
+    )
+    auto = transformers.AutoModelForMaskedLM if masked else transformers.AutoModelForCausalLM
+    model = auto.from_pretrained(name).eval()
+    return model, tokenizer, (tokenizer.mask_token_id if masked else None)
+
+
+def _token_ids(tokenizer, text, limit):
+    ids = tokenizer(text, add_special_tokens=True)["input_ids"]
+    if len(ids) < 5:
+        raise _Failure(f"--text: {len(ids)} tokens; the analyses need at least 5")
+    return ids[:limit]
+
+
+def _run_text_analyses(name, analyses, text, out, entry, skipped=None):
+    """The analyses of a model run on `text`; with `skipped` (a dict), one
+    that does not apply to the model (rope_activations of a model without
+    RoPE) is recorded there instead of stopping the run."""
+    from . import probe
+    from .probe.forward import _max_positions
+
+    model, tokenizer, mask = _language_model(name)
+    limit = min(_max_positions(model) or _MAX_TOKENS, _MAX_TOKENS)
+    ids = _token_ids(tokenizer, text, limit)
+    out.append(f"--text: {len(ids)} tokens (at most {limit}) read by {type(model).__name__}")
+    if "layer_probe" in analyses:
+        r = probe.layer_position_probe(model, ids, seeds=3)
+        maes = ", ".join(f"{m:.2f}" for m in r.mae)
+        out.append(f"Position through the layers (absolute MAE, layer 0 = embeddings): {maes}.")
+        entry["layer_probe"] = r.to_dict()
+    if "skip_perplexity" in analyses:
+        table = _max_positions(model)
+        short = ids if table is None else ids[: (table - 1) // max(_KS) + 1]
+        r = probe.skip_position_perplexity(model, short, ks=_KS, mask_token_id=mask)
+        what = "pseudo-perplexity" if r.pseudo else "perplexity"
+        figures = ", ".join(f"k={k}: {p:.3f}" for k, p in r.perplexity.items())
+        out.append(f"Skip-position attack ({what}, {r.n_tokens} tokens, ids i*k): {figures}.")
+        entry["skip_perplexity"] = r.to_dict()
+    if "rope_activations" in analyses:
+        try:
+            r = probe.rope_activation_usage(model, ids)
+        except ValueError as exc:
+            if skipped is None:
+                raise
+            skipped["rope_activations"] = _one_line(exc)
+        else:
+            out.append(r.queries.summary())
+            out.append(r.keys.summary())
+            entry["rope_activations"] = r.to_dict()
+
+
+def _table_extras(table, analyses, entry):
+    """The table analyses run without the paper's probes: their sentences."""
+    from . import probe
+
+    lines = []
+    if "properties" in analyses:
+        r = probe.position_properties(table)
+        lines.append(r.summary())
+        entry["position_properties"] = r.to_dict()
+    if "toeplitz" in analyses:
+        r = probe.toeplitz_fit(table @ table.T)
+        lines.append(r.summary())
+        entry["toeplitz"] = r.to_dict()
+    if "locality" in analyses:
+        r = probe.attention_locality_symmetry(probe.position_attention(table))
+        lines.append(r.summary())
+        entry["locality_symmetry"] = r.to_dict()
+    return lines
+
+
+def _probe_names(args, analyses):
     from . import probe
 
     if args.source is not None:
@@ -213,28 +410,68 @@ def _probe_names(args):
                     _check_not_source(path, what, name)
     if args.plot is not None:
         _check_plot_format(args.plot)
+    text = _read_text(args.text) if args.text is not None else None
+    tables = any(a in _TABLE_ANALYSES for a in analyses)
+    lenient = args.analyses == "all"  # what does not apply to a NAME is skipped, said why
     loaded = []
     for name in args.names:
-        try:
-            table, where, key, paper, note, got = _load_named(name, args.key)
-            table = probe._table(
-                table, f"the table in {where}", min_rows=5, max_rows=probe.MAX_POSITIONS
-            )
-        except probe._TooManyPositions as exc:
-            raise _Failure(f"{exc} (numpy.save the slice to a .npy file and probe that)") from exc
-        loaded.append((name, table, where, key, paper, note, got))
+        got, skipped = None, {}
+        table, where, key, paper, note = None, name, None, None, ""
+        if tables:
+            try:
+                table, where, key, paper, note, got = _load_named(name, args.key)
+                table = probe._table(
+                    table, f"the table in {where}", min_rows=5, max_rows=probe.MAX_POSITIONS
+                )
+            except probe._TooManyPositions as exc:
+                raise _Failure(
+                    f"{exc} (numpy.save the slice to a .npy file and probe that)"
+                ) from exc
+            except ValueError as exc:
+                if not lenient:
+                    raise
+                table, where, key, paper, note, got = None, name, None, None, "", None
+                skipped["table analyses"] = _one_line(exc)
+        loaded.append((name, table, where, key, paper, note, got, skipped))
     results, data = [], []
-    for name, table, where, key, paper, note, got in loaded:
+    extras = tuple(a for a in analyses if a in EXTRAS)
+    for name, table, where, key, paper, note, got, skipped in loaded:
         label = args.name or name
-        result = probe.report(table, name=label, seeds=args.seeds, progress=not args.no_progress)
+        entry = {"name": label, "analyses": list(analyses), "skipped": skipped}
         print(f"{label}: {where}" + (f"; {note}" if note else ""))
         print()
-        print(result.to_markdown(published=False))
-        if result.properties is not None:
-            print(result.properties.summary())
+        if "paper" in analyses and table is not None:
+            result = probe.report(
+                table, name=label, seeds=args.seeds, progress=not args.no_progress, extras=extras
+            )
+            print(result.to_markdown(published=False))
+            lines = result.summaries()
+            results.append((label, result, paper, note))
+            entry.update(result.to_dict())
+        elif table is not None:
+            lines = _table_extras(table, analyses, entry)
+        else:
+            lines = []
+        lines = list(lines)
+        if "rope_usage" in analyses:
+            try:
+                usage = probe.rope_frequency_usage_from_checkpoint(name)
+            except ValueError as exc:
+                if not lenient:
+                    raise
+                skipped["rope_usage"] = _one_line(exc)
+            else:
+                fetched = usage.bytes_fetched
+                lines.append(
+                    usage.summary() + ("" if fetched is None else f" ({fetched:,} bytes fetched)")
+                )
+                entry["rope_usage"] = usage.to_dict()
+        if text is not None:
+            _run_text_analyses(name, analyses, text, lines, entry, skipped if lenient else None)
+        lines += [f"{what}: skipped, {why}" for what, why in skipped.items()]
+        for line in lines:
+            print(line)
         print()
-        results.append((label, result, paper, note))
-        entry = result.to_dict()
         entry.update(source=name, key=key, published_row=paper, rows_note=note)
         if got is not None:
             entry.update(
@@ -247,10 +484,13 @@ def _probe_names(args):
                 from_cache=got.from_cache,
             )
         data.append(entry)
-    print("Wang & Chen (2020), Tables 1 and 2, beside posenc:")
-    print()
-    print(_paper_table(results))
+    if results:
+        print("Wang & Chen (2020), Tables 1 and 2, beside posenc:")
+        print()
+        print(_paper_table(results))
     if args.plot is not None:
+        if not results:
+            raise _Failure(f"--plot: {args.names[0]} has no position table to draw; not written")
         results[0][1].plot(args.plot)
         print(f"\nplot written to {args.plot}")
     if args.json is not None:
@@ -266,8 +506,11 @@ def _probe(args):
 
     if args.seeds < 1:
         raise _Failure(f"--seeds must be >= 1, got {args.seeds}")
+    analyses = _analyses(args.analyses)
+    _check_analyses(args, analyses)
+    analyses = _applicable(args, analyses)
     if args.names:
-        return _probe_names(args)
+        return _probe_names(args, analyses)
     if args.key is not None and args.source is None:
         raise _Failure("--key needs --source")
     for path, what in ((args.plot, "--plot"), (args.json, "--json")):
@@ -296,17 +539,25 @@ def _probe(args):
     except probe._TooManyPositions as exc:
         raise _Failure(f"{exc} (numpy.save the slice to a .npy file and probe that)") from exc
 
-    result = probe.report(table, name=name, seeds=args.seeds, progress=not args.no_progress)
     print(f"{name}: {where}")
     print()
-    print(result.to_markdown())
-    if result.properties is not None:
-        print(result.properties.summary())
+    data = {"name": name, "analyses": list(analyses)}
+    if "paper" in analyses:
+        extras = tuple(a for a in analyses if a in EXTRAS)
+        result = probe.report(
+            table, name=name, seeds=args.seeds, progress=not args.no_progress, extras=extras
+        )
+        print(result.to_markdown())
+        lines = result.summaries()
+        data.update(result.to_dict())
+    else:
+        lines = _table_extras(table, analyses, data)
+    for line in lines:
+        print(line)
     if args.plot is not None:
         result.plot(args.plot)
         print(f"\nplot written to {args.plot}")
     if args.json is not None:
-        data = result.to_dict()
         data["source"] = args.source
         data["key"] = key
         with open(args.json, "w", encoding="utf-8") as f:

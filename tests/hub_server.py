@@ -15,6 +15,7 @@ import hashlib
 import json
 import re
 import threading
+import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Dict, List, Optional
@@ -41,13 +42,23 @@ class Request:
     method: str
     path: str
     range: Optional[str]
-    sent: int  # bytes of body
+    sent: Optional[int]  # bytes of body; -1: the client hung up; None: still being sent
 
 
 @dataclass
 class HubServer:
     repos: Dict[str, Repo] = field(default_factory=dict)
-    log: List[Request] = field(default_factory=list)
+    requests: List[Request] = field(default_factory=list)
+
+    @property
+    def log(self) -> List[Request]:
+        """Every request so far, once each body has been sent (or refused):
+        a request is logged before its body goes out, so that a client that
+        has read the body finds it here."""
+        deadline = time.monotonic() + 30
+        while any(r.sent is None for r in self.requests) and time.monotonic() < deadline:
+            time.sleep(0.005)
+        return self.requests
 
     def start(self):
         handler = _handler(self)
@@ -96,6 +107,8 @@ def _handler(server: HubServer):
             if "Content-Length" not in (headers or {}):
                 self.send_header("Content-Length", str(len(body)))
             self.end_headers()
+            request = Request(self.command, self.path, self.headers.get("Range"), None)
+            server.requests.append(request)  # before the body: see HubServer.log
             sent = 0
             if not head:
                 try:
@@ -104,7 +117,7 @@ def _handler(server: HubServer):
                 except (BrokenPipeError, ConnectionResetError):
                     sent = -1  # the client hung up before the body was read
                     self.close_connection = True
-            server.log.append(Request(self.command, self.path, self.headers.get("Range"), sent))
+            request.sent = sent
 
         def _error(self, status, code, head=False):
             body = json.dumps({"error": code}).encode()

@@ -224,3 +224,195 @@ def test_help_states_the_row_bound():
     text = " ".join(result.stdout.split())
     assert f"Tables of up to {probe.MAX_POSITIONS} positions (rows)" in text
     assert f"(at most {probe.MAX_POSITIONS} rows)" in text
+
+
+# ---------------------------------------------------------------- --analyses and --text
+
+TEXT = "the quick brown fox jumps over the lazy dog . " * 3
+WORDS = ["[UNK]", "[MASK]", "the", "quick", "brown", "fox", "jumps", "over", "lazy", "dog", "."]
+
+
+def _save_with_tokenizer(model, folder):
+    """save_pretrained, and a word-level tokenizer of WORDS beside it."""
+    transformers = pytest.importorskip("transformers")
+    tokenizers = pytest.importorskip("tokenizers")
+    vocab = {w: i for i, w in enumerate(WORDS)}
+    tok = tokenizers.Tokenizer(tokenizers.models.WordLevel(vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = tokenizers.pre_tokenizers.WhitespaceSplit()
+    fast = transformers.PreTrainedTokenizerFast(
+        tokenizer_object=tok, unk_token="[UNK]", mask_token="[MASK]"
+    )
+    model.save_pretrained(folder)
+    fast.save_pretrained(folder)
+    return str(folder)
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    """Tiny models saved with a tokenizer: ``{name: (folder, model)}``."""
+    import tiny_models
+
+    root = tmp_path_factory.mktemp("lm")
+    made = {
+        "gpt2": tiny_models.gpt2(vocab_size=len(WORDS)),
+        "bert": tiny_models.bert("BertForMaskedLM", vocab_size=len(WORDS)),
+        "llama": tiny_models.llama(vocab_size=len(WORDS)),
+    }
+    return {name: (_save_with_tokenizer(m, root / name), m) for name, m in made.items()}
+
+
+@pytest.fixture(scope="module")
+def text_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("text") / "text.txt"
+    path.write_text(TEXT, encoding="utf-8")
+    return str(path)
+
+
+def _ids(n=None):
+    ids = [WORDS.index(w) for w in TEXT.split()]
+    return ids if n is None else ids[:n]
+
+
+def test_default_analyses_are_the_papers(small_npy, tmp_path, capsys):
+    js = tmp_path / "p.json"
+    assert main(["probe", "--source", str(small_npy), "--seeds", "1", "--json", str(js)]) == 0
+    out = capsys.readouterr().out
+    assert "| embedding | absolute MAE | order error |" in out and "Chen et al." not in out
+    data = json.loads(js.read_text())
+    assert data["analyses"] == ["paper"] and data["locality_symmetry"] is None
+
+
+def test_analyses_without_the_paper_run_only_what_is_named(small_npy, tmp_path, capsys):
+    from posenc import probe
+
+    js = tmp_path / "p.json"
+    args = ["--source", str(small_npy), "--analyses", "locality,toeplitz", "--json", str(js)]
+    assert main(["probe", *args]) == 0
+    out = capsys.readouterr().out
+    assert "| embedding |" not in out and "Wang et al." not in out
+    E = np.load(small_npy).astype(np.float64)
+    loc = probe.attention_locality_symmetry(probe.position_attention(E))
+    assert loc.summary() in out
+    data = json.loads(js.read_text())
+    assert data["analyses"] == ["toeplitz", "locality"] and "absolute_position" not in data
+    assert data["locality_symmetry"]["locality"] == loc.locality
+    assert data["toeplitz"]["r2"] == probe.toeplitz_fit(E @ E.T).r2
+
+
+def test_all_on_a_table_runs_every_table_analysis(small_npy, tmp_path, capsys):
+    js = tmp_path / "p.json"
+    args = ["--source", str(small_npy), "--seeds", "1", "--analyses", "all", "--json", str(js)]
+    assert main(["probe", *args]) == 0
+    data = json.loads(js.read_text())
+    assert data["analyses"] == ["paper", "properties", "toeplitz", "locality"]
+    for key in ("absolute_position", "position_properties", "toeplitz", "locality_symmetry"):
+        assert data[key] is not None, key
+    out = capsys.readouterr().out
+    assert "Wang et al. 2021" in out and "Wennberg & Henter" in out and "Chen et al." in out
+
+
+def test_rope_usage_of_a_saved_llama(saved, tmp_path, capsys):
+    from posenc import probe
+
+    folder, model = saved["llama"]
+    js = tmp_path / "r.json"
+    assert main(["probe", folder, "--analyses", "rope_usage", "--json", str(js)]) == 0
+    weights = [layer.self_attn.q_proj.weight.detach().numpy() for layer in model.model.layers]
+    expected = probe.rope_frequency_usage(weights, 4, base=500000.0)
+    data = json.loads(js.read_text())
+    np.testing.assert_array_equal(np.array(data["rope_usage"]["usage"]), expected.usage)
+    np.testing.assert_allclose(data["rope_usage"]["frequencies"], expected.frequencies)
+    assert "RoPE frequency usage (q_proj weight rows, 2 layers x 4 heads x 4 pairs)" in (
+        capsys.readouterr().out
+    )
+
+
+def test_text_analyses_of_a_causal_lm(saved, text_file, tmp_path, capsys):
+    from posenc import probe
+
+    folder, model = saved["gpt2"]
+    js = tmp_path / "t.json"
+    args = ["--analyses", "layer_probe,skip_perplexity", "--text", text_file, "--json", str(js)]
+    assert main(["probe", folder, *args]) == 0
+    out = capsys.readouterr().out
+    data = json.loads(js.read_text())
+    ids = _ids()
+    layers = probe.layer_position_probe(model, ids, seeds=3)
+    np.testing.assert_allclose(data["layer_probe"]["mae"], layers.mae, atol=1e-12)
+    skip = probe.skip_position_perplexity(model, _ids(16), ks=(1, 2, 4))  # (64 - 1) // 4 + 1
+    assert data["skip_perplexity"]["perplexity"] == {str(k): p for k, p in skip.perplexity.items()}
+    assert not data["skip_perplexity"]["pseudo"] and data["skip_perplexity"]["n_tokens"] == 16
+    assert f"--text: {len(ids)} tokens" in out and "Skip-position attack (perplexity" in out
+
+
+def test_text_analyses_of_a_masked_lm_give_the_pseudo_perplexity(saved, text_file, tmp_path):
+    from posenc import probe
+
+    folder, model = saved["bert"]
+    js = tmp_path / "t.json"
+    args = ["--analyses", "skip_perplexity", "--text", text_file, "--json", str(js)]
+    assert main(["probe", folder, *args]) == 0
+    data = json.loads(js.read_text())["skip_perplexity"]
+    skip = probe.skip_position_perplexity(model, _ids(12), ks=(1, 2, 4), mask_token_id=1)
+    assert data["pseudo"] and data["perplexity"] == {str(k): p for k, p in skip.perplexity.items()}
+
+
+def test_rope_activations_of_a_llama(saved, text_file, tmp_path, capsys):
+    from posenc import probe
+
+    folder, model = saved["llama"]
+    js = tmp_path / "t.json"
+    args = ["--analyses", "rope_activations", "--text", text_file, "--json", str(js)]
+    assert main(["probe", folder, *args]) == 0
+    data = json.loads(js.read_text())["rope_activations"]
+    expected = probe.rope_activation_usage(model, _ids())
+    np.testing.assert_allclose(data["queries"]["usage"], expected.queries.usage, rtol=1e-12)
+    np.testing.assert_allclose(data["keys"]["usage"], expected.keys.usage, rtol=1e-12)
+    assert "RoPE frequency usage (keys, 2 layers x 2 heads x 4 pairs)" in capsys.readouterr().out
+
+
+def test_analyses_that_cannot_run_are_refused_before_anything_runs(
+    small_npy, saved, text_file, tmp_path, capsys
+):
+    folder = saved["gpt2"][0]
+    cases = [
+        (["--analyses", "nope"], "--analyses: unknown analysis 'nope'"),
+        (["--analyses", ","], "--analyses: name at least one analysis"),
+        (["--analyses", "rope_usage"], "--analyses rope_usage needs a model NAME"),
+        (["--source", str(small_npy), "--analyses", "layer_probe"], "needs a model NAME"),
+        ([folder, "--analyses", "layer_probe"], "--analyses layer_probe needs --text FILE"),
+        ([folder, "--text", text_file], "--text is read by the analyses layer_probe"),
+        ([folder, "--analyses", "locality", "--plot", "x.png"], "add paper to --analyses"),
+        ([folder, "--analyses", "layer_probe", "--text", "no.txt"], "--text: no such file"),
+        (["--analyses", "all", "--text", text_file], "--text is read by a model"),
+    ]
+    for args, words in cases:
+        assert main(["probe", *args]) == 1, args
+        out, err = capsys.readouterr()
+        assert out == "" and err.startswith(PREFIX) and err.count("\n") == 1, (args, err)
+        assert words in err, (args, err)
+
+
+def test_all_on_a_model_runs_what_applies_and_says_what_it_skipped(saved, text_file, tmp_path):
+    js = tmp_path / "all.json"
+    args = ["--analyses", "all", "--text", text_file, "--seeds", "1", "--no-progress"]
+    assert main(["probe", saved["gpt2"][0], *args, "--json", str(js)]) == 0
+    data = json.loads(js.read_text())  # learned positions: a table, no rotation
+    assert data["absolute_position"] is not None and data["locality_symmetry"] is not None
+    assert "layer_probe" in data and "skip_perplexity" in data
+    assert sorted(data["skipped"]) == ["rope_activations", "rope_usage"]
+    assert "no q_proj weights" in data["skipped"]["rope_usage"]
+    assert main(["probe", saved["llama"][0], *args, "--json", str(js)]) == 0
+    data = json.loads(js.read_text())  # a rotation, no table
+    assert sorted(data["skipped"]) == ["table analyses"]
+    assert "rope_usage" in data and "rope_activations" in data and "layer_probe" in data
+    assert "absolute_position" not in data
+
+
+def test_plot_of_a_model_without_a_table_is_one_line(saved, tmp_path, capsys):
+    png = tmp_path / "p.png"
+    args = [saved["llama"][0], "--analyses", "all", "--seeds", "1", "--plot", str(png)]
+    assert main(["probe", *args]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(PREFIX) and err.count("\n") == 1 and "has no position table" in err
+    assert not png.exists()

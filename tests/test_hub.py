@@ -16,6 +16,7 @@ import sys
 
 import numpy as np
 import pytest
+import tiny_models
 from hub_server import HubServer, Repo
 from optional import require
 
@@ -40,43 +41,37 @@ def _folder_files(folder):
 def models(tmp_path_factory):
     """Tiny transformers models, saved with save_pretrained: ``{name: (files, model)}``."""
     require("huggingface_hub")
-    require("torch")
-    transformers = require("transformers")
-    import torch
+    torch = require("torch")
 
-    torch.manual_seed(0)
+    torch.manual_seed(0)  # the models are made in this order, each from this one stream
     root = tmp_path_factory.mktemp("models")
     made = {}
-    small = dict(hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32)
     specs = {
         "gpt2": (
-            transformers.GPT2LMHeadModel,
-            transformers.GPT2Config(n_positions=520, n_embd=8, n_layer=1, n_head=2, vocab_size=40),
+            lambda: tiny_models.gpt2(
+                seed=None, n_positions=520, n_embd=8, n_layer=1, vocab_size=40
+            ),
             {},
         ),
         "bert-base-uncased": (
-            transformers.BertModel,
-            transformers.BertConfig(vocab_size=40, max_position_embeddings=64, **small),
+            lambda: tiny_models.bert(seed=None, vocab_size=40, max_position_embeddings=64),
             {},
         ),
-        "FacebookAI/roberta-base": (
-            transformers.RobertaModel,
-            transformers.RobertaConfig(vocab_size=40, max_position_embeddings=66, **small),
-            {},
-        ),
+        "FacebookAI/roberta-base": (lambda: tiny_models.roberta(seed=None), {}),
         "org/tiny-llama": (
-            transformers.LlamaForCausalLM,
-            transformers.LlamaConfig(vocab_size=40, **small),
+            lambda: tiny_models.llama(seed=None, **tiny_models.SMALL, num_key_value_heads=2),
             {},
         ),
         "org/sharded-bert": (
-            transformers.BertModel,
-            transformers.BertConfig(vocab_size=40, max_position_embeddings=48, **small),
+            lambda: tiny_models.bert(seed=None, vocab_size=40, max_position_embeddings=48),
             {"max_shard_size": "8KB"},
         ),
+        # the RoPE models read layer by layer: 2 layers, 4 query and 2 key heads of 8
+        "org/llama-2l": (lambda: tiny_models.llama(seed=None), {}),
+        "org/llama-2l-sharded": (lambda: tiny_models.llama(seed=None), {"max_shard_size": "8KB"}),
     }
-    for name, (cls, config, kwargs) in specs.items():
-        model = cls(config).eval()
+    for name, (make, kwargs) in specs.items():
+        model = make()
         folder = root / name.replace("/", "--")
         model.save_pretrained(folder, **kwargs)
         made[name] = (_folder_files(folder), model)
@@ -167,6 +162,60 @@ def test_a_sharded_checkpoint_is_followed_through_its_index(hub, models):
     n = _header_length(files[shard])
     sent = sum(r.sent for r in _file_requests(hub, "org/sharded-bert", shard))
     assert sent == 8 + n + E.nbytes
+
+
+def _q_proj(model):
+    return [layer.self_attn.q_proj.weight.detach().numpy() for layer in model.model.layers]
+
+
+def test_rope_usage_fetches_only_the_q_proj_rows_of_each_layer(hub, models):
+    files, model = models["org/llama-2l"]
+    r = probe.rope_frequency_usage_from_checkpoint("org/llama-2l")
+    expected = probe.rope_frequency_usage(_q_proj(model), 4)  # the weights in memory
+    np.testing.assert_array_equal(r.usage, expected.usage)
+    assert r.usage.shape == (2, 4, 4) and r.layout == "half"
+    np.testing.assert_allclose(r.frequencies, 500000.0 ** (-np.arange(4) / 4), rtol=1e-15)
+    data = files["model.safetensors"]
+    n = _header_length(data)
+    header = json.loads(data[8 : 8 + n])
+    spans = [header[f"model.layers.{i}.self_attn.q_proj.weight"]["data_offsets"] for i in (0, 1)]
+    ranges = [r.range for r in _file_requests(hub, "org/llama-2l", "model.safetensors")]
+    assert ranges == [
+        "bytes=0-7",
+        f"bytes=8-{8 + n - 1}",
+        *(f"bytes={8 + n + b}-{8 + n + e - 1}" for b, e in spans),
+    ]
+    sent = sum(r.sent for r in _file_requests(hub, "org/llama-2l", "model.safetensors"))
+    assert sent == 8 + n + 2 * (32 * 32 * 4)  # the header and two 32 x 32 float32 weights
+    assert r.bytes_fetched == hub.ranged_bytes("org/llama-2l")  # config.json besides
+
+
+def test_rope_usage_of_the_keys_and_of_a_sharded_checkpoint(hub, models):
+    files, model = models["org/llama-2l-sharded"]
+    index = json.loads(files["model.safetensors.index.json"])["weight_map"]
+    keys = [f"model.layers.{i}.self_attn.k_proj.weight" for i in (0, 1)]
+    assert len(set(index.values())) > 1  # really sharded
+    r = probe.rope_frequency_usage_from_checkpoint("org/llama-2l-sharded", projection="k")
+    weights = [layer.self_attn.k_proj.weight.detach().numpy() for layer in model.model.layers]
+    np.testing.assert_array_equal(r.usage, probe.rope_frequency_usage(weights, 2).usage)
+    touched = {q.path.rsplit("/", 1)[1] for q in hub.log if "/resolve/" in q.path}
+    assert touched == {"model.safetensors.index.json", "config.json"} | {index[k] for k in keys}
+    weight_bytes = sum(
+        q.sent for q in hub.log if q.range and not q.range.startswith(("bytes=0-7", "bytes=8-"))
+    )
+    assert weight_bytes == 2 * (16 * 32 * 4)  # two 16 x 32 float32 k_proj weights
+
+
+def test_bytes_fetched_leave_out_what_huggingface_hub_had_cached(hub):
+    probe.rope_frequency_usage_from_checkpoint("org/llama-2l")  # config.json now cached
+    before = hub.ranged_bytes("org/llama-2l")
+    r = probe.rope_frequency_usage_from_checkpoint("org/llama-2l", projection="k")
+    assert r.bytes_fetched == hub.ranged_bytes("org/llama-2l") - before
+
+
+def test_rope_usage_refuses_a_model_without_per_layer_projections(hub):
+    with pytest.raises(ValueError, match="no q_proj weights"):
+        probe.rope_frequency_usage_from_checkpoint(MINILM)
 
 
 def test_a_revision_is_honoured(hub, models):
@@ -300,6 +349,18 @@ def test_cli_prints_the_papers_table_for_the_emulated_models(hub, models, capsys
     assert [d["published_row"] for d in data] == ["GPT-2", "BERT", "RoBERTa"]
     assert data[0]["n_positions"] == 512 and data[2]["n_positions"] == 64
     assert all(d["bytes_fetched"] > 0 and not d["from_cache"] for d in data)
+
+
+def test_cli_rope_usage_of_a_hub_model_fetches_the_q_proj_rows(hub, models, capsys, tmp_path):
+    js = tmp_path / "r.json"
+    assert main(["probe", "org/llama-2l", "--analyses", "rope_usage", "--json", str(js)]) == 0
+    out = capsys.readouterr().out
+    data = json.loads(js.read_text())
+    expected = probe.rope_frequency_usage(_q_proj(models["org/llama-2l"][1]), 4)
+    np.testing.assert_array_equal(np.array(data["rope_usage"]["usage"]), expected.usage)
+    assert data["rope_usage"]["bytes_fetched"] == hub.ranged_bytes("org/llama-2l")
+    assert f"({hub.ranged_bytes():,} bytes fetched)" in out
+    assert not any("position" in r.path for r in hub.log)  # no table looked for
 
 
 def test_cli_of_minilm_says_the_bytes_fetched(hub, capsys):

@@ -538,3 +538,18 @@ def test_load_errors_list_the_keys_seen_and_name_the_problem(tmp_path, rng):
         probe.load_position_embeddings(3.5)
     with pytest.raises(ValueError, match="no .safetensors, .bin, .pt or .pth file"):
         probe.load_position_embeddings((tmp_path / "empty").mkdir() or tmp_path / "empty")
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+def test_report_seeds_on_threads_give_the_figures_of_one_seed_at_a_time(monkeypatch, threads):
+    import posenc
+
+    monkeypatch.setattr(posenc, "get_num_threads", lambda: threads)
+    E = np.cumsum(np.random.default_rng(3).standard_normal((60, 12)), axis=0)
+    r = probe.report(E, seeds=4, progress=False, extras=())
+    for seed in range(4):
+        a = probe.absolute_position_regression(E, seed=seed)
+        o = probe.relative_order_classification(E, seed=seed)
+        assert r.absolute[seed].seed == seed and r.order[seed].seed == seed
+        np.testing.assert_array_equal(r.absolute[seed].predictions, a.predictions)
+        np.testing.assert_array_equal(r.order[seed].fold_errors, o.fold_errors)

@@ -6,15 +6,12 @@ import math
 
 import numpy as np
 import pytest
-from optional import require
+import tiny_models
 
 
 @pytest.fixture(scope="module")
 def gpt2():
-    torch, transformers = require("torch"), require("transformers")
-    torch.manual_seed(0)
-    config = transformers.GPT2Config(n_positions=64, n_embd=16, n_layer=2, n_head=2, vocab_size=30)
-    return transformers.GPT2LMHeadModel(config).eval()
+    return tiny_models.gpt2()
 
 
 IDS = [3, 7, 1, 9, 12, 4, 4, 20, 2, 11]
@@ -50,19 +47,11 @@ def test_k_equals_a_model_whose_table_keeps_every_kth_row(gpt2, k):
 
 
 def test_masked_lm_pseudo_perplexity_matches_a_loop_written_out():
-    torch, transformers = require("torch"), require("transformers")
+    import torch
+
     from posenc import probe
 
-    torch.manual_seed(1)
-    config = transformers.BertConfig(
-        vocab_size=30,
-        hidden_size=16,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        intermediate_size=32,
-        max_position_embeddings=48,
-    )
-    model = transformers.BertForMaskedLM(config).eval()
+    model = tiny_models.bert("BertForMaskedLM", seed=1)
     r = probe.skip_position_perplexity(model, IDS, ks=(1, 2), mask_token_id=0)
     for k in (1, 2):
         total = 0.0
@@ -110,3 +99,57 @@ def test_layer_probe_is_the_paper_probe_on_each_layers_hidden_states(gpt2, tmp_p
     assert r.plot(tmp_path / "layers.png") == tmp_path / "layers.png"
     with pytest.raises(ValueError, match="at least 5 tokens"):
         probe.layer_position_probe(gpt2, [1, 2, 3])
+
+
+# ---------------------------------------------------------------- RoPE usage from activations
+
+
+def _pair_norms(x, heads, head_dim):
+    """Mean over tokens of each half-layout pair's norm: (heads, head_dim / 2)."""
+    x = x.reshape(x.shape[0], heads, head_dim).double()
+    a, b = x[..., : head_dim // 2], x[..., head_dim // 2 :]
+    return (a * a + b * b).sqrt().mean(dim=0).numpy()
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen3"])
+def test_rope_activation_usage_is_the_pair_norms_of_each_layers_queries_and_keys(family):
+    import torch
+
+    from posenc import probe
+
+    if family == "llama":
+        model = tiny_models.llama()
+    else:  # its q_norm and k_norm come between the projection and the rotation
+        model = tiny_models.llama("Qwen3ForCausalLM", config="Qwen3Config", head_dim=8)
+    ids = [1, 5, 9, 2, 33, 7, 7, 12]
+    r = probe.rope_activation_usage(model, ids)
+    with torch.no_grad():
+        states = model(input_ids=torch.tensor([ids]), output_hidden_states=True).hidden_states
+        for i, layer in enumerate(model.model.layers):
+            attn, h = layer.self_attn, layer.input_layernorm(states[i][0])
+            q, k = attn.q_proj(h).view(len(ids), 4, 8), attn.k_proj(h).view(len(ids), 2, 8)
+            if family == "qwen3":
+                q, k = attn.q_norm(q), attn.k_norm(k)
+            np.testing.assert_allclose(r.queries.usage[i], _pair_norms(q, 4, 8), rtol=1e-6)
+            np.testing.assert_allclose(r.keys.usage[i], _pair_norms(k, 2, 8), rtol=1e-6)
+    assert r.queries.usage.shape == (2, 4, 4) and r.keys.usage.shape == (2, 2, 4)
+    np.testing.assert_allclose(r.queries.frequencies, 500000.0 ** (-np.arange(4) / 4))
+    assert r.n_tokens == len(ids)
+
+
+def test_rope_activation_usage_leaves_the_model_as_it_was(tmp_path):
+    import torch
+    from transformers.models.llama import modeling_llama
+
+    from posenc import probe
+
+    model = tiny_models.llama()
+    before = modeling_llama.apply_rotary_pos_emb
+    r = probe.rope_activation_usage(model, [1, 2, 3])
+    assert modeling_llama.apply_rotary_pos_emb is before
+    with pytest.raises(ValueError, match="no attention module"):
+        probe.rope_activation_usage(tiny_models.gpt2(), [1, 2, 3])  # learned positions
+    assert modeling_llama.apply_rotary_pos_emb is before
+    pytest.importorskip("matplotlib")
+    assert r.plot(tmp_path / "usage.png").read_bytes().startswith(b"\x89PNG")
+    assert torch.is_grad_enabled()

@@ -133,9 +133,8 @@ def test_the_command_line_prints_the_properties(tmp_path, capsys):
     from posenc.__main__ import main
 
     np.save(tmp_path / "k.npy", _kernel_table(30))
-    assert (
-        main(["probe", "--source", str(tmp_path / "k.npy"), "--seeds", "1", "--no-progress"]) == 0
-    )
+    args = ["--source", str(tmp_path / "k.npy"), "--seeds", "1", "--no-progress"]
+    assert main(["probe", *args, "--analyses", "paper,properties"]) == 0
     out = capsys.readouterr().out
     assert (
         "Wang et al. 2021 properties (|offset| <= 29): monotonicity 1.000 forward, 1.000 "

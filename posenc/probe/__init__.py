@@ -38,7 +38,13 @@ The modules: :mod:`.analyses` (the probes and their result classes),
 :class:`HubError`, :func:`paper_rows`), :mod:`.properties` (Wang et al.'s
 monotonicity, translation invariance and symmetry: :func:`position_properties`;
 Wennberg & Henter's Toeplitz share: :func:`toeplitz_fit`), :mod:`.rope_usage`
-(the rotary frequencies a model's q/k weights use: :func:`rope_frequency_usage`),
+(the rotary frequencies a model uses: from its q/k weights,
+:func:`rope_frequency_usage`, layer by layer from a checkpoint or the Hub,
+:func:`rope_frequency_usage_from_checkpoint`, from a forward pass,
+:func:`rope_activation_usage`),
+:mod:`.locality` (Chen et al.'s locality and symmetry of the attention
+positions alone give: :func:`attention_locality_symmetry`,
+:func:`position_attention`),
 :mod:`.forward` (the skip-position attack through a model:
 :func:`skip_position_perplexity`; position through the layers:
 :func:`layer_position_probe`);
@@ -73,13 +79,27 @@ from .forward import (
     skip_position_perplexity,
 )
 from .hub import PAPER_PROTOCOL, HubError, paper_rows
+from .locality import (
+    SYMMETRY_TOLERANCE,
+    LocalitySymmetry,
+    attention_locality_symmetry,
+    position_attention,
+)
 from .properties import PositionProperties, ToeplitzFit, position_properties, toeplitz_fit
-from .report import PUBLISHED, ProbeReport, PublishedRow, report
+from .report import EXTRAS, PUBLISHED, ProbeReport, PublishedRow, report
 from .report import _plot_format as _plot_format
-from .rope_usage import RopeFrequencyUsage, rope_frequency_usage
+from .rope_usage import (
+    RopeActivationUsage,
+    RopeFrequencyUsage,
+    rope_activation_usage,
+    rope_frequency_usage,
+    rope_frequency_usage_from_checkpoint,
+)
 
 __all__ = [
+    "EXTRAS",
     "HubError",
+    "LocalitySymmetry",
     "MAX_POSITIONS",
     "PAPER_PROTOCOL",
     "PUBLISHED",
@@ -91,21 +111,27 @@ __all__ = [
     "ProbeReport",
     "PublishedRow",
     "RelativeOrderResult",
+    "RopeActivationUsage",
     "RopeFrequencyUsage",
+    "SYMMETRY_TOLERANCE",
     "SkipPerplexity",
     "TERMS",
     "ToeplitzFit",
     "absolute_position_regression",
+    "attention_locality_symmetry",
     "cosine_similarity",
     "informativeness",
     "load_position_embeddings",
     "layer_position_probe",
     "logit_decomposition",
     "paper_rows",
+    "position_attention",
     "position_properties",
     "relative_order_classification",
     "report",
+    "rope_activation_usage",
     "rope_frequency_usage",
+    "rope_frequency_usage_from_checkpoint",
     "rope_long_term_decay",
     "skip_position_perplexity",
     "skip_positions",

@@ -442,7 +442,8 @@ def informativeness(E: ArrayLike, *, center: bool = False) -> Informativeness:
     center = v.flag(center, "center")
     if center:
         table = table - table.mean(axis=0)
-    s = np.linalg.svd(table, compute_uv=False).astype(np.float64, copy=False)
+    with _one_thread():  # as the probes: threads only wait on a matrix this size
+        s = np.linalg.svd(table, compute_uv=False).astype(np.float64, copy=False)
     energy = np.cumsum(s**2)
     if energy[-1] == 0:
         raise ValueError("E is all zeros" + (" after centring" if center else ""))

@@ -201,7 +201,7 @@ class LogitDecomposition:
         the Figure is returned; with one it is written in the format its
         extension names and `path` is returned.
         """
-        from .report import _new_figure, _plot_format
+        from .report import _finish, _new_figure, _plot_format
 
         if head is not None and not (
             isinstance(head, (int, np.integer)) and 0 <= head < self.heads
@@ -246,10 +246,7 @@ class LogitDecomposition:
         ax.set_xlabel("head")
         ax.set_ylabel("Pearson r with the logit")
         ax.set_title("each term's correlation with the logit")
-        if path is None:
-            return fig
-        fig.savefig(os.fspath(path), dpi=dpi, format=fmt)
-        return path
+        return _finish(fig, path, dpi, fmt)
 
 
 def _weights(source: Any) -> Tuple[Dict[str, np.ndarray], Dict[str, Any]]:

@@ -35,6 +35,14 @@ class SkipPerplexity:
     pseudo: bool
     n_tokens: int
 
+    def to_dict(self) -> Dict[str, Any]:
+        """The figures as plain Python values (the skip factors as keys)."""
+        return {
+            "perplexity": {str(k): p for k, p in self.perplexity.items()},
+            "pseudo": self.pseudo,
+            "n_tokens": self.n_tokens,
+        }
+
     def to_markdown(self) -> str:
         what = "pseudo-perplexity" if self.pseudo else "perplexity"
         lines = [f"| position ids | {what} |", "|---|---:|"]
@@ -141,11 +149,18 @@ class LayerPositionProbe:
     mae_std: np.ndarray
     n_tokens: int
 
+    def to_dict(self) -> Dict[str, Any]:
+        """The figures as plain Python values."""
+        return {
+            "mae": self.mae.tolist(),
+            "mae_std": self.mae_std.tolist(),
+            "n_tokens": self.n_tokens,
+        }
+
     def plot(self, path: Optional[Any] = None, *, dpi: float = 110) -> Any:
         """The MAE per layer, with its spread over seeds."""
-        import os
 
-        from .report import _new_figure, _plot_format
+        from .report import _finish, _new_figure, _plot_format
 
         fmt = None if path is None else _plot_format(path)
         fig = _new_figure(figsize=(6, 4), dpi=dpi)
@@ -155,10 +170,7 @@ class LayerPositionProbe:
         ax.set_xlabel("layer (0: embedding output)")
         ax.set_ylabel("absolute position MAE (positions)")
         ax.set_title(f"position through the layers ({self.n_tokens} tokens)")
-        if path is None:
-            return fig
-        fig.savefig(os.fspath(path), dpi=dpi, format=fmt)
-        return path
+        return _finish(fig, path, dpi, fmt)
 
 
 def layer_position_probe(model: Any, input_ids: Any, *, seeds: int = 3) -> LayerPositionProbe:

@@ -204,6 +204,12 @@ class _Remote:
         return self.commit, [s.rfilename for s in (info.siblings or [])]
 
     def json_file(self, filename: str) -> Any:
+        # huggingface_hub keeps the file in its own cache: count its bytes as
+        # fetched only when they were not there already
+        cached = self.hf.try_to_load_from_cache(
+            self.repo_id, filename, cache_dir=self.cache, revision=self.commit
+        )
+        was_cached = isinstance(cached, str) and os.path.isfile(cached)
         path = self.hf.hf_hub_download(
             self.repo_id,
             filename,
@@ -214,7 +220,8 @@ class _Remote:
         size = os.path.getsize(path)
         if size > _JSON_MAX_BYTES:
             raise ValueError(f"{self.repo_id}: {filename} is {size} bytes, above {_JSON_MAX_BYTES}")
-        self.fetched += size
+        if not was_cached:
+            self.fetched += size
         with open(path, "rb") as f:
             return _parse_json(f.read(), f"{self.repo_id}: {filename} is not valid JSON")
 
@@ -491,3 +498,107 @@ def paper_rows(E: Any, model_type: Optional[str]) -> Tuple[Any, Optional[str], s
     if n - skip > count:
         parts.append(f"cut to {count} of {n - skip} rows")
     return rows, published, ", ".join(parts)
+
+
+# ---------------------------------------------------------------- tensors one at a time
+
+
+class HubTensors:
+    """The tensors of a Hub model, read one at a time by range requests.
+
+    Opening it fetches the repository's file list, ``config.json`` and the
+    safetensors headers (two range requests a file); :meth:`read` then fetches
+    one tensor's bytes (one range request), so that a caller can go through
+    the layers without holding more than one weight, nor downloading what it
+    does not read.  Nothing is cached: every read needs the network.
+
+    Attributes
+    ----------
+    repo_id, revision, commit : str
+    config : dict
+        ``config.json`` (empty when the repository has none).
+    bytes_fetched : int
+        The bytes received so far (file list and ``config.json`` included).
+    """
+
+    def __init__(self, name: str) -> None:
+        repo_id, revision = _split(name)
+        self.repo_id, self.revision = repo_id, revision or "main"
+        self._hf = hf = _hub()
+        endpoint, root, offline = _settings(hf)
+        if offline:
+            raise HubError(
+                f"{repo_id}: HF_HUB_OFFLINE is set, and reading a model's weights layer by "
+                "layer needs the network (nothing of it is cached)"
+            )
+        self._remote = _Remote(hf, repo_id, self.revision, endpoint, root)
+        with self._translated():
+            self.commit, files = self._remote.info()
+            listing = _listing(self._remote, files)
+            self._headers: Dict[str, Any] = listing.pop("_headers", {})
+            self._files: Dict[str, str] = listing["files"]
+            config = self._remote.json_file("config.json") if "config.json" in files else {}
+        self.config: Dict[str, Any] = config if isinstance(config, dict) else {}
+
+    @property
+    def bytes_fetched(self) -> int:
+        return self._remote.fetched
+
+    def keys(self) -> List[str]:
+        return list(self._files)
+
+    def _entry(self, key: str) -> Tuple[int, Tuple[str, tuple, int, int], str]:
+        if key not in self._files:
+            raise KeyError(f"{self.repo_id}: no tensor {key!r} in the checkpoint")
+        filename = self._files[key]
+        if filename not in self._headers:
+            self._headers[filename] = self._remote.header(filename)
+        start, entries = self._headers[filename]
+        if key not in entries:
+            raise ValueError(
+                f"source: {self.repo_id}: the index places {key!r} in {filename}, which lacks it"
+            )
+        return start, entries[key], filename
+
+    def shape(self, key: str) -> Tuple[int, ...]:
+        """The tensor's shape, from the header (nothing more fetched)."""
+        with self._translated():
+            return tuple(self._entry(key)[1][1])
+
+    def read(self, key: str) -> np.ndarray:
+        """The tensor `key` (bfloat16 widened to float32), by one range request."""
+        with self._translated():
+            start, (dtype_name, shape, begin, end), filename = self._entry(key)
+            data = self._remote.range(filename, start + begin, end - begin)
+        return _decode_safetensors(
+            np.frombuffer(data, dtype=np.uint8).copy(), dtype_name, shape, key
+        )
+
+    def _translated(self) -> Any:
+        import contextlib
+
+        hf, repo_id, revision = self._hf, self.repo_id, self.revision
+        network = _network_errors(hf)
+
+        @contextlib.contextmanager
+        def guard() -> Any:
+            try:
+                yield
+            except network as exc:
+                raise HubError(
+                    f"{repo_id}: the Hub cannot be reached "
+                    f"({' '.join(str(exc).split()) or type(exc).__name__})"
+                ) from exc
+            except hf.errors.OfflineModeIsEnabled as exc:
+                raise HubError(
+                    f"{repo_id}: offline mode is on; this read needs the network"
+                ) from exc
+            except HubError:
+                raise
+            except Exception as exc:
+                message = _translate(hf, exc, repo_id, revision)
+                if message is None:
+                    raise
+                raise message from exc
+
+        return guard()

@@ -7,7 +7,6 @@ invariance and symmetry of the proximity ``phi(x, y) = E[x] W E[y]^T``
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from typing import Any, Dict, Optional
 
@@ -88,7 +87,7 @@ class PositionProperties:
         table, falling on both sides for a monotone one).  Returns the figure
         without `path`, else writes it there (format by extension) and
         returns `path`."""
-        from .report import _new_figure, _plot_format
+        from .report import _finish, _new_figure, _plot_format
 
         fmt = None if path is None else _plot_format(path)
         fig = _new_figure(figsize=(7, 4.2), dpi=dpi)
@@ -104,46 +103,48 @@ class PositionProperties:
             f"translation invariance {self.translation_invariance:.2f}, "
             f"symmetry {self.symmetry:.2f}"
         )
-        if path is None:
-            return fig
-        fig.savefig(os.fspath(path), dpi=dpi, format=fmt)
-        return path
+        return _finish(fig, path, dpi, fmt)
 
 
-def _ranks(values: np.ndarray) -> np.ndarray:
-    """Ranks 1..n along the last axis, ties given their mean rank."""
-    order = np.argsort(values, kind="stable")
-    sorted_values = np.take_along_axis(values, order, axis=-1)
-    n = values.shape[-1]
-    ranks = np.empty(values.shape, dtype=np.float64)
-    flat_sorted = sorted_values.reshape(-1, n)
-    flat_order = order.reshape(-1, n)
-    flat_ranks = ranks.reshape(-1, n)
-    for row in range(flat_sorted.shape[0]):
-        s = flat_sorted[row]
-        starts = np.flatnonzero(np.r_[True, s[1:] != s[:-1]])
-        ends = np.r_[starts[1:], n]
-        mean_rank = (starts + ends + 1) / 2.0  # ranks start..end-1, 1-based
-        flat_ranks[row, flat_order[row]] = np.repeat(mean_rank, ends - starts)
+def _masked_ranks(values: np.ndarray, valid: np.ndarray) -> np.ndarray:
+    """Ranks 1..k of each row's valid entries (the first ``k`` of the row),
+    ties given their mean rank; the invalid entries get ranks past ``k``."""
+    rows, n = values.shape
+    keyed = np.where(valid, values, np.inf)  # after every valid entry
+    order = np.argsort(keyed, axis=1, kind="stable")
+    s = np.take_along_axis(keyed, order, axis=1)
+    start = np.ones((rows, n), dtype=bool)
+    start[:, 1:] = s[:, 1:] != s[:, :-1]  # a new run of equal values
+    flat = start.ravel()
+    firsts = np.flatnonzero(flat)
+    lasts = np.r_[firsts[1:], flat.size] - 1
+    column = np.arange(flat.size) % n
+    mean_rank = (column[firsts] + column[lasts]) / 2.0 + 1.0  # 1-based
+    by_sorted = np.repeat(mean_rank, lasts - firsts + 1).reshape(rows, n)
+    ranks = np.empty((rows, n))
+    np.put_along_axis(ranks, order, by_sorted, axis=1)
     return ranks
 
 
-def _spearman(a: np.ndarray, b: np.ndarray) -> float:
-    ra, rb = _ranks(a) - (len(a) + 1) / 2.0, _ranks(b) - (len(b) + 1) / 2.0
-    denom = np.sqrt((ra * ra).sum() * (rb * rb).sum())
-    return float((ra * rb).sum() / denom) if denom > 0 else float("nan")
-
-
 def _monotonicity(M: np.ndarray, max_offset: int) -> float:
+    """The mean over rows ``x`` with ``k = min(max_offset, n - 1 - x) >= 3`` of
+    Spearman's correlation between ``m = 1..k`` and ``-M[x, x + m]``."""
     n = M.shape[0]
-    scores = []
-    for x in range(n):
-        k = min(max_offset, n - 1 - x)
-        if k >= 3:
-            m = np.arange(1, k + 1, dtype=np.float64)
-            scores.append(_spearman(m, -M[x, x + 1 : x + k + 1]))
-    finite = [s for s in scores if np.isfinite(s)]
-    return float(np.mean(finite)) if finite else float("nan")
+    x = np.arange(n)
+    k = np.minimum(max_offset, n - 1 - x)
+    x, k = x[k >= 3], k[k >= 3]
+    if not len(x):
+        return float("nan")
+    m = np.arange(1, int(k.max()) + 1)
+    valid = m[None, :] <= k[:, None]
+    values = -M[x[:, None], np.minimum(x[:, None] + m[None, :], n - 1)]
+    centre = (k[:, None] + 1) / 2.0
+    ra = np.where(valid, m[None, :] - centre, 0.0)  # the offsets' ranks are the offsets
+    rb = np.where(valid, _masked_ranks(values, valid) - centre, 0.0)
+    denom = np.sqrt((ra * ra).sum(axis=1) * (rb * rb).sum(axis=1))
+    scores = np.divide((ra * rb).sum(axis=1), denom, out=np.full(len(x), np.nan), where=denom > 0)
+    finite = scores[np.isfinite(scores)]
+    return float(finite.mean()) if len(finite) else float("nan")
 
 
 def position_properties(
@@ -246,10 +247,22 @@ class ToeplitzFit:
     diagonal_means: np.ndarray = field(repr=False)
     toeplitz: np.ndarray = field(repr=False)
 
+    def to_dict(self) -> Dict[str, Any]:
+        """The figures as plain Python values (the fitted matrix left out)."""
+        return {
+            "r2": self.r2,
+            "offsets": self.offsets.tolist(),
+            "diagonal_means": self.diagonal_means.tolist(),
+        }
+
+    def summary(self, what: str = "E @ E.T") -> str:
+        """One sentence: the share of the matrix (`what`) that is Toeplitz."""
+        return f"Wennberg & Henter 2021: Toeplitz share of {what}, R² {self.r2:.3f}."
+
     def plot(self, M: Any, path: Optional[Any] = None, *, dpi: float = 110) -> Any:
         """The matrix `M` that was fitted, its Toeplitz fit and the residual,
         side by side.  Returns the figure without `path`, else writes it."""
-        from .report import _new_figure, _plot_format
+        from .report import _finish, _new_figure, _plot_format
 
         fmt = None if path is None else _plot_format(path)
         M = np.asarray(M, dtype=np.float64)
@@ -266,10 +279,7 @@ class ToeplitzFit:
             ax.set_xlabel("j")
             ax.set_ylabel("i")
         fig.colorbar(im, ax=fig.axes, shrink=0.8)
-        if path is None:
-            return fig
-        fig.savefig(os.fspath(path), dpi=dpi, format=fmt)
-        return path
+        return _finish(fig, path, dpi, fmt)
 
 
 def toeplitz_fit(M: Any) -> ToeplitzFit:

@@ -39,7 +39,8 @@ from .analyses import (
     informativeness,
     relative_order_classification,
 )
-from .properties import position_properties
+from .locality import attention_locality_symmetry, position_attention
+from .properties import position_properties, toeplitz_fit
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -128,7 +129,14 @@ class ProbeReport:
     properties : PositionProperties or None
         :func:`position_properties` of the table (Wang et al. 2021:
         monotonicity, translation invariance, symmetry of the dot product);
-        its own ``plot()`` draws it.
+        its own ``plot()`` draws it.  None when not asked for.
+    toeplitz : ToeplitzFit or None
+        :func:`toeplitz_fit` of the Gram matrix ``E @ E.T`` (Wennberg &
+        Henter 2021); ``toeplitz.plot(E @ E.T)`` draws it.
+    locality : LocalitySymmetry or None
+        :func:`attention_locality_symmetry` of :func:`position_attention`
+        of the table (Chen et al. 2023: locality and symmetry of
+        ``softmax(E E^T / sqrt(dim))``); its own ``plot()`` draws it.
     mae, mae_std, error_rate, error_rate_std : float
         Mean and standard deviation (``ddof=0``) over the seeds.
     """
@@ -140,6 +148,8 @@ class ProbeReport:
     cosine: np.ndarray
     informativeness: Informativeness
     properties: Optional[Any] = None  # PositionProperties (Wang et al. 2021)
+    toeplitz: Optional[Any] = None  # ToeplitzFit of E @ E.T (Wennberg & Henter 2021)
+    locality: Optional[Any] = None  # LocalitySymmetry (Chen et al. 2023)
     mae: float = field(init=False)
     mae_std: float = field(init=False)
     error_rate: float = field(init=False)
@@ -208,11 +218,24 @@ class ProbeReport:
                 "cumulative_share": info.cumulative_share.tolist(),
             },
             "position_properties": (None if self.properties is None else self.properties.to_dict()),
+            "toeplitz": None if self.toeplitz is None else self.toeplitz.to_dict(),
+            "locality_symmetry": None if self.locality is None else self.locality.to_dict(),
             "published": [
                 {"embedding": r.embedding, "mae": r.mae, "error_rate": r.error_rate}
                 for r in PUBLISHED
             ],
         }
+
+    def summaries(self) -> List[str]:
+        """One sentence per analysis run beside the paper's probes."""
+        lines = []
+        if self.properties is not None:
+            lines.append(self.properties.summary())
+        if self.toeplitz is not None:
+            lines.append(self.toeplitz.summary())
+        if self.locality is not None:
+            lines.append(self.locality.summary())
+        return lines
 
     def _rows(self, published: bool) -> List[Tuple[str, str, str, str]]:
         """The table's rows, as text: the name, where the figures come from,
@@ -417,10 +440,7 @@ class ProbeReport:
             ax.set_xticks(seeds if len(seeds) <= 12 else seeds[:: max(1, len(seeds) // 10)])
             if col == 0:
                 ax.set_ylabel("dots: folds, bars: seed mean, dashed: mean")
-        if path is None:
-            return fig
-        fig.savefig(os.fspath(path), dpi=dpi, format=fmt)
-        return path
+        return _finish(fig, path, dpi, fmt)
 
 
 #: The most positions a side of the plotted cosine heatmap shows.
@@ -487,6 +507,14 @@ def _new_figure(figsize: Tuple[float, float], dpi: float) -> Any:
     return fig
 
 
+def _finish(fig: Any, path: Optional[PathLike], dpi: float, fmt: Optional[str]) -> Any:
+    """The figure without `path`; else written there (format `fmt`) and `path`."""
+    if path is None:
+        return fig
+    fig.savefig(os.fspath(path), dpi=dpi, format=fmt)
+    return path
+
+
 def _plot_formats() -> List[str]:
     """The file formats matplotlib can write (its canvas's list), lower case."""
     figure_mod = _require("matplotlib.figure", "ProbeReport.plot")
@@ -511,8 +539,68 @@ def _plot_format(path: PathLike, what: str = "plot") -> str:
     return fmt
 
 
+def _seed(table: np.ndarray, seed: int) -> Tuple[AbsolutePositionResult, RelativeOrderResult]:
+    return (
+        absolute_position_regression(table, seed=seed),
+        relative_order_classification(table, seed=seed),
+    )
+
+
+def _run_seeds(
+    table: np.ndarray, seeds: int, bar: _Progress
+) -> Tuple[List[AbsolutePositionResult], List[RelativeOrderResult]]:
+    """The two probes for seeds ``0 .. seeds-1``, on up to
+    ``posenc.get_num_threads()`` threads at once (the fits release the GIL;
+    each runs its BLAS on one thread, so the figures are those of a run one
+    seed after the other)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from .. import get_num_threads
+    from .analyses import _one_thread
+
+    workers = max(1, min(seeds, get_num_threads()))
+    results = []
+    try:
+        # one thread for BLAS set once around the pool: the probes' own
+        # settings inside it then find and restore that same value
+        with _one_thread():
+            if workers == 1:
+                for s in range(seeds):
+                    results.append(_seed(table, s))
+                    bar.draw(s + 1)
+            else:
+                with ThreadPoolExecutor(max_workers=workers) as pool:
+                    futures = [pool.submit(_seed, table, s) for s in range(seeds)]
+                    for s, future in enumerate(futures):
+                        results.append(future.result())
+                        bar.draw(s + 1)
+    finally:
+        bar.close()
+    return [a for a, _ in results], [o for _, o in results]
+
+
+#: The analyses :func:`report` runs beside the paper's probes, by default all:
+#: Wang et al.'s properties, the Toeplitz share of the Gram matrix, Chen et
+#: al.'s locality and symmetry of the position attention.
+EXTRAS: Tuple[str, ...] = ("properties", "toeplitz", "locality")
+
+
+def _extras(extras: Any) -> Tuple[str, ...]:
+    if isinstance(extras, str) or not isinstance(extras, (tuple, list, set, frozenset)):
+        raise TypeError(f"extras must be a sequence of names from {EXTRAS}, not {extras!r}")
+    for e in extras:
+        if e not in EXTRAS:
+            raise ValueError(f"extras: unknown analysis {e!r}; choose from {', '.join(EXTRAS)}")
+    return tuple(e for e in EXTRAS if e in extras)
+
+
 def report(
-    E: ArrayLike, *, name: Optional[str] = None, seeds: int = 10, progress: bool = True
+    E: ArrayLike,
+    *,
+    name: Optional[str] = None,
+    seeds: int = 10,
+    progress: bool = True,
+    extras: Iterable[str] = EXTRAS,
 ) -> ProbeReport:
     """Every analysis of one position-embedding table, the probes over seeds.
 
@@ -531,6 +619,11 @@ def report(
         and standard deviation over them.
     progress : bool
         Draw a progress bar on stderr while the seeds run.
+    extras : sequence of str
+        The analyses run beside the paper's probes (:data:`EXTRAS`, all by
+        default): ``"properties"`` (:func:`position_properties`),
+        ``"toeplitz"`` (:func:`toeplitz_fit` of ``E @ E.T``), ``"locality"``
+        (:func:`attention_locality_symmetry` of :func:`position_attention`).
 
     Returns
     -------
@@ -550,17 +643,10 @@ def report(
     elif not isinstance(name, str):
         raise TypeError(f"name must be a string or None, not {type(name).__name__}")
     seeds = v.integer(seeds, "seeds", minimum=1)
+    chosen = _extras(extras)
     table = _table(E, min_rows=5, max_rows=MAX_POSITIONS)
     bar = _Progress(f"probing {name}", seeds, bool(progress))
-    absolute: List[AbsolutePositionResult] = []
-    order: List[RelativeOrderResult] = []
-    try:
-        for s in range(seeds):
-            absolute.append(absolute_position_regression(table, seed=s))
-            order.append(relative_order_classification(table, seed=s))
-            bar.draw(s + 1)
-    finally:
-        bar.close()
+    absolute, order = _run_seeds(table, seeds, bar)
     return ProbeReport(
         name=name,
         shape=(int(table.shape[0]), int(table.shape[1])),
@@ -568,5 +654,9 @@ def report(
         order=tuple(order),
         cosine=cosine_similarity(table),
         informativeness=informativeness(table),
-        properties=position_properties(table),
+        properties=position_properties(table) if "properties" in chosen else None,
+        toeplitz=toeplitz_fit(table @ table.T) if "toeplitz" in chosen else None,
+        locality=(
+            attention_locality_symmetry(position_attention(table)) if "locality" in chosen else None
+        ),
     )

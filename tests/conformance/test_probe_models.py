@@ -14,6 +14,7 @@ import json
 
 import numpy as np
 import pytest
+import tiny_models
 from conftest import require
 from probe_protocol import direct_absolute, direct_order
 
@@ -92,19 +93,11 @@ def test_minilm_report_writes_json_markdown_and_plot(minilm_report, tmp_path):
 # ---------------------------------------------------------------- transformers models in memory
 
 
-def test_load_returns_the_position_weight_of_gpt2_bert_and_bart_models(transformers, torch):
-    torch.manual_seed(0)
-    gpt2 = transformers.GPT2Config(n_positions=32, n_embd=16, n_layer=1, n_head=2, vocab_size=50)
-    bert = transformers.BertConfig(
-        vocab_size=50,
-        hidden_size=16,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        intermediate_size=32,
-        max_position_embeddings=40,
-    )
-    gpt2_model, gpt2_lm = transformers.GPT2Model(gpt2), transformers.GPT2LMHeadModel(gpt2)
-    bert_model, bert_mlm = transformers.BertModel(bert), transformers.BertForMaskedLM(bert)
+def test_load_returns_the_position_weight_of_gpt2_bert_and_bart_models():
+    gpt2 = dict(n_positions=32, n_layer=1, vocab_size=50)
+    gpt2_model, gpt2_lm = tiny_models.gpt2("GPT2Model", **gpt2), tiny_models.gpt2(**gpt2)
+    bert = dict(vocab_size=50, max_position_embeddings=40)
+    bert_model, bert_mlm = tiny_models.bert(**bert), tiny_models.bert("BertForMaskedLM", **bert)
     for model, weight in (
         (gpt2_model, gpt2_model.wpe.weight),
         (gpt2_lm, gpt2_lm.transformer.wpe.weight),
@@ -116,19 +109,8 @@ def test_load_returns_the_position_weight_of_gpt2_bert_and_bart_models(transform
         np.testing.assert_array_equal(probe.load_position_embeddings(model.state_dict()), expected)
 
 
-def test_load_asks_which_table_of_an_encoder_decoder(transformers):
-    bart = transformers.BartConfig(
-        vocab_size=50,
-        d_model=16,
-        encoder_layers=1,
-        decoder_layers=1,
-        encoder_attention_heads=2,
-        decoder_attention_heads=2,
-        encoder_ffn_dim=32,
-        decoder_ffn_dim=32,
-        max_position_embeddings=30,
-    )
-    model = transformers.BartModel(bart)
+def test_load_asks_which_table_of_an_encoder_decoder():
+    model = tiny_models.bart()
     with pytest.raises(ValueError, match="several position tables"):
         probe.load_position_embeddings(model)
     table = probe.load_position_embeddings(model, key="decoder.embed_positions.weight")
@@ -168,3 +150,33 @@ def test_probes_take_torch_parameters_and_bfloat16_tensors(torch):
     a = probe.absolute_position_regression(weight, seed=1)
     b = probe.absolute_position_regression(weight.detach().numpy(), seed=1)
     np.testing.assert_array_equal(a.predictions, b.predictions)
+
+
+# ---------------------------------------------------------------- Chen et al. 2023 on MiniLM
+
+
+def _authors_figures(M):
+    """Locality and symmetry written out row by row as Chen et al. define them
+    (per-row min-max scaling of the left/right differences, no tolerance)."""
+    n = len(M)
+    locality = np.mean([sum(M[i][j] / 2 ** abs(i - j) for j in range(n)) for i in range(n)])
+    scaled = []
+    for i in range(n):
+        k = min(i, n - 1 - i)
+        if k == 0:
+            continue
+        d = np.array([abs(M[i][i - m] - M[i][i + m]) for m in range(1, k + 1)])
+        span = d.max() - d.min()
+        scaled.extend((d - d.min()) / span if span > 0 else np.zeros(k))
+    return locality, 1 - np.mean(scaled)
+
+
+def test_minilm_locality_and_symmetry_as_the_authors_define_them(minilm_table):
+    A = probe.position_attention(minilm_table)
+    r = probe.attention_locality_symmetry(A, tolerance=0)
+    locality, symmetry = _authors_figures(A)
+    assert r.locality == pytest.approx(locality, rel=1e-12)
+    assert r.symmetry == pytest.approx(symmetry, rel=1e-12)
+    # the figures quoted in docs/guide/probe.md
+    default = probe.attention_locality_symmetry(A)
+    assert (round(default.locality, 4), round(default.symmetry, 3)) == (0.0059, 0.740)
