@@ -84,15 +84,14 @@ def _result(*arrays):
 
 def _cast(x, dtype):
     """The float32 or float64 array `x` rounded once to `dtype` (a float32
-    `x` for bfloat16, which is rounded to nearest even by the dense kernel's
-    store, as narrow rounds it)."""
+    `x` for bfloat16, rounded to nearest even by the C cast kernel, as
+    narrow rounds it)."""
     if not is_bfloat16(dtype):
         return x.astype(dtype, copy=False)
     x = np.ascontiguousarray(x, np.float32).reshape(np.shape(x))  # 0-d stays 0-d
     out = np.empty(x.shape, np.uint16)
     if x.size:
-        rows = (1, 1, -1, x.shape[-1] if x.ndim else 1)
-        _core.rel_dense_add(x.reshape(rows), out.reshape(rows), True)
+        _core.cast(x.reshape(-1), out.reshape(-1))
     return out.view(dtype)
 
 

@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 import pytest
+from optional import require
 
 from posenc import _reference_newer as reference
 from posenc.complex_order import complex_order_embedding, complex_order_embedding_grad
@@ -90,7 +91,7 @@ def test_complex_order_float32_rounds_once_at_long_positions():
 
 
 def test_complex_order_matches_the_authors_module_in_torch():
-    torch = pytest.importorskip("torch")
+    torch = require("torch")
     r, w, theta = _tables(vocab=11, dim=6, seed=6)
     ids = _ids((3, 5), vocab=11, seed=7)
     # The authors' get_embedding: positions 1..length, phase = pos * freq + init_phase.
@@ -110,7 +111,7 @@ def test_complex_order_matches_the_authors_module_in_torch():
 
 @pytest.mark.parametrize("shape", [(5,), (2, 6)])
 def test_complex_order_grad_matches_torch_autograd(shape):
-    torch = pytest.importorskip("torch")
+    torch = require("torch")
     r, w, theta = _tables(seed=8)
     ids = _ids(shape, seed=9)  # repeated ids: the rows sum their uses
     pos = np.random.default_rng(10).uniform(0, 50, size=shape)

@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 import pytest
+from optional import require
 
 from posenc import _reference_newer as reference
 from posenc.cope import cope_bias, cope_bias_grad
@@ -129,8 +130,8 @@ def test_cope_leaves_inputs_untouched():
 
 @pytest.mark.parametrize("sizes", SIZES)
 def test_cope_matches_x_transformers(sizes):
-    torch = pytest.importorskip("torch")
-    xt = pytest.importorskip("x_transformers.x_transformers")
+    torch = require("torch")
+    xt = require("x_transformers.x_transformers")
     batch, heads, q_len, k_len, dim, npos = sizes
     q, a, e = _inputs(*sizes, seed=11)
     module = xt.CoPE(dim=dim, heads=heads, max_pos=npos).double()
@@ -146,7 +147,7 @@ def test_cope_matches_x_transformers(sizes):
 
 @pytest.mark.parametrize("sizes", SIZES)
 def test_cope_matches_the_authors_formula_in_torch(sizes):
-    torch = pytest.importorskip("torch")
+    torch = require("torch")
     q, a, e = _inputs(*sizes, seed=12)
     q_len, k_len = a.shape[-2:]
     mask = torch.ones(q_len, k_len, dtype=torch.float64).tril(k_len - q_len)
@@ -162,7 +163,7 @@ def test_cope_matches_the_authors_formula_in_torch(sizes):
 @pytest.mark.parametrize("sizes", SIZES)
 @pytest.mark.parametrize("layout", ["rows", "authors"])
 def test_cope_grad_matches_torch_autograd(sizes, layout):
-    torch = pytest.importorskip("torch")
+    torch = require("torch")
     q, a, e = _inputs(*sizes, seed=13)
     q_len, k_len = a.shape[-2:]
     grad = np.random.default_rng(14).normal(size=a.shape)
@@ -182,7 +183,7 @@ def test_cope_grad_matches_torch_autograd(sizes, layout):
 
 
 def test_cope_grad_non_causal_matches_torch_autograd():
-    torch = pytest.importorskip("torch")
+    torch = require("torch")
     q, a, e = _inputs(2, 2, 5, 5, 3, 4, seed=15)
     grad = np.random.default_rng(16).normal(size=a.shape)
     qt, at = torch.tensor(q, requires_grad=True), torch.tensor(a, requires_grad=True)
@@ -201,7 +202,7 @@ def test_cope_grad_extreme_logits_match_torch_autograd():
     # accuracy on both sides.  The witness spells the authors' sigmoid as
     # exp(-softplus(-a)), whose autograd derivative is sigmoid(a) sigmoid(-a);
     # torch.sigmoid's y (1 - y) loses the digits of 1 - y at large a.
-    torch = pytest.importorskip("torch")
+    torch = require("torch")
     a = np.array([[[-40.0, -700.0, 30.0, -36.5], [-745.0, 35.0, -20.0, 710.0]]])
     q = np.array([[[0.5, -1.0], [2.0, 0.25]]])
     e = np.array([[1.0, 2.0], [-3.0, 0.5], [4.0, -1.5]])

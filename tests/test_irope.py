@@ -4,6 +4,7 @@ utilities, hand-derived cases; bad input refused."""
 
 import numpy as np
 import pytest
+from optional import require
 
 from posenc import _reference_newer as reference
 from posenc._irope import IRoPELayers, chunked_causal_mask, irope_layers
@@ -12,7 +13,7 @@ from posenc._irope import IRoPELayers, chunked_causal_mask, irope_layers
 
 
 def _text_config(**kwargs):
-    transformers = pytest.importorskip("transformers")
+    transformers = require("transformers")
     base = dict(
         hidden_size=16,
         intermediate_size=32,
@@ -44,7 +45,7 @@ def _text_config(**kwargs):
     ],
 )
 def test_irope_layers_match_transformers_config_and_modules(kwargs):
-    pytest.importorskip("torch")
+    require("torch")
     from transformers.models.llama4 import modeling_llama4
 
     config = _text_config(**kwargs)
@@ -69,7 +70,7 @@ def test_irope_layers_match_transformers_config_and_modules(kwargs):
 
 
 def test_irope_layers_of_llama4_config_reads_text_config():
-    transformers = pytest.importorskip("transformers")
+    transformers = require("transformers")
     text = _text_config(num_hidden_layers=8, no_rope_layer_interval=2)
     full = transformers.Llama4Config(text_config=text.to_dict())
     assert irope_layers(full) == irope_layers(text)
@@ -134,7 +135,7 @@ def test_irope_layers_bad_config_names_the_key():
 
 @pytest.mark.parametrize("q_len,chunk", [(1, 1), (7, 3), (12, 4), (5, 8)])
 def test_chunked_mask_matches_transformers_prefill(q_len, chunk):
-    torch = pytest.importorskip("torch")
+    torch = require("torch")
     from transformers.masking_utils import create_chunked_causal_mask
 
     config = _text_config(num_hidden_layers=4, attention_chunk_size=chunk)
@@ -156,7 +157,7 @@ def test_chunked_mask_matches_transformers_prefill(q_len, chunk):
 
 @pytest.mark.parametrize("q_len,k_len,chunk", [(1, 9, 4), (3, 11, 4), (2, 5, 2), (1, 8, 8)])
 def test_chunked_mask_decoding_matches_transformers_mask_function(q_len, k_len, chunk):
-    torch = pytest.importorskip("torch")
+    torch = require("torch")
     from transformers.masking_utils import chunked_causal_mask_function, sdpa_mask
 
     q_offset = k_len - q_len

@@ -7,6 +7,7 @@ import json
 
 import numpy as np
 import pytest
+from optional import require
 
 import posenc
 from posenc import probe
@@ -110,6 +111,6 @@ def test_the_report_has_the_section_and_the_plot(tmp_path):
     assert only.properties is None and only.toeplitz is None and only.locality is not None
     with pytest.raises(ValueError, match="extras: unknown analysis 'nope'"):
         probe.report(E, seeds=1, progress=False, extras=("nope",))
-    pytest.importorskip("matplotlib")
+    require("matplotlib")
     path = r.locality.plot(tmp_path / "loc.png")
     assert path.read_bytes().startswith(b"\x89PNG")
