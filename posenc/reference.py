@@ -208,6 +208,13 @@ def _rope_axial(dim: int, base: float, p: _Params, seq_len: Optional[int]) -> _F
     return np.concatenate([ladder, ladder]), 1.0
 
 
+def _rope_resonance(dim: int, base: float, p: _Params, seq_len: Optional[int]) -> _Frequencies:
+    # each wavelength 2 pi / theta_i rounded to a whole number of positions
+    return [
+        2 * math.pi / round(2 * math.pi / _rope_theta(i, dim, base)) for i in range(dim // 2)
+    ], 1.0
+
+
 _ROPE_FAMILIES = {
     "default": _rope_default,
     "linear": _rope_linear,
@@ -217,6 +224,7 @@ _ROPE_FAMILIES = {
     "llama3": _rope_llama3,
     "longrope": _rope_longrope,
     "proportional": _rope_proportional,
+    "resonance": _rope_resonance,
     "axial": _rope_axial,
 }
 

@@ -63,7 +63,9 @@ def rope_frequencies(
         ``"default"``, ``"linear"``, ``"dynamic"``, ``"yarn"``, ``"llama3"``,
         ``"longrope"``, ``"ntk_alpha"`` (HunYuan), ``"proportional"``
         (Gemma 4: the whole head is rotated, its pairs past
-        ``partial_rotary_factor`` by angle 0) or ``"axial"`` (the Qwen2-VL to
+        ``partial_rotary_factor`` by angle 0), ``"resonance"`` (Resonance
+        RoPE: each wavelength rounded to a whole number of positions) or
+        ``"axial"`` (the Qwen2-VL to
         Qwen3-VL vision towers: two ladders of ``dim // 4`` frequencies, for
         a patch's row and column; positions in two rows, see
         :func:`apply_rope`'s `axial`); see :mod:`posenc.rope_scaling` for
@@ -122,6 +124,8 @@ def rope_frequencies(
     - ``llama3``: Llama 3.1, 3.2 and 3.3.
     - ``longrope``: Phi-3, Phi-3.5, Phi-4-mini (Phi-3's ``"su"``).
     - ``proportional`` (p-RoPE): Gemma 4's full-attention layers.
+    - ``resonance``: Resonance RoPE (Wang et al., 2024), each wavelength
+      rounded to a whole number of positions.
     - ``ntk_alpha``: HunYuan (``alpha``: ``base * alpha ** (d/(d-2))``).
     - M-RoPE (``mrope_section``, Qwen3-VL's ``mrope_interleaved``; position
       ids of shape ``(3, batch, seq)``, see

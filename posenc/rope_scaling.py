@@ -400,6 +400,18 @@ def proportional(dim: int, base: float, params: Params, seq_len: Optional[int]) 
     return _in_range(inv_freq, "proportional", "scaling['factor']", factor, rotated), 1.0
 
 
+def resonance(dim: int, base: float, params: Params, seq_len: Optional[int]) -> Frequencies:
+    r"""Resonance RoPE (Wang et al., 2024): each pair's wavelength
+    :math:`\lambda_i = 2\pi / \theta_i`, :math:`\theta_i = b^{-2i/d}`, rounded to
+    the nearest integer, :math:`\tilde\theta_i = 2\pi / \mathrm{round}(\lambda_i)`,
+    so that every pair repeats after a whole number of positions.  Attention
+    factor 1.  No keys.
+    """
+    with np.errstate(over="ignore"):
+        wavelength = np.rint(2 * math.pi / _theta(dim, base, "resonance"))
+    return 2 * math.pi / wavelength, 1.0
+
+
 def axial(dim: int, base: float, params: Params, seq_len: Optional[int]) -> Frequencies:
     r"""2-D (axial) RoPE of the Qwen2-VL to Qwen3-VL vision towers
     (``rope_type: "axial"``): the pairs in two halves, the first rotated by
@@ -466,6 +478,7 @@ _FAMILY_LIST = (
         needs_seq_len=True,
     ),
     Family("proportional", proportional, frozenset({"factor"}), whole_head=True),
+    Family("resonance", resonance, frozenset()),
     Family("axial", axial, frozenset(), rows=2),
 )
 FAMILIES = {f.name: f for f in _FAMILY_LIST}

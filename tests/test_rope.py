@@ -9,6 +9,7 @@ import math
 
 import numpy as np
 import pytest
+from optional import require
 from rope_checks import assert_close_to_reference
 
 import posenc
@@ -545,7 +546,33 @@ FAMILY_CASES = [
     dict(YARN, attention_factor=1.5),
     dict(LLAMA3),
     dict(LLAMA3, factor=32.0, original_max_position_embeddings=2048, rope_theta=500000.0),
+    {"rope_type": "resonance"},
 ]
+
+
+def test_resonance_rounds_each_wavelength_to_whole_positions():
+    # by hand: d = 4, b = 100: theta = 1, 1/10; wavelengths 2 pi, 20 pi -> 6, 63
+    inv_freq, af = posenc.rope_frequencies(4, base=100.0, scaling={"rope_type": "resonance"})
+    np.testing.assert_allclose(inv_freq, [2 * np.pi / 6, 2 * np.pi / 63], rtol=1e-15)
+    assert af == 1.0
+    # the authors' expression (ResonanceRotaryEmbedding's buffers), in float64
+    torch = require("torch")
+    theta = 1.0 / (10000.0 ** (torch.arange(0, 64, 2, dtype=torch.float64) / 64))
+    want = 2 * math.pi / torch.round(2 * math.pi / theta)
+    got, _ = posenc.rope_frequencies(64, base=10000.0, scaling={"rope_type": "resonance"})
+    # (torch divides a number by a tensor through its reciprocal: 1 ulp)
+    np.testing.assert_allclose(got, want.numpy(), rtol=3e-16, atol=0)
+    np.testing.assert_array_equal(np.rint(2 * np.pi / got), torch.round(2 * math.pi / theta))
+    # every pair repeats after its whole wavelength: cos and sin at p and p + lambda
+    lam = np.rint(2 * np.pi / got[:4]).astype(np.int64)
+    cos, sin = posenc.rope_cos_sin(
+        np.array([3, *(3 + lam)]), 64, scaling={"rope_type": "resonance"}, dtype=np.float64
+    )
+    for i in range(4):
+        np.testing.assert_allclose(cos[1 + i, i], cos[0, i], atol=1e-12)
+        np.testing.assert_allclose(sin[1 + i, i], sin[0, i], atol=1e-12)
+    with pytest.warns(UserWarning, match="resonance_scale"):  # a key no family reads
+        posenc.rope_frequencies(8, scaling={"rope_type": "resonance", "resonance_scale": 2.0})
 
 
 @pytest.mark.parametrize(
