@@ -50,6 +50,14 @@ def set_num_threads(n: int) -> None:
 
     Raises ``TypeError`` if `n` is not an integer and ``ValueError`` if it
     is negative.
+
+    Examples
+    --------
+    >>> import posenc
+    >>> posenc.set_num_threads(1)
+    >>> posenc.get_num_threads()
+    1
+    >>> posenc.set_num_threads(0)  # OpenMP's default again
     """
     _core.set_num_threads(integer(n, "n", minimum=0))
 
@@ -62,17 +70,40 @@ def get_num_threads() -> int:
     was built without OpenMP, and ``1`` in a child process forked after
     posenc ran a kernel on several threads, until `set_num_threads` is
     called there (see `set_num_threads`).
+
+    Examples
+    --------
+    >>> import os, posenc
+    >>> 1 <= posenc.get_num_threads() <= (os.cpu_count() or 1)
+    True
     """
     return _core.get_num_threads()
 
 
 def simd_path() -> str:
-    """``'avx2'`` or ``'scalar'``: the kernels in use (``POSENC_SIMD`` chooses)."""
+    """``'avx2'`` or ``'scalar'``: the kernels in use (``POSENC_SIMD`` chooses).
+
+    Examples
+    --------
+    >>> import posenc
+    >>> posenc.simd_path() in ("avx2", "scalar")
+    True
+    """
     return _core.simd_path()
 
 
 def config() -> Dict[str, Any]:
-    """The build and run-time configuration, as a dict."""
+    """The build and run-time configuration, as a dict.
+
+    Examples
+    --------
+    >>> import posenc
+    >>> cfg = posenc.config()
+    >>> sorted(cfg)[:4]
+    ['numpy', 'openmp', 'platform', 'posenc']
+    >>> cfg["simd"] == posenc.simd_path()
+    True
+    """
     return {
         "posenc": __version__,
         "simd": _core.simd_path(),
@@ -87,7 +118,16 @@ def config() -> Dict[str, Any]:
 
 
 def show_config(file: Optional[TextIO] = None) -> None:
-    """Print version, SIMD path in use, threads and NumPy version."""
+    """Print version, SIMD path in use, threads and NumPy version.
+
+    Examples
+    --------
+    >>> import io, posenc
+    >>> text = io.StringIO()
+    >>> posenc.show_config(text)
+    >>> text.getvalue().startswith("posenc ")
+    True
+    """
     cfg = config()
     lines = [
         f"posenc {cfg['posenc']}",

@@ -155,6 +155,15 @@ def irope_layers(config: Any) -> IRoPELayers:
     IRoPELayers
         ``rope[i]`` False for the NoPE layers, ``layer_types[i]`` the mask
         each layer receives, and the rest of the per-layer pattern.
+
+    Examples
+    --------
+    >>> import posenc
+    >>> layers = posenc.irope_layers({"num_hidden_layers": 8, "attention_chunk_size": 8192})
+    >>> layers.nope_layers  # every fourth layer attends without RoPE
+    (3, 7)
+    >>> print(layers)
+    IRoPELayers(8 layers, chunk 8192: RRRNRRRN)
     """
     c = _read(config)
     layers = _validate.integer(c["num_hidden_layers"], "num_hidden_layers", minimum=1)
@@ -248,6 +257,15 @@ def chunked_causal_mask(
     Returns
     -------
     numpy.ndarray of bool, shape ``(q_len, k_len)``
+
+    Examples
+    --------
+    >>> import posenc
+    >>> posenc.chunked_causal_mask(4, chunk_size=2).astype(int)
+    array([[1, 0, 0, 0],
+           [1, 1, 0, 0],
+           [0, 0, 1, 0],
+           [0, 0, 1, 1]])
     """
     q_len = _validate.integer(q_len, "q_len", minimum=1)
     chunk_size = _validate.integer(chunk_size, "chunk_size", minimum=1)

@@ -25,6 +25,9 @@ COMPLETE = {
     "posenc.rope_tools",
     "posenc.positions",
     "posenc.bias",
+    "posenc.relative",
+    "posenc._config",
+    "posenc._irope",
 }
 
 
