@@ -7,7 +7,13 @@ from typing_extensions import Unpack
 
 from ._typing import ArrayLike, ArrayT, NDArray
 
-__all__ = ["mrope_position_ids", "positions_from_cu_seqlens", "vision_position_ids"]
+__all__ = [
+    "mrope_position_ids",
+    "pose_position_ids",
+    "positions_from_cu_seqlens",
+    "randomized_position_ids",
+    "vision_position_ids",
+]
 
 class _Start(TypedDict, total=False):
     start: int
