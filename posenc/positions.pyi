@@ -7,13 +7,7 @@ from typing_extensions import Unpack
 
 from ._typing import ArrayLike, ArrayT, NDArray
 
-__all__ = [
-    "mrope_position_ids",
-    "pose_position_ids",
-    "positions_from_cu_seqlens",
-    "randomized_position_ids",
-    "vision_position_ids",
-]
+__all__ = ["mrope_position_ids", "positions_from_cu_seqlens", "vision_position_ids"]
 
 class _Start(TypedDict, total=False):
     start: int
@@ -59,6 +53,8 @@ def vision_position_ids(grids: ArrayT, **options: Unpack[_Vision]) -> ArrayT: ..
 def vision_position_ids(grids: ArrayLike, **options: Unpack[_Vision]) -> _Ids: ...
 
 # sampled for length generalisation (posenc._samplers)
+__all__ += ["pose_position_ids", "randomized_position_ids"]
+
 _Seed = Optional[int | np.random.SeedSequence | np.random.Generator]
 
 def randomized_position_ids(
