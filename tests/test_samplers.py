@@ -9,15 +9,20 @@ import posenc
 from posenc import _reference_newer as reference
 from posenc._samplers import pose_position_ids, randomized_position_ids
 
-# --- randomized positional encodings (Ruoss et al. 2023) ----------------------
 
-
-def test_randomized_matches_reference_row_by_row():
-    got = randomized_position_ids(6, 40, batch=3, seed=7)
-    rng = np.random.default_rng(7)
-    want = np.stack([reference.randomized_position_ids(6, 40, rng) for _ in range(3)])
-    assert got.dtype == np.int64 and got.shape == (3, 6)
+@pytest.mark.parametrize(
+    "sampler, n, limit, batch, seed",
+    [("randomized_position_ids", 6, 40, 3, 7), ("pose_position_ids", 8, 50, 4, 3)],
+)
+def test_matches_reference_row_by_row(sampler, n, limit, batch, seed):
+    got = getattr(posenc._samplers, sampler)(n, limit, batch=batch, seed=seed)
+    rng = np.random.default_rng(seed)
+    want = np.stack([getattr(reference, sampler)(n, limit, rng) for _ in range(batch)])
+    assert got.dtype == np.int64 and got.shape == (batch, n)
     np.testing.assert_array_equal(got, want)
+
+
+# --- randomized positional encodings (Ruoss et al. 2023) ----------------------
 
 
 def test_randomized_is_sorted_distinct_and_in_range():
@@ -71,14 +76,6 @@ def test_randomized_bad_input_names_the_argument():
 
 
 # --- PoSE (Zhu et al. 2023) ---------------------------------------------------
-
-
-def test_pose_matches_reference_row_by_row():
-    got = pose_position_ids(8, 50, batch=4, seed=3)
-    rng = np.random.default_rng(3)
-    want = np.stack([reference.pose_position_ids(8, 50, rng) for _ in range(4)])
-    assert got.dtype == np.int64 and got.shape == (4, 8)
-    np.testing.assert_array_equal(got, want)
 
 
 def _chunks(row):
