@@ -56,25 +56,6 @@ def test_randomized_deterministic_given_seed_and_generator():
     )
 
 
-def test_randomized_bad_input_names_the_argument():
-    with pytest.raises(ValueError, match="n must be <= max_len"):
-        randomized_position_ids(11, 10)
-    with pytest.raises(ValueError, match="max_len"):
-        randomized_position_ids(0, 0)
-    with pytest.raises(ValueError, match="n"):
-        randomized_position_ids(-1, 10)
-    with pytest.raises(TypeError, match="n"):
-        randomized_position_ids(2.0, 10)
-    with pytest.raises(ValueError, match="batch"):
-        randomized_position_ids(2, 10, batch=0)
-    with pytest.raises(TypeError, match="seed"):
-        randomized_position_ids(2, 10, seed="x")
-    with pytest.raises(ValueError, match="seed"):
-        randomized_position_ids(2, 10, seed=-1)
-    with pytest.raises(TypeError, match="seed"):
-        randomized_position_ids(2, 10, seed=np.random.RandomState(0))
-
-
 # --- PoSE (Zhu et al. 2023) ---------------------------------------------------
 
 
@@ -113,17 +94,6 @@ def test_pose_deterministic_given_seed():
     )
 
 
-def test_pose_bad_input_names_the_argument():
-    with pytest.raises(ValueError, match="n must be <= target_len"):
-        pose_position_ids(10, 9)
-    with pytest.raises(ValueError, match="n"):
-        pose_position_ids(0, 9)
-    with pytest.raises(TypeError, match="target_len"):
-        pose_position_ids(4, "9")
-    with pytest.raises(ValueError, match="batch"):
-        pose_position_ids(4, 9, batch=-2)
-
-
 # --- the ids work as positions -------------------------------------------------
 
 
@@ -149,3 +119,27 @@ def test_sampled_ids_work_as_positions(sampler):
     np.testing.assert_array_equal(
         posenc.deberta_log_bucket(rel, 8, 64), posenc.reference.deberta_log_bucket(rel, 8, 64)
     )
+
+
+# --- bad input -------------------------------------------------------------------
+
+BAD_INPUTS = [
+    (randomized_position_ids, (11, 10), {}, ValueError, "n must be <= max_len"),
+    (randomized_position_ids, (0, 0), {}, ValueError, "max_len"),
+    (randomized_position_ids, (-1, 10), {}, ValueError, "n"),
+    (randomized_position_ids, (2.0, 10), {}, TypeError, "n"),
+    (randomized_position_ids, (2, 10), {"batch": 0}, ValueError, "batch"),
+    (randomized_position_ids, (2, 10), {"seed": "x"}, TypeError, "seed"),
+    (randomized_position_ids, (2, 10), {"seed": -1}, ValueError, "seed"),
+    (randomized_position_ids, (2, 10), {"seed": np.random.RandomState(0)}, TypeError, "seed"),
+    (pose_position_ids, (10, 9), {}, ValueError, "n must be <= target_len"),
+    (pose_position_ids, (0, 9), {}, ValueError, "n"),
+    (pose_position_ids, (4, "9"), {}, TypeError, "target_len"),
+    (pose_position_ids, (4, 9), {"batch": -2}, ValueError, "batch"),
+]
+
+
+@pytest.mark.parametrize("sampler, args, kwargs, error, match", BAD_INPUTS)
+def test_bad_input_names_the_argument(sampler, args, kwargs, error, match):
+    with pytest.raises(error, match=match):
+        sampler(*args, **kwargs)
