@@ -25,6 +25,14 @@ def _grid(q_len: int, k_len: Optional[int], q_offset: Optional[int]) -> Any:
     return i, j
 
 
+def _masked(bias: Any, i: Any, j: Any, causal: bool, dtype: Any, scores: Any) -> NDArray[Any]:
+    """`bias` with -inf at the keys after the query (``j > i``) when `causal`,
+    rounded to `dtype` (float32 by default) or added into `scores`."""
+    if causal:
+        bias = np.where(j > i, -np.inf, bias)
+    return _add_or_return(bias, dtype or np.float32, scores, None)
+
+
 def kerple_bias(
     r1: ArrayLike,
     r2: ArrayLike,
@@ -47,9 +55,7 @@ def kerple_bias(
     else:
         bias = -p * dist**a
     bias = bias + 0.0  # +0.0 at distance 0
-    if causal:
-        bias = np.where(j > i, -np.inf, bias)
-    return _add_or_return(bias, dtype or np.float32, scores, None)
+    return _masked(bias, i, j, causal, dtype, scores)
 
 
 def sandwich_bias(
@@ -70,9 +76,7 @@ def sandwich_bias(
     inner = np.cos((i - j)[..., None] * omega).sum(axis=-1)
     h = np.arange(n_heads, dtype=np.float64)[:, None, None]
     bias = (inner - dim / 2) / ((h + 1) * 8 / n_heads)
-    if causal:
-        bias = np.where(j > i, -np.inf, bias)
-    return _add_or_return(bias, dtype or np.float32, scores, None)
+    return _masked(bias, i, j, causal, dtype, scores)
 
 
 def fire_bias(
@@ -98,6 +102,4 @@ def fire_bias(
     hidden = np.maximum(x[..., None] * weight1 + np.asarray(b1, dtype=np.float64), 0.0)
     out = hidden @ np.asarray(w2, dtype=np.float64).T + np.asarray(b2, dtype=np.float64)
     bias = np.moveaxis(out, -1, 0)
-    if causal:
-        bias = np.where(j > i, -np.inf, bias)
-    return _add_or_return(bias, dtype or np.float32, scores, None)
+    return _masked(bias, i, j, causal, dtype, scores)

@@ -47,8 +47,17 @@ def _generator(seed):
     return np.random.default_rng(seed)
 
 
-def _batch(batch):
-    return None if batch is None else _validate.integer(batch, "batch", minimum=1)
+def _rows(n, batch, seed, draw):
+    """int64 ids of shape ``(n,)`` (`batch` None) or ``(batch, n)``, each row
+    ``draw(rng)`` with the Generator of `seed`, the rows drawn in order."""
+    batch = None if batch is None else _validate.integer(batch, "batch", minimum=1)
+    rows = 1 if batch is None else batch
+    _validate.shape_size((rows, n), "n", 8)
+    rng = _generator(seed)
+    ids = np.empty((rows, n), dtype=np.int64)
+    for b in range(rows):
+        ids[b] = draw(rng)
+    return ids[0] if batch is None else ids
 
 
 def randomized_position_ids(
@@ -78,14 +87,12 @@ def randomized_position_ids(
     max_len = _validate.integer(max_len, "max_len", minimum=1)
     if n > max_len:
         raise ValueError(f"n must be <= max_len ({max_len}) to draw without replacement, got {n}")
-    batch = _batch(batch)
-    rows = 1 if batch is None else batch
-    _validate.shape_size((rows, n), "n", 8)
-    rng = _generator(seed)
-    ids = np.empty((rows, n), dtype=np.int64)
-    for b in range(rows):
-        ids[b] = np.sort(rng.choice(max_len, size=n, replace=False, shuffle=False))
-    return ids[0] if batch is None else ids
+    return _rows(
+        n,
+        batch,
+        seed,
+        lambda rng: np.sort(rng.choice(max_len, size=n, replace=False, shuffle=False)),
+    )
 
 
 def pose_position_ids(
@@ -135,15 +142,12 @@ def pose_position_ids(
     target_len = _validate.integer(target_len, "target_len", minimum=1)
     if n > target_len:
         raise ValueError(f"n must be <= target_len ({target_len}), got {n}")
-    batch = _batch(batch)
-    rows = 1 if batch is None else batch
-    _validate.shape_size((rows, n), "n", 8)
-    rng = _generator(seed)
-    ids = np.empty((rows, n), dtype=np.int64)
-    base = np.arange(n, dtype=np.int64)
-    for b in range(rows):
+
+    def draw(rng):
         first = int(rng.integers(1, (n + 1) // 2, endpoint=True))
         skip = int(rng.integers(0, target_len - n, endpoint=True))
-        ids[b] = base
-        ids[b, first:] += skip
-    return ids[0] if batch is None else ids
+        ids = np.arange(n, dtype=np.int64)
+        ids[first:] += skip
+        return ids
+
+    return _rows(n, batch, seed, draw)

@@ -4,34 +4,25 @@ The keyword options several signatures share are declared once, as the
 TypedDicts below (``**options: Unpack[...]`` reads as those keywords).
 """
 
-from typing import Any, Generic, Optional, Tuple, TypedDict, overload
+from typing import Any, Optional, Tuple, TypedDict, overload
 
 import numpy as np
-from typing_extensions import Required, Unpack
+from typing_extensions import Unpack
 
+from ._options_types import AddInto, NewBias, Out, OutInto, WriteInto
 from ._typing import Array, ArrayLike, ArrayT, DTypeLike, NDArray, ScalarT
 
-class _Slopes(TypedDict, total=False):
+class _SlopeOptions(TypedDict, total=False):
     slopes: Optional[ArrayLike]
     max_bias: float
+
+class _Slopes(_SlopeOptions, total=False):
     dtype: Optional[DTypeLike]
     device: Any
 
-class _AlibiOptions(_Slopes, total=False):
-    causal: bool
-    q_offset: Optional[int]
-
-class _AddInto(_AlibiOptions, Generic[ArrayT], total=False):
-    scores: Required[ArrayT]
-    out: None
-
-class _WriteInto(_AlibiOptions, Generic[ArrayT], total=False):
-    scores: None
-    out: Required[ArrayT]
-
-class _Alibi(_AlibiOptions, total=False):
-    scores: None
-    out: None
+class _AlibiAdd(_SlopeOptions, AddInto[ArrayT], total=False): ...
+class _AlibiWrite(_SlopeOptions, WriteInto[ArrayT], total=False): ...
+class _Alibi(_SlopeOptions, NewBias, total=False): ...
 
 class _Buckets(TypedDict, total=False):
     bidirectional: bool
@@ -48,11 +39,8 @@ class _T5Options(_GradOptions, total=False):
     scores: Optional[Array]
     device: Any
 
-class _T5(_T5Options, total=False):
-    out: Optional[Array]
-
-class _T5Into(_T5Options, Generic[ArrayT], total=False):
-    out: Optional[ArrayT]
+class _T5(_T5Options, Out, total=False): ...
+class _T5Into(_T5Options, OutInto[ArrayT], total=False): ...
 
 class _Clip(TypedDict, total=False):
     max_distance: Optional[int]
@@ -64,11 +52,11 @@ def alibi_slopes(
 ) -> NDArray[np.float64]: ...
 @overload
 def alibi_bias(
-    n_heads: int, q_len: int, k_len: Optional[int] = None, **options: Unpack[_AddInto[ArrayT]]
+    n_heads: int, q_len: int, k_len: Optional[int] = None, **options: Unpack[_AlibiAdd[ArrayT]]
 ) -> ArrayT: ...
 @overload
 def alibi_bias(
-    n_heads: int, q_len: int, k_len: Optional[int] = None, **options: Unpack[_WriteInto[ArrayT]]
+    n_heads: int, q_len: int, k_len: Optional[int] = None, **options: Unpack[_AlibiWrite[ArrayT]]
 ) -> ArrayT: ...
 @overload
 def alibi_bias(

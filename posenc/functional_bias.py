@@ -26,15 +26,14 @@ tiles of bounded size.
 
 from __future__ import annotations
 
-from typing import Any, Optional, overload
-
 import numpy as np
 
 from . import _validate as v
 from ._dtypes import is_bfloat16, narrow, widen
 from ._interop import foreign
-from ._typing import ArrayLike, ArrayT, DTypeLike, NDArray
 from .bias import _lengths, _offset, _rounded, _scores
+
+__all__ = ["fire_bias", "kerple_bias", "sandwich_bias"]
 
 # float64 elements of one tile of work (the FIRE MLP's hidden layer, the
 # Sandwich cosines, a bfloat16 add's float32 rows): 4 MiB
@@ -250,54 +249,6 @@ def kerple_values(r1, r2, kind, delta, causal):
     return values
 
 
-@overload
-def kerple_bias(
-    r1: ArrayLike,
-    r2: ArrayLike,
-    q_len: int,
-    k_len: Optional[int] = None,
-    *,
-    kind: str = "log",
-    causal: bool = True,
-    q_offset: Optional[int] = None,
-    dtype: Optional[DTypeLike] = None,
-    scores: ArrayT,
-    out: None = None,
-) -> ArrayT: ...
-
-
-@overload
-def kerple_bias(
-    r1: ArrayLike,
-    r2: ArrayLike,
-    q_len: int,
-    k_len: Optional[int] = None,
-    *,
-    kind: str = "log",
-    causal: bool = True,
-    q_offset: Optional[int] = None,
-    dtype: Optional[DTypeLike] = None,
-    scores: None = None,
-    out: ArrayT,
-) -> ArrayT: ...
-
-
-@overload
-def kerple_bias(
-    r1: ArrayLike,
-    r2: ArrayLike,
-    q_len: int,
-    k_len: Optional[int] = None,
-    *,
-    kind: str = "log",
-    causal: bool = True,
-    q_offset: Optional[int] = None,
-    dtype: Optional[DTypeLike] = None,
-    scores: None = None,
-    out: None = None,
-) -> NDArray[Any]: ...
-
-
 @foreign
 def kerple_bias(
     r1,
@@ -383,51 +334,6 @@ def sandwich_values(n_heads, dim, delta, causal):
     if causal:
         values[:, delta < 0] = -np.inf
     return values
-
-
-@overload
-def sandwich_bias(
-    n_heads: int,
-    q_len: int,
-    k_len: Optional[int] = None,
-    *,
-    dim: int,
-    causal: bool = True,
-    q_offset: Optional[int] = None,
-    dtype: Optional[DTypeLike] = None,
-    scores: ArrayT,
-    out: None = None,
-) -> ArrayT: ...
-
-
-@overload
-def sandwich_bias(
-    n_heads: int,
-    q_len: int,
-    k_len: Optional[int] = None,
-    *,
-    dim: int,
-    causal: bool = True,
-    q_offset: Optional[int] = None,
-    dtype: Optional[DTypeLike] = None,
-    scores: None = None,
-    out: ArrayT,
-) -> ArrayT: ...
-
-
-@overload
-def sandwich_bias(
-    n_heads: int,
-    q_len: int,
-    k_len: Optional[int] = None,
-    *,
-    dim: int,
-    causal: bool = True,
-    q_offset: Optional[int] = None,
-    dtype: Optional[DTypeLike] = None,
-    scores: None = None,
-    out: None = None,
-) -> NDArray[Any]: ...
 
 
 @foreign
@@ -524,66 +430,6 @@ def fire_tile(x, w1, b1, w2, b2):
         out += hidden[..., w : w + 1] * w2[:, w]
     out += b2
     return np.moveaxis(out, -1, 0), pre
-
-
-@overload
-def fire_bias(
-    w1: ArrayLike,
-    b1: ArrayLike,
-    w2: ArrayLike,
-    b2: ArrayLike,
-    c: float,
-    threshold: float,
-    q_len: int,
-    k_len: Optional[int] = None,
-    *,
-    eps: float = 1e-6,
-    causal: bool = True,
-    q_offset: Optional[int] = None,
-    dtype: Optional[DTypeLike] = None,
-    scores: ArrayT,
-    out: None = None,
-) -> ArrayT: ...
-
-
-@overload
-def fire_bias(
-    w1: ArrayLike,
-    b1: ArrayLike,
-    w2: ArrayLike,
-    b2: ArrayLike,
-    c: float,
-    threshold: float,
-    q_len: int,
-    k_len: Optional[int] = None,
-    *,
-    eps: float = 1e-6,
-    causal: bool = True,
-    q_offset: Optional[int] = None,
-    dtype: Optional[DTypeLike] = None,
-    scores: None = None,
-    out: ArrayT,
-) -> ArrayT: ...
-
-
-@overload
-def fire_bias(
-    w1: ArrayLike,
-    b1: ArrayLike,
-    w2: ArrayLike,
-    b2: ArrayLike,
-    c: float,
-    threshold: float,
-    q_len: int,
-    k_len: Optional[int] = None,
-    *,
-    eps: float = 1e-6,
-    causal: bool = True,
-    q_offset: Optional[int] = None,
-    dtype: Optional[DTypeLike] = None,
-    scores: None = None,
-    out: None = None,
-) -> NDArray[Any]: ...
 
 
 @foreign

@@ -53,6 +53,8 @@ def vision_position_ids(grids: ArrayT, **options: Unpack[_Vision]) -> ArrayT: ..
 def vision_position_ids(grids: ArrayLike, **options: Unpack[_Vision]) -> _Ids: ...
 
 # sampled for length generalisation (posenc._samplers)
+__all__ += ["pose_position_ids", "randomized_position_ids"]
+
 _Seed = Optional[int | np.random.SeedSequence | np.random.Generator]
 
 def randomized_position_ids(

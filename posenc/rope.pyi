@@ -4,12 +4,13 @@ The keyword options several signatures share are declared once, as the
 TypedDicts below (``**options: Unpack[...]`` reads as those keywords).
 """
 
-from typing import Any, Generic, Literal, Optional, Sequence, Tuple, TypedDict, Union, overload
+from typing import Any, Literal, Optional, Sequence, Tuple, TypedDict, Union, overload
 
 import numpy as np
 from typing_extensions import Unpack
 
-from ._typing import Array, ArrayLike, ArrayT, DTypeLike, NDArray, RopeScaling, ScalarT
+from ._options_types import Out, OutInto
+from ._typing import ArrayLike, ArrayT, DTypeLike, NDArray, RopeScaling, ScalarT
 
 ApplyLayout = Literal["half", "interleaved", "interleaved_to_half"]
 XposRole = Literal["query", "key"]
@@ -42,11 +43,8 @@ class _ApplyOptions(_Rows, total=False):
     axes: Optional[str]
     inverse: bool
 
-class _Apply(_ApplyOptions, total=False):
-    out: Optional[Array]
-
-class _ApplyInto(_ApplyOptions, Generic[ArrayT], total=False):
-    out: Optional[ArrayT]
+class _Apply(_ApplyOptions, Out, total=False): ...
+class _ApplyInto(_ApplyOptions, OutInto[ArrayT], total=False): ...
 
 _Tables = Tuple[NDArray[Any], NDArray[Any]]
 

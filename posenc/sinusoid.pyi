@@ -1,11 +1,12 @@
 """Types of posenc.sinusoid (the function and its documentation: sinusoid.py)."""
 
-from typing import Any, Generic, Literal, Optional, TypedDict, overload
+from typing import Any, Literal, Optional, TypedDict, overload
 
 import numpy as np
 from typing_extensions import Unpack
 
-from ._typing import Array, ArrayLike, ArrayT, DTypeLike, NDArray
+from ._options_types import Out, OutInto
+from ._typing import ArrayLike, ArrayT, DTypeLike, NDArray
 
 class _Options(TypedDict, total=False):
     base: float
@@ -13,11 +14,8 @@ class _Options(TypedDict, total=False):
     dtype: Optional[DTypeLike]
     device: Any
 
-class _Table(_Options, total=False):
-    out: Optional[Array]
-
-class _Into(_Options, Generic[ArrayT], total=False):
-    out: Optional[ArrayT]
+class _Table(_Options, Out, total=False): ...
+class _Into(_Options, OutInto[ArrayT], total=False): ...
 
 @overload
 def sinusoid(positions: np.ndarray, dim: int, **options: Unpack[_Table]) -> NDArray[Any]: ...

@@ -128,6 +128,37 @@ PE_INLINE void store_pairs8(char *orow, ptrdiff_t i, ptrdiff_t half, int out_hal
     }
 }
 
+/* bfloat16 rows eight pairs a step from pair i on, read interleaved or as
+ * two halves (`in_half`) and written interleaved or as two halves
+ * (`out_half`).  Returns where the portable tail goes on. */
+PE_INLINE ptrdiff_t rows_bf16x8(const char *x0, ptrdiff_t lxs, char *o0, ptrdiff_t los,
+                                ptrdiff_t lanes, const float *c, const float *s, ptrdiff_t half,
+                                ptrdiff_t i, const int in_half, const int out_half,
+                                const int stream)
+{
+    for (; i + 8 <= half; i += 8) {
+        __m256 cv = _mm256_loadu_ps(c + i), sv = _mm256_loadu_ps(s + i);
+        for (ptrdiff_t g = 0; g < lanes; ++g) {
+            const uint16_t *x = (const uint16_t *)(x0 + g * lxs);
+            uint16_t *o = (uint16_t *)(o0 + g * los);
+            __m256 a, b, ra, rb;
+            if (in_half) {
+                a = load_h8(x + i, PE_BF16), b = load_h8(x + half + i, PE_BF16);
+            } else {
+                pe_ps_from_bf16x16(_mm256_loadu_si256((const __m256i *)(x + 2 * i)), &a, &b);
+            }
+            rot8(a, b, cv, sv, &ra, &rb);
+            if (out_half) {
+                pe_store_h8(o + i, ra, PE_BF16, stream);
+                pe_store_h8(o + half + i, rb, PE_BF16, stream);
+            } else {
+                pe_store_si256(o + 2 * i, pe_bf16x16_from_ps(ra, rb), stream);
+            }
+        }
+    }
+    return i;
+}
+
 /* The layout-changing rotations (DeepSeek-V3's interleaved-in, half-out,
  * and its inverse): eight pairs (four for float64) a step, the arithmetic
  * of the other layouts.  Returns where the portable tail goes on. */
@@ -160,27 +191,7 @@ PE_INLINE ptrdiff_t rows_relayout(const char *x0, ptrdiff_t lxs, char *o0, ptrdi
                 pe_store_si256(o + half + i, pe_bf16x16_from_ps(ev, od), stream);
             }
         }
-        for (; i + 8 <= half; i += 8) {
-            __m256 cv = _mm256_loadu_ps(c + i), sv = _mm256_loadu_ps(s + i);
-            for (ptrdiff_t g = 0; g < lanes; ++g) {
-                const uint16_t *x = (const uint16_t *)(x0 + g * lxs);
-                uint16_t *o = (uint16_t *)(o0 + g * los);
-                __m256 a, b, ra, rb;
-                if (in_half) {
-                    a = load_h8(x + i, dtype), b = load_h8(x + half + i, dtype);
-                } else {
-                    pe_ps_from_bf16x16(_mm256_loadu_si256((const __m256i *)(x + 2 * i)), &a, &b);
-                }
-                rot8(a, b, cv, sv, &ra, &rb);
-                if (in_half) {
-                    pe_store_si256(o + 2 * i, pe_bf16x16_from_ps(ra, rb), stream);
-                } else {
-                    pe_store_h8(o + i, ra, dtype, stream);
-                    pe_store_h8(o + half + i, rb, dtype, stream);
-                }
-            }
-        }
-        return i;
+        return rows_bf16x8(x0, lxs, o0, los, lanes, c, s, half, i, in_half, !in_half, stream);
     }
     if (dtype != PE_F64) {
         const float *c = (const float *)t, *s = c + half;
@@ -226,7 +237,8 @@ PE_INLINE ptrdiff_t rows_relayout(const char *x0, ptrdiff_t lxs, char *o0, ptrdi
  * elements (pe_ps_from_bf16x16): in the "half" layout cos and sin are split
  * to match, once for all the lanes; in the interleaved one the even
  * elements are the a of the pairs and the odd ones the b, which takes cos
- * and sin as they are.  Returns where the other kernels of rows_avx2 go on. */
+ * and sin as they are (rows_bf16x8).  Returns where the other kernels of
+ * rows_avx2 go on. */
 PE_INLINE ptrdiff_t rows_bf16x16(const char *x0, ptrdiff_t lxs, char *o0, ptrdiff_t los,
                                  ptrdiff_t lanes, const float *c, const float *s, ptrdiff_t half,
                                  const int layout, const int stream)
@@ -249,20 +261,9 @@ PE_INLINE ptrdiff_t rows_bf16x16(const char *x0, ptrdiff_t lxs, char *o0, ptrdif
                 pe_store_si256(o + half + i, pe_bf16x16_from_ps(rbe, rbo), stream);
             }
         }
-    } else {
-        for (; i + 8 <= half; i += 8) {
-            __m256 cv = _mm256_loadu_ps(c + i), sv = _mm256_loadu_ps(s + i);
-            for (ptrdiff_t g = 0; g < lanes; ++g) {
-                const uint16_t *x = (const uint16_t *)(x0 + g * lxs);
-                uint16_t *o = (uint16_t *)(o0 + g * los);
-                __m256 a, b, ra, rb;
-                pe_ps_from_bf16x16(_mm256_loadu_si256((const __m256i *)(x + 2 * i)), &a, &b);
-                rot8(a, b, cv, sv, &ra, &rb);
-                pe_store_si256(o + 2 * i, pe_bf16x16_from_ps(ra, rb), stream);
-            }
-        }
+        return i;
     }
-    return i;
+    return rows_bf16x8(x0, lxs, o0, los, lanes, c, s, half, 0, 0, 0, stream);
 }
 
 /* One row's cos/sin applied to the `lanes` rows that share it: each vector

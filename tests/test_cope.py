@@ -107,11 +107,14 @@ def test_cope_float32_rounds_the_float64_result_once():
     np.testing.assert_allclose(got, want, rtol=2e-6, atol=1e-6)
 
 
-def test_cope_scores_added_in_place():
+@pytest.mark.parametrize("logits_are_scores", [False, True], ids=["scores", "logits"])
+def test_cope_scores_added_in_place(logits_are_scores):
+    # logits: attn_logits += cpe(query, attn_logits) as the authors add them, the
+    # bias formed before the write.
     q, a, e = _inputs(2, 2, 3, 5, 4, 4, seed=9)
-    scores = np.arange(a.size, dtype=np.float64).reshape(a.shape)
+    scores = a.copy() if logits_are_scores else np.arange(a.size, dtype=np.float64).reshape(a.shape)
     before = scores.copy()
-    got = cope_bias(q, a, e, scores=scores)
+    got = cope_bias(q, scores if logits_are_scores else a, e, scores=scores)
     assert got is scores
     np.testing.assert_allclose(scores, before + reference.cope_bias(q, a, e), atol=1e-12)
 
@@ -219,15 +222,6 @@ def test_cope_grad_extreme_logits_match_torch_autograd():
     want = at.grad.numpy()
     assert (want != 0).sum() >= 5
     np.testing.assert_allclose(d_a, want, rtol=1e-12, atol=1e-300)
-
-
-def test_cope_logits_in_place_as_the_authors_add_them():
-    # attn_logits += cpe(query, attn_logits): the bias is formed before the write.
-    q, a, e = _inputs(2, 2, 4, 4, 3, 5, seed=19)
-    logits = a.copy()
-    got = cope_bias(q, logits, e, scores=logits)
-    assert got is logits
-    np.testing.assert_allclose(logits, a + reference.cope_bias(q, a, e), atol=1e-12)
 
 
 def test_cope_grad_of_pos_emb_by_finite_differences():

@@ -926,6 +926,15 @@ def _glue(*tail, x=None, positions=None, inv_freq=None, out=None, layout=0, fact
     )
 
 
+def _accepts_or_raises(fn, args, exc):
+    """``fn(*args)`` succeeds when `exc` is None, else raises `exc`."""
+    if exc is None:
+        fn(*args)
+        return
+    with pytest.raises(exc):
+        fn(*args)
+
+
 @pytest.mark.parametrize(
     "args,exc",
     [
@@ -953,11 +962,7 @@ def _glue(*tail, x=None, positions=None, inv_freq=None, out=None, layout=0, fact
     ],
 )
 def test_the_c_glue_checks_what_it_is_given(args, exc):
-    if exc is None:
-        _core.rope_apply(*args)
-        return
-    with pytest.raises(exc):
-        _core.rope_apply(*args)
+    _accepts_or_raises(_core.rope_apply, args, exc)
 
 
 def test_the_c_glue_refuses_deepseeks_layout_in_place():
@@ -984,11 +989,7 @@ def _table_glue(*tail, width=8, layout=0):
     ],
 )
 def test_the_c_glue_of_the_tables_checks_the_new_options(args, exc):
-    if exc is None:
-        _core.rope_table(*args)
-        return
-    with pytest.raises(exc):
-        _core.rope_table(*args)
+    _accepts_or_raises(_core.rope_table, args, exc)
 
 
 def test_the_c_glue_refuses_out_partly_overlapping_x():

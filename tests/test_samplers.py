@@ -9,15 +9,20 @@ import posenc
 from posenc import _reference_newer as reference
 from posenc._samplers import pose_position_ids, randomized_position_ids
 
-# --- randomized positional encodings (Ruoss et al. 2023) ----------------------
 
-
-def test_randomized_matches_reference_row_by_row():
-    got = randomized_position_ids(6, 40, batch=3, seed=7)
-    rng = np.random.default_rng(7)
-    want = np.stack([reference.randomized_position_ids(6, 40, rng) for _ in range(3)])
-    assert got.dtype == np.int64 and got.shape == (3, 6)
+@pytest.mark.parametrize(
+    "sampler, n, limit, batch, seed",
+    [("randomized_position_ids", 6, 40, 3, 7), ("pose_position_ids", 8, 50, 4, 3)],
+)
+def test_matches_reference_row_by_row(sampler, n, limit, batch, seed):
+    got = getattr(posenc._samplers, sampler)(n, limit, batch=batch, seed=seed)
+    rng = np.random.default_rng(seed)
+    want = np.stack([getattr(reference, sampler)(n, limit, rng) for _ in range(batch)])
+    assert got.dtype == np.int64 and got.shape == (batch, n)
     np.testing.assert_array_equal(got, want)
+
+
+# --- randomized positional encodings (Ruoss et al. 2023) ----------------------
 
 
 def test_randomized_is_sorted_distinct_and_in_range():
@@ -51,34 +56,7 @@ def test_randomized_deterministic_given_seed_and_generator():
     )
 
 
-def test_randomized_bad_input_names_the_argument():
-    with pytest.raises(ValueError, match="n must be <= max_len"):
-        randomized_position_ids(11, 10)
-    with pytest.raises(ValueError, match="max_len"):
-        randomized_position_ids(0, 0)
-    with pytest.raises(ValueError, match="n"):
-        randomized_position_ids(-1, 10)
-    with pytest.raises(TypeError, match="n"):
-        randomized_position_ids(2.0, 10)
-    with pytest.raises(ValueError, match="batch"):
-        randomized_position_ids(2, 10, batch=0)
-    with pytest.raises(TypeError, match="seed"):
-        randomized_position_ids(2, 10, seed="x")
-    with pytest.raises(ValueError, match="seed"):
-        randomized_position_ids(2, 10, seed=-1)
-    with pytest.raises(TypeError, match="seed"):
-        randomized_position_ids(2, 10, seed=np.random.RandomState(0))
-
-
 # --- PoSE (Zhu et al. 2023) ---------------------------------------------------
-
-
-def test_pose_matches_reference_row_by_row():
-    got = pose_position_ids(8, 50, batch=4, seed=3)
-    rng = np.random.default_rng(3)
-    want = np.stack([reference.pose_position_ids(8, 50, rng) for _ in range(4)])
-    assert got.dtype == np.int64 and got.shape == (4, 8)
-    np.testing.assert_array_equal(got, want)
 
 
 def _chunks(row):
@@ -116,17 +94,6 @@ def test_pose_deterministic_given_seed():
     )
 
 
-def test_pose_bad_input_names_the_argument():
-    with pytest.raises(ValueError, match="n must be <= target_len"):
-        pose_position_ids(10, 9)
-    with pytest.raises(ValueError, match="n"):
-        pose_position_ids(0, 9)
-    with pytest.raises(TypeError, match="target_len"):
-        pose_position_ids(4, "9")
-    with pytest.raises(ValueError, match="batch"):
-        pose_position_ids(4, 9, batch=-2)
-
-
 # --- the ids work as positions -------------------------------------------------
 
 
@@ -152,3 +119,27 @@ def test_sampled_ids_work_as_positions(sampler):
     np.testing.assert_array_equal(
         posenc.deberta_log_bucket(rel, 8, 64), posenc.reference.deberta_log_bucket(rel, 8, 64)
     )
+
+
+# --- bad input -------------------------------------------------------------------
+
+BAD_INPUTS = [
+    (randomized_position_ids, (11, 10), {}, ValueError, "n must be <= max_len"),
+    (randomized_position_ids, (0, 0), {}, ValueError, "max_len"),
+    (randomized_position_ids, (-1, 10), {}, ValueError, "n"),
+    (randomized_position_ids, (2.0, 10), {}, TypeError, "n"),
+    (randomized_position_ids, (2, 10), {"batch": 0}, ValueError, "batch"),
+    (randomized_position_ids, (2, 10), {"seed": "x"}, TypeError, "seed"),
+    (randomized_position_ids, (2, 10), {"seed": -1}, ValueError, "seed"),
+    (randomized_position_ids, (2, 10), {"seed": np.random.RandomState(0)}, TypeError, "seed"),
+    (pose_position_ids, (10, 9), {}, ValueError, "n must be <= target_len"),
+    (pose_position_ids, (0, 9), {}, ValueError, "n"),
+    (pose_position_ids, (4, "9"), {}, TypeError, "target_len"),
+    (pose_position_ids, (4, 9), {"batch": -2}, ValueError, "batch"),
+]
+
+
+@pytest.mark.parametrize("sampler, args, kwargs, error, match", BAD_INPUTS)
+def test_bad_input_names_the_argument(sampler, args, kwargs, error, match):
+    with pytest.raises(error, match=match):
+        sampler(*args, **kwargs)

@@ -58,13 +58,22 @@ def typed_dict_name(unpack):
     return inner.value.id if isinstance(inner, ast.Subscript) else inner.id
 
 
+def class_name(base):
+    """C of a base class ``C`` or ``C[ArrayT]``."""
+    return getattr(base.value if isinstance(base, ast.Subscript) else base, "id", None)
+
+
 def stub_typed_dicts(tree):
-    """The keys of each TypedDict class of a stub, its bases' included."""
-    classes = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
+    """The keys of each TypedDict class of a stub, its bases' included (also
+    those of the options the stubs share, posenc/_options_types.pyi)."""
+    shared = os.path.join(os.path.dirname(posenc.__file__), "_options_types.pyi")
+    with open(shared, encoding="utf-8") as f:
+        body = ast.parse(f.read()).body + tree.body
+    classes = {n.name: n for n in body if isinstance(n, ast.ClassDef)}
 
     def keys(name):
         node = classes[name]
-        found = [k for b in node.bases if getattr(b, "id", None) in classes for k in keys(b.id)]
+        found = [k for b in node.bases if class_name(b) in classes for k in keys(class_name(b))]
         return found + [s.target.id for s in node.body if isinstance(s, ast.AnnAssign)]
 
     return {name: keys(name) for name in classes}

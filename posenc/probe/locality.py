@@ -43,7 +43,7 @@ class LocalitySymmetry:
         ``(1/n) sum_i sum_j A[i, j] 2^(-|i-j|)`` (1: all weight on the
         diagonal).
     symmetry : float
-        ``1 - `` the mean of the per-row min-max scaled differences between
+        One minus the mean of the per-row min-max scaled differences between
         the weights at the same distance to the left and to the right (1:
         symmetric about the diagonal).
     n_positions : int

@@ -1,0 +1,46 @@
+"""Keyword options that the stubs of several modules share (bias.pyi,
+functional_bias.pyi, rope.pyi, sinusoid.pyi), declared once.
+
+A stub reads them as ``**options: Unpack[...]``, alone or as a base of its
+own TypedDict.  Types only: there is no module of this name at run time.
+"""
+
+from typing import Any, Generic, Optional, TypedDict
+
+from typing_extensions import Required
+
+from ._typing import Array, ArrayT, DTypeLike
+
+class Out(TypedDict, total=False):
+    """``out=``: where to write the result, of any array type."""
+
+    out: Optional[Array]
+
+class OutInto(TypedDict, Generic[ArrayT], total=False):
+    """``out=`` of the type the result follows."""
+
+    out: Optional[ArrayT]
+
+class _BiasOptions(TypedDict, total=False):
+    causal: bool
+    q_offset: Optional[int]
+    dtype: Optional[DTypeLike]
+    device: Any
+
+class AddInto(_BiasOptions, Generic[ArrayT], total=False):
+    """A bias's options when it is added into ``scores=`` (returned)."""
+
+    scores: Required[ArrayT]
+    out: None
+
+class WriteInto(_BiasOptions, Generic[ArrayT], total=False):
+    """A bias's options when it is written into ``out=`` (returned)."""
+
+    scores: None
+    out: Required[ArrayT]
+
+class NewBias(_BiasOptions, total=False):
+    """A bias's options when it is a new NumPy array."""
+
+    scores: None
+    out: None

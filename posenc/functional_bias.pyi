@@ -1,0 +1,121 @@
+"""Types of posenc.functional_bias (the functions and their documentation:
+functional_bias.py).
+
+Each bias is added into ``scores=``, written into ``out=`` or made anew; the
+options those overloads share are posenc/_options_types.pyi's.
+"""
+
+from typing import Any, Iterator, Optional, Tuple, TypedDict, overload
+
+import numpy as np
+from typing_extensions import Required, Unpack
+
+from ._options_types import AddInto, NewBias, WriteInto
+from ._typing import ArrayLike, ArrayT, NDArray
+
+__all__ = ["fire_bias", "kerple_bias", "sandwich_bias"]
+
+class _Kerple(TypedDict, total=False):
+    kind: str
+
+class _KerpleAdd(_Kerple, AddInto[ArrayT], total=False): ...
+class _KerpleWrite(_Kerple, WriteInto[ArrayT], total=False): ...
+class _KerpleNew(_Kerple, NewBias, total=False): ...
+
+class _Sandwich(TypedDict, total=False):
+    dim: Required[int]
+
+class _SandwichAdd(_Sandwich, AddInto[ArrayT], total=False): ...
+class _SandwichWrite(_Sandwich, WriteInto[ArrayT], total=False): ...
+class _SandwichNew(_Sandwich, NewBias, total=False): ...
+
+class _Fire(TypedDict, total=False):
+    eps: float
+
+class _FireAdd(_Fire, AddInto[ArrayT], total=False): ...
+class _FireWrite(_Fire, WriteInto[ArrayT], total=False): ...
+class _FireNew(_Fire, NewBias, total=False): ...
+
+@overload
+def kerple_bias(
+    r1: ArrayLike,
+    r2: ArrayLike,
+    q_len: int,
+    k_len: Optional[int] = None,
+    **options: Unpack[_KerpleAdd[ArrayT]],
+) -> ArrayT: ...
+@overload
+def kerple_bias(
+    r1: ArrayLike,
+    r2: ArrayLike,
+    q_len: int,
+    k_len: Optional[int] = None,
+    **options: Unpack[_KerpleWrite[ArrayT]],
+) -> ArrayT: ...
+@overload
+def kerple_bias(
+    r1: ArrayLike,
+    r2: ArrayLike,
+    q_len: int,
+    k_len: Optional[int] = None,
+    **options: Unpack[_KerpleNew],
+) -> NDArray[Any]: ...
+@overload
+def sandwich_bias(
+    n_heads: int, q_len: int, k_len: Optional[int] = None, **options: Unpack[_SandwichAdd[ArrayT]]
+) -> ArrayT: ...
+@overload
+def sandwich_bias(
+    n_heads: int, q_len: int, k_len: Optional[int] = None, **options: Unpack[_SandwichWrite[ArrayT]]
+) -> ArrayT: ...
+@overload
+def sandwich_bias(
+    n_heads: int, q_len: int, k_len: Optional[int] = None, **options: Unpack[_SandwichNew]
+) -> NDArray[Any]: ...
+@overload
+def fire_bias(
+    w1: ArrayLike,
+    b1: ArrayLike,
+    w2: ArrayLike,
+    b2: ArrayLike,
+    c: float,
+    threshold: float,
+    q_len: int,
+    k_len: Optional[int] = None,
+    **options: Unpack[_FireAdd[ArrayT]],
+) -> ArrayT: ...
+@overload
+def fire_bias(
+    w1: ArrayLike,
+    b1: ArrayLike,
+    w2: ArrayLike,
+    b2: ArrayLike,
+    c: float,
+    threshold: float,
+    q_len: int,
+    k_len: Optional[int] = None,
+    **options: Unpack[_FireWrite[ArrayT]],
+) -> ArrayT: ...
+@overload
+def fire_bias(
+    w1: ArrayLike,
+    b1: ArrayLike,
+    w2: ArrayLike,
+    b2: ArrayLike,
+    c: float,
+    threshold: float,
+    q_len: int,
+    k_len: Optional[int] = None,
+    **options: Unpack[_FireNew],
+) -> NDArray[Any]: ...
+
+# used by posenc._functional_grad
+def _positions(
+    q_len: Any, k_len: Any, q_offset: Any, causal: Any
+) -> Tuple[int, int, int, bool]: ...
+def distances(q_len: int, k_len: int, q_offset: int) -> NDArray[np.float64]: ...
+def log1p_product(s: Any, d: Any) -> NDArray[np.float64]: ...
+def kerple_params(r1: Any, r2: Any, kind: Any) -> Any: ...
+def fire_params(w1: Any, b1: Any, w2: Any, b2: Any, c: Any, threshold: Any, eps: Any) -> Any: ...
+def tiles(q_len: int, k_len: int, per_pair: int) -> Iterator[Tuple[slice, slice]]: ...
+def fire_inputs(qpos: Any, keys: Any, c: float, threshold: float, eps: float) -> Any: ...
