@@ -802,11 +802,11 @@ def test_the_operators_pass_torchs_opcheck():
         ("rope_cos_sin", (torch.arange(6),), dict(dim=8, **cos_sin)),
     ]
     for name, tensors, options in cases:
-        args = (name, *tensors, *[None] * (5 - len(tensors)), *_options(**options))
+        args = (name, *tensors, *[None] * (pt._SLOTS - len(tensors)), *_options(**options))
         result = torch.library.opcheck(torch.ops.posenc.call.default, args)
         assert set(result.values()) == {"SUCCESS"}, (name, result)
     cos, sin = torch.ops.posenc.call(
-        "rope_cos_sin", torch.arange(6), None, None, None, None, *_options(dim=8, **cos_sin)
+        "rope_cos_sin", torch.arange(6), *[None] * (pt._SLOTS - 1), *_options(dim=8, **cos_sin)
     )
     assert cos.shape == (6, 4)  # partial_rotary_factor 0.5
 
@@ -911,6 +911,24 @@ def test_the_operator_path_gives_the_numbers_of_the_direct_path(name):
             None,
         ),
         "t5_bias": lambda: (posenc.t5_bias, (table, 3, 6), {"q_offset": 5}, "table"),
+        "kerple_bias": lambda: (
+            posenc.kerple_bias,
+            (torch.tensor([0.5, 1.5]), torch.tensor([0.75, 1.25]), 3, 6),
+            {"kind": "power"},
+            "r1",
+        ),
+        "sandwich_bias": lambda: (
+            posenc.sandwich_bias,
+            (4, 3, 6),
+            {"dim": 8, "dtype": torch.float64},
+            None,
+        ),
+        "fire_bias": lambda: (
+            posenc.fire_bias,
+            (randn(8, 1), randn(8), randn(2, 8), randn(2), 0.3, 2.5, 3, 6),
+            {"causal": False},
+            "w1",
+        ),
     }
     fn, args, kwargs, grad_arg = calls[name]()
     direct = fn(*args, **kwargs)

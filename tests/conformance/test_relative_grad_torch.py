@@ -157,10 +157,9 @@ def test_the_operators_pass_torchs_opcheck(torch, pt):
     bias = torch.randn(2, 4, dtype=torch.float64, requires_grad=True)
     given = pt.encode({"k_len": 6, "q_offset": None, "causal": False})
     from_scores = pt.encode({"k_len": None, "q_offset": None, "causal": False})
-    for args in (
-        ("xl_position_term", q, r, None, None, None, *given),
-        ("xl_position_term", q, r, bias, scores, None, *from_scores),
-    ):
+    slots = pt._SLOTS  # the operator's tensor arguments
+    for tensors, options in (((q, r), given), ((q, r, bias, scores), from_scores)):
+        args = ("xl_position_term", *tensors, *[None] * (slots - len(tensors)), *options)
         result = torch.library.opcheck(torch.ops.posenc.call.default, args)
         assert set(result.values()) == {"SUCCESS"}, result
     grad = torch.randn(2, 2, 4, 6, dtype=torch.float64)
