@@ -82,6 +82,15 @@ def randomized_position_ids(
     -------
     numpy.ndarray of int64, shape ``(n,)`` or ``(batch, n)``
         Strictly increasing ids in ``[0, max_len)`` along the last axis.
+
+    Examples
+    --------
+    >>> import numpy as np, posenc
+    >>> ids = posenc.randomized_position_ids(4, 100, seed=0)
+    >>> ids.shape, bool(np.all(np.diff(ids) > 0)), bool(ids.max() < 100)
+    ((4,), True, True)
+    >>> posenc.randomized_position_ids(3, 50, batch=2, seed=1).shape
+    (2, 3)
     """
     n = _validate.integer(n, "n", minimum=0)
     max_len = _validate.integer(max_len, "max_len", minimum=1)
@@ -137,6 +146,13 @@ def pose_position_ids(
     Returns
     -------
     numpy.ndarray of int64, shape ``(n,)`` or ``(batch, n)``
+
+    Examples
+    --------
+    >>> import numpy as np, posenc
+    >>> ids = posenc.pose_position_ids(6, 32, seed=0)  # two chunks, the second skipped ahead
+    >>> ids.shape, int(ids[0]), bool(np.all(np.diff(ids) >= 1)), bool(ids[-1] < 32)
+    ((6,), 0, True, True)
     """
     n = _validate.integer(n, "n", minimum=1)
     target_len = _validate.integer(target_len, "target_len", minimum=1)

@@ -117,6 +117,14 @@ def complex_order_embedding(
     (real, imag) : tuple of numpy.ndarray of shape ``token_ids.shape + (dim,)``
         ``r cos(phi)`` and ``r sin(phi)`` with ``phi = w pos + theta``, in
         the tables' result dtype; or the complex array with `as_complex`.
+
+    Examples
+    --------
+    >>> import numpy as np, posenc
+    >>> r, w, theta = np.ones((2, 3)), np.full((2, 3), np.pi / 2), np.zeros((2, 3))
+    >>> real, imag = posenc.complex_order_embedding([0, 1], [1, 2], r, w, theta)
+    >>> np.allclose(real, [[0, 0, 0], [-1, -1, -1]]), np.allclose(imag, [[1, 1, 1], [0, 0, 0]])
+    (True, True)
     """
     as_complex = _validate.flag(as_complex, "as_complex")
     ids, pos, r, w, theta = _check(token_ids, positions, amplitude, frequency, phase)

@@ -177,6 +177,18 @@ def cope_bias(
         In the result dtype of the three inputs (`scores`' own with
         `scores`).  A key after the query gets ``z_i(0)`` (its gates sum
         to 0), as in the authors' module; the causal mask removes it.
+
+    Examples
+    --------
+    >>> import numpy as np, posenc
+    >>> q = np.ones((1, 1, 3, 2))  # (batch, heads, q_len, head_dim)
+    >>> logits = np.zeros((1, 1, 3, 3))  # every gate sigmoid(0) = 1/2
+    >>> pos_emb = np.zeros((4, 2))
+    >>> pos_emb[:, 0] = [0, 1, 2, 3]  # q . e[p] = p
+    >>> posenc.cope_bias(q, logits, pos_emb)[0, 0]  # p_ij = (i - j + 1) / 2
+    array([[0.5, 0. , 0. ],
+           [1. , 0.5, 0. ],
+           [1.5, 1. , 0.5]])
     """
     a = _Args(query, attn_logits, pos_emb, causal, q_offset)
     if scores is not None:

@@ -307,6 +307,17 @@ def kerple_bias(
     result is that of ``scores += kerple_bias(..., dtype=scores.dtype)``,
     made in one read and write of the scores.  The backward pass is
     ``posenc._functional_grad.kerple_bias_grad``.
+
+    Examples
+    --------
+    >>> import numpy as np, posenc
+    >>> bias = posenc.kerple_bias([1.0, 0.5], [1.0, 1.0], 3)  # -r1 log(1 + r2 |i - j|)
+    >>> bias.shape, bias.dtype
+    ((2, 3, 3), dtype('float32'))
+    >>> np.allclose(bias[0, 2], [-np.log(3), -np.log(2), 0])
+    True
+    >>> bias[0, 0, 1]  # the future, causal
+    np.float32(-inf)
     """
     a, b, kind, _, _ = kerple_params(r1, r2, kind)
     q_len, k_len, q_offset, causal = _positions(q_len, k_len, q_offset, causal)
@@ -382,6 +393,16 @@ def sandwich_bias(
     The ``q_len + k_len - 1`` distinct values are formed in float64 (the
     angles and cosines too) and rounded once.  No parameter is learned:
     there is no backward pass.
+
+    Examples
+    --------
+    >>> import numpy as np, posenc
+    >>> bias = posenc.sandwich_bias(2, 3, dim=4, causal=False, dtype=np.float64)
+    >>> w = 10000.0 ** (-2 * np.arange(1, 3) / 4)  # the frequencies k = 1, 2
+    >>> d = np.subtract.outer(np.arange(3), np.arange(3))
+    >>> want = (np.cos(d[..., None] * w).sum(-1) - 2) / (1 * 8 / 2)  # head 0
+    >>> np.allclose(bias[0], want)
+    True
     """
     n_heads = v.integer(n_heads, "n_heads", minimum=1)
     dim = v.even_dim(dim, "dim")
@@ -492,6 +513,19 @@ def fire_bias(
     Evaluated in float64 in tiles of at most about 4 MiB of hidden
     activations, each rounded once and stored (or added) as it is made.
     The backward pass is ``posenc._functional_grad.fire_bias_grad``.
+
+    Examples
+    --------
+    >>> import numpy as np, posenc
+    >>> rng = np.random.default_rng(0)
+    >>> w1, b1 = rng.normal(size=(32, 1)), rng.normal(size=32)  # Linear(1, 32)
+    >>> w2, b2 = rng.normal(size=(4, 32)), rng.normal(size=4)  # Linear(32, 4 heads)
+    >>> bias = posenc.fire_bias(w1, b1, w2, b2, 0.1, 512.0, 6)
+    >>> bias.shape
+    (4, 6, 6)
+    >>> x = np.log(0.1 * 5 + 1) / (np.log(0.1 * 512 + 1) + 1e-6)  # query 5, key 0
+    >>> np.allclose(bias[:, 5, 0], w2 @ np.maximum(w1[:, 0] * x + b1, 0) + b2, rtol=1e-6)
+    True
     """
     p1, q1, p2, q2, scale, limit, tiny, _ = fire_params(w1, b1, w2, b2, c, threshold, eps)
     q_len, k_len, q_offset, causal = _positions(q_len, k_len, q_offset, causal)
