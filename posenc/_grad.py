@@ -382,7 +382,15 @@ def _fire_bias(a, grad, wanted):
     return {key: np.asarray(g) for key, g in zip(_FIRE, got)}
 
 
+def _cope_bias(a, grad, wanted):
+    arrays = (a["query"], a["attn_logits"], a["pos_emb"])
+    cope = _records.module("cope_bias")  # its backward beside it, through the registry
+    got = cope.cope_bias_grad(*arrays, grad, causal=a["causal"], q_offset=a["q_offset"])
+    return dict(zip(("query", "attn_logits", "pos_emb"), got))
+
+
 _RULES = {
+    "cope_bias": _cope_bias,
     "kerple_bias": _kerple_bias,
     "fire_bias": _fire_bias,
     "xl_position_term": _xl_position_term,

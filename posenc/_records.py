@@ -98,6 +98,10 @@ def _heads_shape(of):
     return shape
 
 
+def _logits_shape(a, found=None):
+    return tuple(a["attn_logits"].shape)
+
+
 def _rope_shape(a, found=None):
     return tuple(a["x"].shape)
 
@@ -234,6 +238,16 @@ _RECORDS = (
         shape=_heads_shape("w2"),
         dtype_from="dtype",
     ),
+    Record(
+        "cope_bias",
+        arrays=("query", "attn_logits", "pos_emb", "scores"),
+        sinks=("scores",),
+        traced_scalars=_Q_OFFSET,
+        differentiable=("query", "attn_logits", "pos_emb", "scores"),
+        backward="host",
+        shape=_logits_shape,
+    ),
+    Record("complex_order_embedding"),
     Record("xl_relative_table"),
     Record("tener_relative_table"),
     Record(

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from . import _validate
+from ._interop import foreign
 from ._typing import ArrayLike
 
 __all__ = ["complex_order_embedding", "complex_order_embedding_grad"]
@@ -88,6 +89,7 @@ def _phase(ids, pos, w, theta):
     return pos[..., None] * w.astype(np.float64)[ids] + theta.astype(np.float64)[ids]
 
 
+@foreign
 def complex_order_embedding(
     token_ids: ArrayLike,
     positions: ArrayLike,

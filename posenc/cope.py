@@ -30,6 +30,7 @@ from typing import Any, Optional
 import numpy as np
 
 from . import _validate
+from ._interop import foreign
 from ._typing import Array, ArrayLike, NDArray
 
 __all__ = ["cope_bias", "cope_bias_grad"]
@@ -135,6 +136,7 @@ def _forward(a):
     return sig, pos, lo, hi, w, e, z_hi, z_lo
 
 
+@foreign
 def cope_bias(
     query: ArrayLike,
     attn_logits: ArrayLike,

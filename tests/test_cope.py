@@ -290,3 +290,32 @@ def test_cope_refused_scores_left_untouched():
     readonly.flags.writeable = False
     with pytest.raises(ValueError, match="scores"):
         cope_bias(q, a, e, scores=readonly)
+
+
+def test_cope_through_torch_autograd_compile_and_jax():
+    torch = require("torch")
+    jax = require("jax")
+    gen = torch.Generator().manual_seed(7)
+    q = torch.randn(2, 2, 4, 3, dtype=torch.float64, generator=gen).requires_grad_()
+    k = torch.randn(2, 2, 5, 3, dtype=torch.float64, generator=gen)
+    logits = (q.detach() @ k.transpose(-1, -2)).requires_grad_()
+    emb = torch.randn(6, 3, dtype=torch.float64, generator=gen).requires_grad_()
+    scores = torch.randn(2, 2, 4, 5, dtype=torch.float64, generator=gen).requires_grad_()
+
+    def added(s, q, a, e):
+        return cope_bias(q, a, e, causal=False, scores=s.clone())
+
+    assert torch.autograd.gradcheck(added, (scores, q, logits, emb))
+    compiled = torch.compile(lambda q, a, e: cope_bias(q, a, e), fullgraph=True)
+    assert torch.equal(compiled(q, logits, emb), cope_bias(q, logits, emb))
+    # JAX's gradients are torch's (both adapt one backward rule)
+    if hasattr(jax, "enable_x64"):
+        x64 = jax.enable_x64
+    else:
+        from jax.experimental import enable_x64 as x64
+    with x64(True):
+        arrays = [jax.numpy.asarray(t.detach().numpy()) for t in (q, logits, emb)]
+        got = jax.grad(lambda *a: (cope_bias(*a) ** 2).sum(), argnums=(0, 1, 2))(*arrays)
+    (cope_bias(q, logits, emb) ** 2).sum().backward()
+    for g, t in zip(got, (q, logits, emb)):
+        np.testing.assert_allclose(np.asarray(g), t.grad.numpy(), rtol=1e-12, atol=1e-14)

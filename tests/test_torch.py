@@ -917,6 +917,12 @@ def test_the_operator_path_gives_the_numbers_of_the_direct_path(name):
             {"kind": "power"},
             "r1",
         ),
+        "cope_bias": lambda: (
+            posenc.cope_bias,
+            (randn(2, 4, 3), randn(2, 4, 5), randn(6, 3)),
+            {"causal": False},
+            "query",
+        ),
         "sandwich_bias": lambda: (
             posenc.sandwich_bias,
             (4, 3, 6),
