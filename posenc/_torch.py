@@ -29,7 +29,6 @@ the CPU is refused with a TypeError naming the argument and the device;
 nothing is copied between devices behind the caller's back.
 """
 
-import functools
 import inspect
 from typing import Any, Dict, List, Optional
 
@@ -51,23 +50,15 @@ from . import _dtypes, _grad, _interop, _options, _records, _validate  # noqa: E
 from ._dtypes import BFLOAT16_BITS  # noqa: E402
 from ._options import config_text, decode  # noqa: E402
 
-# ---------------------------------------------------------------- dtypes
+# ---------------------------------------------------------------- dtypes, devices
 
-_FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
-
+_NAME_OF_TORCH = {getattr(torch, n): n for n in ("float16", "bfloat16", "float32", "float64")}
+_FLOATS = tuple(_NAME_OF_TORCH)
 #: NumPy's dtype for each torch dtype that has one (bfloat16: posenc's bits)
-_NUMPY_DTYPES = {
-    getattr(torch, name): np.dtype(name)
-    for name in ("float16", "float32", "float64", "complex64", "complex128", "bool")
-    + ("int8", "int16", "int32", "int64", "uint8")
-}
+_NUMBERS = "float16 float32 float64 complex64 complex128 bool int8 int16 int32 int64 uint8"
+_NUMPY_DTYPES = {getattr(torch, n): np.dtype(n) for n in _NUMBERS.split()}
 _NUMPY_DTYPES[torch.bfloat16] = BFLOAT16_BITS
 _TORCH_DTYPES = {dtype: t for t, dtype in _NUMPY_DTYPES.items()}
-
-_TORCH_BY_NAME = {
-    name: getattr(torch, name) for name in ("float16", "bfloat16", "float32", "float64")
-}
-_NAME_OF_TORCH = {dtype: name for name, dtype in _TORCH_BY_NAME.items()}
 
 _Tensor = torch.Tensor
 _BFLOAT16 = torch.bfloat16
@@ -79,66 +70,46 @@ _inference_mode = torch.is_inference_mode_enabled
 _PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
 
 
-def numpy_dtype(value, name="dtype"):
-    """A dtype argument for the NumPy functions: torch dtypes mapped to
-    NumPy's (bfloat16 to posenc's bits dtype, so that no ml_dtypes is
-    needed), bfloat16 by name likewise, anything else as it is."""
-    if isinstance(value, torch.dtype):
-        try:
-            return _NUMPY_DTYPES[value]
-        except KeyError:
-            raise TypeError(
-                f"{name} must be float16, bfloat16, float32 or float64, not {value}"
-            ) from None
-    if _dtypes.is_bfloat16_name(value):
-        return BFLOAT16_BITS
-    return value
+def _not_float(name, dtype, verb="be"):
+    return TypeError(f"{name} must {verb} float16, bfloat16, float32 or float64, not {dtype}")
 
 
 def _dtype_name(value, name="dtype"):
     """A float dtype given any way (torch, NumPy, a name) as its name."""
-    if isinstance(value, torch.dtype):
-        if value in _NAME_OF_TORCH:
-            return _NAME_OF_TORCH[value]
-        raise TypeError(f"{name} must be float16, bfloat16, float32 or float64, not {value}")
-    return _dtypes.float_name(value, name)
+    if not isinstance(value, torch.dtype):
+        return _dtypes.float_name(value, name)
+    if value not in _NAME_OF_TORCH:
+        raise _not_float(name, value)
+    return _NAME_OF_TORCH[value]
 
 
-def _numpy_dtype_of_name(name):
-    return BFLOAT16_BITS if name == "bfloat16" else np.dtype(name)
-
-
-# ---------------------------------------------------------------- tensors <-> arrays
-
-
-def device_error(name, device):
-    return TypeError(
-        f"{name} is on device {device}: posenc computes on the CPU and does not copy tensors "
-        f"between devices; move it with .cpu() (and the result back with .to({str(device)!r}))"
-    )
+def _cpu(t, name):
+    """The tensor `t` (argument `name`), refused unless it is on the CPU."""
+    if t.device.type != "cpu":
+        raise TypeError(
+            f"{name} is on device {t.device}: posenc computes on the CPU and does not copy "
+            f"tensors between devices; move it with .cpu() (and the result back with "
+            f".to({str(t.device)!r}))"
+        )
+    return t
 
 
 def check_device(device, name="device"):
     """``device=``: None or the CPU (a string, a torch.device)."""
     if device is None:
         return
-    if isinstance(device, torch.device):
-        dev = device
-    elif isinstance(device, (str, int)) and not isinstance(device, bool):
+    wrong = f"{name} must be a torch.device or a device name, not "
+    if isinstance(device, (str, int)) and not isinstance(device, bool):
         try:
-            dev = torch.device(device)
+            device = torch.device(device)
         except (RuntimeError, TypeError, ValueError) as exc:
-            raise TypeError(
-                f"{name} must be a torch.device or a device name, not {device!r}"
-            ) from exc
-    else:
+            raise TypeError(wrong + repr(device)) from exc
+    elif not isinstance(device, torch.device):
+        raise TypeError(wrong + type(device).__name__)
+    if device.type != "cpu":
         raise TypeError(
-            f"{name} must be a torch.device or a device name, not {type(device).__name__}"
-        )
-    if dev.type != "cpu":
-        raise TypeError(
-            f"{name} = {str(dev)!r}: posenc computes on the CPU and does not copy tensors between "
-            f"devices; make the result on the CPU and move it with .to({str(dev)!r})"
+            f"{name} = {str(device)!r}: posenc computes on the CPU and does not copy tensors "
+            f"between devices; make the result on the CPU and move it with .to({str(device)!r})"
         )
 
 
@@ -157,15 +128,15 @@ def transform_error(name, function):
 
 
 def _in_transform():
-    """Whether a torch.func transform is running."""
     return torch._C._are_functorch_transforms_active()
+
+
+# ---------------------------------------------------------------- tensors <-> arrays
 
 
 def array(t, name, function=None):
     """The CPU tensor `t` seen as a NumPy array (no copy), detached."""
-    if not t.is_cpu:
-        raise device_error(name, t.device)
-    if t.requires_grad:
+    if _cpu(t, name).requires_grad:
         t = t.detach()
     try:
         if t.dtype is torch.bfloat16:
@@ -211,8 +182,7 @@ class _Plan:
     __slots__ = ("fn", "name", "names", "grads", "builder", "sinks", "record")
 
     def __init__(self, fn, signature):
-        self.fn = fn
-        self.name = fn.__name__
+        self.fn, self.name = fn, fn.__name__
         positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
         self.names = tuple(p.name for p in signature.parameters.values() if p.kind in positional)
         self.record = _records.record(self.name)
@@ -222,17 +192,15 @@ class _Plan:
 
     def arg(self, name, value, grad):
         """`value` of argument `name` as the NumPy function takes it."""
+        sink = name in self.sinks
         if (  # the common cases, quickly
             type(value) is _Tensor
             and not (grad and value.requires_grad)
             and value.is_cpu
             and value.dtype is not _BFLOAT16
         ):
-            try:
-                if name in self.sinks:
-                    if not value.is_inference() or _inference_mode():
-                        return value.numpy()
-                elif value.ndim:
+            try:  # a sink written in place, any other array (a 0-d one is a number)
+                if (not value.is_inference() or _inference_mode()) if sink else value.ndim:
                     return value.numpy()
             except (TypeError, RuntimeError):  # a sparse tensor, ...: said below
                 pass
@@ -240,46 +208,40 @@ class _Plan:
             if type(value) not in _PLAIN_TENSORS and self.builder is not None:
                 raise _UseOperators  # a tensor of a tracing mode (fake, functional)
             if value.requires_grad and grad:
-                if name in self.grads or (name in self.sinks and self.builder is not None):
-                    if not value.is_cpu:
-                        raise device_error(name, value.device)
+                if name in self.grads or (sink and self.builder is not None):
+                    _cpu(value, name)
                     raise _UseOperators
                 if name not in self.record.indexes:
                     raise grad_error(name, self.name, self.grads)
-            if value.ndim == 0 and name not in self.sinks:
-                if not value.is_cpu:
-                    raise device_error(name, value.device)
+            if value.ndim == 0 and not sink:
                 try:
-                    return value.item()  # a length, a scalar option: as a Python number
+                    return _cpu(value, name).item()  # a length, a scalar option: a number
                 except RuntimeError:
                     if _in_transform():
                         raise transform_error(name, self.name) from None
                     raise
             arr = array(value, name, self.name)
-            if name in self.sinks:
-                if value.is_inference() and not torch.is_inference_mode_enabled():
-                    raise ValueError(
-                        f"{name} is an inference tensor: torch allows writing into it in place "
-                        "only inside torch.inference_mode()"
-                    )
+            if sink and value.is_inference() and not _inference_mode():
+                raise ValueError(
+                    f"{name} is an inference tensor: torch allows writing into it in place "
+                    "only inside torch.inference_mode()"
+                )
             return arr
-        if isinstance(value, torch.dtype):
-            return numpy_dtype(value, name)
+        if isinstance(value, torch.dtype):  # bfloat16 as posenc's bits: no ml_dtypes needed
+            if value not in _NUMPY_DTYPES:
+                raise _not_float(name, value)
+            return _NUMPY_DTYPES[value]
         if name == "dtype" and _dtypes.is_bfloat16_name(value):
             return BFLOAT16_BITS
-        if isinstance(value, torch.Size):
-            return tuple(value)
-        return value
+        return tuple(value) if isinstance(value, torch.Size) else value
 
     def __call__(self, args, kwargs):
         grad = _is_grad_enabled()
         try:
             np_args = list(args)
-            i = 0
-            for value in args:
+            for i, value in enumerate(args):
                 if type(value) not in _PASS:
                     np_args[i] = self.arg(self.name_of(i), value, grad)
-                i += 1
             np_kwargs = kwargs
             for key, value in kwargs.items():
                 if type(value) not in _PASS or key == "device" or key == "dtype":
@@ -293,8 +255,10 @@ class _Plan:
         if type(result) is np.ndarray:
             if kwargs and self.sinks:
                 for key in self.sinks:
-                    if key in kwargs and result is np_kwargs[key]:
-                        return _written(kwargs[key])
+                    if key in kwargs and result is np_kwargs[key]:  # written into
+                        if isinstance(kwargs[key], torch.Tensor):
+                            increment_version(kwargs[key])  # as torch's in-place ops do
+                        return kwargs[key]
             return tensor(result)
         return _result(result)
 
@@ -323,13 +287,6 @@ class _Plan:
         return np_kwargs
 
 
-def _written(sink):
-    """`sink` (out=, scores=) after the NumPy function wrote into it."""
-    if isinstance(sink, torch.Tensor):
-        increment_version(sink)  # as torch's in-place ops do
-    return sink
-
-
 # values handed to the NumPy functions as they are
 _PASS = frozenset({int, float, str, bool, type(None)})
 
@@ -354,7 +311,7 @@ def _direct(fn, signature, args, kwargs):
     return plan(args, kwargs)
 
 
-# ---------------------------------------------------------------- options of the operators
+# ---------------------------------------------------------------- the operators' arguments
 
 
 def _plain(value):
@@ -371,18 +328,13 @@ def encode(options):
     return _options.encode(options, torch.SymInt, torch.SymFloat, _plain)
 
 
-# ---------------------------------------------------------------- checks of the operators' calls
-
-
 def _input(value, name):
     """A data argument of an operator as a CPU tensor (a Python number or
     list read as NumPy reads it, in float64 or int64, as the direct path
     and a NumPy call read it: not in torch's default float32)."""
     if not isinstance(value, torch.Tensor):
         value = torch.as_tensor(value if isinstance(value, np.ndarray) else np.asarray(value))
-    if value.device.type != "cpu":
-        raise device_error(name, value.device)
-    return value
+    return _cpu(value, name)
 
 
 def _length(value, name):
@@ -395,9 +347,9 @@ def _length(value, name):
         if value.dtype is torch.bool:
             raise TypeError(f"{name} must be an integer, not bool")
         return int(value.item())
-    if isinstance(value, (int, torch.SymInt)):
-        return value
-    return int(value) if isinstance(value, np.integer) else None
+    if isinstance(value, np.integer):
+        return int(value)
+    return value if isinstance(value, (int, torch.SymInt)) else None
 
 
 def _sink(value, name):
@@ -408,9 +360,7 @@ def _sink(value, name):
             f"{name} must be a torch tensor when the call is recorded by autograd or traced by "
             f"torch.compile, not {type(value).__name__}"
         )
-    if value.device.type != "cpu":
-        raise device_error(name, value.device)
-    if value.requires_grad and value.is_leaf and torch.is_grad_enabled():
+    if _cpu(value, name).requires_grad and value.is_leaf and torch.is_grad_enabled():
         raise ValueError(
             f"{name} is a leaf tensor that requires grad: torch does not allow writing into it in "
             "place while grad mode is on"
@@ -418,32 +368,8 @@ def _sink(value, name):
     if not value.is_contiguous():  # the rule of the NumPy functions' out= and scores=
         _validate.elements_apart(tuple(value.shape), value.stride(), 1, name)
     if name == "scores" and value.dtype not in _FLOATS:
-        raise TypeError(
-            f"scores must have dtype float16, bfloat16, float32 or float64, not {value.dtype}"
-        )
+        raise _not_float(name, value.dtype, "have dtype")
     return value
-
-
-def _into(out, result, name="out"):
-    """`result` written into `out` by torch's own in-place copy (autograd
-    and the version counter see it), or `result` when `out` is None."""
-    if out is None:
-        return result
-    out = _sink(out, name)
-    if tuple(out.shape) != tuple(result.shape):
-        raise ValueError(f"{name} must have shape {tuple(result.shape)}, not {tuple(out.shape)}")
-    if out.dtype != result.dtype:
-        raise TypeError(f"{name} must have dtype {result.dtype}, not {out.dtype}")
-    return out.copy_(result)
-
-
-def _add_into(scores, bias):
-    """`bias` (heads, q, k) added into `scores` (..., heads, q, k) by torch's
-    own in-place add."""
-    if scores.dim() < 3 or tuple(scores.shape[-3:]) != tuple(bias.shape):
-        dims = ", ".join(str(n) for n in bias.shape)
-        raise ValueError(f"scores must have shape (..., {dims}), not {tuple(scores.shape)}")
-    return scores.add_(bias)
 
 
 def grad_error(name, function, grads):
@@ -471,19 +397,9 @@ def grad_error(name, function, grads):
 _SLOTS = max(len(r.arrays) for r in _records.RECORDS.values())
 
 
-def _np_options(spec, floats, ints):
-    """Decoded options for a NumPy function (dtype names as NumPy dtypes),
-    made once per distinct options (a compiled decoding loop asks for the
-    same ones every step): a fresh dict each time, its values shared."""
-    return dict(_np_options_of(spec, tuple(floats), tuple(ints)))
-
-
-@functools.lru_cache(maxsize=256)
-def _np_options_of(spec, floats, ints):
-    options = decode(spec, floats, ints)
-    if "dtype" in options:
-        options["dtype"] = _numpy_dtype_of_name(options["dtype"])
-    return options
+def _given(name, tensors):
+    """An operator call's tensors by argument name, those given."""
+    return {k: t for k, t in zip(_records.RECORDS[name].arrays, tensors) if t is not None}
 
 
 def _results(result):
@@ -504,10 +420,9 @@ def call_op(
     ints: List[int],
 ) -> List[torch.Tensor]:
     """The routed function `name` as an operator (see above)."""
-    arguments = _np_options(spec, floats, ints)
-    for key, t in zip(_records.RECORDS[name].arrays, (t0, t1, t2, t3, t4, t5)):
-        if t is not None:
-            arguments[key] = array(t, key).copy() if key == "scores" else array(t, key)
+    arguments = _options.decode_numpy(spec, floats, ints)
+    for key, t in _given(name, (t0, t1, t2, t3, t4, t5)).items():
+        arguments[key] = array(t, key).copy() if key == "scores" else array(t, key)
     return [tensor(r) for r in _results(_records.function(name)(**arguments))]
 
 
@@ -518,26 +433,17 @@ def _hint(value):
 @call_op.register_fake
 def _call_fake(name, t0, t1, t2, t3, t4, t5, spec, floats, ints):
     record = _records.RECORDS[name]
-    slots = {k: t for k, t in zip(record.arrays, (t0, t1, t2, t3, t4, t5)) if t is not None}
+    slots = _given(name, (t0, t1, t2, t3, t4, t5))
     sizes = [*floats, *ints, *(n for t in slots.values() for n in t.shape)]
     symbolic = not all(isinstance(n, (int, float)) for n in sizes)
-    arguments = _np_options(spec, [_hint(f) for f in floats], [_hint(i) for i in ints])
+    options = _options.decode_numpy(spec, [_hint(f) for f in floats], [_hint(i) for i in ints])
+    arrays = {}
     for key, t in slots.items():
-        dtype = _NUMPY_DTYPES.get(t.dtype)
-        if dtype is None:
+        if t.dtype not in _NUMPY_DTYPES:
             raise TypeError(f"{key} must be a float tensor, not {t.dtype}")
-        shape = tuple(_hint(n) for n in t.shape)
-        zero = np.zeros((), dtype)
-        arguments[key] = np.zeros(shape, dtype) if key == "scores" else np.broadcast_to(zero, shape)
+        arrays[key] = (tuple(_hint(n) for n in t.shape), _NUMPY_DTYPES[t.dtype])
     try:
-        try:
-            results = _results(_records.function(name)(**arguments))
-        except (TypeError, ValueError):  # zeros refused (KERPLE's positive parameters): ones
-            for key in slots.keys() - {"scores"}:
-                arguments[key] = np.broadcast_to(
-                    np.ones((), arguments[key].dtype), arguments[key].shape
-                )
-            results = _results(_records.function(name)(**arguments))
+        results = _results(_records.on_stand_ins(name, options, arrays))
     except (TypeError, ValueError) as exc:
         # refused: a graph break, and the call made eagerly raises it itself
         refused = DataDependentOutputException(torch.ops.posenc.call.default)
@@ -547,8 +453,7 @@ def _call_fake(name, t0, t1, t2, t3, t4, t5, spec, floats, ints):
     if symbolic and "scores" in slots:
         shapes = [slots["scores"].shape]
     elif symbolic and record.shape is not None:
-        shape = record.shape({**decode(spec, floats, ints), **slots}, shapes[0])
-        shapes = [shape] * len(results)
+        shapes = [record.shape({**decode(spec, floats, ints), **slots}, shapes[0])] * len(results)
     elif symbolic:  # no rule: the sizes concrete (guarded), as they were read
         for n in sizes:
             int(n) if isinstance(n, torch.SymInt) else float(n)
@@ -558,7 +463,7 @@ def _call_fake(name, t0, t1, t2, t3, t4, t5, spec, floats, ints):
 def _setup(ctx, inputs, output):
     name, *tensors, spec, floats, ints = inputs
     record = _records.RECORDS[name]
-    given = {k: t for k, t in zip(record.arrays, tensors) if t is not None}
+    given = _given(name, tensors)
     ctx.wanted = [k for k, t in given.items() if t.requires_grad and k in record.differentiable]
     # what the rule reads (scores= never): else a stand-in of its shape and dtype
     values = _grad.reads_values(record.backward)
@@ -611,15 +516,14 @@ def relative_grad_op(
     """The gradients of a relative term with respect to the arguments
     `wanted` marks (each of its dtype; scores= is read for its shape only,
     and gets none): posenc._grad.grads on the host."""
-    names = _records.RECORDS[name].arrays
-    keys = [key for key, want in zip(names, wanted) if want]
-    arrays = {k: array(t, k) for k, t in zip(names, tensors) if t is not None}
+    given = _given(name, tensors)
+    keys = [key for key, want in zip(_records.RECORDS[name].arrays, wanted) if want]
+    arrays = {k: array(t, k) for k, t in given.items()}
     if "scores" in arrays:  # read for its shape
         arrays["scores"] = np.broadcast_to(np.float32(0), arrays["scores"].shape)
-    options = _np_options(spec, floats, ints)
+    options = _options.decode_numpy(spec, floats, ints)
     grads = _grad.grads(name, array(grad, "grad"), keys, (), {**arrays, **options})
-    dtypes = {key: t.dtype for key, t in zip(names, tensors) if t is not None}
-    return [torch.from_numpy(grads[key]).to(dtypes[key]) for key in keys]
+    return [torch.from_numpy(grads[key]).to(given[key].dtype) for key in keys]
 
 
 @relative_grad_op.register_fake
@@ -652,11 +556,9 @@ def _run(name, arguments):
                 )
             arguments["dtype"] = scores.dtype
         else:  # as NumPy's: the array in the scores' dtype, then added
-            t = arguments[source] = _input(arguments[source], source)
+            t = _input(arguments[source], source)
             if t.dtype not in _FLOATS:
-                raise TypeError(
-                    f"{source} must have dtype float16, bfloat16, float32 or float64, not {t.dtype}"
-                )
+                raise _not_float(source, t.dtype, "have dtype")
             arguments[source] = t.to(scores.dtype)
     if arguments.get("dtype") is not None:
         arguments["dtype"] = _dtype_name(arguments["dtype"])
@@ -666,9 +568,9 @@ def _run(name, arguments):
     for key in record.arrays:
         value = arguments.pop(key, None)
         n = _length(value, key) if key in record.float_scalars else None
+        if n is not None:
+            arguments[key] = n
         if value is None or n is not None:
-            if n is not None:
-                arguments[key] = n
             tensors.append(None)
             continue
         if key in record.indexes and isinstance(value, (bool, np.bool_)):
@@ -689,11 +591,23 @@ def _run(name, arguments):
     tensors += [None] * (_SLOTS - len(tensors))
     results = torch.ops.posenc.call(name, *tensors, *encode(arguments))
     result = results[0] if len(results) == 1 else tuple(results)
-    if added:
-        return _add_into(scores, result)
+    # out= and scores= written by torch's own in-place ops: autograd and the
+    # version counters see them
+    if added:  # the bias (heads, q, k) into scores (..., heads, q, k)
+        if scores.dim() < 3 or tuple(scores.shape[-3:]) != tuple(result.shape):
+            dims = ", ".join(str(n) for n in result.shape)
+            raise ValueError(f"scores must have shape (..., {dims}), not {tuple(scores.shape)}")
+        return scores.add_(result)
     if scores is not None:
         return scores.copy_(result)
-    return _into(out, result)
+    if out is None:
+        return result
+    out = _sink(out, "out")
+    if tuple(out.shape) != tuple(result.shape):
+        raise ValueError(f"out must have shape {tuple(result.shape)}, not {tuple(out.shape)}")
+    if out.dtype != result.dtype:
+        raise TypeError(f"out must have dtype {result.dtype}, not {out.dtype}")
+    return out.copy_(result)
 
 
 def _builder(name):
