@@ -108,6 +108,21 @@ def _decoded_numpy(spec, floats, ints):
     return options
 
 
+def carried(options, arrays):
+    """`options` as an operator carries them (changed in place): a config
+    object given as scaling= as the JSON text of its RoPE parameters
+    (`decode` reads it back), the `arrays` among them (M-RoPE's sections,
+    ...) as lists."""
+    scaling = options.get("scaling")
+    if scaling is not None and not isinstance(scaling, dict):
+        options["scaling"] = config_text(scaling, options.pop("layer_type", None))
+        options["scaling_json"] = True
+    for key, value in options.items():
+        if isinstance(value, arrays) and value.ndim > 0:
+            options[key] = value.tolist()
+    return options
+
+
 def config_text(config, layer_type):
     """A transformers config object's RoPE parameters (for `layer_type`) as
     the JSON text of an equivalent config.json dict: what the operators can

@@ -1,32 +1,22 @@
 """PyTorch tensors in, PyTorch tensors out (calls routed by posenc._interop).
 
-posenc._interop sends here every call whose arguments include a torch object
-(a tensor, a ``torch.dtype``, a ``torch.device``) or a ``device=`` keyword;
-``import posenc`` never imports torch.  A call takes one of two paths:
+A call with a torch object (a tensor, a ``torch.dtype``, a ``torch.device``)
+or ``device=`` comes here (``import posenc`` never imports torch) and takes
+one of two paths.  **Direct** (eager, nothing to differentiate): CPU tensors
+are seen as NumPy arrays without a copy (bfloat16 as posenc's bits dtype),
+the NumPy function runs and its arrays come back as tensors without a copy;
+``out=`` and ``scores=`` are written in place, their version counters bumped
+as torch's in-place ops bump them.  **The operator** ``torch.ops.posenc.call``
+(one ``torch.library.custom_op`` for every function with arrays in its
+record): under ``torch.compile`` and ``torch.export``, and when autograd must
+record the call; ``out=`` and ``scores=`` are then torch's own ``copy_`` /
+``add_``.  The direct path exists because the dispatcher's fixed cost (about
+20 us a call) is more than a whole decoding-step rotation.
 
-- **Direct** (eager, nothing to differentiate): each CPU tensor is seen as a
-  NumPy array without a copy (``Tensor.numpy()``; bfloat16 through
-  :data:`posenc._dtypes.BFLOAT16_BITS`), the NumPy function runs, and its
-  arrays come back as tensors without a copy (``torch.from_numpy``).
-  ``out=`` and ``scores=`` are written where they are, their version
-  counters bumped as a torch in-place op bumps them.
-- **The operator** ``torch.ops.posenc.call`` (one ``torch.library.custom_op``
-  for every function with arrays in its record, posenc._records): under
-  ``torch.compile`` and ``torch.export``, and in eager mode when autograd
-  must record the call.  ``out=`` and ``scores=`` are then torch's own
-  in-place ``copy_`` / ``add_`` of its result.  The direct path exists
-  because the dispatcher's fixed cost (about 20 us a call) is more than a
-  whole decoding-step rotation.
-
-Gradients: those of each function's record, by the rules of posenc._grad
-(RoPE's inverse rotation and T5's table gradient run as operator calls in
-their turn, the relative terms' through ``posenc::relative_grad``).
-Indices get none; any other tensor that requires grad while grad mode is
-on is refused with a TypeError rather than silently cut from the graph.
-torch.func's transforms (grad, vmap, jacrev, jvp, ...) are refused with a
-TypeError naming the tensor.  Devices: a tensor on any other device than
-the CPU is refused with a TypeError naming the argument and the device;
-nothing is copied between devices behind the caller's back.
+Gradients are the records' rules (posenc._grad).  Refused with a TypeError
+naming the tensor, never silently cut from the graph or copied: a tensor
+that requires grad where posenc gives none (indices get none), one read
+inside a torch.func transform (grad, vmap, ...), one on another device.
 """
 
 import inspect
@@ -48,7 +38,7 @@ from torch.fx.experimental.symbolic_shapes import optimization_hint  # noqa: E40
 
 from . import _dtypes, _grad, _interop, _options, _records, _validate  # noqa: E402
 from ._dtypes import BFLOAT16_BITS  # noqa: E402
-from ._options import config_text, decode  # noqa: E402
+from ._options import config_text, decode  # noqa: E402, F401
 
 # ---------------------------------------------------------------- dtypes, devices
 
@@ -84,7 +74,6 @@ def _dtype_name(value, name="dtype"):
 
 
 def _cpu(t, name):
-    """The tensor `t` (argument `name`), refused unless it is on the CPU."""
     if t.device.type != "cpu":
         raise TypeError(
             f"{name} is on device {t.device}: posenc computes on the CPU and does not copy "
@@ -114,11 +103,9 @@ def check_device(device, name="device"):
 
 
 def transform_error(name, function):
-    """The error for a tensor read inside a torch.func transform (grad,
-    vmap, ...), which posenc's functions do not support: a tensor has no
-    memory to read there (its data is the transform's), the operators'
-    autograd formulas are torch.library's, which those transforms refuse,
-    and they have no batching rules."""
+    """For a tensor read inside a torch.func transform: it has no memory to
+    read there, and the operators' autograd formulas are torch.library's,
+    which the transforms refuse (nor have they batching rules)."""
     return TypeError(
         f"{name} is read inside a torch.func transform (grad, vmap, jacrev, jvp, ...), which "
         f"posenc.{function} does not support: for gradients use torch.autograd "
@@ -127,8 +114,7 @@ def transform_error(name, function):
     )
 
 
-def _in_transform():
-    return torch._C._are_functorch_transforms_active()
+_in_transform = torch._C._are_functorch_transforms_active
 
 
 # ---------------------------------------------------------------- tensors <-> arrays
@@ -242,31 +228,32 @@ class _Plan:
             for i, value in enumerate(args):
                 if type(value) not in _PASS:
                     np_args[i] = self.arg(self.name_of(i), value, grad)
-            np_kwargs = kwargs
+            np_kwargs = {}
             for key, value in kwargs.items():
-                if type(value) not in _PASS or key == "device" or key == "dtype":
-                    np_kwargs = self.kwargs(kwargs, grad)
-                    break
+                if key == "device":
+                    check_device(value)
+                elif type(value) not in _PASS or key == "dtype":
+                    np_kwargs[key] = self.arg(key, value, grad)
+                else:
+                    np_kwargs[key] = value
         except _UseOperators:
             if _in_transform():
                 self.refuse_transform(args, kwargs)
             return self.builder(*args, **kwargs)
         result = self.fn(*np_args, **np_kwargs)
         if type(result) is np.ndarray:
-            if kwargs and self.sinks:
-                for key in self.sinks:
-                    if key in kwargs and result is np_kwargs[key]:  # written into
-                        if isinstance(kwargs[key], torch.Tensor):
-                            increment_version(kwargs[key])  # as torch's in-place ops do
-                        return kwargs[key]
+            for key in self.sinks:
+                if result is np_kwargs.get(key):  # written into
+                    if isinstance(kwargs[key], torch.Tensor):
+                        increment_version(kwargs[key])  # as torch's in-place ops do
+                    return kwargs[key]
             return tensor(result)
         return _result(result)
 
     def refuse_transform(self, args, kwargs):
-        """Under a torch.func transform, a TypeError naming the first
-        argument that would take an operator's autograd formula
-        (torch.library's, which the transforms refuse); in-place writes
-        into out= and scores= are torch's own and are left to run."""
+        """Under a torch.func transform, a TypeError naming the first argument
+        that would take an operator's autograd formula (torch's own in-place
+        writes into out= and scores= are left to run)."""
         for name, value in [*((self.name_of(i), a) for i, a in enumerate(args)), *kwargs.items()]:
             if isinstance(value, torch.Tensor) and value.requires_grad and name in self.grads:
                 if name in self.record.arrays:  # not torch's own add_ into scores
@@ -275,22 +262,9 @@ class _Plan:
     def name_of(self, i):
         return self.names[i] if i < len(self.names) else f"argument {i + 1}"
 
-    def kwargs(self, kwargs, grad):
-        np_kwargs = {}
-        for key, value in kwargs.items():
-            if key == "device":
-                check_device(value)
-            elif type(value) in _PASS and key != "dtype":
-                np_kwargs[key] = value
-            else:
-                np_kwargs[key] = self.arg(key, value, grad)
-        return np_kwargs
-
 
 # values handed to the NumPy functions as they are
 _PASS = frozenset({int, float, str, bool, type(None)})
-
-
 _PLANS: Dict[Any, _Plan] = {}
 
 
@@ -374,31 +348,28 @@ def _sink(value, name):
 
 def grad_error(name, function, grads):
     """The error for a tensor that requires grad where posenc gives none."""
+    only = f" (only {', '.join(sorted(grads))})" if grads else ""
     return TypeError(
         f"{name} requires grad, and posenc.{function} does not compute gradients with respect "
-        f"to {name}"
-        + (f" (only {', '.join(sorted(grads))})" if grads else "")
-        + f"; pass {name}.detach(), or call it under torch.no_grad()"
+        f"to {name}{only}; pass {name}.detach(), or call it under torch.no_grad()"
     )
 
 
 # ---------------------------------------------------------------- the operator
 #
-# posenc::call: its tensors are the record's `arrays` (None where not given,
-# or a length given for positions), its options the other arguments the
-# caller gave (see `encode`).  Its fake: the NumPy function on stand-ins
-# (zeros that take no memory): every check, the result's shape and dtype;
-# with symbolic sizes the record's shape rule gives the shape (without one,
-# the sizes are made concrete).  Its autograd formula: the record's rule in
-# posenc._grad.  scores= of a relative term goes into the operator (a copy,
-# added into: the bits of the direct path), then torch's copy_ puts it back;
-# that of alibi_bias and t5_bias is torch's own add_ of the operator's bias.
+# posenc::call: its tensors are the record's `arrays` (None where not given or
+# a length), its options the caller's other arguments (`encode`).  Its fake
+# runs the NumPy function on stand-ins that take no memory (every check, the
+# result's shape and dtype; with symbolic sizes the shape is the record's rule,
+# or the sizes are made concrete); its autograd formula is the record's rule.
+# scores= of a relative term goes into the operator (a copy, added into: the
+# bits of the direct path) and torch's copy_ puts it back; that of alibi_bias
+# and t5_bias is torch's own add_ of the operator's bias.
 
 _SLOTS = max(len(r.arrays) for r in _records.RECORDS.values())
 
 
-def _given(name, tensors):
-    """An operator call's tensors by argument name, those given."""
+def _given(name, tensors):  # an operator call's tensors by argument name
     return {k: t for k, t in zip(_records.RECORDS[name].arrays, tensors) if t is not None}
 
 
@@ -467,11 +438,9 @@ def _setup(ctx, inputs, output):
     ctx.wanted = [k for k, t in given.items() if t.requires_grad and k in record.differentiable]
     # what the rule reads (scores= never): else a stand-in of its shape and dtype
     values = _grad.reads_values(record.backward)
-    ctx.saved = [k for k in given if k != "scores" and (values or k in record.indexes)]
-    ctx.save_for_backward(*[given[k] for k in ctx.saved])
-    ctx.shapes = {
-        k: t.new_zeros(()).expand(t.shape) for k, t in given.items() if k not in ctx.saved
-    }
+    ctx.saved = saved = [k for k in given if k != "scores" and (values or k in record.indexes)]
+    ctx.save_for_backward(*[given[k] for k in saved])
+    ctx.shapes = {k: t.new_zeros(()).expand(t.shape) for k, t in given.items() if k not in saved}
     ctx.call = (name, spec, floats, ints)
 
 
@@ -492,8 +461,7 @@ def _backward(ctx, grads):
         if isinstance(rule, _grad.Call):
             rule = _run(rule.name, dict(rule.arguments))
         if rule is not _grad.HOST:
-            t = given[key]
-            got[key] = rule.to(t.dtype).expand(t.shape)
+            got[key] = rule.to(given[key].dtype).expand(given[key].shape)
     slots = [got.get(k) for k in record.arrays]
     slots += [None] * (_SLOTS - len(slots))
     # (an empty list of options is a list of no tensors to autograd: its grads are [])
@@ -581,15 +549,9 @@ def _run(name, arguments):
         elif t.requires_grad and key not in record.differentiable:
             raise grad_error(key, name, record.differentiable)
         tensors.append(t)
-    scaling = arguments.get("scaling")
-    if scaling is not None and not isinstance(scaling, dict):  # a config object: its text
-        arguments["scaling"] = config_text(scaling, arguments.pop("layer_type", None))
-        arguments["scaling_json"] = True
-    for key, value in arguments.items():  # M-RoPE's sections, ...: lists as lists
-        if isinstance(value, (np.ndarray, torch.Tensor)) and value.ndim > 0:
-            arguments[key] = value.tolist()
     tensors += [None] * (_SLOTS - len(tensors))
-    results = torch.ops.posenc.call(name, *tensors, *encode(arguments))
+    options = encode(_options.carried(arguments, (np.ndarray, torch.Tensor)))
+    results = torch.ops.posenc.call(name, *tensors, *options)
     result = results[0] if len(results) == 1 else tuple(results)
     # out= and scores= written by torch's own in-place ops: autograd and the
     # version counters see them
