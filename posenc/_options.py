@@ -16,7 +16,7 @@ import json
 
 import numpy as np
 
-from . import _records
+from . import _dtypes, _records
 
 _PLAIN = (type(None), bool, int, float, str, dict, list, tuple, np.generic)
 
@@ -88,6 +88,38 @@ def decode(spec, floats, ints):
     options = _fill(_parsed(spec), list(floats), list(ints))
     if options.pop("scaling_json", False):
         options["scaling"] = json.loads(options["scaling"])
+    return options
+
+
+def decode_numpy(spec, floats, ints):
+    """`decode`'s options for a NumPy function (a dtype's name as NumPy's
+    dtype, bfloat16 as posenc's bits), made once per distinct options (a
+    compiled decoding loop asks for the same ones every step): a fresh dict
+    each time, its values shared."""
+    return dict(_decoded_numpy(spec, tuple(floats), tuple(ints)))
+
+
+@functools.lru_cache(maxsize=256)
+def _decoded_numpy(spec, floats, ints):
+    options = decode(spec, floats, ints)
+    if "dtype" in options:
+        name = options["dtype"]
+        options["dtype"] = _dtypes.BFLOAT16_BITS if name == "bfloat16" else np.dtype(name)
+    return options
+
+
+def carried(options, arrays):
+    """`options` as an operator carries them (changed in place): a config
+    object given as scaling= as the JSON text of its RoPE parameters
+    (`decode` reads it back), the `arrays` among them (M-RoPE's sections,
+    ...) as lists."""
+    scaling = options.get("scaling")
+    if scaling is not None and not isinstance(scaling, dict):
+        options["scaling"] = config_text(scaling, options.pop("layer_type", None))
+        options["scaling_json"] = True
+    for key, value in options.items():
+        if isinstance(value, arrays) and value.ndim > 0:
+            options[key] = value.tolist()
     return options
 
 

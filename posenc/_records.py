@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, Callable, Dict, Optional, Tuple
 
+import numpy as np
+
 #: the indices of the position functions: read without their gradient
 _POSITIONS = frozenset({"positions"})
 _Q_OFFSET = frozenset({"q_offset"})
@@ -293,6 +295,24 @@ def function(name: str) -> Callable[..., Any]:
         fn = getattr(module(RECORDS[name].beside or name), name)
         _FUNCTIONS[name] = fn
     return fn
+
+
+def on_stand_ins(name: str, options: Dict[str, Any], arrays: Dict[str, Any]) -> Any:
+    """The function `name` called with `options` and, for each of `arrays`
+    (``{argument: (shape, dtype)}``), a stand-in that takes no memory:
+    zeros, or ones where zeros are refused (KERPLE's positive parameters);
+    scores=, which the function writes into, real zeros."""
+
+    def stand_ins(fill):
+        return {
+            k: np.zeros(s, d) if k == "scores" else np.broadcast_to(fill((), d), s)
+            for k, (s, d) in arrays.items()
+        }
+
+    try:
+        return function(name)(**options, **stand_ins(np.zeros))
+    except (TypeError, ValueError):
+        return function(name)(**options, **stand_ins(np.ones))
 
 
 def module(name: str) -> ModuleType:

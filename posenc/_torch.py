@@ -1,35 +1,24 @@
 """PyTorch tensors in, PyTorch tensors out (calls routed by posenc._interop).
 
-posenc._interop sends here every call whose arguments include a torch object
-(a tensor, a ``torch.dtype``, a ``torch.device``) or a ``device=`` keyword;
-``import posenc`` never imports torch.  A call takes one of two paths:
+A call with a torch object (a tensor, a ``torch.dtype``, a ``torch.device``)
+or ``device=`` comes here (``import posenc`` never imports torch) and takes
+one of two paths.  **Direct** (eager, nothing to differentiate): CPU tensors
+are seen as NumPy arrays without a copy (bfloat16 as posenc's bits dtype),
+the NumPy function runs and its arrays come back as tensors without a copy;
+``out=`` and ``scores=`` are written in place, their version counters bumped
+as torch's in-place ops bump them.  **The operator** ``torch.ops.posenc.call``
+(one ``torch.library.custom_op`` for every function with arrays in its
+record): under ``torch.compile`` and ``torch.export``, and when autograd must
+record the call; ``out=`` and ``scores=`` are then torch's own ``copy_`` /
+``add_``.  The direct path exists because the dispatcher's fixed cost (about
+20 us a call) is more than a whole decoding-step rotation.
 
-- **Direct** (eager, nothing to differentiate): each CPU tensor is seen as a
-  NumPy array without a copy (``Tensor.numpy()``; bfloat16 through
-  :data:`posenc._dtypes.BFLOAT16_BITS`), the NumPy function runs, and its
-  arrays come back as tensors without a copy (``torch.from_numpy``).
-  ``out=`` and ``scores=`` are written where they are, their version
-  counters bumped as a torch in-place op bumps them.
-- **The operator** ``torch.ops.posenc.call`` (one ``torch.library.custom_op``
-  for every function with arrays in its record, posenc._records): under
-  ``torch.compile`` and ``torch.export``, and in eager mode when autograd
-  must record the call.  ``out=`` and ``scores=`` are then torch's own
-  in-place ``copy_`` / ``add_`` of its result.  The direct path exists
-  because the dispatcher's fixed cost (about 20 us a call) is more than a
-  whole decoding-step rotation.
-
-Gradients: those of each function's record, by the rules of posenc._grad
-(RoPE's inverse rotation and T5's table gradient run as operator calls in
-their turn, the relative terms' through ``posenc::relative_grad``).
-Indices get none; any other tensor that requires grad while grad mode is
-on is refused with a TypeError rather than silently cut from the graph.
-torch.func's transforms (grad, vmap, jacrev, jvp, ...) are refused with a
-TypeError naming the tensor.  Devices: a tensor on any other device than
-the CPU is refused with a TypeError naming the argument and the device;
-nothing is copied between devices behind the caller's back.
+Gradients are the records' rules (posenc._grad).  Refused with a TypeError
+naming the tensor, never silently cut from the graph or copied: a tensor
+that requires grad where posenc gives none (indices get none), one read
+inside a torch.func transform (grad, vmap, ...), one on another device.
 """
 
-import functools
 import inspect
 from typing import Any, Dict, List, Optional
 
@@ -49,25 +38,17 @@ from torch.fx.experimental.symbolic_shapes import optimization_hint  # noqa: E40
 
 from . import _dtypes, _grad, _interop, _options, _records, _validate  # noqa: E402
 from ._dtypes import BFLOAT16_BITS  # noqa: E402
-from ._options import config_text, decode  # noqa: E402
+from ._options import config_text, decode  # noqa: E402, F401
 
-# ---------------------------------------------------------------- dtypes
+# ---------------------------------------------------------------- dtypes, devices
 
-_FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
-
+_NAME_OF_TORCH = {getattr(torch, n): n for n in ("float16", "bfloat16", "float32", "float64")}
+_FLOATS = tuple(_NAME_OF_TORCH)
 #: NumPy's dtype for each torch dtype that has one (bfloat16: posenc's bits)
-_NUMPY_DTYPES = {
-    getattr(torch, name): np.dtype(name)
-    for name in ("float16", "float32", "float64", "complex64", "complex128", "bool")
-    + ("int8", "int16", "int32", "int64", "uint8")
-}
+_NUMBERS = "float16 float32 float64 complex64 complex128 bool int8 int16 int32 int64 uint8"
+_NUMPY_DTYPES = {getattr(torch, n): np.dtype(n) for n in _NUMBERS.split()}
 _NUMPY_DTYPES[torch.bfloat16] = BFLOAT16_BITS
 _TORCH_DTYPES = {dtype: t for t, dtype in _NUMPY_DTYPES.items()}
-
-_TORCH_BY_NAME = {
-    name: getattr(torch, name) for name in ("float16", "bfloat16", "float32", "float64")
-}
-_NAME_OF_TORCH = {dtype: name for name, dtype in _TORCH_BY_NAME.items()}
 
 _Tensor = torch.Tensor
 _BFLOAT16 = torch.bfloat16
@@ -79,75 +60,52 @@ _inference_mode = torch.is_inference_mode_enabled
 _PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
 
 
-def numpy_dtype(value, name="dtype"):
-    """A dtype argument for the NumPy functions: torch dtypes mapped to
-    NumPy's (bfloat16 to posenc's bits dtype, so that no ml_dtypes is
-    needed), bfloat16 by name likewise, anything else as it is."""
-    if isinstance(value, torch.dtype):
-        try:
-            return _NUMPY_DTYPES[value]
-        except KeyError:
-            raise TypeError(
-                f"{name} must be float16, bfloat16, float32 or float64, not {value}"
-            ) from None
-    if _dtypes.is_bfloat16_name(value):
-        return BFLOAT16_BITS
-    return value
+def _not_float(name, dtype, verb="be"):
+    return TypeError(f"{name} must {verb} float16, bfloat16, float32 or float64, not {dtype}")
 
 
 def _dtype_name(value, name="dtype"):
     """A float dtype given any way (torch, NumPy, a name) as its name."""
-    if isinstance(value, torch.dtype):
-        if value in _NAME_OF_TORCH:
-            return _NAME_OF_TORCH[value]
-        raise TypeError(f"{name} must be float16, bfloat16, float32 or float64, not {value}")
-    return _dtypes.float_name(value, name)
+    if not isinstance(value, torch.dtype):
+        return _dtypes.float_name(value, name)
+    if value not in _NAME_OF_TORCH:
+        raise _not_float(name, value)
+    return _NAME_OF_TORCH[value]
 
 
-def _numpy_dtype_of_name(name):
-    return BFLOAT16_BITS if name == "bfloat16" else np.dtype(name)
-
-
-# ---------------------------------------------------------------- tensors <-> arrays
-
-
-def device_error(name, device):
-    return TypeError(
-        f"{name} is on device {device}: posenc computes on the CPU and does not copy tensors "
-        f"between devices; move it with .cpu() (and the result back with .to({str(device)!r}))"
-    )
+def _cpu(t, name):
+    if t.device.type != "cpu":
+        raise TypeError(
+            f"{name} is on device {t.device}: posenc computes on the CPU and does not copy "
+            f"tensors between devices; move it with .cpu() (and the result back with "
+            f".to({str(t.device)!r}))"
+        )
+    return t
 
 
 def check_device(device, name="device"):
     """``device=``: None or the CPU (a string, a torch.device)."""
     if device is None:
         return
-    if isinstance(device, torch.device):
-        dev = device
-    elif isinstance(device, (str, int)) and not isinstance(device, bool):
+    wrong = f"{name} must be a torch.device or a device name, not "
+    if isinstance(device, (str, int)) and not isinstance(device, bool):
         try:
-            dev = torch.device(device)
+            device = torch.device(device)
         except (RuntimeError, TypeError, ValueError) as exc:
-            raise TypeError(
-                f"{name} must be a torch.device or a device name, not {device!r}"
-            ) from exc
-    else:
+            raise TypeError(wrong + repr(device)) from exc
+    elif not isinstance(device, torch.device):
+        raise TypeError(wrong + type(device).__name__)
+    if device.type != "cpu":
         raise TypeError(
-            f"{name} must be a torch.device or a device name, not {type(device).__name__}"
-        )
-    if dev.type != "cpu":
-        raise TypeError(
-            f"{name} = {str(dev)!r}: posenc computes on the CPU and does not copy tensors between "
-            f"devices; make the result on the CPU and move it with .to({str(dev)!r})"
+            f"{name} = {str(device)!r}: posenc computes on the CPU and does not copy tensors "
+            f"between devices; make the result on the CPU and move it with .to({str(device)!r})"
         )
 
 
 def transform_error(name, function):
-    """The error for a tensor read inside a torch.func transform (grad,
-    vmap, ...), which posenc's functions do not support: a tensor has no
-    memory to read there (its data is the transform's), the operators'
-    autograd formulas are torch.library's, which those transforms refuse,
-    and they have no batching rules."""
+    """For a tensor read inside a torch.func transform: it has no memory to
+    read there, and the operators' autograd formulas are torch.library's,
+    which the transforms refuse (nor have they batching rules)."""
     return TypeError(
         f"{name} is read inside a torch.func transform (grad, vmap, jacrev, jvp, ...), which "
         f"posenc.{function} does not support: for gradients use torch.autograd "
@@ -156,16 +114,15 @@ def transform_error(name, function):
     )
 
 
-def _in_transform():
-    """Whether a torch.func transform is running."""
-    return torch._C._are_functorch_transforms_active()
+_in_transform = torch._C._are_functorch_transforms_active
+
+
+# ---------------------------------------------------------------- tensors <-> arrays
 
 
 def array(t, name, function=None):
     """The CPU tensor `t` seen as a NumPy array (no copy), detached."""
-    if not t.is_cpu:
-        raise device_error(name, t.device)
-    if t.requires_grad:
+    if _cpu(t, name).requires_grad:
         t = t.detach()
     try:
         if t.dtype is torch.bfloat16:
@@ -211,8 +168,7 @@ class _Plan:
     __slots__ = ("fn", "name", "names", "grads", "builder", "sinks", "record")
 
     def __init__(self, fn, signature):
-        self.fn = fn
-        self.name = fn.__name__
+        self.fn, self.name = fn, fn.__name__
         positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
         self.names = tuple(p.name for p in signature.parameters.values() if p.kind in positional)
         self.record = _records.record(self.name)
@@ -222,17 +178,15 @@ class _Plan:
 
     def arg(self, name, value, grad):
         """`value` of argument `name` as the NumPy function takes it."""
+        sink = name in self.sinks
         if (  # the common cases, quickly
             type(value) is _Tensor
             and not (grad and value.requires_grad)
             and value.is_cpu
             and value.dtype is not _BFLOAT16
         ):
-            try:
-                if name in self.sinks:
-                    if not value.is_inference() or _inference_mode():
-                        return value.numpy()
-                elif value.ndim:
+            try:  # a sink written in place, any other array (a 0-d one is a number)
+                if (not value.is_inference() or _inference_mode()) if sink else value.ndim:
                     return value.numpy()
             except (TypeError, RuntimeError):  # a sparse tensor, ...: said below
                 pass
@@ -240,69 +194,66 @@ class _Plan:
             if type(value) not in _PLAIN_TENSORS and self.builder is not None:
                 raise _UseOperators  # a tensor of a tracing mode (fake, functional)
             if value.requires_grad and grad:
-                if name in self.grads or (name in self.sinks and self.builder is not None):
-                    if not value.is_cpu:
-                        raise device_error(name, value.device)
+                if name in self.grads or (sink and self.builder is not None):
+                    _cpu(value, name)
                     raise _UseOperators
                 if name not in self.record.indexes:
                     raise grad_error(name, self.name, self.grads)
-            if value.ndim == 0 and name not in self.sinks:
-                if not value.is_cpu:
-                    raise device_error(name, value.device)
+            if value.ndim == 0 and not sink:
                 try:
-                    return value.item()  # a length, a scalar option: as a Python number
+                    return _cpu(value, name).item()  # a length, a scalar option: a number
                 except RuntimeError:
                     if _in_transform():
                         raise transform_error(name, self.name) from None
                     raise
             arr = array(value, name, self.name)
-            if name in self.sinks:
-                if value.is_inference() and not torch.is_inference_mode_enabled():
-                    raise ValueError(
-                        f"{name} is an inference tensor: torch allows writing into it in place "
-                        "only inside torch.inference_mode()"
-                    )
+            if sink and value.is_inference() and not _inference_mode():
+                raise ValueError(
+                    f"{name} is an inference tensor: torch allows writing into it in place "
+                    "only inside torch.inference_mode()"
+                )
             return arr
-        if isinstance(value, torch.dtype):
-            return numpy_dtype(value, name)
+        if isinstance(value, torch.dtype):  # bfloat16 as posenc's bits: no ml_dtypes needed
+            if value not in _NUMPY_DTYPES:
+                raise _not_float(name, value)
+            return _NUMPY_DTYPES[value]
         if name == "dtype" and _dtypes.is_bfloat16_name(value):
             return BFLOAT16_BITS
-        if isinstance(value, torch.Size):
-            return tuple(value)
-        return value
+        return tuple(value) if isinstance(value, torch.Size) else value
 
     def __call__(self, args, kwargs):
         grad = _is_grad_enabled()
         try:
             np_args = list(args)
-            i = 0
-            for value in args:
+            for i, value in enumerate(args):
                 if type(value) not in _PASS:
                     np_args[i] = self.arg(self.name_of(i), value, grad)
-                i += 1
-            np_kwargs = kwargs
+            np_kwargs = {}
             for key, value in kwargs.items():
-                if type(value) not in _PASS or key == "device" or key == "dtype":
-                    np_kwargs = self.kwargs(kwargs, grad)
-                    break
+                if key == "device":
+                    check_device(value)
+                elif type(value) not in _PASS or key == "dtype":
+                    np_kwargs[key] = self.arg(key, value, grad)
+                else:
+                    np_kwargs[key] = value
         except _UseOperators:
             if _in_transform():
                 self.refuse_transform(args, kwargs)
             return self.builder(*args, **kwargs)
         result = self.fn(*np_args, **np_kwargs)
         if type(result) is np.ndarray:
-            if kwargs and self.sinks:
-                for key in self.sinks:
-                    if key in kwargs and result is np_kwargs[key]:
-                        return _written(kwargs[key])
+            for key in self.sinks:
+                if result is np_kwargs.get(key):  # written into
+                    if isinstance(kwargs[key], torch.Tensor):
+                        increment_version(kwargs[key])  # as torch's in-place ops do
+                    return kwargs[key]
             return tensor(result)
         return _result(result)
 
     def refuse_transform(self, args, kwargs):
-        """Under a torch.func transform, a TypeError naming the first
-        argument that would take an operator's autograd formula
-        (torch.library's, which the transforms refuse); in-place writes
-        into out= and scores= are torch's own and are left to run."""
+        """Under a torch.func transform, a TypeError naming the first argument
+        that would take an operator's autograd formula (torch's own in-place
+        writes into out= and scores= are left to run)."""
         for name, value in [*((self.name_of(i), a) for i, a in enumerate(args)), *kwargs.items()]:
             if isinstance(value, torch.Tensor) and value.requires_grad and name in self.grads:
                 if name in self.record.arrays:  # not torch's own add_ into scores
@@ -311,29 +262,9 @@ class _Plan:
     def name_of(self, i):
         return self.names[i] if i < len(self.names) else f"argument {i + 1}"
 
-    def kwargs(self, kwargs, grad):
-        np_kwargs = {}
-        for key, value in kwargs.items():
-            if key == "device":
-                check_device(value)
-            elif type(value) in _PASS and key != "dtype":
-                np_kwargs[key] = value
-            else:
-                np_kwargs[key] = self.arg(key, value, grad)
-        return np_kwargs
-
-
-def _written(sink):
-    """`sink` (out=, scores=) after the NumPy function wrote into it."""
-    if isinstance(sink, torch.Tensor):
-        increment_version(sink)  # as torch's in-place ops do
-    return sink
-
 
 # values handed to the NumPy functions as they are
 _PASS = frozenset({int, float, str, bool, type(None)})
-
-
 _PLANS: Dict[Any, _Plan] = {}
 
 
@@ -354,7 +285,7 @@ def _direct(fn, signature, args, kwargs):
     return plan(args, kwargs)
 
 
-# ---------------------------------------------------------------- options of the operators
+# ---------------------------------------------------------------- the operators' arguments
 
 
 def _plain(value):
@@ -371,18 +302,13 @@ def encode(options):
     return _options.encode(options, torch.SymInt, torch.SymFloat, _plain)
 
 
-# ---------------------------------------------------------------- checks of the operators' calls
-
-
 def _input(value, name):
     """A data argument of an operator as a CPU tensor (a Python number or
     list read as NumPy reads it, in float64 or int64, as the direct path
     and a NumPy call read it: not in torch's default float32)."""
     if not isinstance(value, torch.Tensor):
         value = torch.as_tensor(value if isinstance(value, np.ndarray) else np.asarray(value))
-    if value.device.type != "cpu":
-        raise device_error(name, value.device)
-    return value
+    return _cpu(value, name)
 
 
 def _length(value, name):
@@ -395,9 +321,9 @@ def _length(value, name):
         if value.dtype is torch.bool:
             raise TypeError(f"{name} must be an integer, not bool")
         return int(value.item())
-    if isinstance(value, (int, torch.SymInt)):
-        return value
-    return int(value) if isinstance(value, np.integer) else None
+    if isinstance(value, np.integer):
+        return int(value)
+    return value if isinstance(value, (int, torch.SymInt)) else None
 
 
 def _sink(value, name):
@@ -408,9 +334,7 @@ def _sink(value, name):
             f"{name} must be a torch tensor when the call is recorded by autograd or traced by "
             f"torch.compile, not {type(value).__name__}"
         )
-    if value.device.type != "cpu":
-        raise device_error(name, value.device)
-    if value.requires_grad and value.is_leaf and torch.is_grad_enabled():
+    if _cpu(value, name).requires_grad and value.is_leaf and torch.is_grad_enabled():
         raise ValueError(
             f"{name} is a leaf tensor that requires grad: torch does not allow writing into it in "
             "place while grad mode is on"
@@ -418,72 +342,35 @@ def _sink(value, name):
     if not value.is_contiguous():  # the rule of the NumPy functions' out= and scores=
         _validate.elements_apart(tuple(value.shape), value.stride(), 1, name)
     if name == "scores" and value.dtype not in _FLOATS:
-        raise TypeError(
-            f"scores must have dtype float16, bfloat16, float32 or float64, not {value.dtype}"
-        )
+        raise _not_float(name, value.dtype, "have dtype")
     return value
-
-
-def _into(out, result, name="out"):
-    """`result` written into `out` by torch's own in-place copy (autograd
-    and the version counter see it), or `result` when `out` is None."""
-    if out is None:
-        return result
-    out = _sink(out, name)
-    if tuple(out.shape) != tuple(result.shape):
-        raise ValueError(f"{name} must have shape {tuple(result.shape)}, not {tuple(out.shape)}")
-    if out.dtype != result.dtype:
-        raise TypeError(f"{name} must have dtype {result.dtype}, not {out.dtype}")
-    return out.copy_(result)
-
-
-def _add_into(scores, bias):
-    """`bias` (heads, q, k) added into `scores` (..., heads, q, k) by torch's
-    own in-place add."""
-    if scores.dim() < 3 or tuple(scores.shape[-3:]) != tuple(bias.shape):
-        dims = ", ".join(str(n) for n in bias.shape)
-        raise ValueError(f"scores must have shape (..., {dims}), not {tuple(scores.shape)}")
-    return scores.add_(bias)
 
 
 def grad_error(name, function, grads):
     """The error for a tensor that requires grad where posenc gives none."""
+    only = f" (only {', '.join(sorted(grads))})" if grads else ""
     return TypeError(
         f"{name} requires grad, and posenc.{function} does not compute gradients with respect "
-        f"to {name}"
-        + (f" (only {', '.join(sorted(grads))})" if grads else "")
-        + f"; pass {name}.detach(), or call it under torch.no_grad()"
+        f"to {name}{only}; pass {name}.detach(), or call it under torch.no_grad()"
     )
 
 
 # ---------------------------------------------------------------- the operator
 #
-# posenc::call: its tensors are the record's `arrays` (None where not given,
-# or a length given for positions), its options the other arguments the
-# caller gave (see `encode`).  Its fake: the NumPy function on stand-ins
-# (zeros that take no memory): every check, the result's shape and dtype;
-# with symbolic sizes the record's shape rule gives the shape (without one,
-# the sizes are made concrete).  Its autograd formula: the record's rule in
-# posenc._grad.  scores= of a relative term goes into the operator (a copy,
-# added into: the bits of the direct path), then torch's copy_ puts it back;
-# that of alibi_bias and t5_bias is torch's own add_ of the operator's bias.
+# posenc::call: its tensors are the record's `arrays` (None where not given or
+# a length), its options the caller's other arguments (`encode`).  Its fake
+# runs the NumPy function on stand-ins that take no memory (every check, the
+# result's shape and dtype; with symbolic sizes the shape is the record's rule,
+# or the sizes are made concrete); its autograd formula is the record's rule.
+# scores= of a relative term goes into the operator (a copy, added into: the
+# bits of the direct path) and torch's copy_ puts it back; that of alibi_bias
+# and t5_bias is torch's own add_ of the operator's bias.
 
 _SLOTS = max(len(r.arrays) for r in _records.RECORDS.values())
 
 
-def _np_options(spec, floats, ints):
-    """Decoded options for a NumPy function (dtype names as NumPy dtypes),
-    made once per distinct options (a compiled decoding loop asks for the
-    same ones every step): a fresh dict each time, its values shared."""
-    return dict(_np_options_of(spec, tuple(floats), tuple(ints)))
-
-
-@functools.lru_cache(maxsize=256)
-def _np_options_of(spec, floats, ints):
-    options = decode(spec, floats, ints)
-    if "dtype" in options:
-        options["dtype"] = _numpy_dtype_of_name(options["dtype"])
-    return options
+def _given(name, tensors):  # an operator call's tensors by argument name
+    return {k: t for k, t in zip(_records.RECORDS[name].arrays, tensors) if t is not None}
 
 
 def _results(result):
@@ -504,10 +391,9 @@ def call_op(
     ints: List[int],
 ) -> List[torch.Tensor]:
     """The routed function `name` as an operator (see above)."""
-    arguments = _np_options(spec, floats, ints)
-    for key, t in zip(_records.RECORDS[name].arrays, (t0, t1, t2, t3, t4, t5)):
-        if t is not None:
-            arguments[key] = array(t, key).copy() if key == "scores" else array(t, key)
+    arguments = _options.decode_numpy(spec, floats, ints)
+    for key, t in _given(name, (t0, t1, t2, t3, t4, t5)).items():
+        arguments[key] = array(t, key).copy() if key == "scores" else array(t, key)
     return [tensor(r) for r in _results(_records.function(name)(**arguments))]
 
 
@@ -518,26 +404,17 @@ def _hint(value):
 @call_op.register_fake
 def _call_fake(name, t0, t1, t2, t3, t4, t5, spec, floats, ints):
     record = _records.RECORDS[name]
-    slots = {k: t for k, t in zip(record.arrays, (t0, t1, t2, t3, t4, t5)) if t is not None}
+    slots = _given(name, (t0, t1, t2, t3, t4, t5))
     sizes = [*floats, *ints, *(n for t in slots.values() for n in t.shape)]
     symbolic = not all(isinstance(n, (int, float)) for n in sizes)
-    arguments = _np_options(spec, [_hint(f) for f in floats], [_hint(i) for i in ints])
+    options = _options.decode_numpy(spec, [_hint(f) for f in floats], [_hint(i) for i in ints])
+    arrays = {}
     for key, t in slots.items():
-        dtype = _NUMPY_DTYPES.get(t.dtype)
-        if dtype is None:
+        if t.dtype not in _NUMPY_DTYPES:
             raise TypeError(f"{key} must be a float tensor, not {t.dtype}")
-        shape = tuple(_hint(n) for n in t.shape)
-        zero = np.zeros((), dtype)
-        arguments[key] = np.zeros(shape, dtype) if key == "scores" else np.broadcast_to(zero, shape)
+        arrays[key] = (tuple(_hint(n) for n in t.shape), _NUMPY_DTYPES[t.dtype])
     try:
-        try:
-            results = _results(_records.function(name)(**arguments))
-        except (TypeError, ValueError):  # zeros refused (KERPLE's positive parameters): ones
-            for key in slots.keys() - {"scores"}:
-                arguments[key] = np.broadcast_to(
-                    np.ones((), arguments[key].dtype), arguments[key].shape
-                )
-            results = _results(_records.function(name)(**arguments))
+        results = _results(_records.on_stand_ins(name, options, arrays))
     except (TypeError, ValueError) as exc:
         # refused: a graph break, and the call made eagerly raises it itself
         refused = DataDependentOutputException(torch.ops.posenc.call.default)
@@ -547,8 +424,7 @@ def _call_fake(name, t0, t1, t2, t3, t4, t5, spec, floats, ints):
     if symbolic and "scores" in slots:
         shapes = [slots["scores"].shape]
     elif symbolic and record.shape is not None:
-        shape = record.shape({**decode(spec, floats, ints), **slots}, shapes[0])
-        shapes = [shape] * len(results)
+        shapes = [record.shape({**decode(spec, floats, ints), **slots}, shapes[0])] * len(results)
     elif symbolic:  # no rule: the sizes concrete (guarded), as they were read
         for n in sizes:
             int(n) if isinstance(n, torch.SymInt) else float(n)
@@ -558,15 +434,13 @@ def _call_fake(name, t0, t1, t2, t3, t4, t5, spec, floats, ints):
 def _setup(ctx, inputs, output):
     name, *tensors, spec, floats, ints = inputs
     record = _records.RECORDS[name]
-    given = {k: t for k, t in zip(record.arrays, tensors) if t is not None}
+    given = _given(name, tensors)
     ctx.wanted = [k for k, t in given.items() if t.requires_grad and k in record.differentiable]
     # what the rule reads (scores= never): else a stand-in of its shape and dtype
     values = _grad.reads_values(record.backward)
-    ctx.saved = [k for k in given if k != "scores" and (values or k in record.indexes)]
-    ctx.save_for_backward(*[given[k] for k in ctx.saved])
-    ctx.shapes = {
-        k: t.new_zeros(()).expand(t.shape) for k, t in given.items() if k not in ctx.saved
-    }
+    ctx.saved = saved = [k for k in given if k != "scores" and (values or k in record.indexes)]
+    ctx.save_for_backward(*[given[k] for k in saved])
+    ctx.shapes = {k: t.new_zeros(()).expand(t.shape) for k, t in given.items() if k not in saved}
     ctx.call = (name, spec, floats, ints)
 
 
@@ -587,8 +461,7 @@ def _backward(ctx, grads):
         if isinstance(rule, _grad.Call):
             rule = _run(rule.name, dict(rule.arguments))
         if rule is not _grad.HOST:
-            t = given[key]
-            got[key] = rule.to(t.dtype).expand(t.shape)
+            got[key] = rule.to(given[key].dtype).expand(given[key].shape)
     slots = [got.get(k) for k in record.arrays]
     slots += [None] * (_SLOTS - len(slots))
     # (an empty list of options is a list of no tensors to autograd: its grads are [])
@@ -611,15 +484,14 @@ def relative_grad_op(
     """The gradients of a relative term with respect to the arguments
     `wanted` marks (each of its dtype; scores= is read for its shape only,
     and gets none): posenc._grad.grads on the host."""
-    names = _records.RECORDS[name].arrays
-    keys = [key for key, want in zip(names, wanted) if want]
-    arrays = {k: array(t, k) for k, t in zip(names, tensors) if t is not None}
+    given = _given(name, tensors)
+    keys = [key for key, want in zip(_records.RECORDS[name].arrays, wanted) if want]
+    arrays = {k: array(t, k) for k, t in given.items()}
     if "scores" in arrays:  # read for its shape
         arrays["scores"] = np.broadcast_to(np.float32(0), arrays["scores"].shape)
-    options = _np_options(spec, floats, ints)
+    options = _options.decode_numpy(spec, floats, ints)
     grads = _grad.grads(name, array(grad, "grad"), keys, (), {**arrays, **options})
-    dtypes = {key: t.dtype for key, t in zip(names, tensors) if t is not None}
-    return [torch.from_numpy(grads[key]).to(dtypes[key]) for key in keys]
+    return [torch.from_numpy(grads[key]).to(given[key].dtype) for key in keys]
 
 
 @relative_grad_op.register_fake
@@ -652,11 +524,9 @@ def _run(name, arguments):
                 )
             arguments["dtype"] = scores.dtype
         else:  # as NumPy's: the array in the scores' dtype, then added
-            t = arguments[source] = _input(arguments[source], source)
+            t = _input(arguments[source], source)
             if t.dtype not in _FLOATS:
-                raise TypeError(
-                    f"{source} must have dtype float16, bfloat16, float32 or float64, not {t.dtype}"
-                )
+                raise _not_float(source, t.dtype, "have dtype")
             arguments[source] = t.to(scores.dtype)
     if arguments.get("dtype") is not None:
         arguments["dtype"] = _dtype_name(arguments["dtype"])
@@ -666,9 +536,9 @@ def _run(name, arguments):
     for key in record.arrays:
         value = arguments.pop(key, None)
         n = _length(value, key) if key in record.float_scalars else None
+        if n is not None:
+            arguments[key] = n
         if value is None or n is not None:
-            if n is not None:
-                arguments[key] = n
             tensors.append(None)
             continue
         if key in record.indexes and isinstance(value, (bool, np.bool_)):
@@ -679,21 +549,27 @@ def _run(name, arguments):
         elif t.requires_grad and key not in record.differentiable:
             raise grad_error(key, name, record.differentiable)
         tensors.append(t)
-    scaling = arguments.get("scaling")
-    if scaling is not None and not isinstance(scaling, dict):  # a config object: its text
-        arguments["scaling"] = config_text(scaling, arguments.pop("layer_type", None))
-        arguments["scaling_json"] = True
-    for key, value in arguments.items():  # M-RoPE's sections, ...: lists as lists
-        if isinstance(value, (np.ndarray, torch.Tensor)) and value.ndim > 0:
-            arguments[key] = value.tolist()
     tensors += [None] * (_SLOTS - len(tensors))
-    results = torch.ops.posenc.call(name, *tensors, *encode(arguments))
+    options = encode(_options.carried(arguments, (np.ndarray, torch.Tensor)))
+    results = torch.ops.posenc.call(name, *tensors, *options)
     result = results[0] if len(results) == 1 else tuple(results)
-    if added:
-        return _add_into(scores, result)
+    # out= and scores= written by torch's own in-place ops: autograd and the
+    # version counters see them
+    if added:  # the bias (heads, q, k) into scores (..., heads, q, k)
+        if scores.dim() < 3 or tuple(scores.shape[-3:]) != tuple(result.shape):
+            dims = ", ".join(str(n) for n in result.shape)
+            raise ValueError(f"scores must have shape (..., {dims}), not {tuple(scores.shape)}")
+        return scores.add_(result)
     if scores is not None:
         return scores.copy_(result)
-    return _into(out, result)
+    if out is None:
+        return result
+    out = _sink(out, "out")
+    if tuple(out.shape) != tuple(result.shape):
+        raise ValueError(f"out must have shape {tuple(result.shape)}, not {tuple(out.shape)}")
+    if out.dtype != result.dtype:
+        raise TypeError(f"out must have dtype {result.dtype}, not {out.dtype}")
+    return out.copy_(result)
 
 
 def _builder(name):
