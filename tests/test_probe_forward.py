@@ -7,6 +7,11 @@ import math
 import numpy as np
 import pytest
 import tiny_models
+from optional import require
+
+# every test here runs a transformers model
+require("torch")
+require("transformers")
 
 
 @pytest.fixture(scope="module")
