@@ -423,7 +423,7 @@ int pe_t5_table_grad(const struct pe_kernels *k, const struct pe_bias_dst *grad,
     struct pe_diagonals s = {grad, sums, vlen};
     pe_diagonals_fn rows = k->diagonals[acc64 != 0][grad->dtype];
 #pragma omp parallel for schedule(dynamic, 1) num_threads(                                         \
-    pe_team(nthreads, heads > 1 ? grad->batch * heads * grad->q_len * grad->k_len : 0))
+        pe_team(nthreads, heads > 1 ? grad->batch * heads * grad->q_len * grad->k_len : 0))
     for (ptrdiff_t h = 0; h < heads; ++h) {
         memset(sums + (size_t)h * (size_t)vlen * asz, 0, (size_t)vlen * asz);
         rows(&s, h);

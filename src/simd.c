@@ -11,11 +11,17 @@
 /* The instance of a path, from the pieces its files define. */
 #define PE_KERNELS_OF(path)                                                                        \
     {                                                                                              \
-        .name = #path, .sincos_row = pe_sincos_row_##path, .rotate_row = pe_rotate_row_##path,     \
-        .sinusoid_cell = pe_sinusoid_cell_##path, .rope_run = pe_rope_run_##path,                  \
-        .bias_rows = pe_bias_rows_##path, .alibi_block = pe_alibi_block_##path,                    \
-        .diagonals = pe_diagonals_##path, .rel_task = pe_rel_task_##path,                          \
-        .row_add = pe_row_add_##path, .store_fence = pe_store_fence_##path,                        \
+        .name = #path,                                                                             \
+        .sincos_row = pe_sincos_row_##path,                                                        \
+        .rotate_row = pe_rotate_row_##path,                                                        \
+        .sinusoid_cell = pe_sinusoid_cell_##path,                                                  \
+        .rope_run = pe_rope_run_##path,                                                            \
+        .bias_rows = pe_bias_rows_##path,                                                          \
+        .alibi_block = pe_alibi_block_##path,                                                      \
+        .diagonals = pe_diagonals_##path,                                                          \
+        .rel_task = pe_rel_task_##path,                                                            \
+        .row_add = pe_row_add_##path,                                                              \
+        .store_fence = pe_store_fence_##path,                                                      \
     }
 
 const struct pe_kernels pe_kernels_scalar = PE_KERNELS_OF(scalar);

@@ -66,10 +66,7 @@
 #define PE_SPECIALISE_LAYOUT(table, body, params, args, l)                                         \
     PE_DTYPES(PE_SPECIALISE_DT, table, body, params, args, l)
 #define PE_SPECIALISE_ENTRY(s, E, ctype, npy, table, l) table##_##l##_##s,
-#define PE_SPECIALISE_ROW(table, l)                                                                \
-    {                                                                                              \
-        PE_DTYPES(PE_SPECIALISE_ENTRY, table, l)                                                   \
-    }
+#define PE_SPECIALISE_ROW(table, l) {PE_DTYPES(PE_SPECIALISE_ENTRY, table, l)}
 #define PE_SPECIALISE(type, table, body, params, args)                                             \
     PE_SPECIALISE_LAYOUT(table, body, params, args, 0)                                             \
     PE_SPECIALISE_LAYOUT(table, body, params, args, 1)                                             \
