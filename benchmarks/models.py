@@ -4,8 +4,10 @@ Times, on the CPU, in float32 and bfloat16: a forward pass over a prompt,
 one decoding step with a KV cache, and the position work of a decoding step
 alone (the rotary module's ``(cos, sin)`` for one position per sequence:
 transformers' ``LlamaRotaryEmbedding`` against posenc's ``RotaryEmbedding``
-looking up its cached tables).  Medians of several repeats after a warm-up,
-in milliseconds; ``ratio`` is patched / unpatched (1.0 or less: no slower).
+looking up its cached tables).  Two copies of the model, one patched, are
+timed in turn in every round, so that the machine's load falls on both;
+minimum and median in milliseconds; ``ratio`` is patched / unpatched of the
+minima (1.0 or less: no slower).
 
     python benchmarks/models.py            # a small realistic config
     python benchmarks/models.py --seq 1024 # a longer prompt
@@ -22,14 +24,22 @@ import warnings
 import torch
 
 
-def _median_ms(fn, repeats):
-    fn()  # warm-up
-    times = []
+def _interleaved_ms(fns, repeats):
+    """Minimum and median milliseconds of each of ``fns``, timed in turn.
+
+    The functions run one after the other in every round (A, B, A, B, ...),
+    so that a change in the machine's load during the run falls on all of
+    them alike; the minimum is the figure least moved by other work.
+    """
+    for fn in fns:
+        fn()  # warm-up
+    times = [[] for _ in fns]
     for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - start) * 1e3)
-    return statistics.median(times)
+        for fn, ts in zip(fns, times):
+            start = time.perf_counter()
+            fn()
+            ts.append((time.perf_counter() - start) * 1e3)
+    return [(min(ts), statistics.median(ts)) for ts in times]
 
 
 def _model(quick, dtype):
@@ -52,43 +62,56 @@ def _model(quick, dtype):
 
 
 def _timings(quick: bool, repeats: int, dtype: torch.dtype, seq: int = 512) -> dict:
-    """{"unpatched": {...}, "patched": {...}} for one dtype."""
+    """{what: ((min, median) unpatched, (min, median) patched)} for one dtype.
+
+    Two copies of one model, one patched: each measurement alternates
+    between them.
+    """
+    import copy
+
     import posenc.hf
 
     prompt = 32 if quick else seq
-    model = _model(quick, dtype)
-    ids = torch.randint(1, model.config.vocab_size, (1, prompt))
-    with torch.no_grad():
-        out = model(ids, use_cache=True)
-    cache = getattr(out, "cache", None) or out.past_key_values
-    step = torch.randint(1, model.config.vocab_size, (1, 1))
+    models = {"unpatched": _model(quick, dtype)}
+    models["patched"] = copy.deepcopy(models["unpatched"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        posenc.hf.patch(models["patched"])
+    vocab = models["unpatched"].config.vocab_size
+    ids = torch.randint(1, vocab, (1, prompt))
+    step = torch.randint(1, vocab, (1, 1))
     pos = torch.tensor([[prompt]])
     x = torch.zeros(1, dtype=dtype)
 
-    def forward():
-        with torch.no_grad():
-            model(ids, use_cache=False)
+    def forward(model):
+        def run():
+            with torch.no_grad():
+                model(ids, use_cache=False)
 
-    def decode():
-        with torch.no_grad():
-            model(step, cache=cache, position_ids=pos, use_cache=True)
-            cache.crop(-1)  # the same cache each time: the step's token removed
+        return run
 
-    def position_work():
-        model.model.rotary_emb(x, pos)
+    def decode(model):
+        with torch.no_grad():
+            out = model(ids, use_cache=True)
+        cache = getattr(out, "cache", None) or out.past_key_values
+
+        def run():
+            with torch.no_grad():
+                model(step, cache=cache, position_ids=pos, use_cache=True)
+                cache.crop(-1)  # the same cache each time: the step's token removed
+
+        return run
+
+    def position_work(model):
+        return lambda: model.model.rotary_emb(x, pos)
 
     timings = {}
-    for label in ("unpatched", "patched"):
-        if label == "patched":
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                posenc.hf.patch(model)
-        timings[label] = {
-            "forward": _median_ms(forward, repeats),
-            "decode step": _median_ms(decode, repeats * 4),
-            "decode positions": _median_ms(position_work, repeats * 20),
-        }
-    posenc.hf.unpatch(model)
+    for what, make, n in (
+        ("forward", forward, repeats),
+        ("decode step", decode, repeats * 4),
+        ("decode positions", position_work, repeats * 20),
+    ):
+        timings[what] = _interleaved_ms([make(models["unpatched"]), make(models["patched"])], n)
     return timings
 
 
@@ -99,9 +122,8 @@ def run(quick: bool, repeats: int, seq: int = 512) -> list:
     rows = []
     for dtype in (torch.float32, torch.bfloat16):
         timings = _timings(quick, repeats, dtype, seq)
-        for what in timings["unpatched"]:
-            a, b = timings["unpatched"][what], timings["patched"][what]
-            rows.append((str(dtype).replace("torch.", ""), what, a, b, b / a))
+        for what, (a, b) in timings.items():
+            rows.append((str(dtype).replace("torch.", ""), what, a, b, b[0] / a[0]))
     return rows
 
 
@@ -110,11 +132,16 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="a tiny model, a few seconds")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--seq", type=int, default=512, help="the prompt's length")
+    parser.add_argument("--threads", type=int, default=0, help="torch's threads (0: its default)")
     args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
     rows = run(args.quick, args.repeats, args.seq)
-    print(f"{'dtype':9} {'what':17} {'unpatched ms':>13} {'patched ms':>11} {'ratio':>6}")
+    print(f"{'dtype':9} {'what':17} {'unpatched ms':>22} {'patched ms':>22} {'ratio':>6}")
+    print(f"{'':9} {'':17} {'min (median)':>22} {'min (median)':>22} {'of min':>6}")
     for dtype, what, a, b, ratio in rows:
-        print(f"{dtype:9} {what:17} {a:13.3f} {b:11.3f} {ratio:6.2f}")
+        cells = f"{a[0]:10.3f} ({a[1]:9.3f}) {b[0]:10.3f} ({b[1]:9.3f})"
+        print(f"{dtype:9} {what:17} {cells} {ratio:6.2f}")
 
 
 if __name__ == "__main__":
