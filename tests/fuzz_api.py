@@ -40,6 +40,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import functools
+import inspect
 import math
 import os
 import sys
@@ -141,149 +142,88 @@ def value_pool(rng):
     return pool
 
 
-# name -> (function, positional parameter names, keyword names)
-TARGETS = {
-    "sinusoid": (posenc.sinusoid, ["positions", "dim"], ["base", "layout", "dtype", "out"]),
-    "rope_frequencies": (posenc.rope_frequencies, ["dim"], ["base", "scaling", "seq_len"]),
-    "rope_cos_sin": (
-        posenc.rope_cos_sin,
-        ["positions", "dim"],
-        [
-            "base",
-            "scaling",
-            "layout",
-            "dtype",
-            "full",
-            "xpos",
-            "xpos_scale_base",
-            "xpos_centre",
-            "mrope_section",
-            "axial",
-        ],
-    ),
-    "apply_rope": (
-        posenc.apply_rope,
-        ["x", "positions"],
-        [
-            "base",
-            "scaling",
-            "layout",
-            "rotary_dim",
-            "offset",
-            "seq_axis",
-            "inverse",
-            "out",
-            "xpos",
-            "xpos_scale_base",
-            "xpos_centre",
-            "mrope_section",
-            "mrope_interleaved",
-            "axial",
-        ],
-    ),
-    "alibi_slopes": (posenc.alibi_slopes, ["n_heads"], ["max_bias"]),
-    "alibi_bias": (
-        posenc.alibi_bias,
-        ["n_heads", "q_len", "k_len"],
-        ["slopes", "max_bias", "causal", "q_offset", "dtype", "scores", "out"],
-    ),
-    "relative_position_bucket": (
-        posenc.relative_position_bucket,
-        ["relative_position"],
-        ["bidirectional", "num_buckets", "max_distance"],
-    ),
-    "t5_bias": (
-        posenc.t5_bias,
-        ["table", "q_len", "k_len"],
-        ["bidirectional", "max_distance", "q_offset", "scores", "out"],
-    ),
-    "relative_positions": (
-        posenc.relative_positions,
-        ["q_len", "k_len"],
-        ["max_distance", "q_offset"],
-    ),
-    "xl_relative_table": (
-        posenc.xl_relative_table,
-        ["q_len", "k_len", "dim"],
-        ["attn_type", "bi_data", "clamp_len", "base", "dtype"],
-    ),
-    "xl_position_term": (
-        posenc.xl_position_term,
-        ["q", "r"],
-        ["bias", "k_len", "q_offset", "causal", "scores"],
-    ),
-    "xl_content_bias": (posenc.xl_content_bias, ["k", "bias"], ["scores"]),
-    "tener_relative_table": (posenc.tener_relative_table, ["length", "dim"], ["base", "dtype"]),
-    "tener_position_term": (
-        posenc.tener_position_term,
-        ["q", "k", "table"],
-        ["v", "key_term", "scores"],
-    ),
-    "tener_scores": (
-        posenc.tener_scores,
-        ["q", "k", "table"],
-        ["u", "v", "scale", "key_term"],
-    ),
-    "deberta_log_bucket": (
-        posenc.deberta_log_bucket,
-        ["relative_pos", "bucket_size", "max_position"],
-        ["precision"],
-    ),
-    "deberta_relative_positions": (
-        posenc.deberta_relative_positions,
-        ["q_len", "k_len"],
-        ["bucket_size", "max_position", "q_offset", "precision"],
-    ),
-    "deberta_attention_bias": (
-        posenc.deberta_attention_bias,
-        ["q", "k", "pos_key", "pos_query"],
-        [
-            "position_buckets",
-            "max_relative_positions",
-            "q_offset",
-            "scale_factor",
-            "precision",
-            "scores",
-        ],
-    ),
-    "shaw_key_term": (
-        posenc.shaw_key_term,
-        ["q", "rel_keys"],
-        ["max_distance", "k_len", "q_offset", "scores"],
-    ),
-    "shaw_value_term": (
-        posenc.shaw_value_term,
-        ["weights", "rel_values"],
-        ["max_distance", "q_offset"],
-    ),
-    "tupe_bias": (
-        posenc.tupe_bias,
-        ["pos_q", "pos_k"],
-        ["rel_table", "max_distance", "untie_cls", "scores"],
-    ),
-    "positions_from_cu_seqlens": (posenc.positions_from_cu_seqlens, ["cu_seqlens"], ["start"]),
-    "attention_temperature": (
-        posenc.attention_temperature,
-        ["positions"],
-        ["floor_scale", "attn_scale"],
-    ),
-    "permute_rope_weight": (posenc.permute_rope_weight, ["weight", "n_heads"], ["to"]),
-    "mrope_position_ids": (
-        posenc.mrope_position_ids,
-        ["token_types"],
-        ["image_grids", "video_grids", "spatial_merge_size", "attention_mask"],
-    ),
-    "vision_position_ids": (
-        posenc.vision_position_ids,
-        ["grids"],
-        ["spatial_merge_size", "convention"],
-    ),
-    "set_num_threads": (posenc.set_num_threads, ["n"], []),
-    "cosine_similarity": (probe.cosine_similarity, ["E"], []),
-    "informativeness": (probe.informativeness, ["E"], ["center"]),
-    "skip_positions": (probe.skip_positions, ["n", "k"], []),
-    "rope_long_term_decay": (probe.rope_long_term_decay, ["dim", "max_distance"], ["base"]),
+def _positional(fn):
+    """The names of fn's parameters before its keyword-only ones."""
+    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    return [p.name for p in inspect.signature(fn).parameters.values() if p.kind in kinds]
+
+
+# the functions the random mode calls and the keywords it draws for each (the
+# positional parameters are all of the signature's)
+KEYWORDS = {
+    posenc.sinusoid: ["base", "layout", "dtype", "out"],
+    posenc.rope_frequencies: ["base", "scaling", "seq_len"],
+    posenc.rope_cos_sin: [
+        "base",
+        "scaling",
+        "layout",
+        "dtype",
+        "full",
+        "xpos",
+        "xpos_scale_base",
+        "xpos_centre",
+        "mrope_section",
+        "axial",
+    ],
+    posenc.apply_rope: [
+        "base",
+        "scaling",
+        "layout",
+        "rotary_dim",
+        "offset",
+        "seq_axis",
+        "inverse",
+        "out",
+        "xpos",
+        "xpos_scale_base",
+        "xpos_centre",
+        "mrope_section",
+        "mrope_interleaved",
+        "axial",
+    ],
+    posenc.alibi_slopes: ["max_bias"],
+    posenc.alibi_bias: ["slopes", "max_bias", "causal", "q_offset", "dtype", "scores", "out"],
+    posenc.relative_position_bucket: ["bidirectional", "num_buckets", "max_distance"],
+    posenc.t5_bias: ["bidirectional", "max_distance", "q_offset", "scores", "out"],
+    posenc.relative_positions: ["max_distance", "q_offset"],
+    posenc.xl_relative_table: ["attn_type", "bi_data", "clamp_len", "base", "dtype"],
+    posenc.xl_position_term: ["bias", "k_len", "q_offset", "causal", "scores"],
+    posenc.xl_content_bias: ["scores"],
+    posenc.tener_relative_table: ["base", "dtype"],
+    posenc.tener_position_term: ["v", "key_term", "scores"],
+    posenc.tener_scores: ["u", "v", "scale", "key_term"],
+    posenc.deberta_log_bucket: ["precision"],
+    posenc.deberta_relative_positions: ["bucket_size", "max_position", "q_offset", "precision"],
+    posenc.deberta_attention_bias: [
+        "position_buckets",
+        "max_relative_positions",
+        "q_offset",
+        "scale_factor",
+        "precision",
+        "scores",
+    ],
+    posenc.shaw_key_term: ["max_distance", "k_len", "q_offset", "scores"],
+    posenc.shaw_value_term: ["max_distance", "q_offset"],
+    posenc.tupe_bias: ["rel_table", "max_distance", "untie_cls", "scores"],
+    posenc.positions_from_cu_seqlens: ["start"],
+    posenc.attention_temperature: ["floor_scale", "attn_scale"],
+    posenc.permute_rope_weight: ["to"],
+    posenc.mrope_position_ids: [
+        "image_grids",
+        "video_grids",
+        "spatial_merge_size",
+        "attention_mask",
+    ],
+    posenc.vision_position_ids: ["spatial_merge_size", "convention"],
+    posenc.set_num_threads: [],
+    probe.cosine_similarity: [],
+    probe.informativeness: ["center"],
+    probe.skip_positions: [],
+    probe.rope_long_term_decay: ["base"],
 }
+
+# name -> (function, positional parameter names, keyword names)
+TARGETS = {fn.__name__: (fn, _positional(fn), keywords) for fn, keywords in KEYWORDS.items()}
 
 # valid leading arguments, drawn half of the time to reach the deeper checks
 VALID = {

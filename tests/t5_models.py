@@ -2,7 +2,8 @@
 several files check, and transformers' T5Attention built small (a module
 shared by the test files, not collected by pytest)."""
 
-# (bidirectional, num_buckets, max_distance) that every T5 bucket test checks
+# (bidirectional, num_buckets, max_distance) that every T5 bucket test checks,
+# against posenc.reference and against transformers' T5Attention
 BUCKET_CONFIGS = [
     (True, 32, 128),  # T5, LongT5, UMT5 encoders
     (False, 32, 128),  # their decoders
@@ -10,7 +11,23 @@ BUCKET_CONFIGS = [
     # (log(2) / log(32) * 10 = 2) in the upper bucket; float64 would not
     (False, 20, 320),
     (True, 40, 320),
+    # more and fewer buckets, longer and shorter reach
+    (True, 64, 256),
+    (True, 64, 512),
+    (False, 64, 1024),
+    (True, 1000, 100000),
+    (True, 16, 64),
+    (False, 8, 20),
+    (False, 30, 480),
+    # one exact distance; max_distance just past the exact distances
+    (False, 2, 1000),
+    (True, 4, 2),
+    (False, 7, 4),  # and an odd number of buckets
 ]
+
+# One bucket per direction (no exact distances): posenc's own definition,
+# where T5Attention's formula divides by zero; checked against the reference.
+ONE_BUCKET_PER_DIRECTION = [(True, 2, 5), (True, 3, 1)]
 
 
 def t5_attention(torch, is_decoder, num_buckets=32, max_distance=128, n_heads=4, table=None):

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from special_bits import SPECIAL_BITS
 from t5_models import BUCKET_CONFIGS as T5_BUCKETS
+from t5_models import ONE_BUCKET_PER_DIRECTION
 
 import posenc
 from posenc import _core
@@ -235,15 +236,8 @@ def test_alibi_dtype_follows_out_when_not_given():
 
 # ---------------------------------------------------------------- T5 buckets
 
-BUCKET_CONFIGS = T5_BUCKETS + [
-    (True, 64, 512),
-    (True, 2, 5),  # one bucket per direction
-    (True, 3, 1),
-    (False, 2, 1000),
-    (True, 4, 2),
-    (False, 7, 4),
-    (True, 1000, 100000),
-]
+# T5's configurations and the ones only posenc defines
+BUCKET_CONFIGS = T5_BUCKETS + ONE_BUCKET_PER_DIRECTION
 
 
 @pytest.mark.parametrize("config", BUCKET_CONFIGS)

@@ -78,6 +78,24 @@ def same(a, b):
         u.shape == v.shape and u.dtype == v.dtype and u.tobytes() == v.tobytes()
         for u, v in zip(a, b)
     )
+
+
+def in_child(check):
+    # runs check() in a child forked with os.fork(), which exits 0 if it
+    # returns true and 3 if it returns false or raises (its traceback
+    # printed); the caller asserts that the child exited 0
+    pid = os.fork()
+    if pid == 0:
+        try:
+            ok = check()
+        except BaseException:
+            import traceback
+
+            traceback.print_exc()
+            ok = False
+        os._exit(0 if ok else 3)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
 """
 
 # The parent's parallel call, before the script's body forks.
@@ -134,12 +152,7 @@ def test_os_fork_child_gets_the_parents_result(tmp_path):
     run_ok(
         tmp_path,
         """
-        pid = os.fork()
-        if pid == 0:
-            ok = same(compute(), PARENT) and posenc.get_num_threads() == 1
-            os._exit(0 if ok else 3)
-        _, status = os.waitpid(pid, 0)
-        assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+        in_child(lambda: same(compute(), PARENT) and posenc.get_num_threads() == 1)
         assert same(compute(), PARENT)  # and the parent still has its threads
         print("ok")
         """,
@@ -222,33 +235,26 @@ def test_set_num_threads_in_forked_child_brings_threads_back(tmp_path):
     run_ok(
         tmp_path,
         """
-        pid = os.fork()
-        if pid == 0:
-            try:
-                assert same(compute(), PARENT)
-                assert posenc.get_num_threads() == 1
-                posenc.set_num_threads(0)
-                assert posenc.get_num_threads() == 1
-                posenc.set_num_threads(2)
-                assert same(compute(), PARENT)
-                assert posenc.get_num_threads() == 2
-                assert same(compute(), PARENT)
-                grandchild = os.fork()
-                if grandchild == 0:
-                    ok = posenc.get_num_threads() == 1 and same(compute(), PARENT)
-                    posenc.set_num_threads(2)
-                    ok = ok and posenc.get_num_threads() == 2 and same(compute(), PARENT)
-                    os._exit(0 if ok else 3)
-                _, status = os.waitpid(grandchild, 0)
-                assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
-            except BaseException:
-                import traceback
+        def grandchild():
+            ok = posenc.get_num_threads() == 1 and same(compute(), PARENT)
+            posenc.set_num_threads(2)
+            return ok and posenc.get_num_threads() == 2 and same(compute(), PARENT)
 
-                traceback.print_exc()
-                os._exit(3)
-            os._exit(0)
-        _, status = os.waitpid(pid, 0)
-        assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+
+        def child():
+            assert same(compute(), PARENT)
+            assert posenc.get_num_threads() == 1
+            posenc.set_num_threads(0)
+            assert posenc.get_num_threads() == 1
+            posenc.set_num_threads(2)
+            assert same(compute(), PARENT)
+            assert posenc.get_num_threads() == 2
+            assert same(compute(), PARENT)
+            in_child(grandchild)
+            return True
+
+
+        in_child(child)
         print("ok")
         """,
     )
@@ -262,12 +268,7 @@ def test_child_forked_before_any_parallel_call_keeps_its_threads(tmp_path):
         tmp_path,
         """
         posenc.set_num_threads(2)
-        pid = os.fork()
-        if pid == 0:
-            ok = posenc.get_num_threads() == 2
-            os._exit(0 if ok and same(compute(), compute()) else 3)
-        _, status = os.waitpid(pid, 0)
-        assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+        in_child(lambda: posenc.get_num_threads() == 2 and same(compute(), compute()))
         print("ok")
         """,
         prelude=COMMON,
@@ -275,41 +276,33 @@ def test_child_forked_before_any_parallel_call_keeps_its_threads(tmp_path):
 
 
 # The bound: never more threads than CPUs this process may run on.
+# clamped(n): after set_num_threads(n), 1 to cpus threads, and the result
+# of one thread.
 BOUND = """
 cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
 posenc.set_num_threads(1)
 ONE = compute()
+
+
+def clamped(n):
+    posenc.set_num_threads(n)
+    assert 1 <= posenc.get_num_threads() <= cpus, (posenc.get_num_threads(), cpus)
+    assert same(compute(), ONE)
 """
 
 
+def run_clamped(tmp_path, *ns, **env):
+    """clamped(n) for each n in turn, in a child Python with `env`."""
+    body = "".join(f"clamped({n})\n" for n in ns) + 'print("ok")\n'
+    run_ok(tmp_path, body, prelude=COMMON + BOUND, **env)
+
+
 def test_set_num_threads_above_the_cpu_count_is_clamped(tmp_path):
-    run_ok(
-        tmp_path,
-        """
-        posenc.set_num_threads(4096)
-        assert 1 <= posenc.get_num_threads() <= cpus, (posenc.get_num_threads(), cpus)
-        assert same(compute(), ONE)
-        posenc.set_num_threads(2**100)
-        assert 1 <= posenc.get_num_threads() <= cpus, (posenc.get_num_threads(), cpus)
-        assert same(compute(), ONE)
-        print("ok")
-        """,
-        prelude=COMMON + BOUND,
-    )
+    run_clamped(tmp_path, 4096, 2**100)
 
 
 def test_omp_num_threads_above_the_cpu_count_is_clamped(tmp_path):
-    run_ok(
-        tmp_path,
-        """
-        posenc.set_num_threads(0)
-        assert 1 <= posenc.get_num_threads() <= cpus, (posenc.get_num_threads(), cpus)
-        assert same(compute(), ONE)
-        print("ok")
-        """,
-        prelude=COMMON + BOUND,
-        OMP_NUM_THREADS="4096",
-    )
+    run_clamped(tmp_path, 0, OMP_NUM_THREADS="4096")  # 0: what OMP_NUM_THREADS asks for
 
 
 def test_set_num_threads_rejects_negative_and_non_integer_n():

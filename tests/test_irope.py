@@ -5,27 +5,12 @@ utilities, hand-derived cases; bad input refused."""
 import numpy as np
 import pytest
 from optional import require
+from tiny_models import llama4_text_config
 
 from posenc import _reference_newer as reference
 from posenc._irope import IRoPELayers, chunked_causal_mask, irope_layers
 
 # --- Llama 4's iRoPE pattern ---------------------------------------------------
-
-
-def _text_config(**kwargs):
-    transformers = require("transformers")
-    base = dict(
-        hidden_size=16,
-        intermediate_size=32,
-        intermediate_size_mlp=32,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        head_dim=8,
-        num_local_experts=2,
-        vocab_size=32,
-    )
-    base.update(kwargs)
-    return transformers.Llama4TextConfig(**base)
 
 
 @pytest.mark.parametrize(
@@ -48,7 +33,7 @@ def test_irope_layers_match_transformers_config_and_modules(kwargs):
     require("torch")
     from transformers.models.llama4 import modeling_llama4
 
-    config = _text_config(**kwargs)
+    config = llama4_text_config(**kwargs)
     got = irope_layers(config)
     assert isinstance(got, IRoPELayers)
     layers = config.num_hidden_layers
@@ -69,9 +54,9 @@ def test_irope_layers_match_transformers_config_and_modules(kwargs):
     assert list(got.rope) == flags and list(got.nope_layers) == nope
 
 
-def test_irope_layers_of_llama4_config_reads_text_config():
+def test_irope_layers_of_llama4_config_readsllama4_text_config():
     transformers = require("transformers")
-    text = _text_config(num_hidden_layers=8, no_rope_layer_interval=2)
+    text = llama4_text_config(num_hidden_layers=8, no_rope_layer_interval=2)
     full = transformers.Llama4Config(text_config=text.to_dict())
     assert irope_layers(full) == irope_layers(text)
     assert irope_layers(
@@ -138,7 +123,7 @@ def test_chunked_mask_matches_transformers_prefill(q_len, chunk):
     torch = require("torch")
     from transformers.masking_utils import create_chunked_causal_mask
 
-    config = _text_config(num_hidden_layers=4, attention_chunk_size=chunk)
+    config = llama4_text_config(num_hidden_layers=4, attention_chunk_size=chunk)
     config._attn_implementation = "eager"
     embeds = torch.zeros(1, q_len, 16)
     mask = create_chunked_causal_mask(
@@ -178,16 +163,9 @@ def test_chunked_mask_decoding_matches_transformers_mask_function(q_len, k_len, 
 
 
 def test_chunked_mask_hand_derived():
-    want = np.array(
-        [
-            [1, 0, 0, 0, 0],
-            [1, 1, 0, 0, 0],
-            [0, 0, 1, 0, 0],
-            [0, 0, 1, 1, 0],
-            [0, 0, 0, 0, 1],
-        ],
-        dtype=bool,
-    )
+    # chunks of 2: a query sees the keys up to itself in its own chunk (x)
+    seen = ["x....", "xx...", "..x..", "..xx.", "....x"]
+    want = np.array([[c == "x" for c in row] for row in seen])
     np.testing.assert_array_equal(chunked_causal_mask(5, chunk_size=2), want)
     np.testing.assert_array_equal(chunked_causal_mask(2, 5, chunk_size=2), want[3:])
 

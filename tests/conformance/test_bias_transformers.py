@@ -7,8 +7,7 @@ built from a config with a random table: no weights are downloaded.
 
 import numpy as np
 import pytest
-from t5_models import BUCKET_CONFIGS as T5_BUCKETS
-from t5_models import t5_attention
+from t5_models import BUCKET_CONFIGS, t5_attention
 
 import posenc
 from posenc import reference
@@ -99,15 +98,6 @@ def test_alibi_key_bias_bfloat16_rounds_once(torch, transformers):
     # exact float32 products: slopes of 8 bits times positions below 2**16)
     exact = posenc.alibi_key_bias(mask, n_heads, slopes=bf16_slopes, dtype=torch.float64)
     assert torch.equal(got, exact.float().bfloat16())
-
-
-BUCKET_CONFIGS = T5_BUCKETS + [
-    (True, 64, 256),
-    (False, 64, 1024),
-    (True, 16, 64),
-    (False, 8, 20),
-    (False, 30, 480),
-]
 
 
 @pytest.mark.parametrize("config", BUCKET_CONFIGS)

@@ -81,14 +81,15 @@ def _default_dtype(torch, dtype):
         torch.set_default_dtype(old)
 
 
-def _llama_config(hf, head_dim, heads=32, kv_heads=8, **kwargs):
-    return hf.LlamaConfig(
-        hidden_size=heads * head_dim,
-        num_attention_heads=heads,
-        num_key_value_heads=kv_heads,
-        head_dim=head_dim,
-        **kwargs,
+def _heads_config(config_class, head_dim, heads, **kwargs):
+    """config_class's config of `heads` attention heads of head_dim each."""
+    return config_class(
+        hidden_size=heads * head_dim, num_attention_heads=heads, head_dim=head_dim, **kwargs
     )
+
+
+def _llama_config(hf, head_dim, heads=32, kv_heads=8, **kwargs):
+    return _heads_config(hf.LlamaConfig, head_dim, heads, num_key_value_heads=kv_heads, **kwargs)
 
 
 def _default_inv_freq64(hf, config):
@@ -359,11 +360,11 @@ def _phi3_config(hf, hidden_size=256, heads=4, partial=None, rope=None, **kwargs
 
 
 def _gemma3_config(hf):
-    return hf.Gemma3TextConfig(
-        hidden_size=128,
-        num_attention_heads=2,
+    return _heads_config(
+        hf.Gemma3TextConfig,
+        64,
+        heads=2,
         num_key_value_heads=1,
-        head_dim=64,
         num_hidden_layers=6,  # five sliding layers, then a full one
         rope_parameters={
             "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1_000_000.0},
@@ -384,10 +385,10 @@ HUNYUAN_ROPE = {  # the keys of HunYuan's released config.json rope_scaling
 
 
 def _hunyuan_config(hf):
-    return hf.HunYuanDenseV1Config(
-        hidden_size=256,
-        num_attention_heads=2,
-        head_dim=128,
+    return _heads_config(
+        hf.HunYuanDenseV1Config,
+        128,
+        heads=2,
         max_position_embeddings=2048,
         rope_theta=10000.0,
         rope_scaling=dict(HUNYUAN_ROPE),
