@@ -137,23 +137,24 @@ def _relative(name, differentiable, indexes=(), traced=()):
     )
 
 
-def _bias(name, shape, arrays=(), backward="scores", sinks=("scores", "out"), dtype_from="dtype"):
+def _bias(name, arrays=(), backward="scores", **fields):
     """A bias added into scores= (which gets the incoming gradient as it
     is) or written into out=, with q_offset traced: its operator takes
     `arrays`, and unless its rule is the pass-through "scores" it is
-    differentiable with respect to them too."""
+    differentiable with respect to them too.  `fields`: its other
+    Record fields (shape, and sinks and dtype_from where they differ)."""
+    fields.setdefault("sinks", ("scores", "out"))
+    fields.setdefault("dtype_from", "dtype")
     differentiable = ("scores",)
     if backward != "scores":
         differentiable = tuple(dict.fromkeys(arrays + differentiable))
     return Record(
         name,
-        arrays=arrays,
-        sinks=sinks,
+        arrays,
         traced_scalars=_Q_OFFSET,
         differentiable=differentiable,
         backward=backward,
-        shape=shape,
-        dtype_from=dtype_from,
+        **fields,
     )
 
 
@@ -186,10 +187,10 @@ _RECORDS = (
         shape=_sinusoid_shape,
         dtype_from="dtype",
     ),
-    _bias("alibi_bias", _alibi_shape, ("slopes",)),
+    _bias("alibi_bias", ("slopes",), shape=_alibi_shape),
     Record("alibi_key_bias"),
     Record("alibi_slopes"),
-    _bias("t5_bias", _t5_shape, ("table",), "t5", dtype_from="table"),
+    _bias("t5_bias", ("table",), "t5", shape=_t5_shape, dtype_from="table"),
     Record(
         "t5_bias_table_grad",
         arrays=("grad",),
@@ -215,14 +216,19 @@ _RECORDS = (
     _relative("shaw_key_term", ("q", "rel_keys", "scores"), traced=_Q_OFFSET),
     _relative("shaw_value_term", ("weights", "rel_values"), traced=_Q_OFFSET),
     _relative("tupe_bias", ("pos_q", "pos_k", "rel_table", "scores")),
-    _bias("kerple_bias", _heads_shape("r1"), ("r1", "r2"), "host"),
-    _bias("sandwich_bias", _alibi_shape),
-    _bias("fire_bias", _heads_shape("w2"), ("w1", "b1", "w2", "b2", "c", "threshold"), "host"),
+    _bias("kerple_bias", ("r1", "r2"), "host", shape=_heads_shape("r1")),
+    _bias("sandwich_bias", shape=_alibi_shape),
+    _bias(
+        "fire_bias",
+        ("w1", "b1", "w2", "b2", "c", "threshold"),
+        "host",
+        shape=_heads_shape("w2"),
+    ),
     _bias(
         "cope_bias",
-        _logits_shape,
         ("query", "attn_logits", "pos_emb", "scores"),
         "host",
+        shape=_logits_shape,
         sinks=("scores",),
         dtype_from=None,
     ),
