@@ -19,7 +19,7 @@ whose gradient is wanted, one of:
   terms' backward (one call for all the arguments wanted).
 
 The relative terms.  Each gathered part of a term (see
-``relative._Part``) is
+``_relative_engine._Part``) is
 ``score[i, j] += (left @ right^T)[row, columns[q_len - 1 - i + j]] / divisor``;
 its transpose sums the incoming gradient by column (the C scatter that
 :func:`posenc.shaw_value_term` uses, into a row per key for a part gathered
@@ -33,8 +33,10 @@ the axes it was broadcast along.  Everything is formed in the term's
 working dtype (float32, or float64 when an input is) and returned so: the
 caller casts it to each argument's dtype.
 
-posenc.relative's private helpers are reached through the registry of
-posenc._records (the module of its functions), never imported.
+posenc.relative's argument readers are reached through the registry of
+posenc._records (the module of its functions), never imported; the
+engine they share, posenc._relative_engine (which imports no public
+module), is imported.
 """
 
 from __future__ import annotations
@@ -45,7 +47,8 @@ from typing import Any, Dict, NamedTuple
 
 import numpy as np
 
-from . import _functional_grad, _records
+from . import _functional_grad, _records, _validate
+from ._relative_engine import _Blocks, _by_distance, _finish, _ieee, _Part, _up, _work
 
 
 class _Relative:
@@ -172,7 +175,7 @@ def _incoming(grad, lead, shape, work):
             f"grad must have shape (..., {', '.join(map(str, shape))}) with leading axes that "
             f"{lead} broadcast to, not {grad.shape}"
         )
-    return _sum_to(_rel._up(grad, work), lead + shape)
+    return _sum_to(_up(grad, work), lead + shape)
 
 
 def _add(out, name, g):
@@ -182,7 +185,7 @@ def _add(out, name, g):
 def _part_grads(part, g, wanted, out):
     """The gradients of one gathered part (see the module's doc) for the
     incoming gradient `g` (..., heads, q_len, k_len) of the working dtype,
-    a block at a time as the forward makes its products (relative._Blocks):
+    a block at a time as the forward makes its products (_relative_engine._Blocks):
     each block's gradient summed by column in cache, then its two products."""
     lead, (heads, q_len, k_len) = g.shape[:-3], g.shape[-3:]
     work, d = part.left.dtype, part.left.shape[-1]
@@ -197,13 +200,13 @@ def _part_grads(part, g, wanted, out):
     if g.size == 0:  # an empty term (no queries, keys or heads): its gradients are zeros
         lead = (0,)
     else:
-        blocks = _rel._Blocks(heads, q_len, k_len, cols, work.itemsize, part.by_key)
+        blocks = _Blocks(heads, q_len, k_len, cols, work.itemsize, part.by_key)
         spans = blocks.spans(part.columns)
     for at in np.ndindex(*lead):
         gb, lb, rb = g[at], lefts[at], rights[at]
         for h0, h1, a0, a1, c0, c1, local in blocks.of(spans):
             block = gb[h0:h1, :, a0:a1] if part.by_key else gb[h0:h1, a0:a1]
-            summed = _rel._by_distance(block, local, c1 - c0, work, part.by_key)
+            summed = _by_distance(block, local, c1 - c0, work, part.by_key)
             if d_left is not None:
                 d_left[at][h0:h1, a0:a1] = summed @ rb[h0:h1, c0:c1]
             if d_right is not None:
@@ -276,11 +279,11 @@ def _xl_content_bias(a, grad, wanted):
     k = _rel._qk(a["k"], "k")
     heads, _, d = k.shape[-3:]
     u = _rel._bias_vector(a["bias"], heads, d, "bias")
-    work = _rel._work(k.dtype, u.dtype)
+    work = _work(k.dtype, u.dtype)
     rows = grad.shape[-2] if grad.ndim >= 3 else 1  # the scores' queries, or 1
     g = _incoming(grad, k.shape[:-3], (heads, rows, k.shape[-2]), work)
     out = {}
-    _content(_rel._up(u, work), _rel._up(k, work), g, (("bias", u.shape),), "k", wanted, out)
+    _content(_up(u, work), _up(k, work), g, (("bias", u.shape),), "k", wanted, out)
     return out
 
 
@@ -290,17 +293,17 @@ def _tener_scores(a, grad, wanted):
     )
     work, d = parts[0].left.dtype, parts[0].left.shape[-1]
     g = _incoming(grad, lead, shape, work)
-    if _rel._check.flag(a["scale"], "scale") and d:  # no head dim: no products to scale
+    if _validate.flag(a["scale"], "scale") and d:  # no head dim: no products to scale
         g = g / np.sqrt(work.type(d))
     out = {}
     for part in parts:
         _part_grads(part, g, wanted, out)
     q = _rel._float(a["q"], "q")
-    left, sources = _rel._up(q, work), (("q", q.shape),)
+    left, sources = _up(q, work), (("q", q.shape),)
     if a["u"] is not None:
         u = _rel._bias_vector(a["u"], shape[0], d, "u")
-        left, sources = left + _rel._up(u, work), sources + (("u", u.shape),)
-    _content(left, _rel._up(_rel._float(a["k"], "k"), work), g, sources, "k", wanted, out)
+        left, sources = left + _up(u, work), sources + (("u", u.shape),)
+    _content(left, _up(_rel._float(a["k"], "k"), work), g, sources, "k", wanted, out)
     return out
 
 
@@ -308,16 +311,16 @@ def _shaw_value_term(a, grad, wanted):
     w, rv, index, work = _rel._shaw_value_args(
         a["weights"], a["rel_values"], a["max_distance"], a["q_offset"]
     )
-    rvw = _rel._up(rv, work)
+    rvw = _up(rv, work)
     g = _incoming(grad, w.shape[:-3], w.shape[-3:-1] + (rv.shape[-1],), work)
     out = {}
     if "weights" in wanted:  # the gather of g @ rel_values^T: shaw_key_term's kernel
         heads, q_len, k_len = w.shape[-3:]
         table = rvw if rvw.ndim == 3 else rvw[None]
-        part = _rel._Part(g, table, index, False, None, (), ("", ()))
-        out["weights"] = _rel._finish(None, g.shape[:-3], (heads, q_len, k_len), work, [part])
+        part = _Part(g, table, index, False, None, (), ("", ()))
+        out["weights"] = _finish(None, g.shape[:-3], (heads, q_len, k_len), work, [part])
     if "rel_values" in wanted:
-        summed = _rel._by_distance(w, index, rv.shape[-2], work)
+        summed = _by_distance(w, index, rv.shape[-2], work)
         out["rel_values"] = _sum_to(np.swapaxes(summed, -1, -2) @ g, rv.shape)
     return out
 
@@ -325,10 +328,10 @@ def _shaw_value_term(a, grad, wanted):
 def _tupe_bias(a, grad, wanted):
     pq = _rel._float(a["pos_q"], "pos_q", 3)
     pk = _rel._float(a["pos_k"], "pos_k", 3)
-    untie = _rel._check.flag(a["untie_cls"], "untie_cls")
+    untie = _validate.flag(a["untie_cls"], "untie_cls")
     table = None if a["rel_table"] is None else _rel._float(a["rel_table"], "rel_table", 2)
     dtypes = [pq.dtype, pk.dtype] + ([] if table is None else [table.dtype])
-    work = _rel._work(*dtypes)
+    work = _work(*dtypes)
     heads, rows, d = pq.shape
     n = rows - 1 if untie else rows
     g = _incoming(grad, (), (heads, n, n), work)
@@ -345,9 +348,9 @@ def _tupe_bias(a, grad, wanted):
         products = np.zeros((heads, rows, rows), work)
     c = work.type(1.0 / math.sqrt(2 * d) if d else 1.0)  # no head dim: no products
     if "pos_q" in wanted:
-        out["pos_q"] = (products @ _rel._up(pk, work)) * c
+        out["pos_q"] = (products @ _up(pk, work)) * c
     if "pos_k" in wanted:
-        out["pos_k"] = (np.swapaxes(products, -1, -2) @ _rel._up(pq, work)) * c
+        out["pos_k"] = (np.swapaxes(products, -1, -2) @ _up(pq, work)) * c
     if table is not None and "rel_table" in wanted:
         nb = table.shape[0] - (1 if a["untie_cls"] else 0)
         buckets = g
@@ -415,10 +418,10 @@ def grads(name, grad, wanted, args, kwargs):
     bound.apply_defaults()
     a = bound.arguments
     wanted = frozenset(wanted) - {"scores"}
-    with _rel._ieee():  # an inf or NaN in the data: IEEE's results, no RuntimeWarning
+    with _ieee():  # an inf or NaN in the data: IEEE's results, no RuntimeWarning
         out = _RULES[name](a, np.asarray(grad), wanted) if wanted else {}
     # an argument the term does not read (k in DeBERTa's c2p alone) gets zeros
-    work = _rel._work(*[np.asarray(a[key]).dtype for key in wanted])
+    work = _work(*[np.asarray(a[key]).dtype for key in wanted])
     return {
         key: out[key].reshape(np.shape(a[key])) if key in out else np.zeros(np.shape(a[key]), work)
         for key in wanted

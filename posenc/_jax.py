@@ -352,16 +352,6 @@ def _warn_x64(fn_name, dtype):
 # ---------------------------------------------------------------- the traced path
 
 
-def _stand_in(tracer, fill=0):
-    """A stand-in of a traced argument filled with `fill` (0, or 1 for
-    parameters that must be positive) that takes no memory."""
-    dtype = np.dtype(tracer.dtype)
-    if tracer.ndim == 0:
-        zero = np.full((), fill, dtype)
-        return zero if _is_bfloat16(dtype) else zero.item()
-    return np.broadcast_to(np.full((), fill, dtype), tracer.shape)
-
-
 def _check_traced_scalar(plan, name, tracer):
     dtype = np.dtype(tracer.dtype)
     record = plan.record
@@ -643,12 +633,8 @@ def _result_spec(plan, static, names, tracers):
         key = hit = None
     if hit is not None:
         return hit
-    stand_ins = {name: _stand_in(t) for name, t in zip(names, tracers)}
-    try:
-        result = plan.fn(**static, **stand_ins)
-    except (TypeError, ValueError):  # zeros refused (KERPLE's positive parameters): ones
-        ones = {name: _stand_in(t, 1) for name, t in zip(names, tracers) if name != "scores"}
-        result = plan.fn(**static, **{**stand_ins, **ones})
+    arrays = {name: (tuple(t.shape), np.dtype(t.dtype)) for name, t in zip(names, tracers)}
+    result = _records.on_stand_ins(plan.fn, static, arrays, scalars=True)
     if isinstance(result, np.ndarray):
         leaves, tree = (result,), None
     elif isinstance(result, tuple) and all(isinstance(r, np.ndarray) for r in result):

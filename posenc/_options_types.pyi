@@ -7,9 +7,13 @@ own TypedDict.  Types only: there is no module of this name at run time.
 
 from typing import Any, Generic, Optional, TypedDict
 
-from typing_extensions import Required
+from typing_extensions import Required, TypeVar
 
-from ._typing import Array, ArrayT, DTypeLike
+from ._typing import Array, ArrayT, DTypeLike, NDArray
+
+#: A bias's result when it is not added into ``scores=``: the type of
+#: ``out=``, or (no ``out=``, so nothing to infer it from) a new NumPy array.
+BiasT = TypeVar("BiasT", bound=Array, default=NDArray[Any])
 
 class Out(TypedDict, total=False):
     """``out=``: where to write the result, of any array type."""
@@ -33,14 +37,9 @@ class AddInto(_BiasOptions, Generic[ArrayT], total=False):
     scores: Required[ArrayT]
     out: None
 
-class WriteInto(_BiasOptions, Generic[ArrayT], total=False):
-    """A bias's options when it is written into ``out=`` (returned)."""
+class WriteInto(_BiasOptions, Generic[BiasT], total=False):
+    """A bias's options when it is written into ``out=`` (returned), or,
+    without ``out=``, made as a new NumPy array."""
 
     scores: None
-    out: Required[ArrayT]
-
-class NewBias(_BiasOptions, total=False):
-    """A bias's options when it is a new NumPy array."""
-
-    scores: None
-    out: None
+    out: Optional[BiasT]

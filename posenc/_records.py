@@ -23,6 +23,8 @@ from typing import Any, Callable, Dict, Optional, Tuple
 
 import numpy as np
 
+from ._dtypes import is_bfloat16
+
 #: the indices of the position functions: read without their gradient
 _POSITIONS = frozenset({"positions"})
 _Q_OFFSET = frozenset({"q_offset"})
@@ -135,6 +137,27 @@ def _relative(name, differentiable, indexes=(), traced=()):
     )
 
 
+def _bias(name, arrays=(), backward="scores", **fields):
+    """A bias added into scores= (which gets the incoming gradient as it
+    is) or written into out=, with q_offset traced: its operator takes
+    `arrays`, and unless its rule is the pass-through "scores" it is
+    differentiable with respect to them too.  `fields`: its other
+    Record fields (shape, and sinks and dtype_from where they differ)."""
+    fields.setdefault("sinks", ("scores", "out"))
+    fields.setdefault("dtype_from", "dtype")
+    differentiable = ("scores",)
+    if backward != "scores":
+        differentiable = tuple(dict.fromkeys(arrays + differentiable))
+    return Record(
+        name,
+        arrays,
+        traced_scalars=_Q_OFFSET,
+        differentiable=differentiable,
+        backward=backward,
+        **fields,
+    )
+
+
 _RECORDS = (
     Record(
         "apply_rope",
@@ -164,28 +187,10 @@ _RECORDS = (
         shape=_sinusoid_shape,
         dtype_from="dtype",
     ),
-    Record(
-        "alibi_bias",
-        arrays=("slopes",),
-        sinks=("scores", "out"),
-        traced_scalars=_Q_OFFSET,
-        differentiable=("scores",),
-        backward="scores",
-        shape=_alibi_shape,
-        dtype_from="dtype",
-    ),
+    _bias("alibi_bias", ("slopes",), shape=_alibi_shape),
     Record("alibi_key_bias"),
     Record("alibi_slopes"),
-    Record(
-        "t5_bias",
-        arrays=("table",),
-        sinks=("scores", "out"),
-        traced_scalars=_Q_OFFSET,
-        differentiable=("table", "scores"),
-        backward="t5",
-        shape=_t5_shape,
-        dtype_from="table",
-    ),
+    _bias("t5_bias", ("table",), "t5", shape=_t5_shape, dtype_from="table"),
     Record(
         "t5_bias_table_grad",
         arrays=("grad",),
@@ -211,43 +216,21 @@ _RECORDS = (
     _relative("shaw_key_term", ("q", "rel_keys", "scores"), traced=_Q_OFFSET),
     _relative("shaw_value_term", ("weights", "rel_values"), traced=_Q_OFFSET),
     _relative("tupe_bias", ("pos_q", "pos_k", "rel_table", "scores")),
-    Record(
-        "kerple_bias",
-        arrays=("r1", "r2"),
-        sinks=("scores", "out"),
-        traced_scalars=_Q_OFFSET,
-        differentiable=("r1", "r2", "scores"),
-        backward="host",
-        shape=_heads_shape("r1"),
-        dtype_from="dtype",
-    ),
-    Record(
-        "sandwich_bias",
-        sinks=("scores", "out"),
-        traced_scalars=_Q_OFFSET,
-        differentiable=("scores",),
-        backward="scores",
-        shape=_alibi_shape,
-        dtype_from="dtype",
-    ),
-    Record(
+    _bias("kerple_bias", ("r1", "r2"), "host", shape=_heads_shape("r1")),
+    _bias("sandwich_bias", shape=_alibi_shape),
+    _bias(
         "fire_bias",
-        arrays=("w1", "b1", "w2", "b2", "c", "threshold"),
-        sinks=("scores", "out"),
-        traced_scalars=_Q_OFFSET,
-        differentiable=("w1", "b1", "w2", "b2", "c", "threshold", "scores"),
-        backward="host",
+        ("w1", "b1", "w2", "b2", "c", "threshold"),
+        "host",
         shape=_heads_shape("w2"),
-        dtype_from="dtype",
     ),
-    Record(
+    _bias(
         "cope_bias",
-        arrays=("query", "attn_logits", "pos_emb", "scores"),
-        sinks=("scores",),
-        traced_scalars=_Q_OFFSET,
-        differentiable=("query", "attn_logits", "pos_emb", "scores"),
-        backward="host",
+        ("query", "attn_logits", "pos_emb", "scores"),
+        "host",
         shape=_logits_shape,
+        sinks=("scores",),
+        dtype_from=None,
     ),
     Record("complex_order_embedding"),
     Record("xl_relative_table"),
@@ -297,22 +280,34 @@ def function(name: str) -> Callable[..., Any]:
     return fn
 
 
-def on_stand_ins(name: str, options: Dict[str, Any], arrays: Dict[str, Any]) -> Any:
-    """The function `name` called with `options` and, for each of `arrays`
-    (``{argument: (shape, dtype)}``), a stand-in that takes no memory:
-    zeros, or ones where zeros are refused (KERPLE's positive parameters);
-    scores=, which the function writes into, real zeros."""
+def on_stand_ins(
+    fn: Any, options: Dict[str, Any], arrays: Dict[str, Any], scalars: bool = False
+) -> Any:
+    """The function `fn` (a routed function's name, or a function) called
+    with `options` and, for each of `arrays` (``{argument: (shape,
+    dtype)}``), a stand-in that takes no memory: zeros, or ones where zeros
+    are refused (KERPLE's positive parameters); scores=, which the function
+    writes into, real zeros.  With `scalars`, a 0-d stand-in is a Python
+    number (a bfloat16 one stays an array), as JAX's callbacks pass them."""
+    if isinstance(fn, str):
+        fn = function(fn)
+
+    def stand_in(shape, dtype, fill):
+        value = fill((), dtype)
+        if scalars and shape == () and not (dtype.kind == "V" and is_bfloat16(dtype)):
+            return value.item()
+        return np.broadcast_to(value, shape)
 
     def stand_ins(fill):
         return {
-            k: np.zeros(s, d) if k == "scores" else np.broadcast_to(fill((), d), s)
+            k: np.zeros(s, d) if k == "scores" else stand_in(s, d, fill)
             for k, (s, d) in arrays.items()
         }
 
     try:
-        return function(name)(**options, **stand_ins(np.zeros))
+        return fn(**options, **stand_ins(np.zeros))
     except (TypeError, ValueError):
-        return function(name)(**options, **stand_ins(np.ones))
+        return fn(**options, **stand_ins(np.ones))
 
 
 def module(name: str) -> ModuleType:

@@ -9,8 +9,8 @@ from typing import Any, Optional, Tuple, TypedDict, overload
 import numpy as np
 from typing_extensions import Unpack
 
-from ._options_types import AddInto, NewBias, Out, OutInto, WriteInto
-from ._typing import Array, ArrayLike, ArrayT, DTypeLike, NDArray, ScalarT
+from ._options_types import AddInto, BiasT, Out, OutInto, WriteInto
+from ._typing import Array, ArrayLike, ArrayT, DTypeLike, NDArray
 
 class _SlopeOptions(TypedDict, total=False):
     slopes: Optional[ArrayLike]
@@ -21,8 +21,7 @@ class _Slopes(_SlopeOptions, total=False):
     device: Any
 
 class _AlibiAdd(_SlopeOptions, AddInto[ArrayT], total=False): ...
-class _AlibiWrite(_SlopeOptions, WriteInto[ArrayT], total=False): ...
-class _Alibi(_SlopeOptions, NewBias, total=False): ...
+class _AlibiWrite(_SlopeOptions, WriteInto[BiasT], total=False): ...
 
 class _Buckets(TypedDict, total=False):
     bidirectional: bool
@@ -56,12 +55,8 @@ def alibi_bias(
 ) -> ArrayT: ...
 @overload
 def alibi_bias(
-    n_heads: int, q_len: int, k_len: Optional[int] = None, **options: Unpack[_AlibiWrite[ArrayT]]
-) -> ArrayT: ...
-@overload
-def alibi_bias(
-    n_heads: int, q_len: int, k_len: Optional[int] = None, **options: Unpack[_Alibi]
-) -> NDArray[Any]: ...
+    n_heads: int, q_len: int, k_len: Optional[int] = None, **options: Unpack[_AlibiWrite[BiasT]]
+) -> BiasT: ...
 def alibi_key_bias(
     attention_mask: ArrayLike, n_heads: int, **options: Unpack[_Slopes]
 ) -> NDArray[Any]: ...
@@ -77,10 +72,6 @@ def relative_position_bucket(
 def relative_position_bucket(
     relative_position: ArrayLike, **options: Unpack[_BucketOptions]
 ) -> NDArray[np.int64]: ...
-@overload
-def t5_bias(
-    table: NDArray[ScalarT], q_len: int, k_len: Optional[int] = None, **options: Unpack[_T5]
-) -> NDArray[ScalarT]: ...
 @overload
 def t5_bias(
     table: ArrayT, q_len: int, k_len: Optional[int] = None, **options: Unpack[_T5Into[ArrayT]]

@@ -10,7 +10,7 @@ from typing import Any, Iterator, Optional, Tuple, TypedDict, overload
 import numpy as np
 from typing_extensions import Required, Unpack
 
-from ._options_types import AddInto, NewBias, WriteInto
+from ._options_types import AddInto, BiasT, WriteInto
 from ._typing import ArrayLike, ArrayT, NDArray
 
 __all__ = ["fire_bias", "kerple_bias", "sandwich_bias"]
@@ -19,95 +19,56 @@ class _Kerple(TypedDict, total=False):
     kind: str
 
 class _KerpleAdd(_Kerple, AddInto[ArrayT], total=False): ...
-class _KerpleWrite(_Kerple, WriteInto[ArrayT], total=False): ...
-class _KerpleNew(_Kerple, NewBias, total=False): ...
+class _KerpleWrite(_Kerple, WriteInto[BiasT], total=False): ...
 
 class _Sandwich(TypedDict, total=False):
     dim: Required[int]
 
 class _SandwichAdd(_Sandwich, AddInto[ArrayT], total=False): ...
-class _SandwichWrite(_Sandwich, WriteInto[ArrayT], total=False): ...
-class _SandwichNew(_Sandwich, NewBias, total=False): ...
+class _SandwichWrite(_Sandwich, WriteInto[BiasT], total=False): ...
 
 class _Fire(TypedDict, total=False):
     eps: float
 
 class _FireAdd(_Fire, AddInto[ArrayT], total=False): ...
-class _FireWrite(_Fire, WriteInto[ArrayT], total=False): ...
-class _FireNew(_Fire, NewBias, total=False): ...
+class _FireWrite(_Fire, WriteInto[BiasT], total=False): ...
 
+# Each bias is added into scores= (the first overload, the type of scores=)
+# or written into out= (the second, the type of out=, a new NDArray without
+# it); the parameters packed typeshed-style (ruff format would give each its
+# own line).
+# fmt: off
 @overload
 def kerple_bias(
-    r1: ArrayLike,
-    r2: ArrayLike,
-    q_len: int,
-    k_len: Optional[int] = None,
+    r1: ArrayLike, r2: ArrayLike, q_len: int, k_len: Optional[int] = None,
     **options: Unpack[_KerpleAdd[ArrayT]],
 ) -> ArrayT: ...
 @overload
 def kerple_bias(
-    r1: ArrayLike,
-    r2: ArrayLike,
-    q_len: int,
-    k_len: Optional[int] = None,
-    **options: Unpack[_KerpleWrite[ArrayT]],
-) -> ArrayT: ...
-@overload
-def kerple_bias(
-    r1: ArrayLike,
-    r2: ArrayLike,
-    q_len: int,
-    k_len: Optional[int] = None,
-    **options: Unpack[_KerpleNew],
-) -> NDArray[Any]: ...
+    r1: ArrayLike, r2: ArrayLike, q_len: int, k_len: Optional[int] = None,
+    **options: Unpack[_KerpleWrite[BiasT]],
+) -> BiasT: ...
+
 @overload
 def sandwich_bias(
     n_heads: int, q_len: int, k_len: Optional[int] = None, **options: Unpack[_SandwichAdd[ArrayT]]
 ) -> ArrayT: ...
 @overload
 def sandwich_bias(
-    n_heads: int, q_len: int, k_len: Optional[int] = None, **options: Unpack[_SandwichWrite[ArrayT]]
-) -> ArrayT: ...
-@overload
-def sandwich_bias(
-    n_heads: int, q_len: int, k_len: Optional[int] = None, **options: Unpack[_SandwichNew]
-) -> NDArray[Any]: ...
+    n_heads: int, q_len: int, k_len: Optional[int] = None, **options: Unpack[_SandwichWrite[BiasT]]
+) -> BiasT: ...
+
 @overload
 def fire_bias(
-    w1: ArrayLike,
-    b1: ArrayLike,
-    w2: ArrayLike,
-    b2: ArrayLike,
-    c: float,
-    threshold: float,
-    q_len: int,
-    k_len: Optional[int] = None,
-    **options: Unpack[_FireAdd[ArrayT]],
+    w1: ArrayLike, b1: ArrayLike, w2: ArrayLike, b2: ArrayLike, c: float, threshold: float,
+    q_len: int, k_len: Optional[int] = None, **options: Unpack[_FireAdd[ArrayT]],
 ) -> ArrayT: ...
 @overload
 def fire_bias(
-    w1: ArrayLike,
-    b1: ArrayLike,
-    w2: ArrayLike,
-    b2: ArrayLike,
-    c: float,
-    threshold: float,
-    q_len: int,
-    k_len: Optional[int] = None,
-    **options: Unpack[_FireWrite[ArrayT]],
-) -> ArrayT: ...
-@overload
-def fire_bias(
-    w1: ArrayLike,
-    b1: ArrayLike,
-    w2: ArrayLike,
-    b2: ArrayLike,
-    c: float,
-    threshold: float,
-    q_len: int,
-    k_len: Optional[int] = None,
-    **options: Unpack[_FireNew],
-) -> NDArray[Any]: ...
+    w1: ArrayLike, b1: ArrayLike, w2: ArrayLike, b2: ArrayLike, c: float, threshold: float,
+    q_len: int, k_len: Optional[int] = None, **options: Unpack[_FireWrite[BiasT]],
+) -> BiasT: ...
+# fmt: on
 
 # used by posenc._functional_grad
 def _positions(

@@ -50,23 +50,18 @@ from . import _validate as v
 from ._interop import foreign
 
 # the engine: products in blocks, the C gathers, scatters and dense adds,
-# the precision rules; posenc._grad reads some of these names from here
-from ._relative_engine import (  # noqa: F401
-    _KERNEL_DTYPES,
+# the precision rules
+from ._relative_engine import (
     _add_into,
-    _Blocks,
     _by_distance,
     _cast,
     _finish,
     _ieee,
-    _main_run,
-    _padded_rows,
     _Part,
     _products,
     _promote,
     _result,
     _up,
-    _walked_products,
     _work,
 )
 from ._typing import Array, ArrayLike, DTypeLike, NDArray

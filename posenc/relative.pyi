@@ -1,29 +1,15 @@
 # Types of posenc.relative for type checkers (mypy reads this stub instead of
 # relative.py): the public functions with their overloads (a NumPy array, a
 # list or a scalar in gives an NDArray; a torch tensor or a JAX array in gives
-# its own type), and the private names the other posenc modules read from
-# posenc.relative (posenc._grad): the argument readers typed here, the
-# engine's names re-exported from posenc._relative_engine.
+# its own type), and the argument readers the other posenc modules read from
+# posenc.relative (posenc._grad).
 
 from typing import Any, List, Tuple, overload
 
 import numpy as np
 
-from . import _validate
-from ._relative_engine import _Blocks as _Blocks
-from ._relative_engine import _by_distance as _by_distance
-from ._relative_engine import _cast as _cast
-from ._relative_engine import _finish as _finish
-from ._relative_engine import _ieee as _ieee
-from ._relative_engine import _main_run as _main_run
-from ._relative_engine import _padded_rows as _padded_rows
-from ._relative_engine import _Part as _Part
-from ._relative_engine import _up as _up
-from ._relative_engine import _walked_products as _walked_products
-from ._relative_engine import _work as _work
+from ._relative_engine import _Part
 from ._typing import Array, ArrayLike, ArrayT, DTypeLike, NDArray
-
-_check = _validate  # the module, as posenc.relative names it
 
 # (target or None, leading axes, (heads, q_len, k_len), result dtype, parts):
 # what a gathered term's reader hands to _finish

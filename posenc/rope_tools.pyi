@@ -5,7 +5,7 @@ from typing import Any, Literal, TypedDict, overload
 import numpy as np
 from typing_extensions import Unpack
 
-from ._typing import ArrayLike, ArrayT, NDArray, ScalarT
+from ._typing import ArrayLike, ArrayT, NDArray
 from .positions import mrope_position_ids as mrope_position_ids
 from .positions import positions_from_cu_seqlens as positions_from_cu_seqlens
 from .positions import vision_position_ids as vision_position_ids
@@ -19,10 +19,6 @@ class _Temperature(TypedDict, total=False):
     attn_scale: float
     device: Any
 
-@overload
-def permute_rope_weight(
-    weight: NDArray[ScalarT], n_heads: int, **options: Unpack[_To]
-) -> NDArray[ScalarT]: ...
 @overload
 def permute_rope_weight(weight: ArrayT, n_heads: int, **options: Unpack[_To]) -> ArrayT: ...
 @overload

@@ -332,7 +332,7 @@ def test_scatter_by_query_sums_in_the_order_its_header_gives(dtype):
 
 
 def test_padded_rows_lie_an_odd_number_of_cache_lines_apart():
-    from posenc.relative import _padded_rows
+    from posenc._relative_engine import _padded_rows
 
     for width in (1, 15, 16, 17, 500, 512, 1503, 2047, 2048):
         for dtype in (np.dtype(np.float32), np.dtype(np.float64)):
@@ -347,7 +347,7 @@ def test_walked_products_give_every_load_along_the_run_half_a_line():
     # multiple of 8, from column map[q_len - 1 - i + j] (a run of slope -1)
     # or map[q_len - 8 - i + j] (slope 1): each such load starts at byte 0 or
     # 32 of a line, for every head, key and strip along the map's main run
-    from posenc.relative import _main_run, _walked_products
+    from posenc._relative_engine import _main_run, _walked_products
 
     f4 = np.dtype(np.float32)
     for q_len, keys, slope, start, length, lead in [

@@ -62,6 +62,9 @@ def numpy_calls(q: NDArray[np.float32], h: NDArray[np.float16], ids: NDArray[np.
     assert_type(posenc.alibi_slopes(12), NDArray[np.float64])
     assert_type(posenc.alibi_bias(12, 8), NDArray[Any])
     assert_type(posenc.alibi_bias(12, 8, scores=q), NDArray[np.float32])
+    assert_type(posenc.alibi_bias(12, 8, out=h), NDArray[np.float16])
+    assert_type(posenc.kerple_bias([1.0], [2.0], 8, kind="power"), NDArray[Any])
+    assert_type(posenc.sandwich_bias(12, 8, dim=64, out=None), NDArray[Any])
     assert_type(posenc.relative_position_bucket(ids), NDArray[np.int64])
     assert_type(posenc.relative_position_bucket(3), NDArray[np.int64])
     assert_type(posenc.t5_bias(q, 4, 8), NDArray[np.float32])
@@ -94,6 +97,8 @@ def foreign_calls(t: Tensor) -> None:
     assert_type(posenc.rope_cos_sin(t, 8), Tuple[Tensor, Tensor])
     assert_type(posenc.t5_bias(t, 4), Tensor)
     assert_type(posenc.alibi_bias(12, 8, scores=t), Tensor)
+    assert_type(posenc.alibi_bias(12, 8, out=t), Tensor)
+    assert_type(posenc.fire_bias(t, t, t, t, 1.0, 512.0, 8, scores=t), Tensor)
     assert_type(posenc.relative_position_bucket(t), Tensor)
     assert_type(posenc.permute_rope_weight(t, 4), Tensor)
     assert_type(posenc.apply_rope(t, t, mrope_section=[16, 24, 24]), Tensor)
@@ -127,6 +132,7 @@ def wrong_calls(q: NDArray[np.float32], E: NDArray[np.float64]) -> None:
     posenc.sinusoid(16, "8")  # type: ignore[call-overload]
     posenc.rope_frequencies(128, seq_len=1.5)  # type: ignore[arg-type]
     posenc.alibi_bias(12, 8, scores=q, out=q)  # type: ignore[call-overload]
+    posenc.kerple_bias([1.0], [2.0], 8, scores=q, out=q)  # type: ignore[call-overload]
     posenc.set_num_threads("2")  # type: ignore[arg-type]
     probe.report(E, name=3)  # type: ignore[arg-type]
     probe.report(E, seeds=2.5)  # type: ignore[arg-type]
