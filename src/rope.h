@@ -43,7 +43,8 @@ struct pe_rope_run {
  * float32 and rounded once.  a c - b s is fma(a, c, b (-s)): b (-s) is
  * -(b s) exactly, and a NaN b passes through with its own sign whether or
  * not the compiler turns this into a subtracting FMA (as the vector kernels
- * subtract), where negating the product would flip it on one path only. */
+ * subtract), where negating the product would flip it on one path only
+ * (pe_neg_apart keeps AArch64's FNMUL from doing that). */
 PE_INLINE void pe_rope_rotate_row(const char *x, char *o, const char *tab, ptrdiff_t half,
                                   ptrdiff_t i0, const int layout, const int dtype)
 {
@@ -56,7 +57,7 @@ PE_INLINE void pe_rope_rotate_row(const char *x, char *o, const char *tab, ptrdi
         if (dtype == PE_F64) {
             const double *c = (const double *)tab, *s = c + half, *xd = (const double *)x;
             double a = xd[ia], b = xd[ib];
-            ((double *)o)[oa] = fma(a, c[i], b * -s[i]);
+            ((double *)o)[oa] = fma(a, c[i], b * pe_neg_apart(s[i]));
             ((double *)o)[ob] = fma(b, c[i], a * s[i]);
             continue;
         }
@@ -68,7 +69,7 @@ PE_INLINE void pe_rope_rotate_row(const char *x, char *o, const char *tab, ptrdi
             a = pe_load16(((const uint16_t *)x)[ia], dtype);
             b = pe_load16(((const uint16_t *)x)[ib], dtype);
         }
-        float ra = fmaf(a, c[i], b * -s[i]), rb = fmaf(b, c[i], a * s[i]);
+        float ra = fmaf(a, c[i], b * pe_neg_apartf(s[i])), rb = fmaf(b, c[i], a * s[i]);
         if (dtype == PE_F32) {
             ((float *)o)[oa] = ra, ((float *)o)[ob] = rb;
         } else {
