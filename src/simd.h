@@ -282,6 +282,7 @@ PE_KERNELS_DECLARE(avx2)
 void pe_sincos_row_neon(double pos, const double *freq, ptrdiff_t n, double *s, double *c);
 void pe_rotate_row_neon(double *s, double *c, const double *sd, const double *cd,
                         const double *freq, double pos, double m, ptrdiff_t n);
+extern const pe_sinusoid_cell_fn pe_sinusoid_cell_neon[2][PE_NDTYPES];
 extern const pe_rope_run_fn pe_rope_run_neon[PE_ROPE_NLAYOUTS][PE_NDTYPES];
 extern const pe_bias_rows_fn pe_bias_rows_neon[2][PE_NDTYPES];
 extern const pe_row_add_fn pe_row_add_neon[PE_ROW_NKINDS][PE_NDTYPES];

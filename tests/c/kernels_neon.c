@@ -18,7 +18,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <arm_neon.h>
+
 #include "bias.h"
+#include "half.h"
 #include "pe.h"
 #include "rope.h"
 #include "simd.h"
@@ -548,6 +551,32 @@ static void test_cast(void)
     free(x), free(os), free(on);
 }
 
+/* ---- float64 to float32 rounded to odd: FCVTXN (the NEON sinusoid's
+ * float16 and bfloat16 stores) against half.h's pe_f32_round_odd ---- */
+
+static void test_round_odd(void)
+{
+    enum { n = 1 << 16 };
+    double *d = xmalloc(8 * n);
+    float *fs = xmalloc(4 * n), *fn = xmalloc(4 * n);
+    for (size_t i = 0; i < n; ++i) {
+        uint64_t u = next_u64();
+        if (i % 4 == 1) /* float32's range, subnormals and overflow included */
+            u = (u & 0x800fffffffffffffu) | (uint64_t)(0x360 + u % 0x120) << 52;
+        else if (i % 4 == 2) /* exactly a float32, or half-way between two */
+            u &= 0xffffffffe0000000u | (uint64_t)(u & 1) << 28;
+        else if (i % 4 == 3)
+            u = SPECIAL64[u % NSPECIAL64];
+        memcpy(&d[i], &u, 8);
+    }
+    for (size_t i = 0; i < n; ++i)
+        fs[i] = pe_f32_round_odd(d[i]);
+    for (size_t i = 0; i < n; i += 2)
+        vst1_f32(fn + i, vcvtx_f32_f64(vld1q_f64(d + i)));
+    compare("float64 to float32 rounded to odd", fs, fn, 4 * n, PE_F32);
+    free(d), free(fs), free(fn);
+}
+
 int main(void)
 {
     if (pe_kernels_for(pe_simd_cpu_best()) != N || pe_kernels_for(PE_SIMD_NEON) != N) {
@@ -561,6 +590,7 @@ int main(void)
     test_tables();
     test_bias();
     test_cast();
+    test_round_odd();
     printf("%ld cases, %ld differ\n", cases, failures);
     return failures != 0;
 }
