@@ -128,11 +128,13 @@ PE_INLINE void pe_row_add_vec(char *o, const char *x, ptrdiff_t n, const int kin
 
 /* ---- sin and cos on two doubles (sincos.h) ---- */
 
-/* pe_sincos1 on two angles: the same reduction and polynomials, lane by
- * lane; an angle past PE_REDUCE_MAX (or not finite) goes to pe_sincos1,
- * that is to the C library, as on the portable path. */
-PE_INLINE void pe_sincos2(float64x2_t x, float64x2_t *sp, float64x2_t *cp)
+/* s[l], c[l] = sin, cos of pos * freq[l], l < 2: pe_sincos1 on two
+ * angles, the same reduction and polynomials lane by lane; an angle past
+ * PE_REDUCE_MAX (or not finite) goes to pe_sincos1, that is to the C
+ * library, as on the portable path. */
+PE_INLINE void pe_sincos2(double pos, const double *freq, double *s, double *c)
 {
+    float64x2_t x = vmulq_f64(vdupq_n_f64(pos), vld1q_f64(freq));
     float64x2_t n = vrndnq_f64(vmulq_f64(x, vdupq_n_f64(PE_2_OVER_PI)));
     float64x2_t nn = vnegq_f64(n);
     float64x2_t r = vfmaq_f64(x, nn, vdupq_n_f64(PE_PIO2_1));
@@ -145,7 +147,7 @@ PE_INLINE void pe_sincos2(float64x2_t x, float64x2_t *sp, float64x2_t *cp)
     ps = vfmaq_f64(vdupq_n_f64(PE_S3), z, ps);
     ps = vfmaq_f64(vdupq_n_f64(PE_S2), z, ps);
     ps = vfmaq_f64(vdupq_n_f64(PE_S1), z, ps);
-    float64x2_t s = vfmaq_f64(r, vmulq_f64(r, z), ps);
+    float64x2_t sr = vfmaq_f64(r, vmulq_f64(r, z), ps);
     float64x2_t pc = vfmaq_f64(vdupq_n_f64(PE_C5), z, vdupq_n_f64(PE_C6));
     pc = vfmaq_f64(vdupq_n_f64(PE_C4), z, pc);
     pc = vfmaq_f64(vdupq_n_f64(PE_C3), z, pc);
@@ -154,7 +156,7 @@ PE_INLINE void pe_sincos2(float64x2_t x, float64x2_t *sp, float64x2_t *cp)
     pc = vmulq_f64(vmulq_f64(z, z), pc);
     const float64x2_t one = vdupq_n_f64(1.0);
     float64x2_t hz = vmulq_f64(vdupq_n_f64(0.5), z), w = vsubq_f64(one, hz);
-    float64x2_t c = vaddq_f64(w, vaddq_f64(vsubq_f64(vsubq_f64(one, w), hz), pc));
+    float64x2_t cr = vaddq_f64(w, vaddq_f64(vsubq_f64(vsubq_f64(one, w), hz), pc));
 
     /* quadrant from the low two bits of n */
     uint64x2_t q = vreinterpretq_u64_f64(vaddq_f64(n, vdupq_n_f64(PE_ROUND_MAGIC)));
@@ -162,25 +164,16 @@ PE_INLINE void pe_sincos2(float64x2_t x, float64x2_t *sp, float64x2_t *cp)
     uint64x2_t sneg = vceqq_u64(vandq_u64(q, vdupq_n_u64(2u)), vdupq_n_u64(2u));
     uint64x2_t q1 = vaddq_u64(q, vdupq_n_u64(1u));
     uint64x2_t cneg = vceqq_u64(vandq_u64(q1, vdupq_n_u64(2u)), vdupq_n_u64(2u));
-    float64x2_t sv = vbslq_f64(odd, c, s), cv = vbslq_f64(odd, s, c);
-    float64x2_t so = vbslq_f64(sneg, vnegq_f64(sv), sv);
-    float64x2_t co = vbslq_f64(cneg, vnegq_f64(cv), cv);
+    float64x2_t sv = vbslq_f64(odd, cr, sr), cv = vbslq_f64(odd, sr, cr);
+    vst1q_f64(s, vbslq_f64(sneg, vnegq_f64(sv), sv));
+    vst1q_f64(c, vbslq_f64(cneg, vnegq_f64(cv), cv));
 
     /* the lanes the reduction does not cover: as the portable path */
-    uint64x2_t big = vcltq_f64(vabsq_f64(x), vdupq_n_f64(PE_REDUCE_MAX));
-    if (vminvq_u32(vreinterpretq_u32_u64(big)) == 0) {
-        double xs[2], ss[2], cs[2];
-        vst1q_f64(xs, x);
-        vst1q_f64(ss, so);
-        vst1q_f64(cs, co);
+    uint64x2_t small = vcltq_f64(vabsq_f64(x), vdupq_n_f64(PE_REDUCE_MAX));
+    if (vminvq_u32(vreinterpretq_u32_u64(small)) == 0)
         for (int l = 0; l < 2; ++l)
-            if (!(fabs(xs[l]) < PE_REDUCE_MAX))
-                pe_sincos1(xs[l], &ss[l], &cs[l]);
-        so = vld1q_f64(ss);
-        co = vld1q_f64(cs);
-    }
-    *sp = so;
-    *cp = co;
+            if (!(fabs(pos * freq[l]) < PE_REDUCE_MAX))
+                pe_sincos1(pos * freq[l], &s[l], &c[l]);
 }
 
 /* pe_rotate1 on two columns: one product and one FMA each, a value below

@@ -4,7 +4,7 @@
  * two (float64) per step, interleaved pairs split and joined by the
  * structure loads and stores (LD2, ST2), the arithmetic of rope_run.c (one
  * multiply and one FMA per output, the same bits); the pairs past the last
- * full step by pe_rope_rotate_row.
+ * full step by pe_rope_rotate_row (rope.h's pe_rope_run_rows).
  */
 #include "pe.h"
 #include "rope.h"
@@ -89,17 +89,7 @@ PE_INLINE ptrdiff_t rotate_row_neon(const char *x, char *o, const char *tab, ptr
 
 PE_INLINE void run_neon(const struct pe_rope_run *r, const int layout, const int dtype)
 {
-    ptrdiff_t half = r->half;
-    for (ptrdiff_t m = 0; m < r->n; ++m) {
-        const char *t = r->tab + m * r->ts;
-        for (ptrdiff_t g = 0; g < r->lanes; ++g) {
-            const char *xr = r->x + m * r->xs + g * r->lxs;
-            char *orow = r->o + m * r->os + g * r->los;
-            ptrdiff_t i = rotate_row_neon(xr, orow, t, half, layout, dtype);
-            pe_rope_rotate_row(xr, orow, t, half, i, layout, dtype);
-            pe_rope_pass_through(xr, orow, half, r->dim, dtype);
-        }
-    }
+    pe_rope_run_rows(r, rotate_row_neon, layout, dtype);
 }
 
 PE_SPECIALISE_ROPE(const pe_rope_run_fn, pe_rope_run_neon, run_neon, (const struct pe_rope_run *r),

@@ -55,28 +55,21 @@
 #define PE_ARM 0
 #endif
 
-/* -x, kept apart from the product it is a factor of: b * pe_neg_apart(s)
- * is b (-s), a NaN b passing through with its own sign.  On AArch64 GCC
- * folds b * -s into FNMUL, -(b s), which flips it (in scalar code only: its
- * vector loops negate s), so there the negation is made opaque; elsewhere
- * this is -x. */
-PE_INLINE double pe_neg_apart(double x)
-{
-    double r = -x;
+/* -x (a float or double), kept apart from the product it is a factor of:
+ * b * PE_NEG_APART(s) is b (-s), a NaN b passing through with its own sign.
+ * On AArch64 GCC folds b * -s into FNMUL, -(b s), which flips it (in scalar
+ * code only: its vector loops negate s), so there the negation is made
+ * opaque; elsewhere this is -x. */
 #if PE_ARM
-    __asm__("" : "+w"(r));
+#define PE_NEG_APART(x)                                                                            \
+    __extension__({                                                                                \
+        __typeof__(-(x)) pe_neg_ = -(x);                                                           \
+        __asm__("" : "+w"(pe_neg_));                                                               \
+        pe_neg_;                                                                                   \
+    })
+#else
+#define PE_NEG_APART(x) (-(x))
 #endif
-    return r;
-}
-
-PE_INLINE float pe_neg_apartf(float x)
-{
-    float r = -x;
-#if PE_ARM
-    __asm__("" : "+w"(r));
-#endif
-    return r;
-}
 
 /* ---- one way to specialise a kernel ----
  *

@@ -12,14 +12,9 @@
 #if PE_ARM
 void pe_sincos_row_neon(double pos, const double *freq, ptrdiff_t n, double *s, double *c)
 {
-    const float64x2_t vpos = vdupq_n_f64(pos);
     ptrdiff_t i = 0;
-    for (; i + 2 <= n; i += 2) {
-        float64x2_t vs, vc;
-        pe_sincos2(vmulq_f64(vpos, vld1q_f64(freq + i)), &vs, &vc);
-        vst1q_f64(s + i, vs);
-        vst1q_f64(c + i, vc);
-    }
+    for (; i + 2 <= n; i += 2)
+        pe_sincos2(pos, freq + i, s + i, c + i);
     for (; i < n; ++i)
         pe_sincos1(pos * freq[i], &s[i], &c[i]);
 }

@@ -1,8 +1,8 @@
 /*
- * sinusoid_neon.c -- the cells of sinusoid.c on the NEON path: four columns
- * of sin and cos per step (two pairs of doubles, pe_sincos2 and pe_rotate2),
- * rotated and stored in the same pass, rounded as the portable cells round
- * them (the same bits).  float64 -> float16 and bfloat16 go through FCVTXN,
+ * sinusoid_neon.c -- the cells of sinusoid.c on the NEON path: each row
+ * made two columns at a time (pe_sincos_group with the NEON sincos_row and
+ * rotate_row), then rounded and stored four columns at a time as the
+ * portable cells round them (the same bits).  float64 -> float16 and bfloat16 go through FCVTXN,
  * float64 -> float32 rounded to odd as half.h's pe_f32_round_odd, then to
  * nearest even: no rare case for the portable conversion.
  */
@@ -54,45 +54,40 @@ PE_INLINE void store4(char *row, ptrdiff_t j, ptrdiff_t half, const int layout, 
         vst1_u16(o + j, h.val[0]), vst1_u16(o + half + j, h.val[1]);
 }
 
-/* The cell of sinusoid.c's cell_scalar, four columns per step. */
+/* Where a cell's rows go: the table, its row stride, the cell's first row. */
+struct cell_out {
+    char *out;
+    ptrdiff_t row_stride, r0, half;
+};
+
+/* Row j of a cell, rounded and stored four columns at a time while it is
+ * in L1. */
+PE_INLINE void emit_row(void *ctx, ptrdiff_t j, const double *s, const double *c, const int layout,
+                        const int dtype)
+{
+    const struct cell_out *k = ctx;
+    char *row = k->out + (k->r0 + j) * k->row_stride;
+    ptrdiff_t i = 0, half = k->half;
+    for (; i + 4 <= half; i += 4)
+        store4(row, i, half, layout, dtype, vld1q_f64(s + i), vld1q_f64(s + i + 2),
+               vld1q_f64(c + i), vld1q_f64(c + i + 2));
+    for (; i < half; ++i)
+        pe_sinusoid_store1(row, i, half, layout, dtype, s[i], c[i]);
+}
+
+PE_SPECIALISE(static const pe_row_fn, emit_rows, emit_row,
+              (void *ctx, ptrdiff_t j, const double *s, const double *c), (ctx, j, s, c));
+
+/* The cell of sinusoid.c's cell_scalar: its rows made by pe_sincos_group
+ * with the NEON sincos_row and rotate_row (the same rows as cell_scalar
+ * makes, the same bits), each stored as it is made. */
 PE_INLINE void cell_neon(struct pe_rotor *rt, const double *pos, ptrdiff_t r0, ptrdiff_t n,
                          const double *freq, ptrdiff_t half, double wmax, char *out,
                          ptrdiff_t row_stride, const int layout, const int dtype)
 {
-    double m = 0.0;
-    int rotate = pe_group_rotates(pe_sincos_row_neon, rt, (const char *)(pos + r0), sizeof *pos, n,
-                                  freq, half, wmax, dtype != PE_F64, &m);
-    double *s = rt->s, *c = rt->c;
-    for (ptrdiff_t r = 0; r < n; ++r) {
-        double p = pos[r0 + r];
-        char *row = out + (r0 + r) * row_stride;
-        ptrdiff_t j = 0;
-        if (!rotate || r == 0) {
-            const float64x2_t vpos = vdupq_n_f64(p);
-            for (; j + 4 <= half; j += 4) {
-                float64x2_t s0, c0, s1, c1;
-                pe_sincos2(vmulq_f64(vpos, vld1q_f64(freq + j)), &s0, &c0);
-                pe_sincos2(vmulq_f64(vpos, vld1q_f64(freq + j + 2)), &s1, &c1);
-                vst1q_f64(s + j, s0), vst1q_f64(s + j + 2, s1);
-                vst1q_f64(c + j, c0), vst1q_f64(c + j + 2, c1);
-                store4(row, j, half, layout, dtype, s0, s1, c0, c1);
-            }
-            for (; j < half; ++j) {
-                pe_sincos1(p * freq[j], &s[j], &c[j]);
-                pe_sinusoid_store1(row, j, half, layout, dtype, s[j], c[j]);
-            }
-            continue;
-        }
-        for (; j + 4 <= half; j += 4) {
-            pe_rotate2(s + j, c + j, vld1q_f64(rt->sd + j), vld1q_f64(rt->cd + j),
-                       vld1q_f64(freq + j), m, p);
-            pe_rotate2(s + j + 2, c + j + 2, vld1q_f64(rt->sd + j + 2), vld1q_f64(rt->cd + j + 2),
-                       vld1q_f64(freq + j + 2), m, p);
-            store4(row, j, half, layout, dtype, vld1q_f64(s + j), vld1q_f64(s + j + 2),
-                   vld1q_f64(c + j), vld1q_f64(c + j + 2));
-        }
-        pe_sinusoid_rotate_tail(row, j, half, s, c, rt->sd, rt->cd, freq, m, p, layout, dtype);
-    }
+    struct cell_out k = {out, row_stride, r0, half};
+    pe_sincos_group(&pe_kernels_neon, rt, (const char *)(pos + r0), sizeof *pos, n, freq, half,
+                    wmax, dtype != PE_F64, emit_rows[layout][dtype], &k);
 }
 
 PE_SPECIALISE(const pe_sinusoid_cell_fn, pe_sinusoid_cell_neon, cell_neon, PE_SINUSOID_CELL_PARAMS,
