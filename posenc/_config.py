@@ -13,11 +13,11 @@ from . import _core
 from ._validate import integer
 from ._version import __version__
 
-_SIMD_CHOICES = ("", "auto", "scalar", "avx2")
+_SIMD_CHOICES = ("", "auto", "scalar", "avx2", "neon")
 if os.environ.get("POSENC_SIMD", "") not in _SIMD_CHOICES:
     warnings.warn(
-        f"POSENC_SIMD={os.environ['POSENC_SIMD']!r} is not one of 'auto', 'scalar', 'avx2'; "
-        "using 'auto'",
+        f"POSENC_SIMD={os.environ['POSENC_SIMD']!r} is not one of "
+        "'auto', 'scalar', 'avx2', 'neon'; using 'auto'",
         RuntimeWarning,
         stacklevel=2,
     )
@@ -81,12 +81,17 @@ def get_num_threads() -> int:
 
 
 def simd_path() -> str:
-    """``'avx2'`` or ``'scalar'``: the kernels in use (``POSENC_SIMD`` chooses).
+    """``'avx2'``, ``'neon'`` or ``'scalar'``: the kernels in use (``POSENC_SIMD`` chooses).
+
+    ``'avx2'`` on x86-64 CPUs with AVX2, FMA and F16C, ``'neon'`` on AArch64
+    (Linux, Apple silicon), ``'scalar'`` (the portable kernels) elsewhere or
+    when ``POSENC_SIMD=scalar``; a path the CPU lacks falls back to
+    ``'scalar'``.  Every path gives the same bits.
 
     Examples
     --------
     >>> import posenc
-    >>> posenc.simd_path() in ("avx2", "scalar")
+    >>> posenc.simd_path() in ("avx2", "neon", "scalar")
     True
     """
     return _core.simd_path()

@@ -59,16 +59,7 @@
 PE_INLINE void rows_scalar(const struct pe_toeplitz *t, ptrdiff_t r0, ptrdiff_t r1, const int op,
                            const int dtype)
 {
-    const size_t isz = pe_itemsize(dtype);
-    ptrdiff_t k = t->d->k_len;
-    for (ptrdiff_t r = r0; r < r1; ++r) {
-        const char *src;
-        char *row = pe_toeplitz_row(t, r, isz, &src);
-        if (op == PE_BIAS_ADD)
-            pe_row_add(row, src, k, PE_ROW_SAME, dtype);
-        else
-            memcpy(row, src, (size_t)k * isz);
-    }
+    pe_toeplitz_rows(t, r0, r1, pe_row_add, op, dtype);
 }
 
 PE_SPECIALISE(const pe_bias_rows_fn, pe_bias_rows_scalar, rows_scalar,

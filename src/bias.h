@@ -41,6 +41,25 @@ PE_INLINE char *pe_toeplitz_row(const struct pe_toeplitz *t, ptrdiff_t r, size_t
     return d->data + b * d->stride_b + h * d->stride_h + i * d->stride_q;
 }
 
+/* Rows [r0, r1) of t: written (copies of their slices) or added into the
+ * scores (op PE_BIAS_ADD) by add, a path's body of pe_row_add (a constant,
+ * inlined): the portable and the NEON bias_rows. */
+PE_INLINE void pe_toeplitz_rows(const struct pe_toeplitz *t, ptrdiff_t r0, ptrdiff_t r1,
+                                void (*add)(char *, const char *, ptrdiff_t, int, int),
+                                const int op, const int dtype)
+{
+    const size_t isz = pe_itemsize(dtype);
+    ptrdiff_t k = t->d->k_len;
+    for (ptrdiff_t r = r0; r < r1; ++r) {
+        const char *src;
+        char *row = pe_toeplitz_row(t, r, isz, &src);
+        if (op == PE_BIAS_ADD)
+            add(row, src, k, PE_ROW_SAME, dtype);
+        else
+            memcpy(row, src, (size_t)k * isz);
+    }
+}
+
 /* ---- T5's backward pass: a gradient summed along its diagonals ---- */
 
 /* Rows of a gradient whose elements are summed along each diagonal before

@@ -58,10 +58,11 @@ static PyMethodDef methods[] = {
      "set_num_threads(n): threads for the kernels; 0 follows OpenMP."},
     {"get_num_threads", py_get_num_threads, METH_NOARGS,
      "get_num_threads(): threads the next kernel will use."},
-    {"simd_path", py_simd_path, METH_NOARGS, "simd_path(): 'avx2' or 'scalar', the path in use."},
+    {"simd_path", py_simd_path, METH_NOARGS,
+     "simd_path(): 'avx2', 'neon' or 'scalar', the path in use."},
     {"simd_cpu", py_simd_cpu, METH_NOARGS, "simd_cpu(): the best path this CPU supports."},
     {"set_simd", py_set_simd, METH_O,
-     "set_simd(name): 'auto', 'scalar' or 'avx2'; returns the path now in use."},
+     "set_simd(name): 'auto', 'scalar', 'avx2' or 'neon'; returns the path now in use."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -18,7 +18,7 @@
  * meanwhile on another thread. */
 static const struct pe_kernels *kernels = &pe_kernels_scalar;
 
-static const char *const simd_names[] = {"scalar", "avx2"};
+static const char *const simd_names[] = {"scalar", "avx2", "neon"};
 
 /* ---- threads ---- */
 
@@ -155,7 +155,7 @@ PyObject *py_simd_cpu(PyObject *self, PyObject *unused)
     return PyUnicode_FromString(simd_names[pe_simd_cpu_best()]);
 }
 
-/* Select "scalar", "avx2" (if the CPU has it) or "auto"; returns the path
+/* Select "scalar", "avx2" or "neon" (if the CPU has it) or "auto"; returns the path
  * now in use.  The environment variable POSENC_SIMD goes through here at
  * import; tests call it to run both paths in one process. */
 int select_simd(const char *name)
@@ -166,7 +166,9 @@ int select_simd(const char *name)
     else if (strcmp(name, "scalar") == 0)
         level = PE_SIMD_SCALAR;
     else if (strcmp(name, "avx2") == 0)
-        level = best >= PE_SIMD_AVX2 ? PE_SIMD_AVX2 : PE_SIMD_SCALAR;
+        level = best == PE_SIMD_AVX2 ? PE_SIMD_AVX2 : PE_SIMD_SCALAR;
+    else if (strcmp(name, "neon") == 0)
+        level = best == PE_SIMD_NEON ? PE_SIMD_NEON : PE_SIMD_SCALAR;
     else
         return -1;
     kernels = pe_kernels_for(level);
@@ -180,7 +182,8 @@ PyObject *py_set_simd(PyObject *self, PyObject *arg)
     if (name == NULL)
         return NULL;
     if (select_simd(name) < 0) {
-        PyErr_Format(PyExc_ValueError, "simd must be 'auto', 'scalar' or 'avx2', not '%s'", name);
+        PyErr_Format(PyExc_ValueError, "simd must be 'auto', 'scalar', 'avx2' or 'neon', not '%s'",
+                     name);
         return NULL;
     }
     return PyUnicode_FromString(kernels->name);

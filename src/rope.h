@@ -43,7 +43,8 @@ struct pe_rope_run {
  * float32 and rounded once.  a c - b s is fma(a, c, b (-s)): b (-s) is
  * -(b s) exactly, and a NaN b passes through with its own sign whether or
  * not the compiler turns this into a subtracting FMA (as the vector kernels
- * subtract), where negating the product would flip it on one path only. */
+ * subtract), where negating the product would flip it on one path only
+ * (PE_NEG_APART keeps AArch64's FNMUL from doing that). */
 PE_INLINE void pe_rope_rotate_row(const char *x, char *o, const char *tab, ptrdiff_t half,
                                   ptrdiff_t i0, const int layout, const int dtype)
 {
@@ -56,7 +57,7 @@ PE_INLINE void pe_rope_rotate_row(const char *x, char *o, const char *tab, ptrdi
         if (dtype == PE_F64) {
             const double *c = (const double *)tab, *s = c + half, *xd = (const double *)x;
             double a = xd[ia], b = xd[ib];
-            ((double *)o)[oa] = fma(a, c[i], b * -s[i]);
+            ((double *)o)[oa] = fma(a, c[i], b * PE_NEG_APART(s[i]));
             ((double *)o)[ob] = fma(b, c[i], a * s[i]);
             continue;
         }
@@ -68,7 +69,7 @@ PE_INLINE void pe_rope_rotate_row(const char *x, char *o, const char *tab, ptrdi
             a = pe_load16(((const uint16_t *)x)[ia], dtype);
             b = pe_load16(((const uint16_t *)x)[ib], dtype);
         }
-        float ra = fmaf(a, c[i], b * -s[i]), rb = fmaf(b, c[i], a * s[i]);
+        float ra = fmaf(a, c[i], b * PE_NEG_APART(s[i])), rb = fmaf(b, c[i], a * s[i]);
         if (dtype == PE_F32) {
             ((float *)o)[oa] = ra, ((float *)o)[ob] = rb;
         } else {
@@ -85,6 +86,30 @@ PE_INLINE void pe_rope_pass_through(const char *x, char *o, ptrdiff_t half, ptrd
     size_t es = pe_itemsize(dtype);
     if (x != o && dim > 2 * half)
         memcpy(o + 2 * half * es, x + 2 * half * es, (size_t)(dim - 2 * half) * es);
+}
+
+/* A path's rotation of the first pairs of a row (as pe_rope_rotate_row
+ * rotates them), returning how many it rotated. */
+typedef ptrdiff_t (*pe_rope_head_fn)(const char *x, char *o, const char *tab, ptrdiff_t half,
+                                     const int layout, const int dtype);
+
+/* The rows of a run: each row's first pairs rotated by head (NULL: none),
+ * the rest by pe_rope_rotate_row, the columns past them copied; the body
+ * of the portable and the NEON rope_run (head a constant, inlined). */
+PE_INLINE void pe_rope_run_rows(const struct pe_rope_run *r, pe_rope_head_fn head, const int layout,
+                                const int dtype)
+{
+    ptrdiff_t half = r->half;
+    for (ptrdiff_t m = 0; m < r->n; ++m) {
+        const char *t = r->tab + m * r->ts;
+        for (ptrdiff_t g = 0; g < r->lanes; ++g) {
+            const char *xr = r->x + m * r->xs + g * r->lxs;
+            char *orow = r->o + m * r->os + g * r->los;
+            ptrdiff_t i = head != NULL ? head(xr, orow, t, half, layout, dtype) : 0;
+            pe_rope_rotate_row(xr, orow, t, half, i, layout, dtype);
+            pe_rope_pass_through(xr, orow, half, r->dim, dtype);
+        }
+    }
 }
 
 /* Rows j < n of a tile's table for the positions at pos + j * pos_stride

@@ -14,16 +14,7 @@
 
 PE_INLINE void run_scalar(const struct pe_rope_run *r, const int layout, const int dtype)
 {
-    ptrdiff_t half = r->half;
-    for (ptrdiff_t m = 0; m < r->n; ++m) {
-        const char *t = r->tab + m * r->ts;
-        for (ptrdiff_t g = 0; g < r->lanes; ++g) {
-            const char *xr = r->x + m * r->xs + g * r->lxs;
-            char *orow = r->o + m * r->os + g * r->los;
-            pe_rope_rotate_row(xr, orow, t, half, 0, layout, dtype);
-            pe_rope_pass_through(xr, orow, half, r->dim, dtype);
-        }
-    }
+    pe_rope_run_rows(r, NULL, layout, dtype);
 }
 
 PE_SPECIALISE_ROPE(const pe_rope_run_fn, pe_rope_run_scalar, run_scalar,

@@ -1,5 +1,5 @@
 /*
- * simd.c -- the two tables of kernels (simd.h) and the choice between them:
+ * simd.c -- the tables of kernels (simd.h) and the choice between them:
  * what the CPU running us can do.
  */
 #include "simd.h"
@@ -25,6 +25,24 @@
     }
 
 const struct pe_kernels pe_kernels_scalar = PE_KERNELS_OF(scalar);
+
+#if PE_ARM
+/* The NEON path: its own kernels where it has them (the *_neon.c files),
+ * the portable ones for the rest, so the table is always complete. */
+const struct pe_kernels pe_kernels_neon = {
+    .name = "neon",
+    .sincos_row = pe_sincos_row_neon,
+    .rotate_row = pe_rotate_row_neon,
+    .sinusoid_cell = pe_sinusoid_cell_neon,
+    .rope_run = pe_rope_run_neon,
+    .bias_rows = pe_bias_rows_neon,
+    .alibi_block = pe_alibi_block_scalar,
+    .diagonals = pe_diagonals_scalar,
+    .rel_task = pe_rel_task_scalar,
+    .row_add = pe_row_add_neon,
+    .store_fence = pe_store_fence_scalar,
+};
+#endif
 
 #if PE_X86
 const struct pe_kernels pe_kernels_avx2 = PE_KERNELS_OF(avx2);
@@ -53,8 +71,13 @@ static int cpu_has_avx2(void)
 }
 #endif
 
+/* On AArch64 Advanced SIMD and the float16 conversions are architectural:
+ * every CPU has the NEON path. */
 int pe_simd_cpu_best(void)
 {
+#if PE_ARM
+    return PE_SIMD_NEON;
+#endif
 #if PE_X86
     if (cpu_has_avx2())
         return PE_SIMD_AVX2;
@@ -67,6 +90,10 @@ const struct pe_kernels *pe_kernels_for(int level)
 #if PE_X86
     if (level == PE_SIMD_AVX2)
         return &pe_kernels_avx2;
+#endif
+#if PE_ARM
+    if (level == PE_SIMD_NEON)
+        return &pe_kernels_neon;
 #endif
     (void)level;
     return &pe_kernels_scalar;

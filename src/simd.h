@@ -1,15 +1,17 @@
 /*
  * simd.h -- how the kernels are compiled and chosen: the one dispatch point
- * between the portable kernels and the AVX2+FMA+F16C ones.
+ * between the portable kernels, the AVX2+FMA+F16C ones (x86) and the NEON
+ * ones (AArch64).
  *
  * Every path-specific piece of work is a function in struct pe_kernels, a
- * table with one instance per path: pe_kernels_scalar (the portable files)
- * and pe_kernels_avx2 (the *_avx2.c files, compiled with a target pragma,
+ * table with one instance per path: pe_kernels_scalar (the portable files),
+ * pe_kernels_avx2 (the *_avx2.c files, compiled with a target pragma,
  * avx2.h; no global -mavx2, so a wheel built on one x86-64 machine imports
- * on any).  The glue picks the instance at import and in set_simd, with the
- * GIL held, and hands it to every entry point, which takes it once at the
- * start of the call and passes it down: a call never mixes the paths, and
- * a concurrent set_simd cannot change the path under a running kernel.
+ * on any) and pe_kernels_neon (the *_neon.c files, neon.h; the portable
+ * functions where a kernel has no NEON body).  The glue picks the instance at import and in
+ * set_simd, with the GIL held, and hands it to every entry point, which takes it once at the start
+ * of the call and passes it down: a call never mixes the paths, and a concurrent set_simd cannot
+ * change the path under a running kernel.
  *
  * Kernels specialised by layout and element type are written once, as a
  * PE_INLINE body taking `const int layout, const int dtype` last, and made
@@ -42,6 +44,31 @@
 #define PE_X86 1
 #else
 #define PE_X86 0
+#endif
+
+/* The NEON kernels are built with GCC and clang on AArch64 (Linux, Apple
+ * silicon), where Advanced SIMD and the float16 conversions are part of
+ * the architecture; not with -DPE_FORCE_PORTABLE. */
+#if defined(__aarch64__) && defined(__GNUC__) && !defined(PE_FORCE_PORTABLE)
+#define PE_ARM 1
+#else
+#define PE_ARM 0
+#endif
+
+/* -x (a float or double), kept apart from the product it is a factor of:
+ * b * PE_NEG_APART(s) is b (-s), a NaN b passing through with its own sign.
+ * On AArch64 GCC folds b * -s into FNMUL, -(b s), which flips it (in scalar
+ * code only: its vector loops negate s), so there the negation is made
+ * opaque; elsewhere this is -x. */
+#if PE_ARM
+#define PE_NEG_APART(x)                                                                            \
+    __extension__({                                                                                \
+        __typeof__(-(x)) pe_neg_ = -(x);                                                           \
+        __asm__("" : "+w"(pe_neg_));                                                               \
+        pe_neg_;                                                                                   \
+    })
+#else
+#define PE_NEG_APART(x) (-(x))
 #endif
 
 /* ---- one way to specialise a kernel ----
@@ -191,7 +218,7 @@ typedef void (*pe_rel_task_fn)(const struct pe_rel_gather *g, ptrdiff_t task);
 typedef void (*pe_row_add_fn)(char *o, const char *x, ptrdiff_t n);
 
 struct pe_kernels {
-    const char *name; /* "scalar" or "avx2", as set_simd takes it */
+    const char *name; /* "scalar", "avx2" or "neon", as set_simd takes it */
     pe_sincos_row_fn sincos_row;
     pe_rotate_row_fn rotate_row;
     const pe_sinusoid_cell_fn (*sinusoid_cell)[PE_NDTYPES]; /* [enum pe_layout][enum pe_dtype] */
@@ -207,7 +234,7 @@ struct pe_kernels {
     void (*store_fence)(void);
 };
 
-enum pe_simd { PE_SIMD_SCALAR = 0, PE_SIMD_AVX2 = 1 };
+enum pe_simd { PE_SIMD_SCALAR = 0, PE_SIMD_AVX2 = 1, PE_SIMD_NEON = 2 };
 
 /* The best path the CPU running us has (simd.c). */
 int pe_simd_cpu_best(void);
@@ -219,9 +246,12 @@ extern const struct pe_kernels pe_kernels_scalar;
 #if PE_X86
 extern const struct pe_kernels pe_kernels_avx2;
 #endif
+#if PE_ARM
+extern const struct pe_kernels pe_kernels_neon;
+#endif
 
 /* The pieces of the instance of a path (scalar, avx2), defined in the
- * kernel files. */
+ * kernel files; the NEON path's are declared below. */
 #define PE_KERNELS_DECLARE(path)                                                                   \
     void pe_sincos_row_##path(double pos, const double *freq, ptrdiff_t n, double *s, double *c);  \
     void pe_rotate_row_##path(double *s, double *c, const double *sd, const double *cd,            \
@@ -238,6 +268,17 @@ extern const struct pe_kernels pe_kernels_avx2;
 PE_KERNELS_DECLARE(scalar)
 #if PE_X86
 PE_KERNELS_DECLARE(avx2)
+#endif
+#if PE_ARM
+/* The kernels the NEON path has bodies of (the rest of its table is the
+ * portable functions, simd.c). */
+void pe_sincos_row_neon(double pos, const double *freq, ptrdiff_t n, double *s, double *c);
+void pe_rotate_row_neon(double *s, double *c, const double *sd, const double *cd,
+                        const double *freq, double pos, double m, ptrdiff_t n);
+extern const pe_sinusoid_cell_fn pe_sinusoid_cell_neon[2][PE_NDTYPES];
+extern const pe_rope_run_fn pe_rope_run_neon[PE_ROPE_NLAYOUTS][PE_NDTYPES];
+extern const pe_bias_rows_fn pe_bias_rows_neon[2][PE_NDTYPES];
+extern const pe_row_add_fn pe_row_add_neon[PE_ROW_NKINDS][PE_NDTYPES];
 #endif
 
 #endif

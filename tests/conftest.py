@@ -8,7 +8,8 @@ import pytest
 import posenc
 from posenc import _core
 
-SIMD_PATHS = ["scalar"] + (["avx2"] if _core.simd_cpu() == "avx2" else [])
+# the portable path, and the vector one this CPU has ("avx2" or "neon")
+SIMD_PATHS = ["scalar"] + ([_core.simd_cpu()] if _core.simd_cpu() != "scalar" else [])
 
 
 TESTS = os.path.dirname(os.path.abspath(__file__))

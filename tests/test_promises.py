@@ -37,7 +37,8 @@ NAN_BITS = np.array([0x7E00, 0x7E01, 0xFE23, 0x7FFF, 0x7C01, 0xFD55, 0x3C00, 0x7
 
 
 def _on_each_path(make):
-    paths = ["scalar"] + (["avx2"] if posenc._core.simd_cpu() == "avx2" else [])
+    cpu = posenc._core.simd_cpu()
+    paths = ["scalar"] + ([cpu] if cpu != "scalar" else [])
     before = posenc._core.simd_path()
     try:
         results = []
