@@ -2,9 +2,9 @@
 
 Times, on the CPU, in float32 and bfloat16: a forward pass over a prompt,
 one decoding step with a KV cache, and the position work of a decoding step
-alone (the rotary module's ``(cos, sin)`` for one position per sequence:
-transformers' ``LlamaRotaryEmbedding`` against posenc's ``RotaryEmbedding``
-looking up its cached tables).  Two copies of the model, one patched, are
+and of the prompt alone (the rotary module's ``(cos, sin)`` for one position,
+and for the prompt's positions: transformers' ``LlamaRotaryEmbedding``
+against posenc's ``RotaryEmbedding`` looking up its cached tables).  Two copies of the model, one patched, are
 timed in turn in every round, so that the machine's load falls on both;
 minimum and median in milliseconds; ``ratio`` is patched / unpatched of the
 minima (1.0 or less: no slower).  ``--clock cpu`` times the process's CPU
@@ -109,11 +109,17 @@ def _timings(quick: bool, repeats: int, dtype: torch.dtype, seq: int = 512) -> d
     def position_work(model):
         return lambda: model.model.rotary_emb(x, pos)
 
+    prompt_pos = torch.arange(prompt)[None]
+
+    def prompt_position_work(model):
+        return lambda: model.model.rotary_emb(x, prompt_pos)
+
     timings = {}
     for what, make, n in (
         ("forward", forward, repeats),
         ("decode step", decode, repeats * 4),
         ("decode positions", position_work, repeats * 20),
+        ("prompt positions", prompt_position_work, repeats * 20),
     ):
         timings[what] = _interleaved_ms([make(models["unpatched"]), make(models["patched"])], n)
     return timings
