@@ -18,20 +18,23 @@ bias(dtype=scores.dtype)`` would (float16 and bfloat16 through float32,
 which rounds the same).
 
 KERPLE and Sandwich depend only on ``qpos - j``: their ``q_len + k_len - 1``
-values per head are made once in float64, rounded, and added into the scores
-through a Toeplitz view of that vector (no ``(q, k)`` array per head).  FIRE
-depends on the query's position through its normaliser: it is evaluated in
-tiles of bounded size.
+values per head are made once in float64 and handed to the C core
+(``_core.bias_given``, the row kernels of ALiBi and T5), which rounds them
+once and writes or adds every row as a slice of them, on the library's
+threads (no ``(q, k)`` array per head).  FIRE depends on the query's
+position through its normaliser: it is evaluated in NumPy in tiles of
+bounded size.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from . import _core
 from . import _validate as v
 from ._dtypes import is_bfloat16, narrow, widen
 from ._interop import foreign
-from .bias import _lengths, _offset, _rounded, _scores
+from .bias import _lengths, _offset, _rounded, _run, _scores
 
 __all__ = ["fire_bias", "kerple_bias", "sandwich_bias"]
 
@@ -193,30 +196,32 @@ def _put(dst, vals, add):
             part[...] = narrow(total)
 
 
-def _toeplitz(vec, q_len, k_len):
-    """The read-only (heads, q_len, k_len) view ``vec[:, q_len - 1 - i + j]``
-    of the (heads, q_len + k_len - 1) array `vec`: no copy."""
-    s0, s1 = vec.strides
-    return np.lib.stride_tricks.as_strided(
-        vec[:, q_len - 1 :],
-        shape=(vec.shape[0], q_len, k_len),
-        strides=(s0, -s1, s1),
-        writeable=False,
-    )
-
-
 def distances(q_len, k_len, q_offset):
-    """float64 ``qpos - j`` for the ``q_len + k_len - 1`` diagonals, in the
-    order of :func:`_toeplitz` (index ``q_len - 1 - i + j``)."""
+    """float64 ``qpos - j`` for the ``q_len + k_len - 1`` diagonals, index
+    ``q_len - 1 - i + j`` (the order of ``_core.bias_given``'s vectors)."""
     return float(q_offset + q_len - 1) - np.arange(q_len + k_len - 1, dtype=np.float64)
 
 
-def _by_distance(target, add, per_head):
-    """`target` (..., heads, q_len, k_len) given the bias whose float64 values
-    per head and diagonal are `per_head` (heads, q_len + k_len - 1), stored
-    or added through a Toeplitz view of them rounded."""
-    q_len, k_len = target.shape[-2:]
-    _put(target, _toeplitz(_storage(per_head, target.dtype), q_len, k_len), add)
+def _by_distance(n_heads, make, positions, dtype, scores, out, sizes):
+    """A bias that depends only on ``qpos - j`` into its target: `make(delta)`
+    gives its float64 (n_heads, len(delta)) values at the distances `delta`
+    (``-inf`` is set here at the negative ones when causal), which
+    ``_core.bias_given`` rounds once and writes, or adds into the scores,
+    row by row.  `positions` are :func:`_positions`' arguments,
+    `sizes` the (vectors, table) arguments a size error names."""
+    q_len, k_len, q_offset, causal = _positions(*positions)
+    v.shape_size((n_heads, q_len + k_len - 1), sizes[0])
+    target, add = _target((n_heads, q_len, k_len), dtype, scores, out, sizes[1])
+    delta = distances(q_len, k_len, q_offset)
+    values = np.ascontiguousarray(make(delta), dtype=np.float64)
+    if causal:
+        values[:, delta < 0] = -np.inf
+    _run(
+        lambda dst: _core.bias_given(values, v.for_kernel(dst), add),
+        target,
+        read=add,
+        name="scores" if add else "out",
+    )
     return target
 
 
@@ -236,17 +241,13 @@ def log1p_product(s, d):
     return out
 
 
-def kerple_values(r1, r2, kind, delta, causal):
-    """float64 (heads, len(delta)): KERPLE at the distances `delta` (qpos - j),
-    -inf at the negative ones when `causal`."""
+def kerple_values(r1, r2, kind, delta):
+    """float64 (heads, len(delta)): KERPLE at the distances `delta` (qpos - j)."""
     d = np.abs(delta)[None, :]
     a, b = r1[:, None], r2[:, None]
     with np.errstate(over="ignore"):
         values = -a * log1p_product(b, d) if kind == "log" else -a * d**b
-    values += 0.0  # the diagonal +0.0, as alibi_bias's
-    if causal:
-        values[:, delta < 0] = -np.inf
-    return values
+    return values + 0.0  # the diagonal +0.0, as alibi_bias's
 
 
 @foreign
@@ -320,18 +321,21 @@ def kerple_bias(
     np.float32(-inf)
     """
     a, b, kind, _, _ = kerple_params(r1, r2, kind)
-    q_len, k_len, q_offset, causal = _positions(q_len, k_len, q_offset, causal)
-    shape = (a.shape[0], q_len, k_len)
-    v.shape_size((a.shape[0], q_len + k_len - 1), "r1, q_len and k_len")
-    target, add = _target(shape, dtype, scores, out, "r1's n_heads, q_len and k_len")
-    values = kerple_values(a, b, kind, distances(q_len, k_len, q_offset), causal)
-    return _by_distance(target, add, values)
+    return _by_distance(
+        a.shape[0],
+        lambda delta: kerple_values(a, b, kind, delta),
+        (q_len, k_len, q_offset, causal),
+        dtype,
+        scores,
+        out,
+        ("r1, q_len and k_len", "r1's n_heads, q_len and k_len"),
+    )
 
 
 # ---------------------------------------------------------------- Sandwich
 
 
-def sandwich_values(n_heads, dim, delta, causal):
+def sandwich_values(n_heads, dim, delta):
     """float64 (n_heads, len(delta)): Sandwich at the distances `delta`."""
     half = dim // 2
     inv_freq = 10000.0 ** (-2.0 * np.arange(1, half + 1, dtype=np.float64) / dim)
@@ -341,10 +345,7 @@ def sandwich_values(n_heads, dim, delta, causal):
         angles = np.multiply.outer(delta[s : s + step], inv_freq)
         base[s : s + step] = np.cos(angles, out=angles).sum(axis=1) - half
     scale = (np.arange(1, n_heads + 1, dtype=np.float64) * 8.0 / n_heads)[:, None]
-    values = base[None, :] / scale
-    if causal:
-        values[:, delta < 0] = -np.inf
-    return values
+    return base[None, :] / scale
 
 
 @foreign
@@ -407,12 +408,15 @@ def sandwich_bias(
     n_heads = v.integer(n_heads, "n_heads", minimum=1)
     dim = v.even_dim(dim, "dim")
     v.shape_size((dim // 2,), "dim", count=2)  # its frequencies, a row of cosines
-    q_len, k_len, q_offset, causal = _positions(q_len, k_len, q_offset, causal)
-    shape = (n_heads, q_len, k_len)
-    v.shape_size((n_heads, q_len + k_len - 1), "n_heads, q_len and k_len")
-    target, add = _target(shape, dtype, scores, out, "n_heads, q_len and k_len")
-    values = sandwich_values(n_heads, dim, distances(q_len, k_len, q_offset), causal)
-    return _by_distance(target, add, values)
+    return _by_distance(
+        n_heads,
+        lambda delta: sandwich_values(n_heads, dim, delta),
+        (q_len, k_len, q_offset, causal),
+        dtype,
+        scores,
+        out,
+        ("n_heads, q_len and k_len",) * 2,
+    )
 
 
 # ---------------------------------------------------------------- FIRE
