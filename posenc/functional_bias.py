@@ -99,6 +99,17 @@ def kerple_params(r1, r2, kind):
     return a, b, kind, a_shape, b_shape
 
 
+def _layer_bias(value, name, rows, weight):
+    """A linear layer's bias `value` as float64, one value per row of its
+    `weight` (which has `rows`)."""
+    arr = _float_params(value, name)
+    if arr.shape != (rows,):
+        raise ValueError(
+            f"{name} must have shape ({rows},), as {weight} has {rows} rows; not {arr.shape}"
+        )
+    return arr
+
+
 def fire_params(w1, b1, w2, b2, c, threshold, eps):
     """FIRE's MLP and scalars checked, as float64 (w1 as a vector), with the
     shapes given."""
@@ -112,21 +123,14 @@ def fire_params(w1, b1, w2, b2, c, threshold, eps):
             f"not {shapes[0]}"
         )
     width = a1.shape[0]
-    c1 = _float_params(b1, "b1")
-    if c1.shape != (width,):
-        raise ValueError(f"b1 must have shape ({width},), as w1 has {width} rows; not {c1.shape}")
+    c1 = _layer_bias(b1, "b1", width, "w1")
     a2 = _float_params(w2, "w2")
     if a2.ndim != 2 or a2.shape[1] != width or a2.shape[0] < 1:
         raise ValueError(
             f"w2 must have shape (n_heads, {width}) (torch's Linear({width}, n_heads).weight), "
             f"not {a2.shape}"
         )
-    n_heads = a2.shape[0]
-    c2 = _float_params(b2, "b2")
-    if c2.shape != (n_heads,):
-        raise ValueError(
-            f"b2 must have shape ({n_heads},), as w2 has {n_heads} rows; not {c2.shape}"
-        )
+    c2 = _layer_bias(b2, "b2", a2.shape[0], "w2")
     c = _scalar(c, "c")
     threshold = _scalar(threshold, "threshold", minimum=0.0)
     eps = _scalar(eps, "eps", positive=True)
@@ -205,7 +209,7 @@ def distances(q_len, k_len, q_offset):
 def _by_distance(n_heads, make, positions, dtype, scores, out, sizes):
     """A bias that depends only on ``qpos - j`` into its target: `make(delta)`
     gives its float64 (n_heads, len(delta)) values at the distances `delta`
-    (``-inf`` is set here at the negative ones when causal), which
+    (only at those >= 0 when causal: the others get ``-inf``), which
     ``_core.bias_given`` rounds once and writes, or adds into the scores,
     row by row.  `positions` are :func:`_positions`' arguments,
     `sizes` the (vectors, table) arguments a size error names."""
@@ -213,9 +217,10 @@ def _by_distance(n_heads, make, positions, dtype, scores, out, sizes):
     v.shape_size((n_heads, q_len + k_len - 1), sizes[0])
     target, add = _target((n_heads, q_len, k_len), dtype, scores, out, sizes[1])
     delta = distances(q_len, k_len, q_offset)
-    values = np.ascontiguousarray(make(delta), dtype=np.float64)
-    if causal:
-        values[:, delta < 0] = -np.inf
+    # the distances are decreasing: when causal, the future is a suffix
+    past = min(max(q_offset + q_len, 0), delta.size) if causal else delta.size
+    values = np.full((n_heads, delta.size), -np.inf)
+    values[:, :past] = make(delta[:past])
     _run(
         lambda dst: _core.bias_given(values, v.for_kernel(dst), add),
         target,
