@@ -206,20 +206,18 @@ def distances(q_len, k_len, q_offset):
     return float(q_offset + q_len - 1) - np.arange(q_len + k_len - 1, dtype=np.float64)
 
 
-def _by_distance(n_heads, make, positions, dtype, scores, out, sizes):
-    """A bias that depends only on ``qpos - j`` into its target: `make(delta)`
-    gives its float64 (n_heads, len(delta)) values at the distances `delta`
-    (only at those >= 0 when causal: the others get ``-inf``), which
-    ``_core.bias_given`` rounds once and writes, or adds into the scores,
-    row by row.  `positions` are :func:`_positions`' arguments,
-    `sizes` the (vectors, table) arguments a size error names."""
-    q_len, k_len, q_offset, causal = _positions(*positions)
-    v.shape_size((n_heads, q_len + k_len - 1), sizes[0])
-    target, add = _target((n_heads, q_len, k_len), dtype, scores, out, sizes[1])
+def _given(target, add, make, q_offset, causal):
+    """`target` (..., heads, q_len, k_len), a view of the array the bias goes
+    into, given a bias that depends only on ``qpos - j``: `make(delta)` gives
+    its float64 (heads, len(delta)) values at the distances `delta` (only at
+    those >= 0 when causal: the others get ``-inf``), which
+    ``_core.bias_given`` rounds once and writes, or adds into `target`, row
+    by row."""
+    q_len, k_len = target.shape[-2:]
     delta = distances(q_len, k_len, q_offset)
     # the distances are decreasing: when causal, the future is a suffix
     past = min(max(q_offset + q_len, 0), delta.size) if causal else delta.size
-    values = np.full((n_heads, delta.size), -np.inf)
+    values = np.full((target.shape[-3], delta.size), -np.inf)
     values[:, :past] = make(delta[:past])
     _run(
         lambda dst: _core.bias_given(values, v.for_kernel(dst), add),
@@ -227,6 +225,16 @@ def _by_distance(n_heads, make, positions, dtype, scores, out, sizes):
         read=add,
         name="scores" if add else "out",
     )
+
+
+def _by_distance(n_heads, make, positions, dtype, scores, out, sizes):
+    """The bias `make` (as :func:`_given`) into its target, returned:
+    `positions` are :func:`_positions`' arguments, `sizes` the (vectors,
+    table) arguments a size error names."""
+    q_len, k_len, q_offset, causal = _positions(*positions)
+    v.shape_size((n_heads, q_len + k_len - 1), sizes[0])
+    target, add = _target((n_heads, q_len, k_len), dtype, scores, out, sizes[1])
+    _given(target, add, make, q_offset, causal)
     return target
 
 
@@ -462,6 +470,21 @@ def fire_tile(x, w1, b1, w2, b2):
     return np.moveaxis(out, -1, 0), pre
 
 
+def fire_by_distance(delta, w1, b1, w2, b2, c, threshold, eps):
+    """FIRE at the distances `delta` (``qpos - j``, decreasing by one from
+    `delta[0]`, the ``qpos`` of a query at or before `threshold`): float64
+    (heads, len(delta)), made by :func:`fire_inputs` and :func:`fire_tile`
+    in tiles, each value the bits the query's row would hold."""
+    n_heads, width = w2.shape
+    values = np.empty((n_heads, delta.size))
+    qpos = delta[:1]
+    keys = qpos - delta  # 0, 1, 2, ...: exact
+    for _, cols in tiles(1, delta.size, width + n_heads):
+        x = fire_inputs(qpos, keys[cols], c, threshold, eps)[0]
+        values[:, cols] = fire_tile(x, w1, b1, w2, b2)[0][:, 0]
+    return values
+
+
 @foreign
 def fire_bias(
     w1,
@@ -543,7 +566,14 @@ def fire_bias(
     target, add = _target(shape, dtype, scores, out, "w2's n_heads, q_len and k_len")
     keys = np.arange(k_len, dtype=np.float64)
     qpos = float(q_offset) + np.arange(q_len, dtype=np.float64)
-    for rows, cols in tiles(q_len, k_len, width + n_heads):
+    # the queries at or before the threshold share its normaliser: their
+    # rows depend only on qpos - j, made once per distance
+    flat = int(np.count_nonzero(qpos <= limit))
+    if flat:
+        params = (p1, q1, p2, q2, scale, limit, tiny)
+        _given(target[..., :flat, :], add, lambda d: fire_by_distance(d, *params), q_offset, causal)
+    for rows, cols in tiles(q_len - flat, k_len, width + n_heads):
+        rows = slice(rows.start + flat, rows.stop + flat)
         x = fire_inputs(qpos[rows], keys[cols], scale, limit, tiny)[0]
         values = fire_tile(x, p1, q1, p2, q2)[0]
         if causal:

@@ -299,14 +299,17 @@ def test_causal_add_gives_minus_inf_in_the_future():
 
 # ---------------------------------------------------------------- the C row kernels
 # KERPLE and Sandwich go through _core.bias_given: float64 vectors, one
-# value per distance, rounded once and written or added row by row.
+# value per distance, rounded once and written or added row by row; so do
+# FIRE's rows of queries at or before its threshold (one normaliser).
 
 GIVEN_GRIDS = [(5, 9, None), (9, 5, 7), (1, 12, None), (4, 4, -3), (6, 2, 30)]
 
 
 def _given_calls(q, k, q_offset, causal):
     kw = dict(q_offset=q_offset, causal=causal)
+    fire = tuple({**fire_params(np.random.default_rng(3)), "threshold": 6.5}.values())
     return [
+        (fb.fire_bias, rf.fire_bias, fire + (q, k), kw),
         (fb.kerple_bias, rf.kerple_bias, (R1, R2, q, k), dict(kind="log", **kw)),
         (fb.kerple_bias, rf.kerple_bias, (R1, R2, q, k), dict(kind="power", **kw)),
         (fb.sandwich_bias, rf.sandwich_bias, (3, q, k), dict(dim=10, **kw)),
@@ -316,18 +319,22 @@ def _given_calls(q, k, q_offset, causal):
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("causal", [True, False])
 @pytest.mark.parametrize("grid", GIVEN_GRIDS)
-def test_kerple_and_sandwich_on_every_path_equal_the_reference(simd, threads, dtype, causal, grid):
+def test_biases_by_distance_on_every_path_equal_the_reference(simd, threads, dtype, causal, grid):
     q, k, q_offset = grid
     dt = np_dtype(dtype)
     base = (np.random.default_rng(q * k).standard_normal((2, 3, q, k)) * 4).astype(dt)
     for ours, theirs, args, kw in _given_calls(q, k, q_offset, causal):
-        assert_matches(ours(*args, **kw, dtype=dt), theirs(*args, **kw, dtype=dt), dtype)
+        # float64: FIRE's reference sums its MLP by a matrix product, a few ulps away
+        atol = 1e-14 if ours is fb.fire_bias else 1e-300
+        want = theirs(*args, **kw, dtype=dt)
+        assert_matches(ours(*args, **kw, dtype=dt), want, dtype, atol)
         out = np.full((3, k, q), np.nan, dt).transpose(0, 2, 1)  # a strided last axis
         ours(*args, **kw, out=out)
-        assert_matches(out, theirs(*args, **kw, dtype=dt), dtype)
+        assert_matches(out, want, dtype, atol)
         one = np.full((3, 1, k), np.nan, dt)  # a single query: the vector written in place
         ours(*args[:-2], 1, k, **{**kw, "q_offset": 3}, out=one)
-        assert_matches(one, theirs(*args[:-2], 1, k, **{**kw, "q_offset": 3}, dtype=dt), dtype)
+        want = theirs(*args[:-2], 1, k, **{**kw, "q_offset": 3}, dtype=dt)
+        assert_matches(one, want, dtype, atol)
         want = base.copy()
         theirs(*args, **kw, scores=want)
         big = np.zeros((2, 5, q, k), dt)
@@ -363,6 +370,17 @@ def test_kerple_and_sandwich_portable_path_in_a_child_gives_the_same_bits():
     assert path == "scalar"
     best, auto = child_process.run("-c", BITS, check=True, POSENC_SIMD="auto").stdout.split()
     assert best == _core.simd_cpu() and auto == scalar
+
+
+@pytest.mark.parametrize("q_offset", [0, 3, 9])
+def test_fire_rows_before_the_threshold_equal_the_rows_made_one_by_one(q_offset):
+    p = {**fire_params(np.random.default_rng(4)), "threshold": 7.0}
+    got = fb.fire_bias(**p, q_len=6, k_len=13, causal=False, q_offset=q_offset, dtype="float64")
+    qpos = q_offset + np.arange(6.0)
+    for i in range(6):  # each row on its own, through the per-pair path
+        x = fb.fire_inputs(qpos[i : i + 1], np.arange(13.0), p["c"], p["threshold"], 1e-6)[0]
+        row = fb.fire_tile(x, p["w1"][:, 0], p["b1"], p["w2"], p["b2"])[0][:, 0]
+        assert_same_bits(got[:, i], row)
 
 
 def test_bias_given_refuses_bad_arguments_and_leaves_scores_untouched():
