@@ -22,8 +22,9 @@ values per head are made once in float64 and handed to the C core
 (``_core.bias_given``, the row kernels of ALiBi and T5), which rounds them
 once and writes or adds every row as a slice of them, on the library's
 threads (no ``(q, k)`` array per head).  FIRE depends on the query's
-position through its normaliser: it is evaluated in NumPy in tiles of
-bounded size.
+position through its normaliser ``max(qpos, threshold)``: the rows of the
+queries at or before the threshold are made the same way, the later ones in
+NumPy in tiles of bounded size.
 """
 
 from __future__ import annotations
@@ -542,8 +543,10 @@ def fire_bias(
 
     Notes
     -----
-    Evaluated in float64 in tiles of at most about 4 MiB of hidden
-    activations, each rounded once and stored (or added) as it is made.
+    Evaluated in float64, each value rounded once: the rows of queries at
+    or before `threshold` (one normaliser) from one value per distance, the
+    later ones in tiles of at most about 4 MiB of hidden activations,
+    stored (or added) as they are made.
     The backward pass is ``posenc._functional_grad.fire_bias_grad``.
 
     Examples
