@@ -79,7 +79,6 @@ def functional_cases(quick):
         w2=rng.normal(size=(heads, width)) * 0.2,
         b2=rng.normal(size=heads) * 0.1,
         c=0.1,
-        threshold=512.0,
     )
     query = rng.standard_normal((1, heads, n, head_dim)).astype(np.float32) * 0.3
     logits = rng.standard_normal((1, heads, n, n)).astype(np.float32)
@@ -100,8 +99,8 @@ def functional_cases(quick):
             "log": lambda: ts.add_(_kerple_torch(tr1, tr2, n, "log")),
             "power": lambda: ts.add_(_kerple_torch(tr1, tr2, n, "power")),
             "sandwich": lambda: ts.add_(_sandwich_torch(heads, n, dim)),
-            "fire": lambda: ts.add_(
-                _fire_torch(tf["w1"], tf["b1"], tf["w2"], tf["b2"], tf["c"], tf["threshold"], n)
+            "fire": lambda limit: ts.add_(
+                _fire_torch(tf["w1"], tf["b1"], tf["w2"], tf["b2"], tf["c"], limit, n)
             ),
             "cope": lambda: ts.add_(_cope_torch(tq, tlogits, temb, npos)),
         }
@@ -118,31 +117,38 @@ def functional_cases(quick):
         )
         for kind in ("log", "power")
     ]
-    return kerple + [
+    sandwich = Case(
+        name=f"sandwich_bias({heads}, {n}, dim={dim}, scores=) float32 {shape}",
+        nbytes=scores.nbytes,
+        posenc=lambda: posenc.sandwich_bias(heads, n, dim=dim, scores=scores),
+        memory=rmw,
+        numpy=lambda: rf.sandwich_bias(heads, n, dim=dim, scores=scores),
+        torch=t.get("sandwich"),
+        note="torch: NeMo's SandwichRelativePositionEmbedding (hidden_size = dim)",
+    )
+    # threshold 512: the later half of the rows in NumPy tiles; 2048: every
+    # query before it, every row from one value per distance
+    fires = [
         Case(
-            name=f"sandwich_bias({heads}, {n}, dim={dim}, scores=) float32 {shape}",
+            name=f"fire_bias(width {width}, {heads} heads, L {limit:.0f}, {n}, scores=) float32 "
+            + shape,
             nbytes=scores.nbytes,
-            posenc=lambda: posenc.sandwich_bias(heads, n, dim=dim, scores=scores),
+            posenc=lambda limit=limit: posenc.fire_bias(
+                **fire, threshold=limit, q_len=n, scores=scores
+            ),
             memory=rmw,
-            numpy=lambda: rf.sandwich_bias(heads, n, dim=dim, scores=scores),
-            torch=t.get("sandwich"),
-            note="torch: NeMo's SandwichRelativePositionEmbedding (hidden_size = dim)",
-        ),
-        Case(
-            name=f"fire_bias(width {width}, {heads} heads, {n}, scores=) float32 {shape}",
-            nbytes=scores.nbytes,
-            posenc=lambda: posenc.fire_bias(**fire, q_len=n, scores=scores),
-            memory=rmw,
-            numpy=lambda: rf.fire_bias(*fire.values(), n, scores=scores),
-            torch=t.get("fire"),
-            note="torch: the paper's FIRE module (MLP as F.linear, relu), threshold 512",
-        ),
-        Case(
-            name=f"cope_bias(npos {npos}, head_dim {head_dim}, scores=) float32 {shape}",
-            nbytes=scores.nbytes,
-            posenc=lambda: posenc.cope_bias(query, logits, pos_emb, scores=scores),
-            memory=rmw,
-            torch=t.get("cope"),
-            note="torch: CoPE.forward of facebookresearch/RAM, masked logits; numpy: left out",
-        ),
+            numpy=lambda limit=limit: rf.fire_bias(*fire.values(), limit, n, scores=scores),
+            torch=(lambda limit=limit: t["fire"](torch.tensor(limit))) if t else None,
+            note="torch: the paper's FIRE module (MLP as F.linear, relu)",
+        )
+        for limit in (512.0, 2048.0)
     ]
+    cope = Case(
+        name=f"cope_bias(npos {npos}, head_dim {head_dim}, scores=) float32 {shape}",
+        nbytes=scores.nbytes,
+        posenc=lambda: posenc.cope_bias(query, logits, pos_emb, scores=scores),
+        memory=rmw,
+        torch=t.get("cope"),
+        note="torch: CoPE.forward of facebookresearch/RAM, masked logits; numpy: left out",
+    )
+    return kerple + [sandwich] + fires + [cope]
