@@ -18,20 +18,24 @@ bias(dtype=scores.dtype)`` would (float16 and bfloat16 through float32,
 which rounds the same).
 
 KERPLE and Sandwich depend only on ``qpos - j``: their ``q_len + k_len - 1``
-values per head are made once in float64, rounded, and added into the scores
-through a Toeplitz view of that vector (no ``(q, k)`` array per head).  FIRE
-depends on the query's position through its normaliser: it is evaluated in
-tiles of bounded size.
+values per head are made once in float64 and handed to the C core
+(``_core.bias_given``, the row kernels of ALiBi and T5), which rounds them
+once and writes or adds every row as a slice of them, on the library's
+threads (no ``(q, k)`` array per head).  FIRE depends on the query's
+position through its normaliser ``max(qpos, threshold)``: the rows of the
+queries at or before the threshold are made the same way, the later ones in
+NumPy in tiles of bounded size.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from . import _core
 from . import _validate as v
 from ._dtypes import is_bfloat16, narrow, widen
 from ._interop import foreign
-from .bias import _lengths, _offset, _rounded, _scores
+from .bias import _lengths, _offset, _rounded, _run, _scores
 
 __all__ = ["fire_bias", "kerple_bias", "sandwich_bias"]
 
@@ -96,6 +100,17 @@ def kerple_params(r1, r2, kind):
     return a, b, kind, a_shape, b_shape
 
 
+def _layer_bias(value, name, rows, weight):
+    """A linear layer's bias `value` as float64, one value per row of its
+    `weight` (which has `rows`)."""
+    arr = _float_params(value, name)
+    if arr.shape != (rows,):
+        raise ValueError(
+            f"{name} must have shape ({rows},), as {weight} has {rows} rows; not {arr.shape}"
+        )
+    return arr
+
+
 def fire_params(w1, b1, w2, b2, c, threshold, eps):
     """FIRE's MLP and scalars checked, as float64 (w1 as a vector), with the
     shapes given."""
@@ -109,21 +124,14 @@ def fire_params(w1, b1, w2, b2, c, threshold, eps):
             f"not {shapes[0]}"
         )
     width = a1.shape[0]
-    c1 = _float_params(b1, "b1")
-    if c1.shape != (width,):
-        raise ValueError(f"b1 must have shape ({width},), as w1 has {width} rows; not {c1.shape}")
+    c1 = _layer_bias(b1, "b1", width, "w1")
     a2 = _float_params(w2, "w2")
     if a2.ndim != 2 or a2.shape[1] != width or a2.shape[0] < 1:
         raise ValueError(
             f"w2 must have shape (n_heads, {width}) (torch's Linear({width}, n_heads).weight), "
             f"not {a2.shape}"
         )
-    n_heads = a2.shape[0]
-    c2 = _float_params(b2, "b2")
-    if c2.shape != (n_heads,):
-        raise ValueError(
-            f"b2 must have shape ({n_heads},), as w2 has {n_heads} rows; not {c2.shape}"
-        )
+    c2 = _layer_bias(b2, "b2", a2.shape[0], "w2")
     c = _scalar(c, "c")
     threshold = _scalar(threshold, "threshold", minimum=0.0)
     eps = _scalar(eps, "eps", positive=True)
@@ -193,30 +201,41 @@ def _put(dst, vals, add):
             part[...] = narrow(total)
 
 
-def _toeplitz(vec, q_len, k_len):
-    """The read-only (heads, q_len, k_len) view ``vec[:, q_len - 1 - i + j]``
-    of the (heads, q_len + k_len - 1) array `vec`: no copy."""
-    s0, s1 = vec.strides
-    return np.lib.stride_tricks.as_strided(
-        vec[:, q_len - 1 :],
-        shape=(vec.shape[0], q_len, k_len),
-        strides=(s0, -s1, s1),
-        writeable=False,
-    )
-
-
 def distances(q_len, k_len, q_offset):
-    """float64 ``qpos - j`` for the ``q_len + k_len - 1`` diagonals, in the
-    order of :func:`_toeplitz` (index ``q_len - 1 - i + j``)."""
+    """float64 ``qpos - j`` for the ``q_len + k_len - 1`` diagonals, index
+    ``q_len - 1 - i + j`` (the order of ``_core.bias_given``'s vectors)."""
     return float(q_offset + q_len - 1) - np.arange(q_len + k_len - 1, dtype=np.float64)
 
 
-def _by_distance(target, add, per_head):
-    """`target` (..., heads, q_len, k_len) given the bias whose float64 values
-    per head and diagonal are `per_head` (heads, q_len + k_len - 1), stored
-    or added through a Toeplitz view of them rounded."""
+def _given(target, add, make, q_offset, causal):
+    """`target` (..., heads, q_len, k_len), a view of the array the bias goes
+    into, given a bias that depends only on ``qpos - j``: `make(delta)` gives
+    its float64 (heads, len(delta)) values at the distances `delta` (only at
+    those >= 0 when causal: the others get ``-inf``), which
+    ``_core.bias_given`` rounds once and writes, or adds into `target`, row
+    by row."""
     q_len, k_len = target.shape[-2:]
-    _put(target, _toeplitz(_storage(per_head, target.dtype), q_len, k_len), add)
+    delta = distances(q_len, k_len, q_offset)
+    # the distances are decreasing: when causal, the future is a suffix
+    past = min(max(q_offset + q_len, 0), delta.size) if causal else delta.size
+    values = np.full((target.shape[-3], delta.size), -np.inf)
+    values[:, :past] = make(delta[:past])
+    _run(
+        lambda dst: _core.bias_given(values, v.for_kernel(dst), add),
+        target,
+        read=add,
+        name="scores" if add else "out",
+    )
+
+
+def _by_distance(n_heads, make, positions, dtype, scores, out, sizes):
+    """The bias `make` (as :func:`_given`) into its target, returned:
+    `positions` are :func:`_positions`' arguments, `sizes` the (vectors,
+    table) arguments a size error names."""
+    q_len, k_len, q_offset, causal = _positions(*positions)
+    v.shape_size((n_heads, q_len + k_len - 1), sizes[0])
+    target, add = _target((n_heads, q_len, k_len), dtype, scores, out, sizes[1])
+    _given(target, add, make, q_offset, causal)
     return target
 
 
@@ -236,17 +255,13 @@ def log1p_product(s, d):
     return out
 
 
-def kerple_values(r1, r2, kind, delta, causal):
-    """float64 (heads, len(delta)): KERPLE at the distances `delta` (qpos - j),
-    -inf at the negative ones when `causal`."""
+def kerple_values(r1, r2, kind, delta):
+    """float64 (heads, len(delta)): KERPLE at the distances `delta` (qpos - j)."""
     d = np.abs(delta)[None, :]
     a, b = r1[:, None], r2[:, None]
     with np.errstate(over="ignore"):
         values = -a * log1p_product(b, d) if kind == "log" else -a * d**b
-    values += 0.0  # the diagonal +0.0, as alibi_bias's
-    if causal:
-        values[:, delta < 0] = -np.inf
-    return values
+    return values + 0.0  # the diagonal +0.0, as alibi_bias's
 
 
 @foreign
@@ -320,18 +335,21 @@ def kerple_bias(
     np.float32(-inf)
     """
     a, b, kind, _, _ = kerple_params(r1, r2, kind)
-    q_len, k_len, q_offset, causal = _positions(q_len, k_len, q_offset, causal)
-    shape = (a.shape[0], q_len, k_len)
-    v.shape_size((a.shape[0], q_len + k_len - 1), "r1, q_len and k_len")
-    target, add = _target(shape, dtype, scores, out, "r1's n_heads, q_len and k_len")
-    values = kerple_values(a, b, kind, distances(q_len, k_len, q_offset), causal)
-    return _by_distance(target, add, values)
+    return _by_distance(
+        a.shape[0],
+        lambda delta: kerple_values(a, b, kind, delta),
+        (q_len, k_len, q_offset, causal),
+        dtype,
+        scores,
+        out,
+        ("r1, q_len and k_len", "r1's n_heads, q_len and k_len"),
+    )
 
 
 # ---------------------------------------------------------------- Sandwich
 
 
-def sandwich_values(n_heads, dim, delta, causal):
+def sandwich_values(n_heads, dim, delta):
     """float64 (n_heads, len(delta)): Sandwich at the distances `delta`."""
     half = dim // 2
     inv_freq = 10000.0 ** (-2.0 * np.arange(1, half + 1, dtype=np.float64) / dim)
@@ -341,10 +359,7 @@ def sandwich_values(n_heads, dim, delta, causal):
         angles = np.multiply.outer(delta[s : s + step], inv_freq)
         base[s : s + step] = np.cos(angles, out=angles).sum(axis=1) - half
     scale = (np.arange(1, n_heads + 1, dtype=np.float64) * 8.0 / n_heads)[:, None]
-    values = base[None, :] / scale
-    if causal:
-        values[:, delta < 0] = -np.inf
-    return values
+    return base[None, :] / scale
 
 
 @foreign
@@ -407,12 +422,15 @@ def sandwich_bias(
     n_heads = v.integer(n_heads, "n_heads", minimum=1)
     dim = v.even_dim(dim, "dim")
     v.shape_size((dim // 2,), "dim", count=2)  # its frequencies, a row of cosines
-    q_len, k_len, q_offset, causal = _positions(q_len, k_len, q_offset, causal)
-    shape = (n_heads, q_len, k_len)
-    v.shape_size((n_heads, q_len + k_len - 1), "n_heads, q_len and k_len")
-    target, add = _target(shape, dtype, scores, out, "n_heads, q_len and k_len")
-    values = sandwich_values(n_heads, dim, distances(q_len, k_len, q_offset), causal)
-    return _by_distance(target, add, values)
+    return _by_distance(
+        n_heads,
+        lambda delta: sandwich_values(n_heads, dim, delta),
+        (q_len, k_len, q_offset, causal),
+        dtype,
+        scores,
+        out,
+        ("n_heads, q_len and k_len",) * 2,
+    )
 
 
 # ---------------------------------------------------------------- FIRE
@@ -451,6 +469,21 @@ def fire_tile(x, w1, b1, w2, b2):
         out += hidden[..., w : w + 1] * w2[:, w]
     out += b2
     return np.moveaxis(out, -1, 0), pre
+
+
+def fire_by_distance(delta, w1, b1, w2, b2, c, threshold, eps):
+    """FIRE at the distances `delta` (``qpos - j``, decreasing by one from
+    `delta[0]`, the ``qpos`` of a query at or before `threshold`): float64
+    (heads, len(delta)), made by :func:`fire_inputs` and :func:`fire_tile`
+    in tiles, each value the bits the query's row would hold."""
+    n_heads, width = w2.shape
+    values = np.empty((n_heads, delta.size))
+    qpos = delta[:1]
+    keys = qpos - delta  # 0, 1, 2, ...: exact
+    for _, cols in tiles(1, delta.size, width + n_heads):
+        x = fire_inputs(qpos, keys[cols], c, threshold, eps)[0]
+        values[:, cols] = fire_tile(x, w1, b1, w2, b2)[0][:, 0]
+    return values
 
 
 @foreign
@@ -510,8 +543,10 @@ def fire_bias(
 
     Notes
     -----
-    Evaluated in float64 in tiles of at most about 4 MiB of hidden
-    activations, each rounded once and stored (or added) as it is made.
+    Evaluated in float64, each value rounded once: the rows of queries at
+    or before `threshold` (one normaliser) from one value per distance, the
+    later ones in tiles of at most about 4 MiB of hidden activations,
+    stored (or added) as they are made.
     The backward pass is ``posenc._functional_grad.fire_bias_grad``.
 
     Examples
@@ -534,7 +569,14 @@ def fire_bias(
     target, add = _target(shape, dtype, scores, out, "w2's n_heads, q_len and k_len")
     keys = np.arange(k_len, dtype=np.float64)
     qpos = float(q_offset) + np.arange(q_len, dtype=np.float64)
-    for rows, cols in tiles(q_len, k_len, width + n_heads):
+    # the queries at or before the threshold share its normaliser: their
+    # rows depend only on qpos - j, made once per distance
+    flat = int(np.count_nonzero(qpos <= limit))
+    if flat:
+        params = (p1, q1, p2, q2, scale, limit, tiny)
+        _given(target[..., :flat, :], add, lambda d: fire_by_distance(d, *params), q_offset, causal)
+    for rows, cols in tiles(q_len - flat, k_len, width + n_heads):
+        rows = slice(rows.start + flat, rows.stop + flat)
         x = fire_inputs(qpos[rows], keys[cols], scale, limit, tiny)[0]
         values = fire_tile(x, p1, q1, p2, q2)[0]
         if causal:

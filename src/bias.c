@@ -2,7 +2,8 @@
  * bias.c -- attention biases that depend only on the distance
  * d = j - (q_offset + i) from query i to key j: ALiBi (Press et al.), T5's
  * bucketed relative biases (Raffel et al.) and the clipped relative
- * positions of Shaw et al.
+ * positions of Shaw et al., and any bias whose float64 values per head and
+ * distance are given (KERPLE and Sandwich, made by posenc/functional_bias.py).
  *
  * Such a (heads, q, k) bias is a Toeplitz matrix per head: row i is the
  * slice [q-1-i, q-1-i+k) of one vector holding the q+k-1 values the head
@@ -175,6 +176,23 @@ int pe_alibi(const struct pe_kernels *k, const double *slopes, int causal, int64
 {
     struct alibi_ctx c = {slopes, dst->q_len, q_offset, k->alibi_block[causal != 0][dst->dtype]};
     return bias_from_vectors(k, dst, add, nthreads, alibi_vector_block, &c);
+}
+
+/* ---- a bias given by its per-head vectors ---- */
+
+static void given_vector_block(const void *ctx, char *o, int dtype, ptrdiff_t h, ptrdiff_t t0,
+                               ptrdiff_t t1)
+{
+    const struct pe_bias_given *c = ctx;
+    const double *v = c->values + h * c->vlen;
+    for (ptrdiff_t t = t0; t < t1; ++t)
+        pe_store(o, t, dtype, v[t]);
+}
+
+int pe_bias_given(const struct pe_kernels *k, const struct pe_bias_given *given,
+                  const struct pe_bias_dst *dst, int add, int nthreads)
+{
+    return bias_from_vectors(k, dst, add, nthreads, given_vector_block, given);
 }
 
 /* ---- T5 buckets ---- */

@@ -31,6 +31,10 @@ static PyMethodDef methods[] = {
     {"t5_bias", py_t5_bias, METH_VARARGS,
      "t5_bias(table, dst, bidirectional, thresholds, q_offset, add, single=False): T5's bias into "
      "dst; single: on one thread."},
+    {"bias_given", py_bias_given, METH_VARARGS,
+     "bias_given(values, dst, add): the bias whose element (i, j) of head h is "
+     "values[h, q_len - 1 - i + j] (float64, rounded once) into the 4-D dst (written, or "
+     "added)."},
     {"t5_table_grad", py_t5_table_grad, METH_VARARGS,
      "t5_table_grad(grad, out, bidirectional, thresholds, q_offset): out[b, h] = the sum of "
      "grad[:, h, i, j] over bucket(j - (q_offset + i)) == b (float64 for float64 grad, else "

@@ -1,7 +1,8 @@
 /*
- * module_bias.c -- posenc._core's attention biases: alibi, t5_bias,
- * t5_table_grad, t5_buckets and relative_positions, their arguments
- * checked, then the entry points of bias.c.
+ * module_bias.c -- posenc._core's attention biases: alibi, bias_given (a
+ * bias from its per-head vectors), t5_bias, t5_table_grad, t5_buckets and
+ * relative_positions, their arguments checked, then the entry points of
+ * bias.c.
  */
 #include "module.h"
 
@@ -90,6 +91,42 @@ PyObject *py_alibi(PyObject *self, PyObject *args)
     struct alibi_call c = {(const double *)PyArray_DATA(slopes), causal, add, (int64_t)q_offset,
                            &d};
     return kernel_result(run_kernel(alibi_kernel, &c, PyArray_SIZE(dst)), NULL);
+}
+
+struct bias_given_call {
+    struct pe_bias_given given;
+    int add;
+    const struct pe_bias_dst *dst;
+};
+
+static int bias_given_kernel(const struct pe_kernels *k, void *args, int nthreads)
+{
+    const struct bias_given_call *c = args;
+    return pe_bias_given(k, &c->given, c->dst, c->add, nthreads);
+}
+
+PyObject *py_bias_given(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *values_o, *dst_o;
+    int add;
+    if (!PyArg_ParseTuple(args, "OOp:bias_given", &values_o, &dst_o, &add))
+        return NULL;
+    struct pe_bias_dst d;
+    PyArrayObject *values = arg_array(values_o, "values", NPY_DOUBLE, 2, ARG_CONTIGUOUS);
+    PyArrayObject *dst =
+        values ? bias_target(dst_o, add ? "scores" : "out", FLOAT_OR_BF16, &d) : NULL;
+    if (dst == NULL || check_per_head(values, 0, "values", "rows", dst, &d) < 0)
+        return NULL;
+    ptrdiff_t vlen = d.q_len + d.k_len - 1;
+    if (PyArray_DIM(values, 1) != vlen) {
+        PyErr_Format(PyExc_ValueError,
+                     "values must have %zd columns (q_len + k_len - 1, one per distance), not %zd",
+                     (Py_ssize_t)vlen, (Py_ssize_t)PyArray_DIM(values, 1));
+        return NULL;
+    }
+    struct bias_given_call c = {{(const double *)PyArray_DATA(values), vlen}, add, &d};
+    return kernel_result(run_kernel(bias_given_kernel, &c, PyArray_SIZE(dst)), NULL);
 }
 
 struct t5_bias_call {

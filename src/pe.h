@@ -272,6 +272,19 @@ struct pe_bias_dst {
 int pe_alibi(const struct pe_kernels *k, const double *slopes, int causal, int64_t q_offset,
              const struct pe_bias_dst *dst, int add, int nthreads);
 
+/* A bias given by its values: element (i, j) of head h is
+ * values[h * vlen + q_len - 1 - i + j] rounded once to dst's dtype, values
+ * float64 (heads, vlen = q_len + k_len - 1), C-contiguous. */
+struct pe_bias_given {
+    const double *values;
+    ptrdiff_t vlen;
+};
+
+/* The bias of `given` added into dst (add != 0) or written.  Returns 0, or
+ * -1 if memory ran out (nothing written). */
+int pe_bias_given(const struct pe_kernels *k, const struct pe_bias_given *given,
+                  const struct pe_bias_dst *dst, int add, int nthreads);
+
 /* T5: element (i, j) of head h is table[bucket(j - (q_offset + i)), h],
  * table a C-contiguous (num_buckets, heads) array of table_dtype, bucket as
  * pe_t5_buckets.  Returns 0, or -1 if memory ran out (nothing written). */

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from optional import require
 
+from posenc import _core
 from posenc import _functional_grad as fg
 from posenc import _reference_functional as rf
 from posenc import functional_bias as fb
@@ -294,6 +295,114 @@ def test_causal_add_gives_minus_inf_in_the_future():
     s = np.zeros((3, 4, 4), np.float32)
     fb.sandwich_bias(3, 4, dim=8, scores=s)
     assert np.isneginf(s[:, 0, 1:]).all() and np.isfinite(s[:, 1:, 0]).all()
+
+
+# ---------------------------------------------------------------- the C row kernels
+# KERPLE and Sandwich go through _core.bias_given: float64 vectors, one
+# value per distance, rounded once and written or added row by row; so do
+# FIRE's rows of queries at or before its threshold (one normaliser).
+
+GIVEN_GRIDS = [(5, 9, None), (9, 5, 7), (1, 12, None), (4, 4, -3), (6, 2, 30)]
+
+
+def _given_calls(q, k, q_offset, causal):
+    kw = dict(q_offset=q_offset, causal=causal)
+    fire = tuple({**fire_params(np.random.default_rng(3)), "threshold": 6.5}.values())
+    return [
+        (fb.fire_bias, rf.fire_bias, fire + (q, k), kw),
+        (fb.kerple_bias, rf.kerple_bias, (R1, R2, q, k), dict(kind="log", **kw)),
+        (fb.kerple_bias, rf.kerple_bias, (R1, R2, q, k), dict(kind="power", **kw)),
+        (fb.sandwich_bias, rf.sandwich_bias, (3, q, k), dict(dim=10, **kw)),
+    ]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("grid", GIVEN_GRIDS)
+def test_biases_by_distance_on_every_path_equal_the_reference(simd, threads, dtype, causal, grid):
+    q, k, q_offset = grid
+    dt = np_dtype(dtype)
+    base = (np.random.default_rng(q * k).standard_normal((2, 3, q, k)) * 4).astype(dt)
+    for ours, theirs, args, kw in _given_calls(q, k, q_offset, causal):
+        # float64: FIRE's reference sums its MLP by a matrix product, a few ulps away
+        atol = 1e-14 if ours is fb.fire_bias else 1e-300
+        want = theirs(*args, **kw, dtype=dt)
+        assert_matches(ours(*args, **kw, dtype=dt), want, dtype, atol)
+        out = np.full((3, k, q), np.nan, dt).transpose(0, 2, 1)  # a strided last axis
+        ours(*args, **kw, out=out)
+        assert_matches(out, want, dtype, atol)
+        one = np.full((3, 1, k), np.nan, dt)  # a single query: the vector written in place
+        ours(*args[:-2], 1, k, **{**kw, "q_offset": 3}, out=one)
+        want = theirs(*args[:-2], 1, k, **{**kw, "q_offset": 3}, dtype=dt)
+        assert_matches(one, want, dtype, atol)
+        want = base.copy()
+        theirs(*args, **kw, scores=want)
+        big = np.zeros((2, 5, q, k), dt)
+        big[:, 1:4] = base
+        for scores in (base.copy(), big[:, 1:4]):  # C-contiguous, and strided over the heads
+            assert ours(*args, **kw, scores=scores) is scores
+            assert_matches(scores, want, dtype, atol=1e-14)
+        assert (big[:, 0] == 0).all() and (big[:, 4] == 0).all()
+
+
+BITS = """
+import hashlib
+import numpy as np
+import posenc
+from posenc import functional_bias as fb
+r1, r2 = np.array([0.7, 1.3, 0.05]), np.array([0.4, 1.9, 1.0])
+digest = hashlib.sha256()
+for dt in ["float16", "float32", "float64"]:
+    for causal in (True, False):
+        s = (np.random.default_rng(1).standard_normal((2, 3, 37, 70)) * 4).astype(dt)
+        fb.kerple_bias(r1, r2, 37, 70, kind="power", causal=causal, scores=s)
+        fb.sandwich_bias(3, 37, 70, dim=12, causal=causal, q_offset=50, scores=s)
+        digest.update(s.tobytes())
+        digest.update(fb.kerple_bias(r1, r2, 37, 70, causal=causal, dtype=dt).tobytes())
+print(posenc.simd_path(), digest.hexdigest())
+"""
+
+
+def test_kerple_and_sandwich_portable_path_in_a_child_gives_the_same_bits():
+    import child_process
+
+    path, scalar = child_process.run("-c", BITS, check=True, POSENC_SIMD="scalar").stdout.split()
+    assert path == "scalar"
+    best, auto = child_process.run("-c", BITS, check=True, POSENC_SIMD="auto").stdout.split()
+    assert best == _core.simd_cpu() and auto == scalar
+
+
+@pytest.mark.parametrize("q_offset", [0, 3, 9])
+def test_fire_rows_before_the_threshold_equal_the_rows_made_one_by_one(q_offset):
+    p = {**fire_params(np.random.default_rng(4)), "threshold": 7.0}
+    got = fb.fire_bias(**p, q_len=6, k_len=13, causal=False, q_offset=q_offset, dtype="float64")
+    qpos = q_offset + np.arange(6.0)
+    for i in range(6):  # each row on its own, through the per-pair path
+        x = fb.fire_inputs(qpos[i : i + 1], np.arange(13.0), p["c"], p["threshold"], 1e-6)[0]
+        row = fb.fire_tile(x, p["w1"][:, 0], p["b1"], p["w2"], p["b2"])[0][:, 0]
+        assert_same_bits(got[:, i], row)
+
+
+def test_bias_given_refuses_bad_arguments_and_leaves_scores_untouched():
+    scores = np.arange(2 * 3 * 4 * 5, dtype=np.float32).reshape(2, 3, 4, 5)
+    before = scores.copy()
+    values = np.zeros((3, 8))
+    for bad, exc, match in [
+        (lambda: _core.bias_given(np.zeros((2, 8)), scores, True), ValueError, "values"),
+        (lambda: _core.bias_given(np.zeros((3, 9)), scores, True), ValueError, "values"),
+        (lambda: _core.bias_given(values.astype(np.float32), scores, True), TypeError, "values"),
+        (lambda: _core.bias_given(values[:, ::2], scores, True), ValueError, "values"),
+        (lambda: _core.bias_given(values, scores.astype(np.int32), True), TypeError, "scores"),
+        (lambda: _core.bias_given(values, scores[0], True), ValueError, "scores"),
+        (lambda: _core.bias_given(values, scores[..., ::-1], False), ValueError, "out"),
+    ]:
+        with pytest.raises(exc, match=match):
+            bad()
+        assert_same_bits(scores, before)
+    shared = np.zeros(2 * 3 * 4 * 5)  # values that are bytes of the scores
+    with pytest.raises(ValueError, match="values"):
+        _core.bias_given(shared[:24].reshape(3, 8), shared.reshape(2, 3, 4, 5), True)
+    assert (shared == 0).all()
 
 
 # ---------------------------------------------------------------- bad input
