@@ -50,7 +50,10 @@ positions, with xPos the inverse of the other role's transform, itself a
 posenc call) and ``t5_bias`` with respect to
 ``table`` (a scatter-add of the incoming gradient by bucket); the relative
 terms with respect to their arrays (posenc._grad, one callback
-for all of them).  Any other
+for all of them); ``complex_order_embedding`` with respect to its tables
+and float positions, through its pair or its complex result (whose
+cotangent, ``d/d real - i d/d imag`` as JAX defines it, is read as the
+pair's).  Any other
 argument that JAX differentiates (float positions, ALiBi slopes, a
 sinusoid's positions) raises a TypeError naming it, never a silent zero;
 forward mode (``jax.jvp``, ``jax.jacfwd``) is refused by JAX itself.
