@@ -148,8 +148,10 @@ def reads_values(rule):
 def backward(name, arguments, grad, wanted):
     """The gradients of the routed function `name`, called with
     `arguments` (arrays, or an adapter's tensors and tracers), for the
-    incoming gradient `grad`, with respect to the arguments `wanted`: a dict
-    from each to the incoming gradient, a :class:`Call` or :data:`HOST`."""
+    incoming gradient `grad` (for a function of several outputs a tuple,
+    the gradient of each, None for zero), with respect to the arguments
+    `wanted`: a dict from each to the incoming gradient, a :class:`Call` or
+    :data:`HOST`."""
     wanted = frozenset(wanted)
     if not wanted:
         return {}
@@ -392,7 +394,20 @@ def _cope_bias(a, grad, wanted):
     return dict(zip(("query", "attn_logits", "pos_emb"), got))
 
 
+def _complex_order_embedding(a, grad, wanted):
+    """Of the pair (real, imag): complex_order_embedding's backward beside
+    it; a float position's gradient summed to the positions' shape."""
+    arrays = [a[key] for key in ("token_ids", "positions", "amplitude", "frequency", "phase")]
+    complex_order = _records.module("complex_order_embedding")
+    got = complex_order._backward(*arrays, *grad, of_positions="positions" in wanted)
+    out = dict(zip(("amplitude", "frequency", "phase"), got))
+    if "positions" in wanted:
+        out["positions"] = np.asarray(_sum_to(got[3], np.shape(a["positions"])))
+    return out
+
+
 _RULES = {
+    "complex_order_embedding": _complex_order_embedding,
     "cope_bias": _cope_bias,
     "kerple_bias": _kerple_bias,
     "fire_bias": _fire_bias,
@@ -410,16 +425,20 @@ _RULES = {
 def grads(name, grad, wanted, args, kwargs):
     """The gradients of posenc.relative's function `name`, called with the
     NumPy arguments `args` and `kwargs`, for the incoming gradient `grad`
-    (the shape of its result, or of `scores=`): a dict from each argument
-    named in `wanted` (but scores) to its gradient, of the argument's shape
-    and the term's working dtype (float32 or float64)."""
+    (the shape of its result, or of `scores=`; for a function of several
+    outputs theirs stacked on a leading axis, zeros for None): a dict from
+    each argument named in `wanted` (but scores) to its gradient, of the
+    argument's shape and the term's working dtype (float32 or float64)."""
     fn = _records.function(name)
     bound = inspect.signature(fn).bind(*args, **kwargs)
     bound.apply_defaults()
     a = bound.arguments
     wanted = frozenset(wanted) - {"scores"}
+    grad = np.asarray(grad)
+    if _records.RECORDS[name].outputs > 1:  # the rule takes a tuple
+        grad = tuple(grad)
     with _ieee():  # an inf or NaN in the data: IEEE's results, no RuntimeWarning
-        out = _RULES[name](a, np.asarray(grad), wanted) if wanted else {}
+        out = _RULES[name](a, grad, wanted) if wanted else {}
     # an argument the term does not read (k in DeBERTa's c2p alone) gets zeros
     work = _work(*[np.asarray(a[key]).dtype for key in wanted])
     return {

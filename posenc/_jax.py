@@ -50,7 +50,10 @@ positions, with xPos the inverse of the other role's transform, itself a
 posenc call) and ``t5_bias`` with respect to
 ``table`` (a scatter-add of the incoming gradient by bucket); the relative
 terms with respect to their arrays (posenc._grad, one callback
-for all of them).  Any other
+for all of them); ``complex_order_embedding`` with respect to its tables
+and float positions, through its pair or its complex result (whose
+cotangent, ``d/d real - i d/d imag`` as JAX defines it, is read as the
+pair's).  Any other
 argument that JAX differentiates (float positions, ALiBi slopes, a
 sinusoid's positions) raises a TypeError naming it, never a silent zero;
 forward mode (``jax.jvp``, ``jax.jacfwd``) is refused by JAX itself.
@@ -720,17 +723,21 @@ def _differentiable(plan, op, static, names):
                 raise TypeError(_grad_error(plan, name))
         values = tuple(p.value for p in primals)
         # f itself, not op: differentiated again (a gradient's gradient), it
-        # is f's rule that applies
-        return f(*values), values
+        # is f's rule that applies; the residuals arrays (a traced Python
+        # number, a position, has no shape)
+        return f(*values), tuple(jnp.asarray(v) for v in values)
 
     def bwd(values, cotangent):
         got = {}
-        if not isinstance(cotangent, SymbolicZero):
+        cotangent = _incoming(plan.record, cotangent)
+        if cotangent is not None:
             traced = dict(zip(names, values))
-            wanted = [name for name in names if name in plan.grads]
+            # (an integer argument has no gradient: JAX's own rule)
+            wanted = [n for n in names if n in plan.grads and _inexact(traced[n].dtype)]
+            size = min(np.size(c) for c in _present(cotangent))
             # an empty result (q_len = 0) or argument has a zero gradient, without a call
             for key in wanted:
-                if cotangent.size == 0 or traced[key].size == 0:
+                if size == 0 or traced[key].size == 0:
                     got[key] = jnp.zeros(traced[key].shape, traced[key].dtype)
             wanted = [key for key in wanted if key not in got]
             rules = _grad.backward(plan.name, {**static, **traced}, cotangent, wanted)
@@ -749,6 +756,43 @@ def _differentiable(plan, op, static, names):
     f = jax.custom_vjp(traced)
     f.defvjp(fwd, bwd, symbolic_zeros=True)
     return f
+
+
+def _inexact(dtype):
+    return jnp.issubdtype(dtype, jnp.inexact)
+
+
+def _present(cotangent):
+    """The cotangents of a call's outputs that are not None."""
+    return [c for c in cotangent if c is not None] if isinstance(cotangent, tuple) else [cotangent]
+
+
+def _incoming(record, cotangent):
+    """The cotangent of a call's result as the backward rule takes it: one
+    array, or for a function of several outputs a tuple (None for zero), a
+    complex output's as the gradients of its real and imaginary parts (JAX's
+    cotangent of a complex array is their difference, ``d/d real - i
+    d/d imag``); None when all are zero."""
+    if record.outputs == 1:
+        return None if isinstance(cotangent, SymbolicZero) else cotangent
+    parts = []
+    for c in cotangent if isinstance(cotangent, tuple) else (cotangent,):
+        if isinstance(c, SymbolicZero):
+            parts += [None, None] if jnp.issubdtype(c.aval.dtype, jnp.complexfloating) else [None]
+        elif jnp.iscomplexobj(c):
+            parts += [c.real, -c.imag]
+        else:
+            parts.append(c)
+    return tuple(parts) if any(p is not None for p in parts) else None
+
+
+def _stacked(cotangent):
+    """The cotangents of several outputs as one array (zeros for None), as
+    the host's backward (posenc._grad.grads) takes them."""
+    if not isinstance(cotangent, tuple):
+        return cotangent
+    like = _present(cotangent)[0]
+    return jnp.stack([jnp.zeros_like(like) if c is None else c for c in cotangent])
 
 
 def _grad_error(plan, name):
@@ -796,7 +840,7 @@ def _host_grads(plan, static, names, values, cotangent, keys):
     grad_plan = _RELATIVE_GRAD_PLANS.get((plan.name, keys))
     if grad_plan is None:
         grad_plan = _RELATIVE_GRAD_PLANS[plan.name, keys] = _RelativeGradPlan(plan, keys)
-    result = _apply(grad_plan, static, ("grad", *names), [cotangent, *values])
+    result = _apply(grad_plan, static, ("grad", *names), [_stacked(cotangent), *values])
     traced = dict(zip(names, values))
     return tuple(r.astype(traced[key].dtype) for r, key in zip(result, keys))
 

@@ -59,6 +59,10 @@ class Record:
     dtype_from: Optional[str] = None
     #: for a function no wrapper registers: the routed function beside it
     beside: Optional[str] = None
+    #: how many real arrays its result is: a tuple of them (a complex array
+    #: counts as two, its real and imaginary parts); with more than one its
+    #: backward rule gets a tuple, the gradient of each (None for zero)
+    outputs: int = 1
 
 
 # ---------------------------------------------------------------- result shapes
@@ -108,6 +112,10 @@ def _logits_shape(a, found=None):
 
 def _rope_shape(a, found=None):
     return tuple(a["x"].shape)
+
+
+def _complex_order_shape(a, found=None):
+    return (*a["token_ids"].shape, a["amplitude"].shape[1])
 
 
 def _cos_sin_shape(a, found=None):
@@ -232,7 +240,16 @@ _RECORDS = (
         sinks=("scores",),
         dtype_from=None,
     ),
-    Record("complex_order_embedding"),
+    Record(
+        "complex_order_embedding",
+        arrays=("token_ids", "positions", "amplitude", "frequency", "phase"),
+        indexes=frozenset({"token_ids"}),
+        traced_scalars=frozenset({"token_ids", "positions"}),
+        differentiable=("positions", "amplitude", "frequency", "phase"),
+        backward="host",
+        shape=_complex_order_shape,
+        outputs=2,
+    ),
     Record("xl_relative_table"),
     Record("tener_relative_table"),
     Record(

@@ -442,20 +442,52 @@ def _setup(ctx, inputs, output):
     ctx.save_for_backward(*[given[k] for k in saved])
     ctx.shapes = {k: t.new_zeros(()).expand(t.shape) for k, t in given.items() if k not in saved}
     ctx.call = (name, spec, floats, ints)
+    if record.outputs > 1:  # an output no loss reads: its gradient None, not zeros
+        ctx.set_materialize_grads(False)
+
+
+def _incoming(record, grads):
+    """The outputs' gradients as the rule takes them: one tensor, or for a
+    function of several outputs a tuple (None for zero), a complex output's
+    as its real and imaginary parts (torch's gradient of a complex tensor
+    holds that of its real part in its real part, of its imaginary part in
+    its imaginary part)."""
+    if record.outputs == 1:
+        return grads[0]
+    if len(grads) == record.outputs:
+        return tuple(grads)
+    parts = [(None, None) if g is None else (g.real, g.imag) for g in grads]
+    return tuple(g for pair in parts for g in pair)
+
+
+def _tuple(grad):
+    return grad if isinstance(grad, tuple) else (grad,)
+
+
+def _stacked(grad):
+    """The gradients of several outputs as one tensor (zeros for None), as
+    posenc::relative_grad takes them."""
+    if not isinstance(grad, tuple):
+        return grad
+    like = next(g for g in grad if g is not None)
+    return torch.stack([torch.zeros_like(like) if g is None else g for g in grad])
 
 
 def _backward(ctx, grads):
     name, spec, floats, ints = ctx.call
     record = _records.RECORDS[name]
     given = {**dict(zip(ctx.saved, ctx.saved_tensors)), **ctx.shapes}
-    grad = grads[0]
-    rules = _grad.backward(name, {**decode(spec, floats, ints), **given}, grad, ctx.wanted)
+    grad = _incoming(record, grads)
+    wanted = ctx.wanted if any(g is not None for g in _tuple(grad)) else ()
+    rules = _grad.backward(name, {**decode(spec, floats, ints), **given}, grad, wanted)
     got = {}
     host = [key for key, rule in rules.items() if rule is _grad.HOST]
     if host:
         tensors = [given.get(k) for k in record.arrays]
         wanted = [k in host for k in record.arrays]
-        computed = torch.ops.posenc.relative_grad(name, tensors, grad, wanted, spec, floats, ints)
+        computed = torch.ops.posenc.relative_grad(
+            name, tensors, _stacked(grad), wanted, spec, floats, ints
+        )
         got.update(zip([k for k in record.arrays if k in host], computed))
     for key, rule in rules.items():
         if isinstance(rule, _grad.Call):

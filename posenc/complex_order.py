@@ -164,6 +164,16 @@ def complex_order_embedding_grad(
         ``d r = gR cos(phi) + gI sin(phi)``,
         ``d theta = r (gI cos(phi) - gR sin(phi))``, ``d w = pos * d theta``.
     """
+    return _backward(token_ids, positions, amplitude, frequency, phase, grad_real, grad_imag)
+
+
+def _backward(
+    token_ids, positions, amplitude, frequency, phase, grad_real, grad_imag, of_positions=False
+):
+    """complex_order_embedding_grad's three tables; with `of_positions`
+    also the gradient of each token's position, ``sum over the features of
+    w d theta``, in float64 of token_ids' shape (the adapters' backward
+    sums it to the positions' own shape)."""
     ids, pos, r, w, theta = _check(token_ids, positions, amplitude, frequency, phase)
     shape = ids.shape + (r.shape[1],)
     grads = []
@@ -196,4 +206,6 @@ def complex_order_embedding_grad(
         acc = np.zeros((vocab, dim))
         np.add.at(acc, flat, d.reshape(-1, dim))
         out.append(acc.astype(table.dtype))
+    if of_positions:
+        out.append((d_theta * w.astype(np.float64)[ids]).sum(axis=-1))
     return tuple(out)

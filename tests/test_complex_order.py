@@ -1,8 +1,13 @@
 """Complex-order embeddings (Wang et al. 2020): against the float64 twin, the
 authors' module written in torch, a hand-derived case; the gradients of the
-three tables against torch.autograd; bad input refused."""
+three tables against torch.autograd; bad input refused.  With torch tensors
+and JAX arrays, the gradients of the tables and of float positions: torch's
+gradcheck, torch.autograd and JAX's autodiff of the authors' formula written
+as torch and jax.numpy ops, torch.compile, jax.jit and jax.vmap; the pair and
+the complex result."""
 
 import math
+from functools import partial
 
 import numpy as np
 import pytest
@@ -139,6 +144,205 @@ def test_complex_order_grad_none_is_zero_and_unused_rows_are_zero():
     for a, b in zip(only_re, with_zero):
         np.testing.assert_array_equal(a, b)
         np.testing.assert_array_equal(a[[1, 3, 4, 5, 6]], 0.0)
+
+
+# --- torch tensors: autograd, torch.compile ----------------------------------
+
+
+def _small(torch, dtype, seed=20):
+    """Vocab 5, dim 3, tokens with repeats; the tables and float positions
+    require grad."""
+    gen = torch.Generator().manual_seed(seed)
+    r, w, theta = (torch.randn(5, 3, dtype=torch.float64, generator=gen) for _ in range(3))
+    ids = torch.tensor([[0, 2, 2, 4], [1, 0, 4, 4]])
+    pos = torch.tensor([1.0, 2.5, 3.0, 7.0], dtype=torch.float64)
+    leaves = [t.to(dtype).requires_grad_() for t in (pos, r, w, theta)]
+    return ids, leaves
+
+
+def _formula(torch, ids, pos, r, w, theta):
+    """The authors' formula as torch ops: r[t] cos(w[t] pos + theta[t]), r[t] sin(...)."""
+    phase = pos[..., None] * w[ids] + theta[ids]
+    return r[ids] * torch.cos(phase), r[ids] * torch.sin(phase)
+
+
+def test_complex_order_torch_gradcheck_pair_and_complex():
+    torch = require("torch")
+    ids, leaves = _small(torch, torch.float64)
+
+    def pair(*a):
+        return complex_order_embedding(ids, *a)
+
+    def complex_(*a):
+        return complex_order_embedding(ids, *a, as_complex=True)
+
+    assert pair(*leaves)[0].grad_fn is not None
+    assert torch.autograd.gradcheck(pair, tuple(leaves))
+    assert torch.autograd.gradcheck(complex_, tuple(leaves))
+
+
+@pytest.mark.parametrize("as_complex", [False, True])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_complex_order_torch_gradients_equal_autograd_of_the_formula(dtype, as_complex):
+    torch = require("torch")
+    ids, leaves = _small(torch, getattr(torch, dtype), seed=21)
+    gen = torch.Generator().manual_seed(22)
+    g_re, g_im = (torch.randn(2, 4, 3, dtype=torch.float64, generator=gen) for _ in range(2))
+    if as_complex:
+        z = complex_order_embedding(ids, *leaves, as_complex=True)
+        assert z.dtype == (torch.complex128 if dtype == "float64" else torch.complex64)
+        # torch's gradient of a complex output: d/d real + i d/d imag
+        got = torch.autograd.grad(z, leaves, torch.complex(g_re, g_im).to(z.dtype))
+    else:
+        real, imag = complex_order_embedding(ids, *leaves)
+        assert real.dtype == imag.dtype == getattr(torch, dtype)
+        got = torch.autograd.grad((real, imag), leaves, (g_re.to(real.dtype), g_im.to(real.dtype)))
+    # the witness in float64 on the same values
+    wide = [t.detach().double().requires_grad_() for t in leaves]
+    real, imag = _formula(torch, ids, *wide)
+    want = torch.autograd.grad((real * g_re + imag * g_im).sum(), wide)
+    for a, b, name in zip(got, want, ("positions", "amplitude", "frequency", "phase")):
+        assert a.dtype == getattr(torch, dtype), name
+        if dtype == "float64":
+            torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12, msg=name)
+        else:  # rounded once from float64
+            torch.testing.assert_close(a, b.float(), rtol=3e-7, atol=1e-6, msg=name)
+    if dtype == "float32":  # and the formula run in float32 as a model would
+        real, imag = _formula(torch, ids, *leaves)
+        loss = (real * g_re.float() + imag * g_im.float()).sum()
+        for a, b in zip(got, torch.autograd.grad(loss, leaves)):
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+
+
+def test_complex_order_torch_one_output_unused_is_a_zero_gradient():
+    torch = require("torch")
+    ids, leaves = _small(torch, torch.float64, seed=23)
+    g = torch.randn(2, 4, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(24))
+    real, imag = complex_order_embedding(ids, *leaves)
+    only_imag = torch.autograd.grad(imag, leaves, g)
+    real, imag = complex_order_embedding(ids, *leaves)
+    with_zero = torch.autograd.grad((real, imag), leaves, (torch.zeros_like(g), g))
+    for a, b in zip(only_imag, with_zero):
+        assert torch.equal(a, b)
+    # the tables as the NumPy backward gives them with grad_real None
+    arrays = [t.detach().numpy() for t in leaves]
+    tables = complex_order_embedding_grad(ids.numpy(), *arrays, None, g.numpy())
+    for a, b in zip(only_imag[1:], tables):
+        np.testing.assert_array_equal(a.numpy(), b)
+    # a position's, written out: d imag / d pos = w r cos(phase), summed over features and rows
+    pos, r, w, theta = (t.detach() for t in leaves)
+    phase = pos[..., None] * w[ids] + theta[ids]
+    d_pos = (w[ids] * r[ids] * torch.cos(phase) * g).sum(-1).sum(0)
+    torch.testing.assert_close(only_imag[0], d_pos, rtol=1e-12, atol=1e-12)
+
+
+def test_complex_order_torch_integer_positions_and_a_gradients_gradient():
+    torch = require("torch")
+    ids, (_, *tables) = _small(torch, torch.float64, seed=25)
+    real, imag = complex_order_embedding(ids, torch.arange(1, 5), *tables)
+    real64, imag64 = _formula(torch, ids, torch.arange(1.0, 5.0, dtype=torch.float64), *tables)
+    got = torch.autograd.grad((real + imag).sum(), tables, create_graph=True)
+    want = torch.autograd.grad((real64 + imag64).sum(), tables)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+    with pytest.raises(RuntimeError, match="posenc.relative_grad"):  # refused, not a zero
+        got[0].sum().backward()
+
+
+def test_complex_order_torch_compile_fullgraph_equals_eager_bits():
+    torch = require("torch")
+    ids, leaves = _small(torch, torch.float32, seed=26)
+    gen = torch.Generator().manual_seed(27)
+    g_re, g_im = (torch.randn(2, 4, 3, generator=gen) for _ in range(2))
+
+    def pair(ids, *a):
+        return complex_order_embedding(ids, *a)
+
+    def complex_(ids, *a):
+        return (complex_order_embedding(ids, *a, as_complex=True),)
+
+    def run(fn, grads):
+        outs = fn(ids, *leaves)
+        used = [(o, g) for o, g in zip(outs, grads) if g is not None]
+        got = torch.autograd.grad([o for o, _ in used], leaves, [g for _, g in used])
+        return [o.detach() for o in outs] + list(got)
+
+    cases = [(pair, (g_re, g_im)), (pair, (None, g_im)), (complex_, (torch.complex(g_re, g_im),))]
+    for fn, grads in cases:
+        eager = run(fn, grads)
+        compiled = run(torch.compile(fn, fullgraph=True), grads)
+        for a, b in zip(eager, compiled):
+            assert a.dtype == b.dtype and torch.equal(a, b), fn.__name__
+
+
+# --- JAX arrays: jax.grad, jax.jit, jax.vmap ---------------------------------
+
+
+def _jax_formula(jnp, ids, pos, r, w, theta):
+    phase = pos[..., None] * w[ids] + theta[ids]
+    return r[ids] * jnp.cos(phase), r[ids] * jnp.sin(phase)
+
+
+def test_complex_order_jax_grad_jit_vmap_equal_jax_autodiff_of_the_formula():
+    jax = require("jax")
+    jnp = require("jax.numpy")
+    x64 = jax.enable_x64 if hasattr(jax, "enable_x64") else require("jax.experimental").enable_x64
+    rng = np.random.default_rng(28)
+    formula = partial(_jax_formula, jnp)
+
+    def loss(fn, g_re, g_im, ids):
+        def f(pos, r, w, theta):
+            real, imag = fn(ids, pos, r, w, theta)
+            return (real * g_re).sum() + (imag * g_im).sum()
+
+        return f
+
+    def parts(ids, *a):  # the complex result's parts: JAX's complex cotangent
+        z = complex_order_embedding(ids, *a, as_complex=True)
+        return z.real, z.imag
+
+    def imag_only(ids, *a):  # the real part unused: a symbolic zero cotangent
+        return 0.0, complex_order_embedding(ids, *a)[1]
+
+    def formula_imag(ids, *a):
+        return 0.0, formula(ids, *a)[1]
+
+    every = (0, 1, 2, 3)
+    with x64(True):
+        ids = jnp.asarray([[0, 2, 2, 4], [1, 0, 4, 4]])
+        pos = jnp.asarray([1.0, 2.5, 3.0, 7.0])
+        r, w, theta = (jnp.asarray(rng.normal(size=(5, 3))) for _ in range(3))
+        g = [jnp.asarray(rng.normal(size=(2, 4, 3))) for _ in range(2)]
+        args = (pos, r, w, theta)
+        want = jax.grad(loss(formula, *g, ids), every)(*args)
+        for fn in (complex_order_embedding, parts):
+            for transform in (lambda f: f, jax.jit):
+                got = transform(jax.grad(loss(fn, *g, ids), every))(*args)
+                for a, b in zip(got, want):
+                    assert a.dtype == b.dtype
+                    np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
+        got = jax.grad(loss(imag_only, *g, ids), every)(*args)
+        for a, b in zip(got, jax.grad(loss(formula_imag, *g, ids), every)(*args)):
+            np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
+        # vmap over a batch of amplitude tables
+        tables = jnp.stack([r, 2 * r, -r])
+
+        def batched(fn):
+            return jax.vmap(jax.grad(lambda r: loss(fn, *g, ids)(pos, r, w, theta)))(tables)
+
+        np.testing.assert_allclose(
+            batched(complex_order_embedding), batched(formula), rtol=1e-12, atol=1e-12
+        )
+        # integer positions traced beside the tables: no gradient of their own
+        jitted = jax.jit(
+            jax.grad(lambda r, p: loss(complex_order_embedding, *g, ids)(p, r, w, theta))
+        )
+        want = jax.grad(lambda r: loss(formula, *g, ids)(jnp.arange(4.0), r, w, theta))(r)
+        np.testing.assert_allclose(jitted(r, jnp.arange(4)), want, rtol=1e-12, atol=1e-12)
+        # one position for every token, a Python number
+        got = jax.grad(lambda p: loss(complex_order_embedding, *g, ids)(p, r, w, theta))(2.5)
+        want = jax.grad(lambda p: loss(formula, *g, ids)(p, r, w, theta))(2.5)
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
 
 
 # --- bad input ---------------------------------------------------------------

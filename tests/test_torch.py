@@ -923,6 +923,12 @@ def test_the_operator_path_gives_the_numbers_of_the_direct_path(name):
             {"causal": False},
             "query",
         ),
+        "complex_order_embedding": lambda: (  # its gradients: tests/test_complex_order.py
+            posenc.complex_order_embedding,
+            (torch.tensor([[0, 3, 3], [1, 0, 4]]), torch.arange(1, 4), *randn(3, 5, 2).unbind()),
+            {},
+            None,
+        ),
         "sandwich_bias": lambda: (
             posenc.sandwich_bias,
             (4, 3, 6),
