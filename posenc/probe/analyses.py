@@ -21,6 +21,7 @@ import numpy as np
 from .. import _validate as v
 from .._dtypes import is_bfloat16, widen
 from .._typing import ArrayLike, NDArray
+from ._fits import least_squares_predictions
 
 # ---------------------------------------------------------------- optional dependencies
 
@@ -264,8 +265,10 @@ def absolute_position_regression(
     with _one_thread():
         for k, test in enumerate(_fold_slices(n, folds)):
             train = _train_mask(n, test)
-            model = linear_model.LinearRegression().fit(X[train], y[train])
-            rounded = np.rint(model.predict(X[test]))
+            predicted = least_squares_predictions(X[train], y[train], X[test])
+            if predicted is None:  # rank deficient: scikit-learn's SVD decides the rank
+                predicted = linear_model.LinearRegression().fit(X[train], y[train]).predict(X[test])
+            rounded = np.rint(predicted)
             predictions[order[test]] = rounded
             fold_mae[k] = np.mean(np.abs(rounded - y[test]))
     return AbsolutePositionResult(

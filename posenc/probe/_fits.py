@@ -1,0 +1,80 @@
+"""The absolute-position probe's least-squares fit in LAPACK terms.
+
+:func:`least_squares_predictions` computes what scikit-learn's
+``LinearRegression`` computes (ordinary least squares with an intercept, the
+minimum-norm solution when underdetermined) by one Householder QR instead of
+an SVD: the same solution where the training matrix has full rank to working
+precision.  Where it has not (scikit-learn's SVD then cuts the singular values
+below ``eps * max``, which a QR factor cannot mirror) it returns None and the
+caller fits with scikit-learn, which stays the reference.
+
+The relative-order probe keeps scikit-learn's ``LogisticRegression``: its
+lbfgs stops at a gradient tolerance of 1e-4, before the optimum, and the
+classes it predicts are those of where it stopped, not those of the optimum.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+
+from .._typing import NDArray
+
+#: Below this reciprocal condition estimate (LAPACK's 1-norm one, of the centred
+#: training matrix's triangular factor) the fit is left to scikit-learn, whose
+#: SVD cuts singular values below ``eps * max`` (2.2e-16), which a QR factor
+#: cannot mirror.  The estimate is within a factor of about ``10 * dim`` of the
+#: 2-norm one, so above it no singular value is near that cut; the 512 x 768
+#: sinusoid's folds estimate about 1e-10.
+_RCOND_MIN = 1e-11
+
+
+def least_squares_predictions(
+    X: NDArray[np.float64], y: NDArray[np.float64], test: NDArray[np.float64]
+) -> Optional[NDArray[np.float64]]:
+    """``LinearRegression().fit(X, y).predict(test)`` by one QR factorisation.
+
+    The data are centred as scikit-learn centres them; the centred rows sum to
+    zero, so one Householder reflection of the rows (``1/sqrt(m)`` onto the
+    first axis) leaves a first row of zeros and an ``(m - 1) x d`` matrix ``Z``
+    with the same least-squares solutions.  Overdetermined, ``w = R^-1 Q^T z``
+    from ``Z = QR``; underdetermined, the minimum-norm ``w = Q R^-T z`` from
+    ``Z^T = QR``.  None when ``Z`` is not of full rank to working precision.
+    """
+    from scipy.linalg import lapack  # scikit-learn's dependency
+
+    m = X.shape[0]
+    mean = X.mean(axis=0)
+    Z = X - mean
+    z = y - y.mean()
+    # the reflection H = I - 2 v v^T / (v^T v), v = e_1 + 1/sqrt(m) (H 1/sqrt(m) = -e_1)
+    v = np.full(m, 1.0 / np.sqrt(m))
+    v[0] += 1.0
+    scale = 2.0 / (v @ v)
+    Z -= np.outer(v, scale * (v @ Z))
+    z -= v * (scale * (v @ z))
+    Z, z = Z[1:], z[1:]
+    rows, cols = Z.shape
+    over = rows >= cols
+    # Householder QR (Q kept as reflectors, applied by ormqr): of Z, or of Z^T
+    A = np.asfortranarray(Z if over else Z.T)
+    qr, tau, _, info = lapack.dgeqrf(A, lwork=64 * A.shape[1], overwrite_a=True)
+    if info != 0:
+        return None
+    k = min(rows, cols)
+    r = np.triu(qr[:k, :k])
+    rcond, info = lapack.dtrcon(r, norm="1", uplo="U", diag="N")
+    if info != 0 or not rcond > _RCOND_MIN:
+        return None
+    if over:  # w = R^-1 (Q^T z)[:k]
+        qz, _, info = lapack.dormqr("L", "T", qr, tau, z[:, None].copy(order="F"), 64)
+        w, info2 = lapack.dtrtrs(r, qz[:k])
+    else:  # w = Q (R^-T z)
+        t, info2 = lapack.dtrtrs(r, z[:, None], trans=1)
+        padded = np.zeros((cols, 1), order="F")
+        padded[:k] = t
+        w, _, info = lapack.dormqr("L", "N", qr, tau, padded, 64)
+    if info != 0 or info2 != 0:
+        return None
+    return (test - mean) @ w[:, 0] + y.mean()
