@@ -42,7 +42,9 @@ def least_squares_predictions(
     from ``Z = QR``; underdetermined, the minimum-norm ``w = Q R^-T z`` from
     ``Z^T = QR``.  None when ``Z`` is not of full rank to working precision.
     """
-    from scipy.linalg import lapack  # scikit-learn's dependency
+    from .analyses import _require
+
+    lapack = _require("scipy.linalg.lapack", "absolute_position_regression")  # scikit-learn's
 
     m = X.shape[0]
     mean = X.mean(axis=0)
@@ -56,6 +58,8 @@ def least_squares_predictions(
     z -= v * (scale * (v @ z))
     Z, z = Z[1:], z[1:]
     rows, cols = Z.shape
+    if rows == 0:  # one training row: nothing to factor
+        return None
     over = rows >= cols
     # Householder QR (Q kept as reflectors, applied by ormqr): of Z, or of Z^T
     A = np.asfortranarray(Z if over else Z.T)
