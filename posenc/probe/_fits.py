@@ -3,10 +3,9 @@
 :func:`least_squares_predictions` computes what scikit-learn's
 ``LinearRegression`` computes (ordinary least squares with an intercept, the
 minimum-norm solution when underdetermined) by one Householder QR instead of
-an SVD: the same solution where the training matrix has full rank to working
-precision.  Where it has not (scikit-learn's SVD then cuts the singular values
-below ``eps * max``, which a QR factor cannot mirror) it returns None and the
-caller fits with scikit-learn, which stays the reference.
+an SVD: the same solution where scikit-learn's SVD cuts no singular value.
+Where it would (below ``tol * max``: the 512 x 768 sinusoid's folds), it
+returns None and the caller fits with scikit-learn, which stays the reference.
 
 The relative-order probe keeps scikit-learn's ``LogisticRegression``: its
 lbfgs stops at a gradient tolerance of 1e-4, before the optimum, and the
@@ -21,17 +20,13 @@ import numpy as np
 
 from .._typing import NDArray
 
-#: Below this reciprocal condition estimate (LAPACK's 1-norm one, of the centred
-#: training matrix's triangular factor) the fit is left to scikit-learn, whose
-#: SVD cuts singular values below ``eps * max`` (2.2e-16), which a QR factor
-#: cannot mirror.  The estimate is within a factor of about ``10 * dim`` of the
-#: 2-norm one, so above it no singular value is near that cut; the 512 x 768
-#: sinusoid's folds estimate about 1e-10.
-_RCOND_MIN = 1e-11
+#: How far above scikit-learn's cut the smallest singular value must be
+#: certified to lie for the QR solution to be the one it computes.
+_MARGIN = 2.0
 
 
 def least_squares_predictions(
-    X: NDArray[np.float64], y: NDArray[np.float64], test: NDArray[np.float64]
+    X: NDArray[np.float64], y: NDArray[np.float64], test: NDArray[np.float64], cut: float
 ) -> Optional[NDArray[np.float64]]:
     """``LinearRegression().fit(X, y).predict(test)`` by one QR factorisation.
 
@@ -40,7 +35,13 @@ def least_squares_predictions(
     first axis) leaves a first row of zeros and an ``(m - 1) x d`` matrix ``Z``
     with the same least-squares solutions.  Overdetermined, ``w = R^-1 Q^T z``
     from ``Z = QR``; underdetermined, the minimum-norm ``w = Q R^-T z`` from
-    ``Z^T = QR``.  None when ``Z`` is not of full rank to working precision.
+    ``Z^T = QR``.
+
+    scikit-learn's lstsq treats the singular values below ``cut`` times the
+    largest as zero (`cut`: ``LinearRegression``'s ``tol``, 1e-6, which it
+    hands to lstsq as ``cond``).  The QR solution is that one only when no
+    singular value is cut: certified by ``1 / (|R|_F |R^-1|_F)``, a lower
+    bound of ``s_min / s_max``, at least ``_MARGIN * cut``; else None.
     """
     from .analyses import _require
 
@@ -68,8 +69,11 @@ def least_squares_predictions(
         return None
     k = min(rows, cols)
     r = np.triu(qr[:k, :k])
-    rcond, info = lapack.dtrcon(r, norm="1", uplo="U", diag="N")
-    if info != 0 or not rcond > _RCOND_MIN:
+    inverse, info = lapack.dtrtri(r)
+    if info != 0:
+        return None
+    bound = 1.0 / (np.linalg.norm(r) * np.linalg.norm(inverse))
+    if not bound > _MARGIN * cut:
         return None
     if over:  # w = R^-1 (Q^T z)[:k]
         qz, _, info = lapack.dormqr("L", "T", qr, tau, z[:, None].copy(order="F"), 64)

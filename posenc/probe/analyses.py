@@ -280,11 +280,13 @@ def absolute_position_regression(
     X, y = table[order], order.astype(np.float64)
     predictions = np.empty(n)
     fold_mae = np.empty(folds)
+    # the share of the largest singular value below which lstsq cuts
+    cut = max(float(getattr(linear_model.LinearRegression(), "tol", 0.0)), np.finfo(float).eps)
     with _one_thread():
         for k, test in enumerate(_fold_slices(n, folds)):
             train = _train_mask(n, test)
-            predicted = least_squares_predictions(X[train], y[train], X[test])
-            if predicted is None:  # rank deficient: scikit-learn's SVD decides the rank
+            predicted = least_squares_predictions(X[train], y[train], X[test], cut)
+            if predicted is None:  # scikit-learn's SVD cuts a singular value: its solution
                 predicted = linear_model.LinearRegression().fit(X[train], y[train]).predict(X[test])
             rounded = np.rint(predicted)
             predictions[order[test]] = rounded

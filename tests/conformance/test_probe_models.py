@@ -90,7 +90,10 @@ def test_minilm_least_squares_folds_equal_linear_regression(minilm_table):
         train[test] = False
         with threadpool_limits(1):
             model = LinearRegression().fit(X[train], y[train])
-            ours = least_squares_predictions(X[train], y[train], np.vstack([points, X[test]]))
+            ours = least_squares_predictions(
+                X[train], y[train], np.vstack([points, X[test]]), model.tol
+            )
+            assert ours is not None
         theirs = np.concatenate([model.predict(points), model.predict(X[test])])
         np.testing.assert_allclose(ours, theirs, rtol=1e-9, atol=1e-9 * np.abs(theirs).max())
 
