@@ -118,6 +118,81 @@ def test_other_fold_counts_and_pair_counts_equal_direct_sklearn_runs(rng):
     assert len(o.pairs) == 300 and len(o.fold_errors) == 7
 
 
+def _least_squares_pair(X, y):
+    """(posenc's, scikit-learn's) intercept and intercept + coefficients: the
+    predictions at the origin and at each unit vector."""
+    from sklearn.linear_model import LinearRegression
+
+    from posenc.probe._fits import least_squares_predictions
+
+    points = np.vstack([np.zeros(X.shape[1]), np.eye(X.shape[1])])
+    with _one_blas_thread():
+        model = LinearRegression()
+        ours = least_squares_predictions(X, y, points, model.tol)
+        theirs = model.fit(X, y).predict(points)
+    return ours, theirs
+
+
+def _one_blas_thread():
+    from threadpoolctl import threadpool_limits
+
+    return threadpool_limits(1)
+
+
+@pytest.mark.parametrize(
+    "kind, shape",
+    [
+        ("gaussian", (120, 40)),  # overdetermined
+        ("gaussian", (120, 300)),  # underdetermined: the minimum-norm solution
+        ("random walk", (120, 40)),  # smooth, as learned tables are
+        ("random walk", (120, 300)),
+    ],
+)
+def test_least_squares_fit_equals_linear_regression(rng, kind, shape):
+    E = rng.standard_normal(shape)
+    if kind == "random walk":
+        E = np.cumsum(E, axis=0)
+    y = rng.permutation(shape[0]).astype(np.float64)
+    train = np.arange(shape[0]) % 5 != 0
+    ours, theirs = _least_squares_pair(E[train], y[train])
+    assert ours is not None
+    np.testing.assert_allclose(ours, theirs, rtol=1e-9, atol=1e-9 * np.abs(theirs).max())
+
+
+def test_least_squares_fit_of_a_rank_deficient_table_is_left_to_scikit_learn(rng):
+    base = rng.standard_normal((80, 6))
+    E = np.hstack([base, base[:, :3] * 2.0])  # rank 6 of 9 columns
+    ours, _ = _least_squares_pair(E[:64], np.arange(64.0))
+    assert ours is None
+    result = probe.absolute_position_regression(E, seed=1)
+    np.testing.assert_allclose(result.fold_mae, direct_absolute(E, 1), atol=1e-9)
+
+
+def test_least_squares_fits_of_the_sinusoid_are_left_to_scikit_learn():
+    # LinearRegression hands lstsq cond=tol (1e-6): singular values below
+    # 1e-6 of the largest are cut.  The 512 x 768 sinusoid's centred folds
+    # have singular values below that (the float64 table written out and
+    # posenc's float32 one alike), so their solution is scikit-learn's own.
+    from posenc.probe._fits import least_squares_predictions
+
+    order = np.random.default_rng(0).permutation(N)
+    y = order.astype(np.float64)
+    for E in (paper_sinusoid(N, D), posenc.sinusoid(N, D).astype(np.float64)):
+        X = E[order]
+        s = np.linalg.svd(X[:410] - X[:410].mean(axis=0), compute_uv=False)
+        assert s[-2] < 1e-6 * s[0]
+        assert least_squares_predictions(X[:410], y[:410], X[410:], 1e-6) is None
+
+
+@pytest.mark.parametrize("seed", [3, 7])
+def test_absolute_probe_of_the_paper_tables_equals_direct_sklearn_runs(gaussian, seed):
+    # posenc's 512 x 768 sinusoid (centred folds of condition number ~1e9)
+    # and the Gaussian table: every rounded prediction as scikit-learn's
+    for E in (posenc.sinusoid(N, D).astype(np.float64), gaussian):
+        result = probe.absolute_position_regression(E, seed=seed)
+        np.testing.assert_allclose(result.fold_mae, direct_absolute(E, seed), atol=1e-9)
+
+
 def test_absolute_predictions_are_the_rounded_held_out_predictions(rng):
     E = np.cumsum(rng.standard_normal((50, 8)), axis=0)
     result = probe.absolute_position_regression(E, seed=3)

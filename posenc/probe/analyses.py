@@ -14,13 +14,14 @@ import contextlib
 import importlib
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Any, ContextManager, List, Optional
+from typing import Any, ClassVar, ContextManager, Dict, List, Optional, Tuple
 
 import numpy as np
 
 from .. import _validate as v
 from .._dtypes import is_bfloat16, widen
 from .._typing import ArrayLike, NDArray
+from ._fits import least_squares_predictions
 
 # ---------------------------------------------------------------- optional dependencies
 
@@ -150,6 +151,13 @@ def _train_mask(n: int, test: slice) -> NDArray[np.bool_]:
     return mask
 
 
+def _plain(result: Any, names: Tuple[str, ...]) -> Dict[str, Any]:
+    """The attributes `names` of `result` as plain Python values (arrays as
+    lists): what the results' ``to_dict`` return."""
+    values = {name: getattr(result, name) for name in names}
+    return {k: x.tolist() if isinstance(x, np.ndarray) else x for k, x in values.items()}
+
+
 def _short(values: NDArray[np.float64], fmt: str) -> str:
     return "[" + ", ".join(format(float(x), fmt) for x in values) + "]"
 
@@ -157,8 +165,30 @@ def _short(values: NDArray[np.float64], fmt: str) -> str:
 # ---------------------------------------------------------------- linear probes
 
 
+class _ProbeResult:
+    """What the two probes' results share: a repr of the fields named in
+    ``_shown``, each as ``(name, format)`` (an array's values each so
+    formatted, ``"len"`` its length)."""
+
+    _shown: ClassVar[Tuple[Tuple[str, str], ...]] = ()
+
+    def __repr__(self) -> str:
+        fields = ", ".join(
+            f"{name}={_shown_value(getattr(self, name), spec)}" for name, spec in self._shown
+        )
+        return f"{type(self).__name__}({fields})"
+
+
+def _shown_value(value: Any, spec: str) -> str:
+    if spec == "len":
+        return str(len(value))
+    if isinstance(value, np.ndarray):
+        return _short(value, spec)
+    return format(value, spec)
+
+
 @dataclass(frozen=True, repr=False)
-class AbsolutePositionResult:
+class AbsolutePositionResult(_ProbeResult):
     """Result of :func:`absolute_position_regression`.
 
     Attributes
@@ -179,16 +209,11 @@ class AbsolutePositionResult:
     fold_mae: NDArray[np.float64]
     predictions: NDArray[np.float64]
     seed: int
-
-    def __repr__(self) -> str:
-        return (
-            f"AbsolutePositionResult(mae={self.mae:.4g}, "
-            f"fold_mae={_short(self.fold_mae, '.4g')}, seed={self.seed})"
-        )
+    _shown = (("mae", ".4g"), ("fold_mae", ".4g"), ("seed", ""))
 
 
 @dataclass(frozen=True, repr=False)
-class RelativeOrderResult:
+class RelativeOrderResult(_ProbeResult):
     """Result of :func:`relative_order_classification`.
 
     Attributes
@@ -207,13 +232,7 @@ class RelativeOrderResult:
     fold_errors: NDArray[np.float64]
     pairs: NDArray[np.int64]
     seed: int
-
-    def __repr__(self) -> str:
-        return (
-            f"RelativeOrderResult(error_rate={self.error_rate:.4f}, "
-            f"fold_errors={_short(self.fold_errors, '.4f')}, "
-            f"pairs={len(self.pairs)}, seed={self.seed})"
-        )
+    _shown = (("error_rate", ".4f"), ("fold_errors", ".4f"), ("pairs", "len"), ("seed", ""))
 
 
 def absolute_position_regression(
@@ -261,11 +280,15 @@ def absolute_position_regression(
     X, y = table[order], order.astype(np.float64)
     predictions = np.empty(n)
     fold_mae = np.empty(folds)
+    # the share of the largest singular value below which lstsq cuts
+    cut = max(float(getattr(linear_model.LinearRegression(), "tol", 0.0)), np.finfo(float).eps)
     with _one_thread():
         for k, test in enumerate(_fold_slices(n, folds)):
             train = _train_mask(n, test)
-            model = linear_model.LinearRegression().fit(X[train], y[train])
-            rounded = np.rint(model.predict(X[test]))
+            predicted = least_squares_predictions(X[train], y[train], X[test], cut)
+            if predicted is None:  # scikit-learn's SVD cuts a singular value: its solution
+                predicted = linear_model.LinearRegression().fit(X[train], y[train]).predict(X[test])
+            rounded = np.rint(predicted)
             predictions[order[test]] = rounded
             fold_mae[k] = np.mean(np.abs(rounded - y[test]))
     return AbsolutePositionResult(

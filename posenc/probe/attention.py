@@ -201,52 +201,53 @@ class LogitDecomposition:
         the Figure is returned; with one it is written in the format its
         extension names and `path` is returned.
         """
-        from .report import _finish, _new_figure, _plot_format
+        from .report import _figure
 
         if head is not None and not (
             isinstance(head, (int, np.integer)) and 0 <= head < self.heads
         ):
             raise ValueError(f"head must be None or an integer in [0, {self.heads}), got {head!r}")
-        fmt = None if path is None else _plot_format(path)
-        fig = _new_figure(figsize=(14, 8), dpi=dpi)
-        n = self.terms.shape[2]
-        which = "mean over heads" if head is None else f"head {head}"
-        fig.suptitle(f"{self.name}: layer-0 logit in four terms ({n} tokens, {which})")
-        grid = fig.add_gridspec(2, 4)
-        maps = self.terms.mean(axis=1) if head is None else self.terms[:, head]
-        limit = float(np.abs(maps).max()) or 1.0
-        for t in range(4):
-            ax = fig.add_subplot(grid[0, t])
-            im = ax.imshow(maps[t], cmap="RdBu_r", vmin=-limit, vmax=limit)
-            ax.set_title(TERMS[t])
-            ax.set_xlabel("key position j")
-            if t == 0:
-                ax.set_ylabel("query position i")
-        fig.colorbar(im, ax=fig.axes[:4], shrink=0.8)
 
-        heads = np.arange(self.heads)
-        ax = fig.add_subplot(grid[1, :2])
-        bottom = np.zeros(self.heads)
-        for t in range(4):
-            ax.bar(heads, self.share[:, t], bottom=bottom, label=TERMS[t], color=f"C{t}")
-            bottom += self.share[:, t]
-        ax.set_ylim(0, 1.15)
-        ax.set_xticks(heads)
-        ax.set_xlabel("head")
-        ax.set_ylabel("share of mean |term|")
-        ax.set_title("each term's share of the logit's magnitude")
-        ax.legend(fontsize=8, loc="upper center", ncol=4)
+        def draw(fig: Any) -> None:
+            n = self.terms.shape[2]
+            which = "mean over heads" if head is None else f"head {head}"
+            fig.suptitle(f"{self.name}: layer-0 logit in four terms ({n} tokens, {which})")
+            grid = fig.add_gridspec(2, 4)
+            maps = self.terms.mean(axis=1) if head is None else self.terms[:, head]
+            limit = float(np.abs(maps).max()) or 1.0
+            for t in range(4):
+                ax = fig.add_subplot(grid[0, t])
+                im = ax.imshow(maps[t], cmap="RdBu_r", vmin=-limit, vmax=limit)
+                ax.set_title(TERMS[t])
+                ax.set_xlabel("key position j")
+                if t == 0:
+                    ax.set_ylabel("query position i")
+            fig.colorbar(im, ax=fig.axes[:4], shrink=0.8)
 
-        ax = fig.add_subplot(grid[1, 2:])
-        for t in range(4):
-            ax.plot(heads, self.correlation[:, t], "o-", label=TERMS[t], color=f"C{t}")
-        ax.axhline(0, color="grey", linewidth=0.8)
-        ax.set_ylim(-1.05, 1.05)
-        ax.set_xticks(heads)
-        ax.set_xlabel("head")
-        ax.set_ylabel("Pearson r with the logit")
-        ax.set_title("each term's correlation with the logit")
-        return _finish(fig, path, dpi, fmt)
+            heads = np.arange(self.heads)
+            ax = fig.add_subplot(grid[1, :2])
+            bottom = np.zeros(self.heads)
+            for t in range(4):
+                ax.bar(heads, self.share[:, t], bottom=bottom, label=TERMS[t], color=f"C{t}")
+                bottom += self.share[:, t]
+            ax.set_ylim(0, 1.15)
+            ax.set_xticks(heads)
+            ax.set_xlabel("head")
+            ax.set_ylabel("share of mean |term|")
+            ax.set_title("each term's share of the logit's magnitude")
+            ax.legend(fontsize=8, loc="upper center", ncol=4)
+
+            ax = fig.add_subplot(grid[1, 2:])
+            for t in range(4):
+                ax.plot(heads, self.correlation[:, t], "o-", label=TERMS[t], color=f"C{t}")
+            ax.axhline(0, color="grey", linewidth=0.8)
+            ax.set_ylim(-1.05, 1.05)
+            ax.set_xticks(heads)
+            ax.set_xlabel("head")
+            ax.set_ylabel("Pearson r with the logit")
+            ax.set_title("each term's correlation with the logit")
+
+        return _figure(path, dpi, (14, 8), draw)
 
 
 def _weights(source: Any) -> Tuple[Dict[str, np.ndarray], Dict[str, Any]]:

@@ -160,17 +160,17 @@ class LayerPositionProbe:
     def plot(self, path: Optional[Any] = None, *, dpi: float = 110) -> Any:
         """The MAE per layer, with its spread over seeds."""
 
-        from .report import _finish, _new_figure, _plot_format
+        from .report import _figure
 
-        fmt = None if path is None else _plot_format(path)
-        fig = _new_figure(figsize=(6, 4), dpi=dpi)
-        ax = fig.add_subplot(1, 1, 1)
-        layers = np.arange(len(self.mae))
-        ax.errorbar(layers, self.mae, yerr=self.mae_std, marker="o", capsize=3)
-        ax.set_xlabel("layer (0: embedding output)")
-        ax.set_ylabel("absolute position MAE (positions)")
-        ax.set_title(f"position through the layers ({self.n_tokens} tokens)")
-        return _finish(fig, path, dpi, fmt)
+        def draw(fig: Any) -> None:
+            ax = fig.add_subplot(1, 1, 1)
+            layers = np.arange(len(self.mae))
+            ax.errorbar(layers, self.mae, yerr=self.mae_std, marker="o", capsize=3)
+            ax.set_xlabel("layer (0: embedding output)")
+            ax.set_ylabel("absolute position MAE (positions)")
+            ax.set_title(f"position through the layers ({self.n_tokens} tokens)")
+
+        return _figure(path, dpi, (6, 4), draw)
 
 
 def layer_position_probe(model: Any, input_ids: Any, *, seeds: int = 3) -> LayerPositionProbe:

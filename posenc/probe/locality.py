@@ -24,7 +24,8 @@ from typing import Any, Dict, Optional
 import numpy as np
 
 from .. import _validate as v
-from .analyses import MAX_POSITIONS, _table
+from .analyses import MAX_POSITIONS, _plain, _table
+from .properties import _diagonal_means
 
 #: Differences ``|A[i, i-k] - A[i, i+k]|`` below this share of row ``i``'s
 #: largest weight count as 0 in the symmetry (rounding noise, which the
@@ -66,13 +67,8 @@ class LocalitySymmetry:
 
     def to_dict(self) -> Dict[str, Any]:
         """The figures as plain Python values (the matrix left out)."""
-        return {
-            "locality": self.locality,
-            "symmetry": self.symmetry,
-            "n_positions": self.n_positions,
-            "offsets": self.offsets.tolist(),
-            "mean_by_offset": self.mean_by_offset.tolist(),
-        }
+        names = ("locality", "symmetry", "n_positions", "offsets", "mean_by_offset")
+        return _plain(self, names)
 
     def summary(self) -> str:
         """One sentence of the two figures."""
@@ -85,22 +81,22 @@ class LocalitySymmetry:
         """The attention matrix and its mean weight per offset ``j - i``.
         Returns the figure without `path`, else writes it there (format by
         extension) and returns `path`."""
-        from .report import _finish, _new_figure, _plot_format
+        from .report import _figure
 
-        fmt = None if path is None else _plot_format(path)
-        fig = _new_figure(figsize=(11, 4.4), dpi=dpi)
-        ax = fig.add_subplot(1, 2, 1)
-        im = ax.imshow(self.attention, cmap="viridis")
-        ax.set_title(f"attention (locality {self.locality:.3f}, symmetry {self.symmetry:.3f})")
-        ax.set_xlabel("key position j")
-        ax.set_ylabel("query position i")
-        fig.colorbar(im, ax=ax, shrink=0.85)
-        ax = fig.add_subplot(1, 2, 2)
-        ax.plot(self.offsets, self.mean_by_offset, color="C0")
-        ax.set_xlabel("offset j - i")
-        ax.set_ylabel("mean attention weight")
-        ax.set_title("mean weight per offset")
-        return _finish(fig, path, dpi, fmt)
+        def draw(fig: Any) -> None:
+            ax = fig.add_subplot(1, 2, 1)
+            im = ax.imshow(self.attention, cmap="viridis")
+            ax.set_title(f"attention (locality {self.locality:.3f}, symmetry {self.symmetry:.3f})")
+            ax.set_xlabel("key position j")
+            ax.set_ylabel("query position i")
+            fig.colorbar(im, ax=ax, shrink=0.85)
+            ax = fig.add_subplot(1, 2, 2)
+            ax.plot(self.offsets, self.mean_by_offset, color="C0")
+            ax.set_xlabel("offset j - i")
+            ax.set_ylabel("mean attention weight")
+            ax.set_title("mean weight per offset")
+
+        return _figure(path, dpi, (11, 4.4), draw)
 
 
 def position_attention(E: Any, *, W: Optional[Any] = None, scale: Optional[float] = None) -> Any:
@@ -208,6 +204,5 @@ def attention_locality_symmetry(
     i = np.arange(n)
     distance = np.abs(i[:, None] - i[None, :])
     locality = float((a * np.exp2(-distance.astype(np.float64))).sum() / n)
-    offsets = np.arange(-(n - 1), n)
-    means = np.array([np.diagonal(a, m).mean() for m in offsets])
+    offsets, means = _diagonal_means(a)
     return LocalitySymmetry(locality, _symmetry(a, tolerance), n, offsets, means, a)

@@ -7,13 +7,13 @@ invariance and symmetry of the proximity ``phi(x, y) = E[x] W E[y]^T``
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Dict, Optional
+from dataclasses import dataclass, field, fields
+from typing import Any, Dict, Optional, Tuple
 
 import numpy as np
 
 from .. import _validate as v
-from .analyses import MAX_POSITIONS, _table
+from .analyses import MAX_POSITIONS, _plain, _table
 
 
 @dataclass(frozen=True)
@@ -61,16 +61,7 @@ class PositionProperties:
 
     def to_dict(self) -> Dict[str, Any]:
         """The figures as plain Python values."""
-        return {
-            "monotonicity_forward": self.monotonicity_forward,
-            "monotonicity_backward": self.monotonicity_backward,
-            "translation_invariance": self.translation_invariance,
-            "symmetry": self.symmetry,
-            "max_offset": self.max_offset,
-            "offsets": self.offsets.tolist(),
-            "mean_by_offset": self.mean_by_offset.tolist(),
-            "std_by_offset": self.std_by_offset.tolist(),
-        }
+        return _plain(self, tuple(f.name for f in fields(self)))
 
     def summary(self) -> str:
         """One sentence of the four figures."""
@@ -87,23 +78,27 @@ class PositionProperties:
         table, falling on both sides for a monotone one).  Returns the figure
         without `path`, else writes it there (format by extension) and
         returns `path`."""
-        from .report import _finish, _new_figure, _plot_format
+        from .report import _figure
 
-        fmt = None if path is None else _plot_format(path)
-        fig = _new_figure(figsize=(7, 4.2), dpi=dpi)
-        ax = fig.add_subplot(1, 1, 1)
-        for side in (self.offsets < 0, self.offsets > 0):
-            m, mean, std = self.offsets[side], self.mean_by_offset[side], self.std_by_offset[side]
-            ax.fill_between(m, mean - std, mean + std, color="C0", alpha=0.25, linewidth=0)
-            ax.plot(m, mean, color="C0")
-        ax.set_xlabel("offset m = y - x")
-        ax.set_ylabel("phi(x, x + m): mean ± std over x")
-        ax.set_title(
-            f"monotonicity {self.monotonicity_forward:.2f}/{self.monotonicity_backward:.2f}, "
-            f"translation invariance {self.translation_invariance:.2f}, "
-            f"symmetry {self.symmetry:.2f}"
-        )
-        return _finish(fig, path, dpi, fmt)
+        def draw(fig: Any) -> None:
+            ax = fig.add_subplot(1, 1, 1)
+            for side in (self.offsets < 0, self.offsets > 0):
+                m, mean, std = (
+                    self.offsets[side],
+                    self.mean_by_offset[side],
+                    self.std_by_offset[side],
+                )
+                ax.fill_between(m, mean - std, mean + std, color="C0", alpha=0.25, linewidth=0)
+                ax.plot(m, mean, color="C0")
+            ax.set_xlabel("offset m = y - x")
+            ax.set_ylabel("phi(x, x + m): mean ± std over x")
+            ax.set_title(
+                f"monotonicity {self.monotonicity_forward:.2f}/{self.monotonicity_backward:.2f}, "
+                f"translation invariance {self.translation_invariance:.2f}, "
+                f"symmetry {self.symmetry:.2f}"
+            )
+
+        return _figure(path, dpi, (7, 4.2), draw)
 
 
 def _masked_ranks(values: np.ndarray, valid: np.ndarray) -> np.ndarray:
@@ -249,11 +244,7 @@ class ToeplitzFit:
 
     def to_dict(self) -> Dict[str, Any]:
         """The figures as plain Python values (the fitted matrix left out)."""
-        return {
-            "r2": self.r2,
-            "offsets": self.offsets.tolist(),
-            "diagonal_means": self.diagonal_means.tolist(),
-        }
+        return _plain(self, ("r2", "offsets", "diagonal_means"))
 
     def summary(self, what: str = "E @ E.T") -> str:
         """One sentence: the share of the matrix (`what`) that is Toeplitz."""
@@ -262,24 +253,34 @@ class ToeplitzFit:
     def plot(self, M: Any, path: Optional[Any] = None, *, dpi: float = 110) -> Any:
         """The matrix `M` that was fitted, its Toeplitz fit and the residual,
         side by side.  Returns the figure without `path`, else writes it."""
-        from .report import _finish, _new_figure, _plot_format
+        from .report import _figure
 
-        fmt = None if path is None else _plot_format(path)
-        M = np.asarray(M, dtype=np.float64)
-        if M.shape != self.toeplitz.shape:
-            raise ValueError(f"M must have the fitted shape {self.toeplitz.shape}, got {M.shape}")
-        fig = _new_figure(figsize=(12, 4), dpi=dpi)
-        lim = float(np.abs(M).max()) or 1.0
-        for k, (data, title) in enumerate(
-            ((M, "matrix"), (self.toeplitz, "Toeplitz fit"), (M - self.toeplitz, "residual"))
-        ):
-            ax = fig.add_subplot(1, 3, k + 1)
-            im = ax.imshow(data, cmap="RdBu_r", vmin=-lim, vmax=lim)
-            ax.set_title(title if k else f"{title} (Toeplitz R² {self.r2:.3f})")
-            ax.set_xlabel("j")
-            ax.set_ylabel("i")
-        fig.colorbar(im, ax=fig.axes, shrink=0.8)
-        return _finish(fig, path, dpi, fmt)
+        def draw(fig: Any) -> None:
+            m = np.asarray(M, dtype=np.float64)
+            if m.shape != self.toeplitz.shape:
+                raise ValueError(
+                    f"M must have the fitted shape {self.toeplitz.shape}, got {m.shape}"
+                )
+            lim = float(np.abs(m).max()) or 1.0
+            for k, (data, title) in enumerate(
+                ((m, "matrix"), (self.toeplitz, "Toeplitz fit"), (m - self.toeplitz, "residual"))
+            ):
+                ax = fig.add_subplot(1, 3, k + 1)
+                im = ax.imshow(data, cmap="RdBu_r", vmin=-lim, vmax=lim)
+                ax.set_title(title if k else f"{title} (Toeplitz R² {self.r2:.3f})")
+                ax.set_xlabel("j")
+                ax.set_ylabel("i")
+            fig.colorbar(im, ax=fig.axes, shrink=0.8)
+
+        return _figure(path, dpi, (12, 4), draw)
+
+
+def _diagonal_means(m: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+    """The offsets ``j - i`` of the square `m`, ``-(n-1) .. n-1``, and the
+    mean of each diagonal."""
+    n = m.shape[0]
+    offsets = np.arange(-(n - 1), n)
+    return offsets, np.array([np.diagonal(m, k).mean() for k in offsets])
 
 
 def toeplitz_fit(M: Any) -> ToeplitzFit:
@@ -308,8 +309,7 @@ def toeplitz_fit(M: Any) -> ToeplitzFit:
     n = m.shape[0]
     if m.shape != (n, n):
         raise ValueError(f"M must be a square matrix, got shape {m.shape}")
-    offsets = np.arange(-(n - 1), n)
-    means = np.array([np.diagonal(m, k).mean() for k in offsets])
+    offsets, means = _diagonal_means(m)
     i = np.arange(n)
     fit = means[(i[None, :] - i[:, None]) + (n - 1)]
     total = float(((m - m.mean()) ** 2).sum())

@@ -349,8 +349,10 @@ class ProbeReport:
             PNG (it has ``_repr_png_``, with or without pyplot imported);
             ``fig.savefig(...)`` writes it.
         """
-        fmt = None if path is None else _plot_format(path)
-        fig = _new_figure(figsize=(12, 9.6), dpi=dpi)
+        return _figure(path, dpi, (12, 9.6), self._draw)
+
+    def _draw(self, fig: Any) -> None:
+        """Draws the figure of :meth:`plot` on `fig`."""
         n, d = self.shape
         fig.suptitle(f"{self.name}: {n} positions x {d} dims", fontsize=14)
         grid = fig.add_gridspec(2, 2)
@@ -440,7 +442,6 @@ class ProbeReport:
             ax.set_xticks(seeds if len(seeds) <= 12 else seeds[:: max(1, len(seeds) // 10)])
             if col == 0:
                 ax.set_ylabel("dots: folds, bars: seed mean, dashed: mean")
-        return _finish(fig, path, dpi, fmt)
 
 
 #: The most positions a side of the plotted cosine heatmap shows.
@@ -513,6 +514,19 @@ def _finish(fig: Any, path: Optional[PathLike], dpi: float, fmt: Optional[str]) 
         return fig
     fig.savefig(os.fspath(path), dpi=dpi, format=fmt)
     return path
+
+
+def _figure(
+    path: Optional[PathLike], dpi: float, figsize: Tuple[float, float], draw: Callable[[Any], None]
+) -> Any:
+    """What every probe's ``plot`` does around its drawing: the format of
+    `path` checked before anything is drawn, a figure of `figsize` on an Agg
+    canvas that `draw` fills, then the figure returned (no `path`) or written
+    to `path` and `path` returned."""
+    fmt = None if path is None else _plot_format(path)
+    fig = _new_figure(figsize=figsize, dpi=dpi)
+    draw(fig)
+    return _finish(fig, path, dpi, fmt)
 
 
 def _plot_formats() -> List[str]:

@@ -84,20 +84,21 @@ class RopeFrequencyUsage:
     def plot(self, path: Optional[Any] = None, *, dpi: float = 110) -> Any:
         """A heatmap: rows are (layer, head), columns the pairs from the
         fastest frequency to the slowest; the colour is :meth:`share`."""
-        from .report import _finish, _new_figure, _plot_format
+        from .report import _figure
 
-        fmt = None if path is None else _plot_format(path)
         n_layers, n_heads, n_pairs = self.usage.shape
-        fig = _new_figure(figsize=(8, 2 + 0.15 * n_layers * n_heads), dpi=dpi)
-        ax = fig.add_subplot(1, 1, 1)
-        im = ax.imshow(
-            self.share().reshape(n_layers * n_heads, n_pairs), aspect="auto", cmap="viridis"
-        )
-        ax.set_xlabel("rotary pair k (frequency base^(-2k/d): fast to slow)")
-        ax.set_ylabel("layer x head")
-        ax.set_title(f"share of each head's norm² per rotary pair ({self.what})")
-        fig.colorbar(im, ax=ax)
-        return _finish(fig, path, dpi, fmt)
+
+        def draw(fig: Any) -> None:
+            ax = fig.add_subplot(1, 1, 1)
+            im = ax.imshow(
+                self.share().reshape(n_layers * n_heads, n_pairs), aspect="auto", cmap="viridis"
+            )
+            ax.set_xlabel("rotary pair k (frequency base^(-2k/d): fast to slow)")
+            ax.set_ylabel("layer x head")
+            ax.set_title(f"share of each head's norm² per rotary pair ({self.what})")
+            fig.colorbar(im, ax=ax)
+
+        return _figure(path, dpi, (8, 2 + 0.15 * n_layers * n_heads), draw)
 
 
 def rope_frequency_usage(
@@ -337,20 +338,21 @@ class RopeActivationUsage:
     def plot(self, path: Optional[Any] = None, *, dpi: float = 110) -> Any:
         """Two heatmaps, queries and keys: rows (layer, head), columns the
         pairs from fast to slow, colour the share of the head's norm²."""
-        from .report import _finish, _new_figure, _plot_format
+        from .report import _figure
 
-        fmt = None if path is None else _plot_format(path)
         n_layers, n_heads, _ = self.queries.usage.shape
-        fig = _new_figure(figsize=(12, 2 + 0.15 * n_layers * n_heads), dpi=dpi)
-        for col, (usage, title) in enumerate(((self.queries, "queries"), (self.keys, "keys"))):
-            ax = fig.add_subplot(1, 2, col + 1)
-            L, H, K = usage.usage.shape
-            im = ax.imshow(usage.share().reshape(L * H, K), aspect="auto", cmap="viridis")
-            ax.set_xlabel("rotary pair k (fast to slow)")
-            ax.set_ylabel("layer x head")
-            ax.set_title(f"{title}: share of norm² per pair ({self.n_tokens} tokens)")
-            fig.colorbar(im, ax=ax)
-        return _finish(fig, path, dpi, fmt)
+
+        def draw(fig: Any) -> None:
+            for col, (usage, title) in enumerate(((self.queries, "queries"), (self.keys, "keys"))):
+                ax = fig.add_subplot(1, 2, col + 1)
+                L, H, K = usage.usage.shape
+                im = ax.imshow(usage.share().reshape(L * H, K), aspect="auto", cmap="viridis")
+                ax.set_xlabel("rotary pair k (fast to slow)")
+                ax.set_ylabel("layer x head")
+                ax.set_title(f"{title}: share of norm² per pair ({self.n_tokens} tokens)")
+                fig.colorbar(im, ax=ax)
+
+        return _figure(path, dpi, (12, 2 + 0.15 * n_layers * n_heads), draw)
 
 
 def rope_activation_usage(model: Any, input_ids: Any) -> RopeActivationUsage:

@@ -72,6 +72,32 @@ def test_minilm_probes_equal_direct_sklearn_runs(minilm_table, minilm_report):
         )
 
 
+def test_minilm_least_squares_folds_equal_linear_regression(minilm_table):
+    # a learned table: each fold's intercept and coefficients (the
+    # predictions at the origin and at each unit vector) and its held-out
+    # predictions as scikit-learn's LinearRegression computes them
+    from sklearn.linear_model import LinearRegression
+    from threadpoolctl import threadpool_limits
+
+    from posenc.probe._fits import least_squares_predictions
+
+    E = minilm_table.astype(np.float64)
+    order = np.random.default_rng(4).permutation(len(E))
+    X, y = E[order], order.astype(np.float64)
+    points = np.vstack([np.zeros(E.shape[1]), np.eye(E.shape[1])])
+    for test in (slice(0, 103), slice(409, 512)):
+        train = np.ones(len(E), dtype=bool)
+        train[test] = False
+        with threadpool_limits(1):
+            model = LinearRegression().fit(X[train], y[train])
+            ours = least_squares_predictions(
+                X[train], y[train], np.vstack([points, X[test]]), model.tol
+            )
+            assert ours is not None
+        theirs = np.concatenate([model.predict(points), model.predict(X[test])])
+        np.testing.assert_allclose(ours, theirs, rtol=1e-9, atol=1e-9 * np.abs(theirs).max())
+
+
 def test_minilm_learned_positions_sit_with_the_published_bert_row(minilm_report):
     # Far better than guessing (MAE ~n/3 = 171, error ~50%) and far from the
     # near-exact GPT-2 and sinusoid rows (MAE ~1 or 0): an MLM encoder's table.
