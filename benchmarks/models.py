@@ -4,10 +4,10 @@ Times, on the CPU, in float32 and bfloat16: a forward pass over a prompt,
 one decoding step with a KV cache, and the position work of a decoding step
 and of the prompt alone (the rotary module's ``(cos, sin)`` for one position,
 and for the prompt's positions: transformers' ``LlamaRotaryEmbedding``
-against posenc's ``RotaryEmbedding`` looking up its cached tables).  Two copies of the model, one patched, are
-timed in turn in every round, so that the machine's load falls on both;
-minimum and median in milliseconds; ``ratio`` is patched / unpatched of the
-minima (1.0 or less: no slower).  ``--clock cpu`` times the process's CPU
+against posenc's ``RotaryEmbedding`` looking up its cached tables).  Two
+copies of the model, one patched, are timed in turn in every round, so that
+the machine's load falls on both; minimum and median in milliseconds;
+``ratio`` is patched / unpatched of the minima (1.0 or less: no slower).  ``--clock cpu`` times the process's CPU
 time instead of the wall clock: with ``--threads 1``, the work itself, which
 other programs on a shared machine move much less.
 
