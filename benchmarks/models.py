@@ -7,9 +7,10 @@ and for the prompt's positions: transformers' ``LlamaRotaryEmbedding``
 against posenc's ``RotaryEmbedding`` looking up its cached tables).  Two
 copies of the model, one patched, are timed in turn in every round, so that
 the machine's load falls on both; minimum and median in milliseconds;
-``ratio`` is patched / unpatched of the minima (1.0 or less: no slower).  ``--clock cpu`` times the process's CPU
-time instead of the wall clock: with ``--threads 1``, the work itself, which
-other programs on a shared machine move much less.
+``ratio`` is patched / unpatched of the minima (1.0 or less: no slower).
+``--clock cpu`` times the process's CPU time instead of the wall clock: with
+``--threads 1``, the work itself, which other programs on a shared machine
+move much less.
 
     python benchmarks/models.py            # a small realistic config
     python benchmarks/models.py --seq 1024 # a longer prompt
