@@ -23,8 +23,10 @@ values per head are made once in float64 and handed to the C core
 once and writes or adds every row as a slice of them, on the library's
 threads (no ``(q, k)`` array per head).  FIRE depends on the query's
 position through its normaliser ``max(qpos, threshold)``: the rows of the
-queries at or before the threshold are made the same way, the later ones in
-NumPy in tiles of bounded size.
+queries at or before the threshold are made the same way, the later ones by
+the C core (``_core.fire_rows``) from their normalisers and one
+``psi(|qpos - j|)`` per diagonal, made here, its MLP evaluated in float64 in
+the operations and order of :func:`fire_tile`.
 """
 
 from __future__ import annotations
@@ -33,14 +35,14 @@ import numpy as np
 
 from . import _core
 from . import _validate as v
-from ._dtypes import is_bfloat16, narrow, widen
+from ._dtypes import is_bfloat16
 from ._interop import foreign
-from .bias import _lengths, _offset, _rounded, _run, _scores
+from .bias import _lengths, _offset, _run, _scores
 
 __all__ = ["fire_bias", "kerple_bias", "sandwich_bias"]
 
-# float64 elements of one tile of work (the FIRE MLP's hidden layer, the
-# Sandwich cosines, a bfloat16 add's float32 rows): 4 MiB
+# float64 elements of one tile of work (the FIRE MLP's hidden layer of the
+# rows by distance, the Sandwich cosines): 4 MiB
 _TILE = 1 << 19
 _KINDS = ("log", "power")
 
@@ -166,39 +168,6 @@ def _target(shape, dtype, scores, out, sizes):
 
 
 # ---------------------------------------------------------------- writing
-
-
-def _storage(values64, dtype):
-    """float64 `values` rounded once to `dtype`, as the target stores them:
-    a bfloat16's bits as uint16, others in the dtype."""
-    if is_bfloat16(dtype):
-        return _rounded(values64, dtype).view(np.uint16)
-    return values64.astype(dtype.newbyteorder("="))
-
-
-def _put(dst, vals, add):
-    """`vals` (heads, r, c) stored into or added into `dst` (..., heads, r, c),
-    a view of the target; bfloat16 (`vals` as bits) through float32 a few
-    rows at a time, the other dtypes by one NumPy add."""
-    if not is_bfloat16(dst.dtype):
-        if add:
-            np.add(dst, vals, out=dst)
-        else:
-            dst[...] = vals
-        return
-    bits = dst.view(np.uint16)
-    if not add:
-        bits[...] = vals
-        return
-    heads, rows, cols = bits.shape[-3:]
-    step = max(1, _TILE // max(1, heads * cols))
-    for lead in np.ndindex(bits.shape[:-3]):
-        one = bits[lead]
-        for r in range(0, rows, step):
-            part = one[:, r : r + step]
-            total = widen(part)
-            total += widen(vals[:, r : r + step])
-            part[...] = narrow(total)
 
 
 def distances(q_len, k_len, q_offset):
@@ -486,6 +455,26 @@ def fire_by_distance(delta, w1, b1, w2, b2, c, threshold, eps):
     return values
 
 
+def _fire_rows(target, add, qpos, params, q_offset, causal):
+    """The rows of `target` (..., heads, r, k_len), a view of the array the
+    bias goes into, of the queries at `qpos` (r,), past the threshold, by
+    ``_core.fire_rows``: their normalisers and the ``psi(|qpos - j|)`` of
+    their r + k_len - 1 diagonals made here as :func:`fire_inputs` makes
+    them, the MLP in C in :func:`fire_tile`'s operations and order (so the
+    same bits), rounded once and written or added row by row."""
+    w1, b1, w2, b2, c, threshold, eps = params
+    norm = log1p_product(abs(c), np.maximum(qpos, threshold)) + eps
+    psi = log1p_product(abs(c), np.abs(distances(qpos.size, target.shape[-1], q_offset)))
+    _run(
+        lambda dst: _core.fire_rows(
+            norm, psi, w1, b1, w2, b2, v.for_kernel(dst), q_offset, causal, add
+        ),
+        target,
+        read=add,
+        name="scores" if add else "out",
+    )
+
+
 @foreign
 def fire_bias(
     w1,
@@ -545,8 +534,8 @@ def fire_bias(
     -----
     Evaluated in float64, each value rounded once: the rows of queries at
     or before `threshold` (one normaliser) from one value per distance, the
-    later ones in tiles of at most about 4 MiB of hidden activations,
-    stored (or added) as they are made.
+    later ones by the C core, row by row, on the library's threads, the
+    second layer summed in the same order, so both give the same bits.
     The backward pass is ``posenc._functional_grad.fire_bias_grad``.
 
     Examples
@@ -564,22 +553,16 @@ def fire_bias(
     """
     p1, q1, p2, q2, scale, limit, tiny, _ = fire_params(w1, b1, w2, b2, c, threshold, eps)
     q_len, k_len, q_offset, causal = _positions(q_len, k_len, q_offset, causal)
-    n_heads, width = p2.shape
-    shape = (n_heads, q_len, k_len)
+    shape = (p2.shape[0], q_len, k_len)
     target, add = _target(shape, dtype, scores, out, "w2's n_heads, q_len and k_len")
-    keys = np.arange(k_len, dtype=np.float64)
     qpos = float(q_offset) + np.arange(q_len, dtype=np.float64)
     # the queries at or before the threshold share its normaliser: their
-    # rows depend only on qpos - j, made once per distance
+    # rows depend only on qpos - j, made once per distance; the later ones
+    # are made by the C core, row by row
     flat = int(np.count_nonzero(qpos <= limit))
+    params = (p1, q1, p2, q2, scale, limit, tiny)
     if flat:
-        params = (p1, q1, p2, q2, scale, limit, tiny)
         _given(target[..., :flat, :], add, lambda d: fire_by_distance(d, *params), q_offset, causal)
-    for rows, cols in tiles(q_len - flat, k_len, width + n_heads):
-        rows = slice(rows.start + flat, rows.stop + flat)
-        x = fire_inputs(qpos[rows], keys[cols], scale, limit, tiny)[0]
-        values = fire_tile(x, p1, q1, p2, q2)[0]
-        if causal:
-            values[:, qpos[rows][:, None] < keys[cols][None, :]] = -np.inf
-        _put(target[..., rows, cols], _storage(values, target.dtype), add)
+    if flat < q_len:
+        _fire_rows(target[..., flat:, :], add, qpos[flat:], params, q_offset + flat, causal)
     return target

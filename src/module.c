@@ -35,6 +35,11 @@ static PyMethodDef methods[] = {
      "bias_given(values, dst, add): the bias whose element (i, j) of head h is "
      "values[h, q_len - 1 - i + j] (float64, rounded once) into the 4-D dst (written, or "
      "added)."},
+    {"fire_rows", py_fire_rows, METH_VARARGS,
+     "fire_rows(norm, psi, w1, b1, w2, b2, dst, q_offset, causal, add): FIRE's rows into the 4-D "
+     "dst (written, or added): element (i, j) of head h is w2[h] . max(x w1 + b1, 0) + b2[h], x = "
+     "psi[q_len - 1 - i + j] / norm[i], formed in float64 and rounded once; -inf for j > q_offset "
+     "+ i when causal."},
     {"t5_table_grad", py_t5_table_grad, METH_VARARGS,
      "t5_table_grad(grad, out, bidirectional, thresholds, q_offset): out[b, h] = the sum of "
      "grad[:, h, i, j] over bucket(j - (q_offset + i)) == b (float64 for float64 grad, else "

@@ -108,6 +108,7 @@ PyObject *py_rope_table(PyObject *self, PyObject *args);
 PyObject *py_alibi(PyObject *self, PyObject *args);
 PyObject *py_t5_bias(PyObject *self, PyObject *args);
 PyObject *py_bias_given(PyObject *self, PyObject *args);
+PyObject *py_fire_rows(PyObject *self, PyObject *args);
 PyObject *py_t5_table_grad(PyObject *self, PyObject *args);
 PyObject *py_t5_buckets(PyObject *self, PyObject *args);
 PyObject *py_relative_positions(PyObject *self, PyObject *args);

@@ -1,8 +1,8 @@
 /*
  * module_bias.c -- posenc._core's attention biases: alibi, bias_given (a
- * bias from its per-head vectors), t5_bias, t5_table_grad, t5_buckets and
- * relative_positions, their arguments checked, then the entry points of
- * bias.c.
+ * bias from its per-head vectors), t5_bias, t5_table_grad, t5_buckets,
+ * relative_positions and fire_rows (FIRE's rows past its threshold), their
+ * arguments checked, then the entry points of bias.c and fire.c.
  */
 #include "module.h"
 
@@ -315,4 +315,75 @@ PyObject *py_relative_positions(PyObject *self, PyObject *args)
     }
     struct relative_positions_call c = {(int64_t)max_distance, (int64_t)q_offset, &d};
     return kernel_result(run_kernel(relative_positions_kernel, &c, PyArray_SIZE(out)), NULL);
+}
+
+/* A C-contiguous float64 vector of n elements (n < 0: any number >= 1,
+ * what says of what) not overlapping dst; NULL with an error otherwise. */
+static PyArrayObject *fire_vector(PyObject *o, const char *name, npy_intp n, const char *what,
+                                  PyArrayObject *dst)
+{
+    PyArrayObject *a = arg_array(o, name, NPY_DOUBLE, 1, ARG_CONTIGUOUS);
+    if (a == NULL)
+        return NULL;
+    npy_intp len = PyArray_DIM(a, 0);
+    if (n < 0 ? len < 1 : len != n) {
+        if (n < 0)
+            PyErr_Format(PyExc_ValueError, "%s must have at least one element", name);
+        else
+            PyErr_Format(PyExc_ValueError, "%s must have %zd elements (%s), not %zd", name,
+                         (Py_ssize_t)n, what, (Py_ssize_t)len);
+        return NULL;
+    }
+    return check_no_overlap(dst, "scores", a, name) < 0 ? NULL : a;
+}
+
+struct fire_call {
+    struct pe_fire fire;
+    int add;
+    const struct pe_bias_dst *dst;
+};
+
+static int fire_kernel(const struct pe_kernels *k, void *args, int nthreads)
+{
+    const struct fire_call *c = args;
+    return pe_fire_rows(k, &c->fire, c->dst, c->add, nthreads);
+}
+
+PyObject *py_fire_rows(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *norm_o, *psi_o, *w1_o, *b1_o, *w2_o, *b2_o, *dst_o;
+    long long q_offset;
+    int causal, add;
+    if (!PyArg_ParseTuple(args, "OOOOOOOLpp:fire_rows", &norm_o, &psi_o, &w1_o, &b1_o, &w2_o, &b2_o,
+                          &dst_o, &q_offset, &causal, &add))
+        return NULL;
+    struct pe_bias_dst d;
+    PyArrayObject *dst = bias_target(dst_o, add ? "scores" : "out", FLOAT_OR_BF16, &d);
+    if (dst == NULL || check_q_offset(q_offset) < 0)
+        return NULL;
+    PyArrayObject *norm = fire_vector(norm_o, "norm", d.q_len, "one per query", dst);
+    PyArrayObject *psi =
+        norm ? fire_vector(psi_o, "psi", d.q_len + d.k_len - 1, "q_len + k_len - 1", dst) : NULL;
+    PyArrayObject *w1 = psi ? fire_vector(w1_o, "w1", -1, NULL, dst) : NULL;
+    npy_intp width = w1 ? PyArray_DIM(w1, 0) : 0;
+    PyArrayObject *b1 = w1 ? fire_vector(b1_o, "b1", width, "one per row of w1", dst) : NULL;
+    PyArrayObject *w2 = b1 ? arg_array(w2_o, "w2", NPY_DOUBLE, 2, ARG_CONTIGUOUS) : NULL;
+    if (w2 == NULL || check_per_head(w2, 0, "w2", "rows", dst, &d) < 0)
+        return NULL;
+    if (PyArray_DIM(w2, 1) != width) {
+        PyErr_Format(PyExc_ValueError, "w2 must have %zd columns (one per element of w1), not %zd",
+                     (Py_ssize_t)width, (Py_ssize_t)PyArray_DIM(w2, 1));
+        return NULL;
+    }
+    PyArrayObject *b2 = fire_vector(b2_o, "b2", d.heads, "one per head", dst);
+    if (b2 == NULL)
+        return NULL;
+    struct fire_call c = {{(const double *)PyArray_DATA(norm), (const double *)PyArray_DATA(psi),
+                           (const double *)PyArray_DATA(w1), (const double *)PyArray_DATA(b1),
+                           (const double *)PyArray_DATA(w2), (const double *)PyArray_DATA(b2),
+                           width, d.heads, (int64_t)q_offset, causal, 0},
+                          add,
+                          &d};
+    return kernel_result(run_kernel(fire_kernel, &c, PyArray_SIZE(dst)), NULL);
 }

@@ -285,6 +285,31 @@ struct pe_bias_given {
 int pe_bias_given(const struct pe_kernels *k, const struct pe_bias_given *given,
                   const struct pe_bias_dst *dst, int add, int nthreads);
 
+/* FIRE (Li et al., 2024) on the rows of queries past its threshold: element
+ * (i, j) of head h is w2[h] . max(x * w1 + b1, 0) + b2[h] with
+ * x = psi[q_len - 1 - i + j] / norm[i] (psi: psi(|qpos - j|) per diagonal,
+ * norm: psi(max(qpos, L)) + eps per query, both made by the caller), each
+ * value formed in float64 as posenc/functional_bias.py's fire_tile forms it
+ * (the second layer summed over the hidden units in order, then b2) and
+ * rounded once; -inf for keys after qpos = q_offset + i when causal.  All
+ * arrays float64, C-contiguous: w1, b1 (width,), w2 (heads, width), b2
+ * (heads,). */
+struct pe_fire {
+    const double *norm, *psi;
+    const double *w1, *b1, *w2, *b2;
+    ptrdiff_t width, heads;
+    int64_t q_offset;
+    int causal;
+    /* set by pe_fire_rows: whether a hidden unit that is 0 at every key of
+     * a block may be left out of its sums (fire.c says when) */
+    int skip_zeros;
+};
+
+/* FIRE's rows (struct pe_fire) added into dst (add != 0) or written.
+ * Returns 0, or -1 if memory ran out (nothing written). */
+int pe_fire_rows(const struct pe_kernels *k, const struct pe_fire *f, const struct pe_bias_dst *dst,
+                 int add, int nthreads);
+
 /* T5: element (i, j) of head h is table[bucket(j - (q_offset + i)), h],
  * table a C-contiguous (num_buckets, heads) array of table_dtype, bucket as
  * pe_t5_buckets.  Returns 0, or -1 if memory ran out (nothing written). */

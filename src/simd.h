@@ -216,6 +216,14 @@ typedef void (*pe_rel_task_fn)(const struct pe_rel_gather *g, ptrdiff_t task);
 /* row.c: a row of values added into a row of scores, or cast into a row
  * (pe_row_add). */
 typedef void (*pe_row_add_fn)(char *o, const char *x, ptrdiff_t n);
+struct pe_fire;
+/* fire.c: FIRE's MLP at the n (a multiple of 8) normalised distances x:
+ * out[h * n + j] for each of f's heads, with PE_FIRE_SCRATCH(width, n)
+ * doubles of scratch (the hidden layer, and which of its units each
+ * block of eight keys uses). */
+typedef void (*pe_fire_block_fn)(const struct pe_fire *f, const double *x, ptrdiff_t n,
+                                 double *scratch, double *out);
+#define PE_FIRE_SCRATCH(width, n) ((width) * (n) + ((n) / 8 * ((width) + 1) + 1) / 2)
 
 struct pe_kernels {
     const char *name; /* "scalar", "avx2" or "neon", as set_simd takes it */
@@ -229,6 +237,7 @@ struct pe_kernels {
     const pe_diagonals_fn (*diagonals)[PE_NDTYPES];
     const pe_rel_task_fn (*rel_task)[PE_NDTYPES]; /* [by key][enum pe_dtype of the scores] */
     const pe_row_add_fn (*row_add)[PE_NDTYPES]; /* [PE_ROW_SAME, ..., PE_ROW_CAST][enum pe_dtype] */
+    pe_fire_block_fn fire_block;
     /* orders the calling thread's non-temporal stores (bias_rows') before
      * what it does next; nothing on the portable path */
     void (*store_fence)(void);
@@ -263,6 +272,8 @@ extern const struct pe_kernels pe_kernels_neon;
     extern const pe_diagonals_fn pe_diagonals_##path[2][PE_NDTYPES];                               \
     extern const pe_rel_task_fn pe_rel_task_##path[2][PE_NDTYPES];                                 \
     extern const pe_row_add_fn pe_row_add_##path[PE_ROW_NKINDS][PE_NDTYPES];                       \
+    void pe_fire_block_##path(const struct pe_fire *f, const double *x, ptrdiff_t n,               \
+                              double *scratch, double *out);                                       \
     void pe_store_fence_##path(void);
 
 PE_KERNELS_DECLARE(scalar)
