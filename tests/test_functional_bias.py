@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from optional import require
 
-from posenc import _core
+from posenc import _core, reference
 from posenc import _functional_grad as fg
 from posenc import _reference_functional as rf
 from posenc import functional_bias as fb
@@ -402,6 +402,173 @@ def test_bias_given_refuses_bad_arguments_and_leaves_scores_untouched():
     shared = np.zeros(2 * 3 * 4 * 5)  # values that are bytes of the scores
     with pytest.raises(ValueError, match="values"):
         _core.bias_given(shared[:24].reshape(3, 8), shared.reshape(2, 3, 4, 5), True)
+    assert (shared == 0).all()
+
+
+# ---------------------------------------------------------------- FIRE's rows in C
+# The rows of queries past FIRE's threshold go through _core.fire_rows: the
+# MLP in float64 in fire_tile's operations and order, so its bits are those
+# of the NumPy tiles (fire_inputs, fire_tile) on the whole grid.
+
+
+def _rounded(values, dt):
+    """float64 `values` rounded once to `dt` (beyond float16's range: inf)."""
+    with np.errstate(over="ignore"):
+        return reference._cast(values, dt)
+
+
+def _fire_tiles(p, q, k, q_offset, causal, eps=1e-6):
+    """FIRE by the NumPy tiles in one tile: float64 (heads, q, k), -inf
+    after the query when causal."""
+    q_offset = k - q if q_offset is None else q_offset
+    qpos = q_offset + np.arange(q, dtype=np.float64)
+    keys = np.arange(k, dtype=np.float64)
+    x = fb.fire_inputs(qpos, keys, p["c"], p["threshold"], eps)[0]
+    w1 = np.asarray(p["w1"], np.float64).reshape(-1)
+    values = fb.fire_tile(x, w1, p["b1"], p["w2"], p["b2"])[0]
+    if causal:
+        values[:, qpos[:, None] < keys[None, :]] = -np.inf
+    return values
+
+
+def _fire_mlps():
+    """MLPs of 3, 4 and 7 heads (every tail of the four-head blocks), one of
+    them with a zero in b2 (every hidden unit summed)."""
+    rng = np.random.default_rng(12)
+    small = fire_params(rng, heads=3, width=8)
+    four = fire_params(rng, heads=4, width=5)
+    seven = fire_params(rng, heads=7, width=33)
+    seven["b2"][2] = 0.0
+    return [small, four, seven]
+
+
+# (q_len, k_len, q_offset, threshold): the threshold inside the queries,
+# before them, after them; more queries than keys; a negative offset; keys
+# over several chunks and tasks of the kernel
+FIRE_GRIDS = [
+    (9, 13, None, 6.5),
+    (5, 11, 4, 1.0),
+    (4, 7, None, 100.0),
+    (12, 5, 2, 3.0),
+    (6, 9, -3, 0.0),
+    (9, 600, None, 595.5),
+]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("causal", [True, False])
+def test_fire_rows_in_c_equal_the_numpy_tiles_bit_for_bit(simd, threads, dtype, causal):
+    dt = np_dtype(dtype)
+    for p in _fire_mlps():
+        heads = p["w2"].shape[0]
+        for q, k, q_offset, threshold in FIRE_GRIDS:
+            p["threshold"] = threshold
+            kw = dict(causal=causal, q_offset=q_offset)
+            tiles = _fire_tiles(p, q, k, q_offset, causal)
+            want = _rounded(tiles, dt)
+            assert_same_bits(fb.fire_bias(**p, q_len=q, k_len=k, **kw, dtype=dt), want)
+            out = np.full((heads, k, q), np.nan, dt).transpose(0, 2, 1)  # a strided last axis
+            fb.fire_bias(**p, q_len=q, k_len=k, **kw, out=out)
+            assert_same_bits(out, want)
+            base = (np.random.default_rng(q * k).standard_normal((2, heads, q, k)) * 4).astype(dt)
+            with np.errstate(over="ignore"):
+                want = reference._add_or_return(tiles, None, base.copy(), None)
+            big = np.zeros((2, heads + 2, q, k), dt)
+            big[:, 1:-1] = base
+            scores = big[:, 1:-1]  # strided over the heads
+            assert fb.fire_bias(**p, q_len=q, k_len=k, **kw, scores=scores) is scores
+            assert_same_bits(scores, want)
+            assert (big[:, 0] == 0).all() and (big[:, -1] == 0).all()
+
+
+def test_fire_rows_keep_the_signed_zeros_of_the_numpy_tiles():
+    # every hidden unit is 0 (x >= 0, w1 < 0, b1 = -0.0), so head 0 sums
+    # 0 * -1 + 0 * -3 = -0.0 and head 1 0 * 2 + 0 * -1 = +0.0 before b2
+    p = dict(w1=[[-1.0], [-2.0]], b1=np.array([-0.0, -0.0]), c=0.5, threshold=1.0)
+    p["w2"] = np.array([[-1.0, -3.0], [2.0, -1.0]])
+    for b2, heads in [
+        ([-0.0, -0.0], [-0.0, 0.0]),
+        ([0.0, -0.0], [0.0, 0.0]),
+        ([0.25, -0.5], [0.25, -0.5]),
+    ]:
+        q = dict(p, b2=np.array(b2))
+        got = fb.fire_bias(**q, q_len=6, k_len=9, causal=False, dtype="float64")  # qpos 3 to 8
+        assert_same_bits(got, _fire_tiles(q, 6, 9, None, False))
+        assert_same_bits(got, np.broadcast_to(np.array(heads)[:, None, None], (2, 6, 9)))
+
+
+FIRE_BITS = """
+import hashlib
+import numpy as np
+import posenc
+rng = np.random.default_rng(5)
+digest = hashlib.sha256()
+for heads, width in [(6, 32), (3, 7)]:
+    p = dict(w1=rng.normal(size=(width, 1)), b1=rng.normal(size=width),
+             w2=rng.normal(size=(heads, width)), b2=rng.normal(size=heads), c=0.2, threshold=9.0)
+    for b2 in (p["b2"], np.r_[0.0, p["b2"][1:]]):
+        for n in (1, 2):
+            posenc.set_num_threads(n)
+            for dt in ["float16", "float32", "float64"]:
+                for causal in (True, False):
+                    s = np.random.default_rng(1).standard_normal((2, heads, 37, 70)).astype(dt)
+                    posenc.fire_bias(**{**p, "b2": b2}, q_len=37, k_len=70, causal=causal, scores=s)
+                    digest.update(s.tobytes())
+                    t = posenc.fire_bias(**{**p, "b2": b2}, q_len=37, k_len=70, causal=causal,
+                                         q_offset=50, dtype=dt)
+                    digest.update(t.tobytes())
+print(posenc.simd_path(), digest.hexdigest())
+"""
+
+
+def test_fire_portable_path_in_a_child_gives_the_same_bits():
+    import child_process
+
+    path, scalar = child_process.run(
+        "-c", FIRE_BITS, check=True, POSENC_SIMD="scalar"
+    ).stdout.split()
+    assert path == "scalar"
+    best, auto = child_process.run("-c", FIRE_BITS, check=True, POSENC_SIMD="auto").stdout.split()
+    assert best == _core.simd_cpu() and auto == scalar
+
+
+def test_fire_rows_refuses_bad_arguments_and_leaves_scores_untouched():
+    scores = np.arange(2 * 3 * 4 * 5, dtype=np.float32).reshape(2, 3, 4, 5)
+    before = scores.copy()
+    norm, psi, w1, b1 = np.ones(4), np.zeros(8), np.ones(6), np.zeros(6)
+    w2, b2 = np.ones((3, 6)), np.ones(3)
+    args = (norm, psi, w1, b1, w2, b2, scores, 0, True, True)
+
+    def call(**changes):
+        names = ("norm", "psi", "w1", "b1", "w2", "b2", "dst", "q_offset", "causal", "add")
+        values = dict(zip(names, args), **changes)
+        return lambda: _core.fire_rows(*values.values())
+
+    for bad, exc, match in [
+        (call(norm=np.ones(5)), ValueError, "norm"),
+        (call(norm=np.ones(4, np.float32)), TypeError, "norm"),
+        (call(psi=np.zeros(9)), ValueError, "psi"),
+        (call(psi=np.zeros(16)[::2]), ValueError, "psi"),
+        (call(w1=np.ones(0)), ValueError, "w1"),
+        (call(w1=np.ones((6, 1))), ValueError, "w1"),
+        (call(b1=np.zeros(5)), ValueError, "b1"),
+        (call(b1=[0.0] * 6), TypeError, "b1"),
+        (call(w2=np.ones((2, 6))), ValueError, "w2"),
+        (call(w2=np.ones((3, 5))), ValueError, "w2"),
+        (call(w2=np.ones((6, 3)).T), ValueError, "w2"),
+        (call(b2=np.ones(2)), ValueError, "b2"),
+        (call(b2=np.ones(3, ">f8")), TypeError, "b2"),
+        (call(dst=scores.astype(np.int32)), TypeError, "scores"),
+        (call(dst=scores[0]), ValueError, "scores"),
+        (call(dst=scores[..., ::-1], add=False), ValueError, "out"),
+        (call(q_offset=2**60), ValueError, "q_offset"),
+    ]:
+        with pytest.raises(exc, match=match):
+            bad()
+        assert_same_bits(scores, before)
+    shared = np.zeros(2 * 3 * 4 * 5)  # psi that is bytes of the scores
+    with pytest.raises(ValueError, match="psi"):
+        _core.fire_rows(norm, shared[:8], w1, b1, w2, b2, shared.reshape(2, 3, 4, 5), 0, 1, 1)
     assert (shared == 0).all()
 
 
