@@ -15,13 +15,14 @@
  * count.  (np.maximum gives +0.0 for -0.0, as max(pre, 0) here; it would
  * keep a NaN, but pre is never one: x is finite and the weights are.)
  *
- * The work is a row's keys in chunks: the chunk's x, its hidden layer
- * (width rows of the chunk, in L1), then each head's values from it (the
- * table's fire_block: fire_avx2.c's four heads by eight keys at a time in
- * registers), rounded once to the destination's type and written, or added
- * with the row primitive (pe_row_add, PE_ROW_SAME, as pe_bias_given adds),
- * into every batch.  The keys after a causal query are -inf and skip the
- * MLP.  Tasks are a row's run of chunks, handed out as threads ask.
+ * A task is a run of up to FIRE_TASK_KEYS keys of a row, handed out as
+ * threads ask: their x, then chunk by chunk the hidden layer (width rows of
+ * the chunk, in L1) and each head's values from it (the table's
+ * fire_block: fire_avx2.c's four heads by eight keys at a time in
+ * registers), then each head's run rounded once to the destination's type
+ * and written, or added with the row primitive (pe_row_add, PE_ROW_SAME,
+ * as pe_bias_given adds), into every batch.  The keys after a causal query
+ * are -inf and skip the MLP.
  *
  * Left out, with the same bits: about half of the hidden units are 0 at a
  * given x (the ReLU), and fire_avx2.c leaves out of a block's sums the
@@ -54,7 +55,7 @@ static ptrdiff_t fire_chunk(ptrdiff_t width)
 }
 
 void pe_fire_block_scalar(const struct pe_fire *f, const double *x, ptrdiff_t n, double *hidden,
-                          double *out)
+                          double *out, ptrdiff_t stride)
 {
     /* every term, whatever skip_zeros allows */
     ptrdiff_t width = f->width;
@@ -65,7 +66,7 @@ void pe_fire_block_scalar(const struct pe_fire *f, const double *x, ptrdiff_t n,
         }
     for (ptrdiff_t h = 0; h < f->heads; ++h) {
         const double *v = f->w2 + h * width;
-        double *o = out + h * n;
+        double *o = out + h * stride;
         for (ptrdiff_t j = 0; j < n; ++j)
             o[j] = hidden[j] * v[0];
         for (ptrdiff_t w = 1; w < width; ++w)
@@ -76,10 +77,11 @@ void pe_fire_block_scalar(const struct pe_fire *f, const double *x, ptrdiff_t n,
     }
 }
 
-/* A thread's scratch: x, the block's scratch (the hidden layer), the
- * heads' values (float64), a row of the destination's type. */
+/* A thread's scratch: a task's x and the heads' values (float64, heads
+ * rows of FIRE_TASK_KEYS), the block's scratch (the hidden layer), a row
+ * of the destination's type. */
 struct fire_scratch {
-    double *x, *hidden, *out;
+    double *x, *out, *block;
     char *row;
 };
 
@@ -112,37 +114,38 @@ static void fire_round(char *row, const double *v, ptrdiff_t n, ptrdiff_t to, in
         pe_store(row, j, dtype, -INFINITY);
 }
 
-/* Keys [j0, j0 + n) of row i, every head and batch. */
-static void fire_keys(const struct pe_kernels *k, const struct pe_fire *f,
-                      const struct pe_bias_dst *d, int add, ptrdiff_t i, ptrdiff_t j0, ptrdiff_t n,
-                      const struct fire_scratch *s)
+/* Keys [j0, j0 + n) of row i (n <= FIRE_TASK_KEYS), every head and batch:
+ * the MLP chunk by chunk, then each head's run of the row rounded and
+ * written or added at once. */
+static void fire_task(const struct pe_kernels *k, const struct pe_fire *f,
+                      const struct pe_bias_dst *d, int add, ptrdiff_t chunk, ptrdiff_t i,
+                      ptrdiff_t j0, ptrdiff_t n, const struct fire_scratch *s)
 {
-    ptrdiff_t valid = n, padded = 0;
+    ptrdiff_t valid = n;
     if (f->causal) { /* keys j <= qpos; qpos > 0 past a threshold >= 0 */
         int64_t past = f->q_offset + (int64_t)i + 1 - (int64_t)j0;
         valid = past < 0 ? 0 : past < (int64_t)n ? (ptrdiff_t)past : n;
     }
-    if (valid > 0) {
-        const double *psi = f->psi + (d->q_len - 1 - i + j0);
-        double norm = f->norm[i];
-        padded = (valid + 7) / 8 * 8;
-        for (ptrdiff_t j = 0; j < valid; ++j)
-            s->x[j] = psi[j] / norm;
-        for (ptrdiff_t j = valid; j < padded; ++j)
-            s->x[j] = 0.0;
-        k->fire_block(f, s->x, padded, s->hidden, s->out);
-    }
-    size_t bytes = (size_t)n * pe_itemsize(d->dtype);
+    const double *psi = f->psi + (d->q_len - 1 - i + j0);
+    double norm = f->norm[i];
+    ptrdiff_t padded = (valid + 7) / 8 * 8;
+    for (ptrdiff_t j = 0; j < valid; ++j)
+        s->x[j] = psi[j] / norm;
+    for (ptrdiff_t j = valid; j < padded; ++j)
+        s->x[j] = 0.0;
+    for (ptrdiff_t c = 0; c < padded; c += chunk)
+        k->fire_block(f, s->x + c, padded - c < chunk ? padded - c : chunk, s->block, s->out + c,
+                      FIRE_TASK_KEYS);
+    size_t isz = pe_itemsize(d->dtype);
     pe_row_add_fn row_add = k->row_add[PE_ROW_SAME][d->dtype];
     for (ptrdiff_t h = 0; h < d->heads; ++h) {
-        fire_round(s->row, s->out + h * padded, valid, n, d->dtype);
-        char *o =
-            d->data + h * d->stride_h + i * d->stride_q + j0 * (ptrdiff_t)pe_itemsize(d->dtype);
+        fire_round(s->row, s->out + h * FIRE_TASK_KEYS, valid, n, d->dtype);
+        char *o = d->data + h * d->stride_h + i * d->stride_q + j0 * (ptrdiff_t)isz;
         for (ptrdiff_t b = 0; b < d->batch; ++b, o += d->stride_b) {
             if (add)
                 row_add(o, s->row, n);
             else
-                memcpy(o, s->row, bytes);
+                memcpy(o, s->row, (size_t)n * isz);
         }
     }
 }
@@ -158,9 +161,9 @@ int pe_fire_rows(const struct pe_kernels *k, const struct pe_fire *fire,
     ptrdiff_t chunk = fire_chunk(f->width), klen = dst->k_len;
     ptrdiff_t per_row = (klen + FIRE_TASK_KEYS - 1) / FIRE_TASK_KEYS;
     ptrdiff_t ntasks = dst->q_len * per_row;
-    /* doubles per thread: x, the block's scratch, out, and a row of any type */
+    /* doubles per thread: x, out, the block's scratch, a row of any type */
     ptrdiff_t block = PE_FIRE_SCRATCH(f->width, chunk);
-    ptrdiff_t per_thread = chunk * (f->heads + 2) + block;
+    ptrdiff_t per_thread = FIRE_TASK_KEYS * (f->heads + 2) + block;
     int team = pe_team(nthreads, ntasks > 1 ? dst->heads * dst->q_len * klen : 0);
     double *scratch = malloc((size_t)(per_thread * team) * sizeof *scratch);
     if (scratch == NULL)
@@ -172,16 +175,16 @@ int pe_fire_rows(const struct pe_kernels *k, const struct pe_fire *fire,
         tid = omp_get_thread_num();
 #endif
         double *mine = scratch + tid * per_thread;
-        struct fire_scratch s = {mine, mine + chunk, mine + chunk + block,
-                                 (char *)(mine + chunk * (f->heads + 1) + block)};
+        struct fire_scratch s = {mine, mine + FIRE_TASK_KEYS,
+                                 mine + FIRE_TASK_KEYS * (f->heads + 1),
+                                 (char *)(mine + FIRE_TASK_KEYS * (f->heads + 1) + block)};
         /* dynamic: causal rows differ in work, and on a busy machine a
          * descheduled thread leaves its rows to the others */
 #pragma omp for schedule(dynamic, 1)
         for (ptrdiff_t t = 0; t < ntasks; ++t) {
-            ptrdiff_t i = t / per_row, j1 = (t % per_row + 1) * FIRE_TASK_KEYS;
-            j1 = j1 < klen ? j1 : klen;
-            for (ptrdiff_t j0 = t % per_row * FIRE_TASK_KEYS; j0 < j1; j0 += chunk)
-                fire_keys(k, f, dst, add, i, j0, j1 - j0 < chunk ? j1 - j0 : chunk, &s);
+            ptrdiff_t i = t / per_row, j0 = t % per_row * FIRE_TASK_KEYS;
+            ptrdiff_t n = klen - j0 < FIRE_TASK_KEYS ? klen - j0 : FIRE_TASK_KEYS;
+            fire_task(k, f, dst, add, chunk, i, j0, n, &s);
         }
     }
     free(scratch);

@@ -18,7 +18,8 @@
  * products of the hidden units ws[0 .. count) and the heads' rows of w2,
  * summed in that order, then b2 (0 + b2 without units). */
 PE_INLINE void fire_heads(const struct pe_fire *f, const double *hidden, ptrdiff_t n, ptrdiff_t h,
-                          ptrdiff_t j, const int32_t *ws, ptrdiff_t count, double *out, const int H)
+                          ptrdiff_t j, const int32_t *ws, ptrdiff_t count, double *out,
+                          ptrdiff_t stride, const int H)
 {
     const ptrdiff_t width = f->width;
     const double *v = f->w2 + h * width;
@@ -45,14 +46,14 @@ PE_INLINE void fire_heads(const struct pe_fire *f, const double *hidden, ptrdiff
     }
     for (int a = 0; a < H; ++a) {
         __m256d b = _mm256_broadcast_sd(f->b2 + h + a);
-        double *o = out + (h + a) * n + j;
+        double *o = out + (h + a) * stride + j;
         _mm256_storeu_pd(o, _mm256_add_pd(acc[a][0], b));
         _mm256_storeu_pd(o + 4, _mm256_add_pd(acc[a][1], b));
     }
 }
 
 void pe_fire_block_avx2(const struct pe_fire *f, const double *x, ptrdiff_t n, double *scratch,
-                        double *out)
+                        double *out, ptrdiff_t stride)
 {
     const ptrdiff_t width = f->width, nb = n / 8;
     const __m256d zero = _mm256_setzero_pd();
@@ -79,15 +80,15 @@ void pe_fire_block_avx2(const struct pe_fire *f, const double *x, ptrdiff_t n, d
     ptrdiff_t h = 0;
     for (; h + 4 <= f->heads; h += 4)
         for (ptrdiff_t b = 0; b < nb; ++b)
-            fire_heads(f, hidden, n, h, 8 * b, ws + b * width, count[b], out, 4);
+            fire_heads(f, hidden, n, h, 8 * b, ws + b * width, count[b], out, stride, 4);
     ptrdiff_t rest = f->heads - h;
     for (ptrdiff_t b = 0; rest > 0 && b < nb; ++b) {
         if (rest == 3)
-            fire_heads(f, hidden, n, h, 8 * b, ws + b * width, count[b], out, 3);
+            fire_heads(f, hidden, n, h, 8 * b, ws + b * width, count[b], out, stride, 3);
         else if (rest == 2)
-            fire_heads(f, hidden, n, h, 8 * b, ws + b * width, count[b], out, 2);
+            fire_heads(f, hidden, n, h, 8 * b, ws + b * width, count[b], out, stride, 2);
         else
-            fire_heads(f, hidden, n, h, 8 * b, ws + b * width, count[b], out, 1);
+            fire_heads(f, hidden, n, h, 8 * b, ws + b * width, count[b], out, stride, 1);
     }
 }
 

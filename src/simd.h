@@ -218,11 +218,11 @@ typedef void (*pe_rel_task_fn)(const struct pe_rel_gather *g, ptrdiff_t task);
 typedef void (*pe_row_add_fn)(char *o, const char *x, ptrdiff_t n);
 struct pe_fire;
 /* fire.c: FIRE's MLP at the n (a multiple of 8) normalised distances x:
- * out[h * n + j] for each of f's heads, with PE_FIRE_SCRATCH(width, n)
- * doubles of scratch (the hidden layer, and which of its units each
+ * out[h * stride + j] for each of f's heads, with PE_FIRE_SCRATCH(width,
+ * n) doubles of scratch (the hidden layer, and which of its units each
  * block of eight keys uses). */
 typedef void (*pe_fire_block_fn)(const struct pe_fire *f, const double *x, ptrdiff_t n,
-                                 double *scratch, double *out);
+                                 double *scratch, double *out, ptrdiff_t stride);
 #define PE_FIRE_SCRATCH(width, n) ((width) * (n) + ((n) / 8 * ((width) + 1) + 1) / 2)
 
 struct pe_kernels {
@@ -273,7 +273,7 @@ extern const struct pe_kernels pe_kernels_neon;
     extern const pe_rel_task_fn pe_rel_task_##path[2][PE_NDTYPES];                                 \
     extern const pe_row_add_fn pe_row_add_##path[PE_ROW_NKINDS][PE_NDTYPES];                       \
     void pe_fire_block_##path(const struct pe_fire *f, const double *x, ptrdiff_t n,               \
-                              double *scratch, double *out);                                       \
+                              double *scratch, double *out, ptrdiff_t stride);                     \
     void pe_store_fence_##path(void);
 
 PE_KERNELS_DECLARE(scalar)
