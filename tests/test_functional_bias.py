@@ -432,14 +432,12 @@ def _fire_tiles(p, q, k, q_offset, causal, eps=1e-6):
 
 
 def _fire_mlps():
-    """MLPs of 3, 4 and 7 heads (every tail of the four-head blocks), one of
-    them with a zero in b2 (every hidden unit summed)."""
+    """MLPs of 2, 4, 5 and 7 heads (every tail of the kernel's blocks of
+    four heads), the last with a zero in b2 (every hidden unit summed)."""
     rng = np.random.default_rng(12)
-    small = fire_params(rng, heads=3, width=8)
-    four = fire_params(rng, heads=4, width=5)
-    seven = fire_params(rng, heads=7, width=33)
-    seven["b2"][2] = 0.0
-    return [small, four, seven]
+    mlps = [fire_params(rng, heads, width) for heads, width in [(2, 8), (4, 5), (5, 7), (7, 33)]]
+    mlps[-1]["b2"][2] = 0.0
+    return mlps
 
 
 # (q_len, k_len, q_offset, threshold): the threshold inside the queries,
