@@ -465,9 +465,12 @@ def _fire_rows(target, add, qpos, params, q_offset, causal):
     w1, b1, w2, b2, c, threshold, eps = params
     norm = log1p_product(abs(c), np.maximum(qpos, threshold)) + eps
     psi = log1p_product(abs(c), np.abs(distances(qpos.size, target.shape[-1], q_offset)))
+    # the kernel takes |q_offset| <= 2**53, which the rows after a threshold
+    # may pass by a few: every key is at or before such a query either way
+    first = min(q_offset, _core.MAX_Q_OFFSET)
     _run(
         lambda dst: _core.fire_rows(
-            norm, psi, w1, b1, w2, b2, v.for_kernel(dst), q_offset, causal, add
+            norm, psi, w1, b1, w2, b2, v.for_kernel(dst), first, causal, add
         ),
         target,
         read=add,
