@@ -114,6 +114,28 @@ static void fire_round(char *row, const double *v, ptrdiff_t n, ptrdiff_t to, in
         pe_store(row, j, dtype, -INFINITY);
 }
 
+/* The lines of the destination that keys [j0, j0 + n) of row i will be
+ * written into, asked for before the MLP's work so that they are in cache
+ * when it is done (up to 256 KiB of them): each head's run is short, too
+ * short for the hardware to see a stream in it. */
+static void fire_prefetch(const struct pe_bias_dst *d, ptrdiff_t i, ptrdiff_t j0, ptrdiff_t n)
+{
+#if defined(__GNUC__)
+    ptrdiff_t isz = (ptrdiff_t)pe_itemsize(d->dtype), bytes = n * isz;
+    if (bytes * d->heads * d->batch > ((ptrdiff_t)256 << 10))
+        return;
+    const char *row = d->data + i * d->stride_q + j0 * isz;
+    for (ptrdiff_t b = 0; b < d->batch; ++b)
+        for (ptrdiff_t h = 0; h < d->heads; ++h) {
+            const char *o = row + b * d->stride_b + h * d->stride_h;
+            for (ptrdiff_t c = 0; c < bytes; c += 64)
+                __builtin_prefetch(o + c, 1);
+        }
+#else
+    (void)d, (void)i, (void)j0, (void)n;
+#endif
+}
+
 /* Keys [j0, j0 + n) of row i (n <= FIRE_TASK_KEYS), every head and batch:
  * the MLP chunk by chunk, then each head's run of the row rounded and
  * written or added at once. */
@@ -126,6 +148,7 @@ static void fire_task(const struct pe_kernels *k, const struct pe_fire *f,
         int64_t past = f->q_offset + (int64_t)i + 1 - (int64_t)j0;
         valid = past < 0 ? 0 : past < (int64_t)n ? (ptrdiff_t)past : n;
     }
+    fire_prefetch(d, i, j0, n);
     const double *psi = f->psi + (d->q_len - 1 - i + j0);
     double norm = f->norm[i];
     ptrdiff_t padded = (valid + 7) / 8 * 8;
