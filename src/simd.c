@@ -21,6 +21,7 @@
         .diagonals = pe_diagonals_##path,                                                          \
         .rel_task = pe_rel_task_##path,                                                            \
         .row_add = pe_row_add_##path,                                                              \
+        .cope_rows = pe_cope_rows_##path,                                                          \
         .store_fence = pe_store_fence_##path,                                                      \
     }
 
@@ -40,6 +41,7 @@ const struct pe_kernels pe_kernels_neon = {
     .diagonals = pe_diagonals_scalar,
     .rel_task = pe_rel_task_scalar,
     .row_add = pe_row_add_neon,
+    .cope_rows = pe_cope_rows_scalar,
     .store_fence = pe_store_fence_scalar,
 };
 #endif

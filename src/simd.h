@@ -216,6 +216,10 @@ typedef void (*pe_rel_task_fn)(const struct pe_rel_gather *g, ptrdiff_t task);
 /* row.c: a row of values added into a row of scores, or cast into a row
  * (pe_row_add). */
 typedef void (*pe_row_add_fn)(char *o, const char *x, ptrdiff_t n);
+struct pe_cope;
+/* cope.c: rows [r0, r1) of CoPE's position logits (of the batch * heads *
+ * q_len rows) added into the scores or written. */
+typedef void (*pe_cope_rows_fn)(const struct pe_cope *c, ptrdiff_t r0, ptrdiff_t r1);
 
 struct pe_kernels {
     const char *name; /* "scalar", "avx2" or "neon", as set_simd takes it */
@@ -229,6 +233,7 @@ struct pe_kernels {
     const pe_diagonals_fn (*diagonals)[PE_NDTYPES];
     const pe_rel_task_fn (*rel_task)[PE_NDTYPES]; /* [by key][enum pe_dtype of the scores] */
     const pe_row_add_fn (*row_add)[PE_NDTYPES]; /* [PE_ROW_SAME, ..., PE_ROW_CAST][enum pe_dtype] */
+    const pe_cope_rows_fn (*cope_rows)[PE_NDTYPES]; /* [add][enum pe_dtype of the scores] */
     /* orders the calling thread's non-temporal stores (bias_rows') before
      * what it does next; nothing on the portable path */
     void (*store_fence)(void);
@@ -263,6 +268,7 @@ extern const struct pe_kernels pe_kernels_neon;
     extern const pe_diagonals_fn pe_diagonals_##path[2][PE_NDTYPES];                               \
     extern const pe_rel_task_fn pe_rel_task_##path[2][PE_NDTYPES];                                 \
     extern const pe_row_add_fn pe_row_add_##path[PE_ROW_NKINDS][PE_NDTYPES];                       \
+    extern const pe_cope_rows_fn pe_cope_rows_##path[2][PE_NDTYPES];                               \
     void pe_store_fence_##path(void);
 
 PE_KERNELS_DECLARE(scalar)
