@@ -8,15 +8,7 @@
 #include "pe.h"
 #include "simd.h"
 
-PE_INLINE void rows_body(const struct pe_cope *c, ptrdiff_t r0, ptrdiff_t r1, const int add,
-                         const int dtype)
-{
-    for (ptrdiff_t r = r0; r < r1; ++r)
-        pe_cope_row(c, r, pe_cope_run, add, dtype);
-}
-
-PE_SPECIALISE(const pe_cope_rows_fn, pe_cope_rows_scalar, rows_body,
-              (const struct pe_cope *c, ptrdiff_t r0, ptrdiff_t r1), (c, r0, r1));
+PE_COPE_ROWS_TABLE(pe_cope_rows_scalar, pe_cope_run);
 
 /* 1 if one of the n logits at l (of dtype) is nan or +inf, else 0. */
 static int row_refused(const char *l, ptrdiff_t n, int dtype)

@@ -126,4 +126,16 @@ PE_INLINE void pe_cope_row(const struct pe_cope *c, ptrdiff_t r, pe_cope_run_fn 
         dtype);
 }
 
+/* The table `table` of a path's kernels, [add][enum pe_dtype of dst]: rows
+ * [r0, r1) by pe_cope_row with the path's run. */
+#define PE_COPE_ROWS_TABLE(table, run)                                                             \
+    PE_INLINE void table##_body(const struct pe_cope *c, ptrdiff_t r0, ptrdiff_t r1,               \
+                                const int add, const int dtype)                                    \
+    {                                                                                              \
+        for (ptrdiff_t r = r0; r < r1; ++r)                                                        \
+            pe_cope_row(c, r, run, add, dtype);                                                    \
+    }                                                                                              \
+    PE_SPECIALISE(const pe_cope_rows_fn, table, table##_body,                                      \
+                  (const struct pe_cope *c, ptrdiff_t r0, ptrdiff_t r1), (c, r0, r1))
+
 #endif

@@ -33,15 +33,7 @@ PE_INLINE void run_avx2(char *o, ptrdiff_t n, double v, const int add, const int
     pe_cope_run(o + j * (ptrdiff_t)pe_itemsize(dtype), n - j, v, add, dtype);
 }
 
-PE_INLINE void rows_body(const struct pe_cope *c, ptrdiff_t r0, ptrdiff_t r1, const int add,
-                         const int dtype)
-{
-    for (ptrdiff_t r = r0; r < r1; ++r)
-        pe_cope_row(c, r, run_avx2, add, dtype);
-}
-
-PE_SPECIALISE(const pe_cope_rows_fn, pe_cope_rows_avx2, rows_body,
-              (const struct pe_cope *c, ptrdiff_t r0, ptrdiff_t r1), (c, r0, r1));
+PE_COPE_ROWS_TABLE(pe_cope_rows_avx2, run_avx2);
 
 PE_AVX2_END
 #endif

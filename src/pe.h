@@ -327,11 +327,14 @@ int pe_t5_buckets(const int64_t *rel, ptrdiff_t n, int bidirectional, int64_t nu
  * scores (add) or the output (written).  causal: the keys j > q_offset + i
  * have gate 0. */
 struct pe_cope {
+    /* the logits (the gates), read only */
     const char *logits;
     ptrdiff_t l_stride_b, l_stride_h, l_stride_q;
     int logits_dtype, gates;
+    /* the logits of the integer positions, a row per row of dst */
     const double *z;
     ptrdiff_t npos;
+    /* the keys a query sees; what becomes of dst */
     int causal, add;
     int64_t q_offset;
     const struct pe_bias_dst *dst;
