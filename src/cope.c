@@ -40,12 +40,13 @@ int pe_cope(const struct pe_kernels *k, const struct pe_cope *c, int nthreads)
     const ptrdiff_t heads = d->heads, q_len = d->q_len, k_len = d->k_len;
     const ptrdiff_t rows = d->batch * heads * q_len;
     const int team = pe_team(nthreads, rows * k_len);
+    const struct pe_bias_dst *l = &c->logits;
     int bad = 0;
 #pragma omp parallel for schedule(static) num_threads(team) reduction(| : bad)
     for (ptrdiff_t r = 0; r < rows; ++r) {
         const ptrdiff_t i = r % q_len, h = (r / q_len) % heads, b = r / q_len / heads;
-        bad |= row_refused(c->logits + b * c->l_stride_b + h * c->l_stride_h + i * c->l_stride_q,
-                           k_len, c->logits_dtype);
+        bad |= row_refused(l->data + b * l->stride_b + h * l->stride_h + i * l->stride_q, k_len,
+                           l->dtype);
     }
     if (bad)
         return -2;

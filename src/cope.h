@@ -102,8 +102,9 @@ PE_INLINE void pe_cope_row(const struct pe_cope *c, ptrdiff_t r, pe_cope_run_fn 
     const ptrdiff_t q_len = d->q_len, k_len = d->k_len, i = r % q_len, bh = r / q_len;
     const ptrdiff_t h = bh % d->heads, b = bh / d->heads;
     char *o = d->data + b * d->stride_b + h * d->stride_h + i * d->stride_q;
-    const char *l = c->logits + b * c->l_stride_b + h * c->l_stride_h + i * c->l_stride_q;
-    const double *z = c->z + r * c->npos;
+    const struct pe_bias_dst *lg = &c->logits;
+    const char *l = lg->data + b * lg->stride_b + h * lg->stride_h + i * lg->stride_q;
+    const double *z = c->z + r * (ptrdiff_t)c->npos;
     const double top = (double)(c->npos - 1);
     /* the last key the query sees: the keys after it have gate 0 */
     int64_t last = (int64_t)k_len - 1;
@@ -112,7 +113,7 @@ PE_INLINE void pe_cope_row(const struct pe_cope *c, ptrdiff_t r, pe_cope_run_fn 
     double s = 0.0;
     ptrdiff_t j = (ptrdiff_t)last;
     for (; j >= 0; --j) {
-        const double a = pe_load(l, j, c->logits_dtype);
+        const double a = pe_load(l, j, lg->dtype);
         s = s + (c->gates ? a : pe_cope_gate(a));
         if (s >= top)
             break;

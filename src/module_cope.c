@@ -59,13 +59,13 @@ PyObject *py_cope(PyObject *self, PyObject *args)
     if (!PyArg_ParseTuple(args, "OOOpLp|p:cope", &logits_o, &z_o, &dst_o, &causal, &q_offset, &add,
                           &gates))
         return NULL;
-    const char *name = add ? "scores" : "out";
+    const char *name = add ? "scores" : "out", *lname = gates ? "gates" : "attn_logits";
     struct cope_call call;
-    PyArrayObject *logits = gates ? arg_array(logits_o, "gates", NPY_DOUBLE, 4, 0)
-                                  : arg_float_array(logits_o, "attn_logits", 4, 0, 0);
+    PyArrayObject *logits = gates ? arg_array(logits_o, lname, NPY_DOUBLE, 4, 0)
+                                  : arg_float_array(logits_o, lname, 4, 0, 0);
     PyArrayObject *z = logits ? arg_array(z_o, "z", NPY_DOUBLE, 2, ARG_CONTIGUOUS) : NULL;
     PyArrayObject *dst = z ? bias_target(dst_o, name, -1, &call.d) : NULL;
-    if (dst == NULL || check_cope_shape(logits, gates ? "gates" : "attn_logits", &call.d) < 0)
+    if (dst == NULL || check_cope_shape(logits, lname, &call.d) < 0)
         return NULL;
     const npy_intp rows = call.d.batch * call.d.heads * call.d.q_len;
     if (PyArray_DIM(z, 0) != rows || PyArray_DIM(z, 1) < 1) {
@@ -80,23 +80,23 @@ PyObject *py_cope(PyObject *self, PyObject *args)
         PyErr_SetString(PyExc_ValueError, "q_offset must be between -2**53 and 2**53");
         return NULL;
     }
-    if (check_cope_overlap(dst, name, logits, gates ? "gates" : "attn_logits") < 0 ||
-        check_no_overlap(dst, name, z, "z") < 0)
+    if (check_cope_overlap(dst, name, logits, lname) < 0 || check_no_overlap(dst, name, z, "z") < 0)
         return NULL;
     call.c = (struct pe_cope){
-        .logits = PyArray_BYTES(logits),
-        .l_stride_b = PyArray_STRIDE(logits, 0),
-        .l_stride_h = PyArray_STRIDE(logits, 1),
-        .l_stride_q = PyArray_STRIDE(logits, 2),
-        .logits_dtype = pe_dtype_of(logits),
-        .gates = gates,
+        .logits = call.d,
+        .dst = &call.d,
         .z = (const double *)PyArray_DATA(z),
         .npos = PyArray_DIM(z, 1),
+        .q_offset = (int64_t)q_offset,
         .causal = causal,
         .add = add,
-        .q_offset = (int64_t)q_offset,
-        .dst = &call.d,
+        .gates = gates,
     };
+    call.c.logits.data = PyArray_BYTES(logits);
+    call.c.logits.stride_b = PyArray_STRIDE(logits, 0);
+    call.c.logits.stride_h = PyArray_STRIDE(logits, 1);
+    call.c.logits.stride_q = PyArray_STRIDE(logits, 2);
+    call.c.logits.dtype = pe_dtype_of(logits);
     return kernel_result(run_kernel(cope_kernel, &call, PyArray_SIZE(dst)),
                          gates ? "gates must not be nan or +inf"
                                : "attn_logits must be finite or -inf (masked), found nan or +inf");

@@ -320,24 +320,17 @@ int pe_t5_buckets(const int64_t *rel, ptrdiff_t n, int bidirectional, int64_t nu
 
 /* ---- contextual position encoding (cope.c) ---- */
 
-/* One call: logits (batch, heads, q_len, k_len) of logits_dtype (float16,
- * 32 or 64; byte strides, contiguous last axis, read only), or with gates
- * set their gates themselves (float64), the logits of the integer
- * positions z, float64 C-contiguous (batch * heads * q_len, npos), dst the
- * scores (add) or the output (written).  causal: the keys j > q_offset + i
- * have gate 0. */
+/* One call: the logits, (batch, heads, q_len, k_len) as dst, of float16,
+ * 32 or 64 (read only; their elements may overlap), or with gates set
+ * their gates themselves (float64); the logits of the integer positions z,
+ * float64 C-contiguous (batch * heads * q_len, npos); dst the scores (add)
+ * or the output (written).  causal: the keys j > q_offset + i have gate 0. */
 struct pe_cope {
-    /* the logits (the gates), read only */
-    const char *logits;
-    ptrdiff_t l_stride_b, l_stride_h, l_stride_q;
-    int logits_dtype, gates;
-    /* the logits of the integer positions, a row per row of dst */
-    const double *z;
-    ptrdiff_t npos;
-    /* the keys a query sees; what becomes of dst */
-    int causal, add;
-    int64_t q_offset;
+    struct pe_bias_dst logits;
     const struct pe_bias_dst *dst;
+    const double *z;
+    int64_t npos, q_offset;
+    int causal, add, gates;
 };
 
 /* CoPE's position logits of `c` (cope.h) added into (c->add) or written
