@@ -39,10 +39,10 @@ int pe_cope(const struct pe_kernels *k, const struct pe_cope *c, int nthreads)
     const struct pe_bias_dst *d = c->dst;
     const ptrdiff_t heads = d->heads, q_len = d->q_len, k_len = d->k_len;
     const ptrdiff_t rows = d->batch * heads * q_len;
-    const int team = pe_team(nthreads, rows * k_len);
     const struct pe_bias_dst *l = &c->logits;
     int bad = 0;
-#pragma omp parallel for schedule(static) num_threads(team) reduction(| : bad)
+#pragma omp parallel for schedule(static) num_threads(pe_team(nthreads, (rows * k_len)))           \
+    reduction(| : bad)
     for (ptrdiff_t r = 0; r < rows; ++r) {
         const ptrdiff_t i = r % q_len, h = (r / q_len) % heads, b = r / q_len / heads;
         bad |= row_refused(l->data + b * l->stride_b + h * l->stride_h + i * l->stride_q, k_len,
@@ -52,7 +52,7 @@ int pe_cope(const struct pe_kernels *k, const struct pe_cope *c, int nthreads)
         return -2;
     const pe_cope_rows_fn fn = k->cope_rows[c->add != 0][d->dtype];
     const ptrdiff_t tasks = (rows + COPE_ROWS - 1) / COPE_ROWS;
-#pragma omp parallel for schedule(dynamic, 1) num_threads(team)
+#pragma omp parallel for schedule(dynamic, 1) num_threads(pe_team(nthreads, (rows * k_len)))
     for (ptrdiff_t t = 0; t < tasks; ++t) {
         const ptrdiff_t r0 = t * COPE_ROWS;
         fn(c, r0, rows - r0 < COPE_ROWS ? rows : r0 + COPE_ROWS);
