@@ -20,7 +20,9 @@ autograd differentiates it: ``floor`` and ``ceil`` are indices without a
 gradient, the interpolation weight ``w = p - floor(p)`` carries the gradient
 of ``p``, and ``clamp`` passes it only where ``p <= npos_max - 1``.
 
-Everything is computed in float64 and rounded once to the result dtype.
+Everything is computed in float64 and rounded once to the result dtype.  The
+forward runs in C (``posenc._core.cope``, :func:`_bias_kernel`) with the bits
+of its NumPy formula (:func:`_bias_numpy`); the backward is NumPy.
 """
 
 from __future__ import annotations
@@ -53,7 +55,7 @@ def _finite(arr, name):
 class _Args:
     """The checked arguments of a CoPE call."""
 
-    def __init__(self, query, attn_logits, pos_emb, causal, q_offset):
+    def __init__(self, query, attn_logits, pos_emb, causal, q_offset, check_logits=True):
         query = _float_array(query, "query")
         logits = _float_array(attn_logits, "attn_logits")
         emb = _float_array(pos_emb, "pos_emb")
@@ -101,11 +103,20 @@ class _Args:
             q_offset = _validate.integer(q_offset, "q_offset")
         _finite(query, "query")
         _finite(emb, "pos_emb")
-        if np.isnan(logits).any() or np.isposinf(logits).any():
-            raise ValueError("attn_logits must be finite or -inf (masked), found nan or +inf")
         self.query, self.logits, self.emb = query, logits, emb
+        if check_logits:
+            self.check_logits()
         self.npos, self.q_offset = npos, q_offset
         self.dtype = np.result_type(query.dtype, logits.dtype, emb.dtype)
+
+    def check_logits(self):
+        """attn_logits refused if it holds nan or +inf (the kernel looks itself)."""
+        if np.isnan(self.logits).any() or np.isposinf(self.logits).any():
+            raise ValueError("attn_logits must be finite or -inf (masked), found nan or +inf")
+
+    def products(self):
+        """z_i[p] = q_i . e[p], float64 (..., q_len, npos_max)."""
+        return self.query.astype(np.float64) @ self.table().T
 
     def table(self):
         """pos_emb as float64 (npos_max, head_dim)."""
@@ -119,10 +130,15 @@ class _Args:
         return np.arange(k_len)[None, :] <= i
 
 
+def _sigmoid(a):
+    """The gates of attn_logits, float64."""
+    logits = a.logits.astype(np.float64)
+    return np.exp(-np.logaddexp(0.0, -logits))  # 1 / (1 + e^-a): no overflow, 0 at -inf
+
+
 def _forward(a):
     """Gates, positions and the interpolation of one checked call, in float64."""
-    logits = a.logits.astype(np.float64)
-    sig = np.exp(-np.logaddexp(0.0, -logits))  # 1 / (1 + e^-a): no overflow, 0 at -inf
+    sig = _sigmoid(a)
     gates = np.where(a.visible(), sig, 0.0) if a.causal else sig
     pos = np.flip(np.cumsum(np.flip(gates, -1), -1), -1)
     clipped = np.minimum(pos, a.npos - 1)
@@ -130,10 +146,106 @@ def _forward(a):
     hi = np.ceil(clipped).astype(np.int64)
     w = clipped - lo
     e = a.table()
-    z = a.query.astype(np.float64) @ e.T  # (..., q_len, npos_max)
+    z = a.products()  # (..., q_len, npos_max)
     z_hi = np.take_along_axis(z, hi, -1)
     z_lo = np.take_along_axis(z, lo, -1)
     return sig, pos, lo, hi, w, e, z_hi, z_lo
+
+
+def _gates_in_c():
+    """True where NumPy's float64 exp is the C library's (the scalar loop,
+    not one of NumPy's own AVX-512 bodies): the kernel's gates then have
+    the bits of :func:`_sigmoid`; elsewhere NumPy makes them."""
+    try:
+        from numpy.lib.introspect import opt_func_info
+
+        current = opt_func_info(func_name="^exp$", signature="float64")["exp"]["dd"]["current"]
+    except Exception:  # no introspection (NumPy < 2): NumPy's gates
+        return False
+    # the bodies of these targets call exp() per element; AVX-512 ones have their own
+    return current.startswith("baseline") or current in ("X86_V2", "X86_V3", "AVX2", "FMA3")
+
+
+_GATES_IN_C = _gates_in_c()
+
+
+def _rows4(x):
+    """x of shape (..., q_len, k_len) as a 4-D view (batch, heads, q_len,
+    k_len), or None where that would take a copy."""
+    if x.ndim <= 4:
+        return x.reshape((1,) * (4 - x.ndim) + x.shape)
+    try:
+        return np.reshape(x, (-1,) + x.shape[-3:], copy=False)
+    except (ValueError, TypeError):
+        return None
+
+
+def _kernel_ready(x):
+    """A view of x the kernel reads or writes as it is: aligned, native,
+    a contiguous last axis."""
+    return (
+        x is not None
+        and x.flags.aligned
+        and x.dtype.isnative
+        and x.dtype in _KERNEL_DTYPES
+        and (x.strides[-1] == x.itemsize or x.shape[-1] == 1)
+    )
+
+
+_KERNEL_DTYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
+
+
+def _bias_kernel(a, scores, gates_in_c=None):
+    """cope_bias of a checked call by ``_core.cope``, with the bits of
+    :func:`_bias_numpy`: the products z made as :func:`_forward` makes them
+    (NumPy's matmul), the gates by the kernel (``gates_in_c``, by default
+    where they have NumPy's bits) or by :func:`_sigmoid`, the rest in C.
+    None where the arrays are not the kernel's (an empty call, scores it
+    cannot write in place, a dtype it lacks): the NumPy path then."""
+    from . import _core
+
+    if a.logits.size == 0 or (scores is not None and scores.dtype not in _KERNEL_DTYPES):
+        return None
+    dst = _rows4(scores) if scores is not None else np.empty(a.logits.shape, a.dtype)
+    if scores is not None and not _kernel_ready(dst):
+        return None
+    if gates_in_c is None:
+        gates_in_c = _GATES_IN_C
+    if gates_in_c:
+        src = _rows4(a.logits)
+        if not _kernel_ready(src):
+            src = np.ascontiguousarray(a.logits, a.logits.dtype.newbyteorder("="))
+            src = _rows4(src)
+        elif np.may_share_memory(src, dst) and not _same_view(src, dst):
+            src = src.copy()
+    else:
+        a.check_logits()
+        src = _rows4(_sigmoid(a))
+    z = a.products().reshape(-1, a.npos)
+    q_len, k_len = a.logits.shape[-2:]
+    q_offset = min(max(a.q_offset, -q_len), k_len)  # the same keys seen, within int64
+    _core.cope(src, z, _rows4(dst), a.causal, q_offset, scores is not None, not gates_in_c)
+    return dst if scores is None else scores
+
+
+def _same_view(x, y):
+    """x and y are the same elements (the kernel's scores may be its logits)."""
+    return (
+        x.__array_interface__["data"][0] == y.__array_interface__["data"][0]
+        and x.strides == y.strides
+        and x.dtype == y.dtype
+    )
+
+
+def _bias_numpy(a, scores):
+    """cope_bias of a checked call in NumPy float64 (the kernel's twin)."""
+    a.check_logits()
+    _, _, _, _, w, _, z_hi, z_lo = _forward(a)
+    bias = z_hi * w + z_lo * (1.0 - w)
+    if scores is None:
+        return bias.astype(a.dtype)
+    scores[...] = (scores.astype(np.float64) + bias).astype(scores.dtype)
+    return scores
 
 
 @foreign
@@ -192,7 +304,7 @@ def cope_bias(
            [1. , 0.5, 0. ],
            [1.5, 1. , 0.5]])
     """
-    a = _Args(query, attn_logits, pos_emb, causal, q_offset)
+    a = _Args(query, attn_logits, pos_emb, causal, q_offset, check_logits=False)
     if scores is not None:
         if not isinstance(scores, np.ndarray):
             raise TypeError(f"scores must be a numpy.ndarray, not {type(scores).__name__}")
@@ -201,12 +313,8 @@ def cope_bias(
         if scores.dtype.kind != "f":
             raise TypeError(f"scores must be a float array, not dtype {scores.dtype}")
         _validate.writeable(scores, "scores")
-    _, _, _, _, w, _, z_hi, z_lo = _forward(a)
-    bias = z_hi * w + z_lo * (1.0 - w)
-    if scores is None:
-        return bias.astype(a.dtype)
-    scores[...] = (scores.astype(np.float64) + bias).astype(scores.dtype)
-    return scores
+    out = _bias_kernel(a, scores)
+    return _bias_numpy(a, scores) if out is None else out
 
 
 def cope_bias_grad(query, attn_logits, pos_emb, grad, *, causal=True, q_offset=None):

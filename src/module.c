@@ -63,6 +63,9 @@ static PyMethodDef methods[] = {
      "rel_scatter_add(weights, map, out, single=False, by_key=False): out[b, h, i (j by key), "
      "map[q_len - 1 - i + j]] += "
      "weights[b, h, i, j]; single: on one thread."},
+    {"cope", py_cope, METH_VARARGS,
+     "cope(attn_logits, z, dst, causal, q_offset, add): CoPE's position logits, interpolated in "
+     "z (float64, a row per row of dst), added into the 4-D dst or written (rounded once)."},
     {"set_num_threads", py_set_num_threads, METH_O,
      "set_num_threads(n): threads for the kernels; 0 follows OpenMP."},
     {"get_num_threads", py_get_num_threads, METH_NOARGS,

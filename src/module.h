@@ -116,6 +116,7 @@ PyObject *py_rel_gather_add(PyObject *self, PyObject *args);
 PyObject *py_rel_dense_add(PyObject *self, PyObject *args);
 PyObject *py_rel_scatter_add(PyObject *self, PyObject *args);
 PyObject *py_cast(PyObject *self, PyObject *args);
+PyObject *py_cope(PyObject *self, PyObject *args);
 PyObject *py_set_num_threads(PyObject *self, PyObject *arg);
 PyObject *py_get_num_threads(PyObject *self, PyObject *unused);
 PyObject *py_simd_path(PyObject *self, PyObject *unused);

@@ -343,4 +343,24 @@ int pe_relative_positions(const struct pe_kernels *k, int64_t max_distance, int6
 int pe_t5_buckets(const int64_t *rel, ptrdiff_t n, int bidirectional, int64_t num_buckets,
                   const int64_t *thresh, ptrdiff_t nthresh, int64_t *out, int nthreads);
 
+/* ---- contextual position encoding (cope.c) ---- */
+
+/* One call: the logits, (batch, heads, q_len, k_len) as dst, of float16,
+ * 32 or 64 (read only; their elements may overlap), or with gates set
+ * their gates themselves (float64); the logits of the integer positions z,
+ * float64 C-contiguous (batch * heads * q_len, npos); dst the scores (add)
+ * or the output (written).  causal: the keys j > q_offset + i have gate 0. */
+struct pe_cope {
+    struct pe_bias_dst logits;
+    const struct pe_bias_dst *dst;
+    const double *z;
+    int64_t npos, q_offset;
+    int causal, add, gates;
+};
+
+/* CoPE's position logits of `c` (cope.h) added into (c->add) or written
+ * as c->dst, on the path of k.  Returns 0, or -2 if a logit (a gate) is
+ * nan or +inf (nothing is written then: every one is looked at first). */
+int pe_cope(const struct pe_kernels *k, const struct pe_cope *c, int nthreads);
+
 #endif

@@ -22,6 +22,7 @@
         .rel_task = pe_rel_task_##path,                                                            \
         .row_add = pe_row_add_##path,                                                              \
         .fire_block = pe_fire_block_##path,                                                        \
+        .cope_rows = pe_cope_rows_##path,                                                          \
         .store_fence = pe_store_fence_##path,                                                      \
     }
 
@@ -42,6 +43,7 @@ const struct pe_kernels pe_kernels_neon = {
     .rel_task = pe_rel_task_scalar,
     .row_add = pe_row_add_neon,
     .fire_block = pe_fire_block_scalar,
+    .cope_rows = pe_cope_rows_scalar,
     .store_fence = pe_store_fence_scalar,
 };
 #endif

@@ -224,6 +224,10 @@ struct pe_fire;
 typedef void (*pe_fire_block_fn)(const struct pe_fire *f, const double *x, ptrdiff_t n,
                                  double *scratch, double *out, ptrdiff_t stride);
 #define PE_FIRE_SCRATCH(width, n) ((width) * (n) + ((n) / 8 * ((width) + 1) + 1) / 2)
+struct pe_cope;
+/* cope.c: rows [r0, r1) of CoPE's position logits (of the batch * heads *
+ * q_len rows) added into the scores or written. */
+typedef void (*pe_cope_rows_fn)(const struct pe_cope *c, ptrdiff_t r0, ptrdiff_t r1);
 
 struct pe_kernels {
     const char *name; /* "scalar", "avx2" or "neon", as set_simd takes it */
@@ -238,6 +242,7 @@ struct pe_kernels {
     const pe_rel_task_fn (*rel_task)[PE_NDTYPES]; /* [by key][enum pe_dtype of the scores] */
     const pe_row_add_fn (*row_add)[PE_NDTYPES]; /* [PE_ROW_SAME, ..., PE_ROW_CAST][enum pe_dtype] */
     pe_fire_block_fn fire_block;
+    const pe_cope_rows_fn (*cope_rows)[PE_NDTYPES]; /* [add][enum pe_dtype of the scores] */
     /* orders the calling thread's non-temporal stores (bias_rows') before
      * what it does next; nothing on the portable path */
     void (*store_fence)(void);
@@ -274,6 +279,7 @@ extern const struct pe_kernels pe_kernels_neon;
     extern const pe_row_add_fn pe_row_add_##path[PE_ROW_NKINDS][PE_NDTYPES];                       \
     void pe_fire_block_##path(const struct pe_fire *f, const double *x, ptrdiff_t n,               \
                               double *scratch, double *out, ptrdiff_t stride);                     \
+    extern const pe_cope_rows_fn pe_cope_rows_##path[2][PE_NDTYPES];                               \
     void pe_store_fence_##path(void);
 
 PE_KERNELS_DECLARE(scalar)

@@ -9,6 +9,7 @@ import pytest
 from optional import require
 
 from posenc import _reference_newer as reference
+from posenc import cope
 from posenc.cope import cope_bias, cope_bias_grad
 
 SIZES = [(1, 1, 1, 1, 1, 1), (2, 3, 4, 6, 5, 4), (1, 2, 5, 5, 3, 3), (2, 1, 3, 7, 4, 16)]
@@ -319,3 +320,217 @@ def test_cope_through_torch_autograd_compile_and_jax():
     (cope_bias(q, logits, emb) ** 2).sum().backward()
     for g, t in zip(got, (q, logits, emb)):
         np.testing.assert_allclose(np.asarray(g), t.grad.numpy(), rtol=1e-12, atol=1e-14)
+
+
+# --- the kernel (posenc._core.cope) against the NumPy path, bit for bit -------
+
+
+def _args(q, a, e, causal=True, q_offset=None):
+    return cope._Args(q, a, e, causal, q_offset)
+
+
+def _gate_sources():
+    """Gates made by the kernel (where they are NumPy's bits) and given by NumPy."""
+    return [True, False] if cope._GATES_IN_C else [False]
+
+
+def _same_bits(got, want):
+    assert got.dtype == want.dtype and got.shape == want.shape
+    np.testing.assert_array_equal(got.view(f"u{got.itemsize}"), want.view(f"u{want.itemsize}"))
+
+
+def _both_paths(q, a, e, scores=None, causal=True, q_offset=None, gates_in_c=True):
+    """(kernel, NumPy path) results of one call, each on its own copy of scores."""
+    args = _args(q, a, e, causal, q_offset)
+    s1 = None if scores is None else scores.copy()
+    s2 = None if scores is None else scores.copy()
+    got = cope._bias_kernel(args, s1, gates_in_c)
+    assert got is not None
+    return got, cope._bias_numpy(args, s2)
+
+
+KERNEL_SIZES = [(2, 3, 4, 6, 5, 4), (1, 2, 7, 3, 3, 3), (2, 1, 5, 40, 4, 16), (1, 1, 3, 9, 2, 1)]
+
+
+@pytest.mark.parametrize("sizes", KERNEL_SIZES)
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
+@pytest.mark.parametrize("gates_in_c", _gate_sources())
+def test_cope_kernel_is_the_numpy_path_bit_for_bit(sizes, causal, dtype, gates_in_c):
+    # q_len below, equal to and above k_len; positions clipped (npos 1, 3, 4)
+    # and not (npos 16); the bias written in the inputs' dtype and added into
+    # scores of each dtype
+    q, a, e = (x.astype(dtype) for x in _inputs(*sizes, seed=21, scale=3.0))
+    got, want = _both_paths(q, a, e, causal=causal, gates_in_c=gates_in_c)
+    _same_bits(got, want)
+    for sdt in ["float16", "float32", "float64"]:
+        scores = np.random.default_rng(22).normal(size=a.shape).astype(sdt) * 8
+        got, want = _both_paths(q, a, e, scores, causal=causal, gates_in_c=gates_in_c)
+        _same_bits(got, want)
+
+
+@pytest.mark.parametrize("q_offset", [-9, -2, 0, 1, 4, 30])
+@pytest.mark.parametrize("gates_in_c", _gate_sources())
+def test_cope_kernel_q_offset_is_the_numpy_path(q_offset, gates_in_c):
+    # offsets that hide every key, some, or none of them
+    q, a, e = _inputs(2, 2, 5, 8, 3, 6, seed=23)
+    scores = np.random.default_rng(24).normal(size=a.shape).astype(np.float32)
+    for s in (None, scores):
+        got, want = _both_paths(q, a, e, s, q_offset=q_offset, gates_in_c=gates_in_c)
+        _same_bits(got, want)
+
+
+@pytest.mark.parametrize("gates_in_c", _gate_sources())
+def test_cope_kernel_extreme_and_masked_logits_are_the_numpy_path(gates_in_c):
+    # -inf (gate 0), +-0 (log 2's branch), logits whose gate rounds to 1 or
+    # underflows, tiny ones, and whole rows masked
+    values = [-np.inf, -0.0, 0.0, 745.0, -745.0, 40.0, -40.0, 1e-300, -1e-300, 36.7, -709.5, 3.0]
+    rng = np.random.default_rng(25)
+    a = rng.choice(values, size=(2, 3, 6, 12))
+    a[0, 1, 2] = -np.inf
+    q, _, e = _inputs(2, 3, 6, 12, 4, 5, seed=26)
+    for causal in (True, False):
+        for s in (None, rng.normal(size=a.shape)):
+            got, want = _both_paths(q, a, e, s, causal=causal, gates_in_c=gates_in_c)
+            _same_bits(got, want)
+
+
+def test_cope_kernel_scores_minus_inf_and_signed_zeros_are_the_numpy_path():
+    # masked scores stay -inf; a zero table gives z = +-0 and the signs of
+    # the sums are NumPy's
+    q, a, e = _inputs(1, 2, 4, 5, 3, 4, seed=27)
+    e[1] = 0.0
+    q[0, 0, 0] = -q[0, 0, 0]
+    scores = np.where(np.tril(np.ones((4, 5), bool), 1), -0.0, -np.inf) * np.ones(a.shape)
+    for gates_in_c in _gate_sources():
+        got, want = _both_paths(q, a, e, scores, gates_in_c=gates_in_c)
+        _same_bits(got, want)
+
+
+def test_cope_public_function_takes_the_kernel_and_gives_the_numpy_bits():
+    # cope_bias itself (4-D, 3-D, 5-D, strided scores, scores as the logits)
+    q, a, e = _inputs(2, 3, 4, 6, 5, 4, seed=28)
+    _same_bits(cope_bias(q, a, e), cope._bias_numpy(_args(q, a, e), None))
+    q5, a5 = q.reshape(2, 3, 1, 4, 5), a.reshape(2, 3, 1, 4, 6)
+    _same_bits(cope_bias(q5, a5, e), cope._bias_numpy(_args(q5, a5, e), None))
+    _same_bits(cope_bias(q[0], a[0], e), cope._bias_numpy(_args(q[0], a[0], e), None))
+    big = np.random.default_rng(29).normal(size=(2, 3, 4, 12)).astype(np.float32)
+    want = big.copy()
+    cope._bias_numpy(_args(q, a, e), want[..., ::2])
+    cope_bias(q, a, e, scores=big[..., ::2])
+    _same_bits(big, want)
+    s = a.copy()
+    want = cope._bias_numpy(_args(q, a, e), a.copy())
+    cope_bias(q, s, e, scores=s)
+    _same_bits(s, want)
+
+
+@pytest.mark.parametrize("gates_in_c", _gate_sources())
+def test_cope_kernel_one_and_two_threads_give_the_same_bits(gates_in_c):
+    import posenc
+
+    # 2 * 64 * 300 elements: above the size from which the kernel uses its threads
+    q, a, e = _inputs(1, 2, 64, 300, 4, 40, seed=30, scale=1.0)
+    scores = np.random.default_rng(31).normal(size=a.shape).astype(np.float32)
+    before = posenc.get_num_threads()
+    results = []
+    try:
+        for n in (1, 2):
+            posenc.set_num_threads(n)
+            results.append(_both_paths(q, a, e, scores, gates_in_c=gates_in_c))
+    finally:
+        posenc.set_num_threads(before)
+    (one, want), (two, _) = results
+    _same_bits(one, want)
+    _same_bits(two, want)
+
+
+COPE_BITS = """
+import hashlib
+import numpy as np
+import posenc
+from posenc import cope
+digest = hashlib.sha256()
+rng = np.random.default_rng(32)
+q, a, e = rng.normal(size=(2, 3, 9, 5)), rng.normal(size=(2, 3, 9, 21)) * 3, rng.normal(size=(7, 5))
+for dt in ["float16", "float32", "float64"]:
+    for causal in (True, False):
+        for gates_in_c in ([True, False] if cope._GATES_IN_C else [False]):
+            args = cope._Args(q.astype(dt), a.astype(dt), e.astype(dt), causal, None)
+            s = (rng.normal(size=a.shape) * 4).astype(dt)
+            cope._bias_kernel(args, s, gates_in_c)
+            digest.update(s.tobytes())
+            digest.update(cope._bias_kernel(args, None, gates_in_c).tobytes())
+print(posenc.simd_path(), digest.hexdigest())
+"""
+
+
+def test_cope_kernel_portable_path_in_a_child_gives_the_same_bits():
+    import child_process
+
+    from posenc import _core
+
+    path, scalar = child_process.run(
+        "-c", COPE_BITS, check=True, POSENC_SIMD="scalar"
+    ).stdout.split()
+    assert path == "scalar"
+    best, auto = child_process.run("-c", COPE_BITS, check=True, POSENC_SIMD="auto").stdout.split()
+    assert best == _core.simd_cpu() and auto == scalar
+
+
+def test_cope_core_refuses_bad_arguments_and_leaves_scores_untouched():
+    from posenc import _core
+
+    rng = np.random.default_rng(33)
+    logits = rng.normal(size=(2, 3, 4, 5))
+    z = rng.normal(size=(24, 6))
+    scores = rng.normal(size=(2, 3, 4, 5)).astype(np.float32)
+    before = scores.copy()
+    nan = logits.copy()
+    nan[1, 2, 3, 4] = np.nan
+    posinf = logits.astype(np.float16)
+    posinf[0, 0, 0, 0] = np.inf
+    for call, exc, match in [
+        (
+            lambda: _core.cope(logits.astype(np.int32), z, scores, True, 1, True),
+            TypeError,
+            "attn_logits",
+        ),
+        (lambda: _core.cope(logits[0], z, scores, True, 1, True), ValueError, "attn_logits"),
+        (lambda: _core.cope(logits[:, :2], z, scores, True, 1, True), ValueError, "attn_logits"),
+        (lambda: _core.cope(nan, z, scores, True, 1, True), ValueError, "attn_logits"),
+        (lambda: _core.cope(posinf, z, scores, False, 1, True), ValueError, "attn_logits"),
+        (lambda: _core.cope(logits, z.astype(np.float32), scores, True, 1, True), TypeError, "z"),
+        (lambda: _core.cope(logits, z[:23], scores, True, 1, True), ValueError, "z"),
+        (lambda: _core.cope(logits, z[:, :0], scores, True, 1, True), ValueError, "z"),
+        (lambda: _core.cope(logits, z[:, ::2], scores, True, 1, True), ValueError, "z"),
+        (
+            lambda: _core.cope(logits, z, scores.astype(np.int32), True, 1, True),
+            TypeError,
+            "scores",
+        ),
+        (lambda: _core.cope(logits, z, scores[0], True, 1, True), ValueError, "scores"),
+        (lambda: _core.cope(logits, z, scores.tolist(), True, 1, True), TypeError, "scores"),
+        (lambda: _core.cope(logits, z, scores, True, 2**60, True), ValueError, "q_offset"),
+        (lambda: _core.cope(logits, logits, scores, True, 1, True, True), ValueError, "z"),
+        (
+            lambda: _core.cope(logits.astype(np.float32), z, scores, True, 1, True, True),
+            TypeError,
+            "gates",
+        ),
+    ]:
+        with pytest.raises(exc, match=match):
+            call()
+        np.testing.assert_array_equal(scores, before)
+    readonly = scores.copy()
+    readonly.flags.writeable = False
+    with pytest.raises(ValueError, match="scores"):
+        _core.cope(logits, z, readonly, True, 1, True)
+    # scores sharing bytes with the logits other than as the logits themselves
+    both = rng.normal(size=(2, 3, 4, 6))
+    kept = both.copy()
+    with pytest.raises(ValueError, match="scores"):
+        _core.cope(both[..., 1:], z, both[..., :5], True, 1, True)
+    with pytest.raises(ValueError, match="scores"):
+        _core.cope(logits, z, z.reshape(2, 3, 4, 6)[..., :5], True, 1, True)
+    np.testing.assert_array_equal(both, kept)

@@ -1,0 +1,61 @@
+/*
+ * cope.c -- CoPE's position logits into attention scores (cope.h): the
+ * portable kernel, the check of the logits and the entry point.
+ * cope_avx2.c has the AVX2 kernel.
+ */
+#include "cope.h"
+
+#include "pe.h"
+#include "simd.h"
+
+PE_COPE_ROWS_TABLE(pe_cope_rows_scalar, pe_cope_run);
+
+/* 1 if one of the n logits at l (of dtype) is nan or +inf, else 0. */
+static int row_refused(const char *l, ptrdiff_t n, int dtype)
+{
+    int bad = 0;
+    if (dtype == PE_F32) {
+        const float *x = (const float *)l;
+        for (ptrdiff_t j = 0; j < n; ++j)
+            bad |= !(x[j] < INFINITY);
+    } else if (dtype == PE_F64) {
+        const double *x = (const double *)l;
+        for (ptrdiff_t j = 0; j < n; ++j)
+            bad |= !(x[j] < INFINITY);
+    } else {
+        /* float16 bits: +inf is 0x7c00, a nan has a larger magnitude */
+        const uint16_t *x = (const uint16_t *)l;
+        for (ptrdiff_t j = 0; j < n; ++j)
+            bad |= ((x[j] & 0x7fff) > 0x7c00) | (x[j] == 0x7c00);
+    }
+    return bad;
+}
+
+/* Rows of a task of the kernel. */
+#define COPE_ROWS 8
+
+int pe_cope(const struct pe_kernels *k, const struct pe_cope *c, int nthreads)
+{
+    const struct pe_bias_dst *d = c->dst;
+    const ptrdiff_t heads = d->heads, q_len = d->q_len, k_len = d->k_len;
+    const ptrdiff_t rows = d->batch * heads * q_len;
+    const struct pe_bias_dst *l = &c->logits;
+    int bad = 0;
+#pragma omp parallel for schedule(static) num_threads(pe_team(nthreads, (rows * k_len)))           \
+    reduction(| : bad)
+    for (ptrdiff_t r = 0; r < rows; ++r) {
+        const ptrdiff_t i = r % q_len, h = (r / q_len) % heads, b = r / q_len / heads;
+        bad |= row_refused(l->data + b * l->stride_b + h * l->stride_h + i * l->stride_q, k_len,
+                           l->dtype);
+    }
+    if (bad)
+        return -2;
+    const pe_cope_rows_fn fn = k->cope_rows[c->add != 0][d->dtype];
+    const ptrdiff_t tasks = (rows + COPE_ROWS - 1) / COPE_ROWS;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(pe_team(nthreads, (rows * k_len)))
+    for (ptrdiff_t t = 0; t < tasks; ++t) {
+        const ptrdiff_t r0 = t * COPE_ROWS;
+        fn(c, r0, rows - r0 < COPE_ROWS ? rows : r0 + COPE_ROWS);
+    }
+    return 0;
+}

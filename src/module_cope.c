@@ -1,0 +1,103 @@
+/*
+ * module_cope.c -- posenc._core's cope: CoPE's position logits added into
+ * attention scores or written, its arguments checked, then the entry point
+ * of cope.c.  The gates come from the logits (the C library's exp and
+ * log1p, NumPy's formula), or with gates=True are given (where NumPy's exp
+ * is not the C library's, posenc/cope.py makes them).
+ */
+#include "module.h"
+
+struct cope_call {
+    struct pe_cope c;
+    struct pe_bias_dst d;
+};
+
+static int cope_kernel(const struct pe_kernels *k, void *args, int nthreads)
+{
+    struct cope_call *call = args;
+    return pe_cope(k, &call->c, nthreads);
+}
+
+/* The same shape as dst's (batch, heads, q_len, k_len): 0, or -1 with a
+ * ValueError naming the argument. */
+static int check_cope_shape(PyArrayObject *a, const char *name, const struct pe_bias_dst *d)
+{
+    const npy_intp *s = PyArray_DIMS(a);
+    if (s[0] != d->batch || s[1] != d->heads || s[2] != d->q_len || s[3] != d->k_len) {
+        PyErr_Format(PyExc_ValueError,
+                     "%s must have the shape of the scores, (%zd, %zd, %zd, %zd), not (%zd, %zd, "
+                     "%zd, %zd)",
+                     name, (Py_ssize_t)d->batch, (Py_ssize_t)d->heads, (Py_ssize_t)d->q_len,
+                     (Py_ssize_t)d->k_len, (Py_ssize_t)s[0], (Py_ssize_t)s[1], (Py_ssize_t)s[2],
+                     (Py_ssize_t)s[3]);
+        return -1;
+    }
+    return 0;
+}
+
+/* The scores may be the logits themselves (each row's logits are read
+ * before its scores are written), no other array that shares their bytes. */
+static int check_cope_overlap(PyArrayObject *dst, const char *name, PyArrayObject *logits,
+                              const char *lname)
+{
+    if (PyArray_DATA(dst) == PyArray_DATA(logits) && PyArray_TYPE(dst) == PyArray_TYPE(logits)) {
+        int same = 1;
+        for (int a = 0; a < 4; ++a)
+            same &= PyArray_STRIDE(dst, a) == PyArray_STRIDE(logits, a);
+        if (same)
+            return 0;
+    }
+    return check_no_overlap(dst, name, logits, lname);
+}
+
+PyObject *py_cope(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *logits_o, *z_o, *dst_o;
+    int causal, add, gates = 0;
+    long long q_offset;
+    if (!PyArg_ParseTuple(args, "OOOpLp|p:cope", &logits_o, &z_o, &dst_o, &causal, &q_offset, &add,
+                          &gates))
+        return NULL;
+    const char *name = add ? "scores" : "out", *lname = gates ? "gates" : "attn_logits";
+    struct cope_call call;
+    PyArrayObject *logits = gates ? arg_array(logits_o, lname, NPY_DOUBLE, 4, 0)
+                                  : arg_float_array(logits_o, lname, 4, 0, 0);
+    PyArrayObject *z = logits ? arg_array(z_o, "z", NPY_DOUBLE, 2, ARG_CONTIGUOUS) : NULL;
+    PyArrayObject *dst = z ? bias_target(dst_o, name, -1, &call.d) : NULL;
+    if (dst == NULL || check_cope_shape(logits, lname, &call.d) < 0)
+        return NULL;
+    const npy_intp rows = call.d.batch * call.d.heads * call.d.q_len;
+    if (PyArray_DIM(z, 0) != rows || PyArray_DIM(z, 1) < 1) {
+        PyErr_Format(PyExc_ValueError,
+                     "z must have shape (%zd, npos) with npos >= 1 (a row of position logits per "
+                     "row of the scores), not (%zd, %zd)",
+                     (Py_ssize_t)rows, (Py_ssize_t)PyArray_DIM(z, 0),
+                     (Py_ssize_t)PyArray_DIM(z, 1));
+        return NULL;
+    }
+    if (q_offset < -PE_MAX_Q_OFFSET || q_offset > PE_MAX_Q_OFFSET) {
+        PyErr_SetString(PyExc_ValueError, "q_offset must be between -2**53 and 2**53");
+        return NULL;
+    }
+    if (check_cope_overlap(dst, name, logits, lname) < 0 || check_no_overlap(dst, name, z, "z") < 0)
+        return NULL;
+    call.c = (struct pe_cope){
+        .logits = call.d,
+        .dst = &call.d,
+        .z = (const double *)PyArray_DATA(z),
+        .npos = PyArray_DIM(z, 1),
+        .q_offset = (int64_t)q_offset,
+        .causal = causal,
+        .add = add,
+        .gates = gates,
+    };
+    call.c.logits.data = PyArray_BYTES(logits);
+    call.c.logits.stride_b = PyArray_STRIDE(logits, 0);
+    call.c.logits.stride_h = PyArray_STRIDE(logits, 1);
+    call.c.logits.stride_q = PyArray_STRIDE(logits, 2);
+    call.c.logits.dtype = pe_dtype_of(logits);
+    return kernel_result(run_kernel(cope_kernel, &call, PyArray_SIZE(dst)),
+                         gates ? "gates must not be nan or +inf"
+                               : "attn_logits must be finite or -inf (masked), found nan or +inf");
+}
