@@ -31,21 +31,13 @@ const struct pe_kernels pe_kernels_scalar = PE_KERNELS_OF(scalar);
 #if PE_ARM
 /* The NEON path: its own kernels where it has them (the *_neon.c files),
  * the portable ones for the rest, so the table is always complete. */
-const struct pe_kernels pe_kernels_neon = {
-    .name = "neon",
-    .sincos_row = pe_sincos_row_neon,
-    .rotate_row = pe_rotate_row_neon,
-    .sinusoid_cell = pe_sinusoid_cell_neon,
-    .rope_run = pe_rope_run_neon,
-    .bias_rows = pe_bias_rows_neon,
-    .alibi_block = pe_alibi_block_scalar,
-    .diagonals = pe_diagonals_scalar,
-    .rel_task = pe_rel_task_scalar,
-    .row_add = pe_row_add_neon,
-    .fire_block = pe_fire_block_scalar,
-    .cope_rows = pe_cope_rows_scalar,
-    .store_fence = pe_store_fence_scalar,
-};
+#define pe_alibi_block_neon pe_alibi_block_scalar
+#define pe_diagonals_neon pe_diagonals_scalar
+#define pe_rel_task_neon pe_rel_task_scalar
+#define pe_fire_block_neon pe_fire_block_scalar
+#define pe_cope_rows_neon pe_cope_rows_scalar
+#define pe_store_fence_neon pe_store_fence_scalar
+const struct pe_kernels pe_kernels_neon = PE_KERNELS_OF(neon);
 #endif
 
 #if PE_X86
