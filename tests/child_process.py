@@ -26,3 +26,15 @@ def run(*args, check=False, cwd=None, timeout=None, **env):
         cwd=root if cwd is None else cwd,
         timeout=timeout,
     )
+
+
+def assert_every_path_gives_the_same_bits(code):
+    """Runs `code`, which prints the SIMD path in use and a digest of its
+    results, under ``POSENC_SIMD=scalar`` and ``auto``: the first must be the
+    portable path, the second the CPU's best, and both digests equal."""
+    from posenc import _core
+
+    path, scalar = run("-c", code, check=True, POSENC_SIMD="scalar").stdout.split()
+    assert path == "scalar"
+    best, auto = run("-c", code, check=True, POSENC_SIMD="auto").stdout.split()
+    assert best == _core.simd_cpu() and auto == scalar

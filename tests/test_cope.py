@@ -468,14 +468,7 @@ print(posenc.simd_path(), digest.hexdigest())
 def test_cope_kernel_portable_path_in_a_child_gives_the_same_bits():
     import child_process
 
-    from posenc import _core
-
-    path, scalar = child_process.run(
-        "-c", COPE_BITS, check=True, POSENC_SIMD="scalar"
-    ).stdout.split()
-    assert path == "scalar"
-    best, auto = child_process.run("-c", COPE_BITS, check=True, POSENC_SIMD="auto").stdout.split()
-    assert best == _core.simd_cpu() and auto == scalar
+    child_process.assert_every_path_gives_the_same_bits(COPE_BITS)
 
 
 def test_cope_core_refuses_bad_arguments_and_leaves_scores_untouched():

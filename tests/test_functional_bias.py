@@ -366,10 +366,7 @@ print(posenc.simd_path(), digest.hexdigest())
 def test_kerple_and_sandwich_portable_path_in_a_child_gives_the_same_bits():
     import child_process
 
-    path, scalar = child_process.run("-c", BITS, check=True, POSENC_SIMD="scalar").stdout.split()
-    assert path == "scalar"
-    best, auto = child_process.run("-c", BITS, check=True, POSENC_SIMD="auto").stdout.split()
-    assert best == _core.simd_cpu() and auto == scalar
+    child_process.assert_every_path_gives_the_same_bits(BITS)
 
 
 @pytest.mark.parametrize("q_offset", [0, 3, 9])
@@ -522,12 +519,7 @@ print(posenc.simd_path(), digest.hexdigest())
 def test_fire_portable_path_in_a_child_gives_the_same_bits():
     import child_process
 
-    path, scalar = child_process.run(
-        "-c", FIRE_BITS, check=True, POSENC_SIMD="scalar"
-    ).stdout.split()
-    assert path == "scalar"
-    best, auto = child_process.run("-c", FIRE_BITS, check=True, POSENC_SIMD="auto").stdout.split()
-    assert best == _core.simd_cpu() and auto == scalar
+    child_process.assert_every_path_gives_the_same_bits(FIRE_BITS)
 
 
 def test_fire_rows_refuses_bad_arguments_and_leaves_scores_untouched():
