@@ -21,8 +21,8 @@ import numpy as np
 
 from . import _validate as v
 from ._dtypes import is_bfloat16, widen
+from .bias import _positions
 from .functional_bias import (
-    _positions,
     distances,
     fire_inputs,
     fire_params,

@@ -43,6 +43,21 @@ def _offset(q_offset, default=0):
     return v.integer(q_offset, "q_offset", minimum=-_MAX_OFFSET, maximum=_MAX_OFFSET)
 
 
+def _positions(q_len, k_len, q_offset, causal):
+    """The lengths, the first query's position (``k_len - q_len`` by
+    default, which needs ``q_len <= k_len``) and `causal`, checked: the
+    arguments every bias by distance takes."""
+    q_len, k_len = _lengths(q_len, k_len)
+    if q_offset is None and q_len > k_len:
+        raise ValueError(
+            f"q_len ({q_len}) > k_len ({k_len}): the default q_offset = k_len - q_len would put "
+            "queries before the first key; pass q_offset"
+        )
+    q_offset = _offset(q_offset, k_len - q_len)
+    causal = v.flag(causal, "causal")
+    return q_len, k_len, q_offset, causal
+
+
 def _scores(scores, shape, dtype):
     """`scores` as an ndarray that can be added into in place, checked
     against the trailing `shape` (and `dtype`, when one was asked for)."""
@@ -240,14 +255,7 @@ def alibi_bias(
     [0.0, -0.00390625, -0.0078125]
     """
     n_heads = v.integer(n_heads, "n_heads", minimum=1)
-    q_len, k_len = _lengths(q_len, k_len)
-    if q_offset is None and q_len > k_len:
-        raise ValueError(
-            f"q_len ({q_len}) > k_len ({k_len}): the default q_offset = k_len - q_len would put "
-            "queries before the first key; pass q_offset"
-        )
-    q_offset = _offset(q_offset, k_len - q_len)
-    causal = v.flag(causal, "causal")
+    q_len, k_len, q_offset, causal = _positions(q_len, k_len, q_offset, causal)
     shape = (n_heads, q_len, k_len)
     if scores is None:
         dtype = v.result_dtype(dtype, out, bfloat16=True)

@@ -37,7 +37,7 @@ from . import _core
 from . import _validate as v
 from ._dtypes import is_bfloat16
 from ._interop import foreign
-from .bias import _lengths, _offset, _run, _scores
+from .bias import _positions, _run, _scores
 
 __all__ = ["fire_bias", "kerple_bias", "sandwich_bias"]
 
@@ -139,18 +139,6 @@ def fire_params(w1, b1, w2, b2, c, threshold, eps):
     eps = _scalar(eps, "eps", positive=True)
     shapes = (shapes[0], c1.shape, a2.shape, c2.shape)
     return a1, c1, a2, c2, c, threshold, eps, shapes
-
-
-def _positions(q_len, k_len, q_offset, causal):
-    q_len, k_len = _lengths(q_len, k_len)
-    if q_offset is None and q_len > k_len:
-        raise ValueError(
-            f"q_len ({q_len}) > k_len ({k_len}): the default q_offset = k_len - q_len would put "
-            "queries before the first key; pass q_offset"
-        )
-    q_offset = _offset(q_offset, k_len - q_len)
-    causal = v.flag(causal, "causal")
-    return q_len, k_len, q_offset, causal
 
 
 def _target(shape, dtype, scores, out, sizes):
