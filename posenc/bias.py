@@ -663,13 +663,7 @@ def _grad_rows(arr, dtype):
 
 
 @foreign
-def relative_positions(
-    q_len: int,
-    k_len: Optional[int] = None,
-    *,
-    max_distance: Optional[int] = None,
-    q_offset: int = 0,
-) -> NDArray[np.int64]:
+def relative_positions(q_len, k_len=None, *, max_distance=None, q_offset=0):
     """Shaw et al.'s clipped relative positions.
 
     Parameters
