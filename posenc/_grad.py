@@ -145,6 +145,28 @@ def reads_values(rule):
     return rule in ("relative", "host")
 
 
+def outputs_grad(outputs, grads, parts):
+    """The gradients `grads` of a call's results (one per array the adapter
+    returned) as a backward rule takes them: for a function of one output
+    its gradient, else a tuple of `outputs` (None for zero).  `parts(g)`
+    gives a result's share of them: ``(g,)`` for a real array, or its real
+    and imaginary parts for a complex one (that counts as two outputs), in
+    the adapter's convention."""
+    if outputs == 1:
+        return parts(grads[0])[0]
+    return tuple(p for g in grads for p in parts(g))
+
+
+def stacked(grad, zeros_like, stack):
+    """The gradients of several outputs as one array (zeros for None), as
+    :func:`grads` takes them; `zeros_like` and `stack` are the adapter's
+    array library's."""
+    if not isinstance(grad, tuple):
+        return grad
+    like = next(g for g in grad if g is not None)
+    return stack([zeros_like(like) if g is None else g for g in grad])
+
+
 def backward(name, arguments, grad, wanted):
     """The gradients of the routed function `name`, called with
     `arguments` (arrays, or an adapter's tensors and tracers), for the

@@ -768,31 +768,19 @@ def _present(cotangent):
 
 
 def _incoming(record, cotangent):
-    """The cotangent of a call's result as the backward rule takes it: one
-    array, or for a function of several outputs a tuple (None for zero), a
-    complex output's as the gradients of its real and imaginary parts (JAX's
-    cotangent of a complex array is their difference, ``d/d real - i
-    d/d imag``); None when all are zero."""
-    if record.outputs == 1:
-        return None if isinstance(cotangent, SymbolicZero) else cotangent
-    parts = []
-    for c in cotangent if isinstance(cotangent, tuple) else (cotangent,):
+    """The cotangent of a call's result as the backward rule takes it
+    (``_grad.outputs_grad``), a complex output's as the gradients of its
+    real and imaginary parts (JAX's cotangent of a complex array is their
+    difference, ``d/d real - i d/d imag``); None when all are zero."""
+
+    def parts(c):
         if isinstance(c, SymbolicZero):
-            parts += [None, None] if jnp.issubdtype(c.aval.dtype, jnp.complexfloating) else [None]
-        elif jnp.iscomplexobj(c):
-            parts += [c.real, -c.imag]
-        else:
-            parts.append(c)
-    return tuple(parts) if any(p is not None for p in parts) else None
+            return (None, None) if jnp.issubdtype(c.aval.dtype, jnp.complexfloating) else (None,)
+        return (c.real, -c.imag) if jnp.iscomplexobj(c) else (c,)
 
-
-def _stacked(cotangent):
-    """The cotangents of several outputs as one array (zeros for None), as
-    the host's backward (posenc._grad.grads) takes them."""
-    if not isinstance(cotangent, tuple):
-        return cotangent
-    like = _present(cotangent)[0]
-    return jnp.stack([jnp.zeros_like(like) if c is None else c for c in cotangent])
+    grads = cotangent if isinstance(cotangent, tuple) else (cotangent,)
+    got = _grad.outputs_grad(record.outputs, grads, parts)
+    return None if isinstance(got, tuple) and all(g is None for g in got) else got
 
 
 def _grad_error(plan, name):
@@ -840,7 +828,8 @@ def _host_grads(plan, static, names, values, cotangent, keys):
     grad_plan = _RELATIVE_GRAD_PLANS.get((plan.name, keys))
     if grad_plan is None:
         grad_plan = _RELATIVE_GRAD_PLANS[plan.name, keys] = _RelativeGradPlan(plan, keys)
-    result = _apply(grad_plan, static, ("grad", *names), [_stacked(cotangent), *values])
+    stacked = _grad.stacked(cotangent, jnp.zeros_like, jnp.stack)
+    result = _apply(grad_plan, static, ("grad", *names), [stacked, *values])
     traced = dict(zip(names, values))
     return tuple(r.astype(traced[key].dtype) for r, key in zip(result, keys))
 

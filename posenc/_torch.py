@@ -447,30 +447,22 @@ def _setup(ctx, inputs, output):
 
 
 def _incoming(record, grads):
-    """The outputs' gradients as the rule takes them: one tensor, or for a
-    function of several outputs a tuple (None for zero), a complex output's
-    as its real and imaginary parts (torch's gradient of a complex tensor
-    holds that of its real part in its real part, of its imaginary part in
-    its imaginary part)."""
-    if record.outputs == 1:
-        return grads[0]
-    if len(grads) == record.outputs:
-        return tuple(grads)
-    parts = [(None, None) if g is None else (g.real, g.imag) for g in grads]
-    return tuple(g for pair in parts for g in pair)
+    """The outputs' gradients as the rule takes them (``_grad.outputs_grad``),
+    a complex output's as its real and imaginary parts (torch's gradient of
+    a complex tensor holds that of its real part in its real part, of its
+    imaginary part in its imaginary part)."""
+    complex_outputs = len(grads) != record.outputs
+
+    def parts(g):
+        if not complex_outputs:
+            return (g,)
+        return (None, None) if g is None else (g.real, g.imag)
+
+    return _grad.outputs_grad(record.outputs, grads, parts)
 
 
 def _tuple(grad):
     return grad if isinstance(grad, tuple) else (grad,)
-
-
-def _stacked(grad):
-    """The gradients of several outputs as one tensor (zeros for None), as
-    posenc::relative_grad takes them."""
-    if not isinstance(grad, tuple):
-        return grad
-    like = next(g for g in grad if g is not None)
-    return torch.stack([torch.zeros_like(like) if g is None else g for g in grad])
 
 
 def _backward(ctx, grads):
@@ -485,8 +477,9 @@ def _backward(ctx, grads):
     if host:
         tensors = [given.get(k) for k in record.arrays]
         wanted = [k in host for k in record.arrays]
+        stacked = _grad.stacked(grad, torch.zeros_like, torch.stack)
         computed = torch.ops.posenc.relative_grad(
-            name, tensors, _stacked(grad), wanted, spec, floats, ints
+            name, tensors, stacked, wanted, spec, floats, ints
         )
         got.update(zip([k for k in record.arrays if k in host], computed))
     for key, rule in rules.items():
