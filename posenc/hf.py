@@ -175,13 +175,6 @@ def _rotary_replacement(
     """A posenc RotaryEmbedding for `original`, checked on the probe (None
     with ``exact=False`` where transformers rounds differently: the module
     is then kept, transformers' rounding with it)."""
-    return _rotary_replacement_checked(name, original, torch, notes, exact)
-
-
-def _rotary_replacement_checked(
-    name: str, original: Any, torch: Any, notes: List[str], exact: bool
-) -> Tuple[Any, str]:
-    """A posenc RotaryEmbedding for `original`, checked on the probe."""
     from .torch import RotaryEmbedding
 
     config = original.config
