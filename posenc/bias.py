@@ -10,7 +10,6 @@ existing attention scores in place, with no ``(heads, q, k)`` temporary.
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import Any, Optional
 
 import numpy as np
 
@@ -18,7 +17,7 @@ from . import _core, _t5
 from . import _validate as v
 from ._dtypes import is_bfloat16, narrow
 from ._interop import foreign
-from ._typing import ArrayLike, DTypeLike, NDArray
+from ._typing import NDArray
 
 _MAX_OFFSET = _core.MAX_Q_OFFSET
 _MAX_BUCKETS = _core.T5_MAX_BUCKETS
@@ -291,14 +290,7 @@ def alibi_bias(
 
 
 @foreign
-def alibi_key_bias(
-    attention_mask: ArrayLike,
-    n_heads: int,
-    *,
-    slopes: Optional[ArrayLike] = None,
-    max_bias: float = 8.0,
-    dtype: Optional[DTypeLike] = None,
-) -> NDArray[Any]:
+def alibi_key_bias(attention_mask, n_heads, *, slopes=None, max_bias=8.0, dtype=None):
     """ALiBi in the per-key form BLOOM and Falcon add: ``(batch, n_heads, 1, k)``.
 
     ``slope[h] * p[b, j]``, where ``p[b, j]`` is the position of key ``j``
