@@ -8,23 +8,16 @@
 #include <cpuid.h>
 #endif
 
-/* The instance of a path, from the pieces its files define. */
-#define PE_KERNELS_OF(path)                                                                        \
-    {                                                                                              \
-        .name = #path,                                                                             \
-        .sincos_row = pe_sincos_row_##path,                                                        \
-        .rotate_row = pe_rotate_row_##path,                                                        \
-        .sinusoid_cell = pe_sinusoid_cell_##path,                                                  \
-        .rope_run = pe_rope_run_##path,                                                            \
-        .bias_rows = pe_bias_rows_##path,                                                          \
-        .alibi_block = pe_alibi_block_##path,                                                      \
-        .diagonals = pe_diagonals_##path,                                                          \
-        .rel_task = pe_rel_task_##path,                                                            \
-        .row_add = pe_row_add_##path,                                                              \
-        .fire_block = pe_fire_block_##path,                                                        \
-        .cope_rows = pe_cope_rows_##path,                                                          \
-        .store_fence = pe_store_fence_##path,                                                      \
-    }
+/* The instance of a path, from the pieces its files define: each field of
+ * struct pe_kernels is the path's pe_<field>_<path>. */
+/* clang-format off */
+#define PE_KERNEL_FIELDS(X, path)                                                    \
+    X(sincos_row, path) X(rotate_row, path) X(sinusoid_cell, path) X(rope_run, path) \
+    X(bias_rows, path) X(alibi_block, path) X(diagonals, path) X(rel_task, path)     \
+    X(row_add, path) X(fire_block, path) X(cope_rows, path) X(store_fence, path)
+/* clang-format on */
+#define PE_KERNEL_FIELD(field, path) .field = pe_##field##_##path,
+#define PE_KERNELS_OF(path) {.name = #path, PE_KERNEL_FIELDS(PE_KERNEL_FIELD, path)}
 
 const struct pe_kernels pe_kernels_scalar = PE_KERNELS_OF(scalar);
 
