@@ -34,23 +34,26 @@ def _require_tools():
         pytest.skip(f"{', '.join(missing)} not installed")
 
 
+# clang and awk are not posenc's code: no sanitizer preloaded into them
+ENV = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+
+
 def _run(root):
-    # clang is not posenc's code: no sanitizer preloaded into it
-    env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
     return subprocess.run(
         ["bash", os.path.join(root, SCRIPT)],
         capture_output=True,
         text=True,
         timeout=900,
-        env=env,
+        env=ENV,
     )
 
 
 def _copy_with(tmp_path, name, old, new):
-    """The sources and the scripts copied into tmp_path, with `old` replaced
-    by `new` (once) in src/name."""
+    """The sources, the scripts and setup.py (the flags) copied into
+    tmp_path, with `old` replaced by `new` (once) in src/name."""
     shutil.copytree(os.path.join(ROOT, "src"), tmp_path / "src")
     shutil.copytree(os.path.join(ROOT, "tests", "c"), tmp_path / "tests" / "c")
+    shutil.copy(os.path.join(ROOT, "setup.py"), tmp_path / "setup.py")
     path = tmp_path / "src" / name
     text = path.read_text()
     assert text.count(old) == 1
@@ -110,8 +113,10 @@ def test_openmp_beyond_2_0_fails(tmp_path, old, new, message):
     if shutil.which("awk") is None:
         pytest.skip("awk not installed")
     root = _copy_with(tmp_path, "bias.c", old, new)
-    res = subprocess.run(["awk", "-f", AWK, "src/bias.c"], cwd=root, capture_output=True, text=True)
+    res = subprocess.run(
+        ["awk", "-f", AWK, "src/bias.c"], cwd=root, capture_output=True, text=True, env=ENV
+    )
     assert res.returncode == 1
     assert res.stdout.startswith("src/bias.c:") and message in res.stdout, res.stdout
-    clean = subprocess.run(["awk", "-f", AWK, "src/bias.c"], cwd=ROOT, capture_output=True)
+    clean = subprocess.run(["awk", "-f", AWK, "src/bias.c"], cwd=ROOT, capture_output=True, env=ENV)
     assert clean.returncode == 0, clean.stdout

@@ -5,14 +5,15 @@
 # for x86-64 Windows (clang --driver-mode=cl --target=x86_64-pc-windows-msvc:
 # _MSC_VER and _M_X64 defined, __GNUC__ not, so the MSVC spellings of
 # simd.h, simd.c's cpuid and xgetbv, and PE_X86 with the *_avx2.c files are
-# what is compiled), with and without /openmp, at C11, its warnings and
-# GCC's extensions (variable-length arrays, statement expressions, ...)
-# made errors (MSVC's own keywords, __forceinline and __declspec, allowed);
-# no GCC-only spelling (__builtin_*, __attribute__, __asm__, __typeof__,
-# ...) left in what the preprocessor gives MSVC to compile, which clang-cl
-# would accept; and every `#pragma omp` held to OpenMP 2.0, all MSVC's
-# /openmp takes (tests/c/openmp2.awk).  Compile only: nothing is linked or
-# run (no MSVC C library, linker or Windows here).
+# what is compiled), with setup.py's flags for MSVC (MSVC_FLAGS), with and
+# without /openmp, its warnings and GCC's extensions (variable-length
+# arrays, statement expressions, ...) made errors (MSVC's own keywords,
+# __forceinline and __declspec, allowed).  Also: no GCC-only spelling
+# (__builtin_*, __attribute__, __asm__, __typeof__, ...) left in what the
+# preprocessor gives MSVC to compile (clang-cl would take them); no
+# contraction of a * b + c into an FMA; every `#pragma omp` held to OpenMP
+# 2.0, all MSVC's /openmp takes (tests/c/openmp2.awk).  Compile only:
+# nothing is linked or run (no MSVC C library, linker or Windows here).
 #
 # The C library's headers are mingw-w64's (Debian's mingw-w64-x86-64-dev),
 # written for GCC: the few spellings of theirs no MSVC header has are
@@ -20,8 +21,9 @@
 # AVX types in MSVC mode only under /arch:AVX (MSVC's own declares them
 # always): the *_avx2.c files get /arch:AVX2, the others none.
 #
-# CLANG overrides clang, MINGW_INCLUDE the headers' folder.  Exit status: 0,
-# 1 on any error, 2 if a tool is missing.
+# CLANG overrides clang, MINGW_INCLUDE the headers' folder, PYTHON the
+# python3 that reads setup.py.  Exit status: 0, 1 on any error, 2 if a
+# tool is missing.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 CLANG=${CLANG:-clang}
@@ -49,7 +51,14 @@ cat > "$out/mingw_as_msvc.h" << 'PRELUDE'
 #define __MINGW_ATTRIB_DEPRECATED
 PRELUDE
 
-cl=("$CLANG" --driver-mode=cl --target=x86_64-pc-windows-msvc /nologo /std:c11 /O2 /fp:precise
+# setup.py's flags for MSVC (its list MSVC_FLAGS, read as a literal)
+read -r -a msvc_flags <<< "$("${PYTHON:-python3}" -c 'import ast
+for node in ast.parse(open("setup.py").read()).body:
+    if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "MSVC_FLAGS":
+        print(*ast.literal_eval(node.value))')"
+[[ " ${msvc_flags[*]} " == *" /fp:precise "* ]] ||
+    { echo "run_msvc.sh: setup.py has no MSVC_FLAGS list with /fp:precise" >&2; exit 1; }
+cl=("$CLANG" --driver-mode=cl --target=x86_64-pc-windows-msvc /nologo "${msvc_flags[@]}"
     /W4 /WX -Wno-unused-parameter -Wno-missing-field-initializers
     -Wpedantic -Wno-language-extension-token -Werror=vla -Werror=gnu /FI"$out/mingw_as_msvc.h" /imsvc "$MINGW_INCLUDE" -Isrc)
 
@@ -78,6 +87,16 @@ for f in src/*.c; do
         }
         END { exit bad }' "$out/pre.c"
 done
+
+# no contraction into FMA (pe.h's pragma, -ffp-contract=off's twin), even
+# where the target has FMA: a * b + c is a multiply and an add
+if command -v objdump > /dev/null; then
+    printf '#include "pe.h"\ndouble f(double a, double b, double c) { return a * b + c; }\n' > "$out/fma.c"
+    "${cl[@]}" /arch:AVX2 /c /Fo"$out/fma.obj" "$out/fma.c"
+    objdump -d "$out/fma.obj" > "$out/fma.s"
+    grep -q vmulsd "$out/fma.s" && ! grep -q vfmadd "$out/fma.s" ||
+        { cat "$out/fma.s"; echo "run_msvc.sh: a * b + c contracted into an FMA" >&2; exit 1; }
+fi
 
 n=0
 for omp in /openmp "-Wno-unknown-pragmas -Wno-source-uses-openmp"; do
