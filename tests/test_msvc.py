@@ -55,9 +55,9 @@ def _copy_with(tmp_path, name, old, new):
     shutil.copytree(os.path.join(ROOT, "tests", "c"), tmp_path / "tests" / "c")
     shutil.copy(os.path.join(ROOT, "setup.py"), tmp_path / "setup.py")
     path = tmp_path / "src" / name
-    text = path.read_text()
-    assert text.count(old) == 1
-    path.write_text(text.replace(old, new))
+    text = path.read_bytes()  # bytes: the file's own line ends kept
+    assert text.count(old.encode()) == 1
+    path.write_bytes(text.replace(old.encode(), new.encode()))
     return str(tmp_path)
 
 
