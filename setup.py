@@ -1,9 +1,10 @@
 """Build of posenc._core: C11, -O3, OpenMP where the compiler has it.
 
 The AVX2+FMA kernels are chosen at run time (src/simd.h) and compiled with a
-target pragma in their own files (src/*_avx2.c), so no -mavx2 or -march flag
-is passed and a wheel built on one x86-64 machine runs on any.  A release
-build carries no debug information (-g0, symbols stripped on Linux).
+target pragma in their own files (src/*_avx2.c; MSVC needs none), so no
+-mavx2, -march or /arch flag is passed and a wheel built on one x86-64
+machine runs on any.  A release build carries no debug information (-g0,
+symbols stripped on Linux).
 
 Environment knobs for special builds:
   POSENC_NO_OPENMP=1            build without OpenMP (one thread)
@@ -32,6 +33,15 @@ WARNINGS = [
 ]
 # Without OpenMP its pragmas are unknown to GCC, on purpose.
 NO_OPENMP_WARNINGS = ["-Wno-unknown-pragmas"]
+# MSVC (x86-64: both paths, the AVX2 kernels chosen at run time as with GCC;
+# tests/c/run_msvc.sh reads this list and compiles with it by clang-cl).  /fp:precise: every
+# operation rounded as written, no reassociation (never /fp:fast); no /arch:
+# the baseline SSE2 target for the portable code, the *_avx2.c files' FMAs
+# only where their intrinsics write them; no contraction of a * b + c in
+# any case (src/pe.h's fp_contract(off), the default at /fp:precise since
+# Visual Studio 2022).  OpenMP 2.0, /openmp: the pragmas keep to it
+# (tests/c/openmp2.awk), so the LLVM runtime of /openmp:llvm is not needed.
+MSVC_FLAGS = ["/O2", "/std:c11", "/fp:precise"]
 # 32-bit x86: double arithmetic in SSE2 registers, as on x86-64 and in the
 # AVX2 kernels, not in the x87's extended precision (which rounds twice):
 # the same bits on every path.
@@ -75,7 +85,7 @@ class BuildExt(build_ext):
         msvc = self.compiler.compiler_type == "msvc"
         for ext in self.extensions:
             if msvc:
-                ext.extra_compile_args += ["/O2", "/std:c11", "/fp:precise"]
+                ext.extra_compile_args += MSVC_FLAGS
                 if not os.environ.get("POSENC_NO_OPENMP"):
                     ext.extra_compile_args.append("/openmp")
                 continue

@@ -1,9 +1,10 @@
 /*
  * avx2.h -- included by the *_avx2.c files only, after their other headers:
  * turns on the AVX2+FMA+F16C target for the rest of the file (GCC's target
- * pragma, clang's attribute pragma; PE_AVX2_END at the end of the file
- * turns it off), so the portable files carry no attributes or intrinsics
- * and no global -mavx2 is needed.  Also the inline helpers those files
+ * pragma, clang's and clang-cl's attribute pragma, nothing for MSVC, which
+ * compiles intrinsics anywhere; PE_AVX2_END at the end of the file turns it
+ * off), so the portable files carry no attributes or intrinsics and no
+ * global -mavx2 is needed.  Also the inline helpers those files
  * share: sine and cosine of four doubles (pe_sincos4, the steps of
  * pe_sincos1 in sincos.h), the rotation of four columns (pe_rotate4, as
  * pe_rotate1), a copy with non-temporal stores (pe_stream_copy), and
@@ -30,9 +31,12 @@
 #if PE_X86
 #include <immintrin.h>
 
-#if defined(__clang__)
+#if defined(__clang__) /* clang, and clang-cl */
 #pragma clang attribute push(__attribute__((target("avx2,fma,f16c"))), apply_to = function)
 #define PE_AVX2_END _Pragma("clang attribute pop")
+#elif defined(_MSC_VER)
+/* MSVC compiles any intrinsic for any target: nothing to turn on */
+#define PE_AVX2_END
 #else
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,f16c")
@@ -42,7 +46,7 @@
 /* The lanes of x at or past PE_REDUCE_MAX (or NaN), through the C library,
  * as pe_sincos1 does them; kept out of line, it almost never runs (and in
  * the file that calls it, the compiler knows which registers it uses). */
-static __attribute__((noinline, unused)) void pe_sincos4_large(__m256d x, __m256d *sp, __m256d *cp)
+PE_NOINLINE void pe_sincos4_large(__m256d x, __m256d *sp, __m256d *cp)
 {
     double xv[4], sv[4], cv[4];
     _mm256_storeu_pd(xv, x);

@@ -120,7 +120,7 @@ static void fire_round(char *row, const double *v, ptrdiff_t n, ptrdiff_t to, in
  * short for the hardware to see a stream in it. */
 static void fire_prefetch(const struct pe_bias_dst *d, ptrdiff_t i, ptrdiff_t j0, ptrdiff_t n)
 {
-#if defined(__GNUC__)
+#if PE_HAS_PREFETCH
     ptrdiff_t isz = (ptrdiff_t)pe_itemsize(d->dtype), bytes = n * isz;
     if (bytes * d->heads * d->batch > ((ptrdiff_t)256 << 10))
         return;
@@ -129,7 +129,7 @@ static void fire_prefetch(const struct pe_bias_dst *d, ptrdiff_t i, ptrdiff_t j0
         for (ptrdiff_t h = 0; h < d->heads; ++h) {
             const char *o = row + b * d->stride_b + h * d->stride_h;
             for (ptrdiff_t c = 0; c < bytes; c += 64)
-                __builtin_prefetch(o + c, 1);
+                PE_PREFETCH_W(o + c);
         }
 #else
     (void)d, (void)i, (void)j0, (void)n;

@@ -11,6 +11,18 @@
 #ifndef PE_H
 #define PE_H
 
+/* No floating-point contraction (a * b + c made one FMA, rounded once) in
+ * any file, as -ffp-contract=off does for GCC and clang (setup.py): every
+ * rounding is the one written, FMA only where a kernel writes it, the same
+ * bits on every path.  MSVC has it off at /fp:precise since Visual Studio
+ * 2022 (on before, taking effect with /arch:AVX2); clang-cl's C default is
+ * on.  pe.h comes before any code in every file. */
+#if defined(_MSC_VER) && !defined(__clang__)
+#pragma fp_contract(off)
+#elif defined(_MSC_VER)
+#pragma STDC FP_CONTRACT OFF
+#endif
+
 #include <stddef.h>
 #include <stdint.h>
 

@@ -180,7 +180,7 @@ void pe_rel_row_scalar(const struct pe_rel_gather *g, ptrdiff_t b, ptrdiff_t h, 
 static inline void prefetch_row(const struct pe_rel_gather *g, const char *prod, ptrdiff_t j,
                                 ptrdiff_t i0, ptrdiff_t i1)
 {
-#if defined(__GNUC__) || defined(__clang__)
+#if PE_HAS_PREFETCH
     ptrdiff_t q = g->dst->q_len;
     int64_t a = g->map[q - 1 - i0 + j], e = g->map[q - i1 + j];
     int64_t lo = a < e ? a : e, hi = a < e ? e : a;
@@ -188,8 +188,8 @@ static inline void prefetch_row(const struct pe_rel_gather *g, const char *prod,
         return;
     const char *row = prod + j * g->src->stride_r;
     for (int64_t c = lo * (int64_t)g->ssz; c <= hi * (int64_t)g->ssz; c += 64)
-        __builtin_prefetch(row + c);
-    __builtin_prefetch(row + hi * (int64_t)g->ssz);
+        PE_PREFETCH(row + c);
+    PE_PREFETCH(row + hi * (int64_t)g->ssz);
 #else
     (void)g, (void)prod, (void)j, (void)i0, (void)i1;
 #endif

@@ -112,11 +112,7 @@ static inline ptrdiff_t pe_rel_run_at(const struct pe_rel_run *runs, ptrdiff_t n
 /* A hint to fetch the line at p (no fault: p need not be valid). */
 static inline void pe_rel_prefetch(const void *p)
 {
-#if defined(__GNUC__) || defined(__clang__)
-    __builtin_prefetch(p);
-#else
-    (void)p;
-#endif
+    PE_PREFETCH(p);
 }
 
 /* Hints to fetch what row task `task` of the gather by query reads and

@@ -4,7 +4,10 @@
  */
 #include "simd.h"
 
-#if PE_X86
+#if PE_X86 && defined(_MSC_VER)
+#include <immintrin.h>
+#include <intrin.h>
+#elif PE_X86
 #include <cpuid.h>
 #endif
 
@@ -38,25 +41,68 @@ const struct pe_kernels pe_kernels_avx2 = PE_KERNELS_OF(avx2);
 
 /* AVX2, FMA and F16C, and an operating system that saves the YMM registers
  * (cpuid and xgetbv, as GCC's and clang's cpu_supports builtins do; clang's
- * builtin does not know "f16c"). */
-static int cpu_has_avx2(void)
+ * builtin does not know "f16c"): cpuid.h and xgetbv in assembly with GCC
+ * and clang, intrin.h's __cpuid, __cpuidex and _xgetbv with MSVC and
+ * clang-cl; the same bits read. */
+#if defined(_MSC_VER)
+static int cpuid_leaf1_ecx(unsigned *c)
+{
+    int r[4];
+    __cpuid(r, 0);
+    if (r[0] < 1)
+        return 0;
+    __cpuid(r, 1);
+    *c = (unsigned)r[2];
+    return 1;
+}
+static unsigned xcr0_low(void)
+{
+    return (unsigned)_xgetbv(0);
+}
+static unsigned cpuid_leaf7_ebx(void)
+{
+    int r[4];
+    __cpuid(r, 0);
+    if (r[0] < 7)
+        return 0;
+    __cpuidex(r, 7, 0);
+    return (unsigned)r[1];
+}
+#else
+static int cpuid_leaf1_ecx(unsigned *c)
+{
+    unsigned a, b, d;
+    return __get_cpuid(1, &a, &b, c, &d);
+}
+static unsigned xcr0_low(void)
+{
+    unsigned xcr0_lo, xcr0_hi;
+    __asm__ volatile("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
+    (void)xcr0_hi;
+    return xcr0_lo;
+}
+static unsigned cpuid_leaf7_ebx(void)
 {
     unsigned a, b, c, d;
-    if (!__get_cpuid(1, &a, &b, &c, &d))
+    if (__get_cpuid_max(0, NULL) < 7)
+        return 0;
+    __cpuid_count(7, 0, a, b, c, d);
+    return b;
+}
+#endif
+
+static int cpu_has_avx2(void)
+{
+    unsigned c;
+    if (!cpuid_leaf1_ecx(&c))
         return 0;
     /* leaf 1, ecx: FMA (bit 12), OSXSAVE (27), AVX (28), F16C (29) */
     const unsigned want = 1u << 12 | 1u << 27 | 1u << 28 | 1u << 29;
     if ((c & want) != want)
         return 0;
-    unsigned xcr0_lo, xcr0_hi;
-    __asm__ volatile("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
-    (void)xcr0_hi;
-    if ((xcr0_lo & 6u) != 6u) /* XMM and YMM state */
+    if ((xcr0_low() & 6u) != 6u) /* XMM and YMM state */
         return 0;
-    if (__get_cpuid_max(0, NULL) < 7)
-        return 0;
-    __cpuid_count(7, 0, a, b, c, d);
-    return (b >> 5) & 1u; /* leaf 7, ebx: AVX2 (bit 5) */
+    return (cpuid_leaf7_ebx() >> 5) & 1u; /* leaf 7, ebx: AVX2 (bit 5) */
 }
 #endif
 

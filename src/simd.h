@@ -25,25 +25,60 @@
 
 #include "pe.h"
 
-/* ---- the compiler ---- */
+/* ---- the compiler ----
+ *
+ * GCC's and clang's spellings, and MSVC's: a macro below is the one place
+ * such a spelling is written.  MSVC's (_MSC_VER) come first, so that
+ * clang-cl, which takes both and defines _MSC_VER, compiles the ones MSVC
+ * sees (tests/c/run_msvc.sh); GCC and clang never define _MSC_VER. */
 
 /* A function always inlined (the bodies of specialised kernels and their
  * helpers); static. */
-#if defined(_MSC_VER) && !defined(__clang__)
+#if defined(_MSC_VER)
 #define PE_INLINE static __forceinline
-#elif defined(__GNUC__)
+#elif defined(__GNUC__) || defined(__clang__)
 #define PE_INLINE static inline __attribute__((always_inline))
 #else
 #define PE_INLINE static inline
 #endif
 
-/* The AVX2 kernels are built with GCC and clang on x86 (64 and 32 bit);
- * elsewhere (ARM, MSVC) and with -DPE_FORCE_PORTABLE only the portable
- * path exists. */
-#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__) && !defined(PE_FORCE_PORTABLE)
+/* A helper kept out of line (a rare case, out of the hot loop's registers);
+ * static, and no warning if a file including it does not call it. */
+#if defined(_MSC_VER)
+#define PE_NOINLINE static __declspec(noinline)
+#elif defined(__GNUC__) || defined(__clang__)
+#define PE_NOINLINE static __attribute__((noinline, unused))
+#else
+#define PE_NOINLINE static
+#endif
+
+/* The AVX2 kernels are built on x86 with GCC and clang (64 and 32 bit) and
+ * with MSVC or clang-cl on x86-64 (_M_X64); elsewhere (ARM, 32-bit MSVC)
+ * and with -DPE_FORCE_PORTABLE only the portable path exists. */
+#if (((defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)) || defined(_M_X64)) &&      \
+    !defined(PE_FORCE_PORTABLE)
 #define PE_X86 1
 #else
 #define PE_X86 0
+#endif
+
+/* A hint that the cache line holding p is about to be read, or written
+ * (PE_PREFETCH_W); no fault (p need not be valid), no effect on any result.
+ * MSVC has no __builtin_prefetch: there it is SSE's prefetch on x86-64;
+ * PE_HAS_PREFETCH is 0 where there is none. */
+#if defined(_MSC_VER) && defined(_M_X64)
+#include <xmmintrin.h>
+#define PE_HAS_PREFETCH 1
+#define PE_PREFETCH(p) _mm_prefetch((const char *)(p), _MM_HINT_T0)
+#define PE_PREFETCH_W(p) _mm_prefetch((const char *)(p), _MM_HINT_T0)
+#elif defined(__GNUC__) || defined(__clang__)
+#define PE_HAS_PREFETCH 1
+#define PE_PREFETCH(p) __builtin_prefetch(p)
+#define PE_PREFETCH_W(p) __builtin_prefetch(p, 1)
+#else
+#define PE_HAS_PREFETCH 0
+#define PE_PREFETCH(p) ((void)(p))
+#define PE_PREFETCH_W(p) ((void)(p))
 #endif
 
 /* The NEON kernels are built with GCC and clang on AArch64 (Linux, Apple
