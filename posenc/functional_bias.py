@@ -17,8 +17,10 @@ Values are formed in float64 and rounded once to the dtype; with
 bias(dtype=scores.dtype)`` would (float16 and bfloat16 through float32,
 which rounds the same).
 
-KERPLE and Sandwich depend only on ``qpos - j``: their ``q_len + k_len - 1``
-values per head are made once in float64 and handed to the C core
+KERPLE and Sandwich depend only on ``|qpos - j|``: their values per head
+are made once per distance in float64 (Sandwich's cosines by the C core's
+sin/cos, as :func:`posenc.sinusoid`'s float64 tables), laid out as the
+``q_len + k_len - 1`` diagonals and handed to the C core
 (``_core.bias_given``, the row kernels of ALiBi and T5), which rounds them
 once and writes or adds every row as a slice of them, on the library's
 threads (no ``(q, k)`` array per head).  FIRE depends on the query's
@@ -45,6 +47,7 @@ __all__ = ["fire_bias", "kerple_bias", "sandwich_bias"]
 # rows by distance, the Sandwich cosines): 4 MiB
 _TILE = 1 << 19
 _KINDS = ("log", "power")
+_CONCAT = _core.SINUSOID_LAYOUTS["concat"]
 
 
 # ---------------------------------------------------------------- arguments
@@ -212,9 +215,21 @@ def log1p_product(s, d):
     return out
 
 
-def kerple_values(r1, r2, kind, delta):
-    """float64 (heads, len(delta)): KERPLE at the distances `delta` (qpos - j)."""
-    d = np.abs(delta)[None, :]
+def by_magnitude(make, delta):
+    """float64 (heads, len(delta)): `make(d)`, a function of the distance's
+    magnitude, at the distances `delta` (whole numbers, each one less than
+    the one before, as :func:`distances` makes them), evaluated once per
+    magnitude ``d = |delta|`` (float64, >= 0) and gathered in `delta`'s
+    order: a bias that is not causal takes each magnitude on both sides."""
+    if delta.size == 0 or delta[-1] >= 0 or delta[0] <= 0:  # one side: distinct
+        return make(np.abs(delta))
+    top = max(delta[0], -delta[-1])
+    return make(np.arange(top + 1.0))[:, np.abs(delta).astype(np.intp)]
+
+
+def kerple_values(r1, r2, kind, d):
+    """float64 (heads, len(d)): KERPLE at the magnitudes `d` (|qpos - j|)."""
+    d = d[None, :]
     a, b = r1[:, None], r2[:, None]
     with np.errstate(over="ignore"):
         values = -a * log1p_product(b, d) if kind == "log" else -a * d**b
@@ -294,7 +309,7 @@ def kerple_bias(
     a, b, kind, _, _ = kerple_params(r1, r2, kind)
     return _by_distance(
         a.shape[0],
-        lambda delta: kerple_values(a, b, kind, delta),
+        lambda delta: by_magnitude(lambda d: kerple_values(a, b, kind, d), delta),
         (q_len, k_len, q_offset, causal),
         dtype,
         scores,
@@ -306,15 +321,27 @@ def kerple_bias(
 # ---------------------------------------------------------------- Sandwich
 
 
-def sandwich_values(n_heads, dim, delta):
-    """float64 (n_heads, len(delta)): Sandwich at the distances `delta`."""
+def cosine_sums(d, inv_freq):
+    """float64 ``sum_k cos(d * inv_freq[k])`` at the float64 `d` (n,): the
+    cosines of the float64 angles by the C core's sin/cos (the direct
+    kernels of ``_core.sinusoid``'s float64 tables, within 1 ulp), summed
+    by NumPy over ``k`` in order; in tiles of rows of that table."""
+    half = inv_freq.size
+    sums = np.empty(d.shape, np.float64)
+    step = max(1, _TILE // (2 * half))
+    table = np.empty((min(step, d.size), 2 * half))  # sin then cos: "concat"
+    for s in range(0, d.size, step):
+        rows = table[: min(step, d.size - s)]
+        _core.sinusoid(np.ascontiguousarray(d[s : s + step]), inv_freq, rows, _CONCAT)
+        np.sum(rows[:, half:], axis=1, out=sums[s : s + step])
+    return sums
+
+
+def sandwich_values(n_heads, dim, d):
+    """float64 (n_heads, len(d)): Sandwich at the magnitudes `d` (|qpos - j|)."""
     half = dim // 2
     inv_freq = 10000.0 ** (-2.0 * np.arange(1, half + 1, dtype=np.float64) / dim)
-    base = np.empty(delta.shape, np.float64)
-    step = max(1, _TILE // half)
-    for s in range(0, delta.size, step):
-        angles = np.multiply.outer(delta[s : s + step], inv_freq)
-        base[s : s + step] = np.cos(angles, out=angles).sum(axis=1) - half
+    base = cosine_sums(d, inv_freq) - half
     scale = (np.arange(1, n_heads + 1, dtype=np.float64) * 8.0 / n_heads)[:, None]
     return base[None, :] / scale
 
@@ -362,8 +389,16 @@ def sandwich_bias(
 
     Notes
     -----
-    The ``q_len + k_len - 1`` distinct values are formed in float64 (the
-    angles and cosines too) and rounded once.  No parameter is learned:
+    The values are formed in float64, once per distance ``|qpos - j|``, and
+    rounded once: the angles ``|qpos - j| * 10000 ** (-2k / dim)`` are
+    float64 products, their cosines are made by the C core's sin/cos (those
+    of :func:`posenc.sinusoid`'s float64 tables, within 1 ulp) and summed in
+    float64.  The sum less ``dim / 2`` is within ``dim * 2**-52`` of its
+    exact value at those angles, at any distance, before the division by
+    the head's scale (rounded once).  float32, float16 and bfloat16 values
+    are the float64 ones rounded once: the bits of the formula evaluated
+    with NumPy's cosines, unless the exact value lies within that bound of
+    a halfway point between two of their numbers.  No parameter is learned:
     there is no backward pass.
 
     Examples
@@ -381,7 +416,7 @@ def sandwich_bias(
     v.shape_size((dim // 2,), "dim", count=2)  # its frequencies, a row of cosines
     return _by_distance(
         n_heads,
-        lambda delta: sandwich_values(n_heads, dim, delta),
+        lambda delta: by_magnitude(lambda d: sandwich_values(n_heads, dim, d), delta),
         (q_len, k_len, q_offset, causal),
         dtype,
         scores,

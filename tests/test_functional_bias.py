@@ -91,6 +91,53 @@ def test_sandwich_matches_reference_bit_for_bit(dtype, causal, q_offset):
     assert_same_bits(got, want)
 
 
+def _accurate_sum(columns):
+    """The sum of the float64 `columns` (a list of equal arrays) as if
+    summed in twice float64's precision, then rounded (Ogita, Rump and
+    Oishi's Sum2: each addition's error kept by TwoSum)."""
+    s, err = columns[0].copy(), np.zeros_like(columns[0])
+    for x in columns[1:]:
+        t = s + x
+        z = t - s
+        err += (s - (t - z)) + (x - z)
+        s = t
+    return s + err
+
+
+def test_sandwich_within_its_bound_at_long_distances():
+    # one query over 100001 keys, distances 100000..0; the docstring's bound:
+    # the sum less dim/2 within dim * 2**-52 of the exact sum at the float64
+    # angles (NumPy's cosines, within an ulp each, summed twice as precisely)
+    heads, dim, k = 2, 64, 100_001
+    half = dim // 2
+    w = 10000.0 ** (-2.0 * np.arange(1, half + 1) / dim)
+    dist = np.arange(k - 1, -1, -1, dtype=np.float64)
+    exact = _accurate_sum([np.cos(dist * f) for f in w] + [np.full(k, -half, np.float64)])
+    got = fb.sandwich_bias(heads, 1, k, dim=dim, dtype="float64")[:, 0]
+    one = fb.sandwich_bias(heads, 1, k, dim=dim, dtype="float32")[:, 0].astype(np.float64)
+    for h in range(heads):
+        scale = (h + 1) * 8 / heads
+        want = exact / scale
+        tol = dim * 2.0**-52 / scale + np.spacing(np.abs(want))
+        assert (np.abs(got[h] - want) <= tol).all()
+        # float32: the exact value rounded once, but where it lies within the
+        # bound of a halfway point between two floats
+        near = want.astype(np.float32).astype(np.float64)
+        off = one[h] != near
+        ulp = np.spacing(np.abs(near[off]).astype(np.float32)).astype(np.float64)
+        assert (np.abs(one[h][off] - near[off]) <= ulp).all()
+        assert (np.abs(want[off] - (one[h][off] + near[off]) / 2) <= tol[off]).all()
+    for name in ["float32", "float16", "bfloat16"]:
+        dt = np_dtype(name)
+        ours = fb.sandwich_bias(heads, 1, k, dim=dim, dtype=dt)
+        assert_same_bits(ours, rf.sandwich_bias(heads, 1, k, dim=dim, dtype=dt))
+    # not causal, the query in the middle: each magnitude on both sides, the
+    # same bits as the causal values at it
+    both = fb.sandwich_bias(heads, 1, k, dim=dim, causal=False, q_offset=50_000, dtype="float64")
+    assert_same_bits(both[:, 0, :50_001], got[:, 50_000:])
+    assert_same_bits(both[:, 0, 50_000:], got[:, 50_000:][:, ::-1])
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("causal", [True, False])
 @pytest.mark.parametrize("q_offset", [None, 0, 6, -2])
