@@ -271,29 +271,51 @@ def absolute_position_regression(
     512 x 768 table); the 512 x 768 sinusoid scores 0.
     """
     table = _table(E)
-    n = table.shape[0]
-    folds = _folds(folds, n, "positions (rows of E)")
+    folds = _folds(folds, table.shape[0], "positions (rows of E)")
     seed = v.integer(seed, "seed", minimum=0)
-    linear_model = _require("sklearn.linear_model", "absolute_position_regression")
+    return _absolute_position_regression(table, folds, seed)[0]
 
+
+def _absolute_position_regression(
+    table: NDArray[np.float64], folds: int, seed: int, try_qr: bool = True
+) -> Tuple[AbsolutePositionResult, bool]:
+    """:func:`absolute_position_regression` of a checked table, and whether
+    a fold's QR fit was refused.
+
+    Each fold is fitted by QR (:func:`least_squares_predictions`) while the
+    certificate accepts it; once it refuses a fold (or with `try_qr` False)
+    the folds after it are fitted as scikit-learn fits them.  Skipping the QR
+    attempt only ever chooses that path, which is correct for every fold
+    (QR is only a faster way to the same solution, where certified): it
+    saves an attempt that the certificate would most likely refuse again,
+    as the folds of one table (of any seed) are its rows less a fifth, with
+    nearly the same singular values.
+    """
+    linear_model = _require("sklearn.linear_model", "absolute_position_regression")
+    n = table.shape[0]
     order = np.random.default_rng(seed).permutation(n)
     X, y = table[order], order.astype(np.float64)
     predictions = np.empty(n)
     fold_mae = np.empty(folds)
     # the share of the largest singular value below which lstsq cuts
     cut = max(float(getattr(linear_model.LinearRegression(), "tol", 0.0)), np.finfo(float).eps)
+    refused = False
     with _one_thread():
         for k, test in enumerate(_fold_slices(n, folds)):
             train = _train_mask(n, test)
-            predicted = least_squares_predictions(X[train], y[train], X[test], cut)
+            predicted = None
+            if try_qr and not refused:
+                predicted = least_squares_predictions(X[train], y[train], X[test], cut)
+                refused = predicted is None
             if predicted is None:  # scikit-learn's SVD cuts a singular value: its solution
                 predicted = linear_model.LinearRegression().fit(X[train], y[train]).predict(X[test])
             rounded = np.rint(predicted)
             predictions[order[test]] = rounded
             fold_mae[k] = np.mean(np.abs(rounded - y[test]))
-    return AbsolutePositionResult(
+    result = AbsolutePositionResult(
         mae=float(np.mean(fold_mae)), fold_mae=fold_mae, predictions=predictions, seed=seed
     )
+    return result, refused
 
 
 def _draw_pairs(n: int, count: int, seed: int) -> NDArray[np.int64]:
