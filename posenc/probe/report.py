@@ -561,8 +561,8 @@ def _run_seeds(
     each runs its BLAS on one thread, so the figures are those of a run one
     seed after the other).
 
-    Seed 0's absolute probe runs first: where the QR certificate refuses one
-    of its folds, the other seeds' folds skip the QR attempt (see
+    Seed 0 runs first: where the QR certificate refuses one of its folds,
+    the other seeds' folds skip the QR attempt (see
     ``_absolute_position_regression``), the same choice on any thread count.
     """
     from concurrent.futures import ThreadPoolExecutor
@@ -584,13 +584,12 @@ def _run_seeds(
         # one thread for BLAS set once around the pool: the probes' own
         # settings inside it then find and restore that same value
         with _one_thread(), ThreadPoolExecutor(max_workers=workers) as pool:
-            if workers == 1:
-                first, refused = _absolute_position_regression(table, folds, 0)
-                collect(first, relative_order_classification(table, seed=0))
-            else:  # seed 0's order probe on the other thread meanwhile
-                first_order = pool.submit(relative_order_classification, table, seed=0)
-                first, refused = _absolute_position_regression(table, folds, 0)
-                collect(first, first_order.result())
+            # seed 0 alone first: its verdict on QR is the other seeds', and
+            # the libraries' first calls are made from one thread (first
+            # calls from two at once left a first report spinning twenty
+            # times as long)
+            first, refused = _absolute_position_regression(table, folds, 0)
+            collect(first, relative_order_classification(table, seed=0))
             futures = [
                 (
                     pool.submit(_absolute_position_regression, table, folds, s, not refused),
