@@ -6,16 +6,24 @@ from unittest import mock
 
 import numpy as np
 from common import Case, copyto_like
+from sklearn.linear_model import LinearRegression
 
 import posenc
 from posenc import probe
 from posenc.probe import analyses
 
 
+def _linear_regression(X, y, test, cut):
+    return LinearRegression(tol=cut).fit(X, y).predict(test)
+
+
 def _report_with_scikit_learn(table):
     """The report as it was fitted before: every least-squares fold by
-    scikit-learn's LinearRegression (the fallback taken for every fold)."""
-    with mock.patch.object(analyses, "least_squares_predictions", lambda *args: None):
+    scikit-learn's LinearRegression itself."""
+    with (
+        mock.patch.object(analyses, "least_squares_predictions", lambda *args: None),
+        mock.patch.object(analyses, "lstsq_predictions", _linear_regression),
+    ):
         return probe.report(table, progress=False)
 
 

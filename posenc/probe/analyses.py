@@ -21,7 +21,7 @@ import numpy as np
 from .. import _validate as v
 from .._dtypes import is_bfloat16, widen
 from .._typing import ArrayLike, NDArray
-from ._fits import least_squares_predictions
+from ._fits import least_squares_predictions, lstsq_predictions
 
 # ---------------------------------------------------------------- optional dependencies
 
@@ -290,7 +290,8 @@ def _absolute_position_regression(
 
     Each fold is fitted by QR (:func:`least_squares_predictions`) while the
     certificate accepts it; once it refuses a fold (or with `try_qr` False)
-    the folds after it are fitted as scikit-learn fits them.  Skipping the QR
+    the folds after it are fitted as scikit-learn fits them
+    (:func:`lstsq_predictions`).  Skipping the QR
     attempt only ever chooses that path, which is correct for every fold
     (QR is only a faster way to the same solution, where certified): it
     saves an attempt that the certificate would most likely refuse again,
@@ -314,7 +315,7 @@ def _absolute_position_regression(
                 predicted = least_squares_predictions(X[train], y[train], X[test], cut)
                 refused = predicted is None
             if predicted is None:  # scikit-learn's SVD cuts a singular value: its solution
-                predicted = linear_model.LinearRegression().fit(X[train], y[train]).predict(X[test])
+                predicted = lstsq_predictions(X[train], y[train], X[test], cut)
             rounded = np.rint(predicted)
             predictions[order[test]] = rounded
             fold_mae[k] = np.mean(np.abs(rounded - y[test]))
