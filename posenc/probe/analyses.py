@@ -14,7 +14,7 @@ import contextlib
 import importlib
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Any, ClassVar, ContextManager, Dict, List, Optional, Tuple
+from typing import Any, ContextManager, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -171,30 +171,8 @@ def _short(values: NDArray[np.float64], fmt: str) -> str:
 # ---------------------------------------------------------------- linear probes
 
 
-class _ProbeResult:
-    """What the two probes' results share: a repr of the fields named in
-    ``_shown``, each as ``(name, format)`` (an array's values each so
-    formatted, ``"len"`` its length)."""
-
-    _shown: ClassVar[Tuple[Tuple[str, str], ...]] = ()
-
-    def __repr__(self) -> str:
-        fields = ", ".join(
-            f"{name}={_shown_value(getattr(self, name), spec)}" for name, spec in self._shown
-        )
-        return f"{type(self).__name__}({fields})"
-
-
-def _shown_value(value: Any, spec: str) -> str:
-    if spec == "len":
-        return str(len(value))
-    if isinstance(value, np.ndarray):
-        return _short(value, spec)
-    return format(value, spec)
-
-
 @dataclass(frozen=True, repr=False)
-class AbsolutePositionResult(_ProbeResult):
+class AbsolutePositionResult:
     """Result of :func:`absolute_position_regression`.
 
     Attributes
@@ -215,11 +193,16 @@ class AbsolutePositionResult(_ProbeResult):
     fold_mae: NDArray[np.float64]
     predictions: NDArray[np.float64]
     seed: int
-    _shown = (("mae", ".4g"), ("fold_mae", ".4g"), ("seed", ""))
+
+    def __repr__(self) -> str:
+        return (
+            f"AbsolutePositionResult(mae={self.mae:.4g}, "
+            f"fold_mae={_short(self.fold_mae, '.4g')}, seed={self.seed})"
+        )
 
 
 @dataclass(frozen=True, repr=False)
-class RelativeOrderResult(_ProbeResult):
+class RelativeOrderResult:
     """Result of :func:`relative_order_classification`.
 
     Attributes
@@ -238,7 +221,13 @@ class RelativeOrderResult(_ProbeResult):
     fold_errors: NDArray[np.float64]
     pairs: NDArray[np.int64]
     seed: int
-    _shown = (("error_rate", ".4f"), ("fold_errors", ".4f"), ("pairs", "len"), ("seed", ""))
+
+    def __repr__(self) -> str:
+        return (
+            f"RelativeOrderResult(error_rate={self.error_rate:.4f}, "
+            f"fold_errors={_short(self.fold_errors, '.4f')}, pairs={len(self.pairs)}, "
+            f"seed={self.seed})"
+        )
 
 
 def absolute_position_regression(
