@@ -30,7 +30,7 @@ class Case:
     name: str
     nbytes: int
     posenc: object
-    memory: object
+    memory: object = None  # None: no floor that means anything (the row shows "—")
     numpy: object = None
     torch: object = None
     compiled: object = None  # None: torch.compile of `torch`
@@ -146,7 +146,7 @@ def run(cases, selected, threads, repeats, quick, torch_ok, compile_ok=True, jax
                     **c.extra,
                 }
                 row["posenc_ms"] = timeit(c.posenc, repeats) * 1e3
-                row["memory_ms"] = timeit(c.memory, repeats) * 1e3
+                row["memory_ms"] = timeit(c.memory, repeats) * 1e3 if c.memory else None
                 row["numpy_ms"] = (
                     timeit(c.numpy, max(3, repeats // 4)) * 1e3
                     if c.numpy is not None and nt == threads[0]
@@ -167,7 +167,7 @@ def run(cases, selected, threads, repeats, quick, torch_ok, compile_ok=True, jax
         if row["numpy_ms"] is None:
             row["numpy_ms"] = by_case[row["case"]]
     for row in rows:
-        row["vs_memory"] = row["posenc_ms"] / row["memory_ms"]
+        row["vs_memory"] = row["posenc_ms"] / row["memory_ms"] if row["memory_ms"] else None
         row["numpy_speedup"] = row["numpy_ms"] / row["posenc_ms"] if row["numpy_ms"] else None
         row["torch_speedup"] = row["torch_ms"] / row["posenc_ms"] if row["torch_ms"] else None
         row["compiled_speedup"] = (
@@ -184,7 +184,7 @@ def fmt(x, spec):
 def format_row(row):
     return (
         f"{row['case']} [{row['threads']} thr]: posenc {row['posenc_ms']:.2f} ms, "
-        f"memory {row['memory_ms']:.2f} ms"
+        f"memory {fmt(row['memory_ms'], '.2f')} ms"
     )
 
 
@@ -198,9 +198,10 @@ def markdown(rows):
     for r in rows:
         lines.append(
             f"| {r['case']} | {r['threads']} | {r['bytes'] / 2**20:.0f} | {r['posenc_ms']:.2f} "
-            f"| {r['memory_ms']:.2f} | {fmt(r['numpy_ms'], '.1f')} | {fmt(r['torch_ms'], '.2f')} "
+            f"| {fmt(r['memory_ms'], '.2f')} | {fmt(r['numpy_ms'], '.1f')} "
+            f"| {fmt(r['torch_ms'], '.2f')} "
             f"| {fmt(r['compiled_ms'], '.2f')} | {fmt(r['jit_ms'], '.2f')} "
-            f"| {r['vs_memory']:.2f}x | {fmt(r['numpy_speedup'], '.1f')}x "
+            f"| {fmt(r['vs_memory'], '.2f')}x | {fmt(r['numpy_speedup'], '.1f')}x "
             f"| {fmt(r['torch_speedup'], '.2f')}x | {fmt(r['compiled_speedup'], '.2f')}x "
             f"| {fmt(r['jit_speedup'], '.2f')}x |"
         )

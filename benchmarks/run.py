@@ -70,6 +70,11 @@ def main(argv=None):
     )
     parser.add_argument("--no-jax", action="store_true", help="leave the jax.jit column out")
     args = parser.parse_args(argv)
+    unknown = [k for k in args.k if not any(k in group for group in GROUPS)]
+    if unknown:
+        parser.error(
+            f"-k {', '.join(map(repr, unknown))} matches no group; the groups: {' '.join(GROUPS)}"
+        )
     threads = [int(t) for t in args.threads.split(",")]
     repeats = args.repeats or (5 if args.quick else 15)
     torch_ok = torch is not None and not args.no_torch

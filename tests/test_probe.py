@@ -168,6 +168,52 @@ def test_least_squares_fit_of_a_rank_deficient_table_is_left_to_scikit_learn(rng
     np.testing.assert_allclose(result.fold_mae, direct_absolute(E, 1), atol=1e-9)
 
 
+@pytest.mark.parametrize(
+    "kind, shape",
+    [
+        ("sinusoid", (N, D)),  # the folds QR refuses: singular values below the cut
+        ("gaussian", (120, 300)),
+        ("random walk", (120, 40)),  # smooth, as learned tables are
+        ("random walk", (120, 300)),
+    ],
+)
+def test_lstsq_fit_is_linear_regression_to_the_bit(rng, kind, shape):
+    from sklearn.linear_model import LinearRegression
+
+    from posenc.probe._fits import lstsq_predictions
+
+    if kind == "sinusoid":
+        E = posenc.sinusoid(*shape, dtype="float64")
+    else:
+        E = rng.standard_normal(shape)
+        E = np.cumsum(E, axis=0) if kind == "random walk" else E
+    order = rng.permutation(shape[0])
+    X, y = E[order], order.astype(np.float64)
+    train = np.arange(shape[0]) % 5 != 0
+    with _one_blas_thread():
+        model = LinearRegression()
+        ours = lstsq_predictions(X[train], y[train], X[~train], model.tol)
+        theirs = model.fit(X[train], y[train]).predict(X[~train])
+    np.testing.assert_array_equal(ours, theirs)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_report_of_a_table_qr_refuses_equals_direct_sklearn_runs_for_every_seed(
+    monkeypatch, rng, threads
+):
+    # seed 0's first fold is refused, so the report fits every other fold
+    # and seed without trying QR: still scikit-learn's figures, on any thread count
+    import posenc
+
+    monkeypatch.setattr(posenc, "get_num_threads", lambda: threads)
+    base = np.cumsum(rng.standard_normal((90, 6)), axis=0)
+    E = np.hstack([base, base[:, :3] * 2.0])  # rank 6 of 9 columns
+    r = probe.report(E, seeds=4, progress=False, extras=())
+    for seed in range(4):
+        np.testing.assert_allclose(r.absolute[seed].fold_mae, direct_absolute(E, seed), atol=1e-9)
+    assert r.mae > 0
+
+
 def test_least_squares_fits_of_the_sinusoid_are_left_to_scikit_learn():
     # LinearRegression hands lstsq cond=tol (1e-6): singular values below
     # 1e-6 of the largest are cut.  The 512 x 768 sinusoid's centred folds

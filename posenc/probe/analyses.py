@@ -14,14 +14,14 @@ import contextlib
 import importlib
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Any, ClassVar, ContextManager, Dict, List, Optional, Tuple
+from typing import Any, ContextManager, Dict, List, Optional, Tuple
 
 import numpy as np
 
 from .. import _validate as v
 from .._dtypes import is_bfloat16, widen
 from .._typing import ArrayLike, NDArray
-from ._fits import least_squares_predictions
+from ._fits import least_squares_predictions, lstsq_predictions
 
 # ---------------------------------------------------------------- optional dependencies
 
@@ -51,6 +51,12 @@ def _one_thread() -> ContextManager[Any]:
         from threadpoolctl import threadpool_limits
     except ImportError:  # pragma: no cover - threadpoolctl comes with scikit-learn
         return contextlib.nullcontext()
+    # SciPy's BLAS, a library apart from NumPy's that the fits call, loaded
+    # first: one loaded after the limit is set keeps all its threads, and the
+    # probes that the report runs at once restore them for each other mid-fit
+    # (spinning BLAS threads made a first report twenty times as slow)
+    with contextlib.suppress(ImportError):
+        importlib.import_module("scipy.linalg")
     return threadpool_limits(limits=1)
 
 
@@ -165,30 +171,8 @@ def _short(values: NDArray[np.float64], fmt: str) -> str:
 # ---------------------------------------------------------------- linear probes
 
 
-class _ProbeResult:
-    """What the two probes' results share: a repr of the fields named in
-    ``_shown``, each as ``(name, format)`` (an array's values each so
-    formatted, ``"len"`` its length)."""
-
-    _shown: ClassVar[Tuple[Tuple[str, str], ...]] = ()
-
-    def __repr__(self) -> str:
-        fields = ", ".join(
-            f"{name}={_shown_value(getattr(self, name), spec)}" for name, spec in self._shown
-        )
-        return f"{type(self).__name__}({fields})"
-
-
-def _shown_value(value: Any, spec: str) -> str:
-    if spec == "len":
-        return str(len(value))
-    if isinstance(value, np.ndarray):
-        return _short(value, spec)
-    return format(value, spec)
-
-
 @dataclass(frozen=True, repr=False)
-class AbsolutePositionResult(_ProbeResult):
+class AbsolutePositionResult:
     """Result of :func:`absolute_position_regression`.
 
     Attributes
@@ -209,11 +193,16 @@ class AbsolutePositionResult(_ProbeResult):
     fold_mae: NDArray[np.float64]
     predictions: NDArray[np.float64]
     seed: int
-    _shown = (("mae", ".4g"), ("fold_mae", ".4g"), ("seed", ""))
+
+    def __repr__(self) -> str:
+        return (
+            f"AbsolutePositionResult(mae={self.mae:.4g}, "
+            f"fold_mae={_short(self.fold_mae, '.4g')}, seed={self.seed})"
+        )
 
 
 @dataclass(frozen=True, repr=False)
-class RelativeOrderResult(_ProbeResult):
+class RelativeOrderResult:
     """Result of :func:`relative_order_classification`.
 
     Attributes
@@ -232,7 +221,13 @@ class RelativeOrderResult(_ProbeResult):
     fold_errors: NDArray[np.float64]
     pairs: NDArray[np.int64]
     seed: int
-    _shown = (("error_rate", ".4f"), ("fold_errors", ".4f"), ("pairs", "len"), ("seed", ""))
+
+    def __repr__(self) -> str:
+        return (
+            f"RelativeOrderResult(error_rate={self.error_rate:.4f}, "
+            f"fold_errors={_short(self.fold_errors, '.4f')}, pairs={len(self.pairs)}, "
+            f"seed={self.seed})"
+        )
 
 
 def absolute_position_regression(
@@ -271,29 +266,52 @@ def absolute_position_regression(
     512 x 768 table); the 512 x 768 sinusoid scores 0.
     """
     table = _table(E)
-    n = table.shape[0]
-    folds = _folds(folds, n, "positions (rows of E)")
+    folds = _folds(folds, table.shape[0], "positions (rows of E)")
     seed = v.integer(seed, "seed", minimum=0)
-    linear_model = _require("sklearn.linear_model", "absolute_position_regression")
+    return _absolute_position_regression(table, folds, seed)[0]
 
+
+def _absolute_position_regression(
+    table: NDArray[np.float64], folds: int, seed: int, try_qr: bool = True
+) -> Tuple[AbsolutePositionResult, bool]:
+    """:func:`absolute_position_regression` of a checked table, and whether
+    a fold's QR fit was refused.
+
+    Each fold is fitted by QR (:func:`least_squares_predictions`) while the
+    certificate accepts it; once it refuses a fold (or with `try_qr` False)
+    the folds after it are fitted as scikit-learn fits them
+    (:func:`lstsq_predictions`).  Skipping the QR
+    attempt only ever chooses that path, which is correct for every fold
+    (QR is only a faster way to the same solution, where certified): it
+    saves an attempt that the certificate would most likely refuse again,
+    as the folds of one table (of any seed) are its rows less a fifth, with
+    nearly the same singular values.
+    """
+    linear_model = _require("sklearn.linear_model", "absolute_position_regression")
+    n = table.shape[0]
     order = np.random.default_rng(seed).permutation(n)
     X, y = table[order], order.astype(np.float64)
     predictions = np.empty(n)
     fold_mae = np.empty(folds)
     # the share of the largest singular value below which lstsq cuts
     cut = max(float(getattr(linear_model.LinearRegression(), "tol", 0.0)), np.finfo(float).eps)
+    refused = False
     with _one_thread():
         for k, test in enumerate(_fold_slices(n, folds)):
             train = _train_mask(n, test)
-            predicted = least_squares_predictions(X[train], y[train], X[test], cut)
+            predicted = None
+            if try_qr and not refused:
+                predicted = least_squares_predictions(X[train], y[train], X[test], cut)
+                refused = predicted is None
             if predicted is None:  # scikit-learn's SVD cuts a singular value: its solution
-                predicted = linear_model.LinearRegression().fit(X[train], y[train]).predict(X[test])
+                predicted = lstsq_predictions(X[train], y[train], X[test], cut)
             rounded = np.rint(predicted)
             predictions[order[test]] = rounded
             fold_mae[k] = np.mean(np.abs(rounded - y[test]))
-    return AbsolutePositionResult(
+    result = AbsolutePositionResult(
         mae=float(np.mean(fold_mae)), fold_mae=fold_mae, predictions=predictions, seed=seed
     )
+    return result, refused
 
 
 def _draw_pairs(n: int, count: int, seed: int) -> NDArray[np.int64]:
