@@ -93,17 +93,21 @@ PyObject *py_alibi(PyObject *self, PyObject *args)
     return kernel_result(run_kernel(alibi_kernel, &c, PyArray_SIZE(dst)), NULL);
 }
 
-struct bias_given_call {
-    struct pe_bias_given given;
-    int add;
-    const struct pe_bias_dst *dst;
-};
+/* A kernel of run_kernel whose entry point writes or adds rows into a
+ * pe_bias_dst: struct NAME_call {what, add, dst} and NAME_kernel. */
+#define DST_KERNEL(name, type, entry)                                                              \
+    struct name##_call {                                                                           \
+        type what;                                                                                 \
+        int add;                                                                                   \
+        const struct pe_bias_dst *dst;                                                             \
+    };                                                                                             \
+    static int name##_kernel(const struct pe_kernels *k, void *args, int nthreads)                 \
+    {                                                                                              \
+        const struct name##_call *c = args;                                                        \
+        return entry(k, &c->what, c->dst, c->add, nthreads);                                       \
+    }
 
-static int bias_given_kernel(const struct pe_kernels *k, void *args, int nthreads)
-{
-    const struct bias_given_call *c = args;
-    return pe_bias_given(k, &c->given, c->dst, c->add, nthreads);
-}
+DST_KERNEL(bias_given, struct pe_bias_given, pe_bias_given)
 
 PyObject *py_bias_given(PyObject *self, PyObject *args)
 {
@@ -337,17 +341,7 @@ static PyArrayObject *fire_vector(PyObject *o, const char *name, npy_intp n, con
     return check_no_overlap(dst, "scores", a, name) < 0 ? NULL : a;
 }
 
-struct fire_call {
-    struct pe_fire fire;
-    int add;
-    const struct pe_bias_dst *dst;
-};
-
-static int fire_kernel(const struct pe_kernels *k, void *args, int nthreads)
-{
-    const struct fire_call *c = args;
-    return pe_fire_rows(k, &c->fire, c->dst, c->add, nthreads);
-}
+DST_KERNEL(fire, struct pe_fire, pe_fire_rows)
 
 PyObject *py_fire_rows(PyObject *self, PyObject *args)
 {

@@ -135,6 +135,10 @@ def _table(
     return arr
 
 
+# the folds of the paper's cross-validation, both probes' default
+_FOLDS = 5
+
+
 def _folds(folds: int, n: int, what: str) -> int:
     folds = v.integer(folds, "folds", minimum=2)
     if folds > n:
@@ -231,7 +235,7 @@ class RelativeOrderResult:
 
 
 def absolute_position_regression(
-    E: ArrayLike, *, folds: int = 5, seed: int = 0
+    E: ArrayLike, *, folds: int = _FOLDS, seed: int = 0
 ) -> AbsolutePositionResult:
     """Can a linear map read the absolute position back from its embedding?
 
@@ -321,7 +325,7 @@ def _draw_pairs(n: int, count: int, seed: int) -> NDArray[np.int64]:
 
 
 def relative_order_classification(
-    E: ArrayLike, *, pairs: Optional[int] = None, folds: int = 5, seed: int = 0
+    E: ArrayLike, *, pairs: Optional[int] = None, folds: int = _FOLDS, seed: int = 0
 ) -> RelativeOrderResult:
     """Can a linear classifier tell which of two positions comes first?
 

@@ -568,9 +568,8 @@ def _run_seeds(
     from concurrent.futures import ThreadPoolExecutor
 
     from .. import get_num_threads
-    from .analyses import _one_thread
+    from .analyses import _FOLDS, _one_thread
 
-    folds = 5  # the probes' default
     workers = max(1, min(seeds, get_num_threads()))
     absolute: List[AbsolutePositionResult] = []
     order: List[RelativeOrderResult] = []
@@ -588,11 +587,11 @@ def _run_seeds(
             # the libraries' first calls are made from one thread (first
             # calls from two at once left a first report spinning twenty
             # times as long)
-            first, refused = _absolute_position_regression(table, folds, 0)
+            first, refused = _absolute_position_regression(table, _FOLDS, 0)
             collect(first, relative_order_classification(table, seed=0))
             futures = [
                 (
-                    pool.submit(_absolute_position_regression, table, folds, s, not refused),
+                    pool.submit(_absolute_position_regression, table, _FOLDS, s, not refused),
                     pool.submit(relative_order_classification, table, seed=s),
                 )
                 for s in range(1, seeds)
