@@ -20,10 +20,14 @@ class Out(TypedDict, total=False):
 
     out: Optional[Array]
 
-class OutInto(TypedDict, Generic[ArrayT], total=False):
+#: The type of ``out=`` where the result follows an argument (bounded by the
+#: function's own type variable: ``ArrayT`` or ``TensorT``).
+_OutT = TypeVar("_OutT")
+
+class OutInto(TypedDict, Generic[_OutT], total=False):
     """``out=`` of the type the result follows."""
 
-    out: Optional[ArrayT]
+    out: Optional[_OutT]
 
 class _BiasOptions(TypedDict, total=False):
     causal: bool

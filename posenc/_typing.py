@@ -8,7 +8,8 @@ types are described by structure:
   a JAX array are array-likes already (they have ``__array__``).
 - :class:`Array`: an array that a function hands back in kind (a NumPy
   ``ndarray``, a torch ``Tensor``, a JAX ``Array``): anything with a shape,
-  a dtype and the DLPack protocol.  ``apply_rope(x)`` is typed as returning
+  a dtype and the DLPack protocol; :data:`TensorT`, the torch Tensors and
+  JAX Arrays among them.  ``apply_rope(x)`` is typed as returning
   the type of ``x`` when ``x`` is one, and ``NDArray`` for other array-likes
   (lists, scalars).
 - :data:`DTypeLike`: NumPy's dtype-likes (``"float32"``, ``np.float16``,
@@ -43,6 +44,7 @@ __all__ = [
     "PathLike",
     "RopeScaling",
     "ScalarT",
+    "TensorT",
     "TorchDType",
 ]
 
@@ -63,6 +65,37 @@ class Array(Protocol):
 
 #: The type of an argument that the result follows (``apply_rope``'s ``x``).
 ArrayT = TypeVar("ArrayT", bound=Array)
+
+
+class _TorchTensor(Array, Protocol):
+    """A torch Tensor, recognised by an attribute a NumPy array lacks."""
+
+    @property
+    def requires_grad(self) -> bool: ...
+
+
+class _JaxArray(Protocol):
+    """A JAX Array, recognised by an attribute a NumPy array lacks (JAX's
+    own stubs do not declare ``__dlpack_device__``, which it has)."""
+
+    @property
+    def shape(self) -> Any: ...
+
+    @property
+    def dtype(self) -> Any: ...
+
+    @property
+    def sharding(self) -> Any: ...
+
+    def __dlpack__(self, *args: Any, **kwargs: Any) -> Any: ...
+
+
+#: The type of an argument that the result follows where a NumPy array's
+#: result is a new ``NDArray`` of its own dtype (``sinusoid``'s positions,
+#: ``xl_position_term``'s ``q``): a torch Tensor or a JAX Array.  A NumPy
+#: array does not match it, so one overload for ``TensorT`` and one for
+#: ``ArrayLike`` type every call.
+TensorT = TypeVar("TensorT", bound=Union[_TorchTensor, _JaxArray])
 
 #: The scalar type of a NumPy array whose result keeps its dtype.
 ScalarT = TypeVar("ScalarT", bound=np.generic)

@@ -10,7 +10,7 @@ import numpy as np
 from typing_extensions import Unpack
 
 from ._options_types import AddInto, BiasT, Out, OutInto, WriteInto
-from ._typing import Array, ArrayLike, ArrayT, DTypeLike, NDArray
+from ._typing import Array, ArrayLike, ArrayT, DTypeLike, NDArray, TensorT
 
 class _SlopeOptions(TypedDict, total=False):
     slopes: Optional[ArrayLike]
@@ -62,12 +62,8 @@ def alibi_key_bias(
 ) -> NDArray[Any]: ...
 @overload
 def relative_position_bucket(
-    relative_position: np.ndarray, **options: Unpack[_BucketOptions]
-) -> NDArray[np.int64]: ...
-@overload
-def relative_position_bucket(
-    relative_position: ArrayT, **options: Unpack[_BucketOptions]
-) -> ArrayT: ...
+    relative_position: TensorT, **options: Unpack[_BucketOptions]
+) -> TensorT: ...
 @overload
 def relative_position_bucket(
     relative_position: ArrayLike, **options: Unpack[_BucketOptions]

@@ -9,7 +9,7 @@ from typing import Any, List, Tuple, overload
 import numpy as np
 
 from ._relative_engine import _Part
-from ._typing import Array, ArrayLike, ArrayT, DTypeLike, NDArray
+from ._typing import Array, ArrayLike, DTypeLike, NDArray, TensorT
 
 # (target or None, leading axes, (heads, q_len, k_len), result dtype, parts):
 # what a gathered term's reader hands to _finish
@@ -54,16 +54,10 @@ def xl_relative_table(
 
 @overload
 def xl_position_term(
-    q: np.ndarray, r: ArrayLike, *, bias: ArrayLike | None = None, k_len: int | None = None,
+    q: TensorT, r: ArrayLike, *, bias: ArrayLike | None = None, k_len: int | None = None,
     q_offset: int | None = None, causal: bool = False, scores: Array | None = None,
     device: Any = None,
-) -> NDArray[Any]: ...
-@overload
-def xl_position_term(
-    q: ArrayT, r: ArrayLike, *, bias: ArrayLike | None = None, k_len: int | None = None,
-    q_offset: int | None = None, causal: bool = False, scores: Array | None = None,
-    device: Any = None,
-) -> ArrayT: ...
+) -> TensorT: ...
 @overload
 def xl_position_term(
     q: ArrayLike, r: ArrayLike, *, bias: ArrayLike | None = None, k_len: int | None = None,
@@ -73,14 +67,9 @@ def xl_position_term(
 
 @overload
 def xl_content_bias(
-    k: np.ndarray, bias: ArrayLike, *, scores: Array | None = None,
+    k: TensorT, bias: ArrayLike, *, scores: Array | None = None,
     device: Any = None,
-) -> NDArray[Any]: ...
-@overload
-def xl_content_bias(
-    k: ArrayT, bias: ArrayLike, *, scores: Array | None = None,
-    device: Any = None,
-) -> ArrayT: ...
+) -> TensorT: ...
 @overload
 def xl_content_bias(
     k: ArrayLike, bias: ArrayLike, *, scores: Array | None = None,
@@ -94,16 +83,10 @@ def tener_relative_table(
 
 @overload
 def tener_position_term(
-    q: np.ndarray, k: ArrayLike, table: ArrayLike, *, v: ArrayLike | None = None,
+    q: TensorT, k: ArrayLike, table: ArrayLike, *, v: ArrayLike | None = None,
     key_term: bool = True, scores: Array | None = None,
     device: Any = None,
-) -> NDArray[Any]: ...
-@overload
-def tener_position_term(
-    q: ArrayT, k: ArrayLike, table: ArrayLike, *, v: ArrayLike | None = None, key_term: bool = True,
-    scores: Array | None = None,
-    device: Any = None,
-) -> ArrayT: ...
+) -> TensorT: ...
 @overload
 def tener_position_term(
     q: ArrayLike, k: ArrayLike, table: ArrayLike, *, v: ArrayLike | None = None,
@@ -113,16 +96,10 @@ def tener_position_term(
 
 @overload
 def tener_scores(
-    q: np.ndarray, k: ArrayLike, table: ArrayLike, *, u: ArrayLike | None = None,
+    q: TensorT, k: ArrayLike, table: ArrayLike, *, u: ArrayLike | None = None,
     v: ArrayLike | None = None, scale: bool = False, key_term: bool = True,
     device: Any = None,
-) -> NDArray[Any]: ...
-@overload
-def tener_scores(
-    q: ArrayT, k: ArrayLike, table: ArrayLike, *, u: ArrayLike | None = None,
-    v: ArrayLike | None = None, scale: bool = False, key_term: bool = True,
-    device: Any = None,
-) -> ArrayT: ...
+) -> TensorT: ...
 @overload
 def tener_scores(
     q: ArrayLike, k: ArrayLike, table: ArrayLike, *, u: ArrayLike | None = None,
@@ -132,14 +109,9 @@ def tener_scores(
 
 @overload
 def deberta_log_bucket(
-    relative_pos: np.ndarray, bucket_size: int, max_position: int, *, precision: str = "float32",
+    relative_pos: TensorT, bucket_size: int, max_position: int, *, precision: str = "float32",
     device: Any = None,
-) -> NDArray[np.int64]: ...
-@overload
-def deberta_log_bucket(
-    relative_pos: ArrayT, bucket_size: int, max_position: int, *, precision: str = "float32",
-    device: Any = None,
-) -> ArrayT: ...
+) -> TensorT: ...
 @overload
 def deberta_log_bucket(
     relative_pos: ArrayLike, bucket_size: int, max_position: int, *, precision: str = "float32",
@@ -154,19 +126,11 @@ def deberta_relative_positions(
 
 @overload
 def deberta_attention_bias(
-    q: np.ndarray, k: ArrayLike, pos_key: ArrayLike | None = None,
-    pos_query: ArrayLike | None = None, *, position_buckets: int = -1,
-    max_relative_positions: int = 512, q_offset: int = 0, scale_factor: float | None = None,
-    precision: str = "float32", scores: Array | None = None,
-    device: Any = None,
-) -> NDArray[Any]: ...
-@overload
-def deberta_attention_bias(
-    q: ArrayT, k: ArrayLike, pos_key: ArrayLike | None = None, pos_query: ArrayLike | None = None,
+    q: TensorT, k: ArrayLike, pos_key: ArrayLike | None = None, pos_query: ArrayLike | None = None,
     *, position_buckets: int = -1, max_relative_positions: int = 512, q_offset: int = 0,
     scale_factor: float | None = None, precision: str = "float32", scores: Array | None = None,
     device: Any = None,
-) -> ArrayT: ...
+) -> TensorT: ...
 @overload
 def deberta_attention_bias(
     q: ArrayLike, k: ArrayLike, pos_key: ArrayLike | None = None,
@@ -178,16 +142,10 @@ def deberta_attention_bias(
 
 @overload
 def shaw_key_term(
-    q: np.ndarray, rel_keys: ArrayLike, *, max_distance: int, k_len: int | None = None,
+    q: TensorT, rel_keys: ArrayLike, *, max_distance: int, k_len: int | None = None,
     q_offset: int | None = None, scores: Array | None = None,
     device: Any = None,
-) -> NDArray[Any]: ...
-@overload
-def shaw_key_term(
-    q: ArrayT, rel_keys: ArrayLike, *, max_distance: int, k_len: int | None = None,
-    q_offset: int | None = None, scores: Array | None = None,
-    device: Any = None,
-) -> ArrayT: ...
+) -> TensorT: ...
 @overload
 def shaw_key_term(
     q: ArrayLike, rel_keys: ArrayLike, *, max_distance: int, k_len: int | None = None,
@@ -197,14 +155,9 @@ def shaw_key_term(
 
 @overload
 def shaw_value_term(
-    weights: np.ndarray, rel_values: ArrayLike, *, max_distance: int, q_offset: int | None = None,
+    weights: TensorT, rel_values: ArrayLike, *, max_distance: int, q_offset: int | None = None,
     device: Any = None,
-) -> NDArray[Any]: ...
-@overload
-def shaw_value_term(
-    weights: ArrayT, rel_values: ArrayLike, *, max_distance: int, q_offset: int | None = None,
-    device: Any = None,
-) -> ArrayT: ...
+) -> TensorT: ...
 @overload
 def shaw_value_term(
     weights: ArrayLike, rel_values: ArrayLike, *, max_distance: int, q_offset: int | None = None,
@@ -213,16 +166,10 @@ def shaw_value_term(
 
 @overload
 def tupe_bias(
-    pos_q: np.ndarray, pos_k: ArrayLike, *, rel_table: ArrayLike | None = None,
+    pos_q: TensorT, pos_k: ArrayLike, *, rel_table: ArrayLike | None = None,
     max_distance: int = 128, untie_cls: bool = True, scores: Array | None = None,
     device: Any = None,
-) -> NDArray[Any]: ...
-@overload
-def tupe_bias(
-    pos_q: ArrayT, pos_k: ArrayLike, *, rel_table: ArrayLike | None = None, max_distance: int = 128,
-    untie_cls: bool = True, scores: Array | None = None,
-    device: Any = None,
-) -> ArrayT: ...
+) -> TensorT: ...
 @overload
 def tupe_bias(
     pos_q: ArrayLike, pos_k: ArrayLike, *, rel_table: ArrayLike | None = None,

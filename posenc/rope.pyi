@@ -10,7 +10,7 @@ import numpy as np
 from typing_extensions import Unpack
 
 from ._options_types import Out, OutInto
-from ._typing import ArrayLike, ArrayT, DTypeLike, NDArray, RopeScaling, ScalarT
+from ._typing import ArrayLike, ArrayT, DTypeLike, NDArray, RopeScaling, ScalarT, TensorT
 
 ApplyLayout = Literal["half", "interleaved", "interleaved_to_half"]
 XposRole = Literal["query", "key"]
@@ -52,11 +52,9 @@ def rope_frequencies(
     dim: int, *, seq_len: Optional[int] = None, **options: Unpack[_Config]
 ) -> Tuple[NDArray[np.float64], float]: ...
 @overload
-def rope_cos_sin(positions: np.ndarray, dim: int, **options: Unpack[_TableOptions]) -> _Tables: ...
-@overload
 def rope_cos_sin(
-    positions: ArrayT, dim: int, **options: Unpack[_TableOptions]
-) -> Tuple[ArrayT, ArrayT]: ...
+    positions: TensorT, dim: int, **options: Unpack[_TableOptions]
+) -> Tuple[TensorT, TensorT]: ...
 @overload
 def rope_cos_sin(positions: ArrayLike, dim: int, **options: Unpack[_TableOptions]) -> _Tables: ...
 @overload

@@ -5,7 +5,7 @@ from typing import Any, Literal, TypedDict, overload
 import numpy as np
 from typing_extensions import Unpack
 
-from ._typing import ArrayLike, ArrayT, NDArray
+from ._typing import ArrayLike, ArrayT, NDArray, TensorT
 from .positions import mrope_position_ids as mrope_position_ids
 from .positions import positions_from_cu_seqlens as positions_from_cu_seqlens
 from .positions import vision_position_ids as vision_position_ids
@@ -26,11 +26,7 @@ def permute_rope_weight(
     weight: ArrayLike, n_heads: int, **options: Unpack[_To]
 ) -> NDArray[Any]: ...
 @overload
-def attention_temperature(
-    positions: np.ndarray, **options: Unpack[_Temperature]
-) -> NDArray[np.float64]: ...
-@overload
-def attention_temperature(positions: ArrayT, **options: Unpack[_Temperature]) -> ArrayT: ...
+def attention_temperature(positions: TensorT, **options: Unpack[_Temperature]) -> TensorT: ...
 @overload
 def attention_temperature(
     positions: ArrayLike, **options: Unpack[_Temperature]

@@ -2,11 +2,10 @@
 
 from typing import Any, Literal, Optional, TypedDict, overload
 
-import numpy as np
 from typing_extensions import Unpack
 
 from ._options_types import Out, OutInto
-from ._typing import ArrayLike, ArrayT, DTypeLike, NDArray
+from ._typing import ArrayLike, DTypeLike, NDArray, TensorT
 
 class _Options(TypedDict, total=False):
     base: float
@@ -15,11 +14,9 @@ class _Options(TypedDict, total=False):
     device: Any
 
 class _Table(_Options, Out, total=False): ...
-class _Into(_Options, OutInto[ArrayT], total=False): ...
+class _Into(_Options, OutInto[TensorT], total=False): ...
 
 @overload
-def sinusoid(positions: np.ndarray, dim: int, **options: Unpack[_Table]) -> NDArray[Any]: ...
-@overload
-def sinusoid(positions: ArrayT, dim: int, **options: Unpack[_Into[ArrayT]]) -> ArrayT: ...
+def sinusoid(positions: TensorT, dim: int, **options: Unpack[_Into[TensorT]]) -> TensorT: ...
 @overload
 def sinusoid(positions: ArrayLike, dim: int, **options: Unpack[_Table]) -> NDArray[Any]: ...

@@ -19,9 +19,9 @@ import posenc
 from posenc import probe
 
 
-class Tensor:
-    """What a type checker sees of a torch tensor or a JAX array: a shape, a
-    dtype, DLPack and ``__array__`` (posenc imports neither library)."""
+class _Foreign:
+    """What a type checker sees of every foreign array: a shape, a dtype,
+    DLPack and ``__array__`` (posenc imports neither torch nor JAX)."""
 
     shape: Tuple[int, ...]
     dtype: Any
@@ -33,6 +33,18 @@ class Tensor:
 
     def __array__(self, dtype: Any = None) -> NDArray[Any]:
         raise NotImplementedError
+
+
+class Tensor(_Foreign):
+    """A torch tensor: the foreign array with ``requires_grad``."""
+
+    requires_grad: bool
+
+
+class JaxArray(_Foreign):
+    """A JAX array: the foreign array with ``sharding``."""
+
+    sharding: Any
 
 
 class LlamaConfig:
@@ -104,6 +116,18 @@ def foreign_calls(t: Tensor) -> None:
     assert_type(posenc.apply_rope(t, t, mrope_section=[16, 24, 24]), Tensor)
     assert_type(posenc.rope_cos_sin(t, 8, axial=2), Tuple[Tensor, Tensor])
     assert_type(posenc.vision_position_ids(t), Tensor)
+    assert_type(posenc.xl_position_term(t, t), Tensor)
+
+
+def jax_calls(a: JaxArray, q: NDArray[np.float32]) -> None:
+    assert_type(posenc.sinusoid(a, 8), JaxArray)
+    assert_type(posenc.rope_cos_sin(a, 8), Tuple[JaxArray, JaxArray])
+    assert_type(posenc.relative_position_bucket(a), JaxArray)
+    assert_type(posenc.xl_position_term(a, a), JaxArray)
+    # a NumPy array is neither: its result is a new NumPy array
+    assert_type(posenc.xl_position_term(q, a), NDArray[Any])
+    assert_type(posenc.relative_position_bucket(q), NDArray[np.int64])
+    assert_type(posenc.positions_from_cu_seqlens(q), NDArray[np.int64])
 
 
 def probe_calls(E: NDArray[np.float32]) -> None:
