@@ -25,7 +25,7 @@ import numpy as np
 
 from .. import _validate as v
 from .analyses import MAX_POSITIONS, _plain, _table
-from .properties import _diagonal_means
+from .properties import _diagonal_means, bilinear_products
 
 #: Differences ``|A[i, i-k] - A[i, i+k]|`` below this share of row ``i``'s
 #: largest weight count as 0 in the symmetry (rounding noise, which the
@@ -35,8 +35,9 @@ SYMMETRY_TOLERANCE = 1e-6
 
 @dataclass(frozen=True)
 class LocalitySymmetry:
-    """Chen et al.'s locality and symmetry of one attention matrix: the
-    result of :func:`attention_locality_symmetry`.
+    """Result of :func:`attention_locality_symmetry`.
+
+    Chen et al.'s locality and symmetry of one attention matrix.
 
     Attributes
     ----------
@@ -125,13 +126,7 @@ def position_attention(E: Any, *, W: Optional[Any] = None, scale: Optional[float
         scale = v.real(scale, "scale")
         if not np.isfinite(scale):
             raise ValueError(f"scale must be finite, got {scale!r}")
-    if W is None:
-        logits = table @ table.T
-    else:
-        w = _table(W, "W", min_rows=1)
-        if w.shape != (d, d):
-            raise ValueError(f"W must have shape ({d}, {d}) to match E, got {w.shape}")
-        logits = table @ w @ table.T
+    logits = bilinear_products(table, W)
     logits *= scale
     logits -= logits.max(axis=1, keepdims=True)
     np.exp(logits, out=logits)

@@ -18,8 +18,9 @@ from .analyses import MAX_POSITIONS, _plain, _table
 
 @dataclass(frozen=True)
 class PositionProperties:
-    """Wang et al.'s three properties of a table, as numbers (1 = the property
-    holds exactly).
+    """Wang et al.'s three properties of a table, as numbers.
+
+    1 means the property holds exactly.
 
     Attributes
     ----------
@@ -121,6 +122,18 @@ def _masked_ranks(values: np.ndarray, valid: np.ndarray) -> np.ndarray:
     return ranks
 
 
+def bilinear_products(table: np.ndarray, W: Optional[Any]) -> np.ndarray:
+    """``E W E^T`` of a checked table (``E E^T`` without `W`), `W` checked
+    against the table's width."""
+    if W is None:
+        return table @ table.T
+    d = table.shape[1]
+    w = _table(W, "W", min_rows=1)
+    if w.shape != (d, d):
+        raise ValueError(f"W must have shape ({d}, {d}) to match E, got {w.shape}")
+    return table @ w @ table.T
+
+
 def _monotonicity(M: np.ndarray, max_offset: int) -> float:
     """The mean over rows ``x`` with ``k = min(max_offset, n - 1 - x) >= 3`` of
     Spearman's correlation between ``m = 1..k`` and ``-M[x, x + m]``."""
@@ -181,18 +194,12 @@ def position_properties(
         needs).
     """
     table = _table(E, "E", min_rows=5, max_rows=MAX_POSITIONS)
-    n, d = table.shape
+    n = table.shape[0]
     if max_offset is None:
         max_offset = n - 1
     max_offset = v.integer(max_offset, "max_offset", minimum=3)
     max_offset = min(max_offset, n - 1)
-    if W is None:
-        M = table @ table.T
-    else:
-        w = _table(W, "W", min_rows=1)
-        if w.shape != (d, d):
-            raise ValueError(f"W must have shape ({d}, {d}) to match E, got {w.shape}")
-        M = table @ w @ table.T
+    M = bilinear_products(table, W)
     forward = _monotonicity(M, max_offset)
     backward = _monotonicity(M[::-1, ::-1], max_offset)  # row x: phi(n-1-x, n-1-x - m)
 
@@ -220,8 +227,9 @@ def position_properties(
 
 @dataclass(frozen=True)
 class ToeplitzFit:
-    """How much of a square matrix is a function of ``i - j`` alone: the
-    result of :func:`toeplitz_fit`.
+    """Result of :func:`toeplitz_fit`.
+
+    How much of a square matrix is a function of ``i - j`` alone.
 
     Attributes
     ----------
