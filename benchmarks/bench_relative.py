@@ -48,12 +48,28 @@ def _recorded_gathers(term):
     return replay, calls
 
 
-def _rel_case(name, scores, passes, term, numpy, torch_fn, note):
+def _gemm_floor(left, right, rmw):
+    """The floor of a whole term whose products are ``left @ right^T``
+    (float32, (..., q, d) and (..., k, d)), one product per score: that GEMM
+    alone (NumPy's, OpenBLAS's threads, into a buffer made beforehand) and
+    then `rmw`, the read-modify-write of the scores."""
+    out = np.empty(left.shape[:-1] + right.shape[-2:-1], np.float32)
+    right_t = np.ascontiguousarray(np.swapaxes(right, -1, -2))
+
+    def floor():
+        np.matmul(left, right_t, out=out)
+        rmw()
+
+    return floor
+
+
+def _rel_case(name, scores, passes, term, numpy, torch_fn, note, floor=None):
     """Two cases for one term: its C gathers alone (replayed with their
     products in cache, as the term makes them) against the read-modify-write
     of the scores once for each of the `passes` terms added, and the whole
     term (BLAS products + gathers) against the NumPy twin and torch as
-    transformers writes it."""
+    transformers writes it, and against `floor` where given (else the same
+    read-modify-write)."""
     rmw = _rmw_of(scores, passes)
     replay, calls = _recorded_gathers(term)
     return [
@@ -70,7 +86,7 @@ def _rel_case(name, scores, passes, term, numpy, torch_fn, note):
             name=f"{name}: whole term, scores=",
             nbytes=scores.nbytes,
             posenc=term,
-            memory=rmw,
+            memory=floor or rmw,
             numpy=numpy,
             torch=torch_fn,
             note=note,
@@ -111,7 +127,10 @@ def relative_cases(quick):
         lambda: rel.xl_position_term(q, r, bias=bias, scores=scores),
         lambda: reference.xl_position_term(q, r, bias=bias, scores=scores),
         torch_xl if have_torch else None,
-        "torch: einsum + XLNet's rel_shift_bnij + add",
+        "memory: the GEMM of the products it needs (q @ k_len rows of r, float32) + the "
+        "read-modify-write of the scores; target <= 1.3x. torch: einsum + XLNet's "
+        "rel_shift_bnij + add",
+        floor=_gemm_floor(q, r[:, :n], _rmw_of(scores)),
     )
     if have_torch:  # the same term on bfloat16 tensors, as a bfloat16 XLNet has them
         bq, br, bb, bs = (torch.from_numpy(x).bfloat16() for x in (q, r, bias, scores))
@@ -127,10 +146,12 @@ def relative_cases(quick):
                 name=f"xl_position_term: bfloat16 tensors, scores {tuple(bs.shape)}",
                 nbytes=bs.numel() * 2,
                 posenc=lambda: rel.xl_position_term(bq, br, bias=bb, scores=bs),
-                memory=_rmw_of(bs.view(torch.int16).numpy()),
+                memory=_gemm_floor(q, r[:, :n], _rmw_of(bs.view(torch.int16).numpy())),
                 torch=torch_xl_bf16,
-                note="posenc: products in float32 from the bfloat16 values, rounded once into "
-                "the scores; torch: XLNet's einsum in bfloat16 + rel_shift_bnij + add",
+                note="memory: the float32 GEMM of the products it needs + the read-modify-write "
+                "of the bfloat16 scores; posenc: products in float32 from the bfloat16 values, "
+                "rounded once into the scores; torch: XLNet's einsum in bfloat16 + rel_shift_bnij "
+                "+ add",
             )
         )
 

@@ -121,6 +121,44 @@ def test_xl_position_term_equals_reference(threads, rng, dtype, q_len, k_len, kw
     same_bits(scores, expected)
 
 
+XL_THREAD_BITS = """
+import hashlib, sys
+import numpy as np
+import posenc
+posenc.set_num_threads(int(sys.argv[1]))
+rng = np.random.default_rng(7)
+q = rng.standard_normal((1, 2, 768, 16)).astype(np.float32)
+r = rng.standard_normal((2, 1536, 16)).astype(np.float32)
+bias = rng.standard_normal((2, 16)).astype(np.float32)
+scores = rng.standard_normal((1, 2, 768, 768)).astype(np.float32)
+posenc.xl_position_term(q, r, bias=bias, scores=scores)
+new = posenc.xl_position_term(q, r, bias=bias)
+one = posenc.xl_position_term(q[..., :96, :], r[:, :192], bias=bias)  # one block
+print(hashlib.sha256(scores.tobytes() + new.tobytes() + one.tobytes()).hexdigest())
+"""
+
+
+def test_xl_position_term_gives_the_same_bits_on_one_and_two_threads():
+    # products made a block of rows at a time (768 queries: several blocks
+    # per head; 96: one), gathered on posenc's 1 or 2 threads, values of
+    # every bit;
+    # BLAS's own threads fixed (OpenBLAS's products change bits with them)
+    import child_process
+
+    digests = [
+        child_process.run(
+            "-c",
+            XL_THREAD_BITS,
+            str(n),
+            check=True,
+            OMP_NUM_THREADS=str(n),
+            OPENBLAS_NUM_THREADS="2",
+        ).stdout.strip()
+        for n in (1, 2)
+    ]
+    assert len(digests[0]) == 64 and digests[0] == digests[1]
+
+
 def test_xl_position_term_causal_leaves_future_keys_alone(rng):
     q, r = noise(rng, (2, 4, 8)), noise(rng, (2, 7, 8))  # uni table of k_len 6
     scores = noise(rng, (2, 4, 6))
