@@ -142,6 +142,36 @@ def test_dtype_follows_out_when_not_given():
     assert posenc.sinusoid(5, 8, out=out).dtype == np.float16
 
 
+SAME_BITS_CASES = [
+    # rotated rows with the floor recomputed, float16 values under its normal
+    # range (base 1e6), a column tail (dim 66, 18), a block of four (dim 8)
+    (2.0**20 + 3 * np.arange(257.0), 66, 1e6),
+    (300, 256, 1e6),
+    (-37 + np.arange(100.0), 8, 10.0),
+    (np.arange(70.0) * 0.25, 18, 30.0),
+    # uneven positions: every row direct
+    (np.array([0.0, 1.5, 7.25, 1e6, 3.0, 2.0**30]), 32, 10000.0),
+    # 8 MiB: many cells on each thread
+    (16384, 256, 10000.0),
+]
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_every_simd_path_gives_the_same_bits(on_every_path, dtype, layout):
+    for positions, dim, base in SAME_BITS_CASES:
+        tables = on_every_path(
+            lambda p=positions, d=dim, b=base: posenc.sinusoid(
+                p, d, base=b, layout=layout, dtype=dtype
+            )
+        )
+        for t in tables[1:]:
+            np.testing.assert_array_equal(t.view(np.uint8), tables[0].view(np.uint8))
+    # the rare values (float16's below its normal range) are among them
+    small = np.abs(posenc.sinusoid(300, 256, base=1e6, dtype="float16").astype(np.float32))
+    assert ((small > 0) & (small < 2**-14)).any()
+
+
 # ---------------------------------------------------------------- out=
 
 
