@@ -2,12 +2,27 @@
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 from baselines_jax import _jax_sinusoid
 from common import Case, torch
 
 import posenc
 from posenc import reference
+
+
+def parallel_fill(out, threads=2):
+    """`out` filled by `threads` threads, each `ndarray.fill` on its share of
+    the rows: the memory floor of a table made on as many threads."""
+    pool = ThreadPoolExecutor(threads)
+    bounds = np.linspace(0, len(out), threads + 1).astype(int)
+    parts = [out[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
+
+    def fill():
+        list(pool.map(lambda part: part.fill(0.5), parts))
+
+    return fill
 
 
 def sinusoid_cases(quick):
@@ -46,6 +61,17 @@ def sinusoid_cases(quick):
             note="allocation and page faults included on both sides",
         )
     )
+    for dtype in ("float32", "float16"):
+        big = np.empty((262144, dim), dtype)
+        cases.append(
+            Case(
+                name=f"sinusoid(262144, {dim}) {dtype}, out=, {big.nbytes >> 20} MiB",
+                nbytes=big.nbytes,
+                posenc=lambda big=big: posenc.sinusoid(262144, dim, out=big),
+                memory=parallel_fill(big),
+                note="memory: two threads each fill half of out (ndarray.fill)",
+            )
+        )
     rng = np.random.default_rng(0)
     pos = rng.uniform(0, 2**20, n)
     out = np.empty((n, dim), np.float32)
