@@ -151,10 +151,11 @@ def outputs_grad(outputs, grads, parts):
     its gradient, else a tuple of `outputs` (None for zero).  `parts(g)`
     gives a result's share of them: ``(g,)`` for a real array, or its real
     and imaginary parts for a complex one (that counts as two outputs), in
-    the adapter's convention."""
-    if outputs == 1:
-        return parts(grads[0])[0]
-    return tuple(p for g in grads for p in parts(g))
+    the adapter's convention.  None when every gradient is None (zero)."""
+    got = tuple(p for g in grads for p in parts(g))
+    if all(g is None for g in got):
+        return None
+    return got[0] if outputs == 1 else got
 
 
 def stacked(grad, zeros_like, stack):

@@ -779,8 +779,7 @@ def _incoming(record, cotangent):
         return (c.real, -c.imag) if jnp.iscomplexobj(c) else (c,)
 
     grads = cotangent if isinstance(cotangent, tuple) else (cotangent,)
-    got = _grad.outputs_grad(record.outputs, grads, parts)
-    return None if isinstance(got, tuple) and all(g is None for g in got) else got
+    return _grad.outputs_grad(record.outputs, grads, parts)
 
 
 def _grad_error(plan, name):

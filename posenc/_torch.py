@@ -37,8 +37,7 @@ from torch.autograd.graph import increment_version  # noqa: E402
 from torch.fx.experimental.symbolic_shapes import optimization_hint  # noqa: E402
 
 from . import _dtypes, _grad, _interop, _options, _records, _validate  # noqa: E402
-from ._dtypes import BFLOAT16_BITS  # noqa: E402
-from ._options import config_text, decode  # noqa: E402, F401
+from ._options import decode  # noqa: E402
 
 # ---------------------------------------------------------------- dtypes, devices
 
@@ -47,7 +46,7 @@ _FLOATS = tuple(_NAME_OF_TORCH)
 #: NumPy's dtype for each torch dtype that has one (bfloat16: posenc's bits)
 _NUMBERS = "float16 float32 float64 complex64 complex128 bool int8 int16 int32 int64 uint8"
 _NUMPY_DTYPES = {getattr(torch, n): np.dtype(n) for n in _NUMBERS.split()}
-_NUMPY_DTYPES[torch.bfloat16] = BFLOAT16_BITS
+_NUMPY_DTYPES[torch.bfloat16] = _dtypes.BFLOAT16_BITS
 _TORCH_DTYPES = {dtype: t for t, dtype in _NUMPY_DTYPES.items()}
 
 _Tensor = torch.Tensor
@@ -87,14 +86,13 @@ def check_device(device, name="device"):
     """``device=``: None or the CPU (a string, a torch.device)."""
     if device is None:
         return
-    wrong = f"{name} must be a torch.device or a device name, not "
-    if isinstance(device, (str, int)) and not isinstance(device, bool):
-        try:
-            device = torch.device(device)
-        except (RuntimeError, TypeError, ValueError) as exc:
-            raise TypeError(wrong + repr(device)) from exc
-    elif not isinstance(device, torch.device):
-        raise TypeError(wrong + type(device).__name__)
+    given = device
+    try:  # a torch.device, a name, an index
+        device = None if isinstance(given, bool) else torch.device(given)
+    except (RuntimeError, TypeError, ValueError):
+        device = None
+    if device is None:
+        raise TypeError(f"{name} must be a torch.device or a device name, not {given!r}")
     if device.type != "cpu":
         raise TypeError(
             f"{name} = {str(device)!r}: posenc computes on the CPU and does not copy tensors "
@@ -126,7 +124,7 @@ def array(t, name, function=None):
         t = t.detach()
     try:
         if t.dtype is torch.bfloat16:
-            return t.view(torch.int16).numpy().view(BFLOAT16_BITS)
+            return t.view(torch.int16).numpy().view(_dtypes.BFLOAT16_BITS)
         return t.numpy()
     except (TypeError, RuntimeError) as exc:
         if function is not None and _in_transform():
@@ -145,14 +143,6 @@ def tensor(r):
     if not (dt.isnative and r.flags.writeable):  # torch shares only writeable native memory
         r = np.array(r, dtype=dt.newbyteorder("="))
     return torch.from_numpy(r)
-
-
-def _result(value):
-    if isinstance(value, np.ndarray):
-        return tensor(value)
-    if isinstance(value, tuple):
-        return tuple(_result(v) for v in value)
-    return value
 
 
 # ---------------------------------------------------------------- the direct path
@@ -218,7 +208,7 @@ class _Plan:
                 raise _not_float(name, value)
             return _NUMPY_DTYPES[value]
         if name == "dtype" and _dtypes.is_bfloat16_name(value):
-            return BFLOAT16_BITS
+            return _dtypes.BFLOAT16_BITS
         return tuple(value) if isinstance(value, torch.Size) else value
 
     def __call__(self, args, kwargs):
@@ -232,10 +222,10 @@ class _Plan:
             for key, value in kwargs.items():
                 if key == "device":
                     check_device(value)
-                elif type(value) not in _PASS or key == "dtype":
-                    np_kwargs[key] = self.arg(key, value, grad)
-                else:
+                elif type(value) in _PASS and key != "dtype":
                     np_kwargs[key] = value
+                else:
+                    np_kwargs[key] = self.arg(key, value, grad)
         except _UseOperators:
             if _in_transform():
                 self.refuse_transform(args, kwargs)
@@ -248,15 +238,18 @@ class _Plan:
                         increment_version(kwargs[key])  # as torch's in-place ops do
                     return kwargs[key]
             return tensor(result)
-        return _result(result)
+        if type(result) is tuple:  # (cos, sin), ...
+            return tuple(tensor(r) if isinstance(r, np.ndarray) else r for r in result)
+        return result
 
     def refuse_transform(self, args, kwargs):
         """Under a torch.func transform, a TypeError naming the first argument
         that would take an operator's autograd formula (torch's own in-place
         writes into out= and scores= are left to run)."""
         for name, value in [*((self.name_of(i), a) for i, a in enumerate(args)), *kwargs.items()]:
-            if isinstance(value, torch.Tensor) and value.requires_grad and name in self.grads:
-                if name in self.record.arrays:  # not torch's own add_ into scores
+            # (not scores= of a bias: torch's own add_ into it)
+            if name in self.grads and name in self.record.arrays:
+                if isinstance(value, torch.Tensor) and value.requires_grad:
                     raise transform_error(name, self.name)
 
     def name_of(self, i):
@@ -272,16 +265,13 @@ def call(fn, signature, args, kwargs):
     """`fn` (a NumPy function of posenc's) called with torch objects."""
     if torch.compiler.is_compiling():
         builder = BUILDERS.get(fn.__name__)
-        if builder is None:
-            # no operator for this function: a graph break, and it runs eagerly
-            return torch.compiler.disable(_direct)(fn, signature, args, kwargs)
-        return builder(*args, **kwargs)
+        if builder is not None:
+            return builder(*args, **kwargs)
+        # no operator for this function: a graph break, and it runs eagerly
+        return torch.compiler.disable(call)(fn, signature, args, kwargs)
     plan = _PLANS.get(fn)
-    return _direct(fn, signature, args, kwargs) if plan is None else plan(args, kwargs)
-
-
-def _direct(fn, signature, args, kwargs):
-    plan = _PLANS[fn] = _Plan(fn, signature)
+    if plan is None:
+        plan = _PLANS[fn] = _Plan(fn, signature)
     return plan(args, kwargs)
 
 
@@ -313,17 +303,14 @@ def _input(value, name):
 
 def _length(value, name):
     """An integer scalar given where positions are taken (a length), else None."""
+    if isinstance(value, torch.Tensor) and value.ndim == 0:
+        if not (value.is_floating_point() or value.is_complex()):
+            value = value.item()  # an integer or a bool
     if isinstance(value, (bool, np.bool_)):
         raise TypeError(f"{name} must be an int or an array of positions, not bool")
-    if isinstance(value, torch.Tensor):
-        if value.ndim or value.is_floating_point() or value.is_complex():
-            return None
-        if value.dtype is torch.bool:
-            raise TypeError(f"{name} must be an integer, not bool")
-        return int(value.item())
-    if isinstance(value, np.integer):
+    if isinstance(value, (int, np.integer)):
         return int(value)
-    return value if isinstance(value, (int, torch.SymInt)) else None
+    return value if isinstance(value, torch.SymInt) else None
 
 
 def _sink(value, name):
@@ -446,31 +433,21 @@ def _setup(ctx, inputs, output):
         ctx.set_materialize_grads(False)
 
 
-def _incoming(record, grads):
-    """The outputs' gradients as the rule takes them (``_grad.outputs_grad``),
-    a complex output's as its real and imaginary parts (torch's gradient of
-    a complex tensor holds that of its real part in its real part, of its
-    imaginary part in its imaginary part)."""
-    complex_outputs = len(grads) != record.outputs
-
-    def parts(g):
-        if not complex_outputs:
-            return (g,)
-        return (None, None) if g is None else (g.real, g.imag)
-
-    return _grad.outputs_grad(record.outputs, grads, parts)
-
-
-def _tuple(grad):
-    return grad if isinstance(grad, tuple) else (grad,)
+def _parts(g):
+    """A complex output's gradient as its real and imaginary parts (torch's
+    gradient of a complex tensor holds that of its real part in its real
+    part, of its imaginary part in its imaginary part)."""
+    return (None, None) if g is None else (g.real, g.imag)
 
 
 def _backward(ctx, grads):
     name, spec, floats, ints = ctx.call
     record = _records.RECORDS[name]
     given = {**dict(zip(ctx.saved, ctx.saved_tensors)), **ctx.shapes}
-    grad = _incoming(record, grads)
-    wanted = ctx.wanted if any(g is not None for g in _tuple(grad)) else ()
+    # each output's gradient as the rule takes it (complex ones count twice)
+    parts = _parts if len(grads) != record.outputs else lambda g: (g,)
+    grad = _grad.outputs_grad(record.outputs, grads, parts)
+    wanted = ctx.wanted if grad is not None else ()
     rules = _grad.backward(name, {**decode(spec, floats, ints), **given}, grad, wanted)
     got = {}
     host = [key for key, rule in rules.items() if rule is _grad.HOST]
@@ -560,10 +537,9 @@ def _run(name, arguments):
     tensors = []
     for key in record.arrays:
         value = arguments.pop(key, None)
-        n = _length(value, key) if key in record.float_scalars else None
-        if n is not None:
-            arguments[key] = n
-        if value is None or n is not None:
+        if key in record.float_scalars and (n := _length(value, key)) is not None:
+            arguments[key], value = n, None  # a length: an option, not a tensor
+        if value is None:
             tensors.append(None)
             continue
         if key in record.indexes and isinstance(value, (bool, np.bool_)):

@@ -20,6 +20,7 @@ from t5_models import t5_attention
 
 import posenc
 from posenc import _interop, reference
+from posenc._options import config_text
 
 torch = require("torch")
 
@@ -849,7 +850,7 @@ def test_a_config_object_is_carried_as_its_rope_parameters(transformers):
     )
     import json
 
-    plain = json.loads(pt.config_text(config, None))
+    plain = json.loads(config_text(config, None))
     for dim in (64,):
         np.testing.assert_array_equal(
             posenc.rope_frequencies(dim, scaling=plain)[0],
@@ -867,7 +868,7 @@ def test_config_text_is_marked_as_torch_compiles_decorator_marks_it():
 
     marked = torch.compiler.assume_constant_result(f)
     flags = {k: v for k, v in vars(marked).items() if not k.startswith("__")}
-    assert flags and all(getattr(pt.config_text, k, None) == v for k, v in flags.items())
+    assert flags and all(getattr(config_text, k, None) == v for k, v in flags.items())
     # and the wrapper's check that posenc's torch module is loaded
     assert all(getattr(_interop._torch_ready, k, None) == v for k, v in flags.items())
 
