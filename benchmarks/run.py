@@ -42,7 +42,7 @@ import posenc
 
 # the groups in the order they run: bench_<group>.<group>_cases(quick) -> list[Case]
 GROUPS = (
-    "sinusoid rope multimodal xpos deepseek bias functional bfloat16 t5_grad relative "
+    "sinusoid rope multimodal xpos deepseek bias functional newer bfloat16 t5_grad relative "
     "relative_grad torch jax probe"
 ).split()
 _MODULE = {"deepseek": "xpos"}  # DeepSeek-V3's layout is timed beside xPos

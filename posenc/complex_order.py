@@ -48,9 +48,6 @@ def _tables(amplitude, frequency, phase):
             "amplitude, frequency and phase must have the same shape (vocab, dim), got "
             f"{out[0].shape}, {out[1].shape} and {out[2].shape}"
         )
-    for arr, name in zip(out, ("amplitude", "frequency", "phase")):
-        if not np.isfinite(arr).all():
-            raise ValueError(f"{name} must be finite (found nan or inf)")
     return out
 
 
@@ -85,8 +82,16 @@ def _check(token_ids, positions, amplitude, frequency, phase):
     return ids, pos, r, w, theta
 
 
-def _phase(ids, pos, w, theta):
-    return pos[..., None] * w.astype(np.float64)[ids] + theta.astype(np.float64)[ids]
+def _rows(ids, r, w, theta):
+    """The rows of the three tables the tokens use, in float64 (only those
+    rows are converted and checked: a table may be a whole vocabulary)."""
+    rows = []
+    for table, name in ((r, "amplitude"), (w, "frequency"), (theta, "phase")):
+        got = table[ids].astype(np.float64, copy=False)
+        if not np.isfinite(got).all():
+            raise ValueError(f"{name} must be finite in the rows token_ids use (found nan or inf)")
+        rows.append(got)
+    return rows
 
 
 @foreign
@@ -131,8 +136,8 @@ def complex_order_embedding(
     as_complex = _validate.flag(as_complex, "as_complex")
     ids, pos, r, w, theta = _check(token_ids, positions, amplitude, frequency, phase)
     dtype = np.result_type(r.dtype, w.dtype, theta.dtype)
-    phi = _phase(ids, pos, w, theta)
-    amp = r.astype(np.float64)[ids]
+    amp, freq, theta = _rows(ids, r, w, theta)
+    phi = pos[..., None] * freq + theta
     real = amp * np.cos(phi)
     imag = amp * np.sin(phi)
     if as_complex:
@@ -175,6 +180,7 @@ def _backward(
     w d theta``, in float64 of token_ids' shape (the adapters' backward
     sums it to the positions' own shape)."""
     ids, pos, r, w, theta = _check(token_ids, positions, amplitude, frequency, phase)
+    amp, freq, phase_rows = _rows(ids, r, w, theta)
     shape = ids.shape + (r.shape[1],)
     grads = []
     for value, name in ((grad_real, "grad_real"), (grad_imag, "grad_imag")):
@@ -190,9 +196,8 @@ def _backward(
             raise ValueError(f"{name} must be finite (found nan or inf)")
         grads.append(arr.astype(np.float64))
     g_re, g_im = grads
-    phi = _phase(ids, pos, w, theta)
+    phi = pos[..., None] * freq + phase_rows
     cos, sin = np.cos(phi), np.sin(phi)
-    amp = r.astype(np.float64)[ids]
     zero = np.zeros(shape)
     g_re = zero if g_re is None else g_re
     g_im = zero if g_im is None else g_im
@@ -207,5 +212,5 @@ def _backward(
         np.add.at(acc, flat, d.reshape(-1, dim))
         out.append(acc.astype(table.dtype))
     if of_positions:
-        out.append((d_theta * w.astype(np.float64)[ids]).sum(axis=-1))
+        out.append((d_theta * freq).sum(axis=-1))
     return tuple(out)

@@ -371,9 +371,11 @@ def test_complex_order_bad_input_names_the_argument():
     with pytest.raises(TypeError, match="phase"):
         complex_order_embedding(ids, pos, r, w, theta.astype(np.int64))
     bad = r.copy()
-    bad[0, 0] = math.inf
-    with pytest.raises(ValueError, match="amplitude"):
+    bad[ids[0, 0], 0] = math.inf
+    with pytest.raises(ValueError, match="amplitude must be finite"):
         complex_order_embedding(ids, pos, bad, w, theta)
+    with pytest.raises(ValueError, match="phase must be finite"):
+        complex_order_embedding_grad(ids, pos, r, w, bad, None, None)
     with pytest.raises(TypeError, match="as_complex"):
         complex_order_embedding(ids, pos, r, w, theta, as_complex="yes")
     with pytest.raises(ValueError, match="grad_real"):
@@ -392,3 +394,21 @@ def test_complex_order_leaves_inputs_untouched():
     complex_order_embedding_grad(ids, pos, r, w, theta, g, g)
     for x, c in zip((ids, pos, r, w, theta, g), copies):
         np.testing.assert_array_equal(x, c)
+
+
+def test_complex_order_reads_only_the_rows_the_tokens_use():
+    # a vocabulary's table with a non-finite row no token uses: the result of
+    # the others is the reference's, as an embedding lookup gives it
+    r, w, theta = _tables()
+    ids = np.array([[1, 2, 2], [5, 1, 3]])
+    bad = [t.copy() for t in (r, w, theta)]
+    for t in bad:
+        t[0] = math.nan
+        t[6] = math.inf
+    real, imag = complex_order_embedding(ids, [1, 2, 3], *bad)
+    want = reference.complex_order_embedding(ids, [1, 2, 3], r, w, theta)
+    np.testing.assert_allclose(real, want.real, rtol=1e-13, atol=1e-13)
+    np.testing.assert_allclose(imag, want.imag, rtol=1e-13, atol=1e-13)
+    grads = complex_order_embedding_grad(ids, [1, 2, 3], *bad, np.ones(real.shape), None)
+    for g in grads:
+        assert np.all(g[[0, 4, 6]] == 0) and np.isfinite(g).all()
