@@ -282,6 +282,17 @@ def chunked_causal_mask(
             )
         q_offset = k_len - q_len
     _validate.shape_size((q_len, k_len), "q_len", 1)
-    qpos = q_offset + np.arange(q_len, dtype=np.int64)[:, None]
-    kpos = np.arange(k_len, dtype=np.int64)[None, :]
-    return (kpos <= qpos) & (kpos // chunk_size == qpos // chunk_size)
+    first, last = q_offset // chunk_size, (q_offset + q_len - 1) // chunk_size
+    last = min(last, (k_len - 1) // chunk_size)  # no key in the later chunks
+    if last - first > 64:  # many small chunks: the comparisons, element by element
+        qpos = q_offset + np.arange(q_len, dtype=np.int64)[:, None]
+        kpos = np.arange(k_len, dtype=np.int64)[None, :]
+        return (kpos <= qpos) & (kpos // chunk_size == qpos // chunk_size)
+    mask = np.zeros((q_len, k_len), dtype=bool)
+    for chunk in range(first, last + 1):  # a lower triangle on the diagonal of each
+        start = chunk * chunk_size
+        r0, r1 = max(start - q_offset, 0), min(start + chunk_size - q_offset, q_len)
+        width = min(chunk_size, k_len - start)
+        # row i: the query at start + (q_offset + r0 - start) + i, keys start + j, j <= that
+        mask[r0:r1, start : start + width] = np.tri(r1 - r0, width, q_offset + r0 - start, bool)
+    return mask

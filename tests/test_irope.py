@@ -162,6 +162,19 @@ def test_chunked_mask_decoding_matches_transformers_mask_function(q_len, k_len, 
     )
 
 
+@pytest.mark.parametrize("chunk", [1, 2, 3, 5, 16, 64, 200])
+def test_chunked_mask_matches_the_reference_at_any_offset(chunk):
+    # few chunks (a triangle each) and many (more than 64: element by element),
+    # queries that start inside a chunk, keys that end inside one
+    rng = np.random.default_rng(chunk)
+    for _ in range(20):
+        q_len, q_offset = int(rng.integers(1, 150)), int(rng.integers(0, 150))
+        k_len = int(rng.integers(1, q_len + q_offset + 20))
+        got = chunked_causal_mask(q_len, k_len, chunk_size=chunk, q_offset=q_offset)
+        want = reference.chunked_causal_mask(q_len, k_len, chunk, q_offset)
+        np.testing.assert_array_equal(got, want)
+
+
 def test_chunked_mask_hand_derived():
     # chunks of 2: a query sees the keys up to itself in its own chunk (x)
     seen = ["x....", "xx...", "..x..", "..xx.", "....x"]
