@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from . import _validate
+from . import _core, _validate
 from ._interop import foreign
 from ._typing import ArrayLike
 
@@ -136,16 +136,36 @@ def complex_order_embedding(
     as_complex = _validate.flag(as_complex, "as_complex")
     ids, pos, r, w, theta = _check(token_ids, positions, amplitude, frequency, phase)
     dtype = np.result_type(r.dtype, w.dtype, theta.dtype)
-    amp, freq, theta = _rows(ids, r, w, theta)
-    phi = pos[..., None] * freq + theta
-    real = amp * np.cos(phi)
-    imag = amp * np.sin(phi)
+    part = np.dtype(np.float64 if dtype == np.float64 else np.float32) if as_complex else dtype
+    shape = ids.shape + (r.shape[1],)
+    flat = ids.reshape(-1).astype(np.int64)
+    tables = [_native(t, part) for t in (r, w, theta)]
+    if any(t is None for t in tables):
+        # tables of another dtype: only the rows the tokens use, converted
+        # (exactly: part is at least as wide as each table)
+        used, flat = np.unique(flat, return_inverse=True)
+        tables = [t[used].astype(part) for t in (r, w, theta)]
+    pos = np.ascontiguousarray(pos).reshape(-1)
+    n, dim = flat.size, r.shape[1]
     if as_complex:
-        out = np.empty(real.shape, np.complex128 if dtype == np.float64 else np.complex64)
-        out.real = real
-        out.imag = imag
+        out = np.empty(shape, np.complex128 if part == np.float64 else np.complex64)
+        _core.complex_order(flat, pos, *tables, out.view(part).reshape(n, 2 * dim), None)
         return out
-    return real.astype(dtype), imag.astype(dtype)
+    real, imag = np.empty(shape, part), np.empty(shape, part)
+    _core.complex_order(flat, pos, *tables, real.reshape(n, dim), imag.reshape(n, dim))
+    return real, imag
+
+
+def _native(table, dtype):
+    """table as the kernel reads it (of dtype, aligned, native byte order,
+    its rows contiguous), without a copy; None if it is not."""
+    ok = (
+        table.dtype == dtype
+        and table.dtype.isnative
+        and table.flags.aligned
+        and (table.shape[1] <= 1 or table.strides[1] == table.itemsize)
+    )
+    return table if ok else None
 
 
 def complex_order_embedding_grad(
