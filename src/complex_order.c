@@ -24,13 +24,13 @@ PE_CO_ROWS_TABLE(pe_complex_order_rows_scalar, co_head_scalar);
 int pe_complex_order(const struct pe_kernels *k, const struct pe_complex_order *c, int nthreads,
                      unsigned *bad)
 {
-    const ptrdiff_t n = c->n, dim = c->dim;
+    const ptrdiff_t n = c->n;
     const ptrdiff_t tasks = (n + CO_ROWS - 1) / CO_ROWS;
     const pe_complex_order_rows_fn fn = k->complex_order_rows[c->interleaved != 0][c->dtype];
     unsigned found = 0;
     /* every row is read, so that every table holding a value that is not
      * finite is known (the output is not used then) */
-#pragma omp parallel for schedule(static) num_threads(pe_team(nthreads, 2 * n * dim))              \
+#pragma omp parallel for schedule(static) num_threads(pe_team(nthreads, 2 * n * c->dim))           \
     reduction(| : found)
     for (ptrdiff_t task = 0; task < tasks; ++task) {
         const ptrdiff_t t0 = task * CO_ROWS;
