@@ -144,6 +144,12 @@ def complex_order_embedding(
     ids, pos, r, w, theta = _check(token_ids, positions, amplitude, frequency, phase)
     dtype = np.result_type(r.dtype, w.dtype, theta.dtype)
     part = np.dtype(np.float64 if dtype == np.float64 else np.float32) if as_complex else dtype
+    return _parts(ids, pos, r, w, theta, part, as_complex)
+
+
+def _parts(ids, pos, r, w, theta, part, as_complex):
+    """The embedding of checked arguments by _core.complex_order: the two
+    parts of dtype `part`, or the complex array of them."""
     shape = ids.shape + (r.shape[1],)
     flat = ids.reshape(-1).astype(np.int64)
     tables = [_native(t, part) for t in (r, w, theta)]
@@ -207,7 +213,7 @@ def _backward(
     w d theta``, in float64 of token_ids' shape (the adapters' backward
     sums it to the positions' own shape)."""
     ids, pos, r, w, theta = _check(token_ids, positions, amplitude, frequency, phase)
-    amp, freq, phase_rows = _rows(ids, r, w, theta)
+    amp, freq, _ = _rows(ids, r, w, theta)
     shape = ids.shape + (r.shape[1],)
     grads = []
     for value, name in ((grad_real, "grad_real"), (grad_imag, "grad_imag")):
@@ -223,8 +229,10 @@ def _backward(
             raise ValueError(f"{name} must be finite (found nan or inf)")
         grads.append(arr.astype(np.float64))
     g_re, g_im = grads
-    phi = pos[..., None] * freq + phase_rows
-    cos, sin = np.cos(phi), np.sin(phi)
+    # cos and sin of the phase as the forward has them: its parts at r = 1
+    # (a row of ones every token reads)
+    ones = np.broadcast_to(np.ones((1, r.shape[1])), r.shape)
+    cos, sin = _parts(ids, pos, ones, w, theta, np.dtype(np.float64), False)
     zero = np.zeros(shape)
     g_re = zero if g_re is None else g_re
     g_im = zero if g_im is None else g_im
