@@ -66,6 +66,11 @@ static PyMethodDef methods[] = {
     {"cope", py_cope, METH_VARARGS,
      "cope(attn_logits, z, dst, causal, q_offset, add): CoPE's position logits, interpolated in "
      "z (float64, a row per row of dst), added into the 4-D dst or written (rounded once)."},
+    {"complex_order", py_complex_order, METH_VARARGS,
+     "complex_order(token_ids, positions, amplitude, frequency, phase, real, imag): "
+     "r cos(phi) into real, r sin(phi) into imag (or with imag None, the (real, imag) pairs into "
+     "real, a complex array's bytes), phi = pos * w + theta in float64, each rounded once; "
+     "token_ids int64, positions float64 (n,), the tables (vocab, dim) of the parts' dtype."},
     {"set_num_threads", py_set_num_threads, METH_O,
      "set_num_threads(n): threads for the kernels; 0 follows OpenMP."},
     {"get_num_threads", py_get_num_threads, METH_NOARGS,

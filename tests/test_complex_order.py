@@ -95,6 +95,70 @@ def test_complex_order_float32_rounds_once_at_long_positions():
     assert np.abs(r[ids] * np.cos(phi32) - want.real).max() > 100 * np.abs(real - want.real).max()
 
 
+# The positions and tables of the same-bits test: dim 13 (the AVX2 path's
+# four at a time and its tail), positions long enough for the reduction's
+# every step, one past 2**50 / |w| (the C library's branch), and enough
+# tokens (2 * 1300 * 13 parts) for a second thread.
+def _same_bits_case(dtype):
+    rng = np.random.default_rng(11)
+    r, w, theta = _tables(vocab=40, dim=13, seed=12, dtype=dtype)
+    w = (w * 10).astype(dtype)
+    ids = rng.integers(0, 40, size=(2, 650))
+    pos = rng.integers(0, 2**20, size=(2, 650)).astype(np.float64)
+    pos[0, :3] = [0.0, 2.0**45, -(2.0**46)]
+    return ids, pos, r, w, theta
+
+
+@pytest.mark.parametrize("as_complex", [False, True])
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64, "mixed"])
+def test_complex_order_every_simd_path_gives_the_same_bits(on_every_path, dtype, as_complex):
+    ids, pos, r, w, theta = _same_bits_case(np.float32 if dtype == "mixed" else dtype)
+    if dtype == "mixed":  # the rows the tokens use converted first
+        r, theta = r.astype(np.float16), theta.astype(np.float64)
+    results = on_every_path(
+        lambda: complex_order_embedding(ids, pos, r, w, theta, as_complex=as_complex)
+    )
+    first = np.stack(results[0]) if not as_complex else results[0]
+    for got in results[1:]:
+        got = np.stack(got) if not as_complex else got
+        np.testing.assert_array_equal(got.view(np.uint8), first.view(np.uint8))
+    # and they are posenc's sine and cosine, close to the float64 twin's
+    want = reference.complex_order_embedding(ids, pos, r, w, theta)
+    tol = 1e-2 if dtype == np.float16 else 1e-5
+    np.testing.assert_allclose(first[0] if not as_complex else first.real, want.real, atol=tol)
+
+
+@pytest.mark.parametrize("as_complex", [False, True])
+def test_complex_order_long_positions_within_one_ulp(as_complex):
+    # positions up to 2**20, |w| up to 10: the phase reaches 10**7; the parts
+    # against np.cos and np.sin of the same float64 phase (r, w, theta in
+    # float32, their values exact in float64), each rounded once
+    rng = np.random.default_rng(13)
+    r, w, theta = (
+        rng.uniform(-2, 2, size=(50, 37)).astype(np.float32),
+        rng.uniform(-10, 10, size=(50, 37)).astype(np.float32),
+        rng.uniform(-4, 4, size=(50, 37)).astype(np.float32),
+    )
+    ids = rng.integers(0, 50, size=(3, 40))
+    pos = rng.integers(0, 2**20 + 1, size=(3, 40))
+    pos[0, 0] = 2**20
+    phi = pos[..., None].astype(np.float64) * w[ids].astype(np.float64) + theta[ids]
+    amp = r[ids].astype(np.float64)
+    want_re, want_im = amp * np.cos(phi), amp * np.sin(phi)
+    got = complex_order_embedding(ids, pos, r, w, theta, as_complex=as_complex)
+    real, imag = (got.real, got.imag) if as_complex else got
+    assert real.dtype == np.float32
+    np.testing.assert_array_max_ulp(real, want_re.astype(np.float32), maxulp=1)
+    np.testing.assert_array_max_ulp(imag, want_im.astype(np.float32), maxulp=1)
+    # float64 parts: within a few float64 ulp of the same values
+    got64 = complex_order_embedding(
+        ids, pos, *(t.astype(np.float64) for t in (r, w, theta)), as_complex=as_complex
+    )
+    real, imag = (got64.real, got64.imag) if as_complex else got64
+    np.testing.assert_array_max_ulp(real, want_re, maxulp=4)
+    np.testing.assert_array_max_ulp(imag, want_im, maxulp=4)
+
+
 def test_complex_order_matches_the_authors_module_in_torch():
     torch = require("torch")
     r, w, theta = _tables(vocab=11, dim=6, seed=6)
@@ -394,6 +458,29 @@ def test_complex_order_leaves_inputs_untouched():
     complex_order_embedding_grad(ids, pos, r, w, theta, g, g)
     for x, c in zip((ids, pos, r, w, theta, g), copies):
         np.testing.assert_array_equal(x, c)
+
+
+@pytest.mark.parametrize("mixed", [False, True])
+def test_complex_order_non_finite_row_raises_and_leaves_inputs_untouched(mixed):
+    # the kernel finds the value; the message names the table (amplitude
+    # first, as a pass over each table in turn would), nothing of the
+    # caller's is written
+    r, w, theta = _tables(dtype=np.float32)
+    if mixed:  # only the used rows converted first
+        w = w.astype(np.float64)
+    ids = _ids((2, 3))
+    pos = np.arange(3.0)
+    for names in (["frequency"], ["phase"], ["amplitude"], ["phase", "amplitude"]):
+        tables = {"amplitude": r.copy(), "frequency": w.copy(), "phase": theta.copy()}
+        for k, name in enumerate(names):
+            tables[name][ids[1, 2 - k], k + 1] = math.nan if k else -math.inf
+        copies = [x.copy() for x in (ids, pos, *tables.values())]
+        want = "amplitude" if "amplitude" in names else names[0]
+        for as_complex in (False, True):
+            with pytest.raises(ValueError, match=f"^{want} must be finite in the rows"):
+                complex_order_embedding(ids, pos, *tables.values(), as_complex=as_complex)
+        for x, c in zip((ids, pos, *tables.values()), copies):
+            np.testing.assert_array_equal(x, c)
 
 
 def test_complex_order_reads_only_the_rows_the_tokens_use():
