@@ -240,12 +240,16 @@ def _backward(
     d_theta = amp * (g_im * cos - g_re * sin)
     d_w = d_theta * pos[..., None]
     vocab, dim = r.shape
-    flat = ids.reshape(-1)
+    # summed in float64 over the rows the tokens use only (in the tokens'
+    # order, each rounded once into its table's dtype); the others are 0
+    used, inverse = np.unique(ids.reshape(-1), return_inverse=True)
     out = []
     for d, table in ((d_r, r), (d_w, w), (d_theta, theta)):
-        acc = np.zeros((vocab, dim))
-        np.add.at(acc, flat, d.reshape(-1, dim))
-        out.append(acc.astype(table.dtype))
+        acc = np.zeros((used.size, dim))
+        np.add.at(acc, inverse, d.reshape(-1, dim))
+        full = np.zeros((vocab, dim), table.dtype)
+        full[used] = acc
+        out.append(full)
     if of_positions:
         out.append((d_theta * freq).sum(axis=-1))
     return tuple(out)
