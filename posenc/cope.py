@@ -27,6 +27,7 @@ of its NumPy formula (:func:`_bias_numpy`); the backward is NumPy.
 
 from __future__ import annotations
 
+import math
 from typing import Any, Optional
 
 import numpy as np
@@ -115,8 +116,13 @@ class _Args:
             raise ValueError("attn_logits must be finite or -inf (masked), found nan or +inf")
 
     def products(self):
-        """z_i[p] = q_i . e[p], float64 (..., q_len, npos_max)."""
-        return self.query.astype(np.float64) @ self.table().T
+        """z_i[p] = q_i . e[p], float64 (..., q_len, npos_max): one GEMM of
+        every query row (a stack of them, against a table broadcast along
+        it, is NumPy's loop without BLAS, several times slower)."""
+        q = self.query
+        rows = q.reshape(math.prod(q.shape[:-1]), q.shape[-1])  # (-1 is ambiguous at size 0)
+        z = rows.astype(np.float64) @ self.table().T
+        return z.reshape(q.shape[:-1] + z.shape[-1:])
 
     def table(self):
         """pos_emb as float64 (npos_max, head_dim)."""
