@@ -136,10 +136,17 @@ class _Args:
         return np.arange(k_len)[None, :] <= i
 
 
+def _sigmoid_of(x):
+    """1 / (1 + e^-x) of a float64 array, from one exponential that cannot
+    overflow: ``(1 or e) / (1 + e)`` with ``e = exp(-|x|)``, 1 where
+    ``x >= 0``; 0 at -inf, 1 at +inf (cope.h's pe_cope_gate, op for op)."""
+    e = np.exp(-np.abs(x))
+    return np.where(x >= 0, 1.0, e) / (1.0 + e)
+
+
 def _sigmoid(a):
     """The gates of attn_logits, float64."""
-    logits = a.logits.astype(np.float64)
-    return np.exp(-np.logaddexp(0.0, -logits))  # 1 / (1 + e^-a): no overflow, 0 at -inf
+    return _sigmoid_of(a.logits.astype(np.float64))
 
 
 def _forward(a):
@@ -366,7 +373,7 @@ def cope_bias_grad(query, attn_logits, pos_emb, grad, *, causal=True, q_offset=N
     if a.causal:
         dgate = np.where(a.visible(), dgate, 0.0)
     # sigmoid'(a) = sigmoid(a) * sigmoid(-a): no cancellation in 1 - sigmoid(a) at large a
-    d_logits = dgate * sig * np.exp(-np.logaddexp(0.0, a.logits.astype(np.float64)))
+    d_logits = dgate * sig * _sigmoid_of(-a.logits.astype(np.float64))
     d_emb = d_table.T[None] if a.authors_layout else d_table
     return (
         d_query.astype(a.query.dtype),

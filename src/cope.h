@@ -4,9 +4,9 @@
  * row by row, in float64 and rounded once, with the bits of the NumPy
  * formula of posenc/cope.py (_forward):
  *
- *   gate    g_it = exp(-logaddexp(0, -a_it)), NumPy's logaddexp branch by
- *           branch and the C library's exp and log1p (those NumPy calls),
- *           0 for the keys after the query when causal
+ *   gate    g_it = (1 or e) / (1 + e), e = exp(-|a_it|) (the C library's
+ *           exp, which NumPy calls), 1 where a_it >= 0; 0 for the keys
+ *           after the query when causal
  *   p_ij    the sum of the gates from the row's end back to j, in that
  *           order (NumPy's cumsum of the reversed row), clipped at
  *           npos - 1
@@ -27,22 +27,12 @@
 #include "pe.h"
 #include "simd.h"
 
-/* The gate of a logit a: 1 / (1 + e^-a), 0 at -inf, as NumPy computes
- * exp(-logaddexp(0, -a)), npy_logaddexp(x = 0, y = -a) branch by branch. */
+/* The gate of a logit a: 1 / (1 + e^-a) from one exponential that cannot
+ * overflow, 0 at -inf, as posenc/cope.py's _sigmoid_of computes it. */
 PE_INLINE double pe_cope_gate(double a)
 {
-    const double y = -a;
-    double r;
-    if (0.0 == y) {
-        r = 0.0 + 0.693147180559945309417232121458176568; /* NPY_LOGE2 */
-    } else {
-        const double t = 0.0 - y;
-        if (t > 0)
-            r = 0.0 + log1p(exp(-t));
-        else
-            r = y + log1p(exp(t));
-    }
-    return exp(-r);
+    const double e = exp(-fabs(a));
+    return (a >= 0 ? 1.0 : e) / (1.0 + e);
 }
 
 /* z[ceil(p)] * w + z[floor(p)] * (1 - w), 0 <= p <= npos - 1. */
