@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
-from common import Case, _rmw_of, torch
+from common import Case, _gemm_floor, _rmw_of, torch
 
 import posenc
 from posenc import reference
@@ -46,21 +46,6 @@ def _recorded_gathers(term):
             real(*call)
 
     return replay, calls
-
-
-def _gemm_floor(left, right, rmw):
-    """The floor of a whole term whose products are ``left @ right^T``
-    (float32, (..., q, d) and (..., k, d)), one product per score: that GEMM
-    alone (NumPy's, OpenBLAS's threads, into a buffer made beforehand) and
-    then `rmw`, the read-modify-write of the scores."""
-    out = np.empty(left.shape[:-1] + right.shape[-2:-1], np.float32)
-    right_t = np.ascontiguousarray(np.swapaxes(right, -1, -2))
-
-    def floor():
-        np.matmul(left, right_t, out=out)
-        rmw()
-
-    return floor
 
 
 def _rel_case(name, scores, passes, term, numpy, torch_fn, note, floor=None):
@@ -130,7 +115,7 @@ def relative_cases(quick):
         "memory: the GEMM of the products it needs (q @ k_len rows of r, float32) + the "
         "read-modify-write of the scores; target <= 1.3x. torch: einsum + XLNet's "
         "rel_shift_bnij + add",
-        floor=_gemm_floor(q, r[:, :n], _rmw_of(scores)),
+        floor=_gemm_floor([(q, r[:, :n])], _rmw_of(scores)),
     )
     if have_torch:  # the same term on bfloat16 tensors, as a bfloat16 XLNet has them
         bq, br, bb, bs = (torch.from_numpy(x).bfloat16() for x in (q, r, bias, scores))
@@ -146,7 +131,7 @@ def relative_cases(quick):
                 name=f"xl_position_term: bfloat16 tensors, scores {tuple(bs.shape)}",
                 nbytes=bs.numel() * 2,
                 posenc=lambda: rel.xl_position_term(bq, br, bias=bb, scores=bs),
-                memory=_gemm_floor(q, r[:, :n], _rmw_of(bs.view(torch.int16).numpy())),
+                memory=_gemm_floor([(q, r[:, :n])], _rmw_of(bs.view(torch.int16).numpy())),
                 torch=torch_xl_bf16,
                 note="memory: the float32 GEMM of the products it needs + the read-modify-write "
                 "of the bfloat16 scores; posenc: products in float32 from the bfloat16 values, "
@@ -185,7 +170,10 @@ def relative_cases(quick):
             q, k, pk, pq, position_buckets=span, max_relative_positions=512, scores=scores
         ),
         torch_deberta if have_torch else None,
-        "torch: transformers' c2p and p2c gathers + add",
+        "memory: the GEMMs of the products it needs (q @ pos_key^T and k @ pos_query^T, "
+        f"{2 * span} columns a head, float32) + the read-modify-write of the scores; target "
+        "<= 1.3x. torch: transformers' c2p and p2c gathers + add",
+        floor=_gemm_floor([(q, pk), (k, pq)], _rmw_of(scores)),
     )
 
     # Shaw et al.: clip 16, a table shared by the heads
@@ -231,7 +219,10 @@ def relative_cases(quick):
         lambda: rel.tener_position_term(q, k, table, v=bias, scores=scores),
         lambda: reference.tener_position_term(q, k, table, v=bias, scores=scores),
         torch_tener if have_torch else None,
-        "torch: TENER's einsums, _shift and _transpose_shift + add",
+        "memory: the GEMMs of the products it needs, one a score for each of its two terms "
+        "((q + v) @ and k @ k_len rows of the table^T, float32) + the read-modify-write of the "
+        "scores; target <= 1.3x. torch: TENER's einsums, _shift and _transpose_shift + add",
+        floor=_gemm_floor([(q + bias[:, None], table[:n]), (k, table[:n])], _rmw_of(scores)),
     )
 
     # the terms that are not gathers: Shaw's relative values (a C scatter of

@@ -90,6 +90,28 @@ def _rmw_of(arr, passes=1):
     return rmw
 
 
+def _gemm_floor(pairs, memory):
+    """The floor of a whole relative term (or of its backward): the GEMMs
+    ``left @ right^T`` its products need, one for each (left, right) of
+    `pairs` (float32, (..., m, d) and (..., n, d), leading axes
+    broadcasting), alone (NumPy's, OpenBLAS's threads, each into a buffer
+    made beforehand, ``right^T`` laid out beforehand), then `memory`, the
+    pass over the big array it cannot avoid (for a forward, the
+    read-modify-write of the scores)."""
+    gemms = []
+    for left, right in pairs:
+        lead = np.broadcast_shapes(left.shape[:-2], right.shape[:-2])
+        out = np.empty(lead + (left.shape[-2], right.shape[-2]), np.float32)
+        gemms.append((left, np.ascontiguousarray(np.swapaxes(right, -1, -2)), out))
+
+    def floor():
+        for left, right_t, out in gemms:
+            np.matmul(left, right_t, out=out)
+        memory()
+
+    return floor
+
+
 def _torch_of(x):
     """A NumPy array as a torch tensor sharing its memory; bfloat16 (ml_dtypes') by its bits."""
     if x.dtype.name == "bfloat16":
