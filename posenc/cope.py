@@ -139,9 +139,16 @@ class _Args:
 def _sigmoid_of(x):
     """1 / (1 + e^-x) of a float64 array, from one exponential that cannot
     overflow: ``(1 or e) / (1 + e)`` with ``e = exp(-|x|)``, 1 where
-    ``x >= 0``; 0 at -inf, 1 at +inf (cope.h's pe_cope_gate, op for op)."""
-    e = np.exp(-np.abs(x))
-    return np.where(x >= 0, 1.0, e) / (1.0 + e)
+    ``x >= 0``; 0 at -inf, 1 at +inf.  Made by the C core
+    (``_core.cope_gates``, cope.h's pe_cope_gate) with posenc's own exp,
+    within 1 ulp of e^-|x|, which the kernel's vector path computes with
+    the same bits (NumPy's exp is the C library's or NumPy's own, by CPU)."""
+    from . import _core
+
+    flat = np.ascontiguousarray(x, dtype=np.float64).reshape(-1)
+    gates = np.empty_like(flat)
+    _core.cope_gates(flat, gates)
+    return gates.reshape(np.shape(x))
 
 
 def _sigmoid(a):
@@ -163,23 +170,6 @@ def _forward(a):
     z_hi = np.take_along_axis(z, hi, -1)
     z_lo = np.take_along_axis(z, lo, -1)
     return sig, pos, lo, hi, w, e, z_hi, z_lo
-
-
-def _gates_in_c():
-    """True where NumPy's float64 exp is the C library's (the scalar loop,
-    not one of NumPy's own AVX-512 bodies): the kernel's gates then have
-    the bits of :func:`_sigmoid`; elsewhere NumPy makes them."""
-    try:
-        from numpy.lib.introspect import opt_func_info
-
-        current = opt_func_info(func_name="^exp$", signature="float64")["exp"]["dd"]["current"]
-    except Exception:  # no introspection (NumPy < 2): NumPy's gates
-        return False
-    # the bodies of these targets call exp() per element; AVX-512 ones have their own
-    return current.startswith("baseline") or current in ("X86_V2", "X86_V3", "AVX2", "FMA3")
-
-
-_GATES_IN_C = _gates_in_c()
 
 
 def _rows4(x):
@@ -208,11 +198,11 @@ def _kernel_ready(x):
 _KERNEL_DTYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
 
 
-def _bias_kernel(a, scores, gates_in_c=None):
+def _bias_kernel(a, scores, gates_in_c=True):
     """cope_bias of a checked call by ``_core.cope``, with the bits of
     :func:`_bias_numpy`: the products z made as :func:`_forward` makes them
-    (NumPy's matmul), the gates by the kernel (``gates_in_c``, by default
-    where they have NumPy's bits) or by :func:`_sigmoid`, the rest in C.
+    (NumPy's matmul), the gates by the kernel (``gates_in_c``) or given
+    (:func:`_sigmoid`), the rest in C.
     None where the arrays are not the kernel's (an empty call, scores it
     cannot write in place, a dtype it lacks): the NumPy path then."""
     from . import _core
@@ -222,8 +212,6 @@ def _bias_kernel(a, scores, gates_in_c=None):
     dst = _rows4(scores) if scores is not None else np.empty(a.logits.shape, a.dtype)
     if scores is not None and not _kernel_ready(dst):
         return None
-    if gates_in_c is None:
-        gates_in_c = _GATES_IN_C
     if gates_in_c:
         src = _rows4(a.logits)
         if not _kernel_ready(src):

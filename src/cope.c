@@ -8,7 +8,7 @@
 #include "pe.h"
 #include "simd.h"
 
-PE_COPE_ROWS_TABLE(pe_cope_rows_scalar, pe_cope_run);
+PE_COPE_ROWS_TABLE(pe_cope_rows_scalar, pe_cope_run, NULL);
 
 /* 1 if one of the n logits at l (of dtype) is nan or +inf, else 0. */
 static int row_refused(const char *l, ptrdiff_t n, int dtype)
@@ -58,4 +58,11 @@ int pe_cope(const struct pe_kernels *k, const struct pe_cope *c, int nthreads)
         fn(c, r0, rows - r0 < COPE_ROWS ? rows : r0 + COPE_ROWS);
     }
     return 0;
+}
+
+void pe_cope_gates(const double *a, double *g, ptrdiff_t n, int exp_only, int nthreads)
+{
+#pragma omp parallel for schedule(static) num_threads(pe_team(nthreads, n))
+    for (ptrdiff_t t = 0; t < n; ++t)
+        g[t] = exp_only ? pe_cope_exp(a[t]) : pe_cope_gate(a[t]);
 }

@@ -2,10 +2,10 @@
  * cope.h -- contextual position encoding (CoPE, Golovneva et al. 2024): the
  * position logits z_i(p_ij) added into (or written as) attention scores,
  * row by row, in float64 and rounded once, with the bits of the NumPy
- * formula of posenc/cope.py (_forward):
+ * formula of posenc/cope.py (_forward, whose gates are pe_cope_gates'):
  *
- *   gate    g_it = (1 or e) / (1 + e), e = exp(-|a_it|) (the C library's
- *           exp, which NumPy calls), 1 where a_it >= 0; 0 for the keys
+ *   gate    g_it = (1 or e) / (1 + e), e = exp(-|a_it|) (posenc's exp,
+ *           pe_cope_exp), 1 where a_it >= 0; 0 for the keys
  *           after the query when causal
  *   p_ij    the sum of the gates from the row's end back to j, in that
  *           order (NumPy's cumsum of the reversed row), clipped at
@@ -23,17 +23,65 @@
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "pe.h"
 #include "simd.h"
 
+/* exp(x) for x <= 0 (or nan), posenc's own, so that a vector path can
+ * have the bits of this one: x = k ln 2 + r (Cody and Waite's two parts
+ * of ln 2, the first exact in k times it), e^r by its Taylor series to
+ * r^13 (its remainder below 2^-57 at |r| <= ln 2 / 2) summed as
+ * 1 + r + r^2 q(r) with the rounding error of 1 + r carried, then times
+ * 2^k in two exact powers of two (one rounding, into the subnormals
+ * where e^x is one).  Within 1 ulp of e^x (tests/test_cope.py looks
+ * from 0 down to the underflow); 0 below -746 and at -inf. */
+#define PE_COPE_EXP_SHIFT 0x1.8p52 /* x + it - it: x rounded to an integer */
+#define PE_COPE_LN2_HI 0x1.62e42feep-1
+#define PE_COPE_LN2_LO 0x1.a39ef35793c76p-33
+#define PE_COPE_INV_LN2 0x1.71547652b82fep0
+/* 1 / n!, n = 2 .. 13: q(r) = c[0] + r (c[1] + r (...)) */
+static const double pe_cope_exp_c[12] = {1.0 / 2,          1.0 / 6,           1.0 / 24,
+                                         1.0 / 120,        1.0 / 720,         1.0 / 5040,
+                                         1.0 / 40320,      1.0 / 362880,      1.0 / 3628800.0,
+                                         1.0 / 39916800.0, 1.0 / 479001600.0, 1.0 / 6227020800.0};
+
+/* 2^k for an integer -1022 <= k <= 1023 given as a double. */
+PE_INLINE double pe_cope_pow2(double k)
+{
+    double m = k + (PE_COPE_EXP_SHIFT + 1023.0);
+    uint64_t b;
+    memcpy(&b, &m, sizeof b);
+    b <<= 52; /* the low bits of m hold 1023 + k: the exponent field */
+    memcpy(&m, &b, sizeof m);
+    return m;
+}
+
+PE_INLINE double pe_cope_exp(double x)
+{
+    x = x < -746.0 ? -746.0 : x;
+    const double k = (x * PE_COPE_INV_LN2 + PE_COPE_EXP_SHIFT) - PE_COPE_EXP_SHIFT;
+    const double r = (x - k * PE_COPE_LN2_HI) - k * PE_COPE_LN2_LO;
+    double q = pe_cope_exp_c[11];
+    for (int n = 10; n >= 0; --n)
+        q = pe_cope_exp_c[n] + r * q;
+    const double hi = 1.0 + r, lo = (1.0 - hi) + r;
+    const double e = hi + (lo + (r * r) * q);
+    const double k1 = floor(k * 0.5), k2 = k - k1;
+    return (e * pe_cope_pow2(k1)) * pe_cope_pow2(k2);
+}
+
 /* The gate of a logit a: 1 / (1 + e^-a) from one exponential that cannot
- * overflow, 0 at -inf, as posenc/cope.py's _sigmoid_of computes it. */
+ * overflow, 0 at -inf (posenc/cope.py's _sigmoid_of calls it). */
 PE_INLINE double pe_cope_gate(double a)
 {
-    const double e = exp(-fabs(a));
+    const double e = pe_cope_exp(-fabs(a));
     return (a >= 0 ? 1.0 : e) / (1.0 + e);
 }
+
+/* g[t] = pe_cope_gate(a[t]) (or with exp_only, pe_cope_exp(a[t]), a[t] <=
+ * 0), t < n, on the library's threads. */
+void pe_cope_gates(const double *a, double *g, ptrdiff_t n, int exp_only, int nthreads);
 
 /* z[ceil(p)] * w + z[floor(p)] * (1 - w), 0 <= p <= npos - 1. */
 PE_INLINE double pe_cope_value(const double *z, double p)
@@ -79,14 +127,52 @@ PE_INLINE void pe_cope_run(char *o, ptrdiff_t n, double v, const int add, const 
 /* The run of one value of a path: o[j] = v or o[j] + v rounded once, j < n. */
 typedef void (*pe_cope_run_fn)(char *o, ptrdiff_t n, double v, int add, int dtype);
 
+/* The keys of a row from j down that a path's vector loop takes (the
+ * row's logits l, its scores o, its z), with s the sum of the later keys'
+ * gates: it stores their values as pe_cope_row would and returns the key
+ * it stopped before, s updated; it stops before a block whose last key
+ * would reach npos - 1, which pe_cope_row's loop then takes.  NULL: none. */
+typedef ptrdiff_t (*pe_cope_keys_fn)(const struct pe_cope *c, const char *l, char *o,
+                                     const double *z, ptrdiff_t j, double *s, int add, int dtype);
+
+/* Hints to fetch the lines of row r's logits and scores that its gates
+ * likely walk (the last key it sees and the 2 (npos - 1) before it, at
+ * most 1024 keys: the gates are about 1/2 on average): the walk goes
+ * backwards a few lines per row, too short a stream for the hardware to
+ * see, and each of its loads would wait for memory. */
+PE_INLINE void pe_cope_prefetch(const struct pe_cope *c, ptrdiff_t r)
+{
+#if PE_HAS_PREFETCH
+    const struct pe_bias_dst *d = c->dst, *lg = &c->logits;
+    const ptrdiff_t q_len = d->q_len, k_len = d->k_len, i = r % q_len, bh = r / q_len;
+    const ptrdiff_t h = bh % d->heads, b = bh / d->heads;
+    int64_t last = (int64_t)k_len - 1;
+    if (c->causal && c->q_offset + (int64_t)i < last)
+        last = c->q_offset + (int64_t)i;
+    if (last < 0 || r >= d->batch * d->heads * q_len)
+        return;
+    const int64_t walk = c->npos > 512 ? 1024 : 2 * c->npos;
+    const ptrdiff_t j0 = (ptrdiff_t)(last > walk ? last - walk : 0), j1 = (ptrdiff_t)last;
+    const char *l = lg->data + b * lg->stride_b + h * lg->stride_h + i * lg->stride_q;
+    const char *o = d->data + b * d->stride_b + h * d->stride_h + i * d->stride_q;
+    const ptrdiff_t li = (ptrdiff_t)pe_itemsize(lg->dtype), oi = (ptrdiff_t)pe_itemsize(d->dtype);
+    for (ptrdiff_t at = j0 * li; at <= j1 * li; at += 64)
+        PE_PREFETCH(l + at);
+    for (ptrdiff_t at = j0 * oi; at <= j1 * oi; at += 64)
+        PE_PREFETCH_W(o + at);
+#else
+    (void)c, (void)r;
+#endif
+}
+
 /* Row r of the call: the gates from the last key the query sees back to
- * the first key whose position reaches npos - 1, each key's value stored
- * as soon as its position is known (after its own logit and the later
- * ones were read: scores may be the logits themselves), then the run of
- * the clipped keys and the run of the keys after the query (position 0),
- * by the path's run. */
-PE_INLINE void pe_cope_row(const struct pe_cope *c, ptrdiff_t r, pe_cope_run_fn run, const int add,
-                           const int dtype)
+ * the first key whose position reaches npos - 1 (by the path's `keys`
+ * first, then one at a time), each key's value stored as soon as its
+ * position is known (after its own logit and the later ones were read:
+ * scores may be the logits themselves), then the run of the clipped keys
+ * and the run of the keys after the query (position 0), by the path's run. */
+PE_INLINE void pe_cope_row(const struct pe_cope *c, ptrdiff_t r, pe_cope_run_fn run,
+                           pe_cope_keys_fn keys, const int add, const int dtype)
 {
     const struct pe_bias_dst *d = c->dst;
     const ptrdiff_t q_len = d->q_len, k_len = d->k_len, i = r % q_len, bh = r / q_len;
@@ -102,6 +188,8 @@ PE_INLINE void pe_cope_row(const struct pe_cope *c, ptrdiff_t r, pe_cope_run_fn 
         last = c->q_offset + (int64_t)i < -1 ? -1 : c->q_offset + (int64_t)i;
     double s = 0.0;
     ptrdiff_t j = (ptrdiff_t)last;
+    if (keys != NULL)
+        j = keys(c, l, o, z, j, &s, add, dtype);
     for (; j >= 0; --j) {
         const double a = pe_load(l, j, lg->dtype);
         s = s + (c->gates ? a : pe_cope_gate(a));
@@ -118,13 +206,15 @@ PE_INLINE void pe_cope_row(const struct pe_cope *c, ptrdiff_t r, pe_cope_run_fn 
 }
 
 /* The table `table` of a path's kernels, [add][enum pe_dtype of dst]: rows
- * [r0, r1) by pe_cope_row with the path's run. */
-#define PE_COPE_ROWS_TABLE(table, run)                                                             \
+ * [r0, r1) by pe_cope_row with the path's run and keys. */
+#define PE_COPE_ROWS_TABLE(table, run, keys)                                                       \
     PE_INLINE void table##_body(const struct pe_cope *c, ptrdiff_t r0, ptrdiff_t r1,               \
                                 const int add, const int dtype)                                    \
     {                                                                                              \
-        for (ptrdiff_t r = r0; r < r1; ++r)                                                        \
-            pe_cope_row(c, r, run, add, dtype);                                                    \
+        for (ptrdiff_t r = r0; r < r1; ++r) {                                                      \
+            pe_cope_prefetch(c, r + 1);                                                            \
+            pe_cope_row(c, r, run, keys, add, dtype);                                              \
+        }                                                                                          \
     }                                                                                              \
     PE_SPECIALISE(const pe_cope_rows_fn, table, table##_body,                                      \
                   (const struct pe_cope *c, ptrdiff_t r0, ptrdiff_t r1), (c, r0, r1))

@@ -66,6 +66,10 @@ static PyMethodDef methods[] = {
     {"cope", py_cope, METH_VARARGS,
      "cope(attn_logits, z, dst, causal, q_offset, add): CoPE's position logits, interpolated in "
      "z (float64, a row per row of dst), added into the 4-D dst or written (rounded once)."},
+    {"cope_gates", py_cope_gates, METH_VARARGS,
+     "cope_gates(attn_logits, gates, exp_only=False): gates[t] = 1 / (1 + exp(-attn_logits[t])) "
+     "in float64 by posenc's exp, the kernel's bits (both 1-D float64, contiguous); exp_only: "
+     "gates[t] = exp(attn_logits[t]), attn_logits <= 0."},
     {"complex_order", py_complex_order, METH_VARARGS,
      "complex_order(token_ids, positions, amplitude, frequency, phase, real, imag): "
      "r cos(phi) into real, r sin(phi) into imag (or with imag None, the (real, imag) pairs into "

@@ -1,9 +1,9 @@
 /*
  * module_cope.c -- posenc._core's cope: CoPE's position logits added into
  * attention scores or written, its arguments checked, then the entry point
- * of cope.c.  The gates come from the logits (the C library's exp and
- * log1p, NumPy's formula), or with gates=True are given (where NumPy's exp
- * is not the C library's, posenc/cope.py makes them).
+ * of cope.c.  The gates come from the logits, or with gates=True are
+ * given (posenc/cope.py makes them by cope_gates, also here, where the
+ * kernel is not used).
  */
 #include "module.h"
 
@@ -100,4 +100,50 @@ PyObject *py_cope(PyObject *self, PyObject *args)
     return kernel_result(run_kernel(cope_kernel, &call, PyArray_SIZE(dst)),
                          gates ? "gates must not be nan or +inf"
                                : "attn_logits must be finite or -inf (masked), found nan or +inf");
+}
+
+struct cope_gates_call {
+    const double *a;
+    double *g;
+    ptrdiff_t n;
+    int exp_only;
+};
+
+static int cope_gates_kernel(const struct pe_kernels *k, void *args, int nthreads)
+{
+    (void)k;
+    struct cope_gates_call *call = args;
+    pe_cope_gates(call->a, call->g, call->n, call->exp_only, nthreads);
+    return 0;
+}
+
+PyObject *py_cope_gates(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *a_o, *g_o;
+    int exp_only = 0;
+    if (!PyArg_ParseTuple(args, "OO|p:cope_gates", &a_o, &g_o, &exp_only))
+        return NULL;
+    PyArrayObject *a = arg_array(a_o, "attn_logits", NPY_DOUBLE, 1, ARG_CONTIGUOUS);
+    PyArrayObject *g =
+        a ? arg_array(g_o, "gates", NPY_DOUBLE, 1, ARG_CONTIGUOUS | ARG_WRITE) : NULL;
+    if (g == NULL)
+        return NULL;
+    if (PyArray_DIM(g, 0) != PyArray_DIM(a, 0)) {
+        PyErr_Format(PyExc_ValueError, "gates must have attn_logits' length %zd, not %zd",
+                     (Py_ssize_t)PyArray_DIM(a, 0), (Py_ssize_t)PyArray_DIM(g, 0));
+        return NULL;
+    }
+    if (check_no_overlap(g, "gates", a, "attn_logits") < 0)
+        return NULL;
+    if (exp_only) { /* its domain: x <= 0 (or nan) */
+        const double *x = PyArray_DATA(a);
+        for (npy_intp t = 0; t < PyArray_DIM(a, 0); ++t)
+            if (x[t] > 0) {
+                PyErr_SetString(PyExc_ValueError, "attn_logits must be <= 0 with exp_only");
+                return NULL;
+            }
+    }
+    struct cope_gates_call call = {PyArray_DATA(a), PyArray_DATA(g), PyArray_DIM(a, 0), exp_only};
+    return kernel_result(run_kernel(cope_gates_kernel, &call, call.n), "");
 }

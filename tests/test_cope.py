@@ -330,8 +330,53 @@ def _args(q, a, e, causal=True, q_offset=None):
 
 
 def _gate_sources():
-    """Gates made by the kernel (where they are NumPy's bits) and given by NumPy."""
-    return [True, False] if cope._GATES_IN_C else [False]
+    """Gates made by the kernel and given (by cope.py's _sigmoid)."""
+    return [True, False]
+
+
+def test_cope_exp_is_within_one_ulp_from_zero_down_to_the_underflow():
+    # posenc's exp (the gates' e = exp(-|a|)), against the long double exp of
+    # x86-64's 64-bit significands: the error in units of the exact value's
+    # last place, for the normal results and the subnormal ones
+    from posenc import _core
+
+    if np.finfo(np.longdouble).nmant < 63:
+        pytest.skip("needs a long double with a 64-bit significand (x86-64)")
+    rng = np.random.default_rng(40)
+    x = np.concatenate(
+        [
+            -rng.uniform(0, 746, 1_000_000),
+            -rng.uniform(0, 1, 300_000),
+            -np.exp(rng.uniform(-700, 0, 200_000)),  # tiny |x|: e^x near 1
+            -np.log(2) * np.arange(0, 1076) / 2,  # the ends of the reduction's ranges
+            [0.0, -0.0, -5e-324, -708.39, -708.4, -744.4, -745.13, -745.14, -746.0, -800.0],
+        ]
+    )
+    got = np.empty_like(x)
+    _core.cope_gates(x, got, True)
+    exact = np.exp(x.astype(np.longdouble))
+    ulp = np.spacing(exact.astype(np.float64)).astype(np.longdouble)
+    err = (np.abs(got.astype(np.longdouble) - exact) / ulp).astype(np.float64)
+    assert err.max() <= 1.0, (err.max(), x[err.argmax()])
+    assert got[-1] == 0.0 and got[-2] == 0.0 and got[-10] == 1.0 and got[-9] == 1.0
+    inf = np.array([-np.inf])
+    _core.cope_gates(inf, got[:1], True)
+    assert got[0] == 0.0
+    with pytest.raises(ValueError, match="attn_logits"):
+        _core.cope_gates(np.array([0.5]), np.empty(1), True)
+
+
+def test_cope_gates_are_the_sigmoid_within_three_ulp():
+    # the gates from posenc's exp, against the long double sigmoid
+    if np.finfo(np.longdouble).nmant < 63:
+        pytest.skip("needs a long double with a 64-bit significand (x86-64)")
+    a = np.random.default_rng(41).normal(size=200_000) * 8
+    a[:4] = [0.0, -0.0, 745.0, -745.0]
+    got = cope._sigmoid_of(a)
+    al = a.astype(np.longdouble)
+    exact = 1 / (1 + np.exp(-al))
+    ulp = np.spacing(exact.astype(np.float64)).astype(np.longdouble)
+    assert (np.abs(got.astype(np.longdouble) - exact) / ulp).max() <= 3.0
 
 
 def _same_bits(got, want):
@@ -455,7 +500,7 @@ rng = np.random.default_rng(32)
 q, a, e = rng.normal(size=(2, 3, 9, 5)), rng.normal(size=(2, 3, 9, 21)) * 3, rng.normal(size=(7, 5))
 for dt in ["float16", "float32", "float64"]:
     for causal in (True, False):
-        for gates_in_c in ([True, False] if cope._GATES_IN_C else [False]):
+        for gates_in_c in (True, False):
             args = cope._Args(q.astype(dt), a.astype(dt), e.astype(dt), causal, None)
             s = (rng.normal(size=a.shape) * 4).astype(dt)
             cope._bias_kernel(args, s, gates_in_c)
