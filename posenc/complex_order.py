@@ -89,12 +89,13 @@ def _check(token_ids, positions, amplitude, frequency, phase):
     return ids, pos, r, w, theta
 
 
-def _rows(ids, r, w, theta):
-    """The rows of the three tables the tokens use, in float64 (only those
-    rows are converted and checked: a table may be a whole vocabulary)."""
+def _used_rows(used, r, w, theta):
+    """The rows `used` (unique ids) of the three tables, in float64 (only
+    those rows are converted and checked: a table may be a whole
+    vocabulary)."""
     rows = []
     for table, name in ((r, "amplitude"), (w, "frequency"), (theta, "phase")):
-        got = table[ids].astype(np.float64, copy=False)
+        got = table[used].astype(np.float64, copy=False)
         if not np.isfinite(got).all():
             raise ValueError(f"{name} must be finite in the rows token_ids use (found nan or inf)")
         rows.append(got)
@@ -213,7 +214,9 @@ def _backward(
     w d theta``, in float64 of token_ids' shape (the adapters' backward
     sums it to the positions' own shape)."""
     ids, pos, r, w, theta = _check(token_ids, positions, amplitude, frequency, phase)
-    amp, freq, _ = _rows(ids, r, w, theta)
+    # the rows the tokens use, each once (`inverse`: a token's row among them)
+    used, inverse = np.unique(ids.reshape(-1), return_inverse=True)
+    r_used, w_used, theta_used = _used_rows(used, r, w, theta)
     shape = ids.shape + (r.shape[1],)
     grads = []
     for value, name in ((grad_real, "grad_real"), (grad_imag, "grad_imag")):
@@ -229,20 +232,26 @@ def _backward(
             raise ValueError(f"{name} must be finite (found nan or inf)")
         grads.append(arr.astype(np.float64))
     g_re, g_im = grads
-    # cos and sin of the phase as the forward has them: its parts at r = 1
-    # (a row of ones every token reads)
-    ones = np.broadcast_to(np.ones((1, r.shape[1])), r.shape)
-    cos, sin = _parts(ids, pos, ones, w, theta, np.dtype(np.float64), False)
+    # cos and sin of the phase as the forward has them (the kernel's, from
+    # the same float64 values): its parts at r = 1, from the used rows
+    n, dim = inverse.size, r.shape[1]
+    cos, sin = np.empty(shape), np.empty(shape)
+    ones = np.broadcast_to(np.ones((1, dim)), w_used.shape)
+    flat_pos = np.ascontiguousarray(pos, dtype=np.float64).reshape(-1)
+    rows = inverse.astype(np.int64)
+    _core.complex_order(
+        rows, flat_pos, ones, w_used, theta_used, cos.reshape(n, dim), sin.reshape(n, dim)
+    )
+    amp = r_used[inverse].reshape(shape)
     zero = np.zeros(shape)
     g_re = zero if g_re is None else g_re
     g_im = zero if g_im is None else g_im
     d_r = g_re * cos + g_im * sin
     d_theta = amp * (g_im * cos - g_re * sin)
     d_w = d_theta * pos[..., None]
-    vocab, dim = r.shape
+    vocab = r.shape[0]
     # summed in float64 over the rows the tokens use only (in the tokens'
     # order, each rounded once into its table's dtype); the others are 0
-    used, inverse = np.unique(ids.reshape(-1), return_inverse=True)
     out = []
     for d, table in ((d_r, r), (d_w, w), (d_theta, theta)):
         acc = np.zeros((used.size, dim))
@@ -251,5 +260,5 @@ def _backward(
         full[used] = acc
         out.append(full)
     if of_positions:
-        out.append((d_theta * freq).sum(axis=-1))
+        out.append((d_theta * w_used[inverse].reshape(shape)).sum(axis=-1))
     return tuple(out)
