@@ -116,12 +116,17 @@ class _Args:
             raise ValueError("attn_logits must be finite or -inf (masked), found nan or +inf")
 
     def products(self):
-        """z_i[p] = q_i . e[p], float64 (..., q_len, npos_max): one GEMM of
-        every query row (a stack of them, against a table broadcast along
-        it, is NumPy's loop without BLAS, several times slower)."""
+        """z_i[p] = q_i . e[p], float64 (..., q_len, npos_max), by the C core
+        (``_core.cope_products``: each sum in the order of the head dim, the
+        same bits on every path; BLAS's threads, which wait a while after a
+        call, would take the cores from the kernel that follows)."""
+        from . import _core
+
         q = self.query
         rows = q.reshape(math.prod(q.shape[:-1]), q.shape[-1])  # (-1 is ambiguous at size 0)
-        z = rows.astype(np.float64) @ self.table().T
+        rows = np.ascontiguousarray(rows, dtype=np.float64)
+        z = np.empty((rows.shape[0], self.npos))
+        _core.cope_products(rows, np.ascontiguousarray(self.table().T), z)
         return z.reshape(q.shape[:-1] + z.shape[-1:])
 
     def table(self):

@@ -10,6 +10,12 @@
 
 PE_COPE_ROWS_TABLE(pe_cope_rows_scalar, pe_cope_run, NULL);
 
+void pe_cope_z_scalar(const double *q, const double *et, ptrdiff_t d, ptrdiff_t npos, double *z,
+                      ptrdiff_t r0, ptrdiff_t r1)
+{
+    pe_cope_z_rows(q, et, d, npos, z, r0, r1);
+}
+
 /* 1 if one of the n logits at l (of dtype) is nan or +inf, else 0. */
 static int row_refused(const char *l, ptrdiff_t n, int dtype)
 {
@@ -65,4 +71,18 @@ void pe_cope_gates(const double *a, double *g, ptrdiff_t n, int exp_only, int nt
 #pragma omp parallel for schedule(static) num_threads(pe_team(nthreads, n))
     for (ptrdiff_t t = 0; t < n; ++t)
         g[t] = exp_only ? pe_cope_exp(a[t]) : pe_cope_gate(a[t]);
+}
+
+/* Rows of a task of the products. */
+#define COPE_Z_ROWS 64
+
+void pe_cope_products(const struct pe_kernels *k, const double *q, const double *et, ptrdiff_t rows,
+                      ptrdiff_t d, ptrdiff_t npos, double *z, int nthreads)
+{
+    const ptrdiff_t tasks = (rows + COPE_Z_ROWS - 1) / COPE_Z_ROWS;
+#pragma omp parallel for schedule(static) num_threads(pe_team(nthreads, rows * npos * d))
+    for (ptrdiff_t t = 0; t < tasks; ++t) {
+        const ptrdiff_t r0 = t * COPE_Z_ROWS;
+        k->cope_z(q, et, d, npos, z, r0, rows - r0 < COPE_Z_ROWS ? rows : r0 + COPE_Z_ROWS);
+    }
 }

@@ -79,6 +79,32 @@ PE_INLINE double pe_cope_gate(double a)
     return (a >= 0 ? 1.0 : e) / (1.0 + e);
 }
 
+/* Rows [r0, r1) of z[r, p] = sum_k q[r, k] et[k, p] (q (rows, d), et (d,
+ * npos), z (rows, npos), float64 C-contiguous): for each p the products
+ * added in the order of k, each rounded (no FMA), so that a path may take
+ * several p at once and keep the bits.  The body of each path's cope_z. */
+PE_INLINE void pe_cope_z_rows(const double *q, const double *et, ptrdiff_t d, ptrdiff_t npos,
+                              double *z, ptrdiff_t r0, ptrdiff_t r1)
+{
+    for (ptrdiff_t r = r0; r < r1; ++r) {
+        const double *qr = q + r * d;
+        double *zr = z + r * npos;
+        for (ptrdiff_t p = 0; p < npos; ++p)
+            zr[p] = qr[0] * et[p];
+        for (ptrdiff_t k = 1; k < d; ++k) {
+            const double a = qr[k], *e = et + k * npos;
+            for (ptrdiff_t p = 0; p < npos; ++p)
+                zr[p] = zr[p] + a * e[p];
+        }
+    }
+}
+
+/* z = q et (pe_cope_z_rows) on the path of k, on the library's threads: the
+ * logits of the integer positions, without BLAS (whose threads, waiting
+ * after a call, would take the cores from the kernel that follows). */
+void pe_cope_products(const struct pe_kernels *k, const double *q, const double *et, ptrdiff_t rows,
+                      ptrdiff_t d, ptrdiff_t npos, double *z, int nthreads);
+
 /* g[t] = pe_cope_gate(a[t]) (or with exp_only, pe_cope_exp(a[t]), a[t] <=
  * 0), t < n, on the library's threads. */
 void pe_cope_gates(const double *a, double *g, ptrdiff_t n, int exp_only, int nthreads);

@@ -134,5 +134,50 @@ PE_INLINE ptrdiff_t keys_avx2(const struct pe_cope *c, const char *l, char *o, c
 
 PE_COPE_ROWS_TABLE(pe_cope_rows_avx2, run_avx2, keys_avx2);
 
+/* pe_cope_z_rows with sixteen positions of a row summed in registers over
+ * the whole head dim (then four, then one at a time): the same operations
+ * for each position, in the same order. */
+void pe_cope_z_avx2(const double *q, const double *et, ptrdiff_t d, ptrdiff_t npos, double *z,
+                    ptrdiff_t r0, ptrdiff_t r1)
+{
+    for (ptrdiff_t r = r0; r < r1; ++r) {
+        const double *qr = q + r * d;
+        double *zr = z + r * npos;
+        ptrdiff_t p = 0;
+        for (; p + 16 <= npos; p += 16) {
+            __m256d a = _mm256_set1_pd(qr[0]);
+            __m256d s0 = _mm256_mul_pd(a, _mm256_loadu_pd(et + p));
+            __m256d s1 = _mm256_mul_pd(a, _mm256_loadu_pd(et + p + 4));
+            __m256d s2 = _mm256_mul_pd(a, _mm256_loadu_pd(et + p + 8));
+            __m256d s3 = _mm256_mul_pd(a, _mm256_loadu_pd(et + p + 12));
+            for (ptrdiff_t k = 1; k < d; ++k) {
+                const double *e = et + k * npos + p;
+                a = _mm256_set1_pd(qr[k]);
+                s0 = _mm256_add_pd(s0, _mm256_mul_pd(a, _mm256_loadu_pd(e)));
+                s1 = _mm256_add_pd(s1, _mm256_mul_pd(a, _mm256_loadu_pd(e + 4)));
+                s2 = _mm256_add_pd(s2, _mm256_mul_pd(a, _mm256_loadu_pd(e + 8)));
+                s3 = _mm256_add_pd(s3, _mm256_mul_pd(a, _mm256_loadu_pd(e + 12)));
+            }
+            _mm256_storeu_pd(zr + p, s0);
+            _mm256_storeu_pd(zr + p + 4, s1);
+            _mm256_storeu_pd(zr + p + 8, s2);
+            _mm256_storeu_pd(zr + p + 12, s3);
+        }
+        for (; p + 4 <= npos; p += 4) {
+            __m256d s = _mm256_mul_pd(_mm256_set1_pd(qr[0]), _mm256_loadu_pd(et + p));
+            for (ptrdiff_t k = 1; k < d; ++k)
+                s = _mm256_add_pd(
+                    s, _mm256_mul_pd(_mm256_set1_pd(qr[k]), _mm256_loadu_pd(et + k * npos + p)));
+            _mm256_storeu_pd(zr + p, s);
+        }
+        for (; p < npos; ++p) {
+            double s = qr[0] * et[p];
+            for (ptrdiff_t k = 1; k < d; ++k)
+                s = s + qr[k] * et[k * npos + p];
+            zr[p] = s;
+        }
+    }
+}
+
 PE_AVX2_END
 #endif

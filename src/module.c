@@ -66,6 +66,9 @@ static PyMethodDef methods[] = {
     {"cope", py_cope, METH_VARARGS,
      "cope(attn_logits, z, dst, causal, q_offset, add): CoPE's position logits, interpolated in "
      "z (float64, a row per row of dst), added into the 4-D dst or written (rounded once)."},
+    {"cope_products", py_cope_products, METH_VARARGS,
+     "cope_products(query, pos_emb, z): z = query @ pos_emb (float64, C-contiguous, 2-D), each "
+     "sum in the order of the head dim, without BLAS, the same bits on every path."},
     {"cope_gates", py_cope_gates, METH_VARARGS,
      "cope_gates(attn_logits, gates, exp_only=False): gates[t] = 1 / (1 + exp(-attn_logits[t])) "
      "in float64 by posenc's exp, the kernel's bits (both 1-D float64, contiguous); exp_only: "

@@ -147,3 +147,45 @@ PyObject *py_cope_gates(PyObject *self, PyObject *args)
     struct cope_gates_call call = {PyArray_DATA(a), PyArray_DATA(g), PyArray_DIM(a, 0), exp_only};
     return kernel_result(run_kernel(cope_gates_kernel, &call, call.n), "");
 }
+
+struct cope_products_call {
+    const double *q, *et;
+    double *z;
+    ptrdiff_t rows, d, npos;
+};
+
+static int cope_products_kernel(const struct pe_kernels *k, void *args, int nthreads)
+{
+    struct cope_products_call *c = args;
+    pe_cope_products(k, c->q, c->et, c->rows, c->d, c->npos, c->z, nthreads);
+    return 0;
+}
+
+PyObject *py_cope_products(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *q_o, *et_o, *z_o;
+    if (!PyArg_ParseTuple(args, "OOO:cope_products", &q_o, &et_o, &z_o))
+        return NULL;
+    PyArrayObject *q = arg_array(q_o, "query", NPY_DOUBLE, 2, ARG_CONTIGUOUS);
+    PyArrayObject *et = q ? arg_array(et_o, "pos_emb", NPY_DOUBLE, 2, ARG_CONTIGUOUS) : NULL;
+    PyArrayObject *z = et ? arg_array(z_o, "z", NPY_DOUBLE, 2, ARG_CONTIGUOUS | ARG_WRITE) : NULL;
+    if (z == NULL)
+        return NULL;
+    const npy_intp rows = PyArray_DIM(q, 0), d = PyArray_DIM(q, 1), npos = PyArray_DIM(et, 1);
+    if (d < 1 || PyArray_DIM(et, 0) != d || PyArray_DIM(z, 0) != rows ||
+        PyArray_DIM(z, 1) != npos) {
+        PyErr_Format(PyExc_ValueError,
+                     "query (rows, d), pos_emb (d, npos) and z (rows, npos) must agree, d >= 1; "
+                     "got (%zd, %zd), (%zd, %zd) and (%zd, %zd)",
+                     (Py_ssize_t)rows, (Py_ssize_t)d, (Py_ssize_t)PyArray_DIM(et, 0),
+                     (Py_ssize_t)npos, (Py_ssize_t)PyArray_DIM(z, 0),
+                     (Py_ssize_t)PyArray_DIM(z, 1));
+        return NULL;
+    }
+    if (check_no_overlap(z, "z", q, "query") < 0 || check_no_overlap(z, "z", et, "pos_emb") < 0)
+        return NULL;
+    struct cope_products_call call = {
+        PyArray_DATA(q), PyArray_DATA(et), PyArray_DATA(z), rows, d, npos};
+    return kernel_result(run_kernel(cope_products_kernel, &call, rows * npos), "");
+}

@@ -263,6 +263,10 @@ struct pe_cope;
 /* cope.c: rows [r0, r1) of CoPE's position logits (of the batch * heads *
  * q_len rows) added into the scores or written. */
 typedef void (*pe_cope_rows_fn)(const struct pe_cope *c, ptrdiff_t r0, ptrdiff_t r1);
+/* cope.c: rows [r0, r1) of CoPE's position logits of the integer positions,
+ * z[r, p] = sum_k q[r, k] et[k, p] (pe_cope_products). */
+typedef void (*pe_cope_z_fn)(const double *q, const double *et, ptrdiff_t d, ptrdiff_t npos,
+                             double *z, ptrdiff_t r0, ptrdiff_t r1);
 struct pe_complex_order;
 /* complex_order.c: tokens [t0, t1) of complex-order embeddings, the flags
  * of the tables holding a value that is not finite or-ed into *bad. */
@@ -283,6 +287,7 @@ struct pe_kernels {
     const pe_row_add_fn (*row_add)[PE_NDTYPES]; /* [PE_ROW_SAME, ..., PE_ROW_CAST][enum pe_dtype] */
     pe_fire_block_fn fire_block;
     const pe_cope_rows_fn (*cope_rows)[PE_NDTYPES]; /* [add][enum pe_dtype of the scores] */
+    pe_cope_z_fn cope_z;
     /* [interleaved][enum pe_dtype of the tables and parts] */
     const pe_complex_order_rows_fn (*complex_order_rows)[PE_NDTYPES];
     /* orders the calling thread's non-temporal stores (bias_rows') before
@@ -322,6 +327,8 @@ extern const struct pe_kernels pe_kernels_neon;
     void pe_fire_block_##path(const struct pe_fire *f, const double *x, ptrdiff_t n,               \
                               double *scratch, double *out, ptrdiff_t stride);                     \
     extern const pe_cope_rows_fn pe_cope_rows_##path[2][PE_NDTYPES];                               \
+    void pe_cope_z_##path(const double *q, const double *et, ptrdiff_t d, ptrdiff_t npos,          \
+                          double *z, ptrdiff_t r0, ptrdiff_t r1);                                  \
     extern const pe_complex_order_rows_fn pe_complex_order_rows_##path[2][PE_NDTYPES];             \
     void pe_store_fence_##path(void);
 

@@ -379,6 +379,24 @@ def test_cope_gates_are_the_sigmoid_within_three_ulp():
     assert (np.abs(got.astype(np.longdouble) - exact) / ulp).max() <= 3.0
 
 
+@pytest.mark.parametrize("npos", [1, 3, 4, 16, 21, 37])
+def test_cope_products_are_the_sums_in_the_order_of_the_head_dim(npos):
+    # z[r, p] = ((q[r, 0] e[0, p] + q[r, 1] e[1, p]) + ...): NumPy's float64
+    # ops one head dim at a time, bit for bit, whatever the positions' tail
+    from posenc import _core
+
+    rng = np.random.default_rng(42)
+    q, et = rng.normal(size=(70, 9)), rng.normal(size=(9, npos))
+    want = q[:, :1] * et[0]
+    for k in range(1, 9):
+        want = want + q[:, k : k + 1] * et[k]
+    got = np.empty((70, npos))
+    _core.cope_products(q, et, got)
+    _same_bits(got, want)
+    with pytest.raises(ValueError, match="pos_emb"):
+        _core.cope_products(q, et[:5], got)
+
+
 def _same_bits(got, want):
     assert got.dtype == want.dtype and got.shape == want.shape
     np.testing.assert_array_equal(got.view(f"u{got.itemsize}"), want.view(f"u{want.itemsize}"))
