@@ -123,11 +123,19 @@ class _Args:
         from . import _core
 
         q = self.query
-        rows = q.reshape(math.prod(q.shape[:-1]), q.shape[-1])  # (-1 is ambiguous at size 0)
-        rows = np.ascontiguousarray(rows, dtype=np.float64)
+        rows = np.ascontiguousarray(self.query_rows(), dtype=np.float64)
         z = np.empty((rows.shape[0], self.npos))
-        _core.cope_products(rows, np.ascontiguousarray(self.table().T), z)
+        _core.cope_products(rows, self.table_t(), z)
         return z.reshape(q.shape[:-1] + z.shape[-1:])
+
+    def query_rows(self):
+        """The queries as rows (rows, head_dim), a view where it can be."""
+        q = self.query
+        return q.reshape(math.prod(q.shape[:-1]), q.shape[-1])  # (-1 is ambiguous at size 0)
+
+    def table_t(self):
+        """pos_emb as float64 (head_dim, npos_max), C-contiguous."""
+        return np.ascontiguousarray(self.table().T)
 
     def table(self):
         """pos_emb as float64 (npos_max, head_dim)."""
@@ -205,8 +213,9 @@ _KERNEL_DTYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float6
 
 def _bias_kernel(a, scores, gates_in_c=True):
     """cope_bias of a checked call by ``_core.cope``, with the bits of
-    :func:`_bias_numpy`: the products z made as :func:`_forward` makes them
-    (NumPy's matmul), the gates by the kernel (``gates_in_c``) or given
+    :func:`_bias_numpy`: the products z made a few rows at a time by the
+    function that makes :func:`_forward`'s (``_core.cope_products``' rows,
+    the same bits), the gates by the kernel (``gates_in_c``) or given
     (:func:`_sigmoid`), the rest in C.
     None where the arrays are not the kernel's (an empty call, scores it
     cannot write in place, a dtype it lacks): the NumPy path then."""
@@ -227,10 +236,13 @@ def _bias_kernel(a, scores, gates_in_c=True):
     else:
         a.check_logits()
         src = _rows4(_sigmoid(a))
-    z = a.products().reshape(-1, a.npos)
+    rows = a.query_rows()
+    if not _kernel_ready(rows):
+        rows = np.ascontiguousarray(rows, rows.dtype.newbyteorder("="))
     q_len, k_len = a.logits.shape[-2:]
     q_offset = min(max(a.q_offset, -q_len), k_len)  # the same keys seen, within int64
-    _core.cope(src, z, _rows4(dst), a.causal, q_offset, scores is not None, not gates_in_c)
+    kind = scores is not None, not gates_in_c
+    _core.cope(src, rows, a.table_t(), _rows4(dst), a.causal, q_offset, *kind)
     return dst if scores is None else scores
 
 

@@ -5,8 +5,14 @@
  */
 #include "cope.h"
 
+#include <stdlib.h>
+
 #include "pe.h"
 #include "simd.h"
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 PE_COPE_ROWS_TABLE(pe_cope_rows_scalar, pe_cope_run, NULL);
 
@@ -57,20 +63,33 @@ int pe_cope(const struct pe_kernels *k, const struct pe_cope *c, int nthreads)
     if (bad)
         return -2;
     const pe_cope_rows_fn fn = k->cope_rows[c->add != 0][d->dtype];
-    const ptrdiff_t tasks = (rows + COPE_ROWS - 1) / COPE_ROWS;
-#pragma omp parallel for schedule(dynamic, 1) num_threads(pe_team(nthreads, (rows * k_len)))
-    for (ptrdiff_t t = 0; t < tasks; ++t) {
-        const ptrdiff_t r0 = t * COPE_ROWS;
-        fn(c, r0, rows - r0 < COPE_ROWS ? rows : r0 + COPE_ROWS);
+    const ptrdiff_t tasks = (rows + COPE_ROWS - 1) / COPE_ROWS, npos = (ptrdiff_t)c->npos;
+    const int team = pe_team(nthreads, rows * k_len);
+    /* a thread's scratch: a task's queries in float64, then their z */
+    const ptrdiff_t per_thread = COPE_ROWS * (c->d + npos);
+    double *scratch = malloc((size_t)(per_thread * team) * sizeof *scratch);
+    if (scratch == NULL)
+        return -1;
+#pragma omp parallel num_threads(team)
+    {
+        int tid = 0;
+#ifdef _OPENMP
+        tid = omp_get_thread_num();
+#endif
+        double *q = scratch + tid * per_thread, *z = q + COPE_ROWS * c->d;
+#pragma omp for schedule(dynamic, 1)
+        for (ptrdiff_t t = 0; t < tasks; ++t) {
+            const ptrdiff_t r0 = t * COPE_ROWS, r1 = rows - r0 < COPE_ROWS ? rows : r0 + COPE_ROWS;
+            for (ptrdiff_t r = r0; r < r1; ++r)
+                for (ptrdiff_t e = 0; e < c->d; ++e)
+                    q[(r - r0) * c->d + e] =
+                        pe_load(c->query + r * c->query_stride, e, c->query_dtype);
+            k->cope_z(q, c->et, c->d, npos, z, 0, r1 - r0);
+            fn(c, r0, r1, z);
+        }
     }
+    free(scratch);
     return 0;
-}
-
-void pe_cope_gates(const double *a, double *g, ptrdiff_t n, int exp_only, int nthreads)
-{
-#pragma omp parallel for schedule(static) num_threads(pe_team(nthreads, n))
-    for (ptrdiff_t t = 0; t < n; ++t)
-        g[t] = exp_only ? pe_cope_exp(a[t]) : pe_cope_gate(a[t]);
 }
 
 /* Rows of a task of the products. */
@@ -85,4 +104,11 @@ void pe_cope_products(const struct pe_kernels *k, const double *q, const double 
         const ptrdiff_t r0 = t * COPE_Z_ROWS;
         k->cope_z(q, et, d, npos, z, r0, rows - r0 < COPE_Z_ROWS ? rows : r0 + COPE_Z_ROWS);
     }
+}
+
+void pe_cope_gates(const double *a, double *g, ptrdiff_t n, int exp_only, int nthreads)
+{
+#pragma omp parallel for schedule(static) num_threads(pe_team(nthreads, n))
+    for (ptrdiff_t t = 0; t < n; ++t)
+        g[t] = exp_only ? pe_cope_exp(a[t]) : pe_cope_gate(a[t]);
 }

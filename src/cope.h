@@ -99,16 +99,6 @@ PE_INLINE void pe_cope_z_rows(const double *q, const double *et, ptrdiff_t d, pt
     }
 }
 
-/* z = q et (pe_cope_z_rows) on the path of k, on the library's threads: the
- * logits of the integer positions, without BLAS (whose threads, waiting
- * after a call, would take the cores from the kernel that follows). */
-void pe_cope_products(const struct pe_kernels *k, const double *q, const double *et, ptrdiff_t rows,
-                      ptrdiff_t d, ptrdiff_t npos, double *z, int nthreads);
-
-/* g[t] = pe_cope_gate(a[t]) (or with exp_only, pe_cope_exp(a[t]), a[t] <=
- * 0), t < n, on the library's threads. */
-void pe_cope_gates(const double *a, double *g, ptrdiff_t n, int exp_only, int nthreads);
-
 /* z[ceil(p)] * w + z[floor(p)] * (1 - w), 0 <= p <= npos - 1. */
 PE_INLINE double pe_cope_value(const double *z, double p)
 {
@@ -197,8 +187,8 @@ PE_INLINE void pe_cope_prefetch(const struct pe_cope *c, ptrdiff_t r)
  * position is known (after its own logit and the later ones were read:
  * scores may be the logits themselves), then the run of the clipped keys
  * and the run of the keys after the query (position 0), by the path's run. */
-PE_INLINE void pe_cope_row(const struct pe_cope *c, ptrdiff_t r, pe_cope_run_fn run,
-                           pe_cope_keys_fn keys, const int add, const int dtype)
+PE_INLINE void pe_cope_row(const struct pe_cope *c, ptrdiff_t r, const double *z,
+                           pe_cope_run_fn run, pe_cope_keys_fn keys, const int add, const int dtype)
 {
     const struct pe_bias_dst *d = c->dst;
     const ptrdiff_t q_len = d->q_len, k_len = d->k_len, i = r % q_len, bh = r / q_len;
@@ -206,7 +196,6 @@ PE_INLINE void pe_cope_row(const struct pe_cope *c, ptrdiff_t r, pe_cope_run_fn 
     char *o = d->data + b * d->stride_b + h * d->stride_h + i * d->stride_q;
     const struct pe_bias_dst *lg = &c->logits;
     const char *l = lg->data + b * lg->stride_b + h * lg->stride_h + i * lg->stride_q;
-    const double *z = c->z + r * (ptrdiff_t)c->npos;
     const double top = (double)(c->npos - 1);
     /* the last key the query sees: the keys after it have gate 0 */
     int64_t last = (int64_t)k_len - 1;
@@ -232,17 +221,18 @@ PE_INLINE void pe_cope_row(const struct pe_cope *c, ptrdiff_t r, pe_cope_run_fn 
 }
 
 /* The table `table` of a path's kernels, [add][enum pe_dtype of dst]: rows
- * [r0, r1) by pe_cope_row with the path's run and keys. */
+ * [r0, r1) by pe_cope_row with the path's run and keys, z the rows'. */
 #define PE_COPE_ROWS_TABLE(table, run, keys)                                                       \
     PE_INLINE void table##_body(const struct pe_cope *c, ptrdiff_t r0, ptrdiff_t r1,               \
-                                const int add, const int dtype)                                    \
+                                const double *z, const int add, const int dtype)                   \
     {                                                                                              \
         for (ptrdiff_t r = r0; r < r1; ++r) {                                                      \
             pe_cope_prefetch(c, r + 1);                                                            \
-            pe_cope_row(c, r, run, keys, add, dtype);                                              \
+            pe_cope_row(c, r, z + (r - r0) * c->npos, run, keys, add, dtype);                      \
         }                                                                                          \
     }                                                                                              \
     PE_SPECIALISE(const pe_cope_rows_fn, table, table##_body,                                      \
-                  (const struct pe_cope *c, ptrdiff_t r0, ptrdiff_t r1), (c, r0, r1))
+                  (const struct pe_cope *c, ptrdiff_t r0, ptrdiff_t r1, const double *z),          \
+                  (c, r0, r1, z))
 
 #endif

@@ -64,8 +64,9 @@ static PyMethodDef methods[] = {
      "map[q_len - 1 - i + j]] += "
      "weights[b, h, i, j]; single: on one thread."},
     {"cope", py_cope, METH_VARARGS,
-     "cope(attn_logits, z, dst, causal, q_offset, add): CoPE's position logits, interpolated in "
-     "z (float64, a row per row of dst), added into the 4-D dst or written (rounded once)."},
+     "cope(attn_logits, query, pos_emb, dst, causal, q_offset, add, gates=False): CoPE's position "
+     "logits, interpolated in z = query @ pos_emb (query a row per row of dst, pos_emb (d, npos) "
+     "float64, as cope_products makes them), added into the 4-D dst or written (rounded once)."},
     {"cope_products", py_cope_products, METH_VARARGS,
      "cope_products(query, pos_emb, z): z = query @ pos_emb (float64, C-contiguous, 2-D), each "
      "sum in the order of the head dim, without BLAS, the same bits on every path."},

@@ -53,40 +53,47 @@ static int check_cope_overlap(PyArrayObject *dst, const char *name, PyArrayObjec
 PyObject *py_cope(PyObject *self, PyObject *args)
 {
     (void)self;
-    PyObject *logits_o, *z_o, *dst_o;
+    PyObject *logits_o, *q_o, *et_o, *dst_o;
     int causal, add, gates = 0;
     long long q_offset;
-    if (!PyArg_ParseTuple(args, "OOOpLp|p:cope", &logits_o, &z_o, &dst_o, &causal, &q_offset, &add,
-                          &gates))
+    if (!PyArg_ParseTuple(args, "OOOOpLp|p:cope", &logits_o, &q_o, &et_o, &dst_o, &causal,
+                          &q_offset, &add, &gates))
         return NULL;
     const char *name = add ? "scores" : "out", *lname = gates ? "gates" : "attn_logits";
     struct cope_call call;
     PyArrayObject *logits = gates ? arg_array(logits_o, lname, NPY_DOUBLE, 4, 0)
                                   : arg_float_array(logits_o, lname, 4, 0, 0);
-    PyArrayObject *z = logits ? arg_array(z_o, "z", NPY_DOUBLE, 2, ARG_CONTIGUOUS) : NULL;
-    PyArrayObject *dst = z ? bias_target(dst_o, name, -1, &call.d) : NULL;
+    PyArrayObject *q = logits ? arg_float_array(q_o, "query", 2, 0, 0) : NULL;
+    PyArrayObject *et = q ? arg_array(et_o, "pos_emb", NPY_DOUBLE, 2, ARG_CONTIGUOUS) : NULL;
+    PyArrayObject *dst = et ? bias_target(dst_o, name, -1, &call.d) : NULL;
     if (dst == NULL || check_cope_shape(logits, lname, &call.d) < 0)
         return NULL;
-    const npy_intp rows = call.d.batch * call.d.heads * call.d.q_len;
-    if (PyArray_DIM(z, 0) != rows || PyArray_DIM(z, 1) < 1) {
+    const npy_intp rows = call.d.batch * call.d.heads * call.d.q_len, d = PyArray_DIM(q, 1);
+    if (PyArray_DIM(q, 0) != rows || d < 1 || PyArray_DIM(et, 0) != d || PyArray_DIM(et, 1) < 1) {
         PyErr_Format(PyExc_ValueError,
-                     "z must have shape (%zd, npos) with npos >= 1 (a row of position logits per "
-                     "row of the scores), not (%zd, %zd)",
-                     (Py_ssize_t)rows, (Py_ssize_t)PyArray_DIM(z, 0),
-                     (Py_ssize_t)PyArray_DIM(z, 1));
+                     "query must have shape (%zd, d) with d >= 1 (a query per row of the scores) "
+                     "and pos_emb (d, npos) with npos >= 1, not (%zd, %zd) and (%zd, %zd)",
+                     (Py_ssize_t)rows, (Py_ssize_t)PyArray_DIM(q, 0), (Py_ssize_t)d,
+                     (Py_ssize_t)PyArray_DIM(et, 0), (Py_ssize_t)PyArray_DIM(et, 1));
         return NULL;
     }
     if (q_offset < -PE_MAX_Q_OFFSET || q_offset > PE_MAX_Q_OFFSET) {
         PyErr_SetString(PyExc_ValueError, "q_offset must be between -2**53 and 2**53");
         return NULL;
     }
-    if (check_cope_overlap(dst, name, logits, lname) < 0 || check_no_overlap(dst, name, z, "z") < 0)
+    if (check_cope_overlap(dst, name, logits, lname) < 0 ||
+        check_no_overlap(dst, name, q, "query") < 0 ||
+        check_no_overlap(dst, name, et, "pos_emb") < 0)
         return NULL;
     call.c = (struct pe_cope){
         .logits = call.d,
         .dst = &call.d,
-        .z = (const double *)PyArray_DATA(z),
-        .npos = PyArray_DIM(z, 1),
+        .query = PyArray_BYTES(q),
+        .query_stride = PyArray_STRIDE(q, 0),
+        .d = d,
+        .query_dtype = pe_dtype_of(q),
+        .et = (const double *)PyArray_DATA(et),
+        .npos = PyArray_DIM(et, 1),
         .q_offset = (int64_t)q_offset,
         .causal = causal,
         .add = add,

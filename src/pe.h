@@ -359,20 +359,37 @@ int pe_t5_buckets(const int64_t *rel, ptrdiff_t n, int bidirectional, int64_t nu
 
 /* One call: the logits, (batch, heads, q_len, k_len) as dst, of float16,
  * 32 or 64 (read only; their elements may overlap), or with gates set
- * their gates themselves (float64); the logits of the integer positions z,
- * float64 C-contiguous (batch * heads * q_len, npos); dst the scores (add)
- * or the output (written).  causal: the keys j > q_offset + i have gate 0. */
+ * their gates themselves (float64); the queries, a row of d per row of dst
+ * (batch * heads * q_len rows, float16, 32 or 64, rows query_stride bytes
+ * apart), and the table transposed, et (d, npos) float64 C-contiguous,
+ * whose products are the logits of the integer positions z (cope.h); dst
+ * the scores (add) or the output (written).  causal: the keys j >
+ * q_offset + i have gate 0. */
 struct pe_cope {
     struct pe_bias_dst logits;
     const struct pe_bias_dst *dst;
-    const double *z;
+    const char *query;
+    ptrdiff_t query_stride, d;
+    int query_dtype;
+    const double *et;
     int64_t npos, q_offset;
     int causal, add, gates;
 };
 
 /* CoPE's position logits of `c` (cope.h) added into (c->add) or written
- * as c->dst, on the path of k.  Returns 0, or -2 if a logit (a gate) is
- * nan or +inf (nothing is written then: every one is looked at first). */
+ * as c->dst, on the path of k.  Returns 0, -1 if memory ran out or -2 if a
+ * logit (a gate) is nan or +inf (nothing is written then: every one is
+ * looked at first). */
 int pe_cope(const struct pe_kernels *k, const struct pe_cope *c, int nthreads);
+
+/* z = q et (pe_cope_z_rows) on the path of k, on the library's threads: the
+ * logits of the integer positions, without BLAS (whose threads, waiting
+ * after a call, would take the cores from the kernel that follows). */
+void pe_cope_products(const struct pe_kernels *k, const double *q, const double *et, ptrdiff_t rows,
+                      ptrdiff_t d, ptrdiff_t npos, double *z, int nthreads);
+
+/* g[t] = pe_cope_gate(a[t]) (or with exp_only, pe_cope_exp(a[t]), a[t] <=
+ * 0), t < n, on the library's threads. */
+void pe_cope_gates(const double *a, double *g, ptrdiff_t n, int exp_only, int nthreads);
 
 #endif

@@ -261,8 +261,10 @@ typedef void (*pe_fire_block_fn)(const struct pe_fire *f, const double *x, ptrdi
 #define PE_FIRE_SCRATCH(width, n) ((width) * (n) + ((n) / 8 * ((width) + 1) + 1) / 2)
 struct pe_cope;
 /* cope.c: rows [r0, r1) of CoPE's position logits (of the batch * heads *
- * q_len rows) added into the scores or written. */
-typedef void (*pe_cope_rows_fn)(const struct pe_cope *c, ptrdiff_t r0, ptrdiff_t r1);
+ * q_len rows) added into the scores or written, z their logits of the
+ * integer positions (r1 - r0 rows of npos). */
+typedef void (*pe_cope_rows_fn)(const struct pe_cope *c, ptrdiff_t r0, ptrdiff_t r1,
+                                const double *z);
 /* cope.c: rows [r0, r1) of CoPE's position logits of the integer positions,
  * z[r, p] = sum_k q[r, k] et[k, p] (pe_cope_products). */
 typedef void (*pe_cope_z_fn)(const double *q, const double *et, ptrdiff_t d, ptrdiff_t npos,

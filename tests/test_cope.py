@@ -539,41 +539,36 @@ def test_cope_core_refuses_bad_arguments_and_leaves_scores_untouched():
 
     rng = np.random.default_rng(33)
     logits = rng.normal(size=(2, 3, 4, 5))
-    z = rng.normal(size=(24, 6))
+    q = rng.normal(size=(24, 7))  # a query row per row of the scores, head dim 7
+    et = rng.normal(size=(7, 6))  # the table transposed: (head dim, npos)
     scores = rng.normal(size=(2, 3, 4, 5)).astype(np.float32)
     before = scores.copy()
     nan = logits.copy()
     nan[1, 2, 3, 4] = np.nan
     posinf = logits.astype(np.float16)
     posinf[0, 0, 0, 0] = np.inf
+
+    def cope(a=logits, query=q, table=et, s=scores, causal=True, offset=1, *gates):
+        return lambda: _core.cope(a, query, table, s, causal, offset, True, *gates)
+
     for call, exc, match in [
-        (
-            lambda: _core.cope(logits.astype(np.int32), z, scores, True, 1, True),
-            TypeError,
-            "attn_logits",
-        ),
-        (lambda: _core.cope(logits[0], z, scores, True, 1, True), ValueError, "attn_logits"),
-        (lambda: _core.cope(logits[:, :2], z, scores, True, 1, True), ValueError, "attn_logits"),
-        (lambda: _core.cope(nan, z, scores, True, 1, True), ValueError, "attn_logits"),
-        (lambda: _core.cope(posinf, z, scores, False, 1, True), ValueError, "attn_logits"),
-        (lambda: _core.cope(logits, z.astype(np.float32), scores, True, 1, True), TypeError, "z"),
-        (lambda: _core.cope(logits, z[:23], scores, True, 1, True), ValueError, "z"),
-        (lambda: _core.cope(logits, z[:, :0], scores, True, 1, True), ValueError, "z"),
-        (lambda: _core.cope(logits, z[:, ::2], scores, True, 1, True), ValueError, "z"),
-        (
-            lambda: _core.cope(logits, z, scores.astype(np.int32), True, 1, True),
-            TypeError,
-            "scores",
-        ),
-        (lambda: _core.cope(logits, z, scores[0], True, 1, True), ValueError, "scores"),
-        (lambda: _core.cope(logits, z, scores.tolist(), True, 1, True), TypeError, "scores"),
-        (lambda: _core.cope(logits, z, scores, True, 2**60, True), ValueError, "q_offset"),
-        (lambda: _core.cope(logits, logits, scores, True, 1, True, True), ValueError, "z"),
-        (
-            lambda: _core.cope(logits.astype(np.float32), z, scores, True, 1, True, True),
-            TypeError,
-            "gates",
-        ),
+        (cope(logits.astype(np.int32)), TypeError, "attn_logits"),
+        (cope(logits[0]), ValueError, "attn_logits"),
+        (cope(logits[:, :2]), ValueError, "attn_logits"),
+        (cope(nan), ValueError, "attn_logits"),
+        (cope(posinf, causal=False), ValueError, "attn_logits"),
+        (cope(query=q.astype(np.int32)), TypeError, "query"),
+        (cope(query=q[:23]), ValueError, "query"),
+        (cope(query=q[:, :0], table=et[:0]), ValueError, "query"),
+        (cope(table=et[:6]), ValueError, "pos_emb"),
+        (cope(table=et[:, :0]), ValueError, "pos_emb"),
+        (cope(table=et.astype(np.float32)), TypeError, "pos_emb"),
+        (cope(table=et[:, ::2]), ValueError, "pos_emb"),
+        (cope(s=scores.astype(np.int32)), TypeError, "scores"),
+        (cope(s=scores[0]), ValueError, "scores"),
+        (cope(s=scores.tolist()), TypeError, "scores"),
+        (cope(offset=2**60), ValueError, "q_offset"),
+        (cope(logits.astype(np.float32), q, et, scores, True, 1, True), TypeError, "gates"),
     ]:
         with pytest.raises(exc, match=match):
             call()
@@ -581,12 +576,19 @@ def test_cope_core_refuses_bad_arguments_and_leaves_scores_untouched():
     readonly = scores.copy()
     readonly.flags.writeable = False
     with pytest.raises(ValueError, match="scores"):
-        _core.cope(logits, z, readonly, True, 1, True)
-    # scores sharing bytes with the logits other than as the logits themselves
+        _core.cope(logits, q, et, readonly, True, 1, True)
+    # scores sharing bytes with the logits other than as the logits
+    # themselves, or with the queries or the table
     both = rng.normal(size=(2, 3, 4, 6))
     kept = both.copy()
     with pytest.raises(ValueError, match="scores"):
-        _core.cope(both[..., 1:], z, both[..., :5], True, 1, True)
+        _core.cope(both[..., 1:], q, et, both[..., :5], True, 1, True)
     with pytest.raises(ValueError, match="scores"):
-        _core.cope(logits, z, z.reshape(2, 3, 4, 6)[..., :5], True, 1, True)
+        _core.cope(logits, both.reshape(24, 6)[:, :5], et[:5], both[..., :5], True, 1, True)
+    table_in_scores = rng.normal(size=(2, 3, 4, 5))
+    kept_too = table_in_scores.copy()
+    with pytest.raises(ValueError, match="scores must not overlap pos_emb"):
+        table = table_in_scores.reshape(-1)[:42].reshape(7, 6)
+        _core.cope(logits, q, table, table_in_scores, True, 1, True)
     np.testing.assert_array_equal(both, kept)
+    np.testing.assert_array_equal(table_in_scores, kept_too)
