@@ -152,7 +152,7 @@ typedef ptrdiff_t (*pe_cope_keys_fn)(const struct pe_cope *c, const char *l, cha
                                      const double *z, ptrdiff_t j, double *s, int add, int dtype);
 
 /* Hints to fetch the lines of row r's logits and scores that its gates
- * likely walk (the last key it sees and the 2 (npos - 1) before it, at
+ * likely walk (the last key it sees and the 2 npos before it, at
  * most 1024 keys: the gates are about 1/2 on average): the walk goes
  * backwards a few lines per row, too short a stream for the hardware to
  * see, and each of its loads would wait for memory. */
