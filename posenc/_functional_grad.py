@@ -136,10 +136,11 @@ def fire_bias_grad(grad, w1, b1, w2, b2, c, threshold, *, eps=1e-6, causal=True,
     (grad_w1, grad_b1, grad_w2, grad_b2, grad_c, grad_threshold)
         float64, the arrays in the shapes of w1, b1, w2, b2, the last two
         Python floats.  ReLU's derivative is 0 at 0 (as torch's); the
-        threshold's gradient comes only from queries with
+        threshold's gradient comes from the queries with
         ``threshold > qpos`` (where ``max(qpos, threshold)`` is the
-        threshold; 0 where it is the position, ties included), and ``|c|``'s
-        derivative is ``sign(c)`` (0 at ``c = 0``).
+        threshold), and half of it from a query at ``qpos == threshold``,
+        as torch's ``max`` shares its gradient at a tie (the authors'
+        module); ``|c|``'s derivative is ``sign(c)`` (0 at ``c = 0``).
     """
     w1, b1, w2, b2, c, threshold, eps, shapes = fire_params(w1, b1, w2, b2, c, threshold, eps)
     arr, n_heads, q_len, k_len = _grad_array(grad)
@@ -173,9 +174,11 @@ def fire_bias_grad(grad, w1, b1, w2, b2, c, threshold, *, eps=1e-6, causal=True,
         dnum = _ratio(d, abs(c))
         dden_c = _ratio(m, abs(c))
         g_c += sign_c * float((g_x * (dnum / den - num * dden_c / den**2)).sum())
-        below = (qpos[rows] < threshold)[:, None]  # m is the threshold there
+        # the share of m's gradient that is the threshold's: 1 where m is
+        # the threshold, 1/2 at a tie (torch's max), 0 where m is the position
+        share = np.where(qpos[rows] < threshold, 1.0, np.where(qpos[rows] == threshold, 0.5, 0.0))
         dden_l = _ratio(abs(c), m)
-        g_l += float((g_x * np.where(below, -num * dden_l / den**2, 0.0)).sum())
+        g_l += float((g_x * (share[:, None] * (-num * dden_l / den**2))).sum())
     return (
         g_w1.reshape(shapes[0]),
         g_b1.reshape(shapes[1]),

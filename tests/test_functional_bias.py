@@ -799,13 +799,15 @@ def fire_witness(torch, heads, width, seq, params, init_l, l_mult, eps=1e-6):
     return bias, mlp, c, L_multiplier
 
 
-@pytest.mark.parametrize("c", [0.3, -0.7])
-def test_fire_and_its_gradients_against_the_papers_module_in_torch(c):
+@pytest.mark.parametrize("c, l_mult", [(0.3, 0.75), (-0.7, 0.75), (0.3, 1.0)])
+def test_fire_and_its_gradients_against_the_papers_module_in_torch(c, l_mult):
+    # threshold 4.5: queries 0..4 use it; threshold 6.0: query 6 ties with
+    # it, and torch's max gives the threshold half of that query's gradient
     torch = require("torch")
     heads, width, n = 3, 8, 12
     p = fire_params(np.random.default_rng(11), heads, width)
     p["c"] = c
-    init_l, l_mult = 6.0, 0.75  # threshold 4.5: queries 0..4 use it
+    init_l = 6.0
     bias, mlp, c_t, l_t = fire_witness(torch, heads, width, n, p, init_l, l_mult)
     p["threshold"] = abs(init_l * l_mult)
     w = bias.detach().numpy()[0]
@@ -832,7 +834,8 @@ def test_fire_threshold_gradient_is_zero_when_every_query_is_past_it():
     p = fire_params(np.random.default_rng(13))
     p["threshold"] = 2.0
     g = np.ones((3, 4, 4))
-    assert fg.fire_bias_grad(g, **p, q_offset=2)[5] == 0.0  # qpos 2..5 >= 2
+    assert fg.fire_bias_grad(g, **p, q_offset=3)[5] == 0.0  # qpos 3..6 > 2
+    assert fg.fire_bias_grad(g, **p, q_offset=2)[5] != 0.0  # qpos 2 ties: half of its share
     assert fg.fire_bias_grad(g, **p, q_offset=1)[5] != 0.0  # qpos 1 < 2
 
 
