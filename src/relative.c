@@ -29,6 +29,11 @@
  * neighbouring columns of row j) into a small buffer in the scores' layout
  * -- a transpose through L1 -- and added a row of scores at a time.
  *
+ * Two terms through one map, one by query and one by key (DeBERTa's c2p
+ * and p2c), go in one pass: the walk by key, each score taking the
+ * product by query and then the one by key, each add rounded as its own
+ * gather rounds it (pe_rel_gather_add's `first`).
+ *
  * These are the portable kernels, a task at a time through the kernel
  * table (simd.h); relative_avx2.c has the vector ones, which fall back on
  * these for what they do not cover (float64 by key, int32 overflow).

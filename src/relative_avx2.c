@@ -26,6 +26,14 @@
  * columns kept per row of tiles).  The lines of scores of the next strip
  * are hinted.
  *
+ * With g->first (DeBERTa's c2p before its p2c), each row of a block
+ * first takes its own eight products by query (a load and a permute
+ * where the eight columns lie within 8, one value for a block of one
+ * column, else a gather), then the block's by key, the score held in a
+ * register between the two adds (add8x2); the products of both a few
+ * blocks ahead are hinted (rows of keys and columns read downwards, which
+ * the CPU's prefetchers do not follow).
+ *
  * Float16 and bfloat16 scores: the products rounded to the scores' type,
  * widened back, added in float32 and rounded once (F16C for float16, the
  * shifts of avx2.h for bfloat16), as pe_rel_add1 does one score; bfloat16
