@@ -20,7 +20,7 @@ def _recorded_gathers(term):
     calls, buffers = [], {}
     real = _core.rel_gather_add
 
-    def record(products, index, scores, by_key, single=False):
+    def buffer(products):
         key = (products.shape, products.strides, products.dtype.str)
         if key not in buffers:  # the same layout (rows padded as the term pads them,
             # starting at the same byte of a cache line)
@@ -31,9 +31,15 @@ def _recorded_gathers(term):
             skip = (products.ctypes.data - flat.ctypes.data) % 64 // products.itemsize
             base = flat[skip : skip + size].reshape(shape)
             buffers[key] = base[..., : products.shape[-1]]
-        buf = buffers[key]
-        calls.append((buf, index, scores, by_key, single))
-        return real(products, index, scores, by_key, single)
+        return buffers[key]
+
+    def record(products, index, scores, by_key, single=False, *key_products):
+        # key_products: a second term by key, in the same pass (DeBERTa's p2c)
+        calls.append(
+            (buffer(products), index, scores, by_key, single)
+            + tuple(buffer(p) for p in key_products)
+        )
+        return real(products, index, scores, by_key, single, *key_products)
 
     relative._core.rel_gather_add = record
     try:

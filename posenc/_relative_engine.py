@@ -102,6 +102,30 @@ def _cast(x, dtype):
 # made (BLAS) just before the C kernel adds them, and are read from cache.
 _BLOCK_BYTES = 1 << 21
 
+# Bytes of products of a group of heads whose two parts are gathered in one
+# pass (_gather_pair): both parts' products of the group, read from cache.
+_PAIR_BYTES = 1 << 22
+
+
+def _kernel_dtype(work):
+    """The dtype of the products the C kernels add into `work`: float64 for
+    float64 scores, else float32."""
+    wide = v.native_dtype(work.dtype) == np.float64
+    return np.dtype(np.float64) if wide else np.dtype(np.float32)
+
+
+def _block_products(left, right, divisor, kind, out=None):
+    """``left @ right^T / divisor`` (divisor None: undivided), made in the
+    inputs' dtype (into `out` if given: rows apart in a contiguous array,
+    _padded_rows or _walked_products, divided whole with the padding between
+    them, in one pass rather than NumPy's slower strided one) and rounded
+    to `kind`, the dtype the kernel reads."""
+    p = np.matmul(left, np.swapaxes(right, -1, -2), out=out)
+    if divisor is not None:
+        whole = out.base if out is not None and out.base is not None else p
+        np.divide(whole, divisor, out=whole)
+    return p.astype(kind, copy=False)
+
 
 def _gather_part(work, lead, left, right, index, by_key, divisor):
     """work (batch, heads, q, k) += the gather of ``left @ right^T`` at `index`.
@@ -116,7 +140,7 @@ def _gather_part(work, lead, left, right, index, by_key, divisor):
     threads, the kernel runs on one: alternating two teams of threads on
     the same cores costs more than the second thread gains."""
     batch, heads, q_len, k_len = work.shape
-    wdt = np.dtype(np.float64) if v.native_dtype(work.dtype) == np.float64 else np.dtype(np.float32)
+    wdt = _kernel_dtype(work)
     n = k_len if by_key else q_len
     d, cols = left.shape[-1], right.shape[-2]
     blocks = _Blocks(heads, q_len, k_len, cols, max(wdt.itemsize, left.dtype.itemsize), by_key)
@@ -133,11 +157,66 @@ def _gather_part(work, lead, left, right, index, by_key, divisor):
             p = None
             if walked:
                 p = _walked_products((h1 - h0, a1 - a0, c1 - c0), wdt, runs[a0], q_len)
-            p = np.matmul(lb[h0:h1, a0:a1], np.swapaxes(rb[h0:h1, c0:c1], -1, -2), out=p)
-            if divisor is not None:
-                np.divide(p, divisor, out=p)
-            p = p.astype(wdt, copy=False)
+            p = _block_products(lb[h0:h1, a0:a1], rb[h0:h1, c0:c1], divisor, wdt, p)
             _core.rel_gather_add(p[None], local, v.for_kernel(view), by_key, single)
+
+
+def _pairs(parts):
+    """Whether `parts` are a part by query followed by a part by key through
+    one map (DeBERTa's c2p and p2c), which _gather_pair adds in one pass."""
+    if len(parts) != 2 or parts[0].by_key or not parts[1].by_key:
+        return False
+    a, b = parts[0].columns, parts[1].columns
+    return a is b or np.array_equal(a, b)
+
+
+def _gather_pair(work, lead, first, then):
+    """work (batch, heads, q, k) += the gather of `first` (a _Part by
+    query), then of `then` (by key, the same map), in one pass over the
+    scores: each score takes first's product, rounded into the scores'
+    dtype, then then's, as _gather_part applied to each in turn adds them.
+    The products of both, for a group of heads at a time (_PAIR_BYTES), all
+    of its rows and the columns the map reaches, are made just before the C
+    kernel reads them.  False, nothing done, where one head's products
+    exceed that: the parts then go one at a time, a block each."""
+    batch, heads, q_len, k_len = work.shape
+    wdt, index = _kernel_dtype(work), first.columns
+    valid = index >= 0
+    if not valid.any():
+        return True
+    c0, c1 = int(index[valid].min()), int(index[valid].max()) + 1
+    local = index - c0 if valid.all() else np.where(valid, index - c0, -1)
+    itemsize = max(wdt.itemsize, first.left.dtype.itemsize, then.left.dtype.itemsize)
+    size = (q_len + k_len) * (c1 - c0) * itemsize  # one head's products
+    if size > _PAIR_BYTES:
+        return False
+    group = max(1, min(heads, _PAIR_BYTES // size))
+    d = first.left.shape[-1]
+    operands = [
+        (
+            np.broadcast_to(p.left, lead + (heads, n, d)),
+            np.broadcast_to(p.right, lead + (heads, p.right.shape[-2], d)),
+        )
+        for p, n in ((first, q_len), (then, k_len))
+    ]
+    walked, padded = then.left.dtype == wdt, first.left.dtype == wdt
+    run = _main_run(local) if walked else None
+    single = batch * -(-heads // group) > 1
+    # one buffer each for every group: rows an odd number of cache lines
+    # apart, which the pass reads eight at a time
+    rows = _padded_rows((group, q_len, c1 - c0), wdt, np.empty) if padded else None
+    keys = _walked_products((group, k_len, c1 - c0), wdt, run, q_len) if walked else None
+    for b, at in enumerate(np.ndindex(*lead)):
+        (lq, rq), (lk, rk) = ((left[at], right[at]) for left, right in operands)
+        for h0 in range(0, heads, group):
+            h1 = min(heads, h0 + group)
+            out = None if rows is None else rows[: h1 - h0]
+            pq = _block_products(lq[h0:h1], rq[h0:h1, c0:c1], first.divisor, wdt, out)
+            out = None if keys is None else keys[: h1 - h0]
+            pk = _block_products(lk[h0:h1], rk[h0:h1, c0:c1], then.divisor, wdt, out)
+            view = v.for_kernel(work[b : b + 1, h0:h1])
+            _core.rel_gather_add(pq[None], local, view, False, single, pk[None])
+    return True
 
 
 class _Blocks:
@@ -241,8 +320,10 @@ def _gather_into(target, parts):
         p._replace(left=v.apart(p.left, target), right=v.apart(p.right, target)) for p in parts
     ]
     with _ieee():
-        for p in parts:
-            _gather_part(work, target.shape[:-3], p.left, p.right, p.columns, p.by_key, p.divisor)
+        if not (_pairs(parts) and _gather_pair(work, target.shape[:-3], *parts)):
+            for p in parts:
+                lead = target.shape[:-3]
+                _gather_part(work, lead, p.left, p.right, p.columns, p.by_key, p.divisor)
     if not direct:
         np.copyto(target, work.reshape(target.shape), casting="unsafe")
 

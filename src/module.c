@@ -49,8 +49,10 @@ static PyMethodDef methods[] = {
     {"relative_positions", py_relative_positions, METH_VARARGS,
      "relative_positions(out, max_distance, q_offset): clipped j - (q_offset + i), -1: no clip."},
     {"rel_gather_add", py_rel_gather_add, METH_VARARGS,
-     "rel_gather_add(products, map, scores, by_key, single=False): scores[b, h, i, j] += "
-     "products[b, h, i or j, map[q_len - 1 - i + j]] (-1: left as is); single: on one thread."},
+     "rel_gather_add(products, map, scores, by_key, single=False, key_products=None): "
+     "scores[b, h, i, j] += products[b, h, i or j, map[q_len - 1 - i + j]] (-1: left as is); "
+     "single: on one thread; key_products (by_key False): then += key_products[b, h, j, "
+     "map[...]], in the same pass."},
     {"rel_dense_add", py_rel_dense_add, METH_VARARGS,
      "rel_dense_add(term, scores, store=False): scores[b, h, i, j] += term[b, h, i, j] (term "
      "float32, or float64 for float64 scores, of shape (1 or batch, heads, 1 or q_len, k_len)), "

@@ -49,7 +49,8 @@ static PyArrayObject *rel_map_arg(PyObject *obj, npy_intp n, npy_intp width)
 }
 
 struct rel_gather_call {
-    struct pe_rel_src src;
+    struct pe_rel_src src, first;
+    int both;
     const int64_t *map;
     const struct pe_bias_dst *dst;
     void *scratch;
@@ -81,41 +82,78 @@ static void *take_gather_cache(size_t size)
 static int rel_gather_kernel(const struct pe_kernels *k, void *args, int nthreads)
 {
     const struct rel_gather_call *c = args;
-    return pe_rel_gather_add(k, &c->src, c->map, c->dst, nthreads, c->scratch);
+    return pe_rel_gather_add(k, &c->src, c->both ? &c->first : NULL, c->map, c->dst, nthreads,
+                             c->scratch);
+}
+
+/* A 4-D array of products (float64 for float64 scores, else float32) of
+ * shape (1 or batch, heads, rows, width), width > 0 (or the given width,
+ * if > 0), as the gather of d reads it: NULL with an error if not. */
+static PyArrayObject *gather_products(PyObject *obj, const char *name, const struct pe_bias_dst *d,
+                                      npy_intp rows, npy_intp width)
+{
+    PyArrayObject *src = arg_array(obj, name, d->dtype == PE_F64 ? NPY_DOUBLE : NPY_FLOAT, 4, 0);
+    if (src == NULL)
+        return NULL;
+    npy_intp sb = PyArray_DIM(src, 0), w = PyArray_DIM(src, 3);
+    if ((sb != 1 && sb != d->batch) || PyArray_DIM(src, 1) != d->heads ||
+        PyArray_DIM(src, 2) != rows || w < 1 || (width > 0 && w != width)) {
+        if (width > 0)
+            PyErr_Format(PyExc_ValueError, "%s must have shape (1 or %zd, %zd, %zd, %zd)", name,
+                         (Py_ssize_t)d->batch, (Py_ssize_t)d->heads, (Py_ssize_t)rows,
+                         (Py_ssize_t)width);
+        else
+            PyErr_Format(PyExc_ValueError, "%s must have shape (1 or %zd, %zd, %zd, width >= 1)",
+                         name, (Py_ssize_t)d->batch, (Py_ssize_t)d->heads, (Py_ssize_t)rows);
+        return NULL;
+    }
+    return whole_strides(src, name) < 0 ? NULL : src;
+}
+
+/* The struct pe_rel_src of the products src. */
+static struct pe_rel_src gather_src(PyArrayObject *src, int by_key)
+{
+    struct pe_rel_src s = {
+        PyArray_BYTES(src),     PyArray_DIM(src, 0),    PyArray_DIM(src, 2),    PyArray_DIM(src, 3),
+        PyArray_STRIDE(src, 0), PyArray_STRIDE(src, 1), PyArray_STRIDE(src, 2), by_key};
+    return s;
 }
 
 PyObject *py_rel_gather_add(PyObject *self, PyObject *args)
 {
     (void)self;
-    PyObject *src_o, *map_o, *dst_o;
+    PyObject *src_o, *map_o, *dst_o, *key_o = Py_None;
     int by_key, single = 0;
-    if (!PyArg_ParseTuple(args, "OOOp|p:rel_gather_add", &src_o, &map_o, &dst_o, &by_key, &single))
+    if (!PyArg_ParseTuple(args, "OOOp|pO:rel_gather_add", &src_o, &map_o, &dst_o, &by_key, &single,
+                          &key_o))
         return NULL;
     struct pe_bias_dst d;
     PyArrayObject *dst = bias_target(dst_o, "scores", FLOAT_OR_BF16, &d);
     if (dst == NULL)
         return NULL;
-    PyArrayObject *src =
-        arg_array(src_o, "products", d.dtype == PE_F64 ? NPY_DOUBLE : NPY_FLOAT, 4, 0);
+    PyArrayObject *src = gather_products(src_o, "products", &d, by_key ? d.k_len : d.q_len, 0);
     if (src == NULL)
         return NULL;
-    npy_intp rows = by_key ? d.k_len : d.q_len, width = PyArray_DIM(src, 3);
-    npy_intp sb = PyArray_DIM(src, 0);
-    if ((sb != 1 && sb != d.batch) || PyArray_DIM(src, 1) != d.heads ||
-        PyArray_DIM(src, 2) != rows || width < 1) {
-        PyErr_Format(PyExc_ValueError, "products must have shape (1 or %zd, %zd, %zd, width >= 1)",
-                     (Py_ssize_t)d.batch, (Py_ssize_t)d.heads, (Py_ssize_t)rows);
-        return NULL;
+    npy_intp width = PyArray_DIM(src, 3);
+    /* key_products: by key, after products (by query) */
+    PyArrayObject *keys = NULL;
+    if (key_o != Py_None) {
+        if (by_key) {
+            PyErr_SetString(PyExc_ValueError, "key_products go with products by query");
+            return NULL;
+        }
+        keys = gather_products(key_o, "key_products", &d, d.k_len, width);
+        if (keys == NULL || check_no_overlap(dst, "scores", keys, "key_products") < 0)
+            return NULL;
     }
-    if (whole_strides(src, "products") < 0)
-        return NULL;
     PyArrayObject *map = rel_map_arg(map_o, d.q_len + d.k_len - 1, width);
     if (map == NULL || check_no_overlap(dst, "scores", src, "products") < 0 ||
         check_no_overlap(dst, "scores", map, "map") < 0)
         return NULL;
     struct rel_gather_call c = {
-        .src = {PyArray_BYTES(src), sb, rows, width, PyArray_STRIDE(src, 0), PyArray_STRIDE(src, 1),
-                PyArray_STRIDE(src, 2), by_key},
+        .src = gather_src(keys != NULL ? keys : src, keys != NULL || by_key),
+        .first = gather_src(src, 0),
+        .both = keys != NULL,
         .map = (const int64_t *)PyArray_DATA(map),
         .dst = &d,
         .scratch = take_gather_cache(pe_rel_gather_scratch(d.q_len + d.k_len - 1)),

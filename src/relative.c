@@ -29,6 +29,11 @@
  * neighbouring columns of row j) into a small buffer in the scores' layout
  * -- a transpose through L1 -- and added a row of scores at a time.
  *
+ * Two terms through one map, one by query and one by key (DeBERTa's c2p
+ * and p2c), go in one pass: the walk by key, each score taking the
+ * product by query and then the one by key, each add rounded as its own
+ * gather rounds it (pe_rel_gather_add's `first`).
+ *
  * These are the portable kernels, a task at a time through the kernel
  * table (simd.h); relative_avx2.c has the vector ones, which fall back on
  * these for what they do not cover (float64 by key, int32 overflow).
@@ -136,11 +141,10 @@ static void add_strided(char *o, const char *s, ptrdiff_t step, ptrdiff_t n, int
 
 /* ---- the gather ---- */
 
-void pe_rel_row_scalar(const struct pe_rel_gather *g, ptrdiff_t b, ptrdiff_t h, ptrdiff_t i,
-                       ptrdiff_t j0, ptrdiff_t j1)
+void pe_rel_row_scalar(const struct pe_rel_gather *g, const struct pe_rel_src *s, ptrdiff_t b,
+                       ptrdiff_t h, ptrdiff_t i, ptrdiff_t j0, ptrdiff_t j1)
 {
     const struct pe_bias_dst *d = g->dst;
-    const struct pe_rel_src *s = g->src;
     char *row = d->data + b * d->stride_b + h * d->stride_h + i * d->stride_q;
     const char *prod = s->data + (s->batch == 1 ? 0 : b) * s->stride_b + h * s->stride_h;
     ptrdiff_t t0 = d->q_len - 1 - i; /* t of key 0 */
@@ -195,12 +199,33 @@ static inline void prefetch_row(const struct pe_rel_gather *g, const char *prod,
 #endif
 }
 
+/* The products of g->first (by query) for keys [j0, j1) of row i of
+ * scores (b, h), where every map entry is >= 0, gathered into buf (float64
+ * products for float64 scores, else float32). */
+static void first_row(const struct pe_rel_gather *g, ptrdiff_t b, ptrdiff_t h, ptrdiff_t i,
+                      ptrdiff_t j0, ptrdiff_t j1, void *buf)
+{
+    const struct pe_rel_src *f = g->first;
+    const char *p =
+        f->data + (f->batch == 1 ? 0 : b) * f->stride_b + h * f->stride_h + i * f->stride_r;
+    const int64_t *m = g->map + (g->dst->q_len - 1 - i);
+    if (g->ssz == 8)
+        for (ptrdiff_t j = j0; j < j1; ++j)
+            ((double *)buf)[j - j0] = ((const double *)p)[m[j]];
+    else
+        for (ptrdiff_t j = j0; j < j1; ++j)
+            ((float *)buf)[j - j0] = ((const float *)p)[m[j]];
+}
+
 /* Scores [i0, i1) x [j0, j1) of (b, h), by key: score (i, j) reads row j
  * of the products, so the tile is gathered row by row of the products
  * (reads along a row, a few cache lines per key) into a buffer laid out
  * as the scores are, and added a row of scores at a time.  Every score
  * takes the same one add of the same product as pe_rel_row_scalar gives
- * it; a tile whose distances meet a map entry < 0 goes through that. */
+ * it; a tile whose distances meet a map entry < 0 goes through that.
+ * With g->first, each row of the tile takes its own products of g->first
+ * (gathered into a row) and then the tile's, the two adds of
+ * pe_rel_row_scalar in turn. */
 void pe_rel_tile_scalar(const struct pe_rel_gather *g, ptrdiff_t b, ptrdiff_t h, ptrdiff_t i0,
                         ptrdiff_t i1, ptrdiff_t j0, ptrdiff_t j1)
 {
@@ -209,14 +234,17 @@ void pe_rel_tile_scalar(const struct pe_rel_gather *g, ptrdiff_t b, ptrdiff_t h,
     ptrdiff_t q = d->q_len, ni = i1 - i0, nj = j1 - j0;
     ptrdiff_t tlo = q - i1 + j0, thi = q - 1 - i0 + j1; /* the tile's t: [tlo, thi) */
     if (g->neg != NULL && g->neg[thi] != g->neg[tlo]) {
-        for (ptrdiff_t i = i0; i < i1; ++i)
-            pe_rel_row_scalar(g, b, h, i, j0, j1);
+        for (ptrdiff_t i = i0; i < i1; ++i) {
+            if (g->first != NULL)
+                pe_rel_row_scalar(g, g->first, b, h, i, j0, j1);
+            pe_rel_row_scalar(g, s, b, h, i, j0, j1);
+        }
         return;
     }
     const char *prod = s->data + (s->batch == 1 ? 0 : b) * s->stride_b + h * s->stride_h;
     char *out = d->data + b * d->stride_b + h * d->stride_h;
     if (g->ssz == 8) {
-        double buf[TILE * TILE];
+        double buf[TILE * TILE], row[TILE];
         for (ptrdiff_t jj = 0; jj < nj; ++jj) {
             const double *p = (const double *)(prod + (j0 + jj) * s->stride_r);
             const int64_t *m = g->map + (q - 1 - i0 + j0 + jj); /* t of (i0, j) */
@@ -225,12 +253,17 @@ void pe_rel_tile_scalar(const struct pe_rel_gather *g, ptrdiff_t b, ptrdiff_t h,
             for (ptrdiff_t ii = 0; ii < ni; ++ii)
                 buf[ii * TILE + jj] = p[m[-ii]];
         }
-        for (ptrdiff_t ii = 0; ii < ni; ++ii)
-            pe_row_add(out + (i0 + ii) * d->stride_q + j0 * 8, (const char *)(buf + ii * TILE), nj,
-                       PE_ROW_PRODUCT, PE_F64);
+        for (ptrdiff_t ii = 0; ii < ni; ++ii) {
+            char *o = out + (i0 + ii) * d->stride_q + j0 * 8;
+            if (g->first != NULL) {
+                first_row(g, b, h, i0 + ii, j0, j1, row);
+                pe_row_add(o, (const char *)row, nj, PE_ROW_PRODUCT, PE_F64);
+            }
+            pe_row_add(o, (const char *)(buf + ii * TILE), nj, PE_ROW_PRODUCT, PE_F64);
+        }
         return;
     }
-    float buf[TILE * TILE];
+    float buf[TILE * TILE], row[TILE];
     for (ptrdiff_t jj = 0; jj < nj; ++jj) {
         const float *p = (const float *)(prod + (j0 + jj) * s->stride_r);
         const int64_t *m = g->map + (q - 1 - i0 + j0 + jj);
@@ -241,6 +274,10 @@ void pe_rel_tile_scalar(const struct pe_rel_gather *g, ptrdiff_t b, ptrdiff_t h,
     }
     for (ptrdiff_t ii = 0; ii < ni; ++ii) {
         char *o = out + (i0 + ii) * d->stride_q + j0 * (ptrdiff_t)g->isz;
+        if (g->first != NULL) {
+            first_row(g, b, h, i0 + ii, j0, j1, row);
+            pe_row_add(o, (const char *)row, nj, PE_ROW_PRODUCT, d->dtype);
+        }
         pe_row_add(o, (const char *)(buf + ii * TILE), nj, PE_ROW_PRODUCT, d->dtype);
     }
 }
@@ -255,7 +292,7 @@ PE_INLINE void task_scalar(const struct pe_rel_gather *g, ptrdiff_t task, const 
         ptrdiff_t q = d->q_len, p = task / q;
         if (g->prefetch)
             pe_rel_prefetch_row(g, task + 2);
-        pe_rel_row_scalar(g, p / d->heads, p % d->heads, task % q, 0, d->k_len);
+        pe_rel_row_scalar(g, g->src, p / d->heads, p % d->heads, task % q, 0, d->k_len);
         return;
     }
     ptrdiff_t p = task / g->tiles_q, i0 = task % g->tiles_q * TILE;
@@ -276,7 +313,8 @@ size_t pe_rel_gather_scratch(ptrdiff_t n)
            8 * m;
 }
 
-int pe_rel_gather_add(const struct pe_kernels *k, const struct pe_rel_src *src, const int64_t *map,
+int pe_rel_gather_add(const struct pe_kernels *k, const struct pe_rel_src *src,
+                      const struct pe_rel_src *first, const int64_t *map,
                       const struct pe_bias_dst *dst, int nthreads, void *scratch)
 {
     if (dst->batch == 0)
@@ -297,6 +335,7 @@ int pe_rel_gather_add(const struct pe_kernels *k, const struct pe_rel_src *src, 
     ptrdiff_t nruns = find_runs(map, n, runs);
     ptrdiff_t tq = (dst->q_len + TILE - 1) / TILE, tk = (dst->k_len + TILE - 1) / TILE;
     struct pe_rel_gather g = {src,
+                              first,
                               dst,
                               runs,
                               nruns,

@@ -34,9 +34,14 @@ struct pe_rel_src {
 /* dst[b, h, i, j] += src[b, h, r, map[q_len - 1 - i + j]] with r = i or j
  * (src->by_key), the product rounded to dst's type and added with one
  * rounding (float16 and bfloat16 through float32, as NumPy adds float16
- * arrays and ml_dtypes bfloat16 ones), on the path of k.  0, or -1 if
+ * arrays and ml_dtypes bfloat16 ones), on the path of k.  With first (not
+ * NULL; src by key, first by query, of src's width): two terms in one pass
+ * over the scores (DeBERTa's c2p and p2c), each score taking first's
+ * product (row i) and then src's (row j) through the same map, each add as
+ * above: the bits of the two gathers one after the other.  0, or -1 if
  * memory ran out (nothing written). */
-int pe_rel_gather_add(const struct pe_kernels *k, const struct pe_rel_src *src, const int64_t *map,
+int pe_rel_gather_add(const struct pe_kernels *k, const struct pe_rel_src *src,
+                      const struct pe_rel_src *first, const int64_t *map,
                       const struct pe_bias_dst *dst, int nthreads, void *scratch);
 
 /* The bytes of the scratch memory pe_rel_gather_add needs for a map of n
@@ -60,6 +65,8 @@ struct pe_rel_run {
 
 struct pe_rel_gather {
     const struct pe_rel_src *src;
+    /* NULL, or (src by key) the products by query each score takes first */
+    const struct pe_rel_src *first;
     const struct pe_bias_dst *dst;
     const struct pe_rel_run *runs; /* the runs of the map, a sentinel at its end */
     ptrdiff_t nruns;
@@ -148,10 +155,11 @@ static inline void pe_rel_add1(char *o, const char *x, int dtype)
 }
 
 /* The portable gathers, which the vector path falls back on: keys
- * [j0, j1) of row i of scores (b, h) by query, and scores
- * [i0, i1) x [j0, j1) by key. */
-void pe_rel_row_scalar(const struct pe_rel_gather *g, ptrdiff_t b, ptrdiff_t h, ptrdiff_t i,
-                       ptrdiff_t j0, ptrdiff_t j1);
+ * [j0, j1) of row i of scores (b, h) of the products s (g->src, or
+ * g->first), and scores [i0, i1) x [j0, j1) by key (g->first's products
+ * first where there are). */
+void pe_rel_row_scalar(const struct pe_rel_gather *g, const struct pe_rel_src *s, ptrdiff_t b,
+                       ptrdiff_t h, ptrdiff_t i, ptrdiff_t j0, ptrdiff_t j1);
 void pe_rel_tile_scalar(const struct pe_rel_gather *g, ptrdiff_t b, ptrdiff_t h, ptrdiff_t i0,
                         ptrdiff_t i1, ptrdiff_t j0, ptrdiff_t j1);
 

@@ -26,6 +26,14 @@
  * columns kept per row of tiles).  The lines of scores of the next strip
  * are hinted.
  *
+ * With g->first (DeBERTa's c2p before its p2c), each row of a block
+ * first takes its own eight products by query (a load and a permute
+ * where the eight columns lie within 8, one value for a block of one
+ * column, else a gather), then the block's by key, the score held in a
+ * register between the two adds (add8x2); the products of both a few
+ * blocks ahead are hinted (rows of keys and columns read downwards, which
+ * the CPU's prefetchers do not follow).
+ *
  * Float16 and bfloat16 scores: the products rounded to the scores' type,
  * widened back, added in float32 and rounded once (F16C for float16, the
  * shifts of avx2.h for bfloat16), as pe_rel_add1 does one score; bfloat16
@@ -42,6 +50,8 @@
 #include <stdlib.h>
 
 #if PE_X86
+/* Keys ahead whose products (both terms') the fused pass hints. */
+#define AHEAD_KEYS 32
 /* o[0 .. 8) += x, their products: each product rounded to the scores'
  * type first (pe_rel_add1). */
 PE_INLINE void add8(char *o, __m256 x, const int dtype)
@@ -64,6 +74,21 @@ PE_INLINE void add16(char *o, __m256 x0, __m256 x1, const int dtype)
     pe_bf16_rounded2(x0, x1, &r0, &r1);
     pe_bf16_sum16(o, _mm256_castsi256_ps(_mm256_and_si256(r0, top)),
                   _mm256_castsi256_ps(_mm256_and_si256(r1, top)), 0);
+}
+
+/* o[0 .. 8) += x, then += y: two terms' products, each rounded to the
+ * scores' type and added as add8 adds it, the score rounded to its type
+ * between the two (two calls of add8, the score kept in a register). */
+PE_INLINE void add8x2(char *o, __m256 x, __m256 y, const int dtype)
+{
+    if (dtype == PE_F32) {
+        float *d = (float *)o;
+        _mm256_storeu_ps(d, _mm256_add_ps(_mm256_add_ps(_mm256_loadu_ps(d), x), y));
+        return;
+    }
+    __m256 a = pe_ps_from_half8(_mm_loadu_si128((const __m128i *)o), dtype);
+    a = pe_round8(_mm256_add_ps(a, pe_round8(x, dtype)), dtype);
+    _mm_storeu_si128((__m128i *)o, pe_half8_from_ps(_mm256_add_ps(a, pe_round8(y, dtype)), dtype));
 }
 
 /* The eight lanes perm[0 .. 8) (relative.h), as int32. */
@@ -168,7 +193,7 @@ PE_INLINE void row_avx2(const struct pe_rel_gather *g, ptrdiff_t task, const int
     if (g->prefetch)
         pe_rel_prefetch_row(g, task + 2);
     if (g->map32 == NULL) {
-        pe_rel_row_scalar(g, b, h, i, 0, k);
+        pe_rel_row_scalar(g, s, b, h, i, 0, k);
         return;
     }
     const ptrdiff_t isz = (ptrdiff_t)pe_itemsize(dtype);
@@ -316,6 +341,17 @@ PE_INLINE void rows8(const struct pe_rel_gather *g, struct column_copy *cc, cons
         row[l] = w;
 }
 
+/* The float32 products of g->first (by query) for eight keys of a row,
+ * from the row's products x, t that of the first key: eight columns within
+ * 8 of the least, one load permuted, else a gather through the map (whose
+ * entries are >= 0 where the block's kind is not 3). */
+PE_INLINE __m256 first8(const struct pe_rel_gather *g, const float *x, ptrdiff_t t)
+{
+    int32_t lo = g->wmin[t];
+    return lo >= 0 ? _mm256_permutevar8x32_ps(_mm256_loadu_ps(x + lo), lanes8(g->perm + 8 * t))
+                   : _mm256_i32gather_ps(x, _mm256_loadu_si256((const __m256i *)(g->map32 + t)), 4);
+}
+
 /* Row of tiles task of the (batch * heads * tiles_q) ones, in strips of
  * eight rows of scores, each walked along its keys in blocks of 8 x 8
  * (the lines eight keys' rows of products hold for eight queries, read
@@ -328,7 +364,8 @@ PE_INLINE void rows8(const struct pe_rel_gather *g, struct column_copy *cc, cons
  * the first is not of a run of slope 1 or -1.
  * Blocks whose distances meet a map entry < 0, and the rows and keys past
  * the last whole block, go the portable way. */
-PE_INLINE void tiles_avx2(const struct pe_rel_gather *g, ptrdiff_t task, const int dtype)
+PE_INLINE void tiles_avx2(const struct pe_rel_gather *g, ptrdiff_t task, const int both,
+                          const int dtype)
 {
     const struct pe_bias_dst *d = g->dst;
     const struct pe_rel_src *s = g->src;
@@ -346,6 +383,10 @@ PE_INLINE void tiles_avx2(const struct pe_rel_gather *g, ptrdiff_t task, const i
         return;
     }
     const char *prod = s->data + (s->batch == 1 ? 0 : b) * s->stride_b + h * s->stride_h;
+    const struct pe_rel_src *f = g->first;
+    const char *first =
+        both ? f->data + (f->batch == 1 ? 0 : b) * f->stride_b + h * f->stride_h : NULL;
+    const ptrdiff_t fsr = both ? f->stride_r : 0;
     char *out = d->data + b * d->stride_b + h * d->stride_h;
     ptrdiff_t i = i0, ke = k / 8 * 8, sq = d->stride_q, isz = (ptrdiff_t)pe_itemsize(dtype);
     /* blocks of one column from a copy (column_copy; without memory for
@@ -372,9 +413,30 @@ PE_INLINE void tiles_avx2(const struct pe_rel_gather *g, ptrdiff_t task, const i
                 pe_rel_tile_scalar(g, b, h, i, i + 8, j, j + 8);
                 continue;
             }
+            if (both && j + 8 + AHEAD_KEYS <= ke) {
+                /* the products of a block AHEAD_KEYS on: the rows of keys
+                 * (one a key, a row of products apart: no prefetcher
+                 * follows them) and those of the strip's queries, read
+                 * down their columns */
+                const ptrdiff_t ja = j + AHEAD_KEYS, ua = q - 1 - i + ja;
+                for (int l = 0; l < 8; ++l) {
+                    pe_rel_prefetch(prod + (ja + l) * s->stride_r + (ptrdiff_t)m[ja + l] * 4);
+                    pe_rel_prefetch(first + (i + l) * fsr + (ptrdiff_t)g->map32[ua - l + 7] * 4);
+                }
+            }
             __m256 row[8];
             rows8(g, &cc, prod, m, i, j, kind, row);
             char *o = out + i * sq + j * isz;
+            if (both) { /* row i + l: first's products, then these */
+                const ptrdiff_t u = q - 1 - i + j;
+                for (int l = 0; l < 8; ++l) {
+                    const float *x = (const float *)(first + (i + l) * fsr);
+                    /* one column for the whole block (kind 0): its value */
+                    __m256 c = kind == 0 ? _mm256_set1_ps(x[g->map32[u]]) : first8(g, x, u - l);
+                    add8x2(o + l * sq, c, row[l], dtype);
+                }
+                continue;
+            }
             /* bfloat16: this block and the next, sixteen scores a row (add16),
              * but for runs of slope 1 and -1, whose blocks took longer so */
             int next = dtype == PE_BF16 && j + 16 <= ke && kind != 1 && kind != -1
@@ -403,8 +465,10 @@ PE_INLINE void tiles_avx2(const struct pe_rel_gather *g, ptrdiff_t task, const i
 PE_INLINE void task_avx2(const struct pe_rel_gather *g, ptrdiff_t task, const int by_key,
                          const int dtype)
 {
-    if (by_key)
-        tiles_avx2(g, task, dtype);
+    if (by_key && g->first != NULL)
+        tiles_avx2(g, task, 1, dtype);
+    else if (by_key)
+        tiles_avx2(g, task, 0, dtype);
     else
         row_avx2(g, task, dtype);
 }

@@ -381,6 +381,91 @@ def test_deberta_c2p_and_p2c_by_hand():
     )
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize(
+    "q_len, k_len, kw",
+    [
+        (150, 203, {"position_buckets": 16, "max_relative_positions": 64}),
+        (203, 150, {"position_buckets": 16, "max_relative_positions": 64, "q_offset": 20}),
+        (67, 131, {"position_buckets": -1, "max_relative_positions": 40}),
+        (131, 67, {"position_buckets": -1, "max_relative_positions": 40, "q_offset": 70}),
+    ],
+)
+@pytest.mark.parametrize("budget", [None, 1 << 14, 1 << 8])
+def test_deberta_c2p_and_p2c_in_one_pass_as_one_after_the_other(
+    rng, monkeypatch, dtype, q_len, k_len, kw, budget
+):
+    # both terms added in one pass over the scores (a head per pass, or the
+    # parts one at a time when a head's products exceed the budget) give
+    # each score the bits of c2p added alone and then p2c: sizes past
+    # several strips and blocks, partial ones at the edges
+    if budget is not None:
+        monkeypatch.setattr(engine, "_PAIR_BYTES", budget)
+    span = kw["position_buckets"] if kw["position_buckets"] > 0 else kw["max_relative_positions"]
+    q, k = randn(rng, (2, 3, q_len, 8), dtype), randn(rng, (2, 3, k_len, 8), dtype)
+    pk, pq = randn(rng, (3, 2 * span, 8), dtype), randn(rng, (3, 2 * span, 8), dtype)
+    scores = noise(rng, (2, 3, q_len, k_len), dtype)
+    want = scores.copy()
+    posenc.deberta_attention_bias(q, k, pk, None, scale_factor=3, scores=want, **kw)
+    posenc.deberta_attention_bias(q, k, None, pq, scale_factor=3, scores=want, **kw)
+    if kw["position_buckets"] < 0:  # the same written out: no buckets, clipped distances
+        qpos = kw.get("q_offset", 0) + np.arange(q_len)
+        c = np.clip(qpos[:, None] - np.arange(k_len)[None, :] + span, 0, 2 * span - 1)
+        scale = np.sqrt(np.dtype(dtype).type(8) * np.dtype(dtype).type(3))
+        c2p = np.take_along_axis(
+            q @ np.swapaxes(pk, -1, -2), np.broadcast_to(c, q.shape[:-1] + (k_len,)), -1
+        )
+        p2c = np.take_along_axis(
+            k @ np.swapaxes(pq, -1, -2), np.broadcast_to(c.T, k.shape[:-1] + (q_len,)), -1
+        )
+        by_hand = (scores + c2p / scale) + np.swapaxes(p2c, -1, -2) / scale
+        same_bits(want, by_hand)
+    assert posenc.deberta_attention_bias(q, k, pk, pq, scores=scores, **kw) is scores
+    same_bits(scores, want)
+
+
+def test_deberta_one_pass_gives_the_same_bits_on_every_path(on_every_path, rng, monkeypatch):
+    # the fused kernel (both terms' products handed to one gather) on the
+    # portable and vector paths, one thread and two, float32 and float64
+    # scores, with buckets (runs of every kind) and without
+    seen = []
+    real = engine._core.rel_gather_add
+
+    def spy(*args):
+        seen.append(len(args) > 5)
+        return real(*args)
+
+    monkeypatch.setattr(engine._core, "rel_gather_add", spy)
+    cases = []
+    for dtype in ("float32", "float64"):
+        for kw in (
+            {"position_buckets": 16, "max_relative_positions": 64},
+            {"position_buckets": -1, "max_relative_positions": 40, "q_offset": 9},
+        ):
+            span = 16 if kw["position_buckets"] > 0 else 40
+            args = (
+                noise(rng, (1, 2, 137, 8), dtype),
+                noise(rng, (1, 2, 211, 8), dtype),
+                noise(rng, (2, 2 * span, 8), dtype),
+                noise(rng, (2, 2 * span, 8), dtype),
+            )
+            cases.append((args, kw, noise(rng, (1, 2, 137, 211), dtype)))
+
+    def make():
+        out = []
+        for args, kw, base in cases:
+            scores = base.copy()
+            posenc.deberta_attention_bias(*args, scores=scores, **kw)
+            out.append(scores)
+        return out
+
+    results = on_every_path(make)
+    assert seen and all(seen)
+    for other in results[1:]:
+        for a, b in zip(results[0], other):
+            same_bits(b, a)
+
+
 # ---------------------------------------------------------------- Shaw et al. (tensor2tensor)
 
 
