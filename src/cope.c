@@ -10,10 +10,6 @@
 #include "pe.h"
 #include "simd.h"
 
-#ifdef _OPENMP
-#include <omp.h>
-#endif
-
 PE_COPE_ROWS_TABLE(pe_cope_rows_scalar, pe_cope_run, NULL);
 
 void pe_cope_z_scalar(const double *q, const double *et, ptrdiff_t d, ptrdiff_t npos, double *z,
@@ -72,10 +68,7 @@ int pe_cope(const struct pe_kernels *k, const struct pe_cope *c, int nthreads)
         return -1;
 #pragma omp parallel num_threads(team)
     {
-        int tid = 0;
-#ifdef _OPENMP
-        tid = omp_get_thread_num();
-#endif
+        const int tid = pe_thread_num();
         double *q = scratch + tid * per_thread, *z = q + COPE_ROWS * c->d;
 #pragma omp for schedule(dynamic, 1)
         for (ptrdiff_t t = 0; t < tasks; ++t) {

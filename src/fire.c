@@ -40,10 +40,6 @@
 #include "pe.h"
 #include "simd.h"
 
-#ifdef _OPENMP
-#include <omp.h>
-#endif
-
 /* Keys of a task: several chunks of one row. */
 #define FIRE_TASK_KEYS 512
 
@@ -193,10 +189,7 @@ int pe_fire_rows(const struct pe_kernels *k, const struct pe_fire *fire,
         return -1;
 #pragma omp parallel num_threads(team)
     {
-        int tid = 0;
-#ifdef _OPENMP
-        tid = omp_get_thread_num();
-#endif
+        const int tid = pe_thread_num();
         double *mine = scratch + tid * per_thread;
         struct fire_scratch s = {mine, mine + FIRE_TASK_KEYS,
                                  mine + FIRE_TASK_KEYS * (f->heads + 1),

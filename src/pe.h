@@ -23,6 +23,9 @@
 #pragma STDC FP_CONTRACT OFF
 #endif
 
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 #include <stddef.h>
 #include <stdint.h>
 
@@ -58,6 +61,17 @@ enum pe_layout { PE_INTERLEAVED = 0, PE_CONCAT = 1 };
 static inline int pe_team(int nthreads, ptrdiff_t work)
 {
     return work >= PE_PARALLEL_MIN ? nthreads : 1;
+}
+
+/* The calling thread's number in its team (0 without OpenMP): the place
+ * of its scratch in a kernel's allocation for the team. */
+static inline int pe_thread_num(void)
+{
+#ifdef _OPENMP
+    return omp_get_thread_num();
+#else
+    return 0;
+#endif
 }
 
 /* ---- elements of any type ---- */

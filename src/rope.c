@@ -54,10 +54,6 @@
  */
 #include <math.h>
 #include <stdlib.h>
-#ifdef _OPENMP
-#include <omp.h>
-#endif
-
 #include "pe.h"
 #include "rope.h"
 #include "simd.h"
@@ -341,10 +337,7 @@ int pe_rope_apply(const struct pe_kernels *k, const struct pe_rope_args *a, int 
 
 #pragma omp parallel num_threads(nthreads) if (parallel)
     {
-        int tid = 0;
-#ifdef _OPENMP
-        tid = omp_get_thread_num();
-#endif
+        const int tid = pe_thread_num();
         char *mine = scratch + (ptrdiff_t)tid * per_thread;
         double *buf = (double *)(mine + tab_bytes);
         struct pe_rotor rt = {buf, buf + a->half, buf + 2 * a->half, buf + 3 * a->half, NAN};

@@ -13,10 +13,6 @@
  */
 #include <math.h>
 #include <stdlib.h>
-#ifdef _OPENMP
-#include <omp.h>
-#endif
-
 #include "pe.h"
 #include "simd.h"
 #include "sincos.h"
@@ -83,10 +79,7 @@ int pe_for_each_cell(ptrdiff_t n_rows, ptrdiff_t half, int parallel, int nthread
         return -1;
 #pragma omp parallel num_threads(nthreads) if (parallel)
     {
-        int tid = 0;
-#ifdef _OPENMP
-        tid = omp_get_thread_num();
-#endif
+        const int tid = pe_thread_num();
         double *buf = scratch + tid * per_thread;
         struct pe_rotor rt = {buf, buf + half, buf + 2 * half, buf + 3 * half, NAN};
 #pragma omp for schedule(static)
