@@ -1,14 +1,15 @@
 """The C gathers of posenc.relative against the memory floor, timed in turn.
 
 Each term makes its products a block of rows (or keys) at a time with BLAS
-and gathers them while they are in cache (posenc/relative.py,
-_gather_part).  Here the gathers one call of each term makes are recorded
-(benchmarks/bench_relative.py, _recorded_gathers) and replayed alone, by query and by
-key separately, each replay timed alternately with the read-modify-write of
-the same (1, 16, 1024, 1024) float32 scores (``uint64 += 0`` over their
-bytes); the medians of the per-pair ratios are reported.  On a machine
-shared with other work the floor itself moves from minute to minute, which
-the alternation cancels.
+and gathers them while they are in cache (posenc/_relative_engine.py,
+_gather_part; DeBERTa's two terms together in one pass, _gather_pair).
+Here the gathers one call of each term makes are recorded
+(benchmarks/bench_relative.py, _recorded_gathers) and replayed alone, by
+query, by key and in one pass separately, each replay timed alternately
+with the read-modify-write of the same (1, 16, 1024, 1024) float32 scores
+(``uint64 += 0`` over their bytes); the medians of the per-pair ratios are
+reported.  On a machine shared with other work the floor itself moves from
+minute to minute, which the alternation cancels.
 
 A term runs its gathers on one thread when BLAS calls come between them
 (two teams of threads would contend for the cores); ``--all-threads``
@@ -52,6 +53,7 @@ def _terms(scores, n, heads, d):
         "Transformer-XL position term": lambda: posenc.xl_position_term(q, r, scores=scores),
         "DeBERTa c2p (256 buckets)": lambda: posenc.deberta_attention_bias(q, k, pk, **deberta),
         "DeBERTa p2c": lambda: posenc.deberta_attention_bias(q, k, None, pq, **deberta),
+        "DeBERTa c2p and p2c": lambda: posenc.deberta_attention_bias(q, k, pk, pq, **deberta),
         "TENER query and key terms": lambda: posenc.tener_position_term(q, k, table, scores=scores),
         "Shaw key term (clip 16)": lambda: posenc.shaw_key_term(
             q, a_k, max_distance=16, scores=scores
@@ -89,8 +91,13 @@ def main(argv=None):
     for name, term in _terms(scores, n, heads, d).items():
         replay, calls = _recorded_gathers(term)
         time.sleep(0.5)  # OpenBLAS's threads spin a while after the term's products
-        for by_key in sorted({c[3] for c in calls}):
-            part = [c[:4] + (c[4] and not args.all_threads,) for c in calls if c[3] == by_key]
+        # by query, by key, or both in one pass (a call with products by key too)
+        for kind in sorted({(c[3], len(c) > 5) for c in calls}):
+            part = [
+                c[:4] + (c[4] and not args.all_threads,) + c[5:]
+                for c in calls
+                if (c[3], len(c) > 5) == kind
+            ]
 
             def gather(part=part, replay=replay):
                 replay(part)
@@ -100,7 +107,7 @@ def main(argv=None):
                 np.array(x)
                 for x in zip(*[(timed(gather), timed(rmw)) for _ in range(args.repeats)])
             )
-            label = f"{name}, {'by key' if by_key else 'by query'}"
+            label = f"{name}, " + ("one pass" if kind[1] else "by key" if kind[0] else "by query")
             print(
                 f"| {label} | {len(part)} | {np.median(tg) * 1e3:.2f} | {np.median(tr) * 1e3:.2f} "
                 f"| {np.median(tg / tr):.2f}x |"

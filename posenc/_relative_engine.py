@@ -114,15 +114,27 @@ def _kernel_dtype(work):
     return np.dtype(np.float64) if wide else np.dtype(np.float32)
 
 
+def _span(x):
+    """The contiguous run of `x`'s base (an owning C-contiguous array) from
+    `x`'s first element to its last, padding between its rows included; `x`
+    itself when it owns its data (or its base is not contiguous)."""
+    base = x.base
+    if base is None or x.size == 0 or not base.flags.c_contiguous:
+        return x
+    first = (x.ctypes.data - base.ctypes.data) // x.itemsize
+    last = first + sum((n - 1) * (s // x.itemsize) for n, s in zip(x.shape, x.strides))
+    return base.reshape(-1)[first : last + 1]
+
+
 def _block_products(left, right, divisor, kind, out=None):
     """``left @ right^T / divisor`` (divisor None: undivided), made in the
     inputs' dtype (into `out` if given: rows apart in a contiguous array,
-    _padded_rows or _walked_products, divided whole with the padding between
-    them, in one pass rather than NumPy's slower strided one) and rounded
-    to `kind`, the dtype the kernel reads."""
+    _padded_rows or _walked_products, divided with the padding between
+    them (_span), in one pass rather than NumPy's slower strided one) and
+    rounded to `kind`, the dtype the kernel reads."""
     p = np.matmul(left, np.swapaxes(right, -1, -2), out=out)
     if divisor is not None:
-        whole = out.base if out is not None and out.base is not None else p
+        whole = p if out is None else _span(out)
         np.divide(whole, divisor, out=whole)
     return p.astype(kind, copy=False)
 
@@ -163,11 +175,11 @@ def _gather_part(work, lead, left, right, index, by_key, divisor):
 
 def _pairs(parts):
     """Whether `parts` are a part by query followed by a part by key through
-    one map (DeBERTa's c2p and p2c), which _gather_pair adds in one pass."""
+    one map, the same array (DeBERTa's c2p and p2c, which posenc.relative
+    builds on one), which _gather_pair adds in one pass."""
     if len(parts) != 2 or parts[0].by_key or not parts[1].by_key:
         return False
-    a, b = parts[0].columns, parts[1].columns
-    return a is b or np.array_equal(a, b)
+    return parts[0].columns is parts[1].columns
 
 
 def _gather_pair(work, lead, first, then):

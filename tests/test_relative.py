@@ -466,6 +466,27 @@ def test_deberta_one_pass_gives_the_same_bits_on_every_path(on_every_path, rng, 
             same_bits(b, a)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("walked", [False, True])
+def test_a_group_of_products_is_divided_in_its_own_rows_only(dtype, walked):
+    # the buffers of padded rows are reused by every group of heads; a group
+    # smaller than the buffer divides its own rows (and the padding between
+    # them) in one pass, never the rows a previous group left past its end
+    dt = np.dtype(dtype)
+    if walked:
+        buf = engine._walked_products((4, 9, 13), dt, (-1, 20), 11)
+    else:
+        buf = engine._padded_rows((4, 9, 13), dt, np.empty)
+    base = buf.base if buf.base.base is None else buf.base.base
+    base[...] = 7.0
+    left = np.arange(2 * 9 * 3, dtype=dt).reshape(2, 9, 3)
+    right = np.arange(2 * 13 * 3, dtype=dt).reshape(2, 13, 3) / 3
+    got = engine._block_products(left, right, dt.type(2), dt, buf[:2])
+    np.testing.assert_array_equal(got, (left @ np.swapaxes(right, -1, -2)) / dt.type(2))
+    np.testing.assert_array_equal(buf[2:], 7.0)  # the rows past the group: untouched
+    assert engine._span(buf[:2]).size < base.size
+
+
 # ---------------------------------------------------------------- Shaw et al. (tensor2tensor)
 
 
