@@ -521,6 +521,25 @@ PE_INLINE void accumulate(char *o, ptrdiff_t m, const char *w, ptrdiff_t k, cons
     }
 }
 
+/* o[slope * m] += w[m] for m in [0, n), slope 1 or -1, for float32 or
+ * float64 weights summed in their own type: one add into each sum, as
+ * accumulate makes it, in a loop the compiler turns into vectors. */
+#define DEFINE_ADD_RUN(name, type)                                                                 \
+    static void name(type *restrict o, const type *restrict w, ptrdiff_t n, ptrdiff_t slope)       \
+    {                                                                                              \
+        if (slope > 0) {                                                                           \
+            for (ptrdiff_t m = 0; m < n; ++m)                                                      \
+                o[m] = o[m] + w[m];                                                                \
+        } else {                                                                                   \
+            type *last = o - (n - 1);                                                              \
+            for (ptrdiff_t m = 0; m < n; ++m)                                                      \
+                last[n - 1 - m] = last[n - 1 - m] + w[m];                                          \
+        }                                                                                          \
+    }
+
+DEFINE_ADD_RUN(add_run_f64, double)
+DEFINE_ADD_RUN(add_run_f32, float)
+
 /* The scatter's shared description: the map and its runs, and the tasks
  * (by key a block of KEYS keys over every query in order, by query a row). */
 struct scatter {
@@ -578,6 +597,11 @@ PE_INLINE void scatter_task(const struct scatter *sc, ptrdiff_t task, const int 
                 const int64_t *cols = map + a;
                 for (ptrdiff_t m = 0; m < n; ++m)
                     accumulate(o, step * m + (ptrdiff_t)cols[m], src, m, wt, ot);
+            } else if (!by_key && run->slope != 0 && wt != PE_F16) {
+                if (wt == PE_F64)
+                    add_run_f64((double *)o + col, (const double *)src, n, run->slope);
+                else
+                    add_run_f32((float *)o + col, (const float *)src, n, run->slope);
             } else if (by_key || run->slope != 0) {
                 ptrdiff_t along = (by_key ? step : 0) + run->slope;
                 for (ptrdiff_t m = 0; m < n; ++m)

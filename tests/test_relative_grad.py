@@ -296,15 +296,18 @@ def test_scatter_by_query_sums_in_the_order_its_header_gives(dtype):
     # relative.h: by query, each entry in the order of j; a clipped run's
     # weights summed apart (_clipped_sum) and that sum added to the entry:
     # the same bits from a NumPy walk of the same runs, on maps with clipped
-    # runs of every length around 8 and 16 and weights of mixed magnitudes
+    # runs of every length around 8 and 16, runs of slope 1 and -1 of
+    # lengths around the vectors' (each sum one add, in whatever order the
+    # loop takes them), and weights of mixed magnitudes
     rng = np.random.default_rng(13)
     kind = np.dtype(dtype).type
-    q_len, k_len, width = 40, 90, 30
+    q_len, k_len, width = 200, 300, 80
     pieces = []
     for length in (1, 2, 7, 8, 9, 15, 16, 17, 31, 32, 33, 40):
         pieces.append([int(rng.integers(0, width))] * length)
-        start = int(rng.integers(5, width - 5))
-        pieces.append([start + m for m in range(3)])
+        run, slope = length + 2, 1 if length % 2 else -1
+        start = int(rng.integers(0, width - run)) if slope > 0 else int(rng.integers(run, width))
+        pieces.append([start + slope * m for m in range(run)])
     index = np.array(sum(pieces, []) * 2, np.int64)[: q_len + k_len - 1]
     assert len(index) == q_len + k_len - 1
     w = (rng.standard_normal((1, 2, q_len, k_len)) * 10.0 ** rng.integers(-3, 4, k_len)).astype(
