@@ -48,7 +48,16 @@ from typing import Any, Dict, NamedTuple
 import numpy as np
 
 from . import _functional_grad, _records, _validate
-from ._relative_engine import _Blocks, _by_distance, _finish, _ieee, _Part, _up, _work
+from ._relative_engine import (
+    _Blocks,
+    _by_distance,
+    _finish,
+    _ieee,
+    _odd_lines,
+    _Part,
+    _up,
+    _work,
+)
 
 
 class _Relative:
@@ -227,13 +236,18 @@ def _part_grads(part, g, wanted, out):
     else:
         blocks = _Blocks(heads, q_len, k_len, cols, work.itemsize, part.by_key)
         spans = blocks.spans(part.columns)
+        # one buffer for every block's sums (rows padded by key): the largest
+        widest = max(
+            ((a1 - a0) * _odd_lines(c1 - c0, work) for a0, a1, c0, c1, _ in spans), default=0
+        )
+        scratch = np.empty(blocks.group * widest, work) if spans else None
     for at in np.ndindex(*lead):
         gb, lb, rb = g[at], lefts[at], rights[at]
         for h0, h1, a0, a1, c0, c1, local in blocks.of(spans):
             block = gb[h0:h1, :, a0:a1] if part.by_key else gb[h0:h1, a0:a1]
-            summed = _by_distance(block, local, c1 - c0, work, part.by_key)
+            summed = _by_distance(block, local, c1 - c0, work, part.by_key, scratch)
             if d_left is not None:
-                d_left[at][h0:h1, a0:a1] = summed @ rb[h0:h1, c0:c1]
+                np.matmul(summed, rb[h0:h1, c0:c1], out=d_left[at][h0:h1, a0:a1])
             if d_right is not None:
                 d_right[at][h0:h1, c0:c1] += np.swapaxes(summed, -1, -2) @ lb[h0:h1, a0:a1]
     if part.divisor is not None:  # divided once, the gradients rather than g

@@ -441,13 +441,29 @@ def _walked_products(shape, dtype, run, q_len):
     return flat[skip : skip + heads * rows * row].reshape(heads, rows, row)[:, :keys, :cols]
 
 
-def _by_distance(w, index, width, work, by_key=False):
+def _zeroed(shape, dtype, padded, scratch):
+    """Zeros of `shape` (rows apart as _padded_rows lays them out if
+    `padded`), in `scratch` (a 1-D buffer of `dtype`, reused from block to
+    block, so in cache, where fresh zeros would be new pages) when it holds
+    them, else new."""
+    row = _odd_lines(shape[-1], dtype) if padded else shape[-1]
+    size = math.prod(shape[:-1]) * row
+    if scratch is None or scratch.dtype != dtype or scratch.size < size:
+        return _padded_rows(shape, dtype) if padded else np.zeros(shape, dtype)
+    flat = scratch[:size]
+    flat.fill(0)
+    return flat.reshape(shape[:-1] + (row,))[..., : shape[-1]]
+
+
+def _by_distance(w, index, width, work, by_key=False, scratch=None):
     """``out[..., i, index[q_len - 1 - i + j]] += w[..., i, j]``: w (...,
     heads, q_len, k_len) summed into (..., heads, q_len, width) of dtype
     `work` by the C scatter (-1 in `index`: left out); by key into (...,
     heads, k_len, width), at row j.  w is read where it is when its rows
     are contiguous and of the dtype summed (float16 or float32 for float32
-    sums, float64 for float64), else through a copy."""
+    sums, float64 for float64), else through a copy.  The sums are made in
+    `scratch` where it holds them (_zeroed): the result is then a view of
+    it, valid until the next call given it."""
     native = v.native_dtype(w.dtype)
     if v.native_dtype(work) == np.float64:
         kind = np.dtype(np.float64)
@@ -461,7 +477,7 @@ def _by_distance(w, index, width, work, by_key=False):
     v.shape_size(shape, "result")
     if w.size == 0:  # no weights: zero sums (none at all without rows)
         return np.zeros(w.shape[:-2] + (out_rows, width), work)
-    summed = _padded_rows(shape, work) if by_key else np.zeros(shape, work)
+    summed = _zeroed(shape, np.dtype(work), by_key, scratch)
     # on one thread: BLAS's threads come next, on the same cores (see _gather_part)
     _core.rel_scatter_add(wk, index, summed, True, by_key)
     return summed.reshape(w.shape[:-2] + (out_rows, width))
