@@ -117,9 +117,10 @@ def _kernel_dtype(work):
 def _span(x):
     """The contiguous run of `x`'s base (an owning C-contiguous array) from
     `x`'s first element to its last, padding between its rows included; `x`
-    itself when it owns its data (or its base is not contiguous)."""
+    itself when it owns its data (or its base is another dtype or not
+    contiguous)."""
     base = x.base
-    if base is None or x.size == 0 or not base.flags.c_contiguous:
+    if base is None or x.size == 0 or base.dtype != x.dtype or not base.flags.c_contiguous:
         return x
     first = (x.ctypes.data - base.ctypes.data) // x.itemsize
     last = first + sum((n - 1) * (s // x.itemsize) for n, s in zip(x.shape, x.strides))

@@ -485,6 +485,14 @@ def test_a_group_of_products_is_divided_in_its_own_rows_only(dtype, walked):
     np.testing.assert_array_equal(got, (left @ np.swapaxes(right, -1, -2)) / dt.type(2))
     np.testing.assert_array_equal(buf[2:], 7.0)  # the rows past the group: untouched
     assert engine._span(buf[:2]).size < base.size
+    # a view of bytes is divided where it is, not through its base's elements
+    raw = np.zeros(64, np.uint8)
+    x = raw.view(dt)[1:3]
+    assert engine._span(x) is x
+    engine._block_products(
+        np.ones((1, 2, 1), dt), np.ones((1, 1, 1), dt), dt.type(2), dt, x[None, :, None]
+    )
+    np.testing.assert_array_equal(x, 0.5)
 
 
 # ---------------------------------------------------------------- Shaw et al. (tensor2tensor)
