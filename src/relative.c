@@ -525,7 +525,7 @@ PE_INLINE void accumulate(char *o, ptrdiff_t m, const char *w, ptrdiff_t k, cons
  * float64 weights summed in their own type: one add into each sum, as
  * accumulate makes it, in a loop the compiler turns into vectors. */
 #define DEFINE_ADD_RUN(name, type)                                                                 \
-    static void name(type *restrict o, const type *restrict w, ptrdiff_t n, ptrdiff_t slope)       \
+    static void name(type *o, const type *w, ptrdiff_t n, ptrdiff_t slope)                         \
     {                                                                                              \
         if (slope > 0) {                                                                           \
             for (ptrdiff_t m = 0; m < n; ++m)                                                      \
