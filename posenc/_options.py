@@ -93,7 +93,9 @@ def decode(spec, floats, ints):
 
 def decode_numpy(spec, floats, ints):
     """`decode`'s options for a NumPy function (a dtype's name as NumPy's
-    dtype, bfloat16 as posenc's bits), made once per distinct options (a
+    dtype, bfloat16 as posenc's bits; ``dtype=None`` as it is, which the
+    function reads as its default, not as NumPy's float64), made once per
+    distinct options (a
     compiled decoding loop asks for the same ones every step): a fresh dict
     each time, its values shared."""
     return dict(_decoded_numpy(spec, tuple(floats), tuple(ints)))
@@ -102,8 +104,8 @@ def decode_numpy(spec, floats, ints):
 @functools.lru_cache(maxsize=256)
 def _decoded_numpy(spec, floats, ints):
     options = decode(spec, floats, ints)
-    if "dtype" in options:
-        name = options["dtype"]
+    name = options.get("dtype")
+    if name is not None:  # None stays None: the function's default, as when left out
         options["dtype"] = _dtypes.BFLOAT16_BITS if name == "bfloat16" else np.dtype(name)
     return options
 

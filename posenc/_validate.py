@@ -84,7 +84,10 @@ def float_dtype(value, name="dtype", *, bfloat16=False):
     """float16, float32 or float64, given any way NumPy accepts a dtype; and
     with `bfloat16`, bfloat16 too: a name ("bfloat16", "bf16") gives
     ml_dtypes' dtype (a TypeError saying how to install it when it is
-    missing), a bfloat16 dtype itself."""
+    missing), a bfloat16 dtype itself.  None is float32, the default of
+    every ``dtype=`` (NumPy's own ``np.dtype(None)`` is float64)."""
+    if value is None:
+        return np.dtype(np.float32)
     if bfloat16 and names_bfloat16(value):
         return ml_bfloat16(name) if isinstance(value, str) else np.dtype(value)
     try:

@@ -273,7 +273,9 @@ def kerple_bias(
         Query ``i`` sits at position ``qpos = q_offset + i``; by default
         ``k_len - q_len`` (which needs ``q_len <= k_len``).
     dtype : float16, bfloat16, float32 or float64, optional
-        Of the table, float32 by default; with `scores`, their dtype or None.
+        Of the table: float32 when None or left out, whatever the dtype of
+        `r1` and `r2` (float64 arrays, tensors or JAX arrays alike; ask for
+        theirs with ``dtype=r1.dtype``); with `scores`, their dtype or None.
     scores : ndarray of shape (..., n_heads, q_len, k_len), optional
         Attention scores to add the bias into, in place (returned).
     out : ndarray of shape (n_heads, q_len, k_len), optional
@@ -548,7 +550,8 @@ def fire_bias(
         :func:`posenc.alibi_bias`.  False: the formula at ``|qpos - j|``,
         as the authors' module computes it for every pair before the mask.
     q_offset, dtype, scores, out
-        As for :func:`kerple_bias`; the normaliser uses the query's position
+        As for :func:`kerple_bias` (float32 by default whatever the dtype of
+        the MLP's parameters); the normaliser uses the query's position
         ``qpos = q_offset + i``.
 
     Returns
