@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from itertools import islice
 from numbers import Integral
 from typing import Any, Optional
 
@@ -53,6 +54,9 @@ _DEFAULTS = {
     "attn_scale": 0.1,
 }
 _LAYER_TYPES = ("full_attention", "chunked_attention")
+# The most layers a config may have: the pattern is made layer by layer, in
+# Python (a tuple per field), and transformers' models have at most hundreds.
+_MAX_LAYERS = 1 << 16
 
 
 @dataclass(frozen=True)
@@ -125,7 +129,7 @@ def _flags(values, name, layers):
             f"{name} must have at least num_hidden_layers ({layers}) entries, got {len(values)}"
         )
     out = []
-    for v in list(values)[:layers]:
+    for v in islice(values, layers):  # not the rest: a list may be longer
         if not isinstance(v, (Integral, np.integer, bool, np.bool_)) or int(v) not in (0, 1):
             raise ValueError(f"{name} must hold only 0 and 1, got {v!r}")
         out.append(bool(v))
@@ -149,6 +153,9 @@ def irope_layers(config: Any) -> IRoPELayers:
         ``text_config`` or the dict itself); a key a dict leaves out takes
         ``Llama4TextConfig``'s default (``num_hidden_layers`` 48,
         ``no_rope_layer_interval`` 4, ``attention_chunk_size`` 8192, ...).
+        ``num_hidden_layers`` is at most 65536, and
+        ``moe_layers`` lists at most as many: the pattern is made layer
+        by layer.
 
     Returns
     -------
@@ -167,6 +174,11 @@ def irope_layers(config: Any) -> IRoPELayers:
     """
     c = _read(config)
     layers = _validate.integer(c["num_hidden_layers"], "num_hidden_layers", minimum=1)
+    if layers > _MAX_LAYERS:
+        raise ValueError(
+            f"num_hidden_layers must be <= {_MAX_LAYERS} (the pattern is made layer by layer), "
+            f"got {layers}"
+        )
     chunk = c["attention_chunk_size"]
     if chunk is not None:
         chunk = _validate.integer(chunk, "attention_chunk_size", minimum=1)
@@ -210,8 +222,16 @@ def irope_layers(config: Any) -> IRoPELayers:
             c["interleave_moe_layer_step"], "interleave_moe_layer_step", minimum=1
         )
         moe_set = set(range(step - 1, layers, step))
-    else:
-        moe_set = {_validate.integer(i, "moe_layers") for i in c["moe_layers"]}
+    else:  # indices past the layers are left out, as transformers' `layer_idx in moe_layers`
+        given = c["moe_layers"]
+        if isinstance(given, (str, bytes)) or not hasattr(given, "__iter__"):
+            raise TypeError(
+                f"moe_layers must be a list of layer indices, not {type(given).__name__}"
+            )
+        listed = list(islice(given, _MAX_LAYERS + 1))
+        if len(listed) > _MAX_LAYERS:
+            raise ValueError(f"moe_layers must list at most {_MAX_LAYERS} layers")
+        moe_set = {_validate.integer(i, "moe_layers") for i in listed}
     qk_norm = _flag(c["use_qk_norm"], "use_qk_norm")
     tuning = _flag(c["attn_temperature_tuning"], "attn_temperature_tuning")
     return IRoPELayers(
@@ -281,13 +301,16 @@ def chunked_causal_mask(
                 f"k_len must be >= q_len ({q_len}) when q_offset is not given, got {k_len}"
             )
         q_offset = k_len - q_len
-    _validate.shape_size((q_len, k_len), "q_len", 1)
+    # the mask and one more of its size (the second comparison, or the triangles)
+    _validate.shape_size((q_len, k_len), "q_len and k_len", 1, count=2)
     first, last = q_offset // chunk_size, (q_offset + q_len - 1) // chunk_size
     last = min(last, (k_len - 1) // chunk_size)  # no key in the later chunks
     if last - first > 64:  # many small chunks: the comparisons, element by element
+        # (q_offset < k_len here: the positions are well within int64)
         qpos = q_offset + np.arange(q_len, dtype=np.int64)[:, None]
         kpos = np.arange(k_len, dtype=np.int64)[None, :]
-        return (kpos <= qpos) & (kpos // chunk_size == qpos // chunk_size)
+        mask = np.less_equal(kpos, qpos)
+        return np.logical_and(mask, kpos // chunk_size == qpos // chunk_size, out=mask)
     mask = np.zeros((q_len, k_len), dtype=bool)
     for chunk in range(first, last + 1):  # a lower triangle on the diagonal of each
         start = chunk * chunk_size

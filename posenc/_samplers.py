@@ -31,6 +31,13 @@ from ._typing import NDArray
 
 __all__ = ["pose_position_ids", "randomized_position_ids"]
 
+# The most rows one call draws: they are drawn one at a time, in Python.
+_MAX_BATCH = 1 << 16
+# The largest max_len NumPy's Generator.choice draws from (an int64), and the
+# largest target_len whose ids (up to target_len - 1) are int64.
+_MAX_LEN = 2**63 - 1
+_MAX_TARGET = 2**63
+
 
 def _generator(seed):
     """A Generator from `seed`: None (fresh entropy), an int >= 0, a
@@ -50,9 +57,16 @@ def _generator(seed):
 def _rows(n, batch, seed, draw):
     """int64 ids of shape ``(n,)`` (`batch` None) or ``(batch, n)``, each row
     ``draw(rng)`` with the Generator of `seed`, the rows drawn in order."""
-    batch = None if batch is None else _validate.integer(batch, "batch", minimum=1)
+    if batch is not None:
+        batch = _validate.integer(batch, "batch", minimum=1)
+        if batch > _MAX_BATCH:
+            raise ValueError(
+                f"batch must be <= {_MAX_BATCH} (the rows are drawn one at a time), got {batch}; "
+                "for more rows, call again with the same numpy Generator as seed: its rows "
+                "continue where the last call's stopped"
+            )
     rows = 1 if batch is None else batch
-    _validate.shape_size((rows, n), "n", 8)
+    _validate.shape_size((rows, n), "n" if batch is None else "batch and n", 8)
     rng = _generator(seed)
     ids = np.empty((rows, n), dtype=np.int64)
     for b in range(rows):
@@ -70,11 +84,14 @@ def randomized_position_ids(
     n : int
         Number of positions (the sequence length), ``0 <= n <= max_len``.
     max_len : int
-        The positions are drawn from ``range(max_len)``, ``max_len >= 1``:
-        the longest length the model is meant to handle.
+        The positions are drawn from ``range(max_len)``,
+        ``1 <= max_len <= 2**63 - 1``: the longest length the model is
+        meant to handle.
     batch : int, optional
-        None gives one row of shape ``(n,)``; an int ``b >= 1`` gives
-        ``(b, n)``, each row drawn independently.
+        None gives one row of shape ``(n,)``; an int ``1 <= b <= 65536``
+        gives ``(b, n)``, each row drawn independently (the rows are drawn
+        one at a time: for more, call again with the same Generator, whose
+        rows continue where the last call's stopped).
     seed : None, int, numpy.random.SeedSequence or numpy.random.Generator
         Where the randomness comes from; the same seed gives the same ids.
 
@@ -94,6 +111,10 @@ def randomized_position_ids(
     """
     n = _validate.integer(n, "n", minimum=0)
     max_len = _validate.integer(max_len, "max_len", minimum=1)
+    if max_len > _MAX_LEN:
+        raise ValueError(
+            f"max_len must be <= 2**63 - 1 (NumPy draws from an int64 range), got {max_len}"
+        )
     if n > max_len:
         raise ValueError(f"n must be <= max_len ({max_len}) to draw without replacement, got {n}")
     return _rows(
@@ -136,10 +157,12 @@ def pose_position_ids(
         The training window, ``1 <= n <= target_len``.
     target_len : int
         The context length to reach (the repository's
-        ``scaled_max_position_embeddings``).
+        ``scaled_max_position_embeddings``), at most ``2**63`` (the ids are
+        int64).
     batch : int, optional
-        None gives ``(n,)``; an int ``b >= 1`` gives ``(b, n)``, each row
-        drawn independently.
+        None gives ``(n,)``; an int ``1 <= b <= 65536`` gives ``(b, n)``,
+        each row drawn independently (as for
+        :func:`randomized_position_ids`).
     seed : None, int, numpy.random.SeedSequence or numpy.random.Generator
         Where the randomness comes from; the same seed gives the same ids.
 
@@ -156,6 +179,11 @@ def pose_position_ids(
     """
     n = _validate.integer(n, "n", minimum=1)
     target_len = _validate.integer(target_len, "target_len", minimum=1)
+    if target_len > _MAX_TARGET:
+        raise ValueError(
+            f"target_len must be <= 2**63 (the ids, up to target_len - 1, are int64), "
+            f"got {target_len}"
+        )
     if n > target_len:
         raise ValueError(f"n must be <= target_len ({target_len}), got {n}")
 

@@ -47,6 +47,9 @@ __all__ = ["fire_bias", "kerple_bias", "sandwich_bias"]
 # rows by distance, the Sandwich cosines): 4 MiB
 _TILE = 1 << 19
 _KINDS = ("log", "power")
+# Sandwich's largest d': each distance takes dim / 2 cosines, whatever the
+# size of the result (a model's d' is its head or hidden size, < 2**16)
+_MAX_SANDWICH_DIM = 1 << 16
 _CONCAT = _core.SINUSOID_LAYOUTS["concat"]
 
 
@@ -376,7 +379,8 @@ def sandwich_bias(
     q_len, k_len : int
         Number of queries and keys (``k_len`` defaults to ``q_len``), >= 1.
     dim : int
-        ``d'``, a positive even integer; ``k`` runs from 1 to ``dim / 2``.
+        ``d'``, a positive even integer up to 65536 (each distance takes
+        ``dim / 2`` cosines); ``k`` runs from 1 to ``dim / 2``.
     causal : bool
         True: ``-inf`` for keys after the query (as :func:`posenc.alibi_bias`;
         NeMo's non-bidirectional module gives them distance 0, bias 0, for its
@@ -415,7 +419,10 @@ def sandwich_bias(
     """
     n_heads = v.integer(n_heads, "n_heads", minimum=1)
     dim = v.even_dim(dim, "dim")
-    v.shape_size((dim // 2,), "dim", count=2)  # its frequencies, a row of cosines
+    if dim > _MAX_SANDWICH_DIM:
+        raise ValueError(
+            f"dim must be <= {_MAX_SANDWICH_DIM} (each distance takes dim / 2 cosines), got {dim}"
+        )
     return _by_distance(
         n_heads,
         lambda delta: by_magnitude(lambda d: sandwich_values(n_heads, dim, d), delta),
@@ -453,16 +460,23 @@ def fire_inputs(qpos, keys, c, threshold, eps):
 
 
 def fire_tile(x, w1, b1, w2, b2):
-    """The MLP at `x` (r, s): float64 (heads, r, s), with the hidden layer's
-    pre-activation (r, s, width)."""
-    pre = x[..., None] * w1 + b1
-    hidden = np.maximum(pre, 0.0)
-    out = np.empty(x.shape + (w2.shape[0],), np.float64)
-    np.multiply(hidden[..., :1], w2[:, 0], out=out)
-    for w in range(1, w2.shape[1]):  # in order: the same bits for any tiling
-        out += hidden[..., w : w + 1] * w2[:, w]
-    out += b2
-    return np.moveaxis(out, -1, 0), pre
+    """The MLP at `x` (r, s): float64 (heads, r, s).  One hidden unit at a
+    time, ``relu(x * w1[w] + b1[w])``, its product with ``w2[:, w]`` added
+    in order of `w` after the first (so the same bits for any tiling, and
+    the C core's); ``b2`` last.  Per element of `x` it holds ``2 heads +
+    1`` float64, whatever the width."""
+    hidden = np.empty(x.shape, np.float64)
+    out = np.empty((w2.shape[0],) + x.shape, np.float64)
+    term = np.empty_like(out)
+    for w in range(w2.shape[1]):
+        np.multiply(x, w1[w], out=hidden)
+        hidden += b1[w]
+        np.maximum(hidden, 0.0, out=hidden)
+        np.multiply(hidden, w2[:, w, None, None], out=out if w == 0 else term)
+        if w:
+            out += term
+    out += b2[:, None, None]
+    return out
 
 
 def fire_by_distance(delta, w1, b1, w2, b2, c, threshold, eps):
@@ -470,13 +484,13 @@ def fire_by_distance(delta, w1, b1, w2, b2, c, threshold, eps):
     `delta[0]`, the ``qpos`` of a query at or before `threshold`): float64
     (heads, len(delta)), made by :func:`fire_inputs` and :func:`fire_tile`
     in tiles, each value the bits the query's row would hold."""
-    n_heads, width = w2.shape
+    n_heads = w2.shape[0]
     values = np.empty((n_heads, delta.size))
     qpos = delta[:1]
     keys = qpos - delta  # 0, 1, 2, ...: exact
-    for _, cols in tiles(1, delta.size, width + n_heads):
+    for _, cols in tiles(1, delta.size, 2 * n_heads + 1):
         x = fire_inputs(qpos, keys[cols], c, threshold, eps)[0]
-        values[:, cols] = fire_tile(x, w1, b1, w2, b2)[0][:, 0]
+        values[:, cols] = fire_tile(x, w1, b1, w2, b2)[:, 0]
     return values
 
 

@@ -567,4 +567,4 @@ def vision_position_ids(grids, *, spatial_merge_size=1, convention="qwen2_vl"):
         parts.append(np.tile(np.stack([rows, cols]), (1, t)))
     if not parts:
         return np.zeros((2, 0), np.int64)
-    return np.concatenate(parts, axis=1).astype(np.int64)
+    return np.concatenate(parts, axis=1).astype(np.int64, copy=False)

@@ -456,6 +456,16 @@ SIZE_ROWS = [
     ("relative_positions", lambda: posenc.relative_positions(2**20, 2**21), "q_len and k_len"),
     ("relative_position_bucket", lambda: posenc.relative_position_bucket(
         np.broadcast_to(np.int64(1), (BIG,))), "relative_position"),
+    # counts that set work in Python or per element, whatever the result's size
+    ("irope_layers layers", lambda: posenc.irope_layers({"num_hidden_layers": BIG}),
+     "num_hidden_layers"),
+    ("irope_layers moe_layers", lambda: posenc.irope_layers(
+        {"num_hidden_layers": 4, "moe_layers": range(BIG)}), "moe_layers"),
+    ("randomized batch", lambda: posenc.randomized_position_ids(0, 4, batch=BIG), "batch"),
+    ("pose batch", lambda: posenc.pose_position_ids(1, 4, batch=BIG), "batch"),
+    ("sandwich_bias dim", lambda: posenc.sandwich_bias(1, 2, dim=BIG), "dim"),
+    ("chunked_causal_mask", lambda: posenc.chunked_causal_mask(2, BIG, chunk_size=4),
+     "q_len and k_len"),
 ]  # fmt: skip
 
 

@@ -423,7 +423,7 @@ def test_fire_rows_before_the_threshold_equal_the_rows_made_one_by_one(q_offset)
     qpos = q_offset + np.arange(6.0)
     for i in range(6):  # each row on its own, through the per-pair path
         x = fb.fire_inputs(qpos[i : i + 1], np.arange(13.0), p["c"], p["threshold"], 1e-6)[0]
-        row = fb.fire_tile(x, p["w1"][:, 0], p["b1"], p["w2"], p["b2"])[0][:, 0]
+        row = fb.fire_tile(x, p["w1"][:, 0], p["b1"], p["w2"], p["b2"])[:, 0]
         assert_same_bits(got[:, i], row)
 
 
@@ -469,7 +469,7 @@ def _fire_tiles(p, q, k, q_offset, causal, eps=1e-6):
     keys = np.arange(k, dtype=np.float64)
     x = fb.fire_inputs(qpos, keys, p["c"], p["threshold"], eps)[0]
     w1 = np.asarray(p["w1"], np.float64).reshape(-1)
-    values = fb.fire_tile(x, w1, p["b1"], p["w2"], p["b2"])[0]
+    values = fb.fire_tile(x, w1, p["b1"], p["w2"], p["b2"])
     if causal:
         values[:, qpos[:, None] < keys[None, :]] = -np.inf
     return values
@@ -1005,3 +1005,41 @@ def test_jax_arrays_in_and_out():
     got = fb.fire_bias(**args, q_len=5)
     want = rf.fire_bias(**p, q_len=5)
     np.testing.assert_allclose(np.asarray(got), want, rtol=1e-6, atol=1e-6)
+
+
+# ---------------------------------------------------------------- work bounded by the arguments
+
+
+def test_sandwich_dim_up_to_65536_and_refused_past_it_naming_dim():
+    # each distance takes dim / 2 cosines whatever the result's size: 2**40
+    # was accepted and did not return
+    for dim in (2**16 + 2, 2**40, 2**63 - 2, np.uint64(2**64 - 2)):
+        with pytest.raises(ValueError, match="dim must be <= 65536"):
+            fb.sandwich_bias(2, 3, dim=dim)
+    dim = 2**16  # the limit: the formula, in float64 NumPy
+    got = fb.sandwich_bias(2, 3, dim=dim, causal=False, dtype=np.float64)
+    w = 10000.0 ** (-2.0 * np.arange(1, dim // 2 + 1) / dim)
+    d = np.subtract.outer(np.arange(3.0), np.arange(3.0))
+    base = np.cos(d[..., None] * w).sum(-1) - dim // 2
+    want = base[None] / (np.arange(1, 3.0) * 8 / 2)[:, None, None]
+    np.testing.assert_allclose(got, want, rtol=0, atol=dim * 2.0**-52 * 8)
+
+
+@pytest.mark.parametrize("width", [8, 4096])
+def test_fire_rows_by_distance_take_tiles_the_width_does_not_shrink(monkeypatch, width):
+    # the MLP one hidden unit at a time over a tile of distances: as many
+    # tiles for 4096 hidden units as for 8 (the tiles shrank with the width,
+    # and a wide MLP made many small ones in Python)
+    p = {**fire_params(np.random.default_rng(9), heads=2, width=width), "threshold": 1e9}
+    calls = []
+    tile = fb.fire_tile
+    monkeypatch.setattr(fb, "fire_tile", lambda x, *a: calls.append(x.size) or tile(x, *a))
+    got = fb.fire_bias(**p, q_len=300, k_len=300, dtype="float64")
+    assert calls == [300]  # one tile: the 300 distances >= 0 (causal)
+    # the values of the rows made one by one, in float64 NumPy (the MLP as torch's Linear)
+    qpos = np.arange(300.0)
+    x = np.log1p(0.3 * np.abs(qpos[:, None] - qpos[None, :])) / (np.log1p(0.3 * 1e9) + 1e-6)
+    hidden = np.maximum(x[..., None] * p["w1"][:, 0] + p["b1"], 0.0)
+    want = np.moveaxis(hidden @ p["w2"].T + p["b2"], -1, 0)
+    want[:, np.triu_indices(300, 1)[0], np.triu_indices(300, 1)[1]] = -np.inf
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12 * width)

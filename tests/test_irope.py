@@ -196,3 +196,105 @@ def test_chunked_mask_bad_input_names_the_argument():
         chunked_causal_mask(4, chunk_size=2, q_offset=-1)
     with pytest.raises(ValueError, match="q_len"):
         chunked_causal_mask(2**40, chunk_size=2)
+
+
+# --- sizes and int64 edges ------------------------------------------------------
+
+
+def test_irope_layers_refuse_more_layers_than_the_limit_naming_the_key():
+    # (2**16 + 1 first: it was made, layer by layer; 2**40 never returned)
+    for layers in (2**16 + 1, 2**40, 2**63 - 1, 2**63, np.int64(2**63 - 1), np.uint64(2**64 - 1)):
+        with pytest.raises(ValueError, match="num_hidden_layers must be <= 65536"):
+            irope_layers({"num_hidden_layers": layers})
+    with pytest.raises(ValueError, match="num_hidden_layers must be >= 1"):
+        irope_layers({"num_hidden_layers": -(2**63)})
+    with pytest.raises(TypeError, match="num_hidden_layers"):
+        irope_layers({"num_hidden_layers": np.True_})
+    # the limit itself: every fourth layer NoPE, as the twin makes them
+    got = irope_layers({"num_hidden_layers": 2**16})
+    flags, nope = reference.irope_rope_layers(2**16, None, 4)
+    assert list(got.rope) == flags and list(got.nope_layers) == nope and len(nope) == 2**14
+
+
+class _Flags:
+    """A no_rope_layers that says it is 2**62 long and holds the flags of
+    `first`: reading past them is an error."""
+
+    def __init__(self, first):
+        self.first = first
+
+    def __len__(self):
+        return 2**62
+
+    def __iter__(self):
+        yield from self.first
+        raise AssertionError("read past num_hidden_layers")
+
+
+def test_irope_layers_read_no_more_entries_than_the_layers():
+    layer_types = ["chunked_attention"] * 3 + ["full_attention"]
+    got = irope_layers(
+        {"num_hidden_layers": 4, "no_rope_layers": _Flags([1, 1, 1, 0]), "layer_types": layer_types}
+    )
+    assert got.nope_layers == (3,) and got.layer_types == tuple(layer_types)
+
+
+def test_irope_layers_refuse_a_moe_layers_list_longer_than_the_limit():
+    for listed in (range(2**16 + 1), range(2**62)):
+        with pytest.raises(ValueError, match="moe_layers must list at most 65536"):
+            irope_layers({"num_hidden_layers": 4, "moe_layers": listed})
+    with pytest.raises(TypeError, match="moe_layers"):
+        irope_layers({"num_hidden_layers": 4, "moe_layers": 3})
+    # indices past the layers are not MoE layers, as transformers' `layer_idx in moe_layers`
+    got = irope_layers({"num_hidden_layers": 4, "moe_layers": [1, 2**63, -(2**63), 2**70]})
+    assert got.moe == (False, True, False, False)
+
+
+@pytest.mark.parametrize("chunk,q_len,k_len", [(2, 200, 200), (50, 100, 100)])
+def test_chunked_mask_counts_the_mask_and_its_temporary_against_memory(
+    monkeypatch, chunk, q_len, k_len
+):
+    # many small chunks (element by element) and a few (triangles): two (q, k) bool arrays
+    from posenc import _validate
+
+    need = 2 * q_len * k_len
+    monkeypatch.setattr(_validate, "memory_limit", lambda: (need - 1, "a small machine"))
+    with pytest.raises(ValueError, match="q_len and k_len: 2 arrays of shape"):
+        chunked_causal_mask(q_len, k_len, chunk_size=chunk)
+    monkeypatch.setattr(_validate, "memory_limit", lambda: (need, "a small machine"))
+    got = chunked_causal_mask(q_len, k_len, chunk_size=chunk)
+    np.testing.assert_array_equal(got, reference.chunked_causal_mask(q_len, k_len, chunk, 0))
+
+
+CAUSAL4 = np.tri(4, dtype=bool)
+
+
+@pytest.mark.parametrize(
+    "kwargs, want",
+    [
+        # one chunk larger than any position: the causal mask
+        (dict(q_len=4, chunk_size=2**63 - 1), CAUSAL4),
+        (dict(q_len=4, chunk_size=2**63), CAUSAL4),
+        (dict(q_len=4, chunk_size=np.uint64(2**64 - 1)), CAUSAL4),
+        # queries at 2**63 - 1 and 2**63: in chunk 0 of 2**64 with keys 0..3, seeing them all
+        (dict(q_len=2, k_len=4, chunk_size=2**64, q_offset=2**63 - 1), np.ones((2, 4), bool)),
+        # ... and in chunks far past the keys' with chunks of 2: none
+        (
+            dict(q_len=2, k_len=4, chunk_size=2, q_offset=np.int64(2**63 - 1)),
+            np.zeros((2, 4), bool),
+        ),
+    ],
+)
+def test_chunked_mask_at_the_int64_edges_by_hand(kwargs, want):
+    np.testing.assert_array_equal(chunked_causal_mask(**kwargs), want)
+
+
+def test_chunked_mask_integer_arguments_refused_by_name():
+    for name in ("q_len", "k_len", "chunk_size", "q_offset"):
+        kwargs = {"q_len": 2, "k_len": 4, "chunk_size": 2, "q_offset": 0}
+        with pytest.raises(TypeError, match=name):
+            chunked_causal_mask(**{**kwargs, name: True})
+        with pytest.raises(ValueError, match=f"{name} must be >= "):
+            chunked_causal_mask(**{**kwargs, name: -(2**63)})
+    with pytest.raises(ValueError, match="q_len and k_len"):
+        chunked_causal_mask(2, 2**63, chunk_size=2)

@@ -143,3 +143,94 @@ BAD_INPUTS = [
 def test_bad_input_names_the_argument(sampler, args, kwargs, error, match):
     with pytest.raises(error, match=match):
         sampler(*args, **kwargs)
+
+
+# --- integer arguments at int64's edges ------------------------------------------
+#
+# Every integer argument takes Python and NumPy integers of any size: a value
+# the sampler can draw from is drawn (the twin's row the witness), any other
+# is a ValueError naming the argument and its bound, a bool a TypeError.
+
+I64 = 2**63 - 1
+EDGE_ROWS = [
+    # (sampler, argument, value, expected: "ok" or (exception, words))
+    ("randomized", "n", I64, (ValueError, "n must be <= max_len")),
+    ("randomized", "n", 2**63, (ValueError, "n must be <= max_len")),
+    ("randomized", "n", np.uint64(2**64 - 1), (ValueError, "n must be <= max_len")),
+    ("randomized", "n", -(2**63), (ValueError, "n must be >= 0")),
+    ("randomized", "n", np.int8(-1), (ValueError, "n must be >= 0")),
+    ("randomized", "n", True, (TypeError, "n must be an integer")),
+    ("randomized", "max_len", I64, "ok"),
+    ("randomized", "max_len", np.int64(I64), "ok"),
+    ("randomized", "max_len", 2**63, (ValueError, r"max_len must be <= 2\*\*63 - 1")),
+    ("randomized", "max_len", np.uint64(2**63), (ValueError, r"max_len must be <= 2\*\*63 - 1")),
+    ("randomized", "max_len", 2**64, (ValueError, r"max_len must be <= 2\*\*63 - 1")),
+    ("randomized", "max_len", -(2**63), (ValueError, "max_len must be >= 1")),
+    ("randomized", "max_len", np.True_, (TypeError, "max_len must be an integer")),
+    ("randomized", "batch", I64, (ValueError, "batch must be <= 65536")),
+    ("randomized", "batch", 2**63, (ValueError, "batch must be <= 65536")),
+    ("randomized", "batch", np.uint64(2**64 - 1), (ValueError, "batch must be <= 65536")),
+    ("randomized", "batch", -(2**63), (ValueError, "batch must be >= 1")),
+    ("randomized", "batch", True, (TypeError, "batch must be an integer")),
+    ("randomized", "seed", I64, "ok"),
+    ("randomized", "seed", 2**64, "ok"),
+    ("randomized", "seed", np.uint64(2**64 - 1), "ok"),
+    ("randomized", "seed", -(2**63), (ValueError, "seed must be >= 0")),
+    ("randomized", "seed", np.int8(-1), (ValueError, "seed must be >= 0")),
+    ("randomized", "seed", True, (TypeError, "seed must be an integer")),
+    ("pose", "n", I64, (ValueError, "n must be <= target_len")),
+    ("pose", "n", np.uint64(2**64 - 1), (ValueError, "n must be <= target_len")),
+    ("pose", "n", -(2**63), (ValueError, "n must be >= 1")),
+    ("pose", "n", np.bool_(False), (TypeError, "n must be an integer")),
+    ("pose", "target_len", I64, "ok"),
+    ("pose", "target_len", 2**63, "ok"),  # the largest id is 2**63 - 1
+    ("pose", "target_len", np.uint64(2**63), "ok"),
+    ("pose", "target_len", 2**63 + 1, (ValueError, r"target_len must be <= 2\*\*63")),
+    ("pose", "target_len", 2**64, (ValueError, r"target_len must be <= 2\*\*63")),
+    ("pose", "target_len", np.uint64(2**64 - 1), (ValueError, r"target_len must be <= 2\*\*63")),
+    ("pose", "target_len", -(2**63), (ValueError, "target_len must be >= 1")),
+    ("pose", "target_len", True, (TypeError, "target_len must be an integer")),
+    ("pose", "batch", 2**63, (ValueError, "batch must be <= 65536")),
+    ("pose", "batch", np.int64(-(2**63)), (ValueError, "batch must be >= 1")),
+    ("pose", "seed", 2**63, "ok"),
+    ("pose", "seed", np.int16(-5), (ValueError, "seed must be >= 0")),
+]
+EDGE_BASE = {"randomized": {"n": 3, "max_len": 10}, "pose": {"n": 3, "target_len": 10}}
+
+
+@pytest.mark.parametrize(
+    "sampler, name, value, expected",
+    EDGE_ROWS,
+    ids=[f"{s}-{n}-{type(v).__name__}({int(v)})" for s, n, v, _ in EDGE_ROWS],
+)
+def test_integer_arguments_at_the_int64_edges(sampler, name, value, expected):
+    kwargs = {**EDGE_BASE[sampler], "seed": 7, name: value}
+    function = {"randomized": randomized_position_ids, "pose": pose_position_ids}[sampler]
+    if expected != "ok":
+        error, words = expected
+        with pytest.raises(error, match=words):
+            function(**kwargs)
+        return
+    got = function(**kwargs)
+    args = {k: int(v) for k, v in kwargs.items() if k != "seed"}
+    twin = getattr(reference, f"{sampler}_position_ids")
+    want = twin(*args.values(), np.random.default_rng(int(kwargs["seed"])))
+    assert got.dtype == np.int64
+    np.testing.assert_array_equal(got, want)
+    limit = args.get("max_len", args.get("target_len"))
+    assert 0 <= got.min() and got.max() <= limit - 1
+
+
+def test_a_batch_past_the_limit_is_drawn_in_calls_that_continue_one_generator():
+    # the rows of batch=6 are those of two calls of 3 with one Generator
+    whole = pose_position_ids(5, 40, batch=6, seed=np.random.default_rng(2))
+    rng = np.random.default_rng(2)
+    parts = [pose_position_ids(5, 40, batch=3, seed=rng) for _ in range(2)]
+    np.testing.assert_array_equal(whole, np.concatenate(parts))
+    with pytest.raises(ValueError, match="batch must be <= 65536"):
+        randomized_position_ids(0, 5, batch=2**16 + 1)
+    # a batch of ids too large for memory names both of its sizes
+    with pytest.raises(ValueError, match="batch and n: "):
+        randomized_position_ids(2**40, 2**41, batch=60000)
+    with pytest.raises(ValueError, match="^n: "):
+        randomized_position_ids(2**60, 2**61)
