@@ -587,10 +587,48 @@ def test_values_out_of_range_raise_a_clear_error(call, exc, words):
         call()
 
 
+# the position helpers' integer arguments at int64's edges, as Python and
+# NumPy integers: a bound named, a bool a TypeError (the samplers' and the
+# chunked mask's are in test_samplers.py and test_irope.py)
+HELPER_INT_ROWS = [
+    ("start 2**63", lambda v: posenc.positions_from_cu_seqlens([0, 2], start=v), 2**63,
+     ValueError, "start"),
+    ("start uint64 max", lambda v: posenc.positions_from_cu_seqlens([0, 2], start=v),
+     np.uint64(2**64 - 1), ValueError, "start"),
+    ("start bool", lambda v: posenc.positions_from_cu_seqlens([0, 2], start=v), np.True_,
+     TypeError, "start must be an integer"),
+    ("mrope merge int64 max", lambda v: posenc.mrope_position_ids([0, 0], spatial_merge_size=v),
+     np.int64(INT64_MAX), ValueError, "spatial_merge_size must be <="),
+    ("mrope merge int64 min", lambda v: posenc.mrope_position_ids([0, 0], spatial_merge_size=v),
+     np.int64(-(2**63)), ValueError, "spatial_merge_size must be >= 1"),
+    ("mrope merge bool", lambda v: posenc.mrope_position_ids([0, 0], spatial_merge_size=v), True,
+     TypeError, "spatial_merge_size must be an integer"),
+    ("vision merge uint64", lambda v: posenc.vision_position_ids([1, 2, 2], spatial_merge_size=v),
+     np.uint64(2**63), ValueError, "spatial_merge_size must be <="),
+    ("vision merge bool", lambda v: posenc.vision_position_ids([1, 2, 2], spatial_merge_size=v),
+     np.False_, TypeError, "spatial_merge_size must be an integer"),
+    ("vision llama4 2**63", lambda v: posenc.vision_position_ids(v, convention="llama4"), 2**63,
+     ValueError, "grids must hold integers within int64"),
+    ("vision llama4 int64 min", lambda v: posenc.vision_position_ids(v, convention="llama4"),
+     np.int64(-(2**63)), ValueError, "grids must hold sizes >= 1"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "call, value, exc, words", [r[1:] for r in HELPER_INT_ROWS], ids=[r[0] for r in HELPER_INT_ROWS]
+)
+def test_position_helpers_refuse_integers_past_their_range_by_name(call, value, exc, words):
+    with pytest.raises(exc, match=words):
+        call(value)
+
+
 def test_edges_of_the_ranges_are_computed():
     # the last position that fits int64, by hand
     got = posenc.positions_from_cu_seqlens([0, 2, 3], start=INT64_MAX - 1)
     assert got.tolist() == [INT64_MAX - 1, INT64_MAX, INT64_MAX - 1]
+    # ... and the first, as a NumPy integer
+    got = posenc.positions_from_cu_seqlens([0, 2, 3], start=np.int64(-(2**63)))
+    assert got.tolist() == [-(2**63), -(2**63) + 1, -(2**63)]
     # position 0 and -0.0 give Llama 4's factor 1, 8191 the first step: 1 + 0.1 log 2
     got = posenc.attention_temperature([0.0, -0.0, 8190, 8191])
     np.testing.assert_array_equal(got, [1.0, 1.0, 1.0, 1.0 + 0.1 * np.log(2.0)])
