@@ -13,7 +13,11 @@ three rows of different positions, and in generate() with its KV cache.
 import warnings
 
 import pytest
-from test_hf_patch import VOCAB, _inputs, _logits, _patch_quietly, hf, tf  # noqa: F401
+import test_hf_patch
+from test_hf_patch import VOCAB, _inputs, _logits, _patch_quietly
+
+# test_hf_patch's fixtures: transformers (quiet) and posenc.hf
+tf, hf = test_hf_patch.tf, test_hf_patch.hf
 
 # (config class, model class, the text config's rope keys); head_dim 16:
 # 8 pairs, whose sections the forms share among the 3 rows
