@@ -922,19 +922,12 @@ class T5RelativeBias(nn.Module):
 
     def forward(self, q_len: int, k_len: Optional[int] = None, q_offset: int = 0) -> torch.Tensor:
         weight = self.weight
-        if weight.device.type == "cpu" and not _FORCE_DEVICE_PATH:
-            out = _bias.t5_bias(
-                weight, q_len, k_len, bidirectional=self.bidirectional,
-                max_distance=self.max_distance, q_offset=q_offset,
-            )  # fmt: skip
-            return out[None]
-        # another device: the buckets of the distances from posenc (on the
-        # CPU), the gather and its gradient torch's own ops there; the same
-        # checks as t5_bias's
+        # t5_bias's checks, made here for both paths (and before its
+        # operator sees a size it cannot hold)
         _float_tensor(weight, "weight")
         if weight.ndim != 2 or weight.shape[0] < 2 or weight.shape[1] < 1:
             raise ValueError(
-                "table must have num_buckets >= 2 rows and at least one column (head), "
+                "weight must have num_buckets >= 2 rows and at least one column (head), "
                 f"not shape {tuple(weight.shape)}"
             )
         bidirectional = _validate.flag(self.bidirectional, "bidirectional")
@@ -946,6 +939,14 @@ class T5RelativeBias(nn.Module):
         _validate.shape_size(
             (weight.shape[1], q_len, k_len), _BIAS._T5_SIZES, weight.element_size()
         )
+        if weight.device.type == "cpu" and not _FORCE_DEVICE_PATH:
+            out = _bias.t5_bias(
+                weight, q_len, k_len, bidirectional=bidirectional, max_distance=max_distance,
+                q_offset=q_offset,
+            )  # fmt: skip
+            return out[None]
+        # another device: the buckets of the distances from posenc (on the
+        # CPU), the gather and its gradient torch's own ops there
         key = (num_buckets, bidirectional, max_distance, q_len, k_len, q_offset, weight.device)
         buckets = self._bucket_cache.get(key)
         if buckets is None:
