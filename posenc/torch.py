@@ -94,6 +94,15 @@ def _float_tensor(value: Any, name: str) -> torch.Tensor:
     return t
 
 
+def _real(value: Any, name: str) -> float:
+    """A finite positive real, by name (an int past float's range is refused
+    as such)."""
+    try:
+        return float(_validate.real(value, name, positive=True))
+    except OverflowError as exc:
+        raise ValueError(f"{name} must be finite, got an integer past float64's range") from exc
+
+
 def _config_value(config: Any, key: str) -> Any:
     if isinstance(config, dict):
         return config.get(key)
@@ -381,7 +390,7 @@ class RotaryEmbedding(nn.Module):
         if head_dim is None:
             head_dim = _head_dim_of(config)
         self.head_dim = _validate.even_dim(head_dim, "head_dim")
-        self.base = _validate.real(base, "base", positive=True)
+        self.base = _real(base, "base")
         self.layout = _validate.choice(layout, "layout", ("half", "interleaved"))
         if layer_type is not None and not isinstance(layer_type, str):
             raise TypeError(f"layer_type must be a string, not {type(layer_type).__name__}")
@@ -559,7 +568,9 @@ class RotaryEmbedding(nn.Module):
             ids = self._rows(reading, ids)
         shape = tuple(ids.shape[1:] if reading.rows > 1 else ids.shape) + (reading.rotary_dim,)
         if device.type == "meta" or ids.device.type == "meta":
-            # no values to read: the tables' shape and dtype
+            # the tables' shape and dtype (the ids checked where they have values)
+            if ids.device.type != "meta" and ids.numel() and int(ids.min()) < 0:
+                raise ValueError(f"position_ids must be >= 0, got {int(ids.min())}")
             empty = torch.empty(shape, dtype=dtype, device="meta")
             return empty, torch.empty_like(empty)
         if torch.compiler.is_compiling():
@@ -770,7 +781,7 @@ class ALiBi(nn.Module):
     ) -> None:
         super().__init__()
         n_heads = _validate.integer(n_heads, "n_heads", minimum=1)
-        max_bias = _validate.real(max_bias, "max_bias", positive=True)
+        max_bias = _real(max_bias, "max_bias")
         if slopes is None:
             values = _bias.alibi_slopes(n_heads, max_bias=max_bias)
         else:
@@ -1103,6 +1114,8 @@ class DebertaRelativeBias(nn.Module):
     ) -> Any:
         from . import relative
 
+        if scale_factor is not None:
+            scale_factor = _real(scale_factor, "scale_factor")
         for name, t in (("q", q), ("k", k), ("pos_key", pos_key), ("pos_query", pos_query)):
             if t is not None or name in ("q", "k"):
                 _float_tensor(t, name)
