@@ -305,10 +305,10 @@ _BREAK_CONFIG = {
 }
 
 
-def gen_rotary_config(torch, rng, pt, tf):
+def gen_rotary_config(torch, rng, pt, tf, configs):
     if tf is None:
         return gen_rotary(torch, rng, pt)
-    label, make, module_class, rows, refused = _pick(rng, _configs(tf))
+    label, make, module_class, rows, refused = _pick(rng, configs)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         config = make()
@@ -892,6 +892,8 @@ def run(seconds: float, seed: int, fails) -> dict:
         tf.logging.set_verbosity_error()
     except ImportError:  # pragma: no cover - depends on the machine
         tf = None
+    # transformers' modules imported before the clock starts
+    configs = _configs(tf) if tf is not None else []
     rng = np.random.default_rng(seed)
     counts: dict = {}
     names = sorted(GENERATORS)
@@ -904,7 +906,7 @@ def run(seconds: float, seed: int, fails) -> dict:
         generate = GENERATORS[name]
         try:
             if generate is gen_rotary_config:
-                case = generate(torch, rng, pt, tf)
+                case = generate(torch, rng, pt, tf, configs)
             else:
                 case = generate(torch, rng, pt)
         except Exception as exc:  # noqa: BLE001 - the fuzzer's own fault, reported as such
