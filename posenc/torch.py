@@ -423,7 +423,11 @@ class RotaryEmbedding(nn.Module):
         """posenc's cos and sin of `positions` (on the CPU, ids flat or in
         rows), ``positions.shape (without the rows) + (rotary_dim,)``."""
         np_dtype = _NUMPY_FLOATS.get(dtype)
-        if np_dtype is not None and type(positions) is torch.Tensor:
+        if (
+            np_dtype is not None
+            and type(positions) is torch.Tensor
+            and not torch.compiler.is_compiling()
+        ):
             # NumPy in and out: a decoding step without the dispatcher's cost
             cos, sin = _rope.rope_cos_sin(
                 positions.numpy(), self.head_dim, dtype=np_dtype, seq_len=seq_len, **kwargs
@@ -947,9 +951,10 @@ class T5RelativeBias(nn.Module):
         )
         q_len, k_len = _BIAS._lengths(q_len, k_len)
         q_offset = _BIAS._offset(q_offset)
-        _validate.shape_size(
-            (weight.shape[1], q_len, k_len), _BIAS._T5_SIZES, weight.element_size()
-        )
+        if not torch.compiler.is_compiling():  # (t5_bias's operator checks it there)
+            _validate.shape_size(
+                (weight.shape[1], q_len, k_len), _BIAS._T5_SIZES, weight.element_size()
+            )
         if weight.device.type == "cpu" and not _FORCE_DEVICE_PATH:
             out = _bias.t5_bias(
                 weight, q_len, k_len, bidirectional=bidirectional, max_distance=max_distance,

@@ -566,3 +566,20 @@ def test_xl_position_term_takes_the_uni_table_with_causal():
     got = term(q, r, k_len=k_len, q_offset=2, causal=True)
     want_00 = float((qn[0, 0, 0] + vn[0]) @ rn[k_len, 0, 0])  # distance 0: row k_len
     assert float(got[0, 0, 0, 2].detach()) == pytest.approx(want_00, rel=1e-12)
+
+
+def test_rotary_under_torch_compile_gives_the_eager_tables():
+    config = {"rope_type": "default", "mrope_section": [2, 3, 3], "mrope_interleaved": False}
+    plain, mrope = pt.RotaryEmbedding(16), pt.RotaryEmbedding(16, config=config)
+    x = torch.zeros(1)
+    ids = torch.tensor([[0, 3, 9, 5000]])
+    rows = torch.stack([ids, ids // 2, ids % 5])
+
+    def tables(ids, rows):
+        return plain(x, ids), mrope(x, rows), mrope(x, ids)  # (batch, seq): every row
+
+    compiled = torch.compile(tables, fullgraph=True, dynamic=False)
+    got, want = compiled(ids, rows), tables(ids, rows)
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+    c, _ = want[2]  # the same positions in every row: the plain tables
+    torch.testing.assert_close(c, want[0][0], rtol=0, atol=0)
