@@ -358,7 +358,8 @@ class RotaryEmbedding(nn.Module):
     computed; a table stays within ``_TABLE_BYTES`` (8 MiB), the module
     keeps at most ``_CACHE_ENTRIES`` (8) of them and ``_CACHE_BYTES`` (32
     MiB) in all, and positions past a table are computed for the ids given
-    alone (a step at position ``10**7`` costs what one at 10 does).
+    alone: a step at position ``10**7`` makes no table, and takes tens of
+    microseconds, as one at 10 does.
     M-RoPE's tables are computed for the ids given.  ``dynamic`` NTK keeps
     transformers' state (the frequencies grown for the longest call until a
     call within the trained length resets them) and switches where
