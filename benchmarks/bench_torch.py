@@ -1,4 +1,5 @@
-"""posenc called on torch tensors: decoding, torch.compile, autograd."""
+"""posenc called on torch tensors: decoding, torch.compile, autograd, and
+posenc.torch's RotaryEmbedding stepping at near and far positions."""
 
 from __future__ import annotations
 
@@ -9,6 +10,69 @@ from baselines_torch import _hf_rope_step, _hf_t5_bias
 from common import Case, copyto_of, have_transformers, torch
 
 import posenc
+
+
+def _peak_mib(fn):
+    """The peak resident memory `fn()` adds, in MiB (Linux: the high-water
+    mark reset through /proc/self/clear_refs first), or None elsewhere."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:  # pragma: no cover - depends on the machine
+        return None
+
+    def status(key):
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(key):
+                    return int(line.split()[1]) / 1024  # kB
+        return None
+
+    before = status("VmRSS:")
+    fn()
+    peak = status("VmHWM:")
+    return None if before is None or peak is None else max(0.0, peak - before)
+
+
+def _rotary_step_cases():
+    """One decoding step of posenc.torch.RotaryEmbedding(128) at position 10
+    and at 10**7: the time of a step after a first one (the tables a module
+    keeps looked up, or the ids past them computed alone), and the peak
+    memory of the first step of a new module; torch: transformers'
+    LlamaRotaryEmbedding at the same position."""
+    import posenc.torch as pt
+
+    x = torch.zeros(1, 1, 128)
+    cases = []
+    for position in (10, 10**7):
+        ids = torch.tensor([[position]])
+        module = pt.RotaryEmbedding(128)
+        module(x, ids)
+        peak = _peak_mib(lambda ids=ids: pt.RotaryEmbedding(128)(x, ids))
+        theirs = None
+        if have_transformers():
+            from transformers import LlamaConfig
+            from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
+
+            hf = LlamaRotaryEmbedding(LlamaConfig(hidden_size=4096, num_attention_heads=32))
+
+            def theirs(hf=hf, ids=ids):
+                with torch.no_grad():
+                    return hf(x, ids)
+
+        peak_text = "—" if peak is None else f"{peak:.1f} MiB"
+        cases.append(
+            Case(
+                name=f"RotaryEmbedding(128) decoding step at position {position:.0e} float32",
+                nbytes=2 * 128 * 4,
+                posenc=lambda module=module, ids=ids: module(x, ids),
+                torch=theirs,
+                note=f"peak memory of a new module's first step: {peak_text}; torch: "
+                "transformers' LlamaRotaryEmbedding",
+                extra={"peak_mib": peak, "position": position},
+            )
+        )
+    return cases
 
 
 def torch_cases(quick):
@@ -126,4 +190,5 @@ def torch_cases(quick):
             note="backward: posenc a scatter-add by bucket; torch embedding's backward",
         )
     )
+    cases.extend(_rotary_step_cases())
     return cases

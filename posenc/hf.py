@@ -141,9 +141,16 @@ def _probe_rotary(
     original: Any, layer_type: Optional[str], torch: Any
 ) -> Tuple[Any, Any, Any, Any]:
     """(x, position ids, cos, sin) of a copy of `original` on the probe
-    positions (the model's own module keeps its state)."""
+    positions (the model's own module keeps its state): three rows of
+    different positions for an M-RoPE module (one holding ``mrope_section``,
+    its config's or its class's own), so that the rows' sections are
+    checked; on the CPU, from a module built anew from its config, for one
+    on the meta device (which has no values to compare)."""
     inv_freq = _inv_freq(original, layer_type)
     device = inv_freq.device
+    on_meta = device.type == "meta"
+    if on_meta:
+        device = torch.device("cpu")
     # the probe's dtype: float64 where the module holds float64 (to see what
     # transformers makes of a float64 model), float32 otherwise
     dtype = torch.float64 if inv_freq.dtype == torch.float64 else torch.float32
@@ -152,9 +159,23 @@ def _probe_rotary(
     params = getattr(original.config, "rope_parameters", None) or {}
     if layer_type is not None and isinstance(params, dict):
         params = params.get(layer_type) or {}
-    if isinstance(params, dict) and params.get("mrope_section") is not None:
+    sections = getattr(original, "mrope_section", None)
+    if isinstance(sections, dict):
+        sections = sections.get(layer_type)
+    if sections is not None or (isinstance(params, dict) and params.get("mrope_section")):
         ids = torch.stack([ids, ids // 4, ids % 7])
-    twin = copy.deepcopy(original)
+    if on_meta:
+        try:
+            with torch.device("cpu"):
+                twin = type(original)(original.config)
+        except Exception as exc:  # a module not built from its config alone
+            raise ValueError(
+                "it is on the meta device (no values to check posenc's tables against), and "
+                f"building it anew on the CPU from its config failed ({type(exc).__name__}: "
+                f"{exc}); patch the model once its weights are loaded"
+            ) from exc
+    else:
+        twin = copy.deepcopy(original)
     kwargs = {} if layer_type is None else {"layer_type": layer_type}
     try:
         with torch.no_grad():
@@ -187,11 +208,17 @@ def _rotary_replacement(
     candidates = [
         (d, lay) for lay in ("half", "interleaved") for d in _head_dims(config, layer_types[0])
     ]
+    # M-RoPE's sections as the module holds them: its config's, or its
+    # class's own where the config states none (Qwen2-VL's [16, 24, 24])
+    sections = getattr(original, "mrope_section", None)
+    given = list(sections) if isinstance(sections, (list, tuple)) else None
     for dim, layout in candidates:
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                module = RotaryEmbedding(dim, config=config, layer_type=None, layout=layout)
+                module = RotaryEmbedding(
+                    dim, config=config, layer_type=None, layout=layout, mrope_section=given
+                )
         except (TypeError, ValueError) as exc:
             problems.append(f"head_dim {dim} ({layout}): {exc}")
             continue
