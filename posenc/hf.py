@@ -90,6 +90,9 @@ class _Change:
 
     def undo(self) -> None:
         if self.module:
+            # the module back in its place with the flag its replacement has
+            # there now (a model.train() or .eval() while patched set that one)
+            self.before.training = getattr(self.obj, self.attr).training
             setattr(self.obj, self.attr, self.before)
         elif self.had:
             self.obj.__dict__[self.attr] = self.before
@@ -1017,6 +1020,29 @@ def _carry_growth(module: Any, original: Any, layer_types: List[Optional[str]], 
             module._grown[layer_type] = cached
 
 
+def _rounding_apart_only(name: str, original: Any, replacement: Any, torch: Any) -> None:
+    """A ValueError if a rotary module holding float32 or float64
+    frequencies is further from posenc's reading of its config than
+    float32's rounding puts it (1e-4 on the probe): a module that does not
+    follow its config as it is now (edited after the model was built), which
+    transformers keeps on computing as built."""
+    layer_types = _rotary_layer_types(original)
+    inv = _inv_freq(original, layer_types[0]) if layer_types else None
+    if inv is None or inv.dtype not in (torch.float32, torch.float64):
+        return  # bfloat16 and float16 frequencies: far apart, said in the warning
+    for layer_type in layer_types:
+        x, ids, cos, sin = _probe_rotary(original, layer_type, torch)
+        mine = _quietly(replacement, x, ids, layer_type=layer_type)
+        worst = max(_max_diff(mine[0], cos), _max_diff(mine[1], sin))
+        if worst > 1e-4:
+            raise ValueError(
+                f"{name} ({type(original).__name__}): its tables differ from posenc's reading "
+                f"of its config by {worst:.3g} at positions 0..{_PROBE - 1}, more than float32's "
+                "rounding: the module does not follow its config as it is now (a config edited "
+                "after the model was built?)"
+            )
+
+
 def _is_sincos_table(module: Any) -> bool:
     """GPT-J's and CodeGen's rotary module: one table of sin and cos
     (``embed_positions``) looked up by position."""
@@ -1129,6 +1155,7 @@ def _plan(model: Any, torch: Any, exact: bool) -> Tuple[List[_Change], List[str]
             if replacement is None:
                 kept.append(what)
                 continue
+            _rounding_apart_only(name or cls, module, replacement, torch)
             if getattr(replacement, "config", None) is not None:
                 # the tables of the config as it is now, as transformers' module
                 # holds its frequencies (a config edited later moves neither)
