@@ -716,6 +716,16 @@ def test_patch_leaves_every_training_flag_as_it_was(tf, hf, name):
     assert {n: m.training for n, m in model.named_modules()} == flags
 
 
+def test_a_module_put_back_takes_the_flag_set_while_patched(tf, hf):
+    model = _build(tf, "llama")  # eval
+    original = model.model.rotary_emb
+    hf.patch(model)
+    model.train()  # the replacement in train mode, with the rest
+    hf.unpatch(model)
+    assert model.model.rotary_emb is original
+    assert all(m.training for m in model.modules())
+
+
 def test_a_refused_xlnet_patch_leaves_every_training_flag_as_it_was(tf, hf):
     model = _build(tf, "xlnet").train()
     model.transformer.layer[0].rel_attn.dropout.eval()
@@ -836,6 +846,17 @@ def test_a_config_edited_after_patch_moves_neither_model(tf, hf, name):
     assert float((got - want).abs().max()) <= 1e-5 * float(want.abs().max())
     hf.unpatch(model)
     assert torch.equal(_logits(model, inputs), want)
+
+
+def test_a_rotary_module_apart_from_its_config_is_refused(tf, hf):
+    # llama3's scaled frequencies move little at positions 0..15: a theta
+    # edited after the model was built stays within any looser check there
+    model = _build(tf, "llama3")
+    model.config.rope_parameters["rope_theta"] *= 3
+    with pytest.raises(ValueError, match=r"model.rotary_emb \(LlamaRotaryEmbedding\): its tables "
+                       r"differ .* does not follow its config as it is now"):  # fmt: skip
+        _patch_quietly(hf, model)
+    assert not _holds_posenc(model)
 
 
 # -- every rotary class of transformers ---------------------------------------------------------
