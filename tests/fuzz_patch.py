@@ -120,6 +120,11 @@ def _entries(tf):
         model.model.rotary_emb.original_inv_freq.mul_(1.5)
         return model
 
+    def gptj_tampered(tf):  # a sin/cos table that is not GPT-J's formula's
+        model = of("GPTJConfig", "GPTJForCausalLM", **sincos)(tf)
+        model.transformer.rotary_emb.embed_positions.mul_(1.001)
+        return model
+
     def float64(tf):
         return of("LlamaConfig", "LlamaForCausalLM", **small)(tf).double()
 
@@ -347,6 +352,7 @@ def _entries(tf):
             seq2seq=True,
         ),  # fmt: skip
         Entry("llama_tampered", tampered, supported=False),
+        Entry("gptj_tampered", gptj_tampered, supported=False),
     ]
     return {e.name: e for e in entries}
 

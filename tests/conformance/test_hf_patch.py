@@ -432,6 +432,49 @@ def test_mpt_alibi_of_12_heads_exact_by_default_transformers_rounding_on_request
     hf.unpatch(model)
 
 
+def _mistral_bfloat16_errors(tf, hf, initializer_range):
+    """A one-layer Mistral (hidden 128, 4 heads of 32) reading 1024 tokens at
+    positions 2048..3071 in bfloat16, unpatched and patched: the largest and
+    the mean |logits - float64 logits| of each (the float64 model
+    transformers' own)."""
+    import torch
+
+    config = tf.MistralConfig(
+        vocab_size=512, hidden_size=128, intermediate_size=256, num_hidden_layers=1,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=8192,
+        sliding_window=None, initializer_range=initializer_range,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+    )  # fmt: skip
+    torch.manual_seed(0)
+    base = tf.MistralForCausalLM(config).eval()
+    ids = torch.randint(1, 512, (1, 1024), generator=torch.Generator().manual_seed(1))
+    positions = torch.arange(2048, 3072)[None]
+
+    def logits(model):
+        with torch.no_grad():
+            return model(ids, position_ids=positions, use_cache=False).logits.double()
+
+    want = logits(copy.deepcopy(base).double())
+    bf16 = base.to(torch.bfloat16)
+    unpatched = logits(bf16)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with hf.patched(bf16):
+            patched = logits(bf16)
+    return [(float(d.max()), float(d.mean())) for d in ((unpatched - want).abs(),
+                                                        (patched - want).abs())]  # fmt: skip
+
+
+def test_bfloat16_patched_is_closer_to_float64_over_a_long_context_with_sharp_attention(tf, hf):
+    # sharp attention (weights drawn with a large initializer_range): the
+    # unpatched model's bfloat16 frequencies move its scores by the distance
+    (u_max, u_mean), (p_max, p_mean) = _mistral_bfloat16_errors(tf, hf, 0.2)
+    assert u_max >= 2 * p_max and u_mean >= 2 * p_mean, (u_max, u_mean, p_max, p_mean)
+    # transformers' default weights: nearly uniform attention, the two alike
+    (u_max, u_mean), (p_max, p_mean) = _mistral_bfloat16_errors(tf, hf, 0.02)
+    assert 1 / 1.5 <= u_mean / p_mean <= 1.5 and 1 / 1.5 <= u_max / p_max <= 1.5
+
+
 # -- generate, gradients, compile -------------------------------------------------------
 
 
@@ -810,6 +853,15 @@ def test_gptj_tables_float64_exact_and_exact_false_keeps_transformers_module(tf,
     assert model.transformer.rotary_emb is original
     assert torch.equal(_logits(model, inputs), want)
     hf.unpatch(model)
+
+
+def test_a_gptj_table_apart_from_its_formula_is_refused(tf, hf):
+    model = _build(tf, "gptj")
+    model.transformer.rotary_emb.embed_positions.mul_(1.001)
+    with pytest.raises(ValueError, match=r"transformer.rotary_emb \(GPTJRotaryEmbedding\) is not "
+                       r"supported: .* more than its dtype's rounding"):  # fmt: skip
+        hf.patch(model)
+    assert not _holds_posenc(model)
 
 
 def test_a_part_of_a_patched_model_is_not_patched_again(tf, hf):
