@@ -302,8 +302,12 @@ def test_falcon_alibi_exact_by_default_transformers_rounding_on_request(tf, hf):
     model = _build(tf, "falcon")
     inputs = _inputs(torch, "falcon", length=300)
     want = _logits(model, inputs)
+    signature = inspect.signature(model.transformer.forward)
     with pytest.warns(UserWarning, match=r"Falcon's ALiBi in bfloat16"):
         hf.patch(model)
+    # the instance's own forward: the class's signature, as its bound method's
+    assert "forward" in vars(model.transformer)
+    assert inspect.signature(model.transformer.forward) == signature
     exact_logits = _logits(model, inputs)
     hf.unpatch(model)
     # the bias posenc adds, against float64 slopes times positions written out
@@ -720,6 +724,8 @@ def test_patch_refuses_whole_models_it_cannot_patch(tf, hf):
         hf.patch(bert)
     with pytest.raises(TypeError, match="model must be a torch.nn.Module"):
         hf.patch(object())
+    with pytest.raises(TypeError, match="exact must be a bool, got str"):
+        hf.patch(_build(tf, "bloom"), exact="no")
     model = _build(tf, "llama")
     with pytest.raises(ValueError, match="not patched"):
         hf.unpatch(model)
