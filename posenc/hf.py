@@ -7,26 +7,36 @@ exactly; ``with patched(model): ...`` does both.  What is patched:
 - rotary modules built from transformers' rope init functions (the
   ``*RotaryEmbedding`` modules holding ``inv_freq`` and ``rope_type``, per
   layer type too): replaced by :class:`posenc.torch.RotaryEmbedding` built
-  from the module's own config;
+  from the module's own config as it is when patched (GPT-OSS's, whose
+  tables hold each pair's angle once: the first half of posenc's);
+- GPT-J's and CodeGen's rotary modules (a table of sin and cos, the pairs
+  interleaved): replaced by posenc's tables of the same form;
 - BLOOM's ALiBi (``BloomModel.build_alibi_tensor``), MPT's
   (``MptModel.build_mpt_alibi_tensor``) and Falcon's (the model instance
   gets a ``forward`` of its own: the class's code reading posenc's ALiBi);
-- T5, MT5 and UMT5's relative bias (``compute_bias`` of the attention
-  modules that hold a table);
+- T5, MT5, UMT5 and LongT5's relative bias (``compute_bias`` of the
+  attention modules that hold a table; LongT5's local attention by blocks);
 - DeBERTa-v2 and v3's relative attention (``disentangled_attention_bias``
   of each attention module: c2p and p2c gathered by posenc);
 - XLNet's relative attention (``rel_attn_core`` of each attention module:
   the position term shifted by posenc).
 
 Every replacement is built and checked against the module it replaces (on
-a few positions, before anything is changed); a model posenc cannot patch
-(nothing it knows, or a module whose numbers it would not reproduce) gets a
-ValueError naming what it found and what is supported, and is left as it
-was.  Where transformers computes a quantity less exactly than posenc (a
-bfloat16 ``inv_freq`` after ``model.to(torch.bfloat16)``, angles formed in
-float32 in a float64 model), the patched model is exact, and ``patch``
-says so once with a warning naming the quantity and the size of the
-difference measured on those positions.
+a few positions, before anything is changed, every module's ``training``
+flag left as it was); a model posenc cannot patch (nothing it knows, or a
+module whose numbers it would not reproduce) gets a ValueError naming what
+it found and why, and is left as it was.  Where transformers computes a
+quantity less exactly than posenc (a bfloat16 ``inv_freq`` after
+``model.to(torch.bfloat16)``, angles formed in float32 in a float64 model,
+ALiBi slopes rounded to float32 or bfloat16), the patched model is exact,
+and ``patch`` says so once with a warning naming the quantity and the size
+of the difference measured on those positions; ``patch(model,
+exact=False)`` keeps transformers' rounding instead.
+
+A patched model pickles, saves with ``torch.save`` and deep-copies: the
+copy is patched by itself, and ``unpatch`` restores transformers' code in
+it.  Every replacement is an object of a class of this module holding its
+state as attributes.
 
 transformers is imported only by the functions of this module, when used.
 """
@@ -36,6 +46,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import functools
+import math
 import types
 import warnings
 from typing import Any, Iterator, List, Optional, Tuple
@@ -44,11 +55,13 @@ __all__ = ["SUPPORTED", "patch", "patched", "patched_parts", "unpatch"]
 
 SUPPORTED = (
     "rotary modules built from transformers' rope init functions (Llama, Mistral, Qwen2/3, "
-    "Gemma 1-3, Phi-3, GPT-NeoX, ... : *RotaryEmbedding with inv_freq and rope_type)",
+    "Gemma 1-3, Phi-3, GPT-NeoX, GPT-OSS, ... : *RotaryEmbedding with inv_freq and rope_type)",
+    "GPT-J's and CodeGen's rotary tables (*RotaryEmbedding with embed_positions)",
     "BLOOM's ALiBi (BloomModel.build_alibi_tensor)",
     "MPT's ALiBi (MptModel.build_mpt_alibi_tensor)",
     "Falcon's ALiBi (FalconModel with alibi=True)",
-    "T5 / MT5 / UMT5 relative attention bias (compute_bias of the attention modules)",
+    "T5 / MT5 / UMT5 / LongT5 (local attention) relative attention bias (compute_bias of the "
+    "attention modules)",
     "DeBERTa-v2 / v3 relative attention (DisentangledSelfAttention.disentangled_attention_bias)",
     "XLNet relative attention (XLNetRelativeAttention.rel_attn_core: the position term)",
 )
@@ -77,6 +90,9 @@ class _Change:
 
     def undo(self) -> None:
         if self.module:
+            # the module back in its place with the flag its replacement has
+            # there now (a model.train() or .eval() while patched set that one)
+            self.before.training = getattr(self.obj, self.attr).training
             setattr(self.obj, self.attr, self.before)
         elif self.had:
             self.obj.__dict__[self.attr] = self.before
@@ -288,33 +304,434 @@ def _rotary_replacement(
     )
 
 
-# -- ALiBi ------------------------------------------------------------------------
+# -- what stands in for transformers' code ---------------------------------------------
+#
+# Every replacement is an object of a class of this module holding its state as
+# attributes (no closure, no bound method of a function): a patched model
+# pickles, saves with torch.save and deep-copies, and the copy is patched by
+# itself.
 
 
-def _bloom_change(name: str, module: Any, torch: Any) -> _Change:
-    from .torch import ALiBi
+class _Replacement:
+    """Base of the callables that stand in for a method of one module
+    instance (set in that instance's ``__dict__``)."""
 
-    alibi = ALiBi(module.num_heads)
+    __slots__ = ()
 
-    def build_alibi_tensor(attention_mask: Any, num_heads: int, dtype: Any) -> Any:
-        if num_heads != alibi.n_heads:
-            raise ValueError(f"num_heads is {num_heads}, the patched model has {alibi.n_heads}")
-        bias = alibi.key_bias(attention_mask, dtype=dtype)  # (batch, heads, 1, k)
+
+class _BloomAlibi(_Replacement):
+    """``BloomModel.build_alibi_tensor`` by posenc: ``(batch * heads, 1,
+    k_len)``, each key's slope times its position over the mask.
+
+    Exact: posenc's slopes and products in float64, rounded once to
+    `dtype`.  Otherwise transformers' rounding: its float32 slopes (read
+    from its own function), the products rounded to float32 and then to
+    `dtype`."""
+
+    __slots__ = ("alibi", "exact")
+
+    def __init__(self, alibi: Any, exact: bool) -> None:
+        self.alibi, self.exact = alibi, exact
+
+    def __call__(self, attention_mask: Any, num_heads: int, dtype: Any) -> Any:
+        import torch
+
+        if num_heads != self.alibi.n_heads:
+            raise ValueError(
+                f"num_heads is {num_heads}, the patched model has {self.alibi.n_heads}"
+            )
+        if self.exact:
+            bias = self.alibi.key_bias(attention_mask, dtype=dtype)  # (batch, heads, 1, k)
+        else:
+            bias = self.alibi.key_bias(attention_mask, dtype=torch.float32).to(dtype)
         return bias.reshape(-1, 1, bias.shape[-1])
 
-    original = module.build_alibi_tensor
-    mask = torch.tensor([[0, 1, 1, 1], [1, 1, 1, 1]])
-    for dtype in (torch.float32, torch.bfloat16):
-        diff = _max_diff(build_alibi_tensor(mask, module.num_heads, dtype),
-                         original(mask, module.num_heads, dtype))  # fmt: skip
-        if diff != 0.0:
-            raise ValueError(f"{name}: posenc's ALiBi differs from BLOOM's by {diff:.3g}")
-    return _instance_attr_change(
-        module, "build_alibi_tensor", build_alibi_tensor, f"{name} (BLOOM ALiBi)"
+
+class _MptAlibi(_Replacement):
+    """``MptModel.build_mpt_alibi_tensor`` by posenc: ``(heads, 1,
+    sequence_length)``, ``-slope * (sequence_length - 1 - j)``.
+
+    Exact: posenc's float64 slopes and products rounded once, to float32 as
+    transformers gives the bias (float64 in a float64 model).  Otherwise
+    transformers' float32 slopes (read from its own function) and float32
+    products."""
+
+    __slots__ = ("alibi", "owner", "exact")
+
+    def __init__(self, alibi: Any, owner: Any, exact: bool) -> None:
+        self.alibi, self.owner, self.exact = alibi, owner, exact
+
+    def __call__(
+        self, num_heads: int, sequence_length: int, alibi_bias_max: float = 8, device: Any = None
+    ) -> Any:
+        import torch
+
+        n = self.alibi.n_heads
+        if num_heads != n or alibi_bias_max != 8:
+            raise ValueError(
+                f"the patched MPT ALiBi has {n} heads and alibi_bias_max 8, got {num_heads} "
+                f"and {alibi_bias_max}"
+            )
+        dtype = torch.float32
+        if self.exact:
+            weight = next(iter(self.owner.parameters()), None)
+            if weight is not None and weight.dtype == torch.float64:
+                dtype = torch.float64
+        return self.alibi.bias(1, sequence_length, dtype=dtype, device=device or "cpu")
+
+
+class _FalconAlibi(_Replacement):
+    """Falcon's ``build_alibi_tensor`` by posenc, as :class:`_BloomAlibi`;
+    otherwise transformers' rounding: bfloat16 slopes times positions, the
+    products in bfloat16."""
+
+    __slots__ = ("alibi", "rounded", "exact")
+
+    def __init__(self, alibi: Any, rounded: Any, exact: bool) -> None:
+        self.alibi, self.rounded, self.exact = alibi, rounded, exact
+
+    def __call__(self, attention_mask: Any, num_heads: int, dtype: Any) -> Any:
+        import torch
+
+        if num_heads != self.alibi.n_heads:
+            raise ValueError(
+                f"num_heads is {num_heads}, the patched model has {self.alibi.n_heads}"
+            )
+        if self.exact:
+            bias = self.alibi.key_bias(attention_mask, dtype=dtype)
+        else:
+            bias = self.rounded.key_bias(attention_mask, dtype=torch.bfloat16).to(dtype)
+        return bias.reshape(-1, 1, bias.shape[-1])
+
+
+def _falcon_function(cls: Any, build_alibi: Any) -> Any:
+    """The function of ``cls.forward`` (and each of its decorators' wrappers)
+    made again with `build_alibi` in the name ``build_alibi_tensor`` of its
+    modeling module's globals.  ValueError where that cannot be done."""
+    import sys
+
+    chain = [cls.forward]
+    while hasattr(chain[-1], "__wrapped__"):
+        chain.append(chain[-1].__wrapped__)
+    inner = chain[-1]
+    home = sys.modules.get(getattr(inner, "__module__", None) or "")
+    code = getattr(inner, "__code__", None)
+    if (
+        getattr(home, "build_alibi_tensor", None) is None
+        or code is None
+        or "build_alibi_tensor" not in code.co_names
+    ):
+        raise ValueError(f"{cls.__name__}.forward does not call build_alibi_tensor")
+    scope = dict(inner.__globals__)
+    scope["build_alibi_tensor"] = build_alibi
+    fn: Any = types.FunctionType(
+        inner.__code__, scope, inner.__name__, inner.__defaults__, inner.__closure__
+    )
+    fn.__kwdefaults__ = inner.__kwdefaults__
+    fn = functools.update_wrapper(fn, inner)
+    # each decorator's wrapper around it, its cell now holding the new one
+    for wrapper, wrapped in zip(reversed(chain[:-1]), reversed(chain[1:])):
+        cells = tuple(
+            types.CellType(fn) if cell.cell_contents is wrapped else cell
+            for cell in (getattr(wrapper, "__closure__", None) or ())
+        )
+        if not any(c.cell_contents is fn for c in cells):
+            raise ValueError(f"cannot rebuild the decorators of {cls.__name__}.forward")
+        new = types.FunctionType(
+            wrapper.__code__, wrapper.__globals__, wrapper.__name__, wrapper.__defaults__, cells
+        )
+        new.__kwdefaults__ = wrapper.__kwdefaults__
+        fn = functools.update_wrapper(new, fn)
+    return fn
+
+
+class _FalconForward(_Replacement):
+    """``FalconModel.forward`` of one instance: the class's code reading
+    posenc's ALiBi (:class:`_FalconAlibi`) where it calls
+    ``build_alibi_tensor``.
+
+    The function is made from the class's code objects, which do not
+    pickle: it is kept out of the pickled (and deep-copied) state and made
+    again on the first call after loading."""
+
+    __slots__ = ("owner", "build_alibi", "_fn")
+
+    def __init__(self, owner: Any, build_alibi: _FalconAlibi) -> None:
+        self.owner, self.build_alibi = owner, build_alibi
+        self._fn: Any = None
+
+    def __getstate__(self) -> Any:
+        return (None, {"owner": self.owner, "build_alibi": self.build_alibi})
+
+    def __setstate__(self, state: Any) -> None:
+        slots = state[1]
+        self.owner, self.build_alibi, self._fn = slots["owner"], slots["build_alibi"], None
+
+    def function(self) -> Any:
+        if self._fn is None:
+            self._fn = _falcon_function(type(self.owner), self.build_alibi)
+        return self._fn
+
+    @property
+    def __signature__(self) -> Any:  # the forward's own, as a bound method's
+        import inspect
+
+        sig = inspect.signature(self.function())
+        return sig.replace(parameters=list(sig.parameters.values())[1:])
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.function()(self.owner, *args, **kwargs)
+
+
+class _T5Bias(_Replacement):
+    """``T5Attention.compute_bias`` by posenc: ``(1, heads, q, k)`` from a
+    :class:`posenc.torch.T5RelativeBias` holding the module's own table."""
+
+    __slots__ = ("bias",)
+
+    def __init__(self, bias: Any) -> None:
+        self.bias = bias
+
+    def __call__(
+        self, query_length: int, key_length: int, device: Any = None, past_seen_tokens: int = 0
+    ) -> Any:
+        out = self.bias(int(query_length), int(key_length), q_offset=int(past_seen_tokens))
+        return out if device is None else out.to(device)
+
+
+class _LongT5BlockBias(_Replacement):
+    """``LongT5LocalAttention.compute_bias`` by posenc: ``(1, 1, heads,
+    block_length, 3 * block_length)``, the bias of a block's queries (at
+    ``block_length .. 2 block_length - 1``) on the three blocks of keys
+    around them (``0 .. 3 block_length - 1``)."""
+
+    __slots__ = ("bias",)
+
+    def __init__(self, bias: Any) -> None:
+        self.bias = bias
+
+    def __call__(self, block_length: int) -> Any:
+        n = int(block_length)
+        return self.bias(n, 3 * n, q_offset=n)[:, None]
+
+
+class _DebertaBias(_Replacement):
+    """DeBERTa-v2's ``DisentangledSelfAttention.disentangled_attention_bias``
+    by posenc for one attention module (`owner`): the relative embeddings
+    projected as transformers projects them, the gather by distance and
+    the scaling in posenc's kernels.  ``relative_pos`` is the model's own
+    (``build_relative_position`` with the module's buckets), which posenc
+    forms itself."""
+
+    __slots__ = ("owner",)
+
+    def __init__(self, owner: Any) -> None:
+        self.owner = owner
+
+    def __call__(
+        self,
+        query_layer: Any,
+        key_layer: Any,
+        relative_pos: Any,
+        rel_embeddings: Any,
+        scale_factor: Any,
+    ) -> Any:
+        from .torch import DebertaRelativeBias
+
+        att = self.owner
+        heads = att.num_attention_heads
+        span = att.pos_ebd_size
+        rel = rel_embeddings[: 2 * span, :].unsqueeze(0)
+        pos_key = pos_query = None
+        if "c2p" in att.pos_att_type:
+            proj = att.key_proj if att.share_att_key else att.pos_key_proj
+            pos_key = att.transpose_for_scores(proj(rel), heads)  # (heads, 2 span, d)
+        if "p2c" in att.pos_att_type:
+            proj = att.query_proj if att.share_att_key else att.pos_query_proj
+            pos_query = att.transpose_for_scores(proj(rel), heads)
+        term = DebertaRelativeBias(
+            position_buckets=att.position_buckets,
+            max_relative_positions=att.max_relative_positions,
+            n_heads=heads,
+            layout="(bh)sd",
+        )
+        return term(query_layer, key_layer, pos_key, pos_query, scale_factor=int(scale_factor))
+
+
+class _XLNetAttentionCore(_Replacement):
+    """XLNet's ``XLNetRelativeAttention.rel_attn_core`` for one attention
+    module (`owner`), its position term ``(q + r_r_bias) . k_head_r``
+    shifted by posenc (no product of the full ``(q_len, k_len + q_len)``
+    grid, no shifted copy); the content and segment terms, the mask and the
+    softmax as transformers writes them."""
+
+    __slots__ = ("owner",)
+
+    def __init__(self, owner: Any) -> None:
+        self.owner = owner
+
+    def __call__(
+        self,
+        q_head: Any,
+        k_head_h: Any,
+        v_head_h: Any,
+        k_head_r: Any,
+        seg_mat: Any = None,
+        attn_mask: Any = None,
+        output_attentions: bool = False,
+    ) -> Any:
+        import torch
+
+        from .torch import XLPositionTerm
+
+        att = self.owner
+        ac = torch.einsum("ibnd,jbnd->bnij", q_head + att.r_w_bias, k_head_h)
+        # XLNet holds q and r as (len, batch, heads, head_dim): layout "ibnd"
+        bd = XLPositionTerm(att.r_r_bias, layout="ibnd")(q_head, k_head_r, k_len=ac.shape[3])
+        if seg_mat is None:
+            ef: Any = 0
+        else:
+            ef = torch.einsum("ibnd,snd->ibns", q_head + att.r_s_bias, att.seg_embed)
+            ef = torch.einsum("ijbs,ibns->bnij", seg_mat, ef)
+        attn_score = (ac + bd + ef) * att.scale
+        if attn_mask is not None:
+            if attn_mask.dtype == torch.float16:
+                attn_score = attn_score - 65500 * torch.einsum("ijbn->bnij", attn_mask)
+            else:
+                attn_score = attn_score - 1e30 * torch.einsum("ijbn->bnij", attn_mask)
+        attn_prob = torch.nn.functional.softmax(attn_score, dim=3)
+        attn_prob = att.dropout(attn_prob)
+        attn_vec = torch.einsum("bnij,jbnd->ibnd", attn_prob, v_head_h)
+        if output_attentions:
+            return attn_vec, torch.einsum("bnij->ijbn", attn_prob)
+        return attn_vec
+
+
+# the replacements that are torch modules: made when first asked for
+# (importing posenc.hf imports no torch), under their names in this module,
+# where pickle finds them
+_TORCH_CLASSES = ("_HalfWidthRotary", "_SinCosRotary")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _TORCH_CLASSES:
+        _define_torch_classes()
+        return globals()[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _define_torch_classes() -> None:
+    if all(name in globals() for name in _TORCH_CLASSES):
+        return
+    import torch
+
+    class _HalfWidthRotary(torch.nn.Module):
+        """A rotary module whose tables hold each pair's angle once
+        (GPT-OSS's: ``(batch, seq, rotary_dim / 2)``): the first half of a
+        :class:`posenc.torch.RotaryEmbedding`'s ``"half"`` tables."""
+
+        def __init__(self, rotary: Any) -> None:
+            super().__init__()
+            self.rotary = rotary
+
+        def forward(
+            self, x: Any, position_ids: Any, layer_type: Optional[str] = None
+        ) -> Tuple[Any, Any]:
+            cos, sin = self.rotary(x, position_ids, layer_type=layer_type)
+            half = cos.shape[-1] // 2
+            return cos[..., :half].contiguous(), sin[..., :half].contiguous()
+
+    class _SinCosRotary(torch.nn.Module):
+        """GPT-J's and CodeGen's rotary module by posenc: ``forward(x,
+        position_ids)`` gives ``(sin, cos)``, each ``(batch, seq, rotary_dim
+        / 2)`` (each pair's angle once: the attention repeats it for the
+        interleaved pairs), in ``x``'s dtype (GPT-J's) or in the dtype the
+        model holds its table in (CodeGen's, `follows_x` False: an empty
+        buffer that the model's ``.to()`` casts keeps it)."""
+
+        def __init__(self, rotary_dim: int, follows_x: bool, dtype: Any) -> None:
+            super().__init__()
+            from .torch import RotaryEmbedding
+
+            self.rotary = RotaryEmbedding(rotary_dim, base=10000.0)
+            self.follows_x = follows_x
+            self.register_buffer("like", torch.zeros(0, dtype=dtype), persistent=False)
+
+        def forward(self, x: Any, position_ids: Any) -> Tuple[Any, Any]:
+            like = x if self.follows_x else x.new_zeros(0, dtype=self.like.dtype)
+            cos, sin = self.rotary(like, position_ids)
+            half = cos.shape[-1] // 2
+            return sin[..., :half].contiguous(), cos[..., :half].contiguous()
+
+    for cls in (_HalfWidthRotary, _SinCosRotary):
+        cls.__module__ = __name__
+        cls.__qualname__ = cls.__name__
+        globals()[cls.__name__] = cls
+
+
+# -- ALiBi ------------------------------------------------------------------------
+
+_ALIBI_PROBE = 1024  # keys 0 .. _ALIBI_PROBE - 1 on which the ALiBi biases are measured
+
+
+def _alibi_note(
+    model: str, name: str, apart: Tuple[float, float], notes: List[str], where: str
+) -> None:
+    notes.append(
+        f"{name}: transformers forms {model}'s ALiBi slopes and products in float32; its "
+        f"float32 bias differs from the exact values rounded once by up to {apart[0]:.3g} "
+        f"(relative {apart[1]:.2g}) at {where}; the patched model uses the exact values "
+        "(patch(model, exact=False) rounds them as transformers does)"
     )
 
 
-def _mpt_change(name: str, module: Any, torch: Any) -> _Change:
+def _alibi_apart(name: str, model: str, mine: Any, theirs: Any) -> Tuple[float, float]:
+    """The largest difference of posenc's bias from transformers', absolute
+    and relative; a ValueError if any value is further off than float32's
+    rounding of the slopes and products can put it (16 ulps)."""
+    if mine.shape != theirs.shape:
+        raise ValueError(
+            f"{name}: posenc's ALiBi has shape {tuple(mine.shape)}, {model}'s {tuple(theirs.shape)}"
+        )
+    apart = (mine.double() - theirs.double()).abs()
+    size = theirs.double().abs()
+    if bool((apart > 2.0**-20 * size).any()):
+        raise ValueError(
+            f"{name}: posenc's ALiBi differs from {model}'s by {float(apart.max()):.3g}, more "
+            "than float32's rounding of its slopes and products"
+        )
+    if not apart.numel():
+        return 0.0, 0.0
+    return float(apart.max()), float((apart / size.clamp(min=1e-300)).max())
+
+
+def _same_bits(a: Any, b: Any) -> bool:
+    return bool(a.shape == b.shape and a.dtype == b.dtype and (a == b).all())
+
+
+def _bloom_change(name: str, module: Any, torch: Any, exact: bool, notes: List[str]) -> _Change:
+    from .torch import ALiBi
+
+    n = module.num_heads
+    original = module.build_alibi_tensor
+    mask = torch.ones(2, _ALIBI_PROBE, dtype=torch.long)
+    mask[0, :3] = 0
+    theirs = original(mask, n, torch.float32)
+    replacement = _BloomAlibi(ALiBi(n), exact=True)
+    diff = _alibi_apart(name, "BLOOM", replacement(mask, n, torch.float32), theirs)
+    if not exact:
+        # transformers' float32 slopes: its bias at position 1
+        slopes = original(torch.ones(1, 2, dtype=torch.long), n, torch.float32)[:, 0, 1]
+        replacement = _BloomAlibi(ALiBi(n, slopes=slopes.double().tolist()), exact=False)
+        for dtype in (torch.float32, torch.bfloat16, torch.float16):
+            if not _same_bits(replacement(mask, n, dtype), original(mask, n, dtype)):
+                raise ValueError(f"{name}: posenc does not reproduce BLOOM's rounding of its ALiBi")
+    elif diff[0] > 0:
+        _alibi_note("BLOOM", name, diff, notes, f"positions 0..{_ALIBI_PROBE - 1}")
+    return _instance_attr_change(module, "build_alibi_tensor", replacement, f"{name} (BLOOM ALiBi)")
+
+
+def _mpt_change(name: str, module: Any, torch: Any, exact: bool, notes: List[str]) -> _Change:
     import numpy as np
 
     from .torch import ALiBi
@@ -326,28 +743,21 @@ def _mpt_change(name: str, module: Any, torch: Any) -> _Change:
     slopes = 2.0 ** (-(np.arange(1, n2 + 1, dtype=np.float64) * (8.0 / n2)))
     if n2 != n:
         slopes = np.concatenate([slopes[1::2], slopes[::2]])[:n]
-    alibi = ALiBi(n, slopes=slopes)
-    model_dtype = next(iter(module.parameters())).dtype
-
-    def build_mpt_alibi_tensor(
-        num_heads: int, sequence_length: int, alibi_bias_max: float = 8, device: Any = None
-    ) -> Any:
-        if num_heads != n or alibi_bias_max != 8:
-            raise ValueError(
-                f"the patched MPT ALiBi has {n} heads and alibi_bias_max 8, got {num_heads} "
-                f"and {alibi_bias_max}"
-            )
-        # float32 as transformers gives it, float64 in a float64 model
-        dtype = torch.float64 if model_dtype == torch.float64 else torch.float32
-        return alibi.bias(1, sequence_length, dtype=dtype, device=device or "cpu")
-
     original = module.build_mpt_alibi_tensor
-    mine = build_mpt_alibi_tensor(n, 8)
-    theirs = original(n, 8)
-    if mine.shape != theirs.shape or _max_diff(mine, theirs) > 1e-6:
-        raise ValueError(f"{name}: posenc's ALiBi differs from MPT's")
+    theirs = original(n, _ALIBI_PROBE)
+    replacement = _MptAlibi(ALiBi(n, slopes=slopes), module, exact=True)
+    mine = replacement(n, _ALIBI_PROBE)
+    diff = _alibi_apart(name, "MPT", mine.to(theirs.dtype), theirs)
+    if not exact:
+        # transformers' float32 slopes: minus its bias at distance 1
+        rounded = (-original(n, 2)[:, 0, 0]).double().tolist()
+        replacement = _MptAlibi(ALiBi(n, slopes=rounded), module, exact=False)
+        if not _same_bits(replacement(n, _ALIBI_PROBE), theirs):
+            raise ValueError(f"{name}: posenc does not reproduce MPT's rounding of its ALiBi")
+    elif diff[0] > 0:
+        _alibi_note("MPT", name, diff, notes, f"distances 0..{_ALIBI_PROBE - 1}")
     return _instance_attr_change(
-        module, "build_mpt_alibi_tensor", build_mpt_alibi_tensor, f"{name} (MPT ALiBi)"
+        module, "build_mpt_alibi_tensor", replacement, f"{name} (MPT ALiBi)"
     )
 
 
@@ -361,31 +771,15 @@ def _falcon_change(name: str, module: Any, torch: Any, exact: bool, notes: List[
 
     alibi = ALiBi(module.num_heads)
     rounded = ALiBi(module.num_heads, slopes=alibi.slopes.to(torch.bfloat16).double().tolist())
-
-    def build_alibi_tensor(attention_mask: Any, num_heads: int, dtype: Any) -> Any:
-        if num_heads != alibi.n_heads:
-            raise ValueError(f"num_heads is {num_heads}, the patched model has {alibi.n_heads}")
-        if exact:
-            bias = alibi.key_bias(attention_mask, dtype=dtype)
-        else:  # transformers' rounding: bfloat16 slopes times positions, in bfloat16
-            bias = rounded.key_bias(attention_mask, dtype=torch.bfloat16).to(dtype)
-        return bias.reshape(-1, 1, bias.shape[-1])
-
-    outer = type(module).forward
-    chain = [outer]
-    while hasattr(chain[-1], "__wrapped__"):
-        chain.append(chain[-1].__wrapped__)
-    inner = chain[-1]
-    home = sys.modules[inner.__module__]
-    if getattr(home, "build_alibi_tensor", None) is None or "build_alibi_tensor" not in (
-        inner.__code__.co_names
-    ):
+    build_alibi = _FalconAlibi(alibi, rounded, exact)
+    home = sys.modules.get(getattr(type(module).forward, "__module__", None) or "")
+    original = getattr(home, "build_alibi_tensor", None)
+    if original is None:
         raise ValueError(f"{name}: its forward does not call build_alibi_tensor")
-    original = home.build_alibi_tensor
-    mask = torch.ones(2, 1024, dtype=torch.long)
+    mask = torch.ones(2, _ALIBI_PROBE, dtype=torch.long)
     mask[0, :2] = 0
     theirs = original(mask, module.num_heads, torch.float32)
-    mine = build_alibi_tensor(mask, module.num_heads, torch.float32)
+    mine = _FalconAlibi(alibi, rounded, True)(mask, module.num_heads, torch.float32)
     if mine.shape != theirs.shape:
         raise ValueError(f"{name}: posenc's ALiBi has shape {tuple(mine.shape)}, Falcon's "
                          f"{tuple(theirs.shape)}")  # fmt: skip
@@ -396,80 +790,70 @@ def _falcon_change(name: str, module: Any, torch: Any, exact: bool, notes: List[
     if exact and diff > 0:
         notes.append(
             f"{name}: transformers forms Falcon's ALiBi in bfloat16 (slopes.bfloat16() * "
-            f"positions) in every dtype, {diff:.3g} off the exact bias at positions 0..1023; the "
-            "patched model uses the exact bias (patch(model, exact=False) rounds it as "
-            "transformers does)"
+            f"positions) in every dtype, {diff:.3g} off the exact bias at positions "
+            f"0..{_ALIBI_PROBE - 1}; the patched model uses the exact bias (patch(model, "
+            "exact=False) rounds it as transformers does)"
         )
-    # the innermost function again, reading posenc's build_alibi_tensor
-    scope = dict(inner.__globals__)
-    scope["build_alibi_tensor"] = build_alibi_tensor
-    fn: Any = types.FunctionType(
-        inner.__code__, scope, inner.__name__, inner.__defaults__, inner.__closure__
-    )
-    fn.__kwdefaults__ = inner.__kwdefaults__
-    fn = functools.update_wrapper(fn, inner)
-    # and each decorator's wrapper around it, its cell now holding the new one
-    for wrapper, wrapped in zip(reversed(chain[:-1]), reversed(chain[1:])):
-        cells = tuple(
-            types.CellType(fn) if cell.cell_contents is wrapped else cell
-            for cell in (wrapper.__closure__ or ())
-        )
-        if not any(c.cell_contents is fn for c in cells):
-            raise ValueError(f"{name}: cannot rebuild the decorators of its forward")
-        new = types.FunctionType(
-            wrapper.__code__, wrapper.__globals__, wrapper.__name__, wrapper.__defaults__, cells
-        )
-        new.__kwdefaults__ = wrapper.__kwdefaults__
-        fn = functools.update_wrapper(new, fn)
-    return _instance_attr_change(
-        module, "forward", types.MethodType(fn, module), f"{name} (Falcon ALiBi)"
-    )
+    try:
+        forward = _FalconForward(module, build_alibi)
+        forward.function()
+    except ValueError as exc:
+        raise ValueError(f"{name}: {exc}") from exc
+    return _instance_attr_change(module, "forward", forward, f"{name} (Falcon ALiBi)")
+
+
+# -- relative biases and terms ----------------------------------------------------------
 
 
 def _t5_change(name: str, module: Any, torch: Any) -> _Change:
     from .torch import T5RelativeBias
 
+    cls = type(module).__name__
+    if callable(getattr(module, "compute_side_bias", None)):
+        raise ValueError(
+            f"{name} ({cls}) is not supported: LongT5's transient-global attention adds, besides "
+            "its relative bias by blocks, a bias to each block's summary token by the distance "
+            "between blocks (compute_side_bias, its own table), which posenc does not compute"
+        )
     try:
-        return _t5_checked(name, module, torch, T5RelativeBias)
+        bias = T5RelativeBias(
+            bidirectional=not module.is_decoder,
+            max_distance=module.relative_attention_max_distance,
+            weight=module.relative_attention_bias.weight,
+        )
     except (TypeError, ValueError) as exc:
-        if str(exc).startswith(name):
-            raise
-        raise ValueError(f"{name} ({type(module).__name__}): {exc}") from exc
-
-
-def _deberta_bias(
-    self: Any,
-    query_layer: Any,
-    key_layer: Any,
-    relative_pos: Any,
-    rel_embeddings: Any,
-    scale_factor: Any,
-) -> Any:
-    """DeBERTa-v2's ``DisentangledSelfAttention.disentangled_attention_bias``
-    by posenc (bound to the attention module): the relative embeddings
-    projected as transformers projects them, the gather by distance and the
-    scaling in posenc's kernels.  ``relative_pos`` is the model's own
-    (``build_relative_position`` with the module's buckets), which posenc
-    forms itself."""
-    from .torch import DebertaRelativeBias
-
-    heads = self.num_attention_heads
-    span = self.pos_ebd_size
-    rel = rel_embeddings[: 2 * span, :].unsqueeze(0)
-    pos_key = pos_query = None
-    if "c2p" in self.pos_att_type:
-        proj = self.key_proj if self.share_att_key else self.pos_key_proj
-        pos_key = self.transpose_for_scores(proj(rel), heads)  # (heads, 2 span, d)
-    if "p2c" in self.pos_att_type:
-        proj = self.query_proj if self.share_att_key else self.pos_query_proj
-        pos_query = self.transpose_for_scores(proj(rel), heads)
-    term = DebertaRelativeBias(
-        position_buckets=self.position_buckets,
-        max_relative_positions=self.max_relative_positions,
-        n_heads=heads,
-        layout="(bh)sd",
-    )
-    return term(query_layer, key_layer, pos_key, pos_query, scale_factor=int(scale_factor))
+        raise ValueError(f"{name} ({cls}): {exc}") from exc
+    if module.relative_attention_bias.weight.shape[0] != module.relative_attention_num_buckets:
+        raise ValueError(f"{name}: its table's rows are not its relative_attention_num_buckets")
+    original = module.compute_bias
+    if isinstance(getattr(module, "block_len", None), int):
+        # LongT5's local attention: the bias of one block on the blocks around it
+        replacement: Any = _LongT5BlockBias(bias)
+        calls: Tuple[Tuple[Any, ...], ...] = ((1,), (3,), (module.block_len,))
+        what = "LongT5 local bias"
+    else:
+        replacement = _T5Bias(bias)
+        calls = ((5, 7, None, 0), (1, 9, None, 8))
+        what = "T5 bias"
+    with torch.no_grad():
+        for args in calls:
+            try:
+                mine, theirs = replacement(*args), original(*args)
+            except TypeError as exc:  # a compute_bias of another form
+                raise ValueError(
+                    f"{name} ({cls}) is not supported: its compute_bias is not T5's "
+                    f"compute_bias(query_length, key_length, device, past_seen_tokens) "
+                    f"({exc})"
+                ) from exc
+            if mine.shape != theirs.shape:
+                raise ValueError(
+                    f"{name} ({cls}): posenc's bias has shape {tuple(mine.shape)}, "
+                    f"transformers' {tuple(theirs.shape)}"
+                )
+            diff = _max_diff(mine, theirs)
+            if diff != 0.0:
+                raise ValueError(f"{name}: posenc's T5 bias differs from transformers' by {diff}")
+    return _instance_attr_change(module, "compute_bias", replacement, f"{name} ({what})")
 
 
 def _check_same(name: str, module: Any, what: str, mine: Any, theirs: Any, torch: Any) -> None:
@@ -486,7 +870,7 @@ def _check_same(name: str, module: Any, what: str, mine: Any, theirs: Any, torch
 
 
 def _deberta_change(name: str, module: Any, torch: Any) -> _Change:
-    method = types.MethodType(_deberta_bias, module)
+    replacement = _DebertaBias(module)
     heads = module.num_attention_heads
     d = module.attention_head_size
     g = torch.Generator().manual_seed(0)
@@ -499,57 +883,32 @@ def _deberta_change(name: str, module: Any, torch: Any) -> _Change:
         name,
         module,
         "DeBERTa bias",
-        lambda: method(q, k, None, rel, factor),
+        lambda: replacement(q, k, None, rel, factor),
         lambda: module.disentangled_attention_bias(q, k, None, rel, factor),
         torch,
     )
     return _instance_attr_change(
-        module, "disentangled_attention_bias", method, f"{name} (DeBERTa-v2 relative attention)"
-    )
+        module, "disentangled_attention_bias", replacement,
+        f"{name} (DeBERTa-v2 relative attention)",
+    )  # fmt: skip
 
 
-def _xlnet_rel_attn_core(
-    self: Any,
-    q_head: Any,
-    k_head_h: Any,
-    v_head_h: Any,
-    k_head_r: Any,
-    seg_mat: Any = None,
-    attn_mask: Any = None,
-    output_attentions: bool = False,
-) -> Any:
-    """XLNet's ``XLNetRelativeAttention.rel_attn_core`` with its position
-    term ``(q + r_r_bias) . k_head_r`` shifted by posenc (no product of the
-    full ``(q_len, k_len + q_len)`` grid, no shifted copy); the content and
-    segment terms, the mask and the softmax as transformers writes them."""
-    import torch
-
-    from .torch import XLPositionTerm
-
-    ac = torch.einsum("ibnd,jbnd->bnij", q_head + self.r_w_bias, k_head_h)
-    # XLNet holds q and r as (len, batch, heads, head_dim): layout "ibnd"
-    bd = XLPositionTerm(self.r_r_bias, layout="ibnd")(q_head, k_head_r, k_len=ac.shape[3])
-    if seg_mat is None:
-        ef: Any = 0
-    else:
-        ef = torch.einsum("ibnd,snd->ibns", q_head + self.r_s_bias, self.seg_embed)
-        ef = torch.einsum("ijbs,ibns->bnij", seg_mat, ef)
-    attn_score = (ac + bd + ef) * self.scale
-    if attn_mask is not None:
-        if attn_mask.dtype == torch.float16:
-            attn_score = attn_score - 65500 * torch.einsum("ijbn->bnij", attn_mask)
-        else:
-            attn_score = attn_score - 1e30 * torch.einsum("ijbn->bnij", attn_mask)
-    attn_prob = torch.nn.functional.softmax(attn_score, dim=3)
-    attn_prob = self.dropout(attn_prob)
-    attn_vec = torch.einsum("bnij,jbnd->ibnd", attn_prob, v_head_h)
-    if output_attentions:
-        return attn_vec, torch.einsum("bnij->ijbn", attn_prob)
-    return attn_vec
+@contextlib.contextmanager
+def _evaluating(module: Any) -> Iterator[None]:
+    """`module` and its submodules in eval mode inside, each one's
+    ``training`` flag as it was after."""
+    flags = [(m, m.training) for m in module.modules()]
+    try:
+        for m, _ in flags:
+            m.training = False
+        yield
+    finally:
+        for m, flag in flags:
+            m.training = flag
 
 
 def _xlnet_change(name: str, module: Any, torch: Any) -> _Change:
-    method = types.MethodType(_xlnet_rel_attn_core, module)
+    replacement = _XLNetAttentionCore(module)
     n, d = module.n_head, module.d_head
     g = torch.Generator().manual_seed(0)
     dtype = module.r_r_bias.dtype
@@ -562,58 +921,236 @@ def _xlnet_change(name: str, module: Any, torch: Any) -> _Change:
     kr = rand(k_len + q_len, b, n, d)
     seg = torch.nn.functional.one_hot(torch.randint(0, 2, (q_len, k_len, b), generator=g), 2)
     seg = seg.to(dtype)
-    was = module.training
-    module.eval()
-    try:
+    with _evaluating(module):  # no dropout in the comparison
         _check_same(
             name,
             module,
             "XLNet attention",
-            lambda: method(q, kh, vh, kr, seg_mat=seg),
+            lambda: replacement(q, kh, vh, kr, seg_mat=seg),
             lambda: module.rel_attn_core(q, kh, vh, kr, seg_mat=seg),
             torch,
         )
-    finally:
-        module.train(was)
     return _instance_attr_change(
-        module, "rel_attn_core", method, f"{name} (XLNet relative attention)"
+        module, "rel_attn_core", replacement, f"{name} (XLNet relative attention)"
     )
-
-
-def _t5_compute_bias(
-    bias: Any, query_length: int, key_length: int, device: Any = None, past_seen_tokens: int = 0
-) -> Any:
-    """T5Attention.compute_bias, by posenc (bound to a T5RelativeBias)."""
-    out = bias(int(query_length), int(key_length), q_offset=int(past_seen_tokens))
-    return out if device is None else out.to(device)
-
-
-def _t5_checked(name: str, module: Any, torch: Any, T5RelativeBias: Any) -> _Change:
-    bias = T5RelativeBias(
-        bidirectional=not module.is_decoder,
-        max_distance=module.relative_attention_max_distance,
-        weight=module.relative_attention_bias.weight,
-    )
-    if module.relative_attention_bias.weight.shape[0] != module.relative_attention_num_buckets:
-        raise ValueError(f"{name}: its table's rows are not its relative_attention_num_buckets")
-
-    # a method of the bias module (holding the model's own table): a deep
-    # copy of the model copies it with the copy's table
-    compute_bias = types.MethodType(_t5_compute_bias, bias)
-    original = module.compute_bias
-    with torch.no_grad():
-        for args in ((5, 7, None, 0), (1, 9, None, 8)):
-            diff = _max_diff(compute_bias(*args), original(*args))
-            if diff != 0.0:
-                raise ValueError(f"{name}: posenc's T5 bias differs from transformers' by {diff}")
-    return _instance_attr_change(module, "compute_bias", compute_bias, f"{name} (T5 bias)")
 
 
 def _instance_attr_change(obj: Any, attr: str, value: Any, what: str) -> _Change:
     return _Change(what, obj, attr, value, module=False)
 
 
+# -- rotary tables of other forms ---------------------------------------------------------
+
+
+def _quietly(fn: Any, *args: Any, **kwargs: Any) -> Any:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return fn(*args, **kwargs)
+
+
+def _table_outcome(
+    name: str, what: str, worst: float, dtype: Any, torch: Any, notes: List[str], exact: bool
+) -> bool:
+    """Whether a replacement whose tables are `worst` off transformers'
+    (held in `dtype`) is used (False with ``exact=False`` where
+    transformers rounds them otherwise: its module is then kept), noting
+    the difference where it is more than float32's rounding."""
+    limit = 1e-12 if dtype == torch.float64 else 1e-5
+    if worst <= limit:
+        return True
+    if dtype == torch.float64:
+        quantity = "angles formed in float32 in a float64 model"
+    elif dtype in (torch.bfloat16, torch.float16):
+        quantity = f"{what} held in {str(dtype).replace('torch.', '')}"
+    else:
+        quantity = what
+    if not exact:
+        return False
+    notes.append(
+        f"{name}: transformers' {quantity} moves its tables by up to {worst:.3g} at positions "
+        f"0..{_PROBE - 1}; the patched model uses the exact values (patch(model, exact=False) "
+        "keeps transformers' module there)"
+    )
+    return True
+
+
+def _half_width_rotary(
+    name: str, original: Any, torch: Any, notes: List[str], exact: bool
+) -> Optional[Tuple[Any, str]]:
+    """A replacement for a rotary module whose tables hold each pair's angle
+    once (GPT-OSS's, ``(..., rotary_dim / 2)``), checked on the probe; None
+    when the module's tables are not of that width."""
+    from .torch import RotaryEmbedding
+
+    layer_types = _rotary_layer_types(original)
+    inv = _inv_freq(original, layer_types[0]) if layer_types else None
+    if inv is None:
+        return None
+    try:
+        probes = [_probe_rotary(original, lt, torch) for lt in layer_types]
+    except ValueError:
+        return None
+    if any(cos.shape[-1] != inv.numel() for _, _, cos, _ in probes):
+        return None
+    problems = []
+    for dim in _head_dims(original.config, layer_types[0]):
+        try:
+            inner = _quietly(RotaryEmbedding, dim, config=original.config, layout="half")
+        except (TypeError, ValueError) as exc:
+            problems.append(f"head_dim {dim}: {exc}")
+            continue
+        _carry_growth(inner, original, layer_types, torch)
+        _define_torch_classes()
+        module = globals()["_HalfWidthRotary"](inner)
+        worst = 0.0
+        for layer_type, (x, ids, cos, sin) in zip(layer_types, probes):
+            try:
+                mine = _quietly(module, x, ids, layer_type=layer_type)
+            except (TypeError, ValueError, RuntimeError) as exc:
+                problems.append(f"head_dim {dim}, layer type {layer_type}: {exc}")
+                worst = math.inf
+                break
+            if mine[0].shape != cos.shape:
+                problems.append(
+                    f"head_dim {dim}: transformers' tables have shape {tuple(cos.shape)}, "
+                    f"posenc's {tuple(mine[0].shape)}"
+                )
+                worst = math.inf
+                break
+            worst = max(worst, _max_diff(mine[0], cos), _max_diff(mine[1], sin))
+        if worst > 0.05:
+            if worst < math.inf:
+                problems.append(f"head_dim {dim}: posenc's tables differ by {worst:.3g}")
+            continue
+        if not _table_outcome(name, "cos and sin", worst, inv.dtype, torch, notes, exact):
+            return None, f"{name}: kept"
+        inner.config = copy.deepcopy(inner.config)  # the config as it is now
+        cls = type(original).__name__
+        return module, f"{name} ({cls}, head_dim {dim}, one angle per pair)"
+    raise ValueError(
+        f"{name} ({type(original).__name__}) cannot be reproduced by posenc: its tables hold "
+        "each pair's angle once; " + "; ".join(problems or ["no head dimension in its config"])
+    )
+
+
+def _carry_growth(module: Any, original: Any, layer_types: List[Optional[str]], torch: Any) -> None:
+    """Dynamic NTK: the length transformers' module has grown its
+    frequencies for so far, carried over to posenc's."""
+    for layer_type in layer_types:
+        prefix = "" if layer_type is None else f"{layer_type}_"
+        cached: Any = getattr(original, f"{prefix}max_seq_len_cached", None)
+        cached = getattr(original, "max_seq_len_cached", None) if cached is None else cached
+        start = getattr(original, "original_max_seq_len", None)
+        if torch.is_tensor(cached):
+            cached = int(cached.item())
+        if isinstance(cached, int) and isinstance(start, int) and cached > start:
+            module._grown[layer_type] = cached
+
+
+def _rounding_apart_only(name: str, original: Any, replacement: Any, torch: Any) -> None:
+    """A ValueError if a rotary module holding float32 or float64
+    frequencies is further from posenc's reading of its config than
+    float32's rounding puts it (1e-4 on the probe): a module that does not
+    follow its config as it is now (edited after the model was built), which
+    transformers keeps on computing as built."""
+    layer_types = _rotary_layer_types(original)
+    inv = _inv_freq(original, layer_types[0]) if layer_types else None
+    if inv is None or inv.dtype not in (torch.float32, torch.float64):
+        return  # bfloat16 and float16 frequencies: far apart, said in the warning
+    for layer_type in layer_types:
+        x, ids, cos, sin = _probe_rotary(original, layer_type, torch)
+        mine = _quietly(replacement, x, ids, layer_type=layer_type)
+        worst = max(_max_diff(mine[0], cos), _max_diff(mine[1], sin))
+        if worst > 1e-4:
+            raise ValueError(
+                f"{name} ({type(original).__name__}): its tables differ from posenc's reading "
+                f"of its config by {worst:.3g} at positions 0..{_PROBE - 1}, more than float32's "
+                "rounding: the module does not follow its config as it is now (a config edited "
+                "after the model was built?)"
+            )
+
+
+def _is_sincos_table(module: Any) -> bool:
+    """GPT-J's and CodeGen's rotary module: one table of sin and cos
+    (``embed_positions``) looked up by position."""
+    if not type(module).__name__.endswith("RotaryEmbedding"):
+        return False
+    table = dict(module.named_buffers(recurse=False)).get("embed_positions")
+    return (
+        table is not None
+        and table.ndim == 2
+        and isinstance(getattr(module, "pos_embd_dim", None), int)
+        and table.shape[1] == module.pos_embd_dim
+    )
+
+
+def _sincos_change(
+    name: str, original: Any, torch: Any, notes: List[str], exact: bool
+) -> Optional[Tuple[Any, str]]:
+    """GPT-J's and CodeGen's rotary module replaced: ``(sin, cos)`` of each
+    pair's angle, the pairs interleaved (transformers' ``rotate_every_two``),
+    base 10000.  None with ``exact=False`` where transformers rounds its
+    table otherwise (its module kept)."""
+    cls = type(original).__name__
+    table = original.embed_positions
+    dim = original.pos_embd_dim
+    n = min(_PROBE, table.shape[0])
+    ids = torch.arange(n, device=table.device)[None]
+    twin = copy.deepcopy(original)
+    other = torch.float64 if table.dtype != torch.float64 else torch.float32
+    try:
+        with torch.no_grad():
+            theirs = twin(torch.zeros(1, dtype=table.dtype, device=table.device), ids)
+            follows = twin(torch.zeros(1, dtype=other, device=table.device), ids)[0].dtype
+    except Exception as exc:  # not driven by (x, position_ids) this way
+        raise ValueError(
+            f"{name} ({cls}) is not supported: it does not run on position ids of shape "
+            f"{tuple(ids.shape)} ({type(exc).__name__}: {exc})"
+        ) from exc
+    if follows not in (other, table.dtype) or dim % 2:
+        raise ValueError(f"{name} ({cls}) is not supported: its tables are not GPT-J's")
+    _define_torch_classes()
+    module = globals()["_SinCosRotary"](dim, follows == other, table.dtype)
+    module = module.to(table.device)
+    mine = _quietly(module, torch.zeros(1, dtype=table.dtype, device=table.device), ids)
+    if not (isinstance(theirs, tuple) and len(theirs) == 2) or any(
+        a.shape != b.shape or a.dtype != b.dtype for a, b in zip(mine, theirs)
+    ):
+        raise ValueError(
+            f"{name} ({cls}) is not supported: it does not return (sin, cos) of shape "
+            f"{tuple(mine[0].shape)} (GPT-J's interleaved pairs of rotary_dim {dim})"
+        )
+    worst = max(_max_diff(mine[0], theirs[0]), _max_diff(mine[1], theirs[1]))
+    # float32's rounding, or a bfloat16 or float16 table's
+    if worst > (1e-4 if table.dtype in (torch.float32, torch.float64) else 0.05):
+        raise ValueError(
+            f"{name} ({cls}) is not supported: posenc's sin and cos (interleaved pairs, rotary "
+            f"dim {dim}, base 10000) differ from its table by {worst:.3g} at positions "
+            f"0..{n - 1}, more than its dtype's rounding"
+        )
+    if not _table_outcome(name, "sin and cos table", worst, table.dtype, torch, notes, exact):
+        return None
+    return module, f"{name} ({cls}, rotary_dim {dim}, interleaved pairs)"
+
+
 # -- the public calls --------------------------------------------------------------
+
+
+def _already_patched(name: str, module: Any) -> Optional[str]:
+    """Why `module` (named `name` in the model being patched, "" for the
+    model itself) shows a patch already, or None."""
+    cls = type(module)
+    label = name or cls.__name__
+    if _STATE in module.__dict__:
+        return f"{label} is patched already: unpatch it first"
+    if cls.__module__ in (__name__, "posenc.torch") or any(
+        isinstance(v, _Replacement) for v in module.__dict__.values()
+    ):
+        return (
+            f"{label} ({cls.__name__}) is posenc's already: a model holding it is patched "
+            "(unpatch that model first)"
+        )
+    return None
 
 
 def _plan(model: Any, torch: Any, exact: bool) -> Tuple[List[_Change], List[str]]:
@@ -621,19 +1158,44 @@ def _plan(model: Any, torch: Any, exact: bool) -> Tuple[List[_Change], List[str]
     notes: List[str] = []
     found: List[str] = []
     kept: List[str] = []
+
+    def submodule_change(name: str, replacement: Any, what: str) -> _Change:
+        if not name:
+            raise ValueError(f"patch takes the model holding a {what}, not the module itself")
+        parent_name, _, child = name.rpartition(".")
+        parent = model.get_submodule(parent_name) if parent_name else model
+        replacement.train(getattr(parent, child).training)  # the flag of the module it replaces
+        return _Change(what, parent, child, replacement, module=True)
+
     for name, module in list(model.named_modules()):
         cls = type(module).__name__
+        why = _already_patched(name, module)
+        if why is not None:
+            raise ValueError(f"posenc cannot patch this {type(model).__name__}: {why}")
         if _is_rotary(module):
-            replacement, what = _rotary_replacement(name or cls, module, torch, notes, exact)
+            try:
+                replacement, what = _rotary_replacement(name or cls, module, torch, notes, exact)
+            except ValueError:
+                # tables holding each pair's angle once (GPT-OSS's)
+                half = _half_width_rotary(name or cls, module, torch, notes, exact)
+                if half is None:
+                    raise
+                replacement, what = half
             if replacement is None:
                 kept.append(what)
                 continue
-
-            if not name:
-                raise ValueError("patch takes the model holding a rotary module, not the module")
-            parent_name, _, child = name.rpartition(".")
-            parent = model.get_submodule(parent_name) if parent_name else model
-            changes.append(_Change(what, parent, child, replacement, module=True))
+            _rounding_apart_only(name or cls, module, replacement, torch)
+            if getattr(replacement, "config", None) is not None:
+                # the tables of the config as it is now, as transformers' module
+                # holds its frequencies (a config edited later moves neither)
+                replacement.config = copy.deepcopy(replacement.config)
+            changes.append(submodule_change(name, replacement, what))
+        elif _is_sincos_table(module):
+            sincos = _sincos_change(name or cls, module, torch, notes, exact)
+            if sincos is None:
+                kept.append(name)
+                continue
+            changes.append(submodule_change(name, *sincos))
         elif cls == "DisentangledSelfAttention" and type(module).__module__.endswith(
             "deberta_v2.modeling_deberta_v2"
         ):
@@ -642,9 +1204,9 @@ def _plan(model: Any, torch: Any, exact: bool) -> Tuple[List[_Change], List[str]
         elif cls == "XLNetRelativeAttention" and callable(getattr(module, "rel_attn_core", None)):
             changes.append(_xlnet_change(name or cls, module, torch))
         elif cls.startswith("Bloom") and callable(getattr(module, "build_alibi_tensor", None)):
-            changes.append(_bloom_change(name or cls, module, torch))
+            changes.append(_bloom_change(name or cls, module, torch, exact, notes))
         elif cls.startswith("Mpt") and callable(getattr(module, "build_mpt_alibi_tensor", None)):
-            changes.append(_mpt_change(name or cls, module, torch))
+            changes.append(_mpt_change(name or cls, module, torch, exact, notes))
         elif (
             getattr(module, "has_relative_attention_bias", False)
             and callable(getattr(module, "compute_bias", None))
@@ -670,19 +1232,23 @@ def patch(model: Any, *, exact: bool = True) -> Any:
     """Make `model` (this instance) compute its positions with posenc.
 
     With ``exact=False``, transformers' rounding is reproduced where it
-    differs from the exact values: Falcon's ALiBi is rounded as transformers
-    rounds it (slopes and products in bfloat16), and a rotary module whose
-    tables transformers rounds otherwise (a bfloat16 ``inv_freq``, float32
-    angles in a float64 model) is left in place.
+    differs from the exact values: BLOOM's, MPT's and Falcon's ALiBi are
+    rounded as transformers rounds them (float32 slopes and products for
+    BLOOM and MPT, bfloat16 for Falcon: the same bits), and a rotary module
+    whose tables transformers rounds otherwise (a bfloat16 ``inv_freq``,
+    float32 angles in a float64 model) is left in place.
 
     Returns `model`.  Raises ValueError, leaving the model as it was, when
     it holds nothing posenc can patch or a module whose numbers posenc would
-    not reproduce; TypeError when `model` is not a torch module.
+    not reproduce, or is patched already (or holds a patched part);
+    TypeError when `model` is not a torch module.
     """
     import torch
 
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    if not isinstance(exact, bool):
+        raise TypeError(f"exact must be a bool, got {type(exact).__name__}")
     if _STATE in model.__dict__:
         raise ValueError(f"this {type(model).__name__} is already patched: unpatch it first")
     changes, notes = _plan(model, torch, exact)

@@ -9,6 +9,8 @@ posenc, float64 values written out here with NumPy.
 import copy
 import importlib
 import inspect
+import io
+import pickle
 import warnings
 
 import numpy as np
@@ -71,6 +73,71 @@ def _build(tf, name, **overrides):
     }  # fmt: skip
     families["umt5"] = (tf.UMT5Config, tf.UMT5ForConditionalGeneration, families["t5"][2])
     families["mt5"] = (tf.MT5Config, tf.MT5ForConditionalGeneration, families["t5"][2])
+    # LongT5: local attention in the encoder (blocks of local_radius + 1), T5's in the decoder
+    families["longt5"] = (
+        tf.LongT5Config,
+        tf.LongT5ForConditionalGeneration,
+        dict(families["t5"][2], local_radius=3),
+    )
+    families["longt5_tglobal"] = (
+        tf.LongT5Config,
+        tf.LongT5ForConditionalGeneration,
+        dict(
+            families["t5"][2],
+            local_radius=3,
+            global_block_size=4,
+            encoder_attention_type="transient-global",
+        ),
+    )
+    # GPT-J and CodeGen: a sin/cos table, the pairs interleaved; GPT-OSS: half-width tables
+    sincos = dict(
+        vocab_size=VOCAB,
+        n_embd=64,
+        n_layer=2,
+        n_head=4,
+        rotary_dim=8,
+        n_positions=64,
+        pad_token_id=0,
+    )
+    families["gptj"] = (tf.GPTJConfig, tf.GPTJForCausalLM, sincos)
+    families["codegen"] = (tf.CodeGenConfig, tf.CodeGenForCausalLM, sincos)
+    families["gptoss"] = (
+        tf.GptOssConfig,
+        tf.GptOssForCausalLM,
+        dict(small, head_dim=16, num_local_experts=2, num_experts_per_tok=1),
+    )
+    families["bloom12"] = (
+        tf.BloomConfig,
+        tf.BloomForCausalLM,
+        dict(families["bloom"][2], hidden_size=24, n_head=12),
+    )
+    families["mpt12"] = (
+        tf.MptConfig,
+        tf.MptForCausalLM,
+        dict(families["mpt"][2], d_model=24, n_heads=12),
+    )
+    families["deberta"] = (
+        tf.DebertaV2Config,
+        tf.DebertaV2ForMaskedLM,
+        dict(
+            vocab_size=VOCAB,
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            intermediate_size=64,
+            max_position_embeddings=64,
+            relative_attention=True,
+            pos_att_type=["c2p", "p2c"],
+            position_buckets=8,
+            max_relative_positions=16,
+            pad_token_id=0,
+        ),
+    )
+    families["xlnet"] = (
+        tf.XLNetConfig,
+        tf.XLNetLMHeadModel,
+        dict(vocab_size=VOCAB, d_model=32, n_layer=2, n_head=4, d_inner=64, pad_token_id=0),
+    )
     config_class, model_class, kwargs = families[name]
     torch.manual_seed(0)
     with warnings.catch_warnings():
@@ -86,7 +153,7 @@ def _inputs(torch, name, length=24, batch=2):
     mask[0, :3] = 0  # left padding
     ids[0, :3] = 0
     kwargs = {"input_ids": ids, "attention_mask": mask}
-    if name in ("t5", "mt5", "umt5"):
+    if name in SEQ2SEQ:
         kwargs["decoder_input_ids"] = ids[:, :9].clone()
     return kwargs
 
@@ -104,11 +171,17 @@ def _patch_quietly(hf, model, **kwargs):
         return hf.patch(model, **kwargs)
 
 
-ROTARY = ["llama", "qwen2", "llama3", "dynamic", "gemma3", "phi3", "neox"]
-ALL = ROTARY + ["bloom", "mpt", "falcon", "t5", "mt5", "umt5"]
+ROTARY = ["llama", "qwen2", "llama3", "dynamic", "gemma3", "phi3", "neox", "gptj", "codegen",
+          "gptoss"]  # fmt: skip
+ALL = ROTARY + ["bloom", "mpt", "falcon", "t5", "mt5", "umt5", "longt5"]
+SEQ2SEQ = ("t5", "mt5", "umt5", "longt5", "longt5_tglobal")
 # what patch replaces in each: the part's name in patched_parts
 PARTS = {"bloom": "BLOOM ALiBi", "mpt": "MPT ALiBi", "falcon": "Falcon ALiBi", "t5": "T5 bias",
-         "mt5": "T5 bias", "umt5": "T5 bias"}  # fmt: skip
+         "mt5": "T5 bias", "umt5": "T5 bias", "longt5": "LongT5 local bias",
+         "deberta": "DeBERTa-v2 relative attention",
+         "xlnet": "XLNet relative attention"}  # fmt: skip
+# transformers exact there: the patched logits are the same bits
+EXACT = ("bloom", "mpt", "t5", "mt5", "umt5", "longt5")
 
 
 # -- logits --------------------------------------------------------------------------
@@ -133,7 +206,7 @@ def test_patched_logits_float32_and_unpatch_restores(tf, hf, name):
     # transformers' float32 angles and tables: within 1e-5 of the logits' scale
     scale = float(want.abs().max())
     assert float((got - want).abs().max()) <= 1e-5 * scale
-    if name in ("bloom", "mpt", "t5", "mt5", "umt5"):  # transformers exact there: the same bits
+    if name in EXACT:
         assert torch.equal(got, want)
     # another instance of the same class is untouched
     assert torch.equal(_logits(other, inputs), other_want)
@@ -229,8 +302,12 @@ def test_falcon_alibi_exact_by_default_transformers_rounding_on_request(tf, hf):
     model = _build(tf, "falcon")
     inputs = _inputs(torch, "falcon", length=300)
     want = _logits(model, inputs)
+    signature = inspect.signature(model.transformer.forward)
     with pytest.warns(UserWarning, match=r"Falcon's ALiBi in bfloat16"):
         hf.patch(model)
+    # the instance's own forward: the class's signature, as its bound method's
+    assert "forward" in vars(model.transformer)
+    assert inspect.signature(model.transformer.forward) == signature
     exact_logits = _logits(model, inputs)
     hf.unpatch(model)
     # the bias posenc adds, against float64 slopes times positions written out
@@ -247,6 +324,159 @@ def test_falcon_alibi_exact_by_default_transformers_rounding_on_request(tf, hf):
     hf.patch(model, exact=False)  # transformers' bfloat16 rounding, reproduced
     assert torch.equal(_logits(model, inputs), want)
     hf.unpatch(model)
+
+
+def _bloom_slopes(n):
+    """ALiBi's slopes for `n` heads in float64, written out: 2 ** (-8 i / m)
+    for the power of two m <= n (i = 1 .. m), then the odd-numbered ones of
+    2 m heads', 2 ** (-8 j / 2 m) for j = 1, 3, ..."""
+    m = 1 << (n.bit_length() - 1)
+    extra = np.arange(1, 2 * (n - m), 2)
+    return np.concatenate(
+        [2.0 ** (-8.0 * np.arange(1, m + 1) / m), 2.0 ** (-8.0 * extra / (2 * m))]
+    )
+
+
+def _mpt_slopes(n):
+    """MPT's: 2 ** (-8 i / m) for the power of two m >= n, the odd-numbered
+    ones first when n is not a power of two."""
+    m = 1 << (n - 1).bit_length()
+    slopes = 2.0 ** (-8.0 * np.arange(1, m + 1) / m)
+    return slopes if m == n else np.concatenate([slopes[1::2], slopes[::2]])[:n]
+
+
+def _one_warning(hf, model, match, **kwargs):
+    """patch(model), returning the text of the one warning it gives."""
+    with pytest.warns(UserWarning, match=match) as record:
+        hf.patch(model, **kwargs)
+    ours = [str(w.message) for w in record if "posenc.hf.patch" in str(w.message)]
+    assert len(ours) == 1, ours
+    return ours[0]
+
+
+def _masks(torch, length):
+    """Left padding, a hole in the middle, no padding: (2, length)."""
+    mask = torch.ones(2, length, dtype=torch.long)
+    mask[0, :3] = 0
+    mask[1, length // 2 : length // 2 + 2] = 0
+    return [mask, torch.ones(1, length, dtype=torch.long)]
+
+
+def _bits(t):
+    """A float tensor's bits (-0.0 apart from 0.0)."""
+    import torch
+
+    return t.view({2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()])
+
+
+@pytest.mark.parametrize("heads", [12, 16, 112])
+def test_bloom_alibi_above_8_heads_exact_by_default_transformers_rounding_on_request(tf, hf, heads):
+    import torch
+
+    model = _build(tf, "bloom", hidden_size=2 * heads, n_head=heads)  # 2 dims a head
+    inputs = _inputs(torch, "bloom", length=64)
+    want = _logits(model, inputs)
+    home = importlib.import_module(type(model).__module__)
+    slopes = _bloom_slopes(heads)
+    # transformers' float32 bias against the exact values rounded once, positions 0..1023
+    theirs = home.build_alibi_tensor(torch.ones(1, 1024, dtype=torch.long), heads, torch.float32)
+    exact = (slopes[:, None] * np.arange(1024)).astype(np.float32)
+    apart = np.abs(theirs[:, 0].double().numpy() - exact).max()
+    assert apart > 0  # transformers rounds its slopes: not the exact values
+    text = _one_warning(hf, model, r"BLOOM's ALiBi slopes and products in float32")
+    assert f"by up to {apart:.3g} " in text
+    got = _logits(model, inputs)
+    assert float((got - want).abs().max()) <= 1e-5 * float(want.abs().max())
+    # the patched bias: the exact values rounded once
+    for mask in _masks(torch, 300):
+        mine = model.transformer.build_alibi_tensor(mask, heads, torch.float32)
+        positions = (np.cumsum(mask.numpy(), -1) - 1) * mask.numpy()
+        bias = (slopes[None, :, None] * positions[:, None, :]).astype(np.float32)
+        np.testing.assert_array_equal(mine.view(len(mask), heads, -1).numpy(), bias)
+    hf.unpatch(model)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # nothing made more exact: nothing to say
+        hf.patch(model, exact=False)
+    for mask in _masks(torch, 1500):
+        for dtype in (torch.float32, torch.bfloat16, torch.float16, torch.float64):
+            mine = model.transformer.build_alibi_tensor(mask, heads, dtype)
+            theirs = home.build_alibi_tensor(mask, heads, dtype)
+            assert mine.dtype == theirs.dtype and torch.equal(_bits(mine), _bits(theirs))
+    assert torch.equal(_logits(model, inputs), want)
+    hf.unpatch(model)
+    assert torch.equal(_logits(model, inputs), want)
+
+
+def test_mpt_alibi_of_12_heads_exact_by_default_transformers_rounding_on_request(tf, hf):
+    import torch
+
+    model = _build(tf, "mpt12")
+    inputs = _inputs(torch, "mpt", length=64)
+    want = _logits(model, inputs)
+    home = importlib.import_module(type(model).__module__)
+    slopes = _mpt_slopes(12)
+    theirs = home.build_mpt_alibi_tensor(12, 1024)  # (heads, 1, 1024)
+    exact = (-slopes[:, None] * (1023 - np.arange(1024))).astype(np.float32)
+    apart = np.abs(theirs[:, 0].double().numpy() - exact).max()
+    assert apart > 0
+    text = _one_warning(hf, model, r"MPT's ALiBi slopes and products in float32")
+    assert f"by up to {apart:.3g} " in text
+    got = _logits(model, inputs)
+    assert float((got - want).abs().max()) <= 1e-5 * float(want.abs().max())
+    np.testing.assert_array_equal(model.transformer.build_mpt_alibi_tensor(12, 1024)[:, 0], exact)
+    hf.unpatch(model)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        hf.patch(model, exact=False)
+    for length in (1, 7, 64, 1500):
+        mine = model.transformer.build_mpt_alibi_tensor(12, length)
+        theirs = home.build_mpt_alibi_tensor(12, length)
+        assert mine.dtype == theirs.dtype and torch.equal(_bits(mine), _bits(theirs))
+    assert torch.equal(_logits(model, inputs), want)
+    hf.unpatch(model)
+
+
+def _mistral_bfloat16_errors(tf, hf, initializer_range):
+    """A one-layer Mistral (hidden 128, 4 heads of 32) reading 1024 tokens at
+    positions 2048..3071 in bfloat16, unpatched and patched: the largest and
+    the mean |logits - float64 logits| of each (the float64 model
+    transformers' own)."""
+    import torch
+
+    config = tf.MistralConfig(
+        vocab_size=512, hidden_size=128, intermediate_size=256, num_hidden_layers=1,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=8192,
+        sliding_window=None, initializer_range=initializer_range,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+    )  # fmt: skip
+    torch.manual_seed(0)
+    base = tf.MistralForCausalLM(config).eval()
+    ids = torch.randint(1, 512, (1, 1024), generator=torch.Generator().manual_seed(1))
+    positions = torch.arange(2048, 3072)[None]
+
+    def logits(model):
+        with torch.no_grad():
+            return model(ids, position_ids=positions, use_cache=False).logits.double()
+
+    want = logits(copy.deepcopy(base).double())
+    bf16 = base.to(torch.bfloat16)
+    unpatched = logits(bf16)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with hf.patched(bf16):
+            patched = logits(bf16)
+    return [(float(d.max()), float(d.mean())) for d in ((unpatched - want).abs(),
+                                                        (patched - want).abs())]  # fmt: skip
+
+
+def test_bfloat16_patched_is_closer_to_float64_over_a_long_context_with_sharp_attention(tf, hf):
+    # sharp attention (weights drawn with a large initializer_range): the
+    # unpatched model's bfloat16 frequencies move its scores by the distance
+    (u_max, u_mean), (p_max, p_mean) = _mistral_bfloat16_errors(tf, hf, 0.2)
+    assert u_max >= 2 * p_max and u_mean >= 2 * p_mean, (u_max, u_mean, p_max, p_mean)
+    # transformers' default weights: nearly uniform attention, the two alike
+    (u_max, u_mean), (p_max, p_mean) = _mistral_bfloat16_errors(tf, hf, 0.02)
+    assert 1 / 1.5 <= u_mean / p_mean <= 1.5 and 1 / 1.5 <= u_max / p_max <= 1.5
 
 
 # -- generate, gradients, compile -------------------------------------------------------
@@ -340,6 +570,54 @@ def test_a_deep_copy_of_a_patched_model_is_patched_on_its_own(tf, hf, name):
     for m_twin, m_model in zip(twin.modules(), model.modules()):
         assert m_twin is not m_model
     hf.unpatch(model)
+
+
+# every kind of model patch supports
+KINDS = ALL + ["bloom12", "mpt12", "deberta", "xlnet"]
+
+
+def _saved_and_loaded(model):
+    import torch
+
+    buffer = io.BytesIO()
+    torch.save(model, buffer)
+    buffer.seek(0)
+    return torch.load(buffer, weights_only=False)
+
+
+def _holds_posenc(model):
+    """Whether any module of `model` is posenc's or holds a posenc object in
+    its own attributes."""
+    return any(
+        type(m).__module__.startswith("posenc")
+        or any(type(v).__module__.startswith("posenc") for v in vars(m).values())
+        for m in model.modules()
+    )
+
+
+@pytest.mark.parametrize("name", KINDS)
+def test_a_patched_model_pickles_saves_and_deep_copies(tf, hf, name):
+    import torch
+
+    model = _build(tf, name)
+    inputs = _inputs(torch, name, length=20)
+    want = _logits(model, inputs)
+    _patch_quietly(hf, model)
+    parts = hf.patched_parts(model)
+    patched_want = _logits(model, inputs)
+    ways = {"pickle": lambda m: pickle.loads(pickle.dumps(m)), "torch.save": _saved_and_loaded,
+            "deepcopy": copy.deepcopy}  # fmt: skip
+    for way, copy_of in ways.items():
+        twin = copy_of(model)
+        assert hf.patched_parts(twin) == parts, way
+        assert torch.equal(_logits(twin, inputs), patched_want), way
+        hf.unpatch(twin)  # transformers' own code again: the unpatched model's bits
+        assert not _holds_posenc(twin), way
+        assert torch.equal(_logits(twin, inputs), want), way
+        assert hf.patched_parts(model) == parts
+    assert torch.equal(_logits(model, inputs), patched_want)
+    hf.unpatch(model)
+    assert torch.equal(_logits(model, inputs), want)
 
 
 def _patched_equals_unpatched(hf, model, forward):
@@ -446,6 +724,8 @@ def test_patch_refuses_whole_models_it_cannot_patch(tf, hf):
         hf.patch(bert)
     with pytest.raises(TypeError, match="model must be a torch.nn.Module"):
         hf.patch(object())
+    with pytest.raises(TypeError, match="exact must be a bool, got str"):
+        hf.patch(_build(tf, "bloom"), exact="no")
     model = _build(tf, "llama")
     with pytest.raises(ValueError, match="not patched"):
         hf.unpatch(model)
@@ -470,19 +750,189 @@ def test_a_module_posenc_does_not_reproduce_leaves_the_model_untouched(tf, hf):
     assert all(torch.equal(v, state[k]) for k, v in model.state_dict().items())
 
 
+@pytest.mark.parametrize("name", KINDS)
+def test_patch_leaves_every_training_flag_as_it_was(tf, hf, name):
+    model = _build(tf, name)
+    for i, module in enumerate(model.modules()):  # eval under train, train under eval
+        module.training = i % 3 != 1
+    flags = {n: m.training for n, m in model.named_modules()}
+    _patch_quietly(hf, model)
+    # a replaced module's replacement has its flag (a replacement's parts theirs)
+    after = {n: m.training for n, m in model.named_modules()}
+    assert {n: after[n] for n in flags} == flags
+    assert all(after[n] == flags[n.rpartition(".")[0]] for n in after.keys() - flags.keys())
+    hf.unpatch(model)
+    assert {n: m.training for n, m in model.named_modules()} == flags
+
+
+def test_a_module_put_back_takes_the_flag_set_while_patched(tf, hf):
+    model = _build(tf, "llama")  # eval
+    original = model.model.rotary_emb
+    hf.patch(model)
+    model.train()  # the replacement in train mode, with the rest
+    hf.unpatch(model)
+    assert model.model.rotary_emb is original
+    assert all(m.training for m in model.modules())
+
+
+def test_a_refused_xlnet_patch_leaves_every_training_flag_as_it_was(tf, hf):
+    model = _build(tf, "xlnet").train()
+    model.transformer.layer[0].rel_attn.dropout.eval()
+    flags = [m.training for m in model.modules()]
+
+    def refuses(*args, **kwargs):
+        raise ValueError("not this one")
+
+    # the second layer's check fails after the first one's has run
+    model.transformer.layer[1].rel_attn.__dict__["rel_attn_core"] = refuses
+    with pytest.raises(ValueError, match=r"layer.1.rel_attn \(XLNetRelativeAttention\)"):
+        hf.patch(model)
+    assert [m.training for m in model.modules()] == flags
+    assert not _holds_posenc(model)
+
+
+def test_longt5_transient_global_attention_is_refused_saying_why(tf, hf):
+    model = _build(tf, "longt5_tglobal")
+    with pytest.raises(
+        ValueError,
+        match=r"TransientGlobalSelfAttention \(LongT5TransientGlobalAttention\) is not "
+        r"supported: LongT5's transient-global attention .*compute_side_bias",
+    ):
+        hf.patch(model)
+    assert not _holds_posenc(model)
+
+
+def test_longt5_local_attention_bias_is_posencs_by_blocks(tf, hf):
+    import torch
+
+    model = _build(tf, "longt5")  # local_radius 3: blocks of 4 tokens
+    attention = model.encoder.block[0].layer[0].LocalSelfAttention
+    hf.patch(model)
+    bias = attention.compute_bias(4)
+    assert bias.shape == (1, 1, 4, 4, 12)
+    # block queries at 4..7, keys at 0..11: the table's row of each distance's bucket
+    table = attention.relative_attention_bias.weight
+    buckets = _t5_buckets(np.arange(12)[None, :] - np.arange(4, 8)[:, None], table.shape[0])
+    with torch.no_grad():
+        assert torch.equal(bias[0, 0], table[torch.from_numpy(buckets)].permute(2, 0, 1))
+    hf.unpatch(model)
+
+
+def _t5_buckets(relative, num_buckets, max_distance=20):
+    """T5's bidirectional buckets written out (Raffel et al.): half the
+    buckets a side, exact below half of those, logarithmic to max_distance."""
+    half = num_buckets // 2
+    out = (relative > 0) * half
+    n = np.abs(relative)
+    exact = half // 2
+    large = exact + (np.log(np.maximum(n, 1) / exact) / np.log(max_distance / exact)
+                     * (half - exact)).astype(np.int64)  # fmt: skip
+    return out + np.where(n < exact, n, np.minimum(large, half - 1))
+
+
+@pytest.mark.parametrize("name", ["gptj", "codegen"])
+def test_gptj_tables_float64_exact_and_exact_false_keeps_transformers_module(tf, hf, name):
+    import torch
+
+    model = _build(tf, name).double()
+    inputs = _inputs(torch, name)
+    want = _logits(model, inputs)
+    original = model.transformer.rotary_emb
+    _one_warning(hf, model, "angles formed in float32 in a float64 model")
+    got = _logits(model, inputs)
+    assert float((got - want).abs().max()) <= 1e-5 * float(want.abs().max())
+    rotary = model.transformer.rotary_emb
+    assert rotary is not original
+    # (sin, cos) of each pair's angle: the float64 values, past the model's 64 positions
+    sin, cos = rotary(torch.zeros(1, dtype=torch.float64), torch.arange(3000)[None])
+    angles = np.arange(3000)[:, None] / 10000.0 ** (np.arange(0, 8, 2) / 8)
+    np.testing.assert_allclose(sin[0].numpy(), np.sin(angles), rtol=0, atol=1e-12)
+    np.testing.assert_allclose(cos[0].numpy(), np.cos(angles), rtol=0, atol=1e-12)
+    # the dtype of transformers' module: x's (GPT-J), its table's (CodeGen)
+    ids = torch.arange(5)[None]
+    for x in (torch.zeros(1), torch.zeros(1, dtype=torch.float64)):
+        assert rotary(x, ids)[0].dtype == original(x, ids)[0].dtype
+    hf.unpatch(model)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        hf.patch(model, exact=False)  # transformers' rounding: its module kept
+    assert model.transformer.rotary_emb is original
+    assert torch.equal(_logits(model, inputs), want)
+    hf.unpatch(model)
+
+
+def test_a_gptj_table_apart_from_its_formula_is_refused(tf, hf):
+    model = _build(tf, "gptj")
+    model.transformer.rotary_emb.embed_positions.mul_(1.001)
+    with pytest.raises(ValueError, match=r"transformer.rotary_emb \(GPTJRotaryEmbedding\) is not "
+                       r"supported: .* more than its dtype's rounding"):  # fmt: skip
+        hf.patch(model)
+    assert not _holds_posenc(model)
+
+
+def test_a_part_of_a_patched_model_is_not_patched_again(tf, hf):
+    import torch
+
+    model = _build(tf, "bloom")
+    inputs = _inputs(torch, "bloom")
+    want = _logits(model, inputs)
+    hf.patch(model)
+    with pytest.raises(ValueError, match=r"BloomModel \(BloomModel\) is posenc's already"):
+        hf.patch(model.transformer)
+    hf.unpatch(model)
+    hf.patch(model.transformer)
+    with pytest.raises(ValueError, match="transformer is patched already: unpatch it first"):
+        hf.patch(model)
+    hf.unpatch(model.transformer)
+    assert not _holds_posenc(model)
+    assert torch.equal(_logits(model, inputs), want)
+
+
+@pytest.mark.parametrize("name", ["llama", "gemma3", "gptoss"])
+def test_a_config_edited_after_patch_moves_neither_model(tf, hf, name):
+    import torch
+
+    model = _build(tf, name)
+    inputs = _inputs(torch, name, length=300)  # past the tables the patch's check made
+    want = _logits(model, inputs)
+    _patch_quietly(hf, model)
+    # transformers' rotary modules hold their frequencies from their config as it was
+    params = model.config.rope_parameters
+    for p in params.values() if "full_attention" in params else [params]:
+        p["rope_theta"] = 3.0
+    got = _logits(model, inputs)
+    assert float((got - want).abs().max()) <= 1e-5 * float(want.abs().max())
+    hf.unpatch(model)
+    assert torch.equal(_logits(model, inputs), want)
+
+
+def test_a_rotary_module_apart_from_its_config_is_refused(tf, hf):
+    # llama3's scaled frequencies move little at positions 0..15: a theta
+    # edited after the model was built stays within any looser check there
+    model = _build(tf, "llama3")
+    model.config.rope_parameters["rope_theta"] *= 3
+    with pytest.raises(ValueError, match=r"model.rotary_emb \(LlamaRotaryEmbedding\): its tables "
+                       r"differ .* does not follow its config as it is now"):  # fmt: skip
+        _patch_quietly(hf, model)
+    assert not _holds_posenc(model)
+
+
 # -- every rotary class of transformers ---------------------------------------------------------
 
 
 def _same_tables(torch, original, patched):
-    """The patched module's cos and sin against transformers' module's on 48
-    positions (three rows for M-RoPE), every layer type: within transformers'
+    """The patched module's tables against transformers' module's on 48
+    positions (three rows for M-RoPE; within a table's rows where the
+    module looks its tables up), every layer type: within transformers'
     float32 rounding."""
+    config = getattr(original, "config", None)
     rope_type = getattr(original, "rope_type", None)
     layer_types = list(rope_type) if isinstance(rope_type, dict) else [None]
     for layer_type in layer_types:
-        params = original.config.rope_parameters or {}
+        params = (config.rope_parameters or {}) if config is not None else {}
         params = params.get(layer_type) or {} if layer_type is not None else params
-        ids = torch.arange(48)[None]
+        table = getattr(original, "embed_positions", None)
+        ids = torch.arange(48 if table is None else min(48, table.shape[0]))[None]
         if params.get("mrope_section") is not None:
             ids = torch.stack([ids, ids // 4, ids % 7])
         kwargs = {} if layer_type is None else {"layer_type": layer_type}
