@@ -273,7 +273,9 @@ def test_each_error_is_one_line_saying_what_to_do(hub, capsys, name, message):
     err = capsys.readouterr().err
     assert err.startswith(PREFIX) and err.count("\n") == 1, err
     if name == "org/no-ranges":  # the client hung up on the whole file
-        assert all(r.sent == -1 for r in _file_requests(hub, name, "model.safetensors"))
+        size = len(hub.repos[name].files["model.safetensors"])
+        requests = _file_requests(hub, name, "model.safetensors")
+        assert requests and all(r.hung_up and r.sent < size / 10 for r in requests)
 
 
 def test_no_network_with_nothing_cached(hub, monkeypatch, capsys):
