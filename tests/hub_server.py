@@ -12,7 +12,8 @@ was fetched.
 A :class:`Repo` may also misbehave, one way or several, for the tests of a
 client's limits: hold every answer (`delay`), trickle its bodies a byte at
 a time (`trickle`), serve files longer than they are (`tail` zero bytes
-past their end, sent as they are read: an endless body), answer with
+past a safetensors file's end, `json_tail` spaces past a JSON file's, sent
+as they are read: an endless body), answer with
 another model info (`info`), another status (`status`, `file_status`), a
 lying Content-Length or Content-Range, or a redirect (`redirect`: to
 itself forever, to another host serving the same files, to a URL).
@@ -44,7 +45,8 @@ class Repo:
     # ways to misbehave (each off by default)
     delay: float = 0.0  # seconds every answer is held before its status line
     trickle: float = 0.0  # seconds between the bytes of every body, sent one at a time
-    tail: int = 0  # zero bytes past the end of every file, sent as they are read
+    tail: int = 0  # zero bytes past the end of every .safetensors file, sent as read
+    json_tail: int = 0  # spaces past the end of every .json file (valid JSON, however long)
     info: Optional[bytes] = None  # the model info's body, instead of the real one
     info_tail: int = 0  # spaces after the model info (valid JSON, as long as one likes)
     status: Optional[Tuple[int, str]] = None  # (status, X-Error-Code) of every answer
@@ -110,7 +112,9 @@ class HubServer:
         handler = _handler(self)
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
         self.httpd.daemon_threads = True
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread = threading.Thread(
+            target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
         self.thread.start()
         return self
 
@@ -252,7 +256,12 @@ def _handler(server: HubServer):
             data = repo.files.get(m.group("file"))
             if data is None:
                 return self._error(404, "EntryNotFound", head, repo)
-            size = len(data) + repo.tail
+            name = m.group("file")
+            tail = repo.tail if name.endswith(".safetensors") else 0
+            fill = b"\0"
+            if name.endswith(".json"):
+                tail, fill = repo.json_tail, b" "
+            size = len(data) + tail
             headers = {
                 "ETag": '"' + hashlib.sha256(data).hexdigest() + '"',
                 "X-Repo-Commit": repo.commit,
@@ -274,7 +283,7 @@ def _handler(server: HubServer):
                     lie = repo.range_lie
                     headers["Content-Range"] = f"bytes {start + lie}-{end + lie}/{size}"
             headers["Content-Length"] = str(stop - start + repo.length_lie)
-            return self._send(status, _Body(data, start, stop), headers, head, repo)
+            return self._send(status, _Body(data, start, stop, fill), headers, head, repo)
 
         def _route(self, head):
             path = self.path

@@ -622,7 +622,7 @@ class _Session:
                         f"{declared[:40]!r}; check HF_ENDPOINT ({self.remote.endpoint})"
                     )
                 if int(declared) > limit:
-                    raise self._too_long(what, int(declared), limit, into)
+                    raise self._too_long(what, int(declared), limit, into, exact=True)
             data = bytearray()
             done = 0
             for chunk in response.iter_raw():
@@ -644,14 +644,17 @@ class _Session:
                 )
         return bytes(data) if into is None else into
 
-    def _too_long(self, what: str, size: int, limit: int, into: Any) -> HubError:
+    def _too_long(
+        self, what: str, size: int, limit: int, into: Any, exact: bool = False
+    ) -> HubError:
+        more = "" if exact else " or more"
         if into is not None:
             return HubError(
                 f"{self.remote.repo_id}: asked for {limit} bytes ({what}), the server sends "
-                f"{size} or more; check HF_ENDPOINT ({self.remote.endpoint})"
+                f"{size}{more}; check HF_ENDPOINT ({self.remote.endpoint})"
             )
         return HubError(
-            f"{self.remote.repo_id}: {what} is {size:,} bytes or more, above posenc's bound "
+            f"{self.remote.repo_id}: {what} is {size:,} bytes{more}, above posenc's bound "
             f"of {limit:,}; check HF_ENDPOINT ({self.remote.endpoint})"
         )
 
