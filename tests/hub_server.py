@@ -15,8 +15,9 @@ a time (`trickle`), serve files longer than they are (`tail` zero bytes
 past a safetensors file's end, `json_tail` spaces past a JSON file's, sent
 as they are read: an endless body), answer with
 another model info (`info`), another status (`status`, `file_status`), a
-lying Content-Length or Content-Range, or a redirect (`redirect`: to
-itself forever, to another host serving the same files, to a URL).
+lying Content-Length or Content-Range, none at all (`no_length`: the body
+ends when the connection closes), or a redirect (`redirect`: to itself
+forever, to another host serving the same files, to a URL, nowhere).
 """
 
 from __future__ import annotations
@@ -51,9 +52,11 @@ class Repo:
     info_tail: int = 0  # spaces after the model info (valid JSON, as long as one likes)
     status: Optional[Tuple[int, str]] = None  # (status, X-Error-Code) of every answer
     file_status: Optional[Tuple[int, str]] = None  # the same, for the files only
-    redirect: Optional[str] = None  # "loop", "other-host", or a URL every file goes to
+    redirect: Optional[str] = None  # "loop", "other-host", "none" (no Location) or a URL
+    no_length: bool = False  # bodies without Content-Length, ended by closing the connection
     length_lie: int = 0  # added to the Content-Length of a file's body
     range_lie: int = 0  # added to both ends of the Content-Range of a 206 answer
+    range_extra: int = 0  # bytes past the range asked for, sent with it (and counted)
     no_content_range: bool = False  # a 206 answer without Content-Range
 
     def __post_init__(self):
@@ -93,6 +96,11 @@ class _Body:
             at = end
 
 
+class _Quiet(ThreadingHTTPServer):
+    def handle_error(self, request, client_address):
+        pass  # a client that hung up (the tests' point, often): nothing to print
+
+
 @dataclass
 class HubServer:
     repos: Dict[str, Repo] = field(default_factory=dict)
@@ -110,7 +118,7 @@ class HubServer:
 
     def start(self):
         handler = _handler(self)
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.httpd = _Quiet(("127.0.0.1", 0), handler)
         self.httpd.daemon_threads = True
         self.thread = threading.Thread(
             target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
@@ -151,6 +159,7 @@ class HubServer:
 def _handler(server: HubServer):
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        disable_nagle_algorithm = True  # a body's small writes go out at once
 
         def log_message(self, *args):  # quiet
             pass
@@ -161,6 +170,10 @@ def _handler(server: HubServer):
                 time.sleep(repo.delay)
             headers = dict(headers or {})
             headers.setdefault("Content-Length", str(len(body)))
+            if repo.no_length and not head:
+                del headers["Content-Length"]
+                headers["Connection"] = "close"
+                self.close_connection = True
             request = Request(
                 self.command,
                 self.path,
@@ -247,7 +260,8 @@ def _handler(server: HubServer):
                     location = f"{server.other_url}{path}?{_CDN}"
                 else:
                     location = repo.redirect
-                return self._send(302, b"", {"Location": location}, head, repo)
+                headers = {} if repo.redirect == "none" else {"Location": location}
+                return self._send(302, b"", headers, head, repo)
             m = re.fullmatch(r"/resolve/(?P<rev>[^/]+)/(?P<file>.+)", tail)
             if m is None:
                 return self._error(404, "EntryNotFound", head, repo)
@@ -282,6 +296,8 @@ def _handler(server: HubServer):
                 if not repo.no_content_range:
                     lie = repo.range_lie
                     headers["Content-Range"] = f"bytes {start + lie}-{end + lie}/{size}"
+            if status == 206 and repo.range_extra:
+                stop = min(stop + repo.range_extra, size)
             headers["Content-Length"] = str(stop - start + repo.length_lie)
             return self._send(status, _Body(data, start, stop, fill), headers, head, repo)
 

@@ -447,6 +447,18 @@ def _client_module(hf: Any) -> Any:
     return importlib.import_module(client.__module__.partition(".")[0])
 
 
+_SSL_CONTEXTS: Dict[Tuple[str, str, str], Any] = {}
+
+
+def _ssl_context(http: Any) -> Any:
+    """The client's SSL context (certificates from the environment, as its
+    default), made once: making one reads the certificate store."""
+    key = (http.__name__, os.environ.get("SSL_CERT_FILE", ""), os.environ.get("SSL_CERT_DIR", ""))
+    if key not in _SSL_CONTEXTS:
+        _SSL_CONTEXTS[key] = http.create_ssl_context(trust_env=True)
+    return _SSL_CONTEXTS[key]
+
+
 def _shut(sock: Any) -> None:
     with contextlib.suppress(OSError, ValueError, TypeError):
         socket.socket.shutdown(sock, socket.SHUT_RDWR)
@@ -479,7 +491,9 @@ class _Session:
         self._lock = threading.Lock()
         self._sockets: List[Any] = []
         self.expired = False
-        self.client = self.http.Client(follow_redirects=False, trust_env=True, timeout=None)
+        self.client = self.http.Client(
+            follow_redirects=False, trust_env=True, timeout=None, verify=_ssl_context(self.http)
+        )
         self._watchdog = threading.Timer(self.deadline, self._expire)
         self._watchdog.daemon = True
         self._watchdog.start()
