@@ -766,9 +766,12 @@ def run(seconds: float, seed: int, fails) -> Dict[Tuple[str, str], int]:
             function = rng.choice(functions)
             if function == "posenc probe" and rng.random() < 0.7:
                 function = "load_position_embeddings"  # the command line runs more: rarer
-            c = _honest(rng)
-            if PERTURBATIONS[kind](c, rng) is False:
-                kind = "honest"
+            for _ in range(50):  # a checkpoint the perturbation applies to
+                c = _honest(rng)
+                if PERTURBATIONS[kind](c, rng) is not False:
+                    break
+            else:
+                kind, c = "honest", _honest(rng)
             if c.two_loads and function == "HubTensors":
                 function = "load_position_embeddings"  # HubTensors caches nothing
             repo_id = f"fuzz/r{seed}-{round_}"

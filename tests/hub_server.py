@@ -45,6 +45,7 @@ class Repo:
     ranges: bool = True  # answer Range requests with 206 (else the whole file, 200)
     # ways to misbehave (each off by default)
     delay: float = 0.0  # seconds every answer is held before its status line
+    file_delay: float = 0.0  # the same, for the files only
     trickle: float = 0.0  # seconds between the bytes of every body, sent one at a time
     tail: int = 0  # zero bytes past the end of every .safetensors file, sent as read
     json_tail: int = 0  # spaces past the end of every .json file (valid JSON, however long)
@@ -248,6 +249,8 @@ def _handler(server: HubServer):
             if repo_id is None:
                 return self._error(404, "RepoNotFound", head)
             repo = server.repos[repo_id]
+            if repo.file_delay:
+                time.sleep(repo.file_delay)
             status = repo.status or repo.file_status
             if status is not None:
                 return self._error(*status, head=head, repo=repo)

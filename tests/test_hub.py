@@ -570,15 +570,44 @@ def test_a_stalled_server_is_given_up_after_the_timeout(server):
     assert "allow longer with timeout= (posenc probe --timeout)" in text
 
 
-def test_the_timeouts_of_huggingface_hub_are_honoured(server, monkeypatch):
+def test_the_timeouts_and_proxies_of_the_environment_are_honoured(server, monkeypatch):
     files, _ = _gpt2_like()
     server.repos["org/stall"] = Repo(files, delay=30.0)
-    monkeypatch.setenv("HF_HUB_ETAG_TIMEOUT", "1")
+    server.repos["org/file-stall"] = Repo(files, file_delay=30.0)
+    monkeypatch.setenv("HF_HUB_ETAG_TIMEOUT", "1")  # the model info
+    monkeypatch.setenv("HF_HUB_DOWNLOAD_TIMEOUT", "2")  # the files
     with pytest.raises(OSError, match=r"did not answer within 1 s \(the model info\)"):
         probe.load_position_embeddings("org/stall")
+    with pytest.raises(OSError, match=r"within 2 s \(the safetensors header of model.safe"):
+        probe.load_position_embeddings("org/file-stall")
     monkeypatch.setenv("HF_HUB_ETAG_TIMEOUT", "0.5")  # huggingface_hub reads whole seconds
     with pytest.raises(ValueError, match=r"HF_HUB_ETAG_TIMEOUT='0.5' is not a whole number"):
         probe.load_position_embeddings("org/stall")
+    # proxies as the HTTP client reads them: here one that is not there
+    monkeypatch.delenv("HF_HUB_ETAG_TIMEOUT")
+    server.repos["org/m"] = Repo(files)
+    monkeypatch.setenv("HTTP_PROXY", _closed_port_url())
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    monkeypatch.delenv("no_proxy", raising=False)
+    server.requests.clear()
+    with pytest.raises(OSError, match="org/m: the Hub cannot be reached"):
+        probe.load_position_embeddings("org/m")
+    assert server.requests == []
+
+
+def test_the_default_limits_are_those_documented(monkeypatch):
+    from posenc.probe import hub
+
+    for var in ("HF_HUB_DOWNLOAD_TIMEOUT", "HF_HUB_ETAG_TIMEOUT", "POSENC_HUB_DEADLINE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.delenv("POSENC_HUB_MAX_BYTES", raising=False)
+    limits = hub._limits()
+    assert (limits.info_timeout, limits.file_timeout, limits.deadline) == (10, 10, 120)
+    assert limits.max_bytes == 256 * 2**20
+    with hub.limits(timeout=3, deadline=4):  # the command line's flags
+        assert hub._limits() == hub._Limits(3, 3, 4, 256 * 2**20)
+        assert hub._limits(deadline=5).deadline == 5  # an argument wins
+    assert hub._limits() == limits
 
 
 def test_a_trickled_body_is_given_up_at_the_deadline(server, monkeypatch):
