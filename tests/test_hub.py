@@ -3,7 +3,9 @@
 The Hub cannot be reached from the tests: :mod:`hub_server` answers the
 requests ``huggingface_hub`` makes, on 127.0.0.1, serving real files (the
 safetensors of all-MiniLM-L6-v2 and tiny transformers models saved here), and
-logs every request, so that the bytes fetched are counted.
+logs every request, so that the bytes fetched are counted; its repositories
+may also misbehave (stall, trickle, lie in their headers, redirect forever),
+for the tests of the limits a load keeps to and of its one-line errors.
 """
 
 import importlib

@@ -691,8 +691,8 @@ def _status_error(repo_id: str, revision: str, response: Any, what: str, endpoin
         )
     if code == "EntryNotFound":
         return HubError(
-            f"{repo_id}: the repository lists {what} but the Hub does not serve it (HTTP "
-            f"{status}); try again later"
+            f"{repo_id}: the Hub does not serve {what} (HTTP {status}, EntryNotFound), which "
+            "the repository lists; try again later"
         )
     if code == "RepoNotFound" or (
         status == 401 and message != "Invalid credentials in Authorization header"
@@ -709,7 +709,7 @@ def _status_error(repo_id: str, revision: str, response: Any, what: str, endpoin
         )
     if status == 404:
         return HubError(
-            f"{repo_id}: the Hub has no {what} (HTTP 404); check the name and HF_ENDPOINT "
+            f"{repo_id}: the Hub answered HTTP 404 to {what}; check the name and HF_ENDPOINT "
             f"({endpoint})"
         )
     if status == 429:
