@@ -17,8 +17,11 @@ import sys
 from typing import Optional, Sequence, Tuple
 
 from .probe import EXTRAS, MAX_POSITIONS
+from .probe.hub import _MAX_DEADLINE, _MAX_TIMEOUT
 
 _PROG = "posenc"
+#: The most seeds --seeds runs (the probes run once per seed).
+MAX_SEEDS = 1000
 
 _PROBE_HELP = """\
 Run Wang & Chen's probes ("What Do Position Embeddings Learn?", EMNLP 2020)
@@ -38,7 +41,12 @@ devices and sockets are refused without being opened.
 NAME is a local path or a model on the Hugging Face Hub (gpt2,
 bert-base-uncased, org/name@revision; needs huggingface_hub: pip install
 "posenc[hub]"): only the safetensors header and the position table are
-fetched, by HTTP range requests, and cached for offline use.  GPT-2, BERT and
+fetched, by HTTP range requests, and cached for offline use; each request
+waits at most --timeout seconds for the server (default: HF_HUB_ETAG_TIMEOUT
+and HF_HUB_DOWNLOAD_TIMEOUT, else 10), each model's load takes at most
+--deadline seconds (default: POSENC_HUB_DEADLINE, else 120), and a table
+declared larger than POSENC_HUB_MAX_BYTES (default 256 MiB) is refused before
+it is fetched.  GPT-2, BERT and
 RoBERTa tables are probed as Wang & Chen did (512 positions: GPT-2 cut to its
 first 512 rows, RoBERTa's two padding-offset rows dropped), and several names
 give one table of the paper's figures side by side with posenc's.
@@ -99,7 +107,11 @@ def _build_parser():
     )
     probe.add_argument("--name", help="what to call the table in the output")
     probe.add_argument(
-        "--seeds", type=int, default=10, metavar="N", help="run the probes with seeds 0..N-1"
+        "--seeds",
+        type=int,
+        default=10,
+        metavar="N",
+        help=f"run the probes with seeds 0..N-1 (1 to {MAX_SEEDS})",
     )
     probe.add_argument(
         "--plot",
@@ -119,6 +131,20 @@ def _build_parser():
         metavar="FILE",
         help="a UTF-8 text file the model is run on, for layer_probe, skip_perplexity and "
         "rope_activations",
+    )
+    probe.add_argument(
+        "--timeout",
+        type=float,
+        metavar="SECONDS",
+        help="a Hub NAME: the seconds each request waits for the server (default: "
+        "HF_HUB_ETAG_TIMEOUT, HF_HUB_DOWNLOAD_TIMEOUT, else 10)",
+    )
+    probe.add_argument(
+        "--deadline",
+        type=float,
+        metavar="SECONDS",
+        help="a Hub NAME: the seconds each model's load may take in all (default: "
+        "POSENC_HUB_DEADLINE, else 120)",
     )
     probe.add_argument(
         "--no-progress", action="store_true", help="no progress bar on stderr while probing"
@@ -199,7 +225,7 @@ def _load_named(name, key):
     if not hub.is_hub_name(name):
         loaded, used = probe._load(name, key, max_rows=probe.MAX_POSITIONS)
         return probe._to_numpy(loaded), name + (f" [{used}]" if used else ""), used, None, "", None
-    got = hub.fetch(name, key=key, max_rows=None)
+    got = hub.fetch(name, key=key, max_rows=probe.MAX_POSITIONS, paper=True)
     rows, published, note = hub.paper_rows(got.table, got.model_type)
     where = f"{got.repo_id}@{got.revision} ({got.commit[:12]}) on the Hub [{got.key}]"
     fetched = "from the cache" if got.from_cache else f"{got.bytes_fetched:,} bytes fetched"
@@ -402,14 +428,7 @@ def _probe_names(args, analyses):
         raise _Failure("give either NAME ... or --source, not both")
     if len(args.names) > 1 and (args.plot is not None or args.name is not None):
         raise _Failure("--plot and --name take one NAME; probe the models one at a time")
-    for path, what in ((args.plot, "--plot"), (args.json, "--json")):
-        if path is not None:
-            _check_writable(path, what)
-            for name in args.names:
-                if os.path.exists(name):
-                    _check_not_source(path, what, name)
-    if args.plot is not None:
-        _check_plot_format(args.plot)
+    _check_outputs(args, [name for name in args.names if os.path.exists(name)])
     text = _read_text(args.text) if args.text is not None else None
     tables = any(a in _TABLE_ANALYSES for a in analyses)
     lenient = args.analyses == "all"  # what does not apply to a NAME is skipped, said why
@@ -501,11 +520,52 @@ def _probe_names(args, analyses):
     return 0
 
 
-def _probe(args):
-    from . import probe, sinusoid
+def _check_outputs(args, sources):
+    """--plot and --json: each writable, neither a source (nor a checkpoint
+    of a source directory), not the same file twice; the plot's format."""
+    outputs = [(p, w) for p, w in ((args.plot, "--plot"), (args.json, "--json")) if p is not None]
+    for path, what in outputs:
+        _check_writable(path, what)
+        for source in sources:
+            _check_not_source(path, what, source)
+    if len(outputs) == 2 and _same_file(args.plot, args.json):
+        raise _Failure(
+            f"--plot and --json name the same file ({args.plot}); give each its own file"
+        )
+    if args.plot is not None:
+        _check_plot_format(args.plot)
 
+
+def _check_counts(args):
+    """The numbers of the command line, each within its bounds."""
     if args.seeds < 1:
         raise _Failure(f"--seeds must be >= 1, got {args.seeds}")
+    if args.seeds > MAX_SEEDS:
+        raise _Failure(
+            f"--seeds must be at most {MAX_SEEDS} (the probes run once per seed), got {args.seeds}"
+        )
+    for value, flag, most in (
+        (args.timeout, "--timeout", _MAX_TIMEOUT),
+        (args.deadline, "--deadline", _MAX_DEADLINE),
+    ):
+        if value is not None and not (0 < value <= most):  # NaN fails too
+            raise _Failure(f"{flag} must be a number of seconds in (0, {most:g}], got {value}")
+
+
+def _probe(args):
+    from .probe import hub
+
+    _check_counts(args)
+    limits = {
+        k: v for k, v in (("timeout", args.timeout), ("deadline", args.deadline)) if v is not None
+    }
+    with hub.limits(**limits):
+        return _probe_checked(args)
+
+
+def _probe_checked(args):
+    from . import probe, sinusoid
+
     analyses = _analyses(args.analyses)
     _check_analyses(args, analyses)
     analyses = _applicable(args, analyses)
@@ -513,14 +573,7 @@ def _probe(args):
         return _probe_names(args, analyses)
     if args.key is not None and args.source is None:
         raise _Failure("--key needs --source")
-    for path, what in ((args.plot, "--plot"), (args.json, "--json")):
-        if path is not None:
-            _check_writable(path, what)
-            _check_not_source(path, what, args.source)
-    if args.plot is not None and args.json is not None and _same_file(args.plot, args.json):
-        raise _Failure(f"--plot and --json name the same file ({args.plot})")
-    if args.plot is not None:
-        _check_plot_format(args.plot)
+    _check_outputs(args, [] if args.source is None else [args.source])
 
     if args.source is None:
         table = sinusoid(512, 768, dtype="float64")

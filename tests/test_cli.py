@@ -155,6 +155,41 @@ def test_json_or_plot_naming_the_source_is_refused_and_the_source_kept(small_npy
     assert small_npy.read_bytes() == before
 
 
+def test_plot_and_json_naming_one_file_are_refused_for_a_name_as_for_source(
+    small_npy, tmp_path, capsys
+):
+    out = tmp_path / "out.png"
+    link = tmp_path / "link.png"
+    link.symlink_to(out)  # dangling: it names out.png all the same
+    spellings = [str(out), str(tmp_path / "." / "out.png"), os.path.relpath(out), str(link)]
+    for source in (["--source", str(small_npy)], [str(small_npy)]):
+        for spelling in spellings:
+            args = ["probe", *source, "--seeds", "1", "--no-progress"]
+            assert main([*args, "--plot", str(out), "--json", spelling]) == 1
+            stdout, err = capsys.readouterr()
+            assert stdout == "" and err.count("\n") == 1
+            assert err.startswith(f"{PREFIX}--plot and --json name the same file ({out})"), err
+    assert not out.exists()
+
+
+def test_count_and_time_options_are_bounded_naming_the_flag(small_npy, capsys):
+    for args, words in [
+        (["--timeout", "0"], "--timeout must be a number of seconds in (0, 3600], got 0.0"),
+        (["--timeout", "nan"], "--timeout must be a number of seconds in (0, 3600], got nan"),
+        (["--timeout", "inf"], "--timeout must be a number of seconds in (0, 3600], got inf"),
+        (["--deadline", "-1"], "--deadline must be a number of seconds in (0, 86400], got -1.0"),
+        (["--deadline", "1e9"], "--deadline must be a number of seconds in (0, 86400]"),
+        (["--seeds", "1000000000000"], "--seeds must be at most 1000 (the probes run once per"),
+        (["--seeds", "1001"], "--seeds must be at most 1000"),
+        (["--seeds", "-3"], "--seeds must be >= 1, got -3"),
+    ]:
+        for source in (["--source", str(small_npy)], [str(small_npy)], []):
+            assert main(["probe", *source, "--no-progress", *args]) == 1
+            out, err = capsys.readouterr()
+            assert out == "" and err.startswith(PREFIX) and err.count("\n") == 1, err
+            assert words in err, (args, err)
+
+
 def test_outputs_may_not_overwrite_a_checkpoint_of_a_source_directory(tmp_path, capsys):
     model = tmp_path / "model"
     model.mkdir()

@@ -3,7 +3,9 @@
 The Hub cannot be reached from the tests: :mod:`hub_server` answers the
 requests ``huggingface_hub`` makes, on 127.0.0.1, serving real files (the
 safetensors of all-MiniLM-L6-v2 and tiny transformers models saved here), and
-logs every request, so that the bytes fetched are counted.
+logs every request, so that the bytes fetched are counted; its repositories
+may also misbehave (stall, trickle, lie in their headers, redirect forever),
+for the tests of the limits a load keeps to and of its one-line errors.
 """
 
 import importlib
@@ -13,6 +15,7 @@ import socket
 import struct
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -206,8 +209,8 @@ def test_rope_usage_of_the_keys_and_of_a_sharded_checkpoint(hub, models):
     assert weight_bytes == 2 * (16 * 32 * 4)  # two 16 x 32 float32 k_proj weights
 
 
-def test_bytes_fetched_leave_out_what_huggingface_hub_had_cached(hub):
-    probe.rope_frequency_usage_from_checkpoint("org/llama-2l")  # config.json now cached
+def test_bytes_fetched_are_those_of_the_run(hub):
+    probe.rope_frequency_usage_from_checkpoint("org/llama-2l")
     before = hub.ranged_bytes("org/llama-2l")
     r = probe.rope_frequency_usage_from_checkpoint("org/llama-2l", projection="k")
     assert r.bytes_fetched == hub.ranged_bytes("org/llama-2l") - before
@@ -273,7 +276,9 @@ def test_each_error_is_one_line_saying_what_to_do(hub, capsys, name, message):
     err = capsys.readouterr().err
     assert err.startswith(PREFIX) and err.count("\n") == 1, err
     if name == "org/no-ranges":  # the client hung up on the whole file
-        assert all(r.sent == -1 for r in _file_requests(hub, name, "model.safetensors"))
+        size = len(hub.repos[name].files["model.safetensors"])
+        requests = _file_requests(hub, name, "model.safetensors")
+        assert requests and all(r.hung_up and r.sent < size / 10 for r in requests)
 
 
 def test_no_network_with_nothing_cached(hub, monkeypatch, capsys):
@@ -402,3 +407,376 @@ def test_hf_home_places_the_cache(hub, monkeypatch, tmp_path):
     probe.load_position_embeddings("gpt2")
     assert (tmp_path / "home" / "hub" / "posenc" / "models--gpt2").is_dir()
     assert not (tmp_path / "cache").exists()
+
+
+# ---------------------------------------------------------------- hostile servers
+#
+# Synthetic repositories on a server of their own: each test puts up the
+# repository it needs, honest or not, and checks what was asked of it.
+
+TOKEN = "hf_posenctesttoken"
+
+
+def _safetensors(tensors):
+    """A safetensors file of `tensors` ``{name: array or (dtype, shape, nbytes)}``:
+    an array is stored; a declaration is put in the header with no bytes
+    behind it (a server's `tail` serves them)."""
+    names = {"<f4": "F32", "<f2": "F16", "<f8": "F64"}
+    header, blobs, at = {}, [], 0
+    for name, value in tensors.items():
+        if isinstance(value, tuple):
+            dtype, shape, nbytes = value
+        else:
+            value = np.ascontiguousarray(value, dtype=value.dtype.newbyteorder("<"))
+            dtype, shape, nbytes = names[value.dtype.str], list(value.shape), value.nbytes
+            blobs.append(value.tobytes())
+        header[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [at, at + nbytes]}
+        at += nbytes
+    raw = json.dumps(header).encode()
+    return struct.pack("<Q", len(raw)) + raw + b"".join(blobs)
+
+
+def _gpt2_like(n=20, d=4, model_type="gpt2"):
+    E = np.arange(n * d, dtype=np.float32).reshape(n, d) / 7
+    files = {
+        "model.safetensors": _safetensors({"h.0.w": np.ones((3, 2), np.float32), "wpe.weight": E}),
+        "config.json": json.dumps({"model_type": model_type}).encode(),
+    }
+    return files, E
+
+
+@pytest.fixture
+def server(tmp_path, monkeypatch):
+    """An empty local Hub (tests add their repositories), a fresh cache, a token."""
+    require("huggingface_hub")
+    hf_constants = importlib.import_module("huggingface_hub.constants")
+    s = HubServer({}).start()
+    monkeypatch.setenv("HF_ENDPOINT", s.url)
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    for var in (
+        "HF_HUB_OFFLINE",
+        "TRANSFORMERS_OFFLINE",
+        "HF_HUB_DOWNLOAD_TIMEOUT",
+        "HF_HUB_ETAG_TIMEOUT",
+        "POSENC_HUB_DEADLINE",
+        "POSENC_HUB_MAX_BYTES",
+    ):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
+    monkeypatch.setattr(hf_constants, "HF_HUB_OFFLINE", False)
+    yield s
+    s.stop()
+
+
+def _one_line_error(exc_info, repo):
+    text = str(exc_info.value)
+    assert "\n" not in text and repo in text, text
+    return text
+
+
+def _cli_error(capsys, *args):
+    """``posenc probe ARGS``: exit status 1 and one line on stderr."""
+    assert main(["probe", "--no-progress", "--seeds", "1", *args]) == 1
+    out, err = capsys.readouterr()
+    assert err.startswith(PREFIX) and err.count("\n") == 1, err
+    return err
+
+
+# ---- the declared size, checked before any byte of the table is asked for
+
+
+def _table_requests(server, repo, header_bytes):
+    """The requests of `repo`'s model.safetensors past its header."""
+    return [
+        r
+        for r in _file_requests(server, repo, "model.safetensors")
+        if r.range not in ("bytes=0-7", f"bytes=8-{header_bytes + 7}")
+    ]
+
+
+def test_a_table_declared_at_a_tebibyte_is_refused_before_its_bytes(server):
+    declared = ("F32", [2**28, 1024], 2**40)  # 1 TiB, its body endless zeros
+    data = _safetensors({"wpe.weight": declared})
+    server.repos["org/huge"] = Repo({"model.safetensors": data}, tail=2**40)
+    with pytest.raises(ValueError) as exc_info:
+        probe.load_position_embeddings("org/huge")
+    text = _one_line_error(exc_info, "org/huge")
+    assert (
+        "the tensor 'wpe.weight' declares shape (268435456, 1024) of F32, "
+        "1,099,511,627,776 bytes, above the limit of 268,435,456 bytes; raise it with "
+        "max_bytes= or POSENC_HUB_MAX_BYTES"
+    ) in text
+    assert _table_requests(server, "org/huge", _header_length(data)) == []
+    assert server.ranged_bytes("org/huge") == len(data)  # the length and the header
+
+
+def test_max_bytes_from_the_argument_and_the_environment(server, monkeypatch):
+    files, E = _gpt2_like()  # a 320-byte table
+    server.repos["org/small"] = Repo(files)
+    n = _header_length(files["model.safetensors"])
+    monkeypatch.setenv("POSENC_HUB_MAX_BYTES", "319")
+    with pytest.raises(ValueError, match=r"320 bytes, above the limit of 319 bytes"):
+        probe.load_position_embeddings("org/small")
+    assert _table_requests(server, "org/small", n) == []
+    with pytest.raises(ValueError, match=r"320 bytes, above the limit of 100 bytes"):
+        probe.load_position_embeddings("org/small", max_bytes=100)
+    np.testing.assert_array_equal(probe.load_position_embeddings("org/small", max_bytes=320), E)
+    monkeypatch.setenv("POSENC_HUB_MAX_BYTES", "lots")
+    with pytest.raises(ValueError, match=r"POSENC_HUB_MAX_BYTES='lots' is not a number of bytes"):
+        probe.load_position_embeddings("org/small")
+
+
+def test_cli_refuses_a_table_too_tall_to_probe_before_its_bytes(server, capsys):
+    declared = ("F32", [9000, 768], 9000 * 768 * 4)  # 27.6 MB, past MAX_POSITIONS rows
+    data = _safetensors({"embeddings.position_embeddings.weight": declared})
+    files = {"model.safetensors": data, "config.json": b'{"model_type": "xlm"}'}
+    server.repos["org/tall"] = Repo(files, tail=declared[2])
+    err = _cli_error(capsys, "org/tall")
+    assert (
+        "the table in org/tall@main on the Hub [embeddings.position_embeddings.weight] "
+        "has 9000 rows (positions), more than 8192" in err
+    )
+    assert _table_requests(server, "org/tall", _header_length(data)) == []
+
+
+def test_rope_usage_refuses_a_weight_above_max_bytes_before_its_bytes(server, monkeypatch):
+    files = {
+        "model.safetensors": _safetensors(
+            {"model.layers.0.self_attn.q_proj.weight": np.ones((8, 8), np.float32)}
+        ),
+        "config.json": json.dumps(
+            {"model_type": "llama", "hidden_size": 8, "num_attention_heads": 2, "rope_theta": 1e4}
+        ).encode(),
+    }
+    server.repos["org/rope"] = Repo(files)
+    monkeypatch.setenv("POSENC_HUB_MAX_BYTES", "255")
+    with pytest.raises(ValueError, match=r"q_proj.weight' declares shape \(8, 8\) of F32, 256"):
+        probe.rope_frequency_usage_from_checkpoint("org/rope")
+    n = _header_length(files["model.safetensors"])
+    assert _table_requests(server, "org/rope", n) == []
+
+
+# ---- time: a timeout per request, a deadline per load
+
+
+def test_a_stalled_server_is_given_up_after_the_timeout(server):
+    files, _ = _gpt2_like()
+    server.repos["org/stall"] = Repo(files, delay=30.0)
+    start = time.monotonic()
+    with pytest.raises(OSError) as exc_info:
+        probe.load_position_embeddings("org/stall", timeout=0.2)
+    assert time.monotonic() - start < 10  # one request given up, not four held 30 s each
+    text = _one_line_error(exc_info, "org/stall")
+    assert "the Hub did not answer within 0.2 s (the model info)" in text
+    assert "allow longer with timeout= (posenc probe --timeout)" in text
+
+
+def test_the_timeouts_and_proxies_of_the_environment_are_honoured(server, monkeypatch):
+    files, _ = _gpt2_like()
+    server.repos["org/stall"] = Repo(files, delay=30.0)
+    server.repos["org/file-stall"] = Repo(files, file_delay=30.0)
+    monkeypatch.setenv("HF_HUB_ETAG_TIMEOUT", "1")  # the model info
+    monkeypatch.setenv("HF_HUB_DOWNLOAD_TIMEOUT", "2")  # the files
+    with pytest.raises(OSError, match=r"did not answer within 1 s \(the model info\)"):
+        probe.load_position_embeddings("org/stall")
+    with pytest.raises(OSError, match=r"within 2 s \(the safetensors header of model.safe"):
+        probe.load_position_embeddings("org/file-stall")
+    monkeypatch.setenv("HF_HUB_ETAG_TIMEOUT", "0.5")  # huggingface_hub reads whole seconds
+    with pytest.raises(ValueError, match=r"HF_HUB_ETAG_TIMEOUT='0.5' is not a whole number"):
+        probe.load_position_embeddings("org/stall")
+    # proxies as the HTTP client reads them: here one that is not there
+    monkeypatch.delenv("HF_HUB_ETAG_TIMEOUT")
+    server.repos["org/m"] = Repo(files)
+    monkeypatch.setenv("HTTP_PROXY", _closed_port_url())
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    monkeypatch.delenv("no_proxy", raising=False)
+    server.requests.clear()
+    with pytest.raises(OSError, match="org/m: the Hub cannot be reached"):
+        probe.load_position_embeddings("org/m")
+    assert server.requests == []
+
+
+def test_the_default_limits_are_those_documented(monkeypatch):
+    from posenc.probe import hub
+
+    for var in ("HF_HUB_DOWNLOAD_TIMEOUT", "HF_HUB_ETAG_TIMEOUT", "POSENC_HUB_DEADLINE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.delenv("POSENC_HUB_MAX_BYTES", raising=False)
+    limits = hub._limits()
+    assert (limits.info_timeout, limits.file_timeout, limits.deadline) == (10, 10, 120)
+    assert limits.max_bytes == 256 * 2**20
+    with hub.limits(timeout=3, deadline=4):  # the command line's flags
+        assert hub._limits() == hub._Limits(3, 3, 4, 256 * 2**20)
+        assert hub._limits(deadline=5).deadline == 5  # an argument wins
+    assert hub._limits() == limits
+
+
+def test_a_trickled_body_is_given_up_at_the_deadline(server, monkeypatch):
+    files, _ = _gpt2_like()
+    server.repos["org/trickle"] = Repo(files, trickle=0.05)  # a byte every 50 ms
+    start = time.monotonic()
+    with pytest.raises(OSError) as exc_info:
+        probe.load_position_embeddings("org/trickle", deadline=0.5)
+    assert time.monotonic() - start < 10
+    text = _one_line_error(exc_info, "org/trickle")
+    assert "the load took longer than its deadline of 0.5 s (the model info)" in text
+    assert "allow longer with deadline= (posenc probe --deadline) or POSENC_HUB_DEADLINE" in text
+    monkeypatch.setenv("POSENC_HUB_DEADLINE", "0.4")
+    with pytest.raises(OSError, match="its deadline of 0.4 s"):
+        probe.load_position_embeddings("org/trickle")
+    # the server saw the client go: no trickle runs on
+    assert all(r.hung_up for r in server.log)
+
+
+def test_a_server_too_slow_falls_back_on_the_cache(server):
+    files, E = _gpt2_like()
+    server.repos["org/slow"] = Repo(files)
+    np.testing.assert_array_equal(probe.load_position_embeddings("org/slow"), E)
+    server.repos["org/slow"].delay = 30.0
+    np.testing.assert_array_equal(probe.load_position_embeddings("org/slow", timeout=0.2), E)
+
+
+def test_cli_timeout_and_deadline(server, capsys):
+    files, _ = _gpt2_like()
+    server.repos["org/stall"] = Repo(files, delay=30.0)
+    err = _cli_error(capsys, "org/stall", "--timeout", "0.2")
+    assert "org/stall: the Hub did not answer within 0.2 s (the model info)" in err
+    server.repos["org/trickle"] = Repo(files, trickle=0.05)
+    err = _cli_error(capsys, "org/trickle", "--deadline", "0.3", "--timeout", "5")
+    assert "org/trickle: the load took longer than its deadline of 0.3 s" in err
+
+
+# ---- errors that escaped: one line naming the repository, what to do
+
+
+def test_a_redirect_loop_is_one_line(server, capsys):
+    files, _ = _gpt2_like()
+    server.repos["org/loop"] = Repo(files, redirect="loop")
+    with pytest.raises(OSError) as exc_info:
+        probe.load_position_embeddings("org/loop")
+    text = _one_line_error(exc_info, "org/loop")
+    assert "redirected the safetensors header of model.safetensors more than 10 times" in text
+    assert len(_file_requests(server, "org/loop", "model.safetensors")) == 11
+    err = _cli_error(capsys, "org/loop")
+    assert "a redirect loop" in err
+
+
+@pytest.mark.parametrize(
+    "info, words",
+    [
+        (b'{"id": "org/m", "sha": 5, "siblings": []}', "its sha is int 5"),
+        (b'{"id": "org/m", "siblings": []}', "gives no commit id (its sha is none)"),
+        (b'{"id": "org/m", "sha": "' + b"a" * 40 + b'", "siblings": 3}', "no list of files"),
+        (b"<html>not json</html>", "the Hub's model info is not valid JSON"),
+        (b"[1, 2", "the Hub's model info is not valid JSON"),
+    ],
+)
+def test_a_model_info_that_is_not_one_is_one_line(server, capsys, info, words):
+    files, _ = _gpt2_like()
+    server.repos["org/m"] = Repo(files, info=info)
+    with pytest.raises(OSError) as exc_info:
+        probe.load_position_embeddings("org/m")
+    assert words in _one_line_error(exc_info, "org/m")
+    assert words in _cli_error(capsys, "org/m")
+
+
+def test_a_huge_model_info_is_refused_at_the_bound(server):
+    files, _ = _gpt2_like()
+    server.repos["org/m"] = Repo(files, info_tail=2**30)  # valid JSON, then a GiB of spaces
+    with pytest.raises(OSError) as exc_info:
+        probe.load_position_embeddings("org/m")
+    text = _one_line_error(exc_info, "org/m")
+    assert "the model info is 1,073,742,020 bytes, above posenc's bound of 16,777,216" in text
+
+
+@pytest.mark.parametrize(
+    "revision, problem",
+    [
+        ("..", "it holds '..'"),
+        ("a/../b", "it holds '..'"),
+        (".hidden", "a part of it starts with '.'"),
+        ("v1.lock", "a part of it ends with '.lock'"),
+        ("a//b", "it has an empty part between '/'"),
+        ("refs/", "it has an empty part between '/'"),
+        ("v1.", "it ends with '.'"),
+        ("a~1", "it holds '~'"),
+        ("a:b", "it holds ':'"),
+        ("a\\b", "it holds '\\\\'"),
+        ("a\x01", "it holds a control character"),
+        ("r" * 256, "it is longer than 255 characters"),
+    ],
+)
+def test_a_revision_git_refuses_is_refused_before_any_request(server, revision, problem):
+    with pytest.raises(ValueError) as exc_info:
+        probe.load_position_embeddings(f"org/m@{revision}")
+    text = _one_line_error(exc_info, "org/m")
+    assert f"the revision {revision!r} is not a branch, tag or commit name ({problem})" in text
+    assert server.requests == []
+    assert not os.path.exists(os.environ["HF_HUB_CACHE"])
+    # a revision git allows, beside it, is asked for
+    files, _ = _gpt2_like()
+    server.repos["org/m"] = Repo(files)
+    with pytest.raises(OSError, match="org/m: no revision 'refs/pr/1' in the repository"):
+        probe.load_position_embeddings("org/m@refs/pr/1")
+    assert [r.path for r in server.log] == ["/api/models/org/m/revision/refs%2Fpr%2F1"]
+
+
+@pytest.mark.parametrize("name", ["org--x/m", "org/m..x", "org/m.git", "a--b"])
+def test_a_name_the_hub_refuses_is_refused_before_any_request(server, name):
+    with pytest.raises(ValueError) as exc_info:
+        probe.load_position_embeddings(name)
+    assert "is neither an existing path nor a Hub repository id" in _one_line_error(exc_info, name)
+    assert server.requests == []
+
+
+def test_an_answer_with_another_range_is_refused(server):
+    files, _ = _gpt2_like()
+    server.repos["org/m"] = Repo(files, range_lie=1)
+    with pytest.raises(OSError) as exc_info:
+        probe.load_position_embeddings("org/m")
+    size = len(files["model.safetensors"])
+    assert (
+        f"asked for bytes 0-7 of model.safetensors, the server answered with "
+        f"'bytes 1-8/{size}'" in _one_line_error(exc_info, "org/m")
+    )
+
+
+def test_a_cache_that_cannot_be_written_is_one_line(server, tmp_path, monkeypatch):
+    files, _ = _gpt2_like()
+    server.repos["org/m"] = Repo(files)
+    (tmp_path / "a-file").write_text("")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "a-file"))
+    with pytest.raises(OSError) as exc_info:
+        probe.load_position_embeddings("org/m")
+    text = _one_line_error(exc_info, "org/m")
+    assert "org/m: cannot write posenc's cache in " in text
+    assert "set HF_HUB_CACHE (or HF_HOME) to a writable directory" in text
+
+
+def test_the_token_goes_to_the_endpoint_alone(server):
+    files, E = _gpt2_like()
+    server.repos["org/cdn"] = Repo(files, redirect="other-host")
+    np.testing.assert_array_equal(probe.load_position_embeddings("org/cdn"), E)
+    hosts = {(r.host.split(":")[0], r.authorization) for r in server.log}
+    assert hosts == {("127.0.0.1", f"Bearer {TOKEN}"), ("localhost", None)}
+
+
+def test_bad_limits_are_refused_naming_the_argument(tmp_path):
+    np.save(tmp_path / "t.npy", np.ones((4, 2)))
+    source = tmp_path / "t.npy"
+    for kwargs, error, words in [
+        ({"timeout": 0}, ValueError, "timeout must be a number of seconds in (0, 3600]"),
+        ({"timeout": float("nan")}, ValueError, "timeout must be a number of seconds"),
+        ({"deadline": -1}, ValueError, "deadline must be a number of seconds in (0, 86400]"),
+        ({"deadline": "5"}, TypeError, "deadline must be a number of seconds, not str"),
+        ({"max_bytes": 0}, ValueError, "max_bytes must be at least 1, got 0"),
+        ({"max_bytes": 1.5}, TypeError, "max_bytes must be an int, not float"),
+    ]:
+        with pytest.raises(error) as exc_info:
+            probe.load_position_embeddings(source, **kwargs)
+        assert words in str(exc_info.value)
+    assert probe.load_position_embeddings(source, timeout=1, deadline=2, max_bytes=8).shape == (
+        4,
+        2,
+    )

@@ -364,6 +364,25 @@ def test_safetensors_header_checks_keep_valid_files_and_unread_dtypes(tmp_path):
         probe.load_position_embeddings(path, key="mask")
 
 
+def test_key_names_that_are_not_printable_keep_the_message_one_line(tmp_path):
+    names = ["a\nb", "c\rposition", "x\x00.wpe.weight", "y\u2028.wpe.weight"]
+    header, at = {}, 0
+    for name in names:
+        header[name] = _entry(offsets=(at, at + 32))
+        at += 32
+    path = write_safetensors(tmp_path / "m.safetensors", header, DATA * len(names))
+    with pytest.raises(ValueError) as info:  # two known names: which one?
+        probe.load_position_embeddings(path)
+    text = str(info.value)
+    assert text.isprintable(), text
+    assert "holds several position tables ('x\\x00.wpe.weight', 'y\\u2028.wpe.weight')" in text
+    with pytest.raises(ValueError) as info:  # a key not there: the keys seen
+        probe.load_position_embeddings(path, key="nope")
+    text = str(info.value)
+    assert text.isprintable() and "keys seen: 'c\\rposition', 'a\\nb'," in text, text
+    assert_cli_error(path, "holds several position tables")
+
+
 # ---------------------------------------------------------------- sharded checkpoints
 
 

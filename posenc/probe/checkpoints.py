@@ -662,8 +662,15 @@ def _open_directory(path):
     raise ValueError(f"source: no .safetensors, .bin, .pt or .pth file in the directory {path}")
 
 
+def _shown(name, limit=100):
+    """A name read from a file, for a one-line message: as it is when it is
+    printable, else its repr; at most `limit` characters."""
+    text = name if isinstance(name, str) and name.isprintable() else repr(name)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def _list_keys(keys, limit=12):
-    keys = list(keys)
+    keys = [_shown(k) for k in keys]
     # The keys a person is looking for first: those that mention positions.
     keys.sort(key=lambda k: (("pos" not in k.lower()) and ("embed" not in k.lower()), k))
     shown = ", ".join(keys[:limit])
@@ -686,7 +693,7 @@ def _choose(keys, key, where):
         return keys[0]
     if found:
         raise ValueError(
-            f"{where} holds several position tables ({', '.join(found)}); "
+            f"{where} holds several position tables ({', '.join(map(_shown, found))}); "
             "choose one with key (--key on the command line)"
         )
     raise ValueError(
@@ -697,17 +704,24 @@ def _choose(keys, key, where):
 
 
 def _load(
-    source: Any, key: Optional[str] = None, *, max_rows: Optional[int] = None
+    source: Any,
+    key: Optional[str] = None,
+    *,
+    max_rows: Optional[int] = None,
+    **hub_limits: Any,
 ) -> Tuple[Any, Optional[str]]:
     """``(table, key_used)``; `key_used` is None for a bare array.
 
     With `max_rows`, a file whose header gives the table's shape (``.npy``,
     ``.npz``, ``.safetensors``) is refused before its data is read when the
-    table has more rows (the command line's bound)."""
-    if isinstance(source, str) and _hub_name(source):
-        from . import hub
+    table has more rows (the command line's bound).  `hub_limits`
+    (``timeout``, ``deadline``, ``max_bytes``) are a Hub name's, checked
+    whatever the source."""
+    from . import hub
 
-        fetched = hub.fetch(source, key=key, max_rows=max_rows)
+    hub._check_limits(**hub_limits)
+    if isinstance(source, str) and _hub_name(source):
+        fetched = hub.fetch(source, key=key, max_rows=max_rows, **hub_limits)
         return fetched.table, fetched.key
     if isinstance(source, (str, os.PathLike)):
         path = os.fspath(source)
@@ -748,7 +762,14 @@ def _check_declared_rows(shape, name, max_rows):
         _check_rows(shape[0], name, max_rows)
 
 
-def load_position_embeddings(source: object, *, key: Optional[str] = None) -> NDArray[Any]:
+def load_position_embeddings(
+    source: object,
+    *,
+    key: Optional[str] = None,
+    timeout: Optional[float] = None,
+    deadline: Optional[float] = None,
+    max_bytes: Optional[int] = None,
+) -> NDArray[Any]:
     """Find the position-embedding table in a file, a state dict or a model.
 
     Parameters
@@ -776,6 +797,19 @@ def load_position_embeddings(source: object, *, key: Optional[str] = None) -> ND
         ``wpe.weight`` (GPT-2), ``embeddings.position_embeddings.weight``
         (BERT, RoBERTa) or ``embed_positions.weight`` (BART, OPT), with any
         prefix; a source holding a single array needs none.
+    timeout : float, optional
+        A Hub name only: the seconds each HTTP request may wait to connect
+        and for its next bytes.  Default: ``HF_HUB_ETAG_TIMEOUT`` for the
+        model info, ``HF_HUB_DOWNLOAD_TIMEOUT`` for the files (whole
+        seconds, as huggingface_hub reads them), else 10.
+    deadline : float, optional
+        A Hub name only: the seconds the whole load may take, however the
+        server stalls or trickles.  Default: ``POSENC_HUB_DEADLINE``, else
+        120.
+    max_bytes : int, optional
+        A Hub name only: the largest table fetched, by its declared shape
+        and dtype (and data offsets), checked before any of its bytes are
+        asked for.  Default: ``POSENC_HUB_MAX_BYTES``, else 256 MiB.
 
     Returns
     -------
@@ -789,14 +823,19 @@ def load_position_embeddings(source: object, *, key: Optional[str] = None) -> ND
     OSError
         A Hub model that cannot be read (:class:`~posenc.probe.HubError`:
         missing, gated, no safetensors weights, no network or offline with
-        nothing cached); the message says which and what to do.
+        nothing cached, no answer within `timeout`, past the `deadline`, a
+        redirect loop, an answer that is not what was asked for); the
+        message is one line naming the repository and what to do.
     ValueError
         Not a regular file (a FIFO, a device or a socket is refused without
         being opened, in a model directory too), not a readable or valid
         file (a safetensors header out of bounds or inconsistent, an ``.npy``
         header declaring more data than the file holds, an index naming a
         shard outside its directory), no table found (the message lists the
-        keys seen), several candidates, or not 2-D.
+        keys seen), several candidates, or not 2-D; a Hub name or revision
+        that is not one, a Hub table declared larger than `max_bytes`.
+    TypeError
+        `timeout`, `deadline` or `max_bytes` not a number.
 
     Notes
     -----
@@ -810,7 +849,7 @@ def load_position_embeddings(source: object, *, key: Optional[str] = None) -> ND
     position 0 (RoBERTa-base has 514 rows for 512 positions): probe
     ``E[2:]`` to compare with the paper's 512 positions.
     """
-    table, used = _load(source, key)
+    table, used = _load(source, key, timeout=timeout, deadline=deadline, max_bytes=max_bytes)
     arr = _to_numpy(table)
     if arr.ndim != 2:
         what = f"the table under {used!r}" if used else "the table"
