@@ -14,6 +14,7 @@ plots are made from a benchmark JSON by docs/make_performance.py, run here too.
 """
 
 import glob
+import importlib.util
 import inspect
 import os
 import sys
@@ -28,6 +29,7 @@ if glob.glob(os.path.join(ROOT, "posenc", "_core*.so")) + glob.glob(
     sys.path.insert(0, ROOT)
 import posenc  # noqa: E402  (else the installed package: pip install -e ".[docs]")
 import posenc.probe  # noqa: E402
+from sphinx.util.inspect import stringify_signature  # noqa: E402
 
 project = "posenc"
 author = "the posenc authors"
@@ -46,7 +48,7 @@ root_doc = "index"
 exclude_patterns = ["_build", "_generated"]
 myst_enable_extensions = ["colon_fence"]
 myst_heading_anchors = 3
-html_theme = "alabaster"
+html_theme = "furo"  # code blocks scroll sideways, none clipped
 html_title = f"posenc {release}"
 
 # numpydoc: the sections as they are written; no per-docstring validation yet
@@ -57,6 +59,29 @@ numpydoc_validation_checks: set = set()
 autodoc_typehints = "none"  # the signatures in the docstrings' own words
 autodoc_member_order = "bysource"
 intersphinx_mapping = {}  # offline builds: no inventories fetched
+# a method without a docstring of its own is left out rather than given its base's (torch's
+# nn.Module.forward says only "Define the computation performed at every call"): the page is
+# the same whether torch is installed or stands in below
+autodoc_inherit_docstrings = False
+
+# posenc.torch imports torch; where torch is not installed (pip install ".[docs]" alone),
+# autodoc imports it against a stand-in torch, so that its page is the same as with torch
+if importlib.util.find_spec("torch") is None:
+    autodoc_mock_imports = ["torch"]
+
+
+def _mocked_base_signature(app, what, name, obj, options, signature, return_annotation):
+    """A class deriving from the stand-in ``nn.Module`` would be shown with the stand-in's
+    ``(*args, **kwargs)``: its own ``__init__``'s signature is shown instead."""
+    if what != "class" or not any(getattr(c, "__sphinx_mock__", False) for c in obj.__mro__[1:]):
+        return None
+    sig = inspect.signature(obj.__init__)
+    sig = sig.replace(parameters=list(sig.parameters.values())[1:])  # without self
+    return stringify_signature(sig, show_annotation=False, show_return_annotation=False), None
+
+
+def setup(app):
+    app.connect("autodoc-process-signature", _mocked_base_signature)
 
 # ------------------------------------------------------------ the API page
 
