@@ -19,6 +19,8 @@ import inspect
 import os
 import sys
 
+from sphinx.util.inspect import stringify_signature
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 if glob.glob(os.path.join(ROOT, "posenc", "_core*.so")) + glob.glob(
@@ -29,7 +31,6 @@ if glob.glob(os.path.join(ROOT, "posenc", "_core*.so")) + glob.glob(
     sys.path.insert(0, ROOT)
 import posenc  # noqa: E402  (else the installed package: pip install -e ".[docs]")
 import posenc.probe  # noqa: E402
-from sphinx.util.inspect import stringify_signature  # noqa: E402
 
 project = "posenc"
 author = "the posenc authors"
@@ -82,6 +83,7 @@ def _mocked_base_signature(app, what, name, obj, options, signature, return_anno
 
 def setup(app):
     app.connect("autodoc-process-signature", _mocked_base_signature)
+
 
 # ------------------------------------------------------------ the API page
 

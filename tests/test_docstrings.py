@@ -9,6 +9,8 @@ with one that holds no example, fails.
 
 import doctest
 import inspect
+import os
+import re
 
 import numpy as np
 import pytest
@@ -48,3 +50,60 @@ def test_the_examples_of_the_docstring_run(name, fn):
         runner.run(test, out=report.append)
     if runner.summarize(verbose=False).failed:
         pytest.fail("".join(report))
+
+
+# ------------------------------------------------------------------ device=
+
+DOCS = os.path.join(os.path.dirname(__file__), "..", "docs")
+# the public functions that are not routed to torch and JAX, and so take no device=
+WITHOUT_DEVICE = {
+    "chunked_causal_mask",
+    "config",
+    "get_num_threads",
+    "irope_layers",
+    "pose_position_ids",
+    "randomized_position_ids",
+    "set_num_threads",
+    "show_config",
+    "simd_path",
+}
+WITH_DEVICE = [(name, fn) for name, fn in FUNCTIONS if "device" in inspect.signature(fn).parameters]
+
+
+def _section(doc, title):
+    """The lines of the numpydoc section `title` of `doc` (empty if it has none)."""
+    match = re.search(rf"^{title}\n-+\n(.*?)(?=^\S[^\n]*\n-+\n|\Z)", doc, flags=re.M | re.S)
+    return match.group(1).splitlines() if match else []
+
+
+def test_the_functions_without_device_are_the_unrouted_ones():
+    # the list docs/guide/conventions.md gives
+    names = {
+        name
+        for name in posenc.__all__
+        if inspect.isfunction(getattr(posenc, name))
+        and "device" not in inspect.signature(getattr(posenc, name)).parameters
+    }
+    assert names == WITHOUT_DEVICE
+    assert len(WITH_DEVICE) >= 32
+
+
+@pytest.mark.parametrize("name,fn", WITH_DEVICE, ids=[n for n, _ in WITH_DEVICE])
+def test_device_is_in_the_parameters_and_points_to_the_guide(name, fn):
+    lines = _section(inspect.getdoc(fn) or "", "Parameters")
+    entries = [i for i, line in enumerate(lines) if re.match(r"device\b.* : ", line + " ")]
+    assert entries, f"{name}: its Parameters section does not document device"
+    (i,) = entries
+    assert lines[i].startswith("device : None, ")
+    assert ":ref:`device-argument`" in lines[i + 1], f"{name}: device does not point to the guide"
+    # and last, as in the signature, where @foreign puts it
+    assert all(not line or line.startswith(" ") for line in lines[i + 1 :]), name
+
+
+def test_the_device_target_is_in_the_conventions_guide():
+    path = os.path.join(DOCS, "guide", "conventions.md")
+    if not os.path.exists(path):
+        pytest.skip("docs/ is not beside these tests")
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    assert "(device-argument)=\n## `device=`" in text
