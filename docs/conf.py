@@ -10,7 +10,9 @@ blocks that tests/conformance/test_readme.py runs, as it runs the README's.
 The API reference is made from the docstrings (numpydoc); api.rst is written
 here, at each build, from ``posenc.__all__`` and ``posenc.probe.__all__``, so
 a public name cannot be left out of it.  The performance page's tables and
-plots are made from a benchmark JSON by docs/make_performance.py, run here too.
+plots are made from a benchmark JSON by docs/make_performance.py, and the
+guides' figures by posenc itself in docs/make_figures.py, both run here too
+(into docs/_generated).
 """
 
 import glob
@@ -210,6 +212,9 @@ _api_page()
 # ------------------------------------------------ the performance page's figures
 
 sys.path.insert(0, HERE)
+import make_figures  # noqa: E402
 import make_performance  # noqa: E402
 
 make_performance.main([])
+# the guides' figures, computed by posenc (RoPE's frequencies, the biases' heat maps)
+make_figures.main([])
