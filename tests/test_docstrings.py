@@ -4,7 +4,9 @@ what they show.
 Every function of ``posenc.__all__`` and ``posenc.positions`` is a case: its
 docstring's examples are run by doctest with ``np`` and ``posenc`` imported,
 as the docstrings assume.  A function without an Examples section, or
-with one that holds no example, fails.
+with one that holds no example, fails; so does a function of
+``posenc.probe.__all__`` (whose examples tests/conformance/test_readme.py
+runs).  Every function that takes ``device=`` documents it.
 """
 
 import doctest
@@ -18,6 +20,7 @@ import pytest
 import posenc
 import posenc.bias
 import posenc.positions
+import posenc.probe
 
 
 def public_functions():
@@ -107,3 +110,35 @@ def test_the_device_target_is_in_the_conventions_guide():
     with open(path, encoding="utf-8") as f:
         text = f.read()
     assert "(device-argument)=\n## `device=`" in text
+
+
+# ------------------------------------------------------------------ the probes
+
+# the probes' Examples are run by tests/conformance/test_readme.py (those that build a
+# transformers model need torch and transformers); here, that every public function has them
+PROBE_FUNCTIONS = [
+    (name, getattr(posenc.probe, name))
+    for name in posenc.probe.__all__
+    if inspect.isfunction(getattr(posenc.probe, name))
+]
+# no Examples section yet
+PROBE_WITHOUT_EXAMPLES = {"load_position_embeddings", "paper_rows"}
+
+
+@pytest.mark.parametrize(
+    "name,fn",
+    [
+        pytest.param(
+            name,
+            fn,
+            marks=[pytest.mark.xfail(strict=True)] if name in PROBE_WITHOUT_EXAMPLES else [],
+        )
+        for name, fn in PROBE_FUNCTIONS
+    ],
+    ids=[n for n, _ in PROBE_FUNCTIONS],
+)
+def test_the_probes_have_examples(name, fn):
+    doc = inspect.getdoc(fn) or ""
+    assert "\nExamples\n--------\n" in doc, f"{name}: its docstring has no Examples section"
+    tests = doctest.DocTestFinder(recurse=False).find(fn, name)
+    assert sum(len(t.examples) for t in tests), f"{name}: its Examples section holds no example"
