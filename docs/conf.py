@@ -5,18 +5,26 @@ Build (warnings are errors, as in CI)::
     pip install -e ".[docs]"
     sphinx-build -W --keep-going -b html docs docs/_build/html
 
+torch and transformers need not be installed: without torch, posenc.torch
+is imported against autodoc's stand-in, and the API page comes out the same.
+
 The guides are Markdown (MyST), so that their code blocks are the ```python
 blocks that tests/conformance/test_readme.py runs, as it runs the README's.
 The API reference is made from the docstrings (numpydoc); api.rst is written
 here, at each build, from ``posenc.__all__`` and ``posenc.probe.__all__``, so
 a public name cannot be left out of it.  The performance page's tables and
-plots are made from a benchmark JSON by docs/make_performance.py, run here too.
+plots are made from a benchmark JSON by docs/make_performance.py, and the
+guides' figures by posenc itself in docs/make_figures.py, both run here too
+(into docs/_generated).
 """
 
 import glob
+import importlib.util
 import inspect
 import os
 import sys
+
+from sphinx.util.inspect import stringify_signature
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -46,7 +54,7 @@ root_doc = "index"
 exclude_patterns = ["_build", "_generated"]
 myst_enable_extensions = ["colon_fence"]
 myst_heading_anchors = 3
-html_theme = "alabaster"
+html_theme = "furo"  # code blocks scroll sideways, none clipped
 html_title = f"posenc {release}"
 
 # numpydoc: the sections as they are written; no per-docstring validation yet
@@ -57,6 +65,30 @@ numpydoc_validation_checks: set = set()
 autodoc_typehints = "none"  # the signatures in the docstrings' own words
 autodoc_member_order = "bysource"
 intersphinx_mapping = {}  # offline builds: no inventories fetched
+# a method without a docstring of its own is left out rather than given its base's (torch's
+# nn.Module.forward says only "Define the computation performed at every call"): the page is
+# the same whether torch is installed or stands in below
+autodoc_inherit_docstrings = False
+
+# posenc.torch imports torch; where torch is not installed (pip install ".[docs]" alone),
+# autodoc imports it against a stand-in torch, so that its page is the same as with torch
+if importlib.util.find_spec("torch") is None:
+    autodoc_mock_imports = ["torch"]
+
+
+def _mocked_base_signature(app, what, name, obj, options, signature, return_annotation):
+    """A class deriving from the stand-in ``nn.Module`` would be shown with the stand-in's
+    ``(*args, **kwargs)``: its own ``__init__``'s signature is shown instead."""
+    if what != "class" or not any(getattr(c, "__sphinx_mock__", False) for c in obj.__mro__[1:]):
+        return None
+    sig = inspect.signature(obj.__init__)
+    sig = sig.replace(parameters=list(sig.parameters.values())[1:])  # without self
+    return stringify_signature(sig, show_annotation=False, show_return_annotation=False), None
+
+
+def setup(app):
+    app.connect("autodoc-process-signature", _mocked_base_signature)
+
 
 # ------------------------------------------------------------ the API page
 
@@ -183,6 +215,9 @@ _api_page()
 # ------------------------------------------------ the performance page's figures
 
 sys.path.insert(0, HERE)
+import make_figures  # noqa: E402
 import make_performance  # noqa: E402
 
 make_performance.main([])
+# the guides' figures, computed by posenc (RoPE's frequencies, the biases' heat maps)
+make_figures.main([])

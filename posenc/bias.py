@@ -132,6 +132,8 @@ def alibi_slopes(n_heads: int, *, max_bias: float = 8.0) -> NDArray[np.float64]:
         Number of attention heads, >= 1.
     max_bias : float
         The exponent scale, 8 in the paper and in BLOOM, MPT, Falcon.
+    device : None, "cpu", torch.device or jax.Device, optional
+        The kind of array returned: see :ref:`device-argument`.
 
     Returns
     -------
@@ -221,6 +223,8 @@ def alibi_bias(
         float64.
     out : ndarray of shape (n_heads, q_len, k_len), optional
         Where to write the table (not together with `scores`).
+    device : None, "cpu", torch.device or jax.Device, optional
+        The kind of array returned: see :ref:`device-argument`.
 
     Returns
     -------
@@ -315,6 +319,8 @@ def alibi_key_bias(attention_mask, n_heads, *, slopes=None, max_bias=8.0, dtype=
         Passed to :func:`alibi_slopes` when `slopes` is not given.
     dtype : float16, bfloat16, float32 or float64, optional
         Of the result, float32 by default.
+    device : None, "cpu", torch.device or jax.Device, optional
+        The kind of array returned: see :ref:`device-argument`.
 
     Returns
     -------
@@ -405,6 +411,8 @@ def relative_position_bucket(
     max_distance : int
         Distances from here on share the last bucket of their direction.
         It must exceed the number of exact buckets (below).
+    device : None, "cpu", torch.device or jax.Device, optional
+        The kind of array returned: see :ref:`device-argument`.
 
     Returns
     -------
@@ -490,6 +498,8 @@ def t5_bias(
         Attention scores to add the bias into, in place (returned).
     out : ndarray of shape (n_heads, q_len, k_len), optional
         Where to write the bias, of the table's dtype.
+    device : None, "cpu", torch.device or jax.Device, optional
+        The kind of array returned: see :ref:`device-argument`.
 
     Returns
     -------
@@ -666,6 +676,8 @@ def relative_positions(q_len, k_len=None, *, max_distance=None, q_offset=0):
         The clipping distance ``k`` of the paper (>= 0); None: no clipping.
     q_offset : int
         Query ``i`` sits at position ``q_offset + i``, 0 by default.
+    device : None, "cpu", torch.device or jax.Device, optional
+        The kind of array returned: see :ref:`device-argument`.
 
     Returns
     -------

@@ -126,6 +126,8 @@ def complex_order_embedding(
     as_complex : bool
         False (the default): the pair ``(real, imag)``.  True: one complex
         array (complex128 for float64 tables, complex64 otherwise).
+    device : None, "cpu", torch.device or jax.Device, optional
+        The kind of array returned: see :ref:`device-argument`.
 
     Returns
     -------

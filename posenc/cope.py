@@ -302,6 +302,8 @@ def cope_bias(
         decoding with a cache).
     scores : ndarray of shape ``(..., q_len, k_len)``, optional
         Attention scores to add the position logits into, in place; returned.
+    device : None, "cpu", torch.device or jax.Device, optional
+        The kind of array returned: see :ref:`device-argument`.
 
     Returns
     -------

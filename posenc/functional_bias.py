@@ -284,6 +284,8 @@ def kerple_bias(
     out : ndarray of shape (n_heads, q_len, k_len), optional
         Where to write the table (not together with `scores`); its dtype is
         the table's unless `dtype` says otherwise.
+    device : None, "cpu", torch.device or jax.Device, optional
+        The kind of array returned: see :ref:`device-argument`.
 
     Returns
     -------
@@ -387,6 +389,8 @@ def sandwich_bias(
         causal mask to hide).  False: the symmetric formula everywhere.
     q_offset, dtype, scores, out
         As for :func:`kerple_bias`.
+    device : None, "cpu", torch.device or jax.Device, optional
+        The kind of array returned: see :ref:`device-argument`.
 
     Returns
     -------
@@ -567,6 +571,8 @@ def fire_bias(
         As for :func:`kerple_bias` (float32 by default whatever the dtype of
         the MLP's parameters); the normaliser uses the query's position
         ``qpos = q_offset + i``.
+    device : None, "cpu", torch.device or jax.Device, optional
+        The kind of array returned: see :ref:`device-argument`.
 
     Returns
     -------

@@ -208,6 +208,8 @@ def positions_from_cu_seqlens(cu_seqlens, *, start=0):
     start : int
         The first position of every sequence (0; RoBERTa-like models start
         at ``padding_idx + 1``).
+    device : None, "cpu", torch.device or jax.Device, optional
+        The kind of array returned: see :ref:`device-argument`.
 
     Returns
     -------
@@ -313,6 +315,8 @@ def mrope_position_ids(
         frames are separated by timestamp text).
     attention_mask : array_like of 0/1, shape of token_types, optional
         Padding (0) is skipped and gets position 0 on all rows.
+    device : None, "cpu", torch.device or jax.Device, optional
+        The kind of array returned: see :ref:`device-argument`.
 
     Returns
     -------
@@ -505,6 +509,8 @@ def vision_position_ids(grids, *, spatial_merge_size=1, convention="qwen2_vl"):
         the class token; row 0 the patch's column + 1, row 1 its row + 1,
         and ``(0, 0)`` for the class token, which is therefore not rotated
         (Llama 4 zeroes its angles).
+    device : None, "cpu", torch.device or jax.Device, optional
+        The kind of array returned: see :ref:`device-argument`.
 
     Returns
     -------

@@ -253,6 +253,8 @@ def xl_relative_table(
     dtype : float16, bfloat16, float32 (default) or float64
         ``"bfloat16"`` (or ``"bf16"``) gives an array of ml_dtypes' bfloat16
         (``pip install 'posenc[bfloat16]'``), each value rounded once.
+    device : None, "cpu", torch.device or jax.Device, optional
+        The kind of array returned: see :ref:`device-argument`.
 
     Returns
     -------
@@ -340,6 +342,8 @@ def xl_position_term(
         as they are.
     scores : ndarray (..., heads, q_len, k_len), optional
         Scores to add the term into, in place (returned).
+    device : None, "cpu", torch.device or jax.Device, optional
+        The kind of array returned: see :ref:`device-argument`.
 
     Returns
     -------
@@ -440,6 +444,8 @@ def xl_content_bias(k: ArrayLike, bias: ArrayLike, *, scores: Optional[Array] = 
         ``u`` (XLNet's and Transformer-XL's ``r_w_bias``).
     scores : ndarray (..., heads, q_len, k_len), optional
         Scores to add it into, in place (returned).
+    device : None, "cpu", torch.device or jax.Device, optional
+        The kind of array returned: see :ref:`device-argument`.
 
     Returns
     -------
@@ -516,6 +522,8 @@ def tener_relative_table(
     base : float
     dtype : float16, bfloat16, float32 (default) or float64
         As for :func:`xl_relative_table`.
+    device : None, "cpu", torch.device or jax.Device, optional
+        The kind of array returned: see :ref:`device-argument`.
 
     Returns
     -------
@@ -603,6 +611,8 @@ def tener_position_term(
         only the query's.
     scores : ndarray (..., heads, L, L), optional
         Scores to add into, in place (returned).
+    device : None, "cpu", torch.device or jax.Device, optional
+        The kind of array returned: see :ref:`device-argument`.
 
     Returns
     -------
@@ -691,6 +701,8 @@ def tener_scores(
         Divide by ``sqrt(head_dim)`` (TENER drops the scale for NER).
     key_term : bool
         As in :func:`tener_position_term`.
+    device : None, "cpu", torch.device or jax.Device, optional
+        The kind of array returned: see :ref:`device-argument`.
 
     Returns
     -------
@@ -866,6 +878,8 @@ def deberta_log_bucket(
         buckets the models in transformers use), or float64 as the authors'
         code (NumPy).  They differ at some large distances, e.g. from
         ``|d| = 65317`` for (256, 512).
+    device : None, "cpu", torch.device or jax.Device, optional
+        The kind of array returned: see :ref:`device-argument`.
 
     Returns
     -------
@@ -932,6 +946,8 @@ def deberta_relative_positions(
         Query ``i`` sits at ``q_offset + i``.
     precision : {"float32", "float64"}
         As in :func:`deberta_log_bucket`.
+    device : None, "cpu", torch.device or jax.Device, optional
+        The kind of array returned: see :ref:`device-argument`.
 
     Returns
     -------
@@ -1008,6 +1024,8 @@ def deberta_attention_bias(
         Of the log buckets (:func:`deberta_log_bucket`).
     scores : ndarray (..., heads, q_len, k_len), optional
         Scores to add the bias into, in place (returned).
+    device : None, "cpu", torch.device or jax.Device, optional
+        The kind of array returned: see :ref:`device-argument`.
 
     Returns
     -------
@@ -1161,6 +1179,8 @@ def shaw_key_term(
         last ``q_len`` of the keys).
     scores : ndarray (..., heads, q_len, k_len), optional
         Scores to add into, in place (returned).
+    device : None, "cpu", torch.device or jax.Device, optional
+        The kind of array returned: see :ref:`device-argument`.
 
     Returns
     -------
@@ -1245,6 +1265,8 @@ def shaw_value_term(
         The clipping distance ``k``.
     q_offset : int, optional
         As in :func:`shaw_key_term` (``k_len - q_len`` by default).
+    device : None, "cpu", torch.device or jax.Device, optional
+        The kind of array returned: see :ref:`device-argument`.
 
     Returns
     -------
@@ -1336,6 +1358,8 @@ def tupe_bias(
         Untie [CLS] (TUPE's default).
     scores : ndarray (..., heads, n, n), optional
         Scores to add the bias into, in place (returned).
+    device : None, "cpu", torch.device or jax.Device, optional
+        The kind of array returned: see :ref:`device-argument`.
 
     Returns
     -------

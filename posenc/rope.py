@@ -90,6 +90,8 @@ def rope_frequencies(
         Required there, refused elsewhere.  A config object whose values
         differ per layer (Gemma 4's ``per_layer_config``) is read for that
         layer type (its own ``head_dim``).
+    device : None, "cpu", torch.device or jax.Device, optional
+        The kind of array returned: see :ref:`device-argument`.
 
     Returns
     -------
@@ -233,6 +235,8 @@ def rope_cos_sin(
         xPos tables (as flash-attn's ``scale_base`` caches them: the query's
         ``cos * scale``, or with ``xpos="key"`` the key's ``cos / scale``):
         see :func:`apply_rope`.
+    device : None, "cpu", torch.device or jax.Device, optional
+        The kind of array returned: see :ref:`device-argument`.
 
     Returns
     -------
@@ -445,6 +449,8 @@ def apply_rope(
         xPos: a ``"query"`` multiplied, a ``"key"`` divided by ``zeta_i **
         ((p - xpos_centre) / xpos_scale_base)``, one centre for all that meet
         (guide: "DeepSeek-V3's layout and xPos").
+    device : None, "cpu", torch.device or jax.Device, optional
+        The kind of array returned: see :ref:`device-argument`.
 
     Returns
     -------

@@ -40,6 +40,8 @@ def permute_rope_weight(weight, n_heads, *, to="half"):
         for a k projection with grouped queries).
     to : {"half", "interleaved"}
         The layout to convert to; the other is the one `weight` is in.
+    device : None, "cpu", torch.device or jax.Device, optional
+        The kind of array returned: see :ref:`device-argument`.
 
     Returns
     -------
@@ -96,6 +98,8 @@ def attention_temperature(positions, *, floor_scale=8192, attn_scale=0.1):
         The config's ``floor_scale`` (8192) and ``attn_scale`` (0.1).
         Values for which the factor of the largest position overflows are
         refused.
+    device : None, "cpu", torch.device or jax.Device, optional
+        The kind of array returned: see :ref:`device-argument`.
 
     Returns
     -------

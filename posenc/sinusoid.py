@@ -35,6 +35,8 @@ def sinusoid(positions, dim, *, base=10000.0, layout="interleaved", dtype=None, 
         array of ml_dtypes' bfloat16 (``pip install 'posenc[bfloat16]'``).
     out : ndarray, optional
         Array of shape ``positions.shape + (dim,)`` and the given dtype to write into.
+    device : None, "cpu", torch.device or jax.Device, optional
+        The kind of array returned: see :ref:`device-argument`.
 
     Returns
     -------

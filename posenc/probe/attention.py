@@ -350,6 +350,22 @@ def logit_decomposition(
         A weight missing (or several candidates), no head count found or one
         that does not divide the width, token ids out of the vocabulary or
         past the position table.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from transformers import BertConfig, BertModel
+    >>> from posenc.probe import TERMS, logit_decomposition
+    >>> _ = torch.manual_seed(0)
+    >>> bert = BertModel(BertConfig(vocab_size=50, hidden_size=32, num_hidden_layers=1,
+    ...                             num_attention_heads=2, intermediate_size=64)).eval()
+    >>> d = logit_decomposition(bert, [2, 7, 1, 8, 2, 8])
+    >>> d.terms.shape  # (term, head, query, key)
+    (4, 2, 6, 6)
+    >>> TERMS
+    ('word-word', 'word-position', 'position-word', 'position-position')
+    >>> d.share.sum(axis=1).round(6).tolist()  # the four shares of each head's logits
+    [1.0, 1.0]
     """
     weights, config = _weights(source)
     if heads is None:

@@ -92,6 +92,20 @@ def skip_position_perplexity(
         Fewer than 2 tokens, a `k` below 1, or position ids past the
         model's table (``(n - 1) * k >= max_position_embeddings``): shorten
         the text.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from transformers import GPT2Config, GPT2LMHeadModel
+    >>> from posenc.probe import skip_position_perplexity
+    >>> _ = torch.manual_seed(0)
+    >>> config = GPT2Config(n_layer=2, n_embd=32, n_head=2, n_positions=64)
+    >>> gpt2 = GPT2LMHeadModel(config).eval()  # a tiny GPT-2 of random weights
+    >>> result = skip_position_perplexity(gpt2, [3, 14, 15, 9, 26, 5, 35, 8], ks=(1, 2, 4))
+    >>> sorted(result.perplexity), result.pseudo  # position ids i * k for each k
+    ([1, 2, 4], False)
+    >>> bool(all(p > 1 for p in result.perplexity.values()))
+    True
     """
     torch = importlib.import_module("torch")
     ids = torch.as_tensor(np.asarray(input_ids), dtype=torch.long).reshape(-1)
@@ -191,6 +205,20 @@ def layer_position_probe(model: Any, input_ids: Any, *, seeds: int = 3) -> Layer
     Returns
     -------
     LayerPositionProbe
+
+    Examples
+    --------
+    >>> import torch
+    >>> from transformers import GPT2Config, GPT2Model
+    >>> from posenc.probe import layer_position_probe
+    >>> _ = torch.manual_seed(0)
+    >>> config = GPT2Config(n_layer=2, n_embd=32, n_head=2, n_positions=64)
+    >>> gpt2 = GPT2Model(config).eval()  # a tiny GPT-2 of random weights
+    >>> probe = layer_position_probe(gpt2, list(range(40)), seeds=2)
+    >>> probe.mae.shape  # the embedding output, then each of the 2 layers
+    (3,)
+    >>> probe.n_tokens
+    40
     """
     from .analyses import absolute_position_regression
 

@@ -117,6 +117,15 @@ def position_attention(E: Any, *, W: Optional[Any] = None, scale: Optional[float
     -------
     ndarray of shape (n_positions, n_positions), float64
         Each row sums to 1.
+
+    Examples
+    --------
+    >>> from posenc.probe import position_attention
+    >>> A = position_attention(posenc.sinusoid(32, 16, dtype="float64"))
+    >>> A.shape, bool(np.allclose(A.sum(axis=1), 1.0))
+    ((32, 32), True)
+    >>> int(A[10].argmax())  # each position attends most to itself
+    10
     """
     table = _table(E, "E", min_rows=2, max_rows=MAX_POSITIONS)
     n, d = table.shape
@@ -179,6 +188,21 @@ def attention_locality_symmetry(
         `A` not square, smaller than 3 x 3, not finite, with a negative
         weight or a row that does not sum to 1 (within 1e-6); `tolerance`
         negative.
+
+    Examples
+    --------
+    >>> from posenc.probe import attention_locality_symmetry, position_attention
+    >>> A = position_attention(posenc.sinusoid(32, 16, dtype="float64"), scale=1.0)
+    >>> result = attention_locality_symmetry(A)
+    >>> result.n_positions
+    32
+    >>> bool(0 < result.locality < 1), round(float(result.symmetry), 3)
+    (True, 1.0)
+    >>> float(attention_locality_symmetry(np.eye(8)).locality)  # each position on itself
+    1.0
+    >>> uniform = np.full((8, 8), 1 / 8)  # every key alike
+    >>> round(float(attention_locality_symmetry(uniform).locality), 3)
+    0.313
     """
     a = _table(A, "A", min_rows=3, max_rows=MAX_POSITIONS)
     n = a.shape[0]

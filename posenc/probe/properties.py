@@ -192,6 +192,18 @@ def position_properties(
         not finite; ``W`` not of shape ``(dim, dim)`` or not finite;
         ``max_offset`` below 3 (the least a rank correlation over offsets
         needs).
+
+    Examples
+    --------
+    >>> from posenc.probe import position_properties
+    >>> props = position_properties(posenc.sinusoid(64, 128, dtype="float64"), max_offset=8)
+    >>> round(float(props.monotonicity_forward), 6)  # E[x] . E[x + m] falls as m grows
+    1.0
+    >>> round(float(props.translation_invariance), 6), round(float(props.symmetry), 6)
+    (1.0, 1.0)
+    >>> noise = np.random.default_rng(0).normal(size=(64, 128))
+    >>> bool(position_properties(noise).translation_invariance < 0.5)
+    True
     """
     table = _table(E, "E", min_rows=5, max_rows=MAX_POSITIONS)
     n = table.shape[0]
@@ -312,6 +324,16 @@ def toeplitz_fit(M: Any) -> ToeplitzFit:
     ------
     ValueError
         `M` not square, smaller than 2 x 2, or not finite.
+
+    Examples
+    --------
+    >>> from posenc.probe import toeplitz_fit
+    >>> E = posenc.sinusoid(32, 16, dtype="float64")
+    >>> round(float(toeplitz_fit(E @ E.T).r2), 9)  # sin/cos: E[i] . E[j] depends on i - j alone
+    1.0
+    >>> noise = np.random.default_rng(0).normal(size=(32, 16))
+    >>> bool(toeplitz_fit(noise @ noise.T).r2 < 0.5)
+    True
     """
     m = _table(M, "M", min_rows=2)
     n = m.shape[0]

@@ -661,6 +661,18 @@ def report(
     ValueError
         Fewer than 5 or more than :data:`MAX_POSITIONS` rows (checked before
         any probe runs), or a table that is not finite.
+
+    Examples
+    --------
+    >>> from posenc.probe import report
+    >>> r = report(posenc.sinusoid(64, 32, dtype="float64"), name="sinusoid", seeds=2,
+    ...            progress=False)
+    >>> r.shape, float(r.mae)  # the absolute-position probe, mean over the seeds
+    ((64, 32), 0.0)
+    >>> r.informativeness.rank_for(0.9), round(float(r.toeplitz.r2), 6)
+    (7, 1.0)
+    >>> print(r.to_markdown().splitlines()[0])  # its row is set beside the paper's
+    | embedding | absolute MAE | order error |
     """
     if name is None:
         name = DEFAULT_NAME

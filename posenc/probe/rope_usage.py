@@ -129,6 +129,19 @@ def rope_frequency_usage(
     ValueError
         The layers' shapes differ, the rows do not split into `n_heads`
         heads of an even size, or `layout` is not one of the two.
+
+    Examples
+    --------
+    >>> from posenc.probe import rope_frequency_usage
+    >>> W = np.ones((2 * 8, 32))  # a q projection: 2 heads of head_dim 8, d_model 32
+    >>> W[[0, 4]] = 0  # head 0's pair 0 ("half" layout: rows 0 and 0 + 8 / 2)
+    >>> usage = rope_frequency_usage([W], n_heads=2)  # one layer
+    >>> usage.usage.shape  # (layers, heads, head_dim // 2)
+    (1, 2, 4)
+    >>> usage.usage[0, 0].tolist()  # the norm of each pair's two rows: sqrt(2 * 32)
+    [0.0, 8.0, 8.0, 8.0]
+    >>> usage.frequencies.tolist()  # base ** (-2k / head_dim), radians per position
+    [1.0, 0.1, 0.01, 0.001]
     """
     if layout not in ("half", "interleaved"):
         raise ValueError(f"layout must be 'half' or 'interleaved', got {layout!r}")
@@ -259,6 +272,21 @@ def rope_frequency_usage_from_checkpoint(
         No per-layer ``q_proj``/``k_proj`` weights (fused projections), a
         config without heads, a partly rotated head, or a projection whose
         rows do not split into the config's heads.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from transformers import LlamaConfig, LlamaForCausalLM
+    >>> from posenc.probe import rope_frequency_usage_from_checkpoint
+    >>> _ = torch.manual_seed(0)
+    >>> LlamaForCausalLM(LlamaConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+    ...                              num_key_value_heads=2, intermediate_size=64, vocab_size=50,
+    ...                              rope_theta=500000.0)).save_pretrained("tiny-llama")
+    >>> usage = rope_frequency_usage_from_checkpoint("tiny-llama", projection="k")
+    >>> usage.usage.shape  # (layers, key/value heads, head_dim // 2)
+    (2, 2, 4)
+    >>> bool(np.allclose(usage.frequencies, 500000.0 ** (-np.arange(0, 8, 2) / 8)))  # its theta
+    True
     """
     from . import hub
     from .checkpoints import _open_path, _read_json
@@ -379,6 +407,21 @@ def rope_activation_usage(model: Any, input_ids: Any) -> RopeActivationUsage:
         A model whose attention does not call ``apply_rotary_pos_emb`` once
         per layer (a fused kernel, or no RoPE), or a config as
         :func:`rope_frequency_usage_from_checkpoint` refuses.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from transformers import LlamaConfig, LlamaModel
+    >>> from posenc.probe import rope_activation_usage
+    >>> _ = torch.manual_seed(0)
+    >>> llama = LlamaModel(LlamaConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+    ...                                num_key_value_heads=2, intermediate_size=64,
+    ...                                vocab_size=50)).eval()  # random weights, head_dim 8
+    >>> usage = rope_activation_usage(llama, list(range(12)))
+    >>> usage.queries.usage.shape, usage.keys.usage.shape  # (layers, heads, head_dim // 2)
+    ((2, 4, 4), (2, 2, 4))
+    >>> usage.n_tokens
+    12
     """
     torch = importlib.import_module("torch")
     config = getattr(model, "config", None)
