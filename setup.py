@@ -10,11 +10,14 @@ Environment knobs for special builds:
   POSENC_NO_OPENMP=1            build without OpenMP (one thread)
   POSENC_SANITIZE=address,undefined  build with those sanitizers (CI), -g kept
   POSENC_DEBUG=1                keep the debug information of CFLAGS (-g)
+  POSENC_BUILD_JOBS=N           compile N C files at a time (default: the CPUs
+                                this process may run on; 1: one at a time)
 """
 
 import os
 import sys
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from glob import glob
 
 import numpy as np
@@ -80,8 +83,39 @@ def _targets(compiler, macro):
     return _compiler_accepts(compiler, [], probe)
 
 
+def _jobs():
+    value = os.environ.get("POSENC_BUILD_JOBS", "")
+    if value:
+        return max(1, int(value))
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def _compile_in_parallel(compiler, jobs):
+    """Make ``compiler.compile`` compile its sources `jobs` at a time (each
+    file is one compiler process; the first alone, so that the object
+    folders exist before the others start)."""
+    one_by_one = compiler.compile
+
+    def compile(sources, *args, **kwargs):
+        sources = list(sources)
+        if jobs <= 1 or len(sources) <= 2:
+            return one_by_one(sources, *args, **kwargs)
+        objects = one_by_one(sources[:1], *args, **kwargs)
+        with ThreadPoolExecutor(jobs) as pool:
+            for more in pool.map(lambda src: one_by_one([src], *args, **kwargs), sources[1:]):
+                objects += more
+        return objects
+
+    compiler.compile = compile
+
+
 class BuildExt(build_ext):
     def build_extensions(self):
+        if self.compiler.compiler_type == "unix":
+            _compile_in_parallel(self.compiler, _jobs())
         msvc = self.compiler.compiler_type == "msvc"
         for ext in self.extensions:
             if msvc:

@@ -1,6 +1,6 @@
 """A bounded fuzzer of the public functions.
 
-    python tests/fuzz_api.py --seconds 60 [--seed 0] [--surfaces numpy,torch,jax]
+    python tests/fuzz_api.py --seconds 60 [--seed 0] [--surfaces numpy,torch,jax,modules,patch,hub]
                              [--mode both|random|check] [--verbose]
 
 Random mode: each round picks a function and calls it with arguments drawn
@@ -2020,7 +2020,31 @@ def check_jax(seconds, rng, fails, counts):
         counts[(name, "jax " + kind)] = counts.get((name, "jax " + kind), 0) + 1
 
 
-SURFACES = {"numpy": check_numpy, "torch": check_torch, "jax": check_jax}
+def _surface_of(module_name):
+    """A surface whose fuzzer is a module of its own beside this file
+    (``tests/fuzz_<name>.py``: ``run(seconds, seed, fails)`` returns its
+    counts by (function, outcome)), imported when the surface is chosen."""
+
+    def check_module(seconds, rng, fails, counts):
+        import importlib
+
+        module = importlib.import_module(module_name)
+        for key, n in module.run(seconds, int(rng.integers(2**31)), fails).items():
+            counts[key] = counts.get(key, 0) + n
+
+    return check_module
+
+
+SURFACES = {
+    "numpy": check_numpy,
+    "torch": check_torch,
+    "jax": check_jax,
+    # the torch modules of posenc.torch, posenc.hf.patch on tiny transformers
+    # models, and the Hub path against a hostile loopback server
+    "modules": _surface_of("fuzz_modules"),
+    "patch": _surface_of("fuzz_patch"),
+    "hub": _surface_of("fuzz_hub"),
+}
 
 
 def check(seconds, seed, surfaces=("numpy",), file=sys.stdout):
@@ -2050,7 +2074,8 @@ def main(argv=None):
     parser.add_argument(
         "--surfaces",
         default="numpy",
-        help="comma-separated: numpy, torch, jax (torch and JAX are imported only when chosen)",
+        help="comma-separated: numpy, torch, jax, modules, patch, hub (torch, JAX and "
+        "transformers are imported only when a surface needs them)",
     )
     parser.add_argument(
         "--mode",
