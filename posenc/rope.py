@@ -218,8 +218,9 @@ def rope_cos_sin(
         repeated as two halves.  ``"interleaved"`` (GPT-J, RoFormer, Meta's
         Llama): each angle twice in a row.
     dtype : float16, bfloat16, float32 or float64
-        ``"bfloat16"`` (or ``"bf16"``, or ml_dtypes' ``bfloat16``) gives
-        arrays of ml_dtypes' bfloat16 (``pip install 'posenc[bfloat16]'``).
+        float32 when omitted or None.  ``"bfloat16"`` (or ``"bf16"``, or
+        ml_dtypes' ``bfloat16``) gives arrays of ml_dtypes' bfloat16
+        (``pip install 'posenc[bfloat16]'``).
     mrope_section, mrope_interleaved, axial
         Positions in rows, as for :func:`apply_rope`: `positions` is then an
         array whose first axis holds the rows (M-RoPE's ``(3, batch, seq)``,

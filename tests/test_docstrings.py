@@ -122,7 +122,7 @@ PROBE_FUNCTIONS = [
     if inspect.isfunction(getattr(posenc.probe, name))
 ]
 # no Examples section yet
-PROBE_WITHOUT_EXAMPLES = {"load_position_embeddings", "paper_rows"}
+PROBE_WITHOUT_EXAMPLES: set = set()
 
 
 @pytest.mark.parametrize(

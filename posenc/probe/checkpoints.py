@@ -848,6 +848,18 @@ def load_position_embeddings(
     RoBERTa-family and BART/OPT tables keep two reserved rows before
     position 0 (RoBERTa-base has 514 rows for 512 positions): probe
     ``E[2:]`` to compare with the paper's 512 positions.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> folder = tempfile.mkdtemp()
+    >>> path = os.path.join(folder, "weights.npz")
+    >>> np.savez(path, **{"embeddings.position_embeddings.weight": np.eye(4, 3)})
+    >>> load_position_embeddings(path)
+    array([[1., 0., 0.],
+           [0., 1., 0.],
+           [0., 0., 1.],
+           [0., 0., 0.]])
     """
     table, used = _load(source, key, timeout=timeout, deadline=deadline, max_bytes=max_bytes)
     arr = _to_numpy(table)

@@ -1144,7 +1144,18 @@ def paper_rows(E: Any, model_type: Optional[str]) -> Tuple[Any, Optional[str], s
     """``(rows, published, note)``: the rows of `E` Wang & Chen probe for a
     model of `model_type` (``"bert"``, ``"roberta"``, ``"gpt2"``), the name of
     its published row in :data:`~posenc.probe.PUBLISHED`, and what was done;
-    `E` itself, None and ``""`` for another model type."""
+    `E` itself, None and ``""`` for another model type.
+
+    Examples
+    --------
+    >>> rows, published, note = paper_rows(np.zeros((514, 8)), "roberta")
+    >>> rows.shape, published, note
+    ((512, 8), 'RoBERTa', 'first 2 rows (padding offset) dropped')
+    >>> paper_rows(np.zeros((1024, 8)), "gpt2")[2]
+    'cut to 512 of 1024 rows'
+    >>> paper_rows(np.zeros((4, 8)), "llama")[1:]
+    (None, '')
+    """
     rule = PAPER_PROTOCOL.get(model_type or "")
     if rule is None:
         return E, None, ""
