@@ -445,7 +445,10 @@ def apply_rope(
         Positions in rows (M-RoPE's ``(3, batch, seq)``, 2-D vision RoPE's
         ``(2, n_patches)``), each row rotating its own pairs; read from a
         config that has them, never guessed (guide: "Multimodal and vision
-        RoPE").
+        RoPE").  Sections given with a config that has none are shared among
+        the rows as that config's model shares them (Qwen3-VL's
+        interleaving); with the config of a model without M-RoPE,
+        `mrope_interleaved` is needed.
     xpos, xpos_scale_base, xpos_centre
         xPos: a ``"query"`` multiplied, a ``"key"`` divided by ``zeta_i **
         ((p - xpos_centre) / xpos_scale_base)``, one centre for all that meet
@@ -610,12 +613,21 @@ def _channel_plan(rotary, base, rope, mrope_section, mrope_interleaved, axial):
                 f"mrope_section = {list(sections)} disagrees with scaling's mrope_section "
                 f"{list(from_config[0])}"
             )
-        if from_config is not None and mrope_interleaved is None:
-            interleaved = from_config[1]
-        elif from_config is not None and interleaved != from_config[1]:
+        # the sections are the caller's, their layout the config's where it says one
+        layout = from_config[1] if from_config is not None else rope_scaling.mrope_layout(rope)
+        if layout is None and rope.whole_config and mrope_interleaved is None:
             raise ValueError(
-                f"mrope_interleaved = {interleaved} disagrees with scaling's mrope_interleaved "
-                f"{from_config[1]}"
+                f"mrope_section with a config of model type {rope.model_type!r}: posenc does not "
+                "know how its rotary code shares the pairs among the rows; pass "
+                "mrope_interleaved= (False: Qwen2-VL's runs, True: Qwen3-VL's interleaving)"
+            )
+        if layout is not None and mrope_interleaved is None:
+            interleaved = layout
+        elif layout is not None and interleaved != layout:
+            raise ValueError(
+                f"mrope_interleaved = {interleaved} disagrees with scaling, whose M-RoPE "
+                f"{'interleaves' if layout else 'does not interleave'} the sections "
+                f"(mrope_interleaved {layout})"
             )
     elif from_config is not None:
         sections = from_config[0]
@@ -629,6 +641,16 @@ def _channel_plan(rotary, base, rope, mrope_section, mrope_interleaved, axial):
         sections = None
         if interleaved:
             raise ValueError("mrope_interleaved=True needs mrope_section= (the pairs of each row)")
+    if (
+        sections is not None
+        and rope.whole_config
+        and rope.model_type in rope_scaling._MROPE_LAYOUT
+        and len(sections) != 3
+    ):
+        raise ValueError(
+            f"mrope_section {list(sections)}: the rotary code of {rope.model_type!r} reads 3 "
+            f"rows of positions (and 3 sections), not {len(sections)}"
+        )
     half = rotary // 2
     if sections is not None:
         if axial is not None or rope.family.rows:

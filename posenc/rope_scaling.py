@@ -867,11 +867,12 @@ def sections(rope: Rope) -> Optional[Tuple[Tuple[int, ...], bool]]:
     section = rope.params.get("mrope_section")
     interleaved = rope.params.get("mrope_interleaved")
     if section is None:
-        if interleaved:
+        if interleaved and not (rope.whole_config and rope.model_type in _MROPE_LAYOUT):
             raise ValueError(
                 "scaling['mrope_interleaved'] is set without scaling['mrope_section'] "
                 "(the pairs of each of M-RoPE's position rows)"
             )
+        mrope_layout(rope)  # a whole config's flag is checked against its model
         return None
     section = section_list(section, "scaling['mrope_section']")
     stated = None if interleaved is None else flag(interleaved, "scaling['mrope_interleaved']")
@@ -900,6 +901,32 @@ def sections(rope: Rope) -> Optional[Tuple[Tuple[int, ...], bool]]:
             "interleave them (True); state which, or pass the model's config"
         )
     return section, stated
+
+
+def mrope_layout(rope: Rope) -> Optional[bool]:
+    """How `rope`'s model shares M-RoPE's pairs among the position rows,
+    whichever sections it is given (its own or the caller's): True
+    interleaved (Qwen3-VL), False in runs (Qwen2-VL), None where the
+    parameters do not say.  A whole config says it by its model type (the
+    rotary code decides, transformers reads no flag; a stated
+    ``mrope_interleaved`` that contradicts it is refused), a bare dict by its
+    ``mrope_interleaved`` (Qwen2-VL's ``"mrope"`` dialect: runs)."""
+    stated = rope.params.get("mrope_interleaved")
+    if stated is not None:
+        stated = flag(stated, "scaling['mrope_interleaved']")
+    if rope.whole_config:
+        layout = _MROPE_LAYOUT.get(rope.model_type or "")
+        if layout is not None and stated is not None and stated != layout:
+            raise ValueError(
+                f"scaling['mrope_interleaved'] = {stated}, but {rope.model_type}'s rotary code "
+                f"{'interleaves' if layout else 'does not interleave'} M-RoPE's sections"
+            )
+        return layout
+    if stated is not None:
+        return stated
+    if rope.params.get("type") == "mrope" or rope.params.get("rope_type") == "mrope":
+        return False  # Qwen2-VL's own dialect
+    return None
 
 
 def section_list(value: Any, name: str) -> Tuple[int, ...]:

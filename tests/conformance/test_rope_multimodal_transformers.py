@@ -205,6 +205,84 @@ def test_mrope_config_with_plain_positions_is_refused(hf):
         posenc.apply_rope(x, ids, scaling=bare)
 
 
+@pytest.mark.parametrize("name", ["qwen2_vl", "qwen3_vl"])
+def test_sections_given_with_a_config_without_them_take_its_models_layout(hf, name):
+    # a text config that states no sections (the class uses its default ones),
+    # the sections passed as mrope_section=: the config's model decides how
+    # the rows share the pairs (read as Qwen2-VL's runs, Qwen3-VL's cos
+    # differed by up to 2.0)
+    torch = hf.torch
+    if name == "qwen2_vl":
+        config = hf.t.Qwen2VLTextConfig(
+            hidden_size=256, num_attention_heads=2, num_key_value_heads=1,
+            rope_parameters={"rope_type": "default", "rope_theta": 1e6},
+        )  # fmt: skip
+        cls, module = hf.qwen2_vl.Qwen2VLRotaryEmbedding, hf.qwen2_vl
+    else:
+        config = hf.t.Qwen3VLTextConfig(
+            hidden_size=256, num_attention_heads=2, num_key_value_heads=1, head_dim=128,
+            rope_parameters={"rope_type": "default", "rope_theta": 5e6},
+        )  # fmt: skip
+        cls, module = hf.qwen3_vl.Qwen3VLTextRotaryEmbedding, hf.qwen3_vl
+    assert "mrope_section" not in config.rope_parameters
+    rotary = cls(config)
+    sections = list(rotary.mrope_section)  # the class's default sections
+    ids = _prompt_ids()
+    rng = np.random.default_rng(10)
+    q = rng.standard_normal((2, 4, ids.shape[-1], 128)).astype(np.float32)
+    qt = torch.from_numpy(q)
+    cos, sin = rotary(qt, torch.from_numpy(ids))
+    want, _ = module.apply_rotary_pos_emb(qt, qt, cos, sin, unsqueeze_dim=1)
+    c, s = posenc.rope_cos_sin(ids, 128, scaling=config, mrope_section=sections)
+    np.testing.assert_allclose(c, cos.numpy(), rtol=0, atol=1e-5)  # float32 phases below 40
+    np.testing.assert_allclose(s, sin.numpy(), rtol=0, atol=1e-5)
+    got = posenc.apply_rope(q, ids, scaling=config, mrope_section=sections)
+    np.testing.assert_allclose(got, want.numpy(), rtol=0, atol=2e-5 * np.abs(q).max())
+    # the same through the torch operator (the config carried as JSON)
+    c_t, _ = posenc.rope_cos_sin(torch.from_numpy(ids), 128, scaling=config, mrope_section=sections)
+    np.testing.assert_array_equal(c_t.numpy(), c)
+    got_t = posenc.apply_rope(qt, torch.from_numpy(ids), scaling=config, mrope_section=sections)
+    np.testing.assert_array_equal(got_t.numpy(), got)
+    # the layout stated as the model has it is accepted, the other refused
+    interleaved = name == "qwen3_vl"
+    c2, _ = posenc.rope_cos_sin(
+        ids, 128, scaling=config, mrope_section=sections, mrope_interleaved=interleaved
+    )
+    np.testing.assert_array_equal(c2, c)
+    for call in (
+        lambda: posenc.rope_cos_sin(
+            ids, 128, scaling=config, mrope_section=sections, mrope_interleaved=not interleaved
+        ),
+        lambda: posenc.apply_rope(
+            q, ids, scaling=config, mrope_section=sections, mrope_interleaved=not interleaved
+        ),
+    ):
+        with pytest.raises(ValueError, match="mrope_interleaved = .* disagrees with scaling"):
+            call()
+    # a model's rotary code reads three rows
+    with pytest.raises(ValueError, match="reads 3 rows"):
+        posenc.rope_cos_sin(ids[:2], 128, scaling=config, mrope_section=[32, 32])
+
+
+def test_sections_given_with_a_config_of_another_model_need_their_layout(hf):
+    # a config whose model has no M-RoPE does not say how the rows share the pairs
+    config = hf.t.LlamaConfig(
+        hidden_size=256, num_attention_heads=2, num_key_value_heads=1, head_dim=128
+    )
+    ids = _prompt_ids()
+    with pytest.raises(ValueError, match="mrope_section with a config of model type 'llama'"):
+        posenc.rope_cos_sin(ids, 128, scaling=config, mrope_section=[24, 20, 20])
+    with pytest.raises(ValueError, match="pass mrope_interleaved="):
+        posenc.apply_rope(np.zeros((2, 1, ids.shape[-1], 128)), ids, scaling=config,
+                          mrope_section=[24, 20, 20])  # fmt: skip
+    # stated, it is read as stated: the same as without the config
+    base = config.rope_parameters["rope_theta"]
+    for interleaved in (False, True):
+        kw = dict(mrope_section=[24, 20, 20], mrope_interleaved=interleaved)
+        c, _ = posenc.rope_cos_sin(ids, 128, scaling=config, **kw)
+        np.testing.assert_array_equal(c, posenc.rope_cos_sin(ids, 128, base=base, **kw)[0])
+
+
 # ---------------------------------------------------------------- 2-D vision RoPE
 
 
