@@ -563,7 +563,15 @@ class _XLNetAttentionCore(_Replacement):
     module (`owner`), its position term ``(q + r_r_bias) . k_head_r``
     shifted by posenc (no product of the full ``(q_len, k_len + q_len)``
     grid, no shifted copy); the content and segment terms, the mask and the
-    softmax as transformers writes them."""
+    softmax as transformers writes them.
+
+    ``k_head_r`` is the table of the model's ``attn_type``: ``"bi"``'s
+    ``k_len + q_len`` rows, or ``"uni"``'s ``k_len + 1`` (distances ``k_len``
+    down to 0), which has none for the keys after each query.  With that one
+    the position term of those keys is left 0 (``causal=True``): the model
+    masks them (``attn_type="uni"`` always passes its causal mask), where
+    transformers' shift reads the next query's row there.  The two tables
+    have the same rows for one query (the newest: no key after it)."""
 
     __slots__ = ("owner",)
 
@@ -587,7 +595,9 @@ class _XLNetAttentionCore(_Replacement):
         att = self.owner
         ac = torch.einsum("ibnd,jbnd->bnij", q_head + att.r_w_bias, k_head_h)
         # XLNet holds q and r as (len, batch, heads, head_dim): layout "ibnd"
-        bd = XLPositionTerm(att.r_r_bias, layout="ibnd")(q_head, k_head_r, k_len=ac.shape[3])
+        k_len = ac.shape[3]
+        uni = k_head_r.shape[0] == k_len + 1  # "uni"'s table (bi's too for one query)
+        bd = XLPositionTerm(att.r_r_bias, layout="ibnd")(q_head, k_head_r, k_len=k_len, causal=uni)
         if seg_mat is None:
             ef: Any = 0
         else:
@@ -918,18 +928,21 @@ def _xlnet_change(name: str, module: Any, torch: Any) -> _Change:
         return torch.randn(*shape, generator=g).to(dtype)
 
     q, kh, vh = rand(q_len, b, n, d), rand(k_len, b, n, d), rand(k_len, b, n, d)
-    kr = rand(k_len + q_len, b, n, d)
     seg = torch.nn.functional.one_hot(torch.randint(0, 2, (q_len, k_len, b), generator=g), 2)
     seg = seg.to(dtype)
+    # "bi": every key of every query; "uni": the table of k_len + 1 rows, with
+    # the causal mask the model passes with it (queries the newest q_len keys)
+    future = torch.ones(q_len, k_len).triu(k_len - q_len + 1).to(dtype)[:, :, None, None]
     with _evaluating(module):  # no dropout in the comparison
-        _check_same(
-            name,
-            module,
-            "XLNet attention",
-            lambda: replacement(q, kh, vh, kr, seg_mat=seg),
-            lambda: module.rel_attn_core(q, kh, vh, kr, seg_mat=seg),
-            torch,
-        )
+        for kr, mask in ((rand(k_len + q_len, b, n, d), None), (rand(k_len + 1, b, n, d), future)):
+            _check_same(
+                name,
+                module,
+                "XLNet attention",
+                functools.partial(replacement, q, kh, vh, kr, seg_mat=seg, attn_mask=mask),
+                functools.partial(module.rel_attn_core, q, kh, vh, kr, seg_mat=seg, attn_mask=mask),
+                torch,
+            )
     return _instance_attr_change(
         module, "rel_attn_core", replacement, f"{name} (XLNet relative attention)"
     )

@@ -711,6 +711,46 @@ def test_xlnet_relative_attention_patched_with_memory(tf, hf, monkeypatch):
     hf.unpatch(model)
 
 
+@pytest.mark.parametrize("attn_type", ["uni", "bi"])
+def test_xlnet_of_either_attention_type_patched_with_and_without_memory(tf, hf, attn_type):
+    # "uni"'s table has k_len + 1 rows (no distances for the keys after each
+    # query, which its causal mask hides): the patched model failed at forward
+    import torch
+
+    torch.manual_seed(0)
+    config = tf.XLNetConfig(vocab_size=VOCAB, d_model=32, n_layer=2, n_head=4, d_inner=64,
+                            dropout=0.0, mem_len=8, attn_type=attn_type)  # fmt: skip
+    model = tf.XLNetLMHeadModel(config).train()
+    with torch.no_grad():  # weights large enough for the position term to matter
+        for p in model.parameters():
+            p.normal_(0, 0.5)
+    g = torch.Generator().manual_seed(4)
+    first, second = torch.randint(1, VOCAB, (2, 2, 10), generator=g)
+    # the query stream too: every query blind to the last token, predicting 3
+    perm = torch.zeros(1, 10, 10)
+    perm[:, :, -1] = 1
+    target = torch.zeros(1, 3, 10)
+    target[0, [0, 1, 2], [9, 0, 4]] = 1
+
+    def forward():
+        plain = model(first).logits
+        with torch.no_grad():
+            mems = model(first, use_mems=True).mems
+        # a segment after a memory: 10 queries, 18 keys
+        after = model(second, mems=mems, use_mems=True).logits
+        stream = model(first[:1], perm_mask=perm, target_mapping=target).logits
+        return torch.cat([plain.flatten(), after.flatten(), stream.flatten()])
+
+    want, scale, _ = _patched_equals_unpatched(hf, model, forward)
+    hf.unpatch(model)
+    # the position term moves these logits by far more than that
+    for layer in model.transformer.layer:
+        layer.rel_attn.r_r_bias.data.zero_()
+        layer.rel_attn.r.data.zero_()
+    with torch.no_grad():
+        assert float((forward() - want).abs().max()) > 0.1 * scale
+
+
 # -- what patch refuses -------------------------------------------------------------------
 
 
