@@ -44,12 +44,19 @@ def even_dim(value, name):
 
 
 def real(value, name, *, positive=False):
-    """A finite real number (not bool) as a Python float."""
+    """A finite real number (not bool) as a Python float; a ValueError
+    naming it for an integer (or fraction) past float64's range."""
     if type(value) is not float and type(value) is not int:  # the common cases skip these
         real_types = (Real, np.integer, np.floating)
         if isinstance(value, (bool, np.bool_)) or not isinstance(value, real_types):
             raise TypeError(f"{name} must be a real number, not {type(value).__name__}")
-    value = float(value)
+    try:
+        value = float(value)
+    except OverflowError:
+        kind = "an integer" if isinstance(value, Integral) else f"a {type(value).__name__}"
+        raise ValueError(
+            f"{name} must be finite, got {kind} past float64's range (about 1.8e308)"
+        ) from None
     if not math.isfinite(value):
         raise ValueError(f"{name} must be finite, got {value}")
     if positive and value <= 0:

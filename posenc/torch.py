@@ -97,10 +97,7 @@ def _float_tensor(value: Any, name: str) -> torch.Tensor:
 def _real(value: Any, name: str) -> float:
     """A finite positive real, by name (an int past float's range is refused
     as such)."""
-    try:
-        return float(_validate.real(value, name, positive=True))
-    except OverflowError as exc:
-        raise ValueError(f"{name} must be finite, got an integer past float64's range") from exc
+    return float(_validate.real(value, name, positive=True))
 
 
 def _config_value(config: Any, key: str) -> Any:

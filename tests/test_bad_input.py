@@ -4,6 +4,7 @@ argument.  A row with `out=` also checks that the failed call left it as it
 was."""
 
 import tracemalloc
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -585,6 +586,35 @@ def _video_intervals(intervals, apart=False):
 def test_values_out_of_range_raise_a_clear_error(call, exc, words):
     with pytest.raises(exc, match=words):
         call()
+
+
+# real arguments given as integers (or fractions) past float64's range: float()
+# of them raised OverflowError
+HUGE = 10**400
+W1, B1, W2, B2 = np.ones((4, 1)), np.zeros(4), np.ones((2, 4)), np.zeros(2)
+HUGE_REAL_ROWS = [
+    ("sinusoid base", lambda v: posenc.sinusoid(4, 8, base=v), "base"),
+    ("rope_frequencies base", lambda v: posenc.rope_frequencies(8, base=v), "base"),
+    ("rope_frequencies factor", lambda v: posenc.rope_frequencies(
+        8, scaling={"rope_type": "linear", "factor": v}), r"scaling\['factor'\]"),
+    ("rope_cos_sin xpos_centre", lambda v: posenc.rope_cos_sin(4, 8, xpos="key", xpos_centre=v),
+     "xpos_centre"),
+    ("apply_rope offset", lambda v: posenc.apply_rope(X, offset=v), "offset"),
+    ("alibi_slopes max_bias", lambda v: posenc.alibi_slopes(4, max_bias=v), "max_bias"),
+    ("alibi_bias max_bias", lambda v: posenc.alibi_bias(4, 3, max_bias=v), "max_bias"),
+    ("temperature attn_scale", lambda v: posenc.attention_temperature(4, attn_scale=v),
+     "attn_scale"),
+    ("xl_relative_table base", lambda v: posenc.xl_relative_table(3, 3, 8, base=v), "base"),
+    ("fire threshold", lambda v: posenc.fire_bias(W1, B1, W2, B2, 1.0, v, 3), "threshold"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("call, name", [r[1:] for r in HUGE_REAL_ROWS],
+                         ids=[r[0] for r in HUGE_REAL_ROWS])  # fmt: skip
+@pytest.mark.parametrize("value", [HUGE, -HUGE, Fraction(HUGE, 3)], ids=["int", "-int", "Fraction"])
+def test_reals_past_float64s_range_are_value_errors_naming_them(call, name, value):
+    with pytest.raises(ValueError, match=f"^{name} must be finite, got .* past float64's range"):
+        call(value)
 
 
 # the position helpers' integer arguments at int64's edges, as Python and
