@@ -45,7 +45,10 @@ def _encode(value, floats, ints, kinds, plain):
     if isinstance(value, str):
         return _quote(value)
     if isinstance(value, kinds[0]):
-        ints.append(int(value) if isinstance(value, np.integer) else value)
+        value = int(value) if isinstance(value, np.integer) else value
+        if type(value) is int and not -(2**63) <= value < 2**63:
+            return str(value)  # past the operators' int64: in the text (JSON's ints are exact)
+        ints.append(value)
         return '{"#i":' + str(len(ints) - 1) + "}"
     if isinstance(value, kinds[1]):
         floats.append(float(value) if isinstance(value, np.floating) else value)

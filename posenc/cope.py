@@ -145,7 +145,8 @@ class _Args:
     def visible(self):
         """(q_len, k_len) True where the query sees the key (all with causal=False)."""
         q_len, k_len = self.logits.shape[-2:]
-        i = self.q_offset + np.arange(q_len)[:, None]
+        q_offset = min(max(self.q_offset, -q_len), k_len)  # the same keys seen, within int64
+        i = q_offset + np.arange(q_len)[:, None]
         return np.arange(k_len)[None, :] <= i
 
 

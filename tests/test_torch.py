@@ -613,6 +613,99 @@ def test_tensors_requiring_grad_that_posenc_does_not_differentiate_are_refused()
         )
 
 
+# Integer arguments past int64 (2**70): on the NumPy path the function's own
+# checks refuse them by name (or read them as reals); the torch autograd path
+# (the operator, whose options are int64) raised torch's RuntimeError.  Each
+# row: (function, positional args, keyword args, the argument that requires
+# grad: a position or a name; "scores" a non-leaf copy), WIDE for the value.
+WIDE = 2**70
+
+
+def _f(*shape):
+    return np.random.default_rng(len(shape)).standard_normal(shape) * 0.5 + 1.0
+
+
+WIDE_ROWS = {
+    "apply_rope rotary_dim": (posenc.apply_rope, (_f(1, 2, 3, 8),), dict(rotary_dim=WIDE), 0),
+    "apply_rope seq_axis": (posenc.apply_rope, (_f(1, 2, 3, 8),), dict(seq_axis=WIDE), 0),
+    "apply_rope offset": (posenc.apply_rope, (_f(1, 2, 3, 8),), dict(offset=WIDE), 0),
+    "apply_rope base": (posenc.apply_rope, (_f(1, 2, 3, 8),), dict(base=WIDE), 0),
+    "apply_rope scaling factor": (posenc.apply_rope, (_f(1, 2, 3, 8),),
+                                  dict(scaling={"rope_type": "linear", "factor": WIDE}), 0),
+    "alibi_bias q_len": (posenc.alibi_bias, (2, WIDE, 3), dict(scores=_f(2, 3, 3)), "scores"),
+    "alibi_bias q_offset": (posenc.alibi_bias, (2, 3, 3),
+                            dict(q_offset=WIDE, scores=_f(2, 3, 3)), "scores"),
+    "t5_bias q_offset": (posenc.t5_bias, (_f(32, 2), 3, 3), dict(q_offset=WIDE), 0),
+    "t5_bias q_offset uint64": (posenc.t5_bias, (_f(32, 2), 3, 3),
+                                dict(q_offset=np.uint64(2**63)), 0),
+    "t5_bias q_len": (posenc.t5_bias, (_f(32, 2), WIDE, 3), {}, 0),
+    "t5_bias k_len": (posenc.t5_bias, (_f(32, 2), 3, WIDE), {}, 0),
+    "t5_bias max_distance": (posenc.t5_bias, (_f(32, 2), 3, 3), dict(max_distance=WIDE), 0),
+    "xl_position_term k_len": (posenc.xl_position_term, (_f(2, 3, 4), _f(2, 6, 4)),
+                               dict(k_len=WIDE), 0),
+    "xl_position_term q_offset": (posenc.xl_position_term, (_f(2, 3, 4), _f(2, 6, 4)),
+                                  dict(q_offset=WIDE), 0),
+    "deberta q_offset": (posenc.deberta_attention_bias, (_f(2, 3, 4), _f(2, 3, 4), _f(2, 4, 4)),
+                         dict(max_relative_positions=2, q_offset=WIDE), 0),
+    "deberta max_relative_positions": (
+        posenc.deberta_attention_bias, (_f(2, 3, 4), _f(2, 3, 4), _f(2, 4, 4)),
+        dict(max_relative_positions=WIDE), 0),
+    "deberta position_buckets": (
+        posenc.deberta_attention_bias, (_f(2, 3, 4), _f(2, 3, 4), _f(2, 4, 4)),
+        dict(position_buckets=WIDE), 0),
+    "deberta scale_factor": (posenc.deberta_attention_bias, (_f(2, 3, 4), _f(2, 3, 4),
+                             _f(2, 4, 4)), dict(max_relative_positions=2, scale_factor=WIDE), 0),
+    "shaw_key_term max_distance": (posenc.shaw_key_term, (_f(2, 3, 4), _f(5, 4)),
+                                   dict(max_distance=WIDE), 0),
+    "shaw_key_term q_offset": (posenc.shaw_key_term, (_f(2, 3, 4), _f(5, 4)),
+                               dict(max_distance=2, q_offset=WIDE), 0),
+    "shaw_value_term q_offset": (posenc.shaw_value_term, (_f(2, 3, 3), _f(5, 4)),
+                                 dict(max_distance=2, q_offset=WIDE), 0),
+    "tupe_bias max_distance": (posenc.tupe_bias, (_f(2, 3, 4), _f(2, 3, 4)),
+                               dict(rel_table=_f(8, 2), max_distance=WIDE), 0),
+    "kerple_bias q_len": (posenc.kerple_bias, (_f(2), _f(2), WIDE), {}, 0),
+    "kerple_bias q_offset": (posenc.kerple_bias, (_f(2), _f(2), 3), dict(q_offset=WIDE), 0),
+    "sandwich_bias dim": (posenc.sandwich_bias, (2, 3), dict(dim=WIDE, scores=_f(2, 3, 3)),
+                          "scores"),
+    "sandwich_bias q_offset": (posenc.sandwich_bias, (2, 3),
+                               dict(dim=8, q_offset=WIDE, scores=_f(2, 3, 3)), "scores"),
+    "fire_bias q_offset": (posenc.fire_bias, (_f(4, 1), _f(4), _f(2, 4), _f(2), 0.5, 2.0, 3),
+                           dict(q_offset=WIDE), 0),
+    "fire_bias eps": (posenc.fire_bias, (_f(4, 1), _f(4), _f(2, 4), _f(2), 0.5, 2.0, 3),
+                      dict(eps=WIDE), 0),
+    "cope_bias q_offset": (posenc.cope_bias, (_f(2, 4, 3), _f(2, 4, 5), _f(6, 3)),
+                           dict(q_offset=WIDE), 0),
+}  # fmt: skip
+
+
+def _outcome(call):
+    try:
+        result = call()
+    except Exception as exc:  # the type and message are compared
+        return type(exc), str(exc)
+    return None, result
+
+
+@pytest.mark.parametrize("row", sorted(WIDE_ROWS))
+def test_ints_past_int64_give_the_numpy_paths_outcome_on_the_autograd_path(row):
+    fn, args, kwargs, grad = WIDE_ROWS[row]
+    exc, want = _outcome(lambda: fn(*args, **kwargs))
+    t_args = [torch.from_numpy(a) if isinstance(a, np.ndarray) else a for a in args]
+    t_kwargs = {k: torch.from_numpy(a) if isinstance(a, np.ndarray) else a
+                for k, a in kwargs.items()}  # fmt: skip
+    if grad == "scores":
+        t_kwargs["scores"] = t_kwargs["scores"].requires_grad_().clone()
+    else:
+        t_args[grad].requires_grad_()
+    got_exc, got = _outcome(lambda: fn(*t_args, **t_kwargs))
+    assert got_exc is exc, (row, got)
+    if exc is None:  # a real read as the float it is, both ways
+        torch.testing.assert_close(got.detach(), torch.from_numpy(want), rtol=0, atol=0)
+        got.sum().backward()
+    else:
+        assert exc in (TypeError, ValueError) and got == want, row
+
+
 # (argument, function, its value, the call): each function's tensor argument
 # inside a torch.func transform
 _R, _K, _P = (
