@@ -34,7 +34,9 @@ the built-in 512 x 768 sinusoid of Vaswani et al. is probed.
 Tables of up to {max_positions} positions (rows) are probed: the report holds
 their n x n cosine map ({cosine_mib} MiB at {max_positions}).  For a taller table, save
 a slice (numpy.save("part.npy", E[:{max_positions}]) or every k-th row E[::k])
-and probe that file.  --source must be a regular file or a model directory
+and probe that file; the table of a Hub NAME is E =
+posenc.probe.load_position_embeddings(NAME) in Python (the table alone is
+fetched).  --source must be a regular file or a model directory
 (sharded checkpoints are read through their .index.json, one shard); FIFOs,
 devices and sockets are refused without being opened.
 
@@ -230,6 +232,29 @@ def _load_named(name, key):
     where = f"{got.repo_id}@{got.revision} ({got.commit[:12]}) on the Hub [{got.key}]"
     fetched = "from the cache" if got.from_cache else f"{got.bytes_fetched:,} bytes fetched"
     return rows, f"{where}; {fetched}", got.key, published, note, got
+
+
+def _slice_advice(source, key):
+    """How to probe part of the table of `source` (a Hub name or a file),
+    which has too many rows: load it in Python, save a slice, probe that."""
+    from . import probe
+    from .probe import hub
+
+    n = probe.MAX_POSITIONS
+    call = f"E = posenc.probe.load_position_embeddings({source!r}"
+    call += f", key={key!r})" if key is not None else ")"
+    if hub.is_hub_name(source):
+        fetched = (
+            " (it fetches the table alone, up to POSENC_HUB_MAX_BYTES, or max_bytes=, "
+            f"default {hub.DEFAULT_MAX_BYTES // 2**20} MiB)"
+        )
+    else:
+        fetched = ""
+    return (
+        f"to probe part of it, load it in Python with {call}{fetched}, save a slice with "
+        f'numpy.save("part.npy", E[:{n}]) (or every k-th row, E[::k]) and run '
+        "posenc probe --source part.npy"
+    )
 
 
 def _paper_table(results):
@@ -443,9 +468,7 @@ def _probe_names(args, analyses):
                     table, f"the table in {where}", min_rows=5, max_rows=probe.MAX_POSITIONS
                 )
             except probe._TooManyPositions as exc:
-                raise _Failure(
-                    f"{exc} (numpy.save the slice to a .npy file and probe that)"
-                ) from exc
+                raise _Failure(f"{exc}; {_slice_advice(name, args.key)}") from exc
             except ValueError as exc:
                 if not lenient:
                     raise
@@ -590,7 +613,7 @@ def _probe_checked(args):
             table, f"the table in {where}", min_rows=5, max_rows=probe.MAX_POSITIONS
         )
     except probe._TooManyPositions as exc:
-        raise _Failure(f"{exc} (numpy.save the slice to a .npy file and probe that)") from exc
+        raise _Failure(f"{exc}; {_slice_advice(args.source, args.key)}") from exc
 
     print(f"{name}: {where}")
     print()

@@ -92,7 +92,14 @@ def _bad_inputs(tmp_path):
     np.savez(tmp_path / "two.npz", a=np.ones((20, 4)), b=np.ones((20, 4)))
     (tmp_path / "notes.txt").write_text("hello")
     np.save(tmp_path / "bf16.npy", np.zeros((20, 4), "V2"))  # numpy.save of a bfloat16 array
+    tall = tmp_path / "tall.npy"
+    np.save(tall, np.zeros((posenc.probe.MAX_POSITIONS + 1, 2), np.float32))
     return [
+        (
+            ["--source", str(tall)],
+            f"load_position_embeddings({str(tall)!r}), save a slice with "
+            f'numpy.save("part.npy", E[:{posenc.probe.MAX_POSITIONS}])',
+        ),
         (["--source", str(tmp_path / "missing.npy")], "no such file or directory"),
         (["--source", str(tmp_path / "cube.npy")], "must be a 2-D (n_positions, dim) array"),
         (["--source", str(tmp_path / "nan.npy")], "must be finite"),
@@ -259,6 +266,7 @@ def test_help_states_the_row_bound():
     text = " ".join(result.stdout.split())
     assert f"Tables of up to {probe.MAX_POSITIONS} positions (rows)" in text
     assert f"(at most {probe.MAX_POSITIONS} rows)" in text
+    assert "the table of a Hub NAME is E = posenc.probe.load_position_embeddings(NAME)" in text
 
 
 # ---------------------------------------------------------------- --analyses and --text

@@ -538,6 +538,34 @@ def test_cli_refuses_a_table_too_tall_to_probe_before_its_bytes(server, capsys):
         "has 9000 rows (positions), more than 8192" in err
     )
     assert _table_requests(server, "org/tall", _header_length(data)) == []
+    # what a Hub user can do (there is no file to slice before the table is fetched)
+    assert "numpy.save the slice" not in err
+    assert err.endswith(
+        "; to probe part of it, load it in Python with E = posenc.probe.load_position_embeddings("
+        "'org/tall') (it fetches the table alone, up to POSENC_HUB_MAX_BYTES, or max_bytes=, "
+        'default 256 MiB), save a slice with numpy.save("part.npy", E[:8192]) (or every k-th '
+        "row, E[::k]) and run posenc probe --source part.npy\n"
+    ), err
+    err = _cli_error(capsys, "org/tall", "--key", "embeddings.position_embeddings.weight")
+    assert (
+        "load_position_embeddings('org/tall', key='embeddings.position_embeddings.weight')" in err
+    )
+
+
+def test_the_advice_for_a_tall_hub_table_works(server, tmp_path, capsys, monkeypatch):
+    # followed, the advice probes the slice
+    E = np.random.default_rng(0).standard_normal((8200, 4)).astype(np.float32)
+    files = {"model.safetensors": _safetensors({"wpe.weight": E}),
+             "config.json": b'{"model_type": "xlm"}'}  # fmt: skip
+    server.repos["org/tall-real"] = Repo(files)
+    err = _cli_error(capsys, "org/tall-real")
+    assert "posenc.probe.load_position_embeddings('org/tall-real')" in err
+    E_hub = probe.load_position_embeddings("org/tall-real")
+    np.testing.assert_array_equal(E_hub, E)
+    part = tmp_path / "part.npy"
+    np.save(part, E_hub[::128])  # 65 rows
+    assert main(["probe", "--no-progress", "--seeds", "1", "--source", str(part)]) == 0
+    assert "part.npy" in capsys.readouterr().out
 
 
 def test_rope_usage_refuses_a_weight_above_max_bytes_before_its_bytes(server, monkeypatch):
