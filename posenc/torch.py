@@ -1009,7 +1009,9 @@ class XLPositionTerm(nn.Module):
     are the newest ``q_len`` of ``k_len`` tokens unless `q_offset` says
     where the first sits.  Returns ``(batch, heads, q_len, k_len)``, the
     scores' layout of both models.  `bias` (``r_r_bias``, ``(heads,
-    head_dim)``) is a parameter of the module, or None.
+    head_dim)``) is a parameter of the module, or None.  With a tensor on
+    the ``meta`` device the result is an empty meta tensor of its shape and
+    dtype, the arguments checked as on the CPU.
     """
 
     _PERMUTE = {"ibnd": (1, 2, 0, 3), "bnid": (0, 1, 2, 3), "bind": (0, 2, 1, 3)}
@@ -1043,10 +1045,15 @@ class XLPositionTerm(nn.Module):
                 raise ValueError(
                     f"{name} must be 4-d in layout {self.layout!r}, got shape {tuple(t.shape)}"
                 )
+        q, r = q.permute(order), r.permute(order)
+        if _on_meta(q, r, self.bias):
+            return _meta_term(
+                relative.xl_position_term, {"q": q, "r": r}, {"bias": self.bias},
+                k_len=k_len, q_offset=q_offset, causal=causal,
+            )  # fmt: skip
         return relative.xl_position_term(
-            q.permute(order), r.permute(order), bias=self.bias, k_len=k_len, q_offset=q_offset,
-            causal=causal,
-        )  # fmt: skip
+            q, r, bias=self.bias, k_len=k_len, q_offset=q_offset, causal=causal
+        )
 
 
 class DebertaRelativeBias(nn.Module):
@@ -1062,7 +1069,9 @@ class DebertaRelativeBias(nn.Module):
     heads, q_len, k_len)``, each term over ``sqrt(head_dim *
     scale_factor)``.  `scale_factor` is by default 1 + the number of terms
     given (3 with both), what DeBERTa-v2 passes for its ``pos_att_type``
-    (``1 + len(["c2p", "p2c"])``).
+    (``1 + len(["c2p", "p2c"])``).  With a tensor on the ``meta`` device
+    the result is an empty meta tensor of its shape and dtype, the
+    arguments checked as on the CPU.
 
     Parameters
     ----------
@@ -1141,11 +1150,62 @@ class DebertaRelativeBias(nn.Module):
             k4 = k.reshape(bh // h, h, k_len, k.shape[2])
         else:
             q4, k4 = q, k
-        out = relative.deberta_attention_bias(
-            q4, k4, pos_key, pos_query, position_buckets=self.position_buckets,
-            max_relative_positions=self.max_relative_positions, scale_factor=scale_factor,
-        )  # fmt: skip
+        options: Dict[str, Any] = dict(
+            position_buckets=self.position_buckets,
+            max_relative_positions=self.max_relative_positions,
+            scale_factor=scale_factor,
+        )
+        if _on_meta(q4, k4, pos_key, pos_query):
+            terms = {"q": q4, "k": k4, "pos_key": pos_key, "pos_query": pos_query}
+            out = _meta_term(relative.deberta_attention_bias, terms, {}, **options)
+        else:
+            out = relative.deberta_attention_bias(q4, k4, pos_key, pos_query, **options)
         return out.reshape(-1, *out.shape[-2:]) if self.layout == "(bh)sd" else out
+
+
+def _on_meta(*tensors: Optional[torch.Tensor]) -> bool:
+    return any(t is not None and t.device.type == "meta" for t in tensors)
+
+
+def _meta_term(
+    fn: Any, terms: Dict[str, Optional[torch.Tensor]], others: Dict[str, Any], **options: Any
+) -> torch.Tensor:
+    """The relative term `fn` (of :mod:`posenc.relative`) of tensors some of
+    which are on the meta device: an empty meta tensor of its result's shape
+    and dtype.  `fn` makes its checks on CPU stand-ins that hold nothing:
+    each of `terms` (``(..., heads, len, head_dim)``) with one empty leading
+    axis in place of its own, each of `others` (a bias, ``(heads,
+    head_dim)``) zeros of its shape; the result's leading axes are the
+    terms' broadcast."""
+    leads = {k: tuple(t.shape[:-3]) for k, t in terms.items() if t is not None and t.ndim >= 3}
+    try:
+        lead = tuple(torch.broadcast_shapes(*leads.values()))
+    except RuntimeError:
+        raise ValueError(
+            f"the leading (batch) axes of {', '.join(leads)} do not broadcast: "
+            f"{tuple(leads.values())}"
+        ) from None
+
+    def nothing(t: Optional[torch.Tensor], empty: bool) -> Optional[torch.Tensor]:
+        if t is None:
+            return None
+        if empty and t.ndim >= 3:
+            return torch.empty((0, *t.shape[-3:]), dtype=t.dtype)
+        return torch.zeros((), dtype=t.dtype).expand(t.shape)  # (a shape the function refuses)
+
+    stand_ins = {k: nothing(t, True) for k, t in terms.items()}
+    stand_ins.update({k: nothing(t, False) for k, t in others.items()})
+    try:
+        with torch.no_grad():
+            out = fn(**stand_ins, **options)
+    except (TypeError, ValueError) as exc:  # said of the shapes given, not the stand-ins'
+        text = str(exc)
+        for key, t in terms.items():
+            stand_in = stand_ins[key]
+            if t is not None and stand_in is not None and t.ndim >= 3:
+                text = text.replace(str(tuple(stand_in.shape)), str(tuple(t.shape)))
+        raise type(exc)(text) from None
+    return torch.empty(lead + tuple(out.shape[1:]), dtype=out.dtype, device="meta")
 
 
 # Tests set this to run the non-CPU code path (torch's ops on the tables

@@ -270,6 +270,70 @@ def test_deberta_relative_bias_flat_heads_layout():
         flat(q.reshape(b * h * n, 1, d)[:5], k.reshape(b * h, n, d), pos_key, pos_query)
 
 
+def _as_meta(*tensors):
+    return [None if t is None else t.to("meta") for t in tensors]
+
+
+@pytest.mark.parametrize("layout", ["ibnd", "bnid", "bind"])
+def test_xl_position_term_on_the_meta_device_has_the_shape_it_has_on_the_cpu(layout):
+    # it raised TypeError: a meta tensor is not on the CPU
+    g = torch.Generator().manual_seed(5)
+    n, d = 3, 8
+    order = {"ibnd": (2, 0, 1, 3), "bnid": (0, 1, 2, 3), "bind": (0, 2, 1, 3)}[layout]
+    cases = [(2, 11, dict(k_len=7)), (1, 8, dict(k_len=7, causal=True)),
+             (2, 10, dict(k_len=6, q_offset=2, causal=True)), (1, 11, {})]  # fmt: skip
+    for b_r, rows, kw in cases:
+        for dtype in (torch.float64, torch.bfloat16):
+            q = torch.randn(2, n, 4, d, generator=g).to(dtype).permute(order)
+            r = torch.randn(b_r, n, rows, d, generator=g).to(dtype).permute(order)
+            term = pt.XLPositionTerm(torch.randn(n, d, generator=g).to(dtype), layout=layout)
+            want = term(q, r, **kw)
+            for q_, r_ in ((q.to("meta"), r.to("meta")), (q, r.to("meta"))):
+                got = term(q_, r_, **kw)
+                assert got.device.type == "meta"
+                assert (got.shape, got.dtype) == (want.shape, want.dtype)
+            got = term.to("meta")(q, r, **kw)  # the bias on the meta device
+            assert got.device.type == "meta" and got.shape == want.shape
+    # refused as on the CPU, the shapes named as given
+    term = pt.XLPositionTerm(None, layout="bnid")
+    q, r = torch.zeros(2, n, 4, d), torch.zeros(2, n, 8, d)
+    for kw, args in ((dict(k_len=7), (q, r)), (dict(k_len=7), (q, torch.zeros(2, n + 1, 11, d))),
+                     ({}, (q, torch.zeros(3, n, 11, d)))):  # fmt: skip
+        with pytest.raises((TypeError, ValueError)) as cpu:
+            term(*args, **kw)
+        with pytest.raises(cpu.type) as meta:
+            term(*_as_meta(*args), **kw)
+        assert str(meta.value) == str(cpu.value)
+    # sizes whose scores would take terabytes on the CPU: their shape alone
+    big = term(*_as_meta(torch.zeros(64, n, 2**15, d), torch.zeros(64, n, 2**16, d)))
+    assert big.device.type == "meta" and big.shape == (64, n, 2**15, 2**15)
+
+
+def test_deberta_relative_bias_on_the_meta_device_has_the_shape_it_has_on_the_cpu():
+    g = torch.Generator().manual_seed(6)
+    b, h, n, d, span = 2, 3, 6, 8, 4
+    q, k = torch.randn(2, b, h, n, d, generator=g, dtype=torch.float64)
+    pos_key, pos_query = torch.randn(2, h, 2 * span, d, generator=g, dtype=torch.float64)
+    kwargs = dict(position_buckets=span, max_relative_positions=16)
+    flat = pt.DebertaRelativeBias(n_heads=h, layout="(bh)sd", **kwargs)
+    four = pt.DebertaRelativeBias(**kwargs)
+    for module, q_, k_ in ((flat, q.reshape(b * h, n, d), k.reshape(b * h, n, d)), (four, q, k)):
+        for terms in ((pos_key, pos_query), (pos_key, None), (None, pos_query)):
+            for dtype in (torch.float64, torch.float16):
+                args = [None if t is None else t.to(dtype) for t in (q_, k_, *terms)]
+                want = module(*args, scale_factor=2)
+                got = module(*_as_meta(*args), scale_factor=2)
+                assert got.device.type == "meta"
+                assert (got.shape, got.dtype) == (want.shape, want.dtype)
+    # refused as on the CPU
+    for args in ((q, k, pos_key[:, 1:]), (q, k[:, :2], pos_key), (q, k)):
+        with pytest.raises((TypeError, ValueError)) as cpu:
+            four(*args)
+        with pytest.raises(cpu.type) as meta:
+            four(*_as_meta(*args))
+        assert str(meta.value) == str(cpu.value)
+
+
 # -- RotaryEmbedding: its cache, its copy of the config, the meta device, ids --------------
 
 

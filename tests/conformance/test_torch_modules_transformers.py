@@ -171,6 +171,66 @@ def test_a_model_built_on_the_meta_device_is_patched_and_runs_there(tf, hf):
     _close(model.model.rotary_emb(x, torch.arange(40)[None]), want)
 
 
+@pytest.mark.parametrize("attn_type", ["bi", "uni"])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_xlnets_position_term_on_the_meta_device_has_xlnets_shape(tf, attn_type, dtype):
+    # XLPositionTerm raised TypeError (a meta tensor is not on the CPU)
+    import torch
+    from transformers.models.xlnet.modeling_xlnet import XLNetRelativeAttention
+
+    from posenc.hf import _XLNetAttentionCore
+    from posenc.torch import XLPositionTerm
+
+    dtype = getattr(torch, dtype)
+    config = tf.XLNetConfig(d_model=32, n_head=4, d_inner=64, attn_type=attn_type)
+    attention = XLNetRelativeAttention(config).to(device="meta", dtype=dtype)
+    q_len, k_len, batch = 5, 8, 2
+    rows = k_len + (q_len if attn_type == "bi" else 1)  # XLNet's table for its attn_type
+
+    def meta(*shape):
+        return torch.empty(*shape, dtype=dtype, device="meta")
+
+    q, k, v, r = meta(q_len, batch, 4, 8), meta(k_len, batch, 4, 8), meta(k_len, batch, 4, 8), \
+        meta(rows, batch, 4, 8)  # fmt: skip
+    # transformers' position term, as rel_attn_core makes it
+    bd = torch.einsum("ibnd,jbnd->bnij", q + attention.r_r_bias, r)
+    want = attention.rel_shift_bnij(bd, klen=k_len)
+    got = XLPositionTerm(attention.r_r_bias, layout="ibnd")(
+        q, r, k_len=k_len, causal=attn_type == "uni"
+    )
+    assert got.device.type == "meta"
+    assert (got.shape, got.dtype) == (want.shape, want.dtype) == ((batch, 4, q_len, k_len), dtype)
+    # the patched attention core on the meta device, as XLNet's own
+    mask = meta(q_len, k_len, batch, 1) if attn_type == "uni" else None
+    want = attention.rel_attn_core(q, k, v, r, attn_mask=mask, output_attentions=True)
+    got = _XLNetAttentionCore(attention)(q, k, v, r, attn_mask=mask, output_attentions=True)
+    for a, b in zip(got, want):
+        assert a.device.type == "meta" and (a.shape, a.dtype) == (b.shape, b.dtype)
+
+
+@pytest.mark.parametrize("q_len, k_len", [(9, 9), (40, 40)])
+def test_debertas_attention_bias_on_the_meta_device_has_debertas_shape(tf, q_len, k_len):
+    # DebertaRelativeBias raised TypeError (a meta tensor is not on the CPU)
+    import torch
+    from transformers.models.deberta_v2.modeling_deberta_v2 import DisentangledSelfAttention
+
+    from posenc.hf import _DebertaBias
+
+    config = tf.DebertaV2Config(
+        hidden_size=32, num_attention_heads=4, relative_attention=True, position_buckets=8,
+        max_relative_positions=16, pos_att_type=["c2p", "p2c"],
+    )  # fmt: skip
+    attention = DisentangledSelfAttention(config).to("meta")
+    span = attention.pos_ebd_size
+    q = torch.empty(2 * 4, q_len, 8, device="meta")
+    k = torch.empty(2 * 4, k_len, 8, device="meta")
+    rel = torch.empty(2 * span, 32, device="meta")
+    want = attention.disentangled_attention_bias(q, k, None, rel, 3)
+    got = _DebertaBias(attention)(q, k, None, rel, 3)  # DebertaRelativeBias, layout "(bh)sd"
+    assert got.device.type == "meta"
+    assert (got.shape, got.dtype) == (want.shape, want.dtype) == ((8, q_len, k_len), torch.float32)
+
+
 # -- DeBERTa-v2's scale factor -------------------------------------------------------------------
 
 
