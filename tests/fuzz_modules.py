@@ -732,7 +732,7 @@ def gen_xl(torch, rng, pt):
     offset = keys - q_len if q_offset is None else q_offset
     expect = VALUE
     want = None
-    if kind != "valid" or keys < (0 if give_k else 1):
+    if kind not in ("valid", "meta") or keys < (0 if give_k else 1):
         expect = REFUSED
     else:
         qn, rn = q.double().numpy(), r.double().numpy()
@@ -756,6 +756,10 @@ def gen_xl(torch, rng, pt):
         return term(qq, rr, k_len=keys if give_k else None, q_offset=q_offset, causal=causal)
 
     def check(out):
+        if kind == "meta":  # the result's shape and dtype, checked as on the CPU
+            if out.device.type != "meta" or out.dtype != dtype:
+                return f"{out.dtype} on {out.device.type}, expected {dtype} on meta"
+            return None if tuple(out.shape) == want.shape else f"shape {tuple(out.shape)}"
         return _compare(torch, out, want, 1e-5 if dtype == torch.float32 else 1e-12)
 
     return Case("XLPositionTerm", f"{table} {kind}", run, check, expect)
@@ -814,6 +818,10 @@ def gen_deberta(torch, rng, pt):
     qq, kk = q, k
     if layout == "(bh)sd" and torch.is_tensor(q) and torch.is_tensor(k):
         qq, kk = q.reshape(b * h, q_len, d), k.reshape(b * h, k_len, d)
+    meta = rng.random() < 0.1 and torch.is_tensor(qq) and torch.is_tensor(kk)
+    if meta:  # refused as on the CPU, or the result's shape on the meta device
+        kind += " meta"
+        qq, kk = qq.to("meta"), kk.to("meta")
 
     def run():
         module = pt.DebertaRelativeBias(position_buckets=buckets, max_relative_positions=maximum,
@@ -830,6 +838,10 @@ def gen_deberta(torch, rng, pt):
         )  # fmt: skip
         if layout == "(bh)sd":
             want = want.reshape(b * h, q_len, k_len)
+        if meta:
+            if out.device.type != "meta" or out.dtype != dtype:
+                return f"{out.dtype} on {out.device.type}, expected {dtype} on meta"
+            return None if tuple(out.shape) == want.shape else f"shape {tuple(out.shape)}"
         scale = max(1.0, float(np.abs(want).max()))
         return _compare(torch, out, want, (1e-5 if dtype == torch.float32 else 1e-11) * scale)
 
