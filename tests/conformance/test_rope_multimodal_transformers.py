@@ -259,6 +259,14 @@ def test_sections_given_with_a_config_without_them_take_its_models_layout(hf, na
     ):
         with pytest.raises(ValueError, match="mrope_interleaved = .* disagrees with scaling"):
             call()
+    # posenc.torch.RotaryEmbedding with the sections: the model's layout too
+    from posenc.torch import RotaryEmbedding
+
+    module = RotaryEmbedding(config=config, mrope_section=sections)
+    c_m, _ = module(qt, torch.from_numpy(ids))
+    np.testing.assert_allclose(c_m.numpy(), cos.numpy(), rtol=0, atol=1e-5)
+    with pytest.raises(ValueError, match="mrope_interleaved = .* disagrees with scaling"):
+        RotaryEmbedding(config=config, mrope_section=sections, mrope_interleaved=not interleaved)
     # a model's rotary code reads three rows
     with pytest.raises(ValueError, match="reads 3 rows"):
         posenc.rope_cos_sin(ids[:2], 128, scaling=config, mrope_section=[32, 32])
