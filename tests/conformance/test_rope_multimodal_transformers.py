@@ -259,6 +259,14 @@ def test_sections_given_with_a_config_without_them_take_its_models_layout(hf, na
     ):
         with pytest.raises(ValueError, match="mrope_interleaved = .* disagrees with scaling"):
             call()
+    # the config's flag without its sections: read against the model's code
+    stated = dict(config.to_dict())
+    stated["rope_parameters"] = dict(stated["rope_parameters"], mrope_interleaved=interleaved)
+    c3, _ = posenc.rope_cos_sin(ids, 128, scaling=stated, mrope_section=sections)
+    np.testing.assert_array_equal(c3, c)
+    stated["rope_parameters"]["mrope_interleaved"] = not interleaved
+    with pytest.raises(ValueError, match="scaling\\['mrope_interleaved'\\] = .* rotary code"):
+        posenc.rope_cos_sin(ids, 128, scaling=stated, mrope_section=sections)
     # posenc.torch.RotaryEmbedding with the sections: the model's layout too
     from posenc.torch import RotaryEmbedding
 
