@@ -2,7 +2,8 @@
 
 An operator (posenc._torch) takes a call's keyword options as JSON text
 in which every number is a placeholder (``{"#f": i}`` for ``floats[i]``,
-``{"#i": i}`` for ``ints[i]``), and the numbers beside it.  Under
+``{"#i": i}`` for ``ints[i]``; an int past int64 is written in the text
+itself), and the numbers beside it.  Under
 torch.compile the text is a constant of the graph and the numbers may be
 symbolic; the encoder uses only string operations on constants, which
 Dynamo traces.  A transformers config object becomes the JSON text of an
