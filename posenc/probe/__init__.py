@@ -99,9 +99,9 @@ from .locality import (
     position_attention,
 )
 from .properties import PositionProperties, ToeplitzFit, position_properties, toeplitz_fit
+from .relative_share import LogitShare, relative_share
 from .report import EXTRAS, PUBLISHED, ProbeReport, PublishedRow, report
 from .report import _plot_format as _plot_format
-from .relative_share import LogitShare, relative_share
 from .rope_usage import (
     RopeActivationUsage,
     RopeFrequencyUsage,

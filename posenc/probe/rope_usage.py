@@ -552,7 +552,7 @@ def rope_activation_usage(model: Any, input_ids: Any) -> RopeActivationUsage:
     for ids in texts:
         captured: List[Tuple[np.ndarray, np.ndarray]] = []
 
-        def wrap(original: Any) -> Any:
+        def wrap(original: Any, captured: List[Any] = captured) -> Any:
             def capture(q: Any, k: Any, *args: Any, **kwargs: Any) -> Any:
                 _check_head_dim(q, k, head_dim)
                 captured.append((norms(q), norms(k)))
@@ -562,15 +562,15 @@ def rope_activation_usage(model: Any, input_ids: Any) -> RopeActivationUsage:
 
         _forward_with(model, files, wrap, ids)
         _check_layers(len(captured), n_layers)
-        q = np.stack([c[0] for c in captured])
-        k = np.stack([c[1] for c in captured])
-        if q.shape[1] != n_heads or k.shape[1] != n_kv:
+        q_norms = np.stack([c[0] for c in captured])
+        k_norms = np.stack([c[1] for c in captured])
+        if q_norms.shape[1] != n_heads or k_norms.shape[1] != n_kv:
             raise ValueError(
-                f"model: {q.shape[1]} query and {k.shape[1]} key heads, the config says "
-                f"{n_heads} and {n_kv}"
+                f"model: {q_norms.shape[1]} query and {k_norms.shape[1]} key heads, the config "
+                f"says {n_heads} and {n_kv}"
             )
-        per_text_q.append(q)
-        per_text_k.append(k)
+        per_text_q.append(q_norms)
+        per_text_k.append(k_norms)
     q_texts = [RopeFrequencyUsage(q, inv_freq, layout, "queries") for q in per_text_q]
     k_texts = [RopeFrequencyUsage(k, inv_freq, layout, "keys") for k in per_text_k]
     return RopeActivationUsage(
@@ -660,7 +660,7 @@ def rope_logit_share(
     for ids in texts:
         captured: List[np.ndarray] = []
 
-        def wrap(original: Any) -> Any:
+        def wrap(original: Any, captured: List[Any] = captured) -> Any:
             def capture(q: Any, k: Any, *args: Any, **kwargs: Any) -> Any:
                 _check_head_dim(q, k, head_dim)
                 out = original(q, k, *args, **kwargs)
