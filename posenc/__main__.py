@@ -398,7 +398,8 @@ def _run_text_analyses(name, analyses, text, out, entry, skipped=None):
     from .probe.forward import _max_positions
 
     model, tokenizer, mask = _language_model(name)
-    limit = min(_max_positions(model) or _MAX_TOKENS, _MAX_TOKENS)
+    table = _max_positions(model)  # XLNet's max_position_embeddings is -1: no table
+    limit = min(table, _MAX_TOKENS) if table is not None and table > 0 else _MAX_TOKENS
     ids = _token_ids(tokenizer, text, limit)
     out.append(f"--text: {len(ids)} tokens (at most {limit}) read by {type(model).__name__}")
     if "layer_probe" in analyses:
