@@ -324,3 +324,52 @@ def test_text_analyses_by_name_from_the_command_line(llama, deberta, xlnet, tmp_
         )
         assert "rope_logits" in entry["skipped"] and "rope_activations" in entry["skipped"]
     assert "relative_share: skipped, LlamaForCausalLM: relative_share applies to relative" in out
+
+
+def test_relative_share_by_hub_name(deberta, llama, tmp_path, monkeypatch, capsys):
+    import importlib
+    import os
+
+    from hub_server import HubServer, Repo
+
+    pytest.importorskip("tokenizers")
+    hf_constants = importlib.import_module("huggingface_hub.constants")
+    repos = {}
+    for name, model in (("org/tiny-deberta", deberta), ("org/tiny-llama", llama)):
+        folder = _save_with_tokenizer(model, tmp_path / name.replace("/", "--"))
+        files = {}
+        for n in os.listdir(folder):
+            with open(os.path.join(folder, n), "rb") as f:
+                files[n] = f.read()
+        repos[name] = Repo(files)
+    server = HubServer(repos).start()
+    try:
+        monkeypatch.setenv("HF_ENDPOINT", server.url)
+        monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "cache"))
+        monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+        monkeypatch.setattr(hf_constants, "HF_HUB_OFFLINE", False)
+        # transformers downloads the models: huggingface_hub's endpoint, read at import
+        monkeypatch.setattr(hf_constants, "ENDPOINT", server.url)
+        monkeypatch.setattr(
+            hf_constants,
+            "HUGGINGFACE_CO_URL_TEMPLATE",
+            server.url + "/{repo_id}/resolve/{revision}/{filename}",
+        )
+        monkeypatch.setattr(hf_constants, "HF_HUB_CACHE", str(tmp_path / "cache"))
+        text = tmp_path / "text.txt"
+        text.write_text("\n\n".join(PARAGRAPHS), encoding="utf-8")
+        js = tmp_path / "out.json"
+        names = ["org/tiny-deberta", "org/tiny-llama"]
+        args = ["--analyses", "relative_share,rope_logits", "--text", str(text), "--json", str(js)]
+        assert main(["probe", *names, *args]) == 0
+    finally:
+        server.stop()
+    ids = [[WORDS.index(w) for w in p.split()] for p in PARAGRAPHS if len(p.split()) >= 5]
+    deberta_entry, llama_entry = json.loads(js.read_text())["models"]
+    np.testing.assert_allclose(
+        deberta_entry["relative_share"]["share"], probe.relative_share(deberta, ids).share
+    )
+    np.testing.assert_allclose(
+        llama_entry["rope_logits"]["share"], probe.rope_logit_share(llama, ids).share
+    )
+    assert "try --analyses relative_share" in deberta_entry["skipped"]["rope_logits"]
