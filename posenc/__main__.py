@@ -535,7 +535,7 @@ def _probe_names(args, analyses):
             try:
                 usage = probe.rope_frequency_usage_from_checkpoint(name)
             except ValueError as exc:
-                if not lenient:
+                if not lenient and len(args.names) == 1:
                     raise
                 skipped["rope_usage"] = _one_line(exc)
             else:

@@ -75,6 +75,26 @@ class RopeFrequencyUsage:
             f"the slowest pair {100 * share[-1]:.1f}%."
         )
 
+    def to_markdown(self) -> str:
+        """A Markdown table, a row per layer and head: the share of the
+        head's norm² on the fastest and the slowest half of the pairs, and on
+        the slowest pair."""
+        share = self.share()
+        half = share.shape[-1] // 2
+        lines = [
+            "| layer | head | fastest half | slowest half | slowest pair |",
+            "|---:|---:|---:|---:|---:|",
+        ]
+        for layer in range(share.shape[0]):
+            for h in range(share.shape[1]):
+                s = share[layer, h]
+                lines.append(
+                    f"| {layer} | {h} | {100 * s[:half].sum():.1f}% | "
+                    f"{100 * s[half:].sum():.1f}% | {100 * s[-1]:.1f}% |"
+                )
+        lines += ["", self.summary()]
+        return "\n".join(lines)
+
     def share(self) -> np.ndarray:
         """``usage ** 2`` normalised to sum to 1 over the pairs of each head."""
         energy = self.usage**2
@@ -220,7 +240,9 @@ def _rope_layout(config: Any) -> Tuple[np.ndarray, str, int, int, int]:
 _LAYER_KEY = re.compile(r"(?:^|\.)layers\.(\d+)\.self_attn\.([qk])_proj\.weight$")
 
 
-def _projection_keys(keys: Sequence[str], projection: str, where: str) -> List[str]:
+def _projection_keys(
+    keys: Sequence[str], projection: str, where: str, config: Any = None
+) -> List[str]:
     found: Dict[int, str] = {}
     for key in keys:
         m = _LAYER_KEY.search(key)
@@ -233,9 +255,18 @@ def _projection_keys(keys: Sequence[str], projection: str, where: str) -> List[s
                 )
             found[layer] = key
     if not found:
+        from .biases import APPLIES, model_kind
+
+        kind = model_kind(config or {})
+        model_type = _config_get(config or {}, "model_type") or "no model_type"
+        why = (
+            "fused projections (qkv_proj, query_key_value) are not read"
+            if kind == "rope"
+            else f"this is not a RoPE model ({model_type}, {kind}): try --analyses {APPLIES[kind]}"
+        )
         raise ValueError(
             f"{where}: no {projection}_proj weights (…layers.N.self_attn.{projection}_proj.weight) "
-            "in the checkpoint; fused projections (qkv_proj, query_key_value) are not read"
+            f"in the checkpoint; {why}"
         )
     layers = sorted(found)
     if layers != list(range(len(layers))):
@@ -309,7 +340,7 @@ def rope_frequency_usage_from_checkpoint(
             raise ValueError(f"source: {source} has no config.json (heads, rope_theta)")
         config = _read_json(config_path, f"source: {config_path} is not valid JSON")
         where = source
-    keys = _projection_keys(list(reader.keys()), projection, where)
+    keys = _projection_keys(list(reader.keys()), projection, where, config)
     inv_freq, layout, head_dim, n_heads, n_kv = _rope_layout(config)
     heads = n_heads if projection == "q" else n_kv
     per_layer = []
@@ -396,6 +427,23 @@ class RopeActivationUsage:
                 )
             lines.append(line)
         return " ".join(lines)
+
+    def to_markdown(self) -> str:
+        """The queries' and the keys' tables (:meth:`RopeFrequencyUsage.to_markdown`),
+        each under a heading, and the summary."""
+        return "\n".join(
+            [
+                "Queries:",
+                "",
+                self.queries.to_markdown(),
+                "",
+                "Keys:",
+                "",
+                self.keys.to_markdown(),
+                "",
+                self.summary(),
+            ]
+        )
 
     def plot(self, path: Optional[Any] = None, *, dpi: float = 110) -> Any:
         """Two heatmaps, queries and keys: rows (layer, head), columns the

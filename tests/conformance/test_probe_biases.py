@@ -322,6 +322,14 @@ def test_t5_and_alibi_by_hub_name_from_the_command_line(hub, saved, tmp_path, ca
     assert hub.ranged_bytes("org/tiny-t5") < table_bytes + file_size // 4
 
 
+def test_rope_usage_of_a_t5_or_bloom_says_what_applies(hub, capsys):
+    assert main(["probe", "org/tiny-t5", "org/tiny-bloom", "--analyses", "rope_usage"]) == 0
+    out = capsys.readouterr().out
+    assert "no q_proj weights" in out and "fused" not in out
+    assert "this is not a RoPE model (t5, t5): try --analyses t5_biases" in out
+    assert "this is not a RoPE model (bloom, alibi): try --analyses alibi" in out
+
+
 def test_one_name_of_another_kind_is_one_line_error(hub, capsys):
     assert main(["probe", "org/tiny-bloom", "--analyses", "t5_biases"]) != 0
     err = capsys.readouterr().err.strip().splitlines()

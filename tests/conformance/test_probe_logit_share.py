@@ -373,3 +373,40 @@ def test_relative_share_by_hub_name(deberta, llama, tmp_path, monkeypatch, capsy
         llama_entry["rope_logits"]["share"], probe.rope_logit_share(llama, ids).share
     )
     assert "try --analyses relative_share" in deberta_entry["skipped"]["rope_logits"]
+
+
+def test_rope_usage_tables_in_markdown(llama):
+    r = probe.rope_activation_usage(llama, TEXTS)
+    table = r.queries.to_markdown().splitlines()
+    assert table[0] == "| layer | head | fastest half | slowest half | slowest pair |"
+    share = r.queries.share()[1, 3]
+    assert table[2 + 4 + 3] == (
+        f"| 1 | 3 | {100 * share[:2].sum():.1f}% | {100 * share[2:].sum():.1f}% | "
+        f"{100 * share[-1]:.1f}% |"
+    )
+    text = r.to_markdown()
+    assert text.startswith("Queries:") and "\nKeys:\n" in text and text.endswith(r.summary())
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda: probe.relative_share(3, TEXTS),
+        lambda: probe.rope_logit_share(object(), TEXTS),
+        lambda: probe.rope_activation_usage(None, TEXTS),
+    ],
+)
+def test_a_model_that_is_no_transformers_model_is_a_type_error(call):
+    with pytest.raises(TypeError, match="model must be a transformers model"):
+        call()
+
+
+def test_texts_that_are_no_token_ids_are_refused(deberta, llama):
+    with pytest.raises(TypeError, match="texts must be token ids"):
+        probe.relative_share(deberta, "the text")
+    with pytest.raises(TypeError, match="input_ids must be token ids"):
+        probe.rope_logit_share(llama, "the text")
+    with pytest.raises(TypeError, match=r"input_ids\[0\] must hold integer token ids"):
+        probe.rope_activation_usage(llama, [[0.5, 1.5]])
+    with pytest.raises(ValueError, match="texts must hold at least one text"):
+        probe.relative_share(deberta, [])
