@@ -485,10 +485,14 @@ def _rope_modules(model: Any) -> Tuple[Any, Dict[str, Any]]:
         and callable(getattr(sys.modules.get(type(m).__module__), "apply_rotary_pos_emb", None))
     }
     if not modules:
-        from .biases import _not_this_kind
+        from .biases import APPLIES, model_kind
 
-        raise _not_this_kind(
-            config, "model", "RoPE (a modeling file with apply_rotary_pos_emb)", "this analysis"
+        kind = model_kind(config)
+        raise ValueError(
+            "model: no attention module of a modeling file with apply_rotary_pos_emb, so no "
+            f"rotary queries and keys to read; this one ({getattr(config, 'model_type', None)}) "
+            f"is {'an' if kind[0] in 'aeiou' else 'a'} {kind} model: try --analyses "
+            f"{APPLIES[kind]}"
         )
     text_config = config.get_text_config() if hasattr(config, "get_text_config") else config
     return text_config, {name: sys.modules[name] for name in modules}

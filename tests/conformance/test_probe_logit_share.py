@@ -257,7 +257,7 @@ def test_results_render(llama, tmp_path):
 def test_each_analysis_says_which_fits_a_model_of_another_kind(llama, deberta, xlnet):
     with pytest.raises(ValueError, match=r"\(llama\) is a rope model: try --analyses rope_usage"):
         probe.relative_share(llama, TEXTS)
-    with pytest.raises(ValueError, match=r"\(deberta-v2\) is a relative model: try --analyses "):
+    with pytest.raises(ValueError, match=r"\(deberta-v2\) is a relative model: try --analyses rel"):
         probe.rope_logit_share(deberta, TEXTS)
     with pytest.raises(ValueError, match="relative_share"):
         probe.rope_activation_usage(xlnet, TEXTS)
