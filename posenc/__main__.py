@@ -63,7 +63,9 @@ give one table of the paper's figures side by side with posenc's.
                     rows per layer and head, read layer by layer (a Hub model:
                     only those rows are fetched); a RoPE model NAME
   alibi             ALiBi's slope per head and the distance at which its bias
-                    reaches 3 logit spreads (BLOOM, MPT, Falcon; config only)
+                    reaches 3 logit spreads (BLOOM, MPT, Falcon): a spread of
+                    1 from the config alone, or, with --text, each head's
+                    spread measured on the text's paragraphs
   t5_biases         T5's learned bucket biases per layer and head, expanded to
                     distances: locality, direction, decay, head type (T5, MT5,
                     UMT5, LongT5; only the bias tables are fetched)
@@ -326,10 +328,10 @@ def _check_analyses(args, analyses):
     text_ones = [a for a in analyses if a in _TEXT_ANALYSES]
     if text_ones and args.text is None and args.analyses != "all":
         raise _Failure(f"--analyses {text_ones[0]} needs --text FILE (the text the model reads)")
-    if args.text is not None and not text_ones:
+    if args.text is not None and not text_ones and "alibi" not in analyses:
         raise _Failure(
             "--text is read by the analyses layer_probe, skip_perplexity, rope_activations, "
-            "rope_logits and relative_share; name one in --analyses"
+            "rope_logits, relative_share and alibi; name one in --analyses"
         )
     if args.text is not None and (not args.names or args.source is not None):
         raise _Failure("--text is read by a model: give a model NAME, not --source or no NAME")
@@ -441,6 +443,21 @@ def _run_text_analyses(name, analyses, text, out, entry, skipped=None):
                 entry[what] = r.to_dict()
 
 
+def _alibi(name, text):
+    """ALiBi's windows of a NAME: with a text, from the content logits'
+    spread measured per head on its paragraphs; else for a spread of 1."""
+    from . import probe
+
+    windows = probe.alibi_windows(name)  # refuses a model without ALiBi before it is run
+    if text is None:
+        return windows
+    model, tokenizer, _ = _language_model(name)
+    model.set_attn_implementation("eager")  # the attention probabilities are returned
+    texts = _paragraph_ids(tokenizer, text, _MAX_TOKENS)
+    spread = probe.alibi_logit_spread(model, texts).mean(axis=0)
+    return probe.alibi_windows(name, logit_spread=spread)
+
+
 def _paragraph_ids(tokenizer, text, limit):
     """The token ids of each paragraph of `text` (blank-line separated) of
     at least 5 tokens, each cut to `limit`, at most :data:`_MAX_TEXTS`."""
@@ -544,11 +561,11 @@ def _probe_names(args, analyses):
                     usage.summary() + ("" if fetched is None else f" ({fetched:,} bytes fetched)")
                 )
                 entry["rope_usage"] = usage.to_dict()
-        for what, run in (("alibi", probe.alibi_windows), ("t5_biases", probe.t5_bucket_biases)):
+        for what, run in (("alibi", _alibi), ("t5_biases", probe.t5_bucket_biases)):
             if what not in analyses:
                 continue
             try:
-                r = run(name)
+                r = run(name) if what != "alibi" else run(name, text)
             except ValueError as exc:
                 if not lenient and len(args.names) == 1:
                     raise

@@ -43,7 +43,8 @@ Wennberg & Henter's Toeplitz share: :func:`toeplitz_fit`), :mod:`.rope_usage`
 :func:`rope_frequency_usage_from_checkpoint`, from forward passes over
 texts, :func:`rope_activation_usage`; the positional part of the logits,
 :func:`rope_logit_share`), :mod:`.biases` (ALiBi's slopes and windows:
-:func:`alibi_windows`; T5's bucket biases per layer and head:
+:func:`alibi_windows`, with the spread measured on texts by
+:func:`alibi_logit_spread`; T5's bucket biases per layer and head:
 :func:`t5_bucket_biases`; :func:`model_kind`), :mod:`.relative_share`
 (DeBERTa's and XLNet's position terms' share of the logits:
 :func:`relative_share`, :class:`LogitShare`),
@@ -78,6 +79,7 @@ from .biases import (
     HEAD_TYPES,
     AlibiWindows,
     T5BucketBiases,
+    alibi_logit_spread,
     alibi_windows,
     model_kind,
     t5_bucket_biases,
@@ -137,6 +139,7 @@ __all__ = [
     "TERMS",
     "ToeplitzFit",
     "absolute_position_regression",
+    "alibi_logit_spread",
     "alibi_windows",
     "attention_locality_symmetry",
     "cosine_similarity",

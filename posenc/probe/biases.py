@@ -193,7 +193,9 @@ class AlibiWindows:
     windows : ndarray of shape (heads,), int64
         ``ceil(threshold * logit_spread / m_h)``: the first distance at
         which the bias reaches ``threshold`` logit spreads.
-    threshold, logit_spread : float
+    threshold : float
+    logit_spread : float or ndarray of shape (heads,)
+        The spread assumed (or measured, by :func:`alibi_logit_spread`).
     max_bias : float
         The slopes' exponent scale (8 in BLOOM and Falcon; MPT's
         ``alibi_bias_max``).
@@ -203,7 +205,7 @@ class AlibiWindows:
     slopes: np.ndarray
     windows: np.ndarray
     threshold: float
-    logit_spread: float
+    logit_spread: Any
     max_bias: float
 
     def to_dict(self) -> Dict[str, Any]:
@@ -212,7 +214,7 @@ class AlibiWindows:
             "name": self.name,
             "max_bias": self.max_bias,
             "threshold": self.threshold,
-            "logit_spread": self.logit_spread,
+            "logit_spread": np.asarray(self.logit_spread).tolist(),
             "slopes": self.slopes.tolist(),
             "windows": [int(w) for w in self.windows],
         }
@@ -222,9 +224,15 @@ class AlibiWindows:
         return (
             f"ALiBi ({len(self.slopes)} heads, max_bias {self.max_bias:g}): slopes "
             f"{self.slopes.min():.3g} to {self.slopes.max():.3g}; the bias reaches "
-            f"{self.threshold:g} x logit spread {self.logit_spread:g} at {int(self.windows.min())} "
+            f"{self.threshold:g} x logit spread {self._spread()} at {int(self.windows.min())} "
             f"to {int(self.windows.max())} positions (median {float(np.median(self.windows)):g})."
         )
+
+    def _spread(self) -> str:
+        spread = np.asarray(self.logit_spread)
+        if spread.ndim == 0:
+            return f"{float(spread):g}"
+        return f"{spread.min():.3g} to {spread.max():.3g} (measured, per head)"
 
     def to_markdown(self) -> str:
         """A Markdown table, a row per head: slope and window."""
@@ -251,7 +259,7 @@ class AlibiWindows:
             ax.semilogy(heads, self.windows, "o-", color="C1")
             ax.set_xlabel("head")
             ax.set_ylabel("window (positions)")
-            ax.set_title(f"bias reaches {self.threshold:g} x spread {self.logit_spread:g}")
+            ax.set_title(f"bias reaches {self.threshold:g} x spread {self._spread()}")
 
         return _figure(path, dpi, (11, 4), draw)
 
@@ -279,9 +287,7 @@ def _alibi_config(config: Any, where: str) -> Tuple[int, float]:
     return heads, max_bias
 
 
-def alibi_windows(
-    source: Any, *, threshold: float = 3.0, logit_spread: float = 1.0
-) -> AlibiWindows:
+def alibi_windows(source: Any, *, threshold: float = 3.0, logit_spread: Any = 1.0) -> AlibiWindows:
     """ALiBi's slopes and effective windows per head, from a model's config.
 
     The slopes are :func:`posenc.alibi_slopes` of the config's heads (and
@@ -296,8 +302,10 @@ def alibi_windows(
         model of transformers' BLOOM, MPT or Falcon (with ``alibi=True``).
     threshold : float
         How many logit spreads the bias must reach (> 0).
-    logit_spread : float
-        The typical spread (standard deviation) of the content logits (> 0).
+    logit_spread : float or array_like of shape (heads,)
+        The typical spread (standard deviation) of the content logits (> 0),
+        one for all heads or one per head (:func:`alibi_logit_spread`
+        measures it on texts).
 
     Raises
     ------
@@ -314,17 +322,117 @@ def alibi_windows(
     """
     from ..bias import alibi_slopes
 
-    for value, what in ((threshold, "threshold"), (logit_spread, "logit_spread")):
-        if isinstance(value, bool) or not isinstance(value, (int, float, np.floating)):
-            raise TypeError(f"{what} must be a number, not {type(value).__name__}")
-        if not (math.isfinite(value) and value > 0):
-            raise ValueError(f"{what} must be a positive finite number, got {value!r}")
+    if isinstance(threshold, bool) or not isinstance(threshold, (int, float, np.floating)):
+        raise TypeError(f"threshold must be a number, not {type(threshold).__name__}")
+    if not (math.isfinite(threshold) and threshold > 0):
+        raise ValueError(f"threshold must be a positive finite number, got {threshold!r}")
+    if isinstance(logit_spread, (bool, str, bytes)) or not isinstance(
+        logit_spread, (int, float, np.floating, np.ndarray, list, tuple)
+    ):
+        raise TypeError(
+            f"logit_spread must be a number or one per head, not {type(logit_spread).__name__}"
+        )
+    spread = np.asarray(logit_spread, dtype=np.float64)
+    if not (np.isfinite(spread).all() and (spread > 0).all()):
+        raise ValueError(f"logit_spread must be positive finite numbers, got {logit_spread!r}")
     config, where, _ = _config_of(source)
     heads, max_bias = _alibi_config(config, where)
+    if spread.shape not in ((), (heads,)):
+        raise ValueError(
+            f"logit_spread must be one number or one per head ({heads}), got shape {spread.shape}"
+        )
     slopes = np.asarray(alibi_slopes(heads, max_bias=max_bias), dtype=np.float64)
-    windows = np.ceil(float(threshold) * float(logit_spread) / slopes).astype(np.int64)
+    windows = np.ceil(float(threshold) * spread / slopes).astype(np.int64)
     name = where if isinstance(source, (str, os.PathLike)) else str(_get(config, "model_type"))
-    return AlibiWindows(name, slopes, windows, float(threshold), float(logit_spread), max_bias)
+    kept = float(spread) if spread.ndim == 0 else spread
+    return AlibiWindows(name, slopes, windows, float(threshold), kept, max_bias)
+
+
+def alibi_logit_spread(model: Any, texts: Any) -> np.ndarray:
+    """The typical spread of an ALiBi model's content logits, per layer and
+    head, measured on texts: for each query (with at least 2 keys), the
+    standard deviation over its keys of the logit without the ALiBi bias,
+    averaged over the queries and then the texts.
+
+    The logits are read back from the attention probabilities the model
+    returns (``output_attentions``): ``log p_ij + m_h * (i - j)`` is the
+    content logit up to a constant per query, which the standard deviation
+    over the keys does not see.
+
+    Parameters
+    ----------
+    model : transformers BLOOM, MPT or Falcon (``alibi``) model
+        Loaded with ``attn_implementation="eager"`` (the attentions are
+        returned only then); run in eval mode, without gradients.
+    texts : sequence of int, or sequence of sequences of int
+        One tokenised text or several (each at least 2 tokens).
+
+    Returns
+    -------
+    ndarray of shape (layers, heads)
+        Pass its mean over the layers to :func:`alibi_windows` as
+        ``logit_spread`` for windows from the measured spread.
+
+    Raises
+    ------
+    ValueError
+        A model without ALiBi (naming the analyses that fit it), a model
+        that returns no attentions, or probabilities that underflow to 0.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from transformers import BloomConfig, BloomForCausalLM
+    >>> from posenc.probe import alibi_logit_spread, alibi_windows
+    >>> _ = torch.manual_seed(0)
+    >>> bloom = BloomForCausalLM(BloomConfig(vocab_size=40, hidden_size=24, n_layer=2, n_head=6,
+    ...                                      attn_implementation="eager")).eval()
+    >>> spread = alibi_logit_spread(bloom, [list(range(10)), list(range(3, 20))])
+    >>> spread.shape  # (layers, heads)
+    (2, 6)
+    >>> w = alibi_windows(bloom, logit_spread=spread.mean(axis=0))  # a window per head
+    >>> bool((w.windows == np.ceil(3 * spread.mean(axis=0) / w.slopes)).all())
+    True
+    """
+    import importlib
+
+    from ..bias import alibi_slopes
+    from .relative_share import _texts
+
+    torch = importlib.import_module("torch")
+    config = getattr(model, "config", None)
+    if config is None:
+        raise TypeError("model must be a transformers model (it has no config)")
+    heads, max_bias = _alibi_config(config, type(model).__name__)
+    slopes = np.asarray(alibi_slopes(heads, max_bias=max_bias), dtype=np.float64)
+    per_text = []
+    device = next(model.parameters()).device
+    for ids in _texts(texts):
+        with torch.no_grad():
+            out = model(input_ids=torch.as_tensor(ids)[None].to(device), output_attentions=True)
+        attentions = getattr(out, "attentions", None)
+        if not attentions or any(a is None for a in attentions):
+            raise ValueError(
+                "model: it returns no attention probabilities; load it with "
+                'attn_implementation="eager"'
+            )
+        n = ids.size
+        layers = []
+        for a in attentions:
+            p = a[0].detach().double().cpu().numpy()  # (heads, n, n)
+            rows = []
+            for i in range(1, n):
+                keys = p[:, i, : i + 1]
+                if (keys <= 0).any():
+                    raise ValueError(
+                        "model: an attention probability underflows to 0; its content "
+                        "logits cannot be read back"
+                    )
+                content = np.log(keys) + slopes[:, None] * (i - np.arange(i + 1))
+                rows.append(content.std(axis=-1))
+            layers.append(np.mean(rows, axis=0))
+        per_text.append(np.stack(layers))
+    return np.mean(per_text, axis=0)
 
 
 # ---------------------------------------------------------------- T5

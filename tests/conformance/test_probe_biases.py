@@ -334,3 +334,88 @@ def test_one_name_of_another_kind_is_one_line_error(hub, capsys):
     assert main(["probe", "org/tiny-bloom", "--analyses", "t5_biases"]) != 0
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "(bloom) is an alibi model: try --analyses alibi" in err[0]
+
+
+# ---------------------------------------------------------------- ALiBi's measured spread
+
+SPREAD_TEXTS = [[3, 1, 4, 1, 5, 9, 2, 6], [2, 7, 1, 8, 2, 8, 1, 8, 2, 8, 4, 5]]
+
+
+@pytest.fixture(scope="module")
+def bloom(torch):
+    from transformers import BloomConfig, BloomForCausalLM
+
+    torch.manual_seed(0)
+    config = BloomConfig(vocab_size=12, hidden_size=24, n_layer=2, n_head=6,
+                         initializer_range=0.5, attn_implementation="eager")  # fmt: skip
+    return BloomForCausalLM(config).eval()
+
+
+def _direct_spread(model, torch, ids):
+    """Each layer's content logits q_i . k_j / sqrt(d) from its input and its
+    fused query_key_value weight, by loops; their std over the keys j <= i."""
+    with torch.no_grad():
+        states = model(input_ids=torch.tensor([ids]), output_hidden_states=True).hidden_states
+    H, n, out = model.config.n_head, len(ids), []
+    d = model.config.hidden_size // H
+    for li, block in enumerate(model.transformer.h):
+        with torch.no_grad():
+            x = block.input_layernorm(states[li])[0].double().numpy()
+        attn = block.self_attention
+        W = attn.query_key_value.weight.detach().double().numpy()
+        b = attn.query_key_value.bias.detach().double().numpy()
+        fused = (x @ W.T + b).reshape(n, H, 3, d)  # BLOOM's layout: per head, q k v
+        spreads = np.zeros(H)
+        for h in range(H):
+            rows = []
+            for i in range(1, n):
+                logits = [fused[i, h, 0] @ fused[j, h, 1] / np.sqrt(d) for j in range(i + 1)]
+                rows.append(np.std(logits))
+            spreads[h] = np.mean(rows)
+        out.append(spreads)
+    return np.stack(out)
+
+
+def test_alibi_logit_spread_equals_the_direct_loops(bloom, torch):
+    got = probe.alibi_logit_spread(bloom, SPREAD_TEXTS)
+    expected = np.mean([_direct_spread(bloom, torch, ids) for ids in SPREAD_TEXTS], axis=0)
+    np.testing.assert_allclose(got, expected, rtol=1e-4)
+    w = probe.alibi_windows(bloom, logit_spread=got.mean(axis=0))
+    assert w.windows.tolist() == [
+        _direct_windows([m], 3.0, s)[0] for m, s in zip(w.slopes, got.mean(axis=0))
+    ]
+    assert "(measured, per head)" in w.summary()
+    assert len(w.to_dict()["logit_spread"]) == 6
+
+
+def test_alibi_logit_spread_refusals(bloom, torch):
+    with pytest.raises(ValueError, match="one per head \\(6\\), got shape \\(2,\\)"):
+        probe.alibi_windows(bloom, logit_spread=[1.0, 2.0])
+    with pytest.raises(ValueError, match="positive finite"):
+        probe.alibi_windows(bloom, logit_spread=[1.0, 2.0, 0.0, 1.0, 1.0, 1.0])
+    with pytest.raises(ValueError, match="try --analyses t5_biases"):
+        probe.alibi_logit_spread(_t5("t5", torch), SPREAD_TEXTS)
+
+
+def test_alibi_with_a_text_measures_the_spread_from_the_command_line(bloom, tmp_path, capsys):
+    tokenizers = pytest.importorskip("tokenizers")
+    import transformers
+
+    words = [str(i) for i in range(12)]
+    tok = tokenizers.Tokenizer(tokenizers.models.WordLevel({w: i for i, w in enumerate(words)},
+                                                           unk_token="0"))  # fmt: skip
+    tok.pre_tokenizer = tokenizers.pre_tokenizers.WhitespaceSplit()
+    folder = tmp_path / "bloom"
+    bloom.save_pretrained(folder)
+    transformers.PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="0").save_pretrained(
+        folder
+    )
+    text = tmp_path / "t.txt"
+    text.write_text("\n\n".join(" ".join(map(str, ids)) for ids in SPREAD_TEXTS), "utf-8")
+    js = tmp_path / "a.json"
+    args = [str(folder), "--analyses", "alibi", "--text", str(text), "--json", str(js)]
+    assert main(["probe", *args]) == 0
+    data = json.loads(js.read_text())["alibi"]
+    spread = probe.alibi_logit_spread(bloom, SPREAD_TEXTS).mean(axis=0)
+    np.testing.assert_allclose(data["logit_spread"], spread, rtol=1e-6)
+    assert "(measured, per head)" in capsys.readouterr().out
