@@ -360,7 +360,8 @@ def test_relative_share_by_hub_name(deberta, llama, tmp_path, monkeypatch, capsy
         text.write_text("\n\n".join(PARAGRAPHS), encoding="utf-8")
         js = tmp_path / "out.json"
         names = ["org/tiny-deberta", "org/tiny-llama"]
-        args = ["--analyses", "relative_share,rope_logits", "--text", str(text), "--json", str(js)]
+        analyses = "relative_share,rope_logits,rope_activations"
+        args = ["--analyses", analyses, "--text", str(text), "--json", str(js)]
         assert main(["probe", *names, *args]) == 0
     finally:
         server.stop()
@@ -373,6 +374,10 @@ def test_relative_share_by_hub_name(deberta, llama, tmp_path, monkeypatch, capsy
         llama_entry["rope_logits"]["share"], probe.rope_logit_share(llama, ids).share
     )
     assert "try --analyses relative_share" in deberta_entry["skipped"]["rope_logits"]
+    np.testing.assert_allclose(
+        llama_entry["rope_activations"]["keys"]["share_std"],
+        probe.rope_activation_usage(llama, ids).keys_share_std,
+    )
 
 
 def test_rope_usage_tables_in_markdown(llama):
