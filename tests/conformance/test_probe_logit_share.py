@@ -377,6 +377,7 @@ def test_relative_share_by_hub_name(deberta, llama, tmp_path, monkeypatch, capsy
     np.testing.assert_allclose(
         llama_entry["rope_activations"]["keys"]["share_std"],
         probe.rope_activation_usage(llama, ids).keys_share_std,
+        atol=1e-7,  # float32 forward passes of the loaded and the in-memory model
     )
 
 
