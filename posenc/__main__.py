@@ -64,13 +64,27 @@ give one table of the paper's figures side by side with posenc's.
   rope_usage        Barbero et al. 2025: the norm of each rotary pair's q_proj
                     rows per layer and head, read layer by layer (a Hub model:
                     only those rows are fetched); a RoPE model NAME
+  alibi             ALiBi's slope per head and the distance at which its bias
+                    reaches 3 logit spreads (BLOOM, MPT, Falcon): a spread of
+                    1 from the config alone, or, with --text, each head's
+                    spread measured on the text's paragraphs
+  t5_biases         T5's learned bucket biases per layer and head, expanded to
+                    distances: locality, direction, decay, head type (T5, MT5,
+                    UMT5, LongT5; only the bias tables are fetched)
   layer_probe       the absolute-position probe on each layer's hidden states
   skip_perplexity   the skip-position attack: perplexity with position ids i*k
                     (k = 1, 2, 4; a masked LM's pseudo-perplexity)
-  rope_activations  the norm of each rotary pair of the queries and keys
+  rope_activations  the norm of each rotary pair of the queries and keys,
+                    per paragraph of the text, averaged, with the spread
+  rope_logits       a RoPE model's logits split into the content part (no
+                    rotation) and the part the rotation adds, per head
+  relative_share    DeBERTa-v2/v3's c2c, c2p and p2c terms, XLNet's content
+                    and position terms: each one's share of the logits
   all               every analysis that applies to the NAME given
-The last three run the model (transformers, with its tokenizer) on the text
-of --text FILE; with a Hub NAME, transformers downloads the model."""
+The last five run the model (transformers, with its tokenizer) on the text
+of --text FILE; with a Hub NAME, transformers downloads the model.  The
+last four read each paragraph (separated by blank lines; at most 64) as a
+text of its own, and give the mean over them and the spread."""
 
 
 def _build_parser():
@@ -287,13 +301,27 @@ ANALYSES: Tuple[str, ...] = (
     "toeplitz",
     "locality",
     "rope_usage",
+    "alibi",
+    "t5_biases",
     "layer_probe",
     "skip_perplexity",
     "rope_activations",
+    "rope_logits",
+    "relative_share",
 )
 _TABLE_ANALYSES = ("paper", "properties", "toeplitz", "locality")
-_TEXT_ANALYSES = ("layer_probe", "skip_perplexity", "rope_activations")
-_MODEL_ANALYSES = ("rope_usage",) + _TEXT_ANALYSES
+_TEXT_ANALYSES = (
+    "layer_probe",
+    "skip_perplexity",
+    "rope_activations",
+    "rope_logits",
+    "relative_share",
+)
+#: The analyses of a model's weights or config, run without a text.
+_WEIGHT_ANALYSES = ("rope_usage", "alibi", "t5_biases")
+_MODEL_ANALYSES = _WEIGHT_ANALYSES + _TEXT_ANALYSES
+#: The most paragraphs of --text read as texts of their own.
+_MAX_TEXTS = 64
 #: The skip factors of skip_perplexity.
 _KS = (1, 2, 4)
 #: The most tokens of --text a model is run on.
@@ -325,10 +353,10 @@ def _check_analyses(args, analyses):
     text_ones = [a for a in analyses if a in _TEXT_ANALYSES]
     if text_ones and args.text is None and args.analyses != "all":
         raise _Failure(f"--analyses {text_ones[0]} needs --text FILE (the text the model reads)")
-    if args.text is not None and not text_ones:
+    if args.text is not None and not text_ones and "alibi" not in analyses:
         raise _Failure(
-            "--text is read by the analyses layer_probe, skip_perplexity and rope_activations; "
-            "name one in --analyses"
+            "--text is read by the analyses layer_probe, skip_perplexity, rope_activations, "
+            "rope_logits, relative_share and alibi; name one in --analyses"
         )
     if args.text is not None and (not args.names or args.source is not None):
         raise _Failure("--text is read by a model: give a model NAME, not --source or no NAME")
@@ -343,7 +371,7 @@ def _applicable(args, analyses):
         return analyses
     out = tuple(a for a in analyses if a in _TABLE_ANALYSES)
     if args.names and args.source is None:
-        out += ("rope_usage",)
+        out += _WEIGHT_ANALYSES
         if args.text is not None:
             out += _TEXT_ANALYSES
     return out
@@ -397,7 +425,8 @@ def _run_text_analyses(name, analyses, text, out, entry, skipped=None):
     from .probe.forward import _max_positions
 
     model, tokenizer, mask = _language_model(name)
-    limit = min(_max_positions(model) or _MAX_TOKENS, _MAX_TOKENS)
+    table = _max_positions(model)  # XLNet's max_position_embeddings is -1: no table
+    limit = min(table, _MAX_TOKENS) if table is not None and table > 0 else _MAX_TOKENS
     ids = _token_ids(tokenizer, text, limit)
     out.append(f"--text: {len(ids)} tokens (at most {limit}) read by {type(model).__name__}")
     if "layer_probe" in analyses:
@@ -413,17 +442,64 @@ def _run_text_analyses(name, analyses, text, out, entry, skipped=None):
         figures = ", ".join(f"k={k}: {p:.3f}" for k, p in r.perplexity.items())
         out.append(f"Skip-position attack ({what}, {r.n_tokens} tokens, ids i*k): {figures}.")
         entry["skip_perplexity"] = r.to_dict()
-    if "rope_activations" in analyses:
-        try:
-            r = probe.rope_activation_usage(model, ids)
-        except ValueError as exc:
-            if skipped is None:
-                raise
-            skipped["rope_activations"] = _one_line(exc)
-        else:
-            out.append(r.queries.summary())
-            out.append(r.keys.summary())
-            entry["rope_activations"] = r.to_dict()
+    many = ("rope_activations", "rope_logits", "relative_share")
+    if any(a in analyses for a in many):
+        texts = _paragraph_ids(tokenizer, text, limit)
+        out.append(
+            f"--text: {len(texts)} paragraphs read as texts of their own "
+            f"({sum(len(t) for t in texts)} tokens, at most {limit} each)"
+        )
+        runs = (
+            ("rope_activations", lambda: probe.rope_activation_usage(model, texts)),
+            ("rope_logits", lambda: probe.rope_logit_share(model, texts, name=name)),
+            ("relative_share", lambda: probe.relative_share(model, texts, name=name)),
+        )
+        for what, run in runs:
+            if what not in analyses:
+                continue
+            try:
+                r = run()
+            except ValueError as exc:
+                if skipped is None:
+                    raise
+                skipped[what] = _one_line(exc)
+            else:
+                out.append(r.summary())
+                entry[what] = r.to_dict()
+
+
+def _alibi(name, text):
+    """ALiBi's windows of a NAME: with a text, from the content logits'
+    spread measured per head on its paragraphs; else for a spread of 1."""
+    from . import probe
+
+    windows = probe.alibi_windows(name)  # refuses a model without ALiBi before it is run
+    if text is None:
+        return windows
+    model, tokenizer, _ = _language_model(name)
+    model.set_attn_implementation("eager")  # the attention probabilities are returned
+    texts = _paragraph_ids(tokenizer, text, _MAX_TOKENS)
+    spread = probe.alibi_logit_spread(model, texts).mean(axis=0)
+    return probe.alibi_windows(name, logit_spread=spread)
+
+
+def _paragraph_ids(tokenizer, text, limit):
+    """The token ids of each paragraph of `text` (blank-line separated) of
+    at least 5 tokens, each cut to `limit`, at most :data:`_MAX_TEXTS`."""
+    import re
+
+    texts = []
+    for paragraph in re.split(r"\n\s*\n", text):
+        if not paragraph.strip():
+            continue
+        ids = tokenizer(paragraph, add_special_tokens=True)["input_ids"][:limit]
+        if len(ids) >= 5:
+            texts.append(ids)
+        if len(texts) == _MAX_TEXTS:
+            break
+    if not texts:
+        raise _Failure("--text: no paragraph of at least 5 tokens; the analyses need one")
+    return texts
 
 
 def _table_extras(table, analyses, entry):
@@ -499,7 +575,7 @@ def _probe_names(args, analyses):
             try:
                 usage = probe.rope_frequency_usage_from_checkpoint(name)
             except ValueError as exc:
-                if not lenient:
+                if not lenient and len(args.names) == 1:
                     raise
                 skipped["rope_usage"] = _one_line(exc)
             else:
@@ -508,8 +584,21 @@ def _probe_names(args, analyses):
                     usage.summary() + ("" if fetched is None else f" ({fetched:,} bytes fetched)")
                 )
                 entry["rope_usage"] = usage.to_dict()
+        for what, run in (("alibi", _alibi), ("t5_biases", probe.t5_bucket_biases)):
+            if what not in analyses:
+                continue
+            try:
+                r = run(name) if what != "alibi" else run(name, text)
+            except ValueError as exc:
+                if not lenient and len(args.names) == 1:
+                    raise
+                skipped[what] = _one_line(exc)
+            else:
+                lines.append(r.summary())
+                entry[what] = r.to_dict()
         if text is not None:
-            _run_text_analyses(name, analyses, text, lines, entry, skipped if lenient else None)
+            several = lenient or len(args.names) > 1  # a model of another kind is skipped
+            _run_text_analyses(name, analyses, text, lines, entry, skipped if several else None)
         lines += [f"{what}: skipped, {why}" for what, why in skipped.items()]
         for line in lines:
             print(line)

@@ -222,6 +222,16 @@ def _handler(server: HubServer):
                 return self._error(*repo.status, repo=repo)
             if repo.gated:
                 return self._error(403, "GatedRepo", repo=repo)
+            tree = re.fullmatch(r"/tree/(?P<rev>[^/]+)(?:/(?P<dir>.*))?", tail.split("?")[0])
+            if tree is not None:  # a folder's listing (transformers asks for its chat templates)
+                folder = unquote(tree.group("dir") or "").strip("/")
+                entries = [
+                    {"type": "file", "path": f, "size": len(data), "oid": repo.commit}
+                    for f, data in sorted(repo.files.items())
+                    if (f.rsplit("/", 1)[0] if "/" in f else "") == folder
+                ]
+                body = json.dumps(entries).encode()
+                return self._send(200, _Body(body, 0, len(body)), {}, repo=repo)
             m = re.fullmatch(r"(?:/revision/(?P<rev>.+))?", tail.split("?")[0])
             if m is None:
                 return self._error(404, "RepoNotFound", repo=repo)

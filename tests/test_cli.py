@@ -443,11 +443,19 @@ def test_all_on_a_model_runs_what_applies_and_says_what_it_skipped(saved, text_f
     data = json.loads(js.read_text())  # learned positions: a table, no rotation
     assert data["absolute_position"] is not None and data["locality_symmetry"] is not None
     assert "layer_probe" in data and "skip_perplexity" in data
-    assert sorted(data["skipped"]) == ["rope_activations", "rope_usage"]
+    assert sorted(data["skipped"]) == [
+        "alibi",
+        "relative_share",
+        "rope_activations",
+        "rope_logits",
+        "rope_usage",
+        "t5_biases",
+    ]
     assert "no q_proj weights" in data["skipped"]["rope_usage"]
     assert main(["probe", saved["llama"][0], *args, "--json", str(js)]) == 0
     data = json.loads(js.read_text())  # a rotation, no table
-    assert sorted(data["skipped"]) == ["table analyses"]
+    assert sorted(data["skipped"]) == ["alibi", "relative_share", "t5_biases", "table analyses"]
+    assert "rope_logits" in data
     assert "rope_usage" in data and "rope_activations" in data and "layer_probe" in data
     assert "absolute_position" not in data
 

@@ -40,8 +40,14 @@ monotonicity, translation invariance and symmetry: :func:`position_properties`;
 Wennberg & Henter's Toeplitz share: :func:`toeplitz_fit`), :mod:`.rope_usage`
 (the rotary frequencies a model uses: from its q/k weights,
 :func:`rope_frequency_usage`, layer by layer from a checkpoint or the Hub,
-:func:`rope_frequency_usage_from_checkpoint`, from a forward pass,
-:func:`rope_activation_usage`),
+:func:`rope_frequency_usage_from_checkpoint`, from forward passes over
+texts, :func:`rope_activation_usage`; the positional part of the logits,
+:func:`rope_logit_share`), :mod:`.biases` (ALiBi's slopes and windows:
+:func:`alibi_windows`, with the spread measured on texts by
+:func:`alibi_logit_spread`; T5's bucket biases per layer and head:
+:func:`t5_bucket_biases`; :func:`model_kind`), :mod:`.relative_share`
+(DeBERTa's and XLNet's position terms' share of the logits:
+:func:`relative_share`, :class:`LogitShare`),
 :mod:`.locality` (Chen et al.'s locality and symmetry of the attention
 positions alone give: :func:`attention_locality_symmetry`,
 :func:`position_attention`),
@@ -69,6 +75,15 @@ from .analyses import _table as _table
 from .analyses import _to_numpy as _to_numpy
 from .analyses import _TooManyPositions as _TooManyPositions
 from .attention import TERMS, LogitDecomposition, logit_decomposition
+from .biases import (
+    HEAD_TYPES,
+    AlibiWindows,
+    T5BucketBiases,
+    alibi_logit_spread,
+    alibi_windows,
+    model_kind,
+    t5_bucket_biases,
+)
 from .checkpoints import KNOWN_KEYS as KNOWN_KEYS
 from .checkpoints import _load as _load
 from .checkpoints import load_position_embeddings
@@ -86,6 +101,7 @@ from .locality import (
     position_attention,
 )
 from .properties import PositionProperties, ToeplitzFit, position_properties, toeplitz_fit
+from .relative_share import LogitShare, relative_share
 from .report import EXTRAS, PUBLISHED, ProbeReport, PublishedRow, report
 from .report import _plot_format as _plot_format
 from .rope_usage import (
@@ -94,10 +110,13 @@ from .rope_usage import (
     rope_activation_usage,
     rope_frequency_usage,
     rope_frequency_usage_from_checkpoint,
+    rope_logit_share,
 )
 
 __all__ = [
+    "AlibiWindows",
     "EXTRAS",
+    "HEAD_TYPES",
     "HubError",
     "LocalitySymmetry",
     "MAX_POSITIONS",
@@ -108,6 +127,7 @@ __all__ = [
     "Informativeness",
     "LayerPositionProbe",
     "LogitDecomposition",
+    "LogitShare",
     "ProbeReport",
     "PublishedRow",
     "RelativeOrderResult",
@@ -115,25 +135,32 @@ __all__ = [
     "RopeFrequencyUsage",
     "SYMMETRY_TOLERANCE",
     "SkipPerplexity",
+    "T5BucketBiases",
     "TERMS",
     "ToeplitzFit",
     "absolute_position_regression",
+    "alibi_logit_spread",
+    "alibi_windows",
     "attention_locality_symmetry",
     "cosine_similarity",
     "informativeness",
     "load_position_embeddings",
     "layer_position_probe",
     "logit_decomposition",
+    "model_kind",
     "paper_rows",
     "position_attention",
     "position_properties",
     "relative_order_classification",
+    "relative_share",
     "report",
     "rope_activation_usage",
     "rope_frequency_usage",
     "rope_frequency_usage_from_checkpoint",
+    "rope_logit_share",
     "rope_long_term_decay",
     "skip_position_perplexity",
     "skip_positions",
+    "t5_bucket_biases",
     "toeplitz_fit",
 ]

@@ -28,6 +28,9 @@ four terms sum exactly, up to rounding, to the model's layer-0 logits
 ``q_i . k_j / sqrt(head_dim)`` (before the attention mask), head by head.
 
 The terms are computed in float64 from the stored weights; no model is run.
+For models whose positions enter the attention itself, the position terms
+of every layer's logits on texts are :func:`posenc.probe.rope_logit_share`
+(RoPE) and :func:`posenc.probe.relative_share` (DeBERTa-v2/v3, XLNet).
 """
 
 from __future__ import annotations

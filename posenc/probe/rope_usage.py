@@ -75,6 +75,26 @@ class RopeFrequencyUsage:
             f"the slowest pair {100 * share[-1]:.1f}%."
         )
 
+    def to_markdown(self) -> str:
+        """A Markdown table, a row per layer and head: the share of the
+        head's norm² on the fastest and the slowest half of the pairs, and on
+        the slowest pair."""
+        share = self.share()
+        half = share.shape[-1] // 2
+        lines = [
+            "| layer | head | fastest half | slowest half | slowest pair |",
+            "|---:|---:|---:|---:|---:|",
+        ]
+        for layer in range(share.shape[0]):
+            for h in range(share.shape[1]):
+                s = share[layer, h]
+                lines.append(
+                    f"| {layer} | {h} | {100 * s[:half].sum():.1f}% | "
+                    f"{100 * s[half:].sum():.1f}% | {100 * s[-1]:.1f}% |"
+                )
+        lines += ["", self.summary()]
+        return "\n".join(lines)
+
     def share(self) -> np.ndarray:
         """``usage ** 2`` normalised to sum to 1 over the pairs of each head."""
         energy = self.usage**2
@@ -220,7 +240,9 @@ def _rope_layout(config: Any) -> Tuple[np.ndarray, str, int, int, int]:
 _LAYER_KEY = re.compile(r"(?:^|\.)layers\.(\d+)\.self_attn\.([qk])_proj\.weight$")
 
 
-def _projection_keys(keys: Sequence[str], projection: str, where: str) -> List[str]:
+def _projection_keys(
+    keys: Sequence[str], projection: str, where: str, config: Any = None
+) -> List[str]:
     found: Dict[int, str] = {}
     for key in keys:
         m = _LAYER_KEY.search(key)
@@ -233,9 +255,18 @@ def _projection_keys(keys: Sequence[str], projection: str, where: str) -> List[s
                 )
             found[layer] = key
     if not found:
+        from .biases import APPLIES, model_kind
+
+        kind = model_kind(config or {})
+        model_type = _config_get(config or {}, "model_type") or "no model_type"
+        why = (
+            "fused projections (qkv_proj, query_key_value) are not read"
+            if kind == "rope"
+            else f"this is not a RoPE model ({model_type}, {kind}): try --analyses {APPLIES[kind]}"
+        )
         raise ValueError(
             f"{where}: no {projection}_proj weights (…layers.N.self_attn.{projection}_proj.weight) "
-            "in the checkpoint; fused projections (qkv_proj, query_key_value) are not read"
+            f"in the checkpoint; {why}"
         )
     layers = sorted(found)
     if layers != list(range(len(layers))):
@@ -309,7 +340,7 @@ def rope_frequency_usage_from_checkpoint(
             raise ValueError(f"source: {source} has no config.json (heads, rope_theta)")
         config = _read_json(config_path, f"source: {config_path} is not valid JSON")
         where = source
-    keys = _projection_keys(list(reader.keys()), projection, where)
+    keys = _projection_keys(list(reader.keys()), projection, where, config)
     inv_freq, layout, head_dim, n_heads, n_kv = _rope_layout(config)
     heads = n_heads if projection == "q" else n_kv
     per_layer = []
@@ -340,28 +371,79 @@ def _to_array(value: Any) -> np.ndarray:
 
 @dataclass(frozen=True)
 class RopeActivationUsage:
-    """The norms of the queries' and keys' rotary pairs in a forward pass:
+    """The norms of the queries' and keys' rotary pairs in forward passes:
     the result of :func:`rope_activation_usage`.
 
     Attributes
     ----------
     queries, keys : RopeFrequencyUsage
-        ``usage[l, h, k]``: the mean over the text's tokens of the norm of
-        pair ``k`` of head ``h``'s query (key) in layer ``l``, as the
-        rotation receives it (after any q/k norm; the rotation keeps it).
+        ``usage[l, h, k]``: the mean norm of pair ``k`` of head ``h``'s
+        query (key) in layer ``l``, as the rotation receives it (after any
+        q/k norm; the rotation keeps it): the mean over each text's tokens,
+        then over the texts.
     n_tokens : int
+        The tokens of all the texts.
+    n_texts : int
+    queries_share_std, keys_share_std : ndarray of shape (layers, heads, pairs)
+        The standard deviation across the texts of each text's
+        :meth:`RopeFrequencyUsage.share` (zeros for one text).
     """
 
     queries: RopeFrequencyUsage
     keys: RopeFrequencyUsage
     n_tokens: int
+    n_texts: int = 1
+    queries_share_std: Optional[np.ndarray] = None
+    keys_share_std: Optional[np.ndarray] = None
 
     def to_dict(self) -> Dict[str, Any]:
-        return {
+        out: Dict[str, Any] = {
             "n_tokens": self.n_tokens,
+            "n_texts": self.n_texts,
             "queries": self.queries.to_dict(),
             "keys": self.keys.to_dict(),
         }
+        if self.queries_share_std is not None and self.keys_share_std is not None:
+            out["queries"]["share_std"] = self.queries_share_std.tolist()
+            out["keys"]["share_std"] = self.keys_share_std.tolist()
+        return out
+
+    def summary(self) -> str:
+        """Two sentences, the queries' and the keys' (as
+        :meth:`RopeFrequencyUsage.summary`), with the texts' spread of the
+        slowest half's share."""
+        lines = []
+        for usage, std in (
+            (self.queries, self.queries_share_std),
+            (self.keys, self.keys_share_std),
+        ):
+            line = usage.summary()
+            if std is not None and self.n_texts > 1:
+                half = usage.usage.shape[-1] // 2
+                spread = _slow_half_spread(usage, std, half)
+                line = line[:-1] + (
+                    f" ({self.n_texts} texts; the slowest half's share varies by ± "
+                    f"{100 * spread:.1f} points across them)."
+                )
+            lines.append(line)
+        return " ".join(lines)
+
+    def to_markdown(self) -> str:
+        """The queries' and the keys' tables (:meth:`RopeFrequencyUsage.to_markdown`),
+        each under a heading, and the summary."""
+        return "\n".join(
+            [
+                "Queries:",
+                "",
+                self.queries.to_markdown(),
+                "",
+                "Keys:",
+                "",
+                self.keys.to_markdown(),
+                "",
+                self.summary(),
+            ]
+        )
 
     def plot(self, path: Optional[Any] = None, *, dpi: float = 110) -> Any:
         """Two heatmaps, queries and keys: rows (layer, head), columns the
@@ -377,20 +459,95 @@ class RopeActivationUsage:
                 im = ax.imshow(usage.share().reshape(L * H, K), aspect="auto", cmap="viridis")
                 ax.set_xlabel("rotary pair k (fast to slow)")
                 ax.set_ylabel("layer x head")
-                ax.set_title(f"{title}: share of norm² per pair ({self.n_tokens} tokens)")
+                ax.set_title(
+                    f"{title}: share of norm² per pair ({self.n_texts} texts, "
+                    f"{self.n_tokens} tokens)"
+                )
                 fig.colorbar(im, ax=ax)
 
         return _figure(path, dpi, (12, 2 + 0.15 * n_layers * n_heads), draw)
 
 
+def _slow_half_spread(usage: RopeFrequencyUsage, std: np.ndarray, half: int) -> float:
+    """The mean over layers and heads of the std of the slowest half's
+    summed share (bounded by the sum of the pairs' stds)."""
+    return float(std[..., half:].sum(axis=-1).mean())
+
+
+def _rope_modules(model: Any) -> Tuple[Any, Dict[str, Any]]:
+    config = getattr(model, "config", None)
+    if config is None:
+        raise TypeError("model must be a transformers model (it has no config)")
+    modules = {
+        type(m).__module__
+        for m in model.modules()
+        if type(m).__name__.endswith("Attention")
+        and callable(getattr(sys.modules.get(type(m).__module__), "apply_rotary_pos_emb", None))
+    }
+    if not modules:
+        from .biases import APPLIES, model_kind
+
+        kind = model_kind(config)
+        raise ValueError(
+            "model: no attention module of a modeling file with apply_rotary_pos_emb, so no "
+            f"rotary queries and keys to read; this one ({getattr(config, 'model_type', None)}) "
+            f"is {'an' if kind[0] in 'aeiou' else 'a'} {kind} model: try --analyses "
+            f"{APPLIES[kind]}"
+        )
+    text_config = config.get_text_config() if hasattr(config, "get_text_config") else config
+    return text_config, {name: sys.modules[name] for name in modules}
+
+
+def _ids_list(input_ids: Any) -> List[np.ndarray]:
+    """One text (a sequence of ints) or several (a sequence of such)."""
+    if isinstance(input_ids, (str, bytes)):
+        raise TypeError("input_ids must be token ids, not a string")
+    if hasattr(input_ids, "detach"):
+        input_ids = input_ids.detach().cpu().numpy()
+    if isinstance(input_ids, np.ndarray):
+        items = [input_ids.reshape(-1)] if input_ids.ndim <= 1 else list(input_ids)
+    else:
+        items = list(input_ids)
+        if not items or np.ndim(items[0]) == 0:
+            items = [items]
+    out = []
+    for i, item in enumerate(items):
+        ids = np.asarray(item)
+        if ids.size and not np.issubdtype(ids.dtype, np.integer):
+            raise TypeError(f"input_ids[{i}] must hold integer token ids, not {ids.dtype}")
+        if ids.ndim != 1 or ids.size < 1:
+            raise ValueError(
+                "input_ids must hold at least 1 token"
+                + (f" in every text (text {i} has none)" if len(items) > 1 else "")
+            )
+        out.append(ids.astype(np.int64))
+    return out
+
+
+def _forward_with(model: Any, files: Dict[str, Any], wrap: Any, ids: np.ndarray) -> None:
+    torch = importlib.import_module("torch")
+    originals = {name: files[name].apply_rotary_pos_emb for name in files}
+    device = next(model.parameters()).device
+    try:
+        for name, original in originals.items():
+            files[name].apply_rotary_pos_emb = wrap(original)
+        with torch.no_grad():
+            model(input_ids=torch.as_tensor(ids)[None].to(device))
+    finally:
+        for name, original in originals.items():
+            files[name].apply_rotary_pos_emb = original
+
+
 def rope_activation_usage(model: Any, input_ids: Any) -> RopeActivationUsage:
     """Per layer, head and rotary pair, the mean norm of the queries and keys
-    a transformers RoPE model rotates when run on a text (Barbero et al.'s
+    a transformers RoPE model rotates when run on texts (Barbero et al.'s
     measure from activations).
 
     The queries and keys are taken where the model's attention hands them to
     its ``apply_rotary_pos_emb`` (so after any q/k norm, as Qwen3 applies
     it); the norm of a pair is the same before and after its rotation.
+    Each text is run on its own; the usage is the mean over its tokens, then
+    over the texts, and the spread of each text's share is kept.
 
     Parameters
     ----------
@@ -398,14 +555,15 @@ def rope_activation_usage(model: Any, input_ids: Any) -> RopeActivationUsage:
         A Llama-like model (``LlamaForCausalLM``, ``Qwen2Model``, ...) whose
         attention calls its modeling module's ``apply_rotary_pos_emb`` once
         per layer; run in eval mode, without gradients.
-    input_ids : sequence of int or 1-D tensor
-        The text, tokenised (at least 1 token).
+    input_ids : sequence of int, 1-D tensor, or a sequence of them
+        One text, tokenised (at least 1 token), or several.
 
     Raises
     ------
     ValueError
         A model whose attention does not call ``apply_rotary_pos_emb`` once
-        per layer (a fused kernel, or no RoPE), or a config as
+        per layer (a fused kernel, or no RoPE: the message names the
+        analyses that fit the model), or a config as
         :func:`rope_frequency_usage_from_checkpoint` refuses.
 
     Examples
@@ -422,29 +580,14 @@ def rope_activation_usage(model: Any, input_ids: Any) -> RopeActivationUsage:
     ((2, 4, 4), (2, 2, 4))
     >>> usage.n_tokens
     12
+    >>> several = rope_activation_usage(llama, [list(range(12)), list(range(20, 40))])
+    >>> several.n_texts, several.n_tokens, several.queries_share_std.shape
+    (2, 32, (2, 4, 4))
     """
     torch = importlib.import_module("torch")
-    config = getattr(model, "config", None)
-    if config is None:
-        raise TypeError("model must be a transformers model (it has no config)")
-    modules = {
-        type(m).__module__
-        for m in model.modules()
-        if type(m).__name__.endswith("Attention")
-        and callable(getattr(sys.modules.get(type(m).__module__), "apply_rotary_pos_emb", None))
-    }
-    if not modules:
-        raise ValueError(
-            "model: no attention module of a modeling file with apply_rotary_pos_emb; "
-            "the queries and keys of this model cannot be read"
-        )
-    text_config = config.get_text_config() if hasattr(config, "get_text_config") else config
+    text_config, files = _rope_modules(model)
     inv_freq, layout, head_dim, n_heads, n_kv = _rope_layout(text_config)
-    ids = torch.as_tensor(np.asarray(input_ids), dtype=torch.long).reshape(-1)
-    n = int(ids.numel())
-    if n < 1:
-        raise ValueError("input_ids must hold at least 1 token")
-    captured: List[Tuple[np.ndarray, np.ndarray]] = []
+    texts = _ids_list(input_ids)
 
     def norms(x: Any) -> np.ndarray:
         x = x.detach().double()
@@ -456,46 +599,143 @@ def rope_activation_usage(model: Any, input_ids: Any) -> RopeActivationUsage:
         pair = torch.sqrt(first * first + second * second)  # (batch, heads, seq, pairs)
         return pair.mean(dim=(0, 2)).cpu().numpy()
 
-    files: Dict[str, Any] = {name: sys.modules[name] for name in modules}
-    originals = {name: files[name].apply_rotary_pos_emb for name in modules}
-
-    def wrap(original: Any) -> Any:
-        def capture(q: Any, k: Any, *args: Any, **kwargs: Any) -> Any:
-            if q.shape[-1] != head_dim or k.shape[-1] != head_dim:
-                raise ValueError(
-                    f"model: the queries reach the rotation with {q.shape[-1]} channels "
-                    f"a head, not the config's head_dim {head_dim}"
-                )
-            captured.append((norms(q), norms(k)))
-            return original(q, k, *args, **kwargs)
-
-        return capture
-
-    device = next(model.parameters()).device
-    try:
-        for name, original in originals.items():
-            files[name].apply_rotary_pos_emb = wrap(original)
-        with torch.no_grad():
-            model(input_ids=ids[None].to(device))
-    finally:
-        for name, original in originals.items():
-            files[name].apply_rotary_pos_emb = original
     n_layers = _config_get(text_config, "num_hidden_layers")
-    if not captured or (isinstance(n_layers, int) and len(captured) != n_layers):
+    per_text_q, per_text_k = [], []
+    for ids in texts:
+        captured: List[Tuple[np.ndarray, np.ndarray]] = []
+
+        def wrap(original: Any, captured: List[Any] = captured) -> Any:
+            def capture(q: Any, k: Any, *args: Any, **kwargs: Any) -> Any:
+                _check_head_dim(q, k, head_dim)
+                captured.append((norms(q), norms(k)))
+                return original(q, k, *args, **kwargs)
+
+            return capture
+
+        _forward_with(model, files, wrap, ids)
+        _check_layers(len(captured), n_layers)
+        q_norms = np.stack([c[0] for c in captured])
+        k_norms = np.stack([c[1] for c in captured])
+        if q_norms.shape[1] != n_heads or k_norms.shape[1] != n_kv:
+            raise ValueError(
+                f"model: {q_norms.shape[1]} query and {k_norms.shape[1]} key heads, the config "
+                f"says {n_heads} and {n_kv}"
+            )
+        per_text_q.append(q_norms)
+        per_text_k.append(k_norms)
+    q_texts = [RopeFrequencyUsage(q, inv_freq, layout, "queries") for q in per_text_q]
+    k_texts = [RopeFrequencyUsage(k, inv_freq, layout, "keys") for k in per_text_k]
+    return RopeActivationUsage(
+        RopeFrequencyUsage(np.mean(per_text_q, axis=0), inv_freq, layout, "queries"),
+        RopeFrequencyUsage(np.mean(per_text_k, axis=0), inv_freq, layout, "keys"),
+        int(sum(t.size for t in texts)),
+        len(texts),
+        np.std([u.share() for u in q_texts], axis=0),
+        np.std([u.share() for u in k_texts], axis=0),
+    )
+
+
+def _check_head_dim(q: Any, k: Any, head_dim: int) -> None:
+    if q.shape[-1] != head_dim or k.shape[-1] != head_dim:
         raise ValueError(
-            f"model: its attention rotated queries and keys {len(captured)} times in a forward "
+            f"model: the queries reach the rotation with {q.shape[-1]} channels "
+            f"a head, not the config's head_dim {head_dim}"
+        )
+
+
+def _check_layers(calls: int, n_layers: Any) -> None:
+    if not calls or (isinstance(n_layers, int) and calls != n_layers):
+        raise ValueError(
+            f"model: its attention rotated queries and keys {calls} times in a forward "
             f"pass, not once per layer ({n_layers}); it does not call apply_rotary_pos_emb "
             "as Llama's attention does"
         )
-    q = np.stack([c[0] for c in captured])
-    k = np.stack([c[1] for c in captured])
-    if q.shape[1] != n_heads or k.shape[1] != n_kv:
-        raise ValueError(
-            f"model: {q.shape[1]} query and {k.shape[1]} key heads, the config says "
-            f"{n_heads} and {n_kv}"
-        )
-    return RopeActivationUsage(
-        RopeFrequencyUsage(q, inv_freq, layout, "queries"),
-        RopeFrequencyUsage(k, inv_freq, layout, "keys"),
-        n,
+
+
+def rope_logit_share(
+    model: Any, input_ids: Any, *, causal: bool = True, name: Optional[str] = None
+) -> Any:
+    """The positional part of each head's attention logits in a RoPE model,
+    on texts: the logit ``q_i . R_{j-i} k_j / sqrt(d)`` split into
+    ``content``, ``q_i . k_j / sqrt(d)`` (the logit without the rotation),
+    and ``position``, what the rotation adds, ``q_i . (R_{j-i} - I) k_j /
+    sqrt(d)``; their mean magnitudes and shares per layer and head, as a
+    :class:`posenc.probe.LogitShare`.
+
+    The queries and keys are those the model hands its
+    ``apply_rotary_pos_emb`` and the rotated ones it gets back (a key head
+    shared by several query heads counts for each); ``sqrt(d)`` is
+    ``sqrt(head_dim)`` whatever scale the model's attention applies (the
+    shares do not depend on it).
+
+    Parameters
+    ----------
+    model : transformers RoPE model
+        As :func:`rope_activation_usage` takes.
+    input_ids : sequence of int, or a sequence of them
+        One text or several, each at least 2 tokens.
+    causal : bool
+        Average over the pairs ``j <= i`` only (a decoder's); False: all.
+    name : str, optional
+
+    Raises
+    ------
+    ValueError
+        As :func:`rope_activation_usage`.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from transformers import LlamaConfig, LlamaModel
+    >>> from posenc.probe import rope_logit_share
+    >>> _ = torch.manual_seed(0)
+    >>> llama = LlamaModel(LlamaConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+    ...                                num_key_value_heads=2, intermediate_size=64,
+    ...                                vocab_size=50)).eval()
+    >>> r = rope_logit_share(llama, [list(range(12)), list(range(20, 40))])
+    >>> r.terms, r.share.shape  # (layers, query heads, terms)
+    (('content', 'position'), (2, 4, 2))
+    """
+    from .relative_share import LogitShare, _mean_abs
+
+    torch = importlib.import_module("torch")
+    if not isinstance(causal, bool):
+        raise TypeError(f"causal must be a bool, not {type(causal).__name__}")
+    text_config, files = _rope_modules(model)
+    _, _, head_dim, n_heads, n_kv = _rope_layout(text_config)
+    texts = _ids_list(input_ids)
+    for i, ids in enumerate(texts):
+        if ids.size < 2:
+            raise ValueError(f"input_ids: text {i} has {ids.size} token; at least 2 are needed")
+    n_layers = _config_get(text_config, "num_hidden_layers")
+    per_text = []
+    for ids in texts:
+        captured: List[np.ndarray] = []
+
+        def wrap(original: Any, captured: List[Any] = captured) -> Any:
+            def capture(q: Any, k: Any, *args: Any, **kwargs: Any) -> Any:
+                _check_head_dim(q, k, head_dim)
+                out = original(q, k, *args, **kwargs)
+                q_rot, k_rot = out[0], out[1]
+                groups = q.shape[1] // k.shape[1]
+                scale = 1.0 / np.sqrt(head_dim)
+                qd, kd = q[0].double(), k[0].double().repeat_interleave(groups, dim=0)
+                qr, kr = q_rot[0].double(), k_rot[0].double().repeat_interleave(groups, dim=0)
+                content = torch.matmul(qd, kd.transpose(-1, -2)) * scale
+                position = torch.matmul(qr, kr.transpose(-1, -2)) * scale - content
+                captured.append(
+                    np.stack([_mean_abs(content, causal), _mean_abs(position, causal)], axis=-1)
+                )
+                return out
+
+            return capture
+
+        _forward_with(model, files, wrap, ids)
+        _check_layers(len(captured), n_layers)
+        per_text.append(np.stack(captured))
+    return LogitShare(
+        name or type(model).__name__,
+        ("content", "position"),
+        np.stack(per_text),
+        [int(t.size) for t in texts],
     )
