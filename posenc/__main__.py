@@ -149,6 +149,17 @@ def _build_parser():
     probe.add_argument(
         "--no-progress", action="store_true", help="no progress bar on stderr while probing"
     )
+    probe.add_argument(
+        "--rows",
+        metavar="START:STOP",
+        help="the table rows to probe (default: those the model's config makes positions: "
+        "RoBERTa's family from pad_token_id + 1, OPT's and BART's from 2, GPT-2 cut to 512)",
+    )
+    probe.add_argument(
+        "--no-paper-cut",
+        action="store_true",
+        help="probe all of GPT-2's rows, not the paper's first 512",
+    )
     return parser
 
 
@@ -216,17 +227,61 @@ def _check_plot_format(path):
         raise _Failure(f"--plot: {path}: .pgf needs LaTeX; write a .pdf or .svg file instead")
 
 
-def _load_named(name, key):
+def _local_config(path):
+    """The ``config.json`` of a model directory, or beside a file (None if none)."""
+    folder = path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
+    config_path = os.path.join(folder, "config.json")
+    if not os.path.isfile(config_path):
+        return None
+    try:
+        with open(config_path, encoding="utf-8") as f:
+            config = json.load(f)
+    except (OSError, ValueError) as exc:
+        raise _Failure(f"{config_path}: not a readable JSON config ({exc})") from exc
+    return config if isinstance(config, dict) else None
+
+
+def _rows_of(table, config, args):
+    """``(rows, published, note)``: the rows probed, by the model's position
+    rule (or --rows), the GPT-2 cut unless --no-paper-cut, the note said why."""
+    from .probe import hub
+    from .probe.offsets import parse_rows
+
+    rows = None
+    if getattr(args, "rows", None) is not None:
+        try:
+            rows = parse_rows(args.rows)
+        except ValueError as exc:
+            raise _Failure(f"--rows: {exc}") from exc
+    try:
+        out, published, note = hub.paper_rows(
+            table, config, paper_cut=not getattr(args, "no_paper_cut", False), rows=rows
+        )
+    except ValueError as exc:
+        raise _Failure(f"{exc} (--rows START:STOP)") from exc
+    if not note:
+        n = int(table.shape[0])
+        if config is None:
+            note = f"all {n} rows probed (no config.json: no offset rule known; --rows to choose)"
+        else:
+            kind = config.get("model_type") if isinstance(config, dict) else None
+            note = f"all {n} rows probed ({kind or 'this model type'}: rows start at position 0)"
+    return out, published, note
+
+
+def _load_named(name, key, args=None):
     """``(table, where, key, published, note, fetched)`` for a NAME: a Hub
-    model (with the paper's rows) or a local path."""
+    model or a local path, its rows those its config makes positions."""
     from . import probe
     from .probe import hub
 
     if not hub.is_hub_name(name):
         loaded, used = probe._load(name, key, max_rows=probe.MAX_POSITIONS)
-        return probe._to_numpy(loaded), name + (f" [{used}]" if used else ""), used, None, "", None
+        rows, published, note = _rows_of(probe._to_numpy(loaded), _local_config(name), args)
+        return rows, name + (f" [{used}]" if used else ""), used, published, note, None
     got = hub.fetch(name, key=key, max_rows=probe.MAX_POSITIONS, paper=True)
-    rows, published, note = hub.paper_rows(got.table, got.model_type)
+    config = {"model_type": got.model_type, "pad_token_id": got.pad_token_id}
+    rows, published, note = _rows_of(got.table, config, args)
     where = f"{got.repo_id}@{got.revision} ({got.commit[:12]}) on the Hub [{got.key}]"
     fetched = "from the cache" if got.from_cache else f"{got.bytes_fetched:,} bytes fetched"
     return rows, f"{where}; {fetched}", got.key, published, note, got
@@ -245,7 +300,8 @@ def _paper_table(results):
     for name, report, paper, note in results:
         row = published.get(paper) if paper else None
         n = report.shape[0]
-        rows = f"{n}" + (f" ({note})" if note else "")
+        shown = note and not note.startswith("all ")  # rows dropped or cut: said why
+        rows = f"{n}" + (f" ({note})" if shown else "")
         lines.append(
             f"| {name} | {rows} | {report.mae:.2f} ± {report.mae_std:.2f} | "
             f"{100 * report.error_rate:.2f}% ± {100 * report.error_rate_std:.2f}% | "
@@ -369,7 +425,7 @@ def _run_text_analyses(name, analyses, text, out, entry, skipped=None):
     that does not apply to the model (rope_activations of a model without
     RoPE) is recorded there instead of stopping the run."""
     from . import probe
-    from .probe.forward import _max_positions
+    from .probe.forward import _max_positions, _most_tokens
 
     model, tokenizer, mask = _language_model(name)
     limit = min(_max_positions(model) or _MAX_TOKENS, _MAX_TOKENS)
@@ -381,12 +437,15 @@ def _run_text_analyses(name, analyses, text, out, entry, skipped=None):
         out.append(f"Position through the layers (absolute MAE, layer 0 = embeddings): {maes}.")
         entry["layer_probe"] = r.to_dict()
     if "skip_perplexity" in analyses:
-        table = _max_positions(model)
-        short = ids if table is None else ids[: (table - 1) // max(_KS) + 1]
+        most = _most_tokens(model, max(_KS))
+        short = ids if most is None else ids[:most]
         r = probe.skip_position_perplexity(model, short, ks=_KS, mask_token_id=mask)
         what = "pseudo-perplexity" if r.pseudo else "perplexity"
         figures = ", ".join(f"k={k}: {p:.3f}" for k, p in r.perplexity.items())
-        out.append(f"Skip-position attack ({what}, {r.n_tokens} tokens, ids i*k): {figures}.")
+        ids_text = f"{r.first_id} + i*k" if r.first_id else "i*k"
+        out.append(
+            f"Skip-position attack ({what}, {r.n_tokens} tokens, ids {ids_text}): {figures}."
+        )
         entry["skip_perplexity"] = r.to_dict()
     if "rope_activations" in analyses:
         try:
@@ -438,7 +497,7 @@ def _probe_names(args, analyses):
         table, where, key, paper, note = None, name, None, None, ""
         if tables:
             try:
-                table, where, key, paper, note, got = _load_named(name, args.key)
+                table, where, key, paper, note, got = _load_named(name, args.key, args)
                 table = probe._table(
                     table, f"the table in {where}", min_rows=5, max_rows=probe.MAX_POSITIONS
                 )
@@ -583,8 +642,8 @@ def _probe_checked(args):
     try:
         if args.source is not None:
             loaded, key = probe._load(args.source, args.key, max_rows=probe.MAX_POSITIONS)
-            table = probe._to_numpy(loaded)
-            where = args.source + (f" [{key}]" if key else "")
+            table, _, note = _rows_of(probe._to_numpy(loaded), _local_config(args.source), args)
+            where = args.source + (f" [{key}]" if key else "") + f"; {note}"
             name = args.name or os.path.basename(os.path.normpath(args.source))
         table = probe._table(
             table, f"the table in {where}", min_rows=5, max_rows=probe.MAX_POSITIONS
