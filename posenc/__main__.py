@@ -401,6 +401,7 @@ def _language_model(name):
 
     transformers = _require("transformers", "--analyses with --text")
     _require("torch", "--analyses with --text")
+    _check_tokenizer_files(name)
     tokenizer = transformers.AutoTokenizer.from_pretrained(name)
     config = transformers.AutoConfig.from_pretrained(name)
     archs = tuple(getattr(config, "architectures", None) or ())
@@ -411,6 +412,48 @@ def _language_model(name):
     auto = transformers.AutoModelForMaskedLM if masked else transformers.AutoModelForCausalLM
     model = auto.from_pretrained(name).eval()
     return model, tokenizer, (tokenizer.mask_token_id if masked else None)
+
+
+#: The files one of which a model's tokenizer is read from.
+_TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "vocab.json",
+    "vocab.txt",
+    "merges.txt",
+    "spiece.model",
+    "tokenizer.model",
+    "sentencepiece.bpe.model",
+)
+
+
+def _check_tokenizer_files(name):
+    """A NAME whose folder or repository has no tokenizer file is refused
+    (transformers would make a tokenizer of special tokens only)."""
+    from .probe import hub
+
+    if hub.is_hub_name(name):
+        try:
+            hf = hub._hub()
+            endpoint, _, offline = hub._settings(hf)
+            if offline:
+                return  # transformers reads its cache, and says what it lacks
+            repo_id, revision = hub._split(name)
+            info = hf.HfApi(endpoint=endpoint).model_info(repo_id, revision=revision)
+            if info.siblings is None:
+                return  # no file list: transformers says what it lacks
+            files = [f.rfilename for f in info.siblings]
+        except Exception:  # noqa: BLE001 - transformers then reports what it finds
+            return
+    elif os.path.isdir(name):
+        files = os.listdir(name)
+    else:
+        return
+    if not any(os.path.basename(f) in _TOKENIZER_FILES for f in files):
+        raise _Failure(
+            f"--text: {name} has no tokenizer files ({', '.join(_TOKENIZER_FILES[:4])}, ...), "
+            "so its text cannot be tokenized; give a model saved with its tokenizer"
+        )
 
 
 def _token_ids(tokenizer, text, limit):

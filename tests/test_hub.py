@@ -102,6 +102,15 @@ def models(tmp_path_factory):
             {},
         ),
         "org/bart": (lambda: tiny_models.bart(seed=None), {}),
+        "org/t5": (
+            lambda: tiny_models._make(
+                "T5ForConditionalGeneration",
+                "T5Config",
+                None,
+                dict(vocab_size=40, d_model=16, d_kv=8, d_ff=32, num_layers=1, num_heads=2),
+            ),
+            {},
+        ),
         "org/tiny-llama": (
             lambda: tiny_models.llama(seed=None, **tiny_models.SMALL, num_key_value_heads=2),
             {},
@@ -902,3 +911,34 @@ def test_bad_limits_are_refused_naming_the_argument(tmp_path):
         4,
         2,
     )
+
+
+# ---------------------------------------------------------------- what each model is told
+
+
+def test_a_rope_model_without_a_table_is_told_of_rope_usage(hub, capsys):
+    assert main(["probe", "org/tiny-llama", "--seeds", "1", "--no-progress"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(PREFIX) and err.count("\n") == 1
+    assert "--analyses rope_usage" in err and "q_proj" in err
+    # and the analysis named works on it
+    assert main(["probe", "org/tiny-llama", "--analyses", "rope_usage"]) == 0
+
+
+def test_a_t5_model_is_told_its_positions_are_relative_biases(hub, capsys):
+    assert main(["probe", "org/t5", "--analyses", "all", "--seeds", "1", "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    table = next(x for x in out.splitlines() if x.startswith("table analyses: skipped"))
+    usage = next(x for x in out.splitlines() if x.startswith("rope_usage: skipped"))
+    for line in (table, usage):
+        assert "T5-style model" in line and "relative attention biases" in line, line
+    assert "fused" not in usage
+
+
+def test_a_repo_without_tokenizer_files_is_told_so(hub, capsys, tmp_path):
+    text = tmp_path / "t.txt"
+    text.write_text("a text of a good many words, more than five tokens in any tokenizer")
+    code = main(["probe", "gpt2", "--analyses", "layer_probe", "--text", str(text)])
+    err = capsys.readouterr().err
+    assert code == 1 and err.startswith(PREFIX)
+    assert "gpt2 has no tokenizer files" in err and "tokens;" not in err

@@ -267,6 +267,11 @@ def _projection_keys(keys: Sequence[str], projection: str, where: str) -> List[s
                 )
             found[layer] = key
     if not found:
+        if any(k.endswith("relative_attention_bias.weight") for k in keys):
+            raise ValueError(
+                f"{where}: a T5-style model, whose positions are learned relative attention "
+                "biases (…relative_attention_bias.weight): it has no rotary pairs to measure"
+            )
         raise ValueError(
             f"{where}: no {projection}_proj weights (…layers.N.self_attn.{projection}_proj.weight) "
             "in the checkpoint; fused projections (qkv_proj, query_key_value) are not read"
