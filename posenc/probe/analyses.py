@@ -266,8 +266,8 @@ def absolute_position_regression(
     -----
     With ``n_positions <= dim`` the training folds are underdetermined and
     least squares returns the minimum-norm solution, as in the paper.  A
-    model that guesses scores about ``n/3`` (175 for a random Gaussian
-    512 x 768 table); the 512 x 768 sinusoid scores 0.
+    random Gaussian 512 x 768 table scores 176.6 +- 8.4 (seeds 0-9); the
+    512 x 768 sinusoid scores 0.
 
     Examples
     --------
@@ -371,7 +371,9 @@ def relative_order_classification(
     -----
     The figure varies from one draw of pairs to the next by about a point:
     the 512 x 768 sinusoid gives 5.9% +- 1.4% over seeds 0-9 (the paper's
-    5.08% is one draw).  Chance is about 50%.
+    5.08% is one draw).  Chance is not 50%: the test pairs share their
+    positions with training pairs, and a random 512 x 768 table scores
+    37.4% +- 3.1% (seeds 0-9); :func:`report` prints that noise beside it.
 
     Examples
     --------
@@ -379,7 +381,7 @@ def relative_order_classification(
     >>> result = relative_order_classification(posenc.sinusoid(64, 32, dtype="float64"))
     >>> result.pairs.shape  # 64 pairs (i, j) drawn, as many as positions
     (64, 2)
-    >>> bool(result.error_rate < 0.25)  # chance is about 0.5
+    >>> bool(result.error_rate < 0.25)  # a random table: about 0.37
     True
     """
     table = _table(E)

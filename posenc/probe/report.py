@@ -137,6 +137,11 @@ class ProbeReport:
         :func:`attention_locality_symmetry` of :func:`position_attention`
         of the table (Chen et al. 2023: locality and symmetry of
         ``softmax(E E^T / sqrt(dim))``); its own ``plot()`` draws it.
+    baselines : dict or None
+        ``{kind: {measure: Baseline}}`` (:mod:`posenc.probe.baselines`):
+        each figure on a random table with the same row norms
+        (``"random"``) and on the table's rows shuffled (``"shuffled"``),
+        over the same seeds.  None when not asked for.
     mae, mae_std, error_rate, error_rate_std : float
         Mean and standard deviation (``ddof=0``) over the seeds.
     """
@@ -150,6 +155,8 @@ class ProbeReport:
     properties: Optional[Any] = None  # PositionProperties (Wang et al. 2021)
     toeplitz: Optional[Any] = None  # ToeplitzFit of E @ E.T (Wennberg & Henter 2021)
     locality: Optional[Any] = None  # LocalitySymmetry (Chen et al. 2023)
+    #: {kind: {measure: Baseline}}: every figure on tables without positions
+    baselines: Optional[Dict[str, Dict[str, Any]]] = None
     mae: float = field(init=False)
     mae_std: float = field(init=False)
     error_rate: float = field(init=False)
@@ -220,6 +227,14 @@ class ProbeReport:
             "position_properties": (None if self.properties is None else self.properties.to_dict()),
             "toeplitz": None if self.toeplitz is None else self.toeplitz.to_dict(),
             "locality_symmetry": None if self.locality is None else self.locality.to_dict(),
+            "baselines": (
+                None
+                if self.baselines is None
+                else {
+                    kind: {m: b.to_dict() for m, b in figures.items()}
+                    for kind, figures in self.baselines.items()
+                }
+            ),
             "published": [
                 {"embedding": r.embedding, "mae": r.mae, "error_rate": r.error_rate}
                 for r in PUBLISHED
@@ -231,11 +246,34 @@ class ProbeReport:
         lines = []
         if self.properties is not None:
             lines.append(self.properties.summary())
+            lines += self._noise(_PROPERTY_MEASURES)
         if self.toeplitz is not None:
             lines.append(self.toeplitz.summary())
+            lines += self._noise(("toeplitz_r2",))
         if self.locality is not None:
             lines.append(self.locality.summary())
+            lines += self._noise(("locality", "attention_symmetry"))
         return lines
+
+    def _noise(self, measures: Tuple[str, ...]) -> List[str]:
+        """The line under a sentence: its figures on the tables without positions."""
+        if not self.baselines:
+            return []
+        from .baselines import KIND_NAMES
+
+        parts = []
+        for kind, figures in self.baselines.items():
+            shown = ", ".join(
+                f"{m} {figures[m].mean:.3f} ± {figures[m].std:.3f}"
+                for m in measures
+                if m in figures
+            )
+            parts.append(f"{KIND_NAMES[kind]}: {shown}")
+        return [f"  noise (same measure, seeds {self._span()}): " + "; ".join(parts) + "."]
+
+    def _span(self) -> str:
+        seeds = self.seeds
+        return f"{seeds[0]}" if len(seeds) == 1 else f"{seeds[0]}-{seeds[-1]}"
 
     def _rows(self, published: bool) -> List[Tuple[str, str, str, str]]:
         """The table's rows, as text: the name, where the figures come from,
@@ -250,6 +288,19 @@ class ProbeReport:
                 f"{100 * self.error_rate:.2f}% ± {100 * self.error_rate_std:.2f}%",
             )
         ]
+        if self.baselines:
+            from .baselines import KIND_NAMES
+
+            for kind, figures in self.baselines.items():
+                mae, err = figures["mae"], figures["order_error"]
+                rows.append(
+                    (
+                        f"noise: {KIND_NAMES[kind]}",
+                        f"posenc, {span}",
+                        f"{mae.mean:.2f} ± {mae.std:.2f}",
+                        f"{100 * err.mean:.2f}% ± {100 * err.std:.2f}%",
+                    )
+                )
         if published:
             rows += [
                 (r.embedding, _CITATION, f"{r.mae:.2f}", f"{100 * r.error_rate:.2f}%")
@@ -266,7 +317,15 @@ class ProbeReport:
             f"{n} positions x {d} dims; linear probes, 5-fold cross-validation, "
             f"mean ± std over {seeds} seed{'s' if seeds > 1 else ''}. "
             f"Informativeness: 90% of sum(s**2) in the top {info.rank_for(0.9)} "
-            f"components, 99% in {info.rank_for(0.99)}."
+            f"components, 99% in {info.rank_for(0.99)}"
+            + (
+                ""
+                if not self.baselines
+                else " (random table, row norms kept: "
+                f"{self.baselines['random']['rank_90'].mean:.1f} and "
+                f"{self.baselines['random']['rank_99'].mean:.1f})"
+            )
+            + "."
         )
 
     def _markdown(self, published: bool, name_cell: Callable[[str], str]) -> str:
@@ -625,6 +684,7 @@ def report(
     seeds: int = 10,
     progress: bool = True,
     extras: Iterable[str] = EXTRAS,
+    baselines: bool = True,
 ) -> ProbeReport:
     """Every analysis of one position-embedding table, the probes over seeds.
 
@@ -648,6 +708,11 @@ def report(
         default): ``"properties"`` (:func:`position_properties`),
         ``"toeplitz"`` (:func:`toeplitz_fit` of ``E @ E.T``), ``"locality"``
         (:func:`attention_locality_symmetry` of :func:`position_attention`).
+    baselines : bool
+        Also take every measure on two tables without positions, for each
+        seed (:mod:`posenc.probe.baselines`: a random table with the same
+        row norms, and the table's rows shuffled), printed beside the
+        figures; about three times the run's time.
 
     Returns
     -------
@@ -681,8 +746,14 @@ def report(
     seeds = v.integer(seeds, "seeds", minimum=1)
     chosen = _extras(extras)
     table = _table(E, min_rows=5, max_rows=MAX_POSITIONS)
+    baselines = v.flag(baselines, "baselines")
     bar = _Progress(f"probing {name}", seeds, bool(progress))
     absolute, order = _run_seeds(table, seeds, bar)
+    noise = None
+    if baselines:
+        from .baselines import measure_baselines
+
+        noise = measure_baselines(table, range(seeds), lambda t, seed: _measures(t, seed, chosen))
     return ProbeReport(
         name=name,
         shape=(int(table.shape[0]), int(table.shape[1])),
@@ -695,4 +766,37 @@ def report(
         locality=(
             attention_locality_symmetry(position_attention(table)) if "locality" in chosen else None
         ),
+        baselines=noise,
     )
+
+
+#: The figures of :func:`position_properties` the baselines take.
+_PROPERTY_MEASURES = (
+    "monotonicity_forward",
+    "monotonicity_backward",
+    "translation_invariance",
+    "symmetry",
+)
+
+
+def _measures(table: np.ndarray, seed: int, extras: Tuple[str, ...]) -> Dict[str, float]:
+    """Every figure of the report of `table` for one `seed`, by name."""
+    from .analyses import _FOLDS
+
+    info = informativeness(table)
+    out = {
+        "mae": _absolute_position_regression(table, _FOLDS, seed, False)[0].mae,
+        "order_error": relative_order_classification(table, seed=seed).error_rate,
+        "rank_90": float(info.rank_for(0.9)),
+        "rank_99": float(info.rank_for(0.99)),
+    }
+    if "properties" in extras:
+        props = position_properties(table)
+        out.update({m: float(getattr(props, m)) for m in _PROPERTY_MEASURES})
+    if "toeplitz" in extras:
+        out["toeplitz_r2"] = float(toeplitz_fit(table @ table.T).r2)
+    if "locality" in extras:
+        loc = attention_locality_symmetry(position_attention(table))
+        out["locality"] = loc.locality
+        out["attention_symmetry"] = loc.symmetry
+    return out
