@@ -160,6 +160,33 @@ def _build_parser():
         action="store_true",
         help="probe all of GPT-2's rows, not the paper's first 512",
     )
+    probe.add_argument(
+        "--split",
+        choices=("paper", "heldout"),
+        default="paper",
+        help="the probes' folds: the paper's (default), or held-out positions that no "
+        "training row or pair has",
+    )
+    probe.add_argument(
+        "--regressor",
+        choices=("linear", "ridge", "mlp", "knn"),
+        default="linear",
+        help="the probes' family (default: linear, the paper's)",
+    )
+    probe.add_argument(
+        "--folds", type=int, default=5, metavar="K", help="cross-validation folds (default 5)"
+    )
+    probe.add_argument(
+        "--pairs",
+        type=int,
+        metavar="N",
+        help="the order probe's pairs (default: as many as positions)",
+    )
+    probe.add_argument(
+        "--no-baselines",
+        action="store_true",
+        help="do not take each measure on a random and a row-shuffled table beside it",
+    )
     return parser
 
 
@@ -563,7 +590,12 @@ def _probe_names(args, analyses):
         print()
         if "paper" in analyses and table is not None:
             result = probe.report(
-                table, name=label, seeds=args.seeds, progress=not args.no_progress, extras=extras
+                table,
+                name=label,
+                seeds=args.seeds,
+                progress=not args.no_progress,
+                extras=extras,
+                **_protocol(args),
             )
             print(result.to_markdown(published=False))
             lines = result.summaries()
@@ -594,6 +626,7 @@ def _probe_names(args, analyses):
             print(line)
         print()
         entry.update(source=name, key=key, published_row=paper, rows_note=note)
+        entry.update(rows=args.rows, paper_cut=not args.no_paper_cut)
         if got is not None:
             entry.update(
                 repo_id=got.repo_id,
@@ -700,7 +733,12 @@ def _probe_checked(args):
     if "paper" in analyses:
         extras = tuple(a for a in analyses if a in EXTRAS)
         result = probe.report(
-            table, name=name, seeds=args.seeds, progress=not args.no_progress, extras=extras
+            table,
+            name=name,
+            seeds=args.seeds,
+            progress=not args.no_progress,
+            extras=extras,
+            **_protocol(args),
         )
         print(result.to_markdown())
         lines = result.summaries()
@@ -720,6 +758,17 @@ def _probe_checked(args):
             f.write("\n")
         print(f"figures written to {args.json}")
     return 0
+
+
+def _protocol(args):
+    """The probes' settings of the command line, as :func:`probe.report` takes them."""
+    return {
+        "split": args.split,
+        "regressor": args.regressor,
+        "folds": args.folds,
+        "pairs": args.pairs,
+        "baselines": not args.no_baselines,
+    }
 
 
 def _one_line(exc):

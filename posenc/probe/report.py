@@ -77,6 +77,14 @@ _COLUMNS = ("embedding", "absolute MAE", "order error")
 # ---------------------------------------------------------------- the report
 
 
+def _is_terminal(stream: Any) -> bool:
+    """Whether `stream` is a terminal (a progress bar is drawn only there)."""
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError, OSError):
+        return False
+
+
 class _Progress:
     """A one-line progress bar on stderr, redrawn with carriage returns."""
 
@@ -170,6 +178,31 @@ class ProbeReport:
         object.__setattr__(self, "error_rate", err)
         object.__setattr__(self, "error_rate_std", err_std)
 
+    def protocol(self) -> Dict[str, Any]:
+        """Every setting that produced the figures, with posenc's version: what
+        :func:`report` needs to rerun them."""
+        from .. import __version__
+
+        extras = [
+            e
+            for e, r in (
+                ("properties", self.properties),
+                ("toeplitz", self.toeplitz),
+                ("locality", self.locality),
+            )
+            if r is not None
+        ]
+        return {
+            "posenc_version": __version__,
+            "seeds": len(self.seeds),
+            "split": self.absolute[0].split,
+            "regressor": self.absolute[0].regressor,
+            "folds": len(self.absolute[0].fold_mae),
+            "pairs": len(self.order[0].pairs),
+            "extras": extras,
+            "baselines": self.baselines is not None,
+        }
+
     @property
     def seeds(self) -> Tuple[int, ...]:
         """The seeds the probes ran with."""
@@ -202,6 +235,7 @@ class ProbeReport:
             "n_positions": int(self.shape[0]),
             "dim": int(self.shape[1]),
             "seeds": list(self.seeds),
+            "protocol": self.protocol(),
             "absolute_position": {
                 "mae": self.mae,
                 "mae_std": self.mae_std,
@@ -313,9 +347,12 @@ class ProbeReport:
         n, d = self.shape
         info = self.informativeness
         seeds = len(self.seeds)
+        p = self.protocol()
+        family = "linear probes" if p["regressor"] == "linear" else f"{p['regressor']} probes"
+        split = "the paper's split" if p["split"] == "paper" else "held-out positions"
         return (
-            f"{n} positions x {d} dims; linear probes, 5-fold cross-validation, "
-            f"mean ± std over {seeds} seed{'s' if seeds > 1 else ''}. "
+            f"{n} positions x {d} dims; {family}, {p['folds']}-fold cross-validation "
+            f"({split}), mean ± std over {seeds} seed{'s' if seeds > 1 else ''}. "
             f"Informativeness: 90% of sum(s**2) in the top {info.rank_for(0.9)} "
             f"components, 99% in {info.rank_for(0.99)}"
             + (
@@ -613,7 +650,7 @@ def _plot_format(path: PathLike, what: str = "plot") -> str:
 
 
 def _run_seeds(
-    table: np.ndarray, seeds: int, bar: _Progress
+    table: np.ndarray, seeds: int, bar: _Progress, protocol: Optional[Dict[str, Any]] = None
 ) -> Tuple[List[AbsolutePositionResult], List[RelativeOrderResult]]:
     """The two probes for seeds ``0 .. seeds-1``, on up to
     ``posenc.get_num_threads()`` threads at once (the fits release the GIL;
@@ -629,6 +666,15 @@ def _run_seeds(
     from .. import get_num_threads
     from .analyses import _FOLDS, _one_thread
 
+    p = {
+        "folds": _FOLDS,
+        "pairs": None,
+        "split": "paper",
+        "regressor": "linear",
+        **(protocol or {}),
+    }
+    folds, how = p["folds"], (p["split"], p["regressor"])
+    order_kw = {"pairs": p["pairs"], "folds": folds, "split": how[0], "regressor": how[1]}
     workers = max(1, min(seeds, get_num_threads()))
     absolute: List[AbsolutePositionResult] = []
     order: List[RelativeOrderResult] = []
@@ -646,12 +692,12 @@ def _run_seeds(
             # the libraries' first calls are made from one thread (first
             # calls from two at once left a first report spinning twenty
             # times as long)
-            first, refused = _absolute_position_regression(table, _FOLDS, 0)
-            collect(first, relative_order_classification(table, seed=0))
+            first, refused = _absolute_position_regression(table, folds, 0, True, *how)
+            collect(first, relative_order_classification(table, seed=0, **order_kw))
             futures = [
                 (
-                    pool.submit(_absolute_position_regression, table, _FOLDS, s, not refused),
-                    pool.submit(relative_order_classification, table, seed=s),
+                    pool.submit(_absolute_position_regression, table, folds, s, not refused, *how),
+                    pool.submit(relative_order_classification, table, seed=s, **order_kw),
                 )
                 for s in range(1, seeds)
             ]
@@ -685,6 +731,10 @@ def report(
     progress: bool = True,
     extras: Iterable[str] = EXTRAS,
     baselines: bool = True,
+    split: str = "paper",
+    regressor: str = "linear",
+    folds: int = 5,
+    pairs: Optional[int] = None,
 ) -> ProbeReport:
     """Every analysis of one position-embedding table, the probes over seeds.
 
@@ -713,6 +763,15 @@ def report(
         seed (:mod:`posenc.probe.baselines`: a random table with the same
         row norms, and the table's rows shuffled), printed beside the
         figures; about three times the run's time.
+    split : {"paper", "heldout"}
+        The probes' folds (:mod:`posenc.probe.protocol`): the paper's, or
+        test positions no training row or pair has.
+    regressor : {"linear", "ridge", "mlp", "knn"}
+        The family of both probes; ``"linear"`` is the paper's.
+    folds : int
+        The cross-validation folds of both probes.
+    pairs : int, optional
+        The order probe's pairs (``n_positions`` by default).
 
     Returns
     -------
@@ -747,13 +806,25 @@ def report(
     chosen = _extras(extras)
     table = _table(E, min_rows=5, max_rows=MAX_POSITIONS)
     baselines = v.flag(baselines, "baselines")
-    bar = _Progress(f"probing {name}", seeds, bool(progress))
-    absolute, order = _run_seeds(table, seeds, bar)
+    from .analyses import _folds
+    from .protocol import check_regressor, check_split
+
+    n = table.shape[0]
+    protocol: Dict[str, Any] = {
+        "split": check_split(split),
+        "regressor": check_regressor(regressor),
+        "folds": _folds(folds, n, "positions (rows of E)"),
+        "pairs": None if pairs is None else v.integer(pairs, "pairs", minimum=2, maximum=n * n),
+    }
+    bar = _Progress(f"probing {name}", seeds, bool(progress) and _is_terminal(sys.stderr))
+    absolute, order = _run_seeds(table, seeds, bar, protocol)
     noise = None
     if baselines:
         from .baselines import measure_baselines
 
-        noise = measure_baselines(table, range(seeds), lambda t, seed: _measures(t, seed, chosen))
+        noise = measure_baselines(
+            table, range(seeds), lambda t, seed: _measures(t, seed, chosen, protocol)
+        )
     return ProbeReport(
         name=name,
         shape=(int(table.shape[0]), int(table.shape[1])),
@@ -779,14 +850,23 @@ _PROPERTY_MEASURES = (
 )
 
 
-def _measures(table: np.ndarray, seed: int, extras: Tuple[str, ...]) -> Dict[str, float]:
+def _measures(
+    table: np.ndarray, seed: int, extras: Tuple[str, ...], protocol: Dict[str, Any]
+) -> Dict[str, float]:
     """Every figure of the report of `table` for one `seed`, by name."""
-    from .analyses import _FOLDS
-
+    how = (protocol["split"], protocol["regressor"])
     info = informativeness(table)
+    order = relative_order_classification(
+        table,
+        seed=seed,
+        pairs=protocol["pairs"],
+        folds=protocol["folds"],
+        split=how[0],
+        regressor=how[1],
+    )
     out = {
-        "mae": _absolute_position_regression(table, _FOLDS, seed, False)[0].mae,
-        "order_error": relative_order_classification(table, seed=seed).error_rate,
+        "mae": _absolute_position_regression(table, protocol["folds"], seed, False, *how)[0].mae,
+        "order_error": order.error_rate,
         "rank_90": float(info.rank_for(0.9)),
         "rank_99": float(info.rank_for(0.99)),
     }
