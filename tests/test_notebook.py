@@ -132,9 +132,9 @@ def test_the_html_table_holds_the_figures_of_the_protocol_and_the_paper(unnamed,
     assert parsed.rows == expected_cells(table, "embedding", SEEDS)
     n90, n99 = ranks(table)
     assert parsed.paragraphs == [
-        f"{N} positions x {D} dims; linear probes, 5-fold cross-validation (the paper's split), mean ± std "
-        f"over {SEEDS} seeds. Informativeness: 90% of sum(s**2) in the top {n90} components, "
-        f"99% in {n99}."
+        f"{N} positions x {D} dims; linear probes, 5-fold cross-validation (the paper's split), "
+        f"mean ± std over {SEEDS} seeds. Informativeness: 90% of sum(s**2) in the top {n90} "
+        f"components, 99% in {n99}."
     ]
     assert unnamed.to_html() == unnamed._repr_html_()
 
