@@ -555,8 +555,8 @@ def _probe_names(args, analyses):
 
     if args.source is not None:
         raise _Failure("give either NAME ... or --source, not both")
-    if len(args.names) > 1 and (args.plot is not None or args.name is not None):
-        raise _Failure("--plot and --name take one NAME; probe the models one at a time")
+    if len(args.names) > 1 and args.name is not None:
+        raise _Failure("--name takes one NAME; probe the models one at a time")
     _check_outputs(args, [name for name in args.names if os.path.exists(name)])
     text = _read_text(args.text) if args.text is not None else None
     tables = any(a in _TABLE_ANALYSES for a in analyses)
@@ -642,10 +642,16 @@ def _probe_names(args, analyses):
         print("Wang & Chen (2020), Tables 1 and 2, beside posenc:")
         print()
         print(_paper_table(results))
+        for table in _side_by_side([r for _, r, _, _ in results]):
+            print()
+            print(table)
     if args.plot is not None:
         if not results:
             raise _Failure(f"--plot: {args.names[0]} has no position table to draw; not written")
-        results[0][1].plot(args.plot)
+        if len(results) == 1:
+            results[0][1].plot(args.plot)
+        else:
+            probe.plot_reports([r for _, r, _, _ in results], args.plot)
         print(f"\nplot written to {args.plot}")
     if args.json is not None:
         with open(args.json, "w", encoding="utf-8") as f:
@@ -758,6 +764,61 @@ def _probe_checked(args):
             f.write("\n")
         print(f"figures written to {args.json}")
     return 0
+
+
+#: The figures of each analysis set side by side, by (title, measure, attribute path).
+_SIDE_BY_SIDE = (
+    (
+        "Wang et al. 2021 properties",
+        "properties",
+        (
+            ("monotonicity forward", "monotonicity_forward"),
+            ("monotonicity backward", "monotonicity_backward"),
+            ("translation invariance", "translation_invariance"),
+            ("symmetry", "symmetry"),
+        ),
+    ),
+    ("Wennberg & Henter 2021", "toeplitz", (("Toeplitz R²", "r2"),)),
+    (
+        "Chen et al. 2023",
+        "locality",
+        (("locality", "locality"), ("symmetry", "symmetry")),
+    ),
+)
+_BASELINE_NAMES = {
+    ("properties", "symmetry"): "symmetry",
+    ("toeplitz", "r2"): "toeplitz_r2",
+    ("locality", "locality"): "locality",
+    ("locality", "symmetry"): "attention_symmetry",
+}
+
+
+def _side_by_side(reports):
+    """One Markdown table per analysis of several reports: a row a model, each
+    figure beside its noise (random table; rows shuffled) where measured."""
+    if len(reports) < 2:
+        return []
+    tables = []
+    for title, attr, figures in _SIDE_BY_SIDE:
+        if not all(getattr(r, attr) is not None for r in reports):
+            continue
+        head = " | ".join(label for label, _ in figures)
+        lines = [f"{title}, side by side (noise: random table / rows shuffled):", ""]
+        lines.append(f"| model | {head} |")
+        lines.append("|---|" + "---:|" * len(figures))
+        for r in reports:
+            cells = []
+            for _, name in figures:
+                value = float(getattr(getattr(r, attr), name))
+                base = _BASELINE_NAMES.get((attr, name), name)
+                cell = f"{value:.3f}"
+                if r.baselines:
+                    rnd, shf = r.baselines["random"][base], r.baselines["shuffled"][base]
+                    cell += f" ({rnd.mean:.3f} / {shf.mean:.3f})"
+                cells.append(cell)
+            lines.append(f"| {r.name} | " + " | ".join(cells) + " |")
+        tables.append("\n".join(lines))
+    return tables
 
 
 def _protocol(args):

@@ -942,3 +942,37 @@ def test_a_repo_without_tokenizer_files_is_told_so(hub, capsys, tmp_path):
     err = capsys.readouterr().err
     assert code == 1 and err.startswith(PREFIX)
     assert "gpt2 has no tokenizer files" in err and "tokens;" not in err
+
+
+def test_cli_several_models_give_one_plot_and_a_table_per_analysis(hub, models, capsys, tmp_path):
+    names = ["gpt2", "bert-base-uncased", "FacebookAI/roberta-base"]
+    png, js = tmp_path / "all.png", tmp_path / "all.json"
+    analyses = "paper,properties,toeplitz,locality"
+    args = ["probe", *names, "--analyses", analyses, "--seeds", "1", "--no-progress"]
+    assert main([*args, "--plot", str(png), "--json", str(js)]) == 0
+    out = capsys.readouterr().out
+    assert png.read_bytes().startswith(b"\x89PNG")
+    data = json.loads(js.read_text())["models"]
+    for title, key, figure, base in (
+        ("Wennberg & Henter 2021", "toeplitz", "r2", "toeplitz_r2"),
+        ("Chen et al. 2023", "locality_symmetry", "locality", "locality"),
+    ):
+        at = out.index(f"{title}, side by side")
+        block = out[at:].split("\n\n")[1].splitlines()
+        assert len(block) == 2 + len(names)
+        for d, line in zip(data, block[2:]):
+            b = d["baselines"]
+            cell = (
+                f"{d[key][figure]:.3f} ({b['random'][base]['mean']:.3f} / "
+                f"{b['shuffled'][base]['mean']:.3f})"
+            )
+            assert line.startswith(f"| {d['name']} | ") and cell in line, line
+    # the figure: a cosine map per model, a line per model in the panels below
+    reports = [
+        probe.report(np.zeros((6, 2)) + np.eye(6, 2), name=n, seeds=1, progress=False)
+        for n in ("a", "b", "c")
+    ]
+    fig = probe.plot_reports(reports)
+    assert sum(len(ax.images) for ax in fig.axes) == 3
+    below = [ax for ax in fig.axes if not ax.images]
+    assert [len(ax.get_lines()) for ax in below] == [3, 3, 3]

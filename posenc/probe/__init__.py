@@ -86,7 +86,7 @@ from .locality import (
     position_attention,
 )
 from .properties import PositionProperties, ToeplitzFit, position_properties, toeplitz_fit
-from .report import EXTRAS, PUBLISHED, ProbeReport, PublishedRow, report
+from .report import EXTRAS, PUBLISHED, ProbeReport, PublishedRow, plot_reports, report
 from .report import _plot_format as _plot_format
 from .rope_usage import (
     RopeActivationUsage,
@@ -125,6 +125,7 @@ __all__ = [
     "layer_position_probe",
     "logit_decomposition",
     "paper_rows",
+    "plot_reports",
     "position_attention",
     "position_properties",
     "relative_order_classification",

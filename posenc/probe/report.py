@@ -708,6 +708,81 @@ def _run_seeds(
     return absolute, order
 
 
+def plot_reports(
+    reports: Iterable[ProbeReport], path: Optional[PathLike] = None, *, dpi: float = 110
+) -> Any:
+    """Several reports in one figure: a cosine map per table (top row), and
+    below one panel per analysis with a line per table: informativeness, the
+    absolute probe's predictions (first seed), and, where every report has
+    it, the mean position attention per offset.
+
+    Parameters
+    ----------
+    reports : iterable of ProbeReport
+        At least one.
+    path, dpi
+        As :meth:`ProbeReport.plot`.
+
+    Returns
+    -------
+    path, or matplotlib.figure.Figure without one
+
+    Examples
+    --------
+    >>> from posenc.probe import plot_reports, report
+    >>> tables = {"sinusoid": posenc.sinusoid(32, 16, dtype="float64"),
+    ...           "noise": np.random.default_rng(0).normal(size=(32, 16))}
+    >>> reports = [report(E, name=n, seeds=1, progress=False, baselines=False)
+    ...            for n, E in tables.items()]
+    >>> fig = plot_reports(reports)
+    >>> sum(len(ax.images) for ax in fig.axes)  # a cosine map per table
+    2
+    """
+    reports = list(reports)
+    if not reports or not all(isinstance(r, ProbeReport) for r in reports):
+        raise TypeError("reports must be a non-empty sequence of ProbeReport")
+    locality = all(r.locality is not None for r in reports)
+    columns = max(len(reports), 3 if locality else 2)
+
+    def draw(fig: Any) -> None:
+        grid = fig.add_gridspec(2, columns)
+        for k, r in enumerate(reports):
+            ax = fig.add_subplot(grid[0, k])
+            n = r.shape[0]
+            step = -(-n // _HEATMAP_POSITIONS)
+            ax.imshow(
+                r.cosine[::step, ::step],
+                cmap="RdBu_r",
+                vmin=-1,
+                vmax=1,
+                extent=(-0.5, n - 0.5, n - 0.5, -0.5),
+            )
+            ax.set_title(f"{r.name}: cosine", fontsize=9)
+        ax = fig.add_subplot(grid[1, 0])
+        for r in reports:
+            share = r.informativeness.cumulative_share
+            ax.plot(np.arange(1, len(share) + 1), share, label=r.name)
+        ax.set_xscale("log")
+        ax.set_title("informativeness (cumulative share)", fontsize=9)
+        ax.legend(fontsize=7)
+        ax = fig.add_subplot(grid[1, 1])
+        for r in reports:
+            n = r.shape[0]
+            ax.plot(np.arange(n), r.absolute[0].predictions, label=r.name, linewidth=0.8)
+        ax.set_title("absolute probe: predicted position (seed 0)", fontsize=9)
+        ax.set_xlabel("position")
+        ax.legend(fontsize=7)
+        if locality:
+            ax = fig.add_subplot(grid[1, 2])
+            for r in reports:
+                loc: Any = r.locality
+                ax.plot(loc.offsets, loc.mean_by_offset, label=r.name)
+            ax.set_title("position attention: mean weight per offset", fontsize=9)
+            ax.legend(fontsize=7)
+
+    return _figure(path, dpi, (4 * columns, 8), draw)
+
+
 #: The analyses :func:`report` runs beside the paper's probes, by default all:
 #: Wang et al.'s properties, the Toeplitz share of the Gram matrix, Chen et
 #: al.'s locality and symmetry of the position attention.
