@@ -46,10 +46,18 @@ waits at most --timeout seconds for the server (default: HF_HUB_ETAG_TIMEOUT
 and HF_HUB_DOWNLOAD_TIMEOUT, else 10), each model's load takes at most
 --deadline seconds (default: POSENC_HUB_DEADLINE, else 120), and a table
 declared larger than POSENC_HUB_MAX_BYTES (default 256 MiB) is refused before
-it is fetched.  GPT-2, BERT and
-RoBERTa tables are probed as Wang & Chen did (512 positions: GPT-2 cut to its
-first 512 rows, RoBERTa's two padding-offset rows dropped), and several names
-give one table of the paper's figures side by side with posenc's.
+it is fetched.  The rows probed are the model's positions, by its config.json
+(a Hub NAME, a model directory, or a file with one beside it): RoBERTa's
+family (XLM-R, CamemBERT, ...) from pad_token_id + 1, OPT's and BART's from
+row 2; GPT-2 is cut to the paper's 512 rows (--no-paper-cut keeps all), and
+--rows START:STOP chooses them.  Several names give one table of the paper's
+figures side by side with posenc's, and one table per analysis.
+
+Every figure is printed beside its noise: the same measure on a random table
+with the same row norms and on the table's rows shuffled, over the same seeds
+(--no-baselines skips them).  --split heldout keeps the test positions out of
+training; --regressor chooses the probe family (linear, the paper's; ridge;
+mlp; knn); --folds and --pairs the cross-validation.
 
 --analyses chooses what runs (comma-separated; default: paper):
   paper             Wang & Chen's probes (absolute position, relative order,
@@ -530,7 +538,7 @@ def _run_text_analyses(name, analyses, text, out, entry, skipped=None):
             entry["rope_activations"] = r.to_dict()
 
 
-def _table_extras(table, analyses, entry):
+def _table_extras(table, analyses, entry, seeds=0):
     """The table analyses run without the paper's probes: their sentences."""
     from . import probe
 
@@ -547,6 +555,14 @@ def _table_extras(table, analyses, entry):
         r = probe.attention_locality_symmetry(probe.position_attention(table))
         lines.append(r.summary())
         entry["locality_symmetry"] = r.to_dict()
+    if seeds and lines:
+        from .probe.report import noise_lines
+
+        noise, said = noise_lines(table, [a for a in analyses if a in EXTRAS], seeds)
+        lines = [line for pair in zip(lines, said) for line in pair]  # each under its own
+        entry["baselines"] = {
+            kind: {m: b.to_dict() for m, b in figures.items()} for kind, figures in noise.items()
+        }
     return lines
 
 
@@ -602,7 +618,7 @@ def _probe_names(args, analyses):
             results.append((label, result, paper, note))
             entry.update(result.to_dict())
         elif table is not None:
-            lines = _table_extras(table, analyses, entry)
+            lines = _table_extras(table, analyses, entry, 0 if args.no_baselines else args.seeds)
         else:
             lines = []
         lines = list(lines)
@@ -750,7 +766,7 @@ def _probe_checked(args):
         lines = result.summaries()
         data.update(result.to_dict())
     else:
-        lines = _table_extras(table, analyses, data)
+        lines = _table_extras(table, analyses, data, 0 if args.no_baselines else args.seeds)
     for line in lines:
         print(line)
     if args.plot is not None:

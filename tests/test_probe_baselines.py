@@ -105,3 +105,29 @@ def test_the_guides_baselines_are_measured():
     assert shuffled == round(
         np.mean([probe.toeplitz_fit(_shuffled(S, s) @ _shuffled(S, s).T).r2 for s in range(10)]), 3
     )
+
+
+def test_the_analyses_without_the_probes_print_their_noise_too(tmp_path, capsys):
+    from posenc.__main__ import main
+
+    E = np.cumsum(np.random.default_rng(5).standard_normal((30, 8)), axis=0)
+    npy, js = tmp_path / "e.npy", tmp_path / "e.json"
+    np.save(npy, E)
+    args = ["probe", "--source", str(npy), "--analyses", "toeplitz,locality", "--seeds", "2"]
+    assert main([*args, "--json", str(js)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    data = json.loads(js.read_text())["baselines"]
+    for kind, make in (("random", _random_like), ("shuffled", _shuffled)):
+        for seed in (0, 1):
+            T = make(E, seed)
+            A = probe.position_attention(T)
+            assert data[kind]["locality"]["per_seed"][seed] == pytest.approx(
+                _locality(A), rel=1e-12
+            )
+            assert data[kind]["toeplitz_r2"]["per_seed"][seed] == pytest.approx(
+                _toeplitz_r2(T @ T.T), rel=1e-9
+            )
+    at = next(i for i, x in enumerate(out) if x.startswith("Wennberg & Henter 2021"))
+    assert out[at + 1].startswith("  noise (same measure, seeds 0-1): random table")
+    assert main([*args, "--no-baselines"]) == 0
+    assert "noise" not in capsys.readouterr().out

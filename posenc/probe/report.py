@@ -945,6 +945,14 @@ def _measures(
         "rank_90": float(info.rank_for(0.9)),
         "rank_99": float(info.rank_for(0.99)),
     }
+    out.update(_extra_measures(table, extras))
+    return out
+
+
+def _extra_measures(table: np.ndarray, extras: Tuple[str, ...]) -> Dict[str, float]:
+    """The figures of the analyses `extras` of `table`, by name (no seed: they
+    are deterministic)."""
+    out: Dict[str, float] = {}
     if "properties" in extras:
         props = position_properties(table)
         out.update({m: float(getattr(props, m)) for m in _PROPERTY_MEASURES})
@@ -955,3 +963,34 @@ def _measures(
         out["locality"] = loc.locality
         out["attention_symmetry"] = loc.symmetry
     return out
+
+
+def noise_lines(
+    table: ArrayLike, extras: Iterable[str], seeds: int
+) -> Tuple[Dict[str, Dict[str, Any]], List[str]]:
+    """The baselines of the analyses `extras` alone (without the probes), for
+    seeds ``0 .. seeds-1``: ``({kind: {measure: Baseline}}, lines)``, a line
+    per analysis as :meth:`ProbeReport.summaries` prints them."""
+    from .baselines import measure_baselines
+
+    chosen = _extras(list(extras))
+    checked = _table(table, min_rows=5, max_rows=MAX_POSITIONS)
+    seeds = v.integer(seeds, "seeds", minimum=1)
+    noise = measure_baselines(checked, range(seeds), lambda t, _: _extra_measures(t, chosen))
+    shell = ProbeReport(
+        name="",
+        shape=(int(checked.shape[0]), int(checked.shape[1])),
+        absolute=tuple(
+            AbsolutePositionResult(0.0, np.zeros(1), np.zeros(1), s) for s in range(seeds)
+        ),
+        order=(RelativeOrderResult(0.0, np.zeros(1), np.zeros((1, 2), np.int64), 0),),
+        cosine=np.zeros((1, 1)),
+        informativeness=Informativeness(np.ones(1), np.ones(1), False),
+        baselines=noise,
+    )
+    groups = {
+        "properties": _PROPERTY_MEASURES,
+        "toeplitz": ("toeplitz_r2",),
+        "locality": ("locality", "attention_symmetry"),
+    }
+    return noise, [line for e in chosen for line in shell._noise(groups[e])]
