@@ -976,3 +976,30 @@ def test_cli_several_models_give_one_plot_and_a_table_per_analysis(hub, models, 
     assert sum(len(ax.images) for ax in fig.axes) == 3
     below = [ax for ax in fig.axes if not ax.images]
     assert [len(ax.get_lines()) for ax in below] == [3, 3, 3]
+
+
+def test_cli_no_paper_cut_probes_all_of_gpt2s_rows(hub, models, capsys, tmp_path):
+    js = tmp_path / "g.json"
+    assert (
+        main(
+            [
+                "probe",
+                "gpt2",
+                "--no-paper-cut",
+                "--seeds",
+                "1",
+                "--no-progress",
+                "--no-baselines",
+                "--json",
+                str(js),
+            ]
+        )
+        == 0
+    )
+    out = capsys.readouterr().out
+    data = json.loads(js.read_text())
+    assert data["n_positions"] == 520 and data["paper_cut"] is False
+    assert "all 520 rows probed" in out.splitlines()[0]
+    table = models["gpt2"][1].transformer.wpe.weight.detach().numpy()
+    r = probe.report(table, seeds=1, progress=False, baselines=False)
+    assert data["absolute_position"]["mae"] == r.mae
