@@ -48,10 +48,18 @@ waits at most --timeout seconds for the server (default: HF_HUB_ETAG_TIMEOUT
 and HF_HUB_DOWNLOAD_TIMEOUT, else 10), each model's load takes at most
 --deadline seconds (default: POSENC_HUB_DEADLINE, else 120), and a table
 declared larger than POSENC_HUB_MAX_BYTES (default 256 MiB) is refused before
-it is fetched.  GPT-2, BERT and
-RoBERTa tables are probed as Wang & Chen did (512 positions: GPT-2 cut to its
-first 512 rows, RoBERTa's two padding-offset rows dropped), and several names
-give one table of the paper's figures side by side with posenc's.
+it is fetched.  The rows probed are the model's positions, by its config.json
+(a Hub NAME, a model directory, or a file with one beside it): RoBERTa's
+family (XLM-R, CamemBERT, ...) from pad_token_id + 1, OPT's and BART's from
+row 2; GPT-2 is cut to the paper's 512 rows (--no-paper-cut keeps all), and
+--rows START:STOP chooses them.  Several names give one table of the paper's
+figures side by side with posenc's, and one table per analysis.
+
+Every figure is printed beside its noise: the same measure on a random table
+with the same row norms and on the table's rows shuffled, over the same seeds
+(--no-baselines skips them).  --split heldout keeps the test positions out of
+training; --regressor chooses the probe family (linear, the paper's; ridge;
+mlp; knn); --folds and --pairs the cross-validation.
 
 --analyses chooses what runs (comma-separated; default: paper):
   paper             Wang & Chen's probes (absolute position, relative order,
@@ -165,6 +173,44 @@ def _build_parser():
     probe.add_argument(
         "--no-progress", action="store_true", help="no progress bar on stderr while probing"
     )
+    probe.add_argument(
+        "--rows",
+        metavar="START:STOP",
+        help="the table rows to probe (default: those the model's config makes positions: "
+        "RoBERTa's family from pad_token_id + 1, OPT's and BART's from 2, GPT-2 cut to 512)",
+    )
+    probe.add_argument(
+        "--no-paper-cut",
+        action="store_true",
+        help="probe all of GPT-2's rows, not the paper's first 512",
+    )
+    probe.add_argument(
+        "--split",
+        choices=("paper", "heldout"),
+        default="paper",
+        help="the probes' folds: the paper's (default), or held-out positions that no "
+        "training row or pair has",
+    )
+    probe.add_argument(
+        "--regressor",
+        choices=("linear", "ridge", "mlp", "knn"),
+        default="linear",
+        help="the probes' family (default: linear, the paper's)",
+    )
+    probe.add_argument(
+        "--folds", type=int, default=5, metavar="K", help="cross-validation folds (default 5)"
+    )
+    probe.add_argument(
+        "--pairs",
+        type=int,
+        metavar="N",
+        help="the order probe's pairs (default: as many as positions)",
+    )
+    probe.add_argument(
+        "--no-baselines",
+        action="store_true",
+        help="do not take each measure on a random and a row-shuffled table beside it",
+    )
     return parser
 
 
@@ -232,17 +278,61 @@ def _check_plot_format(path):
         raise _Failure(f"--plot: {path}: .pgf needs LaTeX; write a .pdf or .svg file instead")
 
 
-def _load_named(name, key):
+def _local_config(path):
+    """The ``config.json`` of a model directory, or beside a file (None if none)."""
+    folder = path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
+    config_path = os.path.join(folder, "config.json")
+    if not os.path.isfile(config_path):
+        return None
+    try:
+        with open(config_path, encoding="utf-8") as f:
+            config = json.load(f)
+    except (OSError, ValueError) as exc:
+        raise _Failure(f"{config_path}: not a readable JSON config ({exc})") from exc
+    return config if isinstance(config, dict) else None
+
+
+def _rows_of(table, config, args):
+    """``(rows, published, note)``: the rows probed, by the model's position
+    rule (or --rows), the GPT-2 cut unless --no-paper-cut, the note said why."""
+    from .probe import hub
+    from .probe.offsets import parse_rows
+
+    rows = None
+    if getattr(args, "rows", None) is not None:
+        try:
+            rows = parse_rows(args.rows)
+        except ValueError as exc:
+            raise _Failure(f"--rows: {exc}") from exc
+    try:
+        out, published, note = hub.paper_rows(
+            table, config, paper_cut=not getattr(args, "no_paper_cut", False), rows=rows
+        )
+    except ValueError as exc:
+        raise _Failure(f"{exc} (--rows START:STOP)") from exc
+    if not note:
+        n = int(table.shape[0])
+        if config is None:
+            note = f"all {n} rows probed (no config.json: no offset rule known; --rows to choose)"
+        else:
+            kind = config.get("model_type") if isinstance(config, dict) else None
+            note = f"all {n} rows probed ({kind or 'this model type'}: rows start at position 0)"
+    return out, published, note
+
+
+def _load_named(name, key, args=None):
     """``(table, where, key, published, note, fetched)`` for a NAME: a Hub
-    model (with the paper's rows) or a local path."""
+    model or a local path, its rows those its config makes positions."""
     from . import probe
     from .probe import hub
 
     if not hub.is_hub_name(name):
         loaded, used = probe._load(name, key, max_rows=probe.MAX_POSITIONS)
-        return probe._to_numpy(loaded), name + (f" [{used}]" if used else ""), used, None, "", None
+        rows, published, note = _rows_of(probe._to_numpy(loaded), _local_config(name), args)
+        return rows, name + (f" [{used}]" if used else ""), used, published, note, None
     got = hub.fetch(name, key=key, max_rows=probe.MAX_POSITIONS, paper=True)
-    rows, published, note = hub.paper_rows(got.table, got.model_type)
+    config = {"model_type": got.model_type, "pad_token_id": got.pad_token_id}
+    rows, published, note = _rows_of(got.table, config, args)
     where = f"{got.repo_id}@{got.revision} ({got.commit[:12]}) on the Hub [{got.key}]"
     fetched = "from the cache" if got.from_cache else f"{got.bytes_fetched:,} bytes fetched"
     return rows, f"{where}; {fetched}", got.key, published, note, got
@@ -284,7 +374,8 @@ def _paper_table(results):
     for name, report, paper, note in results:
         row = published.get(paper) if paper else None
         n = report.shape[0]
-        rows = f"{n}" + (f" ({note})" if note else "")
+        shown = note and not note.startswith("all ")  # rows dropped or cut: said why
+        rows = f"{n}" + (f" ({note})" if shown else "")
         lines.append(
             f"| {name} | {rows} | {report.mae:.2f} ± {report.mae_std:.2f} | "
             f"{100 * report.error_rate:.2f}% ± {100 * report.error_rate_std:.2f}% | "
@@ -398,6 +489,7 @@ def _language_model(name):
 
     transformers = _require("transformers", "--analyses with --text")
     _require("torch", "--analyses with --text")
+    _check_tokenizer_files(name)
     tokenizer = transformers.AutoTokenizer.from_pretrained(name)
     config = transformers.AutoConfig.from_pretrained(name)
     archs = tuple(getattr(config, "architectures", None) or ())
@@ -408,6 +500,48 @@ def _language_model(name):
     auto = transformers.AutoModelForMaskedLM if masked else transformers.AutoModelForCausalLM
     model = auto.from_pretrained(name).eval()
     return model, tokenizer, (tokenizer.mask_token_id if masked else None)
+
+
+#: The files one of which a model's tokenizer is read from.
+_TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "vocab.json",
+    "vocab.txt",
+    "merges.txt",
+    "spiece.model",
+    "tokenizer.model",
+    "sentencepiece.bpe.model",
+)
+
+
+def _check_tokenizer_files(name):
+    """A NAME whose folder or repository has no tokenizer file is refused
+    (transformers would make a tokenizer of special tokens only)."""
+    from .probe import hub
+
+    if hub.is_hub_name(name):
+        try:
+            hf = hub._hub()
+            endpoint, _, offline = hub._settings(hf)
+            if offline:
+                return  # transformers reads its cache, and says what it lacks
+            repo_id, revision = hub._split(name)
+            info = hf.HfApi(endpoint=endpoint).model_info(repo_id, revision=revision)
+            if info.siblings is None:
+                return  # no file list: transformers says what it lacks
+            files = [f.rfilename for f in info.siblings]
+        except Exception:  # noqa: BLE001 - transformers then reports what it finds
+            return
+    elif os.path.isdir(name):
+        files = os.listdir(name)
+    else:
+        return
+    if not any(os.path.basename(f) in _TOKENIZER_FILES for f in files):
+        raise _Failure(
+            f"--text: {name} has no tokenizer files ({', '.join(_TOKENIZER_FILES[:4])}, ...), "
+            "so its text cannot be tokenized; give a model saved with its tokenizer"
+        )
 
 
 def _token_ids(tokenizer, text, limit):
@@ -422,7 +556,7 @@ def _run_text_analyses(name, analyses, text, out, entry, skipped=None):
     that does not apply to the model (rope_activations of a model without
     RoPE) is recorded there instead of stopping the run."""
     from . import probe
-    from .probe.forward import _max_positions
+    from .probe.forward import _max_positions, _most_tokens
 
     model, tokenizer, mask = _language_model(name)
     table = _max_positions(model)  # XLNet's max_position_embeddings is -1: no table
@@ -435,12 +569,15 @@ def _run_text_analyses(name, analyses, text, out, entry, skipped=None):
         out.append(f"Position through the layers (absolute MAE, layer 0 = embeddings): {maes}.")
         entry["layer_probe"] = r.to_dict()
     if "skip_perplexity" in analyses:
-        table = _max_positions(model)
-        short = ids if table is None else ids[: (table - 1) // max(_KS) + 1]
+        most = _most_tokens(model, max(_KS))
+        short = ids if most is None else ids[:most]
         r = probe.skip_position_perplexity(model, short, ks=_KS, mask_token_id=mask)
         what = "pseudo-perplexity" if r.pseudo else "perplexity"
         figures = ", ".join(f"k={k}: {p:.3f}" for k, p in r.perplexity.items())
-        out.append(f"Skip-position attack ({what}, {r.n_tokens} tokens, ids i*k): {figures}.")
+        ids_text = f"{r.first_id} + i*k" if r.first_id else "i*k"
+        out.append(
+            f"Skip-position attack ({what}, {r.n_tokens} tokens, ids {ids_text}): {figures}."
+        )
         entry["skip_perplexity"] = r.to_dict()
     many = ("rope_activations", "rope_logits", "relative_share")
     if any(a in analyses for a in many):
@@ -502,7 +639,7 @@ def _paragraph_ids(tokenizer, text, limit):
     return texts
 
 
-def _table_extras(table, analyses, entry):
+def _table_extras(table, analyses, entry, seeds=0):
     """The table analyses run without the paper's probes: their sentences."""
     from . import probe
 
@@ -519,6 +656,14 @@ def _table_extras(table, analyses, entry):
         r = probe.attention_locality_symmetry(probe.position_attention(table))
         lines.append(r.summary())
         entry["locality_symmetry"] = r.to_dict()
+    if seeds and lines:
+        from .probe.report import noise_lines
+
+        noise, said = noise_lines(table, [a for a in analyses if a in EXTRAS], seeds)
+        lines = [line for pair in zip(lines, said) for line in pair]  # each under its own
+        entry["baselines"] = {
+            kind: {m: b.to_dict() for m, b in figures.items()} for kind, figures in noise.items()
+        }
     return lines
 
 
@@ -527,8 +672,8 @@ def _probe_names(args, analyses):
 
     if args.source is not None:
         raise _Failure("give either NAME ... or --source, not both")
-    if len(args.names) > 1 and (args.plot is not None or args.name is not None):
-        raise _Failure("--plot and --name take one NAME; probe the models one at a time")
+    if len(args.names) > 1 and args.name is not None:
+        raise _Failure("--name takes one NAME; probe the models one at a time")
     _check_outputs(args, [name for name in args.names if os.path.exists(name)])
     text = _read_text(args.text) if args.text is not None else None
     tables = any(a in _TABLE_ANALYSES for a in analyses)
@@ -539,7 +684,7 @@ def _probe_names(args, analyses):
         table, where, key, paper, note = None, name, None, None, ""
         if tables:
             try:
-                table, where, key, paper, note, got = _load_named(name, args.key)
+                table, where, key, paper, note, got = _load_named(name, args.key, args)
                 table = probe._table(
                     table, f"the table in {where}", min_rows=5, max_rows=probe.MAX_POSITIONS
                 )
@@ -560,14 +705,19 @@ def _probe_names(args, analyses):
         print()
         if "paper" in analyses and table is not None:
             result = probe.report(
-                table, name=label, seeds=args.seeds, progress=not args.no_progress, extras=extras
+                table,
+                name=label,
+                seeds=args.seeds,
+                progress=not args.no_progress,
+                extras=extras,
+                **_protocol(args),
             )
             print(result.to_markdown(published=False))
             lines = result.summaries()
             results.append((label, result, paper, note))
             entry.update(result.to_dict())
         elif table is not None:
-            lines = _table_extras(table, analyses, entry)
+            lines = _table_extras(table, analyses, entry, 0 if args.no_baselines else args.seeds)
         else:
             lines = []
         lines = list(lines)
@@ -604,6 +754,7 @@ def _probe_names(args, analyses):
             print(line)
         print()
         entry.update(source=name, key=key, published_row=paper, rows_note=note)
+        entry.update(rows=args.rows, paper_cut=not args.no_paper_cut)
         if got is not None:
             entry.update(
                 repo_id=got.repo_id,
@@ -619,10 +770,16 @@ def _probe_names(args, analyses):
         print("Wang & Chen (2020), Tables 1 and 2, beside posenc:")
         print()
         print(_paper_table(results))
+        for table in _side_by_side([r for _, r, _, _ in results]):
+            print()
+            print(table)
     if args.plot is not None:
         if not results:
             raise _Failure(f"--plot: {args.names[0]} has no position table to draw; not written")
-        results[0][1].plot(args.plot)
+        if len(results) == 1:
+            results[0][1].plot(args.plot)
+        else:
+            probe.plot_reports([r for _, r, _, _ in results], args.plot)
         print(f"\nplot written to {args.plot}")
     if args.json is not None:
         with open(args.json, "w", encoding="utf-8") as f:
@@ -695,8 +852,8 @@ def _probe_checked(args):
     try:
         if args.source is not None:
             loaded, key = probe._load(args.source, args.key, max_rows=probe.MAX_POSITIONS)
-            table = probe._to_numpy(loaded)
-            where = args.source + (f" [{key}]" if key else "")
+            table, _, note = _rows_of(probe._to_numpy(loaded), _local_config(args.source), args)
+            where = args.source + (f" [{key}]" if key else "") + f"; {note}"
             name = args.name or os.path.basename(os.path.normpath(args.source))
         table = probe._table(
             table, f"the table in {where}", min_rows=5, max_rows=probe.MAX_POSITIONS
@@ -710,13 +867,18 @@ def _probe_checked(args):
     if "paper" in analyses:
         extras = tuple(a for a in analyses if a in EXTRAS)
         result = probe.report(
-            table, name=name, seeds=args.seeds, progress=not args.no_progress, extras=extras
+            table,
+            name=name,
+            seeds=args.seeds,
+            progress=not args.no_progress,
+            extras=extras,
+            **_protocol(args),
         )
         print(result.to_markdown())
         lines = result.summaries()
         data.update(result.to_dict())
     else:
-        lines = _table_extras(table, analyses, data)
+        lines = _table_extras(table, analyses, data, 0 if args.no_baselines else args.seeds)
     for line in lines:
         print(line)
     if args.plot is not None:
@@ -730,6 +892,72 @@ def _probe_checked(args):
             f.write("\n")
         print(f"figures written to {args.json}")
     return 0
+
+
+#: The figures of each analysis set side by side, by (title, measure, attribute path).
+_SIDE_BY_SIDE = (
+    (
+        "Wang et al. 2021 properties",
+        "properties",
+        (
+            ("monotonicity forward", "monotonicity_forward"),
+            ("monotonicity backward", "monotonicity_backward"),
+            ("translation invariance", "translation_invariance"),
+            ("symmetry", "symmetry"),
+        ),
+    ),
+    ("Wennberg & Henter 2021", "toeplitz", (("Toeplitz R²", "r2"),)),
+    (
+        "Chen et al. 2023",
+        "locality",
+        (("locality", "locality"), ("symmetry", "symmetry")),
+    ),
+)
+_BASELINE_NAMES = {
+    ("properties", "symmetry"): "symmetry",
+    ("toeplitz", "r2"): "toeplitz_r2",
+    ("locality", "locality"): "locality",
+    ("locality", "symmetry"): "attention_symmetry",
+}
+
+
+def _side_by_side(reports):
+    """One Markdown table per analysis of several reports: a row a model, each
+    figure beside its noise (random table; rows shuffled) where measured."""
+    if len(reports) < 2:
+        return []
+    tables = []
+    for title, attr, figures in _SIDE_BY_SIDE:
+        if not all(getattr(r, attr) is not None for r in reports):
+            continue
+        head = " | ".join(label for label, _ in figures)
+        lines = [f"{title}, side by side (noise: random table / rows shuffled):", ""]
+        lines.append(f"| model | {head} |")
+        lines.append("|---|" + "---:|" * len(figures))
+        for r in reports:
+            cells = []
+            for _, name in figures:
+                value = float(getattr(getattr(r, attr), name))
+                base = _BASELINE_NAMES.get((attr, name), name)
+                cell = f"{value:.3f}"
+                if r.baselines:
+                    rnd, shf = r.baselines["random"][base], r.baselines["shuffled"][base]
+                    cell += f" ({rnd.mean:.3f} / {shf.mean:.3f})"
+                cells.append(cell)
+            lines.append(f"| {r.name} | " + " | ".join(cells) + " |")
+        tables.append("\n".join(lines))
+    return tables
+
+
+def _protocol(args):
+    """The probes' settings of the command line, as :func:`probe.report` takes them."""
+    return {
+        "split": args.split,
+        "regressor": args.regressor,
+        "folds": args.folds,
+        "pairs": args.pairs,
+        "baselines": not args.no_baselines,
+    }
 
 
 def _one_line(exc):

@@ -61,6 +61,56 @@ def models(tmp_path_factory):
             {},
         ),
         "FacebookAI/roberta-base": (lambda: tiny_models.roberta(seed=None), {}),
+        # the families whose tables hold rows that are not positions
+        "org/xlm-r": (
+            lambda: tiny_models._make(
+                "XLMRobertaModel",
+                "XLMRobertaConfig",
+                None,
+                dict(
+                    vocab_size=40, max_position_embeddings=40, pad_token_id=3, **tiny_models.SMALL
+                ),
+            ),
+            {},
+        ),
+        "org/camembert": (
+            lambda: tiny_models._make(
+                "CamembertModel",
+                "CamembertConfig",
+                None,
+                dict(
+                    vocab_size=40, max_position_embeddings=30, pad_token_id=1, **tiny_models.SMALL
+                ),
+            ),
+            {},
+        ),
+        "org/opt": (
+            lambda: tiny_models._make(
+                "OPTModel",
+                "OPTConfig",
+                None,
+                dict(
+                    vocab_size=40,
+                    hidden_size=16,
+                    num_hidden_layers=1,
+                    ffn_dim=32,
+                    num_attention_heads=2,
+                    max_position_embeddings=24,
+                    word_embed_proj_dim=16,
+                ),
+            ),
+            {},
+        ),
+        "org/bart": (lambda: tiny_models.bart(seed=None), {}),
+        "org/t5": (
+            lambda: tiny_models._make(
+                "T5ForConditionalGeneration",
+                "T5Config",
+                None,
+                dict(vocab_size=40, d_model=16, d_kv=8, d_ff=32, num_layers=1, num_heads=2),
+            ),
+            {},
+        ),
         "org/tiny-llama": (
             lambda: tiny_models.llama(seed=None, **tiny_models.SMALL, num_key_value_heads=2),
             {},
@@ -319,13 +369,94 @@ def test_paper_rows_follow_the_papers_protocol():
     rows, published, note = probe.paper_rows(E, "gpt2")
     np.testing.assert_array_equal(rows, E[:512])
     assert published == "GPT-2" and "cut to 512 of 1030 rows" in note
-    rows, published, note = probe.paper_rows(E[:514], "roberta")
+    rows, published, note = probe.paper_rows(E, "gpt2", paper_cut=False)
+    assert rows.shape == (1030, 2) and published == "GPT-2" and note == ""
+    rows, published, note = probe.paper_rows(E[:514], {"model_type": "roberta", "pad_token_id": 1})
     np.testing.assert_array_equal(rows, E[2:514])
-    assert published == "RoBERTa" and note == "first 2 rows (padding offset) dropped"
+    assert published == "RoBERTa" and note.startswith("first 2 rows dropped")
     rows, published, note = probe.paper_rows(E[:512], "bert")
     assert rows.shape == (512, 2) and published == "BERT" and note == ""
     rows, published, note = probe.paper_rows(E, "llama")
-    assert rows is E and published is None
+    np.testing.assert_array_equal(rows, E)
+    assert published is None
+    rows, _, note = probe.paper_rows(E, "gpt2", rows=slice(3, 10))
+    np.testing.assert_array_equal(rows, E[3:10])
+    assert note == "rows 3:10 of 1030 (as asked)"
+    with pytest.raises(ValueError, match="pad_token_id=None"):
+        probe.paper_rows(E, "roberta")
+
+
+def _position_weight(model):
+    """The learned position table of a transformers model, by its own module."""
+    for name, module in model.named_modules():
+        if name.endswith(("position_embeddings", "embed_positions")) and hasattr(module, "weight"):
+            return module.weight.detach().numpy()
+    raise AssertionError("no position table")
+
+
+def _first_position_row(model):
+    """The table row the model's own forward reads for position 0 (a witness
+    independent of posenc's rule): the row whose removal changes the output
+    of a forward pass of one token."""
+    torch = require("torch")
+    table = _position_weight(model)
+    module = next(
+        m
+        for n, m in model.named_modules()
+        if n.endswith(("position_embeddings", "embed_positions")) and hasattr(m, "weight")
+    )
+    seen = []
+    hook = module.register_forward_hook(lambda m, args, out: seen.append(out.detach()))
+    with torch.no_grad():
+        ids = torch.tensor([[5, 6, 7]])
+        if model.config.model_type == "bart":
+            model(input_ids=ids, decoder_input_ids=ids)
+        else:
+            model(input_ids=ids)
+    hook.remove()
+    first = seen[0].reshape(-1, table.shape[1])[0].numpy()
+    return int(np.flatnonzero((table == first).all(axis=1))[0])
+
+
+@pytest.mark.parametrize(
+    "name, first",
+    [
+        ("FacebookAI/roberta-base", 2),
+        ("org/xlm-r", 4),
+        ("org/camembert", 2),
+        ("org/opt", 2),
+        ("org/bart", 2),
+        ("bert-base-uncased", 0),
+    ],
+)
+def test_rows_before_the_first_position_are_dropped_from_the_hub_and_folders(
+    hub, models, tmp_path, capsys, name, first
+):
+    model = models[name][1]
+    assert _first_position_row(model) == first  # the model's own forward
+    table = _position_weight(model)
+    folder = tmp_path / "local"
+    folder.mkdir()
+    for f, data in models[name][0].items():
+        (folder / f).write_bytes(data)
+    for source in (name, str(folder), str(folder / "model.safetensors")):
+        args = [source] if source == name or source == str(folder) else ["--source", source]
+        if name == "org/bart":
+            args += ["--key", "encoder.embed_positions.weight"]
+        js = tmp_path / "out.json"
+        assert main(["probe", *args, "--seeds", "1", "--no-progress", "--json", str(js)]) == 0
+        out = capsys.readouterr().out
+        data = json.loads(js.read_text())
+        assert data["n_positions"] == len(table) - first, (source, out)
+        header = out.splitlines()[0]
+        assert (f"first {first} rows dropped" in header) == (first > 0), header
+        r = probe.report(table[first:], seeds=1, progress=False)
+        assert data["absolute_position"]["mae"] == r.mae
+    # overridden by --rows
+    key = ["--key", "encoder.embed_positions.weight"] if name == "org/bart" else []
+    assert main(["probe", name, *key, "--rows", "0:", "--seeds", "1", "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert f"rows 0:{len(table)} of {len(table)} (as asked)" in out.splitlines()[0]
 
 
 def test_cli_prints_the_papers_table_for_the_emulated_models(hub, models, capsys, tmp_path):
@@ -349,7 +480,7 @@ def test_cli_prints_the_papers_table_for_the_emulated_models(hub, models, capsys
             f"| {r.mae:.2f} ± {r.mae_std:.2f} | "
             f"{100 * r.error_rate:.2f}% ± {100 * r.error_rate_std:.2f}% {paper}"
         ), line
-    assert "cut to 512 of 520 rows" in out and "first 2 rows (padding offset) dropped" in out
+    assert "cut to 512 of 520 rows" in out and "first 2 rows dropped (roberta" in out
     data = json.loads(js.read_text())["models"]
     assert [d["published_row"] for d in data] == ["GPT-2", "BERT", "RoBERTa"]
     assert data[0]["n_positions"] == 512 and data[2]["n_positions"] == 64
@@ -808,3 +939,95 @@ def test_bad_limits_are_refused_naming_the_argument(tmp_path):
         4,
         2,
     )
+
+
+# ---------------------------------------------------------------- what each model is told
+
+
+def test_a_rope_model_without_a_table_is_told_of_rope_usage(hub, capsys):
+    assert main(["probe", "org/tiny-llama", "--seeds", "1", "--no-progress"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(PREFIX) and err.count("\n") == 1
+    assert "--analyses rope_usage" in err and "q_proj" in err
+    # and the analysis named works on it
+    assert main(["probe", "org/tiny-llama", "--analyses", "rope_usage"]) == 0
+
+
+def test_a_t5_model_is_told_its_positions_are_relative_biases(hub, capsys):
+    assert main(["probe", "org/t5", "--analyses", "all", "--seeds", "1", "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    table = next(x for x in out.splitlines() if x.startswith("table analyses: skipped"))
+    usage = next(x for x in out.splitlines() if x.startswith("rope_usage: skipped"))
+    for line in (table, usage):
+        assert "T5-style model" in line and "relative attention biases" in line, line
+    assert "fused" not in usage
+
+
+def test_a_repo_without_tokenizer_files_is_told_so(hub, capsys, tmp_path):
+    text = tmp_path / "t.txt"
+    text.write_text("a text of a good many words, more than five tokens in any tokenizer")
+    code = main(["probe", "gpt2", "--analyses", "layer_probe", "--text", str(text)])
+    err = capsys.readouterr().err
+    assert code == 1 and err.startswith(PREFIX)
+    assert "gpt2 has no tokenizer files" in err and "tokens;" not in err
+
+
+def test_cli_several_models_give_one_plot_and_a_table_per_analysis(hub, models, capsys, tmp_path):
+    names = ["gpt2", "bert-base-uncased", "FacebookAI/roberta-base"]
+    png, js = tmp_path / "all.png", tmp_path / "all.json"
+    analyses = "paper,properties,toeplitz,locality"
+    args = ["probe", *names, "--analyses", analyses, "--seeds", "1", "--no-progress"]
+    assert main([*args, "--plot", str(png), "--json", str(js)]) == 0
+    out = capsys.readouterr().out
+    assert png.read_bytes().startswith(b"\x89PNG")
+    data = json.loads(js.read_text())["models"]
+    for title, key, figure, base in (
+        ("Wennberg & Henter 2021", "toeplitz", "r2", "toeplitz_r2"),
+        ("Chen et al. 2023", "locality_symmetry", "locality", "locality"),
+    ):
+        at = out.index(f"{title}, side by side")
+        block = out[at:].split("\n\n")[1].splitlines()
+        assert len(block) == 2 + len(names)
+        for d, line in zip(data, block[2:]):
+            b = d["baselines"]
+            cell = (
+                f"{d[key][figure]:.3f} ({b['random'][base]['mean']:.3f} / "
+                f"{b['shuffled'][base]['mean']:.3f})"
+            )
+            assert line.startswith(f"| {d['name']} | ") and cell in line, line
+    # the figure: a cosine map per model, a line per model in the panels below
+    reports = [
+        probe.report(np.zeros((6, 2)) + np.eye(6, 2), name=n, seeds=1, progress=False)
+        for n in ("a", "b", "c")
+    ]
+    fig = probe.plot_reports(reports)
+    assert sum(len(ax.images) for ax in fig.axes) == 3
+    below = [ax for ax in fig.axes if not ax.images]
+    assert [len(ax.get_lines()) for ax in below] == [3, 3, 3]
+
+
+def test_cli_no_paper_cut_probes_all_of_gpt2s_rows(hub, models, capsys, tmp_path):
+    js = tmp_path / "g.json"
+    assert (
+        main(
+            [
+                "probe",
+                "gpt2",
+                "--no-paper-cut",
+                "--seeds",
+                "1",
+                "--no-progress",
+                "--no-baselines",
+                "--json",
+                str(js),
+            ]
+        )
+        == 0
+    )
+    out = capsys.readouterr().out
+    data = json.loads(js.read_text())
+    assert data["n_positions"] == 520 and data["paper_cut"] is False
+    assert "all 520 rows probed" in out.splitlines()[0]
+    table = models["gpt2"][1].transformer.wpe.weight.detach().numpy()
+    r = probe.report(table, seeds=1, progress=False, baselines=False)
+    assert data["absolute_position"]["mae"] == r.mae

@@ -38,12 +38,12 @@ def table():
 
 @pytest.fixture(scope="module")
 def unnamed(table):
-    return probe.report(table, seeds=SEEDS, progress=False)
+    return probe.report(table, seeds=SEEDS, progress=False, baselines=False)
 
 
 @pytest.fixture(scope="module")
 def odd(table):
-    return probe.report(table, name=ODD_NAME, seeds=1, progress=False)
+    return probe.report(table, name=ODD_NAME, seeds=1, progress=False, baselines=False)
 
 
 def expected_cells(E, name, seeds):
@@ -115,7 +115,7 @@ def test_a_report_without_a_name_calls_the_table_embedding(unnamed, table):
     assert unnamed.name == "embedding"
     assert unnamed.to_markdown().splitlines()[2].startswith("| embedding (posenc, seeds 0-2) |")
     assert str(unnamed).startswith("embedding: absolute MAE ")
-    named_none = probe.report(table, name=None, seeds=1, progress=False)
+    named_none = probe.report(table, name=None, seeds=1, progress=False, baselines=False)
     assert named_none.name == "embedding"
 
 
@@ -132,9 +132,9 @@ def test_the_html_table_holds_the_figures_of_the_protocol_and_the_paper(unnamed,
     assert parsed.rows == expected_cells(table, "embedding", SEEDS)
     n90, n99 = ranks(table)
     assert parsed.paragraphs == [
-        f"{N} positions x {D} dims; linear probes, 5-fold cross-validation, mean ± std over "
-        f"{SEEDS} seeds. Informativeness: 90% of sum(s**2) in the top {n90} components, "
-        f"99% in {n99}."
+        f"{N} positions x {D} dims; linear probes, 5-fold cross-validation (the paper's split), "
+        f"mean ± std over {SEEDS} seeds. Informativeness: 90% of sum(s**2) in the top {n90} "
+        f"components, 99% in {n99}."
     ]
     assert unnamed.to_html() == unnamed._repr_html_()
 
@@ -168,7 +168,7 @@ def test_to_markdown_keeps_the_name_as_it_is_but_for_the_cell_separator(odd, tab
     rows = Tables(render_markdown(text)).rows
     assert [len(r) for r in rows] == [3] * (2 + len(PAPER))  # the "|" did not split the cell
     assert rows[2:] == expected_cells(table, ODD_NAME, 1)[2:]
-    line_break = probe.report(table, name="a\nb", seeds=1, progress=False)
+    line_break = probe.report(table, name="a\nb", seeds=1, progress=False, baselines=False)
     assert line_break.to_markdown().splitlines()[2].startswith("| a b (posenc, seed 0) |")
 
 

@@ -457,9 +457,14 @@ def test_report_plot_of_a_tall_table_draws_every_kth_position_of_the_heatmap(tmp
     assert shown == [(700, 700)]  # every 3rd of 2100 positions: at most 1024 a side
 
 
-def test_report_draws_a_progress_bar_on_stderr_while_the_seeds_run(capsys):
+def test_report_draws_a_progress_bar_on_stderr_while_the_seeds_run(capsys, monkeypatch):
+    import importlib
+
     E = posenc.sinusoid(30, 8, dtype="float64")
-    probe.report(E, name="tiny", seeds=3)
+    probe.report(E, name="tiny", seeds=3, baselines=False)
+    assert capsys.readouterr().err == ""  # stderr is not a terminal: no bar in a log
+    monkeypatch.setattr(importlib.import_module("posenc.probe.report"), "_is_terminal", bool)
+    probe.report(E, name="tiny", seeds=3, baselines=False)
     out, err = capsys.readouterr()
     assert out == ""
     assert "probing tiny" in err and "seed 3/3" in err and err.endswith("\n")

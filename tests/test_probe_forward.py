@@ -76,7 +76,7 @@ def test_masked_lm_pseudo_perplexity_matches_a_loop_written_out():
 def test_positions_past_the_table_are_refused_by_name(gpt2):
     from posenc import probe
 
-    with pytest.raises(ValueError, match="input_ids: 20 tokens with k = 4 reach position 76"):
+    with pytest.raises(ValueError, match="input_ids: 20 tokens with k = 4 reach position id 76"):
         probe.skip_position_perplexity(gpt2, np.arange(20) % 30, ks=(1, 4))
     with pytest.raises(ValueError, match="at least 2 tokens"):
         probe.skip_position_perplexity(gpt2, [3])
@@ -158,3 +158,69 @@ def test_rope_activation_usage_leaves_the_model_as_it_was(tmp_path):
     pytest.importorskip("matplotlib")
     assert r.plot(tmp_path / "usage.png").read_bytes().startswith(b"\x89PNG")
     assert torch.is_grad_enabled()
+
+
+def _own_pseudo_perplexity(model, ids, mask, positions=None):
+    """Each token masked in turn, the model run as it runs itself (its own
+    position ids, unless `positions` are given), written out token by token."""
+    import torch
+
+    total = 0.0
+    for i in range(len(ids)):
+        masked = list(ids)
+        masked[i] = mask
+        kwargs = {} if positions is None else {"position_ids": torch.tensor([positions])}
+        with torch.no_grad():
+            logits = model(input_ids=torch.tensor([masked]), **kwargs).logits[0, i]
+        total += float(torch.log_softmax(logits.double(), -1)[ids[i]])
+    return math.exp(-total / len(ids))
+
+
+@pytest.mark.parametrize("pad", [1, 3])
+def test_k_1_is_a_roberta_models_own_pseudo_perplexity(pad):
+    from posenc import probe
+
+    model = tiny_models.roberta("RobertaForMaskedLM", seed=2, pad_token_id=pad)
+    ids = [i for i in IDS if i != pad]
+    r = probe.skip_position_perplexity(model, ids, ks=(1, 2), mask_token_id=0)
+    assert r.first_id == pad + 1
+    assert r.perplexity[1] == pytest.approx(_own_pseudo_perplexity(model, ids, 0), rel=1e-6)
+    # k = 2 counts from the model's first position: pad + 1, pad + 3, ...
+    skipped = [pad + 1 + 2 * i for i in range(len(ids))]
+    assert r.perplexity[2] == pytest.approx(
+        _own_pseudo_perplexity(model, ids, 0, skipped), rel=1e-6
+    )
+    assert f"| {pad + 1} + i * 2 |" in r.to_markdown()
+    # the last id the table holds: pad + 1 + (n - 1) * k < max_position_embeddings
+    most = (66 - 1 - (pad + 1)) // 4 + 1
+    probe.skip_position_perplexity(model, np.arange(most) % 30 + 5, ks=(4,), mask_token_id=0)
+    with pytest.raises(ValueError, match=f"give at most {most} tokens"):
+        probe.skip_position_perplexity(
+            model, np.arange(most + 1) % 30 + 5, ks=(4,), mask_token_id=0
+        )
+
+
+def test_k_1_is_an_opt_models_own_perplexity():
+    import torch
+
+    from posenc import probe
+
+    model = tiny_models._make(
+        "OPTForCausalLM",
+        "OPTConfig",
+        3,
+        dict(
+            vocab_size=40,
+            hidden_size=16,
+            num_hidden_layers=1,
+            ffn_dim=32,
+            num_attention_heads=2,
+            max_position_embeddings=24,
+            word_embed_proj_dim=16,
+        ),
+    )
+    r = probe.skip_position_perplexity(model, IDS, ks=(1,))
+    with torch.no_grad():
+        loss = model(input_ids=torch.tensor([IDS]), labels=torch.tensor([IDS])).loss
+    assert r.first_id == 0
+    assert r.perplexity[1] == pytest.approx(math.exp(float(loss)), rel=1e-6)

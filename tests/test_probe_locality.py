@@ -71,8 +71,40 @@ def test_the_sinusoids_position_attention_is_symmetric_and_matches_the_formula()
     n = 64
     locality = np.mean([sum(A[i, j] / 2 ** abs(i - j) for j in range(n)) for i in range(n)])
     assert r.locality == pytest.approx(locality, rel=1e-12)
-    # as the authors wrote it (no tolerance), rounding noise is scaled up to 1
-    assert probe.attention_locality_symmetry(A, tolerance=0).symmetry < 1
+    # as the authors wrote it (no tolerance): their scaler's figure
+    r0 = probe.attention_locality_symmetry(A, tolerance=0)
+    assert r0.symmetry == pytest.approx(_authors_symmetry(A), rel=1e-12)
+
+
+def _authors_symmetry(A):
+    """The authors' symmetry: each row's left/right differences min-max scaled
+    by scikit-learn's MinMaxScaler, one row at a time."""
+    from sklearn.preprocessing import MinMaxScaler
+
+    n = len(A)
+    scaled = []
+    for i in range(n):
+        k = min(i, n - 1 - i)
+        if k == 0:
+            continue
+        d = np.array([abs(A[i][i - m] - A[i][i + m]) for m in range(1, k + 1)])
+        scaled.extend(MinMaxScaler().fit_transform(d[:, None])[:, 0])
+    return 1 - np.mean(scaled)
+
+
+def test_tolerance_0_is_the_authors_scaling_for_the_float64_sinusoid():
+    require("sklearn")
+    A = probe.position_attention(posenc.sinusoid(512, 768, dtype="float64"))
+    r = probe.attention_locality_symmetry(A, tolerance=0)
+    assert r.symmetry == pytest.approx(_authors_symmetry(A), rel=1e-12)
+    assert round(r.symmetry, 4) == 0.9985
+    # a row whose differences span less than 10 eps is left unscaled, as
+    # MinMaxScaler leaves it; a wider span is scaled to [0, 1]
+    A = np.full((5, 5), 0.2)
+    A[2] = [0.2, 0.2 + 2e-16, 0.2 - 2e-16, 0.2, 0.2]
+    assert probe.attention_locality_symmetry(A, tolerance=0).symmetry == pytest.approx(
+        _authors_symmetry(A), abs=0
+    )
 
 
 def test_position_attention_takes_a_head_and_a_scale():

@@ -189,6 +189,25 @@ def test_toeplitz_plot_and_bad_input(tmp_path):
         fit.plot(np.zeros((5, 5)))
 
 
+def test_toeplitz_plot_colours_by_the_off_diagonal_entries():
+    # a table whose Gram matrix has a diagonal far above the rest, as a
+    # learned table's: the colour range is the off-diagonal 99th percentile
+    pytest.importorskip("matplotlib")
+    E = np.random.default_rng(7).standard_normal((60, 200))
+    M = E @ E.T
+    fit = probe.toeplitz_fit(M)
+    off = sorted(abs(M[i][j]) for i in range(60) for j in range(60) if i != j)
+    position = 0.99 * (len(off) - 1)  # the percentile by linear interpolation
+    low = int(position)
+    expected = off[low] + (position - low) * (off[low + 1] - off[low])
+    fig = fit.plot(M)
+    for ax in fig.axes[:3]:
+        assert ax.images[0].get_clim() == pytest.approx((-expected, expected), rel=1e-12)
+    assert expected < 0.3 * M.diagonal().min()  # the old range, the diagonal's, hid the rest
+    shown = np.abs(M[~np.eye(60, dtype=bool)]) > 0.1 * expected
+    assert shown.mean() > 0.5  # most off-diagonal cells are visibly coloured
+
+
 # ---------------------------------------------------------------- RoPE frequency usage
 
 
@@ -224,3 +243,36 @@ def test_rope_usage_of_a_random_weight_matches_numpy_written_out(tmp_path):
         probe.rope_frequency_usage(W, 5)
     with pytest.raises(ValueError, match="layout"):
         probe.rope_frequency_usage(W, 3, layout="neox")
+
+
+@pytest.mark.parametrize("layers, heads", [(2, 4), (32, 32), (400, 2)])
+def test_rope_usage_heat_maps_stay_within_4096_pixels(layers, heads):
+    pytest.importorskip("matplotlib")
+    from posenc.probe.rope_usage import RopeActivationUsage, RopeFrequencyUsage
+
+    rng = np.random.default_rng(8)
+    usage = RopeFrequencyUsage(
+        rng.random((layers, heads, 4)), 10000.0 ** -(np.arange(4) / 4), "half"
+    )
+    for dpi in (110, 300):
+        fig = usage.plot(dpi=dpi)
+        width, height = fig.get_size_inches() * dpi
+        assert width <= 4096 and height <= 4096
+        drawn = fig.axes[0].images[0].get_array()
+        share = usage.share()
+        if layers * heads <= 192:  # one row per head
+            np.testing.assert_array_equal(drawn, share.reshape(layers * heads, 4))
+        elif layers <= 192:  # one row per layer: the mean over its heads
+            expected = [
+                [np.mean([share[i, h, k] for h in range(heads)]) for k in range(4)]
+                for i in range(layers)
+            ]
+            np.testing.assert_allclose(drawn, expected, rtol=1e-12)
+            assert "mean over its" in fig.axes[0].get_ylabel()
+        else:  # blocks of layers
+            block = -(-layers // 192)
+            expected = [share[i : i + block].mean(axis=(0, 1)) for i in range(0, layers, block)]
+            np.testing.assert_allclose(drawn, expected, rtol=1e-12)
+    both = RopeActivationUsage(usage, usage, 10)
+    width, height = both.plot(dpi=110).get_size_inches() * 110
+    assert width <= 4096 and height <= 4096

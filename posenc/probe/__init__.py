@@ -102,7 +102,7 @@ from .locality import (
 )
 from .properties import PositionProperties, ToeplitzFit, position_properties, toeplitz_fit
 from .relative_share import LogitShare, relative_share
-from .report import EXTRAS, PUBLISHED, ProbeReport, PublishedRow, report
+from .report import EXTRAS, PUBLISHED, ProbeReport, PublishedRow, plot_reports, report
 from .report import _plot_format as _plot_format
 from .rope_usage import (
     RopeActivationUsage,
@@ -149,6 +149,7 @@ __all__ = [
     "logit_decomposition",
     "model_kind",
     "paper_rows",
+    "plot_reports",
     "position_attention",
     "position_properties",
     "relative_order_classification",

@@ -698,9 +698,28 @@ def _choose(keys, key, where):
         )
     raise ValueError(
         f"no position-embedding table found in {where} (looked for keys ending in "
-        f"{', '.join(KNOWN_KEYS)}); name it with key (--key on the command line). "
-        f"Keys seen: {_list_keys(keys)}"
+        f"{', '.join(KNOWN_KEYS)}){_without_table(keys)}; name it with key (--key on the "
+        f"command line). Keys seen: {_list_keys(keys)}"
     )
+
+
+def _without_table(keys):
+    """What a checkpoint without a table holds instead, by its keys: T5's
+    relative biases, or per-layer query projections (a RoPE model's)."""
+    import re
+
+    if any(k.endswith("relative_attention_bias.weight") for k in keys):
+        return (
+            ": it is a T5-style model, whose positions are learned relative attention "
+            "biases (…relative_attention_bias.weight), not a table of absolute positions"
+        )
+    if any(re.search(r"layers\.\d+\.self_attn\.q_proj\.weight$", k) for k in keys):
+        return (
+            ": it has per-layer q_proj weights and no table, as a RoPE model (Llama-like) "
+            "has; if it is one, --analyses rope_usage (probe.rope_frequency_usage_from_checkpoint) "
+            "measures how its heads use the rotary frequencies"
+        )
+    return ""
 
 
 def _load(

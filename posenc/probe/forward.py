@@ -22,18 +22,22 @@ class SkipPerplexity:
     Attributes
     ----------
     perplexity : dict of int to float
-        ``{k: perplexity with position ids 0, k, 2k, ...}``; ``k = 1`` is the
-        model's own perplexity.
+        ``{k: perplexity with position ids s, s + k, s + 2k, ...}``, ``s``
+        the model's own first position id (``padding_idx + 1`` for RoBERTa's
+        family, else 0); ``k = 1`` is the model's own perplexity.
     pseudo : bool
         Whether these are pseudo-perplexities (a masked LM: each token
         masked in turn and predicted from the rest, Salazar et al. 2020).
     n_tokens : int
         The tokens of the text.
+    first_id : int
+        ``s``: the position id of the first token.
     """
 
     perplexity: Dict[int, float]
     pseudo: bool
     n_tokens: int
+    first_id: int = 0
 
     def to_dict(self) -> Dict[str, Any]:
         """The figures as plain Python values (the skip factors as keys)."""
@@ -41,13 +45,28 @@ class SkipPerplexity:
             "perplexity": {str(k): p for k, p in self.perplexity.items()},
             "pseudo": self.pseudo,
             "n_tokens": self.n_tokens,
+            "first_id": self.first_id,
         }
 
     def to_markdown(self) -> str:
         what = "pseudo-perplexity" if self.pseudo else "perplexity"
         lines = [f"| position ids | {what} |", "|---|---:|"]
-        lines += [f"| i * {k} | {p:.3f} |" for k, p in self.perplexity.items()]
+        s = f"{self.first_id} + " if self.first_id else ""
+        lines += [f"| {s}i * {k} | {p:.3f} |" for k, p in self.perplexity.items()]
         return "\n".join(lines)
+
+
+def _first_id(model: Any) -> int:
+    """The position id the model gives its first token (its config's rule)."""
+    from .offsets import position_rule
+
+    return position_rule(getattr(model, "config", None)).first_id
+
+
+def _most_tokens(model: Any, k: int) -> Optional[int]:
+    """The most tokens whose ids ``s + i * k`` stay inside the model's positions."""
+    limit = _max_positions(model)
+    return None if limit is None else max(0, (limit - 1 - _first_id(model)) // k + 1)
 
 
 def _max_positions(model: Any) -> Optional[int]:
@@ -116,17 +135,19 @@ def skip_position_perplexity(
     if not ks:
         raise ValueError("ks must hold at least one skip factor")
     limit = _max_positions(model)
-    if limit is not None and (n - 1) * max(ks) >= limit:
+    first = _first_id(model)
+    if limit is not None and first + (n - 1) * max(ks) >= limit:
         raise ValueError(
-            f"input_ids: {n} tokens with k = {max(ks)} reach position {(n - 1) * max(ks)}, "
-            f"past the model's {limit} positions; give at most {(limit - 1) // max(ks) + 1} tokens"
+            f"input_ids: {n} tokens with k = {max(ks)} reach position id "
+            f"{first + (n - 1) * max(ks)}, past the model's {limit} positions; give at most "
+            f"{_most_tokens(model, max(ks))} tokens"
         )
     device = next(model.parameters()).device
     ids = ids.to(device)
     out: Dict[int, float] = {}
     with torch.no_grad():
         for k in ks:
-            positions = torch.arange(n, device=device) * k
+            positions = first + torch.arange(n, device=device) * k
             if mask_token_id is None:
                 logits = model(input_ids=ids[None], position_ids=positions[None]).logits[0]
                 logp = torch.log_softmax(logits[:-1].double(), dim=-1)
@@ -140,7 +161,7 @@ def skip_position_perplexity(
                 logp = torch.log_softmax(logits[torch.arange(n), torch.arange(n)].double(), -1)
                 nll = -logp[torch.arange(n), ids].mean()
             out[k] = math.exp(float(nll))
-    return SkipPerplexity(out, mask_token_id is not None, n)
+    return SkipPerplexity(out, mask_token_id is not None, n, first)
 
 
 @dataclass(frozen=True)

@@ -126,6 +126,7 @@ class HubTable:
     model_type: Optional[str]
     bytes_fetched: int  # 0 when read from the cache
     from_cache: bool
+    pad_token_id: Optional[int] = None  # the config's, for the rows that are positions
 
 
 def _one_line(text: object) -> str:
@@ -932,15 +933,20 @@ def _check_size(
         )
 
 
-def _model_type(remote: _Remote, files: List[str]) -> Optional[str]:
+def _model_type(remote: _Remote, files: List[str]) -> Dict[str, Any]:
+    """The config's ``model_type`` and ``pad_token_id`` (each None when absent)."""
+    out: Dict[str, Any] = {"model_type": None, "pad_token_id": None}
     if "config.json" not in files:
-        return None
+        return out
     try:
         config = remote.json_file("config.json")
     except ValueError:
-        return None
-    value = config.get("model_type") if isinstance(config, dict) else None
-    return value if isinstance(value, str) else None
+        return out
+    if isinstance(config, dict):
+        value, pad = config.get("model_type"), config.get("pad_token_id")
+        out["model_type"] = value if isinstance(value, str) else None
+        out["pad_token_id"] = pad if type(pad) is int else None
+    return out
 
 
 def _weights_error(repo_id: str, files: List[str]) -> HubError:
@@ -1049,7 +1055,19 @@ def fetch(
         model_type = listing.get("model_type")
         _rows(table.shape, used, where, rows_bound(model_type))
         _cached_size(repo_id, filename, used, table, limits.max_bytes)
-        return HubTable(table, repo_id, revision, commit, filename, used, model_type, 0, True)
+        pad = listing.get("pad_token_id")
+        return HubTable(
+            table,
+            repo_id,
+            revision,
+            commit,
+            filename,
+            used,
+            model_type,
+            0,
+            True,
+            pad if type(pad) is int else None,
+        )
 
     if offline:
         return from_cache(
@@ -1063,10 +1081,10 @@ def fetch(
             cache.set_commit(revision, commit)
             listing = cache.listing(commit)
             headers: Dict[str, Any] = {}
-            if listing is None:
+            if listing is None or "pad_token_id" not in listing:
                 listing = _listing(remote, files)
                 headers = listing.pop("_headers", {})
-                listing["model_type"] = _model_type(remote, files)
+                listing.update(_model_type(remote, files))
                 cache.set_listing(commit, listing)
             used = _choose(list(listing["files"]), key, where)
             filename = listing["files"][used]
@@ -1100,6 +1118,7 @@ def fetch(
         model_type,
         remote.fetched,
         from_cached,
+        listing.get("pad_token_id") if type(listing.get("pad_token_id")) is int else None,
     )
 
 
@@ -1140,34 +1159,51 @@ PAPER_PROTOCOL: Dict[str, Tuple[str, int, int]] = {
 }
 
 
-def paper_rows(E: Any, model_type: Optional[str]) -> Tuple[Any, Optional[str], str]:
-    """``(rows, published, note)``: the rows of `E` Wang & Chen probe for a
-    model of `model_type` (``"bert"``, ``"roberta"``, ``"gpt2"``), the name of
-    its published row in :data:`~posenc.probe.PUBLISHED`, and what was done;
-    `E` itself, None and ``""`` for another model type.
+def paper_rows(
+    E: Any,
+    config: Any,
+    *,
+    paper_cut: bool = True,
+    rows: Optional[slice] = None,
+) -> Tuple[Any, Optional[str], str]:
+    """``(rows, published, note)``: the rows of `E` that are positions, the
+    name of the model's published row in :data:`~posenc.probe.PUBLISHED`
+    (None for a model the paper did not probe), and what was done.
+
+    `config` is the model's config (a dict such as ``config.json``'s, a
+    transformers config, or just its ``model_type``): the rows before the
+    first position are dropped by :func:`~posenc.probe.offsets.position_rule`
+    (RoBERTa's family from ``pad_token_id + 1``, OPT's and BART's from 2),
+    and GPT-2's table is cut to the paper's 512 rows unless `paper_cut` is
+    False.  `rows` (a slice) overrides both.
 
     Examples
     --------
-    >>> rows, published, note = paper_rows(np.zeros((514, 8)), "roberta")
-    >>> rows.shape, published, note
-    ((512, 8), 'RoBERTa', 'first 2 rows (padding offset) dropped')
+    >>> rows, published, note = paper_rows(np.zeros((514, 8)),
+    ...                                    {"model_type": "roberta", "pad_token_id": 1})
+    >>> rows.shape, published
+    ((512, 8), 'RoBERTa')
+    >>> note
+    'first 2 rows dropped (roberta numbers positions from padding_idx + 1 = 2)'
     >>> paper_rows(np.zeros((1024, 8)), "gpt2")[2]
-    'cut to 512 of 1024 rows'
+    "cut to 512 of 1024 rows (the paper's 512)"
     >>> paper_rows(np.zeros((4, 8)), "llama")[1:]
     (None, '')
     """
-    rule = PAPER_PROTOCOL.get(model_type or "")
-    if rule is None:
-        return E, None, ""
-    published, skip, count = rule
-    n = int(E.shape[0])
-    rows = E[skip : skip + count]
-    parts = []
-    if skip:
-        parts.append(f"first {skip} rows (padding offset) dropped")
-    if n - skip > count:
-        parts.append(f"cut to {count} of {n - skip} rows")
-    return rows, published, ", ".join(parts)
+    from .offsets import PositionRule, _rows_note, position_rule
+
+    if isinstance(config, str) or config is None:
+        config = {"model_type": config}
+    if isinstance(config, dict):
+        model_type = config.get("model_type")
+    else:
+        model_type = getattr(config, "model_type", None)
+    protocol = PAPER_PROTOCOL.get(model_type if isinstance(model_type, str) else "")
+    published = protocol[0] if protocol is not None else None
+    cut = protocol[2] if protocol is not None and paper_cut else None
+    rule = position_rule(config) if rows is None else PositionRule(0, 0, "")
+    start, stop, note = _rows_note(int(E.shape[0]), rule, cut, rows)
+    return E[start:stop], published, note
 
 
 # ---------------------------------------------------------------- tensors one at a time

@@ -10,8 +10,9 @@ position ``i`` gives the key positions), the authors define
   position attends only to itself, smaller the further the weight spreads;
 - *symmetry* ``1 - mean d'``, where for each row ``i`` and distance
   ``k = 1 .. min(i, n - 1 - i)``, ``d[i, k] = |A[i, i - k] - A[i, i + k]|``
-  and ``d'`` is ``d`` min-max scaled within its row (``(d - min) / (max -
-  min)``, 0 for a row whose differences are all equal); the mean is over
+  and ``d'`` is ``d`` min-max scaled within its row as scikit-learn's
+  ``MinMaxScaler`` scales it (``(d - min) / (max - min)``, divided by 1
+  instead where ``max - min`` is below 10 eps); the mean is over
   every ``(i, k)``: 1 when each position weighs the same distance to its left
   and right alike.
 """
@@ -156,7 +157,11 @@ def _symmetry(A: np.ndarray, tolerance: float) -> float:
     low = np.where(valid, d, np.inf).min(axis=1, keepdims=True)
     high = np.where(valid, d, -np.inf).max(axis=1, keepdims=True)
     span = high - low
-    scaled = np.divide(d - low, span, out=np.zeros_like(d), where=valid & (span > 0))
+    # scikit-learn's MinMaxScaler (the authors' scaling) takes a range below
+    # 10 eps as no range, and divides by 1 instead: the differences are then
+    # left as they are, a few eps above 0, not blown up to 1
+    span[span < 10 * np.finfo(np.float64).eps] = 1.0
+    scaled = np.divide(d - low, span, out=np.zeros_like(d), where=valid)
     return float(1.0 - scaled[valid].mean())
 
 

@@ -281,7 +281,7 @@ class ToeplitzFit:
                 raise ValueError(
                     f"M must have the fitted shape {self.toeplitz.shape}, got {m.shape}"
                 )
-            lim = float(np.abs(m).max()) or 1.0
+            lim = _colour_limit(m)
             for k, (data, title) in enumerate(
                 ((m, "matrix"), (self.toeplitz, "Toeplitz fit"), (m - self.toeplitz, "residual"))
             ):
@@ -290,9 +290,30 @@ class ToeplitzFit:
                 ax.set_title(title if k else f"{title} (Toeplitz R² {self.r2:.3f})")
                 ax.set_xlabel("j")
                 ax.set_ylabel("i")
+            fig.suptitle(
+                f"colour range ±{lim:.3g}: the 99th percentile of |off-diagonal| "
+                "(larger entries, such as the diagonal's, saturate)",
+                fontsize=9,
+            )
             fig.colorbar(im, ax=fig.axes, shrink=0.8)
 
         return _figure(path, dpi, (12, 4), draw)
+
+
+#: The percentile of the off-diagonal magnitudes that sets a matrix plot's
+#: colour range.
+COLOUR_PERCENTILE = 99.0
+
+
+def _colour_limit(m: np.ndarray) -> float:
+    """The colour range ``±lim`` of a plot of the square `m`: the
+    :data:`COLOUR_PERCENTILE` of its off-diagonal magnitudes, so that a
+    diagonal far larger than the rest (a learned table's Gram matrix) does not
+    leave the rest blank; the largest magnitude where that is 0."""
+    n = m.shape[0]
+    off = np.abs(m[~np.eye(n, dtype=bool)])
+    lim = float(np.percentile(off, COLOUR_PERCENTILE)) if off.size else 0.0
+    return lim or float(np.abs(m).max()) or 1.0
 
 
 def _diagonal_means(m: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:

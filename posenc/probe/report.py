@@ -77,6 +77,14 @@ _COLUMNS = ("embedding", "absolute MAE", "order error")
 # ---------------------------------------------------------------- the report
 
 
+def _is_terminal(stream: Any) -> bool:
+    """Whether `stream` is a terminal (a progress bar is drawn only there)."""
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError, OSError):
+        return False
+
+
 class _Progress:
     """A one-line progress bar on stderr, redrawn with carriage returns."""
 
@@ -137,6 +145,11 @@ class ProbeReport:
         :func:`attention_locality_symmetry` of :func:`position_attention`
         of the table (Chen et al. 2023: locality and symmetry of
         ``softmax(E E^T / sqrt(dim))``); its own ``plot()`` draws it.
+    baselines : dict or None
+        ``{kind: {measure: Baseline}}`` (:mod:`posenc.probe.baselines`):
+        each figure on a random table with the same row norms
+        (``"random"``) and on the table's rows shuffled (``"shuffled"``),
+        over the same seeds.  None when not asked for.
     mae, mae_std, error_rate, error_rate_std : float
         Mean and standard deviation (``ddof=0``) over the seeds.
     """
@@ -150,6 +163,8 @@ class ProbeReport:
     properties: Optional[Any] = None  # PositionProperties (Wang et al. 2021)
     toeplitz: Optional[Any] = None  # ToeplitzFit of E @ E.T (Wennberg & Henter 2021)
     locality: Optional[Any] = None  # LocalitySymmetry (Chen et al. 2023)
+    #: {kind: {measure: Baseline}}: every figure on tables without positions
+    baselines: Optional[Dict[str, Dict[str, Any]]] = None
     mae: float = field(init=False)
     mae_std: float = field(init=False)
     error_rate: float = field(init=False)
@@ -162,6 +177,31 @@ class ProbeReport:
         object.__setattr__(self, "mae_std", mae_std)
         object.__setattr__(self, "error_rate", err)
         object.__setattr__(self, "error_rate_std", err_std)
+
+    def protocol(self) -> Dict[str, Any]:
+        """Every setting that produced the figures, with posenc's version: what
+        :func:`report` needs to rerun them."""
+        from .. import __version__
+
+        extras = [
+            e
+            for e, r in (
+                ("properties", self.properties),
+                ("toeplitz", self.toeplitz),
+                ("locality", self.locality),
+            )
+            if r is not None
+        ]
+        return {
+            "posenc_version": __version__,
+            "seeds": len(self.seeds),
+            "split": self.absolute[0].split,
+            "regressor": self.absolute[0].regressor,
+            "folds": len(self.absolute[0].fold_mae),
+            "pairs": len(self.order[0].pairs),
+            "extras": extras,
+            "baselines": self.baselines is not None,
+        }
 
     @property
     def seeds(self) -> Tuple[int, ...]:
@@ -195,6 +235,7 @@ class ProbeReport:
             "n_positions": int(self.shape[0]),
             "dim": int(self.shape[1]),
             "seeds": list(self.seeds),
+            "protocol": self.protocol(),
             "absolute_position": {
                 "mae": self.mae,
                 "mae_std": self.mae_std,
@@ -220,6 +261,14 @@ class ProbeReport:
             "position_properties": (None if self.properties is None else self.properties.to_dict()),
             "toeplitz": None if self.toeplitz is None else self.toeplitz.to_dict(),
             "locality_symmetry": None if self.locality is None else self.locality.to_dict(),
+            "baselines": (
+                None
+                if self.baselines is None
+                else {
+                    kind: {m: b.to_dict() for m, b in figures.items()}
+                    for kind, figures in self.baselines.items()
+                }
+            ),
             "published": [
                 {"embedding": r.embedding, "mae": r.mae, "error_rate": r.error_rate}
                 for r in PUBLISHED
@@ -231,11 +280,34 @@ class ProbeReport:
         lines = []
         if self.properties is not None:
             lines.append(self.properties.summary())
+            lines += self._noise(_PROPERTY_MEASURES)
         if self.toeplitz is not None:
             lines.append(self.toeplitz.summary())
+            lines += self._noise(("toeplitz_r2",))
         if self.locality is not None:
             lines.append(self.locality.summary())
+            lines += self._noise(("locality", "attention_symmetry"))
         return lines
+
+    def _noise(self, measures: Tuple[str, ...]) -> List[str]:
+        """The line under a sentence: its figures on the tables without positions."""
+        if not self.baselines:
+            return []
+        from .baselines import KIND_NAMES
+
+        parts = []
+        for kind, figures in self.baselines.items():
+            shown = ", ".join(
+                f"{m} {figures[m].mean:.3f} ± {figures[m].std:.3f}"
+                for m in measures
+                if m in figures
+            )
+            parts.append(f"{KIND_NAMES[kind]}: {shown}")
+        return [f"  noise (same measure, seeds {self._span()}): " + "; ".join(parts) + "."]
+
+    def _span(self) -> str:
+        seeds = self.seeds
+        return f"{seeds[0]}" if len(seeds) == 1 else f"{seeds[0]}-{seeds[-1]}"
 
     def _rows(self, published: bool) -> List[Tuple[str, str, str, str]]:
         """The table's rows, as text: the name, where the figures come from,
@@ -250,6 +322,19 @@ class ProbeReport:
                 f"{100 * self.error_rate:.2f}% ± {100 * self.error_rate_std:.2f}%",
             )
         ]
+        if self.baselines:
+            from .baselines import KIND_NAMES
+
+            for kind, figures in self.baselines.items():
+                mae, err = figures["mae"], figures["order_error"]
+                rows.append(
+                    (
+                        f"noise: {KIND_NAMES[kind]}",
+                        f"posenc, {span}",
+                        f"{mae.mean:.2f} ± {mae.std:.2f}",
+                        f"{100 * err.mean:.2f}% ± {100 * err.std:.2f}%",
+                    )
+                )
         if published:
             rows += [
                 (r.embedding, _CITATION, f"{r.mae:.2f}", f"{100 * r.error_rate:.2f}%")
@@ -262,11 +347,22 @@ class ProbeReport:
         n, d = self.shape
         info = self.informativeness
         seeds = len(self.seeds)
+        p = self.protocol()
+        family = "linear probes" if p["regressor"] == "linear" else f"{p['regressor']} probes"
+        split = "the paper's split" if p["split"] == "paper" else "held-out positions"
         return (
-            f"{n} positions x {d} dims; linear probes, 5-fold cross-validation, "
-            f"mean ± std over {seeds} seed{'s' if seeds > 1 else ''}. "
+            f"{n} positions x {d} dims; {family}, {p['folds']}-fold cross-validation "
+            f"({split}), mean ± std over {seeds} seed{'s' if seeds > 1 else ''}. "
             f"Informativeness: 90% of sum(s**2) in the top {info.rank_for(0.9)} "
-            f"components, 99% in {info.rank_for(0.99)}."
+            f"components, 99% in {info.rank_for(0.99)}"
+            + (
+                ""
+                if not self.baselines
+                else " (random table, row norms kept: "
+                f"{self.baselines['random']['rank_90'].mean:.1f} and "
+                f"{self.baselines['random']['rank_99'].mean:.1f})"
+            )
+            + "."
         )
 
     def _markdown(self, published: bool, name_cell: Callable[[str], str]) -> str:
@@ -554,7 +650,7 @@ def _plot_format(path: PathLike, what: str = "plot") -> str:
 
 
 def _run_seeds(
-    table: np.ndarray, seeds: int, bar: _Progress
+    table: np.ndarray, seeds: int, bar: _Progress, protocol: Optional[Dict[str, Any]] = None
 ) -> Tuple[List[AbsolutePositionResult], List[RelativeOrderResult]]:
     """The two probes for seeds ``0 .. seeds-1``, on up to
     ``posenc.get_num_threads()`` threads at once (the fits release the GIL;
@@ -570,6 +666,15 @@ def _run_seeds(
     from .. import get_num_threads
     from .analyses import _FOLDS, _one_thread
 
+    p = {
+        "folds": _FOLDS,
+        "pairs": None,
+        "split": "paper",
+        "regressor": "linear",
+        **(protocol or {}),
+    }
+    folds, how = p["folds"], (p["split"], p["regressor"])
+    order_kw = {"pairs": p["pairs"], "folds": folds, "split": how[0], "regressor": how[1]}
     workers = max(1, min(seeds, get_num_threads()))
     absolute: List[AbsolutePositionResult] = []
     order: List[RelativeOrderResult] = []
@@ -587,12 +692,12 @@ def _run_seeds(
             # the libraries' first calls are made from one thread (first
             # calls from two at once left a first report spinning twenty
             # times as long)
-            first, refused = _absolute_position_regression(table, _FOLDS, 0)
-            collect(first, relative_order_classification(table, seed=0))
+            first, refused = _absolute_position_regression(table, folds, 0, True, *how)
+            collect(first, relative_order_classification(table, seed=0, **order_kw))
             futures = [
                 (
-                    pool.submit(_absolute_position_regression, table, _FOLDS, s, not refused),
-                    pool.submit(relative_order_classification, table, seed=s),
+                    pool.submit(_absolute_position_regression, table, folds, s, not refused, *how),
+                    pool.submit(relative_order_classification, table, seed=s, **order_kw),
                 )
                 for s in range(1, seeds)
             ]
@@ -601,6 +706,81 @@ def _run_seeds(
     finally:
         bar.close()
     return absolute, order
+
+
+def plot_reports(
+    reports: Iterable[ProbeReport], path: Optional[PathLike] = None, *, dpi: float = 110
+) -> Any:
+    """Several reports in one figure: a cosine map per table (top row), and
+    below one panel per analysis with a line per table: informativeness, the
+    absolute probe's predictions (first seed), and, where every report has
+    it, the mean position attention per offset.
+
+    Parameters
+    ----------
+    reports : iterable of ProbeReport
+        At least one.
+    path, dpi
+        As :meth:`ProbeReport.plot`.
+
+    Returns
+    -------
+    path, or matplotlib.figure.Figure without one
+
+    Examples
+    --------
+    >>> from posenc.probe import plot_reports, report
+    >>> tables = {"sinusoid": posenc.sinusoid(32, 16, dtype="float64"),
+    ...           "noise": np.random.default_rng(0).normal(size=(32, 16))}
+    >>> reports = [report(E, name=n, seeds=1, progress=False, baselines=False)
+    ...            for n, E in tables.items()]
+    >>> fig = plot_reports(reports)
+    >>> sum(len(ax.images) for ax in fig.axes)  # a cosine map per table
+    2
+    """
+    reports = list(reports)
+    if not reports or not all(isinstance(r, ProbeReport) for r in reports):
+        raise TypeError("reports must be a non-empty sequence of ProbeReport")
+    locality = all(r.locality is not None for r in reports)
+    columns = max(len(reports), 3 if locality else 2)
+
+    def draw(fig: Any) -> None:
+        grid = fig.add_gridspec(2, columns)
+        for k, r in enumerate(reports):
+            ax = fig.add_subplot(grid[0, k])
+            n = r.shape[0]
+            step = -(-n // _HEATMAP_POSITIONS)
+            ax.imshow(
+                r.cosine[::step, ::step],
+                cmap="RdBu_r",
+                vmin=-1,
+                vmax=1,
+                extent=(-0.5, n - 0.5, n - 0.5, -0.5),
+            )
+            ax.set_title(f"{r.name}: cosine", fontsize=9)
+        ax = fig.add_subplot(grid[1, 0])
+        for r in reports:
+            share = r.informativeness.cumulative_share
+            ax.plot(np.arange(1, len(share) + 1), share, label=r.name)
+        ax.set_xscale("log")
+        ax.set_title("informativeness (cumulative share)", fontsize=9)
+        ax.legend(fontsize=7)
+        ax = fig.add_subplot(grid[1, 1])
+        for r in reports:
+            n = r.shape[0]
+            ax.plot(np.arange(n), r.absolute[0].predictions, label=r.name, linewidth=0.8)
+        ax.set_title("absolute probe: predicted position (seed 0)", fontsize=9)
+        ax.set_xlabel("position")
+        ax.legend(fontsize=7)
+        if locality:
+            ax = fig.add_subplot(grid[1, 2])
+            for r in reports:
+                loc: Any = r.locality
+                ax.plot(loc.offsets, loc.mean_by_offset, label=r.name)
+            ax.set_title("position attention: mean weight per offset", fontsize=9)
+            ax.legend(fontsize=7)
+
+    return _figure(path, dpi, (4 * columns, 8), draw)
 
 
 #: The analyses :func:`report` runs beside the paper's probes, by default all:
@@ -625,6 +805,11 @@ def report(
     seeds: int = 10,
     progress: bool = True,
     extras: Iterable[str] = EXTRAS,
+    baselines: bool = True,
+    split: str = "paper",
+    regressor: str = "linear",
+    folds: int = 5,
+    pairs: Optional[int] = None,
 ) -> ProbeReport:
     """Every analysis of one position-embedding table, the probes over seeds.
 
@@ -648,6 +833,20 @@ def report(
         default): ``"properties"`` (:func:`position_properties`),
         ``"toeplitz"`` (:func:`toeplitz_fit` of ``E @ E.T``), ``"locality"``
         (:func:`attention_locality_symmetry` of :func:`position_attention`).
+    baselines : bool
+        Also take every measure on two tables without positions, for each
+        seed (:mod:`posenc.probe.baselines`: a random table with the same
+        row norms, and the table's rows shuffled), printed beside the
+        figures; about three times the run's time.
+    split : {"paper", "heldout"}
+        The probes' folds (:mod:`posenc.probe.protocol`): the paper's, or
+        test positions no training row or pair has.
+    regressor : {"linear", "ridge", "mlp", "knn"}
+        The family of both probes; ``"linear"`` is the paper's.
+    folds : int
+        The cross-validation folds of both probes.
+    pairs : int, optional
+        The order probe's pairs (``n_positions`` by default).
 
     Returns
     -------
@@ -681,8 +880,26 @@ def report(
     seeds = v.integer(seeds, "seeds", minimum=1)
     chosen = _extras(extras)
     table = _table(E, min_rows=5, max_rows=MAX_POSITIONS)
-    bar = _Progress(f"probing {name}", seeds, bool(progress))
-    absolute, order = _run_seeds(table, seeds, bar)
+    baselines = v.flag(baselines, "baselines")
+    from .analyses import _folds
+    from .protocol import check_regressor, check_split
+
+    n = table.shape[0]
+    protocol: Dict[str, Any] = {
+        "split": check_split(split),
+        "regressor": check_regressor(regressor),
+        "folds": _folds(folds, n, "positions (rows of E)"),
+        "pairs": None if pairs is None else v.integer(pairs, "pairs", minimum=2, maximum=n * n),
+    }
+    bar = _Progress(f"probing {name}", seeds, bool(progress) and _is_terminal(sys.stderr))
+    absolute, order = _run_seeds(table, seeds, bar, protocol)
+    noise = None
+    if baselines:
+        from .baselines import measure_baselines
+
+        noise = measure_baselines(
+            table, range(seeds), lambda t, seed: _measures(t, seed, chosen, protocol)
+        )
     return ProbeReport(
         name=name,
         shape=(int(table.shape[0]), int(table.shape[1])),
@@ -695,4 +912,85 @@ def report(
         locality=(
             attention_locality_symmetry(position_attention(table)) if "locality" in chosen else None
         ),
+        baselines=noise,
     )
+
+
+#: The figures of :func:`position_properties` the baselines take.
+_PROPERTY_MEASURES = (
+    "monotonicity_forward",
+    "monotonicity_backward",
+    "translation_invariance",
+    "symmetry",
+)
+
+
+def _measures(
+    table: np.ndarray, seed: int, extras: Tuple[str, ...], protocol: Dict[str, Any]
+) -> Dict[str, float]:
+    """Every figure of the report of `table` for one `seed`, by name."""
+    how = (protocol["split"], protocol["regressor"])
+    info = informativeness(table)
+    order = relative_order_classification(
+        table,
+        seed=seed,
+        pairs=protocol["pairs"],
+        folds=protocol["folds"],
+        split=how[0],
+        regressor=how[1],
+    )
+    out = {
+        "mae": _absolute_position_regression(table, protocol["folds"], seed, False, *how)[0].mae,
+        "order_error": order.error_rate,
+        "rank_90": float(info.rank_for(0.9)),
+        "rank_99": float(info.rank_for(0.99)),
+    }
+    out.update(_extra_measures(table, extras))
+    return out
+
+
+def _extra_measures(table: np.ndarray, extras: Tuple[str, ...]) -> Dict[str, float]:
+    """The figures of the analyses `extras` of `table`, by name (no seed: they
+    are deterministic)."""
+    out: Dict[str, float] = {}
+    if "properties" in extras:
+        props = position_properties(table)
+        out.update({m: float(getattr(props, m)) for m in _PROPERTY_MEASURES})
+    if "toeplitz" in extras:
+        out["toeplitz_r2"] = float(toeplitz_fit(table @ table.T).r2)
+    if "locality" in extras:
+        loc = attention_locality_symmetry(position_attention(table))
+        out["locality"] = loc.locality
+        out["attention_symmetry"] = loc.symmetry
+    return out
+
+
+def noise_lines(
+    table: ArrayLike, extras: Iterable[str], seeds: int
+) -> Tuple[Dict[str, Dict[str, Any]], List[str]]:
+    """The baselines of the analyses `extras` alone (without the probes), for
+    seeds ``0 .. seeds-1``: ``({kind: {measure: Baseline}}, lines)``, a line
+    per analysis as :meth:`ProbeReport.summaries` prints them."""
+    from .baselines import measure_baselines
+
+    chosen = _extras(list(extras))
+    checked = _table(table, min_rows=5, max_rows=MAX_POSITIONS)
+    seeds = v.integer(seeds, "seeds", minimum=1)
+    noise = measure_baselines(checked, range(seeds), lambda t, _: _extra_measures(t, chosen))
+    shell = ProbeReport(
+        name="",
+        shape=(int(checked.shape[0]), int(checked.shape[1])),
+        absolute=tuple(
+            AbsolutePositionResult(0.0, np.zeros(1), np.zeros(1), s) for s in range(seeds)
+        ),
+        order=(RelativeOrderResult(0.0, np.zeros(1), np.zeros((1, 2), np.int64), 0),),
+        cosine=np.zeros((1, 1)),
+        informativeness=Informativeness(np.ones(1), np.ones(1), False),
+        baselines=noise,
+    )
+    groups = {
+        "properties": _PROPERTY_MEASURES,
+        "toeplitz": ("toeplitz_r2",),
+        "locality": ("locality", "attention_symmetry"),
+    }
+    return noise, [line for e in chosen for line in shell._noise(groups[e])]

@@ -21,6 +21,42 @@ import numpy as np
 from .. import _validate as v
 from .analyses import _table
 
+#: The most rows (layer, head) a usage heat map draws one by one; above it
+#: each layer's heads are averaged into one row (and, above it still, blocks
+#: of consecutive layers).
+MAX_HEATMAP_ROWS = 192
+
+#: The most pixels a usage heat map has on either side.
+MAX_HEATMAP_PIXELS = 4096
+
+
+def _heat_rows(share: np.ndarray) -> Tuple[np.ndarray, str]:
+    """The rows a heat map of `share` (layers, heads, pairs) draws, and their
+    label: one per (layer, head) up to :data:`MAX_HEATMAP_ROWS`, else the mean
+    over each layer's heads, over blocks of layers where they are too many."""
+    n_layers, n_heads, n_pairs = share.shape
+    if n_layers * n_heads <= MAX_HEATMAP_ROWS:
+        return share.reshape(n_layers * n_heads, n_pairs), "layer x head"
+    per_layer = share.mean(axis=1)
+    if n_layers <= MAX_HEATMAP_ROWS:
+        return per_layer, f"layer (mean over its {n_heads} heads)"
+    block = -(-n_layers // MAX_HEATMAP_ROWS)
+    starts = np.arange(0, n_layers, block)
+    rows = (
+        np.add.reduceat(per_layer, starts, axis=0) / np.diff(np.append(starts, n_layers))[:, None]
+    )
+    return rows, f"layers, {block} a row (mean over their {n_heads} heads)"
+
+
+def _bounded(figsize: Tuple[float, float], dpi: float) -> Tuple[float, float]:
+    """`figsize` scaled down, if need be, to at most :data:`MAX_HEATMAP_PIXELS`
+    pixels a side at `dpi`."""
+    if isinstance(dpi, bool) or not isinstance(dpi, (int, float)) or not dpi > 0:
+        return figsize  # the figure refuses it, by name
+    most = (MAX_HEATMAP_PIXELS - 1) / float(dpi)
+    scale = min(1.0, most / max(figsize))
+    return (figsize[0] * scale, figsize[1] * scale)
+
 
 @dataclass(frozen=True)
 class RopeFrequencyUsage:
@@ -106,19 +142,17 @@ class RopeFrequencyUsage:
         fastest frequency to the slowest; the colour is :meth:`share`."""
         from .report import _figure
 
-        n_layers, n_heads, n_pairs = self.usage.shape
+        rows, label = _heat_rows(self.share())
 
         def draw(fig: Any) -> None:
             ax = fig.add_subplot(1, 1, 1)
-            im = ax.imshow(
-                self.share().reshape(n_layers * n_heads, n_pairs), aspect="auto", cmap="viridis"
-            )
+            im = ax.imshow(rows, aspect="auto", cmap="viridis")
             ax.set_xlabel("rotary pair k (frequency base^(-2k/d): fast to slow)")
-            ax.set_ylabel("layer x head")
+            ax.set_ylabel(label)
             ax.set_title(f"share of each head's norm² per rotary pair ({self.what})")
             fig.colorbar(im, ax=ax)
 
-        return _figure(path, dpi, (8, 2 + 0.15 * n_layers * n_heads), draw)
+        return _figure(path, dpi, _bounded((8, 2 + 0.15 * len(rows)), dpi), draw)
 
 
 def rope_frequency_usage(
@@ -255,6 +289,12 @@ def _projection_keys(
                 )
             found[layer] = key
     if not found:
+        if any(k.endswith("relative_attention_bias.weight") for k in keys):
+            raise ValueError(
+                f"{where}: a T5-style model, whose positions are learned relative attention "
+                "biases (…relative_attention_bias.weight): it has no rotary pairs to measure; "
+                "try --analyses t5_biases"
+            )
         from .biases import APPLIES, model_kind
 
         kind = model_kind(config or {})
@@ -450,22 +490,25 @@ class RopeActivationUsage:
         pairs from fast to slow, colour the share of the head's norm²."""
         from .report import _figure
 
-        n_layers, n_heads, _ = self.queries.usage.shape
+        panels = [
+            (*_heat_rows(usage.share()), title)
+            for usage, title in ((self.queries, "queries"), (self.keys, "keys"))
+        ]
+        tallest = max(len(rows) for rows, _, _ in panels)
 
         def draw(fig: Any) -> None:
-            for col, (usage, title) in enumerate(((self.queries, "queries"), (self.keys, "keys"))):
+            for col, (rows, label, title) in enumerate(panels):
                 ax = fig.add_subplot(1, 2, col + 1)
-                L, H, K = usage.usage.shape
-                im = ax.imshow(usage.share().reshape(L * H, K), aspect="auto", cmap="viridis")
+                im = ax.imshow(rows, aspect="auto", cmap="viridis")
                 ax.set_xlabel("rotary pair k (fast to slow)")
-                ax.set_ylabel("layer x head")
+                ax.set_ylabel(label)
                 ax.set_title(
                     f"{title}: share of norm² per pair ({self.n_texts} texts, "
                     f"{self.n_tokens} tokens)"
                 )
                 fig.colorbar(im, ax=ax)
 
-        return _figure(path, dpi, (12, 2 + 0.15 * n_layers * n_heads), draw)
+        return _figure(path, dpi, _bounded((12, 2 + 0.15 * tallest), dpi), draw)
 
 
 def _slow_half_spread(usage: RopeFrequencyUsage, std: np.ndarray, half: int) -> float:

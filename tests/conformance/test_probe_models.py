@@ -193,7 +193,8 @@ def _authors_figures(M):
             continue
         d = np.array([abs(M[i][i - m] - M[i][i + m]) for m in range(1, k + 1)])
         span = d.max() - d.min()
-        scaled.extend((d - d.min()) / span if span > 0 else np.zeros(k))
+        # scikit-learn's MinMaxScaler: a range below 10 eps divides by 1
+        scaled.extend((d - d.min()) / (span if span >= 10 * np.finfo(float).eps else 1.0))
     return locality, 1 - np.mean(scaled)
 
 

@@ -1,0 +1,104 @@
+"""The probes' protocol beyond the paper's: which positions the held-out
+folds hold (`split`) and which family of probe reads them (`regressor`).
+
+- ``split="paper"`` (the default): Wang & Chen's folds, of seeded-shuffled
+  rows (absolute probe) or of drawn pairs (order probe).  A test pair of the
+  order probe then shares its positions with training pairs.
+- ``split="heldout"``: the test positions are never seen in training.  The
+  absolute probe's folds are contiguous blocks of positions (no shuffle), so
+  a fold's positions lie in a range no training row is in.  The order probe
+  shuffles the positions by the seed, cuts them into `folds` groups, and for
+  fold ``k`` draws its test pairs from group ``k`` alone and its training
+  pairs from the other groups alone.
+
+- ``regressor``: ``"linear"`` (the paper's: least squares, and logistic
+  regression for the order), ``"ridge"`` (scikit-learn's ``Ridge`` and
+  ``RidgeClassifier``, ``alpha=1``), ``"mlp"`` (``MLPRegressor`` and
+  ``MLPClassifier``, one hidden layer of 64, up to 500 iterations, seeded),
+  ``"knn"`` (``KNeighborsRegressor`` and ``KNeighborsClassifier``, 5
+  neighbours).
+"""
+
+from __future__ import annotations
+
+from typing import Any, List, Tuple
+
+import numpy as np
+
+from .._typing import NDArray
+
+SPLITS: Tuple[str, ...] = ("paper", "heldout")
+REGRESSORS: Tuple[str, ...] = ("linear", "ridge", "mlp", "knn")
+
+
+def check_split(split: Any) -> str:
+    if not isinstance(split, str) or split not in SPLITS:
+        raise ValueError(f"split must be one of {', '.join(SPLITS)}, got {split!r}")
+    return split
+
+
+def check_regressor(regressor: Any) -> str:
+    if not isinstance(regressor, str) or regressor not in REGRESSORS:
+        raise ValueError(f"regressor must be one of {', '.join(REGRESSORS)}, got {regressor!r}")
+    return regressor
+
+
+def make_regressor(regressor: str, seed: int) -> Any:
+    """The scikit-learn regressor of `regressor` (not ``"linear"``)."""
+    from .analyses import _require
+
+    if regressor == "ridge":
+        return _require("sklearn.linear_model", "regressor='ridge'").Ridge(alpha=1.0)
+    if regressor == "mlp":
+        nn = _require("sklearn.neural_network", "regressor='mlp'")
+        return nn.MLPRegressor(hidden_layer_sizes=(64,), max_iter=500, random_state=seed)
+    neighbors = _require("sklearn.neighbors", "regressor='knn'")
+    return neighbors.KNeighborsRegressor(n_neighbors=5)
+
+
+def make_classifier(regressor: str, seed: int) -> Any:
+    """The scikit-learn classifier of the order probe for `regressor`."""
+    from .analyses import _require
+
+    if regressor == "linear":
+        return _require("sklearn.linear_model", "the order probe").LogisticRegression(max_iter=1000)
+    if regressor == "ridge":
+        return _require("sklearn.linear_model", "regressor='ridge'").RidgeClassifier(alpha=1.0)
+    if regressor == "mlp":
+        nn = _require("sklearn.neural_network", "regressor='mlp'")
+        return nn.MLPClassifier(hidden_layer_sizes=(64,), max_iter=500, random_state=seed)
+    neighbors = _require("sklearn.neighbors", "regressor='knn'")
+    return neighbors.KNeighborsClassifier(n_neighbors=5)
+
+
+def heldout_pairs(
+    n: int, count: int, folds: int, seed: int
+) -> List[Tuple[NDArray[np.int64], NDArray[np.int64]]]:
+    """For each fold, ``(train pairs, test pairs)`` as (i, j) rows: the
+    positions shuffled by `seed` and cut into `folds` groups; the fold's
+    ``count // folds`` (or one more) test pairs drawn from its group's cells,
+    the rest of `count` from the other groups' cells, each without
+    replacement."""
+    from .analyses import _fold_slices
+
+    rng = np.random.default_rng(seed)
+    order = rng.permutation(n)
+    groups = [order[s] for s in _fold_slices(n, folds)]
+    sizes = [s.stop - s.start for s in _fold_slices(count, folds)]
+    out = []
+    for k, group in enumerate(groups):
+        rest = np.concatenate([g for m, g in enumerate(groups) if m != k])
+        out.append((_cells(rest, count - sizes[k], rng), _cells(group, sizes[k], rng)))
+    return out
+
+
+def _cells(positions: NDArray[np.int64], count: int, rng: Any) -> NDArray[np.int64]:
+    m = len(positions)
+    if count > m * m:
+        raise ValueError(
+            f"pairs: {count} pairs asked of {m} positions ({m * m} pairs): use fewer pairs "
+            "or fewer folds"
+        )
+    cells = rng.choice(m * m, size=count, replace=False)
+    i, j = np.divmod(cells, m)
+    return np.stack([positions[i], positions[j]], axis=1).astype(np.int64)
