@@ -289,21 +289,20 @@ def _projection_keys(
                 )
             found[layer] = key
     if not found:
-        if any(k.endswith("relative_attention_bias.weight") for k in keys):
-            raise ValueError(
-                f"{where}: a T5-style model, whose positions are learned relative attention "
-                "biases (…relative_attention_bias.weight): it has no rotary pairs to measure; "
-                "try --analyses t5_biases"
-            )
         from .biases import APPLIES, model_kind
 
         kind = model_kind(config or {})
         model_type = _config_get(config or {}, "model_type") or "no model_type"
-        why = (
-            "fused projections (qkv_proj, query_key_value) are not read"
-            if kind == "rope"
-            else f"this is not a RoPE model ({model_type}, {kind}): try --analyses {APPLIES[kind]}"
-        )
+        if any(k.endswith("relative_attention_bias.weight") for k in keys):
+            why = (
+                f"this is not a RoPE model ({model_type}, t5): a T5-style model, whose positions "
+                "are learned relative attention biases (…relative_attention_bias.weight), has no "
+                f"rotary pairs to measure: try --analyses {APPLIES['t5']}"
+            )
+        elif kind == "rope":
+            why = "fused projections (qkv_proj, query_key_value) are not read"
+        else:
+            why = f"this is not a RoPE model ({model_type}, {kind}): try --analyses {APPLIES[kind]}"
         raise ValueError(
             f"{where}: no {projection}_proj weights (…layers.N.self_attn.{projection}_proj.weight) "
             f"in the checkpoint; {why}"

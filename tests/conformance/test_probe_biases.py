@@ -326,7 +326,8 @@ def test_rope_usage_of_a_t5_or_bloom_says_what_applies(hub, capsys):
     assert main(["probe", "org/tiny-t5", "org/tiny-bloom", "--analyses", "rope_usage"]) == 0
     out = capsys.readouterr().out
     assert "no q_proj weights" in out and "fused" not in out
-    assert "this is not a RoPE model (t5, t5): try --analyses t5_biases" in out
+    assert "this is not a RoPE model (t5, t5): a T5-style model" in out
+    assert "try --analyses t5_biases" in out
     assert "this is not a RoPE model (bloom, alibi): try --analyses alibi" in out
 
 
