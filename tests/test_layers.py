@@ -51,7 +51,6 @@ CIRCLES_LEFT = {
             "posenc.probe.rope_usage",
         }
     ),
-    frozenset({"posenc._reference_functional", "posenc.reference"}),
     frozenset(
         {
             "posenc._functional_grad",
@@ -71,7 +70,6 @@ UNDERSCORE_IMPORTS_LEFT = {
     ("posenc.__main__", "posenc.probe.analyses", "_require"),
     ("posenc.__main__", "posenc.probe.forward", "_max_positions"),
     ("posenc._functional_grad", "posenc.bias", "_positions"),
-    ("posenc._reference_functional", "posenc.reference", "_add_or_return"),
     ("posenc.functional_bias", "posenc.bias", "_positions"),
     ("posenc.functional_bias", "posenc.bias", "_run"),
     ("posenc.functional_bias", "posenc.bias", "_scores"),
