@@ -47,7 +47,7 @@ from typing import Any, Dict, NamedTuple
 
 import numpy as np
 
-from . import _functional_grad, _records, _validate
+from . import _functional_grad, _records, _t5_bias, _validate
 from ._relative_engine import (
     _Blocks,
     _by_distance,
@@ -399,9 +399,7 @@ def _tupe_bias(a, grad, wanted):
             buckets[:, :, 0] = 0
         d_table = np.zeros(table.shape, work)
         if g.size:  # no scores (no heads or tokens): nothing read from the table
-            d_table[:nb] = _records.function("t5_bias_table_grad")(
-                buckets, nb, max_distance=a["max_distance"]
-            )
+            d_table[:nb] = _t5_bias.t5_bias_table_grad(buckets, nb, max_distance=a["max_distance"])
         if untie:
             d_table[nb] += g[:, 1:, 0].sum(axis=-1)
             d_table[nb // 2] += g[:, 0, :].sum(axis=-1)

@@ -9,9 +9,11 @@ and the shape of its result where the arguments alone say it.
 
 The registry beside them holds the NumPy functions themselves, by name:
 ``foreign`` registers each one as it wraps it, and the adapters look a
-function up here (:func:`function`, :func:`module` for a private helper
-beside it) instead of importing the public modules, which import
-``posenc._interop`` themselves.  Nothing here imports a public module.
+function up here (:func:`function`) instead of importing the public
+modules, which import ``posenc._interop`` themselves.  The one function
+that no public function routes to, ``t5_bias_table_grad``, is imported
+from the core layer (posenc._t5_bias).  Nothing here imports a public
+module.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from typing import Any, Callable, Dict, Optional, Tuple
 
 import numpy as np
 
+from . import _t5_bias
 from ._dtypes import is_bfloat16
 
 #: the indices of the position functions: read without their gradient
@@ -282,6 +285,11 @@ def record(name: str) -> Record:
 
 _FUNCTIONS: Dict[str, Callable[..., Any]] = {}
 
+#: the functions with a record that no wrapper registers (see Record.beside)
+_BESIDE: Dict[str, Callable[..., Any]] = {
+    "t5_bias_table_grad": _t5_bias.t5_bias_table_grad,
+}
+
 
 def register(fn: Callable[..., Any]) -> None:
     """Called by posenc._interop.foreign with each NumPy function it wraps."""
@@ -291,10 +299,7 @@ def register(fn: Callable[..., Any]) -> None:
 def function(name: str) -> Callable[..., Any]:
     """The NumPy function `name` (a routed one, or one beside it)."""
     fn = _FUNCTIONS.get(name)
-    if fn is None:
-        fn = getattr(module(RECORDS[name].beside or name), name)
-        _FUNCTIONS[name] = fn
-    return fn
+    return _BESIDE[name] if fn is None else fn
 
 
 def on_stand_ins(

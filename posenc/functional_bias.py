@@ -37,9 +37,9 @@ import numpy as np
 
 from . import _core
 from . import _validate as v
+from ._distance_bias import distance_args, run_on_views, scores_target
 from ._dtypes import is_bfloat16
 from ._interop import foreign
-from .bias import _positions, _run, _scores
 
 __all__ = ["fire_bias", "kerple_bias", "sandwich_bias"]
 
@@ -153,7 +153,7 @@ def _target(shape, dtype, scores, out, sizes):
     if scores is not None:
         if out is not None:
             raise ValueError("give scores (to add into) or out (to write), not both")
-        return _scores(scores, shape, dtype), True
+        return scores_target(scores, shape, dtype), True
     dtype = v.result_dtype(dtype, out, bfloat16=True)
     if out is not None:
         return v.out_array(out, shape, dtype, "out"), False
@@ -183,7 +183,7 @@ def _given(target, add, make, q_offset, causal):
     past = min(max(q_offset + q_len, 0), delta.size) if causal else delta.size
     values = np.full((target.shape[-3], delta.size), -np.inf)
     values[:, :past] = make(delta[:past])
-    _run(
+    run_on_views(
         lambda dst: _core.bias_given(values, v.for_kernel(dst), add),
         target,
         read=add,
@@ -193,9 +193,9 @@ def _given(target, add, make, q_offset, causal):
 
 def _by_distance(n_heads, make, positions, dtype, scores, out, sizes):
     """The bias `make` (as :func:`_given`) into its target, returned:
-    `positions` are :func:`_positions`' arguments, `sizes` the (vectors,
+    `positions` are :func:`distance_args`' arguments, `sizes` the (vectors,
     table) arguments a size error names."""
-    q_len, k_len, q_offset, causal = _positions(*positions)
+    q_len, k_len, q_offset, causal = distance_args(*positions)
     v.shape_size((n_heads, q_len + k_len - 1), sizes[0])
     target, add = _target((n_heads, q_len, k_len), dtype, scores, out, sizes[1])
     _given(target, add, make, q_offset, causal)
@@ -507,7 +507,7 @@ def _fire_rows(target, add, qpos, params, q_offset, causal):
     # the kernel takes |q_offset| <= 2**53, which the rows after a threshold
     # may pass by a few: every key is at or before such a query either way
     first = min(q_offset, _core.MAX_Q_OFFSET)
-    _run(
+    run_on_views(
         lambda dst: _core.fire_rows(
             norm, psi, w1, b1, w2, b2, v.for_kernel(dst), first, causal, add
         ),
@@ -595,7 +595,7 @@ def fire_bias(
     True
     """
     p1, q1, p2, q2, scale, limit, tiny, _ = fire_params(w1, b1, w2, b2, c, threshold, eps)
-    q_len, k_len, q_offset, causal = _positions(q_len, k_len, q_offset, causal)
+    q_len, k_len, q_offset, causal = distance_args(q_len, k_len, q_offset, causal)
     shape = (p2.shape[0], q_len, k_len)
     target, add = _target(shape, dtype, scores, out, "w2's n_heads, q_len and k_len")
     qpos = float(q_offset) + np.arange(q_len, dtype=np.float64)

@@ -45,7 +45,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-from . import _core
+from . import _core, _t5_bias
 from . import _validate as v
 from ._interop import foreign
 
@@ -65,7 +65,6 @@ from ._relative_engine import (
     _work,
 )
 from ._typing import Array, ArrayLike, DTypeLike, NDArray
-from .bias import _check_t5, _t5_bias
 from .sinusoid import sinusoid
 
 _check = v  # for the TENER functions, whose argument v (the position bias) hides the module
@@ -1395,7 +1394,7 @@ def tupe_bias(
         nb = table.shape[0] - extra
         if nb % 2:
             raise ValueError(f"rel_table must have an even number of buckets, not {nb}")
-        nb, max_distance = _check_t5(True, nb, max_distance)
+        nb, max_distance = _t5_bias.checked_options(True, nb, max_distance)
     dtypes = [pq.dtype, pk.dtype] + ([] if table is None else [table.dtype])
     target, size, work = _destination(scores, (), (heads, n, n), dtypes)
     if not size:
@@ -1410,7 +1409,7 @@ def tupe_bias(
         bias[:, 0, :] = cls_to_others[:, None]
     if table is not None:
         t = _up(table, work, copy=True)
-        _t5_bias(t[:nb], n, n, True, max_distance, 0, bias, None, single=True)  # in place
+        _t5_bias.bias(t[:nb], n, n, True, max_distance, 0, bias, None, single=True)  # in place
         if untie_cls:
             bias[:, 1:, 0] = others_to_cls[:, None] + t[nb][:, None]
             bias[:, 0, :] = cls_to_others[:, None] + t[nb // 2][:, None]

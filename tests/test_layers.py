@@ -58,7 +58,6 @@ CIRCLES_LEFT = {
             "posenc._interop",
             "posenc._jax",
             "posenc._torch",
-            "posenc.bias",
             "posenc.functional_bias",
         }
     ),
@@ -69,10 +68,6 @@ CIRCLES_LEFT = {
 UNDERSCORE_IMPORTS_LEFT = {
     ("posenc.__main__", "posenc.probe.analyses", "_require"),
     ("posenc.__main__", "posenc.probe.forward", "_max_positions"),
-    ("posenc._functional_grad", "posenc.bias", "_positions"),
-    ("posenc.functional_bias", "posenc.bias", "_positions"),
-    ("posenc.functional_bias", "posenc.bias", "_run"),
-    ("posenc.functional_bias", "posenc.bias", "_scores"),
     ("posenc.hf", "posenc.rope_scaling", "_layer_config"),
     ("posenc.hf", "posenc.torch", "_config_value"),
     ("posenc.probe", "posenc.probe.analyses", "_TooManyPositions"),
@@ -111,8 +106,6 @@ UNDERSCORE_IMPORTS_LEFT = {
     ("posenc.probe.rope_usage", "posenc.probe.checkpoints", "_open_path"),
     ("posenc.probe.rope_usage", "posenc.probe.checkpoints", "_read_json"),
     ("posenc.probe.rope_usage", "posenc.probe.report", "_figure"),
-    ("posenc.relative", "posenc.bias", "_check_t5"),
-    ("posenc.relative", "posenc.bias", "_t5_bias"),
     ("posenc.rope", "posenc.positions", "_broadcast"),
     ("posenc.rope", "posenc.positions", "_channel_positions"),
     ("posenc.rope", "posenc.positions", "_named_seq_axis"),
