@@ -22,7 +22,7 @@ import numpy as np
 from . import _validate as v
 from ._distance_bias import distance_args
 from ._dtypes import is_bfloat16, widen
-from .functional_bias import (
+from ._kerple_fire import (
     distances,
     fire_inputs,
     fire_params,

@@ -92,14 +92,6 @@ def _torch_ready():
 _torch_ready._dynamo_marked_constant = True  # type: ignore[attr-defined]
 
 
-def with_device(signature: inspect.Signature) -> inspect.Signature:
-    """`signature` with a keyword-only ``device=None`` last (if it has none)."""
-    if "device" in signature.parameters:
-        return signature
-    device = inspect.Parameter("device", inspect.Parameter.KEYWORD_ONLY, default=None)
-    return signature.replace(parameters=[*signature.parameters.values(), device])
-
-
 def foreign(fn: _F) -> _F:
     """`fn`, taking torch tensors and JAX arrays as well as NumPy arrays.
 
@@ -126,5 +118,5 @@ def foreign(fn: _F) -> _F:
         return _jax.call(fn, signature, args, kwargs)
 
     wrapper.__wrapped_numpy__ = fn  # type: ignore[attr-defined]
-    wrapper.__signature__ = with_device(signature)  # type: ignore[attr-defined]
+    wrapper.__signature__ = _records.with_device(signature)  # type: ignore[attr-defined]
     return wrapper  # type: ignore[return-value]

@@ -18,6 +18,7 @@ module.
 
 from __future__ import annotations
 
+import inspect
 import sys
 from dataclasses import dataclass
 from types import ModuleType
@@ -289,6 +290,15 @@ _FUNCTIONS: Dict[str, Callable[..., Any]] = {}
 _BESIDE: Dict[str, Callable[..., Any]] = {
     "t5_bias_table_grad": _t5_bias.t5_bias_table_grad,
 }
+
+
+def with_device(signature: inspect.Signature) -> inspect.Signature:
+    """`signature` with a keyword-only ``device=None`` last (if it has none):
+    the signature of a routed function as its callers see it."""
+    if "device" in signature.parameters:
+        return signature
+    device = inspect.Parameter("device", inspect.Parameter.KEYWORD_ONLY, default=None)
+    return signature.replace(parameters=[*signature.parameters.values(), device])
 
 
 def register(fn: Callable[..., Any]) -> None:

@@ -51,16 +51,6 @@ CIRCLES_LEFT = {
             "posenc.probe.rope_usage",
         }
     ),
-    frozenset(
-        {
-            "posenc._functional_grad",
-            "posenc._grad",
-            "posenc._interop",
-            "posenc._jax",
-            "posenc._torch",
-            "posenc.functional_bias",
-        }
-    ),
 }
 
 #: (importer, module, name) of the underscore names still imported from a
