@@ -39,18 +39,7 @@ CIRCLES_LEFT = {
     # readers both ways
     frozenset({"posenc.probe.checkpoints", "posenc.probe.hub"}),
     frozenset({"posenc.probe._fits", "posenc.probe.analyses"}),
-    frozenset(
-        {
-            "posenc",
-            "posenc.probe",
-            "posenc.probe.attention",
-            "posenc.probe.forward",
-            "posenc.probe.locality",
-            "posenc.probe.properties",
-            "posenc.probe.report",
-            "posenc.probe.rope_usage",
-        }
-    ),
+    frozenset({"posenc.probe.locality", "posenc.probe.properties", "posenc.probe.report"}),
 }
 
 #: (importer, module, name) of the underscore names still imported from a

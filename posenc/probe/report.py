@@ -567,7 +567,7 @@ def _run_seeds(
     """
     from concurrent.futures import ThreadPoolExecutor
 
-    from .. import get_num_threads
+    from .._config import get_num_threads
     from .analyses import _FOLDS, _one_thread
 
     workers = max(1, min(seeds, get_num_threads()))
