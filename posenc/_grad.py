@@ -47,7 +47,7 @@ from typing import Any, Dict, NamedTuple
 
 import numpy as np
 
-from . import _functional_grad, _records, _t5_bias, _validate
+from . import _complex_order, _cope, _functional_grad, _records, _t5_bias, _validate
 from ._relative_engine import (
     _Blocks,
     _by_distance,
@@ -424,17 +424,15 @@ def _fire_bias(a, grad, wanted):
 
 def _cope_bias(a, grad, wanted):
     arrays = (a["query"], a["attn_logits"], a["pos_emb"])
-    cope = _records.module("cope_bias")  # its backward beside it, through the registry
-    got = cope.cope_bias_grad(*arrays, grad, causal=a["causal"], q_offset=a["q_offset"])
+    got = _cope.bias_grad(*arrays, grad, causal=a["causal"], q_offset=a["q_offset"])
     return dict(zip(("query", "attn_logits", "pos_emb"), got))
 
 
 def _complex_order_embedding(a, grad, wanted):
-    """Of the pair (real, imag): complex_order_embedding's backward beside
-    it; a float position's gradient summed to the positions' shape."""
+    """Of the pair (real, imag): complex_order_embedding's backward; a
+    float position's gradient summed to the positions' shape."""
     arrays = [a[key] for key in ("token_ids", "positions", "amplitude", "frequency", "phase")]
-    complex_order = _records.module("complex_order_embedding")
-    got = complex_order._backward(*arrays, *grad, of_positions="positions" in wanted)
+    got = _complex_order.backward(*arrays, *grad, of_positions="positions" in wanted)
     out = dict(zip(("amplitude", "frequency", "phase"), got))
     if "positions" in wanted:
         out["positions"] = np.asarray(_sum_to(got[3], np.shape(a["positions"])))

@@ -100,7 +100,17 @@ OTHER_LIBRARIES = {
 
 #: the core layer: private modules under the public ones, which import only
 #: each other and BASE
-CORE = set()
+CORE = {
+    "posenc._complex_order",
+    "posenc._cope",
+    "posenc._distance_bias",
+    "posenc._frequencies",
+    "posenc._functional_grad",
+    "posenc._kerple_fire",
+    "posenc._relative_engine",
+    "posenc._t5",
+    "posenc._t5_bias",
+}
 #: what the core layer stands on
 BASE = {"posenc._core", "posenc._validate", "posenc._dtypes", "posenc._typing"}
 
