@@ -19,9 +19,7 @@ module.
 from __future__ import annotations
 
 import inspect
-import sys
 from dataclasses import dataclass
-from types import ModuleType
 from typing import Any, Callable, Dict, Optional, Tuple
 
 import numpy as np
@@ -340,9 +338,3 @@ def on_stand_ins(
         return fn(**options, **stand_ins(np.zeros))
     except (TypeError, ValueError):
         return fn(**options, **stand_ins(np.ones))
-
-
-def module(name: str) -> ModuleType:
-    """The module of the routed function `name` (for the private helpers
-    beside it, which the backward rules share)."""
-    return sys.modules[_FUNCTIONS[name].__module__]
