@@ -1,6 +1,6 @@
 """What the torch and JAX adapters know of each routed function, written once.
 
-One :class:`Record` per public function that ``posenc._interop.foreign``
+One :class:`Record` per public function that ``posenc._interop.accepts_tensors``
 wraps (and one for ``t5_bias_table_grad``, t5_bias's backward, which the
 adapters call as they call a routed function): which arguments it writes
 into, which are indices, which 0-d arguments may be traced, with respect
@@ -8,7 +8,7 @@ to which it is differentiable and by which rule of :mod:`posenc._grad`,
 and the shape of its result where the arguments alone say it.
 
 The registry beside them holds the NumPy functions themselves, by name:
-``foreign`` registers each one as it wraps it, and the adapters look a
+``accepts_tensors`` registers each one as it wraps it, and the adapters look a
 function up here (:func:`function`) instead of importing the public
 modules, which import ``posenc._interop`` themselves.  The one function
 that no public function routes to, ``t5_bias_table_grad``, is imported
@@ -300,7 +300,7 @@ def with_device(signature: inspect.Signature) -> inspect.Signature:
 
 
 def register(fn: Callable[..., Any]) -> None:
-    """Called by posenc._interop.foreign with each NumPy function it wraps."""
+    """Called by posenc._interop.accepts_tensors with each NumPy function it wraps."""
     _FUNCTIONS[fn.__name__] = fn
 
 

@@ -330,7 +330,8 @@ def _gather_into(target, parts):
     # inputs read as they were before the call, as NumPy's ufuncs read them,
     # although the scores they share memory with are written first
     parts = [
-        p._replace(left=v.apart(p.left, target), right=v.apart(p.right, target)) for p in parts
+        p._replace(left=v.copy_if_shared(p.left, target), right=v.copy_if_shared(p.right, target))
+        for p in parts
     ]
     with quiet_ieee():
         if not (_pairs(parts) and _gather_pair(work, target.shape[:-3], *parts)):

@@ -56,7 +56,7 @@ def bias(table, q_len, k_len, bidirectional, max_distance, q_offset, scores, out
     shape = (n_heads, q_len, k_len)
     if scores is None and out is None:
         v.shape_size(shape, _SIZES, arr.dtype.itemsize)
-    tab = v.apart(v.native_copy(arr, arr.dtype), scores if scores is not None else out)
+    tab = v.copy_if_shared(v.native_copy(arr, arr.dtype), scores if scores is not None else out)
 
     # the largest |distance|: the first key from the last query, or the last
     # key from the first

@@ -17,7 +17,7 @@ from . import _core, _t5, _t5_bias
 from . import _validate as v
 from ._distance_bias import distance_args, fill, lengths, offset, run_on_views, scores_target
 from ._dtypes import is_bfloat16, narrow
-from ._interop import foreign
+from ._interop import accepts_tensors
 from ._t5_bias import t5_bias_table_grad as t5_bias_table_grad
 from ._typing import NDArray
 
@@ -28,7 +28,7 @@ _ALIBI_SIZES = "n_heads, q_len and k_len"
 # ---------------------------------------------------------------- ALiBi
 
 
-@foreign
+@accepts_tensors
 def alibi_slopes(n_heads: int, *, max_bias: float = 8.0) -> NDArray[np.float64]:
     """The per-head slopes of ALiBi (Press et al., 2022).
 
@@ -81,7 +81,7 @@ def _slopes(n, max_bias):
     return slopes
 
 
-@foreign
+@accepts_tensors
 def alibi_bias(
     n_heads,
     q_len,
@@ -174,7 +174,7 @@ def alibi_bias(
         slopes = v.native_copy(v.real_array(slopes, "slopes"), np.float64)
         if slopes.shape != (n_heads,):
             raise ValueError(f"slopes must have shape ({n_heads},), not {slopes.shape}")
-    slopes = v.apart(slopes, scores if scores is not None else out)
+    slopes = v.copy_if_shared(slopes, scores if scores is not None else out)
     if scores is not None:
         if out is not None:
             raise ValueError("give scores (to add into) or out (to write), not both")
@@ -195,7 +195,7 @@ def alibi_bias(
     )
 
 
-@foreign
+@accepts_tensors
 def alibi_key_bias(attention_mask, n_heads, *, slopes=None, max_bias=8.0, dtype=None):
     """ALiBi in the per-key form BLOOM and Falcon add: ``(batch, n_heads, 1, k)``.
 
@@ -293,7 +293,7 @@ def _rounded(values, dtype):
 # ---------------------------------------------------------------- T5
 
 
-@foreign
+@accepts_tensors
 def relative_position_bucket(
     relative_position, *, bidirectional=True, num_buckets=32, max_distance=128
 ):
@@ -364,7 +364,7 @@ def relative_position_bucket(
     return out.reshape(arr.shape)
 
 
-@foreign
+@accepts_tensors
 def t5_bias(
     table,
     q_len,
@@ -430,7 +430,7 @@ def t5_bias(
 # ---------------------------------------------------------------- Shaw et al.
 
 
-@foreign
+@accepts_tensors
 def relative_positions(q_len, k_len=None, *, max_distance=None, q_offset=0):
     """Shaw et al.'s clipped relative positions.
 

@@ -33,13 +33,13 @@ from typing import Any
 import numpy as np
 
 from . import _complex_order, _validate
-from ._interop import foreign
+from ._interop import accepts_tensors
 from ._typing import ArrayLike
 
 __all__ = ["complex_order_embedding", "complex_order_embedding_grad"]
 
 
-@foreign
+@accepts_tensors
 def complex_order_embedding(
     token_ids: ArrayLike,
     positions: ArrayLike,

@@ -33,13 +33,13 @@ from typing import Any, Optional
 import numpy as np
 
 from . import _cope, _validate
-from ._interop import foreign
+from ._interop import accepts_tensors
 from ._typing import Array, ArrayLike, NDArray
 
 __all__ = ["cope_bias", "cope_bias_grad"]
 
 
-@foreign
+@accepts_tensors
 def cope_bias(
     query: ArrayLike,
     attn_logits: ArrayLike,

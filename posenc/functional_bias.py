@@ -38,7 +38,7 @@ import numpy as np
 from . import _core, _kerple_fire
 from . import _validate as v
 from ._distance_bias import distance_args, run_on_views, scores_target
-from ._interop import foreign
+from ._interop import accepts_tensors
 from ._kerple_fire import (
     distances,
     fire_inputs,
@@ -132,7 +132,7 @@ def kerple_values(r1, r2, kind, d):
     return values + 0.0  # the diagonal +0.0, as alibi_bias's
 
 
-@foreign
+@accepts_tensors
 def kerple_bias(
     r1,
     r2,
@@ -244,7 +244,7 @@ def sandwich_values(n_heads, dim, d):
     return base[None, :] / scale
 
 
-@foreign
+@accepts_tensors
 def sandwich_bias(
     n_heads,
     q_len,
@@ -388,7 +388,7 @@ def _fire_rows(target, add, qpos, params, q_offset, causal):
     )
 
 
-@foreign
+@accepts_tensors
 def fire_bias(
     w1,
     b1,

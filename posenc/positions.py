@@ -15,7 +15,7 @@ from numbers import Integral
 import numpy as np
 
 from . import _validate as v
-from ._interop import foreign
+from ._interop import accepts_tensors
 from ._samplers import pose_position_ids, randomized_position_ids
 
 __all__ = [
@@ -42,7 +42,7 @@ def _within_int64(arr, name):
             raise ValueError(f"{name} must hold integers within int64, got {max(items, key=abs)}")
 
 
-@foreign
+@accepts_tensors
 def positions_from_cu_seqlens(cu_seqlens, *, start=0):
     """Position ids of packed sequences, from their boundaries.
 
@@ -121,7 +121,7 @@ def _grids(value, name):
     return arr.astype(np.int64)
 
 
-@foreign
+@accepts_tensors
 def mrope_position_ids(
     token_types,
     *,
@@ -325,7 +325,7 @@ def _intervals(value, videos, frames_apart):
 _VISION_CONVENTIONS = ("qwen2_vl", "llama4")
 
 
-@foreign
+@accepts_tensors
 def vision_position_ids(grids, *, spatial_merge_size=1, convention="qwen2_vl"):
     """The (row, column) coordinates of a vision tower's patches, for 2-D
     (axial) RoPE: ``apply_rope(q, vision_position_ids(...), axial=2)``.

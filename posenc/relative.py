@@ -49,7 +49,7 @@ import numpy as np
 
 from . import _core, _t5_bias
 from . import _validate as v
-from ._interop import foreign
+from ._interop import accepts_tensors
 
 # the engine: products in blocks, the C gathers, scatters and dense adds,
 # the precision rules
@@ -98,7 +98,7 @@ _check = v  # for the TENER functions, whose argument v (the position bias) hide
 # ---------------------------------------------------------------- Transformer-XL / XLNet
 
 
-@foreign
+@accepts_tensors
 def xl_relative_table(
     q_len: int,
     k_len: Optional[int] = None,
@@ -185,7 +185,7 @@ def xl_relative_table(
     return np.stack(out) if bi_data else out[0]
 
 
-@foreign
+@accepts_tensors
 def xl_position_term(
     q: ArrayLike,
     r: ArrayLike,
@@ -264,7 +264,7 @@ def xl_position_term(
     return sum_parts(*xl_term(q, r, bias, k_len, q_offset, causal, scores))
 
 
-@foreign
+@accepts_tensors
 def xl_content_bias(k: ArrayLike, bias: ArrayLike, *, scores: Optional[Array] = None) -> Array:
     """Transformer-XL / XLNet's content bias ``u . k_j``, the same for every query.
 
@@ -333,7 +333,7 @@ def _tener_frequencies(dim, base):
     return np.exp(-np.arange(half, dtype=np.float64) * (math.log(base) / (half - 1)))
 
 
-@foreign
+@accepts_tensors
 def tener_relative_table(
     length: int,
     dim: int,
@@ -398,7 +398,7 @@ def tener_relative_table(
     return out
 
 
-@foreign
+@accepts_tensors
 def tener_position_term(
     q: ArrayLike,
     k: ArrayLike,
@@ -460,7 +460,7 @@ def tener_position_term(
     return sum_parts(*tener_term(q, k, table, v, key_term, scores))
 
 
-@foreign
+@accepts_tensors
 def tener_scores(
     q: ArrayLike,
     k: ArrayLike,
@@ -538,7 +538,7 @@ def tener_scores(
 # ---------------------------------------------------------------- DeBERTa
 
 
-@foreign
+@accepts_tensors
 def deberta_log_bucket(
     relative_pos: ArrayLike,
     bucket_size: int,
@@ -604,7 +604,7 @@ def deberta_log_bucket(
     return log_bucket(arr.astype(np.int64), bucket_size, max_position, precision)
 
 
-@foreign
+@accepts_tensors
 def deberta_relative_positions(
     q_len: int,
     k_len: Optional[int] = None,
@@ -664,7 +664,7 @@ def deberta_relative_positions(
     return dist[t]
 
 
-@foreign
+@accepts_tensors
 def deberta_attention_bias(
     q: ArrayLike,
     k: ArrayLike,
@@ -752,7 +752,7 @@ def deberta_attention_bias(
 # ---------------------------------------------------------------- Shaw et al.
 
 
-@foreign
+@accepts_tensors
 def shaw_key_term(
     q: ArrayLike,
     rel_keys: ArrayLike,
@@ -813,7 +813,7 @@ def shaw_key_term(
     return sum_parts(*shaw_term(q, rel_keys, max_distance, k_len, q_offset, scores))
 
 
-@foreign
+@accepts_tensors
 def shaw_value_term(
     weights: ArrayLike,
     rel_values: ArrayLike,
@@ -876,7 +876,7 @@ def shaw_value_term(
 # ---------------------------------------------------------------- TUPE
 
 
-@foreign
+@accepts_tensors
 def tupe_bias(
     pos_q: ArrayLike,
     pos_k: ArrayLike,

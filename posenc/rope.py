@@ -17,7 +17,7 @@ import numpy as np
 
 from . import _core, rope_scaling
 from . import _validate as v
-from ._interop import foreign
+from ._interop import accepts_tensors
 from ._rope_plan import channel_plan, resolve_rotary, sequence_length
 from ._rope_positions import (
     broadcast_positions,
@@ -37,7 +37,7 @@ ApplyLayout = Literal["half", "interleaved", "interleaved_to_half"]
 XposRole = Literal["query", "key"]
 
 
-@foreign
+@accepts_tensors
 def rope_frequencies(
     dim: int,
     *,
@@ -165,7 +165,7 @@ def rope_frequencies(
     return rope_scaling.frequencies(rotary, base, rope, seq_len)
 
 
-@foreign
+@accepts_tensors
 def rope_cos_sin(
     positions,
     dim,
@@ -377,7 +377,7 @@ def _xpos_kernel_args(role, scale_base, centre, rotary, pos, dtype, compute):
     return (log_zeta, centre, rate)
 
 
-@foreign
+@accepts_tensors
 def apply_rope(
     x,
     positions=None,

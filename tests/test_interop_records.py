@@ -1,7 +1,7 @@
 """The adapters' records (posenc._records) and what the adapters import.
 
 The torch and JAX adapters and the backward rules find the NumPy functions
-through the registry that posenc._interop.foreign fills; none of them
+through the registry that posenc._interop.accepts_tensors fills; none of them
 imports a public module (which import posenc._interop themselves), but
 posenc.rope_scaling, which stands in the core layer under them (it
 imports nothing above it: tests/test_layers.py).
