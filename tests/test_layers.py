@@ -38,52 +38,35 @@ CIRCLES_LEFT = {
     # posenc.probe: checkpoint reading and the hub's downloads share their
     # readers both ways
     frozenset({"posenc.probe.checkpoints", "posenc.probe.hub"}),
-    frozenset({"posenc.probe._fits", "posenc.probe.analyses"}),
-    frozenset({"posenc.probe.locality", "posenc.probe.properties", "posenc.probe.report"}),
 }
 
 #: (importer, module, name) of the underscore names still imported from a
 #: module without an underscore
 UNDERSCORE_IMPORTS_LEFT = {
+    # the command line and the transformers patches read helpers of the
+    # modules they drive
     ("posenc.__main__", "posenc.probe.analyses", "_require"),
     ("posenc.__main__", "posenc.probe.forward", "_max_positions"),
     ("posenc.hf", "posenc.rope_scaling", "_layer_config"),
     ("posenc.hf", "posenc.torch", "_config_value"),
-    ("posenc.probe", "posenc.probe.analyses", "_TooManyPositions"),
-    ("posenc.probe", "posenc.probe.analyses", "_table"),
-    ("posenc.probe", "posenc.probe.analyses", "_to_numpy"),
+    # the checkpoint readers' helpers, shared with the hub's and the probes
     ("posenc.probe", "posenc.probe.checkpoints", "_load"),
-    ("posenc.probe", "posenc.probe.report", "_plot_format"),
-    ("posenc.probe._fits", "posenc.probe.analyses", "_require"),
-    ("posenc.probe.attention", "posenc.probe.analyses", "_to_numpy"),
     ("posenc.probe.attention", "posenc.probe.checkpoints", "_flatten"),
     ("posenc.probe.attention", "posenc.probe.checkpoints", "_open_path"),
-    ("posenc.probe.attention", "posenc.probe.report", "_figure"),
     ("posenc.probe.checkpoints", "posenc.probe.analyses", "_check_rows"),
     ("posenc.probe.checkpoints", "posenc.probe.analyses", "_to_numpy"),
-    ("posenc.probe.forward", "posenc.probe.report", "_figure"),
     ("posenc.probe.hub", "posenc.probe.analyses", "_check_rows"),
     ("posenc.probe.hub", "posenc.probe.checkpoints", "_JSON_MAX_BYTES"),
     ("posenc.probe.hub", "posenc.probe.checkpoints", "_check_safetensors_header"),
     ("posenc.probe.hub", "posenc.probe.checkpoints", "_choose"),
     ("posenc.probe.hub", "posenc.probe.checkpoints", "_decode_safetensors"),
     ("posenc.probe.hub", "posenc.probe.checkpoints", "_parse_json"),
-    ("posenc.probe.locality", "posenc.probe.analyses", "_plain"),
-    ("posenc.probe.locality", "posenc.probe.analyses", "_table"),
-    ("posenc.probe.locality", "posenc.probe.properties", "_diagonal_means"),
-    ("posenc.probe.locality", "posenc.probe.report", "_figure"),
-    ("posenc.probe.properties", "posenc.probe.analyses", "_plain"),
-    ("posenc.probe.properties", "posenc.probe.analyses", "_table"),
-    ("posenc.probe.properties", "posenc.probe.report", "_figure"),
-    ("posenc.probe.report", "posenc.probe.analyses", "_FOLDS"),
-    ("posenc.probe.report", "posenc.probe.analyses", "_absolute_position_regression"),
-    ("posenc.probe.report", "posenc.probe.analyses", "_one_thread"),
-    ("posenc.probe.report", "posenc.probe.analyses", "_require"),
-    ("posenc.probe.report", "posenc.probe.analyses", "_table"),
-    ("posenc.probe.rope_usage", "posenc.probe.analyses", "_table"),
-    ("posenc.probe.rope_usage", "posenc.probe.analyses", "_to_numpy"),
     ("posenc.probe.rope_usage", "posenc.probe.checkpoints", "_open_path"),
     ("posenc.probe.rope_usage", "posenc.probe.checkpoints", "_read_json"),
+    # the report runs the absolute-position probe's seeds itself
+    ("posenc.probe.report", "posenc.probe.analyses", "_FOLDS"),
+    ("posenc.probe.report", "posenc.probe.analyses", "_absolute_position_regression"),
+    # the plot scaffolding is posenc.probe._plots'; report.py hands it on
     ("posenc.probe.rope_usage", "posenc.probe.report", "_figure"),
 }
 
