@@ -20,9 +20,9 @@ from __future__ import annotations
 import numpy as np
 
 from . import _validate as v
+from ._distance_bias import distance_args
 from ._dtypes import is_bfloat16, widen
-from .bias import _positions
-from .functional_bias import (
+from ._kerple_fire import (
     distances,
     fire_inputs,
     fire_params,
@@ -101,7 +101,7 @@ def kerple_bias_grad(grad, r1, r2, *, kind="log", causal=True, q_offset=None):
     arr, n_heads, q_len, k_len = _grad_array(grad)
     if n_heads != a.shape[0]:
         raise ValueError(f"grad has {n_heads} heads (axis -3), r1 and r2 {a.shape[0]}")
-    q_len, k_len, q_offset, causal = _positions(q_len, k_len, q_offset, causal)
+    q_len, k_len, q_offset, causal = distance_args(q_len, k_len, q_offset, causal)
     delta = distances(q_len, k_len, q_offset)
     sums = diagonal_sums(arr)
     keep = delta >= 0 if causal else np.ones(delta.shape, bool)
@@ -146,7 +146,7 @@ def fire_bias_grad(grad, w1, b1, w2, b2, c, threshold, *, eps=1e-6, causal=True,
     arr, n_heads, q_len, k_len = _grad_array(grad)
     if n_heads != w2.shape[0]:
         raise ValueError(f"grad has {n_heads} heads (axis -3), w2 {w2.shape[0]} rows")
-    q_len, k_len, q_offset, causal = _positions(q_len, k_len, q_offset, causal)
+    q_len, k_len, q_offset, causal = distance_args(q_len, k_len, q_offset, causal)
     width = w1.shape[0]
     g_w1 = np.zeros(width)
     g_b1 = np.zeros(width)

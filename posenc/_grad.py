@@ -19,7 +19,7 @@ whose gradient is wanted, one of:
   terms' backward (one call for all the arguments wanted).
 
 The relative terms.  Each gathered part of a term (see
-``_relative_engine._Part``) is
+``_relative_engine.Part``) is
 ``score[i, j] += (left @ right^T)[row, columns[q_len - 1 - i + j]] / divisor``;
 its transpose sums the incoming gradient by column (the C scatter that
 :func:`posenc.shaw_value_term` uses, into a row per key for a part gathered
@@ -33,10 +33,12 @@ the axes it was broadcast along.  Everything is formed in the term's
 working dtype (float32, or float64 when an input is) and returned so: the
 caller casts it to each argument's dtype.
 
-posenc.relative's argument readers are reached through the registry of
-posenc._records (the module of its functions), never imported; the
-engine they share, posenc._relative_engine (which imports no public
-module), is imported.
+What a rule shares with its forward is imported from the core layer,
+under the public modules: the relative terms' argument readers
+(posenc._relative_terms) and engine (posenc._relative_engine), T5's
+table gradient (posenc._t5_bias), the learned biases' backward
+(posenc._functional_grad), CoPE's (posenc._cope) and complex order's
+(posenc._complex_order).  No public module is imported.
 """
 
 from __future__ import annotations
@@ -47,27 +49,28 @@ from typing import Any, Dict, NamedTuple
 
 import numpy as np
 
-from . import _functional_grad, _records, _validate
+from . import _complex_order, _cope, _functional_grad, _records, _t5_bias, _validate
 from ._relative_engine import (
-    _Blocks,
-    _by_distance,
-    _finish,
-    _ieee,
-    _odd_lines,
-    _Part,
-    _up,
-    _work,
+    Blocks,
+    Part,
+    odd_lines,
+    quiet_ieee,
+    sum_by_distance,
+    sum_parts,
+    to_dtype,
+    working_dtype,
 )
-
-
-class _Relative:
-    """posenc.relative, as the registry finds it (on first use)."""
-
-    def __getattr__(self, name):
-        return getattr(_records.module("xl_position_term"), name)
-
-
-_rel: Any = _Relative()
+from ._relative_terms import (
+    bias_vector,
+    broadcasts_to,
+    deberta_term,
+    float_array,
+    qk_array,
+    shaw_term,
+    shaw_value_args,
+    tener_term,
+    xl_term,
+)
 
 
 class Call(NamedTuple):
@@ -204,12 +207,12 @@ def _incoming(grad, lead, shape, work):
     """The incoming gradient (of the term's shape, or of scores its
     leading axes broadcast to) in `work`, summed to the term's shape."""
     own = grad.shape[: -len(shape)]
-    if grad.shape[-len(shape) :] != shape or not _rel._broadcasts_to(lead, own):
+    if grad.shape[-len(shape) :] != shape or not broadcasts_to(lead, own):
         raise ValueError(
             f"grad must have shape (..., {', '.join(map(str, shape))}) with leading axes that "
             f"{lead} broadcast to, not {grad.shape}"
         )
-    return _sum_to(_up(grad, work), lead + shape)
+    return _sum_to(to_dtype(grad, work), lead + shape)
 
 
 def _add(out, name, g):
@@ -219,7 +222,7 @@ def _add(out, name, g):
 def _part_grads(part, g, wanted, out):
     """The gradients of one gathered part (see the module's doc) for the
     incoming gradient `g` (..., heads, q_len, k_len) of the working dtype,
-    a block at a time as the forward makes its products (_relative_engine._Blocks):
+    a block at a time as the forward makes its products (_relative_engine.Blocks):
     each block's gradient summed by column in cache, then its two products."""
     lead, (heads, q_len, k_len) = g.shape[:-3], g.shape[-3:]
     work, d = part.left.dtype, part.left.shape[-1]
@@ -234,18 +237,18 @@ def _part_grads(part, g, wanted, out):
     if g.size == 0:  # an empty term (no queries, keys or heads): its gradients are zeros
         lead = (0,)
     else:
-        blocks = _Blocks(heads, q_len, k_len, cols, work.itemsize, part.by_key)
+        blocks = Blocks(heads, q_len, k_len, cols, work.itemsize, part.by_key)
         spans = blocks.spans(part.columns)
         # one buffer for every block's sums (rows padded by key): the largest
         widest = max(
-            ((a1 - a0) * _odd_lines(c1 - c0, work) for a0, a1, c0, c1, _ in spans), default=0
+            ((a1 - a0) * odd_lines(c1 - c0, work) for a0, a1, c0, c1, _ in spans), default=0
         )
         scratch = np.empty(blocks.group * widest, work) if spans else None
     for at in np.ndindex(*lead):
         gb, lb, rb = g[at], lefts[at], rights[at]
         for h0, h1, a0, a1, c0, c1, local in blocks.of(spans):
             block = gb[h0:h1, :, a0:a1] if part.by_key else gb[h0:h1, a0:a1]
-            summed = _by_distance(block, local, c1 - c0, work, part.by_key, scratch)
+            summed = sum_by_distance(block, local, c1 - c0, work, part.by_key, scratch)
             if d_left is not None:
                 np.matmul(summed, rb[h0:h1, c0:c1], out=d_left[at][h0:h1, a0:a1])
             if d_right is not None:
@@ -280,23 +283,23 @@ def _keys(a):
 
 
 def _xl_position_term(a, grad, wanted):
-    term = _rel._xl_term(a["q"], a["r"], a["bias"], _keys(a), a["q_offset"], a["causal"], None)
+    term = xl_term(a["q"], a["r"], a["bias"], _keys(a), a["q_offset"], a["causal"], None)
     return _gathered(term, grad, wanted)
 
 
 def _tener_position_term(a, grad, wanted):
-    term = _rel._tener_term(a["q"], a["k"], a["table"], a["v"], a["key_term"], None)
+    term = tener_term(a["q"], a["k"], a["table"], a["v"], a["key_term"], None)
     return _gathered(term, grad, wanted)
 
 
 def _deberta_attention_bias(a, grad, wanted):
-    term = _rel._deberta_term(**{**a, "scores": None})
+    term = deberta_term(**{**a, "scores": None})
     return _gathered(term, grad, wanted)
 
 
 def _shaw_key_term(a, grad, wanted):
     k_len = _keys(a)
-    term = _rel._shaw_term(a["q"], a["rel_keys"], a["max_distance"], k_len, a["q_offset"], None)
+    term = shaw_term(a["q"], a["rel_keys"], a["max_distance"], k_len, a["q_offset"], None)
     return _gathered(term, grad, wanted)
 
 
@@ -315,21 +318,19 @@ def _content(left, right, g, sources, right_name, wanted, out):
 
 
 def _xl_content_bias(a, grad, wanted):
-    k = _rel._qk(a["k"], "k")
+    k = qk_array(a["k"], "k")
     heads, _, d = k.shape[-3:]
-    u = _rel._bias_vector(a["bias"], heads, d, "bias")
-    work = _work(k.dtype, u.dtype)
+    u = bias_vector(a["bias"], heads, d, "bias")
+    work = working_dtype(k.dtype, u.dtype)
     rows = grad.shape[-2] if grad.ndim >= 3 else 1  # the scores' queries, or 1
     g = _incoming(grad, k.shape[:-3], (heads, rows, k.shape[-2]), work)
     out = {}
-    _content(_up(u, work), _up(k, work), g, (("bias", u.shape),), "k", wanted, out)
+    _content(to_dtype(u, work), to_dtype(k, work), g, (("bias", u.shape),), "k", wanted, out)
     return out
 
 
 def _tener_scores(a, grad, wanted):
-    _, lead, shape, _, parts = _rel._tener_term(
-        a["q"], a["k"], a["table"], a["v"], a["key_term"], None
-    )
+    _, lead, shape, _, parts = tener_term(a["q"], a["k"], a["table"], a["v"], a["key_term"], None)
     work, d = parts[0].left.dtype, parts[0].left.shape[-1]
     g = _incoming(grad, lead, shape, work)
     if _validate.flag(a["scale"], "scale") and d:  # no head dim: no products to scale
@@ -337,40 +338,40 @@ def _tener_scores(a, grad, wanted):
     out = {}
     for part in parts:
         _part_grads(part, g, wanted, out)
-    q = _rel._float(a["q"], "q")
-    left, sources = _up(q, work), (("q", q.shape),)
+    q = float_array(a["q"], "q")
+    left, sources = to_dtype(q, work), (("q", q.shape),)
     if a["u"] is not None:
-        u = _rel._bias_vector(a["u"], shape[0], d, "u")
-        left, sources = left + _up(u, work), sources + (("u", u.shape),)
-    _content(left, _up(_rel._float(a["k"], "k"), work), g, sources, "k", wanted, out)
+        u = bias_vector(a["u"], shape[0], d, "u")
+        left, sources = left + to_dtype(u, work), sources + (("u", u.shape),)
+    _content(left, to_dtype(float_array(a["k"], "k"), work), g, sources, "k", wanted, out)
     return out
 
 
 def _shaw_value_term(a, grad, wanted):
-    w, rv, index, work = _rel._shaw_value_args(
+    w, rv, index, work = shaw_value_args(
         a["weights"], a["rel_values"], a["max_distance"], a["q_offset"]
     )
-    rvw = _up(rv, work)
+    rvw = to_dtype(rv, work)
     g = _incoming(grad, w.shape[:-3], w.shape[-3:-1] + (rv.shape[-1],), work)
     out = {}
     if "weights" in wanted:  # the gather of g @ rel_values^T: shaw_key_term's kernel
         heads, q_len, k_len = w.shape[-3:]
         table = rvw if rvw.ndim == 3 else rvw[None]
-        part = _Part(g, table, index, False, None, (), ("", ()))
-        out["weights"] = _finish(None, g.shape[:-3], (heads, q_len, k_len), work, [part])
+        part = Part(g, table, index, False, None, (), ("", ()))
+        out["weights"] = sum_parts(None, g.shape[:-3], (heads, q_len, k_len), work, [part])
     if "rel_values" in wanted:
-        summed = _by_distance(w, index, rv.shape[-2], work)
+        summed = sum_by_distance(w, index, rv.shape[-2], work)
         out["rel_values"] = _sum_to(np.swapaxes(summed, -1, -2) @ g, rv.shape)
     return out
 
 
 def _tupe_bias(a, grad, wanted):
-    pq = _rel._float(a["pos_q"], "pos_q", 3)
-    pk = _rel._float(a["pos_k"], "pos_k", 3)
+    pq = float_array(a["pos_q"], "pos_q", 3)
+    pk = float_array(a["pos_k"], "pos_k", 3)
     untie = _validate.flag(a["untie_cls"], "untie_cls")
-    table = None if a["rel_table"] is None else _rel._float(a["rel_table"], "rel_table", 2)
+    table = None if a["rel_table"] is None else float_array(a["rel_table"], "rel_table", 2)
     dtypes = [pq.dtype, pk.dtype] + ([] if table is None else [table.dtype])
-    work = _work(*dtypes)
+    work = working_dtype(*dtypes)
     heads, rows, d = pq.shape
     n = rows - 1 if untie else rows
     g = _incoming(grad, (), (heads, n, n), work)
@@ -387,9 +388,9 @@ def _tupe_bias(a, grad, wanted):
         products = np.zeros((heads, rows, rows), work)
     c = work.type(1.0 / math.sqrt(2 * d) if d else 1.0)  # no head dim: no products
     if "pos_q" in wanted:
-        out["pos_q"] = (products @ _up(pk, work)) * c
+        out["pos_q"] = (products @ to_dtype(pk, work)) * c
     if "pos_k" in wanted:
-        out["pos_k"] = (np.swapaxes(products, -1, -2) @ _up(pq, work)) * c
+        out["pos_k"] = (np.swapaxes(products, -1, -2) @ to_dtype(pq, work)) * c
     if table is not None and "rel_table" in wanted:
         nb = table.shape[0] - (1 if a["untie_cls"] else 0)
         buckets = g
@@ -399,9 +400,7 @@ def _tupe_bias(a, grad, wanted):
             buckets[:, :, 0] = 0
         d_table = np.zeros(table.shape, work)
         if g.size:  # no scores (no heads or tokens): nothing read from the table
-            d_table[:nb] = _records.function("t5_bias_table_grad")(
-                buckets, nb, max_distance=a["max_distance"]
-            )
+            d_table[:nb] = _t5_bias.t5_bias_table_grad(buckets, nb, max_distance=a["max_distance"])
         if untie:
             d_table[nb] += g[:, 1:, 0].sum(axis=-1)
             d_table[nb // 2] += g[:, 0, :].sum(axis=-1)
@@ -426,17 +425,15 @@ def _fire_bias(a, grad, wanted):
 
 def _cope_bias(a, grad, wanted):
     arrays = (a["query"], a["attn_logits"], a["pos_emb"])
-    cope = _records.module("cope_bias")  # its backward beside it, through the registry
-    got = cope.cope_bias_grad(*arrays, grad, causal=a["causal"], q_offset=a["q_offset"])
+    got = _cope.bias_grad(*arrays, grad, causal=a["causal"], q_offset=a["q_offset"])
     return dict(zip(("query", "attn_logits", "pos_emb"), got))
 
 
 def _complex_order_embedding(a, grad, wanted):
-    """Of the pair (real, imag): complex_order_embedding's backward beside
-    it; a float position's gradient summed to the positions' shape."""
+    """Of the pair (real, imag): complex_order_embedding's backward; a
+    float position's gradient summed to the positions' shape."""
     arrays = [a[key] for key in ("token_ids", "positions", "amplitude", "frequency", "phase")]
-    complex_order = _records.module("complex_order_embedding")
-    got = complex_order._backward(*arrays, *grad, of_positions="positions" in wanted)
+    got = _complex_order.backward(*arrays, *grad, of_positions="positions" in wanted)
     out = dict(zip(("amplitude", "frequency", "phase"), got))
     if "positions" in wanted:
         out["positions"] = np.asarray(_sum_to(got[3], np.shape(a["positions"])))
@@ -474,10 +471,10 @@ def grads(name, grad, wanted, args, kwargs):
     grad = np.asarray(grad)
     if _records.RECORDS[name].outputs > 1:  # the rule takes a tuple
         grad = tuple(grad)
-    with _ieee():  # an inf or NaN in the data: IEEE's results, no RuntimeWarning
+    with quiet_ieee():  # an inf or NaN in the data: IEEE's results, no RuntimeWarning
         out = _RULES[name](a, grad, wanted) if wanted else {}
     # an argument the term does not read (k in DeBERTa's c2p alone) gets zeros
-    work = _work(*[np.asarray(a[key]).dtype for key in wanted])
+    work = working_dtype(*[np.asarray(a[key]).dtype for key in wanted])
     return {
         key: out[key].reshape(np.shape(a[key])) if key in out else np.zeros(np.shape(a[key]), work)
         for key in wanted

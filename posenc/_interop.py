@@ -1,10 +1,10 @@
 """Where a call goes when it is handed a PyTorch or JAX object.
 
-Every public function is written for NumPy.  :func:`foreign` wraps it so
-that a call whose arguments include a torch tensor, a torch dtype or
-``device=`` goes to :mod:`posenc._torch`, and one with a JAX array (or a
-tracer of ``jax.jit``) to :mod:`posenc._jax`; those modules convert the
-arguments, run the NumPy function and convert its result back.  A call with
+Every public function is written for NumPy.  :func:`accepts_tensors`
+wraps it so that a call whose arguments include a torch tensor, a torch
+dtype or ``device=`` goes to :mod:`posenc._torch`, and one with a JAX array
+(or a tracer of ``jax.jit``) to :mod:`posenc._jax`; those modules convert
+the arguments, run the NumPy function and convert its result back.  A call with
 NumPy arrays and Python values only costs one type check per argument, and
 neither torch nor JAX is ever imported by posenc itself: an object of theirs
 can only reach a call once the caller has imported them.
@@ -92,21 +92,15 @@ def _torch_ready():
 _torch_ready._dynamo_marked_constant = True  # type: ignore[attr-defined]
 
 
-def with_device(signature: inspect.Signature) -> inspect.Signature:
-    """`signature` with a keyword-only ``device=None`` last (if it has none)."""
-    if "device" in signature.parameters:
-        return signature
-    device = inspect.Parameter("device", inspect.Parameter.KEYWORD_ONLY, default=None)
-    return signature.replace(parameters=[*signature.parameters.values(), device])
-
-
-def foreign(fn: _F) -> _F:
+def accepts_tensors(fn: _F) -> _F:
     """`fn`, taking torch tensors and JAX arrays as well as NumPy arrays.
 
-    The wrapper's signature is `fn`'s with a keyword-only ``device=None``
-    last (the one every routed function takes: a torch device asks for
-    torch tensors), so help() and inspect see the parameters a call
-    accepts, and type checkers `fn`'s annotations.
+    `fn` is registered in posenc._records, where the adapters find it by
+    its name (that of its record).  The wrapper's signature is `fn`'s
+    with a keyword-only ``device=None`` last (the one every routed
+    function takes: a torch device asks for torch tensors), so help() and
+    inspect see the parameters a call accepts, and type checkers `fn`'s
+    annotations.
     """
     signature = inspect.signature(fn)
     _records.register(fn)  # the adapters find it there by name
@@ -126,5 +120,5 @@ def foreign(fn: _F) -> _F:
         return _jax.call(fn, signature, args, kwargs)
 
     wrapper.__wrapped_numpy__ = fn  # type: ignore[attr-defined]
-    wrapper.__signature__ = with_device(signature)  # type: ignore[attr-defined]
+    wrapper.__signature__ = _records.with_device(signature)  # type: ignore[attr-defined]
     return wrapper  # type: ignore[return-value]

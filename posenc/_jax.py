@@ -78,8 +78,10 @@ import jax.numpy as jnp
 import numpy as np
 from jax.custom_derivatives import SymbolicZero
 
-from . import _dtypes, _grad, _records
+from . import _dtypes, _grad, _records, rope_scaling
 from . import _validate as v
+from ._rope_plan import channel_plan, resolve_rotary
+from ._rope_positions import named_seq_axis
 
 if "vmap_method" not in inspect.signature(jax.pure_callback).parameters:
     raise ImportError(
@@ -494,7 +496,7 @@ class _Op:
             axis = self.static.get("seq_axis")
             axes = self.static.get("axes")
             if isinstance(axes, str):  # the layout by name: its axes after the batch's
-                axis = _rope().named_seq_axis(axes, axis, len(axes))
+                axis = named_seq_axis(axes, axis, len(axes))
                 changed["axes"] = None
             if axis is None:
                 axis = -2
@@ -532,7 +534,6 @@ _UNKNOWN = object()
 def _positions_in_rows(plan, static, dim):
     """rope.py's own reading of the options: whether `positions` has a
     leading axis of rows (M-RoPE's sections, axial RoPE), or None."""
-    rope_module = _rope()
     given = {
         p.name: p.default
         for p in plan.signature.parameters.values()
@@ -542,15 +543,15 @@ def _positions_in_rows(plan, static, dim):
     try:
         base = v.real(given["base"], "base", positive=True)
         if plan.name == "apply_rope":
-            rotary, base, rope = rope_module._rotary_dim(
+            rotary, base, rope = resolve_rotary(
                 dim, given["rotary_dim"], base, given["scaling"], given["layer_type"]
             )
         else:
             dim = v.even_dim(given["dim"], "dim")
-            rotary, base, rope = rope_module.rope_scaling.resolve(
+            rotary, base, rope = rope_scaling.resolve(
                 dim, base, given["scaling"], given["layer_type"]
             )
-        chan = rope_module._channel_plan(
+        chan = channel_plan(
             rotary, base, rope, given["mrope_section"], given["mrope_interleaved"], given["axial"]
         )
     except Exception:
@@ -612,7 +613,7 @@ def _seq_free(static):
     if scaling is None:
         return True
     try:
-        rope = _rope().rope_scaling.read(scaling, static.get("layer_type"))
+        rope = rope_scaling.read(scaling, static.get("layer_type"))
     except Exception:
         return False
     return not rope.family.needs_seq_len
@@ -793,11 +794,6 @@ def _grad_error(plan, name):
 
 
 # ---------------------------------------------------------------- gradients
-
-
-def _rope():
-    """posenc.rope (and its rope_scaling), as the registry finds it."""
-    return _records.module("apply_rope")
 
 
 def _plan_of(fn):

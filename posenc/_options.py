@@ -17,7 +17,7 @@ import json
 
 import numpy as np
 
-from . import _dtypes, _records
+from . import _dtypes, rope_scaling
 
 _PLAIN = (type(None), bool, int, float, str, dict, list, tuple, np.generic)
 
@@ -134,7 +134,6 @@ def config_text(config, layer_type):
     the JSON text of an equivalent config.json dict: what the operators can
     carry.  Under torch.compile this runs once, at trace time, on the object
     itself (guarded by its identity)."""
-    rope_scaling = _records.module("apply_rope").rope_scaling  # posenc.rope_scaling
     rope = rope_scaling.read(config, layer_type)
     params = dict(rope.params)
     params["rope_type"] = rope.family.name

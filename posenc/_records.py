@@ -1,6 +1,6 @@
 """What the torch and JAX adapters know of each routed function, written once.
 
-One :class:`Record` per public function that ``posenc._interop.foreign``
+One :class:`Record` per public function that ``posenc._interop.accepts_tensors``
 wraps (and one for ``t5_bias_table_grad``, t5_bias's backward, which the
 adapters call as they call a routed function): which arguments it writes
 into, which are indices, which 0-d arguments may be traced, with respect
@@ -8,21 +8,23 @@ to which it is differentiable and by which rule of :mod:`posenc._grad`,
 and the shape of its result where the arguments alone say it.
 
 The registry beside them holds the NumPy functions themselves, by name:
-``foreign`` registers each one as it wraps it, and the adapters look a
-function up here (:func:`function`, :func:`module` for a private helper
-beside it) instead of importing the public modules, which import
-``posenc._interop`` themselves.  Nothing here imports a public module.
+``accepts_tensors`` registers each one as it wraps it, and the adapters look a
+function up here (:func:`function`) instead of importing the public
+modules, which import ``posenc._interop`` themselves.  The one function
+that no public function routes to, ``t5_bias_table_grad``, is imported
+from the core layer (posenc._t5_bias).  Nothing here imports a public
+module.
 """
 
 from __future__ import annotations
 
-import sys
+import inspect
 from dataclasses import dataclass
-from types import ModuleType
 from typing import Any, Callable, Dict, Optional, Tuple
 
 import numpy as np
 
+from . import _t5_bias
 from ._dtypes import is_bfloat16
 
 #: the indices of the position functions: read without their gradient
@@ -282,19 +284,30 @@ def record(name: str) -> Record:
 
 _FUNCTIONS: Dict[str, Callable[..., Any]] = {}
 
+#: the functions with a record that no wrapper registers (see Record.beside)
+_BESIDE: Dict[str, Callable[..., Any]] = {
+    "t5_bias_table_grad": _t5_bias.t5_bias_table_grad,
+}
+
+
+def with_device(signature: inspect.Signature) -> inspect.Signature:
+    """`signature` with a keyword-only ``device=None`` last (if it has none):
+    the signature of a routed function as its callers see it."""
+    if "device" in signature.parameters:
+        return signature
+    device = inspect.Parameter("device", inspect.Parameter.KEYWORD_ONLY, default=None)
+    return signature.replace(parameters=[*signature.parameters.values(), device])
+
 
 def register(fn: Callable[..., Any]) -> None:
-    """Called by posenc._interop.foreign with each NumPy function it wraps."""
+    """Called by posenc._interop.accepts_tensors with each NumPy function it wraps."""
     _FUNCTIONS[fn.__name__] = fn
 
 
 def function(name: str) -> Callable[..., Any]:
     """The NumPy function `name` (a routed one, or one beside it)."""
     fn = _FUNCTIONS.get(name)
-    if fn is None:
-        fn = getattr(module(RECORDS[name].beside or name), name)
-        _FUNCTIONS[name] = fn
-    return fn
+    return _BESIDE[name] if fn is None else fn
 
 
 def on_stand_ins(
@@ -325,9 +338,3 @@ def on_stand_ins(
         return fn(**options, **stand_ins(np.zeros))
     except (TypeError, ValueError):
         return fn(**options, **stand_ins(np.ones))
-
-
-def module(name: str) -> ModuleType:
-    """The module of the routed function `name` (for the private helpers
-    beside it, which the backward rules share)."""
-    return sys.modules[_FUNCTIONS[name].__module__]

@@ -2,7 +2,7 @@
 
 Each bias is written as its paper writes it, on the full ``(q_len, k_len)``
 grid of query and key positions by broadcasting, then rounded once to the
-dtype (or added into scores) by :func:`posenc.reference._add_or_return`.
+dtype (or added into scores) by :func:`posenc._reference_rounding.add_or_return`.
 Nothing here is shared with posenc.functional_bias.
 """
 
@@ -13,7 +13,7 @@ from typing import Any, Callable, Optional
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from .reference import _add_or_return
+from ._reference_rounding import add_or_return
 
 
 def _on_grid(
@@ -38,7 +38,7 @@ def _on_grid(
     bias = values(i, j)
     if causal:
         bias = np.where(j > i, -np.inf, bias)
-    return _add_or_return(bias, dtype or np.float32, scores, None)
+    return add_or_return(bias, dtype or np.float32, scores, None)
 
 
 def kerple_bias(

@@ -1,21 +1,21 @@
 """The engine of posenc.relative: products made by BLAS a block at a time
 and gathered into the scores (or scattered by distance) by the C kernels.
 
-A relative term is a list of `_Part`s: score ``(i, j)`` += ``(left @
+A relative term is a list of `Part`s: score ``(i, j)`` += ``(left @
 right^T)[row, columns[q_len - 1 - i + j]] / divisor``, the row i (by query)
-or j (by key).  `_finish` adds the parts into the scores or a new result:
+or j (by key).  `sum_parts` adds the parts into the scores or a new result:
 `_gather_into` makes each part's products a block of rows at a time
-(`_Blocks`, `_gather_part`) and hands them to ``_core.rel_gather_add``
-while in cache; `_add_into` adds a dense term by ``_core.rel_dense_add``;
-`_by_distance` sums weights by distance (``_core.rel_scatter_add``), for
+(`Blocks`, `_gather_part`) and hands them to ``_core.rel_gather_add``
+while in cache; `add_dense` adds a dense term by ``_core.rel_dense_add``;
+`sum_by_distance` sums weights by distance (``_core.rel_scatter_add``), for
 Shaw's value term and the backward (posenc._grad).
 
 The precision rules live here too: products formed in float32, or float64
-when an input or the scores are float64 (`_work`); a new result of the
-inputs' promoted dtype (`_promote`), rounded once (`_cast`).  The public
-functions (posenc.relative) read and check their arguments, then build the
-parts; here the arrays are the checked ones (only a result's size is checked
-against what can be allocated, before it is made).
+when an input or the scores are float64 (`working_dtype`); a new result of
+the inputs' promoted dtype (`promoted_dtype`), rounded once (`rounded`).
+posenc._relative_terms reads and checks a term's arguments, then builds its
+parts; here the arrays are the checked ones (only a result's size is
+checked against what can be allocated, before it is made).
 """
 
 from __future__ import annotations
@@ -36,37 +36,37 @@ from ._dtypes import is_bfloat16, widen
 _KERNEL_DTYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
 
 
-def _work(*dtypes):
+def working_dtype(*dtypes):
     """The dtype products are formed in: float64 if any input is, else float32."""
     wide = any(v.native_dtype(d) == np.float64 for d in dtypes)  # '>f8' too
     return np.dtype(np.float64) if wide else np.dtype(np.float32)
 
 
-def _ieee():
+def quiet_ieee():
     """Products of data holding an infinity or NaN (or overflowing) made
     as IEEE arithmetic makes them, without NumPy's RuntimeWarning: the C
     kernels give the same NaN and inf silently."""
     return np.errstate(invalid="ignore", over="ignore")
 
 
-def _products(left, right):
+def dot_products(left, right):
     """``left @ right^T`` over the last two axes, each operand first laid
     out in C order, so that BLAS sums in one order whatever the caller's
     layout (a Fortran-ordered or strided input gives the bits of the
-    contiguous one); see _ieee."""
+    contiguous one); see quiet_ieee."""
     left, right = np.ascontiguousarray(left), np.ascontiguousarray(right)
-    with _ieee():
+    with quiet_ieee():
         return left @ np.swapaxes(right, -1, -2)
 
 
-def _up(x, work, copy=False):
+def to_dtype(x, work, copy=False):
     """`x` in the working dtype `work`, a bfloat16 array widened exactly."""
     if is_bfloat16(x.dtype):
         return widen(x).astype(work, copy=False)
     return x.astype(work, copy=copy)
 
 
-def _promote(*dtypes):
+def promoted_dtype(*dtypes):
     """The dtype of a new result: NumPy's promotion of the inputs' (native);
     bfloat16 alone stays bfloat16 (the first input's kind of it), and with
     float16 or float32 gives float32, as torch promotes (and ml_dtypes adds)."""
@@ -77,12 +77,12 @@ def _promote(*dtypes):
     return np.result_type(np.float32, *others) if others else bf16[0]
 
 
-def _result(*arrays):
-    """_promote of the arrays' dtypes."""
-    return _promote(*[a.dtype for a in arrays])
+def promoted_dtype_of(*arrays):
+    """promoted_dtype of the arrays' dtypes."""
+    return promoted_dtype(*[a.dtype for a in arrays])
 
 
-def _cast(x, dtype):
+def rounded(x, dtype):
     """The float32 or float64 array `x` rounded once to `dtype` (a float32
     `x` for bfloat16, rounded to nearest even by the C cast kernel, as
     narrow rounds it)."""
@@ -147,7 +147,7 @@ def _gather_part(work, lead, left, right, index, by_key, divisor):
     columns, d), both of the dtype the products are made in, leading
     axes broadcasting to `lead` (the target's); the products are rounded to
     the kernel's float32 or float64 after `divisor` divides them.
-    The products are made a block of rows at a time (_Blocks), each block
+    The products are made a block of rows at a time (Blocks), each block
     only for the columns its part of the map reaches, and gathered while in
     cache: no products of the whole term exist at once.  Between BLAS's
     threads, the kernel runs on one: alternating two teams of threads on
@@ -156,7 +156,7 @@ def _gather_part(work, lead, left, right, index, by_key, divisor):
     wdt = _kernel_dtype(work)
     n = k_len if by_key else q_len
     d, cols = left.shape[-1], right.shape[-2]
-    blocks = _Blocks(heads, q_len, k_len, cols, max(wdt.itemsize, left.dtype.itemsize), by_key)
+    blocks = Blocks(heads, q_len, k_len, cols, max(wdt.itemsize, left.dtype.itemsize), by_key)
     lefts = np.broadcast_to(left, lead + (heads, n, d))
     rights = np.broadcast_to(right, lead + (heads, cols, d))
     single = batch * blocks.count > 1
@@ -184,7 +184,7 @@ def _pairs(parts):
 
 
 def _gather_pair(work, lead, first, then):
-    """work (batch, heads, q, k) += the gather of `first` (a _Part by
+    """work (batch, heads, q, k) += the gather of `first` (a Part by
     query), then of `then` (by key, the same map), in one pass over the
     scores: each score takes first's product, rounded into the scores'
     dtype, then then's, as _gather_part applied to each in turn adds them.
@@ -232,7 +232,7 @@ def _gather_pair(work, lead, first, then):
     return True
 
 
-class _Blocks:
+class Blocks:
     """The blocks a gathered part is made in: a group of heads and a block
     of rows (by query) or keys (by key), each for the columns its part of
     the map reaches (a block of rows of Transformer-XL's shift reaches
@@ -300,7 +300,7 @@ def _work_of(target):
     return np.array(target, dtype=kind, order="C").reshape((-1,) + target.shape[-3:]), False
 
 
-class _Part(NamedTuple):
+class Part(NamedTuple):
     """One gathered product of a term: score (i, j) += ``(left @ right^T)
     [row, columns[q_len - 1 - i + j]] / divisor``, the row i (by query) or j
     (by key); right (..., heads or 1, columns, d).  `left` is the sum of the
@@ -321,7 +321,7 @@ def _gather_into(target, parts):
     """target (..., heads, q, k) += each part's gathered products, in place
     (through _work_of).
 
-    parts: _Part: the products ``left @ right^T`` (divided by `divisor` if
+    parts: Part: the products ``left @ right^T`` (divided by `divisor` if
     not None), score (i, j) reading row i (by query) or j (by key) at column
     columns[q_len - 1 - i + j] (-1: none), see _gather_part."""
     work, direct = _work_of(target)
@@ -330,9 +330,10 @@ def _gather_into(target, parts):
     # inputs read as they were before the call, as NumPy's ufuncs read them,
     # although the scores they share memory with are written first
     parts = [
-        p._replace(left=v.apart(p.left, target), right=v.apart(p.right, target)) for p in parts
+        p._replace(left=v.copy_if_shared(p.left, target), right=v.copy_if_shared(p.right, target))
+        for p in parts
     ]
-    with _ieee():
+    with quiet_ieee():
         if not (_pairs(parts) and _gather_pair(work, target.shape[:-3], *parts)):
             for p in parts:
                 lead = target.shape[:-3]
@@ -341,7 +342,7 @@ def _gather_into(target, parts):
         np.copyto(target, work.reshape(target.shape), casting="unsafe")
 
 
-def _add_into(target, term):
+def add_dense(target, term):
     """target (..., heads, q, k) += term (..., heads, 1 or q, k) (float32 or
     float64, its leading axes broadcasting to the target's), the sum rounded
     once to the target's dtype, as ``np.add(target, term, casting="unsafe")``
@@ -365,7 +366,7 @@ def _add_into(target, term):
         np.copyto(target, work.reshape(target.shape), casting="unsafe")
 
 
-def _finish(scores, lead, shape, dtype, parts):
+def sum_parts(scores, lead, shape, dtype, parts):
     """The terms added into `scores` (returned; each term rounded to the
     scores' dtype, then added), or, without scores, summed in the working
     precision (float32, or float64) into a new array rounded once to `dtype`."""
@@ -376,13 +377,13 @@ def _finish(scores, lead, shape, dtype, parts):
     kind = np.dtype(np.float64) if v.native_dtype(dtype) == np.float64 else np.dtype(np.float32)
     result = np.zeros(lead + shape, kind)
     _gather_into(result, parts)
-    return result if kind == dtype else _cast(result, dtype)
+    return result if kind == dtype else rounded(result, dtype)
 
 
 # ---------------------------------------------------------------- scatter by distance
 
 
-def _odd_lines(n, dtype):
+def odd_lines(n, dtype):
     """Items in the fewest 64-byte cache lines, an odd number of them,
     that hold n items of `dtype`."""
     line = 64 // dtype.itemsize
@@ -396,7 +397,7 @@ def _padded_rows(shape, dtype, make=np.zeros):
     (the gather and the scatter by key) then spreads its rows over every
     cache set, where rows a multiple of 4 KiB apart (or of 2 KiB, ...)
     would share a few sets."""
-    return make(shape[:-1] + (_odd_lines(shape[-1], dtype),), dtype)[..., : shape[-1]]
+    return make(shape[:-1] + (odd_lines(shape[-1], dtype),), dtype)[..., : shape[-1]]
 
 
 def _main_run(index):
@@ -432,7 +433,7 @@ def _walked_products(shape, dtype, run, q_len):
     if dtype != np.float32 or slope == 0:
         return _padded_rows(shape, dtype, np.empty)
     heads, keys, cols = shape
-    row = _odd_lines(cols + (slope > 0), dtype) - slope
+    row = odd_lines(cols + (slope > 0), dtype) - slope
     rows = -(-keys // 8) * 8  # each head's products from the same byte of a line
     flat = np.empty(heads * rows * row + 7, dtype)
     # the load of key 0 for queries [i, i + 8), i a multiple of 8, reads
@@ -447,7 +448,7 @@ def _zeroed(shape, dtype, padded, scratch):
     `padded`), in `scratch` (a 1-D buffer of `dtype`, reused from block to
     block, so in cache, where fresh zeros would be new pages) when it holds
     them, else new."""
-    row = _odd_lines(shape[-1], dtype) if padded else shape[-1]
+    row = odd_lines(shape[-1], dtype) if padded else shape[-1]
     size = math.prod(shape[:-1]) * row
     if scratch is None or scratch.dtype != dtype or scratch.size < size:
         return _padded_rows(shape, dtype) if padded else np.zeros(shape, dtype)
@@ -456,7 +457,7 @@ def _zeroed(shape, dtype, padded, scratch):
     return flat.reshape(shape[:-1] + (row,))[..., : shape[-1]]
 
 
-def _by_distance(w, index, width, work, by_key=False, scratch=None):
+def sum_by_distance(w, index, width, work, by_key=False, scratch=None):
     """``out[..., i, index[q_len - 1 - i + j]] += w[..., i, j]``: w (...,
     heads, q_len, k_len) summed into (..., heads, q_len, width) of dtype
     `work` by the C scatter (-1 in `index`: left out); by key into (...,

@@ -36,7 +36,7 @@ from torch._subclasses.fake_tensor import DataDependentOutputException  # noqa: 
 from torch.autograd.graph import increment_version  # noqa: E402
 from torch.fx.experimental.symbolic_shapes import optimization_hint  # noqa: E402
 
-from . import _dtypes, _grad, _interop, _options, _records, _validate  # noqa: E402
+from . import _dtypes, _grad, _options, _records, _validate  # noqa: E402
 from ._options import decode  # noqa: E402
 
 # ---------------------------------------------------------------- dtypes, devices
@@ -586,7 +586,7 @@ def _builder(name):
             raise TypeError(f"{name}(): {exc}") from None
         return _run(name, arguments)
 
-    call.__signature__ = _interop.with_device(signature)
+    call.__signature__ = _records.with_device(signature)
     call.__name__ = f"_{name}_call"
     return call
 

@@ -383,7 +383,7 @@ def flag(value, name):
     return bool(value)
 
 
-def apart(values, target):
+def copy_if_shared(values, target):
     """`values`, or a copy of them when they share memory with `target` (the
     array written), so that they are read as they were before the call (as
     NumPy's ufuncs read overlapping inputs)."""

@@ -13,116 +13,22 @@ from functools import lru_cache
 
 import numpy as np
 
-from . import _core, _t5
+from . import _core, _t5, _t5_bias
 from . import _validate as v
+from ._distance_bias import distance_args, fill, lengths, offset, run_on_views, scores_target
 from ._dtypes import is_bfloat16, narrow
-from ._interop import foreign
+from ._interop import accepts_tensors
+from ._t5_bias import t5_bias_table_grad as t5_bias_table_grad
 from ._typing import NDArray
 
-_MAX_OFFSET = _core.MAX_Q_OFFSET
-_MAX_BUCKETS = _core.T5_MAX_BUCKETS
-_MAX_DISTANCE = _core.T5_MAX_DISTANCE
 # the arguments that set the size of a table, as its size check names them
 _ALIBI_SIZES = "n_heads, q_len and k_len"
-_T5_SIZES = "table's n_heads (its columns), q_len and k_len"
-
-
-# ---------------------------------------------------------------- helpers
-
-
-def _lengths(q_len, k_len):
-    q_len = v.integer(q_len, "q_len", minimum=1)
-    k_len = q_len if k_len is None else v.integer(k_len, "k_len", minimum=1)
-    return q_len, k_len
-
-
-def _offset(q_offset, default=0):
-    if q_offset is None:
-        return default
-    return v.integer(q_offset, "q_offset", minimum=-_MAX_OFFSET, maximum=_MAX_OFFSET)
-
-
-def _positions(q_len, k_len, q_offset, causal):
-    """The lengths, the first query's position (``k_len - q_len`` by
-    default, which needs ``q_len <= k_len``) and `causal`, checked: the
-    arguments every bias by distance takes."""
-    q_len, k_len = _lengths(q_len, k_len)
-    if q_offset is None and q_len > k_len:
-        raise ValueError(
-            f"q_len ({q_len}) > k_len ({k_len}): the default q_offset = k_len - q_len would put "
-            "queries before the first key; pass q_offset"
-        )
-    q_offset = _offset(q_offset, k_len - q_len)
-    causal = v.flag(causal, "causal")
-    return q_len, k_len, q_offset, causal
-
-
-def _scores(scores, shape, dtype):
-    """`scores` as an ndarray that can be added into in place, checked
-    against the trailing `shape` (and `dtype`, when one was asked for)."""
-    arr = scores if isinstance(scores, np.ndarray) else np.asarray(scores)
-    if arr is not scores and arr.base is None:
-        raise TypeError(
-            "scores must be an array that can be written in place (an ndarray or a CPU tensor), "
-            f"not {type(scores).__name__}"
-        )
-    own = v.float_array_dtype(arr, "scores", bfloat16=True)
-    if arr.ndim < 3 or arr.shape[-3:] != shape:
-        raise ValueError(
-            f"scores must have shape (..., {', '.join(map(str, shape))}), not {arr.shape}"
-        )
-    v.writeable(arr, "scores")
-    if dtype is not None and not (own.kind == "V" and v.names_bfloat16(dtype)):
-        if v.float_dtype(dtype, "dtype", bfloat16=True) != own:
-            raise TypeError(f"dtype must be scores' dtype ({arr.dtype}) or None, not {dtype!r}")
-    return arr
-
-
-def _run(kernel, arr, *, read, name):
-    """kernel(view) on every 4-D view of `arr` (the argument `name`) the C
-    code can write directly; arrays it cannot (byte-swapped, unaligned, a
-    strided last axis) go through a native C-contiguous temporary, read from
-    `arr` first when the kernel adds into it."""
-    views = v.bias_views(arr)
-    if views is not None:
-        for view in views:
-            kernel(view)
-        return
-    native = arr.dtype.newbyteorder("=")
-    v.shape_size(arr.shape, f"{name} (a copy of it)", native.itemsize)
-    tmp = np.array(arr, dtype=native, order="C") if read else np.empty(arr.shape, native)
-    for view in v.bias_views(tmp):
-        kernel(view)
-    np.copyto(arr, tmp, casting="unsafe")
-
-
-def _fill(kernel, shape, dtype, out, sizes):
-    if out is None:
-        v.shape_size(shape, sizes, dtype.itemsize)
-        result = np.empty(shape, dtype)
-        kernel(result[None])
-        return result
-    v.out_array(out, shape, dtype, "out")  # an array of that size exists (a memmap, maybe)
-    _run(kernel, out, read=False, name="out")
-    return out
-
-
-def _check_t5(bidirectional, num_buckets, max_distance):
-    num_buckets = v.integer(num_buckets, "num_buckets", minimum=2, maximum=_MAX_BUCKETS)
-    exact = (num_buckets // 2 if bidirectional else num_buckets) // 2
-    max_distance = v.integer(max_distance, "max_distance", maximum=_MAX_DISTANCE)
-    if max_distance < 1 or max_distance <= exact:
-        raise ValueError(
-            f"max_distance must be greater than the {exact} exact buckets (and >= 1) for "
-            f"num_buckets={num_buckets}, bidirectional={bidirectional}; got {max_distance}"
-        )
-    return num_buckets, max_distance
 
 
 # ---------------------------------------------------------------- ALiBi
 
 
-@foreign
+@accepts_tensors
 def alibi_slopes(n_heads: int, *, max_bias: float = 8.0) -> NDArray[np.float64]:
     """The per-head slopes of ALiBi (Press et al., 2022).
 
@@ -177,7 +83,7 @@ def _slopes(n, max_bias):
     return slopes
 
 
-@foreign
+@accepts_tensors
 def alibi_bias(
     n_heads,
     q_len,
@@ -258,7 +164,7 @@ def alibi_bias(
     [0.0, -0.00390625, -0.0078125]
     """
     n_heads = v.integer(n_heads, "n_heads", minimum=1)
-    q_len, k_len, q_offset, causal = _positions(q_len, k_len, q_offset, causal)
+    q_len, k_len, q_offset, causal = distance_args(q_len, k_len, q_offset, causal)
     shape = (n_heads, q_len, k_len)
     if scores is None:
         dtype = v.result_dtype(dtype, out, bfloat16=True)
@@ -272,19 +178,19 @@ def alibi_bias(
         slopes = v.native_copy(v.real_array(slopes, "slopes"), np.float64)
         if slopes.shape != (n_heads,):
             raise ValueError(f"slopes must have shape ({n_heads},), not {slopes.shape}")
-    slopes = v.apart(slopes, scores if scores is not None else out)
+    slopes = v.copy_if_shared(slopes, scores if scores is not None else out)
     if scores is not None:
         if out is not None:
             raise ValueError("give scores (to add into) or out (to write), not both")
-        arr = _scores(scores, shape, dtype)
-        _run(
+        arr = scores_target(scores, shape, dtype)
+        run_on_views(
             lambda dst: _core.alibi(slopes, v.for_kernel(dst), q_offset, causal, True),
             arr,
             read=True,
             name="scores",
         )
         return arr
-    return _fill(
+    return fill(
         lambda dst: _core.alibi(slopes, v.for_kernel(dst), q_offset, causal, False),
         shape,
         dtype,
@@ -293,7 +199,7 @@ def alibi_bias(
     )
 
 
-@foreign
+@accepts_tensors
 def alibi_key_bias(attention_mask, n_heads, *, slopes=None, max_bias=8.0, dtype=None):
     """ALiBi in the per-key form BLOOM and Falcon add: ``(batch, n_heads, 1, k)``.
 
@@ -393,7 +299,7 @@ def _rounded(values, dtype):
 # ---------------------------------------------------------------- T5
 
 
-@foreign
+@accepts_tensors
 def relative_position_bucket(
     relative_position, *, bidirectional=True, num_buckets=32, max_distance=128
 ):
@@ -454,10 +360,10 @@ def relative_position_bucket(
     if arr.dtype.kind not in "iu":
         raise TypeError(f"relative_position must hold integers, not dtype {arr.dtype}")
     bidirectional = v.flag(bidirectional, "bidirectional")
-    num_buckets, max_distance = _check_t5(bidirectional, num_buckets, max_distance)
+    num_buckets, max_distance = _t5_bias.checked_options(bidirectional, num_buckets, max_distance)
     v.shape_size(arr.shape, "relative_position", count=2)  # its int64 copy and the result
     if arr.dtype.kind == "u" and arr.dtype.itemsize == 8:
-        arr = np.minimum(arr, _MAX_DISTANCE)  # all of these share the last bucket
+        arr = np.minimum(arr, _t5_bias.MAX_DISTANCE)  # all of these share the last bucket
     rel = v.native_copy(arr, np.int64).reshape(-1)
     out = np.empty(rel.shape, np.int64)
     largest = max(int(rel.max()), -int(rel.min())) if rel.size else 0
@@ -466,7 +372,7 @@ def relative_position_bucket(
     return out.reshape(arr.shape)
 
 
-@foreign
+@accepts_tensors
 def t5_bias(
     table,
     q_len,
@@ -528,143 +434,13 @@ def t5_bias(
     >>> np.array_equal(posenc.t5_bias(table, 2, 3)[1], table[buckets, 1])
     True
     """
-    return _t5_bias(table, q_len, k_len, bidirectional, max_distance, q_offset, scores, out)
-
-
-def _t5_bias(table, q_len, k_len, bidirectional, max_distance, q_offset, scores, out, single=False):
-    """t5_bias, its kernel on one thread if `single`: right after a BLAS
-    product the kernel's second thread would contend with BLAS's threads,
-    still spinning on the same cores, and run slower than one."""
-    arr = np.asarray(table)
-    v.float_array_dtype(arr, "table", bfloat16=True)
-    if arr.ndim != 2:
-        raise ValueError(f"table must be 2-dimensional (num_buckets, n_heads), not {arr.shape}")
-    num_buckets, n_heads = arr.shape
-    if num_buckets < 2 or n_heads < 1:
-        raise ValueError(
-            "table must have num_buckets >= 2 rows and at least one column (head), "
-            f"not shape {arr.shape}"
-        )
-    bidirectional = v.flag(bidirectional, "bidirectional")
-    num_buckets, max_distance = _check_t5(bidirectional, num_buckets, max_distance)
-    q_len, k_len = _lengths(q_len, k_len)
-    q_offset = _offset(q_offset)
-    shape = (n_heads, q_len, k_len)
-    if scores is None and out is None:
-        v.shape_size(shape, _T5_SIZES, arr.dtype.itemsize)
-    tab = v.apart(v.native_copy(arr, arr.dtype), scores if scores is not None else out)
-
-    # the largest |distance|: the first key from the last query, or the last
-    # key from the first
-    largest = max(abs(q_offset + q_len - 1), abs(k_len - 1 - q_offset))
-    thresholds = _t5.thresholds(bidirectional, num_buckets, max_distance, largest)
-
-    bits = v.for_kernel(tab)
-
-    def kernel(add):
-        return lambda dst: _core.t5_bias(
-            bits, v.for_kernel(dst), bidirectional, thresholds, q_offset, add, single
-        )
-
-    if scores is not None:
-        if out is not None:
-            raise ValueError("give scores (to add into) or out (to write), not both")
-        target = _scores(scores, shape, None)
-        _run(kernel(True), target, read=True, name="scores")
-        return target
-    return _fill(kernel(False), shape, tab.dtype, out, _T5_SIZES)
-
-
-def t5_bias_table_grad(grad, num_buckets, *, bidirectional=True, max_distance=128, q_offset=0):
-    """The gradient of :func:`t5_bias` with respect to its table: its backward pass.
-
-    Parameters
-    ----------
-    grad : array_like of shape (..., n_heads, q_len, k_len)
-        The gradient of the loss with respect to t5_bias's result (or to the
-        scores it was added into: leading axes are summed over); float16,
-        bfloat16, float32 or float64.
-    num_buckets : int
-        Rows of the table (>= 2).
-    bidirectional, max_distance, q_offset
-        As given to :func:`t5_bias`.
-
-    Returns
-    -------
-    ndarray of shape (num_buckets, n_heads)
-        ``out[b, h]`` = the sum of ``grad[..., h, i, j]`` over the ``(i, j)``
-        whose distance ``j - (q_offset + i)`` has bucket ``b`` (0 for a
-        bucket no distance reaches).  float64 for float64 `grad`, float32
-        for the others: float16 and bfloat16 too, whose own precision would
-        lose the sums (cast to the table's dtype as needed).
-
-    Raises
-    ------
-    TypeError, ValueError
-        Naming the argument: `grad` not of shape (..., n_heads, q_len, k_len)
-        or not floating, bucket options as for :func:`t5_bias`.
-
-    Notes
-    -----
-    Summed in float64 for float64 `grad` and in float32 for the others:
-    each head's ``q_len + k_len - 1`` diagonals (one per distance) are
-    summed eight queries at a time, in the order of the leading axes and
-    of the queries, and the diagonal sums into their buckets in the order
-    of distance.  The order is fixed, so the result has the same bits for
-    any thread count and SIMD path.  Each entry's error is at most
-    ``(batch * q_len + q_len + k_len) * 2**-24`` (``2**-53`` in float64)
-    times the sum of ``|grad|`` over its bucket.  One read of `grad`, no
-    ``(q, k)`` index array.
-
-    Examples
-    --------
-    >>> from posenc.bias import t5_bias_table_grad
-    >>> grad = t5_bias_table_grad(np.ones((2, 2, 3)), 32)
-    >>> grad.shape, grad.sum(axis=0).tolist()  # each head: its 2 * 3 entries
-    ((32, 2), [6.0, 6.0])
-    >>> grad[[0, 1, 17, 18], 0].tolist()  # the buckets of distances 0, -1, +1, +2
-    [2.0, 1.0, 2.0, 1.0]
-    """
-    arr = grad if isinstance(grad, np.ndarray) else np.asarray(grad)
-    dtype = v.float_array_dtype(arr, "grad", bfloat16=True)
-    if arr.ndim < 3:
-        raise ValueError(f"grad must have shape (..., n_heads, q_len, k_len), not {arr.shape}")
-    n_heads, q_len, k_len = arr.shape[-3:]
-    if min(n_heads, q_len, k_len) < 1:
-        raise ValueError(f"grad must have at least one head, query and key, not shape {arr.shape}")
-    bidirectional = v.flag(bidirectional, "bidirectional")
-    num_buckets, max_distance = _check_t5(bidirectional, num_buckets, max_distance)
-    q_offset = _offset(q_offset)
-    largest = max(abs(q_offset + q_len - 1), abs(k_len - 1 - q_offset))
-    thresholds = _t5.thresholds(bidirectional, num_buckets, max_distance, largest)
-    out = np.empty((num_buckets, n_heads), np.float64 if dtype == np.float64 else np.float32)
-    _core.t5_table_grad(
-        v.for_kernel(_grad_rows(arr, dtype)), out, bidirectional, thresholds, q_offset
-    )
-    return out
-
-
-def _grad_rows(arr, dtype):
-    """`arr` (..., heads, q, k) as the 4-D (batch, heads, q, k) array the
-    gradient kernel reads: a view where the leading axes merge and the
-    layout suits the kernel (any outer strides, 0 included), else a copy."""
-    if v.kernel_ready(arr):
-        merged = v._merged_axes(arr.shape[:-3], arr.strides[:-3])
-        if merged is not None:
-            batch, stride = merged
-            return np.lib.stride_tricks.as_strided(
-                arr,
-                shape=(batch,) + arr.shape[-3:],
-                strides=(stride or 0,) + arr.strides[-3:],
-                writeable=False,
-            )
-    return v.native_copy(arr, dtype).reshape((-1,) + arr.shape[-3:])
+    return _t5_bias.bias(table, q_len, k_len, bidirectional, max_distance, q_offset, scores, out)
 
 
 # ---------------------------------------------------------------- Shaw et al.
 
 
-@foreign
+@accepts_tensors
 def relative_positions(q_len, k_len=None, *, max_distance=None, q_offset=0):
     """Shaw et al.'s clipped relative positions.
 
@@ -699,10 +475,10 @@ def relative_positions(q_len, k_len=None, *, max_distance=None, q_offset=0):
     >>> posenc.relative_positions(1, 3, q_offset=2).tolist()
     [[-2, -1, 0]]
     """
-    q_len, k_len = _lengths(q_len, k_len)
-    q_offset = _offset(q_offset)
+    q_len, k_len = lengths(q_len, k_len)
+    q_offset = offset(q_offset)
     clip = -1 if max_distance is None else v.integer(max_distance, "max_distance", minimum=0)
-    clip = min(clip, _MAX_DISTANCE)  # beyond every distance there is
+    clip = min(clip, _t5_bias.MAX_DISTANCE)  # beyond every distance there is
     v.shape_size((q_len, k_len), "q_len and k_len")
     result = np.empty((q_len, k_len), np.int64)
     _core.relative_positions(result[None, None], clip, q_offset)

@@ -4,7 +4,7 @@ The keyword options several signatures share are declared once, as the
 TypedDicts below (``**options: Unpack[...]`` reads as those keywords).
 """
 
-from typing import Any, Optional, Tuple, TypedDict, overload
+from typing import Any, Optional, TypedDict, overload
 
 import numpy as np
 from typing_extensions import Unpack
@@ -82,24 +82,3 @@ def t5_bias_table_grad(
 def relative_positions(
     q_len: int, k_len: Optional[int] = None, **options: Unpack[_Clip]
 ) -> NDArray[np.int64]: ...
-
-# used by posenc.relative
-def _check_t5(bidirectional: bool, num_buckets: int, max_distance: int) -> Any: ...
-def _t5_bias(
-    table: Any,
-    q_len: int,
-    k_len: Optional[int],
-    bidirectional: bool,
-    max_distance: int,
-    q_offset: int,
-    scores: Any,
-    out: Any,
-    single: bool = False,
-) -> Any: ...
-
-# used by posenc.functional_bias
-def _positions(
-    q_len: Any, k_len: Any, q_offset: Any, causal: Any
-) -> Tuple[int, int, int, bool]: ...
-def _scores(scores: Any, shape: Tuple[int, ...], dtype: Any) -> NDArray[Any]: ...
-def _rounded(values: NDArray[np.float64], dtype: Any) -> NDArray[Any]: ...

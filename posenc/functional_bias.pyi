@@ -5,13 +5,12 @@ Each bias is added into ``scores=``, written into ``out=`` or made anew; the
 options those overloads share are posenc/_options_types.pyi's.
 """
 
-from typing import Any, Iterator, Optional, Tuple, TypedDict, overload
+from typing import Optional, TypedDict, overload
 
-import numpy as np
 from typing_extensions import Required, Unpack
 
 from ._options_types import AddInto, BiasT, WriteInto
-from ._typing import ArrayLike, ArrayT, NDArray
+from ._typing import ArrayLike, ArrayT
 
 __all__ = ["fire_bias", "kerple_bias", "sandwich_bias"]
 
@@ -69,14 +68,3 @@ def fire_bias(
     q_len: int, k_len: Optional[int] = None, **options: Unpack[_FireWrite[BiasT]],
 ) -> BiasT: ...
 # fmt: on
-
-# used by posenc._functional_grad
-def _positions(
-    q_len: Any, k_len: Any, q_offset: Any, causal: Any
-) -> Tuple[int, int, int, bool]: ...
-def distances(q_len: int, k_len: int, q_offset: int) -> NDArray[np.float64]: ...
-def log1p_product(s: Any, d: Any) -> NDArray[np.float64]: ...
-def kerple_params(r1: Any, r2: Any, kind: Any) -> Any: ...
-def fire_params(w1: Any, b1: Any, w2: Any, b2: Any, c: Any, threshold: Any, eps: Any) -> Any: ...
-def tiles(q_len: int, k_len: int, per_pair: int) -> Iterator[Tuple[slice, slice]]: ...
-def fire_inputs(qpos: Any, keys: Any, c: float, threshold: float, eps: float) -> Any: ...

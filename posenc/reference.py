@@ -14,59 +14,15 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 import numpy as np
 from numpy.typing import ArrayLike, DTypeLike, NDArray
 
-from ._dtypes import is_bfloat16, is_bfloat16_name, ml_bfloat16, widen
+from ._dtypes import is_bfloat16
+from ._reference_rounding import add_or_return as _add_or_return
+from ._reference_rounding import cast as _cast
+from ._reference_rounding import widened as _widen
 
 # the reference reads NumPy arrays and plain dicts only
 _Params = Dict[str, Any]
 _Scaling = Optional[Mapping[str, Any]]
 _Frequencies = Tuple[ArrayLike, float]
-
-
-# ---------------------------------------------------------------- bfloat16
-#
-# NumPy has no bfloat16: arrays of one are ml_dtypes' (or posenc's bits).  The
-# twins widen them exactly and round results to them themselves, in float64,
-# because NumPy's and ml_dtypes' casts from float64 round twice (through
-# float32), which misses the nearest bfloat16 now and then.
-
-
-def _dtype(dtype: Any) -> np.dtype:
-    return ml_bfloat16() if is_bfloat16_name(dtype) else np.dtype(dtype)
-
-
-def _widen(arr: Any) -> NDArray[Any]:
-    """`arr`, a bfloat16 array as float32 (exact), others as they are."""
-    arr = np.asarray(arr)
-    return widen(arr) if is_bfloat16(arr.dtype) else arr
-
-
-def _bfloat16_bits(x: Any) -> NDArray[np.uint16]:
-    """The bits of the bfloat16 nearest each value (ties to even): x = m 2**e
-    with m in [0.5, 1) has the spacing 2**(e - 8) (8 significant bits), or
-    2**-133 below the normal range; rint rounds to a multiple of it.  Past
-    the largest finite bfloat16 (after rounding): infinity; NaN: a quiet NaN
-    with its sign and top payload bits."""
-    x = np.asarray(x, dtype=np.float64)
-    _, e = np.frexp(x)
-    q = np.maximum(e, -125) - 8
-    with np.errstate(over="ignore", invalid="ignore"):
-        r = np.ldexp(np.rint(np.ldexp(x, -q)), q)
-        r = np.where(np.abs(r) > (2.0 - 2.0**-7) * 2.0**127, np.copysign(np.inf, x), r)
-        bits = (r.astype(np.float32).view(np.uint32) >> 16).astype(np.uint16)
-        nan = np.isnan(x)
-        if nan.any():
-            top = x[nan].astype(np.float32).view(np.uint32) >> 16
-            bits[nan] = (top | 0x40).astype(np.uint16)
-    return bits
-
-
-def _cast(values: Any, dtype: Any) -> NDArray[Any]:
-    """`values` rounded once to `dtype` (bfloat16 by _bfloat16_bits)."""
-    dtype = _dtype(dtype)
-    values = _widen(values)
-    if is_bfloat16(dtype):
-        return _bfloat16_bits(values).view(dtype)
-    return values.astype(dtype)
 
 
 def _positions(positions: ArrayLike) -> NDArray[np.float64]:
@@ -465,27 +421,6 @@ def alibi_slopes(n_heads: int, *, max_bias: float = 8.0) -> NDArray[np.float64]:
     if c < n_heads:
         slopes += power_of_two(2 * c)[0::2][: n_heads - c]
     return np.array(slopes)
-
-
-def _add_or_return(
-    bias: NDArray[Any],
-    dtype: Optional[DTypeLike],
-    scores: Optional[NDArray[Any]],
-    out: Optional[NDArray[Any]],
-) -> NDArray[Any]:
-    """The bias as a new array of `dtype`, written into `out`, or added into
-    `scores` (rounded to their dtype, then added with one rounding)."""
-    if scores is not None:
-        if is_bfloat16(scores.dtype):
-            total = _widen(scores).astype(np.float64) + _widen(_cast(bias, scores.dtype))
-            scores[...] = _cast(total, scores.dtype)
-        else:
-            scores += bias.astype(scores.dtype)
-        return scores
-    if out is not None:
-        out[...] = _cast(bias, out.dtype)
-        return out
-    return _cast(bias, dtype)
 
 
 def _key_minus_query(q_len: int, k_len: int, q_offset: int) -> NDArray[np.int64]:
@@ -891,8 +826,7 @@ def tupe_bias(pos_q, pos_k, *, rel_table=None, max_distance=128, untie_cls=True,
     return _rel_result([a], scores, np.result_type(*dtypes))
 
 
-# the encodings since 2022, written out in their own files (the biases' twin
-# reads _add_or_return above, hence at the end)
+# the encodings since 2022, written out in their own files
 from ._reference_functional import fire_bias, kerple_bias, sandwich_bias  # noqa: E402, F401
 from ._reference_newer import (  # noqa: E402, F401
     chunked_causal_mask,

@@ -15,7 +15,9 @@ and no ``(q, k)`` temporary of the term is made.  The products are made a
 block of rows (or keys) at a time, each block for the columns its
 distances reach only, and gathered while in cache; their last bits are
 BLAS's, which may depend on a block's shape.  That engine is
-posenc._relative_engine; this module reads and checks the arguments.
+posenc._relative_engine; the reading and checking of the arguments, and
+each term's parts, are posenc._relative_terms' (which the backward,
+posenc._grad, reads too); this module holds the public functions.
 
 Distances: Transformer-XL, XLNet and DeBERTa count ``query - key`` (the
 opposite sign of :func:`posenc.relative_positions`); Shaw, TENER's query
@@ -45,178 +47,58 @@ from typing import Any, Optional
 
 import numpy as np
 
-from . import _core
+from . import _core, _t5_bias
 from . import _validate as v
-from ._interop import foreign
+from ._interop import accepts_tensors
 
 # the engine: products in blocks, the C gathers, scatters and dense adds,
 # the precision rules
 from ._relative_engine import (
-    _add_into,
-    _by_distance,
-    _cast,
-    _finish,
-    _ieee,
-    _Part,
-    _products,
-    _promote,
-    _result,
-    _up,
-    _work,
+    add_dense,
+    dot_products,
+    promoted_dtype,
+    promoted_dtype_of,
+    quiet_ieee,
+    rounded,
+    sum_by_distance,
+    sum_parts,
+    to_dtype,
+    working_dtype,
+)
+
+# the arguments read and checked, each term made into parts
+from ._relative_terms import (
+    PRECISIONS,
+    bias_vector,
+    checked_buckets,
+    checked_size,
+    deberta_term,
+    destination,
+    distances,
+    float_array,
+    lead_shape,
+    log_bucket,
+    offset,
+    plus_bias,
+    qk_array,
+    scores_array,
+    scores_target,
+    shaw_term,
+    shaw_value_args,
+    tener_table,
+    tener_term,
+    xl_term,
 )
 from ._typing import Array, ArrayLike, DTypeLike, NDArray
-from .bias import _check_t5, _t5_bias
 from .sinusoid import sinusoid
 
 _check = v  # for the TENER functions, whose argument v (the position bias) hides the module
-_MAX_OFFSET = _core.MAX_Q_OFFSET
-
-
-# ---------------------------------------------------------------- helpers
-
-
-def _float(x, name, ndim=None):
-    """`x` as a float ndarray (float16, bfloat16, float32 or float64), with
-    at least `ndim` axes."""
-    arr = x if isinstance(x, np.ndarray) else np.asarray(x)
-    v.float_array_dtype(arr, name, bfloat16=True)
-    if ndim is not None and arr.ndim < ndim:
-        raise ValueError(f"{name} must have at least {ndim} dimensions, not shape {arr.shape}")
-    return arr
-
-
-def _bias_vector(bias, heads, d, name):
-    """A per-head vector (heads, d) (or None), broadcast as (heads, 1, d)."""
-    if bias is None:
-        return None
-    arr = _float(bias, name)
-    if arr.shape != (heads, d):
-        raise ValueError(
-            f"{name} must have shape ({heads}, {d}) (heads, head_dim), not {arr.shape}"
-        )
-    return arr[:, None, :]
-
-
-def _heads_table(table, heads, d, name, rows=None):
-    """A relative table shared by the heads (rows, d) or one per head
-    (..., heads, rows, d); returned with a heads axis."""
-    arr = _float(table, name, 2)
-    if arr.shape[-1] != d:
-        raise ValueError(
-            f"{name} must have {d} columns (the head_dim of the queries), not {arr.shape[-1]}"
-        )
-    if arr.ndim >= 3 and arr.shape[-3] != heads:
-        raise ValueError(f"{name} must have {heads} heads on axis -3, not shape {arr.shape}")
-    if rows is not None and arr.shape[-2] != rows:
-        raise ValueError(f"{name} must have {rows} rows, not {arr.shape[-2]}")
-    return arr if arr.ndim >= 3 else arr[None]
-
-
-def _qk(x, name, heads=None, d=None):
-    arr = _float(x, name, 3)
-    if heads is not None and arr.shape[-3] != heads:
-        raise ValueError(f"{name} must have {heads} heads on axis -3, not shape {arr.shape}")
-    if d is not None and arr.shape[-1] != d:
-        raise ValueError(f"{name} must have head_dim {d} on its last axis, not {arr.shape[-1]}")
-    return arr
-
-
-def _lead(*shapes, names):
-    """The broadcast of the leading (batch) shapes, or a ValueError."""
-    try:
-        return np.broadcast_shapes(*shapes)
-    except ValueError:
-        raise ValueError(
-            f"the leading (batch) axes of {', '.join(names)} do not broadcast: {shapes}"
-        ) from None
-
-
-def _offset(q_offset, q_len, k_len, default):
-    if q_offset is None:
-        if default < 0 and k_len:  # without keys, no score depends on the offset
-            raise ValueError(
-                f"q_len ({q_len}) > k_len ({k_len}): the default q_offset = k_len - q_len would "
-                "put queries before the first key; pass q_offset"
-            )
-        return default
-    return v.integer(q_offset, "q_offset", minimum=-_MAX_OFFSET, maximum=_MAX_OFFSET)
-
-
-def _distances(q_len, k_len, q_offset):
-    """key - query at t = q_len - 1 - i + j, the index the kernel's map takes."""
-    return np.arange(q_len + k_len - 1, dtype=np.int64) - (q_len - 1) - q_offset
-
-
-def _scores_array(scores, name="scores"):
-    """`scores` as a float ndarray that can be written in place, else TypeError."""
-    arr = scores if isinstance(scores, np.ndarray) else np.asarray(scores)
-    if arr is not scores and arr.base is None:
-        raise TypeError(
-            f"{name} must be an array that can be written in place (an ndarray or a CPU tensor), "
-            f"not {type(scores).__name__}"
-        )
-    v.float_array_dtype(arr, name, bfloat16=True)
-    return arr
-
-
-def _broadcasts_to(lead, own):
-    """Whether leading axes `lead` broadcast to `own` (those of scores, or
-    of an incoming gradient)."""
-    try:
-        return np.broadcast_shapes(own, lead) == tuple(own)
-    except ValueError:
-        return False
-
-
-def _target(scores, lead, shape, name="scores"):
-    """`scores` checked: a writeable float ndarray of shape (..., *shape)
-    whose leading axes the inputs' (`lead`) broadcast to, its elements
-    apart."""
-    arr = _scores_array(scores, name)
-    n = len(shape)
-    if arr.ndim < n or arr.shape[arr.ndim - n :] != tuple(shape):
-        raise ValueError(
-            f"{name} must have shape (..., {', '.join(map(str, shape))}), not {arr.shape}"
-        )
-    own = arr.shape[: arr.ndim - n]
-    if not _broadcasts_to(lead, own):
-        raise ValueError(
-            f"{name} has leading (batch) axes {own}, which the inputs' {lead} must broadcast to"
-        )
-    return v.writeable(arr, name)
-
-
-def _checked_size(target, lead, shape):
-    """The number of scores a term adds into: `target`'s, or, without one,
-    that of the new result ``lead + shape``, checked against what can be
-    allocated (a ValueError naming the result) before anything is made."""
-    if target is not None:
-        return target.size
-    return v.shape_size(lead + shape, "result")
-
-
-def _destination(scores, lead, shape, dtypes):
-    """Where a term goes: `scores` checked (_target; None without), the
-    number of scores the term makes (_checked_size) and the dtype its
-    products are made in (_work of the inputs' `dtypes` and the scores')."""
-    target = None if scores is None else _target(scores, lead, shape)
-    size = _checked_size(target, lead, shape)
-    work = _work(*dtypes, *(() if target is None else (target.dtype,)))
-    return target, size, work
-
-
-def _plus_bias(x, bias, work, names):
-    """``x + bias`` in `work` (a copy of `x` without a bias: its own array),
-    and the (name, shape) of the arguments it sums, `names` (x's, bias')."""
-    left = _up(x, work, copy=True) if bias is None else _up(x, work) + _up(bias, work)
-    sources = ((names[0], x.shape),) + (() if bias is None else ((names[1], bias.shape),))
-    return left, sources
 
 
 # ---------------------------------------------------------------- Transformer-XL / XLNet
 
 
-@foreign
+@accepts_tensors
 def xl_relative_table(
     q_len: int,
     k_len: Optional[int] = None,
@@ -305,7 +187,7 @@ def xl_relative_table(
     return np.stack(out) if bi_data else out[0]
 
 
-@foreign
+@accepts_tensors
 def xl_position_term(
     q: ArrayLike,
     r: ArrayLike,
@@ -383,56 +265,10 @@ def xl_position_term(
     >>> np.allclose(term, np.einsum("hid,hijd->hij", q, rows))
     True
     """
-    return _finish(*_xl_term(q, r, bias, k_len, q_offset, causal, scores))
+    return sum_parts(*xl_term(q, r, bias, k_len, q_offset, causal, scores))
 
 
-def _xl_term(q, r, bias, k_len, q_offset, causal, scores):
-    """xl_position_term's checked arguments: (target, lead, shape, dtype, parts)."""
-    q = _qk(q, "q")
-    heads, q_len, d = q.shape[-3:]
-    r = _heads_table(r, heads, d, "r")
-    rows = r.shape[-2]
-    lead = _lead(q.shape[:-3], r.shape[:-3], names=("q", "r"))
-    b = _bias_vector(bias, heads, d, "bias")
-    causal = v.flag(causal, "causal")
-    if scores is not None:
-        sc = _scores_array(scores)
-        if sc.ndim < 3:
-            raise ValueError(
-                f"scores must have shape (..., {heads}, {q_len}, k_len), not {sc.shape}"
-            )
-        k_len = sc.shape[-1] if k_len is None else v.integer(k_len, "k_len", minimum=0)
-    elif k_len is None:
-        k_len = rows - q_len
-        if k_len < 1:
-            raise ValueError(f"r has {rows} rows: pass k_len (the bi table has k_len + q_len rows)")
-    else:
-        k_len = v.integer(k_len, "k_len", minimum=0)
-    q_offset = _offset(q_offset, q_len, k_len, k_len - q_len)
-    target, size, work = _destination(scores, lead, (heads, q_len, k_len), (q.dtype, r.dtype))
-    # the distances query - key the scores read, q_offset + i - j (those >= 0
-    # if causal), must be rows of r: k_len - d in [0, rows); worked out from
-    # the sizes, before anything of their size is made
-    lo, hi = q_offset - (k_len - 1), q_offset + q_len - 1
-    if causal:
-        lo = max(lo, 0)
-    if q_len and k_len and lo <= hi and (lo < k_len - rows + 1 or hi > k_len):
-        hint = "" if causal else " (causal=True skips future keys)"
-        has = f"{rows} rows (distances {k_len} down to {k_len - rows + 1})" if rows else "no rows"
-        raise ValueError(f"r has {has}, but the scores need distances {hi} down to {lo}{hint}")
-    if size:
-        dist = q_offset + (q_len - 1) - np.arange(q_len + k_len - 1, dtype=np.int64)  # query - key
-        index = k_len - dist
-        if causal:
-            index = np.where(dist >= 0, index, -1)
-    else:  # no scores: no distances
-        index = np.empty(0, np.int64)
-    qb, sources = _plus_bias(q, b, work, ("q", "bias"))
-    parts = [_Part(qb, _up(r, work), index, False, None, sources, ("r", r.shape))]
-    return target, lead, (heads, q_len, k_len), _result(q, r), parts
-
-
-@foreign
+@accepts_tensors
 def xl_content_bias(k: ArrayLike, bias: ArrayLike, *, scores: Optional[Array] = None) -> Array:
     """Transformer-XL / XLNet's content bias ``u . k_j``, the same for every query.
 
@@ -477,21 +313,21 @@ def xl_content_bias(k: ArrayLike, bias: ArrayLike, *, scores: Optional[Array] = 
     >>> np.allclose(term[:, 0], np.einsum("hd,hjd->hj", u, k))
     True
     """
-    k = _qk(k, "k")
+    k = qk_array(k, "k")
     heads, k_len, d = k.shape[-3:]
     if bias is None:
         raise TypeError("bias must be an array of shape (heads, head_dim), not None")
-    u = _bias_vector(bias, heads, d, "bias")
-    work = _work(k.dtype, u.dtype)
-    kw, uw = _up(k, work), _up(u, work, copy=True)
+    u = bias_vector(bias, heads, d, "bias")
+    work = working_dtype(k.dtype, u.dtype)
+    kw, uw = to_dtype(k, work), to_dtype(u, work, copy=True)
     if scores is None:
-        term = _products(uw, kw)  # (..., h, 1, k)
-        return _cast(term, _result(k, u))
-    sc = _scores_array(scores)
+        term = dot_products(uw, kw)  # (..., h, 1, k)
+        return rounded(term, promoted_dtype_of(k, u))
+    sc = scores_array(scores)
     q_len = sc.shape[-2] if sc.ndim >= 3 else 0
-    target = _target(scores, k.shape[:-3], (heads, q_len, k_len))
-    term = _products(uw, kw)
-    _add_into(target, term)
+    target = scores_target(scores, k.shape[:-3], (heads, q_len, k_len))
+    term = dot_products(uw, kw)
+    add_dense(target, term)
     return target
 
 
@@ -503,7 +339,7 @@ def _tener_frequencies(dim, base):
     return np.exp(-np.arange(half, dtype=np.float64) * (math.log(base) / (half - 1)))
 
 
-@foreign
+@accepts_tensors
 def tener_relative_table(
     length: int,
     dim: int,
@@ -570,21 +406,7 @@ def tener_relative_table(
     return out
 
 
-def _tener_table(table, d, length):
-    arr = _float(table, "table", 2)
-    if arr.ndim != 2 or arr.shape[1] != d or arr.shape[0] % 2:
-        raise ValueError(
-            f"table must have shape (2 * M, {d}) (tener_relative_table(M, {d})), not {arr.shape}"
-        )
-    if arr.shape[0] // 2 < length:
-        raise ValueError(
-            f"table covers positions -{arr.shape[0] // 2} .. {arr.shape[0] // 2 - 1}, too few "
-            f"for a length of {length} (needs 2 * {length} rows or more)"
-        )
-    return arr
-
-
-@foreign
+@accepts_tensors
 def tener_position_term(
     q: ArrayLike,
     k: ArrayLike,
@@ -645,38 +467,10 @@ def tener_position_term(
     >>> np.allclose(term, query_side + key_side)
     True
     """
-    return _finish(*_tener_term(q, k, table, v, key_term, scores))
+    return sum_parts(*tener_term(q, k, table, v, key_term, scores))
 
 
-def _tener_term(q, k, table, v, key_term, scores):
-    """tener_position_term's checked arguments, as _xl_term's."""
-    q = _qk(q, "q")
-    heads, length, d = q.shape[-3:]
-    k = _qk(k, "k", heads, d)
-    if k.shape[-2] != length:
-        raise ValueError(
-            f"k must have the {length} positions of q (self-attention), not {k.shape[-2]}"
-        )
-    key_term = _check.flag(key_term, "key_term")
-    R = _tener_table(table, d, length)
-    m = R.shape[0] // 2
-    lead = _lead(q.shape[:-3], k.shape[:-3], names=("q", "k"))
-    bias = _bias_vector(v, heads, d, "v")
-    target, _, work = _destination(
-        scores, lead, (heads, length, length), (q.dtype, k.dtype, R.dtype)
-    )
-    rel = _distances(length, length, 0)  # j - i
-    qb, sources = _plus_bias(q, bias, work, ("q", "v"))
-    Rw = _up(R, work)[None]  # shared by the heads
-    parts = [_Part(qb, Rw, m + rel, False, None, sources, ("table", R.shape))]
-    if key_term:
-        parts.append(
-            _Part(_up(k, work), Rw, m - rel, True, None, (("k", k.shape),), ("table", R.shape))
-        )
-    return target, lead, (heads, length, length), _result(q, k, R), parts
-
-
-@foreign
+@accepts_tensors
 def tener_scores(
     q: ArrayLike,
     k: ArrayLike,
@@ -730,129 +524,33 @@ def tener_scores(
     >>> np.allclose(scores, want)  # divided by sqrt(head_dim) = 2
     True
     """
-    q = _qk(q, "q")
+    q = qk_array(q, "q")
     heads, length, d = q.shape[-3:]
-    k = _qk(k, "k", heads, d)
+    k = qk_array(k, "k", heads, d)
     scale = _check.flag(scale, "scale")
-    bias_u = _bias_vector(u, heads, d, "u")
-    R = _tener_table(table, d, length)
-    work = _work(q.dtype, k.dtype, R.dtype)
-    qu, _ = _plus_bias(q, bias_u, work, ("q", "u"))
+    bias_u = bias_vector(u, heads, d, "u")
+    R = tener_table(table, d, length)
+    work = working_dtype(q.dtype, k.dtype, R.dtype)
+    qu, _ = plus_bias(q, bias_u, work, ("q", "u"))
     if k.shape[-2] != length:
         raise ValueError(
             f"k must have the {length} positions of q (self-attention), not {k.shape[-2]}"
         )
-    _bias_vector(v, heads, d, "v")  # checked before the product
-    _checked_size(
-        None, _lead(q.shape[:-3], k.shape[:-3], names=("q", "k")), (heads, length, length)
+    bias_vector(v, heads, d, "v")  # checked before the product
+    checked_size(
+        None, lead_shape(q.shape[:-3], k.shape[:-3], names=("q", "k")), (heads, length, length)
     )
-    scores = _products(qu, _up(k, work))
+    scores = dot_products(qu, to_dtype(k, work))
     tener_position_term.__wrapped_numpy__(q, k, R, v=v, key_term=key_term, scores=scores)
     if scale and d:  # an empty head dim: sums of no products, 0 whatever the scale
         scores /= np.sqrt(work.type(d))
-    return _cast(scores, _result(q, k, R))
+    return rounded(scores, promoted_dtype_of(q, k, R))
 
 
 # ---------------------------------------------------------------- DeBERTa
 
 
-_PRECISIONS = ("float32", "float64")
-
-
-def _log_bucket(rel, bucket_size, max_position, precision, names=("bucket_size", "max_position")):
-    """make_log_bucket_position on int64 distances (within +-2**62), after
-    _check_log_bucket: a ValueError naming the sizes where the formula has
-    no finite int64 bucket for a distance of `rel`."""
-    mid = bucket_size // 2
-    a = np.abs(rel)
-    top = int(a.max()) if a.size else 0
-    near = rel
-    if precision == "float32" and mid > 2**24:
-        # transformers returns a distance within mid as a float32 value, so
-        # past 2**24 rounded to float32's nearest (2**24 + 1 gives 2**24)
-        near = rel.astype(np.float32).astype(np.int64)
-    if top <= mid:  # every distance its own bucket: the logarithm is not read
-        return near.astype(np.int64)
-    _check_log_bucket(top, bucket_size, max_position, precision, names)
-    logs = (_log_value(a, mid, max_position, precision) * np.sign(rel)).astype(np.int64)
-    return np.where(a <= mid, near, logs).astype(np.int64)
-
-
-def _log_value(a, mid, max_position, precision):
-    """``ceil(ln(a / mid) / ln((max_position - 1) / mid) * (mid - 1)) + mid``
-    for the int64 magnitudes `a` (those < mid as mid - 1), as
-    transformers' make_log_bucket_position forms it in float32 (the
-    logarithms correctly rounded), or as the authors' code in float64."""
-    a = np.maximum(a, mid - 1)
-    if precision == "float32":
-        f = np.float32
-        x = a.astype(f) / f(mid)
-        lx = np.log(x.astype(np.float64)).astype(f)
-        den = f(np.log(np.float64(f((max_position - 1) / mid))))
-        return np.ceil(lx / den * f(mid - 1)) + f(mid)
-    return np.ceil(np.log(a / mid) / np.log((max_position - 1) / mid) * (mid - 1)) + mid
-
-
-def _check_log_bucket(top, bucket_size, max_position, precision, names):
-    """The log buckets of distances up to `top` (> bucket_size // 2) are
-    finite and within int64, else a ValueError naming the sizes.
-
-    The formula grows with the distance, so the largest one decides.  In
-    float32, ``ln((max_position - 1) / mid)`` is 0 where the ratio rounds
-    to 1 (``max_position - 1 - mid <= mid * 2**-24``): every distance past
-    mid divides by 0 (transformers' buckets are then inf or nan, int64's
-    least value once cast); elsewhere the float32 buckets stay below
-    2**59.  In float64 the ratio never rounds to 1, but the bucket, about
-    ``ln(d / mid) * mid**2``, passes 2**63 at large distances when
-    max_position - 1 is near mid and mid is large."""
-    bname, mname = names
-    mid = bucket_size // 2
-    if precision == "float32":
-        ratio = np.float32((max_position - 1) / mid)
-        if ratio == 1:
-            raise ValueError(
-                f"{bname} {bucket_size} and {mname} {max_position} have no float32 log buckets: "
-                f"({mname} - 1) / ({bname} // 2) = {max_position - 1} / {mid} rounds to 1 in "
-                f"float32, whose logarithm 0 divides the buckets of distances past {mid} (here up "
-                f"to {top}), which would be inf or nan; use precision='float64', or {mname} - 1 "
-                f"further from {bname} // 2"
-            )
-    value = float(_log_value(np.array([top], np.int64), mid, max_position, precision)[0])
-    if not value < 2.0**63:
-        raise ValueError(
-            f"{bname} {bucket_size} and {mname} {max_position}: the {precision} log bucket of "
-            f"distance {top} is {value:.6g}, past int64 (ln(|d| / mid) / ln(({mname} - 1) / mid) "
-            f"* (mid - 1) with mid = {bname} // 2 = {mid}); use {mname} - 1 further from mid, or "
-            f"smaller distances"
-        )
-
-
-_UNRESOLVED = (
-    "; a DeBERTa config's max_relative_positions < 1 (-1 by default, as in DeBERTa-v3's) "
-    "stands for its max_position_embeddings, which transformers puts in its place: pass "
-    "that (512 for DeBERTa-v3)"
-)
-
-
-def _check_buckets(bucket_size, max_position, names=("bucket_size", "max_position")):
-    """The log buckets' (size, maximum), checked; a maximum < 1 with buckets
-    is refused: no model has it, and a config's -1 means another number."""
-    bname, mname = names
-    bucket_size = v.integer(bucket_size, bname, minimum=-(2**62), maximum=2**31)
-    max_position = v.integer(max_position, mname, minimum=-(2**62), maximum=2**62)
-    if bucket_size > 0 and max_position < 1:
-        raise ValueError(f"{mname} must be >= 1 with {bname} > 0, got {max_position}" + _UNRESOLVED)
-    if bucket_size > 0:
-        if bucket_size < 4:
-            raise ValueError(f"{bname} must be >= 4 (or <= 0: no buckets), got {bucket_size}")
-        if max_position - 1 <= bucket_size // 2:
-            raise ValueError(
-                f"{mname} must exceed {bname} // 2 + 1 = {bucket_size // 2 + 1}, got {max_position}"
-            )
-    return bucket_size, max_position
-
-
-@foreign
+@accepts_tensors
 def deberta_log_bucket(
     relative_pos: ArrayLike,
     bucket_size: int,
@@ -911,16 +609,16 @@ def deberta_log_bucket(
     arr = np.asarray(relative_pos)
     if arr.dtype.kind not in "iu":
         raise TypeError(f"relative_pos must hold integers, not dtype {arr.dtype}")
-    bucket_size, max_position = _check_buckets(bucket_size, max_position)
+    bucket_size, max_position = checked_buckets(bucket_size, max_position)
     if bucket_size <= 0:
         raise ValueError(f"bucket_size must be > 0, got {bucket_size}")
-    precision = v.choice(precision, "precision", _PRECISIONS)
+    precision = v.choice(precision, "precision", PRECISIONS)
     if arr.size and (arr.max() > 2**62 or arr.min() < -(2**62)):
         raise ValueError("relative_pos must be within +-2**62")
-    return _log_bucket(arr.astype(np.int64), bucket_size, max_position, precision)
+    return log_bucket(arr.astype(np.int64), bucket_size, max_position, precision)
 
 
-@foreign
+@accepts_tensors
 def deberta_relative_positions(
     q_len: int,
     k_len: Optional[int] = None,
@@ -971,18 +669,18 @@ def deberta_relative_positions(
     """
     q_len = v.integer(q_len, "q_len", minimum=1)
     k_len = q_len if k_len is None else v.integer(k_len, "k_len", minimum=1)
-    q_offset = _offset(q_offset, q_len, k_len, 0)
-    bucket_size, max_position = _check_buckets(bucket_size, max_position)
-    precision = v.choice(precision, "precision", _PRECISIONS)
+    q_offset = offset(q_offset, q_len, k_len, 0)
+    bucket_size, max_position = checked_buckets(bucket_size, max_position)
+    precision = v.choice(precision, "precision", PRECISIONS)
     v.shape_size((q_len, k_len), "result")
-    dist = -_distances(q_len, k_len, q_offset)  # query - key at t
+    dist = -distances(q_len, k_len, q_offset)  # query - key at t
     if bucket_size > 0 and max_position > 0:
-        dist = _log_bucket(dist, bucket_size, max_position, precision)
+        dist = log_bucket(dist, bucket_size, max_position, precision)
     t = (q_len - 1) - np.arange(q_len)[:, None] + np.arange(k_len)[None, :]
     return dist[t]
 
 
-@foreign
+@accepts_tensors
 def deberta_attention_bias(
     q: ArrayLike,
     k: ArrayLike,
@@ -1066,91 +764,13 @@ def deberta_attention_bias(
     >>> np.allclose(bias, np.einsum("hid,hijd->hij", q, pos_key[:, c]) / s)
     True
     """
-    return _finish(*_deberta_term(**locals()))  # the arguments by name, as they came
-
-
-def _deberta_term(
-    q,
-    k,
-    pos_key,
-    pos_query,
-    position_buckets,
-    max_relative_positions,
-    q_offset,
-    scale_factor,
-    precision,
-    scores,
-):
-    """deberta_attention_bias's checked arguments, as _xl_term's."""
-    q = _qk(q, "q")
-    heads, q_len, d = q.shape[-3:]
-    k = _qk(k, "k", heads, d)
-    k_len = k.shape[-2]
-    position_buckets, max_relative_positions = _check_buckets(
-        position_buckets,
-        max_relative_positions,
-        ("position_buckets", "max_relative_positions"),
-    )
-    span = position_buckets if position_buckets > 0 else max_relative_positions
-    if span < 1:
-        raise ValueError(
-            f"max_relative_positions must be >= 1, got {max_relative_positions}" + _UNRESOLVED
-        )
-    terms = [t for t in (pos_key, pos_query) if t is not None]
-    if not terms:
-        raise ValueError("give pos_key (c2p), pos_query (p2c) or both")
-    pk, pq = (
-        None if t is None else _heads_table(t, heads, d, name, 2 * span)
-        for t, name in ((pos_key, "pos_key"), (pos_query, "pos_query"))
-    )
-    q_offset = _offset(q_offset, q_len, k_len, 0)
-    precision = v.choice(precision, "precision", _PRECISIONS)
-    scale_factor = 1 + len(terms) if scale_factor is None else scale_factor
-    scale_factor = v.real(scale_factor, "scale_factor", positive=True)
-    shapes = [q.shape[:-3], k.shape[:-3]] + [t.shape[:-3] for t in (pk, pq) if t is not None]
-    lead = _lead(*shapes, names=("q", "k", "pos_key/pos_query"))
-    dtypes = [x.dtype for x in (q, k, pk, pq) if x is not None]
-    target, _, work = _destination(scores, lead, (heads, q_len, k_len), dtypes)
-    dist = -_distances(q_len, k_len, q_offset)  # query - key
-    if position_buckets > 0 and max_relative_positions > 0:
-        dist = _log_bucket(
-            dist,
-            position_buckets,
-            max_relative_positions,
-            precision,
-            ("position_buckets", "max_relative_positions"),
-        )
-    index = np.clip(dist + span, 0, 2 * span - 1)
-    with np.errstate(over="ignore", under="ignore"):  # refused just below
-        # an empty head dim: sums of no products, 0 whatever the scale
-        scale = np.sqrt(work.type(d) * work.type(scale_factor)) if d else work.type(1)
-    if not (np.isfinite(scale) and scale > 0):
-        raise ValueError(
-            f"scale_factor {scale_factor!r} gives a scale sqrt(head_dim * scale_factor) that is "
-            f"{scale} in {work.name}: the terms would be {'0' if scale else 'inf or nan'}"
-        )
-    parts = [  # c2p by query, p2c by key
-        _Part(
-            _up(x, work), _up(t, work), index, by_key, scale, ((x_name, x.shape),), (name, t.shape)
-        )
-        for x, x_name, t, name, by_key in (
-            (q, "q", pk, "pos_key", False),
-            (k, "k", pq, "pos_query", True),
-        )
-        if t is not None
-    ]
-    return target, lead, (heads, q_len, k_len), _promote(*dtypes), parts
+    return sum_parts(*deberta_term(**locals()))  # the arguments by name, as they came
 
 
 # ---------------------------------------------------------------- Shaw et al.
 
 
-def _shaw_index(q_len, k_len, q_offset, max_distance):
-    rel = np.clip(_distances(q_len, k_len, q_offset), -max_distance, max_distance)
-    return rel + max_distance
-
-
-@foreign
+@accepts_tensors
 def shaw_key_term(
     q: ArrayLike,
     rel_keys: ArrayLike,
@@ -1210,41 +830,10 @@ def shaw_key_term(
     >>> np.allclose(term, np.einsum("hid,ijd->hij", q, rows))
     True
     """
-    return _finish(*_shaw_term(q, rel_keys, max_distance, k_len, q_offset, scores))
+    return sum_parts(*shaw_term(q, rel_keys, max_distance, k_len, q_offset, scores))
 
 
-def _shaw_term(q, rel_keys, max_distance, k_len, q_offset, scores):
-    """shaw_key_term's checked arguments, as _xl_term's."""
-    q = _qk(q, "q")
-    heads, q_len, d = q.shape[-3:]
-    max_distance = v.integer(max_distance, "max_distance", minimum=0, maximum=2**40)
-    table = _heads_table(rel_keys, heads, d, "rel_keys", 2 * max_distance + 1)
-    if scores is not None and k_len is None:
-        sc = _scores_array(scores)
-        k_len = sc.shape[-1] if sc.ndim >= 3 else q_len
-    k_len = q_len if k_len is None else v.integer(k_len, "k_len", minimum=0)
-    q_offset = _offset(q_offset, q_len, k_len, k_len - q_len)
-    lead = _lead(q.shape[:-3], table.shape[:-3], names=("q", "rel_keys"))
-    target, size, work = _destination(scores, lead, (heads, q_len, k_len), (q.dtype, table.dtype))
-    if size:
-        index = _shaw_index(q_len, k_len, q_offset, max_distance)
-    else:  # no scores: no distances
-        index = np.empty(0, np.int64)
-    parts = [
-        _Part(
-            _up(q, work),
-            _up(table, work),
-            index,
-            False,
-            None,
-            (("q", q.shape),),
-            ("rel_keys", table.shape),
-        )
-    ]
-    return target, lead, (heads, q_len, k_len), _result(q, table), parts
-
-
-@foreign
+@accepts_tensors
 def shaw_value_term(
     weights: ArrayLike,
     rel_values: ArrayLike,
@@ -1299,34 +888,17 @@ def shaw_value_term(
     >>> np.allclose(out, np.einsum("hij,ijd->hid", w, a[np.clip(j - i, -1, 1) + 1]))
     True
     """
-    w, rv, index, work = _shaw_value_args(weights, rel_values, max_distance, q_offset)
-    summed = _by_distance(w, index, rv.shape[-2], work)
-    with _ieee():
-        result = summed @ np.ascontiguousarray(_up(rv, work))
-    return _cast(result, _result(w, rv))
-
-
-def _shaw_value_args(weights, rel_values, max_distance, q_offset):
-    """shaw_value_term's arguments checked: weights, rel_values, the
-    distance index and the working dtype."""
-    w = _float(weights, "weights", 3)
-    heads, q_len, k_len = w.shape[-3:]
-    max_distance = v.integer(max_distance, "max_distance", minimum=0, maximum=2**40)
-    width = 2 * max_distance + 1
-    rv = _float(rel_values, "rel_values", 2)
-    if rv.ndim > 3 or rv.shape[-2] != width or (rv.ndim == 3 and rv.shape[0] != heads):
-        raise ValueError(
-            f"rel_values must have shape ({width}, head_dim) or ({heads}, {width}, head_dim), "
-            f"not {rv.shape}"
-        )
-    q_offset = _offset(q_offset, q_len, k_len, k_len - q_len)
-    return w, rv, _shaw_index(q_len, k_len, q_offset, max_distance), _work(w.dtype, rv.dtype)
+    w, rv, index, work = shaw_value_args(weights, rel_values, max_distance, q_offset)
+    summed = sum_by_distance(w, index, rv.shape[-2], work)
+    with quiet_ieee():
+        result = summed @ np.ascontiguousarray(to_dtype(rv, work))
+    return rounded(result, promoted_dtype_of(w, rv))
 
 
 # ---------------------------------------------------------------- TUPE
 
 
-@foreign
+@accepts_tensors
 def tupe_bias(
     pos_q: ArrayLike,
     pos_k: ArrayLike,
@@ -1395,8 +967,8 @@ def tupe_bias(
     >>> posenc.tupe_bias(pos_q, pos_k).shape  # row 0 the [CLS] slot: n = 3 tokens
     (2, 3, 3)
     """
-    pq = _float(pos_q, "pos_q", 3)
-    pk = _float(pos_k, "pos_k", 3)
+    pq = float_array(pos_q, "pos_q", 3)
+    pk = float_array(pos_k, "pos_k", 3)
     if pq.ndim != 3 or pq.shape != pk.shape:
         raise ValueError(
             f"pos_q and pos_k must have the same shape (heads, positions, head_dim), not "
@@ -1409,7 +981,7 @@ def tupe_bias(
         raise ValueError("pos_q must have at least 1 row with untie_cls (the [CLS] slot), not 0")
     table = None
     if rel_table is not None:
-        table = _float(rel_table, "rel_table", 2)
+        table = float_array(rel_table, "rel_table", 2)
         extra = 1 if untie_cls else 0
         if table.ndim != 2 or table.shape[1] != heads or table.shape[0] < 2 + extra:
             raise ValueError(
@@ -1419,26 +991,30 @@ def tupe_bias(
         nb = table.shape[0] - extra
         if nb % 2:
             raise ValueError(f"rel_table must have an even number of buckets, not {nb}")
-        nb, max_distance = _check_t5(True, nb, max_distance)
+        nb, max_distance = _t5_bias.checked_options(True, nb, max_distance)
     dtypes = [pq.dtype, pk.dtype] + ([] if table is None else [table.dtype])
-    target, size, work = _destination(scores, (), (heads, n, n), dtypes)
+    target, size, work = destination(scores, (), (heads, n, n), dtypes)
     if not size:
-        return _cast(np.zeros((heads, n, n), work), _promote(*dtypes)) if target is None else target
+        return (
+            rounded(np.zeros((heads, n, n), work), promoted_dtype(*dtypes))
+            if target is None
+            else target
+        )
     # an empty head dim: sums of no products, 0 whatever the scale
-    qs = _up(pq, work) * work.type(1.0 / math.sqrt(2 * d) if d else 1.0)
-    bias = _products(qs, _up(pk, work))
+    qs = to_dtype(pq, work) * work.type(1.0 / math.sqrt(2 * d) if d else 1.0)
+    bias = dot_products(qs, to_dtype(pk, work))
     if untie_cls:
         cls_to_others, others_to_cls = bias[:, 0, 0].copy(), bias[:, 1, 1].copy()
         bias = bias[:, 1:, 1:]
         bias[:, :, 0] = others_to_cls[:, None]
         bias[:, 0, :] = cls_to_others[:, None]
     if table is not None:
-        t = _up(table, work, copy=True)
-        _t5_bias(t[:nb], n, n, True, max_distance, 0, bias, None, single=True)  # in place
+        t = to_dtype(table, work, copy=True)
+        _t5_bias.bias(t[:nb], n, n, True, max_distance, 0, bias, None, single=True)  # in place
         if untie_cls:
             bias[:, 1:, 0] = others_to_cls[:, None] + t[nb][:, None]
             bias[:, 0, :] = cls_to_others[:, None] + t[nb // 2][:, None]
     if target is None:
-        return _cast(np.ascontiguousarray(bias), _promote(*dtypes))
-    _add_into(target, bias)
+        return rounded(np.ascontiguousarray(bias), promoted_dtype(*dtypes))
+    add_dense(target, bias)
     return target

@@ -1,46 +1,13 @@
 # Types of posenc.relative for type checkers (mypy reads this stub instead of
 # relative.py): the public functions with their overloads (a NumPy array, a
 # list or a scalar in gives an NDArray; a torch tensor or a JAX array in gives
-# its own type), and the argument readers the other posenc modules read from
-# posenc.relative (posenc._grad).
+# its own type).
 
-from typing import Any, List, Tuple, overload
+from typing import Any, overload
 
 import numpy as np
 
-from ._relative_engine import _Part
 from ._typing import Array, ArrayLike, DTypeLike, NDArray, TensorT
-
-# (target or None, leading axes, (heads, q_len, k_len), result dtype, parts):
-# what a gathered term's reader hands to _finish
-_Term = Tuple[np.ndarray | None, Tuple[int, ...], Tuple[int, int, int], np.dtype[Any], List[_Part]]
-
-def _float(x: Any, name: str, ndim: int | None = None) -> np.ndarray: ...
-def _qk(x: Any, name: str, heads: int | None = None, d: int | None = None) -> np.ndarray: ...
-def _bias_vector(bias: Any, heads: int, d: int, name: str) -> Any: ...
-def _broadcasts_to(lead: Tuple[int, ...], own: Tuple[int, ...]) -> bool: ...
-def _xl_term(
-    q: Any, r: Any, bias: Any, k_len: Any, q_offset: Any, causal: Any, scores: Any
-) -> _Term: ...
-def _tener_term(q: Any, k: Any, table: Any, v: Any, key_term: Any, scores: Any) -> _Term: ...
-def _deberta_term(
-    q: Any,
-    k: Any,
-    pos_key: Any,
-    pos_query: Any,
-    position_buckets: Any,
-    max_relative_positions: Any,
-    q_offset: Any,
-    scale_factor: Any,
-    precision: Any,
-    scores: Any,
-) -> _Term: ...
-def _shaw_term(
-    q: Any, rel_keys: Any, max_distance: Any, k_len: Any, q_offset: Any, scores: Any
-) -> _Term: ...
-def _shaw_value_args(
-    weights: Any, rel_values: Any, max_distance: Any, q_offset: Any
-) -> Tuple[np.ndarray, np.ndarray, np.ndarray, np.dtype[Any]]: ...
 
 # The public functions, one block each, their overloads typeshed-style: the
 # parameters packed on a few lines (ruff format would give each its own line).

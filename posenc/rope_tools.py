@@ -11,7 +11,7 @@ import math
 import numpy as np
 
 from . import _validate as v
-from ._interop import foreign
+from ._interop import accepts_tensors
 from .positions import mrope_position_ids as mrope_position_ids
 from .positions import positions_from_cu_seqlens as positions_from_cu_seqlens
 from .positions import vision_position_ids as vision_position_ids
@@ -19,7 +19,7 @@ from .positions import vision_position_ids as vision_position_ids
 _LAYOUTS = ("half", "interleaved")
 
 
-@foreign
+@accepts_tensors
 def permute_rope_weight(weight, n_heads, *, to="half"):
     """A q or k projection converted between the interleaved and half layouts.
 
@@ -81,7 +81,7 @@ def permute_rope_weight(weight, n_heads, *, to="half"):
     return np.ascontiguousarray(np.swapaxes(heads, 1, 2)).reshape(w.shape)
 
 
-@foreign
+@accepts_tensors
 def attention_temperature(positions, *, floor_scale=8192, attn_scale=0.1):
     """Llama 4's query scale on its layers without RoPE (attention
     temperature tuning): ``1 + attn_scale * log(1 + floor((pos + 1) /

@@ -6,12 +6,12 @@ from __future__ import annotations
 from . import _core
 from . import _validate as v
 from ._frequencies import inv_frequencies
-from ._interop import foreign
+from ._interop import accepts_tensors
 
 _LAYOUTS = _core.SINUSOID_LAYOUTS
 
 
-@foreign
+@accepts_tensors
 def sinusoid(positions, dim, *, base=10000.0, layout="interleaved", dtype=None, out=None):
     """The sinusoidal position table of "Attention Is All You Need".
 

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from optional import require
 
+from posenc import _cope
 from posenc import _reference_newer as reference
-from posenc import cope
 from posenc.cope import cope_bias, cope_bias_grad
 
 SIZES = [(1, 1, 1, 1, 1, 1), (2, 3, 4, 6, 5, 4), (1, 2, 5, 5, 3, 3), (2, 1, 3, 7, 4, 16)]
@@ -326,11 +326,11 @@ def test_cope_through_torch_autograd_compile_and_jax():
 
 
 def _args(q, a, e, causal=True, q_offset=None):
-    return cope._Args(q, a, e, causal, q_offset)
+    return _cope.Args(q, a, e, causal, q_offset)
 
 
 def _gate_sources():
-    """Gates made by the kernel and given (by cope.py's _sigmoid)."""
+    """Gates made by the kernel and given (by posenc._cope's _sigmoid)."""
     return [True, False]
 
 
@@ -372,7 +372,7 @@ def test_cope_gates_are_the_sigmoid_within_three_ulp():
         pytest.skip("needs a long double with a 64-bit significand (x86-64)")
     a = np.random.default_rng(41).normal(size=200_000) * 8
     a[:4] = [0.0, -0.0, 745.0, -745.0]
-    got = cope._sigmoid_of(a)
+    got = _cope.sigmoid_of(a)
     al = a.astype(np.longdouble)
     exact = 1 / (1 + np.exp(-al))
     ulp = np.spacing(exact.astype(np.float64)).astype(np.longdouble)
@@ -407,9 +407,9 @@ def _both_paths(q, a, e, scores=None, causal=True, q_offset=None, gates_in_c=Tru
     args = _args(q, a, e, causal, q_offset)
     s1 = None if scores is None else scores.copy()
     s2 = None if scores is None else scores.copy()
-    got = cope._bias_kernel(args, s1, gates_in_c)
+    got = _cope.bias_kernel(args, s1, gates_in_c)
     assert got is not None
-    return got, cope._bias_numpy(args, s2)
+    return got, _cope.bias_numpy(args, s2)
 
 
 KERNEL_SIZES = [(2, 3, 4, 6, 5, 4), (1, 2, 7, 3, 3, 3), (2, 1, 5, 40, 4, 16), (1, 1, 3, 9, 2, 1)]
@@ -473,17 +473,17 @@ def test_cope_kernel_scores_minus_inf_and_signed_zeros_are_the_numpy_path():
 def test_cope_public_function_takes_the_kernel_and_gives_the_numpy_bits():
     # cope_bias itself (4-D, 3-D, 5-D, strided scores, scores as the logits)
     q, a, e = _inputs(2, 3, 4, 6, 5, 4, seed=28)
-    _same_bits(cope_bias(q, a, e), cope._bias_numpy(_args(q, a, e), None))
+    _same_bits(cope_bias(q, a, e), _cope.bias_numpy(_args(q, a, e), None))
     q5, a5 = q.reshape(2, 3, 1, 4, 5), a.reshape(2, 3, 1, 4, 6)
-    _same_bits(cope_bias(q5, a5, e), cope._bias_numpy(_args(q5, a5, e), None))
-    _same_bits(cope_bias(q[0], a[0], e), cope._bias_numpy(_args(q[0], a[0], e), None))
+    _same_bits(cope_bias(q5, a5, e), _cope.bias_numpy(_args(q5, a5, e), None))
+    _same_bits(cope_bias(q[0], a[0], e), _cope.bias_numpy(_args(q[0], a[0], e), None))
     big = np.random.default_rng(29).normal(size=(2, 3, 4, 12)).astype(np.float32)
     want = big.copy()
-    cope._bias_numpy(_args(q, a, e), want[..., ::2])
+    _cope.bias_numpy(_args(q, a, e), want[..., ::2])
     cope_bias(q, a, e, scores=big[..., ::2])
     _same_bits(big, want)
     s = a.copy()
-    want = cope._bias_numpy(_args(q, a, e), a.copy())
+    want = _cope.bias_numpy(_args(q, a, e), a.copy())
     cope_bias(q, s, e, scores=s)
     _same_bits(s, want)
 
@@ -512,18 +512,18 @@ COPE_BITS = """
 import hashlib
 import numpy as np
 import posenc
-from posenc import cope
+from posenc import _cope
 digest = hashlib.sha256()
 rng = np.random.default_rng(32)
 q, a, e = rng.normal(size=(2, 3, 9, 5)), rng.normal(size=(2, 3, 9, 21)) * 3, rng.normal(size=(7, 5))
 for dt in ["float16", "float32", "float64"]:
     for causal in (True, False):
         for gates_in_c in (True, False):
-            args = cope._Args(q.astype(dt), a.astype(dt), e.astype(dt), causal, None)
+            args = _cope.Args(q.astype(dt), a.astype(dt), e.astype(dt), causal, None)
             s = (rng.normal(size=a.shape) * 4).astype(dt)
-            cope._bias_kernel(args, s, gates_in_c)
+            _cope.bias_kernel(args, s, gates_in_c)
             digest.update(s.tobytes())
-            digest.update(cope._bias_kernel(args, None, gates_in_c).tobytes())
+            digest.update(_cope.bias_kernel(args, None, gates_in_c).tobytes())
 print(posenc.simd_path(), digest.hexdigest())
 """
 

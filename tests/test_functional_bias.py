@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from optional import require
 
-from posenc import _core, reference
+from posenc import _core, _kerple_fire, reference
 from posenc import _functional_grad as fg
 from posenc import _reference_functional as rf
 from posenc import functional_bias as fb
@@ -153,7 +153,7 @@ def test_fire_matches_reference(dtype, causal, q_offset):
 def test_fire_in_many_tiles_equals_one_tile(monkeypatch):
     p = fire_params(np.random.default_rng(2), heads=2, width=4)
     whole = fb.fire_bias(**p, q_len=9, k_len=13, causal=False, dtype="float64")
-    monkeypatch.setattr(fb, "_TILE", 16)  # tiles of 1 to 2 pairs
+    monkeypatch.setattr(_kerple_fire, "TILE", 16)  # tiles of 1 to 2 pairs
     assert len(list(fb.tiles(9, 13, 6))) > 20
     assert_same_bits(fb.fire_bias(**p, q_len=9, k_len=13, causal=False, dtype="float64"), whole)
     s = np.zeros((2, 2, 9, 13), np.float32)
@@ -176,7 +176,7 @@ def test_adds_make_no_array_of_the_scores_size(monkeypatch):
     # 2 heads of 512 x 512 float32 scores (2 MiB): KERPLE and Sandwich add a view of
     # their 2 x 1023 vector, FIRE works in tiles (tiles made small here): no temporary
     # of one head (1 MiB in float32, 2 MiB in float64)
-    monkeypatch.setattr(fb, "_TILE", 4096)
+    monkeypatch.setattr(_kerple_fire, "TILE", 4096)
     s = np.zeros((2, 512, 512), np.float32)
     assert _peak_bytes(lambda: fb.kerple_bias(R1[:2], R2[:2], 512, scores=s)) < 500_000
     assert _peak_bytes(lambda: fb.sandwich_bias(2, 512, dim=64, scores=s)) < 500_000
@@ -195,7 +195,7 @@ def test_bfloat16_add_in_several_row_blocks(monkeypatch):
     s = rng.normal(size=(2, 3, 7, 9)).astype(ml.bfloat16)
     want = s.copy()
     rf.kerple_bias(R1, R2, 7, 9, scores=want)
-    monkeypatch.setattr(fb, "_TILE", 20)  # two rows of the three heads at a time
+    monkeypatch.setattr(_kerple_fire, "TILE", 20)  # two rows of the three heads at a time
     fb.kerple_bias(R1, R2, 7, 9, scores=s)
     assert_same_bits(s, want)
 

@@ -240,7 +240,7 @@ def test_plot_with_a_path_still_writes_the_file_and_returns_the_path(unnamed, tm
 
 def test_the_figure_class_is_made_only_when_a_plot_is():
     code = (
-        "import sys, posenc.probe; r = sys.modules['posenc.probe.report']\n"
-        "print(r._FIGURE_CLASS is None, 'matplotlib' in sys.modules)\n"
+        "import sys, posenc.probe; plots = sys.modules['posenc.probe._plots']\n"
+        "print(plots._FIGURE_CLASS is None, 'matplotlib' in sys.modules)\n"
     )
     assert child_process.run("-c", code, check=True).stdout.strip() == "True False"

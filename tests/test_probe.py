@@ -203,9 +203,9 @@ def test_report_of_a_table_qr_refuses_equals_direct_sklearn_runs_for_every_seed(
 ):
     # seed 0's first fold is refused, so the report fits every other fold
     # and seed without trying QR: still scikit-learn's figures, on any thread count
-    import posenc
+    from posenc import _config
 
-    monkeypatch.setattr(posenc, "get_num_threads", lambda: threads)
+    monkeypatch.setattr(_config, "get_num_threads", lambda: threads)
     base = np.cumsum(rng.standard_normal((90, 6)), axis=0)
     E = np.hstack([base, base[:, :3] * 2.0])  # rank 6 of 9 columns
     r = probe.report(E, seeds=4, progress=False, extras=())
@@ -668,9 +668,9 @@ def test_load_errors_list_the_keys_seen_and_name_the_problem(tmp_path, rng):
 
 @pytest.mark.parametrize("threads", [1, 3])
 def test_report_seeds_on_threads_give_the_figures_of_one_seed_at_a_time(monkeypatch, threads):
-    import posenc
+    from posenc import _config
 
-    monkeypatch.setattr(posenc, "get_num_threads", lambda: threads)
+    monkeypatch.setattr(_config, "get_num_threads", lambda: threads)
     E = np.cumsum(np.random.default_rng(3).standard_normal((60, 12)), axis=0)
     r = probe.report(E, seeds=4, progress=False, extras=())
     for seed in range(4):

@@ -1410,11 +1410,11 @@ def test_dense_kernel_store_rounds_each_value_once_on_every_path(on_every_path, 
 
 
 def test_a_new_bfloat16_result_is_the_float32_one_rounded_by_narrow(rng):
-    # the dense kernel's store (relative._cast) against narrow, the NumPy
+    # the dense kernel's store (_relative_engine.rounded) against narrow, the NumPy
     # twin: shapes of 0, 1 and more dimensions, any last axis
     for shape in [(), (0,), (7,), (3, 17), (2, 3, 4, 33)]:
         x = (rng.standard_normal(shape) * 100).astype(np.float32)
-        got = rel._cast(x, _bfloat16())
+        got = engine.rounded(x, _bfloat16())
         assert got.dtype == _bfloat16() and got.shape == x.shape
         same_bits(got.view(np.uint16), narrow(x))
 

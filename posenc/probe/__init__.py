@@ -59,6 +59,10 @@ every public name is here.
 
 # KNOWN_KEYS is public but not in __all__ (as before the split); the private
 # names are the helpers the command line (posenc.__main__) uses.
+from ._plots import _plot_format as _plot_format
+from ._tables import _table as _table
+from ._tables import _to_numpy as _to_numpy
+from ._tables import _TooManyPositions as _TooManyPositions
 from .analyses import (
     MAX_POSITIONS,
     AbsolutePositionResult,
@@ -71,9 +75,6 @@ from .analyses import (
     rope_long_term_decay,
     skip_positions,
 )
-from .analyses import _table as _table
-from .analyses import _to_numpy as _to_numpy
-from .analyses import _TooManyPositions as _TooManyPositions
 from .attention import TERMS, LogitDecomposition, logit_decomposition
 from .biases import (
     HEAD_TYPES,
@@ -103,7 +104,6 @@ from .locality import (
 from .properties import PositionProperties, ToeplitzFit, position_properties, toeplitz_fit
 from .relative_share import LogitShare, relative_share
 from .report import EXTRAS, PUBLISHED, ProbeReport, PublishedRow, plot_reports, report
-from .report import _plot_format as _plot_format
 from .rope_usage import (
     RopeActivationUsage,
     RopeFrequencyUsage,

@@ -21,6 +21,7 @@ from typing import Optional
 import numpy as np
 
 from .._typing import NDArray
+from ._optional import require
 
 #: How far above scikit-learn's cut the smallest singular value must be
 #: certified to lie for the QR solution to be the one it computes.
@@ -36,9 +37,7 @@ def lstsq_predictions(
     the same floating-point operations, so the same bits (the tests compare
     them), without the input checks and copies that cost a fold a quarter of
     its time."""
-    from .analyses import _require
-
-    linalg = _require("scipy.linalg", "absolute_position_regression")  # scikit-learn's
+    linalg = require("scipy.linalg", "absolute_position_regression")  # scikit-learn's
 
     mean = X.mean(axis=0)
     y_mean = y.mean()
@@ -64,9 +63,7 @@ def least_squares_predictions(
     singular value is cut: certified by ``1 / (|R|_F |R^-1|_F)``, a lower
     bound of ``s_min / s_max``, at least ``_MARGIN * cut``; else None.
     """
-    from .analyses import _require
-
-    lapack = _require("scipy.linalg.lapack", "absolute_position_regression")  # scikit-learn's
+    lapack = require("scipy.linalg.lapack", "absolute_position_regression")  # scikit-learn's
 
     m = X.shape[0]
     mean = X.mean(axis=0)

@@ -4,24 +4,25 @@
 are the two linear probes, fitted with scikit-learn as published;
 :func:`cosine_similarity` and :func:`informativeness` describe the table;
 :func:`skip_positions` and :func:`rope_long_term_decay` come from the same
-line of work.  The helpers here (``_table``, ``_to_numpy``, ``_require``) are
-shared with :mod:`.report` and :mod:`.checkpoints`.
+line of work.  A table is read and checked by :mod:`._tables`, the optional
+dependencies imported by :mod:`._optional`.
 """
 
 from __future__ import annotations
 
-import contextlib
-import importlib
 from dataclasses import dataclass
-from types import ModuleType
-from typing import Any, ContextManager, Dict, List, Optional, Tuple
+from typing import List, Optional, Tuple
 
 import numpy as np
 
 from .. import _validate as v
-from .._dtypes import is_bfloat16, widen
 from .._typing import ArrayLike, NDArray
 from ._fits import least_squares_predictions, lstsq_predictions
+from ._optional import one_thread as _one_thread
+from ._optional import require as _require
+from ._tables import _check_rows as _check_rows  # checkpoints.py and hub.py import it here
+from ._tables import _table
+from ._tables import _to_numpy as _to_numpy  # checkpoints.py and hub.py import it here
 from .protocol import (
     check_regressor,
     check_split,
@@ -30,57 +31,7 @@ from .protocol import (
     make_regressor,
 )
 
-# ---------------------------------------------------------------- optional dependencies
-
-
-def _require(module: str, purpose: str) -> ModuleType:
-    """Import `module` (part of the ``probe`` extra) or say how to get it."""
-    try:
-        return importlib.import_module(module)
-    except ImportError as exc:
-        package = module.split(".")[0].replace("sklearn", "scikit-learn")
-        raise ImportError(
-            f"{purpose} needs {package}, which comes with posenc's 'probe' extra: "
-            'pip install "posenc[probe]"'
-        ) from exc
-
-
-def _one_thread() -> ContextManager[Any]:
-    """BLAS and OpenMP on one thread while the probes fit.
-
-    The problems are small (a few hundred rows of ``2 * dim`` features):
-    threaded BLAS on them spends its time waking and waiting for threads, up
-    to a hundred times slower on a busy machine, and its reduction order
-    changes with the thread count.  One thread is faster and gives the same
-    figures on every machine.
-    """
-    try:
-        from threadpoolctl import threadpool_limits
-    except ImportError:  # pragma: no cover - threadpoolctl comes with scikit-learn
-        return contextlib.nullcontext()
-    # SciPy's BLAS, a library apart from NumPy's that the fits call, loaded
-    # first: one loaded after the limit is set keeps all its threads, and the
-    # probes that the report runs at once restore them for each other mid-fit
-    # (spinning BLAS threads made a first report twenty times as slow)
-    with contextlib.suppress(ImportError):
-        importlib.import_module("scipy.linalg")
-    return threadpool_limits(limits=1)
-
-
 # ---------------------------------------------------------------- argument checks
-
-
-def _to_numpy(value: Any) -> np.ndarray:
-    """`value` as a NumPy array; torch tensors (with grad) included, and
-    bfloat16 (torch's, ml_dtypes' and JAX's) as float32, which holds it
-    exactly."""
-    if type(value).__module__.split(".")[0] == "torch" and hasattr(value, "detach"):
-        tensor = value.detach().cpu()
-        if str(tensor.dtype) == "torch.bfloat16":
-            tensor = tensor.float()  # NumPy has no bfloat16
-        return tensor.numpy()
-    arr = value if isinstance(value, np.ndarray) else np.asarray(value)
-    return widen(arr) if is_bfloat16(arr.dtype) else arr
 
 
 #: The most positions (rows) :func:`cosine_similarity` and :func:`report` take.
@@ -90,56 +41,6 @@ def _to_numpy(value: Any) -> np.ndarray:
 #: 4098); probe a slice (``E[:8192]``) or every k-th row (``E[::k]``) of a taller
 #: one, such as LED's 16386 rows.
 MAX_POSITIONS: int = 8192
-
-
-class _TooManyPositions(ValueError):
-    """A table taller than :data:`MAX_POSITIONS` where an n x n matrix is built."""
-
-
-def _check_rows(n: int, name: str, max_rows: Optional[int]) -> None:
-    """Refuse `n` rows above `max_rows` (None: no bound), before any n x n work."""
-    if max_rows is not None and n > max_rows:
-        gib = n * n * 8 / 2**30
-        raise _TooManyPositions(
-            f"{name} has {n} rows (positions), more than {max_rows}, the most that "
-            f"cosine_similarity and report take (the {n} x {n} cosine map alone would be "
-            f"{gib:.1f} GiB): probe at most {max_rows} rows, e.g. the slice E[:{max_rows}] "
-            "or every k-th row E[::k]"
-        )
-
-
-def _table(
-    E: Any, name: str = "E", *, min_rows: int = 2, max_rows: Optional[int] = None
-) -> NDArray[np.float64]:
-    """A finite 2-D real table as aligned, C-contiguous float64 (copied when
-    it is not one already: unaligned or strided inputs are copied, not refused)."""
-    try:
-        arr = _to_numpy(E)
-    except (TypeError, ValueError, RuntimeError) as exc:
-        raise TypeError(f"{name} must be a 2-D array of real numbers: {exc}") from exc
-    if arr.dtype.kind not in "iuf":
-        hint = ""
-        if arr.dtype.kind == "V" and arr.dtype.itemsize == 2 and arr.dtype.names is None:
-            hint = (
-                " (numpy.save writes a bfloat16 array as 2-byte voids, which say nothing of "
-                "their type: save E.astype(numpy.float32), which holds it exactly)"
-            )
-        raise TypeError(f"{name} must hold real numbers, not dtype {arr.dtype}{hint}")
-    if arr.ndim != 2:
-        raise ValueError(f"{name} must be a 2-D (n_positions, dim) array, got shape {arr.shape}")
-    if arr.shape[0] < min_rows:
-        raise ValueError(
-            f"{name} must have at least {min_rows} rows (positions), got {arr.shape[0]}"
-        )
-    _check_rows(arr.shape[0], name, max_rows)
-    if arr.shape[1] < 1:
-        raise ValueError(f"{name} must have at least one column, got shape {arr.shape}")
-    arr = np.ascontiguousarray(arr, dtype=np.float64)
-    if not arr.flags.aligned:  # ascontiguousarray keeps an unaligned float64 buffer
-        arr = arr.copy()
-    if not np.isfinite(arr).all():
-        raise ValueError(f"{name} must be finite (found nan or inf)")
-    return arr
 
 
 # the folds of the paper's cross-validation, both probes' default
@@ -166,13 +67,6 @@ def _train_mask(n: int, test: slice) -> NDArray[np.bool_]:
     mask = np.ones(n, dtype=bool)
     mask[test] = False
     return mask
-
-
-def _plain(result: Any, names: Tuple[str, ...]) -> Dict[str, Any]:
-    """The attributes `names` of `result` as plain Python values (arrays as
-    lists): what the results' ``to_dict`` return."""
-    values = {name: getattr(result, name) for name in names}
-    return {k: x.tolist() if isinstance(x, np.ndarray) else x for k, x in values.items()}
 
 
 def _short(values: NDArray[np.float64], fmt: str) -> str:

@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple, TypeVar, ove
 import numpy as np
 
 from .._typing import ArrayLike, NDArray, PathLike
-from .analyses import _to_numpy
+from ._tables import _to_numpy
 from .checkpoints import _flatten, _open_path
 
 if TYPE_CHECKING:
@@ -204,7 +204,7 @@ class LogitDecomposition:
         the Figure is returned; with one it is written in the format its
         extension names and `path` is returned.
         """
-        from .report import _figure
+        from ._plots import _figure
 
         if head is not None and not (
             isinstance(head, (int, np.integer)) and 0 <= head < self.heads

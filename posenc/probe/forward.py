@@ -195,7 +195,7 @@ class LayerPositionProbe:
     def plot(self, path: Optional[Any] = None, *, dpi: float = 110) -> Any:
         """The MAE per layer, with its spread over seeds."""
 
-        from .report import _figure
+        from ._plots import _figure
 
         def draw(fig: Any) -> None:
             ax = fig.add_subplot(1, 1, 1)

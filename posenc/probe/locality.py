@@ -25,8 +25,9 @@ from typing import Any, Dict, Optional
 import numpy as np
 
 from .. import _validate as v
-from .analyses import MAX_POSITIONS, _plain, _table
-from .properties import _diagonal_means, bilinear_products
+from ._tables import _diagonal_means, _plain, _table
+from .analyses import MAX_POSITIONS
+from .properties import bilinear_products
 
 #: Differences ``|A[i, i-k] - A[i, i+k]|`` below this share of row ``i``'s
 #: largest weight count as 0 in the symmetry (rounding noise, which the
@@ -83,7 +84,7 @@ class LocalitySymmetry:
         """The attention matrix and its mean weight per offset ``j - i``.
         Returns the figure without `path`, else writes it there (format by
         extension) and returns `path`."""
-        from .report import _figure
+        from ._plots import _figure
 
         def draw(fig: Any) -> None:
             ax = fig.add_subplot(1, 2, 1)

@@ -8,12 +8,13 @@ invariance and symmetry of the proximity ``phi(x, y) = E[x] W E[y]^T``
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, Optional
 
 import numpy as np
 
 from .. import _validate as v
-from .analyses import MAX_POSITIONS, _plain, _table
+from ._tables import _diagonal_means, _plain, _table
+from .analyses import MAX_POSITIONS
 
 
 @dataclass(frozen=True)
@@ -79,7 +80,7 @@ class PositionProperties:
         table, falling on both sides for a monotone one).  Returns the figure
         without `path`, else writes it there (format by extension) and
         returns `path`."""
-        from .report import _figure
+        from ._plots import _figure
 
         def draw(fig: Any) -> None:
             ax = fig.add_subplot(1, 1, 1)
@@ -273,7 +274,7 @@ class ToeplitzFit:
     def plot(self, M: Any, path: Optional[Any] = None, *, dpi: float = 110) -> Any:
         """The matrix `M` that was fitted, its Toeplitz fit and the residual,
         side by side.  Returns the figure without `path`, else writes it."""
-        from .report import _figure
+        from ._plots import _figure
 
         def draw(fig: Any) -> None:
             m = np.asarray(M, dtype=np.float64)
@@ -314,14 +315,6 @@ def _colour_limit(m: np.ndarray) -> float:
     off = np.abs(m[~np.eye(n, dtype=bool)])
     lim = float(np.percentile(off, COLOUR_PERCENTILE)) if off.size else 0.0
     return lim or float(np.abs(m).max()) or 1.0
-
-
-def _diagonal_means(m: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
-    """The offsets ``j - i`` of the square `m`, ``-(n-1) .. n-1``, and the
-    mean of each diagonal."""
-    n = m.shape[0]
-    offsets = np.arange(-(n - 1), n)
-    return offsets, np.array([np.diagonal(m, k).mean() for k in offsets])
 
 
 def toeplitz_fit(M: Any) -> ToeplitzFit:

@@ -6,8 +6,6 @@ progress bar drawn while the seeds run.
 from __future__ import annotations
 
 import html
-import io
-import os
 import sys
 from dataclasses import dataclass, field
 from typing import (
@@ -27,14 +25,15 @@ import numpy as np
 
 from .. import _validate as v
 from .._typing import ArrayLike, PathLike
+from ._plots import _figure as _figure  # rope_usage.py imports it from here
+from ._plots import _figure_class
+from ._tables import _table
 from .analyses import (
     MAX_POSITIONS,
     AbsolutePositionResult,
     Informativeness,
     RelativeOrderResult,
     _absolute_position_regression,
-    _require,
-    _table,
     cosine_similarity,
     informativeness,
     relative_order_classification,
@@ -559,94 +558,12 @@ def _markdown_cell(text: str) -> str:
     return text.translate(_MARKDOWN_CELL)
 
 
-_FIGURE_CLASS: Any = None
-
-
-def _figure_class() -> Any:
-    """matplotlib's Figure with ``_repr_png_``, made once matplotlib is imported.
-
-    A Figure made without pyplot has no canvas manager, so IPython shows it
-    through its formatter for Figure only once pyplot's inline backend has
-    registered that; ``_repr_png_`` shows it either way (the formatter, where
-    registered, takes precedence: one image).
-    """
-    global _FIGURE_CLASS
-    if _FIGURE_CLASS is None:
-        figure_mod = _require("matplotlib.figure", "ProbeReport.plot")
-
-        class ProbeFigure(figure_mod.Figure):  # type: ignore[name-defined]
-            """A matplotlib Figure of a :class:`ProbeReport` that a notebook shows as a PNG."""
-
-            def _repr_png_(self) -> bytes:
-                buffer = io.BytesIO()
-                self.savefig(buffer, format="png")
-                return buffer.getvalue()
-
-        ProbeFigure.__module__ = __name__
-        ProbeFigure.__qualname__ = "ProbeFigure"
-        _FIGURE_CLASS = ProbeFigure
-    return _FIGURE_CLASS
-
-
 def __getattr__(name: str) -> Any:
     # the figure class is made on first use (matplotlib is optional); found
     # here by that name too, so that pickle finds it
     if name == "ProbeFigure":
         return _figure_class()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def _new_figure(figsize: Tuple[float, float], dpi: float) -> Any:
-    """A Figure on an Agg canvas, not known to pyplot."""
-    agg = _require("matplotlib.backends.backend_agg", "ProbeReport.plot")
-    fig = _figure_class()(figsize=figsize, dpi=dpi, layout="constrained")
-    agg.FigureCanvasAgg(fig)
-    return fig
-
-
-def _finish(fig: Any, path: Optional[PathLike], dpi: float, fmt: Optional[str]) -> Any:
-    """The figure without `path`; else written there (format `fmt`) and `path`."""
-    if path is None:
-        return fig
-    fig.savefig(os.fspath(path), dpi=dpi, format=fmt)
-    return path
-
-
-def _figure(
-    path: Optional[PathLike], dpi: float, figsize: Tuple[float, float], draw: Callable[[Any], None]
-) -> Any:
-    """What every probe's ``plot`` does around its drawing: the format of
-    `path` checked before anything is drawn, a figure of `figsize` on an Agg
-    canvas that `draw` fills, then the figure returned (no `path`) or written
-    to `path` and `path` returned."""
-    fmt = None if path is None else _plot_format(path)
-    fig = _new_figure(figsize=figsize, dpi=dpi)
-    draw(fig)
-    return _finish(fig, path, dpi, fmt)
-
-
-def _plot_formats() -> List[str]:
-    """The file formats matplotlib can write (its canvas's list), lower case."""
-    figure_mod = _require("matplotlib.figure", "ProbeReport.plot")
-    return sorted(figure_mod.Figure().canvas.get_supported_filetypes())
-
-
-def _plot_format(path: PathLike, what: str = "plot") -> str:
-    """The format of the plot file `path`, from its extension (``png`` when it
-    has none); a ValueError naming the formats matplotlib writes when it is
-    not one of them."""
-    name = os.fspath(path)
-    extension = os.path.splitext(name)[1]
-    if extension in ("", "."):
-        return "png"
-    fmt = extension[1:].lower()
-    formats = _plot_formats()
-    if fmt not in formats:
-        raise ValueError(
-            f"{what}: matplotlib cannot write {extension} files ({name}); "
-            f"name a file ending in one of: {', '.join('.' + f for f in formats)}"
-        )
-    return fmt
 
 
 def _run_seeds(
@@ -663,8 +580,9 @@ def _run_seeds(
     """
     from concurrent.futures import ThreadPoolExecutor
 
-    from .. import get_num_threads
-    from .analyses import _FOLDS, _one_thread
+    from .._config import get_num_threads
+    from ._optional import one_thread
+    from .analyses import _FOLDS
 
     p = {
         "folds": _FOLDS,
@@ -687,7 +605,7 @@ def _run_seeds(
     try:
         # one thread for BLAS set once around the pool: the probes' own
         # settings inside it then find and restore that same value
-        with _one_thread(), ThreadPoolExecutor(max_workers=workers) as pool:
+        with one_thread(), ThreadPoolExecutor(max_workers=workers) as pool:
             # seed 0 alone first: its verdict on QR is the other seeds', and
             # the libraries' first calls are made from one thread (first
             # calls from two at once left a first report spinning twenty

@@ -19,7 +19,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from .. import _validate as v
-from .analyses import _table
+from ._tables import _table
 
 #: The most rows (layer, head) a usage heat map draws one by one; above it
 #: each layer's heads are averaged into one row (and, above it still, blocks
@@ -400,7 +400,7 @@ def rope_frequency_usage_from_checkpoint(
 
 
 def _to_array(value: Any) -> np.ndarray:
-    from .analyses import _to_numpy
+    from ._tables import _to_numpy
 
     return np.asarray(_to_numpy(value))
 
