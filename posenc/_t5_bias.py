@@ -19,7 +19,7 @@ from ._distance_bias import fill, lengths, offset, run_on_views, scores_target
 MAX_BUCKETS = _core.T5_MAX_BUCKETS
 MAX_DISTANCE = _core.T5_MAX_DISTANCE
 # the arguments that set the size of a bias, as its size check names them
-_SIZES = "table's n_heads (its columns), q_len and k_len"
+SIZES = "table's n_heads (its columns), q_len and k_len"
 
 
 def checked_options(bidirectional, num_buckets, max_distance):
@@ -55,7 +55,7 @@ def bias(table, q_len, k_len, bidirectional, max_distance, q_offset, scores, out
     q_offset = offset(q_offset)
     shape = (n_heads, q_len, k_len)
     if scores is None and out is None:
-        v.shape_size(shape, _SIZES, arr.dtype.itemsize)
+        v.shape_size(shape, SIZES, arr.dtype.itemsize)
     tab = v.copy_if_shared(v.native_copy(arr, arr.dtype), scores if scores is not None else out)
 
     # the largest |distance|: the first key from the last query, or the last
@@ -76,7 +76,7 @@ def bias(table, q_len, k_len, bidirectional, max_distance, q_offset, scores, out
         target = scores_target(scores, shape, None)
         run_on_views(kernel(True), target, read=True, name="scores")
         return target
-    return fill(kernel(False), shape, tab.dtype, out, _SIZES)
+    return fill(kernel(False), shape, tab.dtype, out, SIZES)
 
 
 def t5_bias_table_grad(grad, num_buckets, *, bidirectional=True, max_distance=128, q_offset=0):

@@ -34,13 +34,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from . import _validate
+from . import _distance_bias, _relative_terms, _t5_bias, _validate
 from . import bias as _bias
 from . import rope as _rope
 from . import rope_scaling as _rope_scaling
-
-# bias.py's checks of the lengths and offset (private there, not in its stub)
-_BIAS: Any = _bias
 
 __all__ = [
     "ALiBi",
@@ -925,7 +922,9 @@ class T5RelativeBias(nn.Module):
                     raise ValueError(f"{name} = {given}, but weight has shape "
                                      f"{tuple(weight.shape)}")  # fmt: skip
             num_buckets = weight.shape[0]
-        num_buckets, max_distance = _bias._check_t5(bidirectional, num_buckets, max_distance)
+        num_buckets, max_distance = _t5_bias.checked_options(
+            bidirectional, num_buckets, max_distance
+        )
         if weight is None:
             weight = torch.zeros(num_buckets, cast(int, n_heads))
         self.weight = weight if isinstance(weight, nn.Parameter) else nn.Parameter(weight)
@@ -944,14 +943,14 @@ class T5RelativeBias(nn.Module):
                 f"not shape {tuple(weight.shape)}"
             )
         bidirectional = _validate.flag(self.bidirectional, "bidirectional")
-        num_buckets, max_distance = _bias._check_t5(
+        num_buckets, max_distance = _t5_bias.checked_options(
             bidirectional, weight.shape[0], self.max_distance
         )
-        q_len, k_len = _BIAS._lengths(q_len, k_len)
-        q_offset = _BIAS._offset(q_offset)
+        q_len, k_len = _distance_bias.lengths(q_len, k_len)
+        q_offset = _distance_bias.offset(q_offset)
         if not torch.compiler.is_compiling():  # (t5_bias's operator checks it there)
             _validate.shape_size(
-                (weight.shape[1], q_len, k_len), _BIAS._T5_SIZES, weight.element_size()
+                (weight.shape[1], q_len, k_len), _t5_bias.SIZES, weight.element_size()
             )
         if weight.device.type == "cpu" and not _FORCE_DEVICE_PATH:
             out = _bias.t5_bias(
@@ -1094,17 +1093,14 @@ class DebertaRelativeBias(nn.Module):
         layout: str = "bhsd",
     ) -> None:
         super().__init__()
-        from . import relative as _relative
-
-        relative: Any = _relative  # its checks of the buckets (private, not in its stub)
         layout = _validate.choice(layout, "layout", ("bhsd", "(bh)sd"))
-        position_buckets, max_relative_positions = relative._check_buckets(
+        position_buckets, max_relative_positions = _relative_terms.checked_buckets(
             position_buckets, max_relative_positions, ("position_buckets", "max_relative_positions")
         )
         if position_buckets <= 0 and max_relative_positions < 1:
             raise ValueError(
                 f"max_relative_positions must be >= 1, got {max_relative_positions}"
-                + relative._UNRESOLVED
+                + _relative_terms.UNRESOLVED
             )
         if n_heads is not None:
             n_heads = _validate.integer(n_heads, "n_heads", minimum=1)
