@@ -17,7 +17,7 @@ import sys
 from typing import Optional, Sequence, Tuple
 
 from .probe import EXTRAS, MAX_POSITIONS
-from .probe.hub import _MAX_DEADLINE, _MAX_TIMEOUT
+from .probe._common import MAX_DEADLINE, MAX_TIMEOUT
 
 _PROG = "posenc"
 #: The most seeds --seeds runs (the probes run once per seed).
@@ -485,7 +485,7 @@ def _language_model(name):
     """``(model, tokenizer, mask_token_id)`` of a NAME, by transformers: a
     masked LM where the checkpoint is one (or a bare encoder whose tokenizer
     has a mask token), else a causal LM."""
-    from .probe.analyses import _require
+    from .probe._optional import require as _require
 
     transformers = _require("transformers", "--analyses with --text")
     _require("torch", "--analyses with --text")
@@ -556,10 +556,10 @@ def _run_text_analyses(name, analyses, text, out, entry, skipped=None):
     that does not apply to the model (rope_activations of a model without
     RoPE) is recorded there instead of stopping the run."""
     from . import probe
-    from .probe.forward import _max_positions, _most_tokens
+    from .probe._common import max_positions, most_tokens
 
     model, tokenizer, mask = _language_model(name)
-    table = _max_positions(model)  # XLNet's max_position_embeddings is -1: no table
+    table = max_positions(model)  # XLNet's max_position_embeddings is -1: no table
     limit = min(table, _MAX_TOKENS) if table is not None and table > 0 else _MAX_TOKENS
     ids = _token_ids(tokenizer, text, limit)
     out.append(f"--text: {len(ids)} tokens (at most {limit}) read by {type(model).__name__}")
@@ -569,7 +569,7 @@ def _run_text_analyses(name, analyses, text, out, entry, skipped=None):
         out.append(f"Position through the layers (absolute MAE, layer 0 = embeddings): {maes}.")
         entry["layer_probe"] = r.to_dict()
     if "skip_perplexity" in analyses:
-        most = _most_tokens(model, max(_KS))
+        most = most_tokens(model, max(_KS))
         short = ids if most is None else ids[:most]
         r = probe.skip_position_perplexity(model, short, ks=_KS, mask_token_id=mask)
         what = "pseudo-perplexity" if r.pseudo else "perplexity"
@@ -814,8 +814,8 @@ def _check_counts(args):
             f"--seeds must be at most {MAX_SEEDS} (the probes run once per seed), got {args.seeds}"
         )
     for value, flag, most in (
-        (args.timeout, "--timeout", _MAX_TIMEOUT),
-        (args.deadline, "--deadline", _MAX_DEADLINE),
+        (args.timeout, "--timeout", MAX_TIMEOUT),
+        (args.deadline, "--deadline", MAX_DEADLINE),
     ):
         if value is not None and not (0 < value <= most):  # NaN fails too
             raise _Failure(f"{flag} must be a number of seconds in (0, {most:g}], got {value}")

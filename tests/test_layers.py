@@ -43,31 +43,14 @@ CIRCLES_LEFT = {
 #: (importer, module, name) of the underscore names still imported from a
 #: module without an underscore
 UNDERSCORE_IMPORTS_LEFT = {
-    # the command line and the transformers patches read helpers of the
-    # modules they drive
-    ("posenc.__main__", "posenc.probe.analyses", "_require"),
-    ("posenc.__main__", "posenc.probe.forward", "_max_positions"),
+    # the transformers patches read helpers of the modules they drive
     ("posenc.hf", "posenc.rope_scaling", "_layer_config"),
     ("posenc.hf", "posenc.torch", "_config_value"),
-    # the checkpoint readers' helpers, shared with the hub's and the probes
+    # the checkpoint loader, shared with the package and the hub's downloads
     ("posenc.probe", "posenc.probe.checkpoints", "_load"),
-    ("posenc.probe.attention", "posenc.probe.checkpoints", "_flatten"),
-    ("posenc.probe.attention", "posenc.probe.checkpoints", "_open_path"),
-    ("posenc.probe.checkpoints", "posenc.probe.analyses", "_check_rows"),
-    ("posenc.probe.checkpoints", "posenc.probe.analyses", "_to_numpy"),
-    ("posenc.probe.hub", "posenc.probe.analyses", "_check_rows"),
-    ("posenc.probe.hub", "posenc.probe.checkpoints", "_JSON_MAX_BYTES"),
-    ("posenc.probe.hub", "posenc.probe.checkpoints", "_check_safetensors_header"),
     ("posenc.probe.hub", "posenc.probe.checkpoints", "_choose"),
-    ("posenc.probe.hub", "posenc.probe.checkpoints", "_decode_safetensors"),
-    ("posenc.probe.hub", "posenc.probe.checkpoints", "_parse_json"),
-    ("posenc.probe.rope_usage", "posenc.probe.checkpoints", "_open_path"),
-    ("posenc.probe.rope_usage", "posenc.probe.checkpoints", "_read_json"),
     # the report runs the absolute-position probe's seeds itself
-    ("posenc.probe.report", "posenc.probe.analyses", "_FOLDS"),
     ("posenc.probe.report", "posenc.probe.analyses", "_absolute_position_regression"),
-    # the plot scaffolding is posenc.probe._plots'; report.py hands it on
-    ("posenc.probe.rope_usage", "posenc.probe.report", "_figure"),
 }
 
 #: (module, key) of the sys.modules lookups of another library's modules

@@ -7,8 +7,7 @@ the rows a probe needs (a torch tensor or a bfloat16 array included, by
 size is made; :func:`_plain` gives a result's figures as plain values, and
 :func:`_diagonal_means` the mean of each diagonal of a square matrix.
 The names keep the underscore they had in posenc.probe.analyses and
-posenc.probe.properties, where the checkpoint readers and the command line
-still find them.
+posenc.probe.properties.
 """
 
 from __future__ import annotations

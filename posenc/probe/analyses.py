@@ -11,18 +11,18 @@ dependencies imported by :mod:`._optional`.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import List, Optional, Tuple
+from typing import Optional, Tuple
 
 import numpy as np
 
 from .. import _validate as v
 from .._typing import ArrayLike, NDArray
+from ._common import FOLDS as _FOLDS
+from ._common import check_folds, fold_slices
 from ._fits import least_squares_predictions, lstsq_predictions
 from ._optional import one_thread as _one_thread
 from ._optional import require as _require
-from ._tables import _check_rows as _check_rows  # checkpoints.py and hub.py import it here
 from ._tables import _table
-from ._tables import _to_numpy as _to_numpy  # checkpoints.py and hub.py import it here
 from .protocol import (
     check_regressor,
     check_split,
@@ -41,26 +41,6 @@ from .protocol import (
 #: 4098); probe a slice (``E[:8192]``) or every k-th row (``E[::k]``) of a taller
 #: one, such as LED's 16386 rows.
 MAX_POSITIONS: int = 8192
-
-
-# the folds of the paper's cross-validation, both probes' default
-_FOLDS = 5
-
-
-def _folds(folds: int, n: int, what: str) -> int:
-    folds = v.integer(folds, "folds", minimum=2)
-    if folds > n:
-        raise ValueError(f"folds must be <= the number of {what} ({n}), got {folds}")
-    return folds
-
-
-def _fold_slices(n: int, folds: int) -> List[slice]:
-    """Contiguous folds as scikit-learn's ``KFold(folds)`` (no shuffle) cuts
-    them: the first ``n % folds`` folds one longer."""
-    sizes = np.full(folds, n // folds)
-    sizes[: n % folds] += 1
-    stops = np.cumsum(sizes)
-    return [slice(int(b - s), int(b)) for s, b in zip(sizes, stops)]
 
 
 def _train_mask(n: int, test: slice) -> NDArray[np.bool_]:
@@ -201,7 +181,7 @@ def absolute_position_regression(
     True
     """
     table = _table(E)
-    folds = _folds(folds, table.shape[0], "positions (rows of E)")
+    folds = check_folds(folds, table.shape[0], "positions (rows of E)")
     seed = v.integer(seed, "seed", minimum=0)
     split, regressor = check_split(split), check_regressor(regressor)
     return _absolute_position_regression(table, folds, seed, True, split, regressor)[0]
@@ -238,7 +218,7 @@ def _absolute_position_regression(
     cut = max(float(getattr(linear_model.LinearRegression(), "tol", 0.0)), np.finfo(float).eps)
     refused = False
     with _one_thread():
-        for k, test in enumerate(_fold_slices(n, folds)):
+        for k, test in enumerate(fold_slices(n, folds)):
             train = _train_mask(n, test)
             predicted = None
             if regressor != "linear":
@@ -335,7 +315,7 @@ def relative_order_classification(
         count = n
     else:
         count = v.integer(pairs, "pairs", minimum=2, maximum=n * n)
-    folds = _folds(folds, count, "pairs")
+    folds = check_folds(folds, count, "pairs")
     seed = v.integer(seed, "seed", minimum=0)
     split, regressor = check_split(split), check_regressor(regressor)
     _require("sklearn.linear_model", "relative_order_classification")
@@ -347,7 +327,7 @@ def relative_order_classification(
     if split == "paper":
         index = _draw_pairs(n, count, seed)
         X, y = features(index)
-        cut = [(_train_mask(count, test), test) for test in _fold_slices(count, folds)]
+        cut = [(_train_mask(count, test), test) for test in fold_slices(count, folds)]
         sets = [(X[train], y[train], X[test], y[test]) for train, test in cut]
     else:
         if folds > n // 2:

@@ -44,8 +44,8 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple, TypeVar, ove
 import numpy as np
 
 from .._typing import ArrayLike, NDArray, PathLike
+from ._readers import _flatten, _open_path
 from ._tables import _to_numpy
-from .checkpoints import _flatten, _open_path
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

@@ -45,6 +45,8 @@ from typing import Any, Dict, List, Optional, Tuple
 import numpy as np
 
 from .._typing import PathLike
+from ._common import APPLIES as APPLIES  # the --analyses names that fit each kind
+from ._common import not_this_kind, token_texts
 
 #: The head types of :class:`T5BucketBiases`, in the order the docs define them.
 HEAD_TYPES: Tuple[str, ...] = ("local", "global", "backward", "forward")
@@ -102,30 +104,11 @@ def model_kind(config: Any) -> str:
     return "absolute"
 
 
-#: The ``--analyses`` names that fit each kind of model.
-APPLIES: Dict[str, str] = {
-    "alibi": "alibi",
-    "t5": "t5_biases",
-    "relative": "relative_share",
-    "rope": "rope_usage, rope_activations or rope_logits",
-    "absolute": "paper, properties, toeplitz or locality",
-}
-
-
-def _not_this_kind(config: Any, where: str, wanted: str, analysis: str) -> ValueError:
-    kind = model_kind(config)
-    model_type = _get(config, "model_type") or "unknown"
-    return ValueError(
-        f"{where}: {analysis} applies to {wanted} models; this one ({model_type}) is "
-        f"{'an' if kind[0] in 'aeiou' else 'a'} {kind} model: try --analyses {APPLIES[kind]}"
-    )
-
-
 def _config_of(source: Any) -> Tuple[Any, str, Optional[Any]]:
     """``(config, where, reader)`` of a Hub name, a model directory, a config
     dict or a transformers config/model (reader: the tensors, if any)."""
     from . import hub
-    from .checkpoints import _open_path, _read_json
+    from ._readers import _open_path, _read_json
 
     if isinstance(source, dict):
         return source, "config", None
@@ -171,7 +154,7 @@ class _LazyReader:
 
 def _read(reader: Any, key: str) -> np.ndarray:
     from . import hub
-    from .analyses import _to_numpy
+    from ._tables import _to_numpy
 
     value = reader.read(key) if isinstance(reader, hub.HubTensors) else reader[key]
     return np.asarray(_to_numpy(value), dtype=np.float64)
@@ -246,7 +229,7 @@ class AlibiWindows:
         """Two panels: the slope per head (log scale) and the window per
         head (log scale).  Without `path` the Figure is returned; with one it
         is written in the format its extension names and `path` returned."""
-        from .report import _figure
+        from ._plots import _figure
 
         def draw(fig: Any) -> None:
             heads = np.arange(len(self.slopes))
@@ -267,7 +250,9 @@ class AlibiWindows:
 def _alibi_config(config: Any, where: str) -> Tuple[int, float]:
     """``(heads, max_bias)`` of an ALiBi model's config."""
     if model_kind(config) != "alibi":
-        raise _not_this_kind(config, where, "ALiBi (BLOOM, MPT, Falcon with alibi)", "alibi")
+        raise not_this_kind(
+            model_kind(config), config, where, "ALiBi (BLOOM, MPT, Falcon with alibi)", "alibi"
+        )
     model_type = _get(config, "model_type")
     max_bias = 8.0
     if model_type == "mpt":
@@ -397,7 +382,6 @@ def alibi_logit_spread(model: Any, texts: Any) -> np.ndarray:
     import importlib
 
     from ..bias import alibi_slopes
-    from .relative_share import _texts
 
     torch = importlib.import_module("torch")
     config = getattr(model, "config", None)
@@ -407,7 +391,7 @@ def alibi_logit_spread(model: Any, texts: Any) -> np.ndarray:
     slopes = np.asarray(alibi_slopes(heads, max_bias=max_bias), dtype=np.float64)
     per_text = []
     device = next(model.parameters()).device
-    for ids in _texts(texts):
+    for ids in token_texts(texts):
         with torch.no_grad():
             out = model(input_ids=torch.as_tensor(ids)[None].to(device), output_attentions=True)
         attentions = getattr(out, "attentions", None)
@@ -542,7 +526,7 @@ class T5BucketBiases:
         """A panel per attention: each head's bias against the distance
         ``key - query``.  Without `path` the Figure is returned; with one it
         is written in the format its extension names and `path` returned."""
-        from .report import _figure
+        from ._plots import _figure
 
         n = len(self.layers)
         cols = min(n, 4)
@@ -565,7 +549,9 @@ class T5BucketBiases:
 
 def _t5_config(config: Any, where: str) -> Tuple[int, int]:
     if model_kind(config) != "t5":
-        raise _not_this_kind(config, where, "T5-style (T5, MT5, UMT5, LongT5)", "t5_biases")
+        raise not_this_kind(
+            model_kind(config), config, where, "T5-style (T5, MT5, UMT5, LongT5)", "t5_biases"
+        )
     buckets = _get(config, "relative_attention_num_buckets") or 32
     max_distance = _get(config, "relative_attention_max_distance") or 128
     return int(buckets), int(max_distance)

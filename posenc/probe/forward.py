@@ -13,6 +13,7 @@ from typing import Any, Dict, Optional, Sequence
 import numpy as np
 
 from .. import _validate as v
+from ._common import first_id, max_positions, most_tokens
 
 
 @dataclass(frozen=True)
@@ -54,28 +55,6 @@ class SkipPerplexity:
         s = f"{self.first_id} + " if self.first_id else ""
         lines += [f"| {s}i * {k} | {p:.3f} |" for k, p in self.perplexity.items()]
         return "\n".join(lines)
-
-
-def _first_id(model: Any) -> int:
-    """The position id the model gives its first token (its config's rule)."""
-    from .offsets import position_rule
-
-    return position_rule(getattr(model, "config", None)).first_id
-
-
-def _most_tokens(model: Any, k: int) -> Optional[int]:
-    """The most tokens whose ids ``s + i * k`` stay inside the model's positions."""
-    limit = _max_positions(model)
-    return None if limit is None else max(0, (limit - 1 - _first_id(model)) // k + 1)
-
-
-def _max_positions(model: Any) -> Optional[int]:
-    config = getattr(model, "config", None)
-    for name in ("max_position_embeddings", "n_positions"):
-        value = getattr(config, name, None)
-        if isinstance(value, int):
-            return value
-    return None
 
 
 def skip_position_perplexity(
@@ -134,13 +113,13 @@ def skip_position_perplexity(
     ks = [v.integer(k, "ks", minimum=1) for k in ks]
     if not ks:
         raise ValueError("ks must hold at least one skip factor")
-    limit = _max_positions(model)
-    first = _first_id(model)
+    limit = max_positions(model)
+    first = first_id(model)
     if limit is not None and first + (n - 1) * max(ks) >= limit:
         raise ValueError(
             f"input_ids: {n} tokens with k = {max(ks)} reach position id "
             f"{first + (n - 1) * max(ks)}, past the model's {limit} positions; give at most "
-            f"{_most_tokens(model, max(ks))} tokens"
+            f"{most_tokens(model, max(ks))} tokens"
         )
     device = next(model.parameters()).device
     ids = ids.to(device)

@@ -56,16 +56,19 @@ from urllib.parse import quote
 
 import numpy as np
 
-from .checkpoints import (
+from ._common import MAX_DEADLINE as _MAX_DEADLINE
+from ._common import MAX_TIMEOUT as _MAX_TIMEOUT
+from ._common import rows_note
+from ._readers import (
     _JSON_MAX_BYTES,
     _SAFETENSORS_DTYPES,
     _SAFETENSORS_ITEMSIZE,
     _check_safetensors_header,
-    _choose,
     _decode_safetensors,
     _parse_json,
     _shown,
 )
+from .checkpoints import _choose
 
 #: A Hub repository id with an optional revision: ``name``, ``org/name``,
 #: ``org/name@revision`` (the Hub's own rule for the names: letters, digits,
@@ -85,8 +88,6 @@ DEFAULT_TIMEOUT = 10.0
 DEFAULT_DEADLINE = 120.0
 #: The largest tensor fetched, in bytes (``POSENC_HUB_MAX_BYTES``): 256 MiB.
 DEFAULT_MAX_BYTES = 256 * 2**20
-_MAX_TIMEOUT = 3600.0
-_MAX_DEADLINE = 86400.0
 #: Bound on the model info, ``config.json`` and the index, in bytes.
 _JSON_LIMIT = 16 * 2**20
 _MAX_REDIRECTS = 10
@@ -1140,7 +1141,7 @@ def _rows(shape: tuple, key: str, where: str, max_rows: Optional[int]) -> None:
             f"the table {key!r:.100} in {where} must be 2-D, has shape {tuple(shape)!s:.80}"
         )
     if max_rows is not None:
-        from .analyses import _check_rows
+        from ._tables import _check_rows
 
         _check_rows(shape[0], f"the table in {where} [{_shown(key)}]", max_rows)
 
@@ -1190,7 +1191,7 @@ def paper_rows(
     >>> paper_rows(np.zeros((4, 8)), "llama")[1:]
     (None, '')
     """
-    from .offsets import PositionRule, _rows_note, position_rule
+    from .offsets import PositionRule, position_rule
 
     if isinstance(config, str) or config is None:
         config = {"model_type": config}
@@ -1202,7 +1203,7 @@ def paper_rows(
     published = protocol[0] if protocol is not None else None
     cut = protocol[2] if protocol is not None and paper_cut else None
     rule = position_rule(config) if rows is None else PositionRule(0, 0, "")
-    start, stop, note = _rows_note(int(E.shape[0]), rule, cut, rows)
+    start, stop, note = rows_note(int(E.shape[0]), rule, cut, rows)
     return E[start:stop], published, note
 
 

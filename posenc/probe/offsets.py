@@ -18,7 +18,7 @@ Some families keep rows in their position table that are never a position:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping
 
 #: Model types whose position ids start at ``padding_idx + 1`` (their
 #: embeddings make them by ``create_position_ids_from_input_ids``), the table
@@ -136,20 +136,3 @@ def parse_rows(text: str) -> slice:
     if start is not None and stop is not None and stop - start < 1:
         raise ValueError(f"rows {text!r} is empty (STOP must be above START)")
     return slice(start, stop)
-
-
-def _rows_note(n: int, rule: PositionRule, cut: Optional[int], rows: Optional[slice]) -> tuple:
-    """``(start, stop, note)`` of the rows probed from an `n`-row table."""
-    if rows is not None:
-        start, stop, _ = rows.indices(n)
-        if stop - start < 1:
-            raise ValueError(f"rows {rows.start}:{rows.stop} select no row of a {n}-row table")
-        return start, stop, f"rows {start}:{stop} of {n} (as asked)"
-    start = rule.first_row
-    stop = n if cut is None else min(n, start + cut)
-    parts = []
-    if start:
-        parts.append(f"first {start} rows dropped ({rule.why})")
-    if stop < n:
-        parts.append(f"cut to {stop - start} of {n - start} rows (the paper's 512)")
-    return start, stop, ", ".join(parts)

@@ -26,6 +26,8 @@ from typing import Any, List, Tuple
 import numpy as np
 
 from .._typing import NDArray
+from ._common import fold_slices
+from ._optional import require as _require
 
 SPLITS: Tuple[str, ...] = ("paper", "heldout")
 REGRESSORS: Tuple[str, ...] = ("linear", "ridge", "mlp", "knn")
@@ -45,8 +47,6 @@ def check_regressor(regressor: Any) -> str:
 
 def make_regressor(regressor: str, seed: int) -> Any:
     """The scikit-learn regressor of `regressor` (not ``"linear"``)."""
-    from .analyses import _require
-
     if regressor == "ridge":
         return _require("sklearn.linear_model", "regressor='ridge'").Ridge(alpha=1.0)
     if regressor == "mlp":
@@ -58,8 +58,6 @@ def make_regressor(regressor: str, seed: int) -> Any:
 
 def make_classifier(regressor: str, seed: int) -> Any:
     """The scikit-learn classifier of the order probe for `regressor`."""
-    from .analyses import _require
-
     if regressor == "linear":
         return _require("sklearn.linear_model", "the order probe").LogisticRegression(max_iter=1000)
     if regressor == "ridge":
@@ -79,12 +77,10 @@ def heldout_pairs(
     ``count // folds`` (or one more) test pairs drawn from its group's cells,
     the rest of `count` from the other groups' cells, each without
     replacement."""
-    from .analyses import _fold_slices
-
     rng = np.random.default_rng(seed)
     order = rng.permutation(n)
-    groups = [order[s] for s in _fold_slices(n, folds)]
-    sizes = [s.stop - s.start for s in _fold_slices(count, folds)]
+    groups = [order[s] for s in fold_slices(n, folds)]
+    sizes = [s.stop - s.start for s in fold_slices(count, folds)]
     out = []
     for k, group in enumerate(groups):
         rest = np.concatenate([g for m, g in enumerate(groups) if m != k])

@@ -32,6 +32,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import numpy as np
 
 from .._typing import PathLike
+from ._common import mean_abs, not_this_kind, token_texts
 
 
 @dataclass(frozen=True)
@@ -119,7 +120,7 @@ class LogitShare:
         """A panel per term: its share as a heat map over layers (rows) and
         heads (columns).  Without `path` the Figure is returned; with one it
         is written in the format its extension names and `path` returned."""
-        from .report import _figure
+        from ._plots import _figure
 
         layers, heads, n_terms = self.share.shape
 
@@ -139,39 +140,11 @@ class LogitShare:
         return _figure(path, dpi, (4 * n_terms + 1, 1.5 + 0.4 * min(layers, 24)), draw)
 
 
-def _texts(texts: Any) -> List[np.ndarray]:
-    """The token-id sequences: one sequence of ints, or a sequence of them."""
-    if isinstance(texts, (str, bytes)):
-        raise TypeError("texts must be token ids (a sequence of ints, or of such sequences)")
-    items = list(texts) if not hasattr(texts, "ndim") or texts.ndim > 1 else [texts]
-    if items and np.ndim(items[0]) == 0:
-        items = [items]
-    out = []
-    for i, item in enumerate(items):
-        ids = np.asarray(item)
-        if ids.ndim != 1 or ids.size < 2 or not np.issubdtype(ids.dtype, np.integer):
-            raise ValueError(f"texts[{i}] must be a 1-D sequence of at least 2 integer token ids")
-        out.append(ids.astype(np.int64))
-    if not out:
-        raise ValueError("texts must hold at least one text")
-    return out
-
-
 def _model_type(model: Any) -> str:
     config = getattr(model, "config", None)
     if config is None:
         raise TypeError("model must be a transformers model (it has no config)")
     return str(getattr(config, "model_type", ""))
-
-
-def _mean_abs(term: Any, causal: bool) -> np.ndarray:
-    """``(heads,)``: mean |term| over the pairs of one text, ``term`` of shape (heads, n, n)."""
-    t = term.detach().double().abs().cpu().numpy()
-    if causal:
-        n = t.shape[-1]
-        keep = np.tril(np.ones((n, n), dtype=bool))
-        return t[:, keep].mean(axis=-1)
-    return t.reshape(t.shape[0], -1).mean(axis=-1)
 
 
 def _run(
@@ -230,7 +203,7 @@ def _deberta_install(
                 heads = module.num_attention_heads
                 scale = np.sqrt(query_layer.size(-1) * scale_factor)
                 c2c = torch.bmm(query_layer, key_layer.transpose(-1, -2)).double() / scale
-                row = [_mean_abs(c2c.view(-1, heads, *c2c.shape[-2:])[0], False)]
+                row = [mean_abs(c2c.view(-1, heads, *c2c.shape[-2:])[0], False)]
                 saved = module.pos_att_type
                 try:
                     for kind in kinds:
@@ -238,7 +211,7 @@ def _deberta_install(
                         term = original(
                             query_layer, key_layer, relative_pos, rel_embeddings, scale_factor
                         )
-                        row.append(_mean_abs(term.view(-1, heads, *term.shape[-2:])[0], False))
+                        row.append(mean_abs(term.view(-1, heads, *term.shape[-2:])[0], False))
                 finally:
                     module.pos_att_type = saved
                 captured.append(np.stack(row, axis=-1))
@@ -284,8 +257,8 @@ def _xlnet_install(
                 bd = torch.einsum("ibnd,jbnd->bnij", q_head + module.r_r_bias, k_head_r)
                 bd = module.rel_shift_bnij(bd, klen=ac.shape[3])
                 row = [
-                    _mean_abs(ac[0] * module.scale, False),
-                    _mean_abs(bd[0] * module.scale, False),
+                    mean_abs(ac[0] * module.scale, False),
+                    mean_abs(bd[0] * module.scale, False),
                 ]
                 captured.append(np.stack(row, axis=-1))
                 return original(q_head, k_head_h, v_head_h, k_head_r, seg_mat, attn_mask, **kwargs)
@@ -340,7 +313,7 @@ def relative_share(model: Any, texts: Any, *, name: Optional[str] = None) -> Log
     >>> r.terms, r.share.shape  # (layers, heads, terms)
     (('c2c', 'c2p', 'p2c'), (2, 2, 3))
     """
-    from .biases import _not_this_kind
+    from .biases import model_kind
 
     model_type = _model_type(model)
     if model_type == "deberta-v2":
@@ -353,10 +326,14 @@ def relative_share(model: Any, texts: Any, *, name: Optional[str] = None) -> Log
             "DeBERTa-v2/v3 and XLNet"
         )
     else:
-        raise _not_this_kind(
-            model.config, type(model).__name__, "relative (DeBERTa-v2/v3, XLNet)", "relative_share"
+        raise not_this_kind(
+            model_kind(model.config),
+            model.config,
+            type(model).__name__,
+            "relative (DeBERTa-v2/v3, XLNet)",
+            "relative_share",
         )
-    ids = _texts(texts)
+    ids = token_texts(texts)
     per_text = _run(model, ids, install, layers, "attention calls")
     return LogitShare(
         name or type(model).__name__, terms, np.stack(per_text), [int(t.size) for t in ids]

@@ -180,7 +180,7 @@ class ProbeReport:
     def protocol(self) -> Dict[str, Any]:
         """Every setting that produced the figures, with posenc's version: what
         :func:`report` needs to rerun them."""
-        from .. import __version__
+        from .._version import __version__
 
         extras = [
             e
@@ -581,11 +581,11 @@ def _run_seeds(
     from concurrent.futures import ThreadPoolExecutor
 
     from .._config import get_num_threads
+    from ._common import FOLDS
     from ._optional import one_thread
-    from .analyses import _FOLDS
 
     p = {
-        "folds": _FOLDS,
+        "folds": FOLDS,
         "pairs": None,
         "split": "paper",
         "regressor": "linear",
@@ -799,14 +799,14 @@ def report(
     chosen = _extras(extras)
     table = _table(E, min_rows=5, max_rows=MAX_POSITIONS)
     baselines = v.flag(baselines, "baselines")
-    from .analyses import _folds
+    from ._common import check_folds
     from .protocol import check_regressor, check_split
 
     n = table.shape[0]
     protocol: Dict[str, Any] = {
         "split": check_split(split),
         "regressor": check_regressor(regressor),
-        "folds": _folds(folds, n, "positions (rows of E)"),
+        "folds": check_folds(folds, n, "positions (rows of E)"),
         "pairs": None if pairs is None else v.integer(pairs, "pairs", minimum=2, maximum=n * n),
     }
     bar = _Progress(f"probing {name}", seeds, bool(progress) and _is_terminal(sys.stderr))

@@ -140,7 +140,7 @@ class RopeFrequencyUsage:
     def plot(self, path: Optional[Any] = None, *, dpi: float = 110) -> Any:
         """A heatmap: rows are (layer, head), columns the pairs from the
         fastest frequency to the slowest; the colour is :meth:`share`."""
-        from .report import _figure
+        from ._plots import _figure
 
         rows, label = _heat_rows(self.share())
 
@@ -359,7 +359,7 @@ def rope_frequency_usage_from_checkpoint(
     True
     """
     from . import hub
-    from .checkpoints import _open_path, _read_json
+    from ._readers import _open_path, _read_json
 
     projection = v.choice(projection, "projection", ("q", "k"))
     if not isinstance(source, (str, os.PathLike)):
@@ -487,7 +487,7 @@ class RopeActivationUsage:
     def plot(self, path: Optional[Any] = None, *, dpi: float = 110) -> Any:
         """Two heatmaps, queries and keys: rows (layer, head), columns the
         pairs from fast to slow, colour the share of the head's norm²."""
-        from .report import _figure
+        from ._plots import _figure
 
         panels = [
             (*_heat_rows(usage.share()), title)
@@ -738,7 +738,8 @@ def rope_logit_share(
     >>> r.terms, r.share.shape  # (layers, query heads, terms)
     (('content', 'position'), (2, 4, 2))
     """
-    from .relative_share import LogitShare, _mean_abs
+    from ._common import mean_abs
+    from .relative_share import LogitShare
 
     torch = importlib.import_module("torch")
     if not isinstance(causal, bool):
@@ -766,7 +767,7 @@ def rope_logit_share(
                 content = torch.matmul(qd, kd.transpose(-1, -2)) * scale
                 position = torch.matmul(qr, kr.transpose(-1, -2)) * scale - content
                 captured.append(
-                    np.stack([_mean_abs(content, causal), _mean_abs(position, causal)], axis=-1)
+                    np.stack([mean_abs(content, causal), mean_abs(position, causal)], axis=-1)
                 )
                 return out
 
