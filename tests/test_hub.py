@@ -382,8 +382,12 @@ def test_paper_rows_follow_the_papers_protocol():
     rows, _, note = probe.paper_rows(E, "gpt2", rows=slice(3, 10))
     np.testing.assert_array_equal(rows, E[3:10])
     assert note == "rows 3:10 of 1030 (as asked)"
+    # a model type alone: its config class's pad_token_id (RoBERTa's 1)
+    rows, _, note = probe.paper_rows(E, "roberta")
+    np.testing.assert_array_equal(rows, E[2:514])
+    assert "the default of roberta's config" in note
     with pytest.raises(ValueError, match="pad_token_id=None"):
-        probe.paper_rows(E, "roberta")
+        probe.paper_rows(E, {"model_type": "roberta", "pad_token_id": None})
 
 
 def _position_weight(model):

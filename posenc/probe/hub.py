@@ -69,6 +69,7 @@ from ._readers import (
     _shown,
 )
 from .checkpoints import _choose
+from .offsets import PAD_DEFAULTS
 
 #: A Hub repository id with an optional revision: ``name``, ``org/name``,
 #: ``org/name@revision`` (the Hub's own rule for the names: letters, digits,
@@ -946,6 +947,8 @@ def _model_type(remote: _Remote, files: List[str]) -> Dict[str, Any]:
     if isinstance(config, dict):
         value, pad = config.get("model_type"), config.get("pad_token_id")
         out["model_type"] = value if isinstance(value, str) else None
+        if "pad_token_id" not in config and value in PAD_DEFAULTS:
+            pad = PAD_DEFAULTS[value]  # what transformers' config class fills in
         out["pad_token_id"] = pad if type(pad) is int else None
     return out
 

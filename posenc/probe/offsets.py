@@ -42,6 +42,10 @@ PADDING_IDX_TYPES = frozenset(
     }
 )
 
+#: The ``pad_token_id`` of a RoBERTa-family model whose
+#: ``config.json`` leaves it out: its transformers config class's default.
+PAD_DEFAULTS = {t: 0 if t in ("lilt", "markuplm") else 1 for t in PADDING_IDX_TYPES}
+
 #: Model types whose learned position embedding adds 2 to the ids it is
 #: given (``self.offset = 2``): ids from 0, table rows from 2.
 OFFSET_TWO_TYPES = frozenset({"opt", "bart", "mbart", "mvp", "plbart", "biogpt", "xglm", "trocr"})
@@ -80,8 +84,10 @@ def position_rule(config: Any) -> PositionRule:
     Raises
     ------
     ValueError
-        A model of RoBERTa's family whose config gives no integer
-        ``pad_token_id`` (its positions cannot be placed).
+        A model of RoBERTa's family whose config gives a ``pad_token_id``
+        that is not a non-negative integer (its positions cannot be placed);
+        a ``config.json`` that leaves it out means its config class's
+        default (:data:`PAD_DEFAULTS`), as transformers reads it.
 
     Examples
     --------
@@ -92,19 +98,28 @@ def position_rule(config: Any) -> PositionRule:
     2
     >>> position_rule({"model_type": "bert"}).first_row
     0
+    >>> position_rule({"model_type": "xlm-roberta"}).first_row  # pad_token_id left out: 1
+    2
     """
     model_type = _config_value(config, "model_type") if config is not None else None
     if not isinstance(model_type, str):
         return PositionRule(0, 0, "")
     if model_type in PADDING_IDX_TYPES:
         pad = _config_value(config, "pad_token_id")
+        default = ""
+        if isinstance(config, Mapping) and "pad_token_id" not in config:
+            # config.json without it: transformers' config class fills its default
+            pad = PAD_DEFAULTS[model_type]
+            default = f" (pad_token_id {pad}, the default of {model_type}'s config)"
         if isinstance(pad, bool) or not isinstance(pad, int) or pad < 0:
             raise ValueError(
                 f"a {model_type} model numbers its positions from pad_token_id + 1, but its "
                 f"config gives pad_token_id={pad!r}; give the rows to probe (rows=START:STOP)"
             )
         return PositionRule(
-            pad + 1, pad + 1, f"{model_type} numbers positions from padding_idx + 1 = {pad + 1}"
+            pad + 1,
+            pad + 1,
+            f"{model_type} numbers positions from padding_idx + 1 = {pad + 1}{default}",
         )
     if model_type in OFFSET_TWO_TYPES:
         return PositionRule(2, 0, f"{model_type}'s learned positions are offset by 2")

@@ -19,6 +19,7 @@ from conftest import require
 from probe_protocol import direct_absolute, direct_order
 
 from posenc import probe
+from posenc.probe import offsets
 
 # The README's figures for all-MiniLM-L6-v2 (seeds 0-9).
 MINILM_MAE, MINILM_ERROR = 58.03, 0.1457
@@ -207,3 +208,17 @@ def test_minilm_locality_and_symmetry_as_the_authors_define_them(minilm_table):
     # the figures quoted in docs/guide/probe.md
     default = probe.attention_locality_symmetry(A)
     assert (round(default.locality, 4), round(default.symmetry, 3)) == (0.0059, 0.740)
+
+
+@pytest.mark.parametrize("model_type", sorted(offsets.PADDING_IDX_TYPES))
+def test_a_left_out_pad_token_id_is_the_config_class_default(transformers, model_type):
+    """A config.json of RoBERTa's family without pad_token_id: the rows start
+    where transformers' config class, filling its default, puts them."""
+    config = transformers.AutoConfig.for_model(model_type)
+    config = getattr(config, "text_config", None) or config
+    rule = offsets.position_rule({"model_type": model_type})
+    assert rule.first_row == rule.first_id == config.pad_token_id + 1
+    assert "default" in rule.why
+    # given explicitly, None is refused (no rows can be placed)
+    with pytest.raises(ValueError, match="pad_token_id=None"):
+        offsets.position_rule({"model_type": model_type, "pad_token_id": None})
