@@ -626,8 +626,8 @@ def rope_activation_usage(model: Any, input_ids: Any) -> RopeActivationUsage:
     >>> several.n_texts, several.n_tokens, several.queries_share_std.shape
     (2, 32, (2, 4, 4))
     """
-    torch = importlib.import_module("torch")
     text_config, files = _rope_modules(model)
+    torch = importlib.import_module("torch")
     inv_freq, layout, head_dim, n_heads, n_kv = _rope_layout(text_config)
     texts = _ids_list(input_ids)
 
@@ -741,10 +741,10 @@ def rope_logit_share(
     from ._common import mean_abs
     from .relative_share import LogitShare
 
-    torch = importlib.import_module("torch")
     if not isinstance(causal, bool):
         raise TypeError(f"causal must be a bool, not {type(causal).__name__}")
     text_config, files = _rope_modules(model)
+    torch = importlib.import_module("torch")
     _, _, head_dim, n_heads, n_kv = _rope_layout(text_config)
     texts = _ids_list(input_ids)
     for i, ids in enumerate(texts):

@@ -10,6 +10,7 @@ import os
 
 import numpy as np
 import pytest
+from conftest import require
 from hub_server import HubServer, Repo
 
 from posenc import probe
@@ -267,7 +268,8 @@ def _folder_files(folder):
 
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory):
-    import torch
+    torch = require("torch")
+    require("transformers")
     from transformers import BloomConfig, BloomForCausalLM
 
     root = tmp_path_factory.mktemp("bias_models")
