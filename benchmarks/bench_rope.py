@@ -77,6 +77,20 @@ def rope_cases(quick):
             note="torch, jit: the cached cos/sin of one position, as a KV-cache step uses them",
         )
     )
+    # the same step by a plan built once (posenc.Rope): the options are not
+    # read again
+    plan = posenc.Rope(128)
+    cases.append(
+        Case(
+            name="Rope(128).apply(1, 32, 1, 128) float32, offset=4096, out= (decoding)",
+            nbytes=x.nbytes,
+            posenc=lambda x=x, out=out: plan.apply(x, offset=4096, out=out),
+            memory=copyto_of(x.shape, x.dtype),
+            torch=_rope_torch(x, -2),
+            jit=_jax_rope(x),
+            note="posenc: a plan built once; torch, jit: as the row above",
+        )
+    )
     # a projection (NumPy's BLAS, its own threads) and the rotation, in turn,
     # as a NumPy model runs them: the kernel's threads must not hold the
     # cores BLAS wants next (see posenc/_openmp.py, GOMP_SPINCOUNT)

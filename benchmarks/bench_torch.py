@@ -96,6 +96,18 @@ def torch_cases(quick):
             note="posenc: tensor in, tensor out; torch: cos/sin of the position cached",
         )
     )
+    plan = posenc.Rope(128)
+    cases.append(
+        Case(
+            name="Rope(128).apply(1, 32, 1, 128) float32 tensor, offset=4096 (decoding)",
+            nbytes=q.numel() * 4,
+            posenc=lambda: plan.apply(q, offset=4096),
+            memory=copyto_of(tuple(q.shape), np.float32),
+            torch=lambda: step(q),
+            note="posenc: a plan built once, tensor in, tensor out; torch: eager rotation by "
+            "the cos/sin of the position cached",
+        )
+    )
     cases.append(
         Case(
             name="apply_rope(1, 32, 1, 128) float32 tensor, offset=4096, out= (decoding)",

@@ -108,6 +108,7 @@ GROUPS = [
         "Rotary position embedding",
         [
             "apply_rope",
+            "Rope",
             "rope_cos_sin",
             "rope_frequencies",
             "permute_rope_weight",

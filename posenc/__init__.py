@@ -87,7 +87,7 @@ from .relative import (
     xl_position_term,
     xl_relative_table,
 )
-from .rope import apply_rope, rope_cos_sin, rope_frequencies
+from .rope import Rope, apply_rope, rope_cos_sin, rope_frequencies
 from .rope_tools import (
     attention_temperature,
     mrope_position_ids,
@@ -98,6 +98,7 @@ from .rope_tools import (
 from .sinusoid import sinusoid
 
 __all__ = [
+    "Rope",
     "__version__",
     "alibi_bias",
     "alibi_key_bias",

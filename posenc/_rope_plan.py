@@ -124,12 +124,7 @@ def channel_plan(rotary, base, rope, mrope_section, mrope_interleaved, axial):
         sections = None
         if interleaved:
             raise ValueError("mrope_interleaved=True needs mrope_section= (the pairs of each row)")
-    if (
-        sections is not None
-        and rope.whole_config
-        and rope.model_type in rope_scaling._MROPE_LAYOUT
-        and len(sections) != 3
-    ):
+    if sections is not None and rope.model_mrope_layout is not None and len(sections) != 3:
         raise ValueError(
             f"mrope_section {list(sections)}: the rotary code of {rope.model_type!r} reads 3 "
             f"rows of positions (and 3 sections), not {len(sections)}"
@@ -184,26 +179,27 @@ def channel_plan(rotary, base, rope, mrope_section, mrope_interleaved, axial):
     return Channels(n, channel, sections, f"axial {list(sections)}", f"({n}, n_patches)")
 
 
-def resolve_rotary(dim, rotary_dim, base, scaling, layer_type):
-    """The rotary dimension r of apply_rope, its base and configuration."""
+def resolve_rotary(dim, rotary_dim, base, scaling, layer_type, name="x.shape[-1]"):
+    """The rotary dimension r of apply_rope, its base and configuration
+    (`name`: what the head dimension `dim` is in the caller's words)."""
     rope = rope_scaling.read(scaling, layer_type)
-    rope_scaling.check_head_dim(dim, rope, "x.shape[-1]")
+    rope_scaling.check_head_dim(dim, rope, name)
     has_factor = rope.params.get("partial_rotary_factor") is not None
     if rotary_dim is None:
         if not has_factor and (dim <= 0 or dim % 2):
             raise ValueError(
-                f"rotary_dim defaults to x.shape[-1] = {dim}, which must be a positive even "
+                f"rotary_dim defaults to {name} = {dim}, which must be a positive even "
                 "number; pass an even rotary_dim to rotate only part of it"
             )
         rotary = rope_scaling.rotary_dimension(dim, rope)
     else:
         rotary = v.even_dim(rotary_dim, "rotary_dim")
         if rotary > dim:
-            raise ValueError(f"rotary_dim must be <= x.shape[-1] = {dim}, got {rotary}")
+            raise ValueError(f"rotary_dim must be <= {name} = {dim}, got {rotary}")
         if has_factor and rope_scaling.rotary_dimension(dim, rope) != rotary:
             raise ValueError(
                 f"rotary_dim = {rotary} disagrees with scaling's partial_rotary_factor = "
-                f"{rope.params['partial_rotary_factor']} for x.shape[-1] = {dim}"
+                f"{rope.params['partial_rotary_factor']} for {name} = {dim}"
             )
-    v.shape_size((rotary // 2,), "x.shape[-1] (its rotary_dim // 2 frequencies)")
+    v.shape_size((rotary // 2,), f"{name} (its rotary_dim // 2 frequencies)")
     return rotary, rope_scaling.base_of(base, rope), rope

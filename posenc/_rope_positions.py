@@ -155,6 +155,20 @@ def placed_positions(positions, lead, offset, seq_axis, chan=None):
     return pos
 
 
+def offset_positions(lead, offset, seq_axis):
+    """``offset + arange(seq)`` on the sequence axis of an x whose leading
+    axes are `lead` (not empty), and those positions seen with `lead`'s
+    shape: what :func:`placed_positions` and :func:`broadcast_positions`
+    give for no positions, at a decoding step's cost."""
+    axis = _seq_axis(seq_axis, len(lead) + 1)
+    pos = np.arange(lead[axis], dtype=np.float64)
+    if offset:
+        pos += offset
+    strides = [0] * len(lead)
+    strides[axis] = 8
+    return pos, np.ndarray(lead, np.float64, pos, 0, tuple(strides))
+
+
 def broadcast_positions(pos, lead, channels=False):
     """`pos` (C-contiguous float64, each dimension 1 or lead's, aligned to
     the right) seen with `lead`'s shape: what np.broadcast_to makes, a few

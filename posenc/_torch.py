@@ -148,6 +148,30 @@ def tensor(r):
 # ---------------------------------------------------------------- the direct path
 
 
+def plain_arrays(x, positions):
+    """``(x, positions)`` as NumPy arrays (views, no copy) for a call that
+    needs neither autograd nor an operator: `x` a CPU float tensor that asks
+    for no gradient, outside torch.compile, `positions` None, a number, an
+    array or such a tensor; None otherwise."""
+    if (
+        type(x) is not _Tensor
+        or not x.is_cpu
+        or (x.requires_grad and _is_grad_enabled())
+        or torch.compiler.is_compiling()
+    ):
+        return None
+    if type(positions) is _Tensor:
+        if not positions.is_cpu or positions.requires_grad:
+            return None
+        positions = positions.numpy() if positions.ndim else positions.item()
+    elif positions is not None and not isinstance(positions, (int, float, np.ndarray)):
+        return None
+    try:
+        return array(x, "x"), positions
+    except TypeError:  # a sparse tensor, ...: the routed call says so
+        return None
+
+
 class _UseOperators(Exception):
     """Raised while reading the arguments: this call needs the operators."""
 

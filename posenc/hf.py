@@ -51,6 +51,8 @@ import types
 import warnings
 from typing import Any, Iterator, List, Optional, Tuple
 
+from ._model_config import config_value, layer_config
+
 __all__ = ["SUPPORTED", "patch", "patched", "patched_parts", "unpatch"]
 
 SUPPORTED = (
@@ -134,20 +136,17 @@ def _inv_freq(module: Any, layer_type: Optional[str]) -> Any:
 
 def _head_dims(config: Any, layer_type: Optional[str]) -> List[int]:
     """The head dimensions the config may mean, the config's own first."""
-    from .rope_scaling import _layer_config
-    from .torch import _config_value
-
-    config = _layer_config(config, layer_type)
+    config = layer_config(config, layer_type)
     dims = []
-    head_dim = _config_value(config, "head_dim")
+    head_dim = config_value(config, "head_dim")
     if isinstance(head_dim, int):
         dims.append(head_dim)
-    heads = _config_value(config, "num_attention_heads")
-    hidden = _config_value(config, "hidden_size")
+    heads = config_value(config, "num_attention_heads")
+    hidden = config_value(config, "hidden_size")
     if isinstance(hidden, int) and isinstance(heads, int) and heads:
         dims.append(hidden // heads)
     for key in ("qk_rope_head_dim", "rotary_dim"):
-        value = _config_value(config, key)
+        value = config_value(config, key)
         if isinstance(value, int):
             dims.append(value)
     return [d for d in dict.fromkeys(dims) if d > 0]

@@ -9,6 +9,7 @@ depends on their positions only through ``m - n``.  The frequencies
 
 from __future__ import annotations
 
+import copy
 import functools
 import math
 from typing import Literal, Optional, Tuple
@@ -17,12 +18,13 @@ import numpy as np
 
 from . import _core, rope_scaling
 from . import _validate as v
-from ._interop import accepts_tensors
+from ._interop import accepts_tensors, library
 from ._rope_plan import channel_plan, resolve_rotary, sequence_length
 from ._rope_positions import (
     broadcast_positions,
     channel_positions,
     named_seq_axis,
+    offset_positions,
     placed_positions,
 )
 from ._typing import NDArray, RopeScaling
@@ -268,58 +270,23 @@ def rope_cos_sin(
     True
     """
     dim = v.even_dim(dim, "dim")
-    base = v.real(base, "base", positive=True)
-    layout_code = _LAYOUTS[v.choice(layout, "layout", tuple(_LAYOUTS))]
-    dtype = v.float_dtype(dtype, "dtype", bfloat16=True)
-    if seq_len is not None:
-        seq_len = v.integer(seq_len, "seq_len", minimum=0)
-    full = _flag(full, "full")
-    role, scale_base, centre = _xpos_options(xpos, xpos_scale_base, xpos_centre)
-    rotary, base, rope = rope_scaling.resolve(dim, base, scaling, layer_type)
-    rope_scaling.check_table_layout(layout, rope)
-    chan = channel_plan(rotary, base, rope, mrope_section, mrope_interleaved, axial)
-    if chan is not None and (role is not None or not full):
-        raise ValueError(
-            "positions in rows (mrope_section, axial) give full tables without xpos: "
-            "pass full=True and xpos=None"
-        )
-    width = rotary if full else rotary // 2
-
-    def tables(shape):  # cos and sin, checked before the positions are made
-        v.shape_size(shape + (width,), "positions and dim", dtype.itemsize, count=2)
-
-    if chan is None:
-        pos, shape = v.positions(positions, "positions", result=tables)
-        if seq_len is None:
-            seq_len = sequence_length(pos, rope)
-        inv_freq, attention = rope_scaling.frequencies(rotary, base, rope, seq_len)
-    else:
-        arr = channel_positions(positions, chan)
-        shape = arr.shape[1:]
-        tables(shape)
-        v.shape_size(arr.shape, "positions")
-        pos = np.array(arr, dtype=np.float64, order="C").reshape(chan.n, -1)
-        if seq_len is None:
-            seq_len = sequence_length(pos, rope)
-        inv_freq, attention = chan.frequencies(rotary, base, rope, seq_len)
-    xpos_args = _xpos_kernel_args(role, scale_base, centre, rotary, pos, dtype, False)
-    cos = np.empty(shape + (width,), dtype)
-    sin = np.empty(shape + (width,), dtype)
-    args = (
-        pos,
-        inv_freq,
-        v.for_kernel(cos.reshape(-1, width)),
-        v.for_kernel(sin.reshape(-1, width)),
-        layout_code,
-        attention,
-        *xpos_args,
-        full,
+    v.choice(layout, "layout", tuple(_LAYOUTS))
+    plan = _cached_plan(
+        dim,
+        "dim",
+        base,
+        scaling,
+        layout,
+        None,
+        layer_type,
+        mrope_section,
+        mrope_interleaved,
+        axial,
+        xpos,
+        xpos_scale_base,
+        xpos_centre,
     )
-    if chan is None:
-        _core.rope_table(*args)
-    else:
-        _core.rope_table(*args, chan.channel)
-    return cos, sin
+    return plan.cos_sin(positions, dtype=dtype, full=full, seq_len=seq_len)
 
 
 def _flag(value, name):
@@ -475,73 +442,22 @@ def apply_rope(
     dtype = v.float_array_dtype(x, "x", bfloat16=True)
     if x.ndim < 1:
         raise ValueError("x must have at least one dimension (..., dim)")
-    dim = x.shape[-1]
-    lead = x.shape[:-1]
-    if out is None:  # x may take less memory than its shape (broadcast): the result does not
-        v.shape_size(x.shape, "x", dtype.itemsize)
-    base = v.real(base, "base", positive=True)
-    layout_code = _APPLY_LAYOUTS[v.choice(layout, "layout", tuple(_APPLY_LAYOUTS))]
-    relayout = layout_code == _core.ROPE_INTERLEAVED_TO_HALF
-    offset = v.real(offset, "offset")
-    if not isinstance(inverse, (bool, np.bool_)):
-        raise TypeError(f"inverse must be a bool, not {type(inverse).__name__}")
-    seq_axis = named_seq_axis(axes, seq_axis, x.ndim)
-    role, scale_base, centre = _xpos_options(xpos, xpos_scale_base, xpos_centre)
-    rotary, base, rope = resolve_rotary(dim, rotary_dim, base, scaling, layer_type)
-    rope_scaling.check_layout(layout, rope)
-    chan = channel_plan(rotary, base, rope, mrope_section, mrope_interleaved, axial)
-    if chan is not None and role is not None:
-        raise ValueError(
-            "xpos is not defined for positions in rows (mrope_section, axial): pass xpos=None"
-        )
-    if chan is None:
-        pos = placed_positions(positions, lead, offset, seq_axis)
-        inv_freq, attention = rope_scaling.frequencies(
-            rotary, base, rope, sequence_length(pos, rope)
-        )
-    else:
-        pos = placed_positions(positions, lead, offset, seq_axis, chan)
-        inv_freq, attention = chan.frequencies(rotary, base, rope, sequence_length(pos, rope))
-    xpos_args = _xpos_kernel_args(role, scale_base, centre, rotary, pos, dtype, True)
-    if out is not None:
-        v.out_array(out, x.shape, dtype, "out")
-
-    if not v.kernel_ready(x):
-        v.shape_size(x.shape, "x (a copy of it)", dtype.itemsize)
-    src = x if v.kernel_ready(x) else v.native_copy(x, dtype)
-    if out is None:
-        result = target = np.empty(x.shape, dtype)
-    else:
-        # written directly unless its layout is odd, or it overlaps x other
-        # than as x itself (in place): then through a temporary
-        result = target = out
-        if (relayout and np.may_share_memory(out, src)) or (
-            out is not src
-            and (
-                not v.kernel_ready(out)
-                or (np.may_share_memory(out, src) and not _same_view(out, src))
-            )
-        ):
-            v.shape_size(x.shape, "out (a copy of it)", dtype.itemsize)
-            target = np.empty(x.shape, dtype)
-    if x.size:
-        args = (
-            v.for_kernel(src),
-            broadcast_positions(pos, lead, chan is not None),
-            inv_freq,
-            v.for_kernel(target),
-            layout_code,
-            attention,
-            bool(inverse),
-            *xpos_args,
-        )
-        if chan is None:
-            _core.rope_apply(*args)
-        else:
-            _core.rope_apply(*args, chan.channel)
-    if target is not result:
-        np.copyto(result, target, casting="unsafe")
-    return result
+    plan = _cached_plan(
+        x.shape[-1],
+        "x.shape[-1]",
+        base,
+        scaling,
+        layout,
+        rotary_dim,
+        layer_type,
+        mrope_section,
+        mrope_interleaved,
+        axial,
+        xpos,
+        xpos_scale_base,
+        xpos_centre,
+    )
+    return plan._rotate(x, dtype, positions, offset, seq_axis, axes, inverse, out)
 
 
 def _same_view(a, b):
@@ -549,3 +465,551 @@ def _same_view(a, b):
     if a.shape != b.shape or a.__array_interface__["data"][0] != b.__array_interface__["data"][0]:
         return False
     return all(n <= 1 or sa == sb for n, sa, sb in zip(a.shape, a.strides, b.strides))
+
+
+class Rope:
+    """A RoPE configuration read once: frequencies, channel plan and checks.
+
+    What :func:`apply_rope` and :func:`rope_cos_sin` resolve from their
+    options on every call (the family and its frequencies, the rotary
+    dimension, M-RoPE's or axial RoPE's rows, xPos) is resolved here when
+    the plan is built; :meth:`apply` and :meth:`cos_sin` then take only
+    what changes from call to call.  ``apply_rope`` and ``rope_cos_sin``
+    are this object's methods on a plan they keep for their options.
+
+    Parameters
+    ----------
+    head_dim : int
+        The head dimension: the last axis of the queries and keys
+        :meth:`apply` rotates, and the dimension :meth:`cos_sin`'s tables
+        are for (as :func:`rope_cos_sin`'s `dim`).
+    base, scaling, layer_type
+        As in :func:`rope_frequencies`.  The plan reads a copy of
+        `scaling` taken when it is built: later edits of the caller's
+        config change nothing.
+    layout, rotary_dim, mrope_section, mrope_interleaved, axial
+        As in :func:`apply_rope` (:meth:`cos_sin` takes the layouts
+        ``"half"`` and ``"interleaved"``).
+    xpos, xpos_scale_base, xpos_centre
+        As in :func:`apply_rope`: a plan rotates queries (``"query"``) or
+        keys (``"key"``); build one of each.
+
+    Raises
+    ------
+    TypeError, ValueError
+        Naming the argument or configuration key posenc cannot read
+        exactly, as :func:`apply_rope` does.
+
+    Notes
+    -----
+    A plan is immutable, can be shared between threads and pickled.  The
+    frequencies of the families that do not depend on a length are formed
+    once; ``dynamic`` and ``longrope`` form theirs per call from the
+    positions (``max(positions) + 1``), as transformers does.
+
+    Examples
+    --------
+    >>> rope = posenc.Rope(8)
+    >>> q = np.random.default_rng(0).standard_normal((1, 2, 5, 8)).astype(np.float32)
+    >>> np.array_equal(rope.apply(q), posenc.apply_rope(q))
+    True
+    >>> step = rope.apply(q[:, :, :1], offset=5)  # a decoding step at position 5
+    >>> cos, sin = rope.cos_sin(np.array([5]))
+    >>> cos.shape
+    (1, 8)
+    """
+
+    __slots__ = (
+        "head_dim",
+        "rotary_dim",
+        "base",
+        "layout",
+        "_rope",
+        "_layout_code",
+        "_chan",
+        "_role",
+        "_scale_base",
+        "_centre",
+        "_static",
+        "_apply_error",
+        "_table_error",
+        "_arguments",
+    )
+
+    head_dim: int
+    rotary_dim: int
+    base: float
+    layout: str
+
+    def __init__(
+        self,
+        head_dim,
+        *,
+        base=10000.0,
+        scaling=None,
+        layout="half",
+        rotary_dim=None,
+        layer_type=None,
+        mrope_section=None,
+        mrope_interleaved=None,
+        axial=None,
+        xpos=None,
+        xpos_scale_base=512.0,
+        xpos_centre=0.0,
+    ):
+        head_dim = v.integer(head_dim, "head_dim", minimum=1)
+        self._build(
+            head_dim,
+            "head_dim",
+            base,
+            _snapshot(scaling),
+            layout,
+            rotary_dim,
+            layer_type,
+            mrope_section,
+            mrope_interleaved,
+            axial,
+            xpos,
+            xpos_scale_base,
+            xpos_centre,
+        )
+
+    def _build(
+        self,
+        dim,
+        dim_name,
+        base,
+        scaling,
+        layout,
+        rotary_dim,
+        layer_type,
+        mrope_section,
+        mrope_interleaved,
+        axial,
+        xpos,
+        xpos_scale_base,
+        xpos_centre,
+    ):
+        """Resolve the options (the head dimension `dim` named `dim_name` in
+        messages): everything a call would check that does not depend on
+        its data."""
+        set_ = object.__setattr__
+        given_base = v.real(base, "base", positive=True)
+        layout = v.choice(layout, "layout", tuple(_APPLY_LAYOUTS))
+        role, scale_base, centre = _xpos_options(xpos, xpos_scale_base, xpos_centre)
+        rotary, base, rope = resolve_rotary(
+            dim, rotary_dim, given_base, scaling, layer_type, dim_name
+        )
+        chan = channel_plan(rotary, base, rope, mrope_section, mrope_interleaved, axial)
+        if chan is not None and role is not None:
+            raise ValueError(
+                "xpos is not defined for positions in rows (mrope_section, axial): pass xpos=None"
+            )
+        apply_error = table_error = None
+        try:
+            rope_scaling.check_layout(layout, rope)
+        except ValueError as exc:
+            apply_error = str(exc)
+        try:
+            v.choice(layout, "layout", tuple(_LAYOUTS))
+            rope_scaling.check_table_layout(layout, rope)
+        except ValueError as exc:
+            table_error = str(exc)
+        if apply_error is not None and table_error is not None:
+            raise ValueError(apply_error)
+        static = None
+        if not rope.family.needs_seq_len:
+            static = (
+                rope_scaling.frequencies(rotary, base, rope, None)
+                if chan is None
+                else chan.frequencies(rotary, base, rope, None)
+            )
+        for name, value in (
+            ("head_dim", dim),
+            ("rotary_dim", rotary),
+            ("base", base),
+            ("layout", layout),
+            ("_rope", rope),
+            ("_layout_code", _APPLY_LAYOUTS[layout]),
+            ("_chan", chan),
+            ("_role", role),
+            ("_scale_base", scale_base),
+            ("_centre", centre),
+            ("_static", static),
+            ("_apply_error", apply_error),
+            ("_table_error", table_error),
+        ):
+            set_(self, name, value)
+        # the options as given (scaling the plan's own copy): what a call
+        # with torch or JAX objects hands to the routed functions, and
+        # what a pickled plan is built again from
+        arguments = dict(
+            base=given_base,
+            scaling=scaling,
+            layout=layout,
+            rotary_dim=rotary_dim,
+            layer_type=layer_type,
+            mrope_section=mrope_section,
+            mrope_interleaved=mrope_interleaved,
+            axial=axial,
+            xpos=xpos,
+            xpos_scale_base=xpos_scale_base,
+            xpos_centre=xpos_centre,
+        )
+        set_(self, "_arguments", arguments)
+
+    def __setattr__(self, name, value):
+        raise AttributeError(f"a posenc.Rope cannot be changed (tried to set {name!r})")
+
+    def __delattr__(self, name):
+        raise AttributeError(f"a posenc.Rope cannot be changed (tried to delete {name!r})")
+
+    def __reduce__(self):
+        return (_rebuild, (self.head_dim, self._arguments))
+
+    def __repr__(self):
+        extra = "".join(
+            f", {key}={value!r}"
+            for key, value in self._arguments.items()
+            if value is not None
+            and key not in ("base", "layout", "xpos_scale_base")
+            and not (key == "xpos_centre" and not self._role)
+        )
+        return (
+            f"posenc.Rope({self.head_dim}, base={self.base!r}, layout={self.layout!r}, "
+            f"rotary_dim={self.rotary_dim}, family={self.family!r}{extra})"
+        )
+
+    @property
+    def family(self):
+        """The context-extension family the configuration names
+        (``"default"``, ``"linear"``, ``"yarn"``, ...)."""
+        return self._rope.family.name
+
+    def frequencies(self, seq_len=None):
+        """``(inv_freq, attention_factor)`` as :func:`rope_frequencies` gives
+        them (read-only float64 frequencies), for the families that depend
+        on a length at `seq_len`; with positions in rows, the frequency each
+        pair turns by."""
+        if seq_len is not None:
+            seq_len = v.integer(seq_len, "seq_len", minimum=0)
+        if self._static is not None:
+            return self._static
+        if self._chan is not None:
+            return self._chan.frequencies(self.rotary_dim, self.base, self._rope, seq_len)
+        return rope_scaling.frequencies(self.rotary_dim, self.base, self._rope, seq_len)
+
+    def _frequencies_of(self, pos, seq_len=None):
+        if self._static is not None:
+            return self._static
+        if seq_len is None:
+            seq_len = sequence_length(pos, self._rope)
+        return self.frequencies(seq_len)
+
+    def _routed(self, function, *args, **kwargs):
+        """A call with torch or JAX objects: the routed public function with
+        the plan's options (its autograd, torch.compile and JAX rules)."""
+        options = dict(self._arguments)
+        if function is rope_cos_sin:
+            del options["rotary_dim"]  # the plan's rotary dimension is rope_cos_sin's dim
+            if self._arguments["rotary_dim"] is not None:
+                raise TypeError(
+                    "cos_sin with torch or JAX objects: a plan built with rotary_dim= makes its "
+                    "tables with NumPy only; pass NumPy positions and convert the tables"
+                )
+        return function(*args, **options, **kwargs)
+
+    def apply(
+        self,
+        x,
+        positions=None,
+        *,
+        offset=0,
+        seq_axis=None,
+        axes=None,
+        inverse=False,
+        out=None,
+        device=None,
+    ):
+        """Rotate queries or keys `x` (``(..., head_dim)``) by their positions.
+
+        The arguments are :func:`apply_rope`'s that change from call to call;
+        the result is that of ``apply_rope`` with the plan's options.
+        Torch tensors and JAX arrays are taken as ``apply_rope`` takes them.
+        """
+        if type(x) is not np.ndarray or device is not None or not _plain(positions, out):
+            if device is None and out is None:
+                direct = _direct_torch(self, x, positions, offset, seq_axis, axes, inverse)
+                if direct is not None:
+                    return direct
+            return self._routed(
+                apply_rope,
+                x,
+                positions,
+                offset=offset,
+                seq_axis=seq_axis,
+                axes=axes,
+                inverse=inverse,
+                out=out,
+                device=device,
+            )
+        return self._rotate(
+            x,
+            v.float_array_dtype(x, "x", bfloat16=True),
+            positions,
+            offset,
+            seq_axis,
+            axes,
+            inverse,
+            out,
+        )
+
+    def _rotate(self, x, dtype, positions, offset, seq_axis, axes, inverse, out):
+        """apply_rope on a NumPy array `x` of float dtype `dtype`."""
+        if self._apply_error is not None:
+            raise ValueError(self._apply_error)
+        if x.ndim < 1:
+            raise ValueError("x must have at least one dimension (..., dim)")
+        dim, lead = x.shape[-1], x.shape[:-1]
+        if dim != self.head_dim:
+            raise ValueError(f"x.shape[-1] = {dim} is not the plan's head_dim {self.head_dim}")
+        if out is None:  # x may take less memory than its shape (broadcast): the result does not
+            v.shape_size(x.shape, "x", dtype.itemsize)
+        if type(offset) is not int or offset:
+            offset = v.real(offset, "offset")
+        if type(inverse) is not bool:
+            if not isinstance(inverse, np.bool_):
+                raise TypeError(f"inverse must be a bool, not {type(inverse).__name__}")
+            inverse = bool(inverse)
+        chan = self._chan
+        seq_axis = named_seq_axis(axes, seq_axis, x.ndim)
+        if positions is None and chan is None and lead:
+            pos, view = offset_positions(lead, offset, seq_axis)
+        else:
+            pos = placed_positions(positions, lead, offset, seq_axis, chan)
+            view = broadcast_positions(pos, lead, chan is not None)
+        inv_freq, attention = self._frequencies_of(pos)
+        xpos_args = _NO_XPOS
+        if self._role is not None:
+            xpos_args = _xpos_kernel_args(
+                self._role, self._scale_base, self._centre, self.rotary_dim, pos, dtype, True
+            )
+        if out is not None:
+            v.out_array(out, x.shape, dtype, "out")
+        ready = v.kernel_ready(x)
+        if not ready:
+            v.shape_size(x.shape, "x (a copy of it)", dtype.itemsize)
+        src = x if ready else v.native_copy(x, dtype)
+        if out is None:
+            result = target = np.empty(x.shape, dtype)
+        else:
+            # written directly unless its layout is odd, or it overlaps x other
+            # than as x itself (in place): then through a temporary
+            result = target = out
+            relayout = self._layout_code == _core.ROPE_INTERLEAVED_TO_HALF
+            if (relayout and np.may_share_memory(out, src)) or (
+                out is not src
+                and (
+                    not v.kernel_ready(out)
+                    or (np.may_share_memory(out, src) and not _same_view(out, src))
+                )
+            ):
+                v.shape_size(x.shape, "out (a copy of it)", dtype.itemsize)
+                target = np.empty(x.shape, dtype)
+        if x.size:
+            args = (
+                v.for_kernel(src),
+                view,
+                inv_freq,
+                v.for_kernel(target),
+                self._layout_code,
+                attention,
+                inverse,
+                *xpos_args,
+            )
+            if chan is None:
+                _core.rope_apply(*args)
+            else:
+                _core.rope_apply(*args, chan.channel)
+        if target is not result:
+            np.copyto(result, target, casting="unsafe")
+        return result
+
+    def cos_sin(self, positions, *, dtype="float32", full=True, seq_len=None, device=None):
+        """cos and sin tables of the plan's configuration for `positions`.
+
+        The arguments are :func:`rope_cos_sin`'s that change from call to
+        call; the tables are those of ``rope_cos_sin`` with the plan's
+        options (``rotary_dim`` wide, or ``rotary_dim // 2`` if not `full`).
+        """
+        if device is not None or not _plain(positions, dtype):
+            return self._routed(
+                rope_cos_sin,
+                positions,
+                self.head_dim,
+                dtype=dtype,
+                full=full,
+                seq_len=seq_len,
+                device=device,
+            )
+        if self._table_error is not None:
+            raise ValueError(self._table_error)
+        dtype = v.float_dtype(dtype, "dtype", bfloat16=True)
+        if seq_len is not None:
+            seq_len = v.integer(seq_len, "seq_len", minimum=0)
+        full = _flag(full, "full")
+        chan = self._chan
+        if chan is not None and not full:
+            raise ValueError(
+                "positions in rows (mrope_section, axial) give full tables without xpos: "
+                "pass full=True and xpos=None"
+            )
+        rotary = self.rotary_dim
+        width = rotary if full else rotary // 2
+
+        def tables(shape):  # cos and sin, checked before the positions are made
+            v.shape_size(shape + (width,), "positions and dim", dtype.itemsize, count=2)
+
+        if chan is None:
+            pos, shape = v.positions(positions, "positions", result=tables)
+        else:
+            arr = channel_positions(positions, chan)
+            shape = arr.shape[1:]
+            tables(shape)
+            v.shape_size(arr.shape, "positions")
+            pos = np.array(arr, dtype=np.float64, order="C").reshape(chan.n, -1)
+        inv_freq, attention = self._frequencies_of(pos, seq_len)
+        xpos_args = _NO_XPOS
+        if self._role is not None:
+            xpos_args = _xpos_kernel_args(
+                self._role, self._scale_base, self._centre, rotary, pos, dtype, False
+            )
+        cos = np.empty(shape + (width,), dtype)
+        sin = np.empty(shape + (width,), dtype)
+        args = (
+            pos,
+            inv_freq,
+            v.for_kernel(cos.reshape(-1, width)),
+            v.for_kernel(sin.reshape(-1, width)),
+            _LAYOUTS[self.layout],
+            attention,
+            *xpos_args,
+            full,
+        )
+        if chan is None:
+            _core.rope_table(*args)
+        else:
+            _core.rope_table(*args, chan.channel)
+        return cos, sin
+
+
+_NO_XPOS = (None, 0.0, 0.0)
+#: the plain values a plan's NumPy path takes as they are (anything else:
+#: routed, as the public functions route it)
+_PLAIN = (np.ndarray, int, float, bool, str, np.integer, np.floating, np.dtype, type, list, tuple)
+
+
+def _plain(*values):
+    """Whether `values` are NumPy arrays, Python values or NumPy scalars and
+    types only (no torch or JAX object)."""
+    for value in values:
+        if value is not None and not isinstance(value, _PLAIN):
+            return False
+        if isinstance(value, (list, tuple)) and any(library(item) for item in value):
+            return False
+        if isinstance(value, type) and library(value):
+            return False
+    return True
+
+
+def _direct_torch(plan, x, positions, offset, seq_axis, axes, inverse):
+    """plan.apply on a CPU torch tensor that asks for no gradient, outside
+    torch.compile, through NumPy views (a decoding step without the
+    dispatcher's cost); None for any other call."""
+    if library(x) != "torch":
+        return None
+    from . import _torch
+
+    arrays = _torch.plain_arrays(x, positions)
+    if arrays is None:
+        return None
+    x_np, pos_np = arrays
+    result = plan._rotate(
+        x_np,
+        v.float_array_dtype(x_np, "x", bfloat16=True),
+        pos_np,
+        offset,
+        seq_axis,
+        axes,
+        inverse,
+        None,
+    )
+    return _torch.tensor(result)
+
+
+def _snapshot(scaling):
+    """The plan's own copy of `scaling`: later edits of the caller's config
+    (or of its dicts) change nothing."""
+    if scaling is None or isinstance(scaling, (str, bytes)):
+        return scaling  # (a string is refused by name when it is read)
+    try:
+        return copy.deepcopy(scaling)
+    except Exception as exc:
+        raise TypeError(
+            f"scaling: a {type(scaling).__name__} that cannot be copied ({exc}); pass a dict"
+        ) from exc
+
+
+def _rebuild(head_dim, arguments):
+    return Rope(head_dim, **arguments)
+
+
+# ---------------------------------------------------------------- apply_rope's and
+# rope_cos_sin's plans, kept for the options they are called with
+
+_PLANS: dict = {}
+_PLANS_KEPT = 128
+
+
+class _NoKey(Exception):
+    """An option without a hashable stand-in: the call builds its own plan."""
+
+
+def _frozen(value):
+    """A hashable stand-in for an option, its type kept (True, 1 and 1.0
+    read differently), or _NoKey for a value that has none (a config
+    object, an array)."""
+    kind = type(value)
+    if value is None or kind in _KEY_SCALARS:
+        return (kind, value)
+    if kind is list or kind is tuple:
+        return (kind, tuple(_frozen(item) for item in value))
+    if kind is dict:
+        return (kind, tuple((_frozen(k), _frozen(item)) for k, item in value.items()))
+    raise _NoKey
+
+
+_KEY_SCALARS = frozenset({int, float, str, bool, type(None)})
+
+
+def _cached_plan(dim, dim_name, base, scaling, *options):
+    """The plan of a call's options: one kept for the same options (scaling
+    None or a plain dict, whose reading warns of nothing), or a new one."""
+    try:
+        key = (dim, dim_name, _frozen(base), _frozen(scaling), *map(_frozen, options))
+    except _NoKey:
+        key = None
+    if key is not None:
+        plan = _PLANS.get(key)
+        if plan is not None:
+            return plan
+    plan = Rope.__new__(Rope)
+    plan._build(dim, dim_name, base, scaling if key is None else _snapshot(scaling), *options)
+    if key is not None and not plan._rope.ignored:  # (a plan read with a warning warns again)
+        if len(_PLANS) >= _PLANS_KEPT:
+            try:
+                del _PLANS[next(iter(_PLANS))]
+            except (KeyError, RuntimeError, StopIteration):  # another thread's change
+                pass
+        _PLANS[key] = plan
+    return plan

@@ -69,3 +69,62 @@ def apply_rope(
 def apply_rope(
     x: ArrayLike, positions: Optional[ArrayLike] = None, **options: Unpack[_Apply]
 ) -> NDArray[Any]: ...
+
+class _Step(TypedDict, total=False):
+    offset: float
+    seq_axis: Optional[int]
+    axes: Optional[str]
+    inverse: bool
+    device: Any
+
+class _StepOut(_Step, Out, total=False): ...
+class _StepInto(_Step, OutInto[ArrayT], total=False): ...
+
+class _TableStep(TypedDict, total=False):
+    dtype: DTypeLike
+    full: bool
+    seq_len: Optional[int]
+    device: Any
+
+class Rope:
+    head_dim: int
+    rotary_dim: int
+    base: float
+    layout: str
+    def __init__(
+        self,
+        head_dim: int,
+        *,
+        base: float = 10000.0,
+        scaling: Optional[RopeScaling] = None,
+        layout: ApplyLayout = "half",
+        rotary_dim: Optional[int] = None,
+        layer_type: Optional[str] = None,
+        mrope_section: Optional[Sequence[int]] = None,
+        mrope_interleaved: Optional[bool] = None,
+        axial: Union[int, Sequence[int], None] = None,
+        xpos: Optional[XposRole] = None,
+        xpos_scale_base: float = 512.0,
+        xpos_centre: float = 0.0,
+    ) -> None: ...
+    @property
+    def family(self) -> str: ...
+    def frequencies(self, seq_len: Optional[int] = None) -> Tuple[NDArray[np.float64], float]: ...
+    @overload
+    def apply(
+        self, x: NDArray[ScalarT], positions: Optional[ArrayLike] = None, **step: Unpack[_StepOut]
+    ) -> NDArray[ScalarT]: ...
+    @overload
+    def apply(
+        self, x: ArrayT, positions: Optional[ArrayLike] = None, **step: Unpack[_StepInto[ArrayT]]
+    ) -> ArrayT: ...
+    @overload
+    def apply(
+        self, x: ArrayLike, positions: Optional[ArrayLike] = None, **step: Unpack[_StepOut]
+    ) -> NDArray[Any]: ...
+    @overload
+    def cos_sin(
+        self, positions: TensorT, **step: Unpack[_TableStep]
+    ) -> Tuple[TensorT, TensorT]: ...
+    @overload
+    def cos_sin(self, positions: ArrayLike, **step: Unpack[_TableStep]) -> _Tables: ...

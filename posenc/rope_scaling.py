@@ -30,6 +30,7 @@ takes from the model config rather than the dict are read from the config
 
 from __future__ import annotations
 
+import copy
 import math
 import warnings
 from collections.abc import Mapping
@@ -41,6 +42,7 @@ import numpy as np
 
 from . import _validate as v
 from ._frequencies import frequency_powers, inv_frequencies
+from ._model_config import config_value, layer_config
 from ._typing import Float64Array, RopeScaling
 
 #: A family's parameters: a ``rope_scaling`` / ``rope_parameters`` dict.
@@ -610,6 +612,8 @@ class Rope:
     model_type: Optional[str] = None
     #: the config's DeepSeek-V3 ``rope_interleave`` flag is set
     rope_interleave: bool = False
+    #: the keys read with a warning that they are ignored (unknown to posenc)
+    ignored: Tuple[Any, ...] = ()
 
     @property
     def name(self) -> str:
@@ -627,36 +631,26 @@ class Rope:
             return "interleaved_to_half"  # DeepSeek-V3's apply_rotary_pos_emb_interleave
         return _PAIRS.get(self.model_type or "")
 
+    def plain_params(self) -> Dict[str, Any]:
+        """The parameters (copies) that name the same family and values in a
+        bare ``rope_parameters`` dict: those posenc reads, without M-RoPE's
+        sections (a caller's, given apart)."""
+        keep = _KNOWN_KEYS - {"mrope_section", "mrope_interleaved"}
+        return {k: copy.deepcopy(value) for k, value in self.params.items() if k in keep}
+
+    @property
+    def model_mrope_layout(self) -> Optional[bool]:
+        """How the rotary code of the config's model shares M-RoPE's pairs
+        among the position rows (True interleaved, False in runs), None for
+        a bare dict or a model posenc does not list."""
+        return _MROPE_LAYOUT.get(self.model_type or "") if self.whole_config else None
+
     @property
     def tables(self) -> Optional[str]:
         """How the model's rotary module lays out its cos and sin tables
         where that is not as Llama's: "interleaved", or "own" (an order of
         its own)."""
         return _TABLES.get(self.model_type or "")
-
-
-def _config_value(config: Any, key: str) -> Any:
-    if isinstance(config, Mapping):
-        return config.get(key)
-    try:
-        return getattr(config, key, None)
-    except Exception as exc:  # e.g. a per-layer attribute read from a heterogeneous config
-        raise ValueError(
-            f"scaling.{key} cannot be read from the config ({exc}); pass layer_type= to read "
-            "the values of one layer type"
-        ) from exc
-
-
-def _layer_config(config: Any, layer_type: Optional[str]) -> Any:
-    """The config of one layer type: transformers' per-layer view of a
-    heterogeneous config (Gemma 4's full-attention layers have their own
-    head_dim), else `config` itself."""
-    if layer_type is None or isinstance(config, Mapping):
-        return config
-    try:
-        return config.per_layer_config[layer_type]
-    except Exception:  # no per-layer configs, or none for this layer type
-        return config
 
 
 def _is_config(scaling: object) -> bool:
@@ -677,14 +671,16 @@ def _head_dim(config: Any, axial: bool = False) -> Optional[int]:
     """The head dimension a config states, as transformers derives it (a
     vision tower with axial RoPE from its ``embed_dim`` when it has one, as
     Qwen2-VL's)."""
-    head_dim = _config_value(config, "head_dim")
-    if head_dim is None and axial and _config_value(config, "embed_dim") is not None:
-        heads = _config_value(config, "num_attention_heads") or _config_value(config, "num_heads")
+    head_dim = config_value(config, "head_dim", strict=True)
+    if head_dim is None and axial and config_value(config, "embed_dim", strict=True) is not None:
+        heads = config_value(config, "num_attention_heads", strict=True) or config_value(
+            config, "num_heads", strict=True
+        )
         if heads:
-            head_dim = _config_value(config, "embed_dim") // heads
+            head_dim = config_value(config, "embed_dim", strict=True) // heads
     if head_dim is None:
-        hidden = _config_value(config, "hidden_size")
-        heads = _config_value(config, "num_attention_heads")
+        hidden = config_value(config, "hidden_size", strict=True)
+        heads = config_value(config, "num_attention_heads", strict=True)
         if hidden is None or not heads:
             return None
         head_dim = hidden // heads
@@ -717,23 +713,23 @@ def _select_layer(params: Params, layer_type: Optional[str], where: str) -> Para
 def _from_config(config: Any, layer_type: Optional[str]) -> Tuple[Dict[str, Any], Optional[int]]:
     """The parameter dict of a whole config, with the values transformers
     reads from the config itself merged in as transformers merges them."""
-    rope = _config_value(config, "rope_parameters")
+    rope = config_value(config, "rope_parameters", strict=True)
     if rope is None:
-        rope = _config_value(config, "rope_scaling")
-    if rope is None and _config_value(config, "rope_theta") is None:
+        rope = config_value(config, "rope_scaling", strict=True)
+    if rope is None and config_value(config, "rope_theta", strict=True) is None:
         _refuse_composite(config)
     if rope is not None and not isinstance(rope, Mapping):
         raise TypeError(f"scaling.rope_parameters must be a dict, not {type(rope).__name__}")
     params = dict(_select_layer(dict(rope or {}), layer_type, "the config"))
-    config = _layer_config(config, layer_type)
+    config = layer_config(config, layer_type)
     for key in ("rope_theta", "partial_rotary_factor"):
-        value = _config_value(config, key)
+        value = config_value(config, key, strict=True)
         if value is not None:
             params.setdefault(key, value)
-    length = _config_value(config, "max_position_embeddings")
+    length = config_value(config, "max_position_embeddings", strict=True)
     if length is not None:
         params["max_position_embeddings"] = length
-    trained = _config_value(config, _TRAINED)
+    trained = config_value(config, _TRAINED, strict=True)
     if trained is not None:
         # Phi-3 keeps the pretraining length beside its rope dict; transformers
         # gives it priority over the dict's
@@ -754,14 +750,18 @@ def _from_config(config: Any, layer_type: Optional[str]) -> Tuple[Dict[str, Any]
 
 
 def _model_type(config: Any) -> Optional[str]:
-    model_type = _config_value(config, "model_type")
+    model_type = config_value(config, "model_type", strict=True)
     return model_type if isinstance(model_type, str) and model_type else None
 
 
 def _refuse_composite(config: Any) -> None:
     """A ValueError for a config whose RoPE lies in its sub-configs
     (a vision-language model's text_config and vision_config)."""
-    subs = [k for k in ("text_config", "vision_config") if _config_value(config, k) is not None]
+    subs = [
+        k
+        for k in ("text_config", "vision_config")
+        if config_value(config, k, strict=True) is not None
+    ]
     if subs:
         which = " or ".join(f"config.{k}" for k in subs)
         raise ValueError(
@@ -770,8 +770,9 @@ def _refuse_composite(config: Any) -> None:
         )
 
 
-def _family_of(params: Params) -> Family:
-    """The family a parameter dict names, after transformers' dialects."""
+def _family_of(params: Params) -> Tuple[Family, Tuple[Any, ...]]:
+    """The family a parameter dict names, after transformers' dialects, and
+    the keys it ignores (with a warning naming them)."""
     name = params.get("rope_type", params.get("type", "default"))
     if name is None:
         name = "default"
@@ -813,7 +814,7 @@ def _family_of(params: Params) -> Family:
             UserWarning,
             stacklevel=4,
         )
-    return FAMILIES[name]
+    return FAMILIES[name], tuple(unknown)
 
 
 def read(scaling: Optional[RopeScaling], layer_type: Optional[str] = None) -> Rope:
@@ -840,10 +841,10 @@ def read(scaling: Optional[RopeScaling], layer_type: Optional[str] = None) -> Ro
             "scaling must be None, a dict like transformers' rope_scaling / rope_parameters, "
             f"or a transformers config, not {type(scaling).__name__}"
         )
-    family = _family_of(params)
+    family, ignored = _family_of(params)
     model_type = _model_type(scaling) if whole else None
-    interleave = whole and _config_value(scaling, "rope_interleave") is True
-    rope = Rope(family, params, head_dim, whole, model_type, interleave)
+    interleave = whole and config_value(scaling, "rope_interleave", strict=True) is True
+    rope = Rope(family, params, head_dim, whole, model_type, interleave, ignored)
     sections(rope)  # M-RoPE's keys are checked whoever reads them
     if family.rows and model_type not in _AXIAL_AS_QWEN2_VL:
         source = f"a {model_type!r} config" if model_type else "scaling"
@@ -867,7 +868,7 @@ def sections(rope: Rope) -> Optional[Tuple[Tuple[int, ...], bool]]:
     section = rope.params.get("mrope_section")
     interleaved = rope.params.get("mrope_interleaved")
     if section is None:
-        if interleaved and not (rope.whole_config and rope.model_type in _MROPE_LAYOUT):
+        if interleaved and rope.model_mrope_layout is None:
             raise ValueError(
                 "scaling['mrope_interleaved'] is set without scaling['mrope_section'] "
                 "(the pairs of each of M-RoPE's position rows)"

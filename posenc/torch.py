@@ -38,6 +38,7 @@ from . import _distance_bias, _relative_terms, _t5_bias, _validate
 from . import bias as _bias
 from . import rope as _rope
 from . import rope_scaling as _rope_scaling
+from ._model_config import config_value
 
 __all__ = [
     "ALiBi",
@@ -97,22 +98,13 @@ def _real(value: Any, name: str) -> float:
     return float(_validate.real(value, name, positive=True))
 
 
-def _config_value(config: Any, key: str) -> Any:
-    if isinstance(config, dict):
-        return config.get(key)
-    try:
-        return getattr(config, key, None)
-    except Exception:  # a config property that raises: not there
-        return None
-
-
 def _layer_types(config: Any) -> list:
     """The layer types of a config holding rope parameters per layer type
     (Gemma 3's ``{"full_attention": {...}, "sliding_attention": {...}}``),
     else ``[None]``."""
     if config is None:
         return [None]
-    params = _config_value(config, "rope_parameters")
+    params = config_value(config, "rope_parameters")
     if (
         isinstance(params, dict)
         and params
@@ -123,11 +115,11 @@ def _layer_types(config: Any) -> list:
 
 
 def _head_dim_of(config: Any) -> int:
-    head_dim = _config_value(config, "head_dim")
+    head_dim = config_value(config, "head_dim")
     if isinstance(head_dim, int) and not isinstance(head_dim, bool) and head_dim > 0:
         return head_dim
-    hidden = _config_value(config, "hidden_size")
-    heads = _config_value(config, "num_attention_heads")
+    hidden = config_value(config, "hidden_size")
+    heads = config_value(config, "num_attention_heads")
     if (
         isinstance(hidden, int)
         and isinstance(heads, int)
@@ -178,7 +170,7 @@ class _Reading:
         self.needs_seq_len = rope.family.needs_seq_len
         params = rope.params
         stated = _rope_scaling.sections(rope)
-        mrope_model = _rope_scaling._MROPE_LAYOUT.get(rope.model_type or "")
+        mrope_model = rope.model_mrope_layout
         if mrope_section is not None:
             sections = _rope_scaling.section_list(mrope_section, "mrope_section")
             if mrope_interleaved is None and stated is None and rope.whole_config:
@@ -241,6 +233,8 @@ class _Reading:
         fast = self._fast_kwargs(module, rope, sections, mrope_interleaved)
         if fast is not None and self._same(module, fast, probe):
             self.kwargs = fast
+        #: the configuration read once, for the tables made eagerly
+        self.plan = _rope.Rope(module.head_dim, **self.kwargs)
 
     def _probe_positions(self) -> List[torch.Tensor]:
         # int64 ids on the CPU, whatever device a model is built on
@@ -265,8 +259,7 @@ class _Reading:
             base = _rope_scaling.base_of(module.base, rope)
         except (TypeError, ValueError):
             return None
-        keep = _rope_scaling._KNOWN_KEYS - {"mrope_section", "mrope_interleaved"}
-        params = {k: copy.deepcopy(v) for k, v in rope.params.items() if k in keep}
+        params = rope.plain_params()
         params["rope_theta"] = base
         kwargs: Dict[str, Any] = {"scaling": params, "layout": module.layout}
         if sections is not None:
@@ -414,9 +407,11 @@ class RotaryEmbedding(nn.Module):
         kwargs: Dict[str, Any],
         seq_len: Optional[int],
         dtype: torch.dtype,
+        plan: Optional[_rope.Rope] = None,
     ) -> Tuple[torch.Tensor, torch.Tensor]:
         """posenc's cos and sin of `positions` (on the CPU, ids flat or in
-        rows), ``positions.shape (without the rows) + (rotary_dim,)``."""
+        rows), ``positions.shape (without the rows) + (rotary_dim,)``: by
+        `plan` (`kwargs` read once) where given, outside torch.compile."""
         np_dtype = _NUMPY_FLOATS.get(dtype)
         if (
             np_dtype is not None
@@ -424,9 +419,12 @@ class RotaryEmbedding(nn.Module):
             and not torch.compiler.is_compiling()
         ):
             # NumPy in and out: a decoding step without the dispatcher's cost
-            cos, sin = _rope.rope_cos_sin(
-                positions.numpy(), self.head_dim, dtype=np_dtype, seq_len=seq_len, **kwargs
-            )
+            if plan is not None:
+                cos, sin = plan.cos_sin(positions.numpy(), dtype=np_dtype, seq_len=seq_len)
+            else:
+                cos, sin = _rope.rope_cos_sin(
+                    positions.numpy(), self.head_dim, dtype=np_dtype, seq_len=seq_len, **kwargs
+                )
             return torch.from_numpy(cos), torch.from_numpy(sin)
         out = _rope.rope_cos_sin(positions, self.head_dim, dtype=dtype, seq_len=seq_len, **kwargs)
         return cast(Tuple[torch.Tensor, torch.Tensor], out)
@@ -476,7 +474,7 @@ class RotaryEmbedding(nn.Module):
             length = min(limit, max(n, _MIN_TABLE, 2 * have))
             positions = torch.arange(length, dtype=torch.int64, device="cpu")
             cos, sin = self._compute(positions, reading.kwargs, self._seq_len(reading, grown),
-                                     dtype)  # fmt: skip
+                                     dtype, reading.plan)  # fmt: skip
             if device.type != "cpu" or _FORCE_DEVICE_PATH:
                 cos, sin = cos.to(device, copy=True), sin.to(device, copy=True)
             tables = (cos, sin)
@@ -608,7 +606,7 @@ class RotaryEmbedding(nn.Module):
         flat = ids.reshape(reading.rows, -1) if reading.rows > 1 else ids.reshape(-1)
         if flat.dtype != torch.int64:
             flat = flat.long()
-        cos, sin = self._compute(flat, reading.kwargs, seq_len, dtype)
+        cos, sin = self._compute(flat, reading.kwargs, seq_len, dtype, reading.plan)
         cos, sin = cos.reshape(shape), sin.reshape(shape)
         if device.type != "cpu":
             cos, sin = cos.to(device), sin.to(device)

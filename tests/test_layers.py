@@ -43,14 +43,26 @@ CIRCLES_LEFT = {
 #: (importer, module, name) of the underscore names still imported from a
 #: module without an underscore
 UNDERSCORE_IMPORTS_LEFT = {
-    # the transformers patches read helpers of the modules they drive
-    ("posenc.hf", "posenc.rope_scaling", "_layer_config"),
-    ("posenc.hf", "posenc.torch", "_config_value"),
     # the checkpoint loader, shared with the package and the hub's downloads
     ("posenc.probe", "posenc.probe.checkpoints", "_load"),
     ("posenc.probe.hub", "posenc.probe.checkpoints", "_choose"),
     # the report runs the absolute-position probe's seeds itself
     ("posenc.probe.report", "posenc.probe.analyses", "_absolute_position_regression"),
+}
+
+#: (reader, module, name) of the underscore attributes still read from a
+#: module without an underscore (``probe._load``)
+UNDERSCORE_ATTRIBUTES_LEFT = {
+    # the command line drives the probe's and the hub's helpers
+    ("posenc.__main__", "posenc.probe", "_TooManyPositions"),
+    ("posenc.__main__", "posenc.probe", "_load"),
+    ("posenc.__main__", "posenc.probe", "_plot_format"),
+    ("posenc.__main__", "posenc.probe", "_table"),
+    ("posenc.__main__", "posenc.probe", "_to_numpy"),
+    ("posenc.__main__", "posenc.probe.hub", "_hub"),
+    ("posenc.__main__", "posenc.probe.hub", "_settings"),
+    ("posenc.__main__", "posenc.probe.hub", "_split"),
+    ("posenc.probe.checkpoints", "posenc.probe.hub", "_check_limits"),
 }
 
 #: (module, key) of the sys.modules lookups of another library's modules
@@ -69,6 +81,7 @@ CORE = {
     "posenc._frequencies",
     "posenc._functional_grad",
     "posenc._kerple_fire",
+    "posenc._model_config",
     "posenc._relative_engine",
     "posenc._relative_terms",
     "posenc._rope_plan",
@@ -206,6 +219,45 @@ def underscore_imports():
     return found
 
 
+def _module_aliases(name):
+    """{local name: posenc module} of the modules `name` imports as modules
+    (``from . import rope_scaling as _rope_scaling``, ``import posenc.rope``)."""
+    aliases = {}
+    for node in ast.walk(_tree(MODULES[name])):
+        if isinstance(node, ast.ImportFrom):
+            source = _absolute(name, node.level, node.module)
+            for alias in node.names:
+                if source and f"{source}.{alias.name}" in MODULES:
+                    aliases[alias.asname or alias.name] = f"{source}.{alias.name}"
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name in MODULES and alias.asname:
+                    aliases[alias.asname] = alias.name
+    return aliases
+
+
+def underscore_attributes():
+    """(reader, module, name) of each underscore attribute read from a posenc
+    module without an underscore through the name it is imported as
+    (``rope_scaling._TABLE``): an import of that name in other words."""
+    found = set()
+    for name, path in MODULES.items():
+        if path is None:
+            continue
+        aliases = _module_aliases(name)
+        for node in ast.walk(_tree(path)):
+            if (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.value, ast.Name)
+                and node.value.id in aliases
+                and node.attr.startswith("_")
+                and not node.attr.startswith("__")
+                and not _private(aliases[node.value.id])
+            ):
+                found.add((name, aliases[node.value.id], node.attr))
+    return found
+
+
 # ---------------------------------------------------------------- the checks
 
 
@@ -242,6 +294,24 @@ def test_no_underscore_name_imported_from_a_public_module_but_those_left():
     found = underscore_imports()
     assert found - UNDERSCORE_IMPORTS_LEFT == set(), "new imports of underscore names"
     assert UNDERSCORE_IMPORTS_LEFT - found == set(), "gone: take them off the list"
+
+
+def test_underscore_attributes_are_seen(tmp_path, monkeypatch):
+    source = tmp_path / "m.py"
+    source.write_text(
+        "from . import rope_scaling as rs, _validate as v\n"
+        "def f():\n    return rs._TABLE, v._private, rs.read, rs.__name__\n"
+    )
+    monkeypatch.setitem(MODULES, "posenc.m", source)
+    assert {f for f in underscore_attributes() if f[0] == "posenc.m"} == {
+        ("posenc.m", "posenc.rope_scaling", "_TABLE")
+    }
+
+
+def test_no_underscore_attribute_read_from_a_public_module_but_those_left():
+    found = underscore_attributes()
+    assert found - UNDERSCORE_ATTRIBUTES_LEFT == set(), "new reads of underscore attributes"
+    assert UNDERSCORE_ATTRIBUTES_LEFT - found == set(), "gone: take them off the list"
 
 
 def test_the_core_layer_imports_only_itself_and_its_base():
