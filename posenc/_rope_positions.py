@@ -12,6 +12,7 @@ placed to broadcast against ``x.shape[:-1]`` with the offset added
 
 from __future__ import annotations
 
+import threading
 from numbers import Integral
 
 import numpy as np
@@ -159,14 +160,54 @@ def offset_positions(lead, offset, seq_axis):
     """``offset + arange(seq)`` on the sequence axis of an x whose leading
     axes are `lead` (not empty), and those positions seen with `lead`'s
     shape: what :func:`placed_positions` and :func:`broadcast_positions`
-    give for no positions, at a decoding step's cost."""
-    axis = _seq_axis(seq_axis, len(lead) + 1)
-    pos = np.arange(lead[axis], dtype=np.float64)
-    if offset:
-        pos += offset
+    give for no positions, at a decoding step's cost.  For a short sequence
+    the arrays are the calling thread's own, kept for `lead`'s shape and
+    written again by its next call: they are read within the call only."""
+    if type(seq_axis) is int and seq_axis == -2 and len(lead) >= 1:
+        axis = len(lead) - 1
+    else:
+        axis = _seq_axis(seq_axis, len(lead) + 1)
+    n = lead[axis]
+    if not -_FAR < offset < _FAR:
+        pos = np.arange(n, dtype=np.float64)
+        with np.errstate(over="ignore"):  # an overflow is reported just below
+            pos += offset
+        if not np.isfinite(pos).all():
+            raise ValueError("positions + offset must be finite")
+    elif n <= _KEPT_LENGTH:
+        kept = getattr(_KEPT, "views", None)
+        if kept is None:
+            kept = _KEPT.views = {}
+        entry = kept.get((lead, axis))
+        if entry is None:
+            if len(kept) >= _KEPT_SHAPES:
+                kept.clear()
+            pos = np.empty(n, np.float64)
+            entry = kept[(lead, axis)] = (pos, _seen_as(pos, lead, axis))
+        np.add(_ARANGE[:n], offset, out=entry[0])
+        return entry
+    else:
+        pos = np.arange(n, dtype=np.float64)
+        if offset:
+            pos += offset
+    return pos, _seen_as(pos, lead, axis)
+
+
+def _seen_as(pos, lead, axis):
     strides = [0] * len(lead)
     strides[axis] = 8
-    return pos, np.ndarray(lead, np.float64, pos, 0, tuple(strides))
+    return np.ndarray(lead, np.float64, pos, 0, tuple(strides))
+
+
+# offset_positions' arrays per thread, for sequences of at most _KEPT_LENGTH
+# positions (a decoding step's, a chunk's) and at most _KEPT_SHAPES shapes
+_KEPT = threading.local()
+_KEPT_LENGTH = 64
+_KEPT_SHAPES = 16
+_ARANGE = np.arange(_KEPT_LENGTH, dtype=np.float64)
+_ARANGE.flags.writeable = False
+# past this offset, offset + position may overflow float64: checked
+_FAR = 2.0**1000
 
 
 def broadcast_positions(pos, lead, channels=False):

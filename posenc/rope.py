@@ -573,6 +573,8 @@ class Rope:
             xpos_scale_base,
             xpos_centre,
         )
+        if not self._rope.family.needs_seq_len:
+            self._frequencies_of(None)  # the parameters' errors here, not at a call
 
     def _build(
         self,
@@ -617,13 +619,7 @@ class Rope:
             table_error = str(exc)
         if apply_error is not None and table_error is not None:
             raise ValueError(apply_error)
-        static = None
-        if not rope.family.needs_seq_len:
-            static = (
-                rope_scaling.frequencies(rotary, base, rope, None)
-                if chan is None
-                else chan.frequencies(rotary, base, rope, None)
-            )
+        static = None  # the frequencies that depend on no length: formed on first use
         for name, value in (
             ("head_dim", dim),
             ("rotary_dim", rotary),
@@ -702,6 +698,15 @@ class Rope:
     def _frequencies_of(self, pos, seq_len=None):
         if self._static is not None:
             return self._static
+        if not self._rope.family.needs_seq_len:
+            # formed once, on the first call (the same values whichever thread
+            # forms them): a call too large is refused before they are made
+            inv_freq, attention = self.frequencies()
+            if inv_freq.flags.writeable:
+                inv_freq = inv_freq.copy()
+                inv_freq.flags.writeable = False
+            object.__setattr__(self, "_static", (inv_freq, attention))
+            return self._static
         if seq_len is None:
             seq_len = sequence_length(pos, self._rope)
         return self.frequencies(seq_len)
@@ -737,7 +742,14 @@ class Rope:
         the result is that of ``apply_rope`` with the plan's options.
         Torch tensors and JAX arrays are taken as ``apply_rope`` takes them.
         """
-        if type(x) is not np.ndarray or device is not None or not _plain(positions, out):
+        if (
+            type(x) is not np.ndarray
+            or device is not None
+            or not (
+                (positions is None and (out is None or type(out) is np.ndarray))
+                or _plain(positions, out)
+            )
+        ):
             if device is None and out is None:
                 direct = _direct_torch(self, x, positions, offset, seq_axis, axes, inverse)
                 if direct is not None:
@@ -755,7 +767,7 @@ class Rope:
             )
         return self._rotate(
             x,
-            v.float_array_dtype(x, "x", bfloat16=True),
+            _KERNEL_DTYPES.get(x.dtype) or v.float_array_dtype(x, "x", bfloat16=True),
             positions,
             offset,
             seq_axis,
@@ -775,7 +787,7 @@ class Rope:
             raise ValueError(f"x.shape[-1] = {dim} is not the plan's head_dim {self.head_dim}")
         if out is None:  # x may take less memory than its shape (broadcast): the result does not
             v.shape_size(x.shape, "x", dtype.itemsize)
-        if type(offset) is not int or offset:
+        if type(offset) is not int or not -_EXACT <= offset <= _EXACT:
             offset = v.real(offset, "offset")
         if type(inverse) is not bool:
             if not isinstance(inverse, np.bool_):
@@ -788,14 +800,26 @@ class Rope:
         else:
             pos = placed_positions(positions, lead, offset, seq_axis, chan)
             view = broadcast_positions(pos, lead, chan is not None)
-        inv_freq, attention = self._frequencies_of(pos)
+        inv_freq, attention = self._static or self._frequencies_of(pos)
         xpos_args = _NO_XPOS
         if self._role is not None:
             xpos_args = _xpos_kernel_args(
                 self._role, self._scale_base, self._centre, self.rotary_dim, pos, dtype, True
             )
+        out_ready = True
         if out is not None:
-            v.out_array(out, x.shape, dtype, "out")
+            flags = out.flags if type(out) is np.ndarray else None
+            if not (
+                flags is not None
+                and out.shape == x.shape
+                and out.dtype == dtype
+                and flags.writeable
+                and flags.c_contiguous
+                and flags.aligned
+                and out.dtype.isnative
+            ):  # (else ready as it is)
+                v.out_array(out, x.shape, dtype, "out")
+                out_ready = v.kernel_ready(out)
         ready = v.kernel_ready(x)
         if not ready:
             v.shape_size(x.shape, "x (a copy of it)", dtype.itemsize)
@@ -809,10 +833,7 @@ class Rope:
             relayout = self._layout_code == _core.ROPE_INTERLEAVED_TO_HALF
             if (relayout and np.may_share_memory(out, src)) or (
                 out is not src
-                and (
-                    not v.kernel_ready(out)
-                    or (np.may_share_memory(out, src) and not _same_view(out, src))
-                )
+                and (not out_ready or (np.may_share_memory(out, src) and not _same_view(out, src)))
             ):
                 v.shape_size(x.shape, "out (a copy of it)", dtype.itemsize)
                 target = np.empty(x.shape, dtype)
@@ -904,6 +925,9 @@ class Rope:
 
 
 _NO_XPOS = (None, 0.0, 0.0)
+_EXACT = 2**53  # the ints that are floats exactly
+#: the native dtypes an array is rotated in as it is (the others: checked)
+_KERNEL_DTYPES = {np.dtype(t): np.dtype(t) for t in (np.float16, np.float32, np.float64)}
 #: the plain values a plan's NumPy path takes as they are (anything else:
 #: routed, as the public functions route it)
 _PLAIN = (np.ndarray, int, float, bool, str, np.integer, np.floating, np.dtype, type, list, tuple)

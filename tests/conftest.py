@@ -15,6 +15,16 @@ SIMD_PATHS = ["scalar"] + ([_core.simd_cpu()] if _core.simd_cpu() != "scalar" el
 TESTS = os.path.dirname(os.path.abspath(__file__))
 INTEROP_FILES = {"test_torch.py", "test_jax.py", "test_torch_modules.py", "test_fork.py"}
 KERNEL_FIXTURES = {"simd", "threads", "on_every_path"}
+# the tests of what hands the kernels their arrays: dtypes, layouts,
+# aliasing, bad input, the C seams, the properties against the reference
+CONVERSION_FILES = {
+    "test_bad_input.py",
+    "test_bfloat16.py",
+    "test_c_seams.py",
+    "test_inputs.py",
+    "test_promises.py",
+    "test_properties.py",
+}
 
 
 def _slow_tests():
@@ -25,7 +35,8 @@ def _slow_tests():
 def pytest_collection_modifyitems(config, items):
     """The markers of pyproject.toml: `interop` (torch, JAX, transformers:
     tests/conformance and the torch and JAX files), `kernels` (run on each
-    SIMD path or thread count), `slow` (listed in tests/slow_tests.txt)."""
+    SIMD path or thread count), `conversions` (the files of CONVERSION_FILES),
+    `slow` (listed in tests/slow_tests.txt)."""
     slow = _slow_tests()
     for item in items:
         path = os.path.relpath(str(item.path), os.path.dirname(TESTS)).replace(os.sep, "/")
@@ -33,8 +44,29 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.interop)
         if KERNEL_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.kernels)
+        if item.path.name in CONVERSION_FILES:
+            item.add_marker(pytest.mark.conversions)
         if f"{path}::{getattr(item, 'originalname', item.name)}" in slow:
             item.add_marker(pytest.mark.slow)
+
+
+def _log_skipped(report):
+    """With POSENC_SKIPPED_LOG set (CI's newcomer run), the id of each test or
+    module that skipped goes to that file: the tests CI then runs where the
+    witnesses are installed."""
+    path = os.environ.get("POSENC_SKIPPED_LOG")
+    if path and report.skipped:
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(report.nodeid + "\n")
+
+
+def pytest_runtest_logreport(report):
+    if report.when == "setup" or report.when == "call":
+        _log_skipped(report)
+
+
+def pytest_collectreport(report):
+    _log_skipped(report)
 
 
 def pytest_report_header(config):

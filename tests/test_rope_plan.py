@@ -81,6 +81,11 @@ def test_attributes_and_frequencies():
     np.testing.assert_allclose(inv_freq, 10000.0 ** (-np.arange(0, 6, 2) / 6) / 2.0, rtol=1e-15)
     assert factor == 1.0
     assert "linear" in repr(plan)
+    with pytest.raises(ValueError, match="read-only"):
+        inv_freq[0] = 1.0
+    # a family's parameters are read when the plan is built
+    with pytest.raises(ValueError, match="factor"):
+        posenc.Rope(8, scaling={"rope_type": "linear", "factor": -1.0})
 
 
 def test_a_plan_cannot_be_changed():

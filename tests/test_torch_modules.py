@@ -70,13 +70,13 @@ def test_rotary_tables_are_float64_rounded_once(dtype):
 def test_rotary_decode_steps_reuse_the_tables(monkeypatch):
     rotary = pt.RotaryEmbedding(8)
     calls = []
-    real = pt._rope.rope_cos_sin
+    real = pt._rope.Rope.cos_sin
 
-    def counting(*args, **kwargs):
+    def counting(self, *args, **kwargs):
         calls.append(args[0].shape)
-        return real(*args, **kwargs)
+        return real(self, *args, **kwargs)
 
-    monkeypatch.setattr(pt._rope, "rope_cos_sin", counting)
+    monkeypatch.setattr(pt._rope.Rope, "cos_sin", counting)
     x = torch.zeros(1)
     rotary(x, torch.arange(10)[None])
     assert len(calls) == 1

@@ -223,7 +223,10 @@ def test_each_stub_signature_has_the_functions_parameters(name, fn):
     positional = [p.name for p in runtime if p.kind is p.POSITIONAL_OR_KEYWORD]
     optional = sum(p.default is not p.empty for p in runtime if p.kind is p.POSITIONAL_OR_KEYWORD)
     keywords = {p.name for p in runtime if p.kind is p.KEYWORD_ONLY}
-    nodes = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == fn.__name__]
+    body = tree.body  # a method's: its class's
+    for cls in inspect.unwrap(fn).__qualname__.split(".")[:-1]:
+        body = next((n.body for n in body if isinstance(n, ast.ClassDef) and n.name == cls), [])
+    nodes = [n for n in body if isinstance(n, ast.FunctionDef) and n.name == fn.__name__]
     assert nodes, f"{name}: not in {path}"
     for node in nodes:
         args = node.args
