@@ -8,7 +8,9 @@ docs/make_probe_report.py."""
 import hashlib
 import json
 import os
+import re
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -244,3 +246,29 @@ def test_the_guides_report_is_made_by_its_script(tmp_path):
     assert len(os.listdir(tmp_path / "probe_report")) == 10
     data = json.loads((tmp_path / "probe_report.json").read_text())
     assert [d["name"] for d in data["models"]] == list(script.NAMES)
+    # the figures the guide quotes, as this run measures them
+    guide = (Path(DOCS) / "guide" / "probe.md").read_text(encoding="utf-8")
+    by_name = {d["name"]: d for d in data["models"]}
+    gpt2, llama = by_name["gpt2-tiny"], by_name["llama-tiny"]["layer_probe"]
+    stated = re.search(
+        r"GPT-2's absolute MAE ([\d.]+) against ([\d.]+) for a random\s+table and ([\d.]+)",
+        guide,
+    )
+    b = gpt2["baselines"]
+    assert [float(x) for x in stated.groups()] == [
+        round(gpt2["absolute_position"]["mae"], 2),
+        round(b["random"]["mae"]["mean"], 2),
+        round(b["shuffled"]["mae"]["mean"], 2),
+    ]
+    (layer0,) = re.search(r"shuffled-ids noise to the last digit \(([\d.]+)", guide).groups()
+    assert llama["mae"][0] == llama["baselines"]["shuffled"]["mean"][0]
+    assert float(layer0) == round(llama["mae"][0], 2)
+    (order,) = re.search(r"\(([\d.]+)% for the GPT-2's\)", guide).groups()
+    assert float(order) == round(100 * gpt2["relative_order"]["error_rate"], 2)
+    for d in data["models"][:3]:
+        per_seed = d["relative_order"]["error_rate_per_seed"]
+        for kind in ("random", "shuffled"):
+            assert d["baselines"][kind]["order_error"]["per_seed"] == per_seed
+    (norm,) = re.search(r"Their rows have norms near\s+([\d.]+)", guide).groups()
+    E = script.models()["gpt2-tiny"].transformer.wpe.weight.detach().double().numpy()
+    assert float(norm) == round(float(np.linalg.norm(E, axis=1).mean()), 2)
