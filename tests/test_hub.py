@@ -1084,9 +1084,23 @@ def test_skip_attack_at_k_1_through_the_hub_is_a_robertas_own_forward(
     text.write_text(words)
     args = ["probe", "org/roberta-mlm", "--analyses", "skip_perplexity", "--text", str(text)]
     try:
+        # each file within posenc's bound on bytes, refused before its body is read
+        monkeypatch.setenv("POSENC_HUB_MAX_BYTES", "1000")
+        capsys.readouterr()  # what saving the model wrote
+        assert main([*args, "--no-baselines"]) == 1
+        err = capsys.readouterr().err
+        assert err.startswith(PREFIX) and err.count("\n") == 1
+        assert "above posenc's bound of 1,000 (POSENC_HUB_MAX_BYTES)" in err
+        monkeypatch.delenv("POSENC_HUB_MAX_BYTES")
         assert main([*args, "--no-baselines", "--json", str(js)]) == 0
     finally:
         server.stop()
+    # a second run, offline, reads the copy in the cache
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    offline = tmp_path / "offline.json"
+    assert main([*args, "--no-baselines", "--json", str(offline)]) == 0
+    again = json.loads(offline.read_text())["skip_perplexity"]["perplexity"]
+    assert again == json.loads(js.read_text())["skip_perplexity"]["perplexity"]
     data = json.loads(js.read_text())
     # the model came through posenc's requests: its weights and tokenizer fetched whole
     fetched = {r.path.rsplit("/", 1)[-1] for r in server.log if "/resolve/" in r.path}
