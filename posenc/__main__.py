@@ -480,6 +480,12 @@ def _check_analyses(args, analyses):
             "--plot FILE draws the paper's probes: add paper to --analyses, or give a folder "
             "(--plot DIR/) for one plot per analysis"
         )
+    drawn = ("paper",) + _MODEL_ANALYSES
+    if args.plot is not None and not any(a in drawn for a in analyses):
+        raise _Failure(
+            "--plot DIR/ draws the paper's probes and the analyses of a model; the table "
+            "analyses alone are drawn with the paper's: add paper to --analyses"
+        )
 
 
 def _applicable(args, analyses):
