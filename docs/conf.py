@@ -218,7 +218,10 @@ _api_page()
 sys.path.insert(0, HERE)
 import make_figures  # noqa: E402
 import make_performance  # noqa: E402
+import make_probe_report  # noqa: E402
 
 make_performance.main([])
 # the guides' figures, computed by posenc (RoPE's frequencies, the biases' heat maps)
 make_figures.main([])
+# the probe guide's side-by-side report of five tiny models, by posenc probe itself
+make_probe_report.main([])

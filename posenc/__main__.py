@@ -56,8 +56,15 @@ row 2; GPT-2 is cut to the paper's 512 rows (--no-paper-cut keeps all), and
 figures side by side with posenc's, and one table per analysis.
 
 Every figure is printed beside its noise: the same measure on a random table
-with the same row norms and on the table's rows shuffled, over the same seeds
-(--no-baselines skips them).  --split heldout keeps the test positions out of
+with the same row norms and on the table's rows shuffled, over the same seeds;
+for the analyses that run a model, the model run with its position table
+random (row norms kept) and with its position ids shuffled (rope_activations:
+random q/k projections of the same row norms, and the pairs shuffled; T5:
+the buckets shuffled), over the first min(--seeds, 3) seeds (--no-baselines
+skips them all).  Several names give one table per analysis, a row per
+model; --plot DIR/ writes one PNG per analysis, a line or panel per model,
+and --json records what reruns the run (posenc's version, every setting,
+each model's commit).  --split heldout keeps the test positions out of
 training; --regressor chooses the probe family (linear, the paper's; ridge;
 mlp; knn); --folds and --pairs the cross-validation.
 
@@ -90,7 +97,10 @@ mlp; knn); --folds and --pairs the cross-validation.
                     and position terms: each one's share of the logits
   all               every analysis that applies to the NAME given
 The last five run the model (transformers, with its tokenizer) on the text
-of --text FILE; with a Hub NAME, transformers downloads the model.  The
+of --text FILE; a Hub NAME's config, tokenizer and safetensors weights are
+fetched whole by posenc (HF_ENDPOINT, the token, the cache, --timeout and
+--deadline per file, POSENC_HUB_MAX_BYTES per file) and loaded from that
+copy, whose commit --json records.  The
 last four read each paragraph (separated by blank lines; at most 64) as a
 text of its own, and give the mean over them and the spread."""
 
@@ -141,7 +151,9 @@ def _build_parser():
         "--plot",
         metavar="FILE",
         help="write the figure to this file, in the format its extension names (.png, .pdf, "
-        ".svg, ...: those matplotlib writes; PNG without one); checked before the probes run",
+        ".svg, ...: those matplotlib writes; PNG without one); checked before the probes run. "
+        "A folder (one that exists, or a path ending in /) gets one PNG per analysis, a line "
+        "or panel per model",
     )
     probe.add_argument("--json", metavar="FILE", help="write the figures to this JSON file")
     probe.add_argument(
@@ -362,7 +374,9 @@ def _slice_advice(source, key):
 
 
 def _paper_table(results):
-    """The paper's Tables 1 and 2 beside posenc's figures, one row a model."""
+    """The paper's Tables 1 and 2 beside posenc's figures, one row a model,
+    each of posenc's figures followed by its noise (random table / rows
+    shuffled, means over the seeds) where measured."""
     from .probe import PUBLISHED
 
     published = {r.embedding: r for r in PUBLISHED}
@@ -376,12 +390,22 @@ def _paper_table(results):
         n = report.shape[0]
         shown = note and not note.startswith("all ")  # rows dropped or cut: said why
         rows = f"{n}" + (f" ({note})" if shown else "")
+        mae = f"{report.mae:.2f} ± {report.mae_std:.2f}"
+        err = f"{100 * report.error_rate:.2f}% ± {100 * report.error_rate_std:.2f}%"
+        if report.baselines:
+            b = report.baselines
+            mae += f" ({b['random']['mae'].mean:.2f} / {b['shuffled']['mae'].mean:.2f})"
+            err += (
+                f" ({100 * b['random']['order_error'].mean:.2f}% / "
+                f"{100 * b['shuffled']['order_error'].mean:.2f}%)"
+            )
         lines.append(
-            f"| {name} | {rows} | {report.mae:.2f} ± {report.mae_std:.2f} | "
-            f"{100 * report.error_rate:.2f}% ± {100 * report.error_rate_std:.2f}% | "
+            f"| {name} | {rows} | {mae} | {err} | "
             f"{row.embedding if row else '-'} | {f'{row.mae:.2f}' if row else '-'} | "
             f"{f'{100 * row.error_rate:.2f}%' if row else '-'} |"
         )
+    if any(report.baselines for _, report, _, _ in results):
+        lines += ["", "(in brackets: noise, random table, row norms kept / rows shuffled)"]
     return "\n".join(lines)
 
 
@@ -451,8 +475,17 @@ def _check_analyses(args, analyses):
         )
     if args.text is not None and (not args.names or args.source is not None):
         raise _Failure("--text is read by a model: give a model NAME, not --source or no NAME")
-    if args.plot is not None and "paper" not in analyses:
-        raise _Failure("--plot draws the paper's probes: add paper to --analyses")
+    if args.plot is not None and "paper" not in analyses and not _plot_folder(args.plot):
+        raise _Failure(
+            "--plot FILE draws the paper's probes: add paper to --analyses, or give a folder "
+            "(--plot DIR/) for one plot per analysis"
+        )
+    drawn = ("paper",) + _MODEL_ANALYSES
+    if args.plot is not None and not any(a in drawn for a in analyses):
+        raise _Failure(
+            "--plot DIR/ draws the paper's probes and the analyses of a model; the table "
+            "analyses alone are drawn with the paper's: add paper to --analyses"
+        )
 
 
 def _applicable(args, analyses):
@@ -481,24 +514,39 @@ def _read_text(path):
     return text
 
 
-def _language_model(name):
+def _language_model(name, entry=None):
     """``(model, tokenizer, mask_token_id)`` of a NAME, by transformers: a
     masked LM where the checkpoint is one (or a bare encoder whose tokenizer
-    has a mask token), else a causal LM."""
+    has a mask token), else a causal LM.  A Hub NAME is fetched by posenc's
+    own requests (``probe.hub.snapshot``: HF_ENDPOINT, the token, the cache
+    and the limits as for a table) and loaded from that copy; its commit is
+    recorded in `entry` (a dict) as ``"model_commit"``."""
+    from .probe import hub
     from .probe._optional import require as _require
 
     transformers = _require("transformers", "--analyses with --text")
     _require("torch", "--analyses with --text")
-    _check_tokenizer_files(name)
-    tokenizer = transformers.AutoTokenizer.from_pretrained(name)
-    config = transformers.AutoConfig.from_pretrained(name)
+    folder, commit = hub.snapshot(name) if hub.is_hub_name(name) else (name, None)
+    if entry is not None:
+        entry["model_commit"] = commit
+    _check_tokenizer_files(name, folder)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(folder)
+    config = transformers.AutoConfig.from_pretrained(folder)
     archs = tuple(getattr(config, "architectures", None) or ())
     masked = any(a.endswith("ForMaskedLM") for a in archs) or (
         not any(a.endswith(("ForCausalLM", "LMHeadModel")) for a in archs)
         and getattr(tokenizer, "mask_token_id", None) is not None
     )
     auto = transformers.AutoModelForMaskedLM if masked else transformers.AutoModelForCausalLM
-    model = auto.from_pretrained(name).eval()
+    try:
+        model = auto.from_pretrained(folder).eval()
+    except ValueError as exc:  # transformers has no such head for this config
+        kind = "masked" if masked else "causal"
+        raise ValueError(
+            f"--text: {name} ({getattr(config, 'model_type', None)}) does not load as a "
+            f"{kind} language model (transformers' {auto.__name__} has no class for "
+            f"{type(config).__name__}), which the analyses of a text run"
+        ) from exc
     return model, tokenizer, (tokenizer.mask_token_id if masked else None)
 
 
@@ -515,29 +563,13 @@ _TOKENIZER_FILES = (
 )
 
 
-def _check_tokenizer_files(name):
-    """A NAME whose folder or repository has no tokenizer file is refused
-    (transformers would make a tokenizer of special tokens only)."""
-    from .probe import hub
-
-    if hub.is_hub_name(name):
-        try:
-            hf = hub._hub()
-            endpoint, _, offline = hub._settings(hf)
-            if offline:
-                return  # transformers reads its cache, and says what it lacks
-            repo_id, revision = hub._split(name)
-            info = hf.HfApi(endpoint=endpoint).model_info(repo_id, revision=revision)
-            if info.siblings is None:
-                return  # no file list: transformers says what it lacks
-            files = [f.rfilename for f in info.siblings]
-        except Exception:  # noqa: BLE001 - transformers then reports what it finds
-            return
-    elif os.path.isdir(name):
-        files = os.listdir(name)
-    else:
+def _check_tokenizer_files(name, folder):
+    """A NAME whose folder (or the copy of its Hub repository) has no
+    tokenizer file is refused (transformers would make a tokenizer of
+    special tokens only)."""
+    if not os.path.isdir(folder):
         return
-    if not any(os.path.basename(f) in _TOKENIZER_FILES for f in files):
+    if not any(f in _TOKENIZER_FILES for f in os.listdir(folder)):
         raise _Failure(
             f"--text: {name} has no tokenizer files ({', '.join(_TOKENIZER_FILES[:4])}, ...), "
             "so its text cannot be tokenized; give a model saved with its tokenizer"
@@ -551,34 +583,51 @@ def _token_ids(tokenizer, text, limit):
     return ids[:limit]
 
 
-def _run_text_analyses(name, analyses, text, out, entry, skipped=None):
+def _run_text_analyses(name, analyses, text, out, entry, skipped=None, baselines=0, found=None):
     """The analyses of a model run on `text`; with `skipped` (a dict), one
     that does not apply to the model (rope_activations of a model without
-    RoPE) is recorded there instead of stopping the run."""
+    RoPE, a model transformers does not run as a language model) is recorded
+    there instead of stopping the run.  `baselines`: the seeds of each
+    measure's noise; `found` (a dict) receives each result by analysis."""
     from . import probe
     from .probe._common import max_positions, most_tokens
 
-    model, tokenizer, mask = _language_model(name)
+    found = {} if found is None else found
+    chosen = [a for a in _TEXT_ANALYSES if a in analyses]
+    try:
+        model, tokenizer, mask = _language_model(name, entry)
+    except ValueError as exc:
+        if skipped is None:
+            raise
+        for what in chosen:
+            skipped[what] = _one_line(exc)
+        return
     table = max_positions(model)  # XLNet's max_position_embeddings is -1: no table
     limit = min(table, _MAX_TOKENS) if table is not None and table > 0 else _MAX_TOKENS
     ids = _token_ids(tokenizer, text, limit)
     out.append(f"--text: {len(ids)} tokens (at most {limit}) read by {type(model).__name__}")
     if "layer_probe" in analyses:
-        r = probe.layer_position_probe(model, ids, seeds=3)
+        r = probe.layer_position_probe(model, ids, seeds=3, baselines=baselines)
         maes = ", ".join(f"{m:.2f}" for m in r.mae)
         out.append(f"Position through the layers (absolute MAE, layer 0 = embeddings): {maes}.")
+        out += [line for line in (r.noise_line(),) if line]
         entry["layer_probe"] = r.to_dict()
+        found["layer_probe"] = r
     if "skip_perplexity" in analyses:
         most = most_tokens(model, max(_KS))
         short = ids if most is None else ids[:most]
-        r = probe.skip_position_perplexity(model, short, ks=_KS, mask_token_id=mask)
+        r = probe.skip_position_perplexity(
+            model, short, ks=_KS, mask_token_id=mask, baselines=baselines
+        )
         what = "pseudo-perplexity" if r.pseudo else "perplexity"
         figures = ", ".join(f"k={k}: {p:.3f}" for k, p in r.perplexity.items())
         ids_text = f"{r.first_id} + i*k" if r.first_id else "i*k"
         out.append(
             f"Skip-position attack ({what}, {r.n_tokens} tokens, ids {ids_text}): {figures}."
         )
+        out += [line for line in (r.noise_line(),) if line]
         entry["skip_perplexity"] = r.to_dict()
+        found["skip_perplexity"] = r
     many = ("rope_activations", "rope_logits", "relative_share")
     if any(a in analyses for a in many):
         texts = _paragraph_ids(tokenizer, text, limit)
@@ -587,7 +636,10 @@ def _run_text_analyses(name, analyses, text, out, entry, skipped=None):
             f"({sum(len(t) for t in texts)} tokens, at most {limit} each)"
         )
         runs = (
-            ("rope_activations", lambda: probe.rope_activation_usage(model, texts)),
+            (
+                "rope_activations",
+                lambda: probe.rope_activation_usage(model, texts, baselines=baselines),
+            ),
             ("rope_logits", lambda: probe.rope_logit_share(model, texts, name=name)),
             ("relative_share", lambda: probe.relative_share(model, texts, name=name)),
         )
@@ -602,7 +654,10 @@ def _run_text_analyses(name, analyses, text, out, entry, skipped=None):
                 skipped[what] = _one_line(exc)
             else:
                 out.append(r.summary())
+                noise = getattr(r, "noise_line", None)
+                out += [line for line in ((noise() if noise else ""),) if line]
                 entry[what] = r.to_dict()
+                found[what] = r
 
 
 def _alibi(name, text):
@@ -696,11 +751,13 @@ def _probe_names(args, analyses):
                 table, where, key, paper, note, got = None, name, None, None, "", None
                 skipped["table analyses"] = _one_line(exc)
         loaded.append((name, table, where, key, paper, note, got, skipped))
-    results, data = [], []
+    results, data, compared = [], [], []
     extras = tuple(a for a in analyses if a in EXTRAS)
+    noise_seeds = 0 if args.no_baselines else min(args.seeds, _FORWARD_SEEDS)
     for name, table, where, key, paper, note, got, skipped in loaded:
         label = args.name or name
         entry = {"name": label, "analyses": list(analyses), "skipped": skipped}
+        found, noise = {}, {}
         print(f"{label}: {where}" + (f"; {note}" if note else ""))
         print()
         if "paper" in analyses and table is not None:
@@ -734,6 +791,8 @@ def _probe_names(args, analyses):
                     usage.summary() + ("" if fetched is None else f" ({fetched:,} bytes fetched)")
                 )
                 entry["rope_usage"] = usage.to_dict()
+                found["rope_usage"] = usage
+                noise["rope_usage"] = _weight_noise("rope_usage", usage, noise_seeds, entry, lines)
         for what, run in (("alibi", _alibi), ("t5_biases", probe.t5_bucket_biases)):
             if what not in analyses:
                 continue
@@ -746,9 +805,20 @@ def _probe_names(args, analyses):
             else:
                 lines.append(r.summary())
                 entry[what] = r.to_dict()
+                found[what] = r
+                noise[what] = _weight_noise(what, r, noise_seeds, entry, lines)
         if text is not None:
             several = lenient or len(args.names) > 1  # a model of another kind is skipped
-            _run_text_analyses(name, analyses, text, lines, entry, skipped if several else None)
+            _run_text_analyses(
+                name,
+                analyses,
+                text,
+                lines,
+                entry,
+                skipped if several else None,
+                baselines=noise_seeds,
+                found=found,
+            )
         lines += [f"{what}: skipped, {why}" for what, why in skipped.items()]
         for line in lines:
             print(line)
@@ -766,6 +836,7 @@ def _probe_names(args, analyses):
                 from_cache=got.from_cache,
             )
         data.append(entry)
+        compared.append((label, found, noise))
     if results:
         print("Wang & Chen (2020), Tables 1 and 2, beside posenc:")
         print()
@@ -773,7 +844,16 @@ def _probe_names(args, analyses):
         for table in _side_by_side([r for _, r, _, _ in results]):
             print()
             print(table)
-    if args.plot is not None:
+    if len(args.names) > 1:
+        from .probe.compare import comparison_tables
+
+        for table in comparison_tables(compared):
+            print()
+            print(table)
+    if args.plot is not None and _plot_folder(args.plot):
+        written = _plot_each(args.plot, results, compared)
+        print(f"\nplots written to {args.plot}: {', '.join(written)}")
+    elif args.plot is not None:
         if not results:
             raise _Failure(f"--plot: {args.names[0]} has no position table to draw; not written")
         if len(results) == 1:
@@ -782,17 +862,160 @@ def _probe_names(args, analyses):
             probe.plot_reports([r for _, r, _, _ in results], args.plot)
         print(f"\nplot written to {args.plot}")
     if args.json is not None:
+        run = _run_record(args, analyses, noise_seeds)
         with open(args.json, "w", encoding="utf-8") as f:
-            json.dump(data[0] if len(data) == 1 else {"models": data}, f, indent=1)
+            if len(data) == 1:
+                json.dump({**data[0], "run": run}, f, indent=1)
+            else:
+                json.dump({"run": run, "models": data}, f, indent=1)
             f.write("\n")
         print(f"figures written to {args.json}")
     return 0
 
 
+#: The most seeds the noise of an analysis that runs a model takes (each
+#: seed one more forward pass per kind of noise): the first min(--seeds, 3).
+_FORWARD_SEEDS = 3
+
+
+def _weight_noise(what, result, seeds, entry, lines):
+    """The noise of an analysis of the weights (rope_usage, t5_biases), for
+    seeds ``0 .. seeds-1``: recorded in `entry` and said under its line."""
+    import numpy as np
+
+    from .probe.compare import NOISE, spread, weight_noise
+
+    noise = weight_noise(what, result, seeds)
+    if noise:
+        entry[what]["baselines"] = {
+            kind: {m: spread(v) for m, v in figures.items()} for kind, figures in noise.items()
+        }
+        names = dict(NOISE[what])
+        parts = [
+            f"{names[kind]}: "
+            + ", ".join(f"{m} {np.mean(v):.3f} ± {np.std(v):.3f}" for m, v in figures.items())
+            for kind, figures in noise.items()
+        ]
+        lines.append(f"  noise (same measure, {seeds} seed{'s' if seeds > 1 else ''}): "
+                     + "; ".join(parts) + ".")  # fmt: skip
+    return noise
+
+
+def _plot_folder(path):
+    """Whether --plot names a folder (one that exists, or a path ending in a
+    separator): one plot per analysis is written into it."""
+    return os.path.isdir(path) or path.endswith(("/", os.sep))
+
+
+def _plot_each(folder, results, compared):
+    """One PNG per analysis in `folder`, a line or panel per model: the
+    paper's probes (``paper.png``, :func:`probe.plot_reports`), Wang et al.'s
+    proximity, the Toeplitz profile and the position attention per offset
+    of each table, and each analysis of a model (``probe.compare``)."""
+    from . import probe
+    from .probe.compare import ANALYSES, plot_analysis
+
+    os.makedirs(folder, exist_ok=True)
+    written = []
+    reports = [r for _, r, _, _ in results]
+    if reports:
+        probe.plot_reports(reports, os.path.join(folder, "paper.png"))
+        written.append("paper.png")
+    for attr in ("properties", "toeplitz", "locality"):
+        have = [r for r in reports if getattr(r, attr) is not None]
+        if have:
+            _plot_table_analysis(attr, have, os.path.join(folder, f"{attr}.png"))
+            written.append(f"{attr}.png")
+    for analysis in ANALYSES:
+        if any(analysis in found for _, found, _ in compared):
+            plot_analysis(analysis, compared, os.path.join(folder, f"{analysis}.png"))
+            written.append(f"{analysis}.png")
+    if not written:
+        raise _Failure(f"--plot: no analysis ran that draws a figure; nothing written to {folder}")
+    return written
+
+
+def _plot_table_analysis(attr, reports, path):
+    """A line per table: Wang et al.'s mean proximity per offset, the
+    Toeplitz fit's diagonal means (both over their largest magnitude, so
+    that tables of other norms compare), or the position attention's mean
+    weight per offset."""
+    import numpy as np
+
+    from .probe._plots import _figure
+
+    titles = {
+        "properties": "Wang et al. 2021: mean proximity E[x].E[x+m] per offset (over its largest)",
+        "toeplitz": "Wennberg & Henter 2021: mean of each diagonal of E E^T (over its largest)",
+        "locality": "Chen et al. 2023: mean attention weight per offset, softmax(E E^T / sqrt d)",
+    }
+
+    def curve(result):
+        y = result.diagonal_means if attr == "toeplitz" else result.mean_by_offset
+        top = float(np.max(np.abs(y))) if len(y) else 0.0
+        return result.offsets, (y / top if attr != "locality" and top > 0 else y)
+
+    def draw(fig):
+        ax = fig.add_subplot(1, 1, 1)
+        for i, r in enumerate(reports):
+            x, y = curve(getattr(r, attr))
+            ax.plot(x, y, color=f"C{i % 10}", linewidth=1.0, label=r.name)
+        ax.set_xlabel("offset")
+        ax.set_title(titles[attr], fontsize=9)
+        ax.legend(fontsize=7)
+
+    _figure(path, 110, (11.0, 4.2), draw)
+
+
+def _run_record(args, analyses, noise_seeds):
+    """What reruns the report: posenc's version, the command's settings (every
+    protocol setting, the noise's seeds), the text's SHA-256."""
+    import hashlib
+
+    from ._version import __version__
+
+    text = None
+    if args.text is not None:
+        with open(args.text, "rb") as f:
+            text = {"path": args.text, "sha256": hashlib.sha256(f.read()).hexdigest()}
+    return {
+        "posenc_version": __version__,
+        "names": list(args.names),
+        "analyses": list(analyses),
+        "seeds": args.seeds,
+        "split": args.split,
+        "regressor": args.regressor,
+        "folds": args.folds,
+        "pairs": args.pairs,
+        "baselines": not args.no_baselines,
+        "table_baseline_seeds": [] if args.no_baselines else list(range(args.seeds)),
+        "model_baseline_seeds": list(range(noise_seeds)),
+        "rows": args.rows,
+        "paper_cut": not args.no_paper_cut,
+        "key": args.key,
+        "text": text,
+        "layer_probe_seeds": 3,
+        "skip_factors": list(_KS),
+        "max_tokens": _MAX_TOKENS,
+        "max_texts": _MAX_TEXTS,
+    }
+
+
 def _check_outputs(args, sources):
     """--plot and --json: each writable, neither a source (nor a checkpoint
     of a source directory), not the same file twice; the plot's format."""
+    folder = args.plot is not None and _plot_folder(args.plot)
+    if folder:
+        parent = os.path.dirname(os.path.abspath(args.plot.rstrip("/" + os.sep) or "."))
+        if not os.path.isdir(parent):
+            raise _Failure(f"--plot: no such directory: {parent}")
+        if os.path.exists(args.plot) and not os.path.isdir(args.plot):
+            raise _Failure(f"--plot: {args.plot} names a folder but is a file")
+        for source in sources:
+            if os.path.isdir(source) and _same_file(args.plot.rstrip("/" + os.sep), source):
+                raise _Failure(f"--plot: {args.plot} is a source folder; write the plots elsewhere")
     outputs = [(p, w) for p, w in ((args.plot, "--plot"), (args.json, "--json")) if p is not None]
+    outputs = [(p, w) for p, w in outputs if not (folder and w == "--plot")]
     for path, what in outputs:
         _check_writable(path, what)
         for source in sources:
@@ -801,7 +1024,7 @@ def _check_outputs(args, sources):
         raise _Failure(
             f"--plot and --json name the same file ({args.plot}); give each its own file"
         )
-    if args.plot is not None:
+    if args.plot is not None and not folder:
         _check_plot_format(args.plot)
 
 
@@ -881,7 +1104,12 @@ def _probe_checked(args):
         lines = _table_extras(table, analyses, data, 0 if args.no_baselines else args.seeds)
     for line in lines:
         print(line)
-    if args.plot is not None:
+    if args.plot is not None and _plot_folder(args.plot):
+        written = _plot_each(
+            args.plot, [(name, result, None, None)] if "paper" in analyses else [], []
+        )
+        print(f"\nplots written to {args.plot}: {', '.join(written)}")
+    elif args.plot is not None:
         result.plot(args.plot)
         print(f"\nplot written to {args.plot}")
     if args.json is not None:

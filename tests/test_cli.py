@@ -426,6 +426,7 @@ def test_analyses_that_cannot_run_are_refused_before_anything_runs(
         ([folder, "--analyses", "layer_probe"], "--analyses layer_probe needs --text FILE"),
         ([folder, "--text", text_file], "--text is read by the analyses layer_probe"),
         ([folder, "--analyses", "locality", "--plot", "x.png"], "add paper to --analyses"),
+        ([folder, "--analyses", "locality", "--plot", "d/"], "--plot DIR/ draws the paper's"),
         ([folder, "--analyses", "layer_probe", "--text", "no.txt"], "--text: no such file"),
         (["--analyses", "all", "--text", text_file], "--text is read by a model"),
     ]

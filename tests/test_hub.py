@@ -10,6 +10,7 @@ for the tests of the limits a load keeps to and of its one-line errors.
 
 import importlib
 import json
+import math
 import os
 import socket
 import struct
@@ -480,9 +481,13 @@ def test_cli_prints_the_papers_table_for_the_emulated_models(hub, models, capsys
     ):
         r = probe.report(table, name=name, seeds=1, progress=False)
         line = next(x for x in out.splitlines() if x.startswith(f"| {name} | {len(table)}"))
+        b = r.baselines  # each figure followed by its noise: random table / rows shuffled
         assert line.endswith(
-            f"| {r.mae:.2f} ± {r.mae_std:.2f} | "
-            f"{100 * r.error_rate:.2f}% ± {100 * r.error_rate_std:.2f}% {paper}"
+            f"| {r.mae:.2f} ± {r.mae_std:.2f} ({b['random']['mae'].mean:.2f} / "
+            f"{b['shuffled']['mae'].mean:.2f}) | "
+            f"{100 * r.error_rate:.2f}% ± {100 * r.error_rate_std:.2f}% "
+            f"({100 * b['random']['order_error'].mean:.2f}% / "
+            f"{100 * b['shuffled']['order_error'].mean:.2f}%) {paper}"
         ), line
     assert "cut to 512 of 520 rows" in out and "first 2 rows dropped (roberta" in out
     data = json.loads(js.read_text())["models"]
@@ -1035,3 +1040,83 @@ def test_cli_no_paper_cut_probes_all_of_gpt2s_rows(hub, models, capsys, tmp_path
     table = models["gpt2"][1].transformer.wpe.weight.detach().numpy()
     r = probe.report(table, seeds=1, progress=False, baselines=False)
     assert data["absolute_position"]["mae"] == r.mae
+
+
+# ---------------------------------------------------------------- a model run from the Hub
+
+ROBERTA_WORDS = ["<s>", "<pad>", "</s>", "<unk>", "<mask>", "a", "b", "c", "d", "e", "f", "g"]
+
+
+def _roberta_mlm_files(tmp_path):
+    """A tiny RobertaForMaskedLM (pad 1, so positions from 2) saved with a
+    word-level tokenizer (mask 4): ``(files, model)``."""
+    transformers = require("transformers")
+    tokenizers = require("tokenizers")
+    model = tiny_models.roberta(
+        "RobertaForMaskedLM", seed=4, vocab_size=len(ROBERTA_WORDS), pad_token_id=1
+    )
+    vocab = {w: i for i, w in enumerate(ROBERTA_WORDS)}
+    tok = tokenizers.Tokenizer(tokenizers.models.WordLevel(vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = tokenizers.pre_tokenizers.WhitespaceSplit()
+    fast = transformers.PreTrainedTokenizerFast(
+        tokenizer_object=tok, unk_token="<unk>", mask_token="<mask>", pad_token="<pad>"
+    )
+    folder = tmp_path / "roberta-mlm"
+    model.save_pretrained(folder)
+    fast.save_pretrained(folder)
+    return _folder_files(folder), model
+
+
+def test_skip_attack_at_k_1_through_the_hub_is_a_robertas_own_forward(
+    tmp_path, monkeypatch, capsys
+):
+    torch = require("torch")
+    require("huggingface_hub")
+    files, model = _roberta_mlm_files(tmp_path)
+    repo = Repo(dict(files))
+    server = HubServer({"org/roberta-mlm": repo}).start()
+    monkeypatch.setenv("HF_ENDPOINT", server.url)
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
+    words = "a b c d e f g a b c d e f g a b c d e f"
+    text, js = tmp_path / "t.txt", tmp_path / "t.json"
+    text.write_text(words)
+    args = ["probe", "org/roberta-mlm", "--analyses", "skip_perplexity", "--text", str(text)]
+    try:
+        # each file within posenc's bound on bytes, refused before its body is read
+        monkeypatch.setenv("POSENC_HUB_MAX_BYTES", "1000")
+        capsys.readouterr()  # what saving the model wrote
+        assert main([*args, "--no-baselines"]) == 1
+        err = capsys.readouterr().err
+        assert err.startswith(PREFIX) and err.count("\n") == 1
+        assert "above posenc's bound of 1,000 (POSENC_HUB_MAX_BYTES)" in err
+        monkeypatch.delenv("POSENC_HUB_MAX_BYTES")
+        assert main([*args, "--no-baselines", "--json", str(js)]) == 0
+    finally:
+        server.stop()
+    # a second run, offline, reads the copy in the cache
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    offline = tmp_path / "offline.json"
+    assert main([*args, "--no-baselines", "--json", str(offline)]) == 0
+    again = json.loads(offline.read_text())["skip_perplexity"]["perplexity"]
+    assert again == json.loads(js.read_text())["skip_perplexity"]["perplexity"]
+    data = json.loads(js.read_text())
+    # the model came through posenc's requests: its weights and tokenizer fetched whole
+    fetched = {r.path.rsplit("/", 1)[-1] for r in server.log if "/resolve/" in r.path}
+    assert {"model.safetensors", "tokenizer.json", "config.json"} <= fetched
+    assert data["model_commit"] == repo.commit
+    # the model's own forward: no position ids given, RoBERTa numbers them from pad + 1 = 2
+    most = (66 - 1 - 2) // 4 + 1  # the tokens whose ids 2 + i * 4 fit its 66 positions
+    ids = [ROBERTA_WORDS.index(w) for w in words.split()][:most]
+    total = 0.0
+    for i in range(len(ids)):
+        masked = list(ids)
+        masked[i] = 4
+        with torch.no_grad():
+            logits = model(input_ids=torch.tensor([masked])).logits[0, i]
+        total += float(torch.log_softmax(logits.double(), -1)[ids[i]])
+    skip = data["skip_perplexity"]
+    assert skip["first_id"] == 2 and skip["pseudo"] and skip["n_tokens"] == most
+    assert skip["perplexity"]["1"] == pytest.approx(math.exp(-total / len(ids)), rel=1e-6)
+    assert "ids 2 + i*k" in capsys.readouterr().out

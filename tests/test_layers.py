@@ -59,9 +59,6 @@ UNDERSCORE_ATTRIBUTES_LEFT = {
     ("posenc.__main__", "posenc.probe", "_plot_format"),
     ("posenc.__main__", "posenc.probe", "_table"),
     ("posenc.__main__", "posenc.probe", "_to_numpy"),
-    ("posenc.__main__", "posenc.probe.hub", "_hub"),
-    ("posenc.__main__", "posenc.probe.hub", "_settings"),
-    ("posenc.__main__", "posenc.probe.hub", "_split"),
     ("posenc.probe.checkpoints", "posenc.probe.hub", "_check_limits"),
 }
 

@@ -224,3 +224,137 @@ def test_k_1_is_an_opt_models_own_perplexity():
         loss = model(input_ids=torch.tensor([IDS]), labels=torch.tensor([IDS])).loss
     assert r.first_id == 0
     assert r.perplexity[1] == pytest.approx(math.exp(float(loss)), rel=1e-6)
+
+
+# ---------------------------------------------------------------- the noise of the forward analyses
+
+
+def _with_table(model, table):
+    """A copy of the GPT-2 `model` whose position table is `table`."""
+    import copy
+
+    import torch
+
+    other = copy.deepcopy(model)
+    with torch.no_grad():
+        other.transformer.wpe.weight.copy_(torch.from_numpy(table).float())
+    return other
+
+
+def _random_rows(E, seed):
+    """A Gaussian table of E's shape, row p scaled to E[p]'s norm, written out."""
+    g = np.random.default_rng([seed, 0]).standard_normal(E.shape)
+    return g * (np.linalg.norm(E, axis=1) / np.linalg.norm(g, axis=1))[:, None]
+
+
+def test_skip_perplexity_noise_is_the_models_loss_with_noisy_positions(gpt2):
+    import torch
+
+    from posenc import probe
+
+    before = gpt2.transformer.wpe.weight.detach().clone()
+    r = probe.skip_position_perplexity(gpt2, IDS, ks=(1, 2), baselines=2)
+    assert torch.equal(gpt2.transformer.wpe.weight, before)  # the table is given back
+    assert sorted(r.baselines) == ["random", "shuffled"]
+    E = before.double().numpy()
+    ids = torch.tensor([IDS])
+    for seed in (0, 1):
+        noisy = _with_table(gpt2, _random_rows(E, seed))
+        for k in (1, 2):
+            positions = torch.arange(len(IDS))[None] * k
+            with torch.no_grad():
+                loss = noisy(input_ids=ids, position_ids=positions, labels=ids).loss
+            assert r.baselines["random"][k][seed] == pytest.approx(math.exp(float(loss)), rel=1e-5)
+            order = np.random.default_rng([seed, 1]).permutation(len(IDS))
+            with torch.no_grad():
+                loss = gpt2(
+                    input_ids=ids, position_ids=torch.tensor(order)[None] * k, labels=ids
+                ).loss
+            assert r.baselines["shuffled"][k][seed] == pytest.approx(
+                math.exp(float(loss)), rel=1e-5
+            )
+    d = r.to_dict()["baselines"]
+    assert d["shuffled"]["2"]["per_seed"] == list(r.baselines["shuffled"][2])
+    assert "position ids shuffled: k=1:" in r.noise_line()
+    assert probe.skip_position_perplexity(gpt2, IDS, ks=(1,)).baselines == {}
+
+
+def test_layer_probe_noise_is_the_probe_on_the_states_of_noisy_positions(gpt2):
+    import torch
+
+    from posenc import probe
+
+    ids = list(range(1, 25))
+    r = probe.layer_position_probe(gpt2, ids, seeds=1, baselines=2)
+    E = gpt2.transformer.wpe.weight.detach().double().numpy()
+    for seed in (0, 1):
+        noisy = _with_table(gpt2, _random_rows(E, seed))
+        order = np.random.default_rng([seed, 1]).permutation(len(ids))
+        with torch.no_grad():
+            rand = noisy(input_ids=torch.tensor([ids]), output_hidden_states=True).hidden_states
+            shuf = gpt2(
+                input_ids=torch.tensor([ids]),
+                position_ids=torch.tensor(order)[None],
+                output_hidden_states=True,
+            ).hidden_states
+        for kind, states in (("random", rand), ("shuffled", shuf)):
+            maes = [probe.absolute_position_regression(h[0].double().numpy(), seed=seed).mae
+                    for h in states]  # fmt: skip
+            np.testing.assert_allclose(r.baselines[kind][seed], maes, atol=1e-9)
+    assert r.baselines["random"].shape == (2, 3)
+    assert r.to_dict()["baselines"]["shuffled"]["per_seed"] == r.baselines["shuffled"].tolist()
+
+
+def test_a_model_without_a_position_table_has_only_the_shuffled_ids():
+    from posenc.probe import forward
+
+    llama = tiny_models.llama()
+    assert forward.position_tables(llama) == [] and forward.forward_kinds(llama) == ("shuffled",)
+    bert = tiny_models.bert()
+    assert forward.forward_kinds(bert) == ("random", "shuffled")
+    assert [t for t in forward.position_tables(bert)] == [bert.embeddings.position_embeddings]
+
+
+def test_rope_activation_noise_random_projections_and_shuffled_pairs():
+    import copy
+
+    import torch
+
+    from posenc import probe
+
+    model = tiny_models.llama()
+    texts = [[1, 5, 9, 2, 33, 7, 7, 12], [3, 4, 5, 6, 7]]
+    before = model.model.layers[0].self_attn.q_proj.weight.detach().clone()
+    r = probe.rope_activation_usage(model, texts, baselines=2)
+    assert torch.equal(model.model.layers[0].self_attn.q_proj.weight, before)
+
+    def slow_half(usage):  # the share of norm² on the slowest half, by hand
+        energy = usage**2
+        share = (energy / energy.sum(axis=-1, keepdims=True)).mean(axis=(0, 1))
+        return share[len(share) // 2 :].sum()
+
+    for seed in (0, 1):
+        for what, usage in (("queries", r.queries.usage), ("keys", r.keys.usage)):
+            shuffled = np.random.default_rng([seed, 1]).permuted(usage, axis=-1)
+            assert r.baselines["shuffled"][what][seed] == pytest.approx(slow_half(shuffled))
+        noisy = copy.deepcopy(model)
+        m = 0
+        with torch.no_grad():
+            for layer in noisy.model.layers:
+                for proj in (layer.self_attn.q_proj, layer.self_attn.k_proj):
+                    W = proj.weight.double().numpy()
+                    g = np.random.default_rng([seed, 2, m]).standard_normal(W.shape)
+                    g *= (np.linalg.norm(W, axis=1) / np.linalg.norm(g, axis=1))[:, None]
+                    proj.weight.copy_(torch.from_numpy(g).float())
+                    m += 1
+        plain = probe.rope_activation_usage(noisy, texts)
+        assert r.baselines["random"]["queries"][seed] == pytest.approx(
+            slow_half(plain.queries.usage), rel=1e-9
+        )
+        assert r.baselines["random"]["keys"][seed] == pytest.approx(
+            slow_half(plain.keys.usage), rel=1e-9
+        )
+    assert r.queries.slow_half() == pytest.approx(slow_half(r.queries.usage))
+    assert "pairs shuffled: queries" in r.noise_line()
+    with pytest.raises(ValueError, match="baselines"):
+        probe.rope_activation_usage(model, texts, baselines=-1)

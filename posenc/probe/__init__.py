@@ -53,7 +53,10 @@ positions alone give: :func:`attention_locality_symmetry`,
 :func:`position_attention`),
 :mod:`.forward` (the skip-position attack through a model:
 :func:`skip_position_perplexity`; position through the layers:
-:func:`layer_position_probe`);
+:func:`layer_position_probe`; both with their noise, the model run with
+its position table random and its position ids shuffled),
+:mod:`.compare` (several models side by side: a table and a figure per
+analysis of a model);
 every public name is here.
 """
 

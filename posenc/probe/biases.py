@@ -493,6 +493,32 @@ class T5BucketBiases:
             "head_type": self.head_type.tolist(),
         }
 
+    def buckets_shuffled(self, seed: int) -> Dict[str, float]:
+        """The ``"shuffled"`` baseline for `seed`: each head's bucket biases
+        in an order of their own (``numpy.random.default_rng([seed,
+        1]).permuted`` along the buckets of each table, one generator for
+        all), expanded and measured as the tables are: ``{"local_mass": ...,
+        "decay": ...}``, each the mean over attentions and heads."""
+        from ..bias import t5_bias
+
+        rng = np.random.default_rng([seed, 1])
+        reach = int(self.distances[-1])
+        bias = np.full(self.bias.shape, np.nan)
+        for li, (table, both) in enumerate(zip(self.tables, self.bidirectional)):
+            row = t5_bias(
+                rng.permuted(np.asarray(table, dtype=np.float64), axis=0),
+                1,
+                2 * reach + 1,
+                bidirectional=bool(both),
+                max_distance=self.max_distance,
+                q_offset=reach,
+            )[:, 0, :]
+            bias[li] = row if both else np.where(self.distances <= 0, row, np.nan)
+        local, _, _, _, decay, _ = _t5_figures(
+            bias, self.distances, self.radius, min(self.max_distance, reach), self.bidirectional
+        )
+        return {"local_mass": float(local.mean()), "decay": float(decay.mean())}
+
     def summary(self) -> str:
         """One sentence: the head types counted per attention."""
         parts = []

@@ -1295,3 +1295,112 @@ class HubTensors:
         with self._remote.session():
             start, entry, filename = self._entry(key)
             return self._remote.tensor(filename, start, entry, key)
+
+
+# ---------------------------------------------------------------- a model to run
+
+#: The files besides the weights that transformers reads to run a model and
+#: tokenize its text.
+SNAPSHOT_FILES: Tuple[str, ...] = (
+    "config.json",
+    "generation_config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "vocab.json",
+    "vocab.txt",
+    "merges.txt",
+    "spiece.model",
+    "tokenizer.model",
+    "sentencepiece.bpe.model",
+)
+
+
+def snapshot(
+    name: str,
+    *,
+    timeout: Optional[float] = None,
+    deadline: Optional[float] = None,
+    max_bytes: Optional[int] = None,
+) -> Tuple[str, str]:
+    """``(folder, commit)``: a local copy of what transformers needs to run
+    the Hub model `name` (``org/name[@revision]``), fetched by posenc's own
+    requests within its limits, for ``from_pretrained(folder)``.
+
+    The files are :data:`SNAPSHOT_FILES` that the repository has and its
+    safetensors weights (``model.safetensors``, or the index and every shard
+    it names), each a whole file, each one load (its own `deadline`), each
+    refused above `max_bytes` (default ``POSENC_HUB_MAX_BYTES``, else
+    256 MiB) before its body is read.  They are kept under
+    ``<hub cache>/posenc/models--org--name/<commit>/snapshot/``, so that a
+    second run, or one offline (``HF_HUB_OFFLINE=1``), reads them there.
+
+    Raises
+    ------
+    HubError
+        As :func:`fetch`: no safetensors weights, a file above `max_bytes`
+        (download the model and give its folder), the Hub unreachable with
+        nothing cached, ...
+    """
+    repo_id, revision = _split(name)
+    revision = revision or "main"
+    limits = _limits(timeout, deadline, max_bytes)
+    hf = _hub()
+    endpoint, root, offline = _settings(hf)
+    cache = _Cache(root, repo_id)
+
+    def kept(commit: Optional[str]) -> Optional[str]:
+        if commit is None:
+            return None
+        folder = os.path.join(cache.folder, _safe(commit), "snapshot")
+        return folder if os.path.isfile(os.path.join(folder, ".complete")) else None
+
+    if offline:
+        commit = cache.commit(revision)
+        folder = kept(commit)
+        if folder is None or commit is None:
+            raise HubError(
+                f"{repo_id}: HF_HUB_OFFLINE is set and posenc's cache holds no copy of "
+                f"{repo_id}@{revision} to run; run once with the network, or give a model folder"
+            )
+        return folder, commit
+    remote = _Remote(hf, repo_id, revision, endpoint, limits)
+    with remote.session():
+        commit, files = remote.info()
+    cache.set_commit(revision, commit)
+    folder = kept(commit)
+    if folder is not None:
+        return folder, commit
+    wanted = [f for f in SNAPSHOT_FILES if f in files]
+    if _INDEX in files:
+        with remote.session():
+            index = remote.json_file(_INDEX)
+        weight_map = index.get("weight_map") if isinstance(index, dict) else None
+        shards = sorted(set(weight_map.values())) if isinstance(weight_map, dict) else []
+        if not shards or not all(isinstance(f, str) and f in files for f in shards):
+            raise ValueError(f"source: {repo_id}/{_INDEX} names shards the repository lacks")
+        wanted += [_INDEX, *shards]
+    elif _SINGLE in files:
+        wanted.append(_SINGLE)
+    else:
+        raise _weights_error(repo_id, files)
+    folder = os.path.join(cache.folder, _safe(commit), "snapshot")
+    for filename in wanted:
+        with remote.session():
+            url = remote._file_url(filename)
+            response = remote._get(
+                url, filename, limits.file_timeout, {"Accept-Encoding": "identity"}
+            )
+            declared = response.headers.get("Content-Length", "").strip()
+            if declared.isdigit() and int(declared) > limits.max_bytes:
+                response.close()
+                raise HubError(
+                    f"{repo_id}: {filename} is {int(declared):,} bytes, above posenc's bound of "
+                    f"{limits.max_bytes:,} (POSENC_HUB_MAX_BYTES); download the model "
+                    f"(`hf download {repo_id}`) and give its folder"
+                )
+            data = remote.http.read(response, limits.max_bytes, filename, limits.file_timeout)
+        cache._write(os.path.join(folder, *filename.split("/")), data)
+    cache._write(os.path.join(folder, ".complete"), commit.encode())
+    return folder, commit

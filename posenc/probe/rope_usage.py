@@ -13,7 +13,7 @@ import importlib
 import os
 import re
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -28,6 +28,17 @@ MAX_HEATMAP_ROWS = 192
 
 #: The most pixels a usage heat map has on either side.
 MAX_HEATMAP_PIXELS = 4096
+
+#: The baselines of the rotary usage, and what the report calls them:
+#: ``"random"``, the model run with each ``q_proj`` and ``k_proj`` weight
+#: replaced by Gaussian rows of the same norms (:func:`random_projections`;
+#: what the rows' norms alone give); ``"shuffled"``, each head's pair norms
+#: in a seeded order (:meth:`RopeFrequencyUsage.pairs_shuffled`: the same
+#: norms, their frequencies forgotten).
+ROPE_KINDS: Dict[str, str] = {
+    "random": "q/k projections random, row norms kept",
+    "shuffled": "pairs shuffled",
+}
 
 
 def _heat_rows(share: np.ndarray) -> Tuple[np.ndarray, str]:
@@ -136,6 +147,20 @@ class RopeFrequencyUsage:
         energy = self.usage**2
         total = energy.sum(axis=-1, keepdims=True)
         return np.divide(energy, total, out=np.zeros_like(energy), where=total > 0)
+
+    def slow_half(self) -> float:
+        """The share of the norm² on the slowest half of the pairs, mean over
+        the layers and heads (the figure :meth:`summary` gives)."""
+        share = self.share().mean(axis=(0, 1))
+        return float(share[len(share) // 2 :].sum())
+
+    def pairs_shuffled(self, seed: int) -> RopeFrequencyUsage:
+        """The ``"shuffled"`` baseline for `seed`: each head's pair norms in
+        an order of their own (``numpy.random.default_rng([seed,
+        1]).permuted`` along the pairs), the frequencies they went with
+        forgotten."""
+        usage = np.random.default_rng([seed, 1]).permuted(self.usage, axis=-1)
+        return RopeFrequencyUsage(usage, self.frequencies, self.layout, self.what)
 
     def plot(self, path: Optional[Any] = None, *, dpi: float = 110) -> Any:
         """A heatmap: rows are (layer, head), columns the pairs from the
@@ -426,6 +451,11 @@ class RopeActivationUsage:
     queries_share_std, keys_share_std : ndarray of shape (layers, heads, pairs)
         The standard deviation across the texts of each text's
         :meth:`RopeFrequencyUsage.share` (zeros for one text).
+    baselines : dict
+        ``{kind: {"queries": (figure per seed, ...), "keys": (...)}}``: the
+        slowest half's share (:meth:`RopeFrequencyUsage.slow_half`) on
+        usages without frequencies (:data:`ROPE_KINDS`), for seeds ``0 ..
+        len - 1``; empty without.
     """
 
     queries: RopeFrequencyUsage
@@ -434,6 +464,7 @@ class RopeActivationUsage:
     n_texts: int = 1
     queries_share_std: Optional[np.ndarray] = None
     keys_share_std: Optional[np.ndarray] = None
+    baselines: Dict[str, Dict[str, Tuple[float, ...]]] = field(default_factory=dict)
 
     def to_dict(self) -> Dict[str, Any]:
         out: Dict[str, Any] = {
@@ -445,7 +476,38 @@ class RopeActivationUsage:
         if self.queries_share_std is not None and self.keys_share_std is not None:
             out["queries"]["share_std"] = self.queries_share_std.tolist()
             out["keys"]["share_std"] = self.keys_share_std.tolist()
+        out["slow_half"] = {"queries": self.queries.slow_half(), "keys": self.keys.slow_half()}
+        out["baselines"] = {
+            kind: {
+                what: {
+                    "mean": float(np.mean(per_seed)),
+                    "std": float(np.std(per_seed)),
+                    "per_seed": [float(x) for x in per_seed],
+                }
+                for what, per_seed in figures.items()
+            }
+            for kind, figures in self.baselines.items()
+        }
         return out
+
+    def noise_line(self) -> str:
+        """The baselines of the slowest half's share in one line (empty without)."""
+        if not self.baselines:
+            return ""
+        parts = [
+            f"{ROPE_KINDS[kind]}: "
+            + ", ".join(
+                f"{what} {100 * np.mean(per_seed):.1f}% ± {100 * np.std(per_seed):.1f}"
+                for what, per_seed in figures.items()
+            )
+            for kind, figures in self.baselines.items()
+        ]
+        seeds = len(next(iter(next(iter(self.baselines.values())).values())))
+        return (
+            f"  noise (the slowest half's share, {seeds} seed{'s' if seeds > 1 else ''}): "
+            + "; ".join(parts)
+            + "."
+        )
 
     def summary(self) -> str:
         """Two sentences, the queries' and the keys' (as
@@ -580,7 +642,42 @@ def _forward_with(model: Any, files: Dict[str, Any], wrap: Any, ids: np.ndarray)
             files[name].apply_rotary_pos_emb = original
 
 
-def rope_activation_usage(model: Any, input_ids: Any) -> RopeActivationUsage:
+def random_projections(model: Any, seed: int) -> Any:
+    """A context within which every ``q_proj`` and ``k_proj`` ``Linear`` of
+    `model` holds Gaussian rows of its own rows' norms (the ``m``-th such
+    weight, in the order of ``model.named_modules()``, drawn from
+    ``numpy.random.default_rng([seed, 2, m])``); restored after."""
+    import contextlib
+
+    torch = importlib.import_module("torch")
+    linears = [
+        m
+        for name, m in model.named_modules()
+        if name.rsplit(".", 1)[-1] in ("q_proj", "k_proj") and isinstance(m, torch.nn.Linear)
+    ]
+
+    @contextlib.contextmanager
+    def swapped() -> Any:
+        saved = [m.weight.detach().clone() for m in linears]
+        try:
+            with torch.no_grad():
+                for index, m in enumerate(linears):
+                    W = m.weight.detach().double().cpu().numpy()
+                    g = np.random.default_rng([seed, 2, index]).standard_normal(W.shape)
+                    norms = np.linalg.norm(g, axis=1)
+                    norms[norms == 0] = 1.0
+                    g *= (np.linalg.norm(W, axis=1) / norms)[:, None]
+                    m.weight.copy_(torch.from_numpy(g).to(m.weight.dtype))
+            yield
+        finally:
+            with torch.no_grad():
+                for m, w in zip(linears, saved):
+                    m.weight.copy_(w)
+
+    return swapped()
+
+
+def rope_activation_usage(model: Any, input_ids: Any, *, baselines: int = 0) -> RopeActivationUsage:
     """Per layer, head and rotary pair, the mean norm of the queries and keys
     a transformers RoPE model rotates when run on texts (Barbero et al.'s
     measure from activations).
@@ -599,6 +696,11 @@ def rope_activation_usage(model: Any, input_ids: Any) -> RopeActivationUsage:
         per layer; run in eval mode, without gradients.
     input_ids : sequence of int, 1-D tensor, or a sequence of them
         One text, tokenised (at least 1 token), or several.
+    baselines : int
+        Also the slowest half's share on usages without frequencies
+        (:data:`ROPE_KINDS`), for seeds ``0 .. baselines-1``: the model run
+        again with random q/k projections of the same row norms, and the
+        pairs of each head shuffled.
 
     Raises
     ------
@@ -627,9 +729,52 @@ def rope_activation_usage(model: Any, input_ids: Any) -> RopeActivationUsage:
     (2, 32, (2, 4, 4))
     """
     text_config, files = _rope_modules(model)
-    torch = importlib.import_module("torch")
     inv_freq, layout, head_dim, n_heads, n_kv = _rope_layout(text_config)
     texts = _ids_list(input_ids)
+    baselines = v.integer(baselines, "baselines", minimum=0)
+    shape = (head_dim, n_heads, n_kv)
+    per_text_q, per_text_k = _activation_norms(model, files, texts, layout, shape, text_config)
+    q_texts = [RopeFrequencyUsage(q, inv_freq, layout, "queries") for q in per_text_q]
+    k_texts = [RopeFrequencyUsage(k, inv_freq, layout, "keys") for k in per_text_k]
+    queries = RopeFrequencyUsage(np.mean(per_text_q, axis=0), inv_freq, layout, "queries")
+    keys = RopeFrequencyUsage(np.mean(per_text_k, axis=0), inv_freq, layout, "keys")
+    noise: Dict[str, Dict[str, Tuple[float, ...]]] = {}
+    if baselines:
+        runs: Dict[str, List[float]] = {"queries": [], "keys": []}
+        for seed in range(baselines):
+            with random_projections(model, seed):
+                q, k = _activation_norms(model, files, texts, layout, shape, text_config)
+            for what, norms in (("queries", q), ("keys", k)):
+                usage = RopeFrequencyUsage(np.mean(norms, axis=0), inv_freq, layout)
+                runs[what].append(usage.slow_half())
+        noise["random"] = {what: tuple(figures) for what, figures in runs.items()}
+        noise["shuffled"] = {
+            what: tuple(u.pairs_shuffled(s).slow_half() for s in range(baselines))
+            for what, u in (("queries", queries), ("keys", keys))
+        }
+    return RopeActivationUsage(
+        queries,
+        keys,
+        int(sum(t.size for t in texts)),
+        len(texts),
+        np.std([u.share() for u in q_texts], axis=0),
+        np.std([u.share() for u in k_texts], axis=0),
+        noise,
+    )
+
+
+def _activation_norms(
+    model: Any,
+    files: Dict[str, Any],
+    texts: List[np.ndarray],
+    layout: str,
+    shape: Tuple[int, int, int],
+    text_config: Any,
+) -> Tuple[List[np.ndarray], List[np.ndarray]]:
+    """For each text, the mean norm of each pair of the queries and of the
+    keys, per layer and head: ``([(layers, heads, pairs)], [...])``."""
+    torch = importlib.import_module("torch")
+    head_dim, n_heads, n_kv = shape
 
     def norms(x: Any) -> np.ndarray:
         x = x.detach().double()
@@ -665,16 +810,7 @@ def rope_activation_usage(model: Any, input_ids: Any) -> RopeActivationUsage:
             )
         per_text_q.append(q_norms)
         per_text_k.append(k_norms)
-    q_texts = [RopeFrequencyUsage(q, inv_freq, layout, "queries") for q in per_text_q]
-    k_texts = [RopeFrequencyUsage(k, inv_freq, layout, "keys") for k in per_text_k]
-    return RopeActivationUsage(
-        RopeFrequencyUsage(np.mean(per_text_q, axis=0), inv_freq, layout, "queries"),
-        RopeFrequencyUsage(np.mean(per_text_k, axis=0), inv_freq, layout, "keys"),
-        int(sum(t.size for t in texts)),
-        len(texts),
-        np.std([u.share() for u in q_texts], axis=0),
-        np.std([u.share() for u in k_texts], axis=0),
-    )
+    return per_text_q, per_text_k
 
 
 def _check_head_dim(q: Any, k: Any, head_dim: int) -> None:

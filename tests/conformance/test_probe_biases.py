@@ -216,6 +216,37 @@ def test_t5_biases_are_the_modules_own_and_figures_the_direct_loops(
             assert r.head_type[li, h] == kind
 
 
+def test_t5_buckets_shuffled_is_the_modules_own_bias_of_permuted_tables(torch):
+    import copy
+
+    model = _t5("t5", torch)
+    r = probe.t5_bucket_biases(model, radius=4, reach=60)
+    for seed in (0, 1):
+        rng = np.random.default_rng([seed, 1])  # one generator, the tables in the result's order
+        shuffled = copy.deepcopy(model)
+        stacks = {"encoder": shuffled.encoder, "decoder": shuffled.decoder}
+        with torch.no_grad():
+            for layer in r.layers:
+                stack, block = layer.split(".")
+                attention = stacks[stack].block[int(block)].layer[0].SelfAttention
+                table = attention.relative_attention_bias.weight.double().numpy()
+                permuted = rng.permuted(table, axis=0)
+                attention.relative_attention_bias.weight.copy_(torch.from_numpy(permuted))
+        local, decay = [], []
+        for layer in r.layers:
+            stack, block = layer.split(".")
+            attention = stacks[stack].block[int(block)].layer[0].SelfAttention
+            expected = _hf_bias(attention, 60)
+            for h in range(expected.shape[0]):
+                figures = _direct_figures(expected[h], r.distances, 4, 60, stack == "encoder")
+                local.append(figures[0])
+                decay.append(figures[4])
+        got = r.buckets_shuffled(seed)
+        # float32 tables: transformers' and posenc's expansions agree to rounding
+        assert got["local_mass"] == pytest.approx(np.mean(local), abs=1e-6)
+        assert got["decay"] == pytest.approx(np.mean(decay), abs=1e-5)
+
+
 def test_t5_head_types_on_hand_made_tables(torch):
     model = _t5("t5", torch)
     table = np.zeros((32, 3))
