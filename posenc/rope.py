@@ -274,17 +274,9 @@ def rope_cos_sin(
     plan = _cached_plan(
         dim,
         "dim",
-        base,
-        scaling,
-        layout,
-        None,
-        layer_type,
-        mrope_section,
-        mrope_interleaved,
-        axial,
-        xpos,
-        xpos_scale_base,
-        xpos_centre,
+        (base, scaling, layout, None, layer_type),
+        (mrope_section, mrope_interleaved, axial),
+        (xpos, xpos_scale_base, xpos_centre),
     )
     return plan.cos_sin(positions, dtype=dtype, full=full, seq_len=seq_len)
 
@@ -445,17 +437,9 @@ def apply_rope(
     plan = _cached_plan(
         x.shape[-1],
         "x.shape[-1]",
-        base,
-        scaling,
-        layout,
-        rotary_dim,
-        layer_type,
-        mrope_section,
-        mrope_interleaved,
-        axial,
-        xpos,
-        xpos_scale_base,
-        xpos_centre,
+        (base, scaling, layout, rotary_dim, layer_type),
+        (mrope_section, mrope_interleaved, axial),
+        (xpos, xpos_scale_base, xpos_centre),
     )
     return plan._rotate(x, dtype, positions, offset, seq_axis, axes, inverse, out)
 
@@ -561,40 +545,23 @@ class Rope:
         self._build(
             head_dim,
             "head_dim",
-            base,
-            _snapshot(scaling),
-            layout,
-            rotary_dim,
-            layer_type,
-            mrope_section,
-            mrope_interleaved,
-            axial,
-            xpos,
-            xpos_scale_base,
-            xpos_centre,
+            (base, _snapshot(scaling), layout, rotary_dim, layer_type),
+            (mrope_section, mrope_interleaved, axial),
+            (xpos, xpos_scale_base, xpos_centre),
         )
         if not self._rope.family.needs_seq_len:
             self._frequencies_of(None)  # the parameters' errors here, not at a call
 
-    def _build(
-        self,
-        dim,
-        dim_name,
-        base,
-        scaling,
-        layout,
-        rotary_dim,
-        layer_type,
-        mrope_section,
-        mrope_interleaved,
-        axial,
-        xpos,
-        xpos_scale_base,
-        xpos_centre,
-    ):
+    def _build(self, dim, dim_name, config, rows, xpos_options):
         """Resolve the options (the head dimension `dim` named `dim_name` in
         messages): everything a call would check that does not depend on
-        its data."""
+        its data.  The options come in three groups, as ``Rope()`` takes
+        them: ``(base, scaling, layout, rotary_dim, layer_type)``, the rows
+        ``(mrope_section, mrope_interleaved, axial)`` and ``(xpos,
+        xpos_scale_base, xpos_centre)``."""
+        base, scaling, layout, rotary_dim, layer_type = config
+        mrope_section, mrope_interleaved, axial = rows
+        xpos, xpos_scale_base, xpos_centre = xpos_options
         set_ = object.__setattr__
         given_base = v.real(base, "base", positive=True)
         layout = v.choice(layout, "layout", tuple(_APPLY_LAYOUTS))
@@ -1016,11 +983,12 @@ def _frozen(value):
 _KEY_SCALARS = frozenset({int, float, str, bool, type(None)})
 
 
-def _cached_plan(dim, dim_name, base, scaling, *options):
-    """The plan of a call's options: one kept for the same options (scaling
-    None or a plain dict, whose reading warns of nothing), or a new one."""
+def _cached_plan(dim, dim_name, config, rows, xpos_options):
+    """The plan of a call's options (grouped as :meth:`Rope._build` takes
+    them): one kept for the same options (scaling None or a plain dict,
+    whose reading warns of nothing), or a new one."""
     try:
-        key = (dim, dim_name, _frozen(base), _frozen(scaling), *map(_frozen, options))
+        key = (dim, dim_name, _frozen(config), _frozen(rows), _frozen(xpos_options))
     except _NoKey:
         key = None
     if key is not None:
@@ -1028,7 +996,9 @@ def _cached_plan(dim, dim_name, base, scaling, *options):
         if plan is not None:
             return plan
     plan = Rope.__new__(Rope)
-    plan._build(dim, dim_name, base, scaling if key is None else _snapshot(scaling), *options)
+    if key is not None:  # the plan's own copy of a dict the caller may edit
+        config = config[:1] + (_snapshot(config[1]),) + config[2:]
+    plan._build(dim, dim_name, config, rows, xpos_options)
     if key is not None and not plan._rope.ignored:  # (a plan read with a warning warns again)
         if len(_PLANS) >= _PLANS_KEPT:
             try:
