@@ -325,9 +325,10 @@ def _load_named(name, key, args=None):
     model or a local path, its rows those its config makes positions."""
     from . import probe
     from .probe import hub
+    from .probe._loading import load_table
 
     if not hub.is_hub_name(name):
-        loaded, used = probe._load(name, key, max_rows=probe.MAX_POSITIONS)
+        loaded, used = load_table(name, key, max_rows=probe.MAX_POSITIONS)
         rows, published, note = _rows_of(probe._to_numpy(loaded), _local_config(name), args)
         return rows, name + (f" [{used}]" if used else ""), used, published, note, None
     got = hub.fetch(name, key=key, max_rows=probe.MAX_POSITIONS, paper=True)
@@ -834,6 +835,7 @@ def _probe(args):
 
 def _probe_checked(args):
     from . import probe, sinusoid
+    from .probe._loading import load_table
 
     analyses = _analyses(args.analyses)
     _check_analyses(args, analyses)
@@ -851,7 +853,7 @@ def _probe_checked(args):
         key = None
     try:
         if args.source is not None:
-            loaded, key = probe._load(args.source, args.key, max_rows=probe.MAX_POSITIONS)
+            loaded, key = load_table(args.source, args.key, max_rows=probe.MAX_POSITIONS)
             table, _, note = _rows_of(probe._to_numpy(loaded), _local_config(args.source), args)
             where = args.source + (f" [{key}]" if key else "") + f"; {note}"
             name = args.name or os.path.basename(os.path.normpath(args.source))

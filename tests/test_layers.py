@@ -34,11 +34,7 @@ pytestmark = pytest.mark.skipif(not SOURCES, reason="posenc's source is not inst
 # ---------------------------------------------------------------- exemptions
 
 #: import circles not yet taken apart, each as the set of its modules
-CIRCLES_LEFT = {
-    # posenc.probe: checkpoint reading and the hub's downloads share their
-    # readers both ways
-    frozenset({"posenc.probe.checkpoints", "posenc.probe.hub"}),
-}
+CIRCLES_LEFT: set = set()
 
 #: (importer, module, name) of the underscore names still imported from a
 #: module without an underscore
@@ -46,9 +42,6 @@ UNDERSCORE_IMPORTS_LEFT = {
     # the transformers patches read helpers of the modules they drive
     ("posenc.hf", "posenc.rope_scaling", "_layer_config"),
     ("posenc.hf", "posenc.torch", "_config_value"),
-    # the checkpoint loader, shared with the package and the hub's downloads
-    ("posenc.probe", "posenc.probe.checkpoints", "_load"),
-    ("posenc.probe.hub", "posenc.probe.checkpoints", "_choose"),
     # the report runs the absolute-position probe's seeds itself
     ("posenc.probe.report", "posenc.probe.analyses", "_absolute_position_regression"),
 }

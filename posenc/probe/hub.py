@@ -67,8 +67,8 @@ from ._readers import (
     _decode_safetensors,
     _parse_json,
     _shown,
+    choose_key,
 )
-from .checkpoints import _choose
 from .offsets import PAD_DEFAULTS
 
 #: A Hub repository id with an optional revision: ``name``, ``org/name``,
@@ -1049,7 +1049,7 @@ def fetch(
                 f"{repo_id}: {reason}, and its table is not in posenc's cache "
                 f"({os.path.join(root, 'posenc')}); {advice}"
             )
-        used = _choose(list(listing["files"]), key, where)
+        used = choose_key(list(listing["files"]), key, where)
         filename = listing["files"][used]
         table = cache.table(commit, filename, used)
         if table is None:
@@ -1090,7 +1090,7 @@ def fetch(
                 headers = listing.pop("_headers", {})
                 listing.update(_model_type(remote, files))
                 cache.set_listing(commit, listing)
-            used = _choose(list(listing["files"]), key, where)
+            used = choose_key(list(listing["files"]), key, where)
             filename = listing["files"][used]
             model_type = listing.get("model_type")
             table = cache.table(commit, filename, used)
