@@ -42,8 +42,6 @@ UNDERSCORE_IMPORTS_LEFT = {
     # the transformers patches read helpers of the modules they drive
     ("posenc.hf", "posenc.rope_scaling", "_layer_config"),
     ("posenc.hf", "posenc.torch", "_config_value"),
-    # the report runs the absolute-position probe's seeds itself
-    ("posenc.probe.report", "posenc.probe.analyses", "_absolute_position_regression"),
 }
 
 #: (module, key) of the sys.modules lookups of another library's modules
