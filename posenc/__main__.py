@@ -332,8 +332,7 @@ def _load_named(name, key, args=None):
         rows, published, note = _rows_of(probe._to_numpy(loaded), _local_config(name), args)
         return rows, name + (f" [{used}]" if used else ""), used, published, note, None
     got = hub.fetch(name, key=key, max_rows=probe.MAX_POSITIONS, paper=True)
-    config = {"model_type": got.model_type, "pad_token_id": got.pad_token_id}
-    rows, published, note = _rows_of(got.table, config, args)
+    rows, published, note = _rows_of(got.table, got.config, args)
     where = f"{got.repo_id}@{got.revision} ({got.commit[:12]}) on the Hub [{got.key}]"
     fetched = "from the cache" if got.from_cache else f"{got.bytes_fetched:,} bytes fetched"
     return rows, f"{where}; {fetched}", got.key, published, note, got
