@@ -697,21 +697,13 @@ def _probe_names(args, analyses):
                 skipped["table analyses"] = _one_line(exc)
         loaded.append((name, table, where, key, paper, note, got, skipped))
     results, data = [], []
-    extras = tuple(a for a in analyses if a in EXTRAS)
     for name, table, where, key, paper, note, got, skipped in loaded:
         label = args.name or name
         entry = {"name": label, "analyses": list(analyses), "skipped": skipped}
         print(f"{label}: {where}" + (f"; {note}" if note else ""))
         print()
         if "paper" in analyses and table is not None:
-            result = probe.report(
-                table,
-                name=label,
-                seeds=args.seeds,
-                progress=not args.no_progress,
-                extras=extras,
-                **_protocol(args),
-            )
+            result = _report(table, label, analyses, args)
             print(result.to_markdown(published=False))
             lines = result.summaries()
             results.append((label, result, paper, note))
@@ -866,15 +858,7 @@ def _probe_checked(args):
     print()
     data = {"name": name, "analyses": list(analyses)}
     if "paper" in analyses:
-        extras = tuple(a for a in analyses if a in EXTRAS)
-        result = probe.report(
-            table,
-            name=name,
-            seeds=args.seeds,
-            progress=not args.no_progress,
-            extras=extras,
-            **_protocol(args),
-        )
+        result = _report(table, name, analyses, args)
         print(result.to_markdown())
         lines = result.summaries()
         data.update(result.to_dict())
@@ -948,6 +932,18 @@ def _side_by_side(reports):
             lines.append(f"| {r.name} | " + " | ".join(cells) + " |")
         tables.append("\n".join(lines))
     return tables
+
+
+def _report(table, name, analyses, args):
+    """:func:`probe.report` of `table` with the command line's seeds,
+    progress bar, extra analyses and protocol."""
+    from . import probe
+
+    extras = tuple(a for a in analyses if a in EXTRAS)
+    progress = not args.no_progress
+    return probe.report(
+        table, name=name, seeds=args.seeds, progress=progress, extras=extras, **_protocol(args)
+    )
 
 
 def _protocol(args):
