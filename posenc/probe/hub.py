@@ -1046,6 +1046,28 @@ def fetch(
     def rows_bound(model_type: Optional[str]) -> Optional[int]:
         return None if paper and model_type in PAPER_PROTOCOL else max_rows
 
+    def found(
+        table: np.ndarray,
+        commit: str,
+        listing: Dict[str, Any],
+        used: str,
+        fetched: int,
+        cached: bool,
+    ) -> HubTable:
+        config = listing["config"]
+        return HubTable(
+            table,
+            repo_id,
+            revision,
+            commit,
+            listing["files"][used],
+            used,
+            _model_type(config),
+            fetched,
+            cached,
+            config,
+        )
+
     def from_cache(reason: str, advice: str) -> HubTable:
         commit = cache.commit(revision)
         listing = cache.listing(commit) if commit else None
@@ -1064,18 +1086,7 @@ def fetch(
         model_type = _model_type(listing["config"])
         _rows(table.shape, used, where, rows_bound(model_type))
         _cached_size(repo_id, filename, used, table, limits.max_bytes)
-        return HubTable(
-            table,
-            repo_id,
-            revision,
-            commit,
-            filename,
-            used,
-            model_type,
-            0,
-            True,
-            listing["config"],
-        )
+        return found(table, commit, listing, used, 0, True)
 
     if offline:
         return from_cache(
@@ -1098,7 +1109,7 @@ def fetch(
             filename = listing["files"][used]
             model_type = _model_type(listing["config"])
             table = cache.table(commit, filename, used)
-            from_cached = table is not None
+            cached = table is not None
             if table is None:
                 if filename not in headers:
                     headers[filename] = remote.header(filename)
@@ -1116,18 +1127,7 @@ def fetch(
                 _cached_size(repo_id, filename, used, table, limits.max_bytes)
     except _Unreachable as exc:
         return from_cache(exc.reason, exc.advice)
-    return HubTable(
-        table,
-        repo_id,
-        revision,
-        commit,
-        filename,
-        used,
-        model_type,
-        remote.fetched,
-        from_cached,
-        listing["config"],
-    )
+    return found(table, commit, listing, used, remote.fetched, cached)
 
 
 def _cached_size(repo_id: str, filename: str, key: str, table: np.ndarray, limit: int) -> None:
