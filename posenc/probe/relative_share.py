@@ -299,10 +299,8 @@ def relative_share(model: Any, texts: Any, *, name: Optional[str] = None) -> Log
 
     Examples
     --------
-    >>> import torch
     >>> from transformers import DebertaV2Config, DebertaV2Model
     >>> from posenc.probe import relative_share
-    >>> _ = torch.manual_seed(0)
     >>> deberta = DebertaV2Model(DebertaV2Config(
     ...     vocab_size=40, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
     ...     intermediate_size=32, relative_attention=True, pos_att_type=["c2p", "p2c"],
