@@ -10,7 +10,7 @@ from sklearn.linear_model import LinearRegression
 
 import posenc
 from posenc import probe
-from posenc.probe import analyses
+from posenc.probe import _fits
 
 
 def _linear_regression(X, y, test, cut):
@@ -21,8 +21,8 @@ def _report_with_scikit_learn(table):
     """The report as it was fitted before: every least-squares fold by
     scikit-learn's LinearRegression itself."""
     with (
-        mock.patch.object(analyses, "least_squares_predictions", lambda *args: None),
-        mock.patch.object(analyses, "lstsq_predictions", _linear_regression),
+        mock.patch.object(_fits, "least_squares_predictions", lambda *args: None),
+        mock.patch.object(_fits, "lstsq_predictions", _linear_regression),
     ):
         return probe.report(table, progress=False)
 

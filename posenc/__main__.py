@@ -337,14 +337,14 @@ def _load_named(name, key, args=None):
     model or a local path, its rows those its config makes positions."""
     from . import probe
     from .probe import hub
+    from .probe._loading import load_table
 
     if not hub.is_hub_name(name):
-        loaded, used = probe._load(name, key, max_rows=probe.MAX_POSITIONS)
+        loaded, used = load_table(name, key, max_rows=probe.MAX_POSITIONS)
         rows, published, note = _rows_of(probe._to_numpy(loaded), _local_config(name), args)
         return rows, name + (f" [{used}]" if used else ""), used, published, note, None
     got = hub.fetch(name, key=key, max_rows=probe.MAX_POSITIONS, paper=True)
-    config = {"model_type": got.model_type, "pad_token_id": got.pad_token_id}
-    rows, published, note = _rows_of(got.table, config, args)
+    rows, published, note = _rows_of(got.table, got.config, args)
     where = f"{got.repo_id}@{got.revision} ({got.commit[:12]}) on the Hub [{got.key}]"
     fetched = "from the cache" if got.from_cache else f"{got.bytes_fetched:,} bytes fetched"
     return rows, f"{where}; {fetched}", got.key, published, note, got
@@ -752,7 +752,6 @@ def _probe_names(args, analyses):
                 skipped["table analyses"] = _one_line(exc)
         loaded.append((name, table, where, key, paper, note, got, skipped))
     results, data, compared = [], [], []
-    extras = tuple(a for a in analyses if a in EXTRAS)
     noise_seeds = 0 if args.no_baselines else min(args.seeds, _FORWARD_SEEDS)
     for name, table, where, key, paper, note, got, skipped in loaded:
         label = args.name or name
@@ -761,14 +760,7 @@ def _probe_names(args, analyses):
         print(f"{label}: {where}" + (f"; {note}" if note else ""))
         print()
         if "paper" in analyses and table is not None:
-            result = probe.report(
-                table,
-                name=label,
-                seeds=args.seeds,
-                progress=not args.no_progress,
-                extras=extras,
-                **_protocol(args),
-            )
+            result = _report(table, label, analyses, args)
             print(result.to_markdown(published=False))
             lines = result.summaries()
             results.append((label, result, paper, note))
@@ -1057,6 +1049,7 @@ def _probe(args):
 
 def _probe_checked(args):
     from . import probe, sinusoid
+    from .probe._loading import load_table
 
     analyses = _analyses(args.analyses)
     _check_analyses(args, analyses)
@@ -1074,7 +1067,7 @@ def _probe_checked(args):
         key = None
     try:
         if args.source is not None:
-            loaded, key = probe._load(args.source, args.key, max_rows=probe.MAX_POSITIONS)
+            loaded, key = load_table(args.source, args.key, max_rows=probe.MAX_POSITIONS)
             table, _, note = _rows_of(probe._to_numpy(loaded), _local_config(args.source), args)
             where = args.source + (f" [{key}]" if key else "") + f"; {note}"
             name = args.name or os.path.basename(os.path.normpath(args.source))
@@ -1088,15 +1081,7 @@ def _probe_checked(args):
     print()
     data = {"name": name, "analyses": list(analyses)}
     if "paper" in analyses:
-        extras = tuple(a for a in analyses if a in EXTRAS)
-        result = probe.report(
-            table,
-            name=name,
-            seeds=args.seeds,
-            progress=not args.no_progress,
-            extras=extras,
-            **_protocol(args),
-        )
+        result = _report(table, name, analyses, args)
         print(result.to_markdown())
         lines = result.summaries()
         data.update(result.to_dict())
@@ -1175,6 +1160,18 @@ def _side_by_side(reports):
             lines.append(f"| {r.name} | " + " | ".join(cells) + " |")
         tables.append("\n".join(lines))
     return tables
+
+
+def _report(table, name, analyses, args):
+    """:func:`probe.report` of `table` with the command line's seeds,
+    progress bar, extra analyses and protocol."""
+    from . import probe
+
+    extras = tuple(a for a in analyses if a in EXTRAS)
+    progress = not args.no_progress
+    return probe.report(
+        table, name=name, seeds=args.seeds, progress=progress, extras=extras, **_protocol(args)
+    )
 
 
 def _protocol(args):

@@ -22,14 +22,7 @@ import numpy as np
 from . import _validate as v
 from ._distance_bias import distance_args
 from ._dtypes import is_bfloat16, widen
-from ._kerple_fire import (
-    distances,
-    fire_inputs,
-    fire_params,
-    kerple_params,
-    log1p_product,
-    tiles,
-)
+from ._kerple_fire import distances, fire_inputs, fire_params, kerple_params, log1p_product, tiles
 
 
 def _ratio(x, y):

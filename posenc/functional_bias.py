@@ -39,14 +39,7 @@ from . import _core, _kerple_fire
 from . import _validate as v
 from ._distance_bias import distance_args, run_on_views, scores_target
 from ._interop import accepts_tensors
-from ._kerple_fire import (
-    distances,
-    fire_inputs,
-    fire_params,
-    kerple_params,
-    log1p_product,
-    tiles,
-)
+from ._kerple_fire import distances, fire_inputs, fire_params, kerple_params, log1p_product, tiles
 
 __all__ = ["fire_bias", "kerple_bias", "sandwich_bias"]
 
@@ -183,7 +176,8 @@ def kerple_bias(
     Returns
     -------
     ndarray
-        The ``(n_heads, q_len, k_len)`` bias, or `scores` with it added.
+        The ``(n_heads, q_len, k_len)`` bias, a head for each value of `r1`, or
+        `scores` with it added.
 
     Notes
     -----
@@ -448,7 +442,8 @@ def fire_bias(
     Returns
     -------
     ndarray
-        The ``(n_heads, q_len, k_len)`` bias, or `scores` with it added.
+        The ``(n_heads, q_len, k_len)`` bias, or `scores` with it added; its heads
+        are the rows of `w2`.
 
     Notes
     -----

@@ -246,12 +246,12 @@ def test_plot_writes_the_format_its_extension_names_at_exactly_that_path(
     ],
 )
 def test_errors_no_input_should_raise_still_give_one_line(small_npy, monkeypatch, capsys, exc):
-    from posenc import probe
+    from posenc.probe import _loading
 
     def fail(*args, **kwargs):
         raise exc
 
-    monkeypatch.setattr(probe, "_load", fail)
+    monkeypatch.setattr(_loading, "load_table", fail)
     assert main(["probe", "--source", str(small_npy)]) == 1
     out, err = capsys.readouterr()
     assert out == "" and err.startswith(PREFIX) and err.count("\n") == 1

@@ -26,6 +26,7 @@ from optional import require
 
 from posenc import probe
 from posenc.__main__ import main
+from posenc.probe import offsets
 
 PREFIX = "posenc probe: error: "
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"
@@ -706,6 +707,44 @@ def test_the_advice_for_a_tall_hub_table_works(server, tmp_path, capsys, monkeyp
     np.save(part, E_hub[::128])  # 65 rows
     assert main(["probe", "--no-progress", "--seeds", "1", "--source", str(part)]) == 0
     assert "part.npy" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("entries", [{}, {"pad_token_id": None}], ids=["left-out", "null"])
+def test_a_left_out_and_a_null_pad_token_id_are_read_as_transformers_reads_them(
+    server, tmp_path, capsys, monkeypatch, entries
+):
+    """A RoBERTa config.json without pad_token_id: transformers' config class
+    fills its default, and the positions start after it; with a null, it is
+    None, and no row can be placed: refused.  Fetched and cached alike."""
+    transformers = require("transformers")
+    config = {"model_type": "roberta", **entries}
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(config))
+    pad = transformers.AutoConfig.from_pretrained(folder).pad_token_id  # the witness
+    assert pad == (1 if entries == {} else None)
+    E = np.random.default_rng(0).standard_normal((24, 4)).astype(np.float32)
+    weights = _safetensors({"roberta.embeddings.position_embeddings.weight": E})
+    files = {"model.safetensors": weights, "config.json": json.dumps(config).encode()}
+    server.repos["org/roberta"] = Repo(files)
+    fetched = probe.hub.fetch("org/roberta")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    cached = probe.hub.fetch("org/roberta")
+    assert not fetched.from_cache and cached.from_cache
+    for got in (fetched, cached):
+        assert got.config == config
+        if pad is None:
+            with pytest.raises(ValueError, match="pad_token_id=None"):
+                offsets.position_rule(got.config)
+        else:
+            assert offsets.position_rule(got.config).first_row == pad + 1
+    if pad is None:
+        assert "config gives pad_token_id=None" in _cli_error(capsys, "org/roberta")
+    else:
+        assert main(["probe", "org/roberta", "--seeds", "1", "--no-progress"]) == 0
+        header = capsys.readouterr().out.splitlines()[0]
+        assert f"first {pad + 1} rows dropped" in header
+        assert f"(pad_token_id {pad}, the default of roberta's config)" in header
 
 
 def test_rope_usage_refuses_a_weight_above_max_bytes_before_its_bytes(server, monkeypatch):

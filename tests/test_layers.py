@@ -34,21 +34,11 @@ pytestmark = pytest.mark.skipif(not SOURCES, reason="posenc's source is not inst
 # ---------------------------------------------------------------- exemptions
 
 #: import circles not yet taken apart, each as the set of its modules
-CIRCLES_LEFT = {
-    # posenc.probe: checkpoint reading and the hub's downloads share their
-    # readers both ways
-    frozenset({"posenc.probe.checkpoints", "posenc.probe.hub"}),
-}
+CIRCLES_LEFT: set = set()
 
 #: (importer, module, name) of the underscore names still imported from a
 #: module without an underscore
-UNDERSCORE_IMPORTS_LEFT = {
-    # the checkpoint loader, shared with the package and the hub's downloads
-    ("posenc.probe", "posenc.probe.checkpoints", "_load"),
-    ("posenc.probe.hub", "posenc.probe.checkpoints", "_choose"),
-    # the report runs the absolute-position probe's seeds itself
-    ("posenc.probe.report", "posenc.probe.analyses", "_absolute_position_regression"),
-}
+UNDERSCORE_IMPORTS_LEFT: set = set()
 
 #: (reader, module, name) of the underscore attributes still read from a
 #: module without an underscore (``probe._load``)
@@ -59,7 +49,6 @@ UNDERSCORE_ATTRIBUTES_LEFT = {
     ("posenc.__main__", "posenc.probe", "_plot_format"),
     ("posenc.__main__", "posenc.probe", "_table"),
     ("posenc.__main__", "posenc.probe", "_to_numpy"),
-    ("posenc.probe.checkpoints", "posenc.probe.hub", "_check_limits"),
 }
 
 #: (module, key) of the sys.modules lookups of another library's modules

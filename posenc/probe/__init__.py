@@ -89,7 +89,6 @@ from .biases import (
     t5_bucket_biases,
 )
 from .checkpoints import KNOWN_KEYS as KNOWN_KEYS
-from .checkpoints import _load as _load
 from .checkpoints import load_position_embeddings
 from .forward import (
     LayerPositionProbe,

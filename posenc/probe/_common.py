@@ -1,7 +1,7 @@
 """Helpers several probe modules share, as public names of this private
-module: the cross-validation folds, the Hub's bounds on seconds, the rows of
-a table a probe reads, a model's positions, token-id texts and a mean of
-attention terms.
+module: the cross-validation folds and the figures of each fold, the Hub's
+bounds on seconds, the rows of a table a probe reads, a model's positions,
+token-id texts and a mean of attention terms.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 import numpy as np
 
 from .. import _validate as v
+from .._typing import NDArray
 
 if TYPE_CHECKING:
     from .offsets import PositionRule
@@ -36,6 +37,18 @@ def fold_slices(n: int, folds: int) -> List[slice]:
     sizes[: n % folds] += 1
     stops = np.cumsum(sizes)
     return [slice(int(b - s), int(b)) for s, b in zip(sizes, stops)]
+
+
+def train_mask(n: int, test: slice) -> NDArray[np.bool_]:
+    """The rows of `n` outside the fold `test`: those a fold's model is fitted on."""
+    mask = np.ones(n, dtype=bool)
+    mask[test] = False
+    return mask
+
+
+def format_floats(values: NDArray[np.float64], fmt: str) -> str:
+    """``[a, b, ...]``, each value in `fmt` (the per-fold figures of a result's repr)."""
+    return "[" + ", ".join(format(float(x), fmt) for x in values) + "]"
 
 
 # ---------------------------------------------------------------- the Hub's bounds

@@ -1,4 +1,6 @@
-"""The absolute-position probe's least-squares fit in LAPACK terms.
+"""The absolute-position probe's folds (:func:`absolute_position_fit`, with
+its result, :class:`AbsolutePositionResult`) and its least-squares fit in
+LAPACK terms.
 
 :func:`least_squares_predictions` computes what scikit-learn's
 ``LinearRegression`` computes (ordinary least squares with an intercept, the
@@ -16,12 +18,15 @@ classes it predicts are those of where it stopped, not those of the optimum.
 
 from __future__ import annotations
 
-from typing import Optional
+from dataclasses import dataclass
+from typing import Optional, Tuple
 
 import numpy as np
 
 from .._typing import NDArray
-from ._optional import require
+from ._common import fold_slices, format_floats, train_mask
+from ._optional import one_thread, require
+from .protocol import make_regressor
 
 #: How far above scikit-learn's cut the smallest singular value must be
 #: certified to lie for the QR solution to be the one it computes.
@@ -104,3 +109,93 @@ def least_squares_predictions(
     if info != 0 or info2 != 0:
         return None
     return (test - mean) @ w[:, 0] + y.mean()
+
+
+@dataclass(frozen=True, repr=False)
+class AbsolutePositionResult:
+    """Result of :func:`absolute_position_regression`.
+
+    Attributes
+    ----------
+    mae : float
+        Mean absolute error in positions, averaged over the folds.
+    fold_mae : ndarray of shape (folds,)
+        The mean absolute error of each fold.
+    predictions : ndarray of shape (n_positions,)
+        ``predictions[p]``: the rounded position predicted for row ``p`` by
+        the model that did not see it (so ``|predictions - arange(n)|`` are the
+        scored errors).
+    seed : int
+        The seed of the shuffle.
+    split, regressor : str
+        The protocol (:mod:`posenc.probe.protocol`).
+    """
+
+    mae: float
+    fold_mae: NDArray[np.float64]
+    predictions: NDArray[np.float64]
+    seed: int
+    split: str = "paper"
+    regressor: str = "linear"
+
+    def __repr__(self) -> str:
+        return (
+            f"AbsolutePositionResult(mae={self.mae:.4g}, "
+            f"fold_mae={format_floats(self.fold_mae, '.4g')}, seed={self.seed})"
+        )
+
+
+def absolute_position_fit(
+    table: NDArray[np.float64],
+    folds: int,
+    seed: int,
+    try_qr: bool = True,
+    split: str = "paper",
+    regressor: str = "linear",
+) -> Tuple[AbsolutePositionResult, bool]:
+    """:func:`~posenc.probe.absolute_position_regression` of a checked table,
+    and whether a fold's QR fit was refused.
+
+    Each fold is fitted by QR (:func:`least_squares_predictions`) while the
+    certificate accepts it; once it refuses a fold (or with `try_qr` False)
+    the folds after it are fitted as scikit-learn fits them
+    (:func:`lstsq_predictions`).  Skipping the QR
+    attempt only ever chooses that path, which is correct for every fold
+    (QR is only a faster way to the same solution, where certified): it
+    saves an attempt that the certificate would most likely refuse again,
+    as the folds of one table (of any seed) are its rows less a fifth, with
+    nearly the same singular values.
+    """
+    linear_model = require("sklearn.linear_model", "absolute_position_regression")
+    n = table.shape[0]
+    order = np.random.default_rng(seed).permutation(n) if split == "paper" else np.arange(n)
+    X, y = table[order], order.astype(np.float64)
+    predictions = np.empty(n)
+    fold_mae = np.empty(folds)
+    # the share of the largest singular value below which lstsq cuts
+    cut = max(float(getattr(linear_model.LinearRegression(), "tol", 0.0)), np.finfo(float).eps)
+    refused = False
+    with one_thread():
+        for k, test in enumerate(fold_slices(n, folds)):
+            train = train_mask(n, test)
+            predicted = None
+            if regressor != "linear":
+                model = make_regressor(regressor, seed).fit(X[train], y[train])
+                predicted = np.asarray(model.predict(X[test]), dtype=np.float64)
+            elif try_qr and not refused:
+                predicted = least_squares_predictions(X[train], y[train], X[test], cut)
+                refused = predicted is None
+            if predicted is None:  # scikit-learn's SVD cuts a singular value: its solution
+                predicted = lstsq_predictions(X[train], y[train], X[test], cut)
+            rounded = np.rint(predicted)
+            predictions[order[test]] = rounded
+            fold_mae[k] = np.mean(np.abs(rounded - y[test]))
+    result = AbsolutePositionResult(
+        mae=float(np.mean(fold_mae)),
+        fold_mae=fold_mae,
+        predictions=predictions,
+        seed=seed,
+        split=split,
+        regressor=regressor,
+    )
+    return result, refused

@@ -1,11 +1,13 @@
 """The checkpoint file formats posenc reads, each bounded and checked before
 anything of a declared size is made: ``.npy``, ``.npz``, ``.safetensors``,
 torch checkpoints, their ``.index.json`` indexes and model directories
-(:func:`_open_path`), and the bounded JSON reader (:func:`_read_json`).
+(:func:`_open_path`), the bounded JSON reader (:func:`_read_json`), and
+the choice of the table among a checkpoint's keys (:func:`choose_key`).
 
 posenc.probe.checkpoints finds a table in them; posenc.probe.hub, the
 attention, bias and RoPE probes read their tensors through them.  The names
-keep the underscore they had in posenc.probe.checkpoints.
+keep the underscore they had in posenc.probe.checkpoints, but for
+:func:`choose_key`, which the table loader and the Hub's downloads share.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import importlib
 import json
 import math
 import os
+import re
 import stat
 import struct
 import zipfile
@@ -669,3 +672,57 @@ def _shown(name, limit=100):
     printable, else its repr; at most `limit` characters."""
     text = name if isinstance(name, str) and name.isprintable() else repr(name)
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+# ---------------------------------------------------------------- the table's key
+
+
+def _list_keys(keys, limit=12):
+    keys = [_shown(k) for k in keys]
+    # The keys a person is looking for first: those that mention positions.
+    keys.sort(key=lambda k: (("pos" not in k.lower()) and ("embed" not in k.lower()), k))
+    shown = ", ".join(keys[:limit])
+    more = f" and {len(keys) - limit} more" if len(keys) > limit else ""
+    return f"{shown}{more}" if keys else "(none)"
+
+
+def choose_key(keys, key, where):
+    """The name of the table: `key`, or the one known key among `keys`."""
+    if key is not None:
+        if not isinstance(key, str):
+            raise TypeError(f"key must be a string, not {type(key).__name__}")
+        if key not in keys:
+            raise ValueError(f"key {key!r} not found in {where}; keys seen: {_list_keys(keys)}")
+        return key
+    found = [k for k in keys if _is_known(k)]
+    if len(found) == 1:
+        return found[0]
+    if len(keys) == 1 and len(found) == 0:
+        return keys[0]
+    if found:
+        raise ValueError(
+            f"{where} holds several position tables ({', '.join(map(_shown, found))}); "
+            "choose one with key (--key on the command line)"
+        )
+    raise ValueError(
+        f"no position-embedding table found in {where} (looked for keys ending in "
+        f"{', '.join(KNOWN_KEYS)}){_without_table(keys)}; name it with key (--key on the "
+        f"command line). Keys seen: {_list_keys(keys)}"
+    )
+
+
+def _without_table(keys):
+    """What a checkpoint without a table holds instead, by its keys: T5's
+    relative biases, or per-layer query projections (a RoPE model's)."""
+    if any(k.endswith("relative_attention_bias.weight") for k in keys):
+        return (
+            ": it is a T5-style model, whose positions are learned relative attention "
+            "biases (…relative_attention_bias.weight), not a table of absolute positions"
+        )
+    if any(re.search(r"layers\.\d+\.self_attn\.q_proj\.weight$", k) for k in keys):
+        return (
+            ": it has per-layer q_proj weights and no table, as a RoPE model (Llama-like) "
+            "has; if it is one, --analyses rope_usage (probe.rope_frequency_usage_from_checkpoint) "
+            "measures how its heads use the rotary frequencies"
+        )
+    return ""

@@ -18,8 +18,9 @@ import numpy as np
 from .. import _validate as v
 from .._typing import ArrayLike, NDArray
 from ._common import FOLDS as _FOLDS
-from ._common import check_folds, fold_slices
-from ._fits import least_squares_predictions, lstsq_predictions
+from ._common import check_folds, fold_slices, format_floats, train_mask
+from ._fits import AbsolutePositionResult as AbsolutePositionResult
+from ._fits import absolute_position_fit
 from ._optional import one_thread as _one_thread
 from ._optional import require as _require
 from ._tables import _table
@@ -28,7 +29,6 @@ from .protocol import (
     check_split,
     heldout_pairs,
     make_classifier,
-    make_regressor,
 )
 
 # ---------------------------------------------------------------- argument checks
@@ -43,51 +43,7 @@ from .protocol import (
 MAX_POSITIONS: int = 8192
 
 
-def _train_mask(n: int, test: slice) -> NDArray[np.bool_]:
-    mask = np.ones(n, dtype=bool)
-    mask[test] = False
-    return mask
-
-
-def _short(values: NDArray[np.float64], fmt: str) -> str:
-    return "[" + ", ".join(format(float(x), fmt) for x in values) + "]"
-
-
 # ---------------------------------------------------------------- linear probes
-
-
-@dataclass(frozen=True, repr=False)
-class AbsolutePositionResult:
-    """Result of :func:`absolute_position_regression`.
-
-    Attributes
-    ----------
-    mae : float
-        Mean absolute error in positions, averaged over the folds.
-    fold_mae : ndarray of shape (folds,)
-        The mean absolute error of each fold.
-    predictions : ndarray of shape (n_positions,)
-        ``predictions[p]``: the rounded position predicted for row ``p`` by
-        the model that did not see it (so ``|predictions - arange(n)|`` are the
-        scored errors).
-    seed : int
-        The seed of the shuffle.
-    split, regressor : str
-        The protocol (:mod:`posenc.probe.protocol`).
-    """
-
-    mae: float
-    fold_mae: NDArray[np.float64]
-    predictions: NDArray[np.float64]
-    seed: int
-    split: str = "paper"
-    regressor: str = "linear"
-
-    def __repr__(self) -> str:
-        return (
-            f"AbsolutePositionResult(mae={self.mae:.4g}, "
-            f"fold_mae={_short(self.fold_mae, '.4g')}, seed={self.seed})"
-        )
 
 
 @dataclass(frozen=True, repr=False)
@@ -119,7 +75,7 @@ class RelativeOrderResult:
     def __repr__(self) -> str:
         return (
             f"RelativeOrderResult(error_rate={self.error_rate:.4f}, "
-            f"fold_errors={_short(self.fold_errors, '.4f')}, pairs={len(self.pairs)}, "
+            f"fold_errors={format_floats(self.fold_errors, '.4f')}, pairs={len(self.pairs)}, "
             f"seed={self.seed})"
         )
 
@@ -184,63 +140,7 @@ def absolute_position_regression(
     folds = check_folds(folds, table.shape[0], "positions (rows of E)")
     seed = v.integer(seed, "seed", minimum=0)
     split, regressor = check_split(split), check_regressor(regressor)
-    return _absolute_position_regression(table, folds, seed, True, split, regressor)[0]
-
-
-def _absolute_position_regression(
-    table: NDArray[np.float64],
-    folds: int,
-    seed: int,
-    try_qr: bool = True,
-    split: str = "paper",
-    regressor: str = "linear",
-) -> Tuple[AbsolutePositionResult, bool]:
-    """:func:`absolute_position_regression` of a checked table, and whether
-    a fold's QR fit was refused.
-
-    Each fold is fitted by QR (:func:`least_squares_predictions`) while the
-    certificate accepts it; once it refuses a fold (or with `try_qr` False)
-    the folds after it are fitted as scikit-learn fits them
-    (:func:`lstsq_predictions`).  Skipping the QR
-    attempt only ever chooses that path, which is correct for every fold
-    (QR is only a faster way to the same solution, where certified): it
-    saves an attempt that the certificate would most likely refuse again,
-    as the folds of one table (of any seed) are its rows less a fifth, with
-    nearly the same singular values.
-    """
-    linear_model = _require("sklearn.linear_model", "absolute_position_regression")
-    n = table.shape[0]
-    order = np.random.default_rng(seed).permutation(n) if split == "paper" else np.arange(n)
-    X, y = table[order], order.astype(np.float64)
-    predictions = np.empty(n)
-    fold_mae = np.empty(folds)
-    # the share of the largest singular value below which lstsq cuts
-    cut = max(float(getattr(linear_model.LinearRegression(), "tol", 0.0)), np.finfo(float).eps)
-    refused = False
-    with _one_thread():
-        for k, test in enumerate(fold_slices(n, folds)):
-            train = _train_mask(n, test)
-            predicted = None
-            if regressor != "linear":
-                model = make_regressor(regressor, seed).fit(X[train], y[train])
-                predicted = np.asarray(model.predict(X[test]), dtype=np.float64)
-            elif try_qr and not refused:
-                predicted = least_squares_predictions(X[train], y[train], X[test], cut)
-                refused = predicted is None
-            if predicted is None:  # scikit-learn's SVD cuts a singular value: its solution
-                predicted = lstsq_predictions(X[train], y[train], X[test], cut)
-            rounded = np.rint(predicted)
-            predictions[order[test]] = rounded
-            fold_mae[k] = np.mean(np.abs(rounded - y[test]))
-    result = AbsolutePositionResult(
-        mae=float(np.mean(fold_mae)),
-        fold_mae=fold_mae,
-        predictions=predictions,
-        seed=seed,
-        split=split,
-        regressor=regressor,
-    )
-    return result, refused
+    return absolute_position_fit(table, folds, seed, True, split, regressor)[0]
 
 
 def _draw_pairs(n: int, count: int, seed: int) -> NDArray[np.int64]:
@@ -327,7 +227,7 @@ def relative_order_classification(
     if split == "paper":
         index = _draw_pairs(n, count, seed)
         X, y = features(index)
-        cut = [(_train_mask(count, test), test) for test in fold_slices(count, folds)]
+        cut = [(train_mask(count, test), test) for test in fold_slices(count, folds)]
         sets = [(X[train], y[train], X[test], y[test]) for train, test in cut]
     else:
         if folds > n // 2:

@@ -356,10 +356,8 @@ def logit_decomposition(
 
     Examples
     --------
-    >>> import torch
     >>> from transformers import BertConfig, BertModel
     >>> from posenc.probe import TERMS, logit_decomposition
-    >>> _ = torch.manual_seed(0)
     >>> bert = BertModel(BertConfig(vocab_size=50, hidden_size=32, num_hidden_layers=1,
     ...                             num_attention_heads=2, intermediate_size=64)).eval()
     >>> d = logit_decomposition(bert, [2, 7, 1, 8, 2, 8])

@@ -366,10 +366,8 @@ def alibi_logit_spread(model: Any, texts: Any) -> np.ndarray:
 
     Examples
     --------
-    >>> import torch
     >>> from transformers import BloomConfig, BloomForCausalLM
     >>> from posenc.probe import alibi_logit_spread, alibi_windows
-    >>> _ = torch.manual_seed(0)
     >>> bloom = BloomForCausalLM(BloomConfig(vocab_size=40, hidden_size=24, n_layer=2, n_head=6,
     ...                                      attn_implementation="eager")).eval()
     >>> spread = alibi_logit_spread(bloom, [list(range(10)), list(range(3, 20))])
@@ -615,10 +613,8 @@ def t5_bucket_biases(
 
     Examples
     --------
-    >>> import torch
     >>> from transformers import T5Config, T5Model
     >>> from posenc.probe import t5_bucket_biases
-    >>> _ = torch.manual_seed(0)
     >>> t5 = T5Model(T5Config(d_model=16, d_kv=4, d_ff=32, num_layers=1, num_heads=2,
     ...                       vocab_size=40))
     >>> r = t5_bucket_biases(t5)

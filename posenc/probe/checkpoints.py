@@ -5,130 +5,12 @@ it reads (``.npy``, ``.npz``, ``.safetensors``, torch checkpoints).
 
 from __future__ import annotations
 
-import os
-from collections.abc import Mapping
-from typing import Any, Optional, Tuple
-
-import numpy as np
+from typing import Any, Optional
 
 from .._typing import NDArray
+from ._loading import load_table
 from ._readers import KNOWN_KEYS as KNOWN_KEYS  # the tables' names, public here
-from ._readers import _flatten, _is_known, _NpyFile, _open_path, _shown
-from ._tables import _check_rows, _to_numpy
-
-# ---------------------------------------------------------------- the table's key
-
-
-def _list_keys(keys, limit=12):
-    keys = [_shown(k) for k in keys]
-    # The keys a person is looking for first: those that mention positions.
-    keys.sort(key=lambda k: (("pos" not in k.lower()) and ("embed" not in k.lower()), k))
-    shown = ", ".join(keys[:limit])
-    more = f" and {len(keys) - limit} more" if len(keys) > limit else ""
-    return f"{shown}{more}" if keys else "(none)"
-
-
-def _choose(keys, key, where):
-    """The name of the table: `key`, or the one known key among `keys`."""
-    if key is not None:
-        if not isinstance(key, str):
-            raise TypeError(f"key must be a string, not {type(key).__name__}")
-        if key not in keys:
-            raise ValueError(f"key {key!r} not found in {where}; keys seen: {_list_keys(keys)}")
-        return key
-    found = [k for k in keys if _is_known(k)]
-    if len(found) == 1:
-        return found[0]
-    if len(keys) == 1 and len(found) == 0:
-        return keys[0]
-    if found:
-        raise ValueError(
-            f"{where} holds several position tables ({', '.join(map(_shown, found))}); "
-            "choose one with key (--key on the command line)"
-        )
-    raise ValueError(
-        f"no position-embedding table found in {where} (looked for keys ending in "
-        f"{', '.join(KNOWN_KEYS)}){_without_table(keys)}; name it with key (--key on the "
-        f"command line). Keys seen: {_list_keys(keys)}"
-    )
-
-
-def _without_table(keys):
-    """What a checkpoint without a table holds instead, by its keys: T5's
-    relative biases, or per-layer query projections (a RoPE model's)."""
-    import re
-
-    if any(k.endswith("relative_attention_bias.weight") for k in keys):
-        return (
-            ": it is a T5-style model, whose positions are learned relative attention "
-            "biases (…relative_attention_bias.weight), not a table of absolute positions"
-        )
-    if any(re.search(r"layers\.\d+\.self_attn\.q_proj\.weight$", k) for k in keys):
-        return (
-            ": it has per-layer q_proj weights and no table, as a RoPE model (Llama-like) "
-            "has; if it is one, --analyses rope_usage (probe.rope_frequency_usage_from_checkpoint) "
-            "measures how its heads use the rotary frequencies"
-        )
-    return ""
-
-
-def _load(
-    source: Any,
-    key: Optional[str] = None,
-    *,
-    max_rows: Optional[int] = None,
-    **hub_limits: Any,
-) -> Tuple[Any, Optional[str]]:
-    """``(table, key_used)``; `key_used` is None for a bare array.
-
-    With `max_rows`, a file whose header gives the table's shape (``.npy``,
-    ``.npz``, ``.safetensors``) is refused before its data is read when the
-    table has more rows (the command line's bound).  `hub_limits`
-    (``timeout``, ``deadline``, ``max_bytes``) are a Hub name's, checked
-    whatever the source."""
-    from . import hub
-
-    hub._check_limits(**hub_limits)
-    if isinstance(source, str) and _hub_name(source):
-        fetched = hub.fetch(source, key=key, max_rows=max_rows, **hub_limits)
-        return fetched.table, fetched.key
-    if isinstance(source, (str, os.PathLike)):
-        path = os.fspath(source)
-        stored = _open_path(path)
-        where = path
-        if isinstance(stored, _NpyFile):
-            if key is not None:
-                raise ValueError(f"key: {path} holds a single array, so key must be None")
-            _check_declared_rows(stored.shape, f"the table in {path}", max_rows)
-            return stored.read(), None
-    elif isinstance(source, Mapping):
-        stored, where = _flatten(source), "the state dict"
-    elif callable(getattr(source, "state_dict", None)):
-        stored, where = source.state_dict(), f"the {type(source).__name__}'s state dict"
-    elif isinstance(source, np.ndarray) or hasattr(source, "__array__"):
-        if key is not None:
-            raise ValueError("key: source is an array, so key must be None")
-        return source, None
-    else:
-        raise TypeError(
-            "source must be a path, a state dict, a model with state_dict() or an array, "
-            f"not {type(source).__name__}"
-        )
-    used = _choose(list(stored.keys()), key, where)
-    if max_rows is not None and callable(getattr(stored, "shape", None)):
-        _check_declared_rows(stored.shape(used), f"the table in {where} [{used}]", max_rows)
-    return stored[used], used
-
-
-def _hub_name(source):
-    from .hub import is_hub_name
-
-    return is_hub_name(source)
-
-
-def _check_declared_rows(shape, name, max_rows):
-    if shape is not None and len(shape) == 2:
-        _check_rows(shape[0], name, max_rows)
+from ._tables import _to_numpy
 
 
 def load_position_embeddings(
@@ -230,7 +112,7 @@ def load_position_embeddings(
            [0., 0., 1.],
            [0., 0., 0.]])
     """
-    table, used = _load(source, key, timeout=timeout, deadline=deadline, max_bytes=max_bytes)
+    table, used = load_table(source, key, timeout=timeout, deadline=deadline, max_bytes=max_bytes)
     arr = _to_numpy(table)
     if arr.ndim != 2:
         what = f"the table under {used!r}" if used else "the table"

@@ -218,10 +218,8 @@ def skip_position_perplexity(
 
     Examples
     --------
-    >>> import torch
     >>> from transformers import GPT2Config, GPT2LMHeadModel
     >>> from posenc.probe import skip_position_perplexity
-    >>> _ = torch.manual_seed(0)
     >>> config = GPT2Config(n_layer=2, n_embd=32, n_head=2, n_positions=64)
     >>> gpt2 = GPT2LMHeadModel(config).eval()  # a tiny GPT-2 of random weights
     >>> result = skip_position_perplexity(gpt2, [3, 14, 15, 9, 26, 5, 35, 8], ks=(1, 2, 4))
@@ -391,10 +389,8 @@ def layer_position_probe(
 
     Examples
     --------
-    >>> import torch
     >>> from transformers import GPT2Config, GPT2Model
     >>> from posenc.probe import layer_position_probe
-    >>> _ = torch.manual_seed(0)
     >>> config = GPT2Config(n_layer=2, n_embd=32, n_head=2, n_positions=64)
     >>> gpt2 = GPT2Model(config).eval()  # a tiny GPT-2 of random weights
     >>> probe = layer_position_probe(gpt2, list(range(40)), seeds=2)

@@ -50,7 +50,7 @@ import struct
 import tempfile
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 from urllib.parse import quote
 
@@ -67,9 +67,8 @@ from ._readers import (
     _decode_safetensors,
     _parse_json,
     _shown,
+    choose_key,
 )
-from .checkpoints import _choose
-from .offsets import PAD_DEFAULTS
 
 #: A Hub repository id with an optional revision: ``name``, ``org/name``,
 #: ``org/name@revision`` (the Hub's own rule for the names: letters, digits,
@@ -117,7 +116,15 @@ class _TooLarge(ValueError):
 
 @dataclass(frozen=True)
 class HubTable:
-    """A table fetched from the Hub, and where it came from."""
+    """A table fetched from the Hub, and where it came from.
+
+    `config` holds the entries of the model's ``config.json`` that place its
+    positions in the table (``model_type``, ``pad_token_id``), each as the
+    file gives it and only where the file has it: a ``pad_token_id`` left
+    out is its config class's default to transformers, a null is None, and
+    :func:`~posenc.probe.offsets.position_rule` reads them so.  Empty
+    without a readable ``config.json``.
+    """
 
     table: np.ndarray
     repo_id: str
@@ -128,7 +135,7 @@ class HubTable:
     model_type: Optional[str]
     bytes_fetched: int  # 0 when read from the cache
     from_cache: bool
-    pad_token_id: Optional[int] = None  # the config's, for the rows that are positions
+    config: Dict[str, Any] = field(default_factory=dict)
 
 
 def _one_line(text: object) -> str:
@@ -278,7 +285,7 @@ def _env_seconds(var: str, whole: bool, maximum: float, default: float) -> float
     return float(value)
 
 
-def _check_limits(
+def check_limits(
     timeout: Optional[float] = None,
     deadline: Optional[float] = None,
     max_bytes: Optional[int] = None,
@@ -410,12 +417,9 @@ class _Cache:
             return None
         if not isinstance(data, dict) or not isinstance(data.get("files"), dict):
             return None
-        files, model_type = data["files"], data.get("model_type")
-        if not all(isinstance(v, str) for v in files.values()):
+        if not all(isinstance(v, str) for v in data["files"].values()):
             return None
-        if model_type is not None and not isinstance(model_type, str):
-            return None
-        return data
+        return data if isinstance(data.get("config"), dict) else None
 
     def set_listing(self, commit: str, listing: Dict[str, Any]) -> None:
         self._write(self._listing_path(commit), json.dumps(listing).encode())
@@ -935,22 +939,23 @@ def _check_size(
         )
 
 
-def _model_type(remote: _Remote, files: List[str]) -> Dict[str, Any]:
-    """The config's ``model_type`` and ``pad_token_id`` (each None when absent)."""
-    out: Dict[str, Any] = {"model_type": None, "pad_token_id": None}
+def _position_config(remote: _Remote, files: List[str]) -> Dict[str, Any]:
+    """:attr:`HubTable.config`: the entries of ``config.json`` that place
+    the positions, those the file has (empty without a readable one)."""
     if "config.json" not in files:
-        return out
+        return {}
     try:
         config = remote.json_file("config.json")
     except ValueError:
-        return out
-    if isinstance(config, dict):
-        value, pad = config.get("model_type"), config.get("pad_token_id")
-        out["model_type"] = value if isinstance(value, str) else None
-        if "pad_token_id" not in config and value in PAD_DEFAULTS:
-            pad = PAD_DEFAULTS[value]  # what transformers' config class fills in
-        out["pad_token_id"] = pad if type(pad) is int else None
-    return out
+        return {}
+    if not isinstance(config, dict):
+        return {}
+    return {k: config[k] for k in ("model_type", "pad_token_id") if k in config}
+
+
+def _model_type(config: Dict[str, Any]) -> Optional[str]:
+    value = config.get("model_type")
+    return value if isinstance(value, str) else None
 
 
 def _weights_error(repo_id: str, files: List[str]) -> HubError:
@@ -1041,6 +1046,28 @@ def fetch(
     def rows_bound(model_type: Optional[str]) -> Optional[int]:
         return None if paper and model_type in PAPER_PROTOCOL else max_rows
 
+    def found(
+        table: np.ndarray,
+        commit: str,
+        listing: Dict[str, Any],
+        used: str,
+        fetched: int,
+        cached: bool,
+    ) -> HubTable:
+        config = listing["config"]
+        return HubTable(
+            table,
+            repo_id,
+            revision,
+            commit,
+            listing["files"][used],
+            used,
+            _model_type(config),
+            fetched,
+            cached,
+            config,
+        )
+
     def from_cache(reason: str, advice: str) -> HubTable:
         commit = cache.commit(revision)
         listing = cache.listing(commit) if commit else None
@@ -1049,29 +1076,17 @@ def fetch(
                 f"{repo_id}: {reason}, and its table is not in posenc's cache "
                 f"({os.path.join(root, 'posenc')}); {advice}"
             )
-        used = _choose(list(listing["files"]), key, where)
+        used = choose_key(list(listing["files"]), key, where)
         filename = listing["files"][used]
         table = cache.table(commit, filename, used)
         if table is None:
             raise HubError(
                 f"{repo_id}: {reason}, and the table {used!r} is not in posenc's cache; {advice}"
             )
-        model_type = listing.get("model_type")
+        model_type = _model_type(listing["config"])
         _rows(table.shape, used, where, rows_bound(model_type))
         _cached_size(repo_id, filename, used, table, limits.max_bytes)
-        pad = listing.get("pad_token_id")
-        return HubTable(
-            table,
-            repo_id,
-            revision,
-            commit,
-            filename,
-            used,
-            model_type,
-            0,
-            True,
-            pad if type(pad) is int else None,
-        )
+        return found(table, commit, listing, used, 0, True)
 
     if offline:
         return from_cache(
@@ -1085,16 +1100,16 @@ def fetch(
             cache.set_commit(revision, commit)
             listing = cache.listing(commit)
             headers: Dict[str, Any] = {}
-            if listing is None or "pad_token_id" not in listing:
+            if listing is None:
                 listing = _listing(remote, files)
                 headers = listing.pop("_headers", {})
-                listing.update(_model_type(remote, files))
+                listing["config"] = _position_config(remote, files)
                 cache.set_listing(commit, listing)
-            used = _choose(list(listing["files"]), key, where)
+            used = choose_key(list(listing["files"]), key, where)
             filename = listing["files"][used]
-            model_type = listing.get("model_type")
+            model_type = _model_type(listing["config"])
             table = cache.table(commit, filename, used)
-            from_cached = table is not None
+            cached = table is not None
             if table is None:
                 if filename not in headers:
                     headers[filename] = remote.header(filename)
@@ -1112,18 +1127,7 @@ def fetch(
                 _cached_size(repo_id, filename, used, table, limits.max_bytes)
     except _Unreachable as exc:
         return from_cache(exc.reason, exc.advice)
-    return HubTable(
-        table,
-        repo_id,
-        revision,
-        commit,
-        filename,
-        used,
-        model_type,
-        remote.fetched,
-        from_cached,
-        listing.get("pad_token_id") if type(listing.get("pad_token_id")) is int else None,
-    )
+    return found(table, commit, listing, used, remote.fetched, cached)
 
 
 def _cached_size(repo_id: str, filename: str, key: str, table: np.ndarray, limit: int) -> None:

@@ -21,7 +21,7 @@ folds hold (`split`) and which family of probe reads them (`regressor`).
 
 from __future__ import annotations
 
-from typing import Any, List, Tuple
+from typing import Any, Dict, List, Tuple
 
 import numpy as np
 
@@ -45,28 +45,40 @@ def check_regressor(regressor: Any) -> str:
     return regressor
 
 
+#: The probes beside the paper's linear ones, by `regressor`: the scikit-learn
+#: module, its regressor (absolute probe) and classifier (order probe), and
+#: their options (the MLP's seeded besides).
+_ESTIMATORS: Dict[str, Tuple[str, Tuple[str, str], Dict[str, Any]]] = {
+    "ridge": ("sklearn.linear_model", ("Ridge", "RidgeClassifier"), {"alpha": 1.0}),
+    "mlp": (
+        "sklearn.neural_network",
+        ("MLPRegressor", "MLPClassifier"),
+        {"hidden_layer_sizes": (64,), "max_iter": 500},
+    ),
+    "knn": (
+        "sklearn.neighbors",
+        ("KNeighborsRegressor", "KNeighborsClassifier"),
+        {"n_neighbors": 5},
+    ),
+}
+
+
+def _estimator(regressor: str, seed: int, classifier: bool) -> Any:
+    module, names, options = _ESTIMATORS[regressor]
+    made = getattr(_require(module, f"regressor={regressor!r}"), names[classifier])
+    return made(**options, **({"random_state": seed} if regressor == "mlp" else {}))
+
+
 def make_regressor(regressor: str, seed: int) -> Any:
     """The scikit-learn regressor of `regressor` (not ``"linear"``)."""
-    if regressor == "ridge":
-        return _require("sklearn.linear_model", "regressor='ridge'").Ridge(alpha=1.0)
-    if regressor == "mlp":
-        nn = _require("sklearn.neural_network", "regressor='mlp'")
-        return nn.MLPRegressor(hidden_layer_sizes=(64,), max_iter=500, random_state=seed)
-    neighbors = _require("sklearn.neighbors", "regressor='knn'")
-    return neighbors.KNeighborsRegressor(n_neighbors=5)
+    return _estimator(regressor, seed, classifier=False)
 
 
 def make_classifier(regressor: str, seed: int) -> Any:
     """The scikit-learn classifier of the order probe for `regressor`."""
     if regressor == "linear":
         return _require("sklearn.linear_model", "the order probe").LogisticRegression(max_iter=1000)
-    if regressor == "ridge":
-        return _require("sklearn.linear_model", "regressor='ridge'").RidgeClassifier(alpha=1.0)
-    if regressor == "mlp":
-        nn = _require("sklearn.neural_network", "regressor='mlp'")
-        return nn.MLPClassifier(hidden_layer_sizes=(64,), max_iter=500, random_state=seed)
-    neighbors = _require("sklearn.neighbors", "regressor='knn'")
-    return neighbors.KNeighborsClassifier(n_neighbors=5)
+    return _estimator(regressor, seed, classifier=True)
 
 
 def heldout_pairs(

@@ -176,13 +176,39 @@ def _run(
     return per_text
 
 
-def _deberta_install(
-    model: Any,
-) -> Tuple[Callable[[List[Any]], Callable[[], None]], Tuple[str, ...], int]:
-    torch = importlib.import_module("torch")
-    modules = [m for m in model.modules() if type(m).__name__ == "DisentangledSelfAttention"]
+#: What reading a model's attention takes (:func:`_deberta_install`,
+#: :func:`_xlnet_install`): the function that wraps its attention modules
+#: to append each call's row of term sizes to a list (it returns the undo),
+#: the terms, the number of modules.
+_Install = Tuple[Callable[[List[Any]], Callable[[], None]], Tuple[str, ...], int]
+
+
+def _attention_modules(model: Any, name: str, kind: str) -> List[Any]:
+    """The modules of `model` of class `name` (`kind`'s attention)."""
+    modules = [m for m in model.modules() if type(m).__name__ == name]
     if not modules:
-        raise ValueError("model: no DisentangledSelfAttention module (DeBERTa-v2/v3)")
+        raise ValueError(f"model: no {name} module ({kind})")
+    return modules
+
+
+def _wrap_each(
+    modules: List[Any], method: str, wrap: Callable[[Any, Callable[..., Any]], Callable[..., Any]]
+) -> Callable[[], None]:
+    """Set `method` of each module to ``wrap(module, its method)`` (an
+    attribute of the instance); the function that deletes them again."""
+    for m in modules:
+        setattr(m, method, wrap(m, getattr(m, method)))
+
+    def undo() -> None:
+        for m in modules:
+            delattr(m, method)
+
+    return undo
+
+
+def _deberta_install(model: Any) -> _Install:
+    torch = importlib.import_module("torch")
+    modules = _attention_modules(model, "DisentangledSelfAttention", "DeBERTa-v2/v3")
     first = modules[0]
     if not getattr(first, "relative_attention", False):
         raise ValueError("model: its config has relative_attention false: no position terms")
@@ -190,9 +216,7 @@ def _deberta_install(
     terms = ("c2c",) + kinds
 
     def install(captured: List[Any]) -> Callable[[], None]:
-        def wrap(module: Any) -> Any:
-            original = module.disentangled_attention_bias
-
+        def wrap(module: Any, original: Callable[..., Any]) -> Callable[..., Any]:
             def capture(
                 query_layer: Any,
                 key_layer: Any,
@@ -217,40 +241,21 @@ def _deberta_install(
                 captured.append(np.stack(row, axis=-1))
                 return original(query_layer, key_layer, relative_pos, rel_embeddings, scale_factor)
 
-            module.disentangled_attention_bias = capture
+            return capture
 
-        for m in modules:
-            wrap(m)
-
-        def undo() -> None:
-            for m in modules:
-                del m.disentangled_attention_bias
-
-        return undo
+        return _wrap_each(modules, "disentangled_attention_bias", wrap)
 
     return install, terms, len(modules)
 
 
-def _xlnet_install(
-    model: Any,
-) -> Tuple[Callable[[List[Any]], Callable[[], None]], Tuple[str, ...], int]:
+def _xlnet_install(model: Any) -> _Install:
     torch = importlib.import_module("torch")
-    modules = [m for m in model.modules() if type(m).__name__ == "XLNetRelativeAttention"]
-    if not modules:
-        raise ValueError("model: no XLNetRelativeAttention module")
+    modules = _attention_modules(model, "XLNetRelativeAttention", "XLNet")
 
     def install(captured: List[Any]) -> Callable[[], None]:
-        def wrap(module: Any) -> Any:
-            original = module.rel_attn_core
-
+        def wrap(module: Any, original: Callable[..., Any]) -> Callable[..., Any]:
             def capture(
-                q_head: Any,
-                k_head_h: Any,
-                v_head_h: Any,
-                k_head_r: Any,
-                seg_mat: Any = None,
-                attn_mask: Any = None,
-                **kwargs: Any,
+                q_head: Any, k_head_h: Any, v_head_h: Any, k_head_r: Any, *args: Any, **kwargs: Any
             ) -> Any:
                 # (q_len, batch, heads, d): content and position terms as XLNet adds them
                 ac = torch.einsum("ibnd,jbnd->bnij", q_head + module.r_w_bias, k_head_h)
@@ -261,18 +266,11 @@ def _xlnet_install(
                     mean_abs(bd[0] * module.scale, False),
                 ]
                 captured.append(np.stack(row, axis=-1))
-                return original(q_head, k_head_h, v_head_h, k_head_r, seg_mat, attn_mask, **kwargs)
+                return original(q_head, k_head_h, v_head_h, k_head_r, *args, **kwargs)
 
-            module.rel_attn_core = capture
+            return capture
 
-        for m in modules:
-            wrap(m)
-
-        def undo() -> None:
-            for m in modules:
-                del m.rel_attn_core
-
-        return undo
+        return _wrap_each(modules, "rel_attn_core", wrap)
 
     return install, ("content", "position"), len(modules)
 
@@ -301,10 +299,8 @@ def relative_share(model: Any, texts: Any, *, name: Optional[str] = None) -> Log
 
     Examples
     --------
-    >>> import torch
     >>> from transformers import DebertaV2Config, DebertaV2Model
     >>> from posenc.probe import relative_share
-    >>> _ = torch.manual_seed(0)
     >>> deberta = DebertaV2Model(DebertaV2Config(
     ...     vocab_size=40, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
     ...     intermediate_size=32, relative_attention=True, pos_att_type=["c2p", "p2c"],

@@ -25,6 +25,7 @@ import numpy as np
 
 from .. import _validate as v
 from .._typing import ArrayLike, PathLike
+from ._fits import absolute_position_fit
 from ._plots import _figure as _figure  # rope_usage.py imports it from here
 from ._plots import _figure_class
 from ._tables import _table
@@ -33,7 +34,6 @@ from .analyses import (
     AbsolutePositionResult,
     Informativeness,
     RelativeOrderResult,
-    _absolute_position_regression,
     cosine_similarity,
     informativeness,
     relative_order_classification,
@@ -576,7 +576,7 @@ def _run_seeds(
 
     Seed 0 runs first: where the QR certificate refuses one of its folds,
     the other seeds' folds skip the QR attempt (see
-    ``_absolute_position_regression``), the same choice on any thread count.
+    ``absolute_position_fit``), the same choice on any thread count.
     """
     from concurrent.futures import ThreadPoolExecutor
 
@@ -610,11 +610,11 @@ def _run_seeds(
             # the libraries' first calls are made from one thread (first
             # calls from two at once left a first report spinning twenty
             # times as long)
-            first, refused = _absolute_position_regression(table, folds, 0, True, *how)
+            first, refused = absolute_position_fit(table, folds, 0, True, *how)
             collect(first, relative_order_classification(table, seed=0, **order_kw))
             futures = [
                 (
-                    pool.submit(_absolute_position_regression, table, folds, s, not refused, *how),
+                    pool.submit(absolute_position_fit, table, folds, s, not refused, *how),
                     pool.submit(relative_order_classification, table, seed=s, **order_kw),
                 )
                 for s in range(1, seeds)
@@ -858,7 +858,7 @@ def _measures(
         regressor=how[1],
     )
     out = {
-        "mae": _absolute_position_regression(table, protocol["folds"], seed, False, *how)[0].mae,
+        "mae": absolute_position_fit(table, protocol["folds"], seed, False, *how)[0].mae,
         "order_error": order.error_rate,
         "rank_90": float(info.rank_for(0.9)),
         "rank_99": float(info.rank_for(0.99)),

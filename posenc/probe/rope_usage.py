@@ -370,10 +370,8 @@ def rope_frequency_usage_from_checkpoint(
 
     Examples
     --------
-    >>> import torch
     >>> from transformers import LlamaConfig, LlamaForCausalLM
     >>> from posenc.probe import rope_frequency_usage_from_checkpoint
-    >>> _ = torch.manual_seed(0)
     >>> LlamaForCausalLM(LlamaConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
     ...                              num_key_value_heads=2, intermediate_size=64, vocab_size=50,
     ...                              rope_theta=500000.0)).save_pretrained("tiny-llama")
@@ -712,10 +710,8 @@ def rope_activation_usage(model: Any, input_ids: Any, *, baselines: int = 0) -> 
 
     Examples
     --------
-    >>> import torch
     >>> from transformers import LlamaConfig, LlamaModel
     >>> from posenc.probe import rope_activation_usage
-    >>> _ = torch.manual_seed(0)
     >>> llama = LlamaModel(LlamaConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
     ...                                num_key_value_heads=2, intermediate_size=64,
     ...                                vocab_size=50)).eval()  # random weights, head_dim 8
@@ -863,10 +859,8 @@ def rope_logit_share(
 
     Examples
     --------
-    >>> import torch
     >>> from transformers import LlamaConfig, LlamaModel
     >>> from posenc.probe import rope_logit_share
-    >>> _ = torch.manual_seed(0)
     >>> llama = LlamaModel(LlamaConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
     ...                                num_key_value_heads=2, intermediate_size=64,
     ...                                vocab_size=50)).eval()

