@@ -1118,6 +1118,10 @@ def test_skip_attack_at_k_1_through_the_hub_is_a_robertas_own_forward(
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "cache"))
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
+    # (huggingface_hub reads HF_HUB_OFFLINE at its import)
+    monkeypatch.setattr(
+        importlib.import_module("huggingface_hub.constants"), "HF_HUB_OFFLINE", False
+    )
     words = "a b c d e f g a b c d e f g a b c d e f"
     text, js = tmp_path / "t.txt", tmp_path / "t.json"
     text.write_text(words)

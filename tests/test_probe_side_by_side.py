@@ -71,6 +71,9 @@ def run(saved, tmp_path_factory):
     os.environ.update(env)
     os.environ.pop("HF_HUB_OFFLINE", None)
     os.environ.pop("TRANSFORMERS_OFFLINE", None)
+    from huggingface_hub import constants  # read HF_HUB_OFFLINE at its import
+
+    offline, constants.HF_HUB_OFFLINE = constants.HF_HUB_OFFLINE, False
     names = list(repos)
     plots, js = out_dir / "plots", out_dir / "report.json"
     options = list(script.OPTIONS)
@@ -85,6 +88,7 @@ def run(saved, tmp_path_factory):
             code = main(argv)
     finally:
         server.stop()
+        constants.HF_HUB_OFFLINE = offline
         for k, value in saved_env.items():
             if value is None:
                 os.environ.pop(k, None)
