@@ -22,8 +22,9 @@ import numpy as np
 
 from .._typing import PathLike
 from ..probe._plots import _figure
+from . import _methods
 from ._common import Progress, evaluating, methods_of, token_ids, torch_module, vocab_size
-from ._methods import NONE, with_method
+from ._methods import NONE
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -278,7 +279,7 @@ def attention_by_distance(
             "self_attn whose weights it could read"
         )
     for method in chosen.values():  # each applies, or is refused before anything runs
-        with with_method(model, method):
+        with _methods.with_method(model, method):
             pass
     n = max(t.size for t in texts)
     bar = Progress(len(chosen) * len(texts), progress)
@@ -286,7 +287,7 @@ def attention_by_distance(
     try:
         for label, method in chosen.items():
             sums = _Sums(torch, layers, n)
-            with with_method(model, method) as run:
+            with _methods.with_method(model, method) as run:
                 _run(run, texts, sums, bar, label)
             missing = [name for name in layers if name not in sums.seen]
             if missing or sums.weight is None or sums.entropy is None:

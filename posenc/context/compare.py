@@ -16,10 +16,11 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple, Ty
 from .. import _validate as v
 from .._typing import PathLike
 from ..probe._plots import _figure
+from . import _methods
 from . import passkey as _passkey
 from . import perplexity as _perplexity
 from ._common import Progress, lengths_of, max_positions, methods_of
-from ._methods import NONE, with_method
+from ._methods import NONE
 from .passkey import DEPTHS, NEW_TOKENS, TRIALS, PasskeyPrompt, PasskeyRetrieval
 from .perplexity import BINS, PerplexityByLength
 
@@ -234,7 +235,7 @@ def compare(
         )
         cells = _passkey.plans(tokenizer, prompt, lengths, checked_depths, trials, seed)
     for method in chosen.values():  # each applies, or is refused before anything runs
-        with with_method(model, method):
+        with _methods.with_method(model, method):
             pass
     steps = 0
     if ids is not None and strides is not None:
@@ -246,7 +247,7 @@ def compare(
     passkeys: Dict[str, PasskeyRetrieval] = {}
     try:
         for label, method in chosen.items():
-            with with_method(model, method) as run:
+            with _methods.with_method(model, method) as run:
                 if ids is not None and strides is not None:
                     perplexities[label] = _perplexity.measure(
                         run, ids, lengths, strides, bins, label, bar

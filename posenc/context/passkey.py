@@ -28,6 +28,7 @@ no logits processor.
 
 from __future__ import annotations
 
+import inspect
 import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple, TypeVar, overload
@@ -37,8 +38,9 @@ import numpy as np
 from .. import _validate as v
 from .._typing import PathLike
 from ..probe._plots import _figure
+from . import _methods
 from ._common import Progress, device_of, evaluating, lengths_of, method_label, torch_module
-from ._methods import NONE, with_method
+from ._methods import NONE
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -301,9 +303,20 @@ def _fit(tokenizer: Any, prompt: PasskeyPrompt, length: int, depth: float) -> Tu
     return before, lo - before
 
 
+def _cache_keyword(model: Any) -> str:
+    """The keyword the model's forward takes its KV cache by: ``cache``
+    (transformers 5.2x), else ``past_key_values``."""
+    try:
+        params = inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):
+        return "past_key_values"
+    return "cache" if "cache" in params else "past_key_values"
+
+
 def _greedy(model: Any, ids: List[int], steps: int, torch: Any) -> List[int]:
     """`steps` tokens of greedy decoding after `ids`, with the KV cache."""
     device = device_of(model)
+    keyword = _cache_keyword(model)
     out: List[int] = []
     with torch.no_grad():
         step = model(input_ids=torch.tensor([ids], device=device), use_cache=True)
@@ -311,10 +324,13 @@ def _greedy(model: Any, ids: List[int], steps: int, torch: Any) -> List[int]:
             token = int(step.logits[0, -1].argmax())
             out.append(token)
             if k + 1 < steps:
+                cache = getattr(step, "cache", None)
+                if cache is None:
+                    cache = step.past_key_values
                 step = model(
                     input_ids=torch.tensor([[token]], device=device),
-                    past_key_values=step.past_key_values,
                     use_cache=True,
+                    **{keyword: cache},
                 )
     return out
 
@@ -452,7 +468,7 @@ def passkey_retrieval(
     cells = plans(tokenizer, prompt, lengths, depths, trials, seed)
     bar = Progress(len(cells) * trials, progress)
     try:
-        with with_method(model, method) as run:
+        with _methods.with_method(model, method) as run:
             return measure(
                 run,
                 tokenizer,

@@ -4,9 +4,11 @@
 Hugging Face's guide ("Perplexity of fixed-length models") at each length
 ``L``: windows of ``L`` tokens whose starts are ``stride`` apart, the last
 one ending with the text, each scoring only the tokens no window before it
-scored (the first window all its tokens but the first, which nothing
-predicts).  Every token of the text but the first is scored once, with up
-to ``L - 1`` tokens of context.  The perplexity is ``exp`` of the mean
+scored (a window's first token is never scored: nothing before it in the
+window predicts it).  No token is scored twice: with a stride below ``L``
+every token but the text's first is scored, with up to ``L - 1`` tokens of
+context; with windows side by side (the default) every token but each
+window's first.  The perplexity is ``exp`` of the mean
 negative log-likelihood over the scored tokens, each token's loss the
 cross-entropy of the model's logits (in their own dtype, at least float32,
 as transformers' loss takes them), summed in float64.
@@ -28,6 +30,7 @@ import numpy as np
 from .. import _validate as v
 from .._typing import PathLike
 from ..probe._plots import _figure
+from . import _methods
 from ._common import (
     Progress,
     device_of,
@@ -39,7 +42,7 @@ from ._common import (
     torch_module,
     vocab_size,
 )
-from ._methods import NONE, with_method
+from ._methods import NONE
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -103,7 +106,7 @@ class PerplexityByLength:
     nll : ndarray of shape (n_lengths,)
         Mean negative log-likelihood (nats) of the scored tokens.
     scored : ndarray of shape (n_lengths,)
-        How many tokens each length scored (all but the first of the text).
+        How many tokens each length scored.
     windows : ndarray of shape (n_lengths,)
         How many windows (forward passes) each length ran.
     position_sum, position_count : tuple of ndarray of shape (length,)
@@ -373,7 +376,7 @@ def perplexity_by_length(
     ids = prepared_tokens(model, tokens, lengths, max_tokens)
     bar = Progress(window_count(ids.size, lengths, strides), progress)
     try:
-        with with_method(model, method) as run:
+        with _methods.with_method(model, method) as run:
             return measure(run, ids, lengths, strides, bins, method_label(method), bar)
     finally:
         bar.close()
