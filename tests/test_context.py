@@ -740,3 +740,31 @@ def test_cli_of_a_hub_model_through_the_loopback_hub(saved, tmp_path):
     for k, n in enumerate((32, 64)):
         ppl = _hand_evaluation(model, ids, n, n)[0]
         assert data["perplexity"]["none"]["perplexity"][k] == pytest.approx(ppl, rel=1e-6)
+
+
+# ---------------------------------------------------------------- the guide's report
+
+
+def test_the_guides_report_is_made_by_the_command_line(tmp_path):
+    """docs/make_context_report.py, as the docs build runs it: the table,
+    figure and JSON of ``posenc context`` on its tiny Llama."""
+    require("matplotlib")
+    docs = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs")
+    if docs not in sys.path:
+        sys.path.insert(0, docs)
+    import make_context_report as script
+
+    assert script.main(["--out", str(tmp_path)]) == 0
+    page = (tmp_path / "context_report.md").read_text()
+    assert page.startswith("```text\n$ posenc context llama-tiny --methods none")
+    assert "| method | 128 | 256 | 512 |" in page and page.endswith("```\n")
+    assert (tmp_path / "context_report.png").stat().st_size > 0
+    data = json.loads((tmp_path / "context_report.json").read_text())
+    assert data["lengths"] == [128, 256, 512] and data["run"]["passkey"]["trials"] == 2
+    folder = tmp_path / script.NAME
+    model = transformers.AutoModelForCausalLM.from_pretrained(folder).eval()
+    ids = transformers.AutoTokenizer.from_pretrained(folder)((tmp_path / "text.txt").read_text())[
+        "input_ids"
+    ]
+    ppl = _hand_evaluation(model, ids, 128, 128)[0]
+    assert data["perplexity"]["none"]["perplexity"][0] == pytest.approx(ppl, rel=1e-6)

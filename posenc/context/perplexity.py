@@ -238,7 +238,10 @@ def draw_perplexity(ax: Any, results: Dict[str, PerplexityByLength]) -> None:
     for i, (label, r) in enumerate(results.items()):
         ax.plot(r.lengths, r.perplexity, marker="o", color=f"C{i % 10}", label=label)
     ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
+    values = np.concatenate([r.perplexity for r in results.values()])
+    values = values[np.isfinite(values) & (values > 0)]
+    if values.size and values.max() > 10 * values.min():  # a model past its length: log scale
+        ax.set_yscale("log")
     lengths = sorted({n for r in results.values() for n in r.lengths})
     ax.set_xticks(lengths, [str(n) for n in lengths])
     ax.minorticks_off()
