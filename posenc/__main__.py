@@ -1359,6 +1359,7 @@ def _context_checks(args):
     if args.trials < 1:
         raise _Failure(f"--trials must be >= 1, got {args.trials}")
     depths = _float_list(args.depths, "--depths")
+    _check_device(args.device)
     outputs = [(p, w) for p, w in ((args.plot, "--plot"), (args.json, "--json")) if p]
     for path, what in outputs:
         _check_writable(path, what)
@@ -1367,6 +1368,24 @@ def _context_checks(args):
     if args.plot is not None:
         _check_plot_format(args.plot)
     return lengths, methods, depths
+
+
+def _check_device(name):
+    """--device: a device torch knows, and has."""
+    from .probe._optional import require
+
+    torch = require("torch", "posenc context", extra="context")
+    try:
+        device = torch.device(name)
+    except (RuntimeError, ValueError) as exc:
+        raise _Failure(f"--device {name}: not a torch device ({_one_line(exc)})") from exc
+    available = {
+        "cpu": lambda: True,
+        "cuda": lambda: torch.cuda.is_available(),
+        "mps": lambda: torch.backends.mps.is_available(),
+    }.get(device.type, lambda: True)
+    if not available():
+        raise _Failure(f"--device {name}: this machine's torch has no {device.type} device")
 
 
 def _torch_dtype(args, config):

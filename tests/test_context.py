@@ -129,10 +129,11 @@ def test_perplexity_leaves_the_model_as_it_was(llama, ids):
     assert r.perplexity[0] == pytest.approx(_hand_evaluation(llama, ids, 32, 32)[0], rel=1e-12)
 
 
-def test_perplexity_of_a_float32_model_is_that_of_its_logits():
-    model = tiny_models.llama(max_position_embeddings=64)
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_perplexity_of_a_float32_or_bfloat16_model_is_that_of_its_logits(dtype):
+    model = tiny_models.llama(max_position_embeddings=64).to(getattr(torch, dtype))
     ids = np.random.default_rng(1).integers(0, 40, 100)
-    r = context.perplexity_by_length(model, ids, 50)
+    r = context.perplexity_by_length(model, ids, 50)  # the loss of bfloat16 logits in float32
     assert r.perplexity[0] == pytest.approx(_hand_evaluation(model, ids, 50, 50)[0], rel=1e-6)
 
 
@@ -368,6 +369,8 @@ def test_a_model_that_echoes_the_key_scores_all_and_one_that_misses_none(passkey
     # the same prompts and keys for both (the keys' seed), each within its length
     assert np.array_equal(right.keys, wrong.keys) and echo.prompts == miss.prompts
     assert np.all((right.keys >= 1) & (right.keys <= 50000))
+    keys = np.random.default_rng([7, 160, 500000]).integers(1, 50001, size=3)  # depth 0.5
+    assert right.keys[1, 1].tolist() == keys.tolist()
     assert np.all(right.prompt_tokens <= np.array([80, 160])[None, :, None])
     assert np.all(right.prompt_tokens > np.array([80, 160])[None, :, None] - 40)
     assert [answer_key(a) for a in right.answers.ravel()] == right.keys.ravel().tolist()
@@ -674,6 +677,9 @@ def test_cli_errors_are_one_line(saved, capsys, tmp_path):
     _one_line_error(capsys, [*base, "--lengths", "32", "--plot", str(tmp_path / "a.nope")],
                     "cannot write .nope")  # fmt: skip
     _one_line_error(capsys, [*base, "--lengths", "32", "--passkey", "--depths", "2"], "[0, 1]")
+    _one_line_error(capsys, [*base, "--lengths", "32", "--device", "gpu0"], "not a torch device")
+    if not torch.cuda.is_available():
+        _one_line_error(capsys, [*base, "--lengths", "32", "--device", "cuda"], "no cuda device")
     _one_line_error(capsys, ["context", llama, "--lengths", "20", "--passkey"],
                     "prompt without filler takes")  # fmt: skip
     _one_line_error(capsys, ["context", text, "--lengths", "32", "--passkey"], "a file; MODEL")
@@ -768,3 +774,13 @@ def test_the_guides_report_is_made_by_the_command_line(tmp_path):
     ]
     ppl = _hand_evaluation(model, ids, 128, 128)[0]
     assert data["perplexity"]["none"]["perplexity"][0] == pytest.approx(ppl, rel=1e-6)
+
+
+def test_the_cpus_free_memory_is_the_least_of_the_machines_and_the_containers(monkeypatch):
+    from posenc.context import _memory
+
+    monkeypatch.setattr(_memory, "_meminfo_available", lambda: 8 * 2**30)
+    monkeypatch.setattr(_memory, "_cgroup_available", lambda: 2 * 2**30)
+    assert context.free_memory("cpu") == 2 * 2**30
+    monkeypatch.setattr(_memory, "_cgroup_available", lambda: None)  # no limit
+    assert context.free_memory(torch.device("cpu")) == 8 * 2**30
