@@ -33,7 +33,7 @@ class Case:
     memory: object = None  # None: no floor that means anything (the row shows "—")
     numpy: object = None
     torch: object = None
-    compiled: object = None  # None: torch.compile of `torch`
+    compiled: object = None  # None: torch.compile of `torch`; False: no compiled column
     jit: object = None  # the jax.numpy formula under jax.jit
     note: str = ""
     extra: dict = field(default_factory=dict)
@@ -139,7 +139,7 @@ def _dtypes():
 def _compile_column(case, torch_ok, compile_ok):
     """The callable timed in the compiled column: the case's own, else
     torch.compile of its torch callable (compiled on its first call)."""
-    if not (torch_ok and compile_ok):
+    if not (torch_ok and compile_ok) or case.compiled is False:
         return None
     if case.compiled is not None:
         return case.compiled

@@ -43,7 +43,7 @@ import posenc
 # the groups in the order they run: bench_<group>.<group>_cases(quick) -> list[Case]
 GROUPS = (
     "sinusoid rope multimodal xpos deepseek bias functional newer bfloat16 t5_grad relative "
-    "relative_grad torch jax probe"
+    "relative_grad torch jax probe context"
 ).split()
 _MODULE = {"deepseek": "xpos"}  # DeepSeek-V3's layout is timed beside xPos
 CASES = [

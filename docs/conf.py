@@ -35,6 +35,7 @@ if glob.glob(os.path.join(ROOT, "posenc", "_core*.so")) + glob.glob(
     # pages describe the code beside them, not another installed copy
     sys.path.insert(0, ROOT)
 import posenc  # noqa: E402  (else the installed package: pip install -e ".[docs]")
+import posenc.context  # noqa: E402
 import posenc.probe  # noqa: E402
 
 project = "posenc"
@@ -200,6 +201,17 @@ def _api_page():
         else:
             out.append(f".. autodata:: posenc.probe.{name}\n   :no-value:\n")
     # the modules for models (torch imported by them, as by posenc.hf's patches)
+    # the context measurements (torch and transformers imported when they run)
+    out += ["``posenc.context``", "-" * 18, "", ".. automodule:: posenc.context"]
+    out += ["   :no-members:", ""]
+    for name in posenc.context.__all__:
+        obj = getattr(posenc.context, name)
+        if isinstance(obj, type):
+            out.append(f".. autoclass:: posenc.context.{name}\n   :members:\n")
+        elif callable(obj):
+            out.append(f".. autofunction:: posenc.context.{name}\n")
+        else:
+            out.append(f".. autodata:: posenc.context.{name}\n   :no-value:\n")
     out += ["``posenc.torch``", "-" * 16, "", ".. automodule:: posenc.torch", "   :members:", ""]
     out += ["``posenc.hf``", "-" * 13, "", ".. automodule:: posenc.hf", "   :members:", ""]
     out += ["``posenc.reference``", "-" * 20, "", ".. automodule:: posenc.reference", ""]
@@ -216,6 +228,7 @@ _api_page()
 # ------------------------------------------------ the performance page's figures
 
 sys.path.insert(0, HERE)
+import make_context_report  # noqa: E402
 import make_figures  # noqa: E402
 import make_performance  # noqa: E402
 import make_probe_report  # noqa: E402
@@ -225,3 +238,5 @@ make_performance.main([])
 make_figures.main([])
 # the probe guide's side-by-side report of five tiny models, by posenc probe itself
 make_probe_report.main([])
+# the context guide's table and figure of a tiny Llama, by posenc context itself
+make_context_report.main([])

@@ -6,11 +6,14 @@ posenc probe --source FILE        probe a table in a .npy, .npz, .safetensors
                                   or torch file, or a model directory
 posenc probe NAME [NAME ...]      probe models on the Hugging Face Hub (gpt2,
                                   org/name@revision) or local paths
+posenc context MODEL --lengths L  a RoPE model's perplexity by context length,
+                                  passkey retrieval, under each scaling method
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -111,7 +114,7 @@ def _build_parser():
         description="Positional encodings of Transformer models, and probes of what a "
         "position embedding has learned.",
     )
-    sub = parser.add_subparsers(dest="command", required=True, metavar="{info,probe}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{info,probe,context}")
     sub.add_parser("info", help="print version, SIMD path, threads and NumPy version")
     probe = sub.add_parser(
         "probe",
@@ -223,6 +226,7 @@ def _build_parser():
         action="store_true",
         help="do not take each measure on a random and a row-shuffled table beside it",
     )
+    _context_parser(sub)
     return parser
 
 
@@ -1195,6 +1199,362 @@ def _one_line(exc):
     return " ".join(text.split())
 
 
+# ---------------------------------------------------------------- posenc context
+
+_CONTEXT_HELP = """\
+Measure what RoPE scaling methods do to a model's long context, each method
+applied in turn to the same loaded model (posenc.hf.patch(model, scaling=M),
+then unpatch; "none" is the model as loaded): sliding-window perplexity at
+each length and the loss by position in the window (on --text FILE or
+--dataset NAME), and with --passkey, passkey retrieval (a key hidden at
+several depths of filler text, read back by greedy decoding; Mohtashami &
+Jaggi 2023, as YaRN's evaluation runs it).  One table, a row per method and
+a column per length; --json writes every figure and what reruns them,
+--plot the figure (perplexity against length, a line per method; the loss
+by position; a passkey heatmap per method).
+
+MODEL is a model folder or a Hub name (org/name or org/name@revision),
+read by transformers' from_pretrained: the Hugging Face cache, token
+(HF_TOKEN, hf auth login) and endpoint (HF_ENDPOINT) are the user's, and
+HF_HUB_OFFLINE=1 reads the cache alone.  The config is read first: a model
+that is not rotary, and a length whose weights, KV cache, logits and
+activations are estimated above the device's free memory, are refused
+before the weights are loaded.
+
+--methods: comma-separated, e.g. none,linear:4,ntk:4,dynamic:4,yarn:4,llama3:8
+(see posenc.hf.patch for the strings).  --dataset NAME[:CONFIG[:SPLIT]] reads
+the split (default test) of a data set through the datasets library
+(pip install "posenc[context]"), streamed, its texts (--column, default
+text) joined by blank lines as Hugging Face's perplexity recipe does;
+--tokens N evaluates the first N tokens at every length."""
+
+
+def _context_parser(sub):
+    ctx = sub.add_parser(
+        "context",
+        help="a RoPE model's perplexity by context length and passkey retrieval, per "
+        "scaling method",
+        description=_CONTEXT_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    ctx.add_argument("model", metavar="MODEL", help="a model folder or a Hub name (org/name)")
+    ctx.add_argument(
+        "--methods",
+        default="none",
+        metavar="LIST",
+        help="comma-separated scaling methods (default: none, the model as loaded)",
+    )
+    ctx.add_argument(
+        "--lengths", required=True, metavar="LIST", help="comma-separated context lengths"
+    )
+    source = ctx.add_mutually_exclusive_group()
+    source.add_argument("--text", metavar="FILE", help="a UTF-8 text file, for the perplexity")
+    source.add_argument(
+        "--dataset",
+        metavar="NAME[:CONFIG[:SPLIT]]",
+        help="a data set's split (default test), for the perplexity",
+    )
+    ctx.add_argument(
+        "--column", default="text", help="--dataset: the column of the texts (default text)"
+    )
+    ctx.add_argument(
+        "--tokens", type=int, metavar="N", help="evaluate the first N tokens of the text"
+    )
+    ctx.add_argument(
+        "--stride",
+        type=int,
+        metavar="N",
+        help="tokens between the starts of the sliding windows (default: each length)",
+    )
+    ctx.add_argument("--passkey", action="store_true", help="run passkey retrieval too")
+    ctx.add_argument(
+        "--depths",
+        default=",".join(f"{d:g}" for d in _PASSKEY_DEPTHS),
+        metavar="LIST",
+        help="--passkey: where the key stands, 0 (first) to 1 (last)",
+    )
+    ctx.add_argument(
+        "--trials", type=int, default=5, metavar="N", help="--passkey: keys per length and depth"
+    )
+    ctx.add_argument("--device", default="cpu", help="torch device (default cpu)")
+    ctx.add_argument(
+        "--dtype",
+        default="auto",
+        choices=("auto", "float32", "bfloat16", "float16", "float64"),
+        help="the dtype the model runs in (default: the checkpoint's)",
+    )
+    ctx.add_argument("--json", metavar="FILE", help="write every figure to this JSON file")
+    ctx.add_argument(
+        "--plot", metavar="FILE", help="write the figure to this file (.png, .pdf, .svg, ...)"
+    )
+    ctx.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+
+
+#: The passkey's depths by default (posenc.context.DEPTHS).
+_PASSKEY_DEPTHS = (0.0, 0.25, 0.5, 0.75, 1.0)
+
+
+def _int_list(text, flag, minimum):
+    values = []
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        try:
+            value = int(part)
+        except ValueError:
+            raise _Failure(f"{flag}: {part!r} is not a whole number") from None
+        if value < minimum:
+            raise _Failure(f"{flag}: {value} is below {minimum}")
+        values.append(value)
+    if not values:
+        raise _Failure(f"{flag}: give at least one number")
+    if len(set(values)) != len(values):
+        raise _Failure(f"{flag}: {text} names a length twice")
+    return sorted(values)
+
+
+def _float_list(text, flag):
+    values = []
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        try:
+            value = float(part)
+        except ValueError:
+            raise _Failure(f"{flag}: {part!r} is not a number") from None
+        if not 0.0 <= value <= 1.0:
+            raise _Failure(f"{flag}: {part} is outside [0, 1]")
+        values.append(value)
+    if not values or len(set(values)) != len(values):
+        raise _Failure(f"{flag}: give distinct numbers in [0, 1]")
+    return values
+
+
+def _context_checks(args):
+    """Every option checked before anything is loaded: ``(lengths, methods, depths)``."""
+    lengths = _int_list(args.lengths, "--lengths", 2)
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    if not methods:
+        raise _Failure("--methods: name at least one method (none: the model as loaded)")
+    if len(set(methods)) != len(methods):
+        raise _Failure(f"--methods: {args.methods} names a method twice")
+    if args.text is None and args.dataset is None and not args.passkey:
+        raise _Failure(
+            "nothing to measure: give --text FILE or --dataset NAME (perplexity), --passkey, "
+            "or both"
+        )
+    for value, flag in ((args.tokens, "--tokens"), (args.stride, "--stride")):
+        if value is not None and value < 1:
+            raise _Failure(f"{flag} must be >= 1, got {value}")
+    if args.stride is not None and args.stride > lengths[0]:
+        raise _Failure(
+            f"--stride must be at most the shortest length ({lengths[0]}), got {args.stride}"
+        )
+    if args.tokens is not None and args.tokens < lengths[-1]:
+        raise _Failure(f"--tokens {args.tokens} is fewer than the longest length {lengths[-1]}")
+    if args.trials < 1:
+        raise _Failure(f"--trials must be >= 1, got {args.trials}")
+    depths = _float_list(args.depths, "--depths")
+    _check_device(args.device)
+    outputs = [(p, w) for p, w in ((args.plot, "--plot"), (args.json, "--json")) if p]
+    for path, what in outputs:
+        _check_writable(path, what)
+    if len(outputs) == 2 and _same_file(args.plot, args.json):
+        raise _Failure(f"--plot and --json name the same file ({args.plot})")
+    if args.plot is not None:
+        _check_plot_format(args.plot)
+    return lengths, methods, depths
+
+
+def _check_device(name):
+    """--device: a device torch knows, and has."""
+    from .probe._optional import require
+
+    torch = require("torch", "posenc context", extra="context")
+    try:
+        device = torch.device(name)
+    except (RuntimeError, ValueError) as exc:
+        raise _Failure(f"--device {name}: not a torch device ({_one_line(exc)})") from exc
+    available = {
+        "cpu": lambda: True,
+        "cuda": lambda: torch.cuda.is_available(),
+        "mps": lambda: torch.backends.mps.is_available(),
+    }.get(device.type, lambda: True)
+    if not available():
+        raise _Failure(f"--device {name}: this machine's torch has no {device.type} device")
+
+
+def _torch_dtype(args, config):
+    """The torch dtype the model runs in: --dtype, else the checkpoint's
+    (float32 when it names none)."""
+    import torch
+
+    name = args.dtype
+    if name == "auto":
+        found = getattr(config, "dtype", None) or getattr(config, "torch_dtype", None)
+        name = str(found).replace("torch.", "") if found is not None else "float32"
+        if name not in ("float32", "bfloat16", "float16", "float64"):
+            name = "float32"
+    return getattr(torch, name), name
+
+
+def _check_memory(args, config, lengths, dtype_name):
+    """The longest length's estimate set against the device's free memory."""
+    from .context import _load, estimate_memory, free_memory
+
+    try:
+        free = free_memory(args.device)
+    except (RuntimeError, AssertionError, ValueError) as exc:  # no such device
+        raise _Failure(f"--device {args.device}: {_one_line(exc)}") from exc
+    estimate = estimate_memory(
+        config, lengths[-1], dtype=dtype_name, parameters=_load.parameter_count(config)
+    )
+    if free is not None and estimate.total > free:
+        from .context._memory import gib
+
+        raise _Failure(
+            f"--lengths {lengths[-1]} will not fit in memory: it needs {estimate.describe()} "
+            f"in {dtype_name}, and {args.device} has {gib(free)} free; give shorter lengths, "
+            "--dtype bfloat16, or a --device with more memory"
+        )
+    return estimate, free
+
+
+def _context_tokens(args, tokenizer):
+    """The text's token ids (None without --text or --dataset)."""
+    from .context import _load
+
+    if args.text is not None:
+        text = _load.read_text(args.text)
+        ids = tokenizer(text)["input_ids"]
+        ids = [int(i) for i in (ids if args.tokens is None else ids[: args.tokens])]
+    elif args.dataset is not None:
+        ids = _load.tokens_of_texts(
+            tokenizer, _load.dataset_texts(args.dataset, args.column), args.tokens
+        )
+    else:
+        return None
+    return ids
+
+
+def _context_record(args, lengths, methods, depths, ids, config, dtype_name):
+    """What reruns the measurement: posenc's version, every setting, the
+    text's SHA-256 or the data set, the model's commit where the Hub gave one."""
+    import hashlib
+
+    from ._version import __version__
+    from .context import _load
+
+    text = None
+    if args.text is not None:
+        with open(args.text, "rb") as f:
+            text = {"path": args.text, "sha256": hashlib.sha256(f.read()).hexdigest()}
+    return {
+        "posenc_version": __version__,
+        "model": args.model,
+        "model_type": getattr(config, "model_type", None),
+        "model_commit": _load.commit_of(args.model),
+        "methods": methods,
+        "lengths": lengths,
+        "stride": args.stride,
+        "text": text,
+        "dataset": None if args.dataset is None else {"spec": args.dataset, "column": args.column},
+        "tokens": None if ids is None else len(ids),
+        "passkey": None
+        if not args.passkey
+        else {"depths": depths, "trials": args.trials, "seed": 0},
+        "device": args.device,
+        "dtype": dtype_name,
+    }
+
+
+def _context(args):
+    from .context._common import is_terminal
+
+    lengths, methods, depths = _context_checks(args)
+    with _library_bars(not args.no_progress and is_terminal(sys.stderr)):
+        return _context_run(args, lengths, methods, depths)
+
+
+@contextlib.contextmanager
+def _library_bars(shown):
+    """transformers' and huggingface_hub's progress bars, on a terminal only
+    (and not with --no-progress); as they were after."""
+    if shown:
+        yield
+        return
+    from .probe._optional import require
+
+    logging = require("transformers.utils.logging", "posenc context", extra="context")
+    hub_utils = require("huggingface_hub.utils", "posenc context", extra="context")
+    were = logging.is_progress_bar_enabled(), hub_utils.are_progress_bars_disabled()
+    logging.disable_progress_bar()
+    hub_utils.disable_progress_bars()
+    try:
+        yield
+    finally:
+        if were[0]:
+            logging.enable_progress_bar()
+        if not were[1]:
+            hub_utils.enable_progress_bars()
+
+
+def _context_run(args, lengths, methods, depths):
+    from . import context
+    from .context import _load
+    from .context import passkey as passkey_module
+    from .context._common import check_rotary, not_rotary
+    from .probe.biases import model_kind
+
+    try:
+        config = _load.load_config(args.model)
+        if model_kind(config) != "rope":
+            raise _Failure(not_rotary(config, args.model))
+        tokenizer = _load.load_tokenizer(args.model)
+        dtype, dtype_name = _torch_dtype(args, config)
+        _check_memory(args, config, lengths, dtype_name)
+        ids = _context_tokens(args, tokenizer)
+        if ids is not None and len(ids) < lengths[-1]:
+            where = args.text if args.text is not None else f"--dataset {args.dataset}"
+            raise _Failure(
+                f"{where}: {len(ids)} tokens, fewer than the longest length {lengths[-1]}; "
+                "give a longer text or shorter lengths"
+            )
+        if args.passkey:  # every prompt fits its length, checked before the weights load
+            passkey_module.plans(tokenizer, passkey_module.PasskeyPrompt(), lengths, depths, 1, 0)
+        model = _load.load_model(args.model, dtype, args.device)
+        check_rotary(model, args.model)
+    except (_load.LoadError, ValueError) as exc:
+        raise _Failure(str(exc)) from exc
+    result = context.compare(
+        model,
+        ids,
+        methods=methods,
+        lengths=lengths,
+        tokenizer=tokenizer,
+        passkey=args.passkey,
+        stride=args.stride,
+        depths=depths,
+        trials=args.trials,
+        progress=not args.no_progress,
+    )
+    n = "" if ids is None else f"; {len(ids)} tokens of text"
+    print(f"{args.model} ({getattr(config, 'model_type', None)}, {dtype_name}, {args.device}{n})")
+    print()
+    print(result.to_markdown())
+    if args.plot is not None:
+        result.plot(args.plot)
+        print(f"\nplot written to {args.plot}")
+    if args.json is not None:
+        record = _context_record(args, lengths, methods, depths, ids, config, dtype_name)
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump({"run": record, **result.to_dict()}, f, indent=1)
+            f.write("\n")
+        print(f"figures written to {args.json}")
+    return 0
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = _build_parser().parse_args(argv)
     if args.command == "info":
@@ -1203,7 +1563,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         show_config()
         return 0
     try:
-        return _probe(args)
+        return _probe(args) if args.command == "probe" else _context(args)
     except (
         _Failure,
         OSError,
@@ -1217,7 +1577,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         RecursionError,
         AttributeError,
     ) as exc:
-        print(f"{_PROG} probe: error: {_one_line(exc)}", file=sys.stderr)
+        print(f"{_PROG} {args.command}: error: {_one_line(exc)}", file=sys.stderr)
         return 1
 
 

@@ -1,7 +1,7 @@
 """posenc's modules stand in layers: what ARCHITECTURE.md says of them holds.
 
 The witness is the source itself, read with ``ast``: every import of every
-module of posenc/ and posenc/probe/ (at the top of a module or inside a
+module of posenc/, posenc/probe/ and posenc/context/ (at the top of a module or inside a
 function: both run), each resolved to the module it names.  Checked:
 
 - no import circle among them (a module never reaches itself through the
@@ -28,7 +28,11 @@ import pytest
 import posenc
 
 PACKAGE = pathlib.Path(posenc.__file__).parent
-SOURCES = sorted(PACKAGE.glob("*.py")) + sorted(PACKAGE.glob("probe/*.py"))
+SOURCES = (
+    sorted(PACKAGE.glob("*.py"))
+    + sorted(PACKAGE.glob("probe/*.py"))
+    + sorted(PACKAGE.glob("context/*.py"))
+)
 pytestmark = pytest.mark.skipif(not SOURCES, reason="posenc's source is not installed")
 
 # ---------------------------------------------------------------- exemptions

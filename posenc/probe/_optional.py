@@ -1,7 +1,9 @@
-"""The probe's optional dependencies: imported when used.
+"""The optional dependencies of the probes and of :mod:`posenc.context`:
+imported when used.
 
 scikit-learn, SciPy, matplotlib and threadpoolctl come with posenc's
-``probe`` extra; :func:`require` imports one or says how to get it, and
+``probe`` extra, torch, transformers and datasets with its ``context``
+extra; :func:`require` imports one or says how to get it, and
 :func:`one_thread` holds BLAS and OpenMP to one thread while the probes fit.
 """
 
@@ -13,15 +15,15 @@ from types import ModuleType
 from typing import Any, ContextManager
 
 
-def require(module: str, purpose: str) -> ModuleType:
-    """Import `module` (part of the ``probe`` extra) or say how to get it."""
+def require(module: str, purpose: str, extra: str = "probe") -> ModuleType:
+    """Import `module` (part of posenc's extra `extra`) or say how to get it."""
     try:
         return importlib.import_module(module)
     except ImportError as exc:
         package = module.split(".")[0].replace("sklearn", "scikit-learn")
         raise ImportError(
-            f"{purpose} needs {package}, which comes with posenc's 'probe' extra: "
-            'pip install "posenc[probe]"'
+            f"{purpose} needs {package}, which comes with posenc's {extra!r} extra: "
+            f'pip install "posenc[{extra}]"'
         ) from exc
 
 
