@@ -136,14 +136,16 @@ def _from_string(text: str) -> Request:
             )
         params[key] = _number(number.strip(), text, key)
     params.update(fixed)
-    why = {k: f"the short form {name!r}: Llama 3.1's" for k in fixed}
+    why = {k: f"the short form {name!r}: Llama 3.1's" for k in fixed}  # one reason for all
     return Request(label=repr(text), params=params, fixed=why)
 
 
 def _is_config(scaling: Any) -> bool:
+    """A whole config (object or config.json dict), a composite one too."""
+    keys = ("rope_parameters", "rope_scaling", "rope_theta", "text_config", "model_type")
     if isinstance(scaling, Mapping):
-        return any(k in scaling for k in ("rope_parameters", "rope_scaling", "model_type"))
-    return any(hasattr(scaling, k) for k in ("rope_parameters", "rope_scaling", "rope_theta"))
+        return any(k in scaling for k in keys if k != "rope_theta")
+    return not isinstance(scaling, str) and any(hasattr(scaling, k) for k in keys)
 
 
 def _family(params: Mapping[str, Any], where: str) -> str:
@@ -423,8 +425,9 @@ def scaled_config(
                 )
             whose = "the config's" if req.from_config else "the model's"
             notes.append(f"growing past max_position_embeddings {mpe} ({whose})")
-        for key, why in req.fixed.items():
-            notes.append(f"{key} {new[key]:g} ({why})")
+        if req.fixed:
+            keys = " and ".join(f"{key} {new[key]:g}" for key in req.fixed)
+            notes.append(f"{keys} ({next(iter(req.fixed.values()))})")
         params[lt] = new
         inferred[lt] = notes
     # the copy: the module's config with the new rope parameters

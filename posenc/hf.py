@@ -1181,7 +1181,7 @@ def _scaled_rotary(
             mrope_section=None if half_width else given,
         )
     except (TypeError, ValueError) as exc:
-        raise ValueError(f"{name}: scaling {req.label} cannot apply: {exc}") from exc
+        raise type(exc)(f"{name}: scaling {req.label} cannot apply: {exc}") from exc
     if half_width:
         _define_torch_classes()
         module = globals()["_HalfWidthRotary"](rotary)
@@ -1422,8 +1422,9 @@ def _plan(
         if other or not said:
             raise ValueError(
                 f"posenc cannot patch this {type(model).__name__} with scaling=: it changes "
-                "the tables of rotary modules, and this model's positions are "
-                + ", ".join(other or ["not rotary"])
+                "the tables of rotary modules, and this model's positions are not rotary ("
+                + ", ".join(other or ["no rotary module"])
+                + ")"
             )
         for name, module in model.named_modules():
             # the attention whose constructor multiplies its scale by YaRN's
