@@ -33,6 +33,11 @@ and ``patch`` says so once with a warning naming the quantity and the size
 of the difference measured on those positions; ``patch(model,
 exact=False)`` keeps transformers' rounding instead.
 
+``patch(model, scaling="yarn:4")`` (a short string, a rope dict or a
+config) makes the rotary modules compute their tables with another
+context-extension family, as the same weights in a model whose config
+carries it compute them (see :func:`patch`).
+
 A patched model pickles, saves with ``torch.save`` and deep-copies: the
 copy is patched by itself, and ``unpatch`` restores transformers' code in
 it.  Every replacement is an object of a class of this module holding its
@@ -1458,34 +1463,37 @@ def patch(model: Any, *, exact: bool = True, scaling: Any = None) -> Any:
     ``max_position_embeddings`` and ``original_max_position_embeddings``, as
     transformers reads them; a composite config's ``text_config``).
 
-    ===================  ==============================================  =========================
-    ``scaling=``         rope dict                                       inferred
-    ===================  ==============================================  =========================
-    ``"none"``           ``{"rope_type": "default"}``                    (a)
-    ``"linear:F"``       ``{"rope_type": "linear", "factor": F}``        (a)
-    ``"dynamic:F"``,     ``{"rope_type": "dynamic", "factor": F}``       (a), grows past the
-    ``"ntk:F"``                                                          model's
-                                                                         max_position_embeddings
-    ``"ntk_alpha:A"``    ``{"rope_type": "ntk_alpha", "alpha": A}``      (a)
-    ``"yarn:F"``         ``{"rope_type": "yarn", "factor": F}``          (a), (b), attention_factor
-                                                                         0.1 ln(F) + 1 (or
-                                                                         mscale / mscale_all_dim),
-                                                                         beta_fast 32, beta_slow 1
-    ``"llama3:F"``       ``{"rope_type": "llama3", "factor": F,``        (a), (b)
-                         ``"low_freq_factor": 1, "high_freq_factor": 4}``
-    a dict only          ``{"rope_type": "longrope", "short_factor":``   (a), (b), factor
-                         ``[...], "long_factor": [...]}``                max_position_embeddings /
-                                                                         (b), attention_factor
-                                                                         sqrt(1 + ln factor / ln
-                                                                         (b)), long_factor past (b)
-    ``"resonance"``      ``{"rope_type": "resonance"}``                  (a)
-    ===================  ==============================================  =========================
+    ============================  ===============================================
+    ``scaling=``                  the rope parameters it means; what is inferred
+    ============================  ===============================================
+    ``"none"``                    ``{"rope_type": "default"}``
+    ``"linear:F"``                ``{"rope_type": "linear", "factor": F}``
+    ``"dynamic:F"``, ``"ntk:F"``  ``{"rope_type": "dynamic", "factor": F}``;
+                                  grows past the model's
+                                  ``max_position_embeddings``
+    ``"ntk_alpha:A"``             ``{"rope_type": "ntk_alpha", "alpha": A}``
+    ``"yarn:F"``                  ``{"rope_type": "yarn", "factor": F}``; (b),
+                                  attention_factor ``0.1 ln(F) + 1``
+                                  (``mscale`` over ``mscale_all_dim`` where
+                                  both are given), beta_fast 32, beta_slow 1
+    ``"llama3:F"``                ``{"rope_type": "llama3", "factor": F,
+                                  "low_freq_factor": 1, "high_freq_factor":
+                                  4}``; (b)
+    a dict only                   ``{"rope_type": "longrope", "short_factor":
+                                  [...], "long_factor": [...]}``; (b), factor
+                                  ``max_position_embeddings / (b)`` where not
+                                  given, attention_factor ``sqrt(1 +
+                                  ln(factor) / ln(b))``, the long factors once
+                                  positions pass (b)
+    ``"resonance"``               ``{"rope_type": "resonance"}``
+    ============================  ===============================================
 
-    (a): ``rope_theta``, ``partial_rotary_factor`` (the rotary dimension)
-    and M-RoPE's ``mrope_section``, from the module's own rope parameters
-    (a dict stating another ``partial_rotary_factor`` or ``mrope_section``
-    is refused: those choose which features rotate, not the context), and
-    ``head_dim`` from its config.  (b): ``original_max_position_embeddings``,
+    Every family infers (a): ``rope_theta``, ``partial_rotary_factor`` (the
+    rotary dimension) and M-RoPE's ``mrope_section``, from the module's own
+    rope parameters (a dict stating another ``partial_rotary_factor`` or
+    ``mrope_section`` is refused: those choose which features rotate, not
+    the context), and ``head_dim`` from its config.  (b):
+    ``original_max_position_embeddings``,
     the config's own attribute where it has one (Phi-3's; transformers reads
     it before the dict's, and a dict stating another value is refused), else
     the model's ``max_position_embeddings``.  patch says in one warning line
