@@ -332,13 +332,18 @@ def _targets(
     return targets
 
 
-def _carried(new: Dict[str, Any], current: Mapping[str, Any], key: str, where: str) -> None:
-    """`key` of the module's own parameters carried into `new`; a ValueError
-    when the request states another value (these choose which features
-    rotate and how, not the context)."""
+def _carried(
+    new: Dict[str, Any], current: Mapping[str, Any], config: Any, key: str, where: str
+) -> None:
+    """`key` of the module's own parameters (or its config's, as
+    transformers fills them in) carried into `new`; a ValueError when the
+    request states another value (these choose which features rotate and
+    how, not the context)."""
     mine = current.get(key)
     if key == "partial_rotary_factor" and mine is None:
-        mine = 1.0 if key in new else None
+        mine = config_value(config, key)
+        if mine is None and key in new:
+            mine = 1.0
     if key in new and new[key] != mine:
         raise ValueError(
             f"{where}: scaling[{key!r}] = {new[key]!r} differs from the model's {mine!r}; "
@@ -389,7 +394,7 @@ def scaled_config(
             new["rope_theta"] = theta
             notes.append(f"rope_theta {theta:g} (the model's)")
         for key in ("partial_rotary_factor", *_SECTIONS):
-            _carried(new, current, key, label)
+            _carried(new, current, config, key, label)
         family = new["rope_type"]
         if family in ("yarn", "llama3", "longrope"):
             if req.from_config:

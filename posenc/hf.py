@@ -1503,12 +1503,14 @@ def patch(model: Any, *, exact: bool = True, scaling: Any = None) -> Any:
     A model whose attention multiplies by YaRN's ``mscale`` itself
     (DeepSeek-V2/V3's ``yarn_apply_mscale``) gets its attention's scale set
     as the scaled rope parameters give it; elsewhere the attention factor
-    is in cos and sin, as transformers puts it.  The model's config is never
-    changed (each rotary module reads a copy), and :func:`unpatch` restores
-    the model exactly.  A dict key that the family does not read is refused
-    (a misspelt key would be ignored), and so is
-    ``max_position_embeddings`` in a dict (transformers reads it from the
-    model's config).
+    is in cos and sin, as transformers puts it.  Before anything is
+    changed, each scaled module is checked against transformers' own module
+    of its class built from the scaled config, where transformers has the
+    family.  The model's config is never changed (each rotary module reads
+    a copy), and :func:`unpatch` restores the model exactly.  A dict key
+    that the family does not read is refused (a misspelt key would be
+    ignored), and so is ``max_position_embeddings`` in a dict (transformers
+    reads it from the model's config).
 
     Returns `model`.  Raises ValueError, leaving the model as it was, when
     it holds nothing posenc can patch or a module whose numbers posenc would

@@ -539,3 +539,28 @@ def test_scaling_is_refused_where_positions_are_not_rotary_or_kept_as_transforme
         with hf.patched(model, scaling="linear:2"):
             assert "scaling 'linear:2'" in hf.patched_parts(model)[0]
     assert hf.patched_parts(model) == []
+
+
+def test_a_scaled_module_transformers_would_compute_otherwise_is_refused(tf, hf, monkeypatch):
+    import torch
+    from transformers import modeling_rope_utils
+
+    linear = modeling_rope_utils.ROPE_INIT_FUNCTIONS["linear"]
+
+    def halved(*args, **kwargs):  # transformers' linear family, its factor doubled
+        inv_freq, attention = linear(*args, **kwargs)
+        return inv_freq / 2, attention
+
+    model = _build(tf, "llama")
+    inputs = _inputs(torch)
+    want = _logits(model, inputs)
+    before = _state(model)
+    monkeypatch.setitem(modeling_rope_utils.ROPE_INIT_FUNCTIONS, "linear", halved)
+    with pytest.raises(ValueError, match="differ from those of transformers' LlamaRotaryEmbedding"):
+        hf.patch(model, scaling="linear:4")
+    _same_state(before, _state(model))
+    assert torch.equal(_logits(model, inputs), want)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        hf.patch(model, scaling="yarn:2")  # another family: transformers' own again
+    hf.unpatch(model)
