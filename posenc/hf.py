@@ -1461,7 +1461,8 @@ def patch(model: Any, *, exact: bool = True, scaling: Any = None) -> Any:
     type, ``{"full_attention": {...}}``, scales those layer types only), or a
     transformers config (its rope parameters, and its
     ``max_position_embeddings`` and ``original_max_position_embeddings``, as
-    transformers reads them; a composite config's ``text_config``).
+    transformers reads them; of a composite config, pass its
+    ``text_config``).
 
     ============================  ===============================================
     ``scaling=``                  the rope parameters it means; what is inferred
