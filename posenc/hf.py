@@ -33,6 +33,11 @@ and ``patch`` says so once with a warning naming the quantity and the size
 of the difference measured on those positions; ``patch(model,
 exact=False)`` keeps transformers' rounding instead.
 
+``patch(model, scaling="yarn:4")`` (a short string, a rope dict or a
+config) makes the rotary modules compute their tables with another
+context-extension family, as the same weights in a model whose config
+carries it compute them (see :func:`patch`).
+
 A patched model pickles, saves with ``torch.save`` and deep-copies: the
 copy is patched by itself, and ``unpatch`` restores transformers' code in
 it.  Every replacement is an object of a class of this module holding its
@@ -51,6 +56,7 @@ import types
 import warnings
 from typing import Any, Iterator, List, Optional, Tuple
 
+from . import _hf_scaling
 from ._model_config import config_value, layer_config
 
 __all__ = ["SUPPORTED", "patch", "patched", "patched_parts", "unpatch"]
@@ -1145,6 +1151,159 @@ def _sincos_change(
     return module, f"{name} ({cls}, rotary_dim {dim}, interleaved pairs)"
 
 
+# -- scaling=: another context-extension family -----------------------------------
+
+
+def _scaled_rotary(
+    name: str,
+    original: Any,
+    unscaled: Any,
+    req: _hf_scaling.Request,
+    torch: Any,
+    notes: List[str],
+    said: List[str],
+) -> Tuple[Any, str, _hf_scaling.Scaled]:
+    """The replacement of `original` whose tables are those of `req`'s
+    family: built as `unscaled` (its head dimension, layout and M-RoPE
+    sections, checked against `original`) from a copy of the module's config
+    carrying the family, and checked against transformers' own module built
+    from that copy where transformers has the family.  What it inferred goes
+    to `said`."""
+    from .torch import RotaryEmbedding
+
+    layer_types = _rotary_layer_types(original)
+    scaled = _hf_scaling.scaled_config(original.config, layer_types, req, name)
+    half_width = not isinstance(unscaled, RotaryEmbedding)
+    inner = unscaled.rotary if half_width else unscaled
+    sections = getattr(original, "mrope_section", None)
+    given = list(sections) if isinstance(sections, (list, tuple)) else None
+    try:
+        rotary = _quietly(
+            RotaryEmbedding,
+            inner.head_dim,
+            config=scaled.config,
+            layout=inner.layout,
+            mrope_section=None if half_width else given,
+        )
+    except (TypeError, ValueError) as exc:
+        raise type(exc)(f"{name}: scaling {req.label} cannot apply: {exc}") from exc
+    if half_width:
+        _define_torch_classes()
+        module = globals()["_HalfWidthRotary"](rotary)
+    else:
+        module = rotary
+    _check_scaled(name, original, module, scaled.config, layer_types, req, torch, notes)
+    parts = []
+    for layer_type in layer_types:
+        if layer_type in scaled.params:
+            family = scaled.params[layer_type]["rope_type"]
+            found = _hf_scaling.described(
+                scaled, layer_type, rotary._rotary_dims[layer_type], rotary.head_dim
+            )
+            where = "" if layer_type is None else f"{layer_type}: "
+            parts.append(f"{where}{family} with " + ", ".join(found))
+        else:
+            own = _hf_scaling.layer_family(original.config, layer_type)
+            parts.append(f"{layer_type} kept as it is ({own})")
+    said.append(f"{name}: " + "; ".join(parts))
+    what = f"{name} ({type(original).__name__}, head_dim {inner.head_dim}, scaling {req.label})"
+    return module, what, scaled
+
+
+def _check_scaled(
+    name: str,
+    original: Any,
+    module: Any,
+    config: Any,
+    layer_types: List[Optional[str]],
+    req: _hf_scaling.Request,
+    torch: Any,
+    notes: List[str],
+) -> None:
+    """`module`'s tables against those of transformers' own module of
+    `original`'s class built from `config` (the scaled copy), on the probe
+    positions, in the dtype `original` holds its frequencies in: a
+    ValueError where they are further apart than that dtype's rounding, a
+    note where transformers' rounding moves them.  Nothing where
+    transformers cannot build that module (a family only posenc has, such
+    as ntk_alpha outside HunYuan's models, or resonance)."""
+    inv = _inv_freq(original, layer_types[0])
+    dtype = inv.dtype if inv.device.type != "meta" else torch.float32
+    try:
+        with torch.device("cpu"):
+            twin = _quietly(type(original), copy.deepcopy(config))
+        twin = twin.to(dtype=dtype)
+    except Exception:  # transformers has no rope init function for this family here
+        return
+    worst = 0.0
+    for layer_type in layer_types:
+        x, ids, cos, sin = _probe_rotary(twin, layer_type, torch)
+        try:
+            mine = _quietly(module, x, ids, layer_type=layer_type)
+        except (TypeError, ValueError, RuntimeError) as exc:
+            raise ValueError(f"{name}: scaling {req.label} cannot apply: {exc}") from exc
+        if mine[0].shape != cos.shape:
+            raise ValueError(
+                f"{name}: with scaling {req.label}, transformers' tables have shape "
+                f"{tuple(cos.shape)}, posenc's {tuple(mine[0].shape)}"
+            )
+        worst = max(worst, _max_diff(mine[0], cos), _max_diff(mine[1], sin))
+    exact = dtype in (torch.float32, torch.float64)
+    if worst > (1e-4 if exact else 0.05):
+        raise ValueError(
+            f"{name}: with scaling {req.label}, posenc's tables differ from those of "
+            f"transformers' {type(original).__name__} built with that config by {worst:.3g} at "
+            f"positions 0..{_PROBE - 1}, more than its rounding"
+        )
+    if worst > (1e-12 if dtype == torch.float64 else 1e-5):
+        quantity = (
+            "angles formed in float32 in a float64 model"
+            if dtype == torch.float64
+            else f"inv_freq held in {str(dtype).replace('torch.', '')}"
+            if not exact
+            else "cos and sin"
+        )
+        notes.append(
+            f"{name}: transformers' {quantity} would move cos/sin by up to {worst:.3g} at "
+            f"positions 0..{_PROBE - 1}; the patched model uses the exact values"
+        )
+
+
+def _attention_scale_change(name: str, module: Any, scaled: dict) -> Optional[_Change]:
+    """DeepSeek-V2/V3's attention (and the attention built on theirs):
+    its ``scaling``, which its constructor multiplies by YaRN's ``mscale``
+    squared from its config's rope parameters, set to what the scaled rope
+    parameters give (None where that is what it holds)."""
+    cls = type(module).__name__
+    config = getattr(module, "config", None)
+    qk = getattr(module, "qk_head_dim", None)
+    current = getattr(module, "scaling", None)
+    new = scaled.get(id(config))
+    if new is None or not isinstance(qk, int) or not isinstance(current, float):
+        raise ValueError(
+            f"{name} ({cls}): its attention multiplies by YaRN's mscale from its config's rope "
+            "parameters, and patch finds no rotary module of that config, or no qk_head_dim "
+            "and scaling, to follow it with"
+        )
+    base = qk ** (-0.5)
+    old = _hf_scaling.attention_scale(config_value(config, "rope_parameters"), base)
+    if old != current:
+        raise ValueError(
+            f"{name} ({cls}): its attention scale {current!r} is not {old!r}, what its config's "
+            "rope parameters give (a config edited after the model was built?)"
+        )
+    value = _hf_scaling.attention_scale(new, base)
+    if value is None:
+        raise ValueError(
+            f"{name} ({cls}): scaling states mscale_all_dim without a factor, which its "
+            "attention multiplies by"
+        )
+    if value == current:
+        return None
+    what = f"{name} ({cls}): attention scale {current:.6g} -> {value:.6g} (YaRN's mscale_all_dim)"
+    return _Change(what, module, "scaling", value, module=False)
+
+
 # -- the public calls --------------------------------------------------------------
 
 
@@ -1165,11 +1324,19 @@ def _already_patched(name: str, module: Any) -> Optional[str]:
     return None
 
 
-def _plan(model: Any, torch: Any, exact: bool) -> Tuple[List[_Change], List[str]]:
+def _plan(
+    model: Any, torch: Any, exact: bool, req: Optional[_hf_scaling.Request] = None
+) -> Tuple[List[_Change], List[str], List[str]]:
+    """The changes that patch `model`, the notes of where it is more exact
+    than transformers, and, with `req` (``scaling=``), what was inferred
+    for each rotary module."""
     changes: List[_Change] = []
     notes: List[str] = []
     found: List[str] = []
     kept: List[str] = []
+    said: List[str] = []
+    scaled_rope: dict = {}  # id(a rotary module's config) -> its scaled rope parameters
+    rotary: List[_Change] = []  # the changes of rotary modules
 
     def submodule_change(name: str, replacement: Any, what: str) -> _Change:
         if not name:
@@ -1185,11 +1352,16 @@ def _plan(model: Any, torch: Any, exact: bool) -> Tuple[List[_Change], List[str]
         if why is not None:
             raise ValueError(f"posenc cannot patch this {type(model).__name__}: {why}")
         if _is_rotary(module):
+            # with scaling=, the module's own tables are read first (its head
+            # dimension, layout and sections, checked), their notes dropped
+            own_notes = notes if req is None else []
             try:
-                replacement, what = _rotary_replacement(name or cls, module, torch, notes, exact)
+                replacement, what = _rotary_replacement(
+                    name or cls, module, torch, own_notes, exact
+                )
             except ValueError:
                 # tables holding each pair's angle once (GPT-OSS's)
-                half = _half_width_rotary(name or cls, module, torch, notes, exact)
+                half = _half_width_rotary(name or cls, module, torch, own_notes, exact)
                 if half is None:
                     raise
                 replacement, what = half
@@ -1197,12 +1369,24 @@ def _plan(model: Any, torch: Any, exact: bool) -> Tuple[List[_Change], List[str]
                 kept.append(what)
                 continue
             _rounding_apart_only(name or cls, module, replacement, torch)
+            if req is not None:
+                replacement, what, scaled = _scaled_rotary(
+                    name or cls, module, replacement, req, torch, notes, said
+                )
+                scaled_rope[id(module.config)] = scaled.config.rope_parameters
             if getattr(replacement, "config", None) is not None:
                 # the tables of the config as it is now, as transformers' module
                 # holds its frequencies (a config edited later moves neither)
                 replacement.config = copy.deepcopy(replacement.config)
             changes.append(submodule_change(name, replacement, what))
+            rotary.append(changes[-1])
         elif _is_sincos_table(module):
+            if req is not None:
+                raise ValueError(
+                    f"posenc cannot patch this {type(model).__name__} with scaling=: {name} "
+                    f"({cls}) is a table of sin and cos made with base 10000 and no rope "
+                    "parameters; scaling= applies to rotary modules built from rope parameters"
+                )
             sincos = _sincos_change(name or cls, module, torch, notes, exact)
             if sincos is None:
                 kept.append(name)
@@ -1237,10 +1421,28 @@ def _plan(model: Any, torch: Any, exact: bool) -> Tuple[List[_Change], List[str]
             f"posenc cannot patch this {type(model).__name__}: found {what}. "
             f"Supported: {_supported_text()}"
         )
-    return changes, notes
+    if req is not None:
+        # the parts scaling= does not apply to
+        other = [c.what for c in changes if not any(c is r for r in rotary)]
+        if other or not said:
+            raise ValueError(
+                f"posenc cannot patch this {type(model).__name__} with scaling=: it changes "
+                "the tables of rotary modules, and this model's positions are not rotary ("
+                + ", ".join(other or ["no rotary module"])
+                + ")"
+            )
+        for name, module in model.named_modules():
+            # the attention whose constructor multiplies its scale by YaRN's
+            # mscale from the rope parameters (DeepSeek-V2/V3's yarn_apply_mscale)
+            init = getattr(type(module).__init__, "__code__", None)
+            if init is not None and "yarn_apply_mscale" in init.co_names:
+                change = _attention_scale_change(name or type(module).__name__, module, scaled_rope)
+                if change is not None:
+                    changes.append(change)
+    return changes, notes, said
 
 
-def patch(model: Any, *, exact: bool = True) -> Any:
+def patch(model: Any, *, exact: bool = True, scaling: Any = None) -> Any:
     """Make `model` (this instance) compute its positions with posenc.
 
     With ``exact=False``, transformers' rounding is reproduced where it
@@ -1250,10 +1452,74 @@ def patch(model: Any, *, exact: bool = True) -> Any:
     whose tables transformers rounds otherwise (a bfloat16 ``inv_freq``,
     float32 angles in a float64 model) is left in place.
 
+    With `scaling`, the rotary modules compute their tables with that
+    context-extension family instead of the one their config names: the
+    numbers of the same weights in a model whose config carries `scaling`
+    (transformers' own model built from such a config is the witness).
+    `scaling` is a short string of the table below, a ``rope_parameters``
+    dict (``{"rope_type": "yarn", "factor": 4.0, ...}``; one dict per layer
+    type, ``{"full_attention": {...}}``, scales those layer types only), or a
+    transformers config (its rope parameters, and its
+    ``max_position_embeddings`` and ``original_max_position_embeddings``, as
+    transformers reads them; of a composite config, pass its
+    ``text_config``).
+
+    ============================  ===============================================
+    ``scaling=``                  the rope parameters it means; what is inferred
+    ============================  ===============================================
+    ``"none"``                    ``{"rope_type": "default"}``
+    ``"linear:F"``                ``{"rope_type": "linear", "factor": F}``
+    ``"dynamic:F"``, ``"ntk:F"``  ``{"rope_type": "dynamic", "factor": F}``;
+                                  grows past the model's
+                                  ``max_position_embeddings``
+    ``"ntk_alpha:A"``             ``{"rope_type": "ntk_alpha", "alpha": A}``
+    ``"yarn:F"``                  ``{"rope_type": "yarn", "factor": F}``; (b),
+                                  attention_factor ``0.1 ln(F) + 1``
+                                  (``mscale`` over ``mscale_all_dim`` where
+                                  both are given), beta_fast 32, beta_slow 1
+    ``"llama3:F"``                ``{"rope_type": "llama3", "factor": F,
+                                  "low_freq_factor": 1, "high_freq_factor":
+                                  4}``; (b)
+    a dict only                   ``{"rope_type": "longrope", "short_factor":
+                                  [...], "long_factor": [...]}``; (b), factor
+                                  ``max_position_embeddings / (b)`` where not
+                                  given, attention_factor ``sqrt(1 +
+                                  ln(factor) / ln(b))``, the long factors once
+                                  positions pass (b)
+    ``"resonance"``               ``{"rope_type": "resonance"}``
+    ============================  ===============================================
+
+    Every family infers (a): ``rope_theta``, ``partial_rotary_factor`` (the
+    rotary dimension) and M-RoPE's ``mrope_section``, from the module's own
+    rope parameters (a dict stating another ``partial_rotary_factor`` or
+    ``mrope_section`` is refused: those choose which features rotate, not
+    the context), and ``head_dim`` from its config.  (b):
+    ``original_max_position_embeddings``,
+    the config's own attribute where it has one (Phi-3's; transformers reads
+    it before the dict's, and a dict stating another value is refused), else
+    the model's ``max_position_embeddings``.  patch says in one warning line
+    what it inferred.  A flat dict on a model with rope parameters per layer
+    type scales every layer type but ``sliding_attention`` (as transformers'
+    Gemma 3 config puts a flat ``rope_scaling`` on its full-attention layers).
+    A model whose attention multiplies by YaRN's ``mscale`` itself
+    (DeepSeek-V2/V3's ``yarn_apply_mscale``) gets its attention's scale set
+    as the scaled rope parameters give it; elsewhere the attention factor
+    is in cos and sin, as transformers puts it.  Before anything is
+    changed, each scaled module is checked against transformers' own module
+    of its class built from the scaled config, where transformers has the
+    family.  The model's config is never changed (each rotary module reads
+    a copy), and :func:`unpatch` restores the model exactly.  A dict key
+    that the family does not read is refused (a misspelt key would be
+    ignored), and so is ``max_position_embeddings`` in a dict (transformers
+    reads it from the model's config).
+
     Returns `model`.  Raises ValueError, leaving the model as it was, when
     it holds nothing posenc can patch or a module whose numbers posenc would
-    not reproduce, or is patched already (or holds a patched part);
-    TypeError when `model` is not a torch module.
+    not reproduce, or is patched already (or holds a patched part), or when
+    `scaling` cannot apply (a key the family requires missing, named; a
+    model whose positions are not rotary; with ``exact=False``); TypeError
+    when `model` is not a torch module or `scaling` not a string, dict or
+    config.
     """
     import torch
 
@@ -1261,12 +1527,25 @@ def patch(model: Any, *, exact: bool = True) -> Any:
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     if not isinstance(exact, bool):
         raise TypeError(f"exact must be a bool, got {type(exact).__name__}")
+    req = None if scaling is None else _hf_scaling.request(scaling)
+    if req is not None and not exact:
+        raise ValueError(
+            "exact=False keeps transformers' rotary modules where they round otherwise, and "
+            "scaling= replaces them: pass one or the other"
+        )
     if _STATE in model.__dict__:
         raise ValueError(f"this {type(model).__name__} is already patched: unpatch it first")
-    changes, notes = _plan(model, torch, exact)
+    changes, notes, said = _plan(model, torch, exact, req)
     for change in changes:
         change.apply()
     model.__dict__[_STATE] = changes
+    if said:
+        assert req is not None
+        warnings.warn(
+            f"posenc.hf.patch: scaling {req.label} inferred for " + "; for ".join(said),
+            UserWarning,
+            stacklevel=2,
+        )
     if notes:
         warnings.warn(
             "posenc.hf.patch: the patched model is more exact than transformers here: "
@@ -1293,9 +1572,10 @@ def patched_parts(model: Any) -> List[str]:
 
 
 @contextlib.contextmanager
-def patched(model: Any, *, exact: bool = True) -> Iterator[Any]:
-    """``with patched(model):`` the model patched inside, restored after."""
-    patch(model, exact=exact)
+def patched(model: Any, *, exact: bool = True, scaling: Any = None) -> Iterator[Any]:
+    """``with patched(model):`` the model patched inside, restored after
+    (`exact` and `scaling` as :func:`patch` takes them)."""
+    patch(model, exact=exact, scaling=scaling)
     try:
         yield model
     finally:
