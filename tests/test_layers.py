@@ -49,7 +49,6 @@ UNDERSCORE_IMPORTS_LEFT: set = set()
 UNDERSCORE_ATTRIBUTES_LEFT = {
     # the command line drives the probe's and the hub's helpers
     ("posenc.__main__", "posenc.probe", "_TooManyPositions"),
-    ("posenc.__main__", "posenc.probe", "_load"),
     ("posenc.__main__", "posenc.probe", "_plot_format"),
     ("posenc.__main__", "posenc.probe", "_table"),
     ("posenc.__main__", "posenc.probe", "_to_numpy"),
