@@ -36,6 +36,7 @@ torch = require("torch")
 transformers = require("transformers")
 tokenizers = require("tokenizers")
 
+import posenc.hf  # noqa: E402
 from posenc import context  # noqa: E402
 from posenc.__main__ import main  # noqa: E402
 from posenc.context import _load, _methods  # noqa: E402
@@ -256,6 +257,20 @@ def test_compare_runs_each_method_in_turn_and_equals_each_ones_evaluation(llama,
     assert lines[2] == "| method | 32 | 64 |"
     assert lines[4].startswith("| none | ") and lines[5].startswith("| linear:4 | ")
     assert r.passkey is None and r.max_position_embeddings == 64
+
+
+def test_compare_patches_each_method_as_transformers_scales_it(llama, ids):
+    # the real posenc.hf.patch: each method's perplexity is that of the same
+    # weights in a model whose config carries the method (transformers' angles
+    # are float32's: within 1e-5)
+    r = context.compare(llama, ids, methods=["none", "linear:4"], lengths=[32, 64], stride=16)
+    witness = {"none": llama, "linear:4": _twin_with_scaling(llama, "linear:4")}
+    for label, model in witness.items():
+        for k, n in enumerate((32, 64)):
+            ppl = _hand_evaluation(model, ids, n, 16)[0]
+            assert r.perplexity[label].perplexity[k] == pytest.approx(ppl, rel=1e-5)
+    assert not np.allclose(r.perplexity["none"].perplexity, r.perplexity["linear:4"].perplexity)
+    assert not posenc.hf.patched_parts(llama)  # unpatched after
 
 
 def test_a_method_that_cannot_apply_is_refused_before_any_forward_pass(llama, ids, stand_in):
