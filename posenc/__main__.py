@@ -533,28 +533,17 @@ def _language_model(name, entry=None):
     return model, tokenizer, (tokenizer.mask_token_id if masked else None)
 
 
-#: The files one of which a model's tokenizer is read from.
-_TOKENIZER_FILES = (
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "vocab.json",
-    "vocab.txt",
-    "merges.txt",
-    "spiece.model",
-    "tokenizer.model",
-    "sentencepiece.bpe.model",
-)
-
-
 def _check_tokenizer_files(name, folder):
-    """A NAME whose folder (or the copy of its Hub repository) has no
-    tokenizer file is refused (transformers would make a tokenizer of
-    special tokens only)."""
+    """A NAME whose folder (or the copy of its Hub repository) has none of
+    ``probe.hub.TOKENIZER_FILES`` is refused (transformers would make a
+    tokenizer of special tokens only)."""
+    from .probe.hub import TOKENIZER_FILES
+
     if not os.path.isdir(folder):
         return
-    if not any(f in _TOKENIZER_FILES for f in os.listdir(folder)):
+    if not any(f in TOKENIZER_FILES for f in os.listdir(folder)):
         raise _Failure(
-            f"--text: {name} has no tokenizer files ({', '.join(_TOKENIZER_FILES[:4])}, ...), "
+            f"--text: {name} has no tokenizer files ({', '.join(TOKENIZER_FILES[:4])}, ...), "
             "so its text cannot be tokenized; give a model saved with its tokenizer"
         )
 

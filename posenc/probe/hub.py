@@ -1303,21 +1303,27 @@ class HubTensors:
 
 # ---------------------------------------------------------------- a model to run
 
-#: The files besides the weights that transformers reads to run a model and
-#: tokenize its text.
-SNAPSHOT_FILES: Tuple[str, ...] = (
-    "config.json",
-    "generation_config.json",
+#: The files one of which a model's tokenizer is read from.
+TOKENIZER_FILES: Tuple[str, ...] = (
     "tokenizer.json",
     "tokenizer_config.json",
-    "special_tokens_map.json",
-    "added_tokens.json",
     "vocab.json",
     "vocab.txt",
     "merges.txt",
     "spiece.model",
     "tokenizer.model",
     "sentencepiece.bpe.model",
+)
+
+#: The files besides the weights that transformers reads to run a model and
+#: tokenize its text: its configs, the tokenizer's special tokens and
+#: :data:`TOKENIZER_FILES`.
+SNAPSHOT_FILES: Tuple[str, ...] = (
+    "config.json",
+    "generation_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    *TOKENIZER_FILES,
 )
 
 
