@@ -51,7 +51,7 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Tuple
 from urllib.parse import quote
 
 import numpy as np
@@ -347,6 +347,33 @@ _TIMEOUT_ADVICE = (
 _DEADLINE_ADVICE = (
     "try again, or allow longer with deadline= (posenc probe --deadline) or POSENC_HUB_DEADLINE"
 )
+
+
+class _Start(NamedTuple):
+    """What one load starts from: the name's repository and revision
+    (``main`` where it names none), the load's limits, huggingface_hub, and
+    the environment's endpoint, hub cache folder and offline switch
+    (:func:`_settings`)."""
+
+    repo_id: str
+    revision: str
+    limits: _Limits
+    hf: Any
+    endpoint: str
+    root: str
+    offline: bool
+
+
+def _start(
+    name: str, timeout: Optional[float], deadline: Optional[float], max_bytes: Optional[int]
+) -> _Start:
+    """The :class:`_Start` of a load of `name`: the name checked first, then
+    the limits, then huggingface_hub imported."""
+    repo_id, revision = _split(name)
+    limits = _limits(timeout, deadline, max_bytes)
+    hf = _hub()
+    endpoint, root, offline = _settings(hf)
+    return _Start(repo_id, revision or "main", limits, hf, endpoint, root, offline)
 
 
 # ---------------------------------------------------------------- the cache
@@ -1035,11 +1062,9 @@ def fetch(
         A bad name or revision, a malformed checkpoint, no table found, a
         table declared larger than `max_bytes` or with more than `max_rows`.
     """
-    repo_id, revision = _split(name)
-    revision = revision or "main"
-    limits = _limits(timeout, deadline, max_bytes)
-    hf = _hub()
-    endpoint, root, offline = _settings(hf)
+    repo_id, revision, limits, hf, endpoint, root, offline = _start(
+        name, timeout, deadline, max_bytes
+    )
     cache = _Cache(root, repo_id)
     where = f"{repo_id}@{revision} on the Hub"
 
@@ -1249,11 +1274,10 @@ class HubTensors:
         deadline: Optional[float] = None,
         max_bytes: Optional[int] = None,
     ) -> None:
-        repo_id, revision = _split(name)
-        self.repo_id, self.revision = repo_id, revision or "main"
-        limits = _limits(timeout, deadline, max_bytes)
-        hf = _hub()
-        endpoint, root, offline = _settings(hf)
+        repo_id, revision, limits, hf, endpoint, _, offline = _start(
+            name, timeout, deadline, max_bytes
+        )
+        self.repo_id, self.revision = repo_id, revision
         if offline:
             raise HubError(
                 f"{repo_id}: HF_HUB_OFFLINE is set, and reading a model's weights layer by "
@@ -1353,11 +1377,9 @@ def snapshot(
         (download the model and give its folder), the Hub unreachable with
         nothing cached, ...
     """
-    repo_id, revision = _split(name)
-    revision = revision or "main"
-    limits = _limits(timeout, deadline, max_bytes)
-    hf = _hub()
-    endpoint, root, offline = _settings(hf)
+    repo_id, revision, limits, hf, endpoint, root, offline = _start(
+        name, timeout, deadline, max_bytes
+    )
     cache = _Cache(root, repo_id)
 
     def kept(commit: Optional[str]) -> Optional[str]:
