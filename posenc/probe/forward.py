@@ -32,7 +32,7 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 import numpy as np
 
 from .. import _validate as v
-from ._common import first_id, max_positions, most_tokens
+from ._common import first_id, max_positions, most_tokens, noise_line
 
 #: The kinds of noise a forward pass is run with, and what the report calls them.
 FORWARD_KINDS: Dict[str, str] = {
@@ -154,19 +154,14 @@ class SkipPerplexity:
 
     def noise_line(self) -> str:
         """The baselines in one line (empty without)."""
-        parts = [
-            f"{FORWARD_KINDS[kind]}: "
-            + ", ".join(f"k={k}: {np.mean(p):.3f} ± {np.std(p):.3f}" for k, p in by_k.items())
-            for kind, by_k in self.baselines.items()
-        ]
-        if not parts:
+        if not self.baselines:
             return ""
+        shown = {
+            kind: ", ".join(f"k={k}: {np.mean(p):.3f} ± {np.std(p):.3f}" for k, p in by_k.items())
+            for kind, by_k in self.baselines.items()
+        }
         seeds = len(next(iter(next(iter(self.baselines.values())).values())))
-        return (
-            f"  noise (same measure, {seeds} seed{'s' if seeds > 1 else ''}): "
-            + "; ".join(parts)
-            + "."
-        )
+        return noise_line("same measure, {}", seeds, FORWARD_KINDS, shown)
 
     def to_markdown(self) -> str:
         what = "pseudo-perplexity" if self.pseudo else "perplexity"
@@ -333,14 +328,12 @@ class LayerPositionProbe:
         """The baselines' MAE per layer in one line (empty without)."""
         if not self.baselines:
             return ""
-        parts = [
-            f"{FORWARD_KINDS[kind]}: " + ", ".join(f"{m:.2f}" for m in a.mean(axis=0))
+        shown = {
+            kind: ", ".join(f"{m:.2f}" for m in a.mean(axis=0))
             for kind, a in self.baselines.items()
-        ]
+        }
         seeds = len(next(iter(self.baselines.values())))
-        return f"  noise (same measure, mean over {seeds} seed{'s' if seeds > 1 else ''}): " + (
-            "; ".join(parts) + "."
-        )
+        return noise_line("same measure, mean over {}", seeds, FORWARD_KINDS, shown)
 
     def plot(self, path: Optional[Any] = None, *, dpi: float = 110) -> Any:
         """The MAE per layer, with its spread over seeds."""

@@ -19,6 +19,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from .. import _validate as v
+from ._common import noise_line
 from ._tables import _table
 
 #: The most rows (layer, head) a usage heat map draws one by one; above it
@@ -492,20 +493,15 @@ class RopeActivationUsage:
         """The baselines of the slowest half's share in one line (empty without)."""
         if not self.baselines:
             return ""
-        parts = [
-            f"{ROPE_KINDS[kind]}: "
-            + ", ".join(
+        shown = {
+            kind: ", ".join(
                 f"{what} {100 * np.mean(per_seed):.1f}% ± {100 * np.std(per_seed):.1f}"
                 for what, per_seed in figures.items()
             )
             for kind, figures in self.baselines.items()
-        ]
+        }
         seeds = len(next(iter(next(iter(self.baselines.values())).values())))
-        return (
-            f"  noise (the slowest half's share, {seeds} seed{'s' if seeds > 1 else ''}): "
-            + "; ".join(parts)
-            + "."
-        )
+        return noise_line("the slowest half's share, {}", seeds, ROPE_KINDS, shown)
 
     def summary(self) -> str:
         """Two sentences, the queries' and the keys' (as
