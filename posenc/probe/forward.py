@@ -215,8 +215,7 @@ def skip_position_perplexity(
     --------
     >>> from transformers import GPT2Config, GPT2LMHeadModel
     >>> from posenc.probe import skip_position_perplexity
-    >>> config = GPT2Config(n_layer=2, n_embd=32, n_head=2, n_positions=64)
-    >>> gpt2 = GPT2LMHeadModel(config).eval()  # a tiny GPT-2 of random weights
+    >>> gpt2 = GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=32, n_head=2, n_positions=64)).eval()
     >>> result = skip_position_perplexity(gpt2, [3, 14, 15, 9, 26, 5, 35, 8], ks=(1, 2, 4))
     >>> sorted(result.perplexity), result.pseudo  # position ids i * k for each k
     ([1, 2, 4], False)
@@ -384,8 +383,7 @@ def layer_position_probe(
     --------
     >>> from transformers import GPT2Config, GPT2Model
     >>> from posenc.probe import layer_position_probe
-    >>> config = GPT2Config(n_layer=2, n_embd=32, n_head=2, n_positions=64)
-    >>> gpt2 = GPT2Model(config).eval()  # a tiny GPT-2 of random weights
+    >>> gpt2 = GPT2Model(GPT2Config(n_layer=2, n_embd=32, n_head=2, n_positions=64)).eval()
     >>> probe = layer_position_probe(gpt2, list(range(40)), seeds=2)
     >>> probe.mae.shape  # the embedding output, then each of the 2 layers
     (3,)
