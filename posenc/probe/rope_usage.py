@@ -855,12 +855,12 @@ def rope_logit_share(
 
     Examples
     --------
-    >>> from transformers import LlamaConfig, LlamaModel
+    >>> from transformers import Qwen3Config, Qwen3Model
     >>> from posenc.probe import rope_logit_share
-    >>> llama = LlamaModel(LlamaConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-    ...                                num_key_value_heads=2, intermediate_size=64,
-    ...                                vocab_size=50)).eval()
-    >>> r = rope_logit_share(llama, [list(range(12)), list(range(20, 40))])
+    >>> qwen3 = Qwen3Model(Qwen3Config(hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+    ...                                num_key_value_heads=2, head_dim=8, intermediate_size=64,
+    ...                                vocab_size=50)).eval()  # q and k normed, then rotated
+    >>> r = rope_logit_share(qwen3, [list(range(12)), list(range(20, 40))])
     >>> r.terms, r.share.shape  # (layers, query heads, terms)
     (('content', 'position'), (2, 4, 2))
     """
