@@ -56,6 +56,7 @@ from urllib.parse import quote
 
 import numpy as np
 
+from .._typing import NDArray
 from ._common import MAX_DEADLINE as _MAX_DEADLINE
 from ._common import MAX_TIMEOUT as _MAX_TIMEOUT
 from ._common import rows_note
@@ -648,7 +649,7 @@ class _Session:
         limit: int,
         what: str,
         timeout: float,
-        into: Any = None,
+        into: Optional[NDArray[np.uint8]] = None,
         counted: bool = True,
     ) -> Any:
         """The body of `response`: at most `limit` bytes (into the uint8
