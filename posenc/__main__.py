@@ -21,6 +21,7 @@ from typing import Optional, Sequence, Tuple
 
 from .probe import EXTRAS, MAX_POSITIONS
 from .probe._common import MAX_DEADLINE, MAX_TIMEOUT
+from .probe.compare import ANALYSES as _MODEL_ANALYSES
 
 _PROG = "posenc"
 #: The most seeds --seeds runs (the probes run once per seed).
@@ -413,32 +414,14 @@ def _paper_table(results):
     return "\n".join(lines)
 
 
-#: What --analyses may name, in the order they run and print.
-ANALYSES: Tuple[str, ...] = (
-    "paper",
-    "properties",
-    "toeplitz",
-    "locality",
-    "rope_usage",
-    "alibi",
-    "t5_biases",
-    "layer_probe",
-    "skip_perplexity",
-    "rope_activations",
-    "rope_logits",
-    "relative_share",
-)
 _TABLE_ANALYSES = ("paper", "properties", "toeplitz", "locality")
-_TEXT_ANALYSES = (
-    "layer_probe",
-    "skip_perplexity",
-    "rope_activations",
-    "rope_logits",
-    "relative_share",
-)
+#: What --analyses may name, in the order they run and print: the analyses of
+#: a table, then those of a model (the ones ``probe.compare`` sets side by side).
+ANALYSES: Tuple[str, ...] = _TABLE_ANALYSES + _MODEL_ANALYSES
 #: The analyses of a model's weights or config, run without a text.
 _WEIGHT_ANALYSES = ("rope_usage", "alibi", "t5_biases")
-_MODEL_ANALYSES = _WEIGHT_ANALYSES + _TEXT_ANALYSES
+#: The analyses of a model run on --text.
+_TEXT_ANALYSES = tuple(a for a in _MODEL_ANALYSES if a not in _WEIGHT_ANALYSES)
 #: The most paragraphs of --text read as texts of their own.
 _MAX_TEXTS = 64
 #: The skip factors of skip_perplexity.
@@ -554,28 +537,17 @@ def _language_model(name, entry=None):
     return model, tokenizer, (tokenizer.mask_token_id if masked else None)
 
 
-#: The files one of which a model's tokenizer is read from.
-_TOKENIZER_FILES = (
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "vocab.json",
-    "vocab.txt",
-    "merges.txt",
-    "spiece.model",
-    "tokenizer.model",
-    "sentencepiece.bpe.model",
-)
-
-
 def _check_tokenizer_files(name, folder):
-    """A NAME whose folder (or the copy of its Hub repository) has no
-    tokenizer file is refused (transformers would make a tokenizer of
-    special tokens only)."""
+    """A NAME whose folder (or the copy of its Hub repository) has none of
+    ``probe.hub.TOKENIZER_FILES`` is refused (transformers would make a
+    tokenizer of special tokens only)."""
+    from .probe.hub import TOKENIZER_FILES
+
     if not os.path.isdir(folder):
         return
-    if not any(f in _TOKENIZER_FILES for f in os.listdir(folder)):
+    if not any(f in TOKENIZER_FILES for f in os.listdir(folder)):
         raise _Failure(
-            f"--text: {name} has no tokenizer files ({', '.join(_TOKENIZER_FILES[:4])}, ...), "
+            f"--text: {name} has no tokenizer files ({', '.join(TOKENIZER_FILES[:4])}, ...), "
             "so its text cannot be tokenized; give a model saved with its tokenizer"
         )
 
@@ -909,7 +881,7 @@ def _plot_each(folder, results, compared):
     proximity, the Toeplitz profile and the position attention per offset
     of each table, and each analysis of a model (``probe.compare``)."""
     from . import probe
-    from .probe.compare import ANALYSES, plot_analysis
+    from .probe.compare import plot_analysis
 
     os.makedirs(folder, exist_ok=True)
     written = []
@@ -922,7 +894,7 @@ def _plot_each(folder, results, compared):
         if have:
             _plot_table_analysis(attr, have, os.path.join(folder, f"{attr}.png"))
             written.append(f"{attr}.png")
-    for analysis in ANALYSES:
+    for analysis in _MODEL_ANALYSES:
         if any(analysis in found for _, found, _ in compared):
             plot_analysis(analysis, compared, os.path.join(folder, f"{analysis}.png"))
             written.append(f"{analysis}.png")

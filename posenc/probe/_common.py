@@ -1,12 +1,13 @@
 """Helpers several probe modules share, as public names of this private
-module: the cross-validation folds and the figures of each fold, the Hub's
-bounds on seconds, the rows of a table a probe reads, a model's positions,
-token-id texts and a mean of attention terms.
+module: the cross-validation folds and the figures of each fold, the line
+of an analysis's noise, the Hub's bounds on seconds, the rows of a table a
+probe reads, a model's positions, token-id texts and a mean of attention
+terms.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 
@@ -49,6 +50,15 @@ def train_mask(n: int, test: slice) -> NDArray[np.bool_]:
 def format_floats(values: NDArray[np.float64], fmt: str) -> str:
     """``[a, b, ...]``, each value in `fmt` (the per-fold figures of a result's repr)."""
     return "[" + ", ".join(format(float(x), fmt) for x in values) + "]"
+
+
+def noise_line(what: str, seeds: int, names: Mapping[str, str], shown: Mapping[str, str]) -> str:
+    """``"  noise (what, N seeds): name: figures; ..."``, the line under an
+    analysis's figures: `what` (a template whose ``{}`` is the number of
+    `seeds`) says what the figures of the noise measure, then for each kind
+    of noise in `shown`, its name in `names` and its figures."""
+    parts = "; ".join(f"{names[kind]}: {figures}" for kind, figures in shown.items())
+    return f"  noise ({what.format(f'{seeds} seed' + ('s' if seeds > 1 else ''))}): {parts}."
 
 
 # ---------------------------------------------------------------- the Hub's bounds

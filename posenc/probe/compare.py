@@ -31,7 +31,7 @@ The noise of each analysis, and why it is the one a figure is read against:
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -125,83 +125,93 @@ def _with(results: Sequence[Model], analysis: str) -> List[Tuple[str, Any, Any]]
     return [(name, r[analysis], noise) for name, r, noise in results if analysis in r]
 
 
-def _layer_probe(rows: Sequence[Tuple[str, Any, Any]]) -> str:
+def _markdown(
+    analysis: str, title: str, columns: Sequence[str], align: str, body: Iterable[Sequence[str]]
+) -> str:
+    """The table of `analysis`: its title (:func:`_title`), a header of
+    `columns` aligned by `align` (a letter a column: ``l`` left, ``r``
+    right), then a row of cells for each item of `body`."""
     lines = [
-        _title("layer_probe", "Position through the layers (absolute MAE)"),
+        _title(analysis, title),
         "",
-        "| model | tokens | layers | embeddings (layer 0) | last layer | lowest (its layer) |",
-        "|---|---:|---:|---:|---:|---:|",
+        "| " + " | ".join(columns) + " |",
+        "|" + "".join("---:|" if a == "r" else "---|" for a in align),
     ]
+    lines += ["| " + " | ".join(cells) + " |" for cells in body]
+    return "\n".join(lines)
 
+
+def _layer_probe(rows: Sequence[Tuple[str, Any, Any]]) -> str:
     def at(r: Any, i: int) -> str:
         per = {k: a[:, i] for k, a in r.baselines.items()}
         return _cell(float(r.mae[i]), per, "layer_probe", ".2f")
 
-    for name, r, _ in rows:
-        best = int(np.argmin(r.mae))
-        lines.append(
-            f"| {name} | {r.n_tokens} | {len(r.mae) - 1} | {at(r, 0)} | "
-            f"{at(r, len(r.mae) - 1)} | {at(r, best)} ({best}) |"
-        )
-    return "\n".join(lines)
+    def cells(name: str, r: Any) -> List[str]:
+        last, best = len(r.mae) - 1, int(np.argmin(r.mae))
+        return [name, f"{r.n_tokens}", f"{last}", at(r, 0), at(r, last), f"{at(r, best)} ({best})"]
+
+    return _markdown(
+        "layer_probe",
+        "Position through the layers (absolute MAE)",
+        ["model", "tokens", "layers", "embeddings (layer 0)", "last layer", "lowest (its layer)"],
+        "lrrrrr",
+        (cells(name, r) for name, r, _ in rows),
+    )
 
 
 def _skip(rows: Sequence[Tuple[str, Any, Any]]) -> str:
     ks = sorted({k for _, r, _ in rows for k in r.perplexity})
-    lines = [
-        _title("skip_perplexity", "Skip-position attack (position ids s + i*k)"),
-        "",
-        "| model | measure | tokens | " + " | ".join(f"k = {k}" for k in ks) + " |",
-        "|---|---|---:|" + "---:|" * len(ks),
-    ]
-    for name, r, _ in rows:
-        cells = [
-            "-"
-            if k not in r.perplexity
-            else _cell(
-                r.perplexity[k],
-                {kind: by_k.get(k) for kind, by_k in r.baselines.items()},
-                "skip_perplexity",
-                ".3f",
-            )
-            for k in ks
-        ]
+
+    def at(r: Any, k: int) -> str:
+        if k not in r.perplexity:
+            return "-"
+        per = {kind: by_k.get(k) for kind, by_k in r.baselines.items()}
+        return _cell(r.perplexity[k], per, "skip_perplexity", ".3f")
+
+    def cells(name: str, r: Any) -> List[str]:
         what = "pseudo-perplexity" if r.pseudo else "perplexity"
-        lines.append(f"| {name} | {what} | {r.n_tokens} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+        return [name, what, f"{r.n_tokens}", *(at(r, k) for k in ks)]
+
+    return _markdown(
+        "skip_perplexity",
+        "Skip-position attack (position ids s + i*k)",
+        ["model", "measure", "tokens", *(f"k = {k}" for k in ks)],
+        "llr" + "r" * len(ks),
+        (cells(name, r) for name, r, _ in rows),
+    )
 
 
 def _rope_usage(rows: Sequence[Tuple[str, Any, Any]]) -> str:
-    lines = [
-        _title("rope_usage", "RoPE frequency usage from q_proj weights (slowest half's share)"),
-        "",
-        "| model | layers x heads x pairs | slowest half | slowest pair |",
-        "|---|---|---:|---:|",
-    ]
-    for name, r, noise in rows:
-        shape = " x ".join(str(n) for n in r.usage.shape)
+    def cells(name: str, r: Any, noise: Any) -> List[str]:
         z = {k: f.get("slow_half") for k, f in noise.get("rope_usage", {}).items()}
         slowest = float(r.share().mean(axis=(0, 1))[-1])
-        lines.append(
-            f"| {name} | {shape} | {_cell(r.slow_half(), z, 'rope_usage', '.3f')} | {slowest:.3f} |"
-        )
-    return "\n".join(lines)
+        shape = " x ".join(str(n) for n in r.usage.shape)
+        return [name, shape, _cell(r.slow_half(), z, "rope_usage", ".3f"), f"{slowest:.3f}"]
+
+    return _markdown(
+        "rope_usage",
+        "RoPE frequency usage from q_proj weights (slowest half's share)",
+        ["model", "layers x heads x pairs", "slowest half", "slowest pair"],
+        "llrr",
+        (cells(*row) for row in rows),
+    )
 
 
 def _rope_activations(rows: Sequence[Tuple[str, Any, Any]]) -> str:
-    lines = [
-        _title("rope_activations", "RoPE frequency usage from activations (slowest half's share)"),
-        "",
-        "| model | texts | tokens | queries | keys |",
-        "|---|---:|---:|---:|---:|",
-    ]
-    for name, r, _ in rows:
-        cells = []
-        for what, usage in (("queries", r.queries), ("keys", r.keys)):
-            z = {k: f.get(what) for k, f in r.baselines.items()}
-            cells.append(_cell(usage.slow_half(), z, "rope_activations", ".3f"))
-        lines.append(f"| {name} | {r.n_texts} | {r.n_tokens} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+    def at(r: Any, what: str) -> str:
+        z = {k: f.get(what) for k, f in r.baselines.items()}
+        return _cell(getattr(r, what).slow_half(), z, "rope_activations", ".3f")
+
+    return _markdown(
+        "rope_activations",
+        "RoPE frequency usage from activations (slowest half's share)",
+        ["model", "texts", "tokens", "queries", "keys"],
+        "lrrrr",
+        (
+            [name, f"{r.n_texts}", f"{r.n_tokens}", at(r, "queries"), at(r, "keys")]
+            for name, r, _ in rows
+        ),
+    )
 
 
 def _shares(analysis: str, title: str) -> Any:
@@ -209,65 +219,59 @@ def _shares(analysis: str, title: str) -> Any:
         terms: List[str] = []
         for _, r, _ in rows:
             terms += [t for t in r.terms if t not in terms]
-        lines = [
-            _title(analysis, title),
-            "",
-            "| model | layers x heads | texts | " + " | ".join(terms) + " |",
-            "|---|---|---:|" + "---:|" * len(terms),
-        ]
-        for name, r, _ in rows:
+
+        def cells(name: str, r: Any) -> List[str]:
             share = dict(zip(r.terms, r.share.mean(axis=(0, 1))))
-            cells = [f"{share[t]:.3f}" if t in share else "-" for t in terms]
             layers, heads = r.share.shape[:2]
-            lines.append(
-                f"| {name} | {layers} x {heads} | {len(r.n_tokens)} | " + " | ".join(cells) + " |"
-            )
-        return "\n".join(lines)
+            shown = [f"{share[t]:.3f}" if t in share else "-" for t in terms]
+            return [name, f"{layers} x {heads}", f"{len(r.n_tokens)}", *shown]
+
+        return _markdown(
+            analysis,
+            title,
+            ["model", "layers x heads", "texts", *terms],
+            "llr" + "r" * len(terms),
+            (cells(name, r) for name, r, _ in rows),
+        )
 
     return table
 
 
 def _t5(rows: Sequence[Tuple[str, Any, Any]]) -> str:
-    lines = [
-        _title("t5_biases", "T5 bucket biases (mean over attentions and heads)"),
-        "",
-        "| model | attentions x heads | local mass | decay | local | backward | forward | global |",
-        "|---|---|---:|---:|---:|---:|---:|---:|",
-    ]
-    for name, r, noise in rows:
+    kinds = ("local", "backward", "forward", "global")
+
+    def cells(name: str, r: Any, noise: Any) -> List[str]:
         z = noise.get("t5_biases", {})
-        local = _cell(
-            float(r.local_mass.mean()),
-            {k: f.get("local_mass") for k, f in z.items()},
-            "t5_biases",
-            ".3f",
-        )
-        decay = _cell(
-            float(r.decay.mean()), {k: f.get("decay") for k, f in z.items()}, "t5_biases", "+.3f"
-        )
-        counts = " | ".join(
-            str(int((r.head_type == t).sum())) for t in ("local", "backward", "forward", "global")
-        )
-        lines.append(
-            f"| {name} | {len(r.layers)} x {r.bias.shape[1]} | {local} | {decay} | {counts} |"
-        )
-    return "\n".join(lines)
+        mean = {"local_mass": float(r.local_mass.mean()), "decay": float(r.decay.mean())}
+        shown = [
+            _cell(mean[m], {k: f.get(m) for k, f in z.items()}, "t5_biases", fmt)
+            for m, fmt in (("local_mass", ".3f"), ("decay", "+.3f"))
+        ]
+        counts = [str(int((r.head_type == t).sum())) for t in kinds]
+        return [name, f"{len(r.layers)} x {r.bias.shape[1]}", *shown, *counts]
+
+    return _markdown(
+        "t5_biases",
+        "T5 bucket biases (mean over attentions and heads)",
+        ["model", "attentions x heads", "local mass", "decay", *kinds],
+        "llrrrrrr",
+        (cells(*row) for row in rows),
+    )
 
 
 def _alibi(rows: Sequence[Tuple[str, Any, Any]]) -> str:
-    lines = [
-        _title("alibi", "ALiBi windows"),
-        "",
-        "| model | heads | slopes | windows (median) |",
-        "|---|---:|---|---|",
-    ]
-    for name, r, _ in rows:
-        lines.append(
-            f"| {name} | {len(r.slopes)} | {float(r.slopes.min()):.3g} to "
-            f"{float(r.slopes.max()):.3g} | {int(r.windows.min())} to {int(r.windows.max())} "
-            f"({float(np.median(r.windows)):g}) |"
-        )
-    return "\n".join(lines)
+    def cells(name: str, r: Any) -> List[str]:
+        slopes = f"{float(r.slopes.min()):.3g} to {float(r.slopes.max()):.3g}"
+        windows = f"{int(r.windows.min())} to {int(r.windows.max())}"
+        return [name, f"{len(r.slopes)}", slopes, f"{windows} ({float(np.median(r.windows)):g})"]
+
+    return _markdown(
+        "alibi",
+        "ALiBi windows",
+        ["model", "heads", "slopes", "windows (median)"],
+        "lrll",
+        (cells(name, r) for name, r, _ in rows),
+    )
 
 
 _TABLES: Dict[str, Any] = {

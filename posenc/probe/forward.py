@@ -32,7 +32,7 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 import numpy as np
 
 from .. import _validate as v
-from ._common import first_id, max_positions, most_tokens
+from ._common import first_id, max_positions, most_tokens, noise_line
 
 #: The kinds of noise a forward pass is run with, and what the report calls them.
 FORWARD_KINDS: Dict[str, str] = {
@@ -154,19 +154,14 @@ class SkipPerplexity:
 
     def noise_line(self) -> str:
         """The baselines in one line (empty without)."""
-        parts = [
-            f"{FORWARD_KINDS[kind]}: "
-            + ", ".join(f"k={k}: {np.mean(p):.3f} ± {np.std(p):.3f}" for k, p in by_k.items())
-            for kind, by_k in self.baselines.items()
-        ]
-        if not parts:
+        if not self.baselines:
             return ""
+        shown = {
+            kind: ", ".join(f"k={k}: {np.mean(p):.3f} ± {np.std(p):.3f}" for k, p in by_k.items())
+            for kind, by_k in self.baselines.items()
+        }
         seeds = len(next(iter(next(iter(self.baselines.values())).values())))
-        return (
-            f"  noise (same measure, {seeds} seed{'s' if seeds > 1 else ''}): "
-            + "; ".join(parts)
-            + "."
-        )
+        return noise_line("same measure, {}", seeds, FORWARD_KINDS, shown)
 
     def to_markdown(self) -> str:
         what = "pseudo-perplexity" if self.pseudo else "perplexity"
@@ -220,8 +215,7 @@ def skip_position_perplexity(
     --------
     >>> from transformers import GPT2Config, GPT2LMHeadModel
     >>> from posenc.probe import skip_position_perplexity
-    >>> config = GPT2Config(n_layer=2, n_embd=32, n_head=2, n_positions=64)
-    >>> gpt2 = GPT2LMHeadModel(config).eval()  # a tiny GPT-2 of random weights
+    >>> gpt2 = GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=32, n_head=2, n_positions=64)).eval()
     >>> result = skip_position_perplexity(gpt2, [3, 14, 15, 9, 26, 5, 35, 8], ks=(1, 2, 4))
     >>> sorted(result.perplexity), result.pseudo  # position ids i * k for each k
     ([1, 2, 4], False)
@@ -333,14 +327,12 @@ class LayerPositionProbe:
         """The baselines' MAE per layer in one line (empty without)."""
         if not self.baselines:
             return ""
-        parts = [
-            f"{FORWARD_KINDS[kind]}: " + ", ".join(f"{m:.2f}" for m in a.mean(axis=0))
+        shown = {
+            kind: ", ".join(f"{m:.2f}" for m in a.mean(axis=0))
             for kind, a in self.baselines.items()
-        ]
+        }
         seeds = len(next(iter(self.baselines.values())))
-        return f"  noise (same measure, mean over {seeds} seed{'s' if seeds > 1 else ''}): " + (
-            "; ".join(parts) + "."
-        )
+        return noise_line("same measure, mean over {}", seeds, FORWARD_KINDS, shown)
 
     def plot(self, path: Optional[Any] = None, *, dpi: float = 110) -> Any:
         """The MAE per layer, with its spread over seeds."""
@@ -391,8 +383,7 @@ def layer_position_probe(
     --------
     >>> from transformers import GPT2Config, GPT2Model
     >>> from posenc.probe import layer_position_probe
-    >>> config = GPT2Config(n_layer=2, n_embd=32, n_head=2, n_positions=64)
-    >>> gpt2 = GPT2Model(config).eval()  # a tiny GPT-2 of random weights
+    >>> gpt2 = GPT2Model(GPT2Config(n_layer=2, n_embd=32, n_head=2, n_positions=64)).eval()
     >>> probe = layer_position_probe(gpt2, list(range(40)), seeds=2)
     >>> probe.mae.shape  # the embedding output, then each of the 2 layers
     (3,)

@@ -51,11 +51,12 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Tuple
 from urllib.parse import quote
 
 import numpy as np
 
+from .._typing import NDArray
 from ._common import MAX_DEADLINE as _MAX_DEADLINE
 from ._common import MAX_TIMEOUT as _MAX_TIMEOUT
 from ._common import rows_note
@@ -349,6 +350,33 @@ _DEADLINE_ADVICE = (
 )
 
 
+class _Start(NamedTuple):
+    """What one load starts from: the name's repository and revision
+    (``main`` where it names none), the load's limits, huggingface_hub, and
+    the environment's endpoint, hub cache folder and offline switch
+    (:func:`_settings`)."""
+
+    repo_id: str
+    revision: str
+    limits: _Limits
+    hf: Any
+    endpoint: str
+    root: str
+    offline: bool
+
+
+def _start(
+    name: str, timeout: Optional[float], deadline: Optional[float], max_bytes: Optional[int]
+) -> _Start:
+    """The :class:`_Start` of a load of `name`: the name checked first, then
+    the limits, then huggingface_hub imported."""
+    repo_id, revision = _split(name)
+    limits = _limits(timeout, deadline, max_bytes)
+    hf = _hub()
+    endpoint, root, offline = _settings(hf)
+    return _Start(repo_id, revision or "main", limits, hf, endpoint, root, offline)
+
+
 # ---------------------------------------------------------------- the cache
 
 
@@ -621,7 +649,7 @@ class _Session:
         limit: int,
         what: str,
         timeout: float,
-        into: Any = None,
+        into: Optional[NDArray[np.uint8]] = None,
         counted: bool = True,
     ) -> Any:
         """The body of `response`: at most `limit` bytes (into the uint8
@@ -1035,11 +1063,9 @@ def fetch(
         A bad name or revision, a malformed checkpoint, no table found, a
         table declared larger than `max_bytes` or with more than `max_rows`.
     """
-    repo_id, revision = _split(name)
-    revision = revision or "main"
-    limits = _limits(timeout, deadline, max_bytes)
-    hf = _hub()
-    endpoint, root, offline = _settings(hf)
+    repo_id, revision, limits, hf, endpoint, root, offline = _start(
+        name, timeout, deadline, max_bytes
+    )
     cache = _Cache(root, repo_id)
     where = f"{repo_id}@{revision} on the Hub"
 
@@ -1249,11 +1275,10 @@ class HubTensors:
         deadline: Optional[float] = None,
         max_bytes: Optional[int] = None,
     ) -> None:
-        repo_id, revision = _split(name)
-        self.repo_id, self.revision = repo_id, revision or "main"
-        limits = _limits(timeout, deadline, max_bytes)
-        hf = _hub()
-        endpoint, root, offline = _settings(hf)
+        repo_id, revision, limits, hf, endpoint, _, offline = _start(
+            name, timeout, deadline, max_bytes
+        )
+        self.repo_id, self.revision = repo_id, revision
         if offline:
             raise HubError(
                 f"{repo_id}: HF_HUB_OFFLINE is set, and reading a model's weights layer by "
@@ -1303,21 +1328,27 @@ class HubTensors:
 
 # ---------------------------------------------------------------- a model to run
 
-#: The files besides the weights that transformers reads to run a model and
-#: tokenize its text.
-SNAPSHOT_FILES: Tuple[str, ...] = (
-    "config.json",
-    "generation_config.json",
+#: The files one of which a model's tokenizer is read from.
+TOKENIZER_FILES: Tuple[str, ...] = (
     "tokenizer.json",
     "tokenizer_config.json",
-    "special_tokens_map.json",
-    "added_tokens.json",
     "vocab.json",
     "vocab.txt",
     "merges.txt",
     "spiece.model",
     "tokenizer.model",
     "sentencepiece.bpe.model",
+)
+
+#: The files besides the weights that transformers reads to run a model and
+#: tokenize its text: its configs, the tokenizer's special tokens and
+#: :data:`TOKENIZER_FILES`.
+SNAPSHOT_FILES: Tuple[str, ...] = (
+    "config.json",
+    "generation_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    *TOKENIZER_FILES,
 )
 
 
@@ -1347,11 +1378,9 @@ def snapshot(
         (download the model and give its folder), the Hub unreachable with
         nothing cached, ...
     """
-    repo_id, revision = _split(name)
-    revision = revision or "main"
-    limits = _limits(timeout, deadline, max_bytes)
-    hf = _hub()
-    endpoint, root, offline = _settings(hf)
+    repo_id, revision, limits, hf, endpoint, root, offline = _start(
+        name, timeout, deadline, max_bytes
+    )
     cache = _Cache(root, repo_id)
 
     def kept(commit: Optional[str]) -> Optional[str]:

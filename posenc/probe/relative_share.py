@@ -217,13 +217,10 @@ def _deberta_install(model: Any) -> _Install:
 
     def install(captured: List[Any]) -> Callable[[], None]:
         def wrap(module: Any, original: Callable[..., Any]) -> Callable[..., Any]:
-            def capture(
-                query_layer: Any,
-                key_layer: Any,
-                relative_pos: Any,
-                rel_embeddings: Any,
-                scale_factor: Any,
-            ) -> Any:
+            def capture(*args: Any) -> Any:
+                # (query_layer, key_layer, relative_pos, rel_embeddings, scale_factor),
+                # positional as transformers passes them, handed on as they came
+                query_layer, key_layer, _, _, scale_factor = args
                 heads = module.num_attention_heads
                 scale = np.sqrt(query_layer.size(-1) * scale_factor)
                 c2c = torch.bmm(query_layer, key_layer.transpose(-1, -2)).double() / scale
@@ -232,14 +229,12 @@ def _deberta_install(model: Any) -> _Install:
                 try:
                     for kind in kinds:
                         module.pos_att_type = [kind]
-                        term = original(
-                            query_layer, key_layer, relative_pos, rel_embeddings, scale_factor
-                        )
+                        term = original(*args)
                         row.append(mean_abs(term.view(-1, heads, *term.shape[-2:])[0], False))
                 finally:
                     module.pos_att_type = saved
                 captured.append(np.stack(row, axis=-1))
-                return original(query_layer, key_layer, relative_pos, rel_embeddings, scale_factor)
+                return original(*args)
 
             return capture
 

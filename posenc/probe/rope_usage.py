@@ -19,6 +19,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from .. import _validate as v
+from ._common import noise_line
 from ._tables import _table
 
 #: The most rows (layer, head) a usage heat map draws one by one; above it
@@ -492,20 +493,15 @@ class RopeActivationUsage:
         """The baselines of the slowest half's share in one line (empty without)."""
         if not self.baselines:
             return ""
-        parts = [
-            f"{ROPE_KINDS[kind]}: "
-            + ", ".join(
+        shown = {
+            kind: ", ".join(
                 f"{what} {100 * np.mean(per_seed):.1f}% ± {100 * np.std(per_seed):.1f}"
                 for what, per_seed in figures.items()
             )
             for kind, figures in self.baselines.items()
-        ]
+        }
         seeds = len(next(iter(next(iter(self.baselines.values())).values())))
-        return (
-            f"  noise (the slowest half's share, {seeds} seed{'s' if seeds > 1 else ''}): "
-            + "; ".join(parts)
-            + "."
-        )
+        return noise_line("the slowest half's share, {}", seeds, ROPE_KINDS, shown)
 
     def summary(self) -> str:
         """Two sentences, the queries' and the keys' (as
@@ -859,12 +855,12 @@ def rope_logit_share(
 
     Examples
     --------
-    >>> from transformers import LlamaConfig, LlamaModel
+    >>> from transformers import Qwen3Config, Qwen3Model
     >>> from posenc.probe import rope_logit_share
-    >>> llama = LlamaModel(LlamaConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-    ...                                num_key_value_heads=2, intermediate_size=64,
-    ...                                vocab_size=50)).eval()
-    >>> r = rope_logit_share(llama, [list(range(12)), list(range(20, 40))])
+    >>> qwen3 = Qwen3Model(Qwen3Config(hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+    ...                                num_key_value_heads=2, head_dim=8, intermediate_size=64,
+    ...                                vocab_size=50)).eval()  # q and k normed, then rotated
+    >>> r = rope_logit_share(qwen3, [list(range(12)), list(range(20, 40))])
     >>> r.terms, r.share.shape  # (layers, query heads, terms)
     (('content', 'position'), (2, 4, 2))
     """
