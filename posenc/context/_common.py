@@ -7,12 +7,19 @@ from __future__ import annotations
 
 import sys
 from types import ModuleType
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Tuple, TypeVar, overload
 
 import numpy as np
 
 from .. import _validate as v
+from .._typing import PathLike
 from ..probe._optional import require
+from ..probe._plots import _figure
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+_PathT = TypeVar("_PathT", bound=PathLike)
 
 
 def torch_module(purpose: str) -> ModuleType:
@@ -229,3 +236,24 @@ class evaluating:
     def __exit__(self, *exc: Any) -> None:
         for m, flag in self.flags:
             m.training = flag
+
+
+class Plotted:
+    """The ``plot`` of a result: its :meth:`_draw` on a figure of
+    ``_size`` inches."""
+
+    _size: Tuple[float, float] = (6.4, 4.8)
+
+    def _draw(self, fig: Any) -> None:  # pragma: no cover - each result has its own
+        raise NotImplementedError
+
+    @overload
+    def plot(self, path: None = None, *, dpi: float = 110) -> Figure: ...
+
+    @overload
+    def plot(self, path: _PathT, *, dpi: float = 110) -> _PathT: ...
+
+    def plot(self, path: Optional[PathLike] = None, *, dpi: float = 110) -> Any:
+        """The result's figure (its class says what it shows), or the figure
+        written to `path` (as :meth:`posenc.probe.ProbeReport.plot`)."""
+        return _figure(path, dpi, self._size, self._draw)

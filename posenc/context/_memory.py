@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Tuple
 
 from .. import _validate as v
 from .._model_config import config_value
@@ -92,18 +92,31 @@ def _int(config: Any, key: str, default: Optional[int] = None) -> int:
     return int(value)
 
 
-def parameters_of(config: Any) -> int:
-    """The parameters of a Llama-shaped decoder with this config: the
-    embedding (and an untied head), per layer the attention's q, k, v and
-    o projections, a gated feed-forward and two norms."""
+def _sizes(config: Any) -> Tuple[int, int, int, int, int, int, int]:
+    """``(hidden, layers, heads, kv_heads, head_dim, ffn, vocab)`` of a
+    (text) config, with transformers' defaults where it states none."""
     c = _text_config(config)
     hidden, layers = _int(c, "hidden_size"), _int(c, "num_hidden_layers")
     heads = _int(c, "num_attention_heads")
     kv = _int(c, "num_key_value_heads", heads)
     head_dim = _int(c, "head_dim", hidden // heads)
-    ffn = _int(c, "intermediate_size", 4 * hidden)
-    vocab = _int(c, "vocab_size")
-    tied = bool(config_value(c, "tie_word_embeddings"))
+    return (
+        hidden,
+        layers,
+        heads,
+        kv,
+        head_dim,
+        _int(c, "intermediate_size", 4 * hidden),
+        _int(c, "vocab_size"),
+    )
+
+
+def parameters_of(config: Any) -> int:
+    """The parameters of a Llama-shaped decoder with this config: the
+    embedding (and an untied head), per layer the attention's q, k, v and
+    o projections, a gated feed-forward and two norms."""
+    hidden, layers, heads, kv, head_dim, ffn, vocab = _sizes(config)
+    tied = bool(config_value(_text_config(config), "tie_word_embeddings"))
     attention = hidden * head_dim * (2 * heads + 2 * kv)
     per_layer = attention + 3 * hidden * ffn + 2 * hidden
     return vocab * hidden * (1 if tied else 2) + layers * per_layer + hidden
@@ -137,13 +150,7 @@ def estimate_memory(
     """
     length = v.integer(length, "length", minimum=1)
     size = dtype_bytes(dtype)
-    c = _text_config(config)
-    hidden, layers = _int(c, "hidden_size"), _int(c, "num_hidden_layers")
-    heads = _int(c, "num_attention_heads")
-    kv = _int(c, "num_key_value_heads", heads)
-    head_dim = _int(c, "head_dim", hidden // heads)
-    ffn = _int(c, "intermediate_size", 4 * hidden)
-    vocab = _int(c, "vocab_size")
+    hidden, layers, _, kv, head_dim, ffn, vocab = _sizes(config)
     params = parameters_of(config) if parameters is None else int(parameters)
     return MemoryEstimate(
         length=length,

@@ -16,24 +16,23 @@ lowering the entropy.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple, TypeVar
 
 import numpy as np
 
 from .._typing import PathLike
-from ..probe._plots import _figure
 from . import _methods
-from ._common import Progress, evaluating, methods_of, token_ids, torch_module, vocab_size
+from ._common import Plotted, Progress, evaluating, methods_of, token_ids, torch_module, vocab_size
 from ._methods import NONE
 
 if TYPE_CHECKING:
-    from matplotlib.figure import Figure
+    pass
 
 _PathT = TypeVar("_PathT", bound=PathLike)
 
 
 @dataclass(frozen=True, repr=False)
-class AttentionByDistance:
+class AttentionByDistance(Plotted):
     """Mean attention weight by query-key distance and entropy by query
     position, per method, layer and head: the result of
     :func:`attention_by_distance`.
@@ -117,40 +116,29 @@ class AttentionByDistance:
             lines.append(f"| {name} | {cells} |")
         return "\n".join(lines)
 
-    @overload
-    def plot(self, path: None = None, *, dpi: float = 110) -> Figure: ...
+    _size = (11.0, 4.2)
 
-    @overload
-    def plot(self, path: _PathT, *, dpi: float = 110) -> _PathT: ...
-
-    def plot(self, path: Optional[PathLike] = None, *, dpi: float = 110) -> Any:
+    def _draw(self, fig: Any) -> None:
         """The mean weight by distance and the entropy by query position
-        (means over layers and heads), a line per method; the figure, or
-        written to `path`."""
-
-        def draw(fig: Any) -> None:
-            ax1, ax2 = fig.subplots(1, 2)
-            n = self.weight.shape[-1]
-            for k, m in enumerate(self.methods):
-                color = f"C{k % 10}"
-                ax1.plot(
-                    np.arange(1, n), self.weight[k].mean(axis=(0, 1))[1:], color=color, label=m
-                )
-                ax2.plot(np.arange(n), self.entropy[k].mean(axis=(0, 1)), color=color, label=m)
-            ax1.set_xscale("log")
-            ax1.set_yscale("log")
-            ax1.set_xlabel("query-key distance")
-            ax1.set_ylabel("mean attention weight")
-            ax1.set_title("attention by distance (mean over layers and heads)", fontsize=10)
-            ax2.plot(np.arange(n), np.log(np.arange(1, n + 1)), color="grey", ls=":", lw=0.8,
-                     label="uniform")  # fmt: skip
-            ax2.set_xlabel("query position")
-            ax2.set_ylabel("entropy (nats)")
-            ax2.set_title("entropy of each query's weights", fontsize=10)
-            for ax in (ax1, ax2):
-                ax.legend(fontsize=7)
-
-        return _figure(path, dpi, (11.0, 4.2), draw)
+        (means over layers and heads), a line per method."""
+        ax1, ax2 = fig.subplots(1, 2)
+        n = self.weight.shape[-1]
+        for k, m in enumerate(self.methods):
+            color = f"C{k % 10}"
+            ax1.plot(np.arange(1, n), self.weight[k].mean(axis=(0, 1))[1:], color=color, label=m)
+            ax2.plot(np.arange(n), self.entropy[k].mean(axis=(0, 1)), color=color, label=m)
+        ax1.set_xscale("log")
+        ax1.set_yscale("log")
+        ax1.set_xlabel("query-key distance")
+        ax1.set_ylabel("mean attention weight")
+        ax1.set_title("attention by distance (mean over layers and heads)", fontsize=10)
+        ax2.plot(np.arange(n), np.log(np.arange(1, n + 1)), color="grey", ls=":", lw=0.8,
+                 label="uniform")  # fmt: skip
+        ax2.set_xlabel("query position")
+        ax2.set_ylabel("entropy (nats)")
+        ax2.set_title("entropy of each query's weights", fontsize=10)
+        for ax in (ax1, ax2):
+            ax.legend(fontsize=7)
 
 
 def _texts(tokens: Any, vocab: Optional[int]) -> List[np.ndarray]:

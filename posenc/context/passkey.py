@@ -31,19 +31,26 @@ from __future__ import annotations
 import inspect
 import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple, TypeVar
 
 import numpy as np
 
 from .. import _validate as v
 from .._typing import PathLike
-from ..probe._plots import _figure
 from . import _methods
-from ._common import Progress, device_of, evaluating, lengths_of, method_label, torch_module
+from ._common import (
+    Plotted,
+    Progress,
+    device_of,
+    evaluating,
+    lengths_of,
+    method_label,
+    torch_module,
+)
 from ._methods import NONE
 
 if TYPE_CHECKING:
-    from matplotlib.figure import Figure
+    pass
 
 _PathT = TypeVar("_PathT", bound=PathLike)
 
@@ -128,7 +135,7 @@ def answer_key(continuation: str) -> Optional[int]:
 
 
 @dataclass(frozen=True, repr=False)
-class PasskeyRetrieval:
+class PasskeyRetrieval(Plotted):
     """Passkey retrieval at each length and depth: the result of
     :func:`passkey_retrieval`.
 
@@ -212,21 +219,13 @@ class PasskeyRetrieval:
         lines.append(f"| all | {cells} |")
         return "\n".join(lines)
 
-    @overload
-    def plot(self, path: None = None, *, dpi: float = 110) -> Figure: ...
+    _size = (5.5, 4.2)
 
-    @overload
-    def plot(self, path: _PathT, *, dpi: float = 110) -> _PathT: ...
-
-    def plot(self, path: Optional[PathLike] = None, *, dpi: float = 110) -> Any:
-        """The accuracy as a heatmap, depth x length; the figure, or written to `path`."""
-
-        def draw(fig: Any) -> None:
-            ax = fig.add_subplot(1, 1, 1)
-            image = draw_heatmap(ax, self)
-            fig.colorbar(image, ax=ax, shrink=0.85, label="accuracy")
-
-        return _figure(path, dpi, (5.5, 4.2), draw)
+    def _draw(self, fig: Any) -> None:
+        """The accuracy as a heatmap, depth x length."""
+        ax = fig.add_subplot(1, 1, 1)
+        image = draw_heatmap(ax, self)
+        fig.colorbar(image, ax=ax, shrink=0.85, label="accuracy")
 
 
 def draw_heatmap(ax: Any, r: PasskeyRetrieval, title: Optional[str] = None) -> Any:

@@ -23,15 +23,15 @@ model was trained on, this is the curve that shows where it breaks.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple, TypeVar
 
 import numpy as np
 
 from .. import _validate as v
 from .._typing import PathLike
-from ..probe._plots import _figure
 from . import _methods
 from ._common import (
+    Plotted,
     Progress,
     device_of,
     evaluating,
@@ -45,7 +45,7 @@ from ._common import (
 from ._methods import NONE
 
 if TYPE_CHECKING:
-    from matplotlib.figure import Figure
+    pass
 
 _PathT = TypeVar("_PathT", bound=PathLike)
 
@@ -93,7 +93,7 @@ def bin_edges(length: int, bins: int) -> np.ndarray:
 
 
 @dataclass(frozen=True, repr=False)
-class PerplexityByLength:
+class PerplexityByLength(Plotted):
     """Perplexity at each context length and the loss by position: the
     result of :func:`perplexity_by_length`.
 
@@ -208,29 +208,20 @@ class PerplexityByLength:
             )
         return "\n".join(lines)
 
-    @overload
-    def plot(self, path: None = None, *, dpi: float = 110) -> Figure: ...
+    _size = (11.0, 4.2)
 
-    @overload
-    def plot(self, path: _PathT, *, dpi: float = 110) -> _PathT: ...
-
-    def plot(self, path: Optional[PathLike] = None, *, dpi: float = 110) -> Any:
+    def _draw(self, fig: Any) -> None:
         """Perplexity against length, and the loss by position (a line per
-        length); the figure, or written to `path` (as
-        :meth:`posenc.probe.ProbeReport.plot`)."""
-
-        def draw(fig: Any) -> None:
-            ax1, ax2 = fig.subplots(1, 2)
-            draw_perplexity(ax1, {self.method: self})
-            for n in self.lengths:
-                edges, mean, _ = self.loss_by_position(n)
-                ax2.plot((edges[:-1] + edges[1:] - 1) / 2, mean, marker=".", label=f"{n}")
-            ax2.set_xlabel("position in the window")
-            ax2.set_ylabel("mean loss (nats)")
-            ax2.set_title(f"loss by position ({self.method})", fontsize=10)
-            ax2.legend(title="length", fontsize=7)
-
-        return _figure(path, dpi, (11.0, 4.2), draw)
+        length)."""
+        ax1, ax2 = fig.subplots(1, 2)
+        draw_perplexity(ax1, {self.method: self})
+        for n in self.lengths:
+            edges, mean, _ = self.loss_by_position(n)
+            ax2.plot((edges[:-1] + edges[1:] - 1) / 2, mean, marker=".", label=f"{n}")
+        ax2.set_xlabel("position in the window")
+        ax2.set_ylabel("mean loss (nats)")
+        ax2.set_title(f"loss by position ({self.method})", fontsize=10)
+        ax2.legend(title="length", fontsize=7)
 
 
 def draw_perplexity(ax: Any, results: Dict[str, PerplexityByLength]) -> None:
