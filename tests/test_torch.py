@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 from optional import require
 from t5_models import t5_attention
+from tiny_models import LLAMA3_ROPE
 
 import posenc
 from posenc import _interop, reference
@@ -932,14 +933,7 @@ def test_a_config_object_is_carried_as_its_rope_parameters(transformers):
         hidden_size=256,
         num_attention_heads=4,
         max_position_embeddings=131072,
-        rope_parameters={
-            "rope_type": "llama3",
-            "rope_theta": 500000.0,
-            "factor": 8.0,
-            "low_freq_factor": 1.0,
-            "high_freq_factor": 4.0,
-            "original_max_position_embeddings": 8192,
-        },
+        rope_parameters=dict(LLAMA3_ROPE, original_max_position_embeddings=8192),
     )
     import json
 
