@@ -1,6 +1,6 @@
 """A bounded fuzzer of the Hub path against a hostile local Hub.
 
-    python tests/fuzz_hub.py --seconds 60 [--seed 0] [--verbose]
+    python tests/fuzz_api.py --surfaces hub --seconds 60 [--seed 0] [--verbose]
 
 Each round puts up one repository on tests/hub_server.py's local Hub (a
 safetensors checkpoint holding a position table, in one file or sharded,
@@ -33,7 +33,6 @@ any.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import io
 import json
@@ -799,25 +798,7 @@ def run(seconds: float, seed: int, fails) -> Dict[Tuple[str, str], int]:
     return counts
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--seconds", type=float, default=60.0)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--verbose", action="store_true", help="print the calls made")
-    args = parser.parse_args(argv)
-    from fuzz_api import Failures
+if __name__ == "__main__":  # tests/fuzz_api.py's command line, this surface chosen
+    import fuzz_api
 
-    fails = Failures()
-    counts = run(args.seconds, args.seed, fails)
-    if args.verbose:
-        for (function, kind), n in sorted(counts.items()):
-            print(f"{function} [{kind}]: {n}")
-    print(f"{sum(counts.values())} calls, {len(fails)} failures")
-    fails.report()
-    return 1 if len(fails) else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(fuzz_api.main(["--surfaces", "hub", *sys.argv[1:]]))

@@ -1,6 +1,6 @@
 """A bounded fuzzer of posenc.torch's modules.
 
-    python tests/fuzz_modules.py --seconds 30 [--seed 0] [--verbose]
+    python tests/fuzz_api.py --surfaces modules --seconds 30 [--seed 0] [--verbose]
 
 Each round builds one of the modules (RotaryEmbedding from a head
 dimension, or from one of transformers' config classes in the forms their
@@ -22,7 +22,6 @@ any.  transformers is used when installed (its configs and modules).
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import time
@@ -930,26 +929,5 @@ def run(seconds: float, seed: int, fails) -> dict:
     return counts
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--seconds", type=float, default=30.0)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--verbose", action="store_true", help="calls made, by outcome")
-    args = parser.parse_args(argv)
-    fails = fuzz_api.Failures()
-    counts = run(args.seconds, args.seed, fails)
-    if args.verbose:
-        for (name, kind), n in sorted(counts.items()):
-            print(f"{name:28s} {kind:12s} {n}")
-    fails.report()
-    calls = sum(counts.values())
-    print(
-        f"{calls} calls in {args.seconds:g} s (seed {args.seed}): {len(fails)} distinct failure(s)"
-    )
-    return 1 if len(fails) else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+if __name__ == "__main__":  # tests/fuzz_api.py's command line, this surface chosen
+    sys.exit(fuzz_api.main(["--surfaces", "modules", *sys.argv[1:]]))

@@ -1,6 +1,6 @@
 """A bounded fuzzer of posenc.hf.patch on tiny transformers models.
 
-    python tests/fuzz_patch.py --seconds 60 [--seed 0] [--verbose]
+    python tests/fuzz_api.py --surfaces patch --seconds 60 [--seed 0] [--verbose]
 
 A pool of tiny random-weight models (every kind patch supports: rotary
 modules, GPT-J's and GPT-OSS's tables, BLOOM, MPT and Falcon's ALiBi, T5,
@@ -36,7 +36,6 @@ status is 1 if there is any.
 
 from __future__ import annotations
 
-import argparse
 import copy
 import functools
 import io
@@ -51,6 +50,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import fuzz_api  # noqa: E402
+import tiny_models  # noqa: E402
 
 VOCAB = 61
 
@@ -94,263 +94,54 @@ def _heads(config):
 
 
 def _entries(tf):
-    small = dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=32, num_hidden_layers=2,
-                 num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=16,
-                 pad_token_id=0)  # fmt: skip
-    t5 = dict(
-        vocab_size=VOCAB,
-        d_model=16,
-        d_kv=4,
-        d_ff=32,
-        num_layers=2,
-        num_heads=4,
-        decoder_start_token_id=0,
-        pad_token_id=0,
-        relative_attention_max_distance=20,
-    )
-    sincos = dict(vocab_size=VOCAB, n_embd=32, n_layer=2, n_head=4, rotary_dim=4, n_positions=64,
-                  pad_token_id=0)  # fmt: skip
+    families = tiny_models.patch_families(32, VOCAB)
 
-    def of(config_class, model_class, **kwargs):
+    def of(name):
+        config_class, model_class, kwargs = families[name]
         return lambda tf: getattr(tf, model_class)(getattr(tf, config_class)(**kwargs))
 
     def tampered(tf):  # a rotary module whose numbers do not follow its config
-        model = of("LlamaConfig", "LlamaForCausalLM", **small)(tf)
+        model = of("llama")(tf)
         model.model.rotary_emb.inv_freq.mul_(1.5)
         model.model.rotary_emb.original_inv_freq.mul_(1.5)
         return model
 
     def gptj_tampered(tf):  # a sin/cos table that is not GPT-J's formula's
-        model = of("GPTJConfig", "GPTJForCausalLM", **sincos)(tf)
+        model = of("gptj")(tf)
         model.transformer.rotary_emb.embed_positions.mul_(1.001)
         return model
 
     def float64(tf):
-        return of("LlamaConfig", "LlamaForCausalLM", **small)(tf).double()
+        return of("llama")(tf).double()
 
     rotary_edits = (_theta, _max_positions)
+    t5 = dict(bitwise="always", seq2seq=True)
     entries = [
-        Entry("llama", of("LlamaConfig", "LlamaForCausalLM", **small), edits=rotary_edits),
+        Entry("llama", of("llama"), edits=rotary_edits),
         Entry("llama_float64", float64, bitwise="exact_false", edits=rotary_edits),
-        Entry(
-            "llama3",
-            of(
-                "LlamaConfig",
-                "LlamaForCausalLM",
-                **dict(
-                    small,
-                    rope_parameters={
-                        "rope_type": "llama3",
-                        "rope_theta": 500000.0,
-                        "factor": 8.0,
-                        "low_freq_factor": 1.0,
-                        "high_freq_factor": 4.0,
-                        "original_max_position_embeddings": 8,
-                    },
-                ),
-            ),
-            edits=rotary_edits,
-        ),  # fmt: skip
+        Entry("llama3", of("llama3"), edits=rotary_edits),
         # within its 16 positions: transformers' dynamic module keeps state grown past them
-        Entry(
-            "dynamic",
-            of(
-                "LlamaConfig",
-                "LlamaForCausalLM",
-                **dict(
-                    small,
-                    rope_parameters={"rope_type": "dynamic", "rope_theta": 10000.0, "factor": 2.0},
-                ),
-            ),
-            max_len=16,
-        ),  # fmt: skip
-        Entry(
-            "gemma3",
-            of(
-                "Gemma3TextConfig", "Gemma3ForCausalLM", **dict(small, head_dim=8, sliding_window=4)
-            ),
-            edits=rotary_edits,
-        ),  # fmt: skip
-        Entry(
-            "neox",
-            of("GPTNeoXConfig", "GPTNeoXForCausalLM", **dict(small, rotary_pct=0.5)),
-            edits=rotary_edits,
-        ),  # fmt: skip
-        Entry(
-            "gptoss",
-            of(
-                "GptOssConfig",
-                "GptOssForCausalLM",
-                **dict(small, head_dim=8, num_local_experts=2, num_experts_per_tok=1),
-            ),
-            edits=(_theta,),
-        ),  # fmt: skip
-        Entry("gptj", of("GPTJConfig", "GPTJForCausalLM", **sincos), edits=(_heads,)),
-        Entry("codegen", of("CodeGenConfig", "CodeGenForCausalLM", **sincos)),
-        Entry(
-            "bloom",
-            of(
-                "BloomConfig",
-                "BloomForCausalLM",
-                vocab_size=VOCAB,
-                hidden_size=24,
-                n_layer=2,
-                n_head=6,
-                pad_token_id=0,
-            ),
-            bitwise="always",
-            edits=(_heads,),
-        ),  # fmt: skip
-        Entry(
-            "bloom12",
-            of(
-                "BloomConfig",
-                "BloomForCausalLM",
-                vocab_size=VOCAB,
-                hidden_size=24,
-                n_layer=2,
-                n_head=12,
-                pad_token_id=0,
-            ),
-            bitwise="exact_false",
-            edits=(_heads,),
-        ),  # fmt: skip
-        Entry(
-            "mpt12",
-            of(
-                "MptConfig",
-                "MptForCausalLM",
-                vocab_size=VOCAB,
-                d_model=24,
-                n_layers=2,
-                n_heads=12,
-                max_seq_len=64,
-                pad_token_id=0,
-            ),
-            bitwise="exact_false",
-        ),  # fmt: skip
-        Entry(
-            "falcon",
-            of(
-                "FalconConfig",
-                "FalconForCausalLM",
-                vocab_size=VOCAB,
-                hidden_size=24,
-                num_hidden_layers=2,
-                num_attention_heads=6,
-                alibi=True,
-                pad_token_id=0,
-            ),
-            bitwise="exact_false",
-        ),  # fmt: skip
-        Entry(
-            "t5",
-            of("T5Config", "T5ForConditionalGeneration", **t5),
-            bitwise="always",
-            edits=(_t5_buckets,),
-            seq2seq=True,
-        ),  # fmt: skip
-        Entry(
-            "umt5",
-            of("UMT5Config", "UMT5ForConditionalGeneration", **t5),
-            bitwise="always",
-            edits=(_t5_buckets,),
-            seq2seq=True,
-        ),  # fmt: skip
-        Entry(
-            "longt5",
-            of("LongT5Config", "LongT5ForConditionalGeneration", **dict(t5, local_radius=3)),
-            bitwise="always",
-            seq2seq=True,
-        ),  # fmt: skip
-        Entry(
-            "deberta",
-            of(
-                "DebertaV2Config",
-                "DebertaV2ForMaskedLM",
-                vocab_size=VOCAB,
-                hidden_size=16,
-                num_hidden_layers=2,
-                num_attention_heads=2,
-                intermediate_size=32,
-                relative_attention=True,
-                pos_att_type=["c2p", "p2c"],
-                position_buckets=8,
-                max_relative_positions=16,
-                pad_token_id=0,
-            ),
-        ),  # fmt: skip
-        Entry(
-            "xlnet",
-            of(
-                "XLNetConfig",
-                "XLNetLMHeadModel",
-                vocab_size=VOCAB,
-                d_model=16,
-                n_layer=2,
-                n_head=2,
-                d_inner=32,
-                pad_token_id=0,
-            ),
-        ),  # fmt: skip
+        Entry("dynamic", of("dynamic"), max_len=16),
+        Entry("gemma3", of("gemma3"), edits=rotary_edits),
+        Entry("neox", of("neox"), edits=rotary_edits),
+        Entry("gptoss", of("gptoss"), edits=(_theta,)),
+        Entry("gptj", of("gptj"), edits=(_heads,)),
+        Entry("codegen", of("codegen")),
+        # ALiBi of 6 heads, and of 12 (whose slopes transformers rounds)
+        Entry("bloom", of("bloom"), bitwise="always", edits=(_heads,)),
+        Entry("bloom12", of("bloom12"), bitwise="exact_false", edits=(_heads,)),
+        Entry("mpt12", of("mpt12"), bitwise="exact_false"),
+        Entry("falcon", of("falcon"), bitwise="exact_false"),
+        Entry("t5", of("t5"), edits=(_t5_buckets,), **t5),
+        Entry("umt5", of("umt5"), edits=(_t5_buckets,), **t5),
+        Entry("longt5", of("longt5"), **t5),
+        Entry("deberta", of("deberta")),
+        Entry("xlnet", of("xlnet")),
         # what patch refuses
-        Entry(
-            "bert",
-            of(
-                "BertConfig",
-                "BertForMaskedLM",
-                vocab_size=VOCAB,
-                hidden_size=16,
-                num_hidden_layers=1,
-                num_attention_heads=2,
-                intermediate_size=32,
-            ),
-            supported=False,
-        ),  # fmt: skip
-        Entry(
-            "gpt2",
-            of(
-                "GPT2Config",
-                "GPT2LMHeadModel",
-                vocab_size=VOCAB,
-                n_embd=16,
-                n_layer=1,
-                n_head=2,
-                n_positions=64,
-            ),
-            supported=False,
-        ),  # fmt: skip
-        Entry(
-            "esm",
-            of(
-                "EsmConfig",
-                "EsmForMaskedLM",
-                vocab_size=VOCAB,
-                hidden_size=16,
-                num_hidden_layers=1,
-                num_attention_heads=2,
-                intermediate_size=32,
-                position_embedding_type="rotary",
-                pad_token_id=0,
-                mask_token_id=1,
-            ),
-            supported=False,
-        ),  # fmt: skip
-        Entry(
-            "longt5_tglobal",
-            of(
-                "LongT5Config",
-                "LongT5ForConditionalGeneration",
-                **dict(
-                    t5,
-                    local_radius=3,
-                    global_block_size=4,
-                    encoder_attention_type="transient-global",
-                ),
-            ),
-            supported=False,
-            seq2seq=True,
-        ),  # fmt: skip
+        Entry("bert", of("bert"), supported=False),
+        Entry("gpt2", of("gpt2"), supported=False),
+        Entry("esm", of("esm"), supported=False),
+        Entry("longt5_tglobal", of("longt5_tglobal"), supported=False, seq2seq=True),
         Entry("llama_tampered", tampered, supported=False),
         Entry("gptj_tampered", gptj_tampered, supported=False),
     ]
@@ -744,26 +535,5 @@ def run(seconds, seed, fails, names=None):
     return counts
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--seconds", type=float, default=30.0)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--verbose", action="store_true", help="operations made, by model")
-    args = parser.parse_args(argv)
-    fails = fuzz_api.Failures()
-    counts = run(args.seconds, args.seed, fails)
-    if args.verbose:
-        for (name, op), n in sorted(counts.items()):
-            print(f"{name:16s} {op:28s} {n}")
-    fails.report()
-    print(
-        f"{sum(counts.values())} operations on {len({n for n, _ in counts})} models in "
-        f"{args.seconds:g} s (seed {args.seed}): {len(fails)} distinct failure(s)"
-    )
-    return 1 if len(fails) else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+if __name__ == "__main__":  # tests/fuzz_api.py's command line, this surface chosen
+    sys.exit(fuzz_api.main(["--surfaces", "patch", *sys.argv[1:]]))

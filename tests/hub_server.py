@@ -7,7 +7,8 @@ a model repository: its info (``/api/models/{repo}`` and
 X-Repo-Commit, Content-Length, Accept-Ranges) and ``206 Partial Content``
 for a ``Range`` request.  Every request is logged (method, path, Range and
 Authorization headers, bytes of body sent) so that a test can count what
-was fetched.
+was fetched.  :func:`folder_files` reads a saved model into a repository's
+files; :func:`use_local_hub` points the Hub clients at a server.
 
 A :class:`Repo` may also misbehave, one way or several, for the tests of a
 client's limits: hold every answer (`delay`), trickle its bodies a byte at
@@ -23,7 +24,9 @@ forever, to another host serving the same files, to a URL, nowhere).
 from __future__ import annotations
 
 import hashlib
+import importlib
 import json
+import os
 import re
 import threading
 import time
@@ -329,3 +332,37 @@ def _handler(server: HubServer):
             self._route(True)
 
     return Handler
+
+
+def folder_files(folder) -> Dict[str, bytes]:
+    """The files below `folder` (a model saved with save_pretrained, say), by
+    their paths relative to it, ``/``-separated: a :class:`Repo`'s files."""
+    out = {}
+    for root, _, names in os.walk(folder):
+        for n in names:
+            path = os.path.join(root, n)
+            with open(path, "rb") as f:
+                out[os.path.relpath(path, folder).replace(os.sep, "/")] = f.read()
+    return out
+
+
+def use_local_hub(monkeypatch, server: HubServer, cache, *, downloads=False) -> None:
+    """Point huggingface_hub at `server` through pytest's `monkeypatch`: its
+    endpoint, `cache` as the cache, offline mode and telemetry off.  With
+    `downloads`, also the constants huggingface_hub reads once, at its
+    import, for the files transformers downloads itself."""
+    hf_constants = importlib.import_module("huggingface_hub.constants")
+    monkeypatch.setenv("HF_ENDPOINT", server.url)
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
+    monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
+    monkeypatch.setattr(hf_constants, "HF_HUB_OFFLINE", False)
+    if downloads:
+        monkeypatch.setattr(hf_constants, "ENDPOINT", server.url)
+        monkeypatch.setattr(
+            hf_constants,
+            "HUGGINGFACE_CO_URL_TEMPLATE",
+            server.url + "/{repo_id}/resolve/{revision}/{filename}",
+        )
+        monkeypatch.setattr(hf_constants, "HF_HUB_CACHE", str(cache))

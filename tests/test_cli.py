@@ -13,6 +13,7 @@ import time
 import child_process
 import numpy as np
 import pytest
+import tiny_models
 
 import posenc
 from posenc.__main__ import main
@@ -34,7 +35,8 @@ def small_npy(tmp_path_factory):
 
 
 def test_probe_default_prints_the_sinusoid_row_beside_the_published_rows(capsys):
-    assert main(["probe", "--seeds", "2", "--no-progress"]) == 0
+    # the baselines beside the figures: test_probe_baselines.py
+    assert main(["probe", "--seeds", "2", "--no-progress", "--no-baselines"]) == 0
     out, err = capsys.readouterr()
     assert err == ""
     assert out.startswith("sinusoid 512x768: built in: posenc.sinusoid(512, 768)")
@@ -271,37 +273,20 @@ def test_help_states_the_row_bound():
 
 # ---------------------------------------------------------------- --analyses and --text
 
+WORDS = tiny_models.WORDS  # the words of tiny_models.save_with_tokenizer's tokenizer
 TEXT = "the quick brown fox jumps over the lazy dog . " * 3
-WORDS = ["[UNK]", "[MASK]", "the", "quick", "brown", "fox", "jumps", "over", "lazy", "dog", "."]
-
-
-def _save_with_tokenizer(model, folder):
-    """save_pretrained, and a word-level tokenizer of WORDS beside it."""
-    transformers = pytest.importorskip("transformers")
-    tokenizers = pytest.importorskip("tokenizers")
-    vocab = {w: i for i, w in enumerate(WORDS)}
-    tok = tokenizers.Tokenizer(tokenizers.models.WordLevel(vocab, unk_token="[UNK]"))
-    tok.pre_tokenizer = tokenizers.pre_tokenizers.WhitespaceSplit()
-    fast = transformers.PreTrainedTokenizerFast(
-        tokenizer_object=tok, unk_token="[UNK]", mask_token="[MASK]"
-    )
-    model.save_pretrained(folder)
-    fast.save_pretrained(folder)
-    return str(folder)
 
 
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory):
     """Tiny models saved with a tokenizer: ``{name: (folder, model)}``."""
-    import tiny_models
-
     root = tmp_path_factory.mktemp("lm")
     made = {
         "gpt2": tiny_models.gpt2(vocab_size=len(WORDS)),
         "bert": tiny_models.bert("BertForMaskedLM", vocab_size=len(WORDS)),
         "llama": tiny_models.llama(vocab_size=len(WORDS)),
     }
-    return {name: (_save_with_tokenizer(m, root / name), m) for name, m in made.items()}
+    return {name: (tiny_models.save_with_tokenizer(m, root / name), m) for name, m in made.items()}
 
 
 @pytest.fixture(scope="module")

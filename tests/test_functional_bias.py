@@ -1036,10 +1036,14 @@ def test_fire_rows_by_distance_take_tiles_the_width_does_not_shrink(monkeypatch,
     monkeypatch.setattr(fb, "fire_tile", lambda x, *a: calls.append(x.size) or tile(x, *a))
     got = fb.fire_bias(**p, q_len=300, k_len=300, dtype="float64")
     assert calls == [300]  # one tile: the 300 distances >= 0 (causal)
-    # the values of the rows made one by one, in float64 NumPy (the MLP as torch's Linear)
-    qpos = np.arange(300.0)
-    x = np.log1p(0.3 * np.abs(qpos[:, None] - qpos[None, :])) / (np.log1p(0.3 * 1e9) + 1e-6)
-    hidden = np.maximum(x[..., None] * p["w1"][:, 0] + p["b1"], 0.0)
-    want = np.moveaxis(hidden @ p["w2"].T + p["b2"], -1, 0)
+    # the values in float64 NumPy (the MLP as torch's Linear), of each distance
+    # i - j once (a pair's bias is its distance's: the threshold is never
+    # reached), laid out by distance
+    d = np.arange(300.0)
+    x = np.log1p(0.3 * d) / (np.log1p(0.3 * 1e9) + 1e-6)
+    hidden = np.maximum(x[:, None] * p["w1"][:, 0] + p["b1"], 0.0)
+    by_distance = hidden @ p["w2"].T + p["b2"]  # (distance, head)
+    i, j = np.indices((300, 300))
+    want = np.moveaxis(by_distance[np.abs(i - j)], -1, 0)
     want[:, np.triu_indices(300, 1)[0], np.triu_indices(300, 1)[1]] = -np.inf
     np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12 * width)

@@ -8,7 +8,6 @@ may also misbehave (stall, trickle, lie in their headers, redirect forever),
 for the tests of the limits a load keeps to and of its one-line errors.
 """
 
-import importlib
 import json
 import math
 import os
@@ -21,7 +20,7 @@ import time
 import numpy as np
 import pytest
 import tiny_models
-from hub_server import HubServer, Repo
+from hub_server import HubServer, Repo, folder_files, use_local_hub
 from optional import require
 
 from posenc import probe
@@ -30,16 +29,6 @@ from posenc.probe import offsets
 
 PREFIX = "posenc probe: error: "
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"
-
-
-def _folder_files(folder):
-    out = {}
-    for root, _, names in os.walk(folder):
-        for n in names:
-            path = os.path.join(root, n)
-            with open(path, "rb") as f:
-                out[os.path.relpath(path, folder).replace(os.sep, "/")] = f.read()
-    return out
 
 
 @pytest.fixture(scope="module")
@@ -51,6 +40,16 @@ def models(tmp_path_factory):
     torch.manual_seed(0)  # the models are made in this order, each from this one stream
     root = tmp_path_factory.mktemp("models")
     made = {}
+
+    def roberta_like(family, positions, pad):
+        return lambda: tiny_models.roberta(
+            f"{family}Model",
+            config=f"{family}Config",
+            seed=None,
+            max_position_embeddings=positions,
+            pad_token_id=pad,
+        )
+
     specs = {
         "gpt2": (
             lambda: tiny_models.gpt2(
@@ -64,55 +63,11 @@ def models(tmp_path_factory):
         ),
         "FacebookAI/roberta-base": (lambda: tiny_models.roberta(seed=None), {}),
         # the families whose tables hold rows that are not positions
-        "org/xlm-r": (
-            lambda: tiny_models._make(
-                "XLMRobertaModel",
-                "XLMRobertaConfig",
-                None,
-                dict(
-                    vocab_size=40, max_position_embeddings=40, pad_token_id=3, **tiny_models.SMALL
-                ),
-            ),
-            {},
-        ),
-        "org/camembert": (
-            lambda: tiny_models._make(
-                "CamembertModel",
-                "CamembertConfig",
-                None,
-                dict(
-                    vocab_size=40, max_position_embeddings=30, pad_token_id=1, **tiny_models.SMALL
-                ),
-            ),
-            {},
-        ),
-        "org/opt": (
-            lambda: tiny_models._make(
-                "OPTModel",
-                "OPTConfig",
-                None,
-                dict(
-                    vocab_size=40,
-                    hidden_size=16,
-                    num_hidden_layers=1,
-                    ffn_dim=32,
-                    num_attention_heads=2,
-                    max_position_embeddings=24,
-                    word_embed_proj_dim=16,
-                ),
-            ),
-            {},
-        ),
+        "org/xlm-r": (roberta_like("XLMRoberta", 40, pad=3), {}),
+        "org/camembert": (roberta_like("Camembert", 30, pad=1), {}),
+        "org/opt": (lambda: tiny_models.opt(seed=None), {}),
         "org/bart": (lambda: tiny_models.bart(seed=None), {}),
-        "org/t5": (
-            lambda: tiny_models._make(
-                "T5ForConditionalGeneration",
-                "T5Config",
-                None,
-                dict(vocab_size=40, d_model=16, d_kv=8, d_ff=32, num_layers=1, num_heads=2),
-            ),
-            {},
-        ),
+        "org/t5": (lambda: tiny_models.t5("T5ForConditionalGeneration", seed=None), {}),
         "org/tiny-llama": (
             lambda: tiny_models.llama(seed=None, **tiny_models.SMALL, num_key_value_heads=2),
             {},
@@ -129,7 +84,7 @@ def models(tmp_path_factory):
         model = make()
         folder = root / name.replace("/", "--")
         model.save_pretrained(folder, **kwargs)
-        made[name] = (_folder_files(folder), model)
+        made[name] = (folder_files(folder), model)
     return made
 
 
@@ -146,19 +101,13 @@ def minilm_files():
 @pytest.fixture
 def hub(models, minilm_files, tmp_path, monkeypatch):
     """The local Hub, serving every model, with a fresh cache directory."""
-    hf_constants = importlib.import_module("huggingface_hub.constants")
     repos = {name: Repo(dict(files)) for name, (files, _) in models.items()}
     repos[MINILM] = Repo(dict(minilm_files))
     repos["org/only-bin"] = Repo({"config.json": b"{}", "pytorch_model.bin": b"\0" * 4096})
     repos["org/gated"] = Repo(dict(minilm_files), gated=True)
     repos["org/no-ranges"] = Repo(dict(minilm_files), ranges=False)
     server = HubServer(repos).start()
-    monkeypatch.setenv("HF_ENDPOINT", server.url)
-    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "cache"))
-    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
-    monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
-    monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
-    monkeypatch.setattr(hf_constants, "HF_HUB_OFFLINE", False)
+    use_local_hub(monkeypatch, server, tmp_path / "cache")
     yield server
     server.stop()
 
@@ -590,22 +539,16 @@ def _gpt2_like(n=20, d=4, model_type="gpt2"):
 def server(tmp_path, monkeypatch):
     """An empty local Hub (tests add their repositories), a fresh cache, a token."""
     require("huggingface_hub")
-    hf_constants = importlib.import_module("huggingface_hub.constants")
     s = HubServer({}).start()
-    monkeypatch.setenv("HF_ENDPOINT", s.url)
-    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "cache"))
+    use_local_hub(monkeypatch, s, tmp_path / "cache")
     monkeypatch.setenv("HF_TOKEN", TOKEN)
     for var in (
-        "HF_HUB_OFFLINE",
-        "TRANSFORMERS_OFFLINE",
         "HF_HUB_DOWNLOAD_TIMEOUT",
         "HF_HUB_ETAG_TIMEOUT",
         "POSENC_HUB_DEADLINE",
         "POSENC_HUB_MAX_BYTES",
     ):
         monkeypatch.delenv(var, raising=False)
-    monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
-    monkeypatch.setattr(hf_constants, "HF_HUB_OFFLINE", False)
     yield s
     s.stop()
 

@@ -32,7 +32,9 @@ def paper_sinusoid(n, d):
 
 @pytest.fixture(scope="module")
 def sinusoid_report():
-    return probe.report(paper_sinusoid(N, D), name="sinusoid", seeds=10, progress=False)
+    # the baselines beside the figures: test_probe_baselines.py
+    E = paper_sinusoid(N, D)
+    return probe.report(E, name="sinusoid", seeds=10, progress=False, baselines=False)
 
 
 @pytest.fixture(scope="module")
@@ -446,7 +448,7 @@ def test_report_plot_of_a_tall_table_draws_every_kth_position_of_the_heatmap(tmp
     from matplotlib.axes import Axes
 
     E = np.cumsum(np.random.default_rng(3).standard_normal((2100, 4)), axis=0)
-    report = probe.report(E, name="tall", seeds=1, progress=False)
+    report = probe.report(E, name="tall", seeds=1, progress=False, baselines=False)
     assert report.cosine.shape == (2100, 2100)  # the report keeps the whole map
     shown = []
     imshow = Axes.imshow

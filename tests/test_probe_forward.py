@@ -205,20 +205,7 @@ def test_k_1_is_an_opt_models_own_perplexity():
 
     from posenc import probe
 
-    model = tiny_models._make(
-        "OPTForCausalLM",
-        "OPTConfig",
-        3,
-        dict(
-            vocab_size=40,
-            hidden_size=16,
-            num_hidden_layers=1,
-            ffn_dim=32,
-            num_attention_heads=2,
-            max_position_embeddings=24,
-            word_embed_proj_dim=16,
-        ),
-    )
+    model = tiny_models.opt("OPTForCausalLM", seed=3)
     r = probe.skip_position_perplexity(model, IDS, ks=(1,))
     with torch.no_grad():
         loss = model(input_ids=torch.tensor([IDS]), labels=torch.tensor([IDS])).loss

@@ -1,7 +1,7 @@
 """posenc.hf.patch on transformers' own, unmodified models.
 
-Tiny random-weight models built from configs here (2 layers, small hidden
-sizes).  The witness is the same model unpatched (transformers' own rotary
+Tiny random-weight models built from the configs of tests/tiny_models.py
+(2 layers, small hidden sizes).  The witness is the same model unpatched (transformers' own rotary
 modules, ALiBi and T5 bias), and where transformers is less exact than
 posenc, float64 values written out here with NumPy.
 """
@@ -15,6 +15,7 @@ import warnings
 
 import numpy as np
 import pytest
+import tiny_models
 from conftest import require
 from rotary_classes import default_configs, rotary_classes
 
@@ -38,111 +39,15 @@ VOCAB = 97
 
 
 def _build(tf, name, **overrides):
-    """A tiny model of family `name`, random weights seeded."""
+    """A tiny model of family `name` (tiny_models.patch_families, 64 wide),
+    random weights seeded."""
     import torch
 
-    small = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=64, num_hidden_layers=2,
-                 num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=16,
-                 pad_token_id=0)  # fmt: skip
-    families = {
-        "llama": (tf.LlamaConfig, tf.LlamaForCausalLM, small),
-        "qwen2": (tf.Qwen2Config, tf.Qwen2ForCausalLM, small),
-        "llama3": (tf.LlamaConfig, tf.LlamaForCausalLM, dict(small, rope_parameters={
-            "rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
-            "high_freq_factor": 4.0, "original_max_position_embeddings": 8})),
-        "dynamic": (tf.LlamaConfig, tf.LlamaForCausalLM, dict(small, rope_parameters={
-            "rope_type": "dynamic", "rope_theta": 10000.0, "factor": 2.0})),
-        "gemma3": (tf.Gemma3TextConfig, tf.Gemma3ForCausalLM, dict(small, head_dim=16,
-                                                                   sliding_window=4)),
-        "phi3": (tf.Phi3Config, tf.Phi3ForCausalLM, dict(
-            small, num_key_value_heads=4, max_position_embeddings=64,
-            original_max_position_embeddings=8,
-            rope_scaling={"type": "longrope", "short_factor": [1.0] * 8,
-                          "long_factor": [1.5 + i for i in range(8)]})),
-        "neox": (tf.GPTNeoXConfig, tf.GPTNeoXForCausalLM, dict(small, rotary_pct=0.25)),
-        "bloom": (tf.BloomConfig, tf.BloomForCausalLM,
-                  dict(vocab_size=VOCAB, hidden_size=48, n_layer=2, n_head=6, pad_token_id=0)),
-        "mpt": (tf.MptConfig, tf.MptForCausalLM, dict(vocab_size=VOCAB, d_model=48, n_layers=2,
-                                                      n_heads=6, max_seq_len=64, pad_token_id=0)),
-        "falcon": (tf.FalconConfig, tf.FalconForCausalLM, dict(
-            vocab_size=VOCAB, hidden_size=48, num_hidden_layers=2, num_attention_heads=6,
-            alibi=True, pad_token_id=0)),
-        "t5": (tf.T5Config, tf.T5ForConditionalGeneration, dict(
-            vocab_size=VOCAB, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4,
-            decoder_start_token_id=0, pad_token_id=0, relative_attention_max_distance=20)),
-    }  # fmt: skip
-    families["umt5"] = (tf.UMT5Config, tf.UMT5ForConditionalGeneration, families["t5"][2])
-    families["mt5"] = (tf.MT5Config, tf.MT5ForConditionalGeneration, families["t5"][2])
-    # LongT5: local attention in the encoder (blocks of local_radius + 1), T5's in the decoder
-    families["longt5"] = (
-        tf.LongT5Config,
-        tf.LongT5ForConditionalGeneration,
-        dict(families["t5"][2], local_radius=3),
-    )
-    families["longt5_tglobal"] = (
-        tf.LongT5Config,
-        tf.LongT5ForConditionalGeneration,
-        dict(
-            families["t5"][2],
-            local_radius=3,
-            global_block_size=4,
-            encoder_attention_type="transient-global",
-        ),
-    )
-    # GPT-J and CodeGen: a sin/cos table, the pairs interleaved; GPT-OSS: half-width tables
-    sincos = dict(
-        vocab_size=VOCAB,
-        n_embd=64,
-        n_layer=2,
-        n_head=4,
-        rotary_dim=8,
-        n_positions=64,
-        pad_token_id=0,
-    )
-    families["gptj"] = (tf.GPTJConfig, tf.GPTJForCausalLM, sincos)
-    families["codegen"] = (tf.CodeGenConfig, tf.CodeGenForCausalLM, sincos)
-    families["gptoss"] = (
-        tf.GptOssConfig,
-        tf.GptOssForCausalLM,
-        dict(small, head_dim=16, num_local_experts=2, num_experts_per_tok=1),
-    )
-    families["bloom12"] = (
-        tf.BloomConfig,
-        tf.BloomForCausalLM,
-        dict(families["bloom"][2], hidden_size=24, n_head=12),
-    )
-    families["mpt12"] = (
-        tf.MptConfig,
-        tf.MptForCausalLM,
-        dict(families["mpt"][2], d_model=24, n_heads=12),
-    )
-    families["deberta"] = (
-        tf.DebertaV2Config,
-        tf.DebertaV2ForMaskedLM,
-        dict(
-            vocab_size=VOCAB,
-            hidden_size=32,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            intermediate_size=64,
-            max_position_embeddings=64,
-            relative_attention=True,
-            pos_att_type=["c2p", "p2c"],
-            position_buckets=8,
-            max_relative_positions=16,
-            pad_token_id=0,
-        ),
-    )
-    families["xlnet"] = (
-        tf.XLNetConfig,
-        tf.XLNetLMHeadModel,
-        dict(vocab_size=VOCAB, d_model=32, n_layer=2, n_head=4, d_inner=64, pad_token_id=0),
-    )
-    config_class, model_class, kwargs = families[name]
+    config_class, model_class, kwargs = tiny_models.patch_families(64, VOCAB)[name]
     torch.manual_seed(0)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        model = model_class(config_class(**dict(kwargs, **overrides)))
+        model = getattr(tf, model_class)(getattr(tf, config_class)(**dict(kwargs, **overrides)))
     return model.eval()
 
 
@@ -482,6 +387,21 @@ def test_bfloat16_patched_is_closer_to_float64_over_a_long_context_with_sharp_at
 # -- generate, gradients, compile -------------------------------------------------------
 
 
+def _generate_unpatched_and_patched(hf, model, inputs, part=None):
+    """model.generate's tokens (20 more, greedy, with its KV cache) unpatched,
+    and with `part` (the whole model by default) patched."""
+    import torch
+
+    kwargs = dict(max_new_tokens=20, do_sample=False, use_cache=True, pad_token_id=0)
+    with torch.no_grad():
+        want = model.generate(**inputs, **kwargs)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            with hf.patched(model if part is None else part):
+                got = model.generate(**inputs, **kwargs)
+    return want, got
+
+
 @pytest.mark.parametrize("name", ALL)
 def test_generate_with_cache_and_left_padding_past_max_positions(tf, hf, name):
     import torch
@@ -489,13 +409,7 @@ def test_generate_with_cache_and_left_padding_past_max_positions(tf, hf, name):
     model = _build(tf, name)
     inputs = _inputs(torch, name, length=6)
     inputs.pop("decoder_input_ids", None)
-    kwargs = dict(max_new_tokens=20, do_sample=False, use_cache=True, pad_token_id=0)
-    with torch.no_grad():
-        want = model.generate(**inputs, **kwargs)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            with hf.patched(model):
-                got = model.generate(**inputs, **kwargs)
+    want, got = _generate_unpatched_and_patched(hf, model, inputs)
     assert want.shape[1] >= 20
     assert torch.equal(got, want)
 
@@ -536,7 +450,10 @@ def test_compiled_patched_model_has_no_graph_break(tf, hf, name):
     inputs = _inputs(torch, name, length=12)
     want = _logits(model, inputs)
     _patch_quietly(hf, model)
-    compiled = torch.compile(model, fullgraph=True, dynamic=False)
+    # one graph of the whole patched forward (fullgraph), posenc's operators
+    # traced on fake tensors (aot_eager); inductor's code for them is
+    # test_torch.py's, its code for a whole model here tens of seconds more
+    compiled = torch.compile(model, fullgraph=True, dynamic=False, backend="aot_eager")
     with torch.no_grad():
         got = compiled(**inputs).logits
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
@@ -680,18 +597,27 @@ def test_deberta_v2_relative_attention_patched(tf, hf, buckets):
         assert float((model(ids).logits - want).abs().max()) > 0.1 * scale
 
 
+def _xlnet_with_memory(tf, **overrides):
+    """A 2-layer XLNet keeping 8 tokens of memory, in training mode (no
+    dropout), its weights large enough for the position term to matter."""
+    import torch
+
+    torch.manual_seed(0)
+    config = tf.XLNetConfig(vocab_size=VOCAB, d_model=32, n_layer=2, n_head=4, d_inner=64,
+                            dropout=0.0, mem_len=8, **overrides)  # fmt: skip
+    model = tf.XLNetLMHeadModel(config).train()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0, 0.5)
+    return model
+
+
 def test_xlnet_relative_attention_patched_with_memory(tf, hf, monkeypatch):
     import torch
 
     import posenc.relative
 
-    torch.manual_seed(0)
-    config = tf.XLNetConfig(vocab_size=VOCAB, d_model=32, n_layer=2, n_head=4, d_inner=64,
-                            dropout=0.0, mem_len=8)  # fmt: skip
-    model = tf.XLNetLMHeadModel(config).train()
-    with torch.no_grad():  # weights large enough for the position term to matter
-        for p in model.parameters():
-            p.normal_(0, 0.5)
+    model = _xlnet_with_memory(tf)
     g = torch.Generator().manual_seed(3)
     first, second = torch.randint(1, VOCAB, (2, 2, 10), generator=g)
     types = torch.randint(0, 2, (2, 10), generator=g)
@@ -717,13 +643,7 @@ def test_xlnet_of_either_attention_type_patched_with_and_without_memory(tf, hf, 
     # query, which its causal mask hides): the patched model failed at forward
     import torch
 
-    torch.manual_seed(0)
-    config = tf.XLNetConfig(vocab_size=VOCAB, d_model=32, n_layer=2, n_head=4, d_inner=64,
-                            dropout=0.0, mem_len=8, attn_type=attn_type)  # fmt: skip
-    model = tf.XLNetLMHeadModel(config).train()
-    with torch.no_grad():  # weights large enough for the position term to matter
-        for p in model.parameters():
-            p.normal_(0, 0.5)
+    model = _xlnet_with_memory(tf, attn_type=attn_type)
     g = torch.Generator().manual_seed(4)
     first, second = torch.randint(1, VOCAB, (2, 2, 10), generator=g)
     # the query stream too: every query blind to the last token, predicting 3

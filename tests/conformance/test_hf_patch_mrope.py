@@ -14,7 +14,7 @@ import warnings
 
 import pytest
 import test_hf_patch
-from test_hf_patch import VOCAB, _inputs, _logits, _patch_quietly
+from test_hf_patch import VOCAB, _generate_unpatched_and_patched, _inputs, _logits, _patch_quietly
 
 # test_hf_patch's fixtures: transformers (quiet) and posenc.hf
 tf, hf = test_hf_patch.tf, test_hf_patch.hf
@@ -127,14 +127,7 @@ def test_patched_mrope_generate_gives_transformers_tokens(tf, hf, form):
 
     model = _build(tf, form)
     inputs = _inputs(torch, "qwen", length=6)  # left padding in the first row
-    kwargs = dict(max_new_tokens=20, do_sample=False, use_cache=True, pad_token_id=0)
-    with torch.no_grad():
-        want = model.generate(**inputs, **kwargs)
-        language = model.model.language_model
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            with hf.patched(language):
-                got = model.generate(**inputs, **kwargs)
+    want, got = _generate_unpatched_and_patched(hf, model, inputs, model.model.language_model)
     assert want.shape[1] >= 26
     assert torch.equal(got, want)
 

@@ -3,15 +3,14 @@ own ALiBi functions and T5 attention modules, and against direct loops over
 the definitions (posenc.probe.biases' docstring); by Hub name through the
 loopback Hub and the command line."""
 
-import importlib
 import json
 import math
-import os
 
 import numpy as np
 import pytest
+import tiny_models
 from conftest import require
-from hub_server import HubServer, Repo
+from hub_server import HubServer, Repo, folder_files, use_local_hub
 
 from posenc import probe
 from posenc.__main__ import main
@@ -100,18 +99,14 @@ def test_alibi_bad_arguments(kwargs, error):
 
 
 def _t5(name, torch, **overrides):
-    transformers = importlib.import_module("transformers")
     config_cls, model_cls = {
         "t5": ("T5Config", "T5Model"),
         "mt5": ("MT5Config", "MT5Model"),
         "umt5": ("UMT5Config", "UMT5Model"),
         "longt5": ("LongT5Config", "LongT5Model"),
     }[name]
-    torch.manual_seed(0)
-    kwargs = dict(d_model=16, d_kv=4, d_ff=32, num_layers=2, num_heads=3, vocab_size=40)
-    model = getattr(transformers, model_cls)(
-        getattr(transformers, config_cls)(**kwargs, **overrides)
-    )
+    kwargs = dict(d_kv=4, num_layers=2, num_heads=3)
+    model = tiny_models.t5(model_cls, config=config_cls, **kwargs, **overrides)
     with torch.no_grad():  # a bias that varies enough to make heads of every type
         for m in model.modules():
             if hasattr(m, "relative_attention_bias"):
@@ -287,16 +282,6 @@ def test_t5_refuses_what_it_cannot_read(torch, tmp_path):
 # ---------------------------------------------------------------- by name, from the Hub
 
 
-def _folder_files(folder):
-    out = {}
-    for root, _, names in os.walk(folder):
-        for n in names:
-            path = os.path.join(root, n)
-            with open(path, "rb") as f:
-                out[os.path.relpath(path, folder).replace(os.sep, "/")] = f.read()
-    return out
-
-
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory):
     torch = require("torch")
@@ -321,14 +306,9 @@ def saved(tmp_path_factory):
 
 @pytest.fixture
 def hub(saved, tmp_path, monkeypatch):
-    require_hub = importlib.import_module("optional").require
-    require_hub("huggingface_hub")
-    hf_constants = importlib.import_module("huggingface_hub.constants")
-    server = HubServer({n: Repo(_folder_files(f)) for n, (f, _) in saved.items()}).start()
-    monkeypatch.setenv("HF_ENDPOINT", server.url)
-    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "cache"))
-    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
-    monkeypatch.setattr(hf_constants, "HF_HUB_OFFLINE", False)
+    require("huggingface_hub")
+    server = HubServer({n: Repo(folder_files(f)) for n, (f, _) in saved.items()}).start()
+    use_local_hub(monkeypatch, server, tmp_path / "cache")
     yield server
     server.stop()
 

@@ -271,7 +271,7 @@ def test_each_analysis_says_which_fits_a_model_of_another_kind(llama, deberta, x
 
 # ---------------------------------------------------------------- the command line
 
-WORDS = ["[UNK]", "[MASK]", "the", "quick", "brown", "fox", "jumps", "over", "lazy", "dog", "."]
+WORDS = tiny_models.WORDS  # the words of tiny_models.save_with_tokenizer's tokenizer
 PARAGRAPHS = [
     "the quick brown fox jumps over the lazy dog .",
     "the lazy dog jumps .",
@@ -280,25 +280,10 @@ PARAGRAPHS = [
 ]
 
 
-def _save_with_tokenizer(model, folder):
-    import tokenizers
-    import transformers
-
-    vocab = {w: i for i, w in enumerate(WORDS)}
-    tok = tokenizers.Tokenizer(tokenizers.models.WordLevel(vocab, unk_token="[UNK]"))
-    tok.pre_tokenizer = tokenizers.pre_tokenizers.WhitespaceSplit()
-    fast = transformers.PreTrainedTokenizerFast(
-        tokenizer_object=tok, unk_token="[UNK]", mask_token="[MASK]"
-    )
-    model.save_pretrained(folder)
-    fast.save_pretrained(folder)
-    return str(folder)
-
-
 def test_text_analyses_by_name_from_the_command_line(llama, deberta, xlnet, tmp_path, capsys):
     pytest.importorskip("tokenizers")
     folders = [
-        _save_with_tokenizer(m, tmp_path / n)
+        tiny_models.save_with_tokenizer(m, tmp_path / n)
         for n, m in (("llama", llama), ("deberta", deberta), ("xlnet", xlnet))
     ]
     text = tmp_path / "text.txt"
@@ -327,35 +312,17 @@ def test_text_analyses_by_name_from_the_command_line(llama, deberta, xlnet, tmp_
 
 
 def test_relative_share_by_hub_name(deberta, llama, tmp_path, monkeypatch, capsys):
-    import importlib
-    import os
-
-    from hub_server import HubServer, Repo
+    from hub_server import HubServer, Repo, folder_files, use_local_hub
 
     pytest.importorskip("tokenizers")
-    hf_constants = importlib.import_module("huggingface_hub.constants")
     repos = {}
     for name, model in (("org/tiny-deberta", deberta), ("org/tiny-llama", llama)):
-        folder = _save_with_tokenizer(model, tmp_path / name.replace("/", "--"))
-        files = {}
-        for n in os.listdir(folder):
-            with open(os.path.join(folder, n), "rb") as f:
-                files[n] = f.read()
-        repos[name] = Repo(files)
+        folder = tiny_models.save_with_tokenizer(model, tmp_path / name.replace("/", "--"))
+        repos[name] = Repo(folder_files(folder))
     server = HubServer(repos).start()
     try:
-        monkeypatch.setenv("HF_ENDPOINT", server.url)
-        monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "cache"))
-        monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
-        monkeypatch.setattr(hf_constants, "HF_HUB_OFFLINE", False)
         # transformers downloads the models: huggingface_hub's endpoint, read at import
-        monkeypatch.setattr(hf_constants, "ENDPOINT", server.url)
-        monkeypatch.setattr(
-            hf_constants,
-            "HUGGINGFACE_CO_URL_TEMPLATE",
-            server.url + "/{repo_id}/resolve/{revision}/{filename}",
-        )
-        monkeypatch.setattr(hf_constants, "HF_HUB_CACHE", str(tmp_path / "cache"))
+        use_local_hub(monkeypatch, server, tmp_path / "cache", downloads=True)
         text = tmp_path / "text.txt"
         text.write_text("\n\n".join(PARAGRAPHS), encoding="utf-8")
         js = tmp_path / "out.json"
