@@ -8,6 +8,7 @@ may also misbehave (stall, trickle, lie in their headers, redirect forever),
 for the tests of the limits a load keeps to and of its one-line errors.
 """
 
+import importlib
 import json
 import math
 import os
@@ -1046,7 +1047,7 @@ def _roberta_mlm_files(tmp_path):
     folder = tmp_path / "roberta-mlm"
     model.save_pretrained(folder)
     fast.save_pretrained(folder)
-    return _folder_files(folder), model
+    return folder_files(folder), model
 
 
 def test_skip_attack_at_k_1_through_the_hub_is_a_robertas_own_forward(
