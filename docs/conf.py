@@ -52,7 +52,7 @@ extensions = [
 ]
 source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
 root_doc = "index"
-exclude_patterns = ["_build", "_generated"]
+exclude_patterns = ["_build", "_generated", "reports"]
 myst_enable_extensions = ["colon_fence"]
 myst_heading_anchors = 3
 html_theme = "furo"  # code blocks scroll sideways, none clipped

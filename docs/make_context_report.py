@@ -34,7 +34,11 @@ import io
 import os
 import sys
 
+import report_snapshot  # noqa: E402
+
 HERE = os.path.dirname(os.path.abspath(__file__))
+#: what the docs include, kept in docs/reports/ for a build without torch
+KEPT = ("context_report.md", "context_report.png")
 
 #: The model's folder under the output folder.
 NAME = "llama-tiny"
@@ -151,6 +155,9 @@ def run(folder):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default=os.path.join(HERE, "_generated"))
+    parser.add_argument(
+        "--snapshot", action="store_true", help="keep what is made in docs/reports/ too"
+    )
     args = parser.parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
     page = os.path.join(args.out, "context_report.md")
@@ -158,8 +165,10 @@ def main(argv=None):
         for module in ("torch", "transformers", "tokenizers", "matplotlib"):
             __import__(module)
     except ImportError as exc:
-        with open(page, "w", encoding="utf-8") as f:
-            f.write(f"(not made here: {exc.name} is not installed)\n")
+        # the copy kept in the repository (docs/report_snapshot.py)
+        if not report_snapshot.restore(args.out, KEPT):
+            with open(page, "w", encoding="utf-8") as f:
+                f.write(f"(not made here: {exc.name} is not installed)\n")
         return 0
     save(args.out)
     code, out = run(args.out)
@@ -171,6 +180,8 @@ def main(argv=None):
             f"```text\n$ {command} \\\n    --plot context_report.png --json context_report.json\n"
             f"{out}```\n"
         )
+    if args.snapshot:
+        report_snapshot.keep(args.out, KEPT)
     return 0
 
 

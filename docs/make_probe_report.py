@@ -31,7 +31,11 @@ import io
 import os
 import sys
 
+import report_snapshot  # noqa: E402
+
 HERE = os.path.dirname(os.path.abspath(__file__))
+#: what the docs include, kept in docs/reports/ for a build without torch
+KEPT = ("probe_report.md", "probe_report")
 
 #: The models, in the order of the command line.
 NAMES = ("gpt2-tiny", "bert-tiny", "roberta-tiny", "llama-tiny", "t5-tiny")
@@ -144,6 +148,9 @@ def run(folder):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default=os.path.join(HERE, "_generated"))
+    parser.add_argument(
+        "--snapshot", action="store_true", help="keep what is made in docs/reports/ too"
+    )
     args = parser.parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
     page = os.path.join(args.out, "probe_report.md")
@@ -151,8 +158,10 @@ def main(argv=None):
         for module in ("torch", "transformers", "tokenizers", "sklearn", "matplotlib"):
             __import__(module)
     except ImportError as exc:
-        with open(page, "w", encoding="utf-8") as f:
-            f.write(f"(not made here: {exc.name} is not installed)\n")
+        # the copy kept in the repository (docs/report_snapshot.py)
+        if not report_snapshot.restore(args.out, KEPT):
+            with open(page, "w", encoding="utf-8") as f:
+                f.write(f"(not made here: {exc.name} is not installed)\n")
         return 0
     save(args.out)
     code, out = run(args.out)
@@ -161,6 +170,8 @@ def main(argv=None):
     command = "posenc probe " + " ".join(NAMES) + " " + " ".join(OPTIONS)
     with open(page, "w", encoding="utf-8") as f:
         f.write(f"```text\n$ {command} --plot probe_report/ --json probe_report.json\n{out}```\n")
+    if args.snapshot:
+        report_snapshot.keep(args.out, KEPT)
     return 0
 
 

@@ -651,9 +651,9 @@ class Rope:
 
     def frequencies(self, seq_len=None):
         """``(inv_freq, attention_factor)`` as :func:`rope_frequencies` gives
-        them (read-only float64 frequencies), for the families that depend
-        on a length at `seq_len`; with positions in rows, the frequency each
-        pair turns by."""
+        them (float64; read-only where the plan keeps them, for the families
+        that depend on no length), for the families that do at `seq_len`;
+        with positions in rows, the frequency each pair turns by."""
         if seq_len is not None:
             seq_len = v.integer(seq_len, "seq_len", minimum=0)
         if self._static is not None:
@@ -683,7 +683,7 @@ class Rope:
         the plan's options (its autograd, torch.compile and JAX rules)."""
         options = dict(self._arguments)
         if function is rope_cos_sin:
-            del options["rotary_dim"]  # the plan's rotary dimension is rope_cos_sin's dim
+            del options["rotary_dim"]  # (rope_cos_sin takes the config's)
             if self._arguments["rotary_dim"] is not None:
                 raise TypeError(
                     "cos_sin with torch or JAX objects: a plan built with rotary_dim= makes its "
