@@ -26,11 +26,7 @@ It needs torch, transformers, tokenizers and matplotlib; without them
 
 from __future__ import annotations
 
-import argparse
-import contextlib
-import glob
 import inspect
-import io
 import os
 import sys
 
@@ -137,58 +133,28 @@ def save(folder):
 
 def run(folder):
     """The command line, run in `folder`: ``(exit status, its stdout)``."""
-    from posenc.__main__ import main
+    return report_snapshot.run_cli(folder, cli())
 
-    argv = ["context", NAME, *options(), "--plot", "context_report.png"]
-    argv += ["--json", "context_report.json"]
-    here = os.getcwd()
-    buffer = io.StringIO()
-    try:
-        os.chdir(folder)
-        with contextlib.redirect_stdout(buffer):
-            code = main(argv)
-    finally:
-        os.chdir(here)
-    return code, buffer.getvalue()
+
+def cli():
+    return ["context", NAME, *options(), "--plot", "context_report.png", "--json",
+            "context_report.json"]  # fmt: skip
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", default=os.path.join(HERE, "_generated"))
-    parser.add_argument(
-        "--snapshot", action="store_true", help="keep what is made in docs/reports/ too"
-    )
-    args = parser.parse_args(argv)
-    os.makedirs(args.out, exist_ok=True)
-    page = os.path.join(args.out, "context_report.md")
-    try:
-        for module in ("torch", "transformers", "tokenizers", "matplotlib"):
-            __import__(module)
-    except ImportError as exc:
-        # the copy kept in the repository (docs/report_snapshot.py)
-        if not report_snapshot.restore(args.out, KEPT):
-            with open(page, "w", encoding="utf-8") as f:
-                f.write(f"(not made here: {exc.name} is not installed)\n")
-        return 0
-    save(args.out)
-    code, out = run(args.out)
-    if code != 0:
-        raise SystemExit(f"posenc context failed ({code}):\n{out}")
     command = f"posenc context {NAME} " + " ".join(options())
-    with open(page, "w", encoding="utf-8") as f:
-        f.write(
-            f"```text\n$ {command} \\\n    --plot context_report.png --json context_report.json\n"
-            f"{out}```\n"
-        )
-    if args.snapshot:
-        report_snapshot.keep(args.out, KEPT)
-    return 0
+    return report_snapshot.main(
+        argv,
+        description=__doc__.split("\n\n")[0],
+        page="context_report.md",
+        kept=KEPT,
+        needs=("torch", "transformers", "tokenizers", "matplotlib"),
+        save=save,
+        cli=cli(),
+        shown=f"{command} \\\n    --plot context_report.png --json context_report.json",
+    )
 
 
 if __name__ == "__main__":
-    ROOT = os.path.dirname(HERE)
-    if glob.glob(os.path.join(ROOT, "posenc", "_core*.so")) + glob.glob(
-        os.path.join(ROOT, "posenc", "_core*.pyd")
-    ):
-        sys.path.insert(0, ROOT)  # this tree, built in place, as docs/conf.py takes it
+    report_snapshot.use_this_tree()
     sys.exit(main())

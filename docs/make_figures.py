@@ -16,7 +16,6 @@ the same pictures.  The docs build runs it (docs/conf.py); by hand::
 from __future__ import annotations
 
 import argparse
-import glob
 import math
 import os
 import sys
@@ -177,9 +176,7 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    ROOT = os.path.dirname(HERE)
-    if glob.glob(os.path.join(ROOT, "posenc", "_core*.so")) + glob.glob(
-        os.path.join(ROOT, "posenc", "_core*.pyd")
-    ):
-        sys.path.insert(0, ROOT)  # this tree, built in place, as docs/conf.py takes it
+    import report_snapshot
+
+    report_snapshot.use_this_tree()
     sys.exit(main())

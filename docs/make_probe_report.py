@@ -24,10 +24,6 @@ without them ``probe_report.md`` says so and nothing else is written.
 
 from __future__ import annotations
 
-import argparse
-import contextlib
-import glob
-import io
 import os
 import sys
 
@@ -52,6 +48,8 @@ WORDS = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"] + sorted(set(TEXT.split()))
 
 #: The command line's options after the names.
 OPTIONS = ("--analyses", "all", "--text", "text.txt", "--seeds", "3", "--no-progress")
+#: the whole command line, run in the output folder
+CLI = ["probe", *NAMES, *OPTIONS, "--plot", "probe_report/", "--json", "probe_report.json"]
 
 
 def _tokenizer():
@@ -131,54 +129,23 @@ def save(folder):
 
 def run(folder):
     """The command line, run in `folder`: ``(exit status, its stdout)``."""
-    from posenc.__main__ import main
-
-    argv = ["probe", *NAMES, *OPTIONS, "--plot", "probe_report/", "--json", "probe_report.json"]
-    here = os.getcwd()
-    buffer = io.StringIO()
-    try:
-        os.chdir(folder)
-        with contextlib.redirect_stdout(buffer):
-            code = main(argv)
-    finally:
-        os.chdir(here)
-    return code, buffer.getvalue()
+    return report_snapshot.run_cli(folder, CLI)
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", default=os.path.join(HERE, "_generated"))
-    parser.add_argument(
-        "--snapshot", action="store_true", help="keep what is made in docs/reports/ too"
-    )
-    args = parser.parse_args(argv)
-    os.makedirs(args.out, exist_ok=True)
-    page = os.path.join(args.out, "probe_report.md")
-    try:
-        for module in ("torch", "transformers", "tokenizers", "sklearn", "matplotlib"):
-            __import__(module)
-    except ImportError as exc:
-        # the copy kept in the repository (docs/report_snapshot.py)
-        if not report_snapshot.restore(args.out, KEPT):
-            with open(page, "w", encoding="utf-8") as f:
-                f.write(f"(not made here: {exc.name} is not installed)\n")
-        return 0
-    save(args.out)
-    code, out = run(args.out)
-    if code != 0:
-        raise SystemExit(f"posenc probe failed ({code}):\n{out}")
     command = "posenc probe " + " ".join(NAMES) + " " + " ".join(OPTIONS)
-    with open(page, "w", encoding="utf-8") as f:
-        f.write(f"```text\n$ {command} --plot probe_report/ --json probe_report.json\n{out}```\n")
-    if args.snapshot:
-        report_snapshot.keep(args.out, KEPT)
-    return 0
+    return report_snapshot.main(
+        argv,
+        description=__doc__.split("\n\n")[0],
+        page="probe_report.md",
+        kept=KEPT,
+        needs=("torch", "transformers", "tokenizers", "sklearn", "matplotlib"),
+        save=save,
+        cli=CLI,
+        shown=f"{command} --plot probe_report/ --json probe_report.json",
+    )
 
 
 if __name__ == "__main__":
-    ROOT = os.path.dirname(HERE)
-    if glob.glob(os.path.join(ROOT, "posenc", "_core*.so")) + glob.glob(
-        os.path.join(ROOT, "posenc", "_core*.pyd")
-    ):
-        sys.path.insert(0, ROOT)  # this tree, built in place, as docs/conf.py takes it
+    report_snapshot.use_this_tree()
     sys.exit(main())

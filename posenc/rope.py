@@ -278,7 +278,7 @@ def rope_cos_sin(
         (mrope_section, mrope_interleaved, axial),
         (xpos, xpos_scale_base, xpos_centre),
     )
-    return plan.cos_sin(positions, dtype=dtype, full=full, seq_len=seq_len)
+    return plan._tables(positions, dtype, full, seq_len)
 
 
 def _flag(value, name):
@@ -712,9 +712,9 @@ class Rope:
         if (
             type(x) is not np.ndarray
             or device is not None
-            or not (
-                (positions is None and (out is None or type(out) is np.ndarray))
-                or _plain(positions, out)
+            or (
+                not (positions is None and (out is None or type(out) is np.ndarray))
+                and _foreign(positions, out)
             )
         ):
             if device is None and out is None:
@@ -830,7 +830,7 @@ class Rope:
         call; the tables are those of ``rope_cos_sin`` with the plan's
         options (``rotary_dim`` wide, or ``rotary_dim // 2`` if not `full`).
         """
-        if device is not None or not _plain(positions, dtype):
+        if device is not None or _foreign(positions, dtype):
             return self._routed(
                 rope_cos_sin,
                 positions,
@@ -840,6 +840,10 @@ class Rope:
                 seq_len=seq_len,
                 device=device,
             )
+        return self._tables(positions, dtype, full, seq_len)
+
+    def _tables(self, positions, dtype, full, seq_len):
+        """rope_cos_sin's tables, of NumPy positions (never routed)."""
         if self._table_error is not None:
             raise ValueError(self._table_error)
         dtype = v.float_dtype(dtype, "dtype", bfloat16=True)
@@ -895,22 +899,12 @@ _NO_XPOS = (None, 0.0, 0.0)
 _EXACT = 2**53  # the ints that are floats exactly
 #: the native dtypes an array is rotated in as it is (the others: checked)
 _KERNEL_DTYPES = {np.dtype(t): np.dtype(t) for t in (np.float16, np.float32, np.float64)}
-#: the plain values a plan's NumPy path takes as they are (anything else:
-#: routed, as the public functions route it)
-_PLAIN = (np.ndarray, int, float, bool, str, np.integer, np.floating, np.dtype, type, list, tuple)
 
 
-def _plain(*values):
-    """Whether `values` are NumPy arrays, Python values or NumPy scalars and
-    types only (no torch or JAX object)."""
-    for value in values:
-        if value is not None and not isinstance(value, _PLAIN):
-            return False
-        if isinstance(value, (list, tuple)) and any(library(item) for item in value):
-            return False
-        if isinstance(value, type) and library(value):
-            return False
-    return True
+def _foreign(*values):
+    """Whether any of `values` is a torch or JAX object: a call the routed
+    functions take (as posenc._interop routes one)."""
+    return any(value is not None and library(value) is not None for value in values)
 
 
 def _direct_torch(plan, x, positions, offset, seq_axis, axes, inverse):

@@ -212,6 +212,15 @@ def test_bad_input_is_named():
     # the plan's tables take the two layouts of rope_cos_sin
     with pytest.raises(ValueError, match="layout must be one of"):
         posenc.Rope(8, layout="interleaved_to_half").cos_sin(4)
+    # values that are neither NumPy's nor another library's are refused by name
+    with pytest.raises(TypeError, match="dtype"):
+        posenc.rope_cos_sin(0, 8, dtype=1 + 2j)
+    with pytest.raises(TypeError, match="dtype"):
+        plan.cos_sin(4, dtype=complex)
+    with pytest.raises(TypeError, match="out"):
+        plan.apply(x, out=[0.0])
+    with pytest.raises(TypeError, match="positions"):
+        plan.apply(x, np.array(["a"] * 40))
     before = x.copy()
     with pytest.raises(ValueError):
         plan.apply(x, np.arange(7))
