@@ -938,14 +938,9 @@ def _plot_table_analysis(attr, reports, path):
 def _run_record(args, analyses, noise_seeds):
     """What reruns the report: posenc's version, the command's settings (every
     protocol setting, the noise's seeds), the text's SHA-256."""
-    import hashlib
-
     from ._version import __version__
 
-    text = None
-    if args.text is not None:
-        with open(args.text, "rb") as f:
-            text = {"path": args.text, "sha256": hashlib.sha256(f.read()).hexdigest()}
+    text = _text_record(args.text)
     return {
         "posenc_version": __version__,
         "names": list(args.names),
@@ -1159,6 +1154,16 @@ def _protocol(args):
         "pairs": args.pairs,
         "baselines": not args.no_baselines,
     }
+
+
+def _text_record(path):
+    """A run's --text as its JSON records it (path and SHA-256), or None."""
+    if path is None:
+        return None
+    import hashlib
+
+    with open(path, "rb") as f:
+        return {"path": path, "sha256": hashlib.sha256(f.read()).hexdigest()}
 
 
 def _one_line(exc):
@@ -1413,15 +1418,10 @@ def _context_tokens(args, tokenizer):
 def _context_record(args, lengths, methods, depths, ids, config, dtype_name):
     """What reruns the measurement: posenc's version, every setting, the
     text's SHA-256 or the data set, the model's commit where the Hub gave one."""
-    import hashlib
-
     from ._version import __version__
     from .context import _load
 
-    text = None
-    if args.text is not None:
-        with open(args.text, "rb") as f:
-            text = {"path": args.text, "sha256": hashlib.sha256(f.read()).hexdigest()}
+    text = _text_record(args.text)
     return {
         "posenc_version": __version__,
         "model": args.model,

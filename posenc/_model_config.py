@@ -9,6 +9,7 @@ posenc.torch and posenc.hf read configurations through these two.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping
 from typing import Any, Optional
 
@@ -41,3 +42,15 @@ def layer_config(config: Any, layer_type: Optional[str]) -> Any:
         return config.per_layer_config[layer_type]
     except Exception:  # no per-layer configs, or none for this layer type
         return config
+
+
+def copied(config: Any, name: str) -> Any:
+    """A private deep copy of `config` (argument `name`), whose reader later
+    edits of the caller's config (or of its dicts) do not reach; a
+    TypeError naming `name` for one that cannot be copied."""
+    try:
+        return copy.deepcopy(config)
+    except Exception as exc:
+        raise TypeError(
+            f"{name}: a {type(config).__name__} that cannot be copied ({exc}); pass a dict"
+        ) from exc

@@ -9,7 +9,6 @@ depends on their positions only through ``m - n``.  The frequencies
 
 from __future__ import annotations
 
-import copy
 import functools
 import math
 from typing import Literal, Optional, Tuple
@@ -19,6 +18,7 @@ import numpy as np
 from . import _core, rope_scaling
 from . import _validate as v
 from ._interop import accepts_tensors, library
+from ._model_config import copied
 from ._rope_plan import channel_plan, resolve_rotary, sequence_length
 from ._rope_positions import (
     broadcast_positions,
@@ -937,12 +937,7 @@ def _snapshot(scaling):
     (or of its dicts) change nothing."""
     if scaling is None or isinstance(scaling, (str, bytes)):
         return scaling  # (a string is refused by name when it is read)
-    try:
-        return copy.deepcopy(scaling)
-    except Exception as exc:
-        raise TypeError(
-            f"scaling: a {type(scaling).__name__} that cannot be copied ({exc}); pass a dict"
-        ) from exc
+    return copied(scaling, "scaling")
 
 
 def _rebuild(head_dim, arguments):

@@ -25,7 +25,6 @@ lookup, the rotation and the bias add are torch's own ops there.
 
 from __future__ import annotations
 
-import copy
 import warnings
 from collections import OrderedDict
 from typing import Any, Dict, List, Optional, Sequence, Tuple, cast
@@ -38,7 +37,7 @@ from . import _distance_bias, _relative_terms, _t5_bias, _validate
 from . import bias as _bias
 from . import rope as _rope
 from . import rope_scaling as _rope_scaling
-from ._model_config import config_value
+from ._model_config import config_value, copied
 
 __all__ = [
     "ALiBi",
@@ -144,12 +143,7 @@ def _snapshot(config: Any) -> Any:
             "config must be a transformers config or a dict (config.json's, or a "
             f"rope_parameters dict), not {type(config).__name__}"
         )
-    try:
-        return copy.deepcopy(config)
-    except Exception as exc:
-        raise TypeError(
-            f"config: a {type(config).__name__} that cannot be copied ({exc}); pass a dict"
-        ) from exc
+    return copied(config, "config")
 
 
 class _Reading:
