@@ -8,6 +8,8 @@ posenc probe NAME [NAME ...]      probe models on the Hugging Face Hub (gpt2,
                                   org/name@revision) or local paths
 posenc context MODEL --lengths L  a RoPE model's perplexity by context length,
                                   passkey retrieval, under each scaling method
+posenc lab --task T --encodings E  the same small Transformer trained with each
+                                  position encoding, evaluated at each length
 """
 
 from __future__ import annotations
@@ -115,7 +117,7 @@ def _build_parser():
         description="Positional encodings of Transformer models, and probes of what a "
         "position embedding has learned.",
     )
-    sub = parser.add_subparsers(dest="command", required=True, metavar="{info,probe,context}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{info,probe,context,lab}")
     sub.add_parser("info", help="print version, SIMD path, threads and NumPy version")
     probe = sub.add_parser(
         "probe",
@@ -228,6 +230,7 @@ def _build_parser():
         help="do not take each measure on a random and a row-shuffled table beside it",
     )
     _context_parser(sub)
+    _lab_parser(sub)
     return parser
 
 
@@ -1527,6 +1530,187 @@ def _context_run(args, lengths, methods, depths):
     return 0
 
 
+# ---------------------------------------------------------------- posenc lab
+
+_LAB_HELP = """\
+Train the same small pre-LN Transformer with each position encoding and
+evaluate it at and beyond its training length: exact-match accuracy on a
+length-generalization task (--task copy, reverse, counting, selective_copy,
+flip_flop, associative_recall, addition), perplexity on a text (--task lm
+--text FILE, byte-level or --tokenizer NAME; with the skip-position attack),
+or accuracy on a classification data set (--task classification --dataset
+sst2, trec, subj, cr, mr, mpqa, or a .csv/.jsonl file; a 1-layer encoder as
+Wang & Chen's, beside their published table).  One table, a row per
+encoding and a column per length, mean and standard deviation over the
+seeds; --json writes every figure, setting and version, --plot the figure.
+
+--encodings: comma-separated names of posenc.lab.ENCODINGS with options
+after colons and a training-time position sampler after a plus, e.g.
+nope,rope,rope:yarn:4,rope:xpos,rope:p:0.75,alibi,t5,kerple_log,fire,cope,xl,
+sinusoid,learned:sinusoid,complex_order,alibi+randomized,rope+pose:512.
+
+Under torchrun (torchrun --nproc_per_node N -m posenc lab ...) each run
+trains data-parallel over the processes (--parallel data, the default), or
+the runs (encodings x seeds) are dealt out to them (--parallel grid); one
+process prints and writes the files.  --checkpoint-dir DIR keeps a
+checkpoint per run, from which the same command resumes."""
+
+
+def _lab_parser(sub):
+    lab = sub.add_parser(
+        "lab",
+        help="train a small Transformer with each position encoding, evaluate it by length",
+        description=_LAB_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    lab.add_argument(
+        "--task", required=True, help="a task name, lm (with --text) or classification"
+    )
+    lab.add_argument("--encodings", required=True, metavar="LIST", help="comma-separated encodings")
+    lab.add_argument("--train-length", type=int, metavar="N", help="the training length")
+    lab.add_argument(
+        "--eval-lengths", metavar="LIST", help="comma-separated lengths (default: the training one)"
+    )
+    lab.add_argument("--seeds", type=int, default=3, metavar="N", help="seeds 0..N-1 (default 3)")
+    lab.add_argument("--steps", type=int, default=1000, metavar="N", help="training steps")
+    lab.add_argument("--batch-size", type=int, default=32, metavar="N", help="global batch")
+    lab.add_argument("--lr", type=float, default=1e-3, help="peak learning rate (default 1e-3)")
+    lab.add_argument(
+        "--schedule",
+        default="cosine",
+        choices=("cosine", "constant"),
+        help="after the warmup (default cosine, to a tenth of --lr)",
+    )
+    lab.add_argument("--warmup", type=int, metavar="N", help="warmup steps (default steps/10)")
+    lab.add_argument("--dim", type=int, default=32, help="model width (default 32)")
+    lab.add_argument("--layers", type=int, help="blocks (default 2; 1 for classification)")
+    lab.add_argument("--heads", type=int, default=4, help="attention heads (default 4)")
+    lab.add_argument("--ffn", type=int, help="feed-forward width (default 4 x --dim)")
+    lab.add_argument("--text", metavar="SOURCE", help="--task lm: a file, folder or datasets:NAME")
+    lab.add_argument(
+        "--tokenizer", default="bytes", help="--task lm: bytes or a tokenizer name (default bytes)"
+    )
+    lab.add_argument("--dataset", metavar="SOURCE", help="--task classification: a name or file")
+    lab.add_argument(
+        "--eval-samples", type=int, default=256, metavar="N", help="sequences per length (tasks)"
+    )
+    lab.add_argument(
+        "--eval-tokens", type=int, default=16384, metavar="N", help="tokens per length (lm)"
+    )
+    lab.add_argument("--device", default="cpu", help="torch device (default cpu)")
+    lab.add_argument("--bf16", action="store_true", help="bfloat16 autocast in the forward passes")
+    lab.add_argument("--checkpoint-dir", metavar="DIR", help="a checkpoint per run; resumes")
+    lab.add_argument(
+        "--parallel",
+        default="data",
+        choices=("data", "grid"),
+        help="under torchrun: data-parallel runs, or the runs dealt out (default data)",
+    )
+    lab.add_argument("--json", metavar="FILE", help="write every figure and setting here")
+    lab.add_argument("--plot", metavar="FILE", help="write the figure here (.png, .pdf, .svg)")
+    lab.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+
+
+def _lab_checks(args):
+    """The options checked before anything trains: ``(encodings, eval_lengths)``."""
+    from .lab import encoding
+
+    names = [e.strip() for e in args.encodings.split(",") if e.strip()]
+    if not names:
+        raise _Failure("--encodings: name at least one encoding")
+    try:
+        encodings = [encoding(e) for e in names]
+    except (TypeError, ValueError) as exc:
+        raise _Failure(f"--encodings: {_one_line(exc)}") from exc
+    for value, flag, low in (
+        (args.seeds, "--seeds", 1),
+        (args.steps, "--steps", 1),
+        (args.batch_size, "--batch-size", 1),
+        (args.dim, "--dim", 2),
+        (args.heads, "--heads", 1),
+        (args.layers, "--layers", 1),
+        (args.ffn, "--ffn", 1),
+        (args.train_length, "--train-length", 1),
+        (args.warmup, "--warmup", 0),
+        (args.eval_samples, "--eval-samples", 1),
+        (args.eval_tokens, "--eval-tokens", 1),
+    ):
+        if value is not None and value < low:
+            raise _Failure(f"{flag} must be >= {low}, got {value}")
+    if not args.lr > 0:
+        raise _Failure(f"--lr must be > 0, got {args.lr}")
+    lengths = (
+        None if args.eval_lengths is None else _int_list(args.eval_lengths, "--eval-lengths", 1)
+    )
+    if args.task != "classification" and args.train_length is None:
+        raise _Failure(f"--task {args.task} needs --train-length")
+    if args.task == "lm" and args.text is None:
+        raise _Failure("--task lm needs --text (a file, a folder or datasets:NAME)")
+    if args.task == "classification" and args.dataset is None:
+        raise _Failure("--task classification needs --dataset (sst2, trec, ... or a file)")
+    if args.text is not None and args.task != "lm":
+        raise _Failure("--text is for --task lm")
+    if args.dataset is not None and args.task != "classification":
+        raise _Failure("--dataset is for --task classification")
+    _check_device(args.device)
+    outputs = [(p, w) for p, w in ((args.plot, "--plot"), (args.json, "--json")) if p]
+    for path, what in outputs:
+        _check_writable(path, what)
+    if len(outputs) == 2 and _same_file(args.plot, args.json):
+        raise _Failure(f"--plot and --json name the same file ({args.plot})")
+    if args.plot is not None:
+        _check_plot_format(args.plot)
+    return encodings, lengths
+
+
+def _lab(args):
+    from . import lab
+    from .lab.train import TrainConfig, world
+
+    encodings, lengths = _lab_checks(args)
+    config = TrainConfig(
+        steps=args.steps,
+        batch_size=args.batch_size,
+        lr=args.lr,
+        schedule=args.schedule,
+        warmup=args.warmup,
+        device=args.device,
+        autocast="bfloat16" if args.bf16 else None,
+        eval_samples=args.eval_samples,
+        eval_tokens=args.eval_tokens,
+    )
+    result = lab.compare(
+        encodings,
+        args.task,
+        train_length=args.train_length,
+        eval_lengths=lengths,
+        seeds=args.seeds,
+        text=args.text,
+        tokenizer=args.tokenizer,
+        dataset=args.dataset,
+        dim=args.dim,
+        layers=args.layers,
+        heads=args.heads,
+        ffn=args.ffn,
+        config=config,
+        checkpoint_dir=args.checkpoint_dir,
+        parallel=args.parallel,
+        progress=not args.no_progress,
+    )
+    if world()[0] != 0:  # one process of a torchrun launch reports
+        return 0
+    print(result.to_markdown())
+    if args.plot is not None:
+        result.plot(args.plot)
+        print(f"\nplot written to {args.plot}")
+    if args.json is not None:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump(result.to_dict(), f, indent=1)
+            f.write("\n")
+        print(f"figures written to {args.json}")
+    return 0
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = _build_parser().parse_args(argv)
     if args.command == "info":
@@ -1535,7 +1719,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         show_config()
         return 0
     try:
-        return _probe(args) if args.command == "probe" else _context(args)
+        run = {"probe": _probe, "context": _context, "lab": _lab}[args.command]
+        return run(args)
     except (
         _Failure,
         OSError,
