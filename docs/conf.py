@@ -36,6 +36,7 @@ if glob.glob(os.path.join(ROOT, "posenc", "_core*.so")) + glob.glob(
     sys.path.insert(0, ROOT)
 import posenc  # noqa: E402  (else the installed package: pip install -e ".[docs]")
 import posenc.context  # noqa: E402
+import posenc.lab  # noqa: E402
 import posenc.probe  # noqa: E402
 
 project = "posenc"
@@ -212,6 +213,19 @@ def _api_page():
             out.append(f".. autofunction:: posenc.context.{name}\n")
         else:
             out.append(f".. autodata:: posenc.context.{name}\n   :no-value:\n")
+    # the lab (torch imported when a model is built)
+    out += ["``posenc.lab``", "-" * 14, "", ".. automodule:: posenc.lab", "   :no-members:", ""]
+    for name in posenc.lab.__all__:
+        obj = getattr(posenc.lab, name)
+        if isinstance(obj, type):
+            out.append(f".. autoclass:: posenc.lab.{name}\n   :members:\n")
+        elif callable(obj):
+            out.append(f".. autofunction:: posenc.lab.{name}\n")
+        else:
+            out.append(f".. autodata:: posenc.lab.{name}\n   :no-value:\n")
+    for name in ("run", "TrainConfig"):
+        kind = "autofunction" if name == "run" else "autoclass"
+        out.append(f".. {kind}:: posenc.lab.train.{name}\n")
     out += ["``posenc.torch``", "-" * 16, "", ".. automodule:: posenc.torch", "   :members:", ""]
     out += ["``posenc.hf``", "-" * 13, "", ".. automodule:: posenc.hf", "   :members:", ""]
     out += ["``posenc.reference``", "-" * 20, "", ".. automodule:: posenc.reference", ""]

@@ -1,8 +1,9 @@
 """posenc's modules stand in layers: what ARCHITECTURE.md says of them holds.
 
 The witness is the source itself, read with ``ast``: every import of every
-module of posenc/, posenc/probe/ and posenc/context/ (at the top of a module or inside a
-function: both run), each resolved to the module it names.  Checked:
+module of posenc/, posenc/probe/, posenc/context/ and posenc/lab/ (at the top
+of a module or inside a function: both run), each resolved to the module it
+names.  Checked:
 
 - no import circle among them (a module never reaches itself through the
   modules it imports);
@@ -32,6 +33,7 @@ SOURCES = (
     sorted(PACKAGE.glob("*.py"))
     + sorted(PACKAGE.glob("probe/*.py"))
     + sorted(PACKAGE.glob("context/*.py"))
+    + sorted(PACKAGE.glob("lab/*.py"))
 )
 pytestmark = pytest.mark.skipif(not SOURCES, reason="posenc's source is not installed")
 
