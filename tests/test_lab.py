@@ -529,3 +529,32 @@ def test_import_posenc_lab_imports_no_torch():
         check=True,
         cwd=os.path.dirname(os.path.dirname(posenc.__file__)),
     )
+
+
+class _Terminal:
+    """A stderr that says it is a terminal, keeping what is written."""
+
+    def __init__(self, tty):
+        self.tty, self.text = tty, []
+
+    def isatty(self):
+        return self.tty
+
+    def write(self, text):
+        self.text.append(text)
+
+    def flush(self):
+        pass
+
+
+@pytest.mark.parametrize("tty", [True, False])
+def test_progress_bars_are_drawn_on_a_terminal_only(monkeypatch, tty):
+    stderr = _Terminal(tty)
+    monkeypatch.setattr(sys, "stderr", stderr)
+    config = TrainConfig(steps=3, batch_size=4, eval_samples=4)
+    run("nope", _copy(), train_length=9, eval_lengths=[9], config=config, progress=True)
+    drawn = "".join(stderr.text)
+    if tty:
+        assert "3/3" in drawn and "nope seed 0: loss" in drawn
+    else:
+        assert drawn == ""

@@ -29,7 +29,7 @@ random numbers (dropout is 0 by default).
 from __future__ import annotations
 
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
@@ -73,12 +73,16 @@ class Positions:
         ``ids`` is ``0 .. n-1`` for every row.
     span : int
         ``max(ids) + 1``.
+    memo : dict
+        What the layers of one forward pass share of these positions (the
+        rotary tables, the relative table), made by the first that needs it.
     """
 
     ids: torch.Tensor
     host: np.ndarray
     contiguous: bool
     span: int
+    memo: Dict[Any, Any] = field(default_factory=dict, compare=False)
 
 
 def positions_of(positions: Any, batch: int, n: int, device: torch.device) -> Positions:
@@ -294,7 +298,10 @@ class _Rope(PositionEncoding):
             return out
 
         if not positions.contiguous:
-            return make()
+            key = ("rope", which, device)
+            if key not in positions.memo:
+                positions.memo[key] = make()
+            return positions.memo[key]
         key = (which, positions.host.shape[1], device)
         return _cached(self._cache, key, make)
 
