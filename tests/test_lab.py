@@ -558,3 +558,22 @@ def test_progress_bars_are_drawn_on_a_terminal_only(monkeypatch, tty):
         assert "3/3" in drawn and "nope seed 0: loss" in drawn
     else:
         assert drawn == ""
+
+
+def test_under_autocast_the_score_terms_are_float32(monkeypatch):
+    torch.manual_seed(0)
+    model = LabModel(10, "xl", **TINY)
+    seen = []
+    add = model.encoding.add_scores
+
+    def spy(layer, scores, q, k, positions):
+        seen.append((scores.dtype, q.dtype, k.dtype))
+        out = add(layer, scores, q, k, positions)
+        seen.append(out.dtype)
+        return out
+
+    monkeypatch.setattr(model.encoding, "add_scores", spy)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        logits = model(torch.randint(0, 10, (2, 6)))
+    assert logits.dtype == torch.bfloat16  # the head ran under autocast
+    assert seen == [(torch.float32,) * 3, torch.float32] * 2

@@ -19,7 +19,8 @@ Position ids are ``0 .. n-1`` unless a call gives its own (a training-time
 sampler's, or the skip-position attack's ``k * i``): absolute encodings read
 them directly, RoPE rotates by them, and the score encodings take the term of
 the positions' own distances (the term for ``0 .. max + 1`` is made, then the
-rows and columns of the ids are read from it).
+rows and columns of the ids are read from it).  Under bfloat16 autocast the
+tables, rotations and score terms are formed in float32.
 
 The model is deterministic on the CPU for a seed: ``torch.manual_seed(s)``
 before it is built fixes every parameter; nothing in the forward pass draws
@@ -563,6 +564,11 @@ def build(
 # ---------------------------------------------------------------- the model
 
 
+def _widened(t: torch.Tensor) -> torch.Tensor:
+    """float16 and bfloat16 as float32; wider types as they are."""
+    return t.float() if t.dtype in (torch.float16, torch.bfloat16) else t
+
+
 class _Attention(nn.Module):
     def __init__(self, dim: int, heads: int) -> None:
         super().__init__()
@@ -585,7 +591,11 @@ class _Attention(nn.Module):
         q, k = encoding.rotate(q, k, positions)
         scores = (q @ k.transpose(-1, -2)) * self.scale
         scores = scores.masked_fill(~allowed, float("-inf"))
-        scores = encoding.add_scores(layer, scores, q, k, positions)
+        if encoding.kind == "scores":
+            # the position terms in float32 at least, autocast or not
+            with torch.autocast(x.device.type, enabled=False):
+                q, k, scores = (_widened(t) for t in (q, k, scores))
+                scores = encoding.add_scores(layer, scores, q, k, positions)
         weights = torch.softmax(scores.float(), dim=-1).to(v_.dtype)
         out = (weights @ v_).transpose(1, 2).reshape(b, n, dim)
         return self.out(out)
