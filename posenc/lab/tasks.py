@@ -76,7 +76,19 @@ Examples
 
 from __future__ import annotations
 
-from typing import Any, Callable, ClassVar, Dict, List, NamedTuple, Optional, Sequence, Tuple, Type, Union
+from typing import (
+    Any,
+    Callable,
+    ClassVar,
+    Dict,
+    List,
+    NamedTuple,
+    Optional,
+    Sequence,
+    Tuple,
+    Type,
+    Union,
+)
 
 import numpy as np
 
@@ -290,7 +302,9 @@ class Copy(Task):
     def _content(self, x: np.ndarray) -> np.ndarray:
         return x
 
-    def _sequences(self, n: int, size: int, rng: np.random.Generator):
+    def _sequences(
+        self, n: int, size: int, rng: np.random.Generator
+    ) -> Tuple[np.ndarray, np.ndarray]:
         x = rng.integers(0, self.n_symbols, size=(n, size)) + self.first
         seq = _cat(_column(n, BOS), x, _column(n, self.sep), self._content(x))
         return seq, _answer_mask(n, seq.shape[1], size + 2)
@@ -360,7 +374,9 @@ class Counting(Task):
             m -= 1
         return m, length + 1 - (4 + m + len(str(m)))
 
-    def _sequences(self, n: int, size: int, rng: np.random.Generator):
+    def _sequences(
+        self, n: int, size: int, rng: np.random.Generator
+    ) -> Tuple[np.ndarray, np.ndarray]:
         q = rng.integers(0, self.n_symbols, size=(n, 1))
         x = rng.integers(0, self.n_symbols, size=(n, size))
         count = (x == q).sum(axis=1)
@@ -432,7 +448,9 @@ class SelectiveCopy(Task):
             k = max(1, int(budget * self.density // (1 + self.density)))
         return (budget - k, k), 0
 
-    def _sequences(self, n: int, size: Tuple[int, int], rng: np.random.Generator):
+    def _sequences(
+        self, n: int, size: Tuple[int, int], rng: np.random.Generator
+    ) -> Tuple[np.ndarray, np.ndarray]:
         m, k = size
         # k distinct cells of the region, in order: the first k of a random permutation
         cells = np.sort(np.argsort(rng.random((n, m)), axis=1, kind="stable")[:, :k], axis=1)
@@ -508,7 +526,9 @@ class FlipFlop(Task):
         pairs = length // 2
         return pairs, length - 2 * pairs
 
-    def _sequences(self, n: int, size: int, rng: np.random.Generator):
+    def _sequences(
+        self, n: int, size: int, rng: np.random.Generator
+    ) -> Tuple[np.ndarray, np.ndarray]:
         p_other = (1.0 - self.p_ignore) / 2.0
         ops = rng.choice(3, size=(n, size), p=[p_other, self.p_ignore, p_other])
         ops[:, 0] = 0
@@ -570,7 +590,9 @@ class AssociativeRecall(Task):
         pairs = room // 2
         return pairs, room - 2 * pairs
 
-    def _sequences(self, n: int, size: int, rng: np.random.Generator):
+    def _sequences(
+        self, n: int, size: int, rng: np.random.Generator
+    ) -> Tuple[np.ndarray, np.ndarray]:
         keys = rng.integers(0, self.n_keys, size=(n, size))
         values = rng.integers(0, self.n_values, size=(n, size))
         asked = rng.integers(0, size, size=(n, self.n_queries))
@@ -647,7 +669,9 @@ class Addition(Task):
         digits = (length - 3) // 3
         return digits, length - 3 - 3 * digits
 
-    def _sequences(self, n: int, size: int, rng: np.random.Generator):
+    def _sequences(
+        self, n: int, size: int, rng: np.random.Generator
+    ) -> Tuple[np.ndarray, np.ndarray]:
         # little-endian digits: column j is the digit of 10**j
         a = rng.integers(0, 10, size=(n, size))
         b = rng.integers(0, 10, size=(n, size))
@@ -684,7 +708,7 @@ TASKS: Dict[str, Type[Task]] = {
 # ------------------------------------------------------------- exact match
 
 
-def _int_pair(predictions, targets) -> Tuple[np.ndarray, np.ndarray]:
+def _int_pair(predictions: Any, targets: Any) -> Tuple[np.ndarray, np.ndarray]:
     preds = np.asarray(predictions)
     tgts = np.asarray(targets)
     for array, name in ((preds, "predictions"), (tgts, "targets")):
@@ -692,18 +716,16 @@ def _int_pair(predictions, targets) -> Tuple[np.ndarray, np.ndarray]:
             raise ValueError(f"{name} must be 2-D (n, length), got shape {array.shape}")
         if not np.issubdtype(array.dtype, np.integer):
             raise TypeError(
-                f"{name} must hold integer token ids (the argmax of the logits), "
-                f"not {array.dtype}"
+                f"{name} must hold integer token ids (the argmax of the logits), not {array.dtype}"
             )
     if preds.shape != tgts.shape:
         raise ValueError(
-            f"predictions and targets must have the same shape, got {preds.shape} "
-            f"and {tgts.shape}"
+            f"predictions and targets must have the same shape, got {preds.shape} and {tgts.shape}"
         )
     return preds, tgts
 
 
-def exact_match(predictions, targets) -> np.ndarray:
+def exact_match(predictions: Any, targets: Any) -> np.ndarray:
     """1.0 for each row whose every scored position is predicted, else 0.0.
 
     Parameters
