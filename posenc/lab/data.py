@@ -145,12 +145,16 @@ def _local_documents(source: PathLike, pattern: str) -> List[str]:
     return [_read_utf8(p) for p in files]
 
 
-def _parse_datasets(source: str, parts_allowed: int) -> List[str]:
+def _parse_datasets(source: str, parts_allowed: int) -> Tuple[str, Optional[str], Optional[str]]:
+    """NAME, config and split of ``datasets:NAME[:config[:split]]`` (an
+    empty config, ``datasets:NAME::split``, is none)."""
     parts = source[len("datasets:") :].split(":")
-    if not parts[0] or len(parts) > parts_allowed or any(p == "" for p in parts[1:]):
+    last_empty = len(parts) > 1 and parts[-1] == ""
+    if not parts[0] or len(parts) > parts_allowed or last_empty:
         form = "datasets:NAME[:config[:split]]" if parts_allowed == 3 else "datasets:NAME[:config]"
         raise ValueError(f"source must read {form}, got {source!r}")
-    return parts
+    parts += [""] * (3 - len(parts))
+    return parts[0], parts[1] or None, parts[2] or None
 
 
 def _open_dataset(source: str, name: str, config: Optional[str]) -> Any:
@@ -248,7 +252,8 @@ def load_text(
         A text file; a folder (every file under it matching `pattern`, in
         sorted order, hidden ones skipped, a newline put between two files
         where the first does not end with one); or
-        ``"datasets:NAME[:config[:split]]"``, read by the ``datasets``
+        ``"datasets:NAME[:config[:split]]"`` (``"datasets:NAME::split"``
+        names a split without a config), read by the ``datasets``
         library: NAME is a Hub name (``datasets:wikitext:wikitext-103-raw-v1``,
         for users with a network or a cached copy), a folder of data files
         (``datasets.load_dataset(folder)``) or a folder saved by
@@ -294,7 +299,7 @@ def load_text(
     if isinstance(split, tuple):
         if len(split) != 2 or not all(isinstance(s, str) and s for s in split):
             raise ValueError(f"split must be a fraction or two split names, got {split!r}")
-        if not _is_datasets(source) or len(_parse_datasets(str(source), 3)) == 3:
+        if not _is_datasets(source) or _parse_datasets(str(source), 3)[2] is not None:
             raise ValueError(
                 f"split={split!r}: split names are for a datasets: source that names no "
                 "split; a file or folder (or a named split) is cut by a fraction"
@@ -307,8 +312,7 @@ def load_text(
 
     if _is_datasets(source):
         source = str(source)
-        parts = _parse_datasets(source, 3)
-        name, config = parts[0], (parts[1] if len(parts) > 1 else None)
+        name, config, named_split = _parse_datasets(source, 3)
         data = _open_dataset(source, name, config)
         if fraction is None:
             assert isinstance(split, tuple)
@@ -323,8 +327,8 @@ def load_text(
                     "each needs at least 2"
                 )
             return TextData(train, valid, vocab, tokenizer, source)
-        if len(parts) == 3:
-            table = _split_of(source, data, parts[2], "source")
+        if named_split is not None:
+            table = _split_of(source, data, named_split, "source")
         elif hasattr(data, "keys"):
             table = _split_of(source, data, "train", "split")
         else:
@@ -707,12 +711,11 @@ def load_classification(
         )
     elif _is_datasets(source):
         source = str(source)
-        parts = _parse_datasets(source, 2)
-        name = parts[0]
+        name, config, _ = _parse_datasets(source, 2)
         train, test = _hub_splits(
             source,
-            parts[0],
-            parts[1] if len(parts) > 1 else None,
+            name,
+            config,
             None,
             text_column or "text",
             label_column or "label",
