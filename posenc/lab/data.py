@@ -14,9 +14,7 @@ Only NumPy is needed for local files with the byte-level tokenizer;
 are imported when used, and come with posenc's ``lab`` extra
 (``pip install "posenc[lab]"``).
 
-Tokenizers
-----------
-``tokenizer="bytes"`` (the default) reads a text as its UTF-8 bytes: the
+The tokenizers: ``tokenizer="bytes"`` (the default) reads a text as its UTF-8 bytes: the
 ids are the byte values, the vocabulary has 256 entries, and the ids give
 the text back exactly (``bytes(ids.astype(np.uint8)).decode()``).  Any other
 string names a transformers tokenizer (a Hub name, read through the user's
@@ -24,32 +22,31 @@ Hugging Face cache, or a saved tokenizer's folder), loaded by
 ``AutoTokenizer.from_pretrained``; the text is encoded without special
 tokens and the vocabulary is ``len(tokenizer)``.
 
-Classification data sets
-------------------------
-The names :func:`load_classification` reads through ``datasets``, with the
-copy of each on the Hugging Face Hub and its columns and splits:
+The classification sets :func:`load_classification` reads by name, through
+``datasets``, with the copy of each on the Hugging Face Hub and its columns
+and splits:
 
-=========  =======================  ===========  ================  ===========
-name       Hub id                   text column  label column      splits
-=========  =======================  ===========  ================  ===========
-``sst2``   ``SetFit/sst2``          ``text``     ``label``         train, test
-``trec``   ``SetFit/TREC-QC``       ``text``     ``label_coarse``  train, test
-``subj``   ``SetFit/subj``          ``text``     ``label``         train, test
-``cr``     ``SetFit/SentEval-CR``   ``text``     ``label``         train, test
-``mr``     ``jxm/mr``               ``sentence`` ``label``         train, test
-``mpqa``   ``jxm/mpqa``             ``sentence`` ``label``         train, test
-=========  =======================  ===========  ================  ===========
+========  ======================  ============  ================  ===========
+name      Hub id                  text column   label column      splits
+========  ======================  ============  ================  ===========
+``sst2``  ``SetFit/sst2``         ``text``      ``label``         train, test
+``trec``  ``SetFit/TREC-QC``      ``text``      ``label_coarse``  train, test
+``subj``  ``SetFit/subj``         ``text``      ``label``         train, test
+``cr``    ``SetFit/SentEval-CR``  ``text``      ``label``         train, test
+``mr``    ``jxm/mr``              ``sentence``  ``label``         train, test
+``mpqa``  ``jxm/mpqa``            ``sentence``  ``label``         train, test
+========  ======================  ============  ================  ===========
 
 SST-2 is the binary sentence-level set of SentEval (6920 training and 1821
-test sentences; its 872 validation sentences are not used); TREC is the
-6-class coarse question type (5452 and 500 questions); MR and MPQA are
-SentEval's sets with 8662 and 8603 training and 2000 test sentences.
-SUBJ, CR, MR and MPQA have no official test split (Wang & Chen, as SentEval,
-score them by 10-fold cross-validation); the Hub copies above carry a fixed
-test split, which is used as it is.  A source with no test split (a local
-file, or a ``datasets:`` source without one) is split with a seed: a
-``test_fraction`` of its rows, drawn by ``numpy.random.default_rng(seed)``,
-is the test set.
+test sentences; its 872 validation sentences are not read); TREC is the
+6-class coarse question type (5452 and 500 questions); the MR and MPQA
+copies hold 8662 and 8603 training and 2000 test sentences (and a ``dev``
+split of 256, not read).  SUBJ, CR, MR and MPQA have no official test split
+(SentEval scores them by 10-fold cross-validation); the Hub copies above
+carry a fixed test split, which is used as it is.  A source with no test
+split (a local file, or a ``datasets:`` source without one) is split with a
+seed: a ``test_fraction`` of its rows, drawn by
+``numpy.random.default_rng(seed)``, is the test set.
 """
 
 from __future__ import annotations

@@ -6,21 +6,22 @@ model: ``task.batch(n, length, rng)`` returns a :class:`TaskBatch` whose
 predict, ``-100`` (:data:`IGNORE`, PyTorch's ``ignore_index``) where nothing
 is asked.  The tasks are those of the length-generalization literature:
 
-=====================  ========================================================
-``copy``               the input, repeated after a separator
-``reverse``            the input, reversed after a separator
-``counting``           how many times a query symbol occurs in the input
-``selective_copy``     the data tokens scattered among blanks, in order
-``flip_flop``          the flip-flop language of Liu et al. 2023 ("Exposing
-                       Attention Glitches with Flip-Flop Language Modeling"):
-                       each read returns the last written bit
-``associative_recall``  the value bound to a queried key
-``addition``           the sum of two numbers, digit by digit (reversed or
-                       plain order)
-=====================  ========================================================
+========================  =====================================================
+``copy``                  the input, repeated after a separator
+``reverse``               the input, reversed after a separator
+``counting``              how many times a query symbol occurs in the input
+``selective_copy``        the data tokens scattered among blanks, in order
+``flip_flop``             the flip-flop language of Liu et al. 2023
+                          ("Exposing Attention Glitches with Flip-Flop
+                          Language Modeling"): each read returns the last
+                          written bit
+``associative_recall``    the value bound to a queried key
+``addition``              the sum of two numbers, digit by digit (reversed or
+                          plain order)
+========================  =====================================================
 
-Conventions shared by every task
---------------------------------
+The conventions every task shares:
+
 * ``length`` is the number of tokens the model sees: ``tokens`` has
   ``length`` columns, for every task, so tables are comparable across
   tasks.  A sequence of ``length + 1`` tokens is made and shifted:
@@ -37,16 +38,14 @@ Conventions shared by every task
   batch every sequence has the same layout (the same instance size and
   padding); only the content is random.
 * Lengths below ``task.min_length`` are refused with a ValueError naming
-  ``length``; above it every length works (the tests make every length up
-  to 1024, 16 times a typical training length of 64).
+  ``length``; above it every length works (every one up to 1024, 16 times
+  a typical training length of 64, is checked).
 * ``task.batch(n, length, rng)`` draws everything from the NumPy Generator
   `rng`: the same seed gives the same batch.
 * Token 0 is ``pad_id`` and token 1 ``<bos>`` in every task; the rest are
   the task's own (``task.token_names`` lists them, ``task.render`` prints a
   sequence with them).
 
-Exact match
------------
 :func:`exact_match` scores a row 1 when the model's argmax is right at every
 position that carries a loss, read from one teacher-forced forward pass.
 This equals the exact match of greedy decoding (the model writing the
