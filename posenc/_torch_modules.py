@@ -532,6 +532,13 @@ class ComplexOrderEmbedding(nn.Module):
                 f"positions of shape {tuple(pos.shape)} do not broadcast to input_ids' "
                 f"{tuple(ids.shape)}"
             ) from None
+        if not _on_meta(ids) and ids.numel():
+            low, high = int(ids.min()), int(ids.max())
+            if low < 0 or high >= self.vocab_size:
+                raise ValueError(
+                    f"input_ids must be in 0 .. {self.vocab_size - 1} (vocab_size = "
+                    f"{self.vocab_size}), found {low if low < 0 else high}"
+                )
         dtype = torch.promote_types(torch.promote_types(tables[0].dtype, tables[1].dtype),
                                     tables[2].dtype)  # fmt: skip
         shape = tuple(ids.shape) + (self.dim,)
@@ -552,13 +559,6 @@ class ComplexOrderEmbedding(nn.Module):
         """The formula in torch's ops on the tables' device (the device path)."""
         device = _one_device((("input_ids", ids), ("positions", pos),
                               ("the tables", self.amplitude)))  # fmt: skip
-        if ids.numel():
-            low, high = int(ids.min()), int(ids.max())
-            if low < 0 or high >= self.vocab_size:
-                raise ValueError(
-                    f"input_ids must be in 0 .. {self.vocab_size - 1} (vocab_size), found "
-                    f"{low if low < 0 else high}"
-                )
         if not torch.isfinite(pos).all():
             raise ValueError("positions must be finite (found nan or inf)")
         work = _work_dtype(device)
