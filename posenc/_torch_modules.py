@@ -263,8 +263,9 @@ def _local_config(path: str) -> Optional[dict]:
 
 def _read_table(source: str, key: Optional[str]) -> Tuple[Any, Optional[dict]]:
     """The table `source` names (a file, a model directory or a Hub name) and
-    the model's config where one is found (``config.json`` beside it, or the
-    Hub model's)."""
+    the model's config where one is found (a model directory's
+    ``config.json``, or the one beside a checkpoint file, or the Hub
+    model's; none for an ``.npy`` or ``.npz`` file, a table as saved)."""
     from .probe import hub, load_position_embeddings
 
     if hub.is_hub_name(source):
@@ -272,7 +273,10 @@ def _read_table(source: str, key: Optional[str]) -> Tuple[Any, Optional[dict]]:
         # the model's config as well as its table
         fetched = hub.fetch(source, key=key)
         return fetched.table, dict(fetched.config)
-    return load_position_embeddings(source, key=key), _local_config(source)
+    table = load_position_embeddings(source, key=key)
+    if source.lower().endswith((".npy", ".npz")):
+        return table, None  # the table itself, as saved: no model's rows
+    return table, _local_config(source)
 
 
 def _first_row(config: Optional[dict]) -> Tuple[int, str]:
@@ -302,11 +306,12 @@ class LearnedPositionEmbedding(nn.Module):
     init : "random", "sinusoid", array, tensor or str
         ``"random"``: normal with standard deviation `std` (BERT's and
         GPT-2's ``initializer_range``, 0.02).  ``"sinusoid"``:
-        :func:`posenc.sinusoid`'s table (``dim`` even).  An array or tensor:
-        that table.  Any other string: a file, a model directory or a Hub
-        name, read by :func:`posenc.probe.load_position_embeddings` (a Hub
-        name needs ``pip install "posenc[hub]"`` and, the first time, the
-        network).  A table must be ``dim`` wide and hold at least
+        :func:`posenc.sinusoid`'s table (``dim`` even).  An array, a tensor
+        or a list of rows: that table.  Any other string: a file, a model
+        directory or a Hub name, read by
+        :func:`posenc.probe.load_position_embeddings` (a Hub name needs
+        ``pip install "posenc[hub]"`` and, the first time, the network).
+        A table must be ``dim`` wide and hold at least
         ``num_positions`` rows from its first position: its first
         ``num_positions`` rows from there are taken (a longer table is cut,
         a shorter one or another width is a ValueError naming `init`; no
@@ -319,9 +324,10 @@ class LearnedPositionEmbedding(nn.Module):
         :func:`~posenc.probe.load_position_embeddings`); with a string
         `init` only.
     first_row : int, optional
-        The table row of position 0.  By default that of the model's config
-        when `init` names a model (a Hub name, a model directory or a file
-        with ``config.json`` beside it): RoBERTa's family numbers positions
+        The table row of position 0, for a table `init` only.  By default
+        that of the model's config when `init` names a model (a Hub name, a
+        model directory or a checkpoint file with ``config.json`` beside it;
+        not an ``.npy`` or ``.npz`` file): RoBERTa's family numbers positions
         from ``pad_token_id + 1``, OPT's and BART's from row 2
         (:func:`posenc.probe.offsets.position_rule`); else 0.  The rule
         used is in ``self.init_note``.
@@ -358,6 +364,8 @@ class LearnedPositionEmbedding(nn.Module):
         dtype = torch.get_default_dtype() if dtype is None else _dtype(dtype)
         if first_row is not None:
             first_row = _validate.integer(first_row, "first_row", minimum=0)
+            if isinstance(init, str) and init in ("random", "sinusoid"):
+                raise ValueError(f"first_row is a row of a table: init={init!r} has none")
         if key is not None:
             if not isinstance(key, str):
                 raise TypeError(f"key must be a string, not {type(key).__name__}")
@@ -383,7 +391,9 @@ class LearnedPositionEmbedding(nn.Module):
         config = None
         if isinstance(init, str):
             table, config = _read_table(init, key)
-        elif isinstance(init, (np.ndarray, torch.Tensor)) or hasattr(init, "__array__"):
+        elif isinstance(init, (np.ndarray, torch.Tensor, list, tuple)) or hasattr(
+            init, "__array__"
+        ):
             table = init
         else:
             raise TypeError(
@@ -492,7 +502,9 @@ class ComplexOrderEmbedding(nn.Module):
     Notes
     -----
     The authors' module takes the phase modulo ``2 pi`` at each call,
-    which changes no value; the phase here is left as it is learned.
+    which changes no value; the phase here is left as it is learned.  The
+    parts are formed in float64 and rounded once to the tables' dtype
+    (bfloat16 tables: through float32).
     """
 
     def __init__(self, vocab_size: int, dim: int, *, output: str = "concat") -> None:
@@ -550,7 +562,9 @@ class ComplexOrderEmbedding(nn.Module):
         else:
             if pos.dtype == torch.bfloat16:
                 pos = pos.float()
-            real, imag = complex_order_embedding(ids, pos, *tables)
+            # bfloat16 tables through float32 (exactly), the parts rounded to it after
+            real, imag = complex_order_embedding(ids, pos, *(_wide(t) for t in tables))
+            real, imag = real.to(dtype), imag.to(dtype)
         return self._form(real, imag)
 
     def _by_torch(

@@ -884,3 +884,28 @@ def test_the_embeddings_on_the_meta_device_give_their_shapes():
     learned.to_empty(device="cpu")
     learned.reset_parameters()
     assert learned(torch.arange(10)).shape == (10, 8)
+
+
+def test_learned_takes_lists_and_reads_no_model_rule_for_a_bare_table(tmp_path):
+    rows = [[0.0, 1.0], [2.0, 3.0], [4.0, 5.0]]
+    m = pt.LearnedPositionEmbedding(3, 2, init=rows, dtype=torch.float64)
+    assert m.weight.tolist() == rows
+    # an .npy beside a RoBERTa config is the table as saved: its rows from 0
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "roberta"}))
+    np.save(tmp_path / "cut.npy", np.array(rows))
+    m = pt.LearnedPositionEmbedding(3, 2, init=str(tmp_path / "cut.npy"), dtype=torch.float64)
+    assert m.weight.tolist() == rows
+    with pytest.raises(ValueError, match="first_row"):
+        pt.LearnedPositionEmbedding(3, 2, init="random", first_row=1)
+
+
+def test_complex_order_in_bfloat16_through_float32():
+    torch.manual_seed(15)
+    module = pt.ComplexOrderEmbedding(6, 4, output="pair").bfloat16()
+    ids = torch.tensor([[1, 5, 0]])
+    got = module(ids)
+    tables = [t.detach().double() for t in (module.amplitude, module.frequency, module.phase)]
+    want = _complex_order_by_hand(ids, torch.arange(1, 4), *tables)
+    for g, w in zip(got, want):
+        assert g.dtype == torch.bfloat16
+        torch.testing.assert_close(g.double(), w, rtol=2**-8 * 1.001, atol=1e-30)  # a rounding
