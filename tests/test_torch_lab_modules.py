@@ -47,6 +47,9 @@ def path(request, monkeypatch):
     return request.param
 
 
+_PATHS = {False: "cpu path", True: "device path"}
+
+
 def _gen(seed):
     return torch.Generator().manual_seed(seed)
 
@@ -334,18 +337,19 @@ def test_complex_order_equals_posenc_and_the_papers_formula(dtype, path):
     hand_tables = {k: t.detach().double().requires_grad_() for k, t in tables.items()}
     hand = _complex_order_by_hand(ids, pos, *hand_tables.values())
     for got, h, part in zip((real, imag), hand, ("real", "imag")):
-        _close(got, h, dtype, f"complex order {part} {dtype} {path}")
+        _close(got, h, dtype, f"complex order {part} {dtype} {_PATHS[path]}")
     (_loss(real, 4) + _loss(imag, 5)).backward()
     (_loss(hand[0], 4) + _loss(hand[1], 5)).backward()
     for name, p in tables.items():
-        _close(p.grad, hand_tables[name].grad, dtype, f"complex order d{name} {dtype} {path}",
-               grad=True)  # fmt: skip
+        what = f"complex order d{name} {dtype} {_PATHS[path]}"
+        _close(p.grad, hand_tables[name].grad, dtype, what, grad=True)
     # float positions take their gradient too
     fpos = torch.tensor([0.5, 2.0, 7.25, 1.0, 3.0], dtype=dtype, requires_grad=True)
     hpos = fpos.detach().double().requires_grad_()
     _loss(module(ids, fpos)[0], 6).backward()
     _loss(_complex_order_by_hand(ids, hpos, *hand_tables.values())[0], 6).backward()
-    _close(fpos.grad, hpos.grad, dtype, f"complex order dpositions {dtype} {path}", grad=True)
+    what = f"complex order dpositions {dtype} {_PATHS[path]}"
+    _close(fpos.grad, hpos.grad, dtype, what, grad=True)
 
 
 def test_complex_order_output_forms_and_state():
@@ -431,7 +435,7 @@ def test_kerple_equals_posenc_and_the_papers_kernel(dtype, kind, causal, path):
         r1 = module.r1.detach().double().requires_grad_()
         r2 = module.r2.detach().double().requires_grad_()
         hand = _kerple_by_hand(r1, r2, kind, q_len, k_len, offset, causal)
-        what = f"kerple {kind} {dtype} {path}"
+        what = f"kerple {kind} {dtype} {_PATHS[path]}"
         _close(bias, hand, dtype, what)
         _loss(out, 7).backward()
         _loss(scores.double() + hand, 7).backward()
@@ -444,7 +448,7 @@ def test_kerple_draws_and_clamps_as_the_authors(kind):
     torch.manual_seed(6)
     module = pt.KerpleBias(4000, kind=kind)
     top1, top2 = (2.0, 1.0) if kind == "log" else (1.0, 2.0)
-    for p, top in ((module.r1, top1), (module.r2, top2)):
+    for p, top in ((module.r1.detach(), top1), (module.r2.detach(), top2)):
         assert 0 <= float(p.min()) and float(p.max()) < top
         assert abs(float(p.mean()) - top / 2) < 0.03 * top  # uniform in [0, top)
     small = pt.KerpleBias(3, kind=kind)
@@ -641,7 +645,7 @@ def test_fire_equals_posenc_and_the_papers_module(dtype, causal, path):
         offset = k_len - q_len if q_offset is None else q_offset
         hand = _fire_by_hand((*hand_params.values(), module.init_L.double()), q_len, k_len,
                              offset, causal, 1e-6)  # fmt: skip
-        what = f"fire {dtype} {path}"
+        what = f"fire {dtype} {_PATHS[path]}"
         bias = module.bias(q_len, k_len, q_offset=q_offset, dtype=dtype)
         assert torch.equal(out, scores + bias)
         _close(bias, hand, dtype, what)
@@ -655,18 +659,19 @@ def test_fire_init_state_dict_and_the_authors_keys():
     torch.manual_seed(10)
     module = pt.FireBias(4)
     assert module.mlp[0].weight.shape == (32, 1) and module.mlp[2].weight.shape == (4, 32)
-    assert float(module.c) == pytest.approx(0.1) and float(module.L_multiplier) == 1.0
+    assert float(module.c.detach()) == pytest.approx(0.1)
+    assert float(module.L_multiplier.detach()) == 1.0
     assert float(module.init_L) == 512.0 and not any(
         p is module.init_L for p in module.parameters()
     )
-    assert float(module.threshold()) == 512.0 and module.eps == 1e-6
+    assert float(module.threshold().detach()) == 512.0 and module.eps == 1e-6
     # the authors' module's state_dict, by its keys, loads as it is
     authors = {"mlp.0.weight": torch.randn(32, 1), "mlp.0.bias": torch.randn(32),
                "mlp.2.weight": torch.randn(4, 32), "mlp.2.bias": torch.randn(4),
                "c": torch.tensor(0.2), "init_L": torch.tensor(64.0),
                "L_multiplier": torch.tensor(0.5)}  # fmt: skip
     module.load_state_dict(authors)
-    assert float(module.threshold()) == 32.0
+    assert float(module.threshold().detach()) == 32.0
     scores = torch.zeros(1, 4, 6, 40)
     _round_trip(module, pt.FireBias(4), scores)
     double = pt.FireBias(4)
@@ -676,7 +681,8 @@ def test_fire_init_state_dict_and_the_authors_keys():
     out = double(scores)
     assert out.dtype == torch.float32 and torch.equal(out, module(scores))
     module.reset_parameters()
-    assert float(module.c) == pytest.approx(0.1) and float(module.L_multiplier) == 1.0
+    assert float(module.c.detach()) == pytest.approx(0.1)
+    assert float(module.L_multiplier.detach()) == 1.0
     with torch.device("meta"):
         meta = pt.FireBias(4)
     assert meta(torch.empty(2, 4, 3, 9, device="meta")).shape == (2, 4, 3, 9)
@@ -728,7 +734,7 @@ def test_cope_equals_posenc_and_the_authors_module(dtype, causal, path):
             assert torch.equal(out, want)
         leaves = [t.detach().double().requires_grad_() for t in (query, logits, module.pos_emb)]
         hand = _cope_by_hand(*leaves, causal, offset)
-        what = f"cope {dtype} {path}"
+        what = f"cope {dtype} {_PATHS[path]}"
         _close(out, hand, dtype, what, sums=True)
         _loss(out, 12).backward()
         _loss(hand, 12).backward()
