@@ -1,4 +1,4 @@
-"""torch modules for one's own model: rotary tables, ALiBi, T5's bias and the rest.
+"""torch modules for one's own model: rotary tables, attention biases, embeddings.
 
 Importing this module imports torch (``import posenc`` alone does not).
 
