@@ -1,4 +1,4 @@
-"""torch modules for one's own model: rotary tables, ALiBi and T5's bias.
+"""torch modules for one's own model: rotary tables, attention biases, embeddings.
 
 Importing this module imports torch (``import posenc`` alone does not).
 
@@ -12,6 +12,14 @@ Importing this module imports torch (``import posenc`` alone does not).
   and in the per-key form BLOOM and Falcon add (``(batch, heads, 1, k)``).
 - :class:`T5RelativeBias`: T5's bucket table as an ``nn.Parameter``,
   trainable through posenc's backward.
+- :class:`SinusoidalEmbedding`, :class:`LearnedPositionEmbedding`,
+  :class:`ComplexOrderEmbedding`: absolute embeddings (the learned table
+  initialisable from any table :func:`posenc.probe.load_position_embeddings`
+  reads).
+- :class:`KerpleBias`, :class:`SandwichBias`, :class:`FireBias`,
+  :class:`CoPE`: the biases of :mod:`posenc.functional_bias` and
+  :func:`posenc.cope_bias` with their parameters as the authors' modules
+  hold them.
 
 Every function that takes q or k names its layout: ``"bhsd"`` (batch,
 heads, seq, head_dim: transformers) or ``"bshd"`` (batch, seq, heads,
@@ -38,11 +46,27 @@ from . import bias as _bias
 from . import rope as _rope
 from . import rope_scaling as _rope_scaling
 from ._model_config import config_value, copied
+from ._torch_modules import (
+    ComplexOrderEmbedding,
+    CoPE,
+    FireBias,
+    KerpleBias,
+    LearnedPositionEmbedding,
+    SandwichBias,
+    SinusoidalEmbedding,
+)
 
 __all__ = [
     "ALiBi",
+    "CoPE",
+    "ComplexOrderEmbedding",
     "DebertaRelativeBias",
+    "FireBias",
+    "KerpleBias",
+    "LearnedPositionEmbedding",
     "RotaryEmbedding",
+    "SandwichBias",
+    "SinusoidalEmbedding",
     "T5RelativeBias",
     "XLPositionTerm",
     "apply_rotary",

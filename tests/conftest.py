@@ -13,7 +13,13 @@ SIMD_PATHS = ["scalar"] + ([_core.simd_cpu()] if _core.simd_cpu() != "scalar" el
 
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
-INTEROP_FILES = {"test_torch.py", "test_jax.py", "test_torch_modules.py", "test_fork.py"}
+INTEROP_FILES = {
+    "test_torch.py",
+    "test_jax.py",
+    "test_torch_modules.py",
+    "test_torch_lab_modules.py",
+    "test_fork.py",
+}
 KERNEL_FIXTURES = {"simd", "threads", "on_every_path"}
 # the tests of what hands the kernels their arrays: dtypes, layouts,
 # aliasing, bad input, the C seams, the properties against the reference
