@@ -32,7 +32,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from . import _distance_bias, _validate
+from . import _distance_bias, _torch, _validate
 from .complex_order import complex_order_embedding
 from .cope import cope_bias
 from .functional_bias import fire_bias, kerple_bias, sandwich_bias
@@ -47,11 +47,6 @@ __all__ = [
     "SandwichBias",
     "SinusoidalEmbedding",
 ]
-
-# Tests set this to run, on the CPU, the code path of another device (torch's
-# ops on the module's device), as posenc.torch's own switch does for its
-# modules.
-_FORCE_DEVICE_PATH = False
 
 _FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 _INTEGER_DTYPES = (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64)
@@ -118,7 +113,9 @@ def _on_meta(*tensors: Optional[torch.Tensor]) -> bool:
 
 def _on_device_path(*tensors: Optional[torch.Tensor]) -> bool:
     """Whether torch's ops compute the module's formula (a tensor off the CPU)."""
-    return _FORCE_DEVICE_PATH or any(t is not None and t.device.type != "cpu" for t in tensors)
+    return _torch.force_device_path or any(
+        t is not None and t.device.type != "cpu" for t in tensors
+    )
 
 
 def _work_dtype(device: torch.device) -> torch.dtype:

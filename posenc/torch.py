@@ -41,7 +41,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from . import _distance_bias, _relative_terms, _t5_bias, _validate
+from . import _distance_bias, _relative_terms, _t5_bias, _torch, _validate
 from . import bias as _bias
 from . import rope as _rope
 from . import rope_scaling as _rope_scaling
@@ -493,7 +493,7 @@ class RotaryEmbedding(nn.Module):
             positions = torch.arange(length, dtype=torch.int64, device="cpu")
             cos, sin = self._compute(positions, reading.kwargs, self._seq_len(reading, grown),
                                      dtype, reading.plan)  # fmt: skip
-            if device.type != "cpu" or _FORCE_DEVICE_PATH:
+            if device.type != "cpu" or _torch.force_device_path:
                 cos, sin = cos.to(device, copy=True), sin.to(device, copy=True)
             tables = (cos, sin)
             self._store(key, tables)
@@ -968,7 +968,7 @@ class T5RelativeBias(nn.Module):
             _validate.shape_size(
                 (weight.shape[1], q_len, k_len), _t5_bias.SIZES, weight.element_size()
             )
-        if weight.device.type == "cpu" and not _FORCE_DEVICE_PATH:
+        if weight.device.type == "cpu" and not _torch.force_device_path:
             out = _bias.t5_bias(
                 weight, q_len, k_len, bidirectional=bidirectional, max_distance=max_distance,
                 q_offset=q_offset,
@@ -1218,8 +1218,3 @@ def _meta_term(
                 text = text.replace(str(tuple(stand_in.shape)), str(tuple(t.shape)))
         raise type(exc)(text) from None
     return torch.empty(lead + tuple(out.shape[1:]), dtype=out.dtype, device="meta")
-
-
-# Tests set this to run the non-CPU code path (torch's ops on the tables
-# moved to the tensor's device) on the CPU: the same code CUDA runs.
-_FORCE_DEVICE_PATH = False

@@ -43,7 +43,7 @@ MEASURED: dict = {}
 def path(request, monkeypatch):
     """Each module's two paths: posenc's function (the CPU), and torch's ops
     (another device's path, forced on the CPU)."""
-    monkeypatch.setattr(tm, "_FORCE_DEVICE_PATH", request.param)
+    monkeypatch.setattr(posenc._torch, "force_device_path", request.param)
     return request.param
 
 
@@ -826,7 +826,7 @@ def test_device_path_gives_the_cpu_paths_numbers(monkeypatch):
         module.double()
         got = []
         for forced in (False, True):
-            monkeypatch.setattr(tm, "_FORCE_DEVICE_PATH", forced)
+            monkeypatch.setattr(posenc._torch, "force_device_path", forced)
             with torch.no_grad():
                 got.append(module(*(a.double() if a.is_floating_point() else a for a in args),
                                   **kwargs))  # fmt: skip
