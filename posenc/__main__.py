@@ -1191,7 +1191,11 @@ several depths of filler text, read back by greedy decoding; Mohtashami &
 Jaggi 2023, as YaRN's evaluation runs it).  One table, a row per method and
 a column per length; --json writes every figure and what reruns them,
 --plot the figure (perplexity against length, a line per method; the loss
-by position; a passkey heatmap per method).
+by position; a passkey heatmap per method).  With --attention N, the
+attention by query-key distance too, on the text's first N tokens read in
+one pass per method (transformers' eager attention): per layer the mean
+entropy and distance attended, its figure written beside --plot's
+(FILE-attention.png for FILE.png).
 
 MODEL is a model folder or a Hub name (org/name or org/name@revision),
 read by transformers' from_pretrained: the Hugging Face cache, token
@@ -1247,6 +1251,12 @@ def _context_parser(sub):
         help="tokens between the starts of the sliding windows (default: each length)",
     )
     ctx.add_argument("--passkey", action="store_true", help="run passkey retrieval too")
+    ctx.add_argument(
+        "--attention",
+        type=int,
+        metavar="N",
+        help="attention by query-key distance on the text's first N tokens, per method",
+    )
     ctx.add_argument(
         "--depths",
         default=",".join(f"{d:g}" for d in _PASSKEY_DEPTHS),
@@ -1331,6 +1341,11 @@ def _context_checks(args):
         raise _Failure(
             f"--stride must be at most the shortest length ({lengths[0]}), got {args.stride}"
         )
+    if args.attention is not None:
+        if args.attention < 2:
+            raise _Failure(f"--attention must be >= 2 tokens, got {args.attention}")
+        if args.text is None and args.dataset is None:
+            raise _Failure("--attention reads the text: give --text FILE or --dataset NAME")
     if args.tokens is not None and args.tokens < lengths[-1]:
         raise _Failure(f"--tokens {args.tokens} is fewer than the longest length {lengths[-1]}")
     if args.trials < 1:
@@ -1380,25 +1395,31 @@ def _torch_dtype(args, config):
 
 
 def _check_memory(args, config, lengths, dtype_name):
-    """The longest length's estimate set against the device's free memory."""
+    """The longest length's estimate (and --attention's, eager) set against
+    the device's free memory."""
     from .context import _load, estimate_memory, free_memory
 
     try:
         free = free_memory(args.device)
     except (RuntimeError, AssertionError, ValueError) as exc:  # no such device
         raise _Failure(f"--device {args.device}: {_one_line(exc)}") from exc
-    estimate = estimate_memory(
-        config, lengths[-1], dtype=dtype_name, parameters=_load.parameter_count(config)
-    )
-    if free is not None and estimate.total > free:
-        from .context._memory import gib
-
-        raise _Failure(
-            f"--lengths {lengths[-1]} will not fit in memory: it needs {estimate.describe()} "
-            f"in {dtype_name}, and {args.device} has {gib(free)} free; give shorter lengths, "
-            "--dtype bfloat16, or a --device with more memory"
+    parameters = _load.parameter_count(config)
+    runs = [("--lengths", lengths[-1], False)]
+    if args.attention is not None:
+        runs.append(("--attention", args.attention, True))
+    for flag, length, eager in runs:
+        estimate = estimate_memory(
+            config, length, dtype=dtype_name, parameters=parameters, eager=eager
         )
-    return estimate, free
+        if free is not None and estimate.total > free:
+            from .context._memory import gib
+
+            raise _Failure(
+                f"{flag} {length} will not fit in memory: it needs {estimate.describe()} "
+                f"in {dtype_name}, and {args.device} has {gib(free)} free; give "
+                f"{'shorter lengths' if flag == '--lengths' else 'fewer tokens'}, "
+                "--dtype bfloat16, or a --device with more memory"
+            )
 
 
 def _context_tokens(args, tokenizer):
@@ -1439,6 +1460,7 @@ def _context_record(args, lengths, methods, depths, ids, config, dtype_name):
         "passkey": None
         if not args.passkey
         else {"depths": depths, "trials": args.trials, "seed": 0},
+        "attention_tokens": args.attention,
         "device": args.device,
         "dtype": dtype_name,
     }
@@ -1490,12 +1512,14 @@ def _context_run(args, lengths, methods, depths):
         dtype, dtype_name = _torch_dtype(args, config)
         _check_memory(args, config, lengths, dtype_name)
         ids = _context_tokens(args, tokenizer)
+        where = args.text if args.text is not None else f"--dataset {args.dataset}"
         if ids is not None and len(ids) < lengths[-1]:
-            where = args.text if args.text is not None else f"--dataset {args.dataset}"
             raise _Failure(
                 f"{where}: {len(ids)} tokens, fewer than the longest length {lengths[-1]}; "
                 "give a longer text or shorter lengths"
             )
+        if ids is not None and args.attention is not None and len(ids) < args.attention:
+            raise _Failure(f"{where}: {len(ids)} tokens, fewer than --attention {args.attention}")
         if args.passkey:  # every prompt fits its length, checked before the weights load
             passkey_module.plans(tokenizer, passkey_module.PasskeyPrompt(), lengths, depths, 1, 0)
         model = _load.load_model(args.model, dtype, args.device)
@@ -1514,17 +1538,34 @@ def _context_run(args, lengths, methods, depths):
         trials=args.trials,
         progress=not args.no_progress,
     )
+    attention = None
+    if args.attention is not None:
+        assert ids is not None
+        attention = context.attention_by_distance(
+            model, ids[: args.attention], methods=methods, progress=not args.no_progress
+        )
     n = "" if ids is None else f"; {len(ids)} tokens of text"
     print(f"{args.model} ({getattr(config, 'model_type', None)}, {dtype_name}, {args.device}{n})")
     print()
     print(result.to_markdown())
+    if attention is not None:
+        print()
+        print(attention.to_markdown())
     if args.plot is not None:
         result.plot(args.plot)
         print(f"\nplot written to {args.plot}")
+        if attention is not None:
+            stem, suffix = os.path.splitext(args.plot)
+            path = f"{stem}-attention{suffix}"
+            attention.plot(path)
+            print(f"attention plot written to {path}")
     if args.json is not None:
         record = _context_record(args, lengths, methods, depths, ids, config, dtype_name)
+        figures = result.to_dict()
+        if attention is not None:
+            figures["attention"] = attention.to_dict()
         with open(args.json, "w", encoding="utf-8") as f:
-            json.dump({"run": record, **result.to_dict()}, f, indent=1)
+            json.dump({"run": record, **figures}, f, indent=1)
             f.write("\n")
         print(f"figures written to {args.json}")
     return 0

@@ -41,6 +41,11 @@ from ._options import decode  # noqa: E402
 
 # ---------------------------------------------------------------- dtypes, devices
 
+#: Tests set this to run, on the CPU, the code path of another device (torch's
+#: ops on the tensors' device, the tables moved there): the code CUDA runs.
+#: Read at each call by the modules of posenc.torch.
+force_device_path = False
+
 _NAME_OF_TORCH = {getattr(torch, n): n for n in ("float16", "bfloat16", "float32", "float64")}
 _FLOATS = tuple(_NAME_OF_TORCH)
 #: NumPy's dtype for each torch dtype that has one (bfloat16: posenc's bits)

@@ -59,7 +59,7 @@ from typing import Any, Iterator, List, Optional, Tuple
 from . import _hf_scaling
 from ._model_config import config_value, layer_config
 
-__all__ = ["SUPPORTED", "patch", "patched", "patched_parts", "unpatch"]
+__all__ = ["SUPPORTED", "PreparedPatch", "patch", "patched", "patched_parts", "prepare", "unpatch"]
 
 SUPPORTED = (
     "rotary modules built from transformers' rope init functions (Llama, Mistral, Qwen2/3, "
@@ -89,6 +89,14 @@ class _Change:
         self.what, self.obj, self.attr, self.value, self.module = what, obj, attr, value, module
         self.had = attr in obj.__dict__
         self.before = getattr(obj, attr) if module else obj.__dict__.get(attr)
+
+    def in_place(self) -> bool:
+        """Whether the object still holds what it held when this change was made."""
+        if self.module:
+            return getattr(self.obj, self.attr, None) is self.before
+        return (self.attr in self.obj.__dict__) == self.had and (
+            self.obj.__dict__.get(self.attr) is self.before
+        )
 
     def apply(self) -> None:
         if self.module:
@@ -159,14 +167,15 @@ def _head_dims(config: Any, layer_type: Optional[str]) -> List[int]:
 
 
 def _probe_rotary(
-    original: Any, layer_type: Optional[str], torch: Any
+    original: Any, layer_type: Optional[str], torch: Any, private: bool = False
 ) -> Tuple[Any, Any, Any, Any]:
     """(x, position ids, cos, sin) of a copy of `original` on the probe
     positions (the model's own module keeps its state): three rows of
     different positions for an M-RoPE module (one holding ``mrope_section``,
     its config's or its class's own), so that the rows' sections are
     checked; on the CPU, from a module built anew from its config, for one
-    on the meta device (which has no values to compare)."""
+    on the meta device (which has no values to compare).  `private`: the
+    module is the caller's own, run as it is."""
     inv_freq = _inv_freq(original, layer_type)
     device = inv_freq.device
     on_meta = device.type == "meta"
@@ -196,7 +205,7 @@ def _probe_rotary(
                 f"{exc}); patch the model once its weights are loaded"
             ) from exc
     else:
-        twin = copy.deepcopy(original)
+        twin = original if private else copy.deepcopy(original)
     kwargs = {} if layer_type is None else {"layer_type": layer_type}
     try:
         with torch.no_grad():
@@ -1237,7 +1246,7 @@ def _check_scaled(
         return
     worst = 0.0
     for layer_type in layer_types:
-        x, ids, cos, sin = _probe_rotary(twin, layer_type, torch)
+        x, ids, cos, sin = _probe_rotary(twin, layer_type, torch, private=True)
         try:
             mine = _quietly(module, x, ids, layer_type=layer_type)
         except (TypeError, ValueError, RuntimeError) as exc:
@@ -1330,6 +1339,8 @@ def _plan(
     """The changes that patch `model`, the notes of where it is more exact
     than transformers, and, with `req` (``scaling=``), what was inferred
     for each rotary module."""
+    from .torch import RotaryEmbedding
+
     changes: List[_Change] = []
     notes: List[str] = []
     found: List[str] = []
@@ -1374,7 +1385,10 @@ def _plan(
                     name or cls, module, replacement, req, torch, notes, said
                 )
                 scaled_rope[id(module.config)] = scaled.config.rope_parameters
-            if getattr(replacement, "config", None) is not None:
+            if getattr(replacement, "config", None) is not None and not isinstance(
+                replacement,
+                RotaryEmbedding,  # which keeps its own copy
+            ):
                 # the tables of the config as it is now, as transformers' module
                 # holds its frequencies (a config edited later moves neither)
                 replacement.config = copy.deepcopy(replacement.config)
@@ -1521,6 +1535,68 @@ def patch(model: Any, *, exact: bool = True, scaling: Any = None) -> Any:
     when `model` is not a torch module or `scaling` not a string, dict or
     config.
     """
+    return _prepare(model, exact, scaling, 3).apply()
+
+
+class PreparedPatch:
+    """A patch of one model built and checked, not yet applied: the result
+    of :func:`prepare`.
+
+    ``apply()`` patches the model (as :func:`patch` would) and returns it;
+    after :func:`unpatch`, it may be applied again: the same replacement
+    modules, with whatever state they hold (a dynamic family's grown tables),
+    as if the model had stayed patched.  It refuses, with a ValueError, a
+    model that is patched already or whose parts are no longer those it was
+    prepared from.
+    """
+
+    def __init__(self, model: Any, changes: List[_Change], label: str) -> None:
+        self.model = model
+        self._changes = changes
+        self.label = label
+
+    def __repr__(self) -> str:
+        return f"PreparedPatch({type(self.model).__name__}, {self.label})"
+
+    @property
+    def parts(self) -> List[str]:
+        """What :meth:`apply` replaces (as :func:`patched_parts` names them)."""
+        return [c.what for c in self._changes]
+
+    def apply(self) -> Any:
+        """Patch the model; returns it."""
+        model = self.model
+        if _STATE in model.__dict__:
+            raise ValueError(f"this {type(model).__name__} is already patched: unpatch it first")
+        for change in self._changes:
+            if not change.in_place():
+                raise ValueError(
+                    f"this {type(model).__name__} has changed since the patch was prepared "
+                    f"({change.what} is no longer the part it replaces): prepare it again"
+                )
+        for change in self._changes:
+            change.apply()
+        model.__dict__[_STATE] = list(self._changes)
+        return model
+
+
+def prepare(model: Any, *, exact: bool = True, scaling: Any = None) -> PreparedPatch:
+    """Build and check the patch of `model` without applying it.
+
+    Everything :func:`patch` does before it changes the model: the
+    replacements built and checked against the parts they replace, a bad
+    `scaling` refused, what was inferred said once.  ``prepare(model,
+    scaling=m).apply()`` is ``patch(model, scaling=m)``.  Preparing several
+    methods first refuses a bad one before any of them runs, and applying
+    each in turn (unpatching in between) builds nothing twice: what
+    :func:`posenc.context.compare` does.  `exact` and `scaling` as
+    :func:`patch` takes them, and the same errors.
+    """
+    return _prepare(model, exact, scaling, 3)
+
+
+def _prepare(model: Any, exact: Any, scaling: Any, stacklevel: int) -> PreparedPatch:
+    """:func:`prepare`, its warnings attributed `stacklevel` frames up."""
     import torch
 
     if not isinstance(model, torch.nn.Module):
@@ -1536,24 +1612,21 @@ def patch(model: Any, *, exact: bool = True, scaling: Any = None) -> Any:
     if _STATE in model.__dict__:
         raise ValueError(f"this {type(model).__name__} is already patched: unpatch it first")
     changes, notes, said = _plan(model, torch, exact, req)
-    for change in changes:
-        change.apply()
-    model.__dict__[_STATE] = changes
     if said:
         assert req is not None
         warnings.warn(
             f"posenc.hf.patch: scaling {req.label} inferred for " + "; for ".join(said),
             UserWarning,
-            stacklevel=2,
+            stacklevel=stacklevel,
         )
     if notes:
         warnings.warn(
             "posenc.hf.patch: the patched model is more exact than transformers here: "
             + "; ".join(notes),
             UserWarning,
-            stacklevel=2,
+            stacklevel=stacklevel,
         )
-    return model
+    return PreparedPatch(model, changes, "exact" if req is None else req.label)
 
 
 def unpatch(model: Any) -> Any:

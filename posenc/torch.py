@@ -1,4 +1,4 @@
-"""torch modules for one's own model: rotary tables, ALiBi and T5's bias.
+"""torch modules for one's own model: rotary tables, attention biases, embeddings.
 
 Importing this module imports torch (``import posenc`` alone does not).
 
@@ -12,6 +12,14 @@ Importing this module imports torch (``import posenc`` alone does not).
   and in the per-key form BLOOM and Falcon add (``(batch, heads, 1, k)``).
 - :class:`T5RelativeBias`: T5's bucket table as an ``nn.Parameter``,
   trainable through posenc's backward.
+- :class:`SinusoidalEmbedding`, :class:`LearnedPositionEmbedding`,
+  :class:`ComplexOrderEmbedding`: absolute embeddings (the learned table
+  initialisable from any table :func:`posenc.probe.load_position_embeddings`
+  reads).
+- :class:`KerpleBias`, :class:`SandwichBias`, :class:`FireBias`,
+  :class:`CoPE`: the biases of :mod:`posenc.functional_bias` and
+  :func:`posenc.cope_bias` with their parameters as the authors' modules
+  hold them.
 
 Every function that takes q or k names its layout: ``"bhsd"`` (batch,
 heads, seq, head_dim: transformers) or ``"bshd"`` (batch, seq, heads,
@@ -33,16 +41,32 @@ import numpy as np
 import torch
 from torch import nn
 
-from . import _distance_bias, _relative_terms, _t5_bias, _validate
+from . import _distance_bias, _relative_terms, _t5_bias, _torch, _validate
 from . import bias as _bias
 from . import rope as _rope
 from . import rope_scaling as _rope_scaling
 from ._model_config import config_value, copied
+from ._torch_modules import (
+    ComplexOrderEmbedding,
+    CoPE,
+    FireBias,
+    KerpleBias,
+    LearnedPositionEmbedding,
+    SandwichBias,
+    SinusoidalEmbedding,
+)
 
 __all__ = [
     "ALiBi",
+    "CoPE",
+    "ComplexOrderEmbedding",
     "DebertaRelativeBias",
+    "FireBias",
+    "KerpleBias",
+    "LearnedPositionEmbedding",
     "RotaryEmbedding",
+    "SandwichBias",
+    "SinusoidalEmbedding",
     "T5RelativeBias",
     "XLPositionTerm",
     "apply_rotary",
@@ -469,7 +493,7 @@ class RotaryEmbedding(nn.Module):
             positions = torch.arange(length, dtype=torch.int64, device="cpu")
             cos, sin = self._compute(positions, reading.kwargs, self._seq_len(reading, grown),
                                      dtype, reading.plan)  # fmt: skip
-            if device.type != "cpu" or _FORCE_DEVICE_PATH:
+            if device.type != "cpu" or _torch.force_device_path:
                 cos, sin = cos.to(device, copy=True), sin.to(device, copy=True)
             tables = (cos, sin)
             self._store(key, tables)
@@ -944,7 +968,7 @@ class T5RelativeBias(nn.Module):
             _validate.shape_size(
                 (weight.shape[1], q_len, k_len), _t5_bias.SIZES, weight.element_size()
             )
-        if weight.device.type == "cpu" and not _FORCE_DEVICE_PATH:
+        if weight.device.type == "cpu" and not _torch.force_device_path:
             out = _bias.t5_bias(
                 weight, q_len, k_len, bidirectional=bidirectional, max_distance=max_distance,
                 q_offset=q_offset,
@@ -1194,8 +1218,3 @@ def _meta_term(
                 text = text.replace(str(tuple(stand_in.shape)), str(tuple(t.shape)))
         raise type(exc)(text) from None
     return torch.empty(lead + tuple(out.shape[1:]), dtype=out.dtype, device="meta")
-
-
-# Tests set this to run the non-CPU code path (torch's ops on the tables
-# moved to the tensor's device) on the CPU: the same code CUDA runs.
-_FORCE_DEVICE_PATH = False

@@ -17,6 +17,7 @@ INTEROP_FILES = {
     "test_torch.py",
     "test_jax.py",
     "test_torch_modules.py",
+    "test_torch_lab_modules.py",
     "test_fork.py",
     "test_lab.py",
     "test_lab_ddp.py",

@@ -17,7 +17,13 @@ of a few live models and does one random thing to it:
 - a config edit that transformers ignores once a model is built (rope
   theta, T5's buckets, ...);
 - ``training`` flags set here and there (each module by itself);
-- a second ``patch`` of a patched model, ``patch`` of a submodule.
+- a second ``patch`` of a patched model, ``patch`` of a submodule;
+- ``patch(model, scaling=S)`` or ``prepare(model, scaling=S).apply()`` with
+  a context-extension family S (linear, YaRN, llama3): on a rotary model,
+  the logits of the same weights in transformers' model whose config
+  carries S (built once per model and family: the scaled witness); on a
+  model it cannot scale (not rotary, every layer windowed), refused as it
+  was.
 
 What must hold: a supported model patched gives the witness's logits
 within 1e-5 of their size (the same bits where transformers is exact, and
@@ -59,7 +65,7 @@ class Entry:
     """A pool entry: how to build the model, what patch should do with it."""
 
     def __init__(self, name, build, *, supported=True, bitwise="never", edits=(), seq2seq=False,
-                 max_len=40):  # fmt: skip
+                 max_len=40, family=None, scalable=False):  # fmt: skip
         self.name = name
         self.build = build  # tf -> model
         self.supported = supported
@@ -69,7 +75,12 @@ class Entry:
         self.edits = edits  # config -> None, each ignored by transformers after building
         self.seq2seq = seq2seq
         self.max_len = max_len
+        # the name in tiny_models.patch_families of a rotary model whose
+        # scaling= has a transformers witness (None: scaling= is refused)
+        self.family = family
+        self.scalable = scalable or family is not None  # a flat scaling= applies
         self.model = None  # the witness, built when first drawn
+        self.scaled = {}  # scaling -> the scaled witness
 
 
 def _theta(config):
@@ -117,14 +128,17 @@ def _entries(tf):
     rotary_edits = (_theta, _max_positions)
     t5 = dict(bitwise="always", seq2seq=True)
     entries = [
-        Entry("llama", of("llama"), edits=rotary_edits),
-        Entry("llama_float64", float64, bitwise="exact_false", edits=rotary_edits),
-        Entry("llama3", of("llama3"), edits=rotary_edits),
+        Entry("llama", of("llama"), edits=rotary_edits, family="llama"),
+        Entry(
+            "llama_float64", float64, bitwise="exact_false", edits=rotary_edits, family="llama"
+        ),  # fmt: skip
+        Entry("llama3", of("llama3"), edits=rotary_edits, family="llama3"),
         # within its 16 positions: transformers' dynamic module keeps state grown past them
-        Entry("dynamic", of("dynamic"), max_len=16),
+        Entry("dynamic", of("dynamic"), max_len=16, scalable=True),
+        # both its layers windowed: a flat scaling= is refused
         Entry("gemma3", of("gemma3"), edits=rotary_edits),
-        Entry("neox", of("neox"), edits=rotary_edits),
-        Entry("gptoss", of("gptoss"), edits=(_theta,)),
+        Entry("neox", of("neox"), edits=rotary_edits, family="neox"),
+        Entry("gptoss", of("gptoss"), edits=(_theta,), scalable=True),
         Entry("gptj", of("gptj"), edits=(_heads,)),
         Entry("codegen", of("codegen")),
         # ALiBi of 6 heads, and of 12 (whose slopes transformers rounds)
@@ -149,6 +163,36 @@ def _entries(tf):
 
 
 _POOL = {}
+
+# scaling= drawn, and the rope parameters a transformers config carries for it
+# (what patch infers left for transformers to infer the same way)
+SCALINGS = {
+    "linear:2": {"rope_type": "linear", "factor": 2.0},
+    "yarn:4": {"rope_type": "yarn", "factor": 4.0},
+    "llama3:4": {"rope_type": "llama3", "factor": 4.0, "low_freq_factor": 1.0,
+                 "high_freq_factor": 4.0},
+}  # fmt: skip
+
+
+def _scaled_witness(torch, entry, tf, scaling):
+    """The pool model's weights in transformers' model whose config carries
+    `scaling` (its own rope_theta and partial rotary factor kept)."""
+    if scaling not in entry.scaled:
+        witness = entry.model
+        config_class, model_class, kwargs = tiny_models.patch_families(32, VOCAB)[entry.family]
+        own = dict(witness.config.rope_parameters)
+        rope = dict(SCALINGS[scaling], rope_theta=own["rope_theta"])
+        if "partial_rotary_factor" in own:
+            rope["partial_rotary_factor"] = own["partial_rotary_factor"]
+        kwargs = dict(kwargs, rope_parameters=rope)
+        kwargs.pop("rope_scaling", None)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            model = getattr(tf, model_class)(getattr(tf, config_class)(**kwargs))
+        model = model.to(next(witness.parameters()).dtype).eval()
+        model.load_state_dict(witness.state_dict())
+        entry.scaled[scaling] = model
+    return entry.scaled[scaling]
 
 
 def _pool(tf):
@@ -451,8 +495,67 @@ def _op_edit(c, live, rng, inputs, witness):
     return True
 
 
+def _op_scaled(c, live, rng, inputs, tf):
+    """patch with scaling= (or prepare, then apply): the scaled witness's
+    logits, one warning (what was inferred), unpatch the witness's bits; a
+    refusal that leaves the model as it was where the model is patched, not
+    rotary, or its config edited."""
+    torch, hf = c.torch, c.hf
+    scaling = list(SCALINGS)[int(rng.integers(len(SCALINGS)))]
+    how = "prepare" if rng.random() < 0.5 else "patch"
+    c.op = f"{how} scaling={scaling}"
+    flags = _flags(live.model)
+    parts = hf.patched_parts(live.model)
+    before = _logits(torch, live.model, inputs)
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        try:
+            if how == "prepare":
+                ready = hf.prepare(live.model, scaling=scaling)
+                if hf.patched_parts(live.model) != parts:
+                    c.fail("prepare changed the model")
+                ready.apply()
+            else:
+                hf.patch(live.model, scaling=scaling)
+            error = None
+        except (TypeError, ValueError) as exc:
+            error = exc
+        except Exception as exc:
+            c.fail(f"scaling= raised {type(exc).__name__}", exc)
+            return
+    applies = live.entry.scalable and not live.patched
+    if error is not None:
+        # a config edited since the model was built may be refused (posenc
+        # reads the config, transformers' module does not)
+        if applies and not live.edited:
+            c.fail("scaling= refused on a model it applies to", error)
+        if hf.patched_parts(live.model) != parts:
+            c.fail("a refused scaling= changed patched_parts")
+        c.state(live, flags, "refused scaling=")
+        if not torch.equal(_logits(torch, live.model, inputs), before):
+            c.fail("a refused scaling= changed the logits")
+        return
+    live.patched, live.exact = True, True
+    if not applies:
+        c.fail("scaling= applied to a model it should refuse")
+    else:
+        ours = [str(w.message) for w in record if "posenc.hf.patch" in str(w.message)]
+        if len([w for w in ours if "inferred" in w]) != 1:
+            c.fail("scaling= did not say once what it inferred", ours[:2])
+        c.state(live, flags, "scaling=")
+        if live.entry.family is not None and not live.edited:
+            want = _logits(torch, _scaled_witness(torch, live.entry, tf, scaling), inputs)
+            got = _logits(torch, live.model, inputs)
+            diff = float((got.double() - want.double()).abs().max())
+            scale = float(want.abs().max())
+            if not diff <= 1e-5 * scale + 1e-6:
+                c.fail("scaled logits off the scaled witness's", f"by {diff:.3g} of {scale:.3g}")
+    _unpatch(c, live)
+    c.logits(live, inputs, live.entry.model, "unpatch after scaling=")
+
+
 OPS = ("patch", "unpatch", "patched", "roundtrip", "edit", "flags", "double", "submodule",
-       "logits")  # fmt: skip
+       "logits", "scaled")  # fmt: skip
 
 
 def run(seconds, seed, fails, names=None):
@@ -527,6 +630,8 @@ def run(seconds, seed, fails, names=None):
             c.logits(live, inputs, witness, "after a second patch")
         elif op == "submodule":
             _op_submodule(c, live, rng, inputs, witness)
+        elif op == "scaled":
+            _op_scaled(c, live, rng, inputs, transformers)
         else:
             c.logits(live, inputs, witness, "forward")
         counts[(entry.name, op)] = counts.get((entry.name, op), 0) + 1

@@ -5,7 +5,7 @@ written to ``<out>.<mode>.<rank>.json``."""
 import json
 import sys
 
-from lab_standins import CopyTask, text_data
+from lab_standins import copy_task, text_data
 
 from posenc import lab
 from posenc.lab.train import TrainConfig, world
@@ -24,7 +24,7 @@ def compare_args(mode):
             config=TrainConfig(steps=5, batch_size=8, lr=3e-3, eval_tokens=96, eval_batch_size=2),
         )  # fmt: skip
     return dict(
-        encodings=["rope", "alibi+randomized"], task=CopyTask(), train_length=9,
+        encodings=["rope", "alibi+randomized"], task=copy_task(), train_length=9,
         eval_lengths=[9, 18], seeds=[0, 1], dim=16, heads=2,
         config=TrainConfig(steps=5, batch_size=8, lr=3e-3, eval_samples=16),
     )  # fmt: skip

@@ -1,14 +1,11 @@
-"""Small problems for the lab's tests, written here by hand (a module shared by
-test_lab.py, test_lab_ddp.py and the DDP worker, not collected by pytest).
-
-``CopyTask`` follows posenc.lab.tasks' Task: ``batch(n, length, rng)`` gives
-tokens and the targets already shifted (``targets[:, t]`` is what the output
-at position t must be, -100 where there is no loss).
-"""
-
-from types import SimpleNamespace
+"""Small problems for the lab's tests (a module shared by test_lab.py,
+test_lab_ddp.py and the DDP worker, not collected by pytest): posenc.lab's
+own task, text and classification types, filled with data made here."""
 
 import numpy as np
+
+from posenc.lab.data import ClassificationData, TextData
+from posenc.lab.tasks import TASKS
 
 #: Some English text for the language-modelling tests (byte-level).
 TEXT = (
@@ -19,41 +16,16 @@ TEXT = (
 ) * 6
 
 
-class CopyTask:
-    """``x_1 .. x_m SEP x_1 .. x_m`` (padded with 0 to the length): the model
-    copies the m symbols after the separator."""
-
-    name = "copy"
-    vocab_size = 10
-    pad_id = 0
-    min_length = 3
-
-    def batch(self, n, length, rng):
-        if length < self.min_length:
-            raise ValueError(f"length must be >= {self.min_length}")
-        m = (length - 1) // 2
-        body = rng.integers(2, self.vocab_size, size=(n, m))
-        tokens = np.zeros((n, length), np.int64)
-        tokens[:, :m] = body
-        tokens[:, m] = 1
-        tokens[:, m + 1 : 2 * m + 1] = body[:, : length - m - 1]
-        targets = np.full((n, length), -100, np.int64)
-        targets[:, m : 2 * m] = body
-        return SimpleNamespace(tokens=tokens, targets=targets)
-
-
-def tasks_module():
-    """A stand-in for posenc.lab.tasks holding the copy task."""
-    return SimpleNamespace(TASKS={"copy": CopyTask})
+def copy_task():
+    """posenc.lab's copy task over 8 symbols."""
+    return TASKS["copy"](n_symbols=8)
 
 
 def text_data():
-    """A TextData of TEXT's bytes, 90 % to train."""
+    """TEXT's bytes, 90 % to train."""
     ids = np.frombuffer(TEXT.encode(), dtype=np.uint8).astype(np.int64)
     cut = int(ids.size * 0.9)
-    return SimpleNamespace(
-        train=ids[:cut], valid=ids[cut:], vocab_size=256, tokenizer="bytes", source="TEXT"
-    )
+    return TextData(ids[:cut], ids[cut:], 256, "bytes", "TEXT")
 
 
 def classification_data(n_train=64, n_test=32, length=12, seed=0):
@@ -75,7 +47,4 @@ def classification_data(n_train=64, n_test=32, length=12, seed=0):
 
     train_x, train_y = make(n_train)
     test_x, test_y = make(n_test)
-    return SimpleNamespace(
-        train_x=train_x, train_y=train_y, test_x=test_x, test_y=test_y,
-        n_classes=2, vocab_size=8, pad_id=0, name="order",
-    )  # fmt: skip
+    return ClassificationData(train_x, train_y, test_x, test_y, 2, 8, 0, "order")

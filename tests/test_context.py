@@ -8,12 +8,13 @@ passkey scoring on stand-in models that echo the key, or miss it; the
 command line on a model folder, and on the loopback Hub in a process of
 its own (transformers reads its Hub endpoint once, when imported).
 
-A method other than "none" is applied by ``posenc.hf.patch(model,
-scaling=...)``; these tests reach it through the one function that calls
-it, ``posenc.context._methods.with_method``: its own contract is tested
-with ``hf.patch`` and ``hf.unpatch`` recorded, and the measurements of a
-second method with a stand-in for it that runs a twin of the model whose
-config carries that scaling (transformers' own linear scaling).
+A method other than "none" is prepared by ``posenc.hf.prepare(model,
+scaling=...)``, applied and removed; these tests reach it through the two
+functions that call it, ``posenc.context._methods.prepared`` and
+``with_method``: their own contract is tested with ``hf.prepare`` and
+``hf.unpatch`` recorded, and the measurements of a second method with a
+stand-in for them that runs a twin of the model whose config carries that
+scaling (transformers' own linear scaling).
 """
 
 import contextlib
@@ -25,6 +26,7 @@ import re
 import subprocess
 import sys
 import types
+import warnings
 
 import numpy as np
 import pytest
@@ -183,28 +185,39 @@ def test_none_is_the_model_as_loaded_and_patches_nothing(llama, monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("none must not patch")
 
-    monkeypatch.setattr(hf, "patch", refuse)
-    monkeypatch.setattr(hf, "unpatch", refuse)
-    with _methods.with_method(llama, "none") as run:
+    for name in ("prepare", "patch", "unpatch"):
+        monkeypatch.setattr(hf, name, refuse)
+    ready = _methods.prepared(llama, "none")
+    assert ready is None
+    with _methods.with_method(llama, ready) as run:
         assert run is llama
 
 
 @pytest.mark.parametrize("method", ["yarn:4", {"rope_type": "linear", "factor": 4.0}])
-def test_a_method_is_patched_on_the_instance_and_unpatched_however_the_block_ends(
+def test_a_method_is_prepared_once_then_applied_and_unpatched_however_the_block_ends(
     llama, monkeypatch, method
 ):
     from posenc import hf
 
     calls = []
-    monkeypatch.setattr(hf, "patch", lambda m, **kw: calls.append(("patch", m, kw)))
+
+    class Ready:
+        def apply(self):
+            calls.append(("apply", self))
+
+    ready = Ready()
+    monkeypatch.setattr(hf, "prepare", lambda m, **kw: calls.append(("prepare", m, kw)) or ready)
     monkeypatch.setattr(hf, "unpatch", lambda m: calls.append(("unpatch", m)))
-    with _methods.with_method(llama, method) as run:
-        assert run is llama
-    assert calls == [("patch", llama, {"scaling": method}), ("unpatch", llama)]
+    assert _methods.prepared(llama, method) is ready
+    assert calls == [("prepare", llama, {"scaling": method})]
     calls.clear()
-    with pytest.raises(RuntimeError), _methods.with_method(llama, method):
+    with _methods.with_method(llama, ready) as run:
+        assert run is llama
+    assert calls == [("apply", ready), ("unpatch", llama)]
+    calls.clear()
+    with pytest.raises(RuntimeError), _methods.with_method(llama, ready):
         raise RuntimeError("a measurement failed")
-    assert calls == [("patch", llama, {"scaling": method}), ("unpatch", llama)]
+    assert calls == [("apply", ready), ("unpatch", llama)]
 
 
 def _twin_with_scaling(model, method):
@@ -223,29 +236,37 @@ def _twin_with_scaling(model, method):
 
 @pytest.fixture
 def stand_in(monkeypatch):
-    """``with_method`` stood in for: ``"none"`` the model itself, ``"linear:F"``
-    a twin whose config scales linearly, anything else refused; every call
-    recorded."""
+    """``prepared`` and ``with_method`` stood in for: ``"none"`` the model
+    itself, ``"linear:F"`` a twin whose config scales linearly, anything else
+    refused when prepared; every call recorded, ``("check", method)`` and
+    ``("run", method)``."""
     calls = []
+
+    def prepared(model, method):
+        calls.append(("check", method))
+        if method != "none" and not (isinstance(method, str) and method.startswith("linear:")):
+            raise ValueError(f"scaling: unknown method {method!r}")
+        return method
 
     @contextlib.contextmanager
     def with_method(model, method):
-        calls.append(method)
-        if method == "none":
-            yield model
-            return
-        if not (isinstance(method, str) and method.startswith("linear:")):
-            raise ValueError(f"scaling: unknown method {method!r}")
-        yield _twin_with_scaling(model, method)
+        calls.append(("run", method))
+        yield model if method == "none" else _twin_with_scaling(model, method)
 
+    monkeypatch.setattr(_methods, "prepared", prepared)
     monkeypatch.setattr(_methods, "with_method", with_method)
     return calls
 
 
 def test_compare_runs_each_method_in_turn_and_equals_each_ones_evaluation(llama, ids, stand_in):
     r = context.compare(llama, ids, methods=["none", "linear:4"], lengths=[32, 64], stride=16)
-    # each method applied once to check it, then once to run
-    assert stand_in == ["none", "linear:4", "none", "linear:4"]
+    # each method built and checked once before anything runs, then run once
+    assert stand_in == [
+        ("check", "none"),
+        ("check", "linear:4"),
+        ("run", "none"),
+        ("run", "linear:4"),
+    ]
     assert r.methods == ("none", "linear:4") and r.lengths == (32, 64)
     witness = {"none": llama, "linear:4": _twin_with_scaling(llama, "linear:4")}
     for label, model in witness.items():
@@ -281,7 +302,8 @@ def test_a_method_that_cannot_apply_is_refused_before_any_forward_pass(llama, id
             context.compare(llama, ids, methods=["none", "linear:2", "bogus:2"], lengths=32)
     finally:
         hook.remove()
-    assert passes == [] and stand_in == ["none", "linear:2", "bogus:2"]
+    assert passes == []
+    assert stand_in == [("check", "none"), ("check", "linear:2"), ("check", "bogus:2")]
 
 
 @pytest.mark.parametrize(
@@ -570,6 +592,9 @@ def test_the_memory_estimate_by_part():
     assert e.logits == 1000 * 40 * (2 + 4)
     assert e.activations == 1000 * (4 * 32 + 3 * 64) * 2
     assert e.total == e.weights + e.kv_cache + e.logits + e.activations
+    heads = config.num_attention_heads  # eager: scores and weights in bfloat16, float32, float64
+    eager = context.estimate_memory(config, 1000, dtype="bfloat16", parameters=123, eager=True)
+    assert eager.activations == e.activations + heads * 1000 * 1000 * (2 + 2 + 4 + 8)
     assert e.describe().startswith("about ") and "KV cache" in e.describe()
     free = context.free_memory("cpu")
     assert free is None or free > 0
@@ -631,6 +656,34 @@ def test_cli_of_a_model_folder_equals_the_hand_written_evaluation(saved, capsys,
     assert png.stat().st_size > 0 and "100 tokens of text" in capsys.readouterr().out
 
 
+def test_cli_attention_by_distance_is_the_functions_on_the_texts_first_tokens(
+    saved, capsys, tmp_path
+):
+    root, model = saved
+    js, png = tmp_path / "out.json", tmp_path / "out.png"
+    argv = ["context", str(root / "llama"), "--lengths", "32", "--text", str(root / "text.txt"),
+            "--methods", "none,linear:4", "--attention", "24", "--json", str(js)]  # fmt: skip
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # what linear:4 inferred
+        assert main(argv) == 0
+        out = capsys.readouterr().out
+        ids = _word_tokenizer()((root / "text.txt").read_text())["input_ids"]
+        want = context.attention_by_distance(model, ids[:24], methods=["none", "linear:4"])
+    assert want.to_markdown() in out
+    data = json.loads(js.read_text())
+    assert data["run"]["attention_tokens"] == 24
+    got = data["attention"]
+    assert got["n_tokens"] == [24] and got["methods"] == ["none", "linear:4"]
+    np.testing.assert_allclose(got["weight"], want.to_dict()["weight"], rtol=1e-12)
+    assert not np.allclose(np.asarray(got["weight"])[0], np.asarray(got["weight"])[1])
+    require("matplotlib")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert main([*argv[:-2], "--plot", str(png)]) == 0
+    assert (tmp_path / "out-attention.png").stat().st_size > 0
+    assert f"attention plot written to {tmp_path / 'out-attention.png'}" in capsys.readouterr().out
+
+
 def test_cli_passkey_and_a_dataset_through_the_datasets_library(saved, capsys, monkeypatch):
     root, _ = saved
     text = (root / "text.txt").read_text().split()
@@ -688,6 +741,13 @@ def test_cli_errors_are_one_line(saved, capsys, tmp_path):
     _one_line_error(capsys, [*base, "--lengths", "1"], "below 2")
     _one_line_error(capsys, [*base, "--lengths", "32,64", "--stride", "40"], "--stride")
     _one_line_error(capsys, [*base, "--lengths", "64", "--tokens", "50"], "--tokens 50")
+    _one_line_error(capsys, [*base, "--lengths", "32", "--attention", "1"], "--attention must be")
+    _one_line_error(capsys, ["context", llama, "--lengths", "32", "--passkey", "--attention", "8"],
+                    "--attention reads the text")  # fmt: skip
+    _one_line_error(capsys, [*base, "--lengths", "32", "--attention", "5000"],
+                    "fewer than --attention 5000")  # fmt: skip
+    _one_line_error(capsys, [*base, "--lengths", "32", "--attention", "10000000"],
+                    "--attention 10000000 will not fit", "fewer tokens")  # fmt: skip
     _one_line_error(capsys, [*base, "--lengths", "32", "--methods", ","], "--methods")
     _one_line_error(capsys, [*base, "--lengths", "32", "--plot", str(tmp_path / "a.nope")],
                     "cannot write .nope")  # fmt: skip

@@ -43,3 +43,23 @@ def test_a_broken_unpatch_is_reported(monkeypatch):
         if wanted in found:
             break
     assert wanted in found, found
+
+
+def test_a_scaling_that_is_not_the_witnesss_is_reported(monkeypatch):
+    """scaling= giving other numbers than transformers' model whose config
+    carries it is caught: here the witness's linear factor is 3 where the
+    patch's is 2."""
+    require("torch")
+    require("transformers")
+    scalings = dict(fuzz_patch.SCALINGS, **{"linear:2": {"rope_type": "linear", "factor": 3.0}})
+    monkeypatch.setattr(fuzz_patch, "SCALINGS", scalings)
+    monkeypatch.setattr(fuzz_patch, "_POOL", {})  # scaled witnesses built anew
+    fails = fuzz_api.Failures()
+    wanted = "scaled logits off the scaled witness's"
+    found = set()
+    for seed in range(30):
+        fuzz_patch.run(1.0, seed=seed, fails=fails, names=["llama"])
+        found = {what for (surface, name, op, what) in fails.seen if op.endswith("linear:2")}
+        if wanted in found:
+            break
+    assert wanted in found, found

@@ -119,7 +119,7 @@ def test_rotary_refuses_bad_position_ids():
 def test_rotary_device_path_gives_the_cpu_numbers(monkeypatch):
     ids = torch.tensor([[3, 4, 5, 6]])
     want = pt.RotaryEmbedding(16)(torch.zeros(1), ids)
-    monkeypatch.setattr(pt, "_FORCE_DEVICE_PATH", True)
+    monkeypatch.setattr(posenc._torch, "force_device_path", True)
     got = pt.RotaryEmbedding(16)(torch.zeros(1), ids)
     torch.testing.assert_close(got, want, rtol=0, atol=0)
 
@@ -206,7 +206,7 @@ def test_alibi_bias_and_key_bias_against_hand():
 
 @pytest.mark.parametrize("device_path", [False, True])
 def test_t5_relative_bias_values_and_gradient(monkeypatch, device_path):
-    monkeypatch.setattr(pt, "_FORCE_DEVICE_PATH", device_path)
+    monkeypatch.setattr(posenc._torch, "force_device_path", device_path)
     g = torch.Generator().manual_seed(2)
     weight = torch.randn(32, 4, generator=g, dtype=torch.float64)
     module = pt.T5RelativeBias(weight=weight.clone(), bidirectional=False, max_distance=20)
@@ -564,7 +564,7 @@ def test_t5_device_path_agrees_with_the_cpu_path(monkeypatch):
     def both(*args, **kwargs):
         outs = []
         for forced in (False, True):
-            monkeypatch.setattr(pt, "_FORCE_DEVICE_PATH", forced)
+            monkeypatch.setattr(posenc._torch, "force_device_path", forced)
             outs.append(module(*args, **kwargs))
         return outs
 
@@ -587,17 +587,17 @@ def test_t5_device_path_agrees_with_the_cpu_path(monkeypatch):
     for args, match in (((0,), "q_len"), ((3, 0), "k_len"), ((3, 4, 2**70), "q_offset"),
                         ((3.0,), "q_len")):  # fmt: skip
         for forced in (False, True):
-            monkeypatch.setattr(pt, "_FORCE_DEVICE_PATH", forced)
+            monkeypatch.setattr(posenc._torch, "force_device_path", forced)
             with pytest.raises((TypeError, ValueError), match=match):
                 module(*args)
     module.max_distance = 2  # not past the exact buckets
     for forced in (False, True):
-        monkeypatch.setattr(pt, "_FORCE_DEVICE_PATH", forced)
+        monkeypatch.setattr(posenc._torch, "force_device_path", forced)
         with pytest.raises(ValueError, match="max_distance"):
             module(3)
     # the buckets kept are bounded
     module.max_distance = 16
-    monkeypatch.setattr(pt, "_FORCE_DEVICE_PATH", True)
+    monkeypatch.setattr(posenc._torch, "force_device_path", True)
     for n in range(1, 3 * pt._BUCKETS_KEPT):
         module(n, n + 1)
     assert len(module._bucket_cache) <= pt._BUCKETS_KEPT

@@ -34,7 +34,12 @@ class MemoryEstimate:
     activations : int
         A layer's hidden states and feed-forward (``length * (4 * hidden +
         3 * intermediate)`` in the model's dtype); attention by a fused
-        kernel (SDPA), without a ``length x length`` matrix of scores.
+        kernel (SDPA), without a ``length x length`` matrix of scores, or,
+        with ``eager=True``, a layer's scores and weights as transformers'
+        eager attention holds them (``heads * length**2`` in the model's
+        dtype twice and float32 once) and their float64 reduction by
+        :func:`~posenc.context.attention_by_distance` (``heads *
+        length**2`` float64).
     """
 
     length: int
@@ -129,6 +134,7 @@ def estimate_memory(
     dtype: Any = "float32",
     parameters: Optional[int] = None,
     new_tokens: int = 10,
+    eager: bool = False,
 ) -> MemoryEstimate:
     """What one measurement at `length` tokens takes, from a transformers
     config (or config.json dict): see :class:`MemoryEstimate`.
@@ -147,17 +153,22 @@ def estimate_memory(
         model already loaded).
     new_tokens : int
         The tokens generated past `length` (the passkey's answer).
+    eager : bool
+        Attention by transformers' eager code, its weights read (what
+        :func:`~posenc.context.attention_by_distance` runs).
     """
     length = v.integer(length, "length", minimum=1)
+    eager = v.flag(eager, "eager")
     size = dtype_bytes(dtype)
-    hidden, layers, _, kv, head_dim, ffn, vocab = _sizes(config)
+    hidden, layers, heads, kv, head_dim, ffn, vocab = _sizes(config)
+    scores = heads * length * length * (2 * size + 4 + 8) if eager else 0
     params = parameters_of(config) if parameters is None else int(parameters)
     return MemoryEstimate(
         length=length,
         weights=params * size,
         kv_cache=2 * layers * kv * head_dim * (length + new_tokens) * size,
         logits=length * vocab * (size + 4),
-        activations=length * (4 * hidden + 3 * ffn) * size,
+        activations=length * (4 * hidden + 3 * ffn) * size + scores,
     )
 
 

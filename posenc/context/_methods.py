@@ -3,32 +3,44 @@ block: the one place the measurements change a model.
 
 ``"none"`` is the model as loaded, not patched at all; any other method (a
 short string such as ``"yarn:4"``, a rope dict, a transformers config) is
-applied by ``posenc.hf.patch(model, scaling=method)`` on the instance
-itself, and removed by ``posenc.hf.unpatch(model)`` when the block ends,
-however it ends: the methods of a comparison run in turn on one instance,
-never a reload.
+prepared once by ``posenc.hf.prepare(model, scaling=method)`` (built,
+checked, refused before anything runs if it cannot apply), applied to the
+instance itself for the block, and removed by ``posenc.hf.unpatch(model)``
+when the block ends, however it ends: the methods of a comparison run in
+turn on one instance, never a reload.
 """
 
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Iterator
+from typing import Any, Iterator, Optional
 
 #: The method that leaves the model as loaded.
 NONE = "none"
 
 
-@contextlib.contextmanager
-def with_method(model: Any, method: Any) -> Iterator[Any]:
-    """Within this block, `model` computes its rotary tables with `method`;
-    yields the model to run (`model` itself)."""
+def prepared(model: Any, method: Any) -> Optional[Any]:
+    """`method` built and checked for `model` (None for ``"none"``); raises
+    as ``posenc.hf.patch`` does for a method that cannot apply."""
     if isinstance(method, str) and method == NONE:
+        return None
+    from .. import hf
+
+    prepare: Any = hf.prepare  # its scaling= is read by hf.prepare itself
+    return prepare(model, scaling=method)
+
+
+@contextlib.contextmanager
+def with_method(model: Any, ready: Optional[Any]) -> Iterator[Any]:
+    """Within this block, `model` computes its rotary tables with the
+    method `ready` (from :func:`prepared`; None: as loaded); yields the
+    model to run (`model` itself)."""
+    if ready is None:
         yield model
         return
     from .. import hf
 
-    patch: Any = hf.patch  # its scaling= is read by hf.patch itself
-    patch(model, scaling=method)
+    ready.apply()
     try:
         yield model
     finally:

@@ -266,16 +266,15 @@ def attention_by_distance(
             f"attention_by_distance: {type(model).__name__} has no attention module named "
             "self_attn whose weights it could read"
         )
-    for method in chosen.values():  # each applies, or is refused before anything runs
-        with _methods.with_method(model, method):
-            pass
+    # each method built and checked once, a bad one refused before anything runs
+    ready = {label: _methods.prepared(model, method) for label, method in chosen.items()}
     n = max(t.size for t in texts)
     bar = Progress(len(chosen) * len(texts), progress)
     weights, entropies = [], []
     try:
-        for label, method in chosen.items():
+        for label in chosen:
             sums = _Sums(torch, layers, n)
-            with _methods.with_method(model, method) as run:
+            with _methods.with_method(model, ready[label]) as run:
                 _run(run, texts, sums, bar, label)
             missing = [name for name in layers if name not in sums.seen]
             if missing or sums.weight is None or sums.entropy is None:

@@ -3,8 +3,8 @@
 Each method is applied in turn to the same model instance (``"none"``
 leaves it as loaded), its measurements run, and the method is removed
 before the next: no reload, no copy of the weights.  Every method is
-applied and removed once before anything runs, so that a method that
-cannot apply is refused before the first forward pass.  The passkey
+built and checked once (``posenc.hf.prepare``) before anything runs, so
+that a method that cannot apply is refused before the first forward pass.  The passkey
 prompts and keys are the same for every method.
 """
 
@@ -234,9 +234,8 @@ def compare(
             depths, trials, seed, prompt, max_new_tokens
         )
         cells = _passkey.plans(tokenizer, prompt, lengths, checked_depths, trials, seed)
-    for method in chosen.values():  # each applies, or is refused before anything runs
-        with _methods.with_method(model, method):
-            pass
+    # each method built and checked once, a bad one refused before anything runs
+    ready = {label: _methods.prepared(model, method) for label, method in chosen.items()}
     steps = 0
     if ids is not None and strides is not None:
         steps += _perplexity.window_count(ids.size, lengths, strides)
@@ -246,8 +245,8 @@ def compare(
     perplexities: Dict[str, PerplexityByLength] = {}
     passkeys: Dict[str, PasskeyRetrieval] = {}
     try:
-        for label, method in chosen.items():
-            with _methods.with_method(model, method) as run:
+        for label in chosen:
+            with _methods.with_method(model, ready[label]) as run:
                 if ids is not None and strides is not None:
                     perplexities[label] = _perplexity.measure(
                         run, ids, lengths, strides, bins, label, bar

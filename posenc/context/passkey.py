@@ -467,7 +467,7 @@ def passkey_retrieval(
     cells = plans(tokenizer, prompt, lengths, depths, trials, seed)
     bar = Progress(len(cells) * trials, progress)
     try:
-        with _methods.with_method(model, method) as run:
+        with _methods.with_method(model, _methods.prepared(model, method)) as run:
             return measure(
                 run,
                 tokenizer,

@@ -370,7 +370,7 @@ def perplexity_by_length(
     ids = prepared_tokens(model, tokens, lengths, max_tokens)
     bar = Progress(window_count(ids.size, lengths, strides), progress)
     try:
-        with _methods.with_method(model, method) as run:
+        with _methods.with_method(model, _methods.prepared(model, method)) as run:
             return measure(run, ids, lengths, strides, bins, method_label(method), bar)
     finally:
         bar.close()

@@ -10,7 +10,9 @@ and evaluated at and beyond its training length.
 - :func:`~posenc.lab.train.run`: one encoding trained with one seed and
   evaluated (checkpoints, resume, data parallel under ``torchrun``);
 - :func:`compare`: several encodings and seeds, one table and one figure
-  (:class:`LabComparison`); the command line is ``posenc lab``.
+  (:class:`LabComparison`); the command line is ``posenc lab``;
+- :mod:`posenc.lab.tasks`, :mod:`posenc.lab.data`: the length-generalization
+  tasks, the texts and the classification sets they train on.
 
 torch is imported when a model is built (``pip install "posenc[lab]"``).
 """

@@ -18,7 +18,9 @@ import numpy as np
 
 from .. import _validate as v
 from ..context._common import Plotted, floats
+from .data import PUBLISHED, PUBLISHED_SOURCE, load_classification, load_text
 from .encodings import Encoding, encoding
+from .tasks import TASKS
 from .train import (
     CURVE_POINTS,
     SKIP_FACTORS,
@@ -313,8 +315,6 @@ def _problem(
         if dataset is not None:
             raise ValueError("dataset= is for task 'classification'")
         if isinstance(text, str) or hasattr(text, "__fspath__"):
-            from .data import load_text
-
             text = load_text(text, tokenizer=tokenizer)
         if train_length is None:
             raise ValueError("task 'lm' needs train_length")
@@ -328,16 +328,14 @@ def _problem(
                 "or .jsonl file, or ClassificationData)"
             )
         if isinstance(dataset, str) or hasattr(dataset, "__fspath__"):
-            from .data import load_classification
-
-            kwargs = {} if train_length is None else {"max_len": train_length}
-            dataset = load_classification(dataset, **kwargs)
+            if train_length is None:
+                dataset = load_classification(dataset)
+            else:
+                dataset = load_classification(dataset, max_len=train_length)
         return ClassificationProblem(dataset), "classification"
     if dataset is not None:
         raise ValueError(f"dataset= is for task 'classification', not {task!r}")
     if isinstance(task, str):
-        from .tasks import TASKS
-
         if task not in TASKS:
             raise ValueError(
                 f"task {task!r} is none of {', '.join(sorted(TASKS))}, 'lm' or 'classification'"
@@ -349,33 +347,34 @@ def _problem(
     return made, made.name
 
 
-def _key(text: Any) -> str:
-    return "".join(ch for ch in str(text).lower() if ch.isalnum())
+#: The seed paper's embeddings (:data:`posenc.lab.data.PUBLISHED`'s columns)
+#: by a learned table's initialisation: its own two, and the Hub names of the
+#: models whose tables the paper took.
+PAPER_EMBEDDINGS: Dict[str, str] = {
+    "random": "random",
+    "sinusoid": "sinusoid",
+    "bert-base-uncased": "bert",
+    "google-bert/bert-base-uncased": "bert",
+    "roberta-base": "roberta",
+    "FacebookAI/roberta-base": "roberta",
+    "gpt2": "gpt2",
+    "openai-community/gpt2": "gpt2",
+}
 
 
-def _published(name: str, encs: List[Encoding]) -> Tuple[Dict[str, Optional[float]], Any]:
-    """The seed paper's accuracy on data set `name` for each encoding: a
-    learned table's initialisation looked up by name in
-    ``posenc.lab.data.PUBLISHED`` (None where the paper has no such row);
-    and the table's source."""
-    try:
-        from .data import PUBLISHED
-    except ImportError:
-        return {e.label: None for e in encs}, None
-    table: Any = PUBLISHED
-    source = table.get("source") if hasattr(table, "get") else getattr(table, "source", None)
-    rows = getattr(table, "accuracy", table)
-    row: Any = None
-    if hasattr(rows, "items"):
-        row = next((r for k, r in rows.items() if _key(k) == _key(name)), None)
+def _published(name: str, encs: List[Encoding]) -> Tuple[Dict[str, Optional[float]], str]:
+    """The seed paper's accuracy (a fraction) on data set `name` for each
+    encoding, where it has one: a learned table by its initialisation
+    (:data:`PAPER_EMBEDDINGS`), from :data:`posenc.lab.data.PUBLISHED`
+    (percent); and the table's source."""
+    row = PUBLISHED.get(name, {})
     out: Dict[str, Optional[float]] = {}
     for e in encs:
         init = e.option("init", "random") if e.name == "learned" else None
-        found = None
-        if init is not None and isinstance(init, str) and hasattr(row, "items"):
-            found = next((float(x) for k, x in row.items() if _key(k) == _key(init)), None)
-        out[e.label] = found
-    return out, source
+        column = PAPER_EMBEDDINGS.get(init) if isinstance(init, str) else None
+        value = row.get(column) if column is not None else None
+        out[e.label] = None if value is None else float(value) / 100.0
+    return out, PUBLISHED_SOURCE
 
 
 def _versions() -> Dict[str, Any]:

@@ -49,8 +49,6 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
-import numpy as np
-
 from .. import _hf_scaling
 from .. import _validate as v
 
@@ -468,18 +466,11 @@ def scale_of(head_dim: int) -> float:
     return 1.0 / math.sqrt(head_dim)
 
 
-def sinusoid_init(rows: int, dim: int) -> np.ndarray:
-    """The sinusoid table (posenc.sinusoid) ``(rows, dim)`` in float32."""
-    from ..sinusoid import sinusoid
-
-    return np.asarray(sinusoid(rows, dim, dtype=np.float32))
-
-
 #: The posenc.torch module each encoding is built on (where it has one).
 MODULES: Dict[str, str] = {
+    "sinusoid": "SinusoidalEmbedding",
     "learned": "LearnedPositionEmbedding",
     "complex_order": "ComplexOrderEmbedding",
-    "alibi": "ALiBi",
     "t5": "T5RelativeBias",
     "kerple_log": "KerpleBias",
     "kerple_power": "KerpleBias",
@@ -491,26 +482,18 @@ MODULES: Dict[str, str] = {
 
 
 def torch_module(name: str) -> Any:
-    """The posenc.torch class encoding `name` is built on, looked up when a
-    model is built; an ImportError naming it where this posenc has none."""
-    from .. import torch as posenc_torch
+    """The posenc.torch class encoding `name` is built on (:data:`MODULES`)."""
+    from .. import torch as pt
 
-    wanted = MODULES[name]
-    found = getattr(posenc_torch, wanted, None)
-    if found is None:
-        raise ImportError(
-            f"encoding {name!r} is built on posenc.torch.{wanted}, which this version of "
-            "posenc does not have"
-        )
-    return found
-
-
-def available(name: str) -> bool:
-    """Whether encoding `name` can be built here (its posenc.torch module exists)."""
-    if name not in MODULES:
-        return name in KINDS
-    try:
-        torch_module(name)
-    except ImportError:
-        return False
-    return True
+    return {
+        "sinusoid": pt.SinusoidalEmbedding,
+        "learned": pt.LearnedPositionEmbedding,
+        "complex_order": pt.ComplexOrderEmbedding,
+        "t5": pt.T5RelativeBias,
+        "kerple_log": pt.KerpleBias,
+        "kerple_power": pt.KerpleBias,
+        "sandwich": pt.SandwichBias,
+        "fire": pt.FireBias,
+        "cope": pt.CoPE,
+        "xl": pt.XLPositionTerm,
+    }[name]

@@ -37,27 +37,27 @@ import numpy as np
 import torch
 from torch import nn
 
+from .. import _torch
 from .. import _validate as v
 from ..bias import alibi_bias
 from ..rope import Rope
-from ..sinusoid import sinusoid
 from ..torch import apply_rotary
 from . import encodings as _enc
 from .encodings import Encoding, head_dim_of
 
 __all__ = ["LabModel"]
 
-#: Tests set this to take the path a non-CPU device takes on the CPU: tables
-#: made on the host and copied to the device, Transformer-XL's term by torch's
-#: own ops (posenc's kernels run on the CPU only).
-_FORCE_DEVICE_PATH = False
-
 # tables kept per encoding (positions 0..n-1 of a length, device and dtype)
 _CACHE_ENTRIES = 16
 
 
 def _off_host(device: torch.device) -> bool:
-    return device.type != "cpu" or _FORCE_DEVICE_PATH
+    """Whether tensors on `device` take the path of a device other than the
+    CPU: tables made on the host and copied there, Transformer-XL's term by
+    torch's own ops (posenc's kernels run on the CPU only); tests take it on
+    the CPU through ``posenc._torch.force_device_path``, as posenc.torch's
+    modules do."""
+    return device.type != "cpu" or _torch.force_device_path
 
 
 @dataclass(frozen=True)
@@ -132,7 +132,7 @@ def _cached(cache: OrderedDict[Any, torch.Tensor], key: Any, make: Any) -> Any:
 def _to(t: torch.Tensor, device: torch.device) -> torch.Tensor:
     """A host tensor on `device` (a copy on the forced path)."""
     if device.type == "cpu":
-        return t.clone() if _FORCE_DEVICE_PATH else t
+        return t.clone() if _torch.force_device_path else t
     return t.to(device)
 
 
@@ -184,22 +184,19 @@ class _Sinusoid(PositionEncoding):
         super().__init__(spec)
         if dim % 2:
             raise ValueError(f"sinusoid needs an even dim, got {dim}")
-        self.dim = dim
-        self.base = float(spec.option("base", 10000.0))
+        cls = _enc.torch_module("sinusoid")
+        self.table = cls(dim, base=float(spec.option("base", 10000.0)))
         self._cache: OrderedDict[Any, torch.Tensor] = OrderedDict()
 
-    def _table(self, host: np.ndarray) -> torch.Tensor:
-        table = sinusoid(host, self.dim, base=self.base, dtype=np.float32)
-        return torch.from_numpy(np.ascontiguousarray(table))
-
     def add_input(self, x: torch.Tensor, positions: Positions) -> torch.Tensor:
+        def make() -> torch.Tensor:
+            return self.table(positions.ids, dtype=torch.float32)
+
         if positions.contiguous:
-            n = positions.host.shape[1]
-            table = _cached(
-                self._cache, (n, x.device), lambda: _to(self._table(positions.host), x.device)
-            )
+            key = (positions.host.shape[1], x.device)
+            table = _cached(self._cache, key, make)
         else:
-            table = _to(self._table(positions.host), x.device)
+            table = make()
         return x + table.to(x.dtype)
 
 
@@ -234,20 +231,11 @@ class _ComplexOrder(PositionEncoding):
                 f"complex_order needs an even dim (real and imaginary parts), got {dim}"
             )
         cls = _enc.torch_module("complex_order")
-        self.embedding = cls(vocab_size, dim // 2)
-        self.dim = dim
+        # the real parts then the imaginary ones: a real model of width dim
+        self.embedding = cls(vocab_size, dim // 2, output="concat")
 
     def embed(self, tokens: torch.Tensor, positions: Positions) -> torch.Tensor:
-        out: Any = self.embedding(tokens, positions.ids.expand(tokens.shape))
-        if isinstance(out, tuple):
-            out = torch.cat(out, dim=-1)
-        elif torch.is_complex(out):
-            out = torch.cat((out.real, out.imag), dim=-1)
-        if out.shape[-1] != self.dim:
-            raise ValueError(
-                f"complex_order gave embeddings of width {out.shape[-1]}, the model's is {self.dim}"
-            )
-        return out
+        return self.embedding(tokens, positions.ids.expand(tokens.shape))
 
 
 def _rotate_half(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -554,7 +542,8 @@ def build(
         hidden = enc.option("hidden", 32)
         return _PerLayerBias(enc, heads, layers, lambda: cls(heads, hidden=hidden, causal=causal))
     if name == "cope":
-        npos = enc.option("max_positions", train_length or max_positions)
+        # the authors' training code: the block size + 1
+        npos = enc.option("max_positions", (train_length or max_positions) + 1)
         return _CoPE(enc, heads, head_dim, layers, npos, causal)
     if name == "xl":
         return _XL(enc, dim, heads, head_dim, layers, causal)

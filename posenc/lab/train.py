@@ -40,7 +40,9 @@ import numpy as np
 from .. import _validate as v
 from ..context._common import Progress
 from ..probe._optional import require
+from .data import lm_batch, lm_windows
 from .encodings import Encoding, encoding
+from .tasks import IGNORE, exact_match
 
 __all__ = [
     "ClassificationProblem",
@@ -98,8 +100,9 @@ class TrainConfig:
     eval_samples : int
         Sequences per evaluation length (tasks).
     eval_tokens : int
-        Tokens per evaluation length (language modelling: non-overlapping
-        windows of the length over the validation text, as many as fit).
+        Tokens per evaluation length (language modelling: the first so many
+        tokens of the validation text, scored in windows of the length side
+        by side; at least the longest length).
     eval_batch_size : int
         Sequences per evaluation forward pass.
     checkpoint_every : int
@@ -236,12 +239,6 @@ def device_of(name: str) -> Any:
 # ---------------------------------------------------------------- problems
 
 
-def _exact_match(predictions: np.ndarray, targets: np.ndarray) -> np.ndarray:
-    """1 for each row whose every target (not -100) is predicted."""
-    scored = targets != -100
-    return np.all((predictions == targets) | ~scored, axis=1).astype(np.float64)
-
-
 class _Problem:
     """What a run trains on and how it is scored."""
 
@@ -305,8 +302,12 @@ class TaskProblem(_Problem):
 
 class LanguageModelProblem(_Problem):
     """Language modelling on a text: random training windows of
-    `train_length` tokens; perplexity at each length over non-overlapping
-    windows of the validation text (Press et al. 2022's evaluation)."""
+    `train_length` tokens (:func:`posenc.lab.data.lm_batch`); perplexity at
+    each length over the first ``eval_tokens`` tokens of the validation text
+    (all of it, where shorter) in windows side by side
+    (:func:`posenc.lab.data.lm_windows`: every token scored once, the last
+    window moved back to end at the end), the same tokens at every length:
+    Press et al. 2022's evaluation."""
 
     metric = "perplexity"
 
@@ -337,16 +338,17 @@ class LanguageModelProblem(_Problem):
             )
 
     def batch(self, rng: np.random.Generator, n: int) -> Tuple[np.ndarray, np.ndarray]:
-        length = self.train_length
-        starts = rng.integers(0, self.train.size - length, size=n)
-        index = starts[:, None] + np.arange(length)
-        return self.train[index], self.train[index + 1]
+        return lm_batch(self.train, n, self.train_length, rng)
 
     def eval_batches(self, length: int, seed: int, config: TrainConfig) -> List[Any]:
-        windows = max(1, min(config.eval_tokens // length, (self.valid.size - 1) // length))
-        used = windows * length
-        tokens = self.valid[:used].reshape(windows, length)
-        targets = self.valid[1 : used + 1].reshape(windows, length)
+        stream = self.valid[: config.eval_tokens + 1]
+        if stream.size < length + 1:
+            raise ValueError(
+                f"eval_tokens {config.eval_tokens} is below the evaluation length {length}"
+            )
+        windows = list(lm_windows(stream, length))
+        tokens = np.stack([w[0] for w in windows])
+        targets = np.stack([w[1] for w in windows])
         return [(tokens, targets)]
 
     def describe(self) -> Dict[str, Any]:
@@ -511,14 +513,14 @@ def _loss_sum(torch: Any, logits: Any, targets: Any, kind: str) -> Any:
         return f.cross_entropy(
             logits.float().reshape(-1, logits.shape[-1]),
             targets.reshape(-1),
-            ignore_index=-100,
+            ignore_index=IGNORE,
             reduction="sum",
         )
     return f.cross_entropy(logits.float(), targets, reduction="sum")
 
 
 def _count(targets: np.ndarray, kind: str) -> int:
-    return int((targets != -100).sum()) if kind == "decoder" else int(targets.shape[0])
+    return int((targets != IGNORE).sum()) if kind == "decoder" else int(targets.shape[0])
 
 
 def _autocast(torch: Any, device: Any, config: TrainConfig) -> Any:
@@ -584,7 +586,7 @@ def _evaluate(
                 else:
                     predicted = logits.argmax(-1).cpu().numpy()
                     if problem.kind == "decoder":
-                        total[0] += float(_exact_match(predicted, y).sum())
+                        total[0] += float(exact_match(predicted, y).sum())
                     else:
                         total[0] += float((predicted == y).sum())
                     total[1] += len(rows)

@@ -329,6 +329,43 @@ def test_the_config_is_not_changed_unpatch_restores_and_another_instance_is_unto
     assert model.config.to_dict() == config
 
 
+@pytest.mark.parametrize("name", ["llama", "deepseek_v3"])
+def test_a_prepared_patch_changes_nothing_until_applied_and_applies_again(tf, hf, name):
+    import torch
+
+    model = _build(tf, name)
+    inputs = _inputs(torch)
+    want = _logits(model, inputs)
+    before = _state(model)
+    witness = _witness(tf, name, "yarn", model)
+    scaled = _logits(witness, inputs)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ready = hf.prepare(_language(model), scaling=_scaling(name, "yarn")[0])
+    _same_state(before, _state(model))  # built and checked, nothing changed
+    assert hf.patched_parts(model) == [] and torch.equal(_logits(model, inputs), want)
+    for _ in range(2):  # applied, removed, applied again: the witness's logits each time
+        assert ready.apply() is _language(model)
+        assert hf.patched_parts(_language(model)) == ready.parts
+        assert _apart(_logits(model, inputs), scaled) <= 1e-5 * float(scaled.abs().max())
+        with pytest.raises(ValueError, match="already patched"):
+            ready.apply()
+        hf.unpatch(_language(model))
+        _same_state(before, _state(model))
+        assert torch.equal(_logits(model, inputs), want)
+
+
+def test_a_prepared_patch_refuses_a_model_that_changed_since(tf, hf):
+    model = _build(tf, "llama")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ready = hf.prepare(model, scaling="linear:4")
+    model.model.rotary_emb = copy.deepcopy(model.model.rotary_emb)
+    with pytest.raises(ValueError, match=r"changed since the patch was prepared \(model\.rotary"):
+        ready.apply()
+    assert hf.patched_parts(model) == []
+
+
 def test_a_transformers_config_as_scaling_is_read_as_transformers_reads_it(tf, hf):
     import torch
 
