@@ -423,7 +423,7 @@ def test_compare_on_text_says_where_the_skip_attack_does_not_apply():
     assert set(result.skip["rope"]) == {1, 2}
     text = result.to_markdown()
     assert "Skip-position attack" in text and "| nope | n/a | n/a |" in text
-    assert "nope take no position ids" in text
+    assert "nope takes no position ids" in text
 
 
 def test_classification_accuracy_and_the_published_column(monkeypatch):
@@ -435,7 +435,7 @@ def test_classification_accuracy_and_the_published_column(monkeypatch):
     encodings = ["nope", "learned:random", "learned:sinusoid"]
     result = lab.compare(encodings, dataset=data, seeds=2,
                          config=TrainConfig(steps=4, batch_size=8), dim=16, heads=2)  # fmt: skip
-    assert result.lengths == (12,) and result.task == "classification"
+    assert result.lengths == (12,) and result.task == "order"  # the data set's name
     assert result.settings["model"]["layers"] == 1
     assert result.published == {"nope": None, "learned:random": 0.615, "learned:sinusoid": None}
     text = result.to_markdown()

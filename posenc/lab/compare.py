@@ -70,7 +70,7 @@ class LabComparison(Plotted):
     Attributes
     ----------
     task : str
-        The task's name, ``"lm"`` or the classification data set's.
+        The task's name, ``"lm"``, or the classification data set's name.
     metric : str
         ``"accuracy"`` (tasks: exact match; classification) or ``"perplexity"``.
     labels : tuple of str
@@ -135,7 +135,7 @@ class LabComparison(Plotted):
         """The table, encodings x lengths, and the skip-position attack's."""
         what = {
             "perplexity": "perplexity (non-overlapping windows of each length)",
-            "accuracy": "exact-match accuracy" if self.task != "classification" else "accuracy",
+            "accuracy": "exact-match accuracy",
         }[self.metric]
         if self.published is not None:
             what = "test accuracy"
@@ -186,8 +186,9 @@ class LabComparison(Plotted):
             if missing:
                 lines += [
                     "",
-                    f"n/a: {', '.join(missing)} take no position ids (NoPE has none, CoPE counts "
-                    "its own from the attention gates): the attack does not apply.",
+                    f"n/a: {', '.join(missing)} take{'s' if len(missing) == 1 else ''} no position "
+                    "ids (NoPE has none, CoPE counts its own from the attention gates): the "
+                    "attack does not apply.",
                 ]
         return "\n".join(lines)
 
@@ -332,7 +333,8 @@ def _problem(
                 dataset = load_classification(dataset)
             else:
                 dataset = load_classification(dataset, max_len=train_length)
-        return ClassificationProblem(dataset), "classification"
+        made = ClassificationProblem(dataset)
+        return made, made.name
     if dataset is not None:
         raise ValueError(f"dataset= is for task 'classification', not {task!r}")
     if isinstance(task, str):
