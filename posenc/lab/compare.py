@@ -333,8 +333,8 @@ def _problem(
                 dataset = load_classification(dataset)
             else:
                 dataset = load_classification(dataset, max_len=train_length)
-        made = ClassificationProblem(dataset)
-        return made, made.name
+        classification = ClassificationProblem(dataset)
+        return classification, classification.name
     if dataset is not None:
         raise ValueError(f"dataset= is for task 'classification', not {task!r}")
     if isinstance(task, str):
