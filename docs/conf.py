@@ -216,6 +216,9 @@ def _api_page():
     # the lab (torch imported when a model is built)
     out += ["``posenc.lab``", "-" * 14, "", ".. automodule:: posenc.lab", "   :no-members:", ""]
     for name in posenc.lab.__all__:
+        if name == "LabModel":  # imported with torch: autodoc imports it (against the stand-in)
+            out.append(f".. autoclass:: posenc.lab.{name}\n   :members:\n")
+            continue
         obj = getattr(posenc.lab, name)
         if isinstance(obj, type):
             out.append(f".. autoclass:: posenc.lab.{name}\n   :members:\n")
