@@ -1655,7 +1655,10 @@ def _lab_parser(sub):
 def _lab_checks(args):
     """The options checked before anything trains: ``(encodings, eval_lengths)``."""
     from .lab import encoding
+    from .lab.tasks import TASKS
 
+    if args.task not in ("lm", "classification", *TASKS):
+        raise _Failure(f"--task {args.task}: not a task (lm, classification, {', '.join(TASKS)})")
     names = [e.strip() for e in args.encodings.split(",") if e.strip()]
     if not names:
         raise _Failure("--encodings: name at least one encoding")

@@ -524,12 +524,14 @@ def test_cli_lab_end_to_end_with_json(tmp_path, capsys):
         (["--encodings", "nope", "--train-length", "9", "--eval-lengths", "9,x"], "whole number"),
         (["--encodings", "nope", "--train-length", "9", "--device", "nowhere"], "--device"),
         (["--encodings", "nope", "--train-length", "9", "--text", "f.txt"], "--text is for"),
+        (["--task", "copyy", "--encodings", "nope"], "--task copyy: not a task (lm, "),
     ],
 )
 def test_cli_lab_errors_are_one_line(argv, words, capsys):
     from posenc.__main__ import main
 
-    assert main(["lab", "--task", "copy", *argv]) == 1
+    task = ["--task", "copy"] if "--task" not in argv else []
+    assert main(["lab", *task, *argv]) == 1
     err = capsys.readouterr().err
     assert err.startswith("posenc lab: error: ") and words in err and err.count("\n") == 1
 
