@@ -109,8 +109,8 @@ static inline void pe_sincos8(__m512d x, __m512d *sp, __m512d *cp)
         pe_sincos8_large(x, sp, cp);
 }
 
-/* Eight columns at once: (*s, *c) rotated by (sd, cd), w the frequencies,
- * vm and vpos m and pos in every lane (pe_rotate1's steps, pe_rotate4's
+/* Eight columns at once: (*s, *c) rotated by (sd, cd), w the frequencies, vm
+ * and vpos m and pos in every lane (pe_rotate1's steps, pe_rotate4's
  * order). */
 PE_INLINE void pe_rotate8(__m512d *s, __m512d *c, __m512d sd, __m512d cd, __m512d w, __m512d vm,
                           __m512d vpos)
@@ -130,6 +130,131 @@ PE_INLINE void pe_rotate8(__m512d *s, __m512d *c, __m512d sd, __m512d cd, __m512
     }
     *s = s1;
     *c = c1;
+}
+
+/* A name of the AVX-512 table a file defines: name_avx512, or
+ * name_avx512_bf16 in a file compiled with AVX-512 BF16. */
+#if defined(PE_AVX512_BF16)
+#define PE_AVX512_NAME(name) name##_avx512_bf16
+#else
+#define PE_AVX512_NAME(name) name##_avx512
+#endif
+
+/* ---- 16-bit elements, sixteen at a time ---- */
+
+/* Sixteen float16 or bfloat16 elements (enum pe_dtype) widened to float32. */
+PE_INLINE __m512 pe_ps_from_half16(__m256i h, const int dtype)
+{
+    if (dtype == PE_BF16)
+        return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    return _mm512_cvtph_ps(h);
+}
+
+/* The bits of each float rounded to bfloat16 in the top half of its word
+ * (avx2.h's pe_bf16_rounded): plus half a bfloat16 spacing, less one unless
+ * the kept part is odd; NaN lanes made quiet instead, their sign and top
+ * payload bits kept. */
+PE_INLINE __m512i pe_bf16_rounded16(__m512 v)
+{
+    __m512i x = _mm512_castps_si512(v);
+    __m512i odd = _mm512_and_si512(_mm512_srli_epi32(x, 16), _mm512_set1_epi32(1));
+    __m512i r = _mm512_add_epi32(x, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7fff)));
+    __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+    if (nan)
+        r = _mm512_mask_or_epi32(r, nan, x, _mm512_set1_epi32(0x400000));
+    return r;
+}
+
+#if defined(PE_AVX512_BF16)
+/* VCVTNEPS2BF16 rounds as pe_bf16_from_f32 does (to nearest even, a NaN
+ * made quiet with its sign and top payload bits) but takes a subnormal
+ * float as zero: a vector holding one (rare) goes the integer way.  Returns
+ * whether it converted v (into *h). */
+PE_INLINE int pe_bf16_convert16(__m512 v, __m256i *h)
+{
+    if (_mm512_fpclass_ps_mask(v, 0x20)) /* 0x20: subnormal */
+        return 0;
+    __m256bh b = _mm512_cvtneps_pbh(v);
+    memcpy(h, &b, sizeof *h); /* the same 32 bytes, as an integer vector */
+    return 1;
+}
+#endif
+
+/* Sixteen floats rounded to float16 or bfloat16, as pe_f16_from_f32 and
+ * pe_bf16_from_f32 round each (half.h). */
+PE_INLINE __m256i pe_half16_from_ps(__m512 v, const int dtype)
+{
+    if (dtype != PE_BF16)
+        return _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT);
+#if defined(PE_AVX512_BF16)
+    __m256i h;
+    if (pe_bf16_convert16(v, &h))
+        return h;
+#endif
+    return _mm512_cvtepi32_epi16(_mm512_srli_epi32(pe_bf16_rounded16(v), 16));
+}
+
+/* Sixteen float32 values rounded to the scores' type and widened back
+ * (pe_row_add's PE_ROW_PRODUCT); float32 as they are. */
+PE_INLINE __m512 pe_round16(__m512 x, const int dtype)
+{
+    if (dtype == PE_F32)
+        return x;
+#if !defined(PE_AVX512_BF16)
+    if (dtype == PE_BF16)
+        return _mm512_castsi512_ps(
+            _mm512_and_si512(pe_bf16_rounded16(x), _mm512_set1_epi32((int)0xffff0000u)));
+#endif
+    return pe_ps_from_half16(pe_half16_from_ps(x, dtype), dtype);
+}
+
+/* pe_row_add on the AVX-512 path: eight doubles, sixteen floats or sixteen
+ * float16 or bfloat16 scores at a time, each sum as pe_row_add makes it,
+ * the rest by pe_row_add. */
+PE_INLINE void pe_row_add_simd512(char *o, const char *x, ptrdiff_t n, const int kind,
+                                  const int dtype)
+{
+    const ptrdiff_t isz = (ptrdiff_t)pe_itemsize(dtype);
+    const ptrdiff_t xsz = kind == PE_ROW_SAME || dtype == PE_F64 ? isz : 4;
+    ptrdiff_t j = 0;
+    if (dtype == PE_F64) {
+        double *d = (double *)o;
+        const double *s = (const double *)x;
+        for (; j + 8 <= n; j += 8) {
+            __m512d v = _mm512_loadu_pd(s + j);
+            _mm512_storeu_pd(d + j,
+                             kind == PE_ROW_CAST ? v : _mm512_add_pd(_mm512_loadu_pd(d + j), v));
+        }
+    } else if (dtype == PE_F32) {
+        float *d = (float *)o;
+        const float *s = (const float *)x;
+        for (; j + 16 <= n; j += 16) {
+            __m512 v = _mm512_loadu_ps(s + j);
+            _mm512_storeu_ps(d + j,
+                             kind == PE_ROW_CAST ? v : _mm512_add_ps(_mm512_loadu_ps(d + j), v));
+        }
+    } else if (kind == PE_ROW_SAME) {
+        const uint16_t *s = (const uint16_t *)x;
+        uint16_t *d = (uint16_t *)o;
+        for (; j + 16 <= n; j += 16) {
+            __m512 a = pe_ps_from_half16(_mm256_loadu_si256((const __m256i *)(d + j)), dtype);
+            __m512 b = pe_ps_from_half16(_mm256_loadu_si256((const __m256i *)(s + j)), dtype);
+            _mm256_storeu_si256((__m256i *)(d + j), pe_half16_from_ps(_mm512_add_ps(a, b), dtype));
+        }
+    } else {
+        const float *s = (const float *)x;
+        uint16_t *d = (uint16_t *)o;
+        for (; j + 16 <= n; j += 16) {
+            __m512 v = _mm512_loadu_ps(s + j);
+            if (kind == PE_ROW_PRODUCT)
+                v = pe_round16(v, dtype);
+            if (kind != PE_ROW_CAST)
+                v = _mm512_add_ps(
+                    pe_ps_from_half16(_mm256_loadu_si256((const __m256i *)(d + j)), dtype), v);
+            _mm256_storeu_si256((__m256i *)(d + j), pe_half16_from_ps(v, dtype));
+        }
+    }
+    pe_row_add(o + j * isz, x + j * xsz, n - j, kind, dtype);
 }
 
 #endif /* PE_X86 */

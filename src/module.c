@@ -92,6 +92,9 @@ static PyMethodDef methods[] = {
      "simd_paths(): the paths this CPU supports, as a tuple, 'scalar' first."},
     {"simd_bf16", py_simd_bf16, METH_NOARGS,
      "simd_bf16(): whether the AVX-512 path uses the CPU's AVX-512 BF16 instructions."},
+    {"set_simd_bf16", py_set_simd_bf16, METH_O,
+     "set_simd_bf16(on): False leaves AVX-512 BF16 out of the AVX-512 path (for the tests); "
+     "returns the setting before."},
     {"set_simd", py_set_simd, METH_O,
      "set_simd(name): 'auto', 'scalar', 'avx2', 'avx512' or 'neon'; returns the path now in "
      "use."},

@@ -184,6 +184,35 @@ PyObject *py_simd_bf16(PyObject *self, PyObject *unused)
     return PyBool_FromLong(pe_simd_cpu_bf16());
 }
 
+/* 0: the AVX-512 path leaves out AVX-512 BF16 even where the CPU has it
+ * (for the tests, which compare both of its tables with the portable
+ * path); read and written with the GIL held. */
+static int bf16_allowed = 1;
+
+static const struct pe_kernels *kernels_of(int level)
+{
+#if PE_X86
+    if (level == PE_SIMD_AVX512 && !bf16_allowed)
+        return &pe_kernels_avx512;
+#endif
+    return pe_kernels_for(level);
+}
+
+PyObject *py_set_simd_bf16(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    int on = PyObject_IsTrue(arg);
+    if (on < 0)
+        return NULL;
+    int before = bf16_allowed;
+    bf16_allowed = on;
+#if PE_X86
+    if (kernels == &pe_kernels_avx512 || kernels == &pe_kernels_avx512_bf16)
+        kernels = kernels_of(PE_SIMD_AVX512);
+#endif
+    return PyBool_FromLong(before);
+}
+
 /* Select "scalar", "avx2", "avx512" or "neon" (if the CPU has it) or
  * "auto"; returns the path now in use.  A path the CPU lacks is the
  * portable one.  The environment variable POSENC_SIMD goes through here at
@@ -200,7 +229,7 @@ int select_simd(const char *name)
         if (level < 0)
             return -1;
     }
-    kernels = pe_kernels_for(level);
+    kernels = kernels_of(level);
     return 0;
 }
 

@@ -361,6 +361,7 @@ void pe_sincos_row_avx512(double pos, const double *freq, ptrdiff_t n, double *s
 void pe_rotate_row_avx512(double *s, double *c, const double *sd, const double *cd,
                           const double *freq, double pos, double m, ptrdiff_t n);
 extern const pe_sinusoid_cell_fn pe_sinusoid_cell_avx512[2][PE_NDTYPES];
+extern const pe_row_add_fn pe_row_add_avx512_bf16[PE_ROW_NKINDS][PE_NDTYPES];
 #endif
 #if PE_ARM
 /* The kernels the NEON path has bodies of (the rest of its table is the

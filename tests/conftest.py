@@ -10,8 +10,24 @@ import posenc
 from posenc import _core
 
 # the portable path, and the vector ones this CPU has ("avx2" and "avx512",
-# or "neon")
-SIMD_PATHS = list(_core.simd_paths())
+# or "neon"); on a CPU with AVX-512 BF16 the AVX-512 path twice, with the
+# BF16 instructions and without (NO_BF16, as on a CPU without them)
+NO_BF16 = "avx512 without bf16"
+SIMD_PATHS = list(_core.simd_paths()) + ([NO_BF16] if _core.simd_bf16() else [])
+
+
+def use_path(path):
+    """Set the SIMD path (a name of SIMD_PATHS); returns the name set_simd
+    gives it."""
+    _core.set_simd_bf16(path != NO_BF16)
+    return _core.set_simd("avx512" if path == NO_BF16 else path)
+
+
+def restore_path(before):
+    _core.set_simd_bf16(True)
+    _core.set_simd(before)
+
+
 # the paths a kernel test is parametrised over: those, and on x86-64 the
 # AVX-512 path where this CPU (or the build) lacks it, skipped saying so
 _X86 = platform.machine().lower() in ("x86_64", "amd64")
@@ -101,9 +117,9 @@ def pytest_report_header(config):
 def simd(request):
     """Run the test on each SIMD path this CPU has (the portable one always)."""
     before = _core.simd_path()
-    assert _core.set_simd(request.param) == request.param
+    assert use_path(request.param) == request.param.split()[0]
     yield request.param
-    _core.set_simd(before)
+    restore_path(before)
 
 
 def _on_every_path(make):
@@ -114,12 +130,12 @@ def _on_every_path(make):
     before = _core.simd_path()
     for path in SIMD_PATHS:
         for n in (1, 2):
-            assert _core.set_simd(path) == path
+            assert use_path(path) == path.split()[0]
             posenc.set_num_threads(n)
             try:
                 results.append(make())
             finally:
-                _core.set_simd(before)
+                restore_path(before)
                 posenc.set_num_threads(0)
     return results
 
