@@ -64,7 +64,6 @@ const struct pe_kernels pe_kernels_avx512 = PE_KERNELS_OF(avx512);
 #define pe_sincos_row_avx512_bf16 pe_sincos_row_avx512
 #define pe_rotate_row_avx512_bf16 pe_rotate_row_avx512
 #define pe_sinusoid_cell_avx512_bf16 pe_sinusoid_cell_avx512
-#define pe_rope_run_avx512_bf16 pe_rope_run_avx512
 #define pe_bias_rows_avx512_bf16 pe_bias_rows_avx512
 #define pe_alibi_block_avx512_bf16 pe_alibi_block_avx512
 #define pe_diagonals_avx512_bf16 pe_diagonals_avx512

@@ -362,6 +362,7 @@ void pe_rotate_row_avx512(double *s, double *c, const double *sd, const double *
                           const double *freq, double pos, double m, ptrdiff_t n);
 extern const pe_sinusoid_cell_fn pe_sinusoid_cell_avx512[2][PE_NDTYPES];
 extern const pe_row_add_fn pe_row_add_avx512_bf16[PE_ROW_NKINDS][PE_NDTYPES];
+extern const pe_rope_run_fn pe_rope_run_avx512_bf16[PE_ROPE_NLAYOUTS][PE_NDTYPES];
 #endif
 #if PE_ARM
 /* The kernels the NEON path has bodies of (the rest of its table is the
