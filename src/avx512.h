@@ -120,8 +120,10 @@ PE_INLINE void pe_rotate8(__m512d *s, __m512d *c, __m512d sd, __m512d cd, __m512
     __m512d floor = _mm512_add_pd(_mm512_mul_pd(vm, w), _mm512_set1_pd(0x1p-20));
     __m512d s1 = _mm512_fmadd_pd(s0, cd, _mm512_mul_pd(c0, sd));
     __m512d c1 = _mm512_fmadd_pd(c0, cd, _mm512_xor_pd(_mm512_mul_pd(s0, sd), neg));
-    __mmask8 low = _mm512_cmp_pd_mask(_mm512_abs_pd(s1), floor, _CMP_LT_OQ) |
-                   _mm512_cmp_pd_mask(_mm512_abs_pd(c1), floor, _CMP_LT_OQ);
+    /* |s1| < floor or |c1| < floor: the smaller magnitude of the two
+     * (VRANGEPD, imm 0x0A: min(|s1|, |c1|), sign cleared) below the floor;
+     * s1 and c1 are finite, rotated from finite values */
+    __mmask8 low = _mm512_cmp_pd_mask(_mm512_range_pd(s1, c1, 0x0A), floor, _CMP_LT_OQ);
     if (low) { /* as pe_rotate1: those lanes directly */
         __m512d se, ce;
         pe_sincos8(_mm512_mul_pd(vpos, w), &se, &ce);

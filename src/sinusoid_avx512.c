@@ -15,6 +15,13 @@
 #if PE_X86
 /* sin (lanes 0-7) and cos (lanes 8-15) of eight columns as the sixteen
  * elements of an interleaved row, s0 c0 s1 c1 ... */
+/* Eight floats a and eight b as a0 b0 a1 b1 ... (one VPERMT2PS). */
+PE_INLINE __m512 interleave2(__m256 a, __m256 b)
+{
+    const __m512i idx = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+    return _mm512_permutex2var_ps(_mm512_castps256_ps512(a), idx, _mm512_castps256_ps512(b));
+}
+
 PE_INLINE __m512 interleave16(__m512 v)
 {
     const __m512i idx = _mm512_setr_epi32(0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15);
@@ -56,8 +63,7 @@ PE_INLINE void store8(char *row, ptrdiff_t j, ptrdiff_t half, const int layout, 
     if (dtype == PE_F32) {
         float *o = (float *)row;
         if (layout == PE_INTERLEAVED) {
-            _mm512_storeu_ps(o + 2 * j,
-                             interleave16(_mm512_insertf32x8(_mm512_castps256_ps512(fs), fc, 1)));
+            _mm512_storeu_ps(o + 2 * j, interleave2(fs, fc));
         } else {
             _mm256_storeu_ps(o + j, fs);
             _mm256_storeu_ps(o + half + j, fc);
