@@ -146,9 +146,40 @@ def _compile_column(case, torch_ok, compile_ok):
     return torch.compile(case.torch) if case.torch is not None else None
 
 
-def run(cases, selected, threads, repeats, quick, torch_ok, compile_ok=True, jax_ok=True):
+def timeit_paths(fn, paths, repeats, min_time=0.2):
+    """Median seconds of `fn()` on each SIMD path of `paths` (names as
+    posenc._core.set_simd takes them), the paths' calls taken in turn, one
+    call each a round, so that the machine's load falls on all of them
+    alike; after one warm-up call each.  Returns {path: seconds}."""
+    if len(paths) == 1:
+        posenc._core.set_simd(paths[0])
+        return {paths[0]: timeit(fn, repeats, min_time)}
+    for path in paths:
+        posenc._core.set_simd(path)
+        fn()
+    t0 = time.perf_counter()
+    fn()
+    once = max(time.perf_counter() - t0, 1e-7)
+    n = max(repeats, min(200, int(min_time / once)))
+    times = {path: [] for path in paths}
+    for _ in range(n):
+        for path in paths:
+            posenc._core.set_simd(path)
+            t0 = time.perf_counter()
+            fn()
+            times[path].append(time.perf_counter() - t0)
+    return {path: float(np.median(t)) for path, t in times.items()}
+
+
+def run(
+    cases, selected, threads, repeats, quick, torch_ok, compile_ok=True, jax_ok=True, paths=None
+):
     """Time every case of the groups `cases` ((group, make) pairs) whose
-    name contains one of `selected` (all if empty), at each thread count."""
+    name contains one of `selected` (all if empty), at each thread count;
+    posenc on each SIMD path of `paths` (None: the one in use), a row for
+    each, the other contenders timed once and shown on every path's row."""
+    in_use = posenc._core.simd_path()
+    paths = list(paths) if paths else [in_use]
     rows = []
     for group, make in cases:
         if selected and not any(k in group for k in selected):
@@ -167,7 +198,10 @@ def run(cases, selected, threads, repeats, quick, torch_ok, compile_ok=True, jax
                     "note": c.note,
                     **c.extra,
                 }
-                row["posenc_ms"] = timeit(c.posenc, repeats) * 1e3
+                by_path = timeit_paths(c.posenc, paths, repeats)
+                posenc._core.set_simd(in_use)
+                row["simd"] = paths[0]
+                row["posenc_ms"] = by_path[paths[0]] * 1e3
                 row["memory_ms"] = timeit(c.memory, repeats) * 1e3 if c.memory else None
                 row["numpy_ms"] = (
                     timeit(c.numpy, max(3, repeats // 4)) * 1e3
@@ -179,8 +213,9 @@ def run(cases, selected, threads, repeats, quick, torch_ok, compile_ok=True, jax
                 )
                 row["compiled_ms"] = timeit(compiled, repeats) * 1e3 if compiled else None
                 row["jit_ms"] = timeit(c.jit, repeats) * 1e3 if c.jit and jax_ok else None
-                rows.append(row)
-                print(format_row(row), file=sys.stderr, flush=True)
+                for path in paths:
+                    rows.append({**row, "simd": path, "posenc_ms": by_path[path] * 1e3})
+                    print(format_row(rows[-1]), file=sys.stderr, flush=True)
     posenc.set_num_threads(0)
     # the NumPy reference runs on one thread whatever is set: one figure per case
     by_case = {}
@@ -205,21 +240,22 @@ def fmt(x, spec):
 
 def format_row(row):
     return (
-        f"{row['case']} [{row['threads']} thr]: posenc {row['posenc_ms']:.2f} ms, "
+        f"{row['case']} [{row['threads']} thr, {row['simd']}]: posenc {row['posenc_ms']:.2f} ms, "
         f"memory {fmt(row['memory_ms'], '.2f')} ms"
     )
 
 
 def markdown(rows):
     head = (
-        "| case | thr | MiB | posenc ms | memory ms | numpy ms | torch ms | compiled ms | jit ms "
-        "| posenc/memory | numpy/posenc | torch/posenc | compiled/posenc | jit/posenc |\n"
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n"
+        "| case | thr | simd | MiB | posenc ms | memory ms | numpy ms | torch ms | compiled ms "
+        "| jit ms | posenc/memory | numpy/posenc | torch/posenc | compiled/posenc | jit/posenc |\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n"
     )
     lines = []
     for r in rows:
         lines.append(
-            f"| {r['case']} | {r['threads']} | {r['bytes'] / 2**20:.0f} | {r['posenc_ms']:.2f} "
+            f"| {r['case']} | {r['threads']} | {r['simd']} | {r['bytes'] / 2**20:.0f} "
+            f"| {r['posenc_ms']:.2f} "
             f"| {fmt(r['memory_ms'], '.2f')} | {fmt(r['numpy_ms'], '.1f')} "
             f"| {fmt(r['torch_ms'], '.2f')} "
             f"| {fmt(r['compiled_ms'], '.2f')} | {fmt(r['jit_ms'], '.2f')} "

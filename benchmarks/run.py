@@ -25,6 +25,7 @@ group with JAX arrays: eagerly, under jax.jit, and under jax.grad.
     python benchmarks/run.py                 # all cases, 1 and 2 threads
     python benchmarks/run.py --quick         # smaller, well under a minute
     python benchmarks/run.py -k rope --json out.json
+    python benchmarks/run.py -k sinusoid --simd avx2,avx512   # a row per path
 """
 
 from __future__ import annotations
@@ -62,6 +63,13 @@ def main(argv=None):
     parser.add_argument("--quick", action="store_true", help="smaller sizes, fewer repeats")
     parser.add_argument("-k", action="append", default=[], help="only groups containing this")
     parser.add_argument("--threads", default="1,2", help="comma-separated thread counts")
+    parser.add_argument(
+        "--simd",
+        default="",
+        help="comma-separated SIMD paths to time posenc on, a row each, their calls taken in "
+        "turn (avx2,avx512; 'all': every path this CPU has but the portable one); default: the "
+        "path in use (POSENC_SIMD)",
+    )
     parser.add_argument("--repeats", type=int, default=None)
     parser.add_argument("--json", metavar="PATH", help="also write the rows as JSON")
     parser.add_argument("--no-torch", action="store_true", help="leave PyTorch out")
@@ -76,10 +84,22 @@ def main(argv=None):
             f"-k {', '.join(map(repr, unknown))} matches no group; the groups: {' '.join(GROUPS)}"
         )
     threads = [int(t) for t in args.threads.split(",")]
+    if args.simd == "all":
+        paths = [p for p in posenc._core.simd_paths() if p != "scalar"] or ["scalar"]
+    else:
+        paths = [p for p in args.simd.split(",") if p]
+    lacking = [p for p in paths if p not in posenc._core.simd_paths()]
+    if lacking:
+        parser.error(
+            f"--simd {', '.join(lacking)}: not a path this CPU has "
+            f"({', '.join(posenc._core.simd_paths())})"
+        )
     repeats = args.repeats or (5 if args.quick else 15)
     torch_ok = torch is not None and not args.no_torch
     jax_ok = jax is not None and not args.no_jax
-    rows = run(CASES, args.k, threads, repeats, args.quick, torch_ok, not args.no_compile, jax_ok)
+    rows = run(
+        CASES, args.k, threads, repeats, args.quick, torch_ok, not args.no_compile, jax_ok, paths
+    )
     info = {
         **posenc.config(),
         "machine": platform.machine(),

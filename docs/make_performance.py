@@ -23,6 +23,7 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 COLUMNS = [  # (key, heading, format): a column is shown when one of its rows has a value
     ("threads", "threads", "d"),
+    ("simd", "SIMD path", "s"),
     ("posenc_ms", "posenc ms", ".2f"),
     ("memory_ms", "memory floor ms", ".2f"),
     ("vs_memory", "posenc / floor", ".2fx"),

@@ -13,11 +13,11 @@ from . import _core
 from ._validate import integer
 from ._version import __version__
 
-_SIMD_CHOICES = ("", "auto", "scalar", "avx2", "neon")
+_SIMD_CHOICES = ("", "auto", "scalar", "avx2", "avx512", "neon")
 if os.environ.get("POSENC_SIMD", "") not in _SIMD_CHOICES:
     warnings.warn(
         f"POSENC_SIMD={os.environ['POSENC_SIMD']!r} is not one of "
-        "'auto', 'scalar', 'avx2', 'neon'; using 'auto'",
+        "'auto', 'scalar', 'avx2', 'avx512', 'neon'; using 'auto'",
         RuntimeWarning,
         stacklevel=2,
     )
@@ -81,17 +81,25 @@ def get_num_threads() -> int:
 
 
 def simd_path() -> str:
-    """``'avx2'``, ``'neon'`` or ``'scalar'``: the kernels in use (``POSENC_SIMD`` chooses).
+    """``'avx512'``, ``'avx2'``, ``'neon'`` or ``'scalar'``: the kernels in use.
 
-    ``'avx2'`` on x86-64 CPUs with AVX2, FMA and F16C, ``'neon'`` on AArch64
-    (Linux, Apple silicon), ``'scalar'`` (the portable kernels) elsewhere or
-    when ``POSENC_SIMD=scalar``; a path the CPU lacks falls back to
-    ``'scalar'``.  Every path gives the same bits.
+    ``POSENC_SIMD`` chooses (``auto``, the default, takes the best the CPU
+    has).  ``'avx512'`` on x86-64 CPUs with AVX-512 F, DQ, BW and VL whose
+    operating system saves the ZMM registers (Intel since Skylake-SP, AMD
+    since Zen 4; where the CPU also has AVX-512 BF16 the path uses its
+    conversions, ``config()["simd_bf16"]``), ``'avx2'`` on those with AVX2,
+    FMA and F16C, ``'neon'`` on AArch64 (Linux, Apple silicon),
+    ``'scalar'`` (the portable kernels) elsewhere or when
+    ``POSENC_SIMD=scalar``.  A path the CPU lacks is not used: asked for,
+    it falls back to ``'scalar'``, which this function then reports.  The
+    AVX-512 path has kernels of its own where they pay (the sinusoid, the
+    cos/sin tables) and the AVX2 ones elsewhere.  Every path gives the same
+    bits.
 
     Examples
     --------
     >>> import posenc
-    >>> posenc.simd_path() in ("avx2", "neon", "scalar")
+    >>> posenc.simd_path() in ("avx512", "avx2", "neon", "scalar")
     True
     """
     return _core.simd_path()
@@ -113,6 +121,8 @@ def config() -> Dict[str, Any]:
         "posenc": __version__,
         "simd": _core.simd_path(),
         "simd_cpu": _core.simd_cpu(),
+        "simd_paths": list(_core.simd_paths()),
+        "simd_bf16": bool(_core.simd_bf16()),
         "simd_requested": os.environ.get("POSENC_SIMD", "auto") or "auto",
         "openmp": bool(_core.openmp),
         "threads": _core.get_num_threads(),
@@ -136,7 +146,8 @@ def show_config(file: Optional[TextIO] = None) -> None:
     cfg = config()
     lines = [
         f"posenc {cfg['posenc']}",
-        f"  simd:    {cfg['simd']} (cpu supports {cfg['simd_cpu']}; "
+        f"  simd:    {cfg['simd']} (cpu supports {', '.join(cfg['simd_paths'])}"
+        f"{', AVX-512 BF16' if cfg['simd_bf16'] else ''}; "
         f"POSENC_SIMD={cfg['simd_requested']})",
         f"  openmp:  {'yes' if cfg['openmp'] else 'no'}, {cfg['threads']} thread(s)",
         f"  numpy:   {cfg['numpy']}",

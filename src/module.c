@@ -86,10 +86,18 @@ static PyMethodDef methods[] = {
     {"get_num_threads", py_get_num_threads, METH_NOARGS,
      "get_num_threads(): threads the next kernel will use."},
     {"simd_path", py_simd_path, METH_NOARGS,
-     "simd_path(): 'avx2', 'neon' or 'scalar', the path in use."},
+     "simd_path(): 'avx512', 'avx2', 'neon' or 'scalar', the path in use."},
     {"simd_cpu", py_simd_cpu, METH_NOARGS, "simd_cpu(): the best path this CPU supports."},
+    {"simd_paths", py_simd_paths, METH_NOARGS,
+     "simd_paths(): the paths this CPU supports, as a tuple, 'scalar' first."},
+    {"simd_bf16", py_simd_bf16, METH_NOARGS,
+     "simd_bf16(): whether the AVX-512 path uses the CPU's AVX-512 BF16 instructions."},
+    {"set_simd_bf16", py_set_simd_bf16, METH_O,
+     "set_simd_bf16(on): False leaves AVX-512 BF16 out of the AVX-512 path (for the tests); "
+     "returns the setting before."},
     {"set_simd", py_set_simd, METH_O,
-     "set_simd(name): 'auto', 'scalar', 'avx2' or 'neon'; returns the path now in use."},
+     "set_simd(name): 'auto', 'scalar', 'avx2', 'avx512' or 'neon'; returns the path now in "
+     "use."},
     {NULL, NULL, 0, NULL},
 };
 

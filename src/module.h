@@ -124,6 +124,9 @@ PyObject *py_set_num_threads(PyObject *self, PyObject *arg);
 PyObject *py_get_num_threads(PyObject *self, PyObject *unused);
 PyObject *py_simd_path(PyObject *self, PyObject *unused);
 PyObject *py_simd_cpu(PyObject *self, PyObject *unused);
+PyObject *py_simd_paths(PyObject *self, PyObject *unused);
+PyObject *py_simd_bf16(PyObject *self, PyObject *unused);
+PyObject *py_set_simd_bf16(PyObject *self, PyObject *arg);
 PyObject *py_set_simd(PyObject *self, PyObject *arg);
 
 #endif

@@ -18,7 +18,8 @@
  * meanwhile on another thread. */
 static const struct pe_kernels *kernels = &pe_kernels_scalar;
 
-static const char *const simd_names[] = {"scalar", "avx2", "neon"};
+/* The paths' names, indexed by enum pe_simd. */
+static const char *const simd_names[PE_SIMD_NPATHS] = {"scalar", "avx2", "neon", "avx512"};
 
 /* ---- threads ---- */
 
@@ -155,23 +156,80 @@ PyObject *py_simd_cpu(PyObject *self, PyObject *unused)
     return PyUnicode_FromString(simd_names[pe_simd_cpu_best()]);
 }
 
-/* Select "scalar", "avx2" or "neon" (if the CPU has it) or "auto"; returns the path
- * now in use.  The environment variable POSENC_SIMD goes through here at
- * import; tests call it to run both paths in one process. */
+PyObject *py_simd_paths(PyObject *self, PyObject *unused)
+{
+    (void)self, (void)unused;
+    /* in the order of enum pe_simd: the portable path first */
+    PyObject *list = PyList_New(0), *t = NULL;
+    if (list == NULL)
+        return NULL;
+    for (int level = 0; level < PE_SIMD_NPATHS; ++level) {
+        if (!pe_simd_cpu_has(level))
+            continue;
+        PyObject *name = PyUnicode_FromString(simd_names[level]);
+        int rc = name == NULL ? -1 : PyList_Append(list, name);
+        Py_XDECREF(name);
+        if (rc < 0)
+            goto done;
+    }
+    t = PyList_AsTuple(list);
+done:
+    Py_DECREF(list);
+    return t;
+}
+
+PyObject *py_simd_bf16(PyObject *self, PyObject *unused)
+{
+    (void)self, (void)unused;
+    return PyBool_FromLong(pe_simd_cpu_bf16());
+}
+
+/* 0: the AVX-512 path leaves out AVX-512 BF16 even where the CPU has it
+ * (for the tests, which compare both of its tables with the portable
+ * path); read and written with the GIL held. */
+static int bf16_allowed = 1;
+
+static const struct pe_kernels *kernels_of(int level)
+{
+#if PE_X86
+    if (level == PE_SIMD_AVX512 && !bf16_allowed)
+        return &pe_kernels_avx512;
+#endif
+    return pe_kernels_for(level);
+}
+
+PyObject *py_set_simd_bf16(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    int on = PyObject_IsTrue(arg);
+    if (on < 0)
+        return NULL;
+    int before = bf16_allowed;
+    bf16_allowed = on;
+#if PE_X86
+    if (kernels == &pe_kernels_avx512 || kernels == &pe_kernels_avx512_bf16)
+        kernels = kernels_of(PE_SIMD_AVX512);
+#endif
+    return PyBool_FromLong(before);
+}
+
+/* Select "scalar", "avx2", "avx512" or "neon" (if the CPU has it) or
+ * "auto"; returns the path now in use.  A path the CPU lacks is the
+ * portable one.  The environment variable POSENC_SIMD goes through here at
+ * import; tests call it to run every path in one process. */
 int select_simd(const char *name)
 {
-    int best = pe_simd_cpu_best(), level;
-    if (name == NULL || name[0] == '\0' || strcmp(name, "auto") == 0)
-        level = best;
-    else if (strcmp(name, "scalar") == 0)
-        level = PE_SIMD_SCALAR;
-    else if (strcmp(name, "avx2") == 0)
-        level = best == PE_SIMD_AVX2 ? PE_SIMD_AVX2 : PE_SIMD_SCALAR;
-    else if (strcmp(name, "neon") == 0)
-        level = best == PE_SIMD_NEON ? PE_SIMD_NEON : PE_SIMD_SCALAR;
-    else
-        return -1;
-    kernels = pe_kernels_for(level);
+    int level = -1;
+    if (name == NULL || name[0] == '\0' || strcmp(name, "auto") == 0) {
+        level = pe_simd_cpu_best();
+    } else {
+        for (int l = 0; l < PE_SIMD_NPATHS; ++l)
+            if (strcmp(name, simd_names[l]) == 0)
+                level = pe_simd_cpu_has(l) ? l : PE_SIMD_SCALAR;
+        if (level < 0)
+            return -1;
+    }
+    kernels = kernels_of(level);
     return 0;
 }
 
@@ -182,8 +240,8 @@ PyObject *py_set_simd(PyObject *self, PyObject *arg)
     if (name == NULL)
         return NULL;
     if (select_simd(name) < 0) {
-        PyErr_Format(PyExc_ValueError, "simd must be 'auto', 'scalar', 'avx2' or 'neon', not '%s'",
-                     name);
+        PyErr_Format(PyExc_ValueError,
+                     "simd must be 'auto', 'scalar', 'avx2', 'avx512' or 'neon', not '%s'", name);
         return NULL;
     }
     return PyUnicode_FromString(kernels->name);

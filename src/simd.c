@@ -43,11 +43,47 @@ const struct pe_kernels pe_kernels_neon = PE_KERNELS_OF(neon);
 #if PE_X86
 const struct pe_kernels pe_kernels_avx2 = PE_KERNELS_OF(avx2);
 
+/* The AVX-512 path: its own kernels where it has them (the *_avx512.c
+ * files), the AVX2 ones for the rest (its CPUs have AVX2). */
+#define pe_rope_run_avx512 pe_rope_run_avx2
+#define pe_bias_rows_avx512 pe_bias_rows_avx2
+#define pe_row_add_avx512 pe_row_add_avx2
+#define pe_alibi_block_avx512 pe_alibi_block_avx2
+#define pe_diagonals_avx512 pe_diagonals_avx2
+#define pe_rel_task_avx512 pe_rel_task_avx2
+#define pe_fire_block_avx512 pe_fire_block_avx2
+#define pe_cope_rows_avx512 pe_cope_rows_avx2
+#define pe_cope_z_avx512 pe_cope_z_avx2
+#define pe_complex_order_rows_avx512 pe_complex_order_rows_avx2
+#define pe_store_fence_avx512 pe_store_fence_avx2
+const struct pe_kernels pe_kernels_avx512 = PE_KERNELS_OF(avx512);
+
+/* The AVX-512 path on a CPU with AVX-512 BF16: the kernels whose bodies
+ * use its instructions (the *_avx512bf16.c files), pe_kernels_avx512's for
+ * the rest; the same name, and the same bits. */
+#define pe_sincos_row_avx512_bf16 pe_sincos_row_avx512
+#define pe_rotate_row_avx512_bf16 pe_rotate_row_avx512
+#define pe_sinusoid_cell_avx512_bf16 pe_sinusoid_cell_avx512
+#define pe_bias_rows_avx512_bf16 pe_bias_rows_avx512
+#define pe_alibi_block_avx512_bf16 pe_alibi_block_avx512
+#define pe_diagonals_avx512_bf16 pe_diagonals_avx512
+#define pe_rel_task_avx512_bf16 pe_rel_task_avx512
+#define pe_fire_block_avx512_bf16 pe_fire_block_avx512
+#define pe_cope_rows_avx512_bf16 pe_cope_rows_avx512
+#define pe_cope_z_avx512_bf16 pe_cope_z_avx512
+#define pe_complex_order_rows_avx512_bf16 pe_complex_order_rows_avx512
+#define pe_store_fence_avx512_bf16 pe_store_fence_avx512
+const struct pe_kernels pe_kernels_avx512_bf16 = {.name = "avx512",
+                                                  PE_KERNEL_FIELDS(PE_KERNEL_FIELD, avx512_bf16)};
+
 /* AVX2, FMA and F16C, and an operating system that saves the YMM registers
  * (cpuid and xgetbv, as GCC's and clang's cpu_supports builtins do; clang's
  * builtin does not know "f16c"): cpuid.h and xgetbv in assembly with GCC
  * and clang, intrin.h's __cpuid, __cpuidex and _xgetbv with MSVC and
- * clang-cl; the same bits read. */
+ * clang-cl; the same bits read.  AVX-512 on top of that: F, DQ, BW and VL
+ * (cpuid leaf 7), and an operating system that saves the opmask and ZMM
+ * registers (XCR0's bits 5, 6 and 7 beside XMM and YMM: 0xE6); BF16 apart
+ * (leaf 7, sub-leaf 1). */
 #if defined(_MSC_VER)
 static int cpuid_leaf1_ecx(unsigned *c)
 {
@@ -72,6 +108,18 @@ static unsigned cpuid_leaf7_ebx(void)
     __cpuidex(r, 7, 0);
     return (unsigned)r[1];
 }
+static unsigned cpuid_leaf7_1_eax(void)
+{
+    int r[4];
+    __cpuid(r, 0);
+    if (r[0] < 7)
+        return 0;
+    __cpuidex(r, 7, 0);
+    if (r[0] < 1) /* the largest sub-leaf of leaf 7 */
+        return 0;
+    __cpuidex(r, 7, 1);
+    return (unsigned)r[0];
+}
 #else
 static int cpuid_leaf1_ecx(unsigned *c)
 {
@@ -93,6 +141,17 @@ static unsigned cpuid_leaf7_ebx(void)
     __cpuid_count(7, 0, a, b, c, d);
     return b;
 }
+static unsigned cpuid_leaf7_1_eax(void)
+{
+    unsigned a, b, c, d;
+    if (__get_cpuid_max(0, NULL) < 7)
+        return 0;
+    __cpuid_count(7, 0, a, b, c, d);
+    if (a < 1) /* the largest sub-leaf of leaf 7 */
+        return 0;
+    __cpuid_count(7, 1, a, b, c, d);
+    return a;
+}
 #endif
 
 static int cpu_has_avx2(void)
@@ -108,6 +167,24 @@ static int cpu_has_avx2(void)
         return 0;
     return (cpuid_leaf7_ebx() >> 5) & 1u; /* leaf 7, ebx: AVX2 (bit 5) */
 }
+
+static int cpu_has_avx512(void)
+{
+    if (!cpu_has_avx2())
+        return 0;
+    /* XMM, YMM, the opmask registers, the upper halves of ZMM0-15, ZMM16-31 */
+    if ((xcr0_low() & 0xE6u) != 0xE6u)
+        return 0;
+    /* leaf 7, ebx: AVX512F (bit 16), AVX512DQ (17), AVX512BW (30), AVX512VL (31) */
+    const unsigned want = 1u << 16 | 1u << 17 | 1u << 30 | 1u << 31;
+    return (cpuid_leaf7_ebx() & want) == want;
+}
+
+static int cpu_has_avx512_bf16(void)
+{
+    /* leaf 7, sub-leaf 1, eax: AVX512_BF16 (bit 5) */
+    return cpu_has_avx512() && ((cpuid_leaf7_1_eax() >> 5) & 1u);
+}
 #endif
 
 /* On AArch64 Advanced SIMD and the float16 conversions are architectural:
@@ -118,10 +195,28 @@ int pe_simd_cpu_best(void)
     return PE_SIMD_NEON;
 #endif
 #if PE_X86
+    if (cpu_has_avx512())
+        return PE_SIMD_AVX512;
     if (cpu_has_avx2())
         return PE_SIMD_AVX2;
 #endif
     return PE_SIMD_SCALAR;
+}
+
+int pe_simd_cpu_has(int level)
+{
+    int best = pe_simd_cpu_best();
+    return level == PE_SIMD_SCALAR || level == best ||
+           (level == PE_SIMD_AVX2 && best == PE_SIMD_AVX512);
+}
+
+int pe_simd_cpu_bf16(void)
+{
+#if PE_X86
+    return cpu_has_avx512_bf16();
+#else
+    return 0;
+#endif
 }
 
 const struct pe_kernels *pe_kernels_for(int level)
@@ -129,6 +224,8 @@ const struct pe_kernels *pe_kernels_for(int level)
 #if PE_X86
     if (level == PE_SIMD_AVX2)
         return &pe_kernels_avx2;
+    if (level == PE_SIMD_AVX512)
+        return cpu_has_avx512_bf16() ? &pe_kernels_avx512_bf16 : &pe_kernels_avx512;
 #endif
 #if PE_ARM
     if (level == PE_SIMD_NEON)

@@ -7,8 +7,12 @@
  * table with one instance per path: pe_kernels_scalar (the portable files),
  * pe_kernels_avx2 (the *_avx2.c files, compiled with a target pragma,
  * avx2.h; no global -mavx2, so a wheel built on one x86-64 machine imports
- * on any) and pe_kernels_neon (the *_neon.c files, neon.h; the portable
- * functions where a kernel has no NEON body).  The glue picks the instance at import and in
+ * on any), pe_kernels_avx512 and pe_kernels_avx512_bf16 (the *_avx512.c
+ * files, avx512.h, and for the second the *_avx512bf16.c ones, whose
+ * target adds AVX-512 BF16: one table for CPUs with it and one for those
+ * without; the AVX2 functions where a kernel has no AVX-512 body) and
+ * pe_kernels_neon (the *_neon.c files, neon.h; the portable functions
+ * where a kernel has no NEON body).  The glue picks the instance at import and in
  * set_simd, with the GIL held, and hands it to every entry point, which takes it once at the start
  * of the call and passes it down: a call never mixes the paths, and a concurrent set_simd cannot
  * change the path under a running kernel.
@@ -276,7 +280,7 @@ typedef void (*pe_complex_order_rows_fn)(const struct pe_complex_order *c, ptrdi
                                          ptrdiff_t t1, unsigned *bad);
 
 struct pe_kernels {
-    const char *name; /* "scalar", "avx2" or "neon", as set_simd takes it */
+    const char *name; /* "scalar", "avx2", "avx512" or "neon", as set_simd takes it */
     pe_sincos_row_fn sincos_row;
     pe_rotate_row_fn rotate_row;
     const pe_sinusoid_cell_fn (*sinusoid_cell)[PE_NDTYPES]; /* [enum pe_layout][enum pe_dtype] */
@@ -297,10 +301,21 @@ struct pe_kernels {
     void (*store_fence)(void);
 };
 
-enum pe_simd { PE_SIMD_SCALAR = 0, PE_SIMD_AVX2 = 1, PE_SIMD_NEON = 2 };
+/* The paths, in the order of simd_names (module_run.c); AVX-512 after
+ * AVX2, which every CPU with it also has. */
+enum pe_simd { PE_SIMD_SCALAR = 0, PE_SIMD_AVX2 = 1, PE_SIMD_NEON = 2, PE_SIMD_AVX512 = 3 };
+#define PE_SIMD_NPATHS 4
 
 /* The best path the CPU running us has (simd.c). */
 int pe_simd_cpu_best(void);
+
+/* Whether the CPU running us has the path (the portable one always; AVX2
+ * where it has AVX-512). */
+int pe_simd_cpu_has(int level);
+
+/* Whether the CPU has AVX-512 BF16 (and the AVX-512 path): its table is
+ * then pe_kernels_avx512_bf16. */
+int pe_simd_cpu_bf16(void);
 
 /* The table of a path; the portable one for a path this build lacks. */
 const struct pe_kernels *pe_kernels_for(int level);
@@ -308,6 +323,8 @@ const struct pe_kernels *pe_kernels_for(int level);
 extern const struct pe_kernels pe_kernels_scalar;
 #if PE_X86
 extern const struct pe_kernels pe_kernels_avx2;
+extern const struct pe_kernels pe_kernels_avx512;
+extern const struct pe_kernels pe_kernels_avx512_bf16;
 #endif
 #if PE_ARM
 extern const struct pe_kernels pe_kernels_neon;
@@ -337,6 +354,15 @@ extern const struct pe_kernels pe_kernels_neon;
 PE_KERNELS_DECLARE(scalar)
 #if PE_X86
 PE_KERNELS_DECLARE(avx2)
+/* The kernels the AVX-512 path has bodies of (the rest of its tables are
+ * the AVX2 functions, simd.c); _bf16, those whose bodies use AVX-512 BF16
+ * (the other fields of pe_kernels_avx512_bf16 are pe_kernels_avx512's). */
+void pe_sincos_row_avx512(double pos, const double *freq, ptrdiff_t n, double *s, double *c);
+void pe_rotate_row_avx512(double *s, double *c, const double *sd, const double *cd,
+                          const double *freq, double pos, double m, ptrdiff_t n);
+extern const pe_sinusoid_cell_fn pe_sinusoid_cell_avx512[2][PE_NDTYPES];
+extern const pe_row_add_fn pe_row_add_avx512_bf16[PE_ROW_NKINDS][PE_NDTYPES];
+extern const pe_rope_run_fn pe_rope_run_avx512_bf16[PE_ROPE_NLAYOUTS][PE_NDTYPES];
 #endif
 #if PE_ARM
 /* The kernels the NEON path has bodies of (the rest of its table is the

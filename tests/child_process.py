@@ -30,11 +30,16 @@ def run(*args, check=False, cwd=None, timeout=None, **env):
 
 def assert_every_path_gives_the_same_bits(code):
     """Runs `code`, which prints the SIMD path in use and a digest of its
-    results, under ``POSENC_SIMD=scalar`` and ``auto``: the first must be the
-    portable path, the second the CPU's best, and both digests equal."""
+    results, under ``POSENC_SIMD=scalar``, ``auto`` and each other path the
+    CPU has: the first must be the portable path, the second the CPU's best,
+    each the path asked for, and every digest equal."""
     from posenc import _core
 
     path, scalar = run("-c", code, check=True, POSENC_SIMD="scalar").stdout.split()
     assert path == "scalar"
     best, auto = run("-c", code, check=True, POSENC_SIMD="auto").stdout.split()
     assert best == _core.simd_cpu() and auto == scalar
+    for want in _core.simd_paths():
+        if want not in ("scalar", best):
+            path, digest = run("-c", code, check=True, POSENC_SIMD=want).stdout.split()
+            assert path == want and digest == scalar

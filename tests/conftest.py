@@ -1,6 +1,7 @@
 """Fixtures shared by the tests: both SIMD paths, one and two threads."""
 
 import os
+import platform
 
 import numpy as np
 import pytest
@@ -8,8 +9,42 @@ import pytest
 import posenc
 from posenc import _core
 
-# the portable path, and the vector one this CPU has ("avx2" or "neon")
-SIMD_PATHS = ["scalar"] + ([_core.simd_cpu()] if _core.simd_cpu() != "scalar" else [])
+# the portable path, and the vector ones this CPU has ("avx2" and "avx512",
+# or "neon"); on a CPU with AVX-512 BF16 the AVX-512 path twice, with the
+# BF16 instructions and without (NO_BF16, as on a CPU without them)
+NO_BF16 = "avx512 without bf16"
+SIMD_PATHS = list(_core.simd_paths()) + ([NO_BF16] if _core.simd_bf16() else [])
+
+
+def use_path(path):
+    """Set the SIMD path (a name of SIMD_PATHS); returns the name set_simd
+    gives it."""
+    _core.set_simd_bf16(path != NO_BF16)
+    return _core.set_simd("avx512" if path == NO_BF16 else path)
+
+
+def restore_path(before):
+    _core.set_simd_bf16(True)
+    _core.set_simd(before)
+
+
+# the paths a kernel test is parametrised over: those, and on x86-64 the
+# AVX-512 path where this CPU (or the build) lacks it, skipped saying so
+_X86 = platform.machine().lower() in ("x86_64", "amd64")
+SIMD_PARAMS = SIMD_PATHS + [
+    pytest.param(
+        path,
+        marks=pytest.mark.skip(
+            reason=f"this CPU has no {name} (or the build has no x86 kernels): "
+            f"the {path} path is not tested here"
+        ),
+    )
+    for path, name in (
+        ("avx2", "AVX2, FMA and F16C"),
+        ("avx512", "AVX-512 F, DQ, BW and VL with the OS's ZMM state"),
+    )
+    if _X86 and path not in SIMD_PATHS
+]
 
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
@@ -86,26 +121,29 @@ def pytest_report_header(config):
     ]
 
 
-@pytest.fixture(params=SIMD_PATHS)
+@pytest.fixture(params=SIMD_PARAMS)
 def simd(request):
     """Run the test on each SIMD path this CPU has (the portable one always)."""
     before = _core.simd_path()
-    assert _core.set_simd(request.param) == request.param
+    assert use_path(request.param) == request.param.split()[0]
     yield request.param
-    _core.set_simd(before)
+    restore_path(before)
 
 
 def _on_every_path(make):
+    """make() on each SIMD path this CPU has (SIMD_PATHS), with 1 and 2
+    threads (tests/test_simd_paths.py says which paths those are, and skips
+    saying so where the CPU lacks AVX-512)."""
     results = []
     before = _core.simd_path()
     for path in SIMD_PATHS:
         for n in (1, 2):
-            assert _core.set_simd(path) == path
+            assert use_path(path) == path.split()[0]
             posenc.set_num_threads(n)
             try:
                 results.append(make())
             finally:
-                _core.set_simd(before)
+                restore_path(before)
                 posenc.set_num_threads(0)
     return results
 

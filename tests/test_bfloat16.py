@@ -284,6 +284,25 @@ def test_apply_rope_bfloat16_is_the_float32_rotation_rounded_once(on_every_path,
         assert_same_bits(y, want)
 
 
+@pytest.mark.parametrize("layout", ["half", "interleaved"])
+def test_apply_rope_bfloat16_subnormal_rows_are_rounded_once(on_every_path, layout):
+    # rows of subnormals (both elements of each pair tiny): rotated results
+    # that are themselves subnormal, which a vector path's conversion may
+    # not take as zero; every other row normal, so vectors of each kind
+    rng = np.random.default_rng(11)
+    b = rng.integers(1, 0x80, (2, 64, 64), dtype=np.uint16) | (
+        rng.integers(0, 2, (2, 64, 64), dtype=np.uint16) << 15
+    )
+    b[:, ::2] = bits(rng.standard_normal((2, 32, 64)).astype(BF16))
+    x = b.view(BF16)
+    pos = rng.uniform(0, 4096, 64)
+    x32 = (b.astype(np.uint32) << 16).view(np.float32)
+    want = posenc.apply_rope(x32, pos, layout=layout).astype(BF16)
+    assert (np.abs(want[:, 1::2].astype(np.float32)) < 2.0**-126).mean() > 0.5
+    for y in on_every_path(lambda: posenc.apply_rope(x, pos, layout=layout)):
+        assert_same_bits(y, want)
+
+
 def test_apply_rope_bfloat16_keeps_a_nan_quiet_with_its_sign_and_payload(simd):
     # pairs (x0, x2) and (x1, x3) at angle 0: a' = a c - b s and b' = b c +
     # a s are NaN when a is; the NaN of a comes out made quiet, with its
@@ -329,8 +348,16 @@ def test_apply_rope_bfloat16_same_bits_on_every_path_thread_count_and_layout(on_
     for y in results:
         np.testing.assert_array_equal(bits(y), bits(ref))
     inter = on_every_path(lambda: posenc.apply_rope(x[..., :96], layout="interleaved"))
+    xt96 = np.ascontiguousarray(xt[..., :96])  # interleaved rows of 192 bytes, streamed in lanes
+    inter += [
+        np.swapaxes(y, 1, 2)
+        for y in on_every_path(lambda: posenc.apply_rope(xt96, seq_axis=-3, layout="interleaved"))
+    ]
     for y in inter[1:]:
         np.testing.assert_array_equal(bits(y), bits(inter[0]))
+    whole = on_every_path(lambda: posenc.apply_rope(x, layout="interleaved"))  # streamed
+    for y in whole[1:]:
+        np.testing.assert_array_equal(bits(y), bits(whole[0]))
 
 
 def test_apply_rope_bfloat16_out_and_aliasing_as_float16():

@@ -37,8 +37,7 @@ NAN_BITS = np.array([0x7E00, 0x7E01, 0xFE23, 0x7FFF, 0x7C01, 0xFD55, 0x3C00, 0x7
 
 
 def _on_each_path(make):
-    cpu = posenc._core.simd_cpu()
-    paths = ["scalar"] + ([cpu] if cpu != "scalar" else [])
+    paths = posenc._core.simd_paths()
     before = posenc._core.simd_path()
     try:
         results = []

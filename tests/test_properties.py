@@ -320,8 +320,7 @@ def test_apply_rope_bits_do_not_depend_on_threads_paths_or_layout(call, layout, 
         posenc.apply_rope(x, positions, offset=offset, layout=layout, out=cache[:, :, :seq])
         return cache[:, :, :seq]
 
-    cpu = posenc._core.simd_cpu()
-    paths = ["scalar"] + ([cpu] if cpu != "scalar" else [])
+    paths = posenc._core.simd_paths()
     before = posenc._core.simd_path()
     try:
         for path in paths:

@@ -174,6 +174,57 @@ def test_every_simd_path_gives_the_same_bits(on_every_path, dtype, layout):
     assert ((small > 0) & (small < 2**-14)).any()
 
 
+# positions every kernel of a path meets rarely: at and past the
+# reduction's bound (2**50: the C library's sin and cos), subnormal, signed
+# zeros, and a float64 table (every value direct); sin and cos of the tiny
+# angles are the subnormal values of every output type
+SPECIAL_POSITIONS = np.array(
+    [1.7e308, -1.7e308, 1e300, 2.0**50, -(2.0**50), 2.0**50 - 1, 5e-324, -0.0, 0.0]
+    + [1e-310, 2.0**-1022, 1e-40, 3e-8, 3.0, -7.5, 1e15 + 0.5, 123456789.0]
+)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32", "float64"])
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("dim", [2, 16, 24, 34])
+def test_every_simd_path_gives_the_same_bits_at_special_positions(
+    on_every_path, dtype, layout, dim
+):
+    if dtype == "bfloat16":
+        pytest.importorskip("ml_dtypes")
+    tables = on_every_path(
+        lambda: posenc.sinusoid(SPECIAL_POSITIONS, dim, layout=layout, dtype=dtype)
+    )
+    for t in tables[1:]:
+        np.testing.assert_array_equal(t.view(np.uint8), tables[0].view(np.uint8))
+    # column 0 (frequency 1): the C library's sine past the bound, the tiny
+    # angles' sines (themselves: subnormal in every output type), rounded once
+    # (a zero, of either sign, gives +0)
+    want = np.array([math.sin(p) + 0.0 for p in SPECIAL_POSITIONS]).astype(tables[0].dtype)
+    np.testing.assert_array_equal(tables[0][:, 0].copy().view(np.uint8), want.view(np.uint8))
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32", "float64"])
+def test_every_simd_path_gives_the_same_bits_past_the_caches(on_every_path, dtype):
+    # 4096 x 1024 elements: 8 MiB and more, which a path may write with
+    # non-temporal stores; rows starting off a cache line (a view 16 bytes in)
+    if dtype == "bfloat16":
+        pytest.importorskip("ml_dtypes")
+        import ml_dtypes
+
+        dtype = ml_dtypes.bfloat16
+
+    def make():
+        buf = np.zeros(4096 * 1024 * np.dtype(dtype).itemsize + 64, np.uint8)
+        at = (-buf.ctypes.data) % 64 + 16
+        out = buf[at : at + 4096 * 1024 * np.dtype(dtype).itemsize].view(dtype)
+        return posenc.sinusoid(4096, 1024, out=out.reshape(4096, 1024)).copy()
+
+    tables = on_every_path(make)
+    for t in tables[1:]:
+        np.testing.assert_array_equal(t.view(np.uint8), tables[0].view(np.uint8))
+
+
 # ---------------------------------------------------------------- out=
 
 

@@ -4,9 +4,9 @@
 # Linux ones, and no pyconfig.h of Windows is at hand) compiled by clang-cl
 # for x86-64 Windows (clang --driver-mode=cl --target=x86_64-pc-windows-msvc:
 # _MSC_VER and _M_X64 defined, __GNUC__ not, so the MSVC spellings of
-# simd.h, simd.c's cpuid and xgetbv, and PE_X86 with the *_avx2.c files are
-# what is compiled), with setup.py's flags for MSVC (MSVC_FLAGS), with and
-# without /openmp, its warnings and GCC's extensions (variable-length
+# simd.h, simd.c's cpuid and xgetbv, and PE_X86 with the *_avx2.c and
+# *_avx512.c files are what is compiled), with setup.py's flags for MSVC
+# (MSVC_FLAGS), with and without /openmp, its warnings and GCC's extensions (variable-length
 # arrays, statement expressions, ...) made errors (MSVC's own keywords,
 # __forceinline and __declspec, allowed).  Also: no GCC-only spelling
 # (__builtin_*, __attribute__, __asm__, __typeof__, ...) left in what the
@@ -19,7 +19,9 @@
 # written for GCC: the few spellings of theirs no MSVC header has are
 # undone first (the prelude below).  clang 14's immintrin.h declares the
 # AVX types in MSVC mode only under /arch:AVX (MSVC's own declares them
-# always): the *_avx2.c files get /arch:AVX2, the others none.
+# always): the *_avx2.c files get /arch:AVX2, the *_avx512.c ones
+# /arch:AVX512, the *_avx512bf16.c ones that and AVX-512 BF16 (clang-cl's
+# /arch has no name for it), the others none.
 #
 # CLANG overrides clang, MINGW_INCLUDE the headers' folder, PYTHON the
 # python3 that reads setup.py.  Exit status: 0, 1 on any error, 2 if a
@@ -104,6 +106,8 @@ for omp in /openmp "-Wno-unknown-pragmas -Wno-source-uses-openmp"; do
         [[ $f == src/module*.c ]] && continue
         arch=()
         [[ $f == *_avx2.c ]] && arch=(/arch:AVX2)
+        [[ $f == *_avx512.c ]] && arch=(/arch:AVX512)
+        [[ $f == *_avx512bf16.c ]] && arch=(/arch:AVX512 /clang:-mavx512bf16)
         # shellcheck disable=SC2086
         "${cl[@]}" $omp "${arch[@]}" /c /Fo"$out/kernel.obj" "$f"
         n=$((n + 1))
