@@ -22,6 +22,7 @@ any.  transformers is used when installed (its configs and modules).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
@@ -51,6 +52,19 @@ class Case:
         self.name, self.perturbation, self.run = name, perturbation, run
         self.check = check or (lambda result: None)
         self.expect = expect
+
+
+@contextlib.contextmanager
+def _device_path(forced):
+    """posenc.torch's device path (torch's own ops) forced on the CPU, or not."""
+    from posenc import _torch  # (imports torch)
+
+    was = _torch.force_device_path
+    _torch.force_device_path = forced
+    try:
+        yield
+    finally:
+        _torch.force_device_path = was
 
 
 def _pick(rng, items):
@@ -658,13 +672,9 @@ def gen_t5(torch, rng, pt):
                                    max_distance=max_distance, weight=weight.clone())  # fmt: skip
         if path == "meta":
             module = module.to("meta")
-        was = pt._FORCE_DEVICE_PATH
-        pt._FORCE_DEVICE_PATH = path == "device"
-        try:
+        with _device_path(path == "device"):
             module(2, 3)  # an earlier call's buckets, kept
             return module(q_len, k_len, q_offset)
-        finally:
-            pt._FORCE_DEVICE_PATH = was
 
     def check(out):
         if path == "meta":
