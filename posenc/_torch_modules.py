@@ -682,8 +682,8 @@ class KerpleBias(_DistanceBias):
     2 lowered to 2, in place (the authors' clamp of the parameters' data at
     each forward; an autograd error follows if a graph that used the old
     values is then differentiated).  NaN is refused, naming the parameter,
-    as is an infinity the clamp leaves, or a value to raise to an `eps`
-    that is 0 in the parameters' dtype (1e-8 in float16).
+    as is an infinity the clamp leaves, or a value <= 0 where `eps` is 0
+    in the parameters' dtype (1e-8 in float16) and cannot keep it positive.
 
     Parameters
     ----------
@@ -735,11 +735,11 @@ class KerpleBias(_DistanceBias):
                 outside = (p < self.eps) if high is None else (p < self.eps) | (p > high)
                 if outside.any():
                     p.clamp_(min=self.eps, max=high)
-                    if not (p > 0).all():  # eps is 0 in the parameters' dtype
-                        raise ValueError(
-                            f"{name} must be > 0: eps = {self.eps} is 0 in {p.dtype}, the clamp "
-                            "cannot keep it positive (give a larger eps)"
-                        )
+                if not (p > 0).all():  # only where eps is 0 in the parameters' dtype
+                    raise ValueError(
+                        f"{name} must be > 0: eps = {self.eps} is 0 in {p.dtype}, the clamp "
+                        "cannot keep it positive (give a larger eps)"
+                    )
 
     def _bias(
         self, q_len: int, k_len: int, q_offset: int, causal: bool, dtype: torch.dtype

@@ -1031,7 +1031,11 @@ def test_kerple_refuses_an_eps_its_dtype_rounds_to_zero_on_both_paths(path):
     want = module.bias(3, dtype=torch.float64)  # nothing to clamp: the kernel as it is
     r1, r2 = module.r1.detach().double(), module.r2.detach().double()
     _close(want, _kerple_by_hand(r1, r2, "log", 3, 3, 0, True), torch.float64, "kerple half")
-    with torch.no_grad():
-        module.r1[0] = -1.0
-    with pytest.raises(ValueError, match="r1 must be > 0: eps = 1e-08 is 0 in torch.float16"):
-        module.bias(3)
+    for name, low in (("r1", -1.0), ("r1", 0.0), ("r2", 0.0)):  # 0: not below eps's 0
+        with torch.no_grad():
+            getattr(module, name)[0] = low
+        with pytest.raises(ValueError, match=f"{name} must be > 0: eps = 1e-08 is 0 in "
+                                             "torch.float16"):  # fmt: skip
+            module.bias(3)
+        with torch.no_grad():
+            getattr(module, name)[0] = 0.5
