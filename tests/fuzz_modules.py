@@ -954,8 +954,8 @@ def gen_sinusoid(torch, rng, pt):
         fdtype = _pick(rng, _floats(torch))
         positions = (torch.tensor(rng.uniform(-50, 50, size=(2, 3))) * 4).to(fdtype)
         values = _np(positions)
-    elif kind == "zero-d":
-        positions = torch.tensor(_pick(rng, [7.5, -2.25]))
+    elif kind == "zero-d":  # one position (an int n is a length; a tensor, positions)
+        positions = torch.tensor(_pick(rng, [7.5, -2.25, 7, 0]))
         values = _np(positions)
     elif kind == "empty":
         positions = torch.zeros(_pick(rng, [(0,), (2, 0)]), dtype=torch.long)
@@ -1037,7 +1037,7 @@ def gen_learned(torch, rng, pt):
         t = torch.tensor(table).to(_pick(rng, _floats(torch)))
         if rng.random() < 0.3:  # a view, columns strided
             t = t.T.contiguous().T
-        args["init"] = t
+        args["init"] = t.requires_grad_(bool(rng.random() < 0.3))  # another module's, say
     elif init == "list":
         args["init"] = table.tolist()
     expect = VALUE
@@ -1159,7 +1159,7 @@ def gen_learned(torch, rng, pt):
         taken = None
     else:
         given = args["init"]
-        given = given if not torch.is_tensor(given) else given.double().numpy()
+        given = given if not torch.is_tensor(given) else _np(given)
         taken = np.asarray(given, np.float64)[start : start + num]
 
     def run():
@@ -1244,9 +1244,9 @@ def gen_complex_order(torch, rng, pt):
                            "shape", "nan table", "nan unused", "inf table"])  # fmt: skip
         if kind == "int positions":
             positions = torch.tensor(rng.integers(-20, 1000, size=shape))
-        elif kind == "float positions":
+        elif kind == "float positions":  # (their gradient asked for, or not)
             positions = (torch.tensor(rng.uniform(-30, 30, size=shape)) * 4).to(
-                _pick(rng, _floats(torch)))  # fmt: skip
+                _pick(rng, _floats(torch))).requires_grad_(bool(rng.random() < 0.5))  # fmt: skip
         elif kind == "broadcast":
             positions = torch.tensor(rng.integers(0, 50, size=shape[-1:]))
             if rng.random() < 0.5:
@@ -1374,7 +1374,7 @@ def _distance_case(
     call = _pick(rng, ["bias", "forward"])
     dtype = _pick(rng, _floats(torch))
     q_len, k_len = int(rng.integers(1, 6)), _pick(rng, [None, int(rng.integers(1, 9))])
-    q_offset = _pick(rng, [None, None, None, 0, 2, -3, 10**6, 2**40, _MAX_OFFSET,
+    q_offset = _pick(rng, [None, None, None, 0, 2, -3, np.int64(3), 10**6, 2**40, _MAX_OFFSET,
                            -_MAX_OFFSET])  # fmt: skip
     device = _pick(rng, [None, None, "cpu", torch.device("cpu"), "meta"])
     if path == "meta":
@@ -1737,7 +1737,8 @@ def gen_cope(torch, rng, pt):
     logits = logits.to(ldtype)
     if rng.random() < 0.3 and b:  # masked keys
         logits = logits.masked_fill(torch.rand(logits.shape, generator=g) < 0.3, float("-inf"))
-    q_offset = _pick(rng, [None, None, None, 0, 2, -2, 10**6, 2**62, -(2**62), 2**70])
+    q_offset = _pick(rng, [None, None, None, 0, 2, -2, np.int64(1), 10**6, 2**62, -(2**62),
+                           2**70])  # fmt: skip
     path = _pick(rng, ["cpu", "cpu", "device", "meta"])
     kind, expect = "valid", VALUE
     if rng.random() < 0.35:
