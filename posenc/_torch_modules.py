@@ -223,6 +223,7 @@ class SinusoidalEmbedding(nn.Module):
         dtype = self._anchor.dtype if dtype is None else _dtype(dtype)
         if isinstance(positions, (int, np.integer)) and not isinstance(positions, bool):
             n = _validate.integer(positions, "positions", minimum=0)
+            _check_size((n, self.dim), "positions and dim", torch.finfo(dtype).bits // 8)
             positions = torch.arange(n, device=self._anchor.device)
         t = _tensor(positions, "positions")
         if t.dtype not in _INTEGER_DTYPES and t.dtype not in _FLOAT_DTYPES:
@@ -312,7 +313,8 @@ class LearnedPositionEmbedding(nn.Module):
         ``num_positions`` rows from its first position: its first
         ``num_positions`` rows from there are taken (a longer table is cut,
         a shorter one or another width is a ValueError naming `init`; no
-        table is padded).
+        table is padded).  A value of those rows past `dtype`'s range
+        (float16's 65504) is a ValueError naming `init`, not an infinity.
     freeze : bool
         True: the table is not trained (``weight.requires_grad`` False, as
         ``nn.Embedding.from_pretrained(freeze=True)``).
@@ -431,7 +433,13 @@ class LearnedPositionEmbedding(nn.Module):
         taken = table[first_row : first_row + self.num_positions]
         if not np.isfinite(taken).all():
             raise ValueError("init must be finite (found nan or inf in the rows taken)")
-        return torch.tensor(np.array(taken, dtype=np.float64), dtype=dtype)
+        weight = torch.tensor(np.array(taken, dtype=np.float64), dtype=dtype)
+        if not torch.isfinite(weight).all():
+            raise ValueError(
+                f"init holds values past {dtype}'s range (largest {torch.finfo(dtype).max:.4g}) "
+                "in the rows taken: give a wider dtype"
+            )
+        return weight
 
     def reset_parameters(self) -> None:
         """The random table drawn again, or the sinusoid's made again."""
@@ -535,12 +543,14 @@ class ComplexOrderEmbedding(nn.Module):
         if pos.dtype not in _INTEGER_DTYPES and pos.dtype not in _FLOAT_DTYPES:
             raise TypeError(f"positions must be an integer or float tensor, got {pos.dtype}")
         try:
-            torch.broadcast_shapes(tuple(pos.shape), tuple(ids.shape))
+            fits = torch.broadcast_shapes(tuple(pos.shape), tuple(ids.shape)) == ids.shape
         except RuntimeError:
+            fits = False
+        if not fits:
             raise ValueError(
                 f"positions of shape {tuple(pos.shape)} do not broadcast to input_ids' "
                 f"{tuple(ids.shape)}"
-            ) from None
+            )
         if not _on_meta(ids) and ids.numel():
             low, high = int(ids.min()), int(ids.max())
             if low < 0 or high >= self.vocab_size:
@@ -576,6 +586,11 @@ class ComplexOrderEmbedding(nn.Module):
         index = ids.long()
         r, w, theta = (nn.functional.embedding(index, t).to(work)
                        for t in (self.amplitude, self.frequency, self.phase))  # fmt: skip
+        for name, rows in (("amplitude", r), ("frequency", w), ("phase", theta)):
+            if not torch.isfinite(rows).all():
+                raise ValueError(
+                    f"{name} must be finite in the rows input_ids use (found nan or inf)"
+                )
         phi = pos.to(work)[..., None] * w + theta
         return (r * torch.cos(phi)).to(dtype), (r * torch.sin(phi)).to(dtype)
 
@@ -633,10 +648,14 @@ class _DistanceBias(nn.Module):
 
     def forward(self, scores: Any, *, q_offset: Optional[int] = None) -> torch.Tensor:
         """``scores + bias``: `scores` a float ``(batch, n_heads, q_len,
-        k_len)`` tensor; the result in its dtype, on its device."""
+        k_len)`` tensor; the result in its dtype, on its device (parameters
+        on the meta device: a meta tensor of the scores' shape and dtype)."""
         scores = _scores(scores, self.n_heads)
         b = self.bias(scores.shape[2], scores.shape[3], q_offset=q_offset, dtype=scores.dtype,
                       device=scores.device)  # fmt: skip
+        if b.device.type == "meta" and scores.device.type != "meta":
+            # parameters on the meta device: the result's shape and dtype, as CoPE's
+            return torch.empty(scores.shape, dtype=scores.dtype, device="meta")
         return scores + b
 
 
@@ -662,7 +681,9 @@ class KerpleBias(_DistanceBias):
     below `eps` (0.01) are raised to it, and the power kernel's ``r2`` above
     2 lowered to 2, in place (the authors' clamp of the parameters' data at
     each forward; an autograd error follows if a graph that used the old
-    values is then differentiated).  NaN is refused, naming the parameter.
+    values is then differentiated).  NaN is refused, naming the parameter,
+    as is an infinity the clamp leaves, or a value <= 0 where `eps` is 0
+    in the parameters' dtype (1e-8 in float16) and cannot keep it positive.
 
     Parameters
     ----------
@@ -691,6 +712,7 @@ class KerpleBias(_DistanceBias):
         self.eps = float(_validate.real(eps, "eps", positive=True))
         if self.kind == "power" and self.eps > 2:
             raise ValueError(f"eps must be <= 2 for kind='power' (r2 lies in [eps, 2]), got {eps}")
+        _validate.shape_size((self.n_heads,), "n_heads", 4, count=2)
         self.r1 = nn.Parameter(torch.empty(self.n_heads))
         self.r2 = nn.Parameter(torch.empty(self.n_heads))
         self.reset_parameters()
@@ -713,6 +735,11 @@ class KerpleBias(_DistanceBias):
                 outside = (p < self.eps) if high is None else (p < self.eps) | (p > high)
                 if outside.any():
                     p.clamp_(min=self.eps, max=high)
+                if not (p > 0).all():  # only where eps is 0 in the parameters' dtype
+                    raise ValueError(
+                        f"{name} must be > 0: eps = {self.eps} is 0 in {p.dtype}, the clamp "
+                        "cannot keep it positive (give a larger eps)"
+                    )
 
     def _bias(
         self, q_len: int, k_len: int, q_offset: int, causal: bool, dtype: torch.dtype
@@ -722,6 +749,9 @@ class KerpleBias(_DistanceBias):
             return kerple_bias(self.r1, self.r2, q_len, k_len, kind=self.kind, causal=causal,
                                q_offset=q_offset, dtype=dtype)  # fmt: skip
         device = _one_device((("r1", self.r1), ("r2", self.r2)))
+        for name, p in (("r1", self.r1), ("r2", self.r2)):
+            if not torch.isfinite(p).all():
+                raise ValueError(f"{name} must be finite (found nan or inf)")
         work = _work_dtype(device)
         delta = _distances(q_len, k_len, q_offset, device, work)
         d = delta.abs()
@@ -847,6 +877,8 @@ class FireBias(_DistanceBias):
         if init_L < 0:
             raise ValueError(f"init_L must be >= 0, got {init_L}")
         self.eps = float(_validate.real(eps, "eps", positive=True))
+        # the MLP's weights and biases, at most (n_heads + 2) * (hidden + 1) floats
+        _validate.shape_size((self.n_heads + 2, self.hidden + 1), "n_heads and hidden", 4)
         self.mlp = nn.Sequential(
             nn.Linear(1, self.hidden), nn.ReLU(), nn.Linear(self.hidden, self.n_heads)
         )

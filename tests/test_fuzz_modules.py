@@ -7,7 +7,8 @@ import io
 
 import pytest
 
-SECONDS = 2.0
+# the run's time for each generator (each is called first, then at random)
+SECONDS_PER_GENERATOR = 0.2
 
 
 def test_the_modules_fuzz_finds_nothing():
@@ -16,7 +17,8 @@ def test_the_modules_fuzz_finds_nothing():
     import fuzz_modules
 
     fails = fuzz_api.Failures()
-    counts = fuzz_modules.run(SECONDS, seed=0, fails=fails)
+    seconds = SECONDS_PER_GENERATOR * len(fuzz_modules.GENERATORS)
+    counts = fuzz_modules.run(seconds, seed=0, fails=fails)
     # every module was called, and gave values as well as refusals
     assert {name for name, _ in counts} == set(fuzz_modules.GENERATORS)
     assert {kind for _, kind in counts} >= {"ok", "refused"}
@@ -45,3 +47,24 @@ def test_a_wrong_module_is_reported(monkeypatch):
     assert all(surface == "modules" and name == "T5RelativeBias"
                for surface, name, _, _ in fails.seen)  # fmt: skip
     assert any(what == "differs from the oracle" for _, _, _, what in fails.seen)
+
+
+def test_a_slightly_wrong_new_module_is_reported(monkeypatch):
+    """The fuzz catches CoPE's result off by a relative 2**-10 (within
+    float16's and bfloat16's rounding, not float32's), by module."""
+    torch = pytest.importorskip("torch")
+    import fuzz_api
+    import fuzz_modules
+
+    import posenc.torch as pt
+
+    forward = pt.CoPE.forward
+    monkeypatch.setattr(pt.CoPE, "forward",
+                        lambda self, *a, **k: forward(self, *a, **k) * (1 + 2**-10))  # fmt: skip
+    fails = fuzz_api.Failures()
+    rng = fuzz_modules.np.random.default_rng(0)
+    for _ in range(40):
+        fuzz_modules._attempt(fails, fuzz_modules.gen_cope(torch, rng, pt))
+    assert fails.seen
+    assert all(surface == "modules" and name == "CoPE" for surface, name, _, _ in fails.seen)
+    assert all(what == "differs from the oracle" for _, _, _, what in fails.seen)

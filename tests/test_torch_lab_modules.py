@@ -915,3 +915,127 @@ def test_complex_order_in_bfloat16_through_float32():
     for g, w in zip(got, want):
         assert g.dtype == torch.bfloat16
         torch.testing.assert_close(g.double(), w, rtol=2**-8 * 1.001, atol=1e-30)  # a rounding
+
+
+# -- what the modules' fuzz (tests/fuzz_modules.py) found ------------------------------------------
+
+
+def test_sinusoid_refuses_a_length_it_cannot_make():
+    module = pt.SinusoidalEmbedding(8)
+    for n in (2**45, 2**70):  # (n, 8) float32: past any memory
+        with pytest.raises(ValueError, match="positions"):
+            module(n)
+    with torch.device("meta"):
+        meta = pt.SinusoidalEmbedding(8)
+    with pytest.raises(ValueError, match="positions"):
+        meta(2**70)
+    assert meta(5).shape == (5, 8) and meta(5).device.type == "meta"
+
+
+@pytest.mark.parametrize(
+    "make, name",
+    [
+        (lambda: pt.KerpleBias(2**40), "n_heads"),
+        (lambda: pt.KerpleBias(2**70), "n_heads"),
+        (lambda: pt.FireBias(2**40), "n_heads"),
+        (lambda: pt.FireBias(2, hidden=2**40), "hidden"),
+        (lambda: pt.FireBias(2**70, hidden=2), "n_heads"),
+    ],
+)
+def test_bias_modules_refuse_parameters_past_memory_by_name(make, name):
+    with pytest.raises(ValueError, match=name):
+        make()
+
+
+def test_bias_modules_on_the_meta_device_trace_cpu_scores():
+    """A module whose parameters are on the meta device has no values: the
+    scores' shape and dtype on the meta device, as CoPE's and the
+    embeddings'; Sandwich holds nothing and adds its bias on the CPU."""
+    scores = torch.randn(2, 3, 4, 6, dtype=torch.float64)
+    for module in (pt.KerpleBias(3), pt.FireBias(3, hidden=4)):
+        out = module.to("meta")(scores)
+        assert out.device.type == "meta" and out.shape == scores.shape
+        assert out.dtype == torch.float64
+    sandwich = pt.SandwichBias(3, 8)
+    got = sandwich.to("meta")(scores)
+    want = scores + sandwich_bias(3, 4, 6, dim=8, dtype=torch.float64)
+    assert got.device.type == "cpu" and torch.equal(got, want)
+
+
+def test_kerple_refuses_infinite_parameters_on_both_paths(path):
+    for kind, name in (("log", "r1"), ("log", "r2"), ("power", "r1")):
+        module = pt.KerpleBias(2, kind=kind)
+        with torch.no_grad():
+            getattr(module, name)[1] = float("inf")
+        with pytest.raises(ValueError, match=f"{name} must be finite"):
+            module.bias(3)
+    # the authors' clamp: -inf raised to eps, the power kernel's exponent lowered to 2
+    module = pt.KerpleBias(2, kind="power")
+    with torch.no_grad():
+        module.r1[0] = float("-inf")
+        module.r2[1] = float("inf")
+    got = module.bias(3, dtype=torch.float64)
+    r1, r2 = module.r1.detach().double(), module.r2.detach().double()
+    assert float(r1[0]) == pytest.approx(0.01) and float(r2[1]) == 2.0
+    _close(got, _kerple_by_hand(r1, r2, "power", 3, 3, 0, True), torch.float64, "kerple clamped")
+
+
+def test_complex_order_refuses_tables_not_finite_on_both_paths(path):
+    module = pt.ComplexOrderEmbedding(5, 3)
+    ids = torch.tensor([[0, 2, 2]])
+    for name in ("amplitude", "frequency", "phase"):
+        for bad in (float("nan"), float("inf")):
+            module.reset_parameters()
+            with torch.no_grad():
+                getattr(module, name)[2, 1] = bad
+            with pytest.raises(ValueError, match=f"{name} must be finite"):
+                module(ids)
+    # a row no token uses may hold anything
+    module.reset_parameters()
+    with torch.no_grad():
+        module.phase[4] = float("nan")
+    assert torch.isfinite(module(ids)).all()
+
+
+def test_complex_order_refuses_positions_broadcast_past_the_ids(path):
+    module = pt.ComplexOrderEmbedding(5, 3)
+    ids = torch.tensor([[0, 1, 2, 3]])
+    for positions in (torch.zeros(2, 4), torch.zeros(3, 1, 4), torch.zeros(5)):
+        with pytest.raises(ValueError, match="positions"):
+            module(ids, positions)
+        with pytest.raises(ValueError, match="positions"):
+            module(torch.tensor(1), positions)
+    with pytest.raises(ValueError, match="positions"):
+        module.to("meta")(ids, torch.zeros(2, 4))
+    assert module(ids, torch.tensor(3)).shape == (1, 4, 6)  # to the ids' shape: taken
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+def test_learned_refuses_a_table_its_dtype_cannot_hold(dtype):
+    table = np.zeros((4, 2))
+    table[3, 1] = 4.0 * float(torch.finfo(dtype).max)  # finite, past the dtype's largest
+    with pytest.raises(ValueError, match="init"):
+        pt.LearnedPositionEmbedding(4, 2, init=table, dtype=dtype)
+    # rows not taken may hold it; float64 holds it
+    m = pt.LearnedPositionEmbedding(3, 2, init=table, dtype=dtype)
+    assert torch.equal(m.weight.detach(), torch.zeros(3, 2, dtype=dtype))
+    m = pt.LearnedPositionEmbedding(4, 2, init=table, dtype=torch.float64)
+    assert float(m.weight[3, 1]) == table[3, 1]
+
+
+def test_kerple_refuses_an_eps_its_dtype_rounds_to_zero_on_both_paths(path):
+    module = pt.KerpleBias(2, eps=1e-8).half()  # 1e-8 is 0 in float16
+    with torch.no_grad():
+        module.r1.copy_(torch.tensor([0.5, 1.0]))
+        module.r2.copy_(torch.tensor([0.25, 0.5]))
+    want = module.bias(3, dtype=torch.float64)  # nothing to clamp: the kernel as it is
+    r1, r2 = module.r1.detach().double(), module.r2.detach().double()
+    _close(want, _kerple_by_hand(r1, r2, "log", 3, 3, 0, True), torch.float64, "kerple half")
+    for name, low in (("r1", -1.0), ("r1", 0.0), ("r2", 0.0)):  # 0: not below eps's 0
+        with torch.no_grad():
+            getattr(module, name)[0] = low
+        with pytest.raises(ValueError, match=f"{name} must be > 0: eps = 1e-08 is 0 in "
+                                             "torch.float16"):  # fmt: skip
+            module.bias(3)
+        with torch.no_grad():
+            getattr(module, name)[0] = 0.5
