@@ -37,6 +37,10 @@ class Case:
     jit: object = None  # the jax.numpy formula under jax.jit
     note: str = ""
     extra: dict = field(default_factory=dict)
+    # None: each column timed on its own (the median); else timer(repeats)
+    # times the case itself (e.g. posenc and torch alternately) and gives the
+    # row's posenc_ms, torch_ms and figures of its own
+    timer: object = None
 
 
 def have_transformers():
@@ -167,6 +171,12 @@ def run(cases, selected, threads, repeats, quick, torch_ok, compile_ok=True, jax
                     "note": c.note,
                     **c.extra,
                 }
+                if c.timer is not None:
+                    row.update(memory_ms=None, numpy_ms=None, compiled_ms=None, jit_ms=None)
+                    row.update(c.timer(repeats))
+                    rows.append(row)
+                    print(format_row(row), file=sys.stderr, flush=True)
+                    continue
                 row["posenc_ms"] = timeit(c.posenc, repeats) * 1e3
                 row["memory_ms"] = timeit(c.memory, repeats) * 1e3 if c.memory else None
                 row["numpy_ms"] = (

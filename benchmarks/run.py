@@ -36,6 +36,7 @@ import os
 import platform
 import sys
 
+import bench_lab
 from common import jax, markdown, run, torch
 
 import posenc
@@ -43,7 +44,7 @@ import posenc
 # the groups in the order they run: bench_<group>.<group>_cases(quick) -> list[Case]
 GROUPS = (
     "sinusoid rope multimodal xpos deepseek bias functional newer bfloat16 t5_grad relative "
-    "relative_grad torch jax probe context"
+    "relative_grad torch jax probe context lab"
 ).split()
 _MODULE = {"deepseek": "xpos"}  # DeepSeek-V3's layout is timed beside xPos
 CASES = [
@@ -93,6 +94,9 @@ def main(argv=None):
         f"torch {info['torch']}, jax {info['jax']}, {info['cpus']} cpus\n"
     )
     print(markdown(rows))
+    lab = bench_lab.tables(rows)
+    if lab:
+        print(lab)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"config": info, "rows": rows}, f, indent=1)

@@ -3,9 +3,12 @@
 posenc.cope's functions check `scores` and call these: :class:`Args`, the
 checked arguments of a call; :func:`bias_kernel`, the forward by the C core
 (``_core.cope``), with the bits of :func:`bias_numpy`, its NumPy formula
-in float64; :func:`bias_grad`, the backward in NumPy (as torch autograd
+in float64; :func:`bias_grad`, the backward (as torch autograd
 differentiates the authors' formula), which the backward rules
-(posenc._grad) call too.
+(posenc._grad) call too: the gradients of the logits and of the products
+by the C core (:func:`grad_kernel`, ``_core.cope_grad``) with the bits of
+:func:`grad_numpy`, their NumPy formula in float64, then those of the
+queries and the table by two float64 matrix products.
 """
 
 from __future__ import annotations
@@ -239,13 +242,10 @@ def bias_numpy(a, scores):
     return scores
 
 
-def bias_grad(query, attn_logits, pos_emb, grad, *, causal=True, q_offset=None):
-    """posenc.cope_bias_grad: (d_query, d_attn_logits, d_pos_emb)."""
-    a = Args(query, attn_logits, pos_emb, causal, q_offset)
-    g = _float_array(grad, "grad")
-    if g.shape != a.logits.shape:
-        raise ValueError(f"grad must have shape {a.logits.shape}, got {g.shape}")
-    _finite(g, "grad")
+def grad_numpy(a, g):
+    """The backward of a checked call up to the products, in NumPy float64
+    (:func:`grad_kernel`'s twin): ``(d_logits, dz)``, the gradient of the
+    logits in their dtype and that of ``z = q . e`` (..., q_len, npos)."""
     sig, pos, lo, hi, w, e, z_hi, z_lo = forward(a)
     g = g.astype(np.float64)
     rows = int(np.prod(a.logits.shape[:-1], dtype=np.int64))
@@ -255,8 +255,6 @@ def bias_grad(query, attn_logits, pos_emb, grad, *, causal=True, q_offset=None):
     dz = np.bincount((base + hi).ravel(), weights=(g * w).ravel(), minlength=rows * npos)
     dz += np.bincount((base + lo).ravel(), weights=(g * (1.0 - w)).ravel(), minlength=rows * npos)
     dz = dz.reshape(a.logits.shape[:-1] + (npos,))
-    d_query = dz @ e
-    d_table = dz.reshape(-1, npos).T @ a.query.astype(np.float64).reshape(-1, e.shape[1])
     # d p: through w only, stopped where clamp cut p.
     dp = np.where(pos <= npos - 1, g * (z_hi - z_lo), 0.0)
     # p_j = sum_{t >= j} g_t, so d g_t = sum_{j <= t} d p_j.
@@ -265,9 +263,49 @@ def bias_grad(query, attn_logits, pos_emb, grad, *, causal=True, q_offset=None):
         dgate = np.where(a.visible(), dgate, 0.0)
     # sigmoid'(a) = sigmoid(a) * sigmoid(-a): no cancellation in 1 - sigmoid(a) at large a
     d_logits = dgate * sig * sigmoid_of(-a.logits.astype(np.float64))
+    return d_logits.astype(a.logits.dtype), dz
+
+
+def grad_kernel(a, g):
+    """:func:`grad_numpy` by the C core (``_core.cope_grad``), with its bits:
+    the products made as :func:`forward` makes them, the rest a row at a
+    time.  None for an empty call (the NumPy path then)."""
+    if a.logits.size == 0:
+        return None
+    q_len, k_len = a.logits.shape[-2:]
+    rows = a.logits.size // k_len
+
+    def as_rows(x, cols):
+        x = x.reshape(rows, cols)  # a copy only where no view has this shape
+        return x if _kernel_ready(x) else np.ascontiguousarray(x, x.dtype.newbyteorder("="))
+
+    logits, grad, query = as_rows(a.logits, k_len), as_rows(g, k_len), a.query_rows()
+    if not _kernel_ready(query):
+        query = np.ascontiguousarray(query, query.dtype.newbyteorder("="))
+    d_logits = np.empty(a.logits.shape, a.logits.dtype)
+    dz = np.empty((rows, a.npos))
+    q_offset = min(max(a.q_offset, -q_len), k_len)  # the same keys seen, within int64
+    _core.cope_grad(logits, grad, query, a.table_t(), d_logits.reshape(rows, k_len), dz, q_len,
+                    a.causal, q_offset)  # fmt: skip
+    return d_logits, dz.reshape(a.logits.shape[:-1] + (a.npos,))
+
+
+def bias_grad(query, attn_logits, pos_emb, grad, *, causal=True, q_offset=None):
+    """posenc.cope_bias_grad: (d_query, d_attn_logits, d_pos_emb)."""
+    a = Args(query, attn_logits, pos_emb, causal, q_offset)
+    g = _float_array(grad, "grad")
+    if g.shape != a.logits.shape:
+        raise ValueError(f"grad must have shape {a.logits.shape}, got {g.shape}")
+    _finite(g, "grad")
+    parts = grad_kernel(a, g)
+    d_logits, dz = grad_numpy(a, g) if parts is None else parts
+    e = a.table()
+    npos = a.npos
+    d_query = dz @ e
+    d_table = dz.reshape(-1, npos).T @ a.query.astype(np.float64).reshape(-1, e.shape[1])
     d_emb = d_table.T[None] if a.authors_layout else d_table
     return (
         d_query.astype(a.query.dtype),
-        d_logits.astype(a.logits.dtype),
+        d_logits,
         d_emb.astype(a.emb.dtype),
     )

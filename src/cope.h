@@ -79,6 +79,20 @@ PE_INLINE double pe_cope_gate(double a)
     return (a >= 0 ? 1.0 : e) / (1.0 + e);
 }
 
+/* sig[j] = pe_cope_gate(a[j]) and sneg[j] = pe_cope_gate(-a[j]), j0 <= j
+ * < n, a the logits at l of dtype: one exponential for both (that of
+ * -|a|), the bits of two calls.  The portable pe_cope_sig_fn, and the tail
+ * of a vector one. */
+PE_INLINE void pe_cope_sig_run(const char *l, int dtype, ptrdiff_t j0, ptrdiff_t n, double *sig,
+                               double *sneg)
+{
+    for (ptrdiff_t j = j0; j < n; ++j) {
+        const double a = pe_load(l, j, dtype), e = pe_cope_exp(-fabs(a));
+        sig[j] = (a >= 0 ? 1.0 : e) / (1.0 + e);
+        sneg[j] = (-a >= 0 ? 1.0 : e) / (1.0 + e);
+    }
+}
+
 /* Rows [r0, r1) of z[r, p] = sum_k q[r, k] et[k, p] (q (rows, d), et (d,
  * npos), z (rows, npos), float64 C-contiguous): for each p the products
  * added in the order of k, each rounded (no FMA), so that a path may take

@@ -134,6 +134,27 @@ PE_INLINE ptrdiff_t keys_avx2(const struct pe_cope *c, const char *l, char *o, c
 
 PE_COPE_ROWS_TABLE(pe_cope_rows_avx2, run_avx2, keys_avx2);
 
+/* pe_cope_sig_run four logits at a time (float32 or float64; the rest
+ * and other dtypes by it), op for op. */
+void pe_cope_sig_avx2(const char *l, int dtype, ptrdiff_t n, double *sig, double *sneg)
+{
+    ptrdiff_t j = 0;
+    if (dtype == PE_F32 || dtype == PE_F64) {
+        const __m256d sign = _mm256_set1_pd(-0.0), one = _mm256_set1_pd(1.0);
+        const __m256d zero = _mm256_setzero_pd();
+        for (; j + 4 <= n; j += 4) {
+            const __m256d a = logits4(l, j, dtype);
+            const __m256d ev = exp4(_mm256_or_pd(a, sign)); /* e^-|a| */
+            const __m256d den = _mm256_add_pd(one, ev);
+            const __m256d ge = _mm256_cmp_pd(a, zero, _CMP_GE_OQ); /* a >= 0 */
+            const __m256d le = _mm256_cmp_pd(a, zero, _CMP_LE_OQ); /* -a >= 0 */
+            _mm256_storeu_pd(sig + j, _mm256_div_pd(_mm256_blendv_pd(ev, one, ge), den));
+            _mm256_storeu_pd(sneg + j, _mm256_div_pd(_mm256_blendv_pd(ev, one, le), den));
+        }
+    }
+    pe_cope_sig_run(l, dtype, j, n, sig, sneg);
+}
+
 /* pe_cope_z_rows with sixteen positions of a row summed in registers over
  * the whole head dim (then four, then one at a time): the same operations
  * for each position, in the same order. */

@@ -396,6 +396,36 @@ struct pe_cope {
  * looked at first). */
 int pe_cope(const struct pe_kernels *k, const struct pe_cope *c, int nthreads);
 
+/* One backward call (cope_grad): the logits and the incoming gradient,
+ * (rows, k_len) each, of float16, 32 or 64, rows lstride and gstride bytes
+ * apart with a contiguous last axis (read only); the queries, the table et
+ * and npos as struct pe_cope's; row r is query i = r % q_len.  Written: the
+ * gradient of the logits, d_logits (rows, k_len) of float16, 32 or 64, rows
+ * dstride bytes apart, rounded once, and the gradient of the products z,
+ * dz (rows, npos) float64 C-contiguous.  causal and q_offset as pe_cope's
+ * (q_offset within [-q_len, k_len]). */
+struct pe_cope_grad {
+    const char *logits, *grad;
+    char *d_logits;
+    ptrdiff_t rows, q_len, k_len, lstride, gstride, dstride;
+    int logits_dtype, grad_dtype, d_dtype;
+    const char *query;
+    ptrdiff_t query_stride, d;
+    int query_dtype;
+    const double *et;
+    int64_t npos, q_offset;
+    int causal;
+    double *dz;
+};
+
+/* CoPE's backward of `g` (cope.c), with the bits of posenc/_cope.py's
+ * grad_numpy: the gates and positions of each row again, the gradient of
+ * z scattered into each key's floor and ceil positions (the ceil's sums
+ * and the floor's, each in the order of the keys, then added), and the
+ * gradient of the positions summed back into the gates (in the order of
+ * the keys) times sigmoid'.  Returns 0 or -1 if memory ran out. */
+int pe_cope_grad(const struct pe_kernels *k, const struct pe_cope_grad *g, int nthreads);
+
 /* z = q et (pe_cope_z_rows) on the path of k, on the library's threads: the
  * logits of the integer positions, without BLAS (whose threads, waiting
  * after a call, would take the cores from the kernel that follows). */

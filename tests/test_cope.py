@@ -592,3 +592,157 @@ def test_cope_core_refuses_bad_arguments_and_leaves_scores_untouched():
         _core.cope(logits, q, table, table_in_scores, True, 1, True)
     np.testing.assert_array_equal(both, kept)
     np.testing.assert_array_equal(table_in_scores, kept_too)
+
+
+# --- the backward's kernel ----------------------------------------------------
+
+
+def _grad_both_paths(q, a, e, g, causal=True, q_offset=None):
+    """(kernel, NumPy path) of the backward's (d_logits, dz) of one call."""
+    args = _args(q, a, e, causal, q_offset)
+    got = _cope.grad_kernel(args, g)
+    assert got is not None
+    return got, _cope.grad_numpy(args, g)
+
+
+@pytest.mark.parametrize("sizes", KERNEL_SIZES + [(1, 1, 1, 1, 1, 1)])
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
+def test_cope_grad_kernel_is_the_numpy_path_bit_for_bit(sizes, causal, dtype):
+    # positions clipped (npos 1, 3, 4) and not (npos 16), q_len below, equal
+    # to and above k_len, masked keys (-inf); the gradient of each dtype
+    q, a, e = (x.astype(dtype) for x in _inputs(*sizes, seed=41, scale=3.0))
+    rng = np.random.default_rng(42)
+    a[rng.random(a.shape) < 0.2] = -np.inf
+    for gdt in ["float16", "float32", "float64"]:
+        g = rng.normal(size=a.shape).astype(gdt)
+        (d_a, dz), (want_a, want_z) = _grad_both_paths(q, a, e, g, causal=causal)
+        _same_bits(d_a, want_a)
+        _same_bits(dz, want_z)
+
+
+@pytest.mark.parametrize("q_offset", [-9, -2, 0, 1, 4, 30])
+def test_cope_grad_kernel_q_offset_is_the_numpy_path(q_offset):
+    # offsets that hide every key, some, or none of them
+    q, a, e = _inputs(2, 2, 5, 8, 3, 6, seed=43)
+    g = np.random.default_rng(44).normal(size=a.shape).astype(np.float32)
+    (d_a, dz), (want_a, want_z) = _grad_both_paths(q, a, e, g, q_offset=q_offset)
+    _same_bits(d_a, want_a)
+    _same_bits(dz, want_z)
+
+
+def test_cope_grad_kernel_extreme_logits_and_strided_inputs_are_the_numpy_path():
+    # logits whose gates round to 1 or underflow, +-0, tiny ones, a whole
+    # row masked; 5-D and strided logits and gradient, the table in the
+    # authors' layout
+    values = [-np.inf, -0.0, 0.0, 745.0, -745.0, 40.0, -40.0, 1e-300, -1e-300, 36.7, -709.5, 3.0]
+    rng = np.random.default_rng(45)
+    a = rng.choice(values, size=(2, 3, 6, 24))[..., ::2]
+    a[0, 1, 2] = -np.inf
+    q, _, e = _inputs(2, 3, 6, 12, 4, 5, seed=46)
+    g = rng.normal(size=(2, 3, 6, 24))[..., 1::2]
+    for causal in (True, False):
+        (d_a, dz), (want_a, want_z) = _grad_both_paths(q, a, e.T[None], g, causal=causal)
+        _same_bits(d_a, want_a)
+        _same_bits(dz, want_z)
+        shape5 = (2, 3, 1, 6)
+        (d_a, dz), (want_a, want_z) = _grad_both_paths(
+            q.reshape(shape5 + (4,)), a.reshape(shape5 + (12,)), e, g.reshape(shape5 + (12,)),
+            causal=causal,
+        )  # fmt: skip
+        _same_bits(d_a, want_a)
+        _same_bits(dz, want_z)
+
+
+def test_cope_grad_takes_the_kernel_and_gives_the_numpy_path_s_gradients():
+    q, a, e = _inputs(2, 3, 4, 6, 5, 4, seed=47)
+    g = np.random.default_rng(48).normal(size=a.shape)
+    args = _args(q, a, e)
+    d_a, dz = _cope.grad_numpy(args, g)
+    d_q, d_a2, d_e = cope_bias_grad(q, a, e, g)
+    _same_bits(d_a2, d_a)
+    _same_bits(d_q, dz @ e)
+    _same_bits(d_e, dz.reshape(-1, 4).T @ q.reshape(-1, 5))
+
+
+def test_cope_grad_kernel_one_and_two_threads_give_the_same_bits():
+    import posenc
+
+    # 2 * 64 * 300 elements: above the size from which the kernel uses its threads
+    q, a, e = _inputs(1, 2, 64, 300, 4, 40, seed=49, scale=1.0)
+    g = np.random.default_rng(50).normal(size=a.shape).astype(np.float32)
+    before = posenc.get_num_threads()
+    results = []
+    try:
+        for n in (1, 2):
+            posenc.set_num_threads(n)
+            results.append(_grad_both_paths(q, a, e, g))
+    finally:
+        posenc.set_num_threads(before)
+    for (d_a, dz), (want_a, want_z) in results:
+        _same_bits(d_a, want_a)
+        _same_bits(dz, want_z)
+
+
+COPE_GRAD_BITS = """
+import hashlib
+import numpy as np
+import posenc
+from posenc import _cope
+digest = hashlib.sha256()
+rng = np.random.default_rng(51)
+q, a, e = rng.normal(size=(2, 3, 9, 5)), rng.normal(size=(2, 3, 9, 21)) * 3, rng.normal(size=(7, 5))
+a[rng.random(a.shape) < 0.2] = -np.inf
+for dt in ["float16", "float32", "float64"]:
+    for causal in (True, False):
+        args = _cope.Args(q.astype(dt), a.astype(dt), e.astype(dt), causal, None)
+        for part in _cope.grad_kernel(args, rng.normal(size=a.shape).astype(dt)):
+            digest.update(part.tobytes())
+print(posenc.simd_path(), digest.hexdigest())
+"""
+
+
+def test_cope_grad_kernel_portable_path_in_a_child_gives_the_same_bits():
+    import child_process
+
+    child_process.assert_every_path_gives_the_same_bits(COPE_GRAD_BITS)
+
+
+def test_cope_grad_core_refuses_bad_arguments():
+    from posenc import _core
+
+    rng = np.random.default_rng(52)
+    logits, grad = rng.normal(size=(12, 5)), rng.normal(size=(12, 5)).astype(np.float32)
+    q, et = rng.normal(size=(12, 3)), rng.normal(size=(3, 6))
+    d_logits, dz = np.empty((12, 5)), np.empty((12, 6))
+
+    def call(a=logits, g=grad, query=q, table=et, out=d_logits, z=dz, q_len=4, offset=1):
+        return lambda: _core.cope_grad(a, g, query, table, out, z, q_len, True, offset)
+
+    for fn, exc, match in [
+        (call(a=logits.astype(np.int32)), TypeError, "attn_logits"),
+        (call(g=grad[:11]), ValueError, "grad"),
+        (call(g=grad.tolist()), TypeError, "grad"),
+        (call(query=q[:, :0], table=et[:0]), ValueError, "query"),
+        (call(query=q[:11]), ValueError, "query"),
+        (call(table=et.astype(np.float32)), TypeError, "pos_emb"),
+        (call(table=et[:2]), ValueError, "pos_emb"),
+        (call(out=d_logits[:, :4]), ValueError, "d_logits"),
+        (call(z=dz[:, :5]), ValueError, "dz"),
+        (call(z=np.empty((12, 6), np.float32)), TypeError, "dz"),
+        (call(q_len=5), ValueError, "q_len"),
+        (call(q_len=0), ValueError, "q_len"),
+        (call(offset=6), ValueError, "q_offset"),
+        (call(offset=-5), ValueError, "q_offset"),
+        (call(out=logits), ValueError, "d_logits"),
+    ]:
+        with pytest.raises(exc, match=match):
+            fn()
+    # outputs sharing bytes with an input or with each other
+    both = np.empty((12, 11))
+    with pytest.raises(ValueError, match="dz"):
+        _core.cope_grad(logits, grad, q, et, both[:, :5], both[:, 5:], 4, True, 1)
+    rows = rng.normal(size=(14, 6))
+    with pytest.raises(ValueError, match="dz must not overlap pos_emb"):
+        _core.cope_grad(logits, grad, q, rows[11:], d_logits, rows[:12], 4, True, 1)
+    _core.cope_grad(logits, grad, q, et, d_logits, dz, 4, True, 1)  # the same, apart
