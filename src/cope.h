@@ -234,6 +234,90 @@ PE_INLINE void pe_cope_row(const struct pe_cope *c, ptrdiff_t r, const double *z
         dtype);
 }
 
+/* Doubles of scratch of pe_cope_grad_row. */
+#define PE_COPE_GRAD_SCRATCH(k_len, npos) (3 * (k_len) + 2 * (npos))
+
+/* The keys of a backward row in the order of the keys (pe_cope_grad_row's
+ * second pass), the gradient g of dtype gdt and d_logits o of dtype odt (literal
+ * where inlined: one loop per pair of dtypes).  The positions never grow
+ * along the row (the gates are >= 0), so each ceil (floor) index takes its
+ * keys in one run: its sum is kept in a register from 0 and stored when the
+ * index moves on, the additions of grad_numpy's scatter in its order. */
+PE_INLINE void pe_cope_grad_keys(const char *g, char *o, const double *z, const double *sig,
+                         const double *sneg, const double *pos, double *zh, double *zl,
+                         ptrdiff_t k_len, int64_t last, double top, const int gdt, const int odt)
+{
+    ptrdiff_t at_hi = 0, at_lo = 0;
+    double sum_hi = 0.0, sum_lo = 0.0, dgate = 0.0;
+    for (ptrdiff_t j = 0; j < k_len; ++j) {
+        const int seen = (int64_t)j <= last;
+        const double p = seen ? pos[j] : 0.0;
+        const double clipped = p < top ? p : top;
+        const double lo = floor(clipped), hi = ceil(clipped), w = clipped - lo;
+        const ptrdiff_t ilo = (ptrdiff_t)lo, ihi = (ptrdiff_t)hi;
+        const double gj = pe_load(g, j, gdt);
+        if (ihi != at_hi || j == 0) {
+            zh[at_hi] = sum_hi; /* (a first store of 0.0 at j = 0: zh's own) */
+            at_hi = ihi;
+            sum_hi = 0.0;
+        }
+        if (ilo != at_lo || j == 0) {
+            zl[at_lo] = sum_lo;
+            at_lo = ilo;
+            sum_lo = 0.0;
+        }
+        sum_hi = sum_hi + gj * w;
+        sum_lo = sum_lo + gj * (1.0 - w);
+        /* d p through w only, 0 where the clip cut p; d gate_t = sum_{j <= t} d p_j */
+        const double dp = p <= top ? gj * (z[ihi] - z[ilo]) : 0.0;
+        dgate = j == 0 ? dp : dgate + dp;
+        /* sigmoid'(a) = sigmoid(a) sigmoid(-a) */
+        pe_store(o, j, odt, seen ? (dgate * sig[j]) * sneg[j] : 0.0);
+    }
+    zh[at_hi] = sum_hi;
+    zl[at_lo] = sum_lo;
+}
+
+/* Row r of a backward call (the body of each path's pe_cope_grad_row_fn):
+ * z the row's products, scratch PE_COPE_GRAD_SCRATCH(k_len, npos) doubles
+ * (the row's gates, their mirrors and positions, and the sums of the
+ * gradient of z at each key's ceil and floor), sigfn the path's gates (as
+ * pe_cope_sig_run).  Each step is grad_numpy's, op for op: a key after the
+ * query has position 0 (its gates and the later ones are 0) and a gradient
+ * of 0. */
+PE_INLINE void pe_cope_grad_row(const struct pe_cope_grad *c, ptrdiff_t r, const double *z,
+                                double *scratch, pe_cope_sig_fn sigfn)
+{
+    const ptrdiff_t k_len = c->k_len, npos = (ptrdiff_t)c->npos, i = r % c->q_len;
+    const char *l = c->logits + r * c->lstride, *g = c->grad + r * c->gstride;
+    char *o = c->d_logits + r * c->dstride;
+    double *dz = c->dz + r * npos;
+    double *sig = scratch, *sneg = sig + k_len, *pos = sneg + k_len, *zh = pos + k_len;
+    double *zl = zh + npos;
+    const double top = (double)(npos - 1);
+    int64_t last = (int64_t)k_len - 1;
+    if (c->causal && c->q_offset + (int64_t)i < last)
+        last = c->q_offset + (int64_t)i < -1 ? -1 : c->q_offset + (int64_t)i;
+    /* the gates of the keys seen, and the positions summed from the row's end back */
+    sigfn(l, c->logits_dtype, (ptrdiff_t)(last + 1), sig, sneg);
+    double s = 0.0;
+    for (ptrdiff_t j = (ptrdiff_t)last; j >= 0; --j) {
+        s = s + sig[j];
+        pos[j] = s;
+    }
+    for (ptrdiff_t p = 0; p < npos; ++p)
+        zh[p] = zl[p] = 0.0;
+    const int gdt = c->grad_dtype, odt = c->d_dtype;
+    if (gdt == PE_F32 && odt == PE_F32)
+        pe_cope_grad_keys(g, o, z, sig, sneg, pos, zh, zl, k_len, last, top, PE_F32, PE_F32);
+    else if (gdt == PE_F64 && odt == PE_F64)
+        pe_cope_grad_keys(g, o, z, sig, sneg, pos, zh, zl, k_len, last, top, PE_F64, PE_F64);
+    else
+        pe_cope_grad_keys(g, o, z, sig, sneg, pos, zh, zl, k_len, last, top, gdt, odt);
+    for (ptrdiff_t p = 0; p < npos; ++p)
+        dz[p] = zh[p] + zl[p];
+}
+
 /* The table `table` of a path's kernels, [add][enum pe_dtype of dst]: rows
  * [r0, r1) by pe_cope_row with the path's run and keys, z the rows'. */
 #define PE_COPE_ROWS_TABLE(table, run, keys)                                                       \

@@ -136,7 +136,7 @@ PE_COPE_ROWS_TABLE(pe_cope_rows_avx2, run_avx2, keys_avx2);
 
 /* pe_cope_sig_run four logits at a time (float32 or float64; the rest
  * and other dtypes by it), op for op. */
-void pe_cope_sig_avx2(const char *l, int dtype, ptrdiff_t n, double *sig, double *sneg)
+static void sig_avx2(const char *l, int dtype, ptrdiff_t n, double *sig, double *sneg)
 {
     ptrdiff_t j = 0;
     if (dtype == PE_F32 || dtype == PE_F64) {
@@ -153,6 +153,14 @@ void pe_cope_sig_avx2(const char *l, int dtype, ptrdiff_t n, double *sig, double
         }
     }
     pe_cope_sig_run(l, dtype, j, n, sig, sneg);
+}
+
+/* pe_cope_grad_row with the gates four at a time (and floor and ceil one
+ * instruction each). */
+void pe_cope_grad_row_avx2(const struct pe_cope_grad *c, ptrdiff_t r, const double *z,
+                           double *scratch)
+{
+    pe_cope_grad_row(c, r, z, scratch, sig_avx2);
 }
 
 /* pe_cope_z_rows with sixteen positions of a row summed in registers over
