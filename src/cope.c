@@ -29,6 +29,11 @@ void pe_cope_grad_row_scalar(const struct pe_cope_grad *c, ptrdiff_t r, const do
     pe_cope_grad_row(c, r, z, scratch, sig_scalar);
 }
 
+void pe_cope_grad_table_scalar(const struct pe_cope_grad *c, ptrdiff_t p0, ptrdiff_t p1)
+{
+    pe_cope_grad_table(c, p0, p1);
+}
+
 /* 1 if one of the n logits at l (of dtype) is nan or +inf, else 0. */
 static int row_refused(const char *l, ptrdiff_t n, int dtype)
 {
@@ -117,34 +122,47 @@ void pe_cope_gates(const double *a, double *g, ptrdiff_t n, int exp_only, int nt
         g[t] = exp_only ? pe_cope_exp(a[t]) : pe_cope_gate(a[t]);
 }
 
-int pe_cope_grad(const struct pe_kernels *k, const struct pe_cope_grad *c, int nthreads)
+/* Positions of a task of the table's gradient. */
+#define COPE_TABLE_POSITIONS 16
+
+int pe_cope_grad(const struct pe_kernels *k, const struct pe_cope_grad *call, int nthreads)
 {
-    const ptrdiff_t rows = c->rows, npos = (ptrdiff_t)c->npos, k_len = c->k_len;
-    const ptrdiff_t tasks = (rows + COPE_ROWS - 1) / COPE_ROWS;
+    const ptrdiff_t rows = call->rows, npos = (ptrdiff_t)call->npos, k_len = call->k_len;
+    const ptrdiff_t d = call->d, tasks = (rows + COPE_ROWS - 1) / COPE_ROWS;
+    const ptrdiff_t table_tasks = (npos + COPE_TABLE_POSITIONS - 1) / COPE_TABLE_POSITIONS;
     const int team = pe_team(nthreads, rows * k_len);
-    /* a thread's scratch: a task's queries in float64, their z, then a
-     * row's (pe_cope_grad_row's) */
-    const ptrdiff_t per_thread = COPE_ROWS * (c->d + npos) + PE_COPE_GRAD_SCRATCH(k_len, npos);
+    struct pe_cope_grad c = *call;
+    c.dz = malloc((size_t)(rows * npos) * sizeof *c.dz);
+    c.q64 = malloc((size_t)(rows * d) * sizeof *c.q64);
+    c.pmax = malloc((size_t)rows * sizeof *c.pmax);
+    /* a thread's scratch: a task's z, then a row's (pe_cope_grad_row's) */
+    const ptrdiff_t per_thread = COPE_ROWS * npos + PE_COPE_GRAD_SCRATCH(k_len, npos, d);
     double *scratch = malloc((size_t)(per_thread * team) * sizeof *scratch);
-    if (scratch == NULL)
+    if (c.dz == NULL || c.q64 == NULL || c.pmax == NULL || scratch == NULL) {
+        free(c.dz), free(c.q64), free(c.pmax), free(scratch);
         return -1;
+    }
 #pragma omp parallel num_threads(team)
     {
         const int tid = pe_thread_num();
-        double *q = scratch + tid * per_thread, *z = q + COPE_ROWS * c->d;
-        double *row = z + COPE_ROWS * npos;
+        double *z = scratch + tid * per_thread, *row = z + COPE_ROWS * npos;
 #pragma omp for schedule(dynamic, 1)
         for (ptrdiff_t t = 0; t < tasks; ++t) {
             const ptrdiff_t r0 = t * COPE_ROWS, r1 = rows - r0 < COPE_ROWS ? rows : r0 + COPE_ROWS;
             for (ptrdiff_t r = r0; r < r1; ++r)
-                for (ptrdiff_t e = 0; e < c->d; ++e)
-                    q[(r - r0) * c->d + e] =
-                        pe_load(c->query + r * c->query_stride, e, c->query_dtype);
-            k->cope_z(q, c->et, c->d, npos, z, 0, r1 - r0);
+                for (ptrdiff_t e = 0; e < d; ++e)
+                    c.q64[r * d + e] = pe_load(c.query + r * c.query_stride, e, c.query_dtype);
+            k->cope_z(c.q64 + r0 * d, c.et, d, npos, z, 0, r1 - r0);
             for (ptrdiff_t r = r0; r < r1; ++r)
-                k->cope_grad_row(c, r, z + (r - r0) * npos, row);
+                k->cope_grad_row(&c, r, z + (r - r0) * npos, row);
+        }
+        /* (the loop's barrier: every row's dz and pmax are in) */
+#pragma omp for schedule(dynamic, 1)
+        for (ptrdiff_t t = 0; t < table_tasks; ++t) {
+            const ptrdiff_t p0 = t * COPE_TABLE_POSITIONS;
+            k->cope_grad_table(&c, p0, npos - p0 < COPE_TABLE_POSITIONS ? npos : p0 + COPE_TABLE_POSITIONS);
         }
     }
-    free(scratch);
+    free(c.dz), free(c.q64), free(c.pmax), free(scratch);
     return 0;
 }

@@ -163,6 +163,13 @@ void pe_cope_grad_row_avx2(const struct pe_cope_grad *c, ptrdiff_t r, const doub
     pe_cope_grad_row(c, r, z, scratch, sig_avx2);
 }
 
+/* pe_cope_grad_table, its sums over the head dim four at a time (the
+ * compiler's vectors: each element's sum in its order). */
+void pe_cope_grad_table_avx2(const struct pe_cope_grad *c, ptrdiff_t p0, ptrdiff_t p1)
+{
+    pe_cope_grad_table(c, p0, p1);
+}
+
 /* pe_cope_z_rows with sixteen positions of a row summed in registers over
  * the whole head dim (then four, then one at a time): the same operations
  * for each position, in the same order. */

@@ -217,21 +217,23 @@ static int check_rows(PyArrayObject *a, const char *name, npy_intp rows, npy_int
 PyObject *py_cope_grad(PyObject *self, PyObject *args)
 {
     (void)self;
-    PyObject *logits_o, *grad_o, *q_o, *et_o, *dl_o, *dz_o;
+    PyObject *logits_o, *grad_o, *q_o, *et_o, *table_o, *dl_o, *dq_o, *dt_o;
     Py_ssize_t q_len;
     int causal;
     long long q_offset;
-    if (!PyArg_ParseTuple(args, "OOOOOOnpL:cope_grad", &logits_o, &grad_o, &q_o, &et_o, &dl_o,
-                          &dz_o, &q_len, &causal, &q_offset))
+    if (!PyArg_ParseTuple(args, "OOOOOOOOnpL:cope_grad", &logits_o, &grad_o, &q_o, &et_o,
+                          &table_o, &dl_o, &dq_o, &dt_o, &q_len, &causal, &q_offset))
         return NULL;
     PyArrayObject *logits = arg_float_array(logits_o, "attn_logits", 2, 0, 0);
     PyArrayObject *grad = logits ? arg_float_array(grad_o, "grad", 2, 0, 0) : NULL;
     PyArrayObject *q = grad ? arg_float_array(q_o, "query", 2, 0, 0) : NULL;
     PyArrayObject *et = q ? arg_array(et_o, "pos_emb", NPY_DOUBLE, 2, ARG_CONTIGUOUS) : NULL;
-    PyArrayObject *dl = et ? arg_float_out(dl_o, "d_logits", 2, 0) : NULL;
-    PyArrayObject *dz = dl ? arg_array(dz_o, "dz", NPY_DOUBLE, 2, ARG_CONTIGUOUS | ARG_WRITE)
-                           : NULL;
-    if (dz == NULL)
+    PyArrayObject *table = et ? arg_array(table_o, "table", NPY_DOUBLE, 2, ARG_CONTIGUOUS) : NULL;
+    PyArrayObject *dl = table ? arg_float_out(dl_o, "d_logits", 2, 0) : NULL;
+    PyArrayObject *dq = dl ? arg_float_out(dq_o, "d_query", 2, 0) : NULL;
+    PyArrayObject *dt =
+        dq ? arg_array(dt_o, "d_table", NPY_DOUBLE, 2, ARG_CONTIGUOUS | ARG_WRITE) : NULL;
+    if (dt == NULL)
         return NULL;
     const npy_intp rows = PyArray_DIM(logits, 0), k_len = PyArray_DIM(logits, 1);
     const npy_intp d = PyArray_DIM(q, 1), npos = PyArray_DIM(et, 1);
@@ -250,43 +252,52 @@ PyObject *py_cope_grad(PyObject *self, PyObject *args)
         return NULL;
     }
     if (check_rows(grad, "grad", rows, k_len) < 0 || check_rows(q, "query", rows, d) < 0 ||
-        check_rows(dl, "d_logits", rows, k_len) < 0 || check_rows(dz, "dz", rows, npos) < 0)
+        check_rows(table, "table", npos, d) < 0 || check_rows(dl, "d_logits", rows, k_len) < 0 ||
+        check_rows(dq, "d_query", rows, d) < 0 || check_rows(dt, "d_table", npos, d) < 0)
         return NULL;
     if (q_offset < -(long long)q_len || q_offset > (long long)k_len) {
         PyErr_Format(PyExc_ValueError, "q_offset must be between -q_len (%zd) and k_len (%zd)",
                      (Py_ssize_t)q_len, (Py_ssize_t)k_len);
         return NULL;
     }
-    PyArrayObject *ins[] = {logits, grad, q, et};
-    const char *in_names[] = {"attn_logits", "grad", "query", "pos_emb"};
-    for (int t = 0; t < 4; ++t)
-        if (check_no_overlap(dl, "d_logits", ins[t], in_names[t]) < 0 ||
-            check_no_overlap(dz, "dz", ins[t], in_names[t]) < 0)
-            return NULL;
-    if (check_no_overlap(dz, "dz", dl, "d_logits") < 0)
-        return NULL;
+    PyArrayObject *ins[] = {logits, grad, q, et, table};
+    const char *in_names[] = {"attn_logits", "grad", "query", "pos_emb", "table"};
+    PyArrayObject *outs[] = {dl, dq, dt};
+    const char *out_names[] = {"d_logits", "d_query", "d_table"};
+    for (int o = 0; o < 3; ++o) {
+        for (int t = 0; t < 5; ++t)
+            if (check_no_overlap(outs[o], out_names[o], ins[t], in_names[t]) < 0)
+                return NULL;
+        for (int t = o + 1; t < 3; ++t)
+            if (check_no_overlap(outs[t], out_names[t], outs[o], out_names[o]) < 0)
+                return NULL;
+    }
     struct pe_cope_grad call = {
         .logits = PyArray_BYTES(logits),
         .grad = PyArray_BYTES(grad),
         .d_logits = PyArray_BYTES(dl),
+        .d_query = PyArray_BYTES(dq),
         .rows = rows,
         .q_len = q_len,
         .k_len = k_len,
         .lstride = PyArray_STRIDE(logits, 0),
         .gstride = PyArray_STRIDE(grad, 0),
         .dstride = PyArray_STRIDE(dl, 0),
+        .dq_stride = PyArray_STRIDE(dq, 0),
         .logits_dtype = pe_dtype_of(logits),
         .grad_dtype = pe_dtype_of(grad),
         .d_dtype = pe_dtype_of(dl),
+        .dq_dtype = pe_dtype_of(dq),
         .query = PyArray_BYTES(q),
         .query_stride = PyArray_STRIDE(q, 0),
         .d = d,
         .query_dtype = pe_dtype_of(q),
         .et = (const double *)PyArray_DATA(et),
+        .table = (const double *)PyArray_DATA(table),
         .npos = npos,
         .q_offset = (int64_t)q_offset,
         .causal = causal,
-        .dz = (double *)PyArray_DATA(dz),
+        .d_table = (double *)PyArray_DATA(dt),
     };
     return kernel_result(run_kernel(cope_grad_kernel, &call, rows * k_len), "");
 }

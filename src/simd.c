@@ -18,7 +18,7 @@
     X(sincos_row, path) X(rotate_row, path) X(sinusoid_cell, path) X(rope_run, path) \
     X(bias_rows, path) X(alibi_block, path) X(diagonals, path) X(rel_task, path)     \
     X(row_add, path) X(fire_block, path) X(cope_rows, path) X(cope_z, path)           \
-    X(cope_grad_row, path) X(complex_order_rows, path) \
+    X(cope_grad_row, path) X(cope_grad_table, path) X(complex_order_rows, path) \
     X(store_fence, path)
 /* clang-format on */
 #define PE_KERNEL_FIELD(field, path) .field = pe_##field##_##path,
@@ -36,6 +36,7 @@ const struct pe_kernels pe_kernels_scalar = PE_KERNELS_OF(scalar);
 #define pe_cope_rows_neon pe_cope_rows_scalar
 #define pe_cope_z_neon pe_cope_z_scalar
 #define pe_cope_grad_row_neon pe_cope_grad_row_scalar
+#define pe_cope_grad_table_neon pe_cope_grad_table_scalar
 #define pe_complex_order_rows_neon pe_complex_order_rows_scalar
 #define pe_store_fence_neon pe_store_fence_scalar
 const struct pe_kernels pe_kernels_neon = PE_KERNELS_OF(neon);
