@@ -160,7 +160,8 @@ int pe_cope_grad(const struct pe_kernels *k, const struct pe_cope_grad *call, in
 #pragma omp for schedule(dynamic, 1)
         for (ptrdiff_t t = 0; t < table_tasks; ++t) {
             const ptrdiff_t p0 = t * COPE_TABLE_POSITIONS;
-            k->cope_grad_table(&c, p0, npos - p0 < COPE_TABLE_POSITIONS ? npos : p0 + COPE_TABLE_POSITIONS);
+            k->cope_grad_table(&c, p0,
+                               npos - p0 < COPE_TABLE_POSITIONS ? npos : p0 + COPE_TABLE_POSITIONS);
         }
     }
     free(c.dz), free(c.q64), free(c.pmax), free(scratch);

@@ -221,8 +221,8 @@ PyObject *py_cope_grad(PyObject *self, PyObject *args)
     Py_ssize_t q_len;
     int causal;
     long long q_offset;
-    if (!PyArg_ParseTuple(args, "OOOOOOOOnpL:cope_grad", &logits_o, &grad_o, &q_o, &et_o,
-                          &table_o, &dl_o, &dq_o, &dt_o, &q_len, &causal, &q_offset))
+    if (!PyArg_ParseTuple(args, "OOOOOOOOnpL:cope_grad", &logits_o, &grad_o, &q_o, &et_o, &table_o,
+                          &dl_o, &dq_o, &dt_o, &q_len, &causal, &q_offset))
         return NULL;
     PyArrayObject *logits = arg_float_array(logits_o, "attn_logits", 2, 0, 0);
     PyArrayObject *grad = logits ? arg_float_array(grad_o, "grad", 2, 0, 0) : NULL;
