@@ -316,13 +316,18 @@ def grad_kernel(a, g):
 
 
 def bias_grad(query, attn_logits, pos_emb, grad, *, causal=True, q_offset=None):
-    """posenc.cope_bias_grad: (d_query, d_attn_logits, d_pos_emb)."""
-    a = Args(query, attn_logits, pos_emb, causal, q_offset)
+    """posenc.cope_bias_grad: (d_query, d_attn_logits, d_pos_emb).  The
+    kernel refuses logits with nan or +inf and a gradient that is not
+    finite itself (before it writes anything); the NumPy path, here."""
+    a = Args(query, attn_logits, pos_emb, causal, q_offset, check_logits=False)
     g = _float_array(grad, "grad")
     if g.shape != a.logits.shape:
         raise ValueError(f"grad must have shape {a.logits.shape}, got {g.shape}")
-    _finite(g, "grad")
     parts = grad_kernel(a, g)
-    d_logits, d_query, d_table = grad_numpy(a, g) if parts is None else parts
+    if parts is None:
+        a.check_logits()
+        _finite(g, "grad")
+        parts = grad_numpy(a, g)
+    d_logits, d_query, d_table = parts
     d_emb = d_table.T[None] if a.authors_layout else d_table
     return d_query, d_logits, d_emb.astype(a.emb.dtype)

@@ -55,6 +55,27 @@ static int row_refused(const char *l, ptrdiff_t n, int dtype)
     return bad;
 }
 
+/* 1 if one of the n values at x (of dtype) is nan or +-inf, else 0. */
+static int row_not_finite(const char *x, ptrdiff_t n, int dtype)
+{
+    int bad = 0;
+    if (dtype == PE_F32) {
+        const float *v = (const float *)x;
+        for (ptrdiff_t j = 0; j < n; ++j)
+            bad |= !(v[j] < INFINITY && v[j] > -INFINITY);
+    } else if (dtype == PE_F64) {
+        const double *v = (const double *)x;
+        for (ptrdiff_t j = 0; j < n; ++j)
+            bad |= !(v[j] < INFINITY && v[j] > -INFINITY);
+    } else {
+        /* float16 bits: the largest exponent holds the infinities and nans */
+        const uint16_t *v = (const uint16_t *)x;
+        for (ptrdiff_t j = 0; j < n; ++j)
+            bad |= (v[j] & 0x7fff) >= 0x7c00;
+    }
+    return bad;
+}
+
 /* Rows of a task of the kernel. */
 #define COPE_ROWS 8
 
@@ -131,6 +152,14 @@ int pe_cope_grad(const struct pe_kernels *k, const struct pe_cope_grad *call, in
     const ptrdiff_t d = call->d, tasks = (rows + COPE_ROWS - 1) / COPE_ROWS;
     const ptrdiff_t table_tasks = (npos + COPE_TABLE_POSITIONS - 1) / COPE_TABLE_POSITIONS;
     const int team = pe_team(nthreads, rows * k_len);
+    int bad_logits = 0, bad_grad = 0;
+#pragma omp parallel for schedule(static) num_threads(team) reduction(| : bad_logits, bad_grad)
+    for (ptrdiff_t r = 0; r < rows; ++r) {
+        bad_logits |= row_refused(call->logits + r * call->lstride, k_len, call->logits_dtype);
+        bad_grad |= row_not_finite(call->grad + r * call->gstride, k_len, call->grad_dtype);
+    }
+    if (bad_logits || bad_grad)
+        return bad_logits ? -2 : -3;
     struct pe_cope_grad c = *call;
     c.dz = malloc((size_t)(rows * npos) * sizeof *c.dz);
     c.q64 = malloc((size_t)(rows * d) * sizeof *c.q64);

@@ -299,5 +299,8 @@ PyObject *py_cope_grad(PyObject *self, PyObject *args)
         .causal = causal,
         .d_table = (double *)PyArray_DATA(dt),
     };
-    return kernel_result(run_kernel(cope_grad_kernel, &call, rows * k_len), "");
+    const int rc = run_kernel(cope_grad_kernel, &call, rows * k_len);
+    return kernel_result(rc, rc == -3 ? "grad must be finite (found nan or inf)"
+                                      : "attn_logits must be finite or -inf (masked), found nan "
+                                        "or +inf");
 }

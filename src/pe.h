@@ -433,8 +433,9 @@ struct pe_cope_grad {
  * the keys) times sigmoid'; then the gradients of the queries and of the
  * table from that of z, each sum from 0 in the order of the positions (of
  * the rows), over the positions up to the row's largest (the ceil of its
- * first key's, beyond which its gradient of z is 0).  Returns 0 or -1 if
- * memory ran out. */
+ * first key's, beyond which its gradient of z is 0).  Returns 0, -1 if
+ * memory ran out, -2 if a logit is nan or +inf, -3 if a gradient is not
+ * finite (nothing is written then: every one is looked at first). */
 int pe_cope_grad(const struct pe_kernels *k, const struct pe_cope_grad *g, int nthreads);
 
 /* z = q et (pe_cope_z_rows) on the path of k, on the library's threads: the

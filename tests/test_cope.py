@@ -732,6 +732,27 @@ def test_cope_grad_kernel_portable_path_in_a_child_gives_the_same_bits():
     child_process.assert_every_path_gives_the_same_bits(COPE_GRAD_BITS)
 
 
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
+def test_cope_grad_refuses_nan_logits_and_a_gradient_not_finite(dtype):
+    # anywhere: a key after the query too (whose logit the backward does not
+    # otherwise read), as the forward refuses them
+    q, a, e = (x.astype(dtype) for x in _inputs(2, 2, 4, 5, 3, 4, seed=55))
+    g = np.ones(a.shape, dtype)
+    for value in (math.nan, math.inf):
+        for at in ((0, 0, 0, 0), (1, 1, 0, 4)):
+            bad = a.copy()
+            bad[at] = value
+            with pytest.raises(ValueError, match="attn_logits must be finite or -inf"):
+                cope_bias_grad(q, bad, e, g)
+    for value in (math.nan, math.inf, -math.inf):
+        bad = g.copy()
+        bad[1, 0, 3, 4] = value
+        with pytest.raises(ValueError, match="grad must be finite"):
+            cope_bias_grad(q, a, e, bad)
+    a[0, 1, 2, 3] = -math.inf  # a masked key: read as a gate of 0
+    cope_bias_grad(q, a, e, g)
+
+
 def test_cope_grad_core_refuses_bad_arguments():
     from posenc import _core
 
@@ -765,6 +786,9 @@ def test_cope_grad_core_refuses_bad_arguments():
         (call(offset=6), ValueError, "q_offset"),
         (call(offset=-5), ValueError, "q_offset"),
         (call(out=logits), ValueError, "d_logits"),
+        (call(a=np.where(np.eye(12, 5) > 0, np.nan, logits)), ValueError, "attn_logits"),
+        (call(a=np.where(np.eye(12, 5) > 0, np.inf, logits)), ValueError, "attn_logits"),
+        (call(g=np.where(np.eye(12, 5) > 0, -np.inf, grad)), ValueError, "grad must be finite"),
     ]:
         with pytest.raises(exc, match=match):
             fn()
