@@ -207,6 +207,29 @@ def test_t5_s_table_makes_one_bias_per_forward_pass_for_every_layer(monkeypatch)
     torch.testing.assert_close(model.encoding.table.weight.grad, grad, rtol=1e-5, atol=1e-7)
 
 
+def test_sandwich_s_bias_is_made_once_for_every_layer_and_pass(monkeypatch):
+    """Sandwich learns nothing: its layers' biases are one, made once per
+    length; KERPLE's, learned, are made in each layer of each pass."""
+    torch.manual_seed(0)
+    calls = []
+    for spec in ("sandwich", "kerple_log"):
+        model = LabModel(11, spec, dim=32, layers=3, heads=4)
+        cls = type(model.encoding.layers[0])
+        bias = cls.bias
+
+        def counted(self, *args, bias=bias, spec=spec, **kwargs):
+            calls.append(spec)
+            return bias(self, *args, **kwargs)
+
+        monkeypatch.setattr(cls, "bias", counted)
+        tokens = torch.randint(0, 11, (2, 6))
+        first = model(tokens)
+        torch.testing.assert_close(model(tokens), first, rtol=0, atol=0)
+        model(torch.randint(0, 11, (2, 5)))
+    assert calls.count("sandwich") == 2  # lengths 6 and 5
+    assert calls.count("kerple_log") == 3 * 3
+
+
 @pytest.mark.parametrize("spec", ["rope", "rope:xpos", "rope:p:0.5", "rope:yarn:4"])
 def test_rope_rotates_q_and_k_as_posenc_apply_rope(spec):
     torch.manual_seed(0)

@@ -15,6 +15,12 @@ plugs in at its own point:
   r[i - j]`` and the content bias ``u . k``, both scaled as the scores are),
   ``cope`` (its gates are read from the masked logits, as the authors do).
 
+The scale and the mask (0 or ``-inf``, made once per forward pass) go into
+the logits in one pass; a bias of positions ``0 .. n-1`` is added to the
+mask first (``heads x n x n``) and goes in with them.  ALiBi's and T5's
+bias, the same in every layer, is made once per forward pass (T5's table
+and its gradient by bucket once per step).
+
 Position ids are ``0 .. n-1`` unless a call gives its own (a training-time
 sampler's, or the skip-position attack's ``k * i``): absolute encodings read
 them directly, RoPE rotates by them, and the score encodings take the term of
@@ -437,16 +443,24 @@ class _T5(_Bias):
 
 class _PerLayerBias(_Bias):
     """KERPLE, Sandwich, FIRE: a module per layer, ``.bias(q_len, k_len,
-    dtype=, device=)``."""
+    dtype=, device=)``.  Modules that learn nothing (Sandwich's) give every
+    layer the same bias: it is made once per length, device and dtype."""
 
     def __init__(self, spec: Encoding, heads: int, layers: int, make: Any) -> None:
         super().__init__(spec, heads)
         self.layers = nn.ModuleList([make() for _ in range(layers)])
+        self.shared = not any(True for _ in self.layers.parameters())
+        self._cache: OrderedDict[Any, torch.Tensor] = OrderedDict()
 
     def term(
         self, layer: int, q_len: int, k_len: int, dtype: torch.dtype, device: torch.device
     ) -> torch.Tensor:
-        return self.layers[layer].bias(q_len, k_len, dtype=dtype, device=device)
+        def make() -> torch.Tensor:
+            return self.layers[layer].bias(q_len, k_len, dtype=dtype, device=device)
+
+        if not self.shared:
+            return make()
+        return _cached(self._cache, (q_len, k_len, dtype, device), make)
 
 
 class _CoPE(PositionEncoding):
