@@ -12,10 +12,10 @@
 
 PE_COPE_ROWS_TABLE(pe_cope_rows_scalar, pe_cope_run, NULL);
 
-void pe_cope_z_scalar(const double *q, const double *et, ptrdiff_t d, ptrdiff_t npos, double *z,
-                      ptrdiff_t r0, ptrdiff_t r1)
+void pe_cope_z_scalar(const double *q, const double *et, ptrdiff_t d, ptrdiff_t npos,
+                      ptrdiff_t count, double *z, ptrdiff_t r0, ptrdiff_t r1)
 {
-    pe_cope_z_rows(q, et, d, npos, z, r0, r1);
+    pe_cope_z_rows(q, et, d, npos, count, z, r0, r1);
 }
 
 static void sig_scalar(const char *l, int dtype, ptrdiff_t n, double *sig, double *sneg)
@@ -23,10 +23,9 @@ static void sig_scalar(const char *l, int dtype, ptrdiff_t n, double *sig, doubl
     pe_cope_sig_run(l, dtype, 0, n, sig, sneg);
 }
 
-void pe_cope_grad_row_scalar(const struct pe_cope_grad *c, ptrdiff_t r, const double *z,
-                             double *scratch)
+void pe_cope_grad_row_scalar(const struct pe_cope_grad *c, ptrdiff_t r, double *scratch)
 {
-    pe_cope_grad_row(c, r, z, scratch, sig_scalar);
+    pe_cope_grad_row(c, r, scratch, sig_scalar, pe_cope_z_scalar);
 }
 
 void pe_cope_grad_table_scalar(const struct pe_cope_grad *c, ptrdiff_t p0, ptrdiff_t p1)
@@ -114,7 +113,7 @@ int pe_cope(const struct pe_kernels *k, const struct pe_cope *c, int nthreads)
                 for (ptrdiff_t e = 0; e < c->d; ++e)
                     q[(r - r0) * c->d + e] =
                         pe_load(c->query + r * c->query_stride, e, c->query_dtype);
-            k->cope_z(q, c->et, c->d, npos, z, 0, r1 - r0);
+            k->cope_z(q, c->et, c->d, npos, npos, z, 0, r1 - r0);
             fn(c, r0, r1, z);
         }
     }
@@ -132,7 +131,7 @@ void pe_cope_products(const struct pe_kernels *k, const double *q, const double 
 #pragma omp parallel for schedule(static) num_threads(pe_team(nthreads, rows * npos * d))
     for (ptrdiff_t t = 0; t < tasks; ++t) {
         const ptrdiff_t r0 = t * COPE_Z_ROWS;
-        k->cope_z(q, et, d, npos, z, r0, rows - r0 < COPE_Z_ROWS ? rows : r0 + COPE_Z_ROWS);
+        k->cope_z(q, et, d, npos, npos, z, r0, rows - r0 < COPE_Z_ROWS ? rows : r0 + COPE_Z_ROWS);
     }
 }
 
@@ -164,8 +163,8 @@ int pe_cope_grad(const struct pe_kernels *k, const struct pe_cope_grad *call, in
     c.dz = malloc((size_t)(rows * npos) * sizeof *c.dz);
     c.q64 = malloc((size_t)(rows * d) * sizeof *c.q64);
     c.pmax = malloc((size_t)rows * sizeof *c.pmax);
-    /* a thread's scratch: a task's z, then a row's (pe_cope_grad_row's) */
-    const ptrdiff_t per_thread = COPE_ROWS * npos + PE_COPE_GRAD_SCRATCH(k_len, npos, d);
+    /* a thread's scratch: a row's (pe_cope_grad_row's) */
+    const ptrdiff_t per_thread = PE_COPE_GRAD_SCRATCH(k_len, npos, d);
     double *scratch = malloc((size_t)(per_thread * team) * sizeof *scratch);
     if (c.dz == NULL || c.q64 == NULL || c.pmax == NULL || scratch == NULL) {
         free(c.dz), free(c.q64), free(c.pmax), free(scratch);
@@ -174,16 +173,15 @@ int pe_cope_grad(const struct pe_kernels *k, const struct pe_cope_grad *call, in
 #pragma omp parallel num_threads(team)
     {
         const int tid = pe_thread_num();
-        double *z = scratch + tid * per_thread, *row = z + COPE_ROWS * npos;
+        double *row = scratch + tid * per_thread;
 #pragma omp for schedule(dynamic, 1)
         for (ptrdiff_t t = 0; t < tasks; ++t) {
             const ptrdiff_t r0 = t * COPE_ROWS, r1 = rows - r0 < COPE_ROWS ? rows : r0 + COPE_ROWS;
             for (ptrdiff_t r = r0; r < r1; ++r)
                 for (ptrdiff_t e = 0; e < d; ++e)
                     c.q64[r * d + e] = pe_load(c.query + r * c.query_stride, e, c.query_dtype);
-            k->cope_z(c.q64 + r0 * d, c.et, d, npos, z, 0, r1 - r0);
             for (ptrdiff_t r = r0; r < r1; ++r)
-                k->cope_grad_row(&c, r, z + (r - r0) * npos, row);
+                k->cope_grad_row(&c, r, row);
         }
         /* (the loop's barrier: every row's dz and pmax are in) */
 #pragma omp for schedule(dynamic, 1)

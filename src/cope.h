@@ -93,21 +93,22 @@ PE_INLINE void pe_cope_sig_run(const char *l, int dtype, ptrdiff_t j0, ptrdiff_t
     }
 }
 
-/* Rows [r0, r1) of z[r, p] = sum_k q[r, k] et[k, p] (q (rows, d), et (d,
- * npos), z (rows, npos), float64 C-contiguous): for each p the products
- * added in the order of k, each rounded (no FMA), so that a path may take
- * several p at once and keep the bits.  The body of each path's cope_z. */
+/* Rows [r0, r1) of z[r, p] = sum_k q[r, k] et[k, p], p < count <= npos
+ * (q (rows, d), et (d, npos), z (rows, npos), float64 C-contiguous): for
+ * each p the products added in the order of k, each rounded (no FMA), so
+ * that a path may take several p at once, and any count, and keep the
+ * bits.  The body of each path's cope_z. */
 PE_INLINE void pe_cope_z_rows(const double *q, const double *et, ptrdiff_t d, ptrdiff_t npos,
-                              double *z, ptrdiff_t r0, ptrdiff_t r1)
+                              ptrdiff_t count, double *z, ptrdiff_t r0, ptrdiff_t r1)
 {
     for (ptrdiff_t r = r0; r < r1; ++r) {
         const double *qr = q + r * d;
         double *zr = z + r * npos;
-        for (ptrdiff_t p = 0; p < npos; ++p)
+        for (ptrdiff_t p = 0; p < count; ++p)
             zr[p] = qr[0] * et[p];
         for (ptrdiff_t k = 1; k < d; ++k) {
             const double a = qr[k], *e = et + k * npos;
-            for (ptrdiff_t p = 0; p < npos; ++p)
+            for (ptrdiff_t p = 0; p < count; ++p)
                 zr[p] = zr[p] + a * e[p];
         }
     }
@@ -235,7 +236,7 @@ PE_INLINE void pe_cope_row(const struct pe_cope *c, ptrdiff_t r, const double *z
 }
 
 /* Doubles of scratch of pe_cope_grad_row. */
-#define PE_COPE_GRAD_SCRATCH(k_len, npos, d) (3 * (k_len) + 2 * (npos) + (d))
+#define PE_COPE_GRAD_SCRATCH(k_len, npos, d) (3 * (k_len) + 3 * (npos) + (d))
 
 /* The keys of a backward row in the order of the keys (pe_cope_grad_row's
  * second pass), the gradient g of dtype gdt and d_logits o of dtype odt (literal
@@ -300,23 +301,24 @@ PE_INLINE void pe_cope_grad_keys(const char *g, char *o, const double *z, const 
 }
 
 /* Row r of a backward call (the body of each path's pe_cope_grad_row_fn):
- * z the row's products, scratch PE_COPE_GRAD_SCRATCH(k_len, npos, d)
- * doubles (the row's gates, their mirrors and positions, the sums of the
- * gradient of z at each key's ceil and floor, and the row's gradient of
- * its query), sigfn the path's gates (as pe_cope_sig_run).  Each step is
- * grad_numpy's, op for op: a key after the query has position 0 (its gates
- * and the later ones are 0) and a gradient of 0.  The row's gradient of z
- * up to its largest position index, and that index, go to c->dz and
+ * scratch PE_COPE_GRAD_SCRATCH(k_len, npos, d) doubles (the row's gates,
+ * their mirrors and positions, its products z up to its largest position
+ * index, the sums of the gradient of z at each key's ceil and floor, and
+ * the row's gradient of its query), sigfn and zfn the path's gates (as
+ * pe_cope_sig_run) and products (the row's query in c->q64).  Each step
+ * is grad_numpy's, op for op: a key after the query has position 0 (its
+ * gates and the later ones are 0) and a gradient of 0.  The row's gradient
+ * of z up to its largest position index, and that index, go to c->dz and
  * c->pmax; its gradient of the query, to c->d_query. */
-PE_INLINE void pe_cope_grad_row(const struct pe_cope_grad *c, ptrdiff_t r, const double *z,
-                                double *scratch, pe_cope_sig_fn sigfn)
+PE_INLINE void pe_cope_grad_row(const struct pe_cope_grad *c, ptrdiff_t r, double *scratch,
+                                pe_cope_sig_fn sigfn, pe_cope_z_fn zfn)
 {
     const ptrdiff_t k_len = c->k_len, npos = (ptrdiff_t)c->npos, i = r % c->q_len;
     const char *l = c->logits + r * c->lstride, *g = c->grad + r * c->gstride;
     char *o = c->d_logits + r * c->dstride;
     double *dz = c->dz + r * npos;
-    double *sig = scratch, *sneg = sig + k_len, *pos = sneg + k_len, *zh = pos + k_len;
-    double *zl = zh + npos, *acc = zl + npos;
+    double *sig = scratch, *sneg = sig + k_len, *pos = sneg + k_len, *z = pos + k_len;
+    double *zh = z + npos, *zl = zh + npos, *acc = zl + npos;
     const double top = (double)(npos - 1);
     int64_t last = (int64_t)k_len - 1;
     if (c->causal && c->q_offset + (int64_t)i < last)
@@ -330,6 +332,8 @@ PE_INLINE void pe_cope_grad_row(const struct pe_cope_grad *c, ptrdiff_t r, const
     }
     /* the largest ceil index of the row: its first key's (0 if it sees none) */
     const ptrdiff_t pmax = last >= 0 ? (ptrdiff_t)ceil(pos[0] < top ? pos[0] : top) : 0;
+    /* z up to there (the only ones the keys read) */
+    zfn(c->q64 + r * c->d, c->et, c->d, npos, pmax + 1, z, 0, 1);
     for (ptrdiff_t p = 0; p <= pmax; ++p)
         zh[p] = zl[p] = 0.0;
     const int gdt = c->grad_dtype, odt = c->d_dtype;
