@@ -20,7 +20,11 @@ bandwidth floor), ``numpy / posenc``, ``torch / posenc`` and
 ``compiled / posenc``, ``jit / posenc`` (speed-ups).  The ``torch`` group calls
 posenc with torch tensors: a decoding step (the round trip through posenc
 included), posenc's operators under torch.compile, and autograd; the ``jax``
-group with JAX arrays: eagerly, under jax.jit, and under jax.grad.
+group with JAX arrays: eagerly, under jax.jit, and under jax.grad.  The
+``lab`` group times a training step of posenc.lab's model against the same
+model written with x-transformers, and against its own NoPE step (each
+case's models alternately, their minima: ``bench_lab.py``); two tables of
+its own follow the main one.
 
     python benchmarks/run.py                 # all cases, 1 and 2 threads
     python benchmarks/run.py --quick         # smaller, well under a minute
