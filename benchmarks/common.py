@@ -37,6 +37,10 @@ class Case:
     jit: object = None  # the jax.numpy formula under jax.jit
     note: str = ""
     extra: dict = field(default_factory=dict)
+    # None: each column timed on its own (the median); else timer(repeats)
+    # times the case itself (e.g. posenc and torch alternately) and gives the
+    # row's posenc_ms, torch_ms and figures of its own
+    timer: object = None
 
 
 def have_transformers():
@@ -198,6 +202,13 @@ def run(
                     "note": c.note,
                     **c.extra,
                 }
+                if c.timer is not None:
+                    row.update(memory_ms=None, numpy_ms=None, compiled_ms=None, jit_ms=None)
+                    row["simd"] = in_use
+                    row.update(c.timer(repeats))
+                    rows.append(row)
+                    print(format_row(row), file=sys.stderr, flush=True)
+                    continue
                 by_path = timeit_paths(c.posenc, paths, repeats)
                 posenc._core.set_simd(in_use)
                 row["simd"] = paths[0]

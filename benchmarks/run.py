@@ -20,7 +20,11 @@ bandwidth floor), ``numpy / posenc``, ``torch / posenc`` and
 ``compiled / posenc``, ``jit / posenc`` (speed-ups).  The ``torch`` group calls
 posenc with torch tensors: a decoding step (the round trip through posenc
 included), posenc's operators under torch.compile, and autograd; the ``jax``
-group with JAX arrays: eagerly, under jax.jit, and under jax.grad.
+group with JAX arrays: eagerly, under jax.jit, and under jax.grad.  The
+``lab`` group times a training step of posenc.lab's model against the same
+model written with x-transformers, and against its own NoPE step (each
+case's models alternately, their minima: ``bench_lab.py``); two tables of
+its own follow the main one.
 
     python benchmarks/run.py                 # all cases, 1 and 2 threads
     python benchmarks/run.py --quick         # smaller, well under a minute
@@ -37,6 +41,7 @@ import os
 import platform
 import sys
 
+import bench_lab
 from common import jax, markdown, run, torch
 
 import posenc
@@ -44,7 +49,7 @@ import posenc
 # the groups in the order they run: bench_<group>.<group>_cases(quick) -> list[Case]
 GROUPS = (
     "sinusoid rope multimodal xpos deepseek bias functional newer bfloat16 t5_grad relative "
-    "relative_grad torch jax probe context"
+    "relative_grad torch jax probe context lab"
 ).split()
 _MODULE = {"deepseek": "xpos"}  # DeepSeek-V3's layout is timed beside xPos
 CASES = [
@@ -113,6 +118,9 @@ def main(argv=None):
         f"torch {info['torch']}, jax {info['jax']}, {info['cpus']} cpus\n"
     )
     print(markdown(rows))
+    lab = bench_lab.tables(rows)
+    if lab:
+        print(lab)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"config": info, "rows": rows}, f, indent=1)

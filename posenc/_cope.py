@@ -3,9 +3,13 @@
 posenc.cope's functions check `scores` and call these: :class:`Args`, the
 checked arguments of a call; :func:`bias_kernel`, the forward by the C core
 (``_core.cope``), with the bits of :func:`bias_numpy`, its NumPy formula
-in float64; :func:`bias_grad`, the backward in NumPy (as torch autograd
+in float64; :func:`bias_grad`, the backward (as torch autograd
 differentiates the authors' formula), which the backward rules
-(posenc._grad) call too.
+(posenc._grad) call too: the gradients of the logits, of the queries
+and of the table by the C core (:func:`grad_kernel`,
+``_core.cope_grad``: no BLAS, whose threads, waiting after a call, would
+take the cores from the work that follows) with the bits of
+:func:`grad_numpy`, their NumPy formula in float64.
 """
 
 from __future__ import annotations
@@ -239,24 +243,23 @@ def bias_numpy(a, scores):
     return scores
 
 
-def bias_grad(query, attn_logits, pos_emb, grad, *, causal=True, q_offset=None):
-    """posenc.cope_bias_grad: (d_query, d_attn_logits, d_pos_emb)."""
-    a = Args(query, attn_logits, pos_emb, causal, q_offset)
-    g = _float_array(grad, "grad")
-    if g.shape != a.logits.shape:
-        raise ValueError(f"grad must have shape {a.logits.shape}, got {g.shape}")
-    _finite(g, "grad")
+def grad_numpy(a, g):
+    """The backward of a checked call in NumPy float64 (:func:`grad_kernel`'s
+    twin): ``(d_logits, d_query, d_table)``, the gradients of the logits and
+    the queries in their dtypes and of the table ``(npos_max, head_dim)`` in
+    float64.  The gradient of ``z = q . e`` is 0 past each row's largest
+    position index (its first key's ceil): the gradients of the queries and
+    the table sum its products up to there, each from 0 in the order of the
+    positions (the queries') or of the rows (the table's)."""
     sig, pos, lo, hi, w, e, z_hi, z_lo = forward(a)
     g = g.astype(np.float64)
     rows = int(np.prod(a.logits.shape[:-1], dtype=np.int64))
-    npos = a.npos
+    npos, d = a.npos, e.shape[1]
     # d z: each (row, key) scatters into its row's floor and ceil positions.
     base = (np.arange(rows, dtype=np.int64) * npos).reshape(a.logits.shape[:-1] + (1,))
     dz = np.bincount((base + hi).ravel(), weights=(g * w).ravel(), minlength=rows * npos)
     dz += np.bincount((base + lo).ravel(), weights=(g * (1.0 - w)).ravel(), minlength=rows * npos)
-    dz = dz.reshape(a.logits.shape[:-1] + (npos,))
-    d_query = dz @ e
-    d_table = dz.reshape(-1, npos).T @ a.query.astype(np.float64).reshape(-1, e.shape[1])
+    dz = dz.reshape(rows, npos)
     # d p: through w only, stopped where clamp cut p.
     dp = np.where(pos <= npos - 1, g * (z_hi - z_lo), 0.0)
     # p_j = sum_{t >= j} g_t, so d g_t = sum_{j <= t} d p_j.
@@ -265,9 +268,66 @@ def bias_grad(query, attn_logits, pos_emb, grad, *, causal=True, q_offset=None):
         dgate = np.where(a.visible(), dgate, 0.0)
     # sigmoid'(a) = sigmoid(a) * sigmoid(-a): no cancellation in 1 - sigmoid(a) at large a
     d_logits = dgate * sig * sigmoid_of(-a.logits.astype(np.float64))
-    d_emb = d_table.T[None] if a.authors_layout else d_table
+    # the positions up to each row's largest: its first key's ceil (positions
+    # never grow along a row; every key of an empty row has position 0)
+    pmax = hi.reshape(rows, -1)[:, 0] if a.logits.shape[-1] else np.zeros(rows, np.int64)
+    d_query = np.zeros((rows, d))
+    for p in range(npos):
+        live = pmax >= p
+        d_query[live] = d_query[live] + dz[live, p, None] * e[p]
+    q = a.query_rows().astype(np.float64)
+    d_table = np.zeros((npos, d))
+    for r in range(rows):
+        top = pmax[r] + 1
+        d_table[:top] = d_table[:top] + dz[r, :top, None] * q[r]
     return (
-        d_query.astype(a.query.dtype),
         d_logits.astype(a.logits.dtype),
-        d_emb.astype(a.emb.dtype),
+        d_query.reshape(a.query.shape).astype(a.query.dtype),
+        d_table,
     )
+
+
+def grad_kernel(a, g):
+    """:func:`grad_numpy` by the C core (``_core.cope_grad``), with its bits:
+    the products made as :func:`forward` makes them, the rest a row at a
+    time, then the table's gradient a few positions at a time.  None for an
+    empty call (the NumPy path then)."""
+    if a.logits.size == 0 or a.query.shape[-1] == 0:
+        return None
+    q_len, k_len = a.logits.shape[-2:]
+    rows = a.logits.size // k_len
+
+    def as_rows(x, cols):
+        x = x.reshape(rows, cols)  # a copy only where no view has this shape
+        return x if _kernel_ready(x) else np.ascontiguousarray(x, x.dtype.newbyteorder("="))
+
+    logits, grad = as_rows(a.logits, k_len), as_rows(g, k_len)
+    query = a.query_rows()
+    if not _kernel_ready(query):
+        query = np.ascontiguousarray(query, query.dtype.newbyteorder("="))
+    d_logits = np.empty(a.logits.shape, a.logits.dtype)
+    d_query = np.empty(a.query.shape, a.query.dtype)
+    d_table = np.empty((a.npos, a.query.shape[-1]))
+    q_offset = min(max(a.q_offset, -q_len), k_len)  # the same keys seen, within int64
+    table = np.ascontiguousarray(a.table())
+    _core.cope_grad(logits, grad, query, a.table_t(), table, d_logits.reshape(rows, k_len),
+                    d_query.reshape(rows, -1), d_table, q_len, a.causal, q_offset)  # fmt: skip
+    return d_logits, d_query, d_table
+
+
+def bias_grad(query, attn_logits, pos_emb, grad, *, causal=True, q_offset=None):
+    """posenc.cope_bias_grad: (d_query, d_attn_logits, d_pos_emb).  The
+    kernel refuses logits with nan or +inf and a gradient that is not
+    finite itself (before it writes anything); the NumPy path, here."""
+    a = Args(query, attn_logits, pos_emb, causal, q_offset, check_logits=False)
+    g = _float_array(grad, "grad")
+    if g.shape != a.logits.shape:
+        raise ValueError(f"grad must have shape {a.logits.shape}, got {g.shape}")
+    parts = grad_kernel(a, g)
+    if parts is None:
+        a.check_logits()
+        _finite(g, "grad")
+        parts = grad_numpy(a, g)
+    d_logits, d_query, d_table = parts
+    d_emb = d_table.T[None] if a.authors_layout else d_table
+    return d_query, d_logits, d_emb.astype(a.emb.dtype)

@@ -1020,10 +1020,14 @@ class CoPE(nn.Module):
         else:
             z = cope_bias(_wide(q), _wide(logits), _wide(self.pos_emb), causal=self.causal,
                           q_offset=q_offset)  # fmt: skip
-        out = logits + z.to(logits.dtype)
+        # z is this call's own (and nothing its backward reads): the logits
+        # and the mask go into it in place, z + logits being logits + z bit
+        # for bit
+        out = z.to(logits.dtype).add_(logits)
         if not self.causal:
             return out
-        return out.masked_fill(~self._visible(q_len, k_len, q_offset, logits.device), float("-inf"))
+        visible = self._visible(q_len, k_len, q_offset, logits.device)
+        return out.masked_fill_(~visible, float("-inf"))
 
     @staticmethod
     def _visible(q_len: int, k_len: int, q_offset: int, device: torch.device) -> torch.Tensor:

@@ -22,8 +22,11 @@ of ``p``, and ``clamp`` passes it only where ``p <= npos_max - 1``.
 
 Everything is computed in float64 and rounded once to the result dtype.  The
 forward runs in C (``posenc._core.cope``, ``posenc._cope.bias_kernel``) with
-the bits of its NumPy formula (``posenc._cope.bias_numpy``); the backward is
-NumPy (``posenc._cope.bias_grad``).
+the bits of its NumPy formula (``posenc._cope.bias_numpy``); so does the
+backward's pass over the scores (``posenc._core.cope_grad``,
+``posenc._cope.grad_kernel``, with the bits of ``posenc._cope.grad_numpy``),
+whose gradient of the products ``z`` then gives those of the queries and the
+table by two float64 matrix products.
 """
 
 from __future__ import annotations

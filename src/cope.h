@@ -79,21 +79,36 @@ PE_INLINE double pe_cope_gate(double a)
     return (a >= 0 ? 1.0 : e) / (1.0 + e);
 }
 
-/* Rows [r0, r1) of z[r, p] = sum_k q[r, k] et[k, p] (q (rows, d), et (d,
- * npos), z (rows, npos), float64 C-contiguous): for each p the products
- * added in the order of k, each rounded (no FMA), so that a path may take
- * several p at once and keep the bits.  The body of each path's cope_z. */
+/* sig[j] = pe_cope_gate(a[j]) and sneg[j] = pe_cope_gate(-a[j]), j0 <= j
+ * < n, a the logits at l of dtype: one exponential for both (that of
+ * -|a|), the bits of two calls.  The portable pe_cope_sig_fn, and the tail
+ * of a vector one. */
+PE_INLINE void pe_cope_sig_run(const char *l, int dtype, ptrdiff_t j0, ptrdiff_t n, double *sig,
+                               double *sneg)
+{
+    for (ptrdiff_t j = j0; j < n; ++j) {
+        const double a = pe_load(l, j, dtype), e = pe_cope_exp(-fabs(a));
+        sig[j] = (a >= 0 ? 1.0 : e) / (1.0 + e);
+        sneg[j] = (-a >= 0 ? 1.0 : e) / (1.0 + e);
+    }
+}
+
+/* Rows [r0, r1) of z[r, p] = sum_k q[r, k] et[k, p], p < count <= npos
+ * (q (rows, d), et (d, npos), z (rows, npos), float64 C-contiguous): for
+ * each p the products added in the order of k, each rounded (no FMA), so
+ * that a path may take several p at once, and any count, and keep the
+ * bits.  The body of each path's cope_z. */
 PE_INLINE void pe_cope_z_rows(const double *q, const double *et, ptrdiff_t d, ptrdiff_t npos,
-                              double *z, ptrdiff_t r0, ptrdiff_t r1)
+                              ptrdiff_t count, double *z, ptrdiff_t r0, ptrdiff_t r1)
 {
     for (ptrdiff_t r = r0; r < r1; ++r) {
         const double *qr = q + r * d;
         double *zr = z + r * npos;
-        for (ptrdiff_t p = 0; p < npos; ++p)
+        for (ptrdiff_t p = 0; p < count; ++p)
             zr[p] = qr[0] * et[p];
         for (ptrdiff_t k = 1; k < d; ++k) {
             const double a = qr[k], *e = et + k * npos;
-            for (ptrdiff_t p = 0; p < npos; ++p)
+            for (ptrdiff_t p = 0; p < count; ++p)
                 zr[p] = zr[p] + a * e[p];
         }
     }
@@ -218,6 +233,182 @@ PE_INLINE void pe_cope_row(const struct pe_cope *c, ptrdiff_t r, const double *z
     const ptrdiff_t after = (ptrdiff_t)(last + 1);
     run(o + after * (ptrdiff_t)pe_itemsize(dtype), k_len - after, pe_cope_value(z, 0.0), add,
         dtype);
+}
+
+/* Doubles of scratch of pe_cope_grad_row. */
+#define PE_COPE_GRAD_SCRATCH(k_len, npos, d) (3 * (k_len) + 3 * (npos) + (d))
+
+/* The keys of a backward row in the order of the keys (pe_cope_grad_row's
+ * second pass), the gradient g of dtype gdt and d_logits o of dtype odt (literal
+ * where inlined: one loop per pair of dtypes).  The positions never grow
+ * along the row (the gates are >= 0), so each ceil (floor) index takes its
+ * keys in one run: its sum is kept in a register from 0 and stored when the
+ * index moves on, the additions of grad_numpy's scatter in its order. */
+PE_INLINE void pe_cope_grad_keys(const char *g, char *o, const double *z, const double *sig,
+                                 const double *sneg, const double *pos, double *zh, double *zl,
+                                 ptrdiff_t k_len, int64_t last, double top, const int gdt,
+                                 const int odt)
+{
+    ptrdiff_t at_hi = 0, at_lo = 0, j = 0;
+    double sum_hi = 0.0, sum_lo = 0.0, dgate = 0.0;
+    for (; (int64_t)j <= last; ++j) {
+        const double p = pos[j];
+        const double clipped = p < top ? p : top;
+        const double lo = floor(clipped), hi = ceil(clipped), w = clipped - lo;
+        const ptrdiff_t ilo = (ptrdiff_t)lo, ihi = (ptrdiff_t)hi;
+        const double gj = pe_load(g, j, gdt);
+        if (ihi != at_hi || j == 0) {
+            zh[at_hi] = sum_hi; /* (a first store of 0.0 at j = 0: zh's own) */
+            at_hi = ihi;
+            sum_hi = 0.0;
+        }
+        if (ilo != at_lo || j == 0) {
+            zl[at_lo] = sum_lo;
+            at_lo = ilo;
+            sum_lo = 0.0;
+        }
+        sum_hi = sum_hi + gj * w;
+        sum_lo = sum_lo + gj * (1.0 - w);
+        /* d p through w only, 0 where the clip cut p; d gate_t = sum_{j <= t} d p_j */
+        const double dp = p <= top ? gj * (z[ihi] - z[ilo]) : 0.0;
+        dgate = j == 0 ? dp : dgate + dp;
+        /* sigmoid'(a) = sigmoid(a) sigmoid(-a) */
+        pe_store(o, j, odt, (dgate * sig[j]) * sneg[j]);
+    }
+    if (j < k_len) {
+        /* the keys after the query: position 0 (w = 0, a floor and ceil of 0)
+         * and no gradient of their logits */
+        if (at_hi != 0 || j == 0) {
+            zh[at_hi] = sum_hi;
+            at_hi = 0;
+            sum_hi = 0.0;
+        }
+        if (at_lo != 0 || j == 0) {
+            zl[at_lo] = sum_lo;
+            at_lo = 0;
+            sum_lo = 0.0;
+        }
+        const double w = 0.0;
+        for (; j < k_len; ++j) {
+            const double gj = pe_load(g, j, gdt);
+            sum_hi = sum_hi + gj * w;
+            sum_lo = sum_lo + gj * (1.0 - w);
+            pe_store(o, j, odt, 0.0);
+        }
+    }
+    zh[at_hi] = sum_hi;
+    zl[at_lo] = sum_lo;
+}
+
+/* Row r of a backward call (the body of each path's pe_cope_grad_row_fn):
+ * scratch PE_COPE_GRAD_SCRATCH(k_len, npos, d) doubles (the row's gates,
+ * their mirrors and positions, its products z up to its largest position
+ * index, the sums of the gradient of z at each key's ceil and floor, and
+ * the row's gradient of its query), sigfn and zfn the path's gates (as
+ * pe_cope_sig_run) and products (the row's query in c->q64).  Each step
+ * is grad_numpy's, op for op: a key after the query has position 0 (its
+ * gates and the later ones are 0) and a gradient of 0.  The row's gradient
+ * of z up to its largest position index, and that index, go to c->dz and
+ * c->pmax; its gradient of the query, to c->d_query. */
+PE_INLINE void pe_cope_grad_row(const struct pe_cope_grad *c, ptrdiff_t r, double *scratch,
+                                pe_cope_sig_fn sigfn, pe_cope_z_fn zfn)
+{
+    const ptrdiff_t k_len = c->k_len, npos = (ptrdiff_t)c->npos, i = r % c->q_len;
+    const char *l = c->logits + r * c->lstride, *g = c->grad + r * c->gstride;
+    char *o = c->d_logits + r * c->dstride;
+    double *dz = c->dz + r * npos;
+    double *sig = scratch, *sneg = sig + k_len, *pos = sneg + k_len, *z = pos + k_len;
+    double *zh = z + npos, *zl = zh + npos, *acc = zl + npos;
+    const double top = (double)(npos - 1);
+    int64_t last = (int64_t)k_len - 1;
+    if (c->causal && c->q_offset + (int64_t)i < last)
+        last = c->q_offset + (int64_t)i < -1 ? -1 : c->q_offset + (int64_t)i;
+    /* the gates of the keys seen, and the positions summed from the row's end back */
+    sigfn(l, c->logits_dtype, (ptrdiff_t)(last + 1), sig, sneg);
+    double s = 0.0;
+    for (ptrdiff_t j = (ptrdiff_t)last; j >= 0; --j) {
+        s = s + sig[j];
+        pos[j] = s;
+    }
+    /* the largest ceil index of the row: its first key's (0 if it sees none) */
+    const ptrdiff_t pmax = last >= 0 ? (ptrdiff_t)ceil(pos[0] < top ? pos[0] : top) : 0;
+    /* z up to there (the only ones the keys read) */
+    zfn(c->q64 + r * c->d, c->et, c->d, npos, pmax + 1, z, 0, 1);
+    for (ptrdiff_t p = 0; p <= pmax; ++p)
+        zh[p] = zl[p] = 0.0;
+    const int gdt = c->grad_dtype, odt = c->d_dtype;
+    if (gdt == PE_F32 && odt == PE_F32)
+        pe_cope_grad_keys(g, o, z, sig, sneg, pos, zh, zl, k_len, last, top, PE_F32, PE_F32);
+    else if (gdt == PE_F64 && odt == PE_F64)
+        pe_cope_grad_keys(g, o, z, sig, sneg, pos, zh, zl, k_len, last, top, PE_F64, PE_F64);
+    else
+        pe_cope_grad_keys(g, o, z, sig, sneg, pos, zh, zl, k_len, last, top, gdt, odt);
+    for (ptrdiff_t p = 0; p <= pmax; ++p)
+        dz[p] = zh[p] + zl[p];
+    c->pmax[r] = pmax;
+    /* d q = dz . e: from 0, in the order of the positions (four at a time:
+     * each element's additions in that order) */
+    const ptrdiff_t d = c->d;
+    for (ptrdiff_t e = 0; e < d; ++e)
+        acc[e] = 0.0;
+    ptrdiff_t p = 0;
+    for (; p + 3 <= pmax; p += 4) {
+        const double w0 = dz[p], w1 = dz[p + 1], w2 = dz[p + 2], w3 = dz[p + 3];
+        const double *t0 = c->table + p * d, *t1 = t0 + d, *t2 = t1 + d, *t3 = t2 + d;
+        for (ptrdiff_t e = 0; e < d; ++e)
+            acc[e] = (((acc[e] + w0 * t0[e]) + w1 * t1[e]) + w2 * t2[e]) + w3 * t3[e];
+    }
+    for (; p <= pmax; ++p) {
+        const double w = dz[p], *row = c->table + p * d;
+        for (ptrdiff_t e = 0; e < d; ++e)
+            acc[e] = acc[e] + w * row[e];
+    }
+    char *dq = c->d_query + r * c->dq_stride;
+    for (ptrdiff_t e = 0; e < d; ++e)
+        pe_store(dq, e, c->dq_dtype, acc[e]);
+}
+
+/* Positions [p0, p1) of the gradient of the table (the body of each path's
+ * pe_cope_grad_table_fn): d_table[p] = sum over the rows r whose largest
+ * position index is >= p, from 0 in the order of the rows, of dz[r, p] *
+ * q[r].  The rows four at a time: the positions all four reach take the
+ * four products in one statement (each element's additions in the order
+ * of the rows), the rest each row's in turn. */
+PE_INLINE void pe_cope_grad_table(const struct pe_cope_grad *c, ptrdiff_t p0, ptrdiff_t p1)
+{
+    const ptrdiff_t d = c->d, npos = (ptrdiff_t)c->npos, rows = c->rows;
+    const int64_t *pmax = c->pmax;
+    for (ptrdiff_t p = p0; p < p1; ++p)
+        for (ptrdiff_t e = 0; e < d; ++e)
+            c->d_table[p * d + e] = 0.0;
+    for (ptrdiff_t r0 = 0; r0 < rows; r0 += 4) {
+        const ptrdiff_t n = rows - r0 < 4 ? rows - r0 : 4;
+        int64_t all = pmax[r0];
+        for (ptrdiff_t t = 1; t < n; ++t)
+            all = pmax[r0 + t] < all ? pmax[r0 + t] : all;
+        ptrdiff_t p = p0;
+        if (n == 4) {
+            const double *dz0 = c->dz + r0 * npos, *dz1 = dz0 + npos, *dz2 = dz1 + npos;
+            const double *dz3 = dz2 + npos, *q0 = c->q64 + r0 * d, *q1 = q0 + d, *q2 = q1 + d;
+            const double *q3 = q2 + d;
+            for (; p < p1 && p <= all; ++p) {
+                const double w0 = dz0[p], w1 = dz1[p], w2 = dz2[p], w3 = dz3[p];
+                double *out = c->d_table + p * d;
+                for (ptrdiff_t e = 0; e < d; ++e)
+                    out[e] = (((out[e] + w0 * q0[e]) + w1 * q1[e]) + w2 * q2[e]) + w3 * q3[e];
+            }
+        }
+        for (; p < p1; ++p) {
+            double *out = c->d_table + p * d;
+            for (ptrdiff_t t = 0; t < n; ++t) {
+                if (pmax[r0 + t] < p)
+                    continue;
+                const double w = c->dz[(r0 + t) * npos + p], *q = c->q64 + (r0 + t) * d;
+                for (ptrdiff_t e = 0; e < d; ++e)
+                    out[e] = out[e] + w * q[e];
+            }
+        }
+    }
 }
 
 /* The table `table` of a path's kernels, [add][enum pe_dtype of dst]: rows

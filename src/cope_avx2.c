@@ -134,17 +134,52 @@ PE_INLINE ptrdiff_t keys_avx2(const struct pe_cope *c, const char *l, char *o, c
 
 PE_COPE_ROWS_TABLE(pe_cope_rows_avx2, run_avx2, keys_avx2);
 
+/* pe_cope_sig_run four logits at a time (float32 or float64; the rest
+ * and other dtypes by it), op for op. */
+static void sig_avx2(const char *l, int dtype, ptrdiff_t n, double *sig, double *sneg)
+{
+    ptrdiff_t j = 0;
+    if (dtype == PE_F32 || dtype == PE_F64) {
+        const __m256d sign = _mm256_set1_pd(-0.0), one = _mm256_set1_pd(1.0);
+        const __m256d zero = _mm256_setzero_pd();
+        for (; j + 4 <= n; j += 4) {
+            const __m256d a = logits4(l, j, dtype);
+            const __m256d ev = exp4(_mm256_or_pd(a, sign)); /* e^-|a| */
+            const __m256d den = _mm256_add_pd(one, ev);
+            const __m256d ge = _mm256_cmp_pd(a, zero, _CMP_GE_OQ); /* a >= 0 */
+            const __m256d le = _mm256_cmp_pd(a, zero, _CMP_LE_OQ); /* -a >= 0 */
+            _mm256_storeu_pd(sig + j, _mm256_div_pd(_mm256_blendv_pd(ev, one, ge), den));
+            _mm256_storeu_pd(sneg + j, _mm256_div_pd(_mm256_blendv_pd(ev, one, le), den));
+        }
+    }
+    pe_cope_sig_run(l, dtype, j, n, sig, sneg);
+}
+
+/* pe_cope_grad_row with the gates four at a time (and floor and ceil one
+ * instruction each). */
+void pe_cope_grad_row_avx2(const struct pe_cope_grad *c, ptrdiff_t r, double *scratch)
+{
+    pe_cope_grad_row(c, r, scratch, sig_avx2, pe_cope_z_avx2);
+}
+
+/* pe_cope_grad_table, its sums over the head dim four at a time (the
+ * compiler's vectors: each element's sum in its order). */
+void pe_cope_grad_table_avx2(const struct pe_cope_grad *c, ptrdiff_t p0, ptrdiff_t p1)
+{
+    pe_cope_grad_table(c, p0, p1);
+}
+
 /* pe_cope_z_rows with sixteen positions of a row summed in registers over
  * the whole head dim (then four, then one at a time): the same operations
- * for each position, in the same order. */
-void pe_cope_z_avx2(const double *q, const double *et, ptrdiff_t d, ptrdiff_t npos, double *z,
-                    ptrdiff_t r0, ptrdiff_t r1)
+ * for each position, in the same order, whatever the count. */
+void pe_cope_z_avx2(const double *q, const double *et, ptrdiff_t d, ptrdiff_t npos, ptrdiff_t count,
+                    double *z, ptrdiff_t r0, ptrdiff_t r1)
 {
     for (ptrdiff_t r = r0; r < r1; ++r) {
         const double *qr = q + r * d;
         double *zr = z + r * npos;
         ptrdiff_t p = 0;
-        for (; p + 16 <= npos; p += 16) {
+        for (; p + 16 <= count; p += 16) {
             __m256d a = _mm256_set1_pd(qr[0]);
             __m256d s0 = _mm256_mul_pd(a, _mm256_loadu_pd(et + p));
             __m256d s1 = _mm256_mul_pd(a, _mm256_loadu_pd(et + p + 4));
@@ -163,14 +198,14 @@ void pe_cope_z_avx2(const double *q, const double *et, ptrdiff_t d, ptrdiff_t np
             _mm256_storeu_pd(zr + p + 8, s2);
             _mm256_storeu_pd(zr + p + 12, s3);
         }
-        for (; p + 4 <= npos; p += 4) {
+        for (; p + 4 <= count; p += 4) {
             __m256d s = _mm256_mul_pd(_mm256_set1_pd(qr[0]), _mm256_loadu_pd(et + p));
             for (ptrdiff_t k = 1; k < d; ++k)
                 s = _mm256_add_pd(
                     s, _mm256_mul_pd(_mm256_set1_pd(qr[k]), _mm256_loadu_pd(et + k * npos + p)));
             _mm256_storeu_pd(zr + p, s);
         }
-        for (; p < npos; ++p) {
+        for (; p < count; ++p) {
             double s = qr[0] * et[p];
             for (ptrdiff_t k = 1; k < d; ++k)
                 s = s + qr[k] * et[k * npos + p];

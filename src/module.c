@@ -69,6 +69,12 @@ static PyMethodDef methods[] = {
      "cope(attn_logits, query, pos_emb, dst, causal, q_offset, add, gates=False): CoPE's position "
      "logits, interpolated in z = query @ pos_emb (query a row per row of dst, pos_emb (d, npos) "
      "float64, as cope_products makes them), added into the 4-D dst or written (rounded once)."},
+    {"cope_grad", py_cope_grad, METH_VARARGS,
+     "cope_grad(attn_logits, grad, query, pos_emb, table, d_logits, d_query, d_table, q_len, "
+     "causal, q_offset): CoPE's backward of one call, as rows (attn_logits, grad, d_logits (rows, "
+     "k_len), query, d_query (rows, d), pos_emb (d, npos) and table (npos, d) float64, d_table "
+     "(npos, d) float64): the gradients of the logits, the queries and the table written, each "
+     "rounded once."},
     {"cope_products", py_cope_products, METH_VARARGS,
      "cope_products(query, pos_emb, z): z = query @ pos_emb (float64, C-contiguous, 2-D), each "
      "sum in the order of the head dim, without BLAS, the same bits on every path."},

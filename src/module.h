@@ -118,6 +118,7 @@ PyObject *py_rel_scatter_add(PyObject *self, PyObject *args);
 PyObject *py_cast(PyObject *self, PyObject *args);
 PyObject *py_cope(PyObject *self, PyObject *args);
 PyObject *py_cope_gates(PyObject *self, PyObject *args);
+PyObject *py_cope_grad(PyObject *self, PyObject *args);
 PyObject *py_cope_products(PyObject *self, PyObject *args);
 PyObject *py_complex_order(PyObject *self, PyObject *args);
 PyObject *py_set_num_threads(PyObject *self, PyObject *arg);

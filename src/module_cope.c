@@ -196,3 +196,111 @@ PyObject *py_cope_products(PyObject *self, PyObject *args)
         PyArray_DATA(q), PyArray_DATA(et), PyArray_DATA(z), rows, d, npos};
     return kernel_result(run_kernel(cope_products_kernel, &call, rows * npos), "");
 }
+
+static int cope_grad_kernel(const struct pe_kernels *k, void *args, int nthreads)
+{
+    return pe_cope_grad(k, args, nthreads);
+}
+
+/* 2-D a of `rows` x `cols`: 0, or -1 with a ValueError naming it. */
+static int check_rows(PyArrayObject *a, const char *name, npy_intp rows, npy_intp cols)
+{
+    if (PyArray_DIM(a, 0) != rows || PyArray_DIM(a, 1) != cols) {
+        PyErr_Format(PyExc_ValueError, "%s must have shape (%zd, %zd), not (%zd, %zd)", name,
+                     (Py_ssize_t)rows, (Py_ssize_t)cols, (Py_ssize_t)PyArray_DIM(a, 0),
+                     (Py_ssize_t)PyArray_DIM(a, 1));
+        return -1;
+    }
+    return 0;
+}
+
+PyObject *py_cope_grad(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *logits_o, *grad_o, *q_o, *et_o, *table_o, *dl_o, *dq_o, *dt_o;
+    Py_ssize_t q_len;
+    int causal;
+    long long q_offset;
+    if (!PyArg_ParseTuple(args, "OOOOOOOOnpL:cope_grad", &logits_o, &grad_o, &q_o, &et_o, &table_o,
+                          &dl_o, &dq_o, &dt_o, &q_len, &causal, &q_offset))
+        return NULL;
+    PyArrayObject *logits = arg_float_array(logits_o, "attn_logits", 2, 0, 0);
+    PyArrayObject *grad = logits ? arg_float_array(grad_o, "grad", 2, 0, 0) : NULL;
+    PyArrayObject *q = grad ? arg_float_array(q_o, "query", 2, 0, 0) : NULL;
+    PyArrayObject *et = q ? arg_array(et_o, "pos_emb", NPY_DOUBLE, 2, ARG_CONTIGUOUS) : NULL;
+    PyArrayObject *table = et ? arg_array(table_o, "table", NPY_DOUBLE, 2, ARG_CONTIGUOUS) : NULL;
+    PyArrayObject *dl = table ? arg_float_out(dl_o, "d_logits", 2, 0) : NULL;
+    PyArrayObject *dq = dl ? arg_float_out(dq_o, "d_query", 2, 0) : NULL;
+    PyArrayObject *dt =
+        dq ? arg_array(dt_o, "d_table", NPY_DOUBLE, 2, ARG_CONTIGUOUS | ARG_WRITE) : NULL;
+    if (dt == NULL)
+        return NULL;
+    const npy_intp rows = PyArray_DIM(logits, 0), k_len = PyArray_DIM(logits, 1);
+    const npy_intp d = PyArray_DIM(q, 1), npos = PyArray_DIM(et, 1);
+    if (q_len < 1 || rows % q_len != 0) {
+        PyErr_Format(PyExc_ValueError,
+                     "q_len must be >= 1 and divide the rows of attn_logits (%zd), not %zd",
+                     (Py_ssize_t)rows, (Py_ssize_t)q_len);
+        return NULL;
+    }
+    if (k_len < 1 || d < 1 || npos < 1 || PyArray_DIM(et, 0) != d) {
+        PyErr_Format(PyExc_ValueError,
+                     "attn_logits (rows, k_len), query (rows, d) and pos_emb (d, npos) must agree "
+                     "with k_len, d and npos >= 1; got (%zd, %zd), (%zd, %zd) and (%zd, %zd)",
+                     (Py_ssize_t)rows, (Py_ssize_t)k_len, (Py_ssize_t)PyArray_DIM(q, 0),
+                     (Py_ssize_t)d, (Py_ssize_t)PyArray_DIM(et, 0), (Py_ssize_t)npos);
+        return NULL;
+    }
+    if (check_rows(grad, "grad", rows, k_len) < 0 || check_rows(q, "query", rows, d) < 0 ||
+        check_rows(table, "table", npos, d) < 0 || check_rows(dl, "d_logits", rows, k_len) < 0 ||
+        check_rows(dq, "d_query", rows, d) < 0 || check_rows(dt, "d_table", npos, d) < 0)
+        return NULL;
+    if (q_offset < -(long long)q_len || q_offset > (long long)k_len) {
+        PyErr_Format(PyExc_ValueError, "q_offset must be between -q_len (%zd) and k_len (%zd)",
+                     (Py_ssize_t)q_len, (Py_ssize_t)k_len);
+        return NULL;
+    }
+    PyArrayObject *ins[] = {logits, grad, q, et, table};
+    const char *in_names[] = {"attn_logits", "grad", "query", "pos_emb", "table"};
+    PyArrayObject *outs[] = {dl, dq, dt};
+    const char *out_names[] = {"d_logits", "d_query", "d_table"};
+    for (int o = 0; o < 3; ++o) {
+        for (int t = 0; t < 5; ++t)
+            if (check_no_overlap(outs[o], out_names[o], ins[t], in_names[t]) < 0)
+                return NULL;
+        for (int t = o + 1; t < 3; ++t)
+            if (check_no_overlap(outs[t], out_names[t], outs[o], out_names[o]) < 0)
+                return NULL;
+    }
+    struct pe_cope_grad call = {
+        .logits = PyArray_BYTES(logits),
+        .grad = PyArray_BYTES(grad),
+        .d_logits = PyArray_BYTES(dl),
+        .d_query = PyArray_BYTES(dq),
+        .rows = rows,
+        .q_len = q_len,
+        .k_len = k_len,
+        .lstride = PyArray_STRIDE(logits, 0),
+        .gstride = PyArray_STRIDE(grad, 0),
+        .dstride = PyArray_STRIDE(dl, 0),
+        .dq_stride = PyArray_STRIDE(dq, 0),
+        .logits_dtype = pe_dtype_of(logits),
+        .grad_dtype = pe_dtype_of(grad),
+        .d_dtype = pe_dtype_of(dl),
+        .dq_dtype = pe_dtype_of(dq),
+        .query = PyArray_BYTES(q),
+        .query_stride = PyArray_STRIDE(q, 0),
+        .d = d,
+        .query_dtype = pe_dtype_of(q),
+        .et = (const double *)PyArray_DATA(et),
+        .table = (const double *)PyArray_DATA(table),
+        .npos = npos,
+        .q_offset = (int64_t)q_offset,
+        .causal = causal,
+        .d_table = (double *)PyArray_DATA(dt),
+    };
+    const int rc = run_kernel(cope_grad_kernel, &call, rows * k_len);
+    return kernel_result(rc, rc == -3 ? "grad must be finite (found nan or inf)"
+                                      : "attn_logits must be finite or -inf (masked), found nan "
+                                        "or +inf");
+}

@@ -396,6 +396,48 @@ struct pe_cope {
  * looked at first). */
 int pe_cope(const struct pe_kernels *k, const struct pe_cope *c, int nthreads);
 
+/* One backward call (cope_grad): the logits and the incoming gradient,
+ * (rows, k_len) each, of float16, 32 or 64, rows lstride and gstride bytes
+ * apart with a contiguous last axis (read only); the queries, the table et
+ * and npos as struct pe_cope's, and the table itself, table (npos, d)
+ * float64 C-contiguous; row r is query i = r % q_len.  Written, each
+ * rounded once: the gradient of the logits, d_logits (rows, k_len) of
+ * float16, 32 or 64, rows dstride bytes apart; of the queries, d_query
+ * (rows, d) of float16, 32 or 64, rows dq_stride bytes apart; of the table,
+ * d_table (npos, d) float64 C-contiguous.  causal and q_offset as pe_cope's
+ * (q_offset within [-q_len, k_len]).  dz, q64 and pmax are the kernel's
+ * own. */
+struct pe_cope_grad {
+    const char *logits, *grad;
+    char *d_logits, *d_query;
+    ptrdiff_t rows, q_len, k_len, lstride, gstride, dstride, dq_stride;
+    int logits_dtype, grad_dtype, d_dtype, dq_dtype;
+    const char *query;
+    ptrdiff_t query_stride, d;
+    int query_dtype;
+    const double *et, *table;
+    int64_t npos, q_offset;
+    int causal;
+    double *d_table;
+    /* the gradient of z (rows, npos), the queries in float64 (rows, d) and
+     * each row's largest position index (set by pe_cope_grad) */
+    double *dz, *q64;
+    int64_t *pmax;
+};
+
+/* CoPE's backward of `g` (cope.c), with the bits of posenc/_cope.py's
+ * grad_numpy: the gates and positions of each row again, the gradient of
+ * z scattered into each key's floor and ceil positions (the ceil's sums
+ * and the floor's, each in the order of the keys, then added), the
+ * gradient of the positions summed back into the gates (in the order of
+ * the keys) times sigmoid'; then the gradients of the queries and of the
+ * table from that of z, each sum from 0 in the order of the positions (of
+ * the rows), over the positions up to the row's largest (the ceil of its
+ * first key's, beyond which its gradient of z is 0).  Returns 0, -1 if
+ * memory ran out, -2 if a logit is nan or +inf, -3 if a gradient is not
+ * finite (nothing is written then: every one is looked at first). */
+int pe_cope_grad(const struct pe_kernels *k, const struct pe_cope_grad *g, int nthreads);
+
 /* z = q et (pe_cope_z_rows) on the path of k, on the library's threads: the
  * logits of the integer positions, without BLAS (whose threads, waiting
  * after a call, would take the cores from the kernel that follows). */

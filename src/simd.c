@@ -18,7 +18,7 @@
     X(sincos_row, path) X(rotate_row, path) X(sinusoid_cell, path) X(rope_run, path) \
     X(bias_rows, path) X(alibi_block, path) X(diagonals, path) X(rel_task, path)     \
     X(row_add, path) X(fire_block, path) X(cope_rows, path) X(cope_z, path)           \
-    X(complex_order_rows, path) \
+    X(cope_grad_row, path) X(cope_grad_table, path) X(complex_order_rows, path) \
     X(store_fence, path)
 /* clang-format on */
 #define PE_KERNEL_FIELD(field, path) .field = pe_##field##_##path,
@@ -35,6 +35,8 @@ const struct pe_kernels pe_kernels_scalar = PE_KERNELS_OF(scalar);
 #define pe_fire_block_neon pe_fire_block_scalar
 #define pe_cope_rows_neon pe_cope_rows_scalar
 #define pe_cope_z_neon pe_cope_z_scalar
+#define pe_cope_grad_row_neon pe_cope_grad_row_scalar
+#define pe_cope_grad_table_neon pe_cope_grad_table_scalar
 #define pe_complex_order_rows_neon pe_complex_order_rows_scalar
 #define pe_store_fence_neon pe_store_fence_scalar
 const struct pe_kernels pe_kernels_neon = PE_KERNELS_OF(neon);
@@ -54,6 +56,8 @@ const struct pe_kernels pe_kernels_avx2 = PE_KERNELS_OF(avx2);
 #define pe_fire_block_avx512 pe_fire_block_avx2
 #define pe_cope_rows_avx512 pe_cope_rows_avx2
 #define pe_cope_z_avx512 pe_cope_z_avx2
+#define pe_cope_grad_row_avx512 pe_cope_grad_row_avx2
+#define pe_cope_grad_table_avx512 pe_cope_grad_table_avx2
 #define pe_complex_order_rows_avx512 pe_complex_order_rows_avx2
 #define pe_store_fence_avx512 pe_store_fence_avx2
 const struct pe_kernels pe_kernels_avx512 = PE_KERNELS_OF(avx512);
@@ -71,6 +75,8 @@ const struct pe_kernels pe_kernels_avx512 = PE_KERNELS_OF(avx512);
 #define pe_fire_block_avx512_bf16 pe_fire_block_avx512
 #define pe_cope_rows_avx512_bf16 pe_cope_rows_avx512
 #define pe_cope_z_avx512_bf16 pe_cope_z_avx512
+#define pe_cope_grad_row_avx512_bf16 pe_cope_grad_row_avx512
+#define pe_cope_grad_table_avx512_bf16 pe_cope_grad_table_avx512
 #define pe_complex_order_rows_avx512_bf16 pe_complex_order_rows_avx512
 #define pe_store_fence_avx512_bf16 pe_store_fence_avx512
 const struct pe_kernels pe_kernels_avx512_bf16 = {.name = "avx512",

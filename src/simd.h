@@ -270,9 +270,20 @@ struct pe_cope;
 typedef void (*pe_cope_rows_fn)(const struct pe_cope *c, ptrdiff_t r0, ptrdiff_t r1,
                                 const double *z);
 /* cope.c: rows [r0, r1) of CoPE's position logits of the integer positions,
- * z[r, p] = sum_k q[r, k] et[k, p] (pe_cope_products). */
+ * z[r, p] = sum_k q[r, k] et[k, p] for p < count (pe_cope_products). */
 typedef void (*pe_cope_z_fn)(const double *q, const double *et, ptrdiff_t d, ptrdiff_t npos,
-                             double *z, ptrdiff_t r0, ptrdiff_t r1);
+                             ptrdiff_t count, double *z, ptrdiff_t r0, ptrdiff_t r1);
+/* cope.h: the gates of n logits of a row (of dtype) and their mirrors,
+ * sig[j] = pe_cope_gate(a[j]) and sneg[j] = pe_cope_gate(-a[j]), from one
+ * exponential each (the backward's sigmoid(a) and sigmoid(-a)). */
+typedef void (*pe_cope_sig_fn)(const char *l, int dtype, ptrdiff_t n, double *sig, double *sneg);
+struct pe_cope_grad;
+/* cope.c: row r of CoPE's backward (pe_cope_grad_row), with
+ * PE_COPE_GRAD_SCRATCH(k_len, npos, d) doubles of scratch. */
+typedef void (*pe_cope_grad_row_fn)(const struct pe_cope_grad *c, ptrdiff_t r, double *scratch);
+/* cope.c: positions [p0, p1) of the gradient of CoPE's table
+ * (pe_cope_grad_table). */
+typedef void (*pe_cope_grad_table_fn)(const struct pe_cope_grad *c, ptrdiff_t p0, ptrdiff_t p1);
 struct pe_complex_order;
 /* complex_order.c: tokens [t0, t1) of complex-order embeddings, the flags
  * of the tables holding a value that is not finite or-ed into *bad. */
@@ -294,6 +305,8 @@ struct pe_kernels {
     pe_fire_block_fn fire_block;
     const pe_cope_rows_fn (*cope_rows)[PE_NDTYPES]; /* [add][enum pe_dtype of the scores] */
     pe_cope_z_fn cope_z;
+    pe_cope_grad_row_fn cope_grad_row;
+    pe_cope_grad_table_fn cope_grad_table;
     /* [interleaved][enum pe_dtype of the tables and parts] */
     const pe_complex_order_rows_fn (*complex_order_rows)[PE_NDTYPES];
     /* orders the calling thread's non-temporal stores (bias_rows') before
@@ -347,7 +360,9 @@ extern const struct pe_kernels pe_kernels_neon;
                               double *scratch, double *out, ptrdiff_t stride);                     \
     extern const pe_cope_rows_fn pe_cope_rows_##path[2][PE_NDTYPES];                               \
     void pe_cope_z_##path(const double *q, const double *et, ptrdiff_t d, ptrdiff_t npos,          \
-                          double *z, ptrdiff_t r0, ptrdiff_t r1);                                  \
+                          ptrdiff_t count, double *z, ptrdiff_t r0, ptrdiff_t r1);                 \
+    void pe_cope_grad_row_##path(const struct pe_cope_grad *c, ptrdiff_t r, double *scratch);      \
+    void pe_cope_grad_table_##path(const struct pe_cope_grad *c, ptrdiff_t p0, ptrdiff_t p1);      \
     extern const pe_complex_order_rows_fn pe_complex_order_rows_##path[2][PE_NDTYPES];             \
     void pe_store_fence_##path(void);
 

@@ -592,3 +592,211 @@ def test_cope_core_refuses_bad_arguments_and_leaves_scores_untouched():
         _core.cope(logits, q, table, table_in_scores, True, 1, True)
     np.testing.assert_array_equal(both, kept)
     np.testing.assert_array_equal(table_in_scores, kept_too)
+
+
+# --- the backward's kernel ----------------------------------------------------
+
+
+def _grad_both_paths(q, a, e, g, causal=True, q_offset=None):
+    """(kernel, NumPy path) of the backward's (d_logits, d_query, d_table) of one call."""
+    args = _args(q, a, e, causal, q_offset)
+    got = _cope.grad_kernel(args, g)
+    assert got is not None
+    return got, _cope.grad_numpy(args, g)
+
+
+@pytest.mark.parametrize("sizes", KERNEL_SIZES + [(1, 1, 1, 1, 1, 1)])
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
+def test_cope_grad_kernel_is_the_numpy_path_bit_for_bit(sizes, causal, dtype):
+    # positions clipped (npos 1, 3, 4) and not (npos 16), q_len below, equal
+    # to and above k_len, masked keys (-inf); the gradient of each dtype
+    q, a, e = (x.astype(dtype) for x in _inputs(*sizes, seed=41, scale=3.0))
+    rng = np.random.default_rng(42)
+    a[rng.random(a.shape) < 0.2] = -np.inf
+    for gdt in ["float16", "float32", "float64"]:
+        g = rng.normal(size=a.shape).astype(gdt)
+        for got, want in zip(*_grad_both_paths(q, a, e, g, causal=causal)):
+            _same_bits(got, want)
+
+
+@pytest.mark.parametrize("q_offset", [-9, -2, 0, 1, 4, 30])
+def test_cope_grad_kernel_q_offset_is_the_numpy_path(q_offset):
+    # offsets that hide every key, some, or none of them
+    q, a, e = _inputs(2, 2, 5, 8, 3, 6, seed=43)
+    g = np.random.default_rng(44).normal(size=a.shape).astype(np.float32)
+    for got, want in zip(*_grad_both_paths(q, a, e, g, q_offset=q_offset)):
+        _same_bits(got, want)
+
+
+def test_cope_grad_kernel_extreme_logits_and_strided_inputs_are_the_numpy_path():
+    # logits whose gates round to 1 or underflow, +-0, tiny ones, a whole
+    # row masked; 5-D and strided logits and gradient, the table in the
+    # authors' layout
+    values = [-np.inf, -0.0, 0.0, 745.0, -745.0, 40.0, -40.0, 1e-300, -1e-300, 36.7, -709.5, 3.0]
+    rng = np.random.default_rng(45)
+    a = rng.choice(values, size=(2, 3, 6, 24))[..., ::2]
+    a[0, 1, 2] = -np.inf
+    q, _, e = _inputs(2, 3, 6, 12, 4, 5, seed=46)
+    g = rng.normal(size=(2, 3, 6, 24))[..., 1::2]
+    shape5 = (2, 3, 1, 6)
+    for causal in (True, False):
+        for got, want in zip(*_grad_both_paths(q, a, e.T[None], g, causal=causal)):
+            _same_bits(got, want)
+        both = _grad_both_paths(
+            q.reshape(shape5 + (4,)), a.reshape(shape5 + (12,)), e, g.reshape(shape5 + (12,)),
+            causal=causal,
+        )  # fmt: skip
+        for got, want in zip(*both):
+            _same_bits(got, want)
+
+
+def test_cope_grad_takes_the_kernel_and_gives_the_numpy_path_s_gradients():
+    # in either layout of the table, and in float32 (the table's gradient
+    # rounded once from float64)
+    q, a, e = _inputs(2, 3, 4, 6, 5, 4, seed=47)
+    g = np.random.default_rng(48).normal(size=a.shape)
+    for dtype in ("float64", "float32"):
+        q, a, e, g = (x.astype(dtype) for x in (q, a, e, g))
+        want_a, want_q, want_e = _cope.grad_numpy(_args(q, a, e), g)
+        d_q, d_a, d_e = cope_bias_grad(q, a, e, g)
+        _same_bits(d_q, want_q)
+        _same_bits(d_a, want_a)
+        _same_bits(d_e, want_e.astype(dtype))
+        _, _, d_e = cope_bias_grad(q, a, e.T[None], g)
+        _same_bits(d_e, want_e.T[None].astype(dtype))
+
+
+def test_cope_grad_sums_of_the_queries_and_table_stop_at_each_row_s_last_position():
+    # the gradient of z is 0 past each row's largest position (its first
+    # key's ceil): the sums up to there are the whole products, the
+    # queries' and the table's, up to their rounding
+    q, a, e = _inputs(2, 2, 9, 9, 3, 12, seed=53)
+    g = np.random.default_rng(54).normal(size=a.shape)
+    args = _args(q, a, e)
+    sig, pos, lo, hi, w, _, _, _ = _cope.forward(args)
+    rows, npos = 2 * 2 * 9, 12
+    dz = np.zeros((rows * npos,))
+    base = np.arange(rows)[:, None] * npos
+    np.add.at(dz, (base + hi.reshape(rows, -1)).ravel(), (g * w).ravel())
+    np.add.at(dz, (base + lo.reshape(rows, -1)).ravel(), (g * (1 - w)).ravel())
+    dz = dz.reshape(rows, npos)
+    pmax = hi.reshape(rows, -1)[:, 0]
+    assert pmax.max() < npos - 1  # (no row reaches the last positions here)
+    assert np.all(dz[np.arange(npos)[None, :] > pmax[:, None]] == 0.0)
+    _, d_q, d_t = _cope.grad_numpy(args, g)
+    np.testing.assert_allclose(d_q.reshape(rows, 3), dz @ e, rtol=1e-12, atol=1e-13)
+    np.testing.assert_allclose(d_t, dz.T @ q.reshape(rows, 3), rtol=1e-12, atol=1e-13)
+
+
+def test_cope_grad_kernel_one_and_two_threads_give_the_same_bits():
+    import posenc
+
+    # 2 * 64 * 300 elements: above the size from which the kernel uses its threads
+    q, a, e = _inputs(1, 2, 64, 300, 4, 40, seed=49, scale=1.0)
+    g = np.random.default_rng(50).normal(size=a.shape).astype(np.float32)
+    before = posenc.get_num_threads()
+    results = []
+    try:
+        for n in (1, 2):
+            posenc.set_num_threads(n)
+            results.append(_grad_both_paths(q, a, e, g))
+    finally:
+        posenc.set_num_threads(before)
+    for got, want in results:
+        for x, y in zip(got, want):
+            _same_bits(x, y)
+
+
+COPE_GRAD_BITS = """
+import hashlib
+import numpy as np
+import posenc
+from posenc import _cope
+digest = hashlib.sha256()
+rng = np.random.default_rng(51)
+q, a, e = rng.normal(size=(2, 3, 9, 5)), rng.normal(size=(2, 3, 9, 21)) * 3, rng.normal(size=(7, 5))
+a[rng.random(a.shape) < 0.2] = -np.inf
+for dt in ["float16", "float32", "float64"]:
+    for causal in (True, False):
+        args = _cope.Args(q.astype(dt), a.astype(dt), e.astype(dt), causal, None)
+        for part in _cope.grad_kernel(args, rng.normal(size=a.shape).astype(dt)):
+            digest.update(part.tobytes())
+print(posenc.simd_path(), digest.hexdigest())
+"""
+
+
+def test_cope_grad_kernel_portable_path_in_a_child_gives_the_same_bits():
+    import child_process
+
+    child_process.assert_every_path_gives_the_same_bits(COPE_GRAD_BITS)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
+def test_cope_grad_refuses_nan_logits_and_a_gradient_not_finite(dtype):
+    # anywhere: a key after the query too (whose logit the backward does not
+    # otherwise read), as the forward refuses them
+    q, a, e = (x.astype(dtype) for x in _inputs(2, 2, 4, 5, 3, 4, seed=55))
+    g = np.ones(a.shape, dtype)
+    for value in (math.nan, math.inf):
+        for at in ((0, 0, 0, 0), (1, 1, 0, 4)):
+            bad = a.copy()
+            bad[at] = value
+            with pytest.raises(ValueError, match="attn_logits must be finite or -inf"):
+                cope_bias_grad(q, bad, e, g)
+    for value in (math.nan, math.inf, -math.inf):
+        bad = g.copy()
+        bad[1, 0, 3, 4] = value
+        with pytest.raises(ValueError, match="grad must be finite"):
+            cope_bias_grad(q, a, e, bad)
+    a[0, 1, 2, 3] = -math.inf  # a masked key: read as a gate of 0
+    cope_bias_grad(q, a, e, g)
+
+
+def test_cope_grad_core_refuses_bad_arguments():
+    from posenc import _core
+
+    rng = np.random.default_rng(52)
+    logits, grad = rng.normal(size=(12, 5)), rng.normal(size=(12, 5)).astype(np.float32)
+    q, et = rng.normal(size=(12, 3)), rng.normal(size=(3, 6))
+    table = np.ascontiguousarray(et.T)
+    d_logits, d_query, d_table = np.empty((12, 5)), np.empty((12, 3)), np.empty((6, 3))
+
+    def call(a=logits, g=grad, query=q, e_t=et, e=table, out=d_logits, dq=d_query, dt=d_table,
+             q_len=4, offset=1):  # fmt: skip
+        return lambda: _core.cope_grad(a, g, query, e_t, e, out, dq, dt, q_len, True, offset)
+
+    for fn, exc, match in [
+        (call(a=logits.astype(np.int32)), TypeError, "attn_logits"),
+        (call(g=grad[:11]), ValueError, "grad"),
+        (call(g=grad.tolist()), TypeError, "grad"),
+        (call(query=q[:, :0], e_t=et[:0], e=table[:, :0]), ValueError, "query"),
+        (call(query=q[:11]), ValueError, "query"),
+        (call(e_t=et.astype(np.float32)), TypeError, "pos_emb"),
+        (call(e_t=et[:2]), ValueError, "pos_emb"),
+        (call(e=table[:5]), ValueError, "table"),
+        (call(e=np.asfortranarray(table)), ValueError, "table"),
+        (call(out=d_logits[:, :4]), ValueError, "d_logits"),
+        (call(dq=d_query[:11]), ValueError, "d_query"),
+        (call(dq=d_query.astype(np.int32)), TypeError, "d_query"),
+        (call(dt=d_table[:5]), ValueError, "d_table"),
+        (call(dt=np.empty((6, 3), np.float32)), TypeError, "d_table"),
+        (call(q_len=5), ValueError, "q_len"),
+        (call(q_len=0), ValueError, "q_len"),
+        (call(offset=6), ValueError, "q_offset"),
+        (call(offset=-5), ValueError, "q_offset"),
+        (call(out=logits), ValueError, "d_logits"),
+        (call(a=np.where(np.eye(12, 5) > 0, np.nan, logits)), ValueError, "attn_logits"),
+        (call(a=np.where(np.eye(12, 5) > 0, np.inf, logits)), ValueError, "attn_logits"),
+        (call(g=np.where(np.eye(12, 5) > 0, -np.inf, grad)), ValueError, "grad must be finite"),
+    ]:
+        with pytest.raises(exc, match=match):
+            fn()
+    # outputs sharing bytes with an input or with each other
+    both = np.empty((12, 8))
+    with pytest.raises(ValueError, match="d_query must not overlap d_logits"):
+        call(out=both[:, :5], dq=both[:, 5:])()
+    rows = rng.normal(size=(8, 3))
+    with pytest.raises(ValueError, match="d_table must not overlap table"):
+        call(e=rows[2:], dt=rows[:6])()
+    call()()  # the same, apart

@@ -135,6 +135,101 @@ def test_nope_attention_equals_torch_sdpa():
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
 
 
+def _witness_bias(model, spec, n, causal):
+    """The bias of the first layer, (heads, n, n), from the encoding's own
+    posenc.torch module (ALiBi's by hand: its slopes times the distances)."""
+    enc = model.encoding
+    if spec == "alibi":
+        slopes = torch.tensor(2.0 ** (-8.0 * np.arange(1, 5) / 4), dtype=torch.float64)
+        i, j = torch.arange(n)[:, None], torch.arange(n)[None, :]
+        distance = (i - j).double() if causal else (i - j).abs().double()
+        bias = -slopes[:, None, None] * distance
+        return bias.masked_fill(j > i, -math.inf).float() if causal else bias.float()
+    if spec == "t5":
+        return enc.table(n, n)[0]
+    return enc.layers[0].bias(n, n)
+
+
+@pytest.mark.parametrize("spec", ["alibi", "t5", "kerple_log", "sandwich", "fire"])
+@pytest.mark.parametrize("kind", ["decoder", "encoder"])
+def test_bias_attention_equals_torch_sdpa_with_the_bias_in_its_mask(spec, kind):
+    """The scores' scale, mask and bias, added in one pass: torch's
+    scaled_dot_product_attention with the bias plus the mask as its
+    attn_mask, for a decoder and for an encoder with padding."""
+    torch.manual_seed(0)
+    options = dict(kind="encoder", n_classes=3, pad_id=0) if kind == "encoder" else {}
+    model = LabModel(11, spec, **options, **TINY).eval()
+    if spec == "t5":
+        with torch.no_grad():
+            model.encoding.table.weight.normal_()  # (zeros at first)
+    tokens = torch.tensor([[3, 4, 5, 6, 7, 8, 9], [5, 6, 7, 8, 2, 0, 0]])
+    n = tokens.shape[1]
+    if kind == "decoder":
+        allowed = torch.ones(n, n, dtype=torch.bool).tril()[None, None]
+    else:
+        allowed = (tokens != 0)[:, None, None, :]
+    x = model.embed(tokens)
+    q, k, v = _qkv(model, x)
+    mask = torch.zeros(allowed.shape).masked_fill(~allowed, -math.inf)
+    bias = _witness_bias(model, spec, n, causal=kind == "decoder")
+    want = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=bias + mask)
+    want = model.blocks[0].attention.out(want.transpose(1, 2).reshape(2, n, 32))
+    pos = M.positions_of(None, 2, n, torch.device("cpu"))
+    got = model.blocks[0].attention(model.blocks[0].norm1(x), 0, model.encoding, pos, allowed)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_t5_s_table_makes_one_bias_per_forward_pass_for_every_layer(monkeypatch):
+    """T5's table is shared by the layers: its bias is made once a forward
+    pass (and its gradient by bucket once a backward), the same as a
+    model that made it in each layer."""
+    torch.manual_seed(0)
+    model = LabModel(11, "t5", dim=32, layers=3, heads=4)
+    with torch.no_grad():
+        model.encoding.table.weight.normal_()
+    calls = []
+    table_forward = type(model.encoding.table).forward
+
+    def counted(self, *args, **kwargs):
+        calls.append(args)
+        return table_forward(self, *args, **kwargs)
+
+    monkeypatch.setattr(type(model.encoding.table), "forward", counted)
+    tokens = torch.randint(0, 11, (2, 6))
+    model(tokens).square().mean().backward()
+    assert calls == [(6, 6)]
+    grad = model.encoding.table.weight.grad.clone()
+    # the witness: each layer adds a bias of its own, made from the table
+    model.zero_grad()
+    monkeypatch.setattr(model.encoding, "shared", False)
+    model(tokens).square().mean().backward()
+    assert len(calls) == 1 + 3
+    torch.testing.assert_close(model.encoding.table.weight.grad, grad, rtol=1e-5, atol=1e-7)
+
+
+def test_sandwich_s_bias_is_made_once_for_every_layer_and_pass(monkeypatch):
+    """Sandwich learns nothing: its layers' biases are one, made once per
+    length; KERPLE's, learned, are made in each layer of each pass."""
+    torch.manual_seed(0)
+    calls = []
+    for spec in ("sandwich", "kerple_log"):
+        model = LabModel(11, spec, dim=32, layers=3, heads=4)
+        cls = type(model.encoding.layers[0])
+        bias = cls.bias
+
+        def counted(self, *args, bias=bias, spec=spec, **kwargs):
+            calls.append(spec)
+            return bias(self, *args, **kwargs)
+
+        monkeypatch.setattr(cls, "bias", counted)
+        tokens = torch.randint(0, 11, (2, 6))
+        first = model(tokens)
+        torch.testing.assert_close(model(tokens), first, rtol=0, atol=0)
+        model(torch.randint(0, 11, (2, 5)))
+    assert calls.count("sandwich") == 2  # lengths 6 and 5
+    assert calls.count("kerple_log") == 3 * 3
+
+
 @pytest.mark.parametrize("spec", ["rope", "rope:xpos", "rope:p:0.5", "rope:yarn:4"])
 def test_rope_rotates_q_and_k_as_posenc_apply_rope(spec):
     torch.manual_seed(0)

@@ -15,6 +15,12 @@ plugs in at its own point:
   r[i - j]`` and the content bias ``u . k``, both scaled as the scores are),
   ``cope`` (its gates are read from the masked logits, as the authors do).
 
+The scale and the mask (0 or ``-inf``, made once per forward pass) go into
+the logits in one pass; a bias of positions ``0 .. n-1`` is added to the
+mask first (``heads x n x n``) and goes in with them.  ALiBi's and T5's
+bias, the same in every layer, is made once per forward pass (T5's table
+and its gradient by bucket once per step).
+
 Position ids are ``0 .. n-1`` unless a call gives its own (a training-time
 sampler's, or the skip-position attack's ``k * i``): absolute encodings read
 them directly, RoPE rotates by them, and the score encodings take the term of
@@ -178,6 +184,21 @@ class PositionEncoding(nn.Module):
     def check_positions(self, positions: Positions) -> None:
         """A ValueError where these positions cannot be read."""
 
+    def scores(
+        self,
+        layer: int,
+        logits: torch.Tensor,
+        scale: float,
+        mask: torch.Tensor,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        positions: Positions,
+    ) -> torch.Tensor:
+        """Layer `layer`'s scores of a ``"scores"`` encoding from its logits
+        ``q k^T``: scaled, the additive mask `mask` (0 or ``-inf``) added in
+        the same pass, then :meth:`add_scores`."""
+        return self.add_scores(layer, torch.add(mask, logits, alpha=scale), q, k, positions)
+
 
 class _Sinusoid(PositionEncoding):
     def __init__(self, spec: Encoding, dim: int) -> None:
@@ -325,6 +346,40 @@ class _Bias(PositionEncoding):
     ) -> torch.Tensor:
         raise NotImplementedError  # pragma: no cover - each bias's own
 
+    #: whether the term is the same in every layer (made once per forward pass)
+    shared = False
+
+    def scores(
+        self,
+        layer: int,
+        logits: torch.Tensor,
+        scale: float,
+        mask: torch.Tensor,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        positions: Positions,
+    ) -> torch.Tensor:
+        """For positions ``0 .. n-1``: the term and the mask added first (at
+        most ``(heads, n, n)``, or the batch's with a padding mask), then to
+        the scaled logits in one pass over them; the term of a shared bias
+        made once per forward pass."""
+        if not positions.contiguous:
+            return super().scores(layer, logits, scale, mask, q, k, positions)
+        n = logits.shape[-1]
+
+        def make() -> torch.Tensor:
+            term = self.term(layer, n, n, torch.float32, logits.device)
+            return term.reshape(1, self.heads, n, n) + mask
+
+        if self.shared:
+            key = ("bias", n, logits.device, id(mask))
+            if key not in positions.memo:
+                positions.memo[key] = (make(), mask)  # (the mask kept: its id is the key's)
+            term = positions.memo[key][0]
+        else:
+            term = make()
+        return torch.add(term, logits, alpha=scale)
+
     def add_scores(
         self,
         layer: int,
@@ -346,6 +401,8 @@ class _Bias(PositionEncoding):
 
 
 class _ALiBi(_Bias):
+    shared = True
+
     def __init__(self, spec: Encoding, heads: int, causal: bool) -> None:
         super().__init__(spec, heads)
         self.causal = causal
@@ -366,6 +423,8 @@ class _ALiBi(_Bias):
 
 
 class _T5(_Bias):
+    shared = True  # one table for all layers, as T5
+
     def __init__(self, spec: Encoding, heads: int, causal: bool) -> None:
         super().__init__(spec, heads)
         cls = _enc.torch_module("t5")
@@ -384,16 +443,24 @@ class _T5(_Bias):
 
 class _PerLayerBias(_Bias):
     """KERPLE, Sandwich, FIRE: a module per layer, ``.bias(q_len, k_len,
-    dtype=, device=)``."""
+    dtype=, device=)``.  Modules that learn nothing (Sandwich's) give every
+    layer the same bias: it is made once per length, device and dtype."""
 
     def __init__(self, spec: Encoding, heads: int, layers: int, make: Any) -> None:
         super().__init__(spec, heads)
         self.layers = nn.ModuleList([make() for _ in range(layers)])
+        self.shared = not any(True for _ in self.layers.parameters())
+        self._cache: OrderedDict[Any, torch.Tensor] = OrderedDict()
 
     def term(
         self, layer: int, q_len: int, k_len: int, dtype: torch.dtype, device: torch.device
     ) -> torch.Tensor:
-        return self.layers[layer].bias(q_len, k_len, dtype=dtype, device=device)
+        def make() -> torch.Tensor:
+            return self.layers[layer].bias(q_len, k_len, dtype=dtype, device=device)
+
+        if not self.shared:
+            return make()
+        return _cached(self._cache, (q_len, k_len, dtype, device), make)
 
 
 class _CoPE(PositionEncoding):
@@ -558,6 +625,17 @@ def _widened(t: torch.Tensor) -> torch.Tensor:
     return t.float() if t.dtype in (torch.float16, torch.bfloat16) else t
 
 
+def _additive_mask(allowed: torch.Tensor, positions: Positions) -> torch.Tensor:
+    """`allowed` (True where a query sees a key) as a float32 mask to add,
+    0 or ``-inf``: made once per forward pass (the layers share it)."""
+    key = ("mask", id(allowed))
+    found = positions.memo.get(key)
+    if found is None:
+        mask = torch.zeros(allowed.shape, dtype=torch.float32, device=allowed.device)
+        found = positions.memo[key] = (mask.masked_fill(~allowed, float("-inf")), allowed)
+    return found[0]
+
+
 class _Attention(nn.Module):
     def __init__(self, dim: int, heads: int) -> None:
         super().__init__()
@@ -578,13 +656,16 @@ class _Attention(nn.Module):
         b, n, dim = x.shape
         q, k, v_ = self.qkv(x).view(b, n, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)
         q, k = encoding.rotate(q, k, positions)
-        scores = (q @ k.transpose(-1, -2)) * self.scale
-        scores = scores.masked_fill(~allowed, float("-inf"))
+        logits = q @ k.transpose(-1, -2)
+        mask = _additive_mask(allowed, positions)
         if encoding.kind == "scores":
             # the position terms in float32 at least, autocast or not
             with torch.autocast(x.device.type, enabled=False):
-                q, k, scores = (_widened(t) for t in (q, k, scores))
-                scores = encoding.add_scores(layer, scores, q, k, positions)
+                q, k, logits = (_widened(t) for t in (q, k, logits))
+                scores = encoding.scores(layer, logits, self.scale, mask, q, k, positions)
+        else:
+            # scaled and masked in one pass (float32: the mask's)
+            scores = torch.add(mask, logits, alpha=self.scale)
         weights = torch.softmax(scores.float(), dim=-1).to(v_.dtype)
         out = (weights @ v_).transpose(1, 2).reshape(b, n, dim)
         return self.out(out)
