@@ -420,10 +420,22 @@ def test_compare_on_text_says_where_the_skip_attack_does_not_apply():
         seeds=1, config=TrainConfig(steps=3, batch_size=4, eval_tokens=64), skip=(1, 2),
     )  # fmt: skip
     assert result.metric == "perplexity" and result.skip["nope"] is None
-    assert set(result.skip["rope"]) == {1, 2}
+    assert set(result.skip["rope"]) == {1, 2} and result.settings["skip"] == [1, 2]
     text = result.to_markdown()
     assert "Skip-position attack" in text and "| nope | n/a | n/a |" in text
     assert "nope takes no position ids" in text
+
+
+def test_compare_on_text_without_the_skip_attack_shows_no_attack_table():
+    result = lab.compare(
+        ["nope", "rope"], "lm", text=text_data(), train_length=16, eval_lengths=[16, 32],
+        seeds=1, config=TrainConfig(steps=2, batch_size=4, eval_tokens=64), skip=(),
+    )  # fmt: skip
+    assert result.skip is None and result.to_dict()["skip"] is None
+    assert result.settings["skip"] == []
+    text = result.to_markdown()
+    assert "Skip-position" not in text and "n/a" not in text
+    assert text.splitlines()[-1].startswith("| rope | ")
 
 
 def test_classification_accuracy_and_the_published_column(monkeypatch):
