@@ -493,6 +493,21 @@ def test_compare_table_holds_the_mean_and_std_over_seeds(tmp_path):
     assert (tmp_path / "lab.png").stat().st_size > 0
 
 
+def test_a_perplexity_cell_keeps_four_digits_and_its_deviation_the_same_decimals():
+    values = {"a": np.array([[16.99, 8.40, 1234.2], [17.006, 8.48, 1236.4]])}
+    result = lab.LabComparison(
+        task="lm", metric="perplexity", labels=("a",), lengths=(8, 16, 32), seeds=(0, 1),
+        train_length=8, values=values, losses={"a": np.zeros(2)},
+    )  # fmt: skip
+    # means 16.998, 8.44, 1235.3; deviations 0.0113, 0.0566, 1.556 (by hand)
+    assert result.table() == [("a", ["17.00 ± 0.01", "8.440 ± 0.057", "1235 ± 2"])]
+    one = lab.LabComparison(
+        task="lm", metric="perplexity", labels=("a",), lengths=(8,), seeds=(0,),
+        train_length=8, values={"a": np.array([[20.0]])}, losses={"a": np.zeros(1)},
+    )  # fmt: skip
+    assert one.table() == [("a", ["20.00"])]
+
+
 def test_compare_refuses_bad_arguments():
     with pytest.raises(ValueError, match="nothing to train on"):
         lab.compare(["nope"], train_length=8)

@@ -49,11 +49,16 @@ def _mean_std(values: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
 
 
 def _cell(mean: float, std: float, metric: str) -> str:
+    """``mean ± std``: an accuracy to 3 decimals; a perplexity to 4
+    significant digits (its trailing zeros kept: 17.00), the deviation to
+    the same decimals as the mean."""
     if not math.isfinite(mean):
         return "—"
-    fmt = "{:.4g}" if metric == "perplexity" else "{:.3f}"
-    text = fmt.format(mean)
-    return text if not math.isfinite(std) else f"{text} ± {fmt.format(std)}"
+    decimals = 3
+    if metric == "perplexity" and mean != 0:
+        decimals = max(0, 3 - math.floor(math.log10(abs(mean))))
+    text = f"{mean:.{decimals}f}"
+    return text if not math.isfinite(std) else f"{text} ± {std:.{decimals}f}"
 
 
 def _thinned(losses: Sequence[float]) -> List[float]:
