@@ -26,6 +26,7 @@ them) and ``NAME.png`` (``LabComparison.plot``)::
     python benchmarks/lab_results.py --out DIR --only selective_copy
     python benchmarks/lab_results.py --out DIR --quick    # a minute: the script works
     python benchmarks/lab_results.py --out DIR --snapshot # and keep them for the docs
+    python benchmarks/lab_results.py --out DIR --from-json  # NAME.md, NAME.png from NAME.json
 
 ``--snapshot`` copies what is made into ``docs/reports/lab_results/``, from
 which ``docs/make_lab_results.py`` puts them where the guide
@@ -35,17 +36,14 @@ build never trains.  It needs torch and matplotlib.
 
 from __future__ import annotations
 
+import argparse
+import json
 import os
-
-os.environ.setdefault("OMP_NUM_THREADS", "1")  # before torch starts its threads
-
-import argparse  # noqa: E402
-import json  # noqa: E402
-import platform  # noqa: E402
-import shutil  # noqa: E402
-import sys  # noqa: E402
-import time  # noqa: E402
-from pathlib import Path  # noqa: E402
+import platform
+import shutil
+import sys
+import time
+from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -220,6 +218,44 @@ def run(name: str, out: Path, *, quick: bool, text: str) -> dict:
     return record
 
 
+def from_record(record: dict):
+    """The :class:`posenc.lab.LabComparison` a ``NAME.json`` holds (its
+    figures read back exactly: JSON keeps a float's every bit)."""
+    import numpy as np
+
+    from posenc.lab import LabComparison
+
+    skip = record["skip"]
+    if skip is not None:
+        skip = {
+            label: None if r is None else {int(k): np.asarray(v) for k, v in r.items()}
+            for label, r in skip.items()
+        }
+    return LabComparison(
+        task=record["task"],
+        metric=record["metric"],
+        labels=tuple(record["labels"]),
+        lengths=tuple(record["lengths"]),
+        seeds=tuple(record["seeds"]),
+        train_length=record["train_length"],
+        values={k: np.asarray(v, dtype=np.float64) for k, v in record["values"].items()},
+        losses={k: np.asarray(v) for k, v in record["final_loss"].items()},
+        curves=record["loss_curves"],
+        skip=skip,
+        published=record["published"],
+        settings=record["settings"],
+    )
+
+
+def remake(name: str, out: Path) -> dict:
+    """NAME.md and NAME.png again from NAME.json in `out`, nothing trained."""
+    record = json.loads((out / f"{name}.json").read_text(encoding="utf-8"))
+    result = from_record(record)
+    (out / f"{name}.md").write_text(page(result, record), encoding="utf-8")
+    result.plot(out / f"{name}.png")
+    return record
+
+
 def page(result, record: dict) -> str:
     """The table, the exact settings and the wall time, as Markdown."""
     b = record["benchmark"]
@@ -278,13 +314,24 @@ def main(argv=None) -> int:
     )
     parser.add_argument("--text", default=TEXT, help=f"the language model's text ({TEXT})")
     parser.add_argument(
+        "--from-json",
+        action="store_true",
+        help="make NAME.md and NAME.png again from --out's NAME.json, training nothing",
+    )
+    parser.add_argument(
         "--snapshot", action="store_true", help=f"keep what is made in {KEPT.relative_to(ROOT)}"
     )
     args = parser.parse_args(argv)
+    os.environ.setdefault("OMP_NUM_THREADS", "1")  # before torch is imported and starts threads
     if args.snapshot and args.quick:
         parser.error("--snapshot keeps full runs only, not --quick ones")
     for name in args.only or list(EXPERIMENTS):
-        record = run(name, args.out, quick=args.quick, text=args.text)
+        if args.from_json:
+            record = remake(name, args.out)
+            if args.snapshot and record["benchmark"]["quick"]:
+                parser.error(f"--snapshot: {name}.json is of a --quick run")
+        else:
+            record = run(name, args.out, quick=args.quick, text=args.text)
         print((args.out / f"{name}.md").read_text(encoding="utf-8"), flush=True)
         if args.snapshot:
             KEPT.mkdir(parents=True, exist_ok=True)
