@@ -15,7 +15,9 @@ here, at each build, from ``posenc.__all__`` and ``posenc.probe.__all__``, so
 a public name cannot be left out of it.  The performance page's tables and
 plots are made from a benchmark JSON by docs/make_performance.py, and the
 guides' figures by posenc itself in docs/make_figures.py, both run here too
-(into docs/_generated).
+(into docs/_generated); the lab guide's published results are the copies
+benchmarks/lab_results.py kept in docs/reports/lab_results/
+(docs/make_lab_results.py puts them there).
 """
 
 import glob
@@ -247,6 +249,7 @@ _api_page()
 sys.path.insert(0, HERE)
 import make_context_report  # noqa: E402
 import make_figures  # noqa: E402
+import make_lab_results  # noqa: E402
 import make_performance  # noqa: E402
 import make_probe_report  # noqa: E402
 
@@ -257,3 +260,5 @@ make_figures.main([])
 make_probe_report.main([])
 # the context guide's table and figure of a tiny Llama, by posenc context itself
 make_context_report.main([])
+# the lab guide's published results, as benchmarks/lab_results.py kept them (never trained here)
+make_lab_results.main([])

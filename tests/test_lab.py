@@ -515,10 +515,22 @@ def test_compare_on_text_says_where_the_skip_attack_does_not_apply():
         seeds=1, config=TrainConfig(steps=3, batch_size=4, eval_tokens=64), skip=(1, 2),
     )  # fmt: skip
     assert result.metric == "perplexity" and result.skip["nope"] is None
-    assert set(result.skip["rope"]) == {1, 2}
+    assert set(result.skip["rope"]) == {1, 2} and result.settings["skip"] == [1, 2]
     text = result.to_markdown()
     assert "Skip-position attack" in text and "| nope | n/a | n/a |" in text
     assert "nope takes no position ids" in text
+
+
+def test_compare_on_text_without_the_skip_attack_shows_no_attack_table():
+    result = lab.compare(
+        ["nope", "rope"], "lm", text=text_data(), train_length=16, eval_lengths=[16, 32],
+        seeds=1, config=TrainConfig(steps=2, batch_size=4, eval_tokens=64), skip=(),
+    )  # fmt: skip
+    assert result.skip is None and result.to_dict()["skip"] is None
+    assert result.settings["skip"] == []
+    text = result.to_markdown()
+    assert "Skip-position" not in text and "n/a" not in text
+    assert text.splitlines()[-1].startswith("| rope | ")
 
 
 def test_classification_accuracy_and_the_published_column(monkeypatch):
@@ -574,6 +586,21 @@ def test_compare_table_holds_the_mean_and_std_over_seeds(tmp_path):
     assert [line.get_label() for line in fig.axes[0].get_lines()][:2] == list(result.labels)
     assert result.plot(tmp_path / "lab.png") == tmp_path / "lab.png"
     assert (tmp_path / "lab.png").stat().st_size > 0
+
+
+def test_a_perplexity_cell_keeps_four_digits_and_its_deviation_the_same_decimals():
+    values = {"a": np.array([[16.99, 8.40, 1234.2], [17.006, 8.48, 1236.4]])}
+    result = lab.LabComparison(
+        task="lm", metric="perplexity", labels=("a",), lengths=(8, 16, 32), seeds=(0, 1),
+        train_length=8, values=values, losses={"a": np.zeros(2)},
+    )  # fmt: skip
+    # means 16.998, 8.44, 1235.3; deviations 0.0113, 0.0566, 1.556 (by hand)
+    assert result.table() == [("a", ["17.00 ± 0.01", "8.440 ± 0.057", "1235 ± 2"])]
+    one = lab.LabComparison(
+        task="lm", metric="perplexity", labels=("a",), lengths=(8,), seeds=(0,),
+        train_length=8, values={"a": np.array([[20.0]])}, losses={"a": np.zeros(1)},
+    )  # fmt: skip
+    assert one.table() == [("a", ["20.00"])]
 
 
 def test_compare_refuses_bad_arguments():

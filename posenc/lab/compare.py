@@ -49,11 +49,16 @@ def _mean_std(values: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
 
 
 def _cell(mean: float, std: float, metric: str) -> str:
+    """``mean ± std``: an accuracy to 3 decimals; a perplexity to 4
+    significant digits (its trailing zeros kept: 17.00), the deviation to
+    the same decimals as the mean."""
     if not math.isfinite(mean):
         return "—"
-    fmt = "{:.4g}" if metric == "perplexity" else "{:.3f}"
-    text = fmt.format(mean)
-    return text if not math.isfinite(std) else f"{text} ± {fmt.format(std)}"
+    decimals = 3
+    if metric == "perplexity" and mean != 0:
+        decimals = max(0, 3 - math.floor(math.log10(abs(mean))))
+    text = f"{mean:.{decimals}f}"
+    return text if not math.isfinite(std) else f"{text} ± {std:.{decimals}f}"
 
 
 def _thinned(losses: Sequence[float]) -> List[float]:
@@ -88,7 +93,8 @@ class LabComparison(Plotted):
     skip : dict of str to (dict of int to ndarray (seeds,)) or None, or None
         Language modelling: the skip-position attack's perplexity at the
         training length per factor ``k`` (position ids ``k * i``); None for an
-        encoding that takes no position ids (nope, cope).
+        encoding that takes no position ids (nope, cope).  None where the
+        attack was not run (not language modelling, or ``skip=()``).
     published : dict of str to float or None, or None
         Classification: the seed paper's accuracy for each encoding's
         initialisation, where it has one.
@@ -538,7 +544,7 @@ def compare(
         for part in gathered:
             done.update(part)
     return _assemble(encs, seed_list, lengths, train_length, name, problem, done, config,
-                     options, parallel, size)  # fmt: skip
+                     options, parallel, size, skip)  # fmt: skip
 
 
 def _assemble(
@@ -553,6 +559,7 @@ def _assemble(
     options: Dict[str, Any],
     parallel: str,
     size: int,
+    skip_factors: Tuple[int, ...] = (),
 ) -> LabComparison:
     labels = tuple(e.label for e in encs)
     values = {
@@ -562,7 +569,7 @@ def _assemble(
     losses = {e.label: np.array([done[(e.label, s)].losses[-1] for s in seed_list]) for e in encs}
     curves = {e.label: [_thinned(done[(e.label, s)].losses) for s in seed_list] for e in encs}
     skip: Optional[Dict[str, Optional[Dict[int, np.ndarray]]]] = None
-    if isinstance(problem, LanguageModelProblem):
+    if isinstance(problem, LanguageModelProblem) and skip_factors:
         skip = {}
         for e in encs:
             first = done[(e.label, seed_list[0])].skip
@@ -586,6 +593,8 @@ def _assemble(
         "world_size": size,
         "versions": _versions(),
     }
+    if isinstance(problem, LanguageModelProblem):
+        settings["skip"] = list(skip_factors)
     if isinstance(problem, ClassificationProblem):
         published, source = _published(problem.name, encs)
         settings["published_source"] = source
