@@ -33,6 +33,11 @@ import torch
 from torch import nn
 
 from . import _distance_bias, _torch, _validate
+from ._torch_args import device as _device
+from ._torch_args import float_tensor as _float_tensor
+from ._torch_args import on_meta as _on_meta
+from ._torch_args import tensor as _tensor
+from ._torch_args import to as _to
 from .complex_order import complex_order_embedding
 from .cope import cope_bias
 from .functional_bias import fire_bias, kerple_bias, sandwich_bias
@@ -55,21 +60,6 @@ _INTEGER_DTYPES = (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int6
 # ---------------------------------------------------------------- arguments
 
 
-def _tensor(value: Any, name: str) -> torch.Tensor:
-    if not torch.is_tensor(value):
-        raise TypeError(f"{name} must be a torch tensor, got {type(value).__name__}")
-    return value
-
-
-def _float_tensor(value: Any, name: str) -> torch.Tensor:
-    t = _tensor(value, name)
-    if t.dtype not in _FLOAT_DTYPES:
-        raise TypeError(
-            f"{name} must be a float16, bfloat16, float32 or float64 tensor, got {t.dtype}"
-        )
-    return t
-
-
 def _integer_tensor(value: Any, name: str) -> torch.Tensor:
     t = _tensor(value, name)
     if t.dtype not in _INTEGER_DTYPES:
@@ -84,31 +74,6 @@ def _dtype(value: Any, name: str = "dtype") -> torch.dtype:
             f"not {value!r}"
         )
     return value
-
-
-def _device(device: Any) -> torch.device:
-    if isinstance(device, torch.device):
-        return device
-    if not isinstance(device, str):
-        raise TypeError(f"device must be a string or a torch.device, not {type(device).__name__}")
-    try:
-        return torch.device(device)
-    except RuntimeError as exc:
-        raise ValueError(f"device {device!r} is not a device torch knows ({exc})") from exc
-
-
-def _to(t: torch.Tensor, device: torch.device) -> torch.Tensor:
-    """`t` on `device` (differentiably: autograd follows the copy)."""
-    if t.device == device:
-        return t
-    try:
-        return t.to(device)
-    except (RuntimeError, AssertionError) as exc:  # a device this torch cannot use
-        raise ValueError(f"device {str(device)!r} cannot be used here ({exc})") from exc
-
-
-def _on_meta(*tensors: Optional[torch.Tensor]) -> bool:
-    return any(t is not None and t.device.type == "meta" for t in tensors)
 
 
 def _on_device_path(*tensors: Optional[torch.Tensor]) -> bool:

@@ -46,6 +46,11 @@ from . import bias as _bias
 from . import rope as _rope
 from . import rope_scaling as _rope_scaling
 from ._model_config import config_value, copied
+from ._torch_args import device as _device
+from ._torch_args import float_tensor as _float_tensor
+from ._torch_args import on_meta as _on_meta
+from ._torch_args import tensor as _tensor
+from ._torch_args import to as _to
 from ._torch_modules import (
     ComplexOrderEmbedding,
     CoPE,
@@ -98,21 +103,6 @@ def _layout(layout: Any, name: str = "layout") -> str:
             f"(batch, seq, heads, head_dim: flash-attn), got {layout!r}"
         )
     return layout
-
-
-def _tensor(value: Any, name: str) -> torch.Tensor:
-    if not torch.is_tensor(value):
-        raise TypeError(f"{name} must be a torch tensor, got {type(value).__name__}")
-    return value
-
-
-def _float_tensor(value: Any, name: str) -> torch.Tensor:
-    t = _tensor(value, name)
-    if t.dtype not in _FLOAT_DTYPES:
-        raise TypeError(
-            f"{name} must be a float16, bfloat16, float32 or float64 tensor, got {t.dtype}"
-        )
-    return t
 
 
 def _real(value: Any, name: str) -> float:
@@ -748,26 +738,6 @@ def apply_rotary(
     return _rotate_one(q, cos, sin, rope_layout), _rotate_one(k, cos, sin, rope_layout)
 
 
-def _device(device: Any) -> torch.device:
-    if isinstance(device, torch.device):
-        return device
-    if not isinstance(device, str):
-        raise TypeError(f"device must be a string or a torch.device, not {type(device).__name__}")
-    try:
-        return torch.device(device)
-    except RuntimeError as exc:
-        raise ValueError(f"device {device!r} is not a device torch knows ({exc})") from exc
-
-
-def _to(t: torch.Tensor, device: torch.device) -> torch.Tensor:
-    if t.device == device:
-        return t
-    try:
-        return t.to(device)
-    except (RuntimeError, AssertionError) as exc:  # a device this torch cannot use
-        raise ValueError(f"device {str(device)!r} cannot be used here ({exc})") from exc
-
-
 class ALiBi(nn.Module):
     """ALiBi's attention bias (Press et al., 2022), slopes from
     :func:`posenc.alibi_slopes` (or given), products formed in float64 and
@@ -1173,10 +1143,6 @@ class DebertaRelativeBias(nn.Module):
         else:
             out = relative.deberta_attention_bias(q4, k4, pos_key, pos_query, **options)
         return out.reshape(-1, *out.shape[-2:]) if self.layout == "(bh)sd" else out
-
-
-def _on_meta(*tensors: Optional[torch.Tensor]) -> bool:
-    return any(t is not None and t.device.type == "meta" for t in tensors)
 
 
 def _meta_term(
