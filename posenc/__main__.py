@@ -300,16 +300,9 @@ def _check_plot_format(path):
 
 def _local_config(path):
     """The ``config.json`` of a model directory, or beside a file (None if none)."""
-    folder = path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
-    config_path = os.path.join(folder, "config.json")
-    if not os.path.isfile(config_path):
-        return None
-    try:
-        with open(config_path, encoding="utf-8") as f:
-            config = json.load(f)
-    except (OSError, ValueError) as exc:
-        raise _Failure(f"{config_path}: not a readable JSON config ({exc})") from exc
-    return config if isinstance(config, dict) else None
+    from .probe._loading import local_config
+
+    return local_config(path)
 
 
 def _rows_of(table, config, args):

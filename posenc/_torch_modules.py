@@ -24,8 +24,6 @@ check the same arguments and refuse the same ones.
 
 from __future__ import annotations
 
-import json
-import os
 from typing import Any, Optional, Tuple
 
 import numpy as np
@@ -212,16 +210,12 @@ class SinusoidalEmbedding(nn.Module):
 
 def _local_config(path: str) -> Optional[dict]:
     """The ``config.json`` of a model directory, or beside a file, or None."""
-    folder = path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
-    config_path = os.path.join(folder, "config.json")
-    if not os.path.isfile(config_path):
-        return None
+    from .probe._loading import local_config
+
     try:
-        with open(config_path, encoding="utf-8") as f:
-            config = json.load(f)
-    except (OSError, ValueError) as exc:
-        raise ValueError(f"init: {config_path} is not a readable JSON config ({exc})") from exc
-    return config if isinstance(config, dict) else None
+        return local_config(path)
+    except ValueError as exc:
+        raise ValueError(f"init: {exc}") from exc
 
 
 def _read_table(source: str, key: Optional[str]) -> Tuple[Any, Optional[dict]]:

@@ -579,3 +579,13 @@ def test_unaligned_arrays_are_copied_not_refused(dtype):
     np.testing.assert_array_equal(
         o.fold_errors, probe.relative_order_classification(E, seed=1).fold_errors
     )
+
+
+def test_a_config_beside_a_table_that_is_not_json_is_named(tmp_path, capsys):
+    from posenc.__main__ import main
+
+    np.save(tmp_path / "table.npy", table())
+    (tmp_path / "config.json").write_text("{not json")
+    assert main(["probe", str(tmp_path / "table.npy")]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "config.json: not a readable JSON config" in err

@@ -8,6 +8,7 @@ the ``posenc probe`` command load their tables here.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping
 from typing import Any, Optional, Tuple
@@ -17,6 +18,22 @@ import numpy as np
 from . import hub
 from ._readers import _flatten, _NpyFile, _open_path, choose_key
 from ._tables import _check_rows
+
+
+def local_config(path: str) -> Optional[dict]:
+    """The ``config.json`` of a model directory, or the one beside a file
+    (None where there is none, or it holds no JSON object); a ValueError
+    naming the file where it cannot be read as JSON."""
+    folder = path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
+    config_path = os.path.join(folder, "config.json")
+    if not os.path.isfile(config_path):
+        return None
+    try:
+        with open(config_path, encoding="utf-8") as f:
+            config = json.load(f)
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"{config_path}: not a readable JSON config ({exc})") from exc
+    return config if isinstance(config, dict) else None
 
 
 def load_table(
