@@ -1359,18 +1359,13 @@ def _check_device(name):
     """--device: a device torch knows, and has."""
     from .probe._optional import require
 
-    torch = require("torch", "posenc context", extra="context")
+    require("torch", "posenc context", extra="context")
+    from ._torch_args import available_device
+
     try:
-        device = torch.device(name)
-    except (RuntimeError, ValueError) as exc:
-        raise _Failure(f"--device {name}: not a torch device ({_one_line(exc)})") from exc
-    available = {
-        "cpu": lambda: True,
-        "cuda": lambda: torch.cuda.is_available(),
-        "mps": lambda: torch.backends.mps.is_available(),
-    }.get(device.type, lambda: True)
-    if not available():
-        raise _Failure(f"--device {name}: this machine's torch has no {device.type} device")
+        available_device(name)
+    except ValueError as exc:
+        raise _Failure(f"--device {name}: {_one_line(exc)}") from exc
 
 
 def _torch_dtype(args, config):

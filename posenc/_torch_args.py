@@ -53,3 +53,31 @@ def to(t: torch.Tensor, target: torch.device) -> torch.Tensor:
 
 def on_meta(*tensors: Optional[torch.Tensor]) -> bool:
     return any(t is not None and t.device.type == "meta" for t in tensors)
+
+
+def scores(value: Any, n_heads: int) -> torch.Tensor:
+    """`scores=` checked: a float (batch, n_heads, q_len >= 1, k_len >= 1) tensor."""
+    t = float_tensor(value, "scores")
+    if t.ndim != 4 or t.shape[1] != n_heads:
+        raise ValueError(
+            f"scores must be a (batch, {n_heads}, q_len, k_len) tensor, got shape {tuple(t.shape)}"
+        )
+    if not (t.shape[2] and t.shape[3]):
+        raise ValueError(f"scores must have q_len >= 1 and k_len >= 1, got shape {tuple(t.shape)}")
+    return t
+
+
+def available_device(name: str) -> torch.device:
+    """`name` as a torch device this machine has (a ValueError saying what it lacks)."""
+    try:
+        found = torch.device(name)
+    except (RuntimeError, ValueError) as exc:
+        raise ValueError(f"device {name!r} is not a torch device ({exc})") from None
+    has = {
+        "cpu": lambda: True,
+        "cuda": lambda: torch.cuda.is_available(),
+        "mps": lambda: torch.backends.mps.is_available(),
+    }.get(found.type, lambda: True)
+    if not has():
+        raise ValueError(f"device {name!r}: this machine's torch has no {found.type} device")
+    return found

@@ -34,6 +34,7 @@ from . import _distance_bias, _torch, _validate
 from ._torch_args import device as _device
 from ._torch_args import float_tensor as _float_tensor
 from ._torch_args import on_meta as _on_meta
+from ._torch_args import scores as _scores
 from ._torch_args import tensor as _tensor
 from ._torch_args import to as _to
 from .complex_order import complex_order_embedding
@@ -93,21 +94,6 @@ def _one_device(tensors: Tuple[Tuple[str, torch.Tensor], ...]) -> torch.device:
         where = ", ".join(f"{name} on {t.device}" for name, t in tensors)
         raise ValueError(f"the tensors must be on one device, got {where}")
     return next(iter(devices))
-
-
-def _scores(scores: Any, n_heads: int) -> torch.Tensor:
-    """`scores` checked: a float (batch, n_heads, q_len >= 1, k_len >= 1) tensor."""
-    scores = _float_tensor(scores, "scores")
-    if scores.ndim != 4 or scores.shape[1] != n_heads:
-        raise ValueError(
-            f"scores must be a (batch, {n_heads}, q_len, k_len) tensor, got shape "
-            f"{tuple(scores.shape)}"
-        )
-    if not (scores.shape[2] and scores.shape[3]):
-        raise ValueError(
-            f"scores must have q_len >= 1 and k_len >= 1, got shape {tuple(scores.shape)}"
-        )
-    return scores
 
 
 def _wide(t: torch.Tensor) -> torch.Tensor:

@@ -49,6 +49,7 @@ from ._model_config import config_value, copied
 from ._torch_args import device as _device
 from ._torch_args import float_tensor as _float_tensor
 from ._torch_args import on_meta as _on_meta
+from ._torch_args import scores as _scores
 from ._torch_args import tensor as _tensor
 from ._torch_args import to as _to
 from ._torch_modules import (
@@ -830,16 +831,7 @@ class ALiBi(nn.Module):
         return out if mask.device.type == "cpu" else out.to(mask.device)
 
     def forward(self, scores: torch.Tensor, *, q_offset: Optional[int] = None) -> torch.Tensor:
-        scores = _float_tensor(scores, "scores")
-        if scores.ndim != 4 or scores.shape[1] != self.n_heads:
-            raise ValueError(
-                f"scores must be a (batch, {self.n_heads}, q_len, k_len) tensor, got shape "
-                f"{tuple(scores.shape)}"
-            )
-        if not (scores.shape[2] and scores.shape[3]):
-            raise ValueError(
-                f"scores must have q_len >= 1 and k_len >= 1, got shape {tuple(scores.shape)}"
-            )
+        scores = _scores(scores, self.n_heads)
         b = self.bias(scores.shape[2], scores.shape[3], q_offset=q_offset, dtype=scores.dtype,
                       device=scores.device)  # fmt: skip
         return scores + b

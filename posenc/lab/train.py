@@ -221,19 +221,10 @@ class _Group:
 
 def device_of(name: str) -> Any:
     """`name` as a torch device this machine has (a ValueError saying what it lacks)."""
-    torch = _torch()
-    try:
-        device = torch.device(name)
-    except (RuntimeError, ValueError) as exc:
-        raise ValueError(f"device {name!r} is not a torch device ({exc})") from None
-    has = {
-        "cpu": lambda: True,
-        "cuda": lambda: torch.cuda.is_available(),
-        "mps": lambda: torch.backends.mps.is_available(),
-    }.get(device.type, lambda: True)
-    if not has():
-        raise ValueError(f"device {name!r}: this machine's torch has no {device.type} device")
-    return device
+    _torch()
+    from .._torch_args import available_device
+
+    return available_device(name)
 
 
 # ---------------------------------------------------------------- problems
