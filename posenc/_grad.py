@@ -58,6 +58,7 @@ from ._relative_engine import (
     sum_by_distance,
     sum_parts,
     to_dtype,
+    widened,
     working_dtype,
 )
 from ._relative_terms import (
@@ -268,6 +269,7 @@ def _part_grads(part, g, wanted, out):
 def _gathered(term, grad, wanted):
     """The gradients of a term made of gathered parts only."""
     _, lead, shape, _, parts = term
+    parts = [widened(p) for p in parts]
     g = _incoming(grad, lead, shape, parts[0].left.dtype)
     out = {}
     for part in parts:
@@ -331,6 +333,7 @@ def _xl_content_bias(a, grad, wanted):
 
 def _tener_scores(a, grad, wanted):
     _, lead, shape, _, parts = tener_term(a["q"], a["k"], a["table"], a["v"], a["key_term"], None)
+    parts = [widened(p) for p in parts]
     work, d = parts[0].left.dtype, parts[0].left.shape[-1]
     g = _incoming(grad, lead, shape, work)
     if _validate.flag(a["scale"], "scale") and d:  # no head dim: no products to scale

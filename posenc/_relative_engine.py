@@ -11,8 +11,11 @@ while in cache; `add_dense` adds a dense term by ``_core.rel_dense_add``;
 Shaw's value term and the backward (posenc._grad).
 
 The precision rules live here too: products formed in float32, or float64
-when an input or the scores are float64 (`working_dtype`); a new result of
-the inputs' promoted dtype (`promoted_dtype`), rounded once (`rounded`).
+when an input or the scores are float64 (`working_dtype`); those of two
+bfloat16 operands as the BF16 dot-product instruction forms them, on every
+path (`bf16_kept`, `bf16_products`: _core.bf16_products, src/dot.h); a new
+result of the inputs' promoted dtype (`promoted_dtype`), rounded once
+(`rounded`).
 posenc._relative_terms reads and checks a term's arguments, then builds its
 parts; here the arrays are the checked ones (only a result's size is
 checked against what can be allocated, before it is made).
@@ -21,13 +24,13 @@ checked against what can be allocated, before it is made).
 from __future__ import annotations
 
 import math
-from typing import Any, NamedTuple, Tuple
+from typing import Any, NamedTuple, Optional, Tuple
 
 import numpy as np
 
 from . import _core
 from . import _validate as v
-from ._dtypes import is_bfloat16, widen
+from ._dtypes import bits, is_bfloat16, widen
 
 # ---------------------------------------------------------------- precision
 
@@ -53,10 +56,100 @@ def dot_products(left, right):
     """``left @ right^T`` over the last two axes, each operand first laid
     out in C order, so that BLAS sums in one order whatever the caller's
     layout (a Fortran-ordered or strided input gives the bits of the
-    contiguous one); see quiet_ieee."""
+    contiguous one); see quiet_ieee.  Two bfloat16 operands: bf16_products."""
+    if is_bfloat16(left.dtype) and is_bfloat16(right.dtype):
+        return bf16_products(left, right)
     left, right = np.ascontiguousarray(left), np.ascontiguousarray(right)
     with quiet_ieee():
         return left @ np.swapaxes(right, -1, -2)
+
+
+def bf16_kept(work, *dtypes):
+    """Whether the products of operands of `dtypes` (None: an operand not
+    given) are formed by bf16_products: every one bfloat16 and the products
+    float32 (`work`).  Else they are widened to `work` and go to BLAS."""
+    return work == np.float32 and all(is_bfloat16(d) for d in dtypes if d is not None)
+
+
+def operand(x, work, keep, copy=False):
+    """`x` as an operand of products: itself, C-contiguous (a copy if
+    `copy`), when they are formed by bf16_products (`keep`), else in `work`."""
+    if keep:
+        return np.array(x, order="C", copy=True) if copy else np.ascontiguousarray(x)
+    return to_dtype(x, work, copy=copy)
+
+
+def left_operand(x, bias, work, keep, names):
+    """A part's left operand ``x + bias`` (bias (heads, 1, d) or None) and
+    what it sums (the (name, shape) of each, `names` x's and bias'): in
+    `work`, a new array; or, where the products are bfloat16's (`keep`),
+    `x` itself and the bias apart, for bf16_products to start the sums at
+    its products.  Returns (left, bias, sources)."""
+    sources = ((names[0], x.shape),) + (() if bias is None else ((names[1], bias.shape),))
+    if keep:
+        kept = None if bias is None else operand(bias, work, True)
+        return operand(x, work, True, copy=True), kept, sources
+    if bias is None:
+        return to_dtype(x, work, copy=True), None, sources
+    return to_dtype(x, work) + to_dtype(bias, work), None, sources
+
+
+def widened(part):
+    """`part` with float32 operands, `left` the sum of its arguments: the
+    part as the gradients (posenc._grad) take it."""
+    if not is_bfloat16(part.left.dtype):
+        return part
+    work = np.dtype(np.float32)
+    left = to_dtype(part.left, work)
+    if part.bias is not None:
+        left = left + to_dtype(part.bias, work)
+    return part._replace(left=left, right=to_dtype(part.right, work), bias=None)
+
+
+def _even(x):
+    """`x` with a zero column appended where its last axis is odd: the
+    kernel takes elements in pairs, a lone last one paired with zero."""
+    if x.shape[-1] % 2 == 0:
+        return x
+    return np.concatenate([x, np.zeros(x.shape[:-1] + (1,), x.dtype)], axis=-1)
+
+
+def _as_3d(x, lead):
+    """`x` (..., rows, d) broadcast to the leading axes `lead` and laid out
+    as (n, rows, d): itself where it already is, else a view or a copy."""
+    if x.shape[:-2] == lead and len(lead) == 1:
+        return x
+    x = np.broadcast_to(x, lead + x.shape[-2:])
+    return x.reshape((-1,) + x.shape[-2:])
+
+
+def bf16_products(left, right, out=None, start=None, gather=None):
+    """``left @ right^T`` over the last two axes, both bfloat16, (...,
+    m, d) and (..., n, d) with broadcasting leading axes, in float32 (into
+    `out` if given: (..., m, n), rows apart allowed), each product formed
+    as the BF16 dot-product instruction forms it (src/dot.h): pairs of
+    elements in order, the second of a pair's products added first, each
+    addition rounded once, subnormals flushed to zero, a NaN the quiet NaN
+    0x7FC00000, identical on every path.  `start` (..., 1, n) float32:
+    the sums start there (a bias's products) rather than at +0.
+    `gather` (map, by_key): only the products a gather through `map` reads
+    (rel_gather_add's, by key or by query) are made, the others are 0."""
+    lead = np.broadcast_shapes(left.shape[:-2], right.shape[:-2])
+    m, n = left.shape[-2], right.shape[-2]
+    if out is None:
+        out = np.empty(lead + (m, n), np.float32)
+    if out.size == 0:
+        return out
+    if left.shape[-1] == 0:  # sums of no products
+        out[...] = 0 if start is None else start
+        return out
+    a, b = _as_3d(bits(_even(left)), lead), _as_3d(bits(_even(right)), lead)
+    o = out if out.ndim == 3 else out.reshape((-1, m, n))
+    init = None if start is None else _as_3d(start, lead)[:, 0, :]
+    _core.bf16_products(a, b, o, init, *(() if gather is None else gather))
+    if not np.shares_memory(o, out):  # reshape copied: cannot happen for a fresh `out`
+        out[...] = o.reshape(out.shape)
+    return out
 
 
 def to_dtype(x, work, copy=False):
@@ -127,26 +220,71 @@ def _span(x):
     return base.reshape(-1)[first : last + 1]
 
 
-def _block_products(left, right, divisor, kind, out=None):
+def biased_products(left, right, bias, out=None, gather=None, start=None):
+    """``(left + bias) @ right^T``, all bfloat16 (bias (..., 1, d) or None),
+    by bf16_products (into `out` if given): each sum starts at the bias's
+    products, then left's pairs are added (no rounding of ``left + bias``
+    to bfloat16).  A column whose bias product is not finite (an infinite
+    or NaN row of `right` or bias, or an overflow) is made as the sum is
+    written instead, ``left + bias`` in float32 times the row (BLAS): the
+    infinities and NaNs of the sum, not those of its two halves.
+    `gather`: see bf16_products; `start`: the bias's products, where the
+    caller has them (bf16_products(bias, right))."""
+    if bias is None:
+        return bf16_products(left, right, out, gather=gather)
+    if start is None:
+        start = bf16_products(bias, right)
+    p = bf16_products(left, right, out, start, gather)
+    bad = ~np.isfinite(start[..., 0, :])  # (..., n)
+    if bad.any():
+        f4 = np.dtype(np.float32)
+        lw = to_dtype(left, f4) + to_dtype(bias, f4)
+        lw = np.broadcast_to(lw, p.shape[:-1] + lw.shape[-1:])
+        rw = np.broadcast_to(to_dtype(right, f4), p.shape[:-2] + right.shape[-2:])
+        for lead in np.ndindex(*bad.shape[:-1]):
+            cols = np.flatnonzero(bad[lead])
+            if cols.size:
+                with quiet_ieee():
+                    p[lead][:, cols] = lw[lead] @ rw[lead][cols].T
+    return p
+
+
+def _block_products(left, right, divisor, kind, out=None, bias=None, gather=None):
     """``left @ right^T / divisor`` (divisor None: undivided), made in the
     inputs' dtype (into `out` if given: rows apart in a contiguous array,
     _padded_rows or _walked_products, divided with the padding between
     them (_span), in one pass rather than NumPy's slower strided one) and
-    rounded to `kind`, the dtype the kernel reads."""
-    p = np.matmul(left, np.swapaxes(right, -1, -2), out=out)
+    rounded to `kind`, the dtype the kernel reads.  bfloat16 operands go
+    to bf16_products, the sums starting at the products of a bias (a row
+    (heads, 1, d) added to every row of `left`) if `bias` (the row, its
+    products with `right`) is given, only the products the gather (map,
+    by_key) reads if given."""
+    if is_bfloat16(left.dtype):
+        row, start = (None, None) if bias is None else bias
+        p = biased_products(left, right, row, out, gather, start)
+    else:
+        p = np.matmul(left, np.swapaxes(right, -1, -2), out=out)
     if divisor is not None:
         whole = p if out is None else _span(out)
         np.divide(whole, divisor, out=whole)
     return p.astype(kind, copy=False)
 
 
-def _gather_part(work, lead, left, right, index, by_key, divisor):
+def _made_in(left):
+    """The dtype a part's products are made in: its operands', float32 for
+    bfloat16 ones (bf16_products)."""
+    return np.dtype(np.float32) if is_bfloat16(left.dtype) else left.dtype
+
+
+def _gather_part(work, lead, left, right, index, by_key, divisor, bias=None):
     """work (batch, heads, q, k) += the gather of ``left @ right^T`` at `index`.
 
     left (..., heads, rows of the map's side, d), right (..., heads or 1,
     columns, d), both of the dtype the products are made in, leading
     axes broadcasting to `lead` (the target's); the products are rounded to
-    the kernel's float32 or float64 after `divisor` divides them.
+    the kernel's float32 or float64 after `divisor` divides them.  `bias`
+    (heads, 1, d), bfloat16 operands only: the sums start at its products
+    (made once for every block).
     The products are made a block of rows at a time (Blocks), each block
     only for the columns its part of the map reaches, and gathered while in
     cache: no products of the whole term exist at once.  Between BLAS's
@@ -161,8 +299,10 @@ def _gather_part(work, lead, left, right, index, by_key, divisor):
     rights = np.broadcast_to(right, lead + (heads, cols, d))
     single = batch * blocks.count > 1
     spans = blocks.spans(index)
-    walked = by_key and left.dtype == wdt  # a row per step: rows apart, aligned to the loads
+    walked = by_key and _made_in(left) == wdt  # a row per step: rows apart, aligned to the loads
     runs = {span[0]: _main_run(span[4]) for span in spans} if walked else {}
+    if bias is not None:
+        starts = np.broadcast_to(bf16_products(bias, right), lead + (heads, 1, cols))
     for b, at in enumerate(np.ndindex(*lead)):
         lb, rb, wb = lefts[at], rights[at], work[b : b + 1]
         for h0, h1, a0, a1, c0, c1, local in blocks.of(spans):
@@ -170,7 +310,9 @@ def _gather_part(work, lead, left, right, index, by_key, divisor):
             p = None
             if walked:
                 p = _walked_products((h1 - h0, a1 - a0, c1 - c0), wdt, runs[a0], q_len)
-            p = _block_products(lb[h0:h1, a0:a1], rb[h0:h1, c0:c1], divisor, wdt, p)
+            hb = None if bias is None else (bias[h0:h1], starts[at][h0:h1, :, c0:c1])
+            lr = lb[h0:h1, a0:a1], rb[h0:h1, c0:c1]
+            p = _block_products(*lr, divisor, wdt, p, hb, (local, by_key))
             _core.rel_gather_add(p[None], local, v.for_kernel(view), by_key, single)
 
 
@@ -180,7 +322,7 @@ def _pairs(parts):
     builds on one), which _gather_pair adds in one pass."""
     if len(parts) != 2 or parts[0].by_key or not parts[1].by_key:
         return False
-    return parts[0].columns is parts[1].columns
+    return parts[0].columns is parts[1].columns and parts[0].bias is parts[1].bias is None
 
 
 def _gather_pair(work, lead, first, then):
@@ -212,7 +354,7 @@ def _gather_pair(work, lead, first, then):
         )
         for p, n in ((first, q_len), (then, k_len))
     ]
-    walked, padded = then.left.dtype == wdt, first.left.dtype == wdt
+    walked, padded = _made_in(then.left) == wdt, _made_in(first.left) == wdt
     run = _main_run(local) if walked else None
     single = batch * -(-heads // group) > 1
     # one buffer each for every group: rows an odd number of cache lines
@@ -224,9 +366,11 @@ def _gather_pair(work, lead, first, then):
         for h0 in range(0, heads, group):
             h1 = min(heads, h0 + group)
             out = None if rows is None else rows[: h1 - h0]
-            pq = _block_products(lq[h0:h1], rq[h0:h1, c0:c1], first.divisor, wdt, out)
+            lr = lq[h0:h1], rq[h0:h1, c0:c1]
+            pq = _block_products(*lr, first.divisor, wdt, out, gather=(local, False))
             out = None if keys is None else keys[: h1 - h0]
-            pk = _block_products(lk[h0:h1], rk[h0:h1, c0:c1], then.divisor, wdt, out)
+            lr = lk[h0:h1], rk[h0:h1, c0:c1]
+            pk = _block_products(*lr, then.divisor, wdt, out, gather=(local, True))
             view = v.for_kernel(work[b : b + 1, h0:h1])
             _core.rel_gather_add(pq[None], local, view, False, single, pk[None])
     return True
@@ -306,7 +450,10 @@ class Part(NamedTuple):
     (by key); right (..., heads or 1, columns, d).  `left` is the sum of the
     arguments `left_from` names (name, shape as broadcast into it), `right`
     the argument `right_from` names: what the gradients
-    (posenc._grad) flow back to."""
+    (posenc._grad) flow back to.  Where the products are bfloat16's
+    (bf16_kept), `left` is the first of those arguments and `bias` (heads,
+    1, d) the second, whose products the sums start at (left_operand);
+    `widened` gives the part in float32, `left` the sum."""
 
     left: np.ndarray
     right: np.ndarray
@@ -315,6 +462,7 @@ class Part(NamedTuple):
     divisor: Any
     left_from: Tuple[Tuple[str, Tuple[int, ...]], ...]
     right_from: Tuple[str, Tuple[int, ...]]
+    bias: Optional[np.ndarray] = None
 
 
 def _gather_into(target, parts):
@@ -330,14 +478,18 @@ def _gather_into(target, parts):
     # inputs read as they were before the call, as NumPy's ufuncs read them,
     # although the scores they share memory with are written first
     parts = [
-        p._replace(left=v.copy_if_shared(p.left, target), right=v.copy_if_shared(p.right, target))
+        p._replace(
+            left=v.copy_if_shared(p.left, target),
+            right=v.copy_if_shared(p.right, target),
+            bias=None if p.bias is None else v.copy_if_shared(p.bias, target),
+        )
         for p in parts
     ]
     with quiet_ieee():
         if not (_pairs(parts) and _gather_pair(work, target.shape[:-3], *parts)):
             for p in parts:
                 lead = target.shape[:-3]
-                _gather_part(work, lead, p.left, p.right, p.columns, p.by_key, p.divisor)
+                _gather_part(work, lead, p.left, p.right, p.columns, p.by_key, p.divisor, p.bias)
     if not direct:
         np.copyto(target, work.reshape(target.shape), casting="unsafe")
 

@@ -20,9 +20,11 @@ from . import _core
 from . import _validate as v
 from ._relative_engine import (
     Part,
+    bf16_kept,
+    left_operand,
+    operand,
     promoted_dtype,
     promoted_dtype_of,
-    to_dtype,
     working_dtype,
 )
 
@@ -162,16 +164,6 @@ def destination(scores, lead, shape, dtypes):
     return target, size, work
 
 
-def plus_bias(x, bias, work, names):
-    """``x + bias`` in `work` (a copy of `x` without a bias: its own array),
-    and the (name, shape) of the arguments it sums, `names` (x's, bias')."""
-    left = (
-        to_dtype(x, work, copy=True) if bias is None else to_dtype(x, work) + to_dtype(bias, work)
-    )
-    sources = ((names[0], x.shape),) + (() if bias is None else ((names[1], bias.shape),))
-    return left, sources
-
-
 # ---------------------------------------------------------------- Transformer-XL / XLNet
 
 
@@ -216,8 +208,10 @@ def xl_term(q, r, bias, k_len, q_offset, causal, scores):
             index = np.where(dist >= 0, index, -1)
     else:  # no scores: no distances
         index = np.empty(0, np.int64)
-    qb, sources = plus_bias(q, b, work, ("q", "bias"))
-    parts = [Part(qb, to_dtype(r, work), index, False, None, sources, ("r", r.shape))]
+    keep = bf16_kept(work, q.dtype, r.dtype, None if b is None else b.dtype)
+    qb, kb, sources = left_operand(q, b, work, keep, ("q", "bias"))
+    rw = operand(r, work, keep)
+    parts = [Part(qb, rw, index, False, None, sources, ("r", r.shape), kb)]
     return target, lead, (heads, q_len, k_len), promoted_dtype_of(q, r), parts
 
 
@@ -256,13 +250,14 @@ def tener_term(q, k, table, position_bias, key_term, scores):
         scores, lead, (heads, length, length), (q.dtype, k.dtype, R.dtype)
     )
     rel = distances(length, length, 0)  # j - i
-    qb, sources = plus_bias(q, bias, work, ("q", "v"))
-    Rw = to_dtype(R, work)[None]  # shared by the heads
-    parts = [Part(qb, Rw, m + rel, False, None, sources, ("table", R.shape))]
+    dtypes = (q.dtype, k.dtype if key_term else None, R.dtype)
+    keep = bf16_kept(work, *dtypes, None if bias is None else bias.dtype)
+    qb, kb, sources = left_operand(q, bias, work, keep, ("q", "v"))
+    Rw = operand(R, work, keep)[None]  # shared by the heads
+    parts = [Part(qb, Rw, m + rel, False, None, sources, ("table", R.shape), kb)]
     if key_term:
-        parts.append(
-            Part(to_dtype(k, work), Rw, m - rel, True, None, (("k", k.shape),), ("table", R.shape))
-        )
+        kw = operand(k, work, keep)
+        parts.append(Part(kw, Rw, m - rel, True, None, (("k", k.shape),), ("table", R.shape)))
     return target, lead, (heads, length, length), promoted_dtype_of(q, k, R), parts
 
 
@@ -425,10 +420,11 @@ def deberta_term(
             f"scale_factor {scale_factor!r} gives a scale sqrt(head_dim * scale_factor) that is "
             f"{scale} in {work.name}: the terms would be {'0' if scale else 'inf or nan'}"
         )
+    keep = bf16_kept(work, *dtypes)
     parts = [  # c2p by query, p2c by key
         Part(
-            to_dtype(x, work),
-            to_dtype(t, work),
+            operand(x, work, keep),
+            operand(t, work, keep),
             index,
             by_key,
             scale,
@@ -469,10 +465,11 @@ def shaw_term(q, rel_keys, max_distance, k_len, q_offset, scores):
         index = shaw_index(q_len, k_len, q_offset, max_distance)
     else:  # no scores: no distances
         index = np.empty(0, np.int64)
+    keep = bf16_kept(work, q.dtype, table.dtype)
     parts = [
         Part(
-            to_dtype(q, work),
-            to_dtype(table, work),
+            operand(q, work, keep),
+            operand(table, work, keep),
             index,
             False,
             None,

@@ -55,7 +55,11 @@ from ._interop import accepts_tensors
 # the precision rules
 from ._relative_engine import (
     add_dense,
+    bf16_kept,
+    biased_products,
     dot_products,
+    left_operand,
+    operand,
     promoted_dtype,
     promoted_dtype_of,
     quiet_ieee,
@@ -79,7 +83,6 @@ from ._relative_terms import (
     lead_shape,
     log_bucket,
     offset,
-    plus_bias,
     qk_array,
     scores_array,
     scores_target,
@@ -319,7 +322,8 @@ def xl_content_bias(k: ArrayLike, bias: ArrayLike, *, scores: Optional[Array] = 
         raise TypeError("bias must be an array of shape (heads, head_dim), not None")
     u = bias_vector(bias, heads, d, "bias")
     work = working_dtype(k.dtype, u.dtype)
-    kw, uw = to_dtype(k, work), to_dtype(u, work, copy=True)
+    keep = bf16_kept(work, k.dtype, u.dtype)
+    kw, uw = operand(k, work, keep), operand(u, work, keep, copy=True)
     if scores is None:
         term = dot_products(uw, kw)  # (..., h, 1, k)
         return rounded(term, promoted_dtype_of(k, u))
@@ -531,7 +535,8 @@ def tener_scores(
     bias_u = bias_vector(u, heads, d, "u")
     R = tener_table(table, d, length)
     work = working_dtype(q.dtype, k.dtype, R.dtype)
-    qu, _ = plus_bias(q, bias_u, work, ("q", "u"))
+    keep = bf16_kept(work, q.dtype, k.dtype, R.dtype, None if bias_u is None else bias_u.dtype)
+    qu, ub, _ = left_operand(q, bias_u, work, keep, ("q", "u"))
     if k.shape[-2] != length:
         raise ValueError(
             f"k must have the {length} positions of q (self-attention), not {k.shape[-2]}"
@@ -540,7 +545,11 @@ def tener_scores(
     checked_size(
         None, lead_shape(q.shape[:-3], k.shape[:-3], names=("q", "k")), (heads, length, length)
     )
-    scores = dot_products(qu, to_dtype(k, work))
+    kw = operand(k, work, keep)
+    if ub is not None:  # bfloat16's products: the sums start at u's
+        scores = biased_products(qu, kw, ub)
+    else:
+        scores = dot_products(qu, kw)
     tener_position_term.__wrapped_numpy__(q, k, R, v=v, key_term=key_term, scores=scores)
     if scale and d:  # an empty head dim: sums of no products, 0 whatever the scale
         scores /= np.sqrt(work.type(d))

@@ -61,6 +61,13 @@ static PyMethodDef methods[] = {
     {"cast", py_cast, METH_VARARGS,
      "cast(x, out): out[j] = x[j] rounded once to out's dtype (x 1-D float32, or float64 for a "
      "float64 out; out float16, float32, float64 or uint16, the bits of bfloat16)."},
+    {"bf16_products", py_bf16_products, METH_VARARGS,
+     "bf16_products(a, b, out, init=None, map=None, by_key=False): out[h, m, n] = a[h, m] . "
+     "b[h, n], a (heads, m, d) and b (heads, n, d) uint16, the bits of bfloat16, d even; out "
+     "(heads, m, n) float32: each product formed as AVX-512 BF16's VDPBF16PS forms it, on every "
+     "path (src/dot.h), its sum starting at init[h, n] (float32, (heads, n)) if given, else at "
+     "+0.  map (int64, m + other - 1 entries in [-1, n)): only the products a gather through it "
+     "reads (rel_gather_add's, these products by key or by query), the others 0."},
     {"rel_scatter_add", py_rel_scatter_add, METH_VARARGS,
      "rel_scatter_add(weights, map, out, single=False, by_key=False): out[b, h, i (j by key), "
      "map[q_len - 1 - i + j]] += "

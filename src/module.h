@@ -116,6 +116,7 @@ PyObject *py_rel_gather_add(PyObject *self, PyObject *args);
 PyObject *py_rel_dense_add(PyObject *self, PyObject *args);
 PyObject *py_rel_scatter_add(PyObject *self, PyObject *args);
 PyObject *py_cast(PyObject *self, PyObject *args);
+PyObject *py_bf16_products(PyObject *self, PyObject *args);
 PyObject *py_cope(PyObject *self, PyObject *args);
 PyObject *py_cope_gates(PyObject *self, PyObject *args);
 PyObject *py_cope_grad(PyObject *self, PyObject *args);

@@ -7,6 +7,7 @@
 
 #include <stdlib.h>
 
+#include "dot.h"
 #include "relative.h"
 
 /* ---- relative terms inside attention (relative.c) ---- */
@@ -309,4 +310,112 @@ PyObject *py_cast(PyObject *self, PyObject *args)
         return NULL;
     struct cast_call c = {PyArray_BYTES(x), PyArray_BYTES(out), PyArray_DIM(x, 0), dtype};
     return kernel_result(run_kernel(cast_kernel, &c, PyArray_SIZE(out)), NULL);
+}
+
+struct bf16_products_call {
+    struct pe_bf16_gemm g;
+    struct pe_bf16_map map;
+};
+
+static int bf16_products_kernel(const struct pe_kernels *k, void *args, int nthreads)
+{
+    const struct bf16_products_call *c = args;
+    return pe_bf16_products(k, &c->g, c->map.map != NULL ? &c->map : NULL, nthreads);
+}
+
+/* The element stride of axis ax of a (whole elements, checked). */
+static int element_stride(PyArrayObject *a, int ax, const char *name, ptrdiff_t *stride)
+{
+    npy_intp s = PyArray_STRIDE(a, ax), size = PyArray_ITEMSIZE(a);
+    if (s % size != 0) {
+        PyErr_Format(PyExc_ValueError, "%s must have strides of whole elements", name);
+        return -1;
+    }
+    *stride = s / size;
+    return 0;
+}
+
+PyObject *py_bf16_products(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *a_o, *b_o, *out_o, *init_o = Py_None, *map_o = Py_None;
+    int by_key = 0;
+    if (!PyArg_ParseTuple(args, "OOO|OOp:bf16_products", &a_o, &b_o, &out_o, &init_o, &map_o,
+                          &by_key))
+        return NULL;
+    PyArrayObject *a = arg_array(a_o, "a", NPY_UINT16, 3, 0);
+    PyArrayObject *b = a ? arg_array(b_o, "b", NPY_UINT16, 3, 0) : NULL;
+    PyArrayObject *out = b ? arg_array(out_o, "out", NPY_FLOAT, 3, ARG_WRITE) : NULL;
+    if (out == NULL)
+        return NULL;
+    npy_intp heads = PyArray_DIM(a, 0), m = PyArray_DIM(a, 1), d = PyArray_DIM(a, 2);
+    npy_intp n = PyArray_DIM(b, 1);
+    if (d % 2 != 0) {
+        PyErr_SetString(PyExc_ValueError, "a and b must have an even last axis");
+        return NULL;
+    }
+    if (PyArray_DIM(b, 0) != heads || PyArray_DIM(b, 2) != d) {
+        PyErr_Format(PyExc_ValueError, "b must have shape (%zd, n, %zd)", (Py_ssize_t)heads,
+                     (Py_ssize_t)d);
+        return NULL;
+    }
+    if (PyArray_DIM(out, 0) != heads || PyArray_DIM(out, 1) != m || PyArray_DIM(out, 2) != n) {
+        PyErr_Format(PyExc_ValueError, "out must have shape (%zd, %zd, %zd)", (Py_ssize_t)heads,
+                     (Py_ssize_t)m, (Py_ssize_t)n);
+        return NULL;
+    }
+    struct bf16_products_call c = {{.heads = heads, .m_len = m, .n_len = n, .d = d}};
+    c.g.a = (const uint16_t *)PyArray_DATA(a);
+    c.g.b = (const uint16_t *)PyArray_DATA(b);
+    c.g.c = (float *)PyArray_DATA(out);
+    if (element_stride(a, 0, "a", &c.g.a_head) < 0 || element_stride(a, 1, "a", &c.g.a_row) < 0 ||
+        element_stride(b, 0, "b", &c.g.b_head) < 0 || element_stride(b, 1, "b", &c.g.b_row) < 0 ||
+        element_stride(out, 0, "out", &c.g.c_head) < 0 ||
+        element_stride(out, 1, "out", &c.g.c_row) < 0)
+        return NULL;
+    /* every product written once: rows, then heads, one after the other */
+    if ((m > 1 && c.g.c_row < n) || (heads > 1 && c.g.c_head < m * c.g.c_row) || c.g.c_row < 0 ||
+        c.g.c_head < 0) {
+        PyErr_SetString(PyExc_ValueError, "out must be laid out as C-contiguous rows, with gaps "
+                                          "between them at most");
+        return NULL;
+    }
+    if (check_no_overlap(out, "out", a, "a") < 0 || check_no_overlap(out, "out", b, "b") < 0)
+        return NULL;
+    if (init_o != Py_None) {
+        PyArrayObject *init = arg_array(init_o, "init", NPY_FLOAT, 2, 0);
+        if (init == NULL)
+            return NULL;
+        if (PyArray_DIM(init, 0) != heads || PyArray_DIM(init, 1) != n) {
+            PyErr_Format(PyExc_ValueError, "init must have shape (%zd, %zd)", (Py_ssize_t)heads,
+                         (Py_ssize_t)n);
+            return NULL;
+        }
+        if (element_stride(init, 0, "init", &c.g.init_head) < 0 ||
+            check_no_overlap(out, "out", init, "init") < 0)
+            return NULL;
+        c.g.init = (const float *)PyArray_DATA(init);
+    }
+    if (map_o != Py_None) {
+        /* the map of a gather whose rows are these products' (m of them)
+         * and whose other side has `other` >= 1 elements */
+        npy_intp entries = PyArray_Check(map_o) && PyArray_NDIM((PyArrayObject *)map_o) == 1
+                               ? PyArray_DIM((PyArrayObject *)map_o, 0)
+                               : 0;
+        if (entries < m) {
+            PyErr_Format(PyExc_ValueError,
+                         "map must be a 1-dimensional int64 array of m + "
+                         "other - 1 >= m = %zd entries",
+                         (Py_ssize_t)m);
+            return NULL;
+        }
+        PyArrayObject *map = rel_map_arg(map_o, entries, n);
+        if (map == NULL || check_no_overlap(out, "out", map, "map") < 0)
+            return NULL;
+        c.map.map = (const int64_t *)PyArray_DATA(map);
+        c.map.other = entries - m + 1;
+        c.map.by_key = by_key;
+    }
+    return kernel_result(run_kernel(bf16_products_kernel, &c, PyArray_SIZE(out) * (d / 2 + 1)),
+                         NULL);
 }

@@ -19,7 +19,7 @@
     X(bias_rows, path) X(alibi_block, path) X(diagonals, path) X(rel_task, path)     \
     X(row_add, path) X(fire_block, path) X(cope_rows, path) X(cope_z, path)           \
     X(cope_grad_row, path) X(cope_grad_table, path) X(complex_order_rows, path) \
-    X(store_fence, path)
+    X(bf16_rows, path) X(store_fence, path)
 /* clang-format on */
 #define PE_KERNEL_FIELD(field, path) .field = pe_##field##_##path,
 #define PE_KERNELS_OF(path) {.name = #path, PE_KERNEL_FIELDS(PE_KERNEL_FIELD, path)}
@@ -38,6 +38,7 @@ const struct pe_kernels pe_kernels_scalar = PE_KERNELS_OF(scalar);
 #define pe_cope_grad_row_neon pe_cope_grad_row_scalar
 #define pe_cope_grad_table_neon pe_cope_grad_table_scalar
 #define pe_complex_order_rows_neon pe_complex_order_rows_scalar
+#define pe_bf16_rows_neon pe_bf16_rows_scalar
 #define pe_store_fence_neon pe_store_fence_scalar
 const struct pe_kernels pe_kernels_neon = PE_KERNELS_OF(neon);
 #endif
@@ -59,6 +60,7 @@ const struct pe_kernels pe_kernels_avx2 = PE_KERNELS_OF(avx2);
 #define pe_cope_grad_row_avx512 pe_cope_grad_row_avx2
 #define pe_cope_grad_table_avx512 pe_cope_grad_table_avx2
 #define pe_complex_order_rows_avx512 pe_complex_order_rows_avx2
+#define pe_bf16_rows_avx512 pe_bf16_rows_avx2
 #define pe_store_fence_avx512 pe_store_fence_avx2
 const struct pe_kernels pe_kernels_avx512 = PE_KERNELS_OF(avx512);
 

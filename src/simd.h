@@ -290,6 +290,13 @@ struct pe_complex_order;
 typedef void (*pe_complex_order_rows_fn)(const struct pe_complex_order *c, ptrdiff_t t0,
                                          ptrdiff_t t1, unsigned *bad);
 
+struct pe_bf16_gemm;
+/* dot.c: rows [m0, m1) of head h of the products of bfloat16 vectors
+ * (dot.h), b of head h first laid out in `pack` (pe_bf16_pack_bytes) when
+ * pack_now is set, else taken from it as an earlier call left it. */
+typedef void (*pe_bf16_rows_fn)(const struct pe_bf16_gemm *g, ptrdiff_t h, ptrdiff_t m0,
+                                ptrdiff_t m1, void *pack, int pack_now);
+
 struct pe_kernels {
     const char *name; /* "scalar", "avx2", "avx512" or "neon", as set_simd takes it */
     pe_sincos_row_fn sincos_row;
@@ -309,6 +316,7 @@ struct pe_kernels {
     pe_cope_grad_table_fn cope_grad_table;
     /* [interleaved][enum pe_dtype of the tables and parts] */
     const pe_complex_order_rows_fn (*complex_order_rows)[PE_NDTYPES];
+    pe_bf16_rows_fn bf16_rows;
     /* orders the calling thread's non-temporal stores (bias_rows') before
      * what it does next; nothing on the portable path */
     void (*store_fence)(void);
@@ -364,6 +372,8 @@ extern const struct pe_kernels pe_kernels_neon;
     void pe_cope_grad_row_##path(const struct pe_cope_grad *c, ptrdiff_t r, double *scratch);      \
     void pe_cope_grad_table_##path(const struct pe_cope_grad *c, ptrdiff_t p0, ptrdiff_t p1);      \
     extern const pe_complex_order_rows_fn pe_complex_order_rows_##path[2][PE_NDTYPES];             \
+    void pe_bf16_rows_##path(const struct pe_bf16_gemm *g, ptrdiff_t h, ptrdiff_t m0,              \
+                             ptrdiff_t m1, void *pack, int pack_now);                              \
     void pe_store_fence_##path(void);
 
 PE_KERNELS_DECLARE(scalar)
@@ -378,6 +388,8 @@ void pe_rotate_row_avx512(double *s, double *c, const double *sd, const double *
 extern const pe_sinusoid_cell_fn pe_sinusoid_cell_avx512[2][PE_NDTYPES];
 extern const pe_row_add_fn pe_row_add_avx512_bf16[PE_ROW_NKINDS][PE_NDTYPES];
 extern const pe_rope_run_fn pe_rope_run_avx512_bf16[PE_ROPE_NLAYOUTS][PE_NDTYPES];
+void pe_bf16_rows_avx512_bf16(const struct pe_bf16_gemm *g, ptrdiff_t h, ptrdiff_t m0, ptrdiff_t m1,
+                              void *pack, int pack_now);
 #endif
 #if PE_ARM
 /* The kernels the NEON path has bodies of (the rest of its table is the
