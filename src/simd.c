@@ -52,6 +52,7 @@ const struct pe_kernels pe_kernels_avx2 = PE_KERNELS_OF(avx2);
 #define pe_row_add_avx512 pe_row_add_avx2
 #define pe_alibi_block_avx512 pe_alibi_block_avx2
 #define pe_diagonals_avx512 pe_diagonals_avx2
+#define pe_rel_task_avx512 pe_rel_task_avx2
 #define pe_fire_block_avx512 pe_fire_block_avx2
 #define pe_cope_rows_avx512 pe_cope_rows_avx2
 #define pe_cope_z_avx512 pe_cope_z_avx2

@@ -376,7 +376,6 @@ void pe_sincos_row_avx512(double pos, const double *freq, ptrdiff_t n, double *s
 void pe_rotate_row_avx512(double *s, double *c, const double *sd, const double *cd,
                           const double *freq, double pos, double m, ptrdiff_t n);
 extern const pe_sinusoid_cell_fn pe_sinusoid_cell_avx512[2][PE_NDTYPES];
-extern const pe_rel_task_fn pe_rel_task_avx512[2][PE_NDTYPES];
 extern const pe_row_add_fn pe_row_add_avx512_bf16[PE_ROW_NKINDS][PE_NDTYPES];
 extern const pe_rope_run_fn pe_rope_run_avx512_bf16[PE_ROPE_NLAYOUTS][PE_NDTYPES];
 #endif
