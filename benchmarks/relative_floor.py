@@ -19,6 +19,10 @@ kernels do when called without BLAS in between.
     python benchmarks/relative_floor.py                 # 21 pairs
     python benchmarks/relative_floor.py --threads 2 --repeats 41
     python benchmarks/relative_floor.py --threads 2 --all-threads
+    python benchmarks/relative_floor.py --simd avx2,avx512  # the paths in turn
+
+With ``--simd`` each pair takes every path named in turn (set_simd), then
+the read-modify-write: a column of ratios per path, and their ratio.
 """
 
 from __future__ import annotations
@@ -68,7 +72,15 @@ def main(argv=None):
     parser.add_argument(
         "--all-threads", action="store_true", help="gathers on every thread, not as the terms run"
     )
+    parser.add_argument(
+        "--simd", default="", help="SIMD paths to alternate, comma separated (default: the current)"
+    )
     args = parser.parse_args(argv)
+    paths = [p for p in args.simd.split(",") if p] or [posenc._core.simd_path()]
+    lacking = [p for p in paths if p not in posenc._core.simd_paths()]
+    if lacking:
+        parser.error(f"--simd {', '.join(lacking)}: not a path this CPU has")
+    before = posenc._core.simd_path()
     n, heads, d = 1024, 16, 64
     posenc.set_num_threads(args.threads)
     rng = np.random.default_rng(1)
@@ -86,8 +98,11 @@ def main(argv=None):
         f"{args.threads} thread(s), {how}"
     )
     print()
-    print("| C gathers | calls | posenc ms | read-modify-write ms | posenc / rmw |")
-    print("|---|---:|---:|---:|---:|")
+    heads_ms = " | ".join(f"{p} ms" for p in paths)
+    heads_x = " | ".join(f"{p} / rmw" for p in paths)
+    last = f" | {paths[-1]} / {paths[0]}" if len(paths) > 1 else ""
+    print(f"| C gathers | calls | {heads_ms} | read-modify-write ms | {heads_x}{last} |")
+    print("|---|---:|" + "---:|" * (2 * len(paths) + 1 + (len(paths) > 1)))
     for name, term in _terms(scores, n, heads, d).items():
         replay, calls = _recorded_gathers(term)
         time.sleep(0.5)  # OpenBLAS's threads spin a while after the term's products
@@ -102,16 +117,30 @@ def main(argv=None):
             def gather(part=part, replay=replay):
                 replay(part)
 
-            gather(), rmw()
-            tg, tr = (
-                np.array(x)
-                for x in zip(*[(timed(gather), timed(rmw)) for _ in range(args.repeats)])
-            )
+            def on(path, f=gather):
+                posenc._core.set_simd(path)
+                try:
+                    return timed(f)
+                finally:
+                    posenc._core.set_simd(before)
+
+            for path in paths:
+                on(path)
+            rmw()
+
+            def pair(r):  # the paths in turn, in the other order every other pair
+                order = paths if r % 2 == 0 else paths[::-1]
+                got = {p: on(p) for p in order}
+                return [got[p] for p in paths] + [timed(rmw)]
+
+            times = np.array([pair(r) for r in range(args.repeats)]).T
+            tr = times[-1]
             label = f"{name}, " + ("one pass" if kind[1] else "by key" if kind[0] else "by query")
-            print(
-                f"| {label} | {len(part)} | {np.median(tg) * 1e3:.2f} | {np.median(tr) * 1e3:.2f} "
-                f"| {np.median(tg / tr):.2f}x |"
-            )
+            ms = " | ".join(f"{np.median(t) * 1e3:.2f}" for t in times[:-1])
+            xs = " | ".join(f"{np.median(t / tr):.2f}x" for t in times[:-1])
+            if len(paths) > 1:
+                xs += f" | {np.median(times[-2] / times[0]):.2f}"
+            print(f"| {label} | {len(part)} | {ms} | {np.median(tr) * 1e3:.2f} | {xs} |")
         scores[...] = rng.standard_normal(scores.shape, dtype=np.float32)  # keep them finite
 
 

@@ -1456,6 +1456,103 @@ def test_gather_kernel_equals_numpy_on_random_runs(simd, seed, by_key):
         same_bits(scores, want)
 
 
+def _tail_map(rng, n, width):
+    """A map of n entries made of pieces of every length 1..40 (shuffled),
+    each of one kind in turn: a run of slope 1, of -1, of 0 (a clipped
+    end), entries < 0, log buckets (short runs of slope 0 a column apart,
+    windows of eight within 8 of their least) and columns far apart (the
+    vector paths' gathers through the map)."""
+    out = np.empty(n, np.int64)
+    t, piece = 0, 0
+    lengths = rng.permutation(np.arange(1, 41))
+    while t < n:
+        length = min(n - t, int(lengths[piece % 40]))
+        kind, at = piece % 6, np.arange(length)
+        start = int(rng.integers(length, width - length))
+        if kind == 0:
+            out[t : t + length] = start + at
+        elif kind == 1:
+            out[t : t + length] = start - at
+        elif kind == 2:
+            out[t : t + length] = start
+        elif kind == 3:
+            out[t : t + length] = -1
+        elif kind == 4:
+            out[t : t + length] = start + at // 3
+        else:
+            out[t : t + length] = rng.integers(0, width, length)
+        t, piece = t + length, piece + 1
+    return out
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32", "float64"])
+def test_gather_tails_of_every_width_give_the_same_bits_on_every_path(on_every_path, dtype):
+    # pieces of the map of every length 1..40 and of every kind, met by
+    # each row at another offset, into scores whose rows start at several
+    # offsets within a cache line: every head and tail of a vector of 8 or
+    # 16 scores (any lane count) on each path; among the scores and the
+    # products infinities, NaNs of several payloads, subnormals, -0.0 and
+    # ties of the rounding to float16 and bfloat16.  Each path and thread
+    # count gives NumPy's bits where the result is a number, a NaN where it
+    # is one, and every path the first's bits but where a NaN score meets a
+    # NaN product (which of the two, the compilers' order of the operands)
+    sdt = _bfloat16() if dtype == "bfloat16" else np.dtype(dtype)
+    words = np.dtype(f"u{sdt.itemsize}")
+    pdt = np.float64 if dtype == "float64" else np.float32
+    special, _ = SPECIAL_BITS[dtype]
+    q_len, k_len, width, pad = 23, 141, 300, 21
+    rng = np.random.default_rng(48)
+    index = _tail_map(rng, q_len + k_len - 1, width)
+    base = rng.standard_normal((1, 2, q_len, k_len + pad)).astype(sdt).view(words)
+    flat = base.reshape(-1)
+    at = rng.choice(flat.size, flat.size // 10, replace=False)
+    flat[at] = np.array(special, words)[np.arange(at.size) % len(special)]
+    tiny = np.array([1e-40, -1e-45, 6e-8, -0.0], np.float32).astype(sdt).view(words)
+    flat[at[::7]] = tiny[np.arange(at[::7].size) % tiny.size]
+    ties = [1 + 2.0**-8, -(1 + 3 * 2.0**-8), 1 + 2.0**-11, 2.0**-130, 1e-40, -0.0]
+    picks = np.array(ties + [3.4e38, -3.4e38, np.inf, -np.inf, np.nan], pdt)
+    cases = []
+    for by_key in (False, True):
+        products = rng.standard_normal((1, 2, k_len if by_key else q_len, width)).astype(pdt)
+        flat = products.reshape(-1)
+        at = rng.choice(flat.size, flat.size // 8, replace=False)
+        flat[at] = picks[np.arange(at.size) % picks.size]
+        nan = 0xFFC12345 if pdt == np.float32 else 0xFFF8123456789ABC
+        flat.view(f"u{flat.itemsize}")[at[::11]] = nan
+        for offset in (0, 1, 5, 11):  # the rows' first score within a line
+            cases.append((products, by_key, offset))
+
+    def make():
+        out = []
+        for products, by_key, offset in cases:
+            scores = base.copy()
+            view = scores[..., offset : offset + k_len]
+            rel._core.rel_gather_add(
+                products, index, view if dtype == "bfloat16" else view.view(sdt), by_key
+            )
+            out.append(view)
+        return out
+
+    t = q_len - 1 - np.arange(q_len)[:, None] + np.arange(k_len)[None, :]
+    results = on_every_path(make)
+    with np.errstate(invalid="ignore", over="ignore"):
+        for n, (products, by_key, offset) in enumerate(cases):
+            scores = base[..., offset : offset + k_len]
+            rows = np.broadcast_to(
+                np.arange(k_len)[None, :] if by_key else np.arange(q_len)[:, None], t.shape
+            )
+            reached = products[:, :, rows, np.maximum(index[t], 0)]
+            both = np.isnan(scores.view(sdt).astype(np.float64)) & np.isnan(reached)
+            both &= index[t] >= 0
+            want = numpy_gather(scores.view(sdt), products, index, by_key)
+            is_nan = np.isnan(want.astype(np.float64))
+            for got in (r[n] for r in results):
+                got = got.view(sdt)
+                np.testing.assert_array_equal(np.isnan(got.astype(np.float64)), is_nan)
+                same_bits(got[~is_nan], want[~is_nan])
+                same_bits(got[~both], results[0][n].view(sdt)[~both])
+
+
 def test_gather_kernel_scratch_of_any_size_and_in_concurrent_calls(rng):
     # the kernel keeps its scratch memory between calls, for one call at a
     # time: maps longer than what it keeps, shorter ones after them, and
