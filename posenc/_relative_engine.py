@@ -301,15 +301,21 @@ def _gather_part(work, lead, left, right, index, by_key, divisor, bias=None):
     spans = blocks.spans(index)
     walked = by_key and _made_in(left) == wdt  # a row per step: rows apart, aligned to the loads
     runs = {span[0]: _main_run(span[4]) for span in spans} if walked else {}
+    # by query, one buffer for every block's products (a fresh one per block
+    # costs the system's pages each time: their faults took as long as the
+    # products themselves)
+    widest = max((c1 - c0 for _, _, c0, c1, _ in spans), default=0)
+    shared = None if walked else np.empty((blocks.group, blocks.step, widest), wdt)
     if bias is not None:
         starts = np.broadcast_to(bf16_products(bias, right), lead + (heads, 1, cols))
     for b, at in enumerate(np.ndindex(*lead)):
         lb, rb, wb = lefts[at], rights[at], work[b : b + 1]
         for h0, h1, a0, a1, c0, c1, local in blocks.of(spans):
             view = wb[:, h0:h1, :, a0:a1] if by_key else wb[:, h0:h1, a0:a1, :]
-            p = None
             if walked:
                 p = _walked_products((h1 - h0, a1 - a0, c1 - c0), wdt, runs[a0], q_len)
+            else:
+                p = shared[: h1 - h0, : a1 - a0, : c1 - c0]
             hb = None if bias is None else (bias[h0:h1], starts[at][h0:h1, :, c0:c1])
             lr = lb[h0:h1, a0:a1], rb[h0:h1, c0:c1]
             p = _block_products(*lr, divisor, wdt, p, hb, (local, by_key))

@@ -183,6 +183,15 @@ PE_INLINE void segment(char *o, const char *p, ptrdiff_t col, int slope, const i
         pe_rel_add1(o + m * isz, p + (ptrdiff_t)map[m] * ssz, dtype);
 }
 
+/* segment() for bfloat16 scores, out of line: the AVX-512 BF16 path's
+ * rows by query (relative_avx512bf16.c) hand it the segments other than
+ * runs of slope 1. */
+void pe_rel_segment_avx2_bf16(char *o, const char *p, ptrdiff_t col, int slope, const int32_t *map,
+                              const int32_t *wmin, const uint8_t *perm, ptrdiff_t n)
+{
+    segment(o, p, col, slope, map, wmin, perm, n, PE_BF16);
+}
+
 /* Row task of the (batch * heads * q_len) rows. */
 PE_INLINE void row_avx2(const struct pe_rel_gather *g, ptrdiff_t task, const int dtype)
 {

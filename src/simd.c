@@ -73,7 +73,6 @@ const struct pe_kernels pe_kernels_avx512 = PE_KERNELS_OF(avx512);
 #define pe_bias_rows_avx512_bf16 pe_bias_rows_avx512
 #define pe_alibi_block_avx512_bf16 pe_alibi_block_avx512
 #define pe_diagonals_avx512_bf16 pe_diagonals_avx512
-#define pe_rel_task_avx512_bf16 pe_rel_task_avx512
 #define pe_fire_block_avx512_bf16 pe_fire_block_avx512
 #define pe_cope_rows_avx512_bf16 pe_cope_rows_avx512
 #define pe_cope_z_avx512_bf16 pe_cope_z_avx512

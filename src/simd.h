@@ -388,6 +388,7 @@ void pe_rotate_row_avx512(double *s, double *c, const double *sd, const double *
 extern const pe_sinusoid_cell_fn pe_sinusoid_cell_avx512[2][PE_NDTYPES];
 extern const pe_row_add_fn pe_row_add_avx512_bf16[PE_ROW_NKINDS][PE_NDTYPES];
 extern const pe_rope_run_fn pe_rope_run_avx512_bf16[PE_ROPE_NLAYOUTS][PE_NDTYPES];
+extern const pe_rel_task_fn pe_rel_task_avx512_bf16[2][PE_NDTYPES];
 void pe_bf16_rows_avx512_bf16(const struct pe_bf16_gemm *g, ptrdiff_t h, ptrdiff_t m0, ptrdiff_t m1,
                               void *pack, int pack_now);
 #endif
