@@ -36,7 +36,7 @@ from torch._subclasses.fake_tensor import DataDependentOutputException  # noqa: 
 from torch.autograd.graph import increment_version  # noqa: E402
 from torch.fx.experimental.symbolic_shapes import optimization_hint  # noqa: E402
 
-from . import _dtypes, _grad, _options, _records, _validate  # noqa: E402
+from . import _blas, _dtypes, _grad, _options, _records, _validate  # noqa: E402
 from ._options import decode  # noqa: E402
 
 # ---------------------------------------------------------------- dtypes, devices
@@ -259,7 +259,8 @@ class _Plan:
             if _in_transform():
                 self.refuse_transform(args, kwargs)
             return self.builder(*args, **kwargs)
-        result = self.fn(*np_args, **np_kwargs)
+        with _blas.one_thread():  # beside torch's threads (posenc._blas)
+            result = self.fn(*np_args, **np_kwargs)
         if type(result) is np.ndarray:
             for key in self.sinks:
                 if result is np_kwargs.get(key):  # written into
@@ -410,7 +411,9 @@ def call_op(
     arguments = _options.decode_numpy(spec, floats, ints)
     for key, t in _given(name, (t0, t1, t2, t3, t4, t5)).items():
         arguments[key] = array(t, key).copy() if key == "scores" else array(t, key)
-    return [tensor(r) for r in _results(_records.function(name)(**arguments))]
+    with _blas.one_thread():
+        results = _results(_records.function(name)(**arguments))
+    return [tensor(r) for r in results]
 
 
 def _hint(value):
@@ -521,7 +524,8 @@ def relative_grad_op(
     if "scores" in arrays:  # read for its shape
         arrays["scores"] = np.broadcast_to(np.float32(0), arrays["scores"].shape)
     options = _options.decode_numpy(spec, floats, ints)
-    grads = _grad.grads(name, array(grad, "grad"), keys, (), {**arrays, **options})
+    with _blas.one_thread():
+        grads = _grad.grads(name, array(grad, "grad"), keys, (), {**arrays, **options})
     return [torch.from_numpy(grads[key]).to(given[key].dtype) for key in keys]
 
 

@@ -28,7 +28,13 @@ The inputs (queries, keys, tables, biases) may be float16, bfloat16,
 float32 or float64: their exact values enter products formed in float32 (in
 float64 if an input or the scores are float64), and a new result has the
 inputs' promoted dtype (bfloat16 with float16 or float32: float32, as torch
-promotes), rounded once.
+promotes), rounded once.  Where every input of a term is bfloat16 (and
+the scores are not float64), its products are formed as AVX-512 BF16's
+dot-product instruction forms them, on every SIMD path: the elements in
+pairs, in order, the second product of a pair added first, each addition
+rounded once in float32, values below float32's smallest normal flushed
+to zero; a bias is not rounded into the queries: the sums start at its
+products (see the guide's "Dtypes and rounding").
 
 ``scores=`` may be float16, bfloat16 (ml_dtypes' arrays, torch's
 tensors), float32 or float64, in any layout.  A gathered term is rounded to

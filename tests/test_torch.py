@@ -1404,3 +1404,42 @@ def test_a_config_carries_its_models_layout_of_pairs_to_the_operator(transformer
         got = posenc.apply_rope(x, ids, scaling=config, layout=layout)
         want = posenc.apply_rope(x.numpy(), ids.numpy(), scaling=config, layout=layout)
         np.testing.assert_array_equal(got.numpy(), want)
+
+
+def test_numpy_blas_runs_on_one_thread_under_torch(monkeypatch):
+    # posenc._blas: the products of a relative term called with tensors are
+    # made with NumPy's OpenBLAS on one thread, its own count given back
+    # after; called with NumPy arrays, on OpenBLAS's own count
+    from posenc import _blas, _grad, _relative_engine
+
+    if not _blas._functions():
+        pytest.skip("NumPy here has no OpenBLAS (another BLAS): one_thread does nothing")
+    setter, threads = _blas._functions()[0]
+    own = threads()
+    setter(2)  # two threads outside, whatever OPENBLAS_NUM_THREADS says
+    before, seen = threads(), []
+
+    def recording(fn):
+        def call(*args, **kwargs):
+            seen.append(threads())
+            return fn(*args, **kwargs)
+
+        return call
+
+    monkeypatch.setattr(
+        _relative_engine, "_block_products", recording(_relative_engine._block_products)
+    )
+    monkeypatch.setattr(_grad, "sum_by_distance", recording(_grad.sum_by_distance))
+    q, r = randn(1, 2, 8, 4), randn(2, 16, 4, seed=1)
+    posenc.xl_position_term(q.numpy(), r.numpy())
+    assert seen == [before]
+    seen.clear()
+    got = posenc.xl_position_term(q, r)
+    assert seen == [1] and threads() == before
+    want = posenc.xl_position_term(q.numpy(), r.numpy())
+    np.testing.assert_array_equal(got.numpy(), want)
+    seen.clear()
+    q.requires_grad_(True)
+    posenc.xl_position_term(q, r).sum().backward()  # the operator and its backward
+    assert seen == [1, 1] and threads() == before == 2
+    setter(own)
