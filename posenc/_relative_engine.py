@@ -249,6 +249,34 @@ def biased_products(left, right, bias, out=None, gather=None, start=None):
     return p
 
 
+# Rows of a block whose products BLAS makes apart, each chunk only for the
+# columns its rows read (_chunks)
+_CHUNK_ROWS = 128
+
+
+def _chunks(rows, width, gather):
+    """(r0, r1, c0, c1) for each chunk of _CHUNK_ROWS of a block's `rows`
+    that reads a column through the gather (map, by_key): the columns c0:c1
+    it reads (rel_gather_add's rows r0:r1 read map[s : s + other] with s =
+    rows - 1 - r by query, r by key).  None where the chunks would make
+    more than 85% of the block's rows x `width` products: then one product
+    makes them all.  A run of slope 1 or -1 (Transformer-XL's shift, TENER)
+    reads other + rows - 1 columns over a block, other + 127 over a chunk."""
+    index, by_key = gather
+    other = len(index) - rows + 1
+    chunks, total = [], 0
+    for r0 in range(0, rows, _CHUNK_ROWS):
+        r1 = min(rows, r0 + _CHUNK_ROWS)
+        s0 = r0 if by_key else rows - r1
+        window = index[s0 : s0 + r1 - r0 - 1 + other]
+        read = window[window >= 0]
+        if read.size:
+            c0, c1 = int(read.min()), int(read.max()) + 1
+            chunks.append((r0, r1, c0, c1))
+            total += (r1 - r0) * (c1 - c0)
+    return chunks if total < 0.85 * rows * width else None
+
+
 def _block_products(left, right, divisor, kind, out=None, bias=None, gather=None):
     """``left @ right^T / divisor`` (divisor None: undivided), made in the
     inputs' dtype (into `out` if given: rows apart in a contiguous array,
@@ -258,10 +286,19 @@ def _block_products(left, right, divisor, kind, out=None, bias=None, gather=None
     to bf16_products, the sums starting at the products of a bias (a row
     (heads, 1, d) added to every row of `left`) if `bias` (the row, its
     products with `right`) is given, only the products the gather (map,
-    by_key) reads if given."""
+    by_key) reads if given: by BLAS in chunks of rows (_chunks), the
+    products no chunk reads left as they were in `out`."""
+    chunks = None
+    if gather is not None and out is not None and not is_bfloat16(left.dtype):
+        chunks = _chunks(left.shape[-2], right.shape[-2], gather)
     if is_bfloat16(left.dtype):
         row, start = (None, None) if bias is None else bias
         p = biased_products(left, right, row, out, gather, start)
+    elif chunks is not None:
+        for r0, r1, c0, c1 in chunks:
+            rt = np.swapaxes(right[..., c0:c1, :], -1, -2)
+            np.matmul(left[..., r0:r1, :], rt, out=out[..., r0:r1, c0:c1])
+        p = out
     else:
         p = np.matmul(left, np.swapaxes(right, -1, -2), out=out)
     if divisor is not None:
