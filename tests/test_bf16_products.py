@@ -76,6 +76,39 @@ def _random_bits(rng, shape):
     return np.where(kind == 0, u, np.where(kind == 1, low, mid)).astype(np.uint16)
 
 
+def _plain_bits(rng, shape, low=None):
+    """bfloat16 bits the portable path adds as plain float32 (zeros,
+    infinities, NaNs, magnitudes of 2**-50 and more: exponent fields 77 and
+    up) or, given `low`, mostly of exponent fields low to low + 24 and 76
+    (the products of those from 0 and from 100 fall near and among the
+    subnormals)."""
+    u = rng.integers(0, 1 << 16, shape, dtype=np.uint16)
+    sign, mant = u & 0x8000, u & 0x7F
+    kind = rng.integers(0, 16, shape)
+    exps = rng.integers(120, 134, shape) if low is None else rng.integers(low, low + 25, shape)
+    edge = 77 if low is None else 76
+    special = 0x7F80 | (0 if low is None else mant)  # infinities, and NaNs
+    bits = np.where(kind == 0, sign, sign | (exps.astype(np.uint16) << 7) | mant)
+    bits = np.where(kind == 1, sign | special, bits)
+    return np.where(kind == 2, sign | (edge << 7) | mant, bits).astype(np.uint16)
+
+
+@pytest.mark.parametrize("plain", [True, False])
+def test_plain_and_near_subnormal_sums_on_every_path(simd, plain):
+    # the portable path adds rows whose values cannot make a tiny sum as
+    # plain float32 (four rows by 16 columns, vector code) and the others
+    # one addition at a time: both the instruction's sums
+    rng = np.random.default_rng(7)
+    h, m, n, d = 2, 13, 37, 6
+    a = _plain_bits(rng, (h, m, d), None if plain else 0)
+    b = _plain_bits(rng, (h, n, d), None if plain else 100)
+    init = (_plain_bits(rng, (h, n), None if plain else 0).astype(np.uint32) << 16).view(np.float32)
+    for start in (None, init * np.float32(3)):
+        out = np.full((h, m, n), 7.0, np.float32)
+        _core.bf16_products(a, b, out, start)
+        np.testing.assert_array_equal(_bits(out), _bits(_model(a, b, start)))
+
+
 @pytest.mark.parametrize("shape", [(2, 13, 37, 6), (1, 9, 33, 64), (3, 17, 65, 2), (1, 1, 1, 130)])
 @pytest.mark.parametrize("start", [False, True])
 def test_products_follow_the_instruction_on_every_path(simd, shape, start):

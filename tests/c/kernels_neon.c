@@ -21,6 +21,7 @@
 #include <arm_neon.h>
 
 #include "bias.h"
+#include "dot.h"
 #include "half.h"
 #include "pe.h"
 #include "rope.h"
@@ -577,6 +578,69 @@ static void test_round_odd(void)
     free(d), free(fs), free(fn);
 }
 
+/* ---- the products of bfloat16 vectors (dot.h): the path the NEON table
+ * takes (the portable one, its plain rows in vector FMAs) against each sum
+ * made one addition at a time by pe_bf16_fma ---- */
+
+/* A bfloat16: plain (0, infinite or NaN, or of magnitude 2**-50 or more,
+ * mostly near 1), or not: mostly from low + 0 to low + 24 as its exponent
+ * field, whose products with the other operand's, from 100 to 124, make
+ * sums near and among the subnormals. */
+static uint16_t random_bf16(int plain, int low)
+{
+    uint64_t u = next_u64();
+    uint16_t sign = (uint16_t)(u & 0x8000u), mant = (uint16_t)((u >> 16) & 0x7Fu);
+    int kind = (int)((u >> 24) % 16);
+    if (kind == 0)
+        return sign; /* a zero */
+    if (kind == 1)
+        return (uint16_t)(sign | 0x7F80u | (plain ? 0 : mant)); /* an infinity, or a NaN */
+    if (kind == 2) /* the least plain exponent, and the one below */
+        return (uint16_t)(sign | (uint16_t)(plain ? 77 : 76) << 7 | mant);
+    if (!plain)
+        return (uint16_t)(sign | (uint16_t)(low + (u >> 32) % 25) << 7 | mant);
+    return (uint16_t)(sign | (uint16_t)(120 + (u >> 32) % 14) << 7 | mant);
+}
+
+static void test_bf16_products(void)
+{
+    enum { heads = 2, m = 13, n = 37, d = 6 };
+    for (int plain = 0; plain < 2; ++plain) {
+        uint16_t *a = xmalloc(2 * heads * m * d), *b = xmalloc(2 * heads * n * d);
+        float *c = xmalloc(4 * heads * m * n), *want = xmalloc(4 * heads * m * n);
+        float *init = xmalloc(4 * heads * n);
+        for (int i = 0; i < heads * m * d; ++i)
+            a[i] = random_bf16(plain, 0);
+        for (int i = 0; i < heads * n * d; ++i)
+            b[i] = random_bf16(plain, 100);
+        for (int i = 0; i < heads * n; ++i)
+            init[i] = pe_f32_from_bf16(random_bf16(plain, 0)) * 3.0f;
+        for (int with_init = 0; with_init < 2; ++with_init) {
+            struct pe_bf16_gemm g = {
+                a, m * d, d, b, n * d, d,   c, m * n, n, with_init ? init : NULL,
+                n, heads, m, n, d,     NULL};
+            if (pe_bf16_products(N, &g, NULL, 1) != 0) {
+                printf("FAIL: bf16 products out of memory\n");
+                ++failures;
+            }
+            for (int h = 0; h < heads; ++h)
+                for (int i = 0; i < m; ++i)
+                    for (int j = 0; j < n; ++j) {
+                        const uint16_t *x = a + (h * m + i) * d, *y = b + (h * n + j) * d;
+                        float s = with_init ? pe_f32_daz(init[h * n + j]) : 0.0f;
+                        for (int p = 0; p < d; p += 2) {
+                            s = pe_bf16_fma(s, pe_bf16_daz(x[p + 1]), pe_bf16_daz(y[p + 1]));
+                            s = pe_bf16_fma(s, pe_bf16_daz(x[p]), pe_bf16_daz(y[p]));
+                        }
+                        want[(h * m + i) * n + j] = pe_dot_canonical(s);
+                    }
+            compare(plain ? "bf16 products, plain rows" : "bf16 products, near subnormals", want, c,
+                    4 * heads * m * n, PE_F32);
+        }
+        free(a), free(b), free(c), free(want), free(init);
+    }
+}
+
 int main(void)
 {
     if (pe_kernels_for(pe_simd_cpu_best()) != N || pe_kernels_for(PE_SIMD_NEON) != N) {
@@ -591,6 +655,7 @@ int main(void)
     test_bias();
     test_cast();
     test_round_odd();
+    test_bf16_products();
     printf("%ld cases, %ld differ\n", cases, failures);
     return failures != 0;
 }
