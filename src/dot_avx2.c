@@ -124,19 +124,12 @@ void pe_bf16_rows_avx2(const struct pe_bf16_gemm *g, ptrdiff_t h, ptrdiff_t m0, 
             const float *panel = pk + q * d * PANEL;
             const float *iq = init != NULL ? init + q * PANEL : NULL;
             ptrdiff_t cols = n_len - q * PANEL < PANEL ? n_len - q * PANEL : PANEL;
-            switch (R) {
-            case 4:
-                tile(ar, d, panel, iq, c + q * PANEL, g->c_row, cols, 4);
-                break;
-            case 3:
-                tile(ar, d, panel, iq, c + q * PANEL, g->c_row, cols, 3);
-                break;
-            case 2:
-                tile(ar, d, panel, iq, c + q * PANEL, g->c_row, cols, 2);
-                break;
-            default:
-                tile(ar, d, panel, iq, c + q * PANEL, g->c_row, cols, 1);
+            if (R == ROWS) { /* a whole tile; the last rows of a task one at a time */
+                tile(ar, d, panel, iq, c + q * PANEL, g->c_row, cols, ROWS);
+                continue;
             }
+            for (int r = 0; r < R; ++r)
+                tile(ar + r * d, d, panel, iq, c + r * g->c_row + q * PANEL, g->c_row, cols, 1);
         }
     }
     _mm_setcsr(csr);

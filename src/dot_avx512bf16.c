@@ -116,31 +116,13 @@ void pe_bf16_rows_avx512_bf16(const struct pe_bf16_gemm *g, ptrdiff_t h, ptrdiff
             ptrdiff_t cols = n_len - q * PANEL < PANEL ? n_len - q * PANEL : PANEL;
             float *cq = c + q * PANEL;
             const float *iq = init != NULL ? init + q * PANEL : NULL;
-            switch (R) {
-            case 8:
-                tile(ar, g->a_row, d, panel, iq, cq, g->c_row, cols, 8);
-                break;
-            case 7:
-                tile(ar, g->a_row, d, panel, iq, cq, g->c_row, cols, 7);
-                break;
-            case 6:
-                tile(ar, g->a_row, d, panel, iq, cq, g->c_row, cols, 6);
-                break;
-            case 5:
-                tile(ar, g->a_row, d, panel, iq, cq, g->c_row, cols, 5);
-                break;
-            case 4:
-                tile(ar, g->a_row, d, panel, iq, cq, g->c_row, cols, 4);
-                break;
-            case 3:
-                tile(ar, g->a_row, d, panel, iq, cq, g->c_row, cols, 3);
-                break;
-            case 2:
-                tile(ar, g->a_row, d, panel, iq, cq, g->c_row, cols, 2);
-                break;
-            default:
-                tile(ar, g->a_row, d, panel, iq, cq, g->c_row, cols, 1);
+            if (R == ROWS) { /* a whole tile; the last rows of a task one at a time */
+                tile(ar, g->a_row, d, panel, iq, cq, g->c_row, cols, ROWS);
+                continue;
             }
+            for (int r = 0; r < R; ++r)
+                tile(ar + r * g->a_row, g->a_row, d, panel, iq, cq + r * g->c_row, g->c_row, cols,
+                     1);
         }
     }
 }
