@@ -117,10 +117,10 @@ static inline ptrdiff_t pe_rel_run_at(const struct pe_rel_run *runs, ptrdiff_t n
 }
 
 #if PE_X86
-/* The AVX2 path's segment of a row by query into bfloat16 scores
- * (relative_avx2.c), for the AVX-512 BF16 one (relative_avx512bf16.c). */
-void pe_rel_segment_avx2_bf16(char *o, const char *p, ptrdiff_t col, int slope, const int32_t *map,
-                              const int32_t *wmin, const uint8_t *perm, ptrdiff_t n);
+/* The AVX2 path's row task by query into bfloat16 scores (relative_avx2.c),
+ * its runs of slope 1 added by run1: the AVX-512 BF16 path's rows
+ * (relative_avx512bf16.c). */
+void pe_rel_row_bf16_avx2(const struct pe_rel_gather *g, ptrdiff_t task, pe_row_add_fn run1);
 #endif
 
 /* A hint to fetch the line at p (no fault: p need not be valid). */

@@ -183,17 +183,11 @@ PE_INLINE void segment(char *o, const char *p, ptrdiff_t col, int slope, const i
         pe_rel_add1(o + m * isz, p + (ptrdiff_t)map[m] * ssz, dtype);
 }
 
-/* segment() for bfloat16 scores, out of line: the AVX-512 BF16 path's
- * rows by query (relative_avx512bf16.c) hand it the segments other than
- * runs of slope 1. */
-void pe_rel_segment_avx2_bf16(char *o, const char *p, ptrdiff_t col, int slope, const int32_t *map,
-                              const int32_t *wmin, const uint8_t *perm, ptrdiff_t n)
-{
-    segment(o, p, col, slope, map, wmin, perm, n, PE_BF16);
-}
-
-/* Row task of the (batch * heads * q_len) rows. */
-PE_INLINE void row_avx2(const struct pe_rel_gather *g, ptrdiff_t task, const int dtype)
+/* Row task of the (batch * heads * q_len) rows; its runs of slope 1 added
+ * by run1 where not NULL (a row of products into a row of scores, as
+ * pe_row_add's PE_ROW_PRODUCT adds it), else by segment(). */
+PE_INLINE void row_avx2(const struct pe_rel_gather *g, ptrdiff_t task, pe_row_add_fn run1,
+                        const int dtype)
 {
     const struct pe_bias_dst *d = g->dst;
     const struct pe_rel_src *s = g->src;
@@ -219,9 +213,17 @@ PE_INLINE void row_avx2(const struct pe_rel_gather *g, ptrdiff_t task, const int
         if (seg->base < 0)
             continue;
         ptrdiff_t col = seg->slope == 2 ? 0 : (ptrdiff_t)seg->base + seg->slope * (a - seg->start);
-        segment(row + (a - t0) * isz, prod, col, seg->slope, g->map32 + a, g->wmin + a,
-                g->perm + 8 * a, e - a, dtype);
+        if (run1 != NULL && seg->slope == 1)
+            run1(row + (a - t0) * isz, prod + col * (ptrdiff_t)g->ssz, e - a);
+        else
+            segment(row + (a - t0) * isz, prod, col, seg->slope, g->map32 + a, g->wmin + a,
+                    g->perm + 8 * a, e - a, dtype);
     }
+}
+
+void pe_rel_row_bf16_avx2(const struct pe_rel_gather *g, ptrdiff_t task, pe_row_add_fn run1)
+{
+    row_avx2(g, task, run1, PE_BF16);
 }
 
 /* ---- by key ---- */
@@ -479,7 +481,7 @@ PE_INLINE void task_avx2(const struct pe_rel_gather *g, ptrdiff_t task, const in
     else if (by_key)
         tiles_avx2(g, task, 0, dtype);
     else
-        row_avx2(g, task, dtype);
+        row_avx2(g, task, NULL, dtype);
 }
 
 PE_SPECIALISE(const pe_rel_task_fn, pe_rel_task_avx2, task_avx2,

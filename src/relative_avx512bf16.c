@@ -17,40 +17,17 @@
 #include "avx512.h"
 
 #if PE_X86
-/* Row task of the (batch * heads * q_len) rows, bfloat16 scores: as
- * relative_avx2.c's row_avx2 walks them. */
+/* A run of slope 1: a row of products added into a row of scores. */
+static void add_run(char *o, const char *x, ptrdiff_t n)
+{
+    pe_row_add_simd512(o, x, n, PE_ROW_PRODUCT, PE_BF16);
+}
+
+/* Row task of the (batch * heads * q_len) rows, bfloat16 scores: the AVX2
+ * path's walk of its segments, its runs of slope 1 by add_run. */
 static void row_bf16(const struct pe_rel_gather *g, ptrdiff_t task)
 {
-    const struct pe_bias_dst *d = g->dst;
-    const struct pe_rel_src *s = g->src;
-    ptrdiff_t q = d->q_len, k = d->k_len, p = task / q, i = task % q;
-    ptrdiff_t b = p / d->heads, h = p % d->heads;
-    if (g->prefetch)
-        pe_rel_prefetch_row(g, task + 2);
-    if (g->map32 == NULL) {
-        pe_rel_row_scalar(g, s, b, h, i, 0, k);
-        return;
-    }
-    char *row = d->data + b * d->stride_b + h * d->stride_h + i * d->stride_q;
-    const char *prod =
-        s->data + (s->batch == 1 ? 0 : b) * s->stride_b + h * s->stride_h + i * s->stride_r;
-    ptrdiff_t t0 = q - 1 - i; /* t of key 0 */
-    for (ptrdiff_t r = pe_rel_run_at(g->segs, g->nsegs, t0); r < g->nsegs; ++r) {
-        const struct pe_rel_run *seg = &g->segs[r];
-        ptrdiff_t a = seg->start > t0 ? seg->start : t0;
-        ptrdiff_t e = seg[1].start < t0 + k ? seg[1].start : t0 + k;
-        if (a >= t0 + k)
-            break;
-        if (seg->base < 0)
-            continue;
-        ptrdiff_t col = seg->slope == 2 ? 0 : (ptrdiff_t)seg->base + seg->slope * (a - seg->start);
-        char *o = row + (a - t0) * 2;
-        if (seg->slope == 1)
-            pe_row_add_simd512(o, prod + col * 4, e - a, PE_ROW_PRODUCT, PE_BF16);
-        else
-            pe_rel_segment_avx2_bf16(o, prod, col, seg->slope, g->map32 + a, g->wmin + a,
-                                     g->perm + 8 * a, e - a);
-    }
+    pe_rel_row_bf16_avx2(g, task, add_run);
 }
 
 /* The AVX2 path's task, but by query into bfloat16 scores. */
