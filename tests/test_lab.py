@@ -715,3 +715,20 @@ def test_under_autocast_the_score_terms_are_float32(monkeypatch):
         logits = model(torch.randint(0, 10, (2, 6)))
     assert logits.dtype == torch.bfloat16  # the head ran under autocast
     assert seen == [(torch.float32,) * 3, torch.float32] * 2
+
+
+def test_the_process_group_joined_is_left_at_exit(tmp_path):
+    # a gloo group alive as the interpreter finalizes aborts the process
+    # ("terminate called without an active exception"): init_distributed
+    # registers _leave_group at exit, which destroys it once, and does
+    # nothing for a group the caller already destroyed
+    from posenc.lab import train
+
+    dist = torch.distributed
+    init = f"file://{tmp_path / 'rendezvous'}"
+    dist.init_process_group(backend="gloo", init_method=init, rank=0, world_size=1)
+    assert dist.is_initialized()
+    train._leave_group(dist)
+    assert not dist.is_initialized()
+    train._leave_group(dist)  # already left: nothing to do
+    assert not dist.is_initialized()

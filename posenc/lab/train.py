@@ -28,6 +28,7 @@ rounding).  Evaluation is shared out the same way.
 
 from __future__ import annotations
 
+import atexit
 import math
 import os
 import re
@@ -197,9 +198,19 @@ def init_distributed(device: str = "cpu") -> Tuple[int, int]:
     if not dist.is_initialized():
         backend = "nccl" if torch.device(device).type == "cuda" else "gloo"
         dist.init_process_group(backend=backend)
+        # left at exit while the interpreter is whole: a gloo group whose
+        # threads outlive it aborts the process as it finalizes
+        atexit.register(_leave_group, dist)
         if backend == "nccl":
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     return world()
+
+
+def _leave_group(dist: Any) -> None:
+    """The process group init_distributed joined, destroyed (if the caller
+    has not already)."""
+    if dist.is_initialized():
+        dist.destroy_process_group()
 
 
 @dataclass(frozen=True)
