@@ -28,20 +28,6 @@ PE_INLINE __m512 interleave16(__m512 v)
     return _mm512_permutexvar_ps(idx, v);
 }
 
-/* Sixteen floats rounded to bfloat16 as pe_bf16_from_f32 rounds each
- * (half.h): to nearest even, a NaN made quiet with its sign and top
- * payload bits. */
-PE_INLINE __m256i bf16x16_from_ps(__m512 v)
-{
-    __m512i x = _mm512_castps_si512(v);
-    __m512i odd = _mm512_and_si512(_mm512_srli_epi32(x, 16), _mm512_set1_epi32(1));
-    __m512i r = _mm512_add_epi32(x, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7fff)));
-    __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
-    if (nan)
-        r = _mm512_mask_or_epi32(r, nan, x, _mm512_set1_epi32(0x400000));
-    return _mm512_cvtepi32_epi16(_mm512_srli_epi32(r, 16));
-}
-
 /* Columns j .. j + 7 of a row, as pe_sinusoid_store1 stores each. */
 PE_INLINE void store8(char *row, ptrdiff_t j, ptrdiff_t half, const int layout, const int dtype,
                       __m512d vs, __m512d vc)
@@ -93,7 +79,7 @@ PE_INLINE void store8(char *row, ptrdiff_t j, ptrdiff_t half, const int layout, 
     uint16_t *o = (uint16_t *)row;
     if (layout == PE_INTERLEAVED)
         v = interleave16(v);
-    __m256i h = bf ? bf16x16_from_ps(v) : _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT);
+    __m256i h = pe_half16_from_ps(v, dtype);
     if (layout == PE_INTERLEAVED) {
         _mm256_storeu_si256((__m256i *)(o + 2 * j), h);
     } else {
