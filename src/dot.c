@@ -150,19 +150,46 @@ void pe_bf16_rows_scalar(const struct pe_bf16_gemm *g, ptrdiff_t h, ptrdiff_t m0
 }
 
 /* band[2 g], band[2 g + 1]: the least and one past the greatest column
- * the rows of group g read through map (equal where none). */
-static void find_band(const struct pe_bf16_gemm *g0, const struct pe_bf16_map *map, ptrdiff_t *band)
+ * the rows of group g read through map (equal where none).  A whole
+ * group's entries are a window of w = PE_BF16_GROUP - 1 + other of them,
+ * each window's least and greatest found from the running ones within
+ * blocks of w entries, forwards (pre) and backwards (suf): one pass over
+ * the map, whatever w; a last group of fewer rows is read entry by entry.
+ * scratch: 4 (m_len + other - 1) entries. */
+static void find_band(const struct pe_bf16_gemm *g0, const struct pe_bf16_map *map, ptrdiff_t *band,
+                      int64_t *scratch)
 {
-    ptrdiff_t m_len = g0->m_len;
+    ptrdiff_t m_len = g0->m_len, w = PE_BF16_GROUP - 1 + map->other;
+    ptrdiff_t n = m_len + map->other - 1;
+    int64_t *pre_lo = scratch, *pre_hi = scratch + n, *suf_lo = scratch + 2 * n,
+            *suf_hi = scratch + 3 * n;
+    for (ptrdiff_t t = 0; t < n; ++t) { /* -1 (nothing read): no least, no greatest */
+        int64_t col = map->map[t], lo = col >= 0 ? col : INT64_MAX;
+        int first = t % w == 0;
+        pre_lo[t] = first || lo < pre_lo[t - 1] ? lo : pre_lo[t - 1];
+        pre_hi[t] = first || col > pre_hi[t - 1] ? col : pre_hi[t - 1];
+    }
+    for (ptrdiff_t t = n - 1; t >= 0; --t) {
+        int64_t col = map->map[t], lo = col >= 0 ? col : INT64_MAX;
+        int last = (t + 1) % w == 0 || t == n - 1;
+        suf_lo[t] = last || lo < suf_lo[t + 1] ? lo : suf_lo[t + 1];
+        suf_hi[t] = last || col > suf_hi[t + 1] ? col : suf_hi[t + 1];
+    }
     for (ptrdiff_t m = 0; m < m_len; m += PE_BF16_GROUP) {
         ptrdiff_t rows = m_len - m < PE_BF16_GROUP ? m_len - m : PE_BF16_GROUP;
         ptrdiff_t s0 = map->by_key ? m : m_len - m - rows; /* the rows' first entries */
         int64_t lo = INT64_MAX, hi = -1;
-        for (ptrdiff_t t = s0; t < s0 + rows - 1 + map->other; ++t) {
-            int64_t col = map->map[t];
-            if (col >= 0) {
-                lo = col < lo ? col : lo;
-                hi = col > hi ? col : hi;
+        if (rows == PE_BF16_GROUP) {
+            ptrdiff_t e = s0 + w - 1;
+            lo = suf_lo[s0] < pre_lo[e] ? suf_lo[s0] : pre_lo[e];
+            hi = suf_hi[s0] > pre_hi[e] ? suf_hi[s0] : pre_hi[e];
+        } else {
+            for (ptrdiff_t t = s0; t < s0 + rows - 1 + map->other; ++t) {
+                int64_t col = map->map[t];
+                if (col >= 0) {
+                    lo = col < lo ? col : lo;
+                    hi = col > hi ? col : hi;
+                }
             }
         }
         band[2 * (m / PE_BF16_GROUP)] = hi < 0 ? 0 : (ptrdiff_t)lo;
@@ -181,7 +208,8 @@ int pe_bf16_products(const struct pe_kernels *k, const struct pe_bf16_gemm *g0,
     team = ntasks < team ? (int)ntasks : team;
     size_t bytes = (pe_bf16_pack_bytes(g0->n_len, g0->d) + 63) / 64 * 64;
     size_t groups = (size_t)(g0->m_len + PE_BF16_GROUP - 1) / PE_BF16_GROUP;
-    size_t band_bytes = map != NULL ? 2 * groups * sizeof(ptrdiff_t) : 0;
+    size_t entries = map != NULL ? (size_t)(g0->m_len + map->other - 1) : 0;
+    size_t band_bytes = map != NULL ? 2 * groups * sizeof(ptrdiff_t) + 4 * entries * 8 : 0;
     char *buf = malloc(bytes * (size_t)team + 64 + band_bytes);
     if (buf == NULL)
         return -1;
@@ -189,7 +217,7 @@ int pe_bf16_products(const struct pe_kernels *k, const struct pe_bf16_gemm *g0,
     const struct pe_bf16_gemm *g = &gb;
     if (map != NULL) {
         ptrdiff_t *band = (ptrdiff_t *)(buf + bytes * (size_t)team + 64);
-        find_band(g0, map, band);
+        find_band(g0, map, band, (int64_t *)(band + 2 * groups));
         gb.band = band;
     }
 #pragma omp parallel num_threads(team)

@@ -237,3 +237,31 @@ def test_bias_products_keep_the_sums_infinities():
     np.testing.assert_array_equal(got[np.isinf(want)], want[np.isinf(want)])
     finite = np.isfinite(want)
     np.testing.assert_allclose(got[finite], want[finite], rtol=2.0**-8, atol=2.0**-20)
+
+
+@pytest.mark.parametrize("by_key", [False, True])
+def test_products_through_a_map_are_those_it_reads(simd, by_key):
+    # with a gather's map, each group of rows makes only the columns its
+    # windows of the map read: every product read equals the one made
+    # without a map (maps of runs, clipped runs, -1 entries, scattered
+    # columns; rows past several groups, a last group of fewer rows)
+    rng = np.random.default_rng(3)
+    h, m, other, n, d = 2, 45, 23, 70, 4
+    a, b = _random_bits(rng, (h, m, d)), _random_bits(rng, (h, n, d))
+    full = np.empty((h, m, n), np.float32)
+    _core.bf16_products(a, b, full)
+    entries = m + other - 1
+    maps = [
+        np.arange(entries, dtype=np.int64) % n,
+        np.clip(np.arange(entries) - 20, 0, 30).astype(np.int64),
+        np.where(np.arange(entries) % 7 == 3, -1, rng.integers(0, n, entries)).astype(np.int64),
+        np.full(entries, -1, np.int64),
+    ]
+    for index in maps:
+        out = np.full((h, m, n), np.nan, np.float32)
+        _core.bf16_products(a, b, out, None, index, by_key)
+        for r in range(m):
+            start = r if by_key else m - 1 - r
+            read = index[start : start + other]
+            read = read[read >= 0]
+            np.testing.assert_array_equal(_bits(out[:, r, read]), _bits(full[:, r, read]))
