@@ -277,7 +277,7 @@ def _chunks(rows, width, gather):
     return chunks if total < 0.85 * rows * width else None
 
 
-def _block_products(left, right, divisor, kind, out=None, bias=None, gather=None):
+def _block_products(left, right, divisor, kind, out=None, bias=None, gather=None, chunks=None):
     """``left @ right^T / divisor`` (divisor None: undivided), made in the
     inputs' dtype (into `out` if given: rows apart in a contiguous array,
     _padded_rows or _walked_products, divided with the padding between
@@ -286,15 +286,13 @@ def _block_products(left, right, divisor, kind, out=None, bias=None, gather=None
     to bf16_products, the sums starting at the products of a bias (a row
     (heads, 1, d) added to every row of `left`) if `bias` (the row, its
     products with `right`) is given, only the products the gather (map,
-    by_key) reads if given: by BLAS in chunks of rows (_chunks), the
-    products no chunk reads left as they were in `out`."""
-    chunks = None
-    if gather is not None and out is not None and not is_bfloat16(left.dtype):
-        chunks = _chunks(left.shape[-2], right.shape[-2], gather)
+    by_key) reads if given; by BLAS in `chunks` of rows into `out` where
+    given (_chunks, of the same gather), the products no chunk reads left
+    as they were."""
     if is_bfloat16(left.dtype):
         row, start = (None, None) if bias is None else bias
         p = biased_products(left, right, row, out, gather, start)
-    elif chunks is not None:
+    elif chunks is not None and out is not None:
         for r0, r1, c0, c1 in chunks:
             rt = np.swapaxes(right[..., c0:c1, :], -1, -2)
             np.matmul(left[..., r0:r1, :], rt, out=out[..., r0:r1, c0:c1])
@@ -338,6 +336,12 @@ def _gather_part(work, lead, left, right, index, by_key, divisor, bias=None):
     spans = blocks.spans(index)
     walked = by_key and _made_in(left) == wdt  # a row per step: rows apart, aligned to the loads
     runs = {span[0]: _main_run(span[4]) for span in spans} if walked else {}
+    # each span's chunks of rows for BLAS, the same for every head and batch
+    cuts = (
+        {}
+        if is_bfloat16(left.dtype)
+        else {a0: _chunks(a1 - a0, c1 - c0, (m, by_key)) for a0, a1, c0, c1, m in spans}
+    )
     # by query, one buffer for every block's products (a fresh one per block
     # costs the system's pages each time: their faults took as long as the
     # products themselves)
@@ -367,7 +371,7 @@ def _gather_part(work, lead, left, right, index, by_key, divisor, bias=None):
                     np.divide(_span(p), divisor, out=_span(p))
             else:
                 hb = None if bias is None else (bias[h0:h1], starts[at][h0:h1, :, c0:c1])
-                p = _block_products(*lr, divisor, wdt, p, hb, (local, by_key))
+                p = _block_products(*lr, divisor, wdt, p, hb, (local, by_key), cuts.get(a0))
             _core.rel_gather_add(p[None], local, v.for_kernel(view), by_key, single)
 
 
@@ -416,16 +420,20 @@ def _gather_pair(work, lead, first, then):
     # apart, which the pass reads eight at a time
     rows = _padded_rows((group, q_len, c1 - c0), wdt, np.empty) if padded else None
     keys = _walked_products((group, k_len, c1 - c0), wdt, run, q_len) if walked else None
+    cuts = [
+        None if is_bfloat16(p.left.dtype) else _chunks(n, c1 - c0, (local, by_key))
+        for p, n, by_key in ((first, q_len, False), (then, k_len, True))
+    ]
     for b, at in enumerate(np.ndindex(*lead)):
         (lq, rq), (lk, rk) = ((left[at], right[at]) for left, right in operands)
         for h0 in range(0, heads, group):
             h1 = min(heads, h0 + group)
             out = None if rows is None else rows[: h1 - h0]
             lr = lq[h0:h1], rq[h0:h1, c0:c1]
-            pq = _block_products(*lr, first.divisor, wdt, out, gather=(local, False))
+            pq = _block_products(*lr, first.divisor, wdt, out, None, (local, False), cuts[0])
             out = None if keys is None else keys[: h1 - h0]
             lr = lk[h0:h1], rk[h0:h1, c0:c1]
-            pk = _block_products(*lr, then.divisor, wdt, out, gather=(local, True))
+            pk = _block_products(*lr, then.divisor, wdt, out, None, (local, True), cuts[1])
             view = v.for_kernel(work[b : b + 1, h0:h1])
             _core.rel_gather_add(pq[None], local, view, False, single, pk[None])
     return True
