@@ -144,11 +144,10 @@ def bf16_products(left, right, out=None, start=None, gather=None):
         out[...] = 0 if start is None else start
         return out
     a, b = _as_3d(bits(_even(left)), lead), _as_3d(bits(_even(right)), lead)
-    o = out if out.ndim == 3 else out.reshape((-1, m, n))
     init = None if start is None else _as_3d(start, lead)[:, 0, :]
+    # a new `out` is C-contiguous, a given one 3-D: a view either way
+    o = out if out.ndim == 3 else out.reshape((-1, m, n))
     _core.bf16_products(a, b, o, init, *(() if gather is None else gather))
-    if not np.shares_memory(o, out):  # reshape copied: cannot happen for a fresh `out`
-        out[...] = o.reshape(out.shape)
     return out
 
 
